@@ -1,0 +1,40 @@
+"""What every command shares: the workspace from the context, the console, JSON output."""
+
+from __future__ import annotations
+
+import functools
+import json
+from typing import Any, Callable
+
+import click
+from rich.console import Console
+
+from cftools.workspace import Workspace, find_workspace
+
+console = Console(highlight=False)
+err_console = Console(stderr=True, highlight=False)
+
+
+def get_workspace(ctx: click.Context) -> Workspace:
+    root = ctx.find_root()
+    workspace = root.meta.get("cftools.workspace")
+    if workspace is None:
+        workspace = find_workspace(root.params.get("workspace"))
+        root.meta["cftools.workspace"] = workspace
+        root.call_on_close(workspace.close)
+    return workspace
+
+
+def pass_workspace(func: Callable) -> Callable:
+    """Give the command the workspace found from --workspace, $CFTOOLS_WORKSPACE or the current folder."""
+
+    @click.pass_context
+    @functools.wraps(func)
+    def wrapper(ctx: click.Context, *args: Any, **kwargs: Any) -> Any:
+        return ctx.invoke(func, get_workspace(ctx), *args, **kwargs)
+
+    return wrapper
+
+
+def print_json(obj: Any) -> None:
+    click.echo(json.dumps(obj, indent=2, ensure_ascii=False, default=str))

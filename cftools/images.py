@@ -1,0 +1,97 @@
+"""Image files in the store: registered by the SHA-256 of their bytes, with size and format from Pillow."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import PIL.Image
+from sqlalchemy import select
+from sqlmodel import Session
+
+from cftools.errors import InputError
+from cftools.models import Image, ImageName, SourceQuestion, utcnow
+from cftools.store import Store
+
+HASH_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class ImageFile:
+    path: Path
+    sha256: str
+    width: int
+    height: int
+    format: str
+    size_bytes: int
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(HASH_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def read_image_file(path: Path, record: object | None = None) -> ImageFile:
+    """Hash and measure one image; an unreadable or non-image file is an InputError naming it."""
+    try:
+        with PIL.Image.open(path) as img:
+            width, height, fmt = img.width, img.height, (img.format or "").lower()
+            img.verify()
+    except (OSError, PIL.Image.DecompressionBombError, SyntaxError, ValueError) as exc:
+        raise InputError(path, f"not a readable image ({exc.__class__.__name__}: {exc})", record) from None
+    return ImageFile(path=path, sha256=sha256_file(path), width=width, height=height, format=fmt,
+                     size_bytes=path.stat().st_size)
+
+
+def index_folder(folder: Path) -> dict[str, Path]:
+    """File name -> path for every file under FOLDER (recursively); the first path of a name wins."""
+    found: dict[str, Path] = {}
+    for dirpath, dirnames, filenames in os.walk(folder):
+        dirnames.sort()
+        for name in sorted(filenames):
+            found.setdefault(name, Path(dirpath) / name)
+    return found
+
+
+def register_image(store: Store, session: Session, image: ImageFile) -> tuple[int, bool]:
+    """Return the image's id, adding it if its content is new; records the file name too."""
+    existing = session.execute(select(Image.id).where(Image.sha256 == image.sha256)).scalar_one_or_none()
+    added = existing is None
+    if added:
+        store.insert_ignore(session, Image.__table__, [{
+            "sha256": image.sha256, "width": image.width, "height": image.height, "format": image.format,
+            "size_bytes": image.size_bytes, "path": str(image.path.resolve()), "created_at": utcnow()}])
+        existing = session.execute(select(Image.id).where(Image.sha256 == image.sha256)).scalar_one()
+    store.insert_ignore(session, ImageName.__table__, [{"name": image.path.name, "image_id": existing}])
+    return existing, added
+
+
+def attach_images(store: Store, session: Session, dataset: str, images: dict[str, ImageFile]) -> tuple[int, int]:
+    """Give the dataset's source questions that lack an image the files found for their names.
+
+    Returns (images added to the store, source questions that got an image).
+    """
+    missing = session.execute(
+        select(SourceQuestion.id, SourceQuestion.image_ref)
+        .where(SourceQuestion.dataset == dataset, SourceQuestion.image_id.is_(None))
+    ).all()
+    ids: dict[str, int] = {}
+    added = 0
+    filled = 0
+    for source_id, ref in missing:
+        image = images.get(ref)
+        if image is None:
+            continue
+        if ref not in ids:
+            ids[ref], new = register_image(store, session, image)
+            added += new
+        session.execute(SourceQuestion.__table__.update()
+                        .where(SourceQuestion.__table__.c.id == source_id).values(image_id=ids[ref]))
+        filled += 1
+    return added, filled
+

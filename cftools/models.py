@@ -1,0 +1,271 @@
+"""The item store's tables (SQLModel). Later stages add columns through migrations in `db/`."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any, Optional
+
+from sqlalchemy import JSON, Column, Index, Text, UniqueConstraint
+from sqlmodel import Field, SQLModel
+
+# Status life cycle of an item.
+DRAFT = "draft"
+CHECKED = "checked"
+IN_REVIEW = "in_review"
+ACCEPTED = "accepted"
+REJECTED = "rejected"
+NEEDS_ADJUDICATION = "needs_adjudication"
+STATUSES = (DRAFT, CHECKED, IN_REVIEW, ACCEPTED, REJECTED, NEEDS_ADJUDICATION)
+
+# Item kinds (benchmark shapes) and the C-VQA groups.
+KIND_CVQA = "cvqa"
+KIND_CFMM = "cfmm"
+KIND_MUCR = "mucr"
+NUMERICAL_DIRECT = "numerical-direct"
+NUMERICAL_INDIRECT = "numerical-indirect"
+BOOLEAN = "boolean"
+CVQA_GROUPS = (NUMERICAL_DIRECT, NUMERICAL_INDIRECT, BOOLEAN)
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def json_column(**kwargs: Any) -> Any:
+    return Field(default=None, sa_column=Column(JSON, **kwargs))
+
+
+class Image(SQLModel, table=True):
+    """One image file, identified by the SHA-256 of its bytes."""
+
+    __tablename__ = "images"
+    id: Optional[int] = Field(default=None, primary_key=True)
+    sha256: str = Field(index=True, unique=True, max_length=64)
+    width: int
+    height: int
+    format: str
+    size_bytes: int
+    path: str = Field(sa_column=Column(Text, nullable=False))  # where the file was found first
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class ImageName(SQLModel, table=True):
+    """A file name under which an image was seen; inputs refer to images by name."""
+
+    __tablename__ = "image_names"
+    __table_args__ = (UniqueConstraint("name", "image_id"),)
+    id: Optional[int] = Field(default=None, primary_key=True)
+    name: str = Field(index=True)
+    image_id: int = Field(foreign_key="images.id", index=True)
+
+
+class SourceQuestion(SQLModel, table=True):
+    """An original question about an image, as ingested (VQAv2, C-VQA original, a user's table)."""
+
+    __tablename__ = "source_questions"
+    __table_args__ = (UniqueConstraint("dataset", "external_id"),)
+    id: Optional[int] = Field(default=None, primary_key=True)
+    dataset: str = Field(index=True)  # e.g. vqav2:val2014, cvqa:C-VQA-Real_questions, table:mine
+    external_id: str  # question_id, or a stable key of the record
+    image_ref: str = Field(index=True)  # the file name the input refers to
+    image_id: Optional[int] = Field(default=None, foreign_key="images.id", index=True)
+    question: str = Field(sa_column=Column(Text, nullable=False))
+    answer: Optional[str] = None  # most frequent human answer
+    answer_type: Optional[str] = Field(default=None, index=True)  # number | yes/no | other
+    answers: Optional[list] = json_column()  # all human answers
+    meta: Optional[dict] = json_column()
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class Generation(SQLModel, table=True):
+    """Provenance of one model call."""
+
+    __tablename__ = "generations"
+    id: Optional[int] = Field(default=None, primary_key=True)
+    source_id: Optional[int] = Field(default=None, foreign_key="source_questions.id", index=True)
+    generator: str = "rewrite"
+    group: Optional[str] = None
+    backend: str
+    model: str
+    template_name: Optional[str] = None
+    template_hash: Optional[str] = None
+    params: Optional[dict] = json_column()
+    prompt: Optional[str] = Field(default=None, sa_column=Column(Text))
+    raw_output: Optional[str] = Field(default=None, sa_column=Column(Text))
+    parsed: Optional[dict] = json_column()
+    parse_error: Optional[str] = None
+    prompt_tokens: Optional[int] = None
+    completion_tokens: Optional[int] = None
+    latency_s: Optional[float] = None
+    error: Optional[str] = Field(default=None, sa_column=Column(Text))
+    cache_key: Optional[str] = Field(default=None, index=True)
+    cached: bool = False
+    attempt: int = 1
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class CachedResponse(SQLModel, table=True):
+    """The request cache: keyed on backend, model, rendered prompt and parameters, never on a parser."""
+
+    __tablename__ = "llm_cache"
+    id: Optional[int] = Field(default=None, primary_key=True)
+    key: str = Field(index=True, unique=True, max_length=64)
+    backend: str
+    model: str
+    output: str = Field(sa_column=Column(Text, nullable=False))
+    prompt_tokens: Optional[int] = None
+    completion_tokens: Optional[int] = None
+    latency_s: Optional[float] = None
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class Item(SQLModel, table=True):
+    """A counterfactual item: the thing that is checked, annotated, released and evaluated."""
+
+    __tablename__ = "items"
+    id: Optional[int] = Field(default=None, primary_key=True)
+    key: str = Field(index=True, unique=True)  # stable identity used for idempotent writes
+    kind: str = Field(default=KIND_CVQA, index=True)
+    group: str = Field(index=True)
+    source_id: Optional[int] = Field(default=None, foreign_key="source_questions.id", index=True)
+    question: str = Field(sa_column=Column(Text, nullable=False))
+    answer: Optional[str] = None
+    proposed_answer: Optional[str] = None  # the answer before an annotator's correction
+    status: str = Field(default=DRAFT, index=True)
+    origin: str = "ingested"  # ingested | generated | release
+    generation_id: Optional[int] = Field(default=None, foreign_key="generations.id")
+    data: Optional[dict] = json_column()  # shape-specific fields (options, cues, explanations...)
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)
+
+
+class ItemEvent(SQLModel, table=True):
+    """History of an item: every status change and edit, with the stage that made it."""
+
+    __tablename__ = "item_events"
+    id: Optional[int] = Field(default=None, primary_key=True)
+    item_id: int = Field(foreign_key="items.id", index=True)
+    stage: str
+    from_status: Optional[str] = None
+    to_status: Optional[str] = None
+    detail: Optional[dict] = json_column()
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class CheckFlag(SQLModel, table=True):
+    __tablename__ = "check_flags"
+    __table_args__ = (UniqueConstraint("item_id", "code"),)
+    id: Optional[int] = Field(default=None, primary_key=True)
+    item_id: int = Field(foreign_key="items.id", index=True)
+    code: str = Field(index=True)
+    reason: str = Field(sa_column=Column(Text, nullable=False))
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class AnnotationTask(SQLModel, table=True):
+    """An item pushed to a Label Studio project as a task."""
+
+    __tablename__ = "annotation_tasks"
+    __table_args__ = (UniqueConstraint("server", "ls_project_id", "ls_task_id"),)
+    id: Optional[int] = Field(default=None, primary_key=True)
+    item_id: int = Field(foreign_key="items.id", index=True)
+    purpose: str = "verify"  # verify | adjudicate
+    server: str = ""  # server URL, without credentials
+    ls_project_id: int
+    ls_task_id: Optional[int] = None
+    state: str = "open"  # open | decided | deleted
+    decision: Optional[str] = None
+    pushed_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)
+
+
+class Judgment(SQLModel, table=True):
+    """One annotator's judgment of one task."""
+
+    __tablename__ = "judgments"
+    __table_args__ = (UniqueConstraint("task_id", "annotator"),)
+    id: Optional[int] = Field(default=None, primary_key=True)
+    task_id: int = Field(foreign_key="annotation_tasks.id", index=True)
+    annotator: str
+    ls_annotation_id: Optional[int] = None
+    related: Optional[bool] = None
+    answer_correct: Optional[bool] = None
+    corrected_answer: Optional[str] = None
+    flags: Optional[list] = json_column()
+    comment: Optional[str] = Field(default=None, sa_column=Column(Text))
+    decision: Optional[str] = None  # adjudicator's decision
+    raw: Optional[dict] = json_column()
+    annotated_at: Optional[datetime] = None
+    updated_at: datetime = Field(default_factory=utcnow)
+
+
+class AgreementStat(SQLModel, table=True):
+    """Inter-annotator agreement for one question of one project, as last computed."""
+
+    __tablename__ = "agreement_stats"
+    __table_args__ = (UniqueConstraint("project", "question"),)
+    id: Optional[int] = Field(default=None, primary_key=True)
+    project: str
+    question: str
+    n_pairs: int
+    percent_agreement: Optional[float] = None
+    cohen_kappa: Optional[float] = None
+    computed_at: datetime = Field(default_factory=utcnow)
+
+
+class Release(SQLModel, table=True):
+    __tablename__ = "releases"
+    __table_args__ = (UniqueConstraint("name", "version", "format"),)
+    id: Optional[int] = Field(default=None, primary_key=True)
+    name: str
+    version: str
+    format: str = "native"
+    path: str = Field(sa_column=Column(Text, nullable=False))
+    n_items: int = 0
+    manifest_sha256: Optional[str] = None
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class EvalRun(SQLModel, table=True):
+    __tablename__ = "eval_runs"
+    id: Optional[int] = Field(default=None, primary_key=True)
+    release: str = Field(sa_column=Column(Text, nullable=False))
+    model_spec: str
+    mode: str
+    config: Optional[dict] = json_column()
+    out_dir: str = Field(sa_column=Column(Text, nullable=False))
+    summary: Optional[dict] = json_column()
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class Prediction(SQLModel, table=True):
+    __tablename__ = "predictions"
+    __table_args__ = (UniqueConstraint("run_id", "item_key", "which"),)
+    id: Optional[int] = Field(default=None, primary_key=True)
+    run_id: int = Field(foreign_key="eval_runs.id", index=True)
+    item_key: str
+    which: str  # original | counterfactual | option question name
+    raw: Optional[str] = Field(default=None, sa_column=Column(Text))
+    parsed: Optional[str] = None
+    scores: Optional[dict] = json_column()
+    correct: Optional[bool] = None
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class IngestRun(SQLModel, table=True):
+    """One ingest of one input file: what it added, so a re-ingest can say it added nothing."""
+
+    __tablename__ = "ingest_runs"
+    id: Optional[int] = Field(default=None, primary_key=True)
+    format: str
+    path: str = Field(sa_column=Column(Text, nullable=False))
+    file_sha256: Optional[str] = None
+    n_records: int = 0
+    n_sources_added: int = 0
+    n_items_added: int = 0
+    n_images_added: int = 0
+    n_skipped: int = 0
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+Index("ix_items_kind_group_status", Item.kind, Item.group, Item.status)

@@ -1,0 +1,133 @@
+"""The item store: an engine over any SQLAlchemy URL, SQLite tuned for several writers, and migrations."""
+
+from __future__ import annotations
+
+import contextlib
+from importlib import resources
+from pathlib import Path
+from typing import Iterator
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import create_engine, event, insert
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.pool import NullPool
+from sqlmodel import Session
+
+from cftools.errors import StoreError
+
+SQLITE_BUSY_TIMEOUT_MS = 120_000
+
+
+def _tune_sqlite(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def on_connect(dbapi_conn, _record):  # noqa: ANN001
+        # Let SQLAlchemy's "begin" event issue BEGIN itself, so writers can ask for IMMEDIATE.
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        cur.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+        cur.execute("PRAGMA journal_mode = WAL")
+        cur.execute("PRAGMA foreign_keys = ON")
+        cur.execute("PRAGMA synchronous = NORMAL")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def on_begin(conn):  # noqa: ANN001
+        # A deferred transaction that later writes can fail at once with "database is locked"
+        # when another writer got there first; IMMEDIATE waits for the lock instead.
+        mode = "IMMEDIATE" if conn.get_execution_options().get("cftools_write") else "DEFERRED"
+        conn.exec_driver_sql(f"BEGIN {mode}")
+
+
+def make_engine(url: str) -> Engine:
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        if parsed.database and parsed.database != ":memory:":
+            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(url, poolclass=NullPool, connect_args={"check_same_thread": False})
+        _tune_sqlite(engine)
+        return engine
+    return create_engine(url, pool_pre_ping=True)
+
+
+def alembic_config(engine: Engine) -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(resources.files("cftools") / "db"))
+    cfg.attributes["engine"] = engine
+    return cfg
+
+
+def head_revision(engine: Engine) -> str:
+    return ScriptDirectory.from_config(alembic_config(engine)).get_current_head()
+
+
+def current_revision(engine: Engine) -> str | None:
+    with engine.connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+def upgrade(engine: Engine, revision: str = "head") -> None:
+    command.upgrade(alembic_config(engine), revision)
+
+
+class Store:
+    """Sessions over the workspace's database, brought to the newest schema on open."""
+
+    def __init__(self, url: str, migrate: bool = True) -> None:
+        self.url = url
+        self.engine = make_engine(url)
+        self.is_sqlite = self.engine.dialect.name == "sqlite"
+        if migrate:
+            self.migrate()
+
+    def migrate(self) -> None:
+        try:
+            if current_revision(self.engine) != head_revision(self.engine):
+                upgrade(self.engine)
+        except Exception as exc:  # a broken or foreign database file
+            raise StoreError(f"cannot open the store at {self.safe_url}: {exc}") from exc
+
+    @property
+    def safe_url(self) -> str:
+        return make_url(self.url).render_as_string(hide_password=True)
+
+    @property
+    def schema_version(self) -> str | None:
+        return current_revision(self.engine)
+
+    @contextlib.contextmanager
+    def session(self) -> Iterator[Session]:
+        """A read session (or a write that can tolerate a retry)."""
+        with Session(self.engine, expire_on_commit=False) as session:
+            yield session
+
+    @contextlib.contextmanager
+    def write(self) -> Iterator[Session]:
+        """One transaction that holds the write lock from its start; commits on success."""
+        with self.engine.connect() as conn:
+            conn = conn.execution_options(cftools_write=True)
+            with Session(bind=conn, expire_on_commit=False) as session:
+                try:
+                    yield session
+                    session.commit()
+                except BaseException:
+                    session.rollback()
+                    raise
+
+    def insert_ignore(self, session: Session, table, rows: list[dict]) -> None:  # noqa: ANN001
+        """Insert rows, skipping those that collide with a unique key (idempotent writes)."""
+        if not rows:
+            return
+        if self.engine.dialect.name in ("sqlite", "postgresql"):
+            if self.engine.dialect.name == "sqlite":
+                from sqlalchemy.dialects.sqlite import insert as dialect_insert
+            else:
+                from sqlalchemy.dialects.postgresql import insert as dialect_insert
+            session.execute(dialect_insert(table).on_conflict_do_nothing(), rows)
+        else:
+            session.execute(insert(table).prefix_with("IGNORE"), rows)
+
+    def dispose(self) -> None:
+        self.engine.dispose()

@@ -1,0 +1,50 @@
+import click
+
+from cftools.cli import main
+
+
+def all_commands(group: click.Group, prefix=()):
+    for name, command in group.commands.items():
+        yield prefix + (name,), command
+        if isinstance(command, click.Group):
+            yield from all_commands(command, prefix + (name,))
+
+
+def test_every_command_has_help_text(run_cli):
+    commands = list(all_commands(main))
+    assert len(commands) >= 6
+    for path, command in commands:
+        assert (command.help or "").strip(), f"cftools {' '.join(path)} has no help text"
+        result = run_cli(*path, "--help")
+        assert result.exit_code == 0, path
+        assert "Usage:" in result.output
+        for param in command.params:
+            if isinstance(param, click.Option) and not param.hidden:
+                assert param.help, f"cftools {' '.join(path)} {param.opts[0]} has no help"
+
+
+def test_top_level_help_lists_the_flow(run_cli):
+    result = run_cli("--help")
+    assert result.exit_code == 0
+    for name in ("init", "ingest", "status", "show"):
+        assert name in result.output
+
+
+def test_status_json_has_the_documented_fields(workspace, peer_cvqa_real, run_cli):
+    import json
+
+    run_cli("ingest", "cvqa", peer_cvqa_real)
+    out = json.loads(run_cli("status", "--json").output)
+    assert out["items"] == 300 and out["sources"] == 300 and out["images"] == 0
+    assert out["by_status"] == {"draft": 300}
+    assert sum(out["by_group"].values()) == 300
+    assert out["by_source"] == {"cvqa:C-VQA-Real_questions": 300}
+
+
+def test_show_prints_item_source_and_history(workspace, peer_cvqa_real, run_cli):
+    run_cli("ingest", "cvqa", peer_cvqa_real)
+    result = run_cli("show", "1")
+    assert result.exit_code == 0
+    assert "How many hydrants would there be if 2 more hydrants were added?" in result.output
+    assert "COCO_val2014_000000405675.jpg" in result.output and "ingest" in result.output
+    assert run_cli("show", "99999").exit_code != 0

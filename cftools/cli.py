@@ -198,6 +198,10 @@ def show(workspace: Workspace, item_id: int, as_json: bool) -> None:
 
 
 # The later stages' commands live in cftools.commands.<area>, registered here.
+from cftools.commands.export import export_cmd, ingest_release_cmd, verify_cmd  # noqa: E402
+main.add_command(export_cmd)
+main.add_command(verify_cmd)
+ingest.add_command(ingest_release_cmd)
 
 if __name__ == "__main__":
     main()

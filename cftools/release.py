@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from cftools.errors import CftoolsError, InputError
@@ -31,7 +32,6 @@ CARD_NAME = "README.md"
 DATA_DIR = "data"
 IMAGES_DIR = "images"
 PLOTS_DIR = "plots"
-CVQA_CSV_NAME = "questions.csv"
 FORMAT_NATIVE = "native"
 FORMAT_CVQA = "cvqa"
 FORMATS = (FORMAT_NATIVE, FORMAT_CVQA)
@@ -50,6 +50,17 @@ def release_dir_name(name: str, version: str) -> str:
 
 def parquet_name(split: str) -> str:
     return f"{split}-00000-of-00001.parquet"
+
+
+def cvqa_csv_name(name: str, split: str | None = None) -> str:
+    """The C-VQA CSV of a `--format cvqa` release, named like the peer's `C-VQA-Real_questions.csv`."""
+    return f"{name}_questions.csv" if split is None else f"{name}_{split}_questions.csv"
+
+
+def hash_file(path: Path) -> str:
+    from cftools.images import sha256_file
+
+    return sha256_file(path)
 
 
 def load_manifest(release_dir: Path | str) -> dict[str, Any]:
@@ -93,3 +104,63 @@ def resolve_image(release_dir: Path | str, record: dict[str, Any]) -> Path | Non
         raise InputError(Path(release_dir) / RECORDS_NAME, f"image path {rel!r} is not images/<sha256>.<ext>",
                          f"id {record.get('id')}")
     return Path(release_dir) / rel
+
+
+@dataclass
+class VerifyReport:
+    release: Path
+    checked: int = 0
+    mismatched: list[str] = field(default_factory=list)  # "PATH: what differs"
+    missing: list[str] = field(default_factory=list)
+    extra: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not (self.mismatched or self.missing or self.extra)
+
+    def problems(self) -> list[str]:
+        return ([f"changed: {m}" for m in self.mismatched] + [f"missing: {m}" for m in self.missing]
+                + [f"extra: {m}" for m in self.extra])
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"release": str(self.release), "ok": self.ok, "checked": self.checked,
+                "mismatched": self.mismatched, "missing": self.missing, "extra": self.extra}
+
+
+def _safe_relative(path: object) -> bool:
+    if not isinstance(path, str) or not path or "\\" in path:
+        return False
+    pure = PurePosixPath(path)
+    return not pure.is_absolute() and ".." not in pure.parts and pure.as_posix() == path
+
+
+def verify_release(release_dir: Path | str) -> VerifyReport:
+    """Re-hash every file of a release against its manifest: changed, missing and extra files."""
+    release_dir = Path(release_dir)
+    manifest = load_manifest(release_dir)
+    entries = manifest.get("files")
+    if not isinstance(entries, list):
+        raise InputError(release_dir / MANIFEST_NAME, "no 'files' list")
+    report = VerifyReport(release=release_dir)
+    listed = set()
+    for index, entry in enumerate(entries):
+        rel = entry.get("path") if isinstance(entry, dict) else None
+        if not _safe_relative(rel):
+            report.mismatched.append(f"files[{index}]: path {rel!r} is not a plain relative path")
+            continue
+        listed.add(rel)
+        path = release_dir / rel
+        report.checked += 1
+        if not path.is_file():
+            report.missing.append(rel)
+            continue
+        size = path.stat().st_size
+        if size != entry.get("size"):
+            report.mismatched.append(f"{rel}: size {size}, manifest says {entry.get('size')}")
+        elif hash_file(path) != entry.get("sha256"):
+            report.mismatched.append(f"{rel}: SHA-256 differs from the manifest")
+    for path in sorted(release_dir.rglob("*")):
+        rel = path.relative_to(release_dir).as_posix()
+        if (path.is_file() or path.is_symlink()) and rel != MANIFEST_NAME and rel not in listed:
+            report.extra.append(rel)
+    return report

@@ -1,0 +1,95 @@
+"""`cftools export`, `cftools verify` and `cftools ingest release`: thin wrappers over cftools.export."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from cftools.commands.common import console, err_console, pass_workspace, print_json
+from cftools.export import count_exportable, export_release, parse_splits
+from cftools.release import FORMATS, verify_release
+from cftools.release_ingest import ingest_release
+from cftools.workspace import Workspace
+
+STAGE_LABELS = {"images": "Copying images", "records": "Writing records, Parquet and card"}
+
+
+@click.command("export")
+@click.argument("name")
+@click.option("--version", "version", required=True, help="Release version, e.g. 0.1.0.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Folder that receives NAME-VERSION/ (default: WORKSPACE/releases).")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="native", show_default=True,
+              help="native: records, Parquet, images, manifest and data card; cvqa: the C-VQA CSV and images.")
+@click.option("--include-unverified", is_flag=True,
+              help="Also export draft, checked and in-review items, marked verified: false.")
+@click.option("--split", "split_spec", metavar="NAME=FRACTION,...",
+              help="Splits by hash, e.g. test=0.8,dev=0.2 (default: everything in test).")
+@click.option("--force", is_flag=True, help="Replace an existing release of this name and version.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@pass_workspace
+def export_cmd(workspace: Workspace, name: str, version: str, out_dir: Path | None, fmt: str,
+               include_unverified: bool, split_spec: str | None, force: bool, as_json: bool) -> None:
+    """Export the accepted items as the release NAME-VERSION (a verifiable, byte-reproducible folder)."""
+    splits = parse_splits(split_spec)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err_console, transient=True, disable=as_json) as progress:
+        tasks: dict[str, int] = {}
+
+        def report(stage: str, done: int, total: int) -> None:
+            if stage not in tasks:
+                tasks[stage] = progress.add_task(STAGE_LABELS.get(stage, stage), total=total)
+            progress.update(tasks[stage], completed=done, total=total)
+
+        result = export_release(workspace, name, version, out_dir, fmt, include_unverified, splits, force, report)
+    if as_json:
+        print_json(result.as_dict())
+        return
+    console.print(f"Release written to [bold]{result.path}[/]: {result.n_items} items "
+                  f"({result.n_verified} verified, {result.n_unverified} unverified), {result.n_images} images; "
+                  f"splits {', '.join(f'{k} {v}' for k, v in result.by_split.items()) or '-'}.")
+    if result.skipped:
+        console.print(f"[yellow]{result.skipped} items are not C-VQA items with an original question and were "
+                      f"left out of the {fmt} format.[/]")
+    if result.n_items == 0:
+        hint = "" if include_unverified else (
+            f" ({count_exportable(workspace.store, True)} unverified items would be included with "
+            "--include-unverified)")
+        console.print(f"[yellow]The release holds no items: no item is accepted yet{hint}.[/]")
+    console.print(f"Check it with: cftools verify {result.path}")
+
+
+@click.command("verify")
+@click.argument("release", type=click.Path(file_okay=False, exists=True, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def verify_cmd(release: Path, as_json: bool) -> None:
+    """Re-hash every file of RELEASE against its manifest; exit 1 naming each changed, missing or extra file."""
+    report = verify_release(release)
+    if as_json:
+        print_json(report.as_dict())
+    elif report.ok:
+        console.print(f"[green]OK[/]: {report.checked} files in {release} match the manifest.")
+    else:
+        for problem in report.problems():
+            err_console.print(f"[red]{problem}[/]")
+    if report.ok:
+        return
+    if as_json:
+        raise SystemExit(1)
+    raise click.ClickException(f"{release}: {len(report.problems())} files do not match the manifest")
+
+
+@click.command("release")
+@click.argument("directory", type=click.Path(file_okay=False, exists=True, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@pass_workspace
+def ingest_release_cmd(workspace: Workspace, directory: Path, as_json: bool) -> None:
+    """Read a native release folder back into the store (images, source questions, items and statuses)."""
+    report = ingest_release(workspace.store, directory)
+    if as_json:
+        print_json(report.as_dict())
+        return
+    console.print(f"[bold]{report.path}[/]: {report.n_records} records, {report.sources_added} source questions "
+                  f"and {report.items_added} items added, {report.images_added} images added.")

@@ -202,6 +202,10 @@ from cftools.commands.export import export_cmd, ingest_release_cmd, verify_cmd  
 main.add_command(export_cmd)
 main.add_command(verify_cmd)
 ingest.add_command(ingest_release_cmd)
+from cftools.commands.generate import generate  # noqa: E402
+main.add_command(generate)
+from cftools.commands.check import check  # noqa: E402
+main.add_command(check)
 
 if __name__ == "__main__":
     main()

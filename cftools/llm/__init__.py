@@ -1,0 +1,49 @@
+"""LLM backends behind one interface: `make_backend(config)` then `backend.complete(messages, params)`.
+
+- `openai`: any OpenAI-compatible chat endpoint (messages may hold image parts as data URLs).
+- `local`: the embedded offline SmolLM2-135M-Instruct (text only).
+The request cache (`cftools.llm.cache`) and the concurrent runner (`cftools.llm.runner`) work with either.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cftools.llm.base import DEFAULT_PARAMS, Backend, Completion, LLMError, Message, request_key, text_message
+
+BACKENDS = ("local", "openai")
+
+__all__ = ["BACKENDS", "DEFAULT_PARAMS", "Backend", "Completion", "LLMError", "Message", "make_backend",
+           "request_key", "text_message", "split_model_spec"]
+
+
+def split_model_spec(spec: str) -> tuple[str, str | None]:
+    """'openai:gpt-4o-mini' -> ('openai', 'gpt-4o-mini'); 'local' -> ('local', None)."""
+    backend, _, model = spec.partition(":")
+    return backend, model or None
+
+
+def make_backend(config: dict[str, Any] | None = None, backend: str | None = None, model: str | None = None,
+                 **overrides: Any) -> Backend:
+    """A backend from the workspace's [llm] section, with the command line's --backend/--model on top."""
+    config = dict(config or {})
+    config.update({k: v for k, v in overrides.items() if v is not None})
+    name = backend or config.get("backend") or "local"
+    if name == "local":
+        from cftools.llm.local import LOCAL_MODEL, LocalBackend
+
+        configured = config.get("model") if config.get("backend", "local") == "local" else None
+        return LocalBackend(model=model or configured or LOCAL_MODEL, model_path=config.get("model_path"),
+                            loader=config.get("loader", "auto"), threads=config.get("threads"))
+    if name == "openai":
+        from cftools.llm.openai_backend import DEFAULT_KEY_ENV, OpenAIBackend
+
+        configured = config.get("model") if config.get("backend") == "openai" else None
+        chosen = model or configured
+        if not chosen:
+            raise LLMError("the openai backend needs a model: --model NAME or [llm] model")
+        options = {k: config[k] for k in ("timeout", "request_attempts", "backoff_initial", "backoff_max",
+                                          "max_connections") if k in config}
+        return OpenAIBackend(model=chosen, base_url=config.get("base_url"),
+                             api_key_env=config.get("api_key_env") or DEFAULT_KEY_ENV, **options)
+    raise LLMError(f"unknown LLM backend {name!r}; use one of {', '.join(BACKENDS)}")

@@ -1,0 +1,49 @@
+"""The request cache (table `llm_cache`): a response per (backend, model, rendered messages, parameters).
+
+The parser is not part of the key, so re-parsing stored outputs never calls a model again.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from sqlalchemy import select
+from sqlmodel import Session
+
+from cftools.llm.base import Completion
+from cftools.models import CachedResponse, utcnow
+from cftools.store import Store
+
+LOOKUP_CHUNK = 500
+
+
+def cached_completions(store: Store, keys: Iterable[str]) -> dict[str, Completion]:
+    """The cached responses for these keys (missing keys are absent from the result)."""
+    keys = list(dict.fromkeys(keys))
+    found: dict[str, Completion] = {}
+    with store.session() as session:
+        for start in range(0, len(keys), LOOKUP_CHUNK):
+            rows = session.execute(select(CachedResponse).where(
+                CachedResponse.key.in_(keys[start:start + LOOKUP_CHUNK]))).scalars()
+            for row in rows:
+                found[row.key] = Completion(text=row.output, prompt_tokens=row.prompt_tokens,
+                                            completion_tokens=row.completion_tokens, latency_s=row.latency_s,
+                                            cached=True)
+    return found
+
+
+def cached_completion(store: Store, key: str) -> Completion | None:
+    return cached_completions(store, [key]).get(key)
+
+
+def save_completion(session: Session, key: str, backend: str, model: str, completion: Completion) -> None:
+    """Insert or replace (after --refresh) the cached response for KEY, inside the caller's transaction."""
+    row = session.execute(select(CachedResponse).where(CachedResponse.key == key)).scalar_one_or_none()
+    if row is None:
+        row = CachedResponse(key=key, backend=backend, model=model, output=completion.text)
+    row.output = completion.text
+    row.prompt_tokens = completion.prompt_tokens
+    row.completion_tokens = completion.completion_tokens
+    row.latency_s = completion.latency_s
+    row.created_at = utcnow()
+    session.add(row)

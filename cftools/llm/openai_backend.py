@@ -1,0 +1,147 @@
+"""Any OpenAI-compatible chat endpoint (OpenAI, vLLM, Ollama, llama.cpp server) through the `openai` SDK.
+
+The SDK's own retries are off; ours (tenacity) retry 429, 5xx, connection errors and time-outs with
+exponential backoff, and wait what a Retry-After (or retry-after-ms) header asks for. The API key is read from
+the environment variable the configuration names; it is never stored, printed, logged or put in error text.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import os
+import re
+import time
+from typing import Any, Callable
+
+import httpx
+import openai
+from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
+
+from cftools.llm.base import Completion, LLMError, Message
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+DEFAULT_KEY_ENV = "OPENAI_API_KEY"
+SDK_PARAMS = ("temperature", "max_tokens", "top_p", "seed", "stop", "presence_penalty", "frequency_penalty")
+KEY_PATTERN = re.compile(r"\b(sk|key|tok)-[A-Za-z0-9_\-]{6,}")
+
+
+def retry_after_seconds(exc: BaseException) -> float | None:
+    """The wait a 429/503 response asks for (retry-after-ms, or Retry-After in seconds or as an HTTP date)."""
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None)
+    if not headers:
+        return None
+    if headers.get("retry-after-ms"):
+        try:
+            return max(0.0, float(headers["retry-after-ms"]) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def is_retryable(exc: BaseException) -> bool:
+    if isinstance(exc, LLMError):
+        return exc.retryable
+    return isinstance(exc, (openai.RateLimitError, openai.InternalServerError, openai.APIConnectionError))
+
+
+class OpenAIBackend:
+    name = "openai"
+
+    def __init__(self, model: str, base_url: str | None = None, api_key_env: str = DEFAULT_KEY_ENV,
+                 timeout: float = 120.0, request_attempts: int = 6, backoff_initial: float = 1.0,
+                 backoff_max: float = 60.0, sleep: Callable[[float], None] = time.sleep,
+                 max_connections: int = 128) -> None:
+        self.model = model
+        self.base_url = (base_url or DEFAULT_BASE_URL).rstrip("/")
+        self.api_key_env = api_key_env
+        key = os.environ.get(api_key_env)
+        if not key:
+            if self.base_url == DEFAULT_BASE_URL:
+                raise LLMError(f"the OpenAI backend needs an API key in the environment variable {api_key_env}")
+            key = "none"  # local servers (vLLM, Ollama, llama.cpp) accept any key
+        self._secrets = [key] if key != "none" else []
+        self.request_attempts = request_attempts
+        self.backoff_initial = backoff_initial
+        self.backoff_max = backoff_max
+        self._sleep = sleep
+        http = httpx.Client(timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
+                            limits=httpx.Limits(max_connections=max_connections,
+                                                max_keepalive_connections=max_connections))
+        self._client = openai.OpenAI(api_key=key, base_url=self.base_url, max_retries=0, timeout=timeout,
+                                     http_client=http)
+
+    def __repr__(self) -> str:  # never the key
+        return f"OpenAIBackend(model={self.model!r}, base_url={self.base_url!r}, api_key_env={self.api_key_env!r})"
+
+    @property
+    def cache_id(self) -> str:
+        return f"openai@{_without_userinfo(self.base_url)}"
+
+    def _wait(self, state: RetryCallState) -> float:
+        exc = state.outcome.exception() if state.outcome else None
+        asked = retry_after_seconds(exc) if exc is not None else None
+        if asked is not None:
+            return min(asked, self.backoff_max)
+        return wait_exponential_jitter(initial=self.backoff_initial, max=self.backoff_max)(state)
+
+    def complete(self, messages: list[Message], params: dict[str, Any]) -> Completion:
+        retrying = Retrying(stop=stop_after_attempt(self.request_attempts), wait=self._wait,
+                            retry=retry_if_exception(is_retryable), sleep=self._sleep, reraise=True)
+        started = time.perf_counter()
+        try:
+            completion = retrying(self._call_once, messages, params)
+        except LLMError:
+            raise
+        except openai.APIError as exc:
+            raise LLMError(self.describe(exc), retryable=is_retryable(exc)) from None
+        except Exception as exc:  # a body the SDK cannot read
+            raise LLMError("malformed completion: " + self.describe(exc)) from None
+        completion.latency_s = time.perf_counter() - started
+        return completion
+
+    def _call_once(self, messages: list[Message], params: dict[str, Any]) -> Completion:
+        kwargs = {k: v for k, v in params.items() if k in SDK_PARAMS and v is not None}
+        response = self._client.chat.completions.create(model=self.model, messages=messages, **kwargs)
+        return self._read(response)
+
+    def _read(self, response: Any) -> Completion:
+        choices = getattr(response, "choices", None)
+        if not isinstance(choices, list) or not choices:
+            raise LLMError("malformed completion: no choices in the response")
+        message = getattr(choices[0], "message", None)
+        text = getattr(message, "content", None)
+        if not isinstance(text, str):
+            raise LLMError("malformed completion: the first choice has no text content")
+        usage = getattr(response, "usage", None)
+        return Completion(text=text,
+                          prompt_tokens=getattr(usage, "prompt_tokens", None),
+                          completion_tokens=getattr(usage, "completion_tokens", None),
+                          extra={"finish_reason": getattr(choices[0], "finish_reason", None)})
+
+    def describe(self, exc: BaseException) -> str:
+        """A one-line reason for a failed call, with the API key (and anything key-shaped) removed."""
+        status = getattr(exc, "status_code", None)
+        text = f"{type(exc).__name__}" + (f" (HTTP {status})" if status else "") + f": {exc}"
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return KEY_PATTERN.sub("***", text)[:500]
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def _without_userinfo(url: str) -> str:
+    parsed = httpx.URL(url)
+    return str(parsed.copy_with(username=None, password=None)) if parsed.userinfo else url

@@ -1,0 +1,112 @@
+"""Run many model requests with a bounded number in flight, a progress bar, and a write per finished request.
+
+`run_jobs(jobs, work, write, concurrency)`: `work(job)` runs in a worker thread (the model call); `write(results)`
+runs in the calling thread and commits what finished (one short transaction per batch, so a Ctrl-C or a kill
+loses at most the requests still in flight). Each result says whether it is done, failed or came from the cache.
+"""
+
+from __future__ import annotations
+
+import queue
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+WRITE_BATCH = 64
+
+
+@dataclass
+class JobResult:
+    job: Any
+    ok: bool
+    cached: bool = False
+    value: Any = None
+    error: str | None = None
+
+
+@dataclass
+class RunStats:
+    total: int = 0
+    done: int = 0
+    failed: int = 0
+    cached: int = 0
+    seconds: float = 0.0
+    interrupted: bool = False
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def rate(self) -> float:
+        return self.done / self.seconds if self.seconds > 0 else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"total": self.total, "done": self.done, "failed": self.failed, "cached": self.cached,
+                "seconds": round(self.seconds, 3), "items_per_s": round(self.rate, 2),
+                "interrupted": self.interrupted}
+
+
+def progress_bar(console: Console | None, disable: bool = False) -> Progress:
+    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TextColumn("done {task.fields[done]}  failed {task.fields[failed]}  "
+                               "cached {task.fields[cached]}  {task.fields[rate]:.1f}/s"),
+                    TimeElapsedColumn(), console=console, disable=disable, transient=False)
+
+
+def run_jobs(jobs: Iterable[Any], work: Callable[[Any], JobResult], write: Callable[[list[JobResult]], None],
+             concurrency: int = 4, description: str = "requests", console: Console | None = None,
+             quiet: bool = False, ready: list[JobResult] | None = None) -> RunStats:
+    """Run WORK over JOBS on CONCURRENCY threads, WRITE finished results in batches. READY results (e.g. cache
+    hits found in bulk) are written first without a thread. Ctrl-C stops the queued jobs and returns."""
+    jobs = list(jobs)
+    ready = list(ready or [])
+    stats = RunStats(total=len(jobs) + len(ready))
+    finished: queue.Queue[JobResult] = queue.Queue()
+    started = time.perf_counter()
+
+    def safe_work(job: Any) -> None:
+        try:
+            finished.put(work(job))
+        except BaseException as exc:  # noqa: BLE001 (a bug in one job must not stop the batch)
+            finished.put(JobResult(job=job, ok=False, error=f"{type(exc).__name__}: {exc}"))
+
+    with progress_bar(console, disable=quiet) as progress:
+        task = progress.add_task(description, total=stats.total, done=0, failed=0, cached=0, rate=0.0)
+
+        def record(batch: list[JobResult]) -> None:
+            write(batch)
+            for result in batch:
+                stats.done += result.ok
+                stats.failed += not result.ok
+                stats.cached += result.cached
+                if result.error and len(stats.errors) < 20:
+                    stats.errors.append(result.error)
+            stats.seconds = time.perf_counter() - started
+            progress.update(task, advance=len(batch), done=stats.done, failed=stats.failed, cached=stats.cached,
+                            rate=(stats.done + stats.failed) / max(stats.seconds, 1e-9))
+
+        for start in range(0, len(ready), WRITE_BATCH * 8):
+            record(ready[start:start + WRITE_BATCH * 8])
+        pool = ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="cftools-llm")
+        try:
+            for job in jobs:
+                pool.submit(safe_work, job)
+            pending = len(jobs)
+            while pending:
+                batch = [finished.get()]
+                while len(batch) < WRITE_BATCH:
+                    try:
+                        batch.append(finished.get_nowait())
+                    except queue.Empty:
+                        break
+                pending -= len(batch)
+                record(batch)
+        except KeyboardInterrupt:
+            stats.interrupted = True
+            pool.shutdown(wait=False, cancel_futures=True)
+        finally:
+            pool.shutdown(wait=not stats.interrupted, cancel_futures=True)
+    stats.seconds = time.perf_counter() - started
+    return stats

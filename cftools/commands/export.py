@@ -49,7 +49,7 @@ def export_cmd(workspace: Workspace, name: str, version: str, out_dir: Path | No
         return
     console.print(f"Release written to [bold]{result.path}[/]: {result.n_items} items "
                   f"({result.n_verified} verified, {result.n_unverified} unverified), {result.n_images} images; "
-                  f"splits {', '.join(f'{k} {v}' for k, v in result.by_split.items()) or '-'}.")
+                  f"splits {', '.join(f'{k} {v}' for k, v in result.by_split.items()) or '-'}.", soft_wrap=True)
     if result.skipped:
         console.print(f"[yellow]{result.skipped} items are not C-VQA items with an original question and were "
                       f"left out of the {fmt} format.[/]")
@@ -58,7 +58,7 @@ def export_cmd(workspace: Workspace, name: str, version: str, out_dir: Path | No
             f" ({count_exportable(workspace.store, True)} unverified items would be included with "
             "--include-unverified)")
         console.print(f"[yellow]The release holds no items: no item is accepted yet{hint}.[/]")
-    console.print(f"Check it with: cftools verify {result.path}")
+    console.print(f"Check it with: cftools verify {result.path}", soft_wrap=True)
 
 
 @click.command("verify")
@@ -70,10 +70,10 @@ def verify_cmd(release: Path, as_json: bool) -> None:
     if as_json:
         print_json(report.as_dict())
     elif report.ok:
-        console.print(f"[green]OK[/]: {report.checked} files in {release} match the manifest.")
+        console.print(f"[green]OK[/]: {report.checked} files in {release} match the manifest.", soft_wrap=True)
     else:
         for problem in report.problems():
-            err_console.print(f"[red]{problem}[/]")
+            err_console.print(f"[red]{problem}[/]", soft_wrap=True)
     if report.ok:
         return
     if as_json:
@@ -92,4 +92,4 @@ def ingest_release_cmd(workspace: Workspace, directory: Path, as_json: bool) -> 
         print_json(report.as_dict())
         return
     console.print(f"[bold]{report.path}[/]: {report.n_records} records, {report.sources_added} source questions "
-                  f"and {report.items_added} items added, {report.images_added} images added.")
+                  f"and {report.items_added} items added, {report.images_added} images added.", soft_wrap=True)

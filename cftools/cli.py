@@ -206,6 +206,8 @@ from cftools.commands.generate import generate  # noqa: E402
 main.add_command(generate)
 from cftools.commands.check import check  # noqa: E402
 main.add_command(check)
+from cftools.commands.evaluate import eval_group  # noqa: E402
+main.add_command(eval_group)
 
 if __name__ == "__main__":
     main()

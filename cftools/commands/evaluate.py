@@ -1,0 +1,93 @@
+"""`cftools eval RELEASE --model SPEC` and `cftools eval compare RUN_A RUN_B` (thin over cftools.evaluate)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import click
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from cftools.commands.common import console, err_console, get_workspace
+from cftools.errors import WorkspaceError
+from cftools.eval_report import compare_table, rich_tables
+from cftools.evaluate import MODES, load_run, run_eval
+from cftools.vlm import DEVICES, DTYPES, SCORES
+
+
+class EvalGroup(click.Group):
+    """`cftools eval RELEASE ...` runs an evaluation; `cftools eval compare A B` compares two runs."""
+
+    default_command = "run"
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ("--help", "-h"):
+            args = [self.default_command, *args]
+        return super().parse_args(ctx, args)
+
+
+def optional_workspace(ctx: click.Context) -> Any:
+    try:
+        return get_workspace(ctx)
+    except WorkspaceError:
+        return None
+
+
+@click.group("eval", cls=EvalGroup)
+def eval_group() -> None:
+    """Score a model on a release: `cftools eval RELEASE --model SPEC [options]`.
+
+    Also `cftools eval compare RUN_A RUN_B`. See `cftools eval run --help` for the options.
+    """
+
+
+@eval_group.command("run")
+@click.argument("release", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--model", "model", required=True,
+              help="hf:PATH_OR_ID (transformers image-text-to-text), openai:MODEL (vision chat API), "
+                   "blind (embedded text-only model, no image) or blind:BACKEND:MODEL.")
+@click.option("--mode", type=click.Choice(MODES), default="generate", show_default=True,
+              help="generate short answers, or rank the options by likelihood (hf: models).")
+@click.option("--score", type=click.Choice(SCORES), default="mean-loss", show_default=True,
+              help="rank mode: mean-loss (mean token loss, lowest wins) or sum-logprob (highest wins).")
+@click.option("--batch-size", type=int, default=8, show_default=True, help="Questions per batch.")
+@click.option("--device", type=click.Choice(DEVICES), default="auto", show_default=True,
+              help="hf: models: cuda when there is a GPU, else cpu.")
+@click.option("--dtype", type=click.Choice(DTYPES), default="auto", show_default=True,
+              help="hf: models: auto = bf16 (fp16 without bf16 support) on CUDA, fp32 on CPU.")
+@click.option("--limit", type=int, help="Evaluate only the first N items of the release.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Run folder (default: WORKSPACE/runs/NAME, or ./runs/NAME without a workspace).")
+@click.option("--template", help="Prompt template: a packaged name (short_answer) or a .j2 file.")
+@click.option("--max-new-tokens", type=int, default=16, show_default=True, help="Answer length limit (generate).")
+@click.option("--judge", help="MuCR Exp judge, BACKEND[:MODEL] of cftools' LLM backends (e.g. local, openai:gpt-4o).")
+@click.option("--concurrency", type=int, default=4, show_default=True, help="API models: requests in flight.")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+@click.pass_context
+def eval_run(ctx: click.Context, release: Path, model: str, mode: str, score: str, batch_size: int, device: str,
+             dtype: str, limit: Optional[int], out_dir: Optional[Path], template: Optional[str],
+             max_new_tokens: int, judge: Optional[str], concurrency: int, quiet: bool) -> None:
+    """Ask both questions of every item of RELEASE and print the report table."""
+    workspace = optional_workspace(ctx)
+    with Progress(TextColumn("[bold]questions"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err_console, disable=quiet, transient=True) as bar:
+        task = bar.add_task("eval", total=None)
+
+        def progress(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        result = run_eval(release, model, mode=mode, score=score, batch_size=batch_size, device=device, dtype=dtype,
+                          limit=limit, out_dir=out_dir, template=template, max_new_tokens=max_new_tokens,
+                          judge=judge, workspace=workspace, concurrency=concurrency, progress=progress)
+    for part in rich_tables(result.config, result.summary):
+        console.print(part)
+    console.print(f"{result.asked} questions asked now; run folder [bold]{result.out_dir}[/] "
+                  "(config.json, predictions.jsonl, report.md, report.csv, report.png)")
+
+
+@eval_group.command("compare")
+@click.argument("run_a", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("run_b", type=click.Path(exists=True, file_okay=False, path_type=Path))
+def eval_compare(run_a: Path, run_b: Path) -> None:
+    """Put two run folders side by side: every metric, A, B and the difference."""
+    console.print(compare_table(load_run(run_a), load_run(run_b)))

@@ -1,0 +1,225 @@
+"""An evaluation run's report: rich tables in the terminal, report.md, report.csv, report.png; and compare.
+
+The tables follow the papers: C-VQA per group (original, counterfactual, drop; the C-VQA paper's
+Table 1), CFMM per type (acc_b, acc_c, acc+; the CFMM paper's Tables 2 and 3), MuCR (C2E, E2C, Cue,
+Exp). Accuracies are percentages with their 95% bootstrap interval; the unknown rate (replies that
+could not be read) stands next to every generated score.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from rich.table import Table
+
+REPORT_MD = "report.md"
+REPORT_CSV = "report.csv"
+REPORT_PNG = "report.png"
+CSV_FIELDS = ("section", "group", "metric", "value", "low", "high", "n")
+
+
+@dataclass
+class ReportTable:
+    section: str
+    title: str
+    columns: list[str]
+    rows: list[list[str]]
+
+
+def pct(score: Optional[dict]) -> str:
+    if not score or score.get("value") is None:
+        return "–"
+    text = f"{100 * score['value']:.1f}"
+    if score.get("low") is not None:
+        text += f" [{100 * score['low']:.1f}, {100 * score['high']:.1f}]"
+    return text
+
+
+def rate(value: Optional[float]) -> str:
+    return "–" if value is None else f"{100 * value:.1f}%"
+
+
+def points(score: Optional[dict]) -> str:
+    if not score or score.get("value") is None:
+        return "–"
+    return f"{score['value']:.2f} [{score['low']:.2f}, {score['high']:.2f}]"
+
+
+def report_tables(summary: dict[str, Any]) -> list[ReportTable]:
+    tables = []
+    if "cvqa" in summary:
+        rows = [[r["group"], str(r["n"]), pct(r["original"]), rate(r["unknown_original"]),
+                 pct(r["counterfactual"]), rate(r["unknown_counterfactual"]), pct(r["drop"])]
+                for r in summary["cvqa"]["rows"]]
+        tables.append(ReportTable("cvqa", "C-VQA accuracy (%), original vs counterfactual",
+                                  ["group", "n", "original", "unknown", "counterfactual", "unknown", "drop"], rows))
+    if "cfmm" in summary:
+        rows = [[r["type"], str(r["n"]), pct(r["acc_b"]), rate(r["unknown_b"]), pct(r["acc_c"]),
+                 rate(r["unknown_c"]), pct(r["acc_plus"])] for r in summary["cfmm"]["rows"]]
+        tables.append(ReportTable("cfmm", "CFMM accuracy (%): basic, counterfactual, both (acc+)",
+                                  ["type", "n", "acc_b", "unknown", "acc_c", "unknown", "acc+"], rows))
+    if "mucr" in summary:
+        m = summary["mucr"]
+        rows = [[task.upper() if task != "cue" else "Cue", str(m[task]["n"]), pct(m[task]), rate(m[f"unknown_{task}"])]
+                for task in ("c2e", "e2c", "cue")]
+        rows.append(["Exp (0-10)", str(m["exp"]["n"]), points(m["exp"]),
+                     f"{m['exp_not_judged']} not judged" if m["exp_not_judged"] else "–"])
+        tables.append(ReportTable("mucr", "MuCR", ["task", "n", "score", "unknown"], rows))
+    return tables
+
+
+def csv_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """The report flattened: one row per section, group and metric (fractions, not percentages)."""
+    out: list[dict[str, Any]] = []
+
+    def add(section: str, group: str, metric: str, score: Any, n: Optional[int] = None) -> None:
+        if isinstance(score, dict):
+            out.append({"section": section, "group": group, "metric": metric, "value": score.get("value"),
+                        "low": score.get("low"), "high": score.get("high"), "n": score.get("n", n)})
+        else:
+            out.append({"section": section, "group": group, "metric": metric, "value": score, "low": None,
+                        "high": None, "n": n})
+
+    for r in summary.get("cvqa", {}).get("rows", []):
+        for metric in ("original", "counterfactual", "drop"):
+            add("cvqa", r["group"], metric, r[metric])
+        add("cvqa", r["group"], "unknown_original", r["unknown_original"], r["n"])
+        add("cvqa", r["group"], "unknown_counterfactual", r["unknown_counterfactual"], r["n"])
+    for r in summary.get("cfmm", {}).get("rows", []):
+        for metric in ("acc_b", "acc_c", "acc_plus"):
+            add("cfmm", r["type"], metric, r[metric])
+        add("cfmm", r["type"], "unknown_b", r["unknown_b"], r["n"])
+        add("cfmm", r["type"], "unknown_c", r["unknown_c"], r["n"])
+    if "mucr" in summary:
+        for metric in ("c2e", "e2c", "cue", "exp"):
+            add("mucr", "total", metric, summary["mucr"][metric])
+    return out
+
+
+def _header_lines(config: dict[str, Any], summary: dict[str, Any]) -> list[str]:
+    skipped = summary.get("skipped") or {}
+    lines = [f"model `{config['model']}`, mode **{config['mode']}**"
+             + (f", score **{config['score']}** ({config['score_rule']})" if config.get("score") else ""),
+             f"release `{config['release_name']}`: {config['items']} items, {summary.get('answered', 0)} of "
+             f"{config['questions']} questions answered; prompt template `{config['template']}`",
+             f"skipped: {skipped.get('no_image', 0)} items without an image, "
+             f"{skipped.get('no_options', 0)} items without options (rank mode)"]
+    return lines
+
+
+def render_markdown(config: dict[str, Any], summary: dict[str, Any]) -> str:
+    out = [f"# Evaluation: {config['model']} on {config['release_name']}", ""]
+    out += [f"- {line}" for line in _header_lines(config, summary)]
+    out.append("")
+    out.append("Accuracies in %, with the 95% bootstrap interval; unknown = replies that could not be read "
+               "(counted as wrong).")
+    for table in report_tables(summary):
+        out += ["", f"## {table.title}", "", "| " + " | ".join(table.columns) + " |",
+                "|" + "|".join("---" for _ in table.columns) + "|"]
+        out += ["| " + " | ".join(row) + " |" for row in table.rows]
+    if "blind_correct" in summary:
+        right = summary["blind_correct"]
+        out += ["", f"## Answered right without the image ({len(right)})", ""]
+        out += [f"- `{p['id']}` {p['which']}: {p['raw']!r} (gold {p['gold']!r})" for p in right] or ["- none"]
+    out.append("")
+    return "\n".join(out)
+
+
+def render_csv(summary: dict[str, Any]) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=CSV_FIELDS, lineterminator="\n")
+    writer.writeheader()
+    for row in csv_rows(summary):
+        writer.writerow({k: ("" if row[k] is None else row[k]) for k in CSV_FIELDS})
+    return buffer.getvalue()
+
+
+def plot_series(summary: dict[str, Any]) -> tuple[str, list[str], list[tuple[str, list[Optional[dict]]]]]:
+    """(title, groups, [(label, scores per group)]) for the bar plot."""
+    if "cvqa" in summary:
+        rows = summary["cvqa"]["rows"]
+        return ("C-VQA accuracy", [r["group"] for r in rows],
+                [("original", [r["original"] for r in rows]), ("counterfactual", [r["counterfactual"] for r in rows])])
+    if "cfmm" in summary:
+        rows = summary["cfmm"]["rows"]
+        return ("CFMM accuracy", [r["type"] for r in rows],
+                [("basic (acc_b)", [r["acc_b"] for r in rows]), ("counterfactual (acc_c)", [r["acc_c"] for r in rows])])
+    if "mucr" in summary:
+        tasks = ["c2e", "e2c", "cue"]
+        return "MuCR accuracy", [t.upper() for t in tasks], [("accuracy", [summary["mucr"][t] for t in tasks])]
+    return "no scores", [], []
+
+
+def write_plot(path: Path, title: str, groups: Sequence[str], series: Sequence[tuple[str, Sequence]]) -> None:
+    """Grouped bars (percent) with 95% interval whiskers; deterministic bytes (no timestamps)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, ax = plt.subplots(figsize=(max(4.0, 1.6 * len(groups) + 2), 3.6), dpi=100)
+    width = 0.8 / max(1, len(series))
+    x = np.arange(len(groups))
+    colors = ["#4C72B0", "#DD8452", "#55A868"]
+    for i, (label, scores) in enumerate(series):
+        values = [100 * (s["value"] or 0) if s and s.get("value") is not None else 0.0 for s in scores]
+        low = [v - 100 * s["low"] if s and s.get("low") is not None else 0.0 for v, s in zip(values, scores)]
+        high = [100 * s["high"] - v if s and s.get("high") is not None else 0.0 for v, s in zip(values, scores)]
+        ax.bar(x + (i - (len(series) - 1) / 2) * width, values, width, label=label, color=colors[i % len(colors)],
+               yerr=[low, high], capsize=3)
+    ax.set_xticks(x)
+    ax.set_xticklabels(groups)
+    ax.set_ylim(0, 100)
+    ax.set_ylabel("accuracy (%)")
+    ax.set_title(title)
+    if series:
+        ax.legend(loc="upper right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, format="png", metadata={"Software": None})
+    plt.close(fig)
+
+
+def write_reports(result: Any) -> None:
+    out = Path(result.out_dir)
+    (out / REPORT_MD).write_text(render_markdown(result.config, result.summary), encoding="utf-8")
+    (out / REPORT_CSV).write_text(render_csv(result.summary), encoding="utf-8")
+    write_plot(out / REPORT_PNG, *plot_series(result.summary))
+
+
+def rich_tables(config: dict[str, Any], summary: dict[str, Any]) -> list[Any]:
+    """The report for the terminal: a header and one rich Table per item shape."""
+    items: list[Any] = ["\n".join(line.replace("**", "").replace("`", "") for line in _header_lines(config, summary))]
+    for table in report_tables(summary):
+        rich = Table(title=table.title, title_justify="left")
+        for i, column in enumerate(table.columns):
+            rich.add_column(column, justify="left" if i == 0 else "right")
+        for row in table.rows:
+            rich.add_row(*row)
+        items.append(rich)
+    if "blind_correct" in summary:
+        items.append(f"{len(summary['blind_correct'])} questions answered right without the image "
+                     f"(listed in report.md)")
+    return items
+
+
+def compare_table(a: Any, b: Any) -> Table:
+    """Two runs side by side: every metric of either, A, B and B - A (in points)."""
+    rows_a = {(r["section"], r["group"], r["metric"]): r for r in csv_rows(a.summary)}
+    rows_b = {(r["section"], r["group"], r["metric"]): r for r in csv_rows(b.summary)}
+    table = Table(title=f"A: {a.config['model']} ({a.config['mode']})   B: {b.config['model']} ({b.config['mode']})",
+                  title_justify="left")
+    for column in ("section", "group", "metric", "A", "B", "B - A"):
+        table.add_column(column, justify="left" if column in ("section", "group", "metric") else "right")
+    for key in list(dict.fromkeys([*rows_a, *rows_b])):
+        va = rows_a.get(key, {}).get("value")
+        vb = rows_b.get(key, {}).get("value")
+        scale = 1 if key[2] == "exp" else 100
+        fmt = (lambda v: "–" if v is None else f"{scale * v:.1f}")
+        diff = "–" if va is None or vb is None else f"{scale * (vb - va):+.1f}"
+        table.add_row(*key, fmt(va), fmt(vb), diff)
+    return table

@@ -1,0 +1,668 @@
+"""Evaluate a model on a release: ask every question, log every prediction, score the run.
+
+`run_eval(release_dir, model_spec, ...)` asks both questions of every item (original and counterfactual),
+each as its own conversation, and writes a run folder:
+
+    config.json        the exact configuration (model, mode, score, prompt template and its hash, ...)
+    predictions.jsonl  one line per question asked: id, which, raw answer, parsed answer, option scores, correct
+    report.md / report.csv / report.png   the scores (see `cftools.eval_report`)
+
+Predictions are the cache: a rerun, or a run killed halfway and started again, asks only what is missing
+(lines are appended and fsync'ed per batch; a truncated last line is dropped on restart). A run folder
+holds one configuration; pointing a different model, mode, score or template at it is an error.
+
+Model specs (`parse_model_spec`):
+- `hf:PATH_OR_ID` — a transformers image-text-to-text model (`cftools.vlm.HFVisionModel`); generate or rank.
+- `openai:MODEL` — an OpenAI-compatible vision chat API, images as data URLs (the `cftools.llm` backend:
+  retries, concurrency, and the request cache when there is a workspace); generate only.
+- `blind` / `blind:BACKEND:MODEL` — a text-only LLM answering without the image (plain `blind`: the
+  embedded local model); generate only. The items it gets right are listed in the report.
+
+Models that need an image skip items without one; skipped items are counted in the report.
+
+Modes:
+- generate: the reply is read for the question's answer type (`cftools.answers`); an unreadable reply
+  is wrong and counted as unknown. With options (CFMM), the reply is read as free text and compared with
+  the gold option after normalisation.
+- rank: every option is scored as the assistant's reply (`--score mean-loss`: lowest mean token loss
+  wins; `sum-logprob`: highest summed log-probability wins). Items without options get a derived option
+  set only where it is well defined: yes/no questions rank ["yes", "no"]; count questions rank the
+  numbers "0".."20" (a gold count outside that range cannot be chosen and counts as wrong); other
+  questions without options are skipped in rank mode and counted.
+
+MuCR records (kind "mucr") carry in `data`:
+    cause_image, effect_image       release-relative image paths (images/<sha256>.<ext>)
+    c2e_choices, c2e_answer         4 candidate effect images and the index (0-3) of the right one
+    e2c_choices, e2c_answer         4 candidate cause images and the index of the right one
+    cue, false_cues                 the correct cue phrase and 3 distractors
+    explanations                    the 3 reference explanations (Exp weights 0.25/0.25/0.5, in this order)
+and are asked four questions: c2e and e2c (multi-image, answer a letter A-D), cue (choose among the 4
+phrases, shown in an order fixed by the item id) and exp (a free explanation, judged 0-10 against each
+reference by `--judge BACKEND[:MODEL]`; without a judge Exp is reported as not judged).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import mimetypes
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Optional, Sequence
+
+from jinja2 import Environment, FileSystemLoader, PackageLoader, StrictUndefined
+
+from cftools import __version__
+from cftools.answers import extract_answer, infer_answer_type, normalize_answer, parse_number
+from cftools.errors import CftoolsError, InputError
+from cftools.metrics import exp_score, summarize
+from cftools.release import load_records, resolve_image
+from cftools.vlm import SCORES, Prompt, best_option
+
+MODES = ("generate", "rank")
+CONFIG_NAME = "config.json"
+PREDICTIONS_NAME = "predictions.jsonl"
+DEFAULT_TEMPLATE = "short_answer"
+DEFAULT_RUNS_DIR = "runs"
+COUNT_OPTIONS = [str(n) for n in range(21)]
+YES_NO_OPTIONS = ["yes", "no"]
+LETTERS = ["A", "B", "C", "D"]
+PAIR_QUESTIONS = ("original", "counterfactual")
+# What makes two runs the same run: a run folder refuses a different value of any of these.
+IDENTITY_KEYS = ("release", "model", "mode", "score", "template_sha256", "max_new_tokens", "dtype", "judge")
+
+
+@dataclass
+class ModelSpec:
+    kind: str            # hf | openai | blind
+    target: str          # model path/id (hf, openai) or "BACKEND:MODEL" / "" (blind)
+
+    @property
+    def needs_image(self) -> bool:
+        return self.kind != "blind"
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.target}" if self.target else self.kind
+
+
+def parse_model_spec(spec: str) -> ModelSpec:
+    kind, _, target = spec.partition(":")
+    if kind == "hf" and target:
+        return ModelSpec("hf", target)
+    if kind == "openai" and target:
+        return ModelSpec("openai", target)
+    if kind == "blind":
+        return ModelSpec("blind", target)
+    raise CftoolsError(f"unknown model spec {spec!r}: use hf:PATH_OR_ID, openai:MODEL, blind or blind:BACKEND:MODEL")
+
+
+@dataclass
+class Question:
+    """One question of one item, as the model will be asked it."""
+
+    item_id: str
+    which: str
+    kind: str
+    group: str
+    gold: str
+    answer_type: str
+    prompt: Prompt
+    options: Optional[list[str]] = None
+    gold_option: Optional[str] = None
+    references: Optional[list[str]] = None   # MuCR exp
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.item_id, self.which)
+
+
+@dataclass
+class Skipped:
+    no_image: list[str] = field(default_factory=list)
+    no_options: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"no_image": len(self.no_image), "no_options": len(self.no_options),
+                "no_image_ids": self.no_image[:50], "no_options_ids": self.no_options[:50]}
+
+
+# -- prompts ------------------------------------------------------------------------------------------------
+
+class PromptTemplates:
+    """The eval prompt templates: packaged ones by name (cftools/prompts/eval/NAME.j2) or a user's file."""
+
+    def __init__(self, template: Optional[str] = None) -> None:
+        self.package_env = Environment(loader=PackageLoader("cftools", "prompts"), undefined=StrictUndefined,
+                                       autoescape=False)
+        template = template or DEFAULT_TEMPLATE
+        path = Path(template)
+        if path.suffix == ".j2" and path.is_file():
+            env = Environment(loader=FileSystemLoader(str(path.parent.resolve())), undefined=StrictUndefined,
+                              autoescape=False)
+            self.question_template = env.get_template(path.name)
+            self.question_source = path.read_text(encoding="utf-8")
+            self.name = str(path)
+        else:
+            self.question_template = self.package_env.get_template(f"eval/{template}.j2")
+            self.question_source = self._source(f"eval/{template}.j2")
+            self.name = template
+
+    def _source(self, name: str) -> str:
+        source, _, _ = self.package_env.loader.get_source(self.package_env, name)
+        return source
+
+    def named(self, name: str):  # noqa: ANN201
+        return self.package_env.get_template(f"eval/{name}.j2")
+
+    @property
+    def sha256(self) -> str:
+        blob = self.question_source + "".join(self._source(f"eval/{n}.j2")
+                                              for n in ("mucr_choice", "mucr_cue", "mucr_explain", "mucr_judge"))
+        return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+    def question(self, **variables: Any) -> str:
+        return self.question_template.render(**variables).strip()
+
+
+# -- questions ------------------------------------------------------------------------------------------------
+
+def question_answer_type(record: dict[str, Any], which: str, gold: str) -> str:
+    group = str(record.get("group") or "")
+    if group.startswith("numerical"):
+        return "number"
+    if group == "boolean":
+        return "yes/no"
+    if which == "original" and record.get("answer_type") in ("number", "yes/no", "other"):
+        return record["answer_type"]
+    return infer_answer_type(gold)
+
+
+def derived_options(answer_type: str) -> Optional[list[str]]:
+    if answer_type == "yes/no":
+        return list(YES_NO_OPTIONS)
+    if answer_type == "number":
+        return list(COUNT_OPTIONS)
+    return None
+
+
+def _gold_option(options: Sequence[str], gold: str, answer_type: str) -> Optional[str]:
+    """The option that reads as the gold answer (None when no option does)."""
+    expected = extract_answer(gold, answer_type) or normalize_answer(gold)
+    for option in options:
+        if (extract_answer(option, answer_type) or normalize_answer(option)) == expected:
+            return option
+    return None
+
+
+def _shuffled(values: list[str], seed_text: str) -> list[str]:
+    """A fixed order that depends only on the item id (no global random state)."""
+    return sorted(values, key=lambda v: hashlib.sha256(f"{seed_text}\x00{v}".encode()).hexdigest())
+
+
+def pair_questions(record: dict[str, Any], image: Optional[Path], templates: PromptTemplates, mode: str,
+                   max_new_tokens: int) -> list[Question]:
+    questions = []
+    options_by_which = record.get("options") or {}
+    for which in PAIR_QUESTIONS:
+        text, gold = ((record.get("original_question"), record.get("original_answer")) if which == "original"
+                      else (record.get("question"), record.get("answer")))
+        if not text or gold is None:
+            continue
+        gold = str(gold)
+        answer_type = question_answer_type(record, which, gold)
+        options = options_by_which.get(which) if isinstance(options_by_which, dict) else None
+        if options is not None:
+            options = [str(o) for o in options]
+        shown = options
+        if mode == "rank" and options is None:
+            options = derived_options(answer_type)
+            shown = None
+        prompt_text = templates.question(question=text, options=shown, mode=mode, kind=record.get("kind"),
+                                         which=which, answer_type=answer_type)
+        gold_option = _gold_option(options, gold, answer_type) if options else None
+        questions.append(Question(
+            item_id=str(record["id"]), which=which, kind=str(record.get("kind") or "cvqa"),
+            group=str(record.get("group") or ""), gold=gold, answer_type=answer_type,
+            prompt=Prompt(text=prompt_text, images=[image] if image else [], options=options,
+                          max_new_tokens=max_new_tokens),
+            options=options, gold_option=gold_option))
+    return questions
+
+
+def mucr_questions(record: dict[str, Any], release_dir: Path, templates: PromptTemplates,
+                   explain_tokens: int) -> list[Question]:
+    data = record.get("data") or {}
+    item_id, group = str(record["id"]), str(record.get("group") or "")
+
+    def image(path: Any) -> Path:
+        resolved = resolve_image(release_dir, {"id": item_id, "image": path})
+        if resolved is None:
+            raise InputError(release_dir / "records.jsonl", "MuCR item is missing an image path", f"id {item_id}")
+        return resolved
+
+    questions = []
+    for task, first in (("c2e", "cause_image"), ("e2c", "effect_image")):
+        choices = data.get(f"{task}_choices")
+        if not choices:
+            continue
+        letters = LETTERS[:len(choices)]
+        answer = letters[int(data[f"{task}_answer"])]
+        text = templates.named("mucr_choice").render(task=task, letters=letters).strip()
+        images = [image(data[first])] + [image(c) for c in choices]
+        questions.append(Question(item_id, task, "mucr", group, answer, "other",
+                                  Prompt(text, images, letters, max_new_tokens=4), letters, answer))
+    pair = [image(data["cause_image"]), image(data["effect_image"])] if data.get("cause_image") else []
+    if data.get("cue") and pair:
+        options = _shuffled([str(data["cue"])] + [str(c) for c in data.get("false_cues") or []], item_id)
+        text = templates.named("mucr_cue").render(options=options).strip()
+        questions.append(Question(item_id, "cue", "mucr", group, str(data["cue"]), "other",
+                                  Prompt(text, pair, options, max_new_tokens=16), options, str(data["cue"])))
+    if data.get("explanations") and pair:
+        text = templates.named("mucr_explain").render().strip()
+        questions.append(Question(item_id, "exp", "mucr", group, "", "other",
+                                  Prompt(text, pair, None, max_new_tokens=explain_tokens),
+                                  references=[str(e) for e in data["explanations"]]))
+    return questions
+
+
+def build_questions(release_dir: Path, records: Iterable[dict[str, Any]], templates: PromptTemplates, mode: str,
+                    needs_image: bool, max_new_tokens: int = 16,
+                    explain_tokens: int = 128) -> tuple[list[Question], Skipped]:
+    """Every question of every record, minus those the model cannot be asked (counted in Skipped)."""
+    questions: list[Question] = []
+    skipped = Skipped()
+    for record in records:
+        if record.get("kind") == "mucr":
+            questions.extend(mucr_questions(record, release_dir, templates, explain_tokens))
+            continue
+        image = resolve_image(release_dir, record)
+        if image is not None and not image.is_file():
+            raise InputError(image, "image file listed in the release is missing", f"id {record.get('id')}")
+        if needs_image and image is None:
+            skipped.no_image.append(str(record["id"]))
+            continue
+        asked = pair_questions(record, image if needs_image else None, templates, mode, max_new_tokens)
+        if mode == "rank" and any(q.options is None for q in asked):
+            skipped.no_options.append(str(record["id"]))
+            continue
+        questions.extend(asked)
+    if mode == "rank":
+        questions = [q for q in questions if q.options is not None or q.which == "exp"]
+    return questions, skipped
+
+
+# -- reading answers ------------------------------------------------------------------------------------------
+
+def read_generated(question: Question, raw: str) -> tuple[Optional[str], bool]:
+    """(parsed answer, correct) for a generated reply."""
+    if question.which in ("c2e", "e2c"):
+        match = re.search(r"\b([A-D])\b", raw or "")
+        parsed = match.group(1) if match else None
+        return parsed, parsed == question.gold
+    if question.options and question.which == "cue":
+        normal = normalize_answer(raw)
+        parsed = next((o for o in question.options if normalize_answer(o) and normalize_answer(o) in normal), None)
+        return parsed, parsed == question.gold
+    parsed = extract_answer(raw, question.answer_type)
+    if parsed is None:
+        return None, False
+    expected = extract_answer(question.gold, question.answer_type) or normalize_answer(question.gold)
+    return parsed, parsed == expected
+
+
+def prediction_line(question: Question, raw: Optional[str], parsed: Optional[str], correct: Optional[bool],
+                    scores: Optional[dict[str, Any]] = None, extra: Optional[dict[str, Any]] = None) -> dict:
+    line = {"id": question.item_id, "which": question.which, "kind": question.kind, "group": question.group,
+            "gold": question.gold if question.which != "exp" else None, "raw": raw, "parsed": parsed,
+            "unknown": parsed is None and question.which != "exp", "correct": correct, "scores": scores}
+    line.update(extra or {})
+    return line
+
+
+# -- the prediction log -----------------------------------------------------------------------------------------
+
+def read_predictions(path: Path) -> dict[tuple[str, str], dict[str, Any]]:
+    """The predictions already made. Lines are written whole with their newline, so only a last line without
+    one can be cut short (a killed run): it is cut off the file and its question is asked again."""
+    if not path.exists():
+        return {}
+    data = path.read_bytes()
+    complete_end = data.rfind(b"\n") + 1
+    if complete_end < len(data):
+        with open(path, "r+b") as fh:
+            fh.truncate(complete_end)
+    done: dict[tuple[str, str], dict[str, Any]] = {}
+    for number, raw in enumerate(data[:complete_end].split(b"\n"), start=1):
+        if not raw.strip():
+            continue
+        try:
+            line = json.loads(raw)
+            done[(str(line["id"]), str(line["which"]))] = line
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError):
+            raise InputError(path, "malformed prediction line (delete the run folder to start over)",
+                             f"line {number}") from None
+    return done
+
+
+def append_predictions(path: Path, lines: Sequence[dict[str, Any]]) -> None:
+    if not lines:
+        return
+    with open(path, "a", encoding="utf-8") as fh:
+        for line in lines:
+            fh.write(json.dumps(line, ensure_ascii=False, sort_keys=True) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+# -- answerers -----------------------------------------------------------------------------------------------
+
+def image_data_url(path: Path) -> str:
+    mime = mimetypes.guess_type(str(path))[0] or "image/png"
+    return f"data:{mime};base64,{base64.b64encode(Path(path).read_bytes()).decode('ascii')}"
+
+
+def chat_messages(prompt: Prompt, with_images: bool) -> list[dict[str, Any]]:
+    if not with_images or not prompt.images:
+        return [{"role": "user", "content": prompt.text}]
+    content: list[dict[str, Any]] = [{"type": "image_url", "image_url": {"url": image_data_url(p)}}
+                                     for p in prompt.images]
+    content.append({"type": "text", "text": prompt.text})
+    return [{"role": "user", "content": content}]
+
+
+class ChatAnswerer:
+    """Answers through a `cftools.llm` backend: bounded concurrency, retries, and the store's request cache."""
+
+    def __init__(self, backend: Any, with_images: bool, store: Any = None, concurrency: int = 4,
+                 quiet: bool = True) -> None:
+        self.backend = backend
+        self.with_images = with_images
+        self.needs_image = with_images
+        self.store = store
+        self.concurrency = concurrency
+        self.quiet = quiet
+
+    def generate(self, prompts: Sequence[Prompt]) -> list[str]:
+        from cftools.llm import request_key
+        from cftools.llm.runner import JobResult, run_jobs
+
+        requests = []
+        for index, prompt in enumerate(prompts):
+            messages = chat_messages(prompt, self.with_images)
+            params = {"temperature": 0.0, "max_tokens": prompt.max_new_tokens}
+            key = request_key(self.backend.cache_id, self.backend.model, messages, params)
+            requests.append((index, messages, params, key))
+        answers: dict[int, str] = {}
+        ready: list[JobResult] = []
+        todo = requests
+        if self.store is not None:
+            from cftools.llm.cache import cached_completions
+
+            hits = cached_completions(self.store, [r[3] for r in requests])
+            ready = [JobResult(job=r, ok=True, cached=True, value=hits[r[3]].text) for r in requests if r[3] in hits]
+            todo = [r for r in requests if r[3] not in hits]
+
+        def work(request: tuple) -> JobResult:
+            _, messages, params, _ = request
+            return JobResult(job=request, ok=True, value=self.backend.complete(messages, params).text)
+
+        def write(results: list[JobResult]) -> None:
+            fresh = [r for r in results if r.ok and not r.cached]
+            if fresh and self.store is not None:
+                from cftools.llm.base import Completion
+                from cftools.llm.cache import save_completion
+
+                with self.store.write() as session:
+                    for r in fresh:
+                        save_completion(session, r.job[3], self.backend.cache_id, self.backend.model,
+                                        Completion(text=r.value))
+            for r in results:
+                if r.ok:
+                    answers[r.job[0]] = r.value
+
+        stats = run_jobs(todo, work, write, concurrency=self.concurrency, description="model calls",
+                         quiet=self.quiet, ready=ready)
+        if stats.interrupted:
+            raise KeyboardInterrupt
+        missing = [i for i in range(len(prompts)) if i not in answers]
+        if missing:
+            reason = stats.errors[0] if stats.errors else "no answer"
+            raise CftoolsError(f"{len(missing)} model calls failed ({reason}); rerun to retry them")
+        return [answers[i] for i in range(len(prompts))]
+
+    def score_options(self, prompts: Sequence[Prompt]) -> list:
+        raise CftoolsError("rank mode needs token log-probabilities: use an hf: model (or --mode generate)")
+
+    def close(self) -> None:
+        self.backend.close()
+
+
+def load_answerer(spec: ModelSpec, device: str, dtype: str, llm_config: Optional[dict] = None,
+                  store: Any = None, concurrency: int = 4, quiet: bool = True) -> Any:
+    if spec.kind == "hf":
+        from cftools.vlm import HFVisionModel
+
+        return HFVisionModel.load(spec.target, device=device, dtype=dtype)
+    from cftools.llm import make_backend
+
+    if spec.kind == "openai":
+        backend = make_backend(llm_config, backend="openai", model=spec.target)
+        return ChatAnswerer(backend, with_images=True, store=store, concurrency=concurrency, quiet=quiet)
+    name, _, model = spec.target.partition(":")
+    backend = make_backend(llm_config, backend=name or "local", model=model or None)
+    return ChatAnswerer(backend, with_images=False, store=store,
+                        concurrency=1 if (name or "local") == "local" else concurrency, quiet=quiet)
+
+
+# -- the judge (MuCR Exp) -----------------------------------------------------------------------------------
+
+def parse_judge_score(text: str) -> Optional[float]:
+    value = parse_number(text)
+    if value is None or not 0 <= value <= 10:
+        return None
+    return float(value)
+
+
+def judge_explanations(judge: ChatAnswerer, templates: PromptTemplates, explanation: str,
+                       references: Sequence[str]) -> Optional[list[float]]:
+    """The judge's 0-10 similarity of EXPLANATION to each reference; None when a score cannot be read."""
+    template = templates.named("mucr_judge")
+    prompts = [Prompt(template.render(explanation=explanation, reference=ref).strip(), max_new_tokens=8)
+               for ref in references]
+    scores = [parse_judge_score(text) for text in judge.generate(prompts)]
+    return None if any(s is None for s in scores) else [float(s) for s in scores]
+
+
+# -- the run ------------------------------------------------------------------------------------------------
+
+@dataclass
+class EvalResult:
+    out_dir: Path
+    config: dict[str, Any]
+    summary: dict[str, Any]
+    predictions: list[dict[str, Any]]
+    asked: int                # questions asked in this invocation (0 when everything was cached)
+
+
+def default_run_name(release_dir: Path, spec: str, mode: str, score: str) -> str:
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", spec.replace("hf:", "").strip("/")).strip("-")[-60:]
+    return f"{Path(release_dir).resolve().name}--{slug}--{mode}" + (f"-{score}" if mode == "rank" else "")
+
+
+def default_out_dir(release_dir: Path, spec: str, mode: str, score: str, workspace: Any = None) -> Path:
+    name = default_run_name(release_dir, spec, mode, score)
+    return workspace.path(DEFAULT_RUNS_DIR, name) if workspace is not None else Path(DEFAULT_RUNS_DIR) / name
+
+
+def check_config(out_dir: Path, config: dict[str, Any]) -> None:
+    path = out_dir / CONFIG_NAME
+    if not path.exists():
+        return
+    try:
+        previous = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError:
+        raise InputError(path, "not valid JSON") from None
+    differing = [k for k in IDENTITY_KEYS if previous.get(k) != config.get(k)]
+    if differing:
+        raise CftoolsError(f"{out_dir} holds a run with another configuration ({', '.join(differing)} differ); "
+                           "choose another --out")
+
+
+def outcomes_from_predictions(predictions: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    by_item: dict[str, dict[str, Any]] = {}
+    for line in predictions:
+        outcome = by_item.setdefault(line["id"], {"id": line["id"], "kind": line.get("kind"),
+                                                  "group": line.get("group")})
+        if line["which"] == "exp":
+            outcome["exp"] = {"similarities": line.get("similarities")}
+        else:
+            outcome[line["which"]] = {"correct": bool(line.get("correct")), "unknown": bool(line.get("unknown"))}
+    return list(by_item.values())
+
+
+def _rank_line(question: Question, scores: list[dict[str, float]], score: str) -> dict[str, Any]:
+    winner = question.options[best_option(scores, score)]
+    correct = question.gold_option is not None and winner == question.gold_option
+    return prediction_line(question, None, winner, correct,
+                           scores={o: s for o, s in zip(question.options, scores)})
+
+
+def run_eval(release_dir: Path | str, model: str, mode: str = "generate", score: str = "mean-loss",
+             batch_size: int = 8, device: str = "auto", dtype: str = "auto", limit: Optional[int] = None,
+             out_dir: Optional[Path] = None, template: Optional[str] = None, max_new_tokens: int = 16,
+             judge: Optional[str] = None, workspace: Any = None, concurrency: int = 4,
+             progress: Optional[Callable[[int, int], None]] = None,
+             answerer: Any = None) -> EvalResult:
+    """Run (or resume) an evaluation; returns the run's configuration, summary and predictions."""
+    release_dir = Path(release_dir)
+    if mode not in MODES:
+        raise CftoolsError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
+    if score not in SCORES:
+        raise CftoolsError(f"unknown score {score!r}; choose one of {', '.join(SCORES)}")
+    if batch_size < 1:
+        raise CftoolsError("--batch-size must be at least 1")
+    spec = parse_model_spec(model)
+    if mode == "rank" and spec.kind != "hf":
+        raise CftoolsError("rank mode needs token log-probabilities: use an hf: model (or --mode generate)")
+    records = load_records(release_dir)
+    if limit is not None:
+        records = records[:max(0, limit)]
+    templates = PromptTemplates(template)
+    questions, skipped = build_questions(release_dir, records, templates, mode, spec.needs_image, max_new_tokens)
+    if spec.kind == "hf":
+        from cftools.vlm import resolve_device, resolve_dtype
+
+        device = resolve_device(device)
+        dtype = resolve_dtype(dtype, device)
+    else:
+        device, dtype = "api", "n/a"
+    config = {
+        "release": str(release_dir.resolve()), "release_name": release_dir.resolve().name,
+        "model": str(spec), "mode": mode, "score": score if mode == "rank" else None,
+        "score_rule": ("lowest mean token loss of the option wins" if score == "mean-loss"
+                       else "highest summed log-probability of the option wins") if mode == "rank" else None,
+        "template": templates.name, "template_sha256": templates.sha256, "max_new_tokens": max_new_tokens,
+        "device": device, "dtype": dtype, "batch_size": batch_size, "limit": limit, "judge": judge,
+        "items": len(records), "questions": len(questions), "skipped": skipped.as_dict(),
+        "cftools_version": __version__,
+    }
+    out_dir = Path(out_dir) if out_dir else default_out_dir(release_dir, str(spec), mode, score, workspace)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    check_config(out_dir, config)
+    (out_dir / CONFIG_NAME).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    predictions_path = out_dir / PREDICTIONS_NAME
+    done = read_predictions(predictions_path)
+    todo = [q for q in questions if q.key not in done]
+    store = workspace.store if workspace is not None else None
+    llm_config = workspace.section("llm") if workspace is not None else None
+    judge_answerer = None
+    if todo:
+        answerer = answerer or load_answerer(spec, device, dtype, llm_config, store, concurrency)
+        if judge and any(q.which == "exp" for q in todo):
+            judge_answerer = load_answerer(parse_model_spec(f"blind:{judge}"), device, dtype, llm_config, store,
+                                           concurrency)
+    asked = 0
+    if progress:
+        progress(len(questions) - len(todo), len(questions))
+    for start in range(0, len(todo), batch_size):
+        batch = todo[start:start + batch_size]
+        lines = ask_batch(answerer, batch, mode, score, templates, judge_answerer)
+        append_predictions(predictions_path, lines)
+        asked += len(batch)
+        if progress:
+            progress(len(questions) - len(todo) + asked, len(questions))
+    done = read_predictions(predictions_path)
+    wanted = {q.key for q in questions}
+    predictions = [line for key, line in done.items() if key in wanted]
+    summary = summarize(outcomes_from_predictions(predictions))
+    summary["skipped"] = skipped.as_dict()
+    summary["answered"] = len(predictions)
+    if spec.kind == "blind":
+        summary["blind_correct"] = sorted(
+            [{"id": p["id"], "which": p["which"], "raw": p["raw"], "gold": p["gold"]}
+             for p in predictions if p.get("correct")], key=lambda p: (p["id"], p["which"]))
+    result = EvalResult(out_dir=out_dir, config=config, summary=summary, predictions=predictions, asked=asked)
+    from cftools.eval_report import write_reports
+
+    write_reports(result)
+    if workspace is not None:
+        record_eval_run(workspace.store, result)
+    return result
+
+
+def ask_batch(answerer: Any, batch: list[Question], mode: str, score: str, templates: PromptTemplates,
+              judge: Optional[ChatAnswerer] = None) -> list[dict[str, Any]]:
+    """Ask one batch of questions; one prediction line per question."""
+    rank = [q for q in batch if mode == "rank" and q.options is not None]
+    generate = [q for q in batch if q not in rank]
+    lines: dict[tuple[str, str], dict[str, Any]] = {}
+    if rank:
+        for question, scores in zip(rank, answerer.score_options([q.prompt for q in rank])):
+            lines[question.key] = _rank_line(question, scores, score)
+    if generate:
+        for question, raw in zip(generate, answerer.generate([q.prompt for q in generate])):
+            if question.which == "exp":
+                similarities = (judge_explanations(judge, templates, raw, question.references or [])
+                                if judge is not None else None)
+                lines[question.key] = prediction_line(
+                    question, raw, None, None,
+                    extra={"similarities": similarities,
+                           "exp_score": exp_score(similarities) if similarities else None})
+            else:
+                parsed, correct = read_generated(question, raw)
+                lines[question.key] = prediction_line(question, raw, parsed, correct)
+    return [lines[q.key] for q in batch]
+
+
+def record_eval_run(store: Any, result: EvalResult) -> None:
+    """Keep one EvalRun row per run folder in the workspace store (updated on each rerun)."""
+    from sqlalchemy import select
+
+    from cftools.models import EvalRun
+
+    out = str(result.out_dir.resolve())
+    with store.write() as session:
+        row = session.execute(select(EvalRun).where(EvalRun.out_dir == out)).scalar_one_or_none()
+        if row is None:
+            row = EvalRun(release=result.config["release"], model_spec=result.config["model"],
+                          mode=result.config["mode"], out_dir=out)
+        row.config = result.config
+        row.summary = json.loads(json.dumps(result.summary, default=str))
+        session.add(row)
+
+
+def load_run(run_dir: Path | str) -> EvalResult:
+    """A finished (or partial) run folder read back: its config and predictions, re-scored."""
+    run_dir = Path(run_dir)
+    path = run_dir / CONFIG_NAME
+    if not path.is_file():
+        raise CftoolsError(f"{run_dir} is not an eval run folder (no {CONFIG_NAME})")
+    config = json.loads(path.read_text(encoding="utf-8"))
+    predictions = list(read_predictions(run_dir / PREDICTIONS_NAME).values())
+    summary = summarize(outcomes_from_predictions(predictions))
+    summary["skipped"] = config.get("skipped", {})
+    summary["answered"] = len(predictions)
+    return EvalResult(out_dir=run_dir, config=config, summary=summary, predictions=predictions, asked=0)

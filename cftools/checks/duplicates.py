@@ -1,0 +1,107 @@
+"""The `duplicate` check: the same or nearly the same counterfactual question on the same image.
+
+Two items are compared when they refer to the same image (the stored image, else the same file
+name). The later one is flagged: an item is a duplicate of another that is further along the flow
+(not a draft) or of a draft created before it (a lower id), so one of a pair always stays clean.
+
+- *Same*: the questions' normal forms are equal (lowercase, no punctuation or articles, number
+  words as digits), which also catches an exact repeat of an item.
+- *Nearly the same*: the cosine similarity of their all-MiniLM-L6-v2 embeddings reaches the
+  threshold and they hold the same numbers ("if 2 dogs were added" and "if 3 dogs were added" are
+  different questions, however close their embeddings).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Callable, Iterable, Optional
+
+import numpy as np
+
+from cftools.checks.embeddings import Embedder
+from cftools.checks.items import ItemView, normal_question
+from cftools.checks.presupposition import strip_options
+from cftools.checks.rules import Flag
+from cftools.models import DRAFT
+
+DEFAULT_SIMILARITY = 0.93
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One item as the duplicate check sees it."""
+
+    id: int
+    status: str
+    image_key: str
+    question: str
+    normal: str
+
+    @property
+    def numbers(self) -> tuple[str, ...]:
+        return tuple(sorted(re.findall(r"\d+(?:\.\d+)?", self.normal)))
+
+
+def entry_for(item: ItemView) -> Optional[Entry]:
+    if not item.image_key or not item.question:
+        return None
+    return Entry(item.id, item.status, item.image_key, item.question, normal_question(item.question))
+
+
+def precedes(other: Entry, item: Entry) -> bool:
+    """Whether OTHER came first, so that ITEM is the duplicate."""
+    return other.id != item.id and (other.status != DRAFT or other.id < item.id)
+
+
+class DuplicateFinder:
+    """Holds every item's entry, grouped by image, and (optionally) their embeddings."""
+
+    def __init__(self, entries: Iterable[Entry], embedder: Optional[Embedder] = None,
+                 similarity: float = DEFAULT_SIMILARITY) -> None:
+        self.by_image: dict[str, list[Entry]] = defaultdict(list)
+        for entry in entries:
+            self.by_image[entry.image_key].append(entry)
+        self.embedder = embedder
+        self.similarity = similarity
+        self.vectors: dict[int, np.ndarray] = {}
+
+    def shared_images(self, candidates: Iterable[Entry]) -> list[str]:
+        keys = {c.image_key for c in candidates}
+        return sorted(k for k in keys if len(self.by_image.get(k, ())) > 1)
+
+    def to_embed(self, candidates: Iterable[Entry]) -> list[Entry]:
+        """The entries whose embeddings the candidates need: those on images with more than one item."""
+        if self.embedder is None:
+            return []
+        return [e for key in self.shared_images(candidates) for e in self.by_image[key] if e.id not in self.vectors]
+
+    def embed(self, entries: list[Entry], on_batch: Optional[Callable[[int], None]] = None) -> None:
+        if self.embedder is None or not entries:
+            return
+        texts = [strip_options(e.question) for e in entries]
+        for entry, vector in zip(entries, self.embedder.encode(texts, on_batch=on_batch)):
+            self.vectors[entry.id] = vector
+
+    def check(self, entry: Entry) -> Optional[Flag]:
+        others = [o for o in self.by_image.get(entry.image_key, ()) if precedes(o, entry)]
+        for other in sorted(others, key=lambda o: o.id):
+            if other.normal == entry.normal:
+                return Flag("duplicate", f"the same question as item {other.id} on the same image "
+                                         f"('{strip_options(other.question)}')")
+        mine = self.vectors.get(entry.id)
+        if mine is None:
+            return None
+        best: tuple[float, Optional[Entry]] = (0.0, None)
+        for other in others:
+            theirs = self.vectors.get(other.id)
+            if theirs is None or other.numbers != entry.numbers:
+                continue
+            cosine = float(np.dot(mine, theirs))
+            if cosine >= self.similarity and cosine > best[0]:
+                best = (cosine, other)
+        if best[1] is not None:
+            return Flag("duplicate", f"nearly the same question as item {best[1].id} on the same image "
+                                     f"(cosine similarity {best[0]:.3f}): '{strip_options(best[1].question)}'")
+        return None

@@ -1,0 +1,83 @@
+"""What a check sees of an item: its question and answer, its source question's, and its image."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Optional
+
+from cftools.answers import normalize_answer, parse_count
+from cftools.models import BOOLEAN, KIND_CVQA, NUMERICAL_DIRECT, NUMERICAL_INDIRECT
+
+# Groups whose presupposition adds, removes or multiplies the counted things by name, so the new
+# count follows from the old one: C-VQA's numerical-direct group and two C-VQA-Synthetic types
+# (abs_counting_2: "if we removed 5 flowers in yellow polygons"; abs_counting_4: "if 14 dots were
+# removed from the circles"). The other abs_counting types change the count indirectly.
+DIRECT_GROUPS = frozenset({NUMERICAL_DIRECT, "abs_counting_2", "abs_counting_4"})
+COUNT_GROUPS = frozenset({NUMERICAL_DIRECT, NUMERICAL_INDIRECT})
+
+OPTIONS_TAIL = re.compile(r"select the correct answer\s*:(.*)$", re.IGNORECASE | re.DOTALL)
+OPTION = re.compile(r"\b([A-Z])\s*:\s*(\S+)")
+DIGITS = re.compile(r"\d+")
+
+
+@dataclass(frozen=True)
+class ItemView:
+    id: int
+    key: str
+    kind: str
+    group: str
+    status: str
+    question: str
+    answer: Optional[str]
+    source_question: Optional[str] = None
+    source_answer: Optional[str] = None
+    image_name: Optional[str] = None  # the file name the input refers to
+    image_key: Optional[str] = None  # what "the same image" means: the stored image, else the file name
+
+    @property
+    def answer_style(self) -> Optional[str]:
+        """How the answer is written: "count" (digits), "yes/no", "choice" (an option letter), or None."""
+        if self.kind != KIND_CVQA:
+            return None
+        if self.group in COUNT_GROUPS:
+            return "count"
+        if self.group == BOOLEAN:
+            return "yes/no"
+        if options(self.question):
+            return "choice"
+        return None
+
+    def new_count(self) -> Optional[Fraction]:
+        """The counterfactual answer as a count (an option's value for multiple choice)."""
+        return _count(self.answer, self.question, self.answer_style)
+
+    def original_count(self) -> Optional[Fraction]:
+        """The source question's answer as a count."""
+        if self.source_question is None and self.source_answer is None:
+            return None
+        return _count(self.source_answer, self.source_question or "", self.answer_style)
+
+
+def options(question: str) -> dict[str, str]:
+    """The options of a multiple-choice question ("Select the correct answer:A:8  B:6" -> {A: 8, B: 6})."""
+    tail = OPTIONS_TAIL.search(question or "")
+    return dict(OPTION.findall(tail.group(1))) if tail else {}
+
+
+def _count(answer: Optional[str], question: str, style: Optional[str]) -> Optional[Fraction]:
+    if answer is None:
+        return None
+    if style == "choice":
+        value = options(question).get(answer.strip().upper())
+        return Fraction(value) if value is not None and DIGITS.fullmatch(value) else None
+    count = parse_count(answer)
+    return None if count is None else Fraction(count)
+
+
+def normal_question(question: str) -> str:
+    """The question's normal form for comparing texts (VQA answer normalisation, options left out)."""
+    from cftools.checks.presupposition import strip_options
+
+    return normalize_answer(strip_options(question))

@@ -1,0 +1,205 @@
+"""The checks that look at one item at a time. Each returns a Flag, a Note (it could not decide), or None.
+
+| code                | applies to                                                        |
+|---------------------|-------------------------------------------------------------------|
+| `arithmetic`        | numerical-direct (and the direct C-VQA-Synthetic types)           |
+| `not_flipped`       | boolean                                                           |
+| `no_presupposition` | every C-VQA item                                                  |
+| `answer_type`       | numerical (digits), boolean (yes/no), multiple choice (an option) |
+| `leakage`           | numerical and multiple-choice counts                              |
+| `two_questions`     | C-VQA and CFMM items                                              |
+| `unchanged_answer`  | numerical and multiple-choice counts                              |
+
+`duplicate` compares items with each other and lives in `cftools.checks.duplicates`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Callable, Optional, Union
+
+from cftools.answers import normalize_answer, parse_yes_no
+from cftools.checks.items import DIGITS, DIRECT_GROUPS, ItemView, options
+from cftools.checks.presupposition import (
+    ADD_VERBS, LESS_WORDS, MORE_WORDS, MULTIPLIERS, REMOVE_VERBS, SET_TO, TIMES, CLAUSE_SPLIT, find_condition,
+    numbers_in, parse_change, strip_options,
+)
+from cftools.models import BOOLEAN, KIND_CFMM, KIND_CVQA
+
+
+@dataclass(frozen=True)
+class Flag:
+    code: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Note:
+    """A check that applies but could not decide (e.g. a change the arithmetic check cannot read)."""
+
+    code: str
+    text: str
+
+
+Result = Optional[Union[Flag, Note]]
+
+
+def _fmt(value: Fraction) -> str:
+    return str(value.numerator) if value.denominator == 1 else f"{float(value):g}"
+
+
+# ---------------------------------------------------------------- arithmetic
+
+
+def check_arithmetic(item: ItemView) -> Result:
+    condition = find_condition(item.question)
+    if condition is None:
+        return Note("arithmetic", "no presupposition to read")
+    original, new = item.original_count(), item.new_count()
+    if original is None:
+        return Note("arithmetic", f"the original answer {item.source_answer!r} is not a count")
+    if new is None:
+        return Note("arithmetic", f"the new answer {item.answer!r} is not a count")
+    change = parse_change(condition.text)
+    if change.unreadable:
+        return Note("arithmetic", f"cannot read the change: {change.unreadable}")
+    result = change.apply(original)
+    steps = f"{_fmt(original)} {change.describe()} gives {_fmt(result)}"
+    if result.denominator != 1:
+        return Flag("arithmetic", f"{steps}, not a whole number (the new answer says {_fmt(new)})")
+    if result < 0:
+        return Flag("arithmetic", f"{steps}, a negative count (the new answer says {_fmt(new)})")
+    if result != new:
+        return Flag("arithmetic", f"{steps}, but the new answer is {_fmt(new)}")
+    return None
+
+
+# ---------------------------------------------------------------- boolean
+
+
+def check_not_flipped(item: ItemView) -> Result:
+    original, new = parse_yes_no(item.source_answer), _strict_yes_no(item.answer)
+    if original is None or new is None:
+        return None  # answer_type reports an answer that is not yes/no
+    if original == new:
+        return Flag("not_flipped", f"the new answer '{new}' is the same as the original answer '{original}'; "
+                                   "a boolean counterfactual must flip it")
+    return None
+
+
+def _strict_yes_no(answer: Optional[str]) -> Optional[str]:
+    normal = normalize_answer(answer)
+    return normal if normal in ("yes", "no") else None
+
+
+# ---------------------------------------------------------------- the question's form
+
+
+def check_no_presupposition(item: ItemView) -> Result:
+    if find_condition(item.question) is None:
+        return Flag("no_presupposition", "the question has no counterfactual condition "
+                                         "(no if-clause, suppose, assuming, were ... to, had ...)")
+    return None
+
+
+ASK = r"(?:how\s+many|how\s+much|what|which|where|who|whom|whose|why|how)"
+SECOND_QUESTION = re.compile(rf"(?:\band\b|\bor\b|[,;])\s+(?:also\s+)?{ASK}\b", re.IGNORECASE)
+ASKS = re.compile(rf"\b{ASK}\b", re.IGNORECASE)
+QUESTION_MARKS = re.compile(r"\?\s*\S")
+
+
+def check_two_questions(item: ItemView) -> Result:
+    text = strip_options(item.question)
+    second = SECOND_QUESTION.search(text)
+    if second and ASKS.search(text[:second.start()]):  # "If there were no cats, how many ..." asks one thing
+        return Flag("two_questions", f"asks two things at once ('...{second.group(0).strip()}...') "
+                                     "but has one answer")
+    if QUESTION_MARKS.search(text):
+        return Flag("two_questions", "holds more than one question (several question marks)")
+    return None
+
+
+# ---------------------------------------------------------------- answers
+
+
+def check_answer_type(item: ItemView) -> Result:
+    answer = (item.answer or "").strip()
+    style = item.answer_style
+    if style == "count" and not DIGITS.fullmatch(answer):
+        return Flag("answer_type", f"the answer {item.answer!r} is not a count written in digits "
+                                   "(a whole number >= 0, e.g. 3)")
+    if style == "yes/no" and _strict_yes_no(answer) is None:
+        return Flag("answer_type", f"the answer {item.answer!r} is not yes or no")
+    if style == "choice":
+        offered = options(item.question)
+        if answer.upper() not in offered:
+            return Flag("answer_type", f"the answer {item.answer!r} is not one of the options "
+                                       f"{', '.join(sorted(offered))}")
+    return None
+
+
+TOTAL_WORDS = re.compile(r"\b(?:in\s+total|total(?:\s+of)?|altogether|in\s+all|overall|making|leaving|"
+                         r"so\s+that\s+there|resulting\s+in|ending\s+up\s+with)\b")
+
+
+def check_leakage(item: ItemView) -> Result:
+    condition = find_condition(item.question)
+    new = item.new_count()
+    if condition is None or new is None:
+        return None
+    presupposition = condition.text.lower()
+    changes = _changes(presupposition)
+    for clause in CLAUSE_SPLIT.split(presupposition):
+        for words, value in numbers_in(clause):
+            if value != new:
+                continue
+            # a total ("5 dogs in total", "increased to 5"), or a number that no change goes with
+            if TOTAL_WORDS.search(clause) or SET_TO.search(clause) or not changes:
+                return Flag("leakage", f"the presupposition ('{clause.strip()}') states the answer {_fmt(new)}")
+    return None
+
+
+def _changes(clause: str) -> bool:
+    return bool(ADD_VERBS.search(clause) or REMOVE_VERBS.search(clause) or MORE_WORDS.search(clause)
+                or LESS_WORDS.search(clause) or TIMES.search(clause)
+                or any(pattern.search(clause) for pattern, _ in MULTIPLIERS))
+
+
+def check_unchanged_answer(item: ItemView) -> Result:
+    original, new = item.original_count(), item.new_count()
+    if original is None or new is None:
+        return None
+    if original == new:
+        return Flag("unchanged_answer", f"the new answer {_fmt(new)} equals the original answer; "
+                                        "the presupposition changes nothing that is counted")
+    return None
+
+
+# ---------------------------------------------------------------- which checks apply
+
+
+@dataclass(frozen=True)
+class Check:
+    code: str
+    run: Callable[[ItemView], Result]
+    applies: Callable[[ItemView], bool]
+    scope: str  # for people: which items it applies to
+
+
+def _is_count(item: ItemView) -> bool:
+    return item.answer_style in ("count", "choice")
+
+
+ITEM_CHECKS: tuple[Check, ...] = (
+    Check("arithmetic", check_arithmetic, lambda i: i.kind == KIND_CVQA and i.group in DIRECT_GROUPS,
+          "numerical-direct, abs_counting_2, abs_counting_4"),
+    Check("not_flipped", check_not_flipped, lambda i: i.kind == KIND_CVQA and i.group == BOOLEAN, "boolean"),
+    Check("no_presupposition", check_no_presupposition, lambda i: i.kind == KIND_CVQA, "all C-VQA items"),
+    Check("answer_type", check_answer_type, lambda i: i.answer_style is not None,
+          "numerical (digits), boolean (yes/no), multiple choice (an offered option)"),
+    Check("leakage", check_leakage, _is_count, "numerical and multiple-choice counts"),
+    Check("two_questions", check_two_questions, lambda i: i.kind in (KIND_CVQA, KIND_CFMM), "C-VQA and CFMM items"),
+    Check("unchanged_answer", check_unchanged_answer, _is_count, "numerical and multiple-choice counts"),
+)

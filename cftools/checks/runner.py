@@ -1,0 +1,275 @@
+"""`cftools check`: run the checks on draft items, store their flags, move clean items to `checked`.
+
+Nothing is deleted. Each flag is (item, code) unique with a reason; a re-checked item's flags of the
+checks that ran are replaced, so a fixed problem's flag goes away. Items are written in batches, each
+in one transaction: a killed run keeps the batches it finished and the next run does the rest.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Optional, Sequence
+
+from sqlalchemy import delete, exists, func, select, update
+
+from cftools.checks.duplicates import DEFAULT_SIMILARITY, DuplicateFinder, entry_for
+from cftools.checks.embeddings import load_embedder
+from cftools.checks.items import ItemView
+from cftools.checks.rules import ITEM_CHECKS, Flag, Note
+from cftools.errors import CftoolsError
+from cftools.models import CHECKED, DRAFT, CheckFlag, Item, ItemEvent, SourceQuestion, utcnow
+from cftools.store import Store
+
+CODES = ("arithmetic", "not_flipped", "no_presupposition", "answer_type", "leakage", "two_questions", "duplicate",
+         "unchanged_answer")
+assert set(CODES) == {check.code for check in ITEM_CHECKS} | {"duplicate"}
+SCOPES = {check.code: check.scope for check in ITEM_CHECKS} | {"duplicate": "every item with an image"}
+BATCH = 500
+STAGE = "check"
+
+
+class Progress:
+    """What the checks tell about their progress; the command shows it with rich."""
+
+    def stage(self, name: str, total: int) -> None: ...
+
+    def advance(self, n: int = 1) -> None: ...
+
+
+@dataclass
+class ItemResult:
+    item: ItemView
+    status: str
+    flags: list[Flag] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)
+    checks: list[str] = field(default_factory=list)
+    kept: list[Flag] = field(default_factory=list)  # stored flags of checks that did not run this time
+
+    def as_dict(self) -> dict:
+        """The `check --json` line of this item."""
+        return {
+            "id": self.item.id, "key": self.item.key, "image": self.item.image_name, "group": self.item.group,
+            "status": self.status,
+            "flags": [{"code": f.code, "reason": f.reason} for f in sorted(self.flags + self.kept, key=_flag_order)],
+            "notes": [{"code": n.code, "note": n.text} for n in self.notes], "checks": self.checks,
+        }
+
+
+def _flag_order(flag: Flag) -> int:
+    return CODES.index(flag.code) if flag.code in CODES else len(CODES)
+
+
+@dataclass
+class CheckReport:
+    codes: list[str]
+    promote: bool
+    candidates: int = 0
+    moved_to_checked: int = 0
+    flagged: int = 0
+    left_as_flagged: int = 0  # flagged drafts not re-checked (without --recheck)
+    gone: int = 0  # items that left `draft` while the checks ran
+    applied: Counter = field(default_factory=Counter)
+    flags: Counter = field(default_factory=Counter)
+    notes: Counter = field(default_factory=Counter)
+    duplicate_mode: str = ""
+
+    def as_dict(self) -> dict:
+        return {
+            "codes": self.codes, "promote": self.promote, "candidates": self.candidates,
+            "moved_to_checked": self.moved_to_checked, "flagged": self.flagged,
+            "left_as_flagged": self.left_as_flagged, "gone": self.gone,
+            "per_check": {code: {"applied": self.applied[code], "flagged": self.flags[code],
+                                 "undecided": self.notes[code]} for code in self.codes},
+            "duplicate_mode": self.duplicate_mode,
+        }
+
+
+# ---------------------------------------------------------------- reading items
+
+
+def _image_key(image_id: Optional[int], image_ref: Optional[str]) -> Optional[str]:
+    if image_id is not None:
+        return f"image:{image_id}"
+    return f"name:{image_ref}" if image_ref else None
+
+
+def _views(rows: Iterable) -> list[ItemView]:
+    views = []
+    for item, s_question, s_answer, image_ref, image_id in rows:
+        if image_ref is None and isinstance(item.data, dict) and isinstance(item.data.get("image"), str):
+            image_ref = item.data["image"]
+        views.append(ItemView(
+            id=item.id, key=item.key, kind=item.kind, group=item.group, status=item.status,
+            question=item.question, answer=item.answer, source_question=s_question, source_answer=s_answer,
+            image_name=image_ref, image_key=_image_key(image_id, image_ref)))
+    return views
+
+
+def _item_query():
+    return (select(Item, SourceQuestion.question, SourceQuestion.answer, SourceQuestion.image_ref,
+                   SourceQuestion.image_id)
+            .outerjoin(SourceQuestion, SourceQuestion.id == Item.source_id))
+
+
+def select_candidates(store: Store, groups: Sequence[str] = (), recheck: bool = False,
+                      limit: Optional[int] = None) -> tuple[list[ItemView], int]:
+    """Drafts to check (without RECHECK: those without flags) and how many flagged drafts were left out."""
+    flagged = exists().where(CheckFlag.item_id == Item.id)
+    query = _item_query().where(Item.status == DRAFT).order_by(Item.id)
+    if groups:
+        query = query.where(Item.group.in_(list(groups)))
+    with store.session() as session:
+        left_out = 0
+        if not recheck:
+            count = select(func.count()).select_from(Item).where(Item.status == DRAFT, flagged)
+            if groups:
+                count = count.where(Item.group.in_(list(groups)))
+            left_out = session.execute(count).scalar_one()
+            query = query.where(~flagged)
+        if limit is not None:
+            query = query.limit(limit)
+        return _views(session.execute(query).all()), left_out
+
+
+def all_entries(store: Store):
+    """Every item's duplicate-check entry (any status)."""
+    query = (select(Item.id, Item.key, Item.kind, Item.group, Item.status, Item.question, Item.data,
+                    SourceQuestion.image_ref, SourceQuestion.image_id)
+             .outerjoin(SourceQuestion, SourceQuestion.id == Item.source_id))
+    with store.session() as session:
+        for id_, key, kind, group, status, question, data, image_ref, image_id in session.execute(query):
+            if image_ref is None and isinstance(data, dict) and isinstance(data.get("image"), str):
+                image_ref = data["image"]
+            view = ItemView(id=id_, key=key, kind=kind, group=group, status=status, question=question, answer=None,
+                            image_name=image_ref, image_key=_image_key(image_id, image_ref))
+            entry = entry_for(view)
+            if entry is not None:
+                yield entry
+
+
+# ---------------------------------------------------------------- checking
+
+
+def check_item(item: ItemView, codes: Sequence[str], duplicates: Optional[DuplicateFinder]) -> ItemResult:
+    """Run the checks named in CODES that apply to ITEM (pure: reads and writes nothing)."""
+    result = ItemResult(item=item, status=item.status)
+    for check in ITEM_CHECKS:
+        if check.code not in codes or not check.applies(item):
+            continue
+        result.checks.append(check.code)
+        outcome = check.run(item)
+        if isinstance(outcome, Flag):
+            result.flags.append(outcome)
+        elif isinstance(outcome, Note):
+            result.notes.append(outcome)
+    if duplicates is not None and "duplicate" in codes:
+        entry = entry_for(item)
+        if entry is not None:
+            result.checks.append("duplicate")
+            flag = duplicates.check(entry)
+            if flag:
+                result.flags.append(flag)
+    return result
+
+
+def write_results(store: Store, results: list[ItemResult], codes: Sequence[str], promote: bool) -> None:
+    """Store one batch: replace the flags of the checks that ran, move clean items, record history."""
+    if not results:
+        return
+    now = utcnow()
+    ids = [r.item.id for r in results]
+    with store.write() as session:
+        status = dict(session.execute(select(Item.id, Item.status).where(Item.id.in_(ids))).all())
+        live = [r for r in results if status.get(r.item.id) == DRAFT]
+        for r in results:
+            if status.get(r.item.id) != DRAFT:
+                r.status = status.get(r.item.id, "deleted")
+        live_ids = [r.item.id for r in live]
+        old: dict[int, dict[str, str]] = defaultdict(dict)
+        for item_id, code, reason in session.execute(
+                select(CheckFlag.item_id, CheckFlag.code, CheckFlag.reason).where(CheckFlag.item_id.in_(live_ids))):
+            old[item_id][code] = reason
+        session.execute(delete(CheckFlag).where(CheckFlag.item_id.in_(live_ids), CheckFlag.code.in_(list(codes))))
+        store.insert_ignore(session, CheckFlag.__table__, [
+            {"item_id": r.item.id, "code": f.code, "reason": f.reason, "created_at": now} for r in live for f in r.flags])
+        promoted = []
+        for r in live:
+            before = {c: why for c, why in old[r.item.id].items() if c in codes}
+            after = {f.code: f.reason for f in r.flags}
+            r.kept = [Flag(c, why) for c, why in old[r.item.id].items() if c not in codes]
+            remaining = set(after) | {f.code for f in r.kept}
+            to_status = CHECKED if promote and not remaining else DRAFT
+            if to_status == CHECKED:
+                promoted.append(r.item.id)
+            r.status = to_status
+            if to_status != DRAFT or before != after:
+                session.add(ItemEvent(item_id=r.item.id, stage=STAGE, from_status=DRAFT, to_status=to_status,
+                                      detail={"checks": r.checks, "flags": sorted(after),
+                                              "notes": [f"{n.code}: {n.text}" for n in r.notes]},
+                                      created_at=now))
+        if promoted:
+            session.execute(update(Item).where(Item.id.in_(promoted), Item.status == DRAFT)
+                            .values(status=CHECKED, updated_at=now))
+
+
+def run_checks(store: Store, codes: Optional[Sequence[str]] = None, *, recheck: bool = False,
+               groups: Sequence[str] = (), limit: Optional[int] = None, use_embeddings: bool = True,
+               similarity: float = DEFAULT_SIMILARITY, progress: Optional[Progress] = None,
+               on_result: Optional[Callable[[ItemResult], None]] = None) -> CheckReport:
+    """Check drafts. With all checks, clean items move to `checked`; with some (CODES), none moves."""
+    unknown = [c for c in codes or () if c not in CODES]
+    if unknown:
+        raise CftoolsError(f"unknown check code(s) {', '.join(unknown)}; known: {', '.join(CODES)}")
+    promote = not codes or set(codes) == set(CODES)
+    codes = list(CODES) if not codes else [c for c in CODES if c in codes]
+    progress = progress or Progress()
+    report = CheckReport(codes=codes, promote=promote)
+    candidates, report.left_as_flagged = select_candidates(store, groups, recheck or not promote, limit)
+    report.candidates = len(candidates)
+
+    duplicates = None
+    if "duplicate" in codes and candidates:
+        duplicates, report.duplicate_mode = _duplicate_finder(store, candidates, use_embeddings, similarity, progress)
+
+    progress.stage("checking", len(candidates))
+    for start in range(0, len(candidates), BATCH):
+        batch = [check_item(item, codes, duplicates) for item in candidates[start:start + BATCH]]
+        write_results(store, batch, codes, promote)
+        for r in batch:
+            _count(report, r)
+            if on_result:
+                on_result(r)
+        progress.advance(len(batch))
+    return report
+
+
+def _duplicate_finder(store: Store, candidates: list[ItemView], use_embeddings: bool, similarity: float,
+                      progress: Progress) -> tuple[DuplicateFinder, str]:
+    finder = DuplicateFinder(all_entries(store), similarity=similarity)
+    entries = [e for e in (entry_for(c) for c in candidates) if e is not None]
+    if not use_embeddings:
+        return finder, "normalised text only (embeddings turned off)"
+    if not finder.shared_images(entries):
+        return finder, "normalised text and embeddings (no image has two items: nothing to embed)"
+    embedder, message = load_embedder()
+    if embedder is None:
+        return finder, f"normalised text only: {message}"
+    finder.embedder = embedder
+    to_embed = finder.to_embed(entries)
+    progress.stage("embedding questions", len(to_embed))
+    finder.embed(to_embed, on_batch=progress.advance)
+    return finder, f"normalised text and {message}, cosine >= {similarity}"
+
+
+def _count(report: CheckReport, result: ItemResult) -> None:
+    if result.status == CHECKED:
+        report.moved_to_checked += 1
+    elif result.status != DRAFT:
+        report.gone += 1
+        return
+    if result.flags:
+        report.flagged += 1
+    report.applied.update(result.checks)
+    report.flags.update({f.code for f in result.flags})
+    report.notes.update({n.code for n in result.notes})

@@ -1,0 +1,97 @@
+"""`cftools check`: automatic checks on draft items."""
+
+from __future__ import annotations
+
+import json
+
+import click
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from cftools.checks import CODES, SCOPES, CheckReport, ItemResult, run_checks
+from cftools.checks import Progress as CheckProgress
+from cftools.checks.duplicates import DEFAULT_SIMILARITY
+from cftools.commands.common import console, err_console, pass_workspace
+from cftools.workspace import Workspace
+
+
+class RichProgress(CheckProgress):
+    def __init__(self, bar: Progress) -> None:
+        self.bar = bar
+        self.task = None
+
+    def stage(self, name: str, total: int) -> None:
+        if self.task is not None:
+            self.bar.update(self.task, visible=False)
+        self.task = self.bar.add_task(name, total=total)
+
+    def advance(self, n: int = 1) -> None:
+        self.bar.advance(self.task, n)
+
+
+def summary_table(report: CheckReport) -> Table:
+    table = Table(title="Checks", title_justify="left")
+    for column, justify in (("code", "left"), ("applied to", "right"), ("flagged", "right"),
+                            ("could not decide", "right")):
+        table.add_column(column, justify=justify)
+    for code in report.codes:
+        table.add_row(code, str(report.applied[code]), str(report.flags[code]), str(report.notes[code]))
+    return table
+
+
+def print_summary(report: CheckReport, out) -> None:  # noqa: ANN001
+    out.print(summary_table(report))
+    moved = (f"{report.moved_to_checked} moved to checked" if report.promote
+             else "none moved (only some checks ran)")
+    out.print(f"{report.candidates} draft items checked: {moved}, {report.flagged} flagged (they stay draft).")
+    if report.left_as_flagged:
+        out.print(f"{report.left_as_flagged} flagged drafts were not re-checked (use --recheck).")
+    if report.gone:
+        out.print(f"{report.gone} items left draft while the checks ran and were not written.")
+    if report.notes:
+        out.print("[yellow]Some checks could not decide on some items (see --json 'notes'); "
+                  "those items are not flagged for it.[/]")
+    if report.duplicate_mode:
+        out.print(f"duplicate: {report.duplicate_mode}")
+
+
+@click.command("check")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON object per checked item (JSON lines): id, image, status, flags; summary on stderr.")
+@click.option("--recheck", is_flag=True, help="Also re-check drafts that already have flags (their flags are replaced).")
+@click.option("--only", "only", multiple=True, type=click.Choice(CODES),
+              help="Run only this check (repeatable). Items then keep their status: only a full run moves them.")
+@click.option("--group", "groups", multiple=True, help="Only items of this group (repeatable), e.g. numerical-direct.")
+@click.option("--limit", type=click.IntRange(min=1), help="Check at most N drafts.")
+@click.option("--no-embeddings", is_flag=True, help="Find duplicates by normalised text only (no embedding model).")
+@click.option("--similarity", type=click.FloatRange(0.0, 1.0), default=DEFAULT_SIMILARITY, show_default=True,
+              help="Cosine similarity from which two questions on the same image are near-duplicates.")
+@click.option("--list", "list_checks", is_flag=True, help="List the checks and the items each applies to, then stop.")
+@pass_workspace
+def check(workspace: Workspace, as_json: bool, recheck: bool, only: tuple[str, ...], groups: tuple[str, ...],
+          limit: int | None, no_embeddings: bool, similarity: float, list_checks: bool) -> None:
+    """Run the automatic checks on draft items; clean items move to 'checked'.
+
+    Each problem becomes a flag on the item (code and reason); nothing is deleted and flagged items
+    stay draft. Codes: arithmetic, not_flipped, no_presupposition, answer_type, leakage,
+    two_questions, duplicate, unchanged_answer. Rerunning checks only new drafts unless --recheck.
+    """
+    if list_checks:
+        table = Table(title="Checks", title_justify="left")
+        table.add_column("code")
+        table.add_column("applies to")
+        for code in CODES:
+            table.add_row(code, SCOPES[code])
+        console.print(table)
+        return
+
+    def emit(result: ItemResult) -> None:
+        if as_json:
+            click.echo(json.dumps(result.as_dict(), ensure_ascii=False))
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=err_console, transient=True, disable=not err_console.is_terminal) as bar:
+        report = run_checks(workspace.store, list(only) or None, recheck=recheck, groups=groups, limit=limit,
+                            use_embeddings=not no_embeddings, similarity=similarity, progress=RichProgress(bar),
+                            on_result=emit)
+    print_summary(report, err_console if as_json else console)

@@ -208,6 +208,8 @@ from cftools.commands.check import check  # noqa: E402
 main.add_command(check)
 from cftools.commands.evaluate import eval_group  # noqa: E402
 main.add_command(eval_group)
+from cftools.commands.annotate import annotate  # noqa: E402
+main.add_command(annotate)
 
 if __name__ == "__main__":
     main()

@@ -1,0 +1,153 @@
+"""`cftools annotate push | pull | status`: verification by two people in Label Studio."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import click
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from cftools.annotate import annotation_status, pull, push
+from cftools.commands.common import console, err_console, pass_workspace, print_json
+from cftools.models import KIND_CFMM, KIND_CVQA, KIND_MUCR
+from cftools.workspace import Workspace
+
+
+class _Bar:
+    """A rich progress bar fed by the library's (what, done, total) callback."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TimeElapsedColumn(), console=err_console, disable=not enabled, transient=True)
+        self.tasks: dict[str, int] = {}
+
+    def __call__(self, what: str, done: int, total: int) -> None:
+        if what not in self.tasks:
+            self.tasks[what] = self.progress.add_task(what, total=total)
+        self.progress.update(self.tasks[what], completed=done, total=total)
+
+    def __enter__(self) -> "_Bar":
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.__exit__(*exc)
+
+
+@click.group()
+def annotate() -> None:
+    """Verify items in Label Studio: two annotators per item, then adjudication of disagreements.
+
+    The server is [label_studio] url in cftools.toml (or $LABEL_STUDIO_URL); its token is read from the
+    environment variable named by [label_studio] token_env (default LABEL_STUDIO_API_KEY).
+    """
+
+
+@annotate.command("push")
+@click.option("--kind", default=KIND_CVQA, show_default=True, type=click.Choice([KIND_CVQA, KIND_CFMM, KIND_MUCR]),
+              help="Item kind; each kind has its own Label Studio project.")
+@click.option("--limit", type=click.IntRange(min=1), help="Push at most N items.")
+@click.option("--adjudicate", is_flag=True,
+              help="Push needs_adjudication items to the adjudication project (with both judgments).")
+@click.option("--data-uri", is_flag=True,
+              help="Embed images in the tasks as data URIs (small sets only; they land in Label Studio's database).")
+@click.option("--allow-missing-images", is_flag=True, help="Push items whose source has no image too.")
+@click.option("--if-configured", is_flag=True,
+              help="Without a configured server (url and token), say how to start one and exit 0.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@pass_workspace
+def push_cmd(workspace: Workspace, kind: str, limit: Optional[int], adjudicate: bool, data_uri: bool,
+             allow_missing_images: bool, if_configured: bool, as_json: bool) -> None:
+    """Push checked items as tasks (batched); pushed items move to in_review. Pushing again adds only new ones."""
+    with _Bar(not as_json) as bar:
+        report = push(workspace, kind=kind, limit=limit, adjudicate=adjudicate, data_uri=data_uri,
+                      allow_missing_images=allow_missing_images, if_configured=if_configured, progress=bar)
+    if as_json:
+        print_json(report.as_dict())
+        return
+    if not report.configured:
+        console.print(f"[yellow]Label Studio not configured[/]: {report.message}. Skipping the push.")
+        return
+    what = "adjudication" if adjudicate else "verification"
+    console.print(f"Pushed {report.pushed} {kind} items to the {what} project: [bold]{report.project_url}[/]")
+    if report.reconciled:
+        console.print(f"Recorded {report.reconciled} tasks already on the server from an interrupted push.")
+    if report.duplicates_on_server:
+        console.print(f"[yellow]{report.duplicates_on_server} duplicate tasks on the server were left alone.[/]")
+    if report.skipped_no_image:
+        console.print(f"[yellow]{report.skipped_no_image} items skipped: no image "
+                      "(--allow-missing-images pushes them anyway).[/]")
+    if report.skipped_outside_root:
+        console.print(f"[yellow]{report.skipped_outside_root} items skipped: image outside the document root.[/]")
+
+
+@annotate.command("pull")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@pass_workspace
+def pull_cmd(workspace: Workspace, as_json: bool) -> None:
+    """Fetch annotations: one judgment per task and annotator, then decide, adjudicate, detect deleted tasks."""
+    with _Bar(not as_json) as bar:
+        report = pull(workspace, progress=bar)
+    if as_json:
+        print_json(report.as_dict())
+        return
+    console.print(f"Pulled {report.annotations} annotations of {report.tasks} tasks in {report.projects} projects: "
+                  f"{report.judgments_added} judgments added, {report.judgments_updated} updated, "
+                  f"{report.judgments_unchanged} unchanged, {report.judgments_removed} removed.")
+    for decision, n in sorted(report.decisions.items()):
+        console.print(f"  {n} items {decision}")
+    if report.ignored_same_annotator:
+        console.print(f"[yellow]{report.ignored_same_annotator} extra annotations by the same person ignored.[/]")
+    if report.ignored_extra_annotators:
+        console.print(f"[yellow]{report.ignored_extra_annotators} annotations beyond the needed annotators ignored.[/]")
+    if report.cancelled:
+        console.print(f"{report.cancelled} skipped (cancelled) annotations.")
+    for bad in report.invalid:
+        console.print(f"[red]rejected annotation {bad['annotation']} of task {bad['task']} by {bad['annotator']}: "
+                      f"{bad['reason']}[/]")
+    for bad in report.mismatched:
+        console.print(f"[red]task {bad['task']} carries item {bad['found']!r}, expected {bad['expected']!r}; "
+                      "left alone[/]")
+    if report.deleted_tasks:
+        console.print(f"[yellow]{len(report.deleted_tasks)} tasks were deleted in Label Studio; "
+                      f"{sum(d['item_status'] == 'checked' for d in report.deleted_tasks)} items are back to checked.[/]")
+
+
+def _fmt(value: Optional[float], spec: str) -> str:
+    return "–" if value is None else format(value, spec)
+
+
+@annotate.command("status")
+@click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
+@pass_workspace
+def status_cmd(workspace: Workspace, as_json: bool) -> None:
+    """Progress per project, agreement per question (percent and Cohen's kappa) and counts per annotator."""
+    status = annotation_status(workspace.store)
+    if as_json:
+        print_json(status)
+        return
+    table = Table(title="Projects (as of the last pull)", title_justify="left")
+    for column in ("server", "project", "purpose", "kind", "tasks", "0 ann.", "1 ann.", "2+ ann.", "deleted",
+                   "decisions"):
+        table.add_column(column)
+    for p in status["projects"]:
+        table.add_row(p["server"], str(p["project_id"]), p["purpose"], p["kind"], str(p["tasks"]),
+                      str(p["annotations"]["0"]), str(p["annotations"]["1"]), str(p["annotations"]["2+"]),
+                      str(p["deleted"]), ", ".join(f"{k}: {v}" for k, v in sorted(p["decisions"].items())))
+    console.print(table)
+    table = Table(title="Inter-annotator agreement", title_justify="left")
+    for column in ("project", "question", "pairs", "agreement %", "Cohen's κ"):
+        table.add_column(column)
+    for project, questions in status["agreement"].items():
+        for question, s in questions.items():
+            table.add_row(project, question, str(s["n_pairs"]), _fmt(s["percent_agreement"], ".1f"),
+                          _fmt(s["cohen_kappa"], ".3f"))
+    console.print(table)
+    table = Table(title="Annotators", title_justify="left")
+    for column in ("annotator", "judgments", "related: yes", "correct: yes", "corrections", "adjudications"):
+        table.add_column(column)
+    for name, a in status["annotators"].items():
+        table.add_row(name, str(a["judgments"]), str(a["related_yes"]), str(a["correct_yes"]), str(a["corrections"]),
+                      str(a["adjudications"]))
+    console.print(table)

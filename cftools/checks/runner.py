@@ -114,8 +114,10 @@ def _item_query():
 
 def select_candidates(store: Store, groups: Sequence[str] = (), recheck: bool = False,
                       limit: Optional[int] = None) -> tuple[list[ItemView], int]:
-    """Drafts to check (without RECHECK: those without flags) and how many flagged drafts were left out."""
-    flagged = exists().where(CheckFlag.item_id == Item.id)
+    """Drafts to check and how many flagged drafts were left out. Without RECHECK: drafts without flags,
+    and flagged drafts edited since they were checked (their flags are stale)."""
+    last_flag = select(func.max(CheckFlag.created_at)).where(CheckFlag.item_id == Item.id).scalar_subquery()
+    flagged = exists().where(CheckFlag.item_id == Item.id) & ~(Item.updated_at > last_flag)
     query = _item_query().where(Item.status == DRAFT).order_by(Item.id)
     if groups:
         query = query.where(Item.group.in_(list(groups)))

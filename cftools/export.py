@@ -26,6 +26,7 @@ import tempfile
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Callable, Iterable
 
 from sqlalchemy import func, select
@@ -199,15 +200,36 @@ def annotation_summary(tasks: list, judgments: list) -> dict[str, Any] | None:
     }
 
 
+ITEM_COLUMNS = ("id", "key", "kind", "group", "status", "question", "answer", "proposed_answer", "origin",
+                "generation_id", "data", "updated_at")
+SOURCE_COLUMNS = ("dataset", "external_id", "image_ref", "question", "answer", "answer_type")
+IMAGE_COLUMNS = ("sha256", "format", "path")
+
+
+def read_item_rows(session, statuses: list[str]) -> list[tuple]:  # noqa: ANN001
+    """(item, source or None, image or None) for the items in STATUSES, sorted by key; plain column rows,
+    not ORM objects (several times faster for large releases)."""
+    tables = {"item": Item.__table__, "source": SourceQuestion.__table__, "image": Image.__table__}
+    wanted = {"item": ITEM_COLUMNS, "source": SOURCE_COLUMNS, "image": IMAGE_COLUMNS}
+    columns = [tables[t].c[name].label(f"{t}_{name}") for t, names in wanted.items() for name in names]
+    query = (select(*columns)
+             .outerjoin(tables["source"], tables["source"].c.id == tables["item"].c.source_id)
+             .outerjoin(tables["image"], tables["image"].c.id == tables["source"].c.image_id)
+             .where(tables["item"].c.status.in_(statuses)).order_by(tables["item"].c.key))
+    out = []
+    for row in session.execute(query).mappings():
+        parts = [SimpleNamespace(**{name: row[f"{t}_{name}"] for name in names}) for t, names in wanted.items()]
+        item, source, image = parts
+        out.append((item, source if source.dataset is not None else None,
+                    image if image.sha256 is not None else None))
+    return out
+
+
 def collect_items(store: Store, statuses: Iterable[str], splits: dict[str, float]) -> list[ExportItem]:
     """The items in STATUSES as records with provenance, sorted by id, splits assigned."""
     statuses = list(statuses)
     with store.session() as session:
-        rows = session.execute(
-            select(Item, SourceQuestion, Image)
-            .outerjoin(SourceQuestion, SourceQuestion.id == Item.source_id)
-            .outerjoin(Image, Image.id == SourceQuestion.image_id)
-            .where(Item.status.in_(statuses)).order_by(Item.key)).all()
+        rows = read_item_rows(session, statuses)
         item_ids = [item.id for item, _, _ in rows]
         generation_ids = sorted({item.generation_id for item, _, _ in rows if item.generation_id})
         generations = {}
@@ -600,7 +622,23 @@ def write_manifest(items: list[ExportItem], folder: Path, workspace: Workspace, 
         "files": file_entries(folder),
         "provenance": {e.record["id"]: e.provenance for e in items},
     }
-    write_json(folder / MANIFEST_NAME, manifest)
+    write_manifest_json(folder / MANIFEST_NAME, manifest)
+
+
+def write_manifest_json(path: Path, manifest: dict[str, Any]) -> None:
+    """The manifest as indented JSON with one line per item's provenance (sorted keys throughout); the
+    same text `json.dumps(indent=2)` would parse to, written several times faster for large releases."""
+    parts = []
+    for key in sorted(manifest):
+        value = manifest[key]
+        if key == "provenance" and value:
+            lines = [f"    {json.dumps(item_id, ensure_ascii=False)}: "
+                     f"{json.dumps(value[item_id], sort_keys=True, ensure_ascii=False)}" for item_id in sorted(value)]
+            text = "{\n" + ",\n".join(lines) + "\n  }"
+        else:
+            text = json.dumps(value, sort_keys=True, ensure_ascii=False, indent=2).replace("\n", "\n  ")
+        parts.append(f"  {json.dumps(key)}: {text}")
+    path.write_text("{\n" + ",\n".join(parts) + "\n}\n", encoding="utf-8")
 
 
 def record_release(store: Store, name: str, version: str, fmt: str, path: Path, result: ExportResult) -> None:

@@ -38,6 +38,8 @@ GROUP_ANSWER_TYPE = {NUMERICAL_DIRECT: "number", NUMERICAL_INDIRECT: "number", B
 DEFAULT_MAX_ATTEMPTS = 3
 RETRY_TEMPERATURE = 0.7
 DEFAULT_CONCURRENCY = {"local": 1, "openai": 8}
+# The prompts' examples start with "Question:"; a model that goes on to invent another example stops there.
+REWRITE_STOP = ["\nQuestion:"]
 
 
 def item_key(source_id: int, group: str) -> str:
@@ -284,7 +286,8 @@ def insert_items(store: Store, session: Session, items: list[dict[str, Any]], st
 
 # ------------------------------------------------------------------ the whole run
 def llm_params(config: dict[str, Any]) -> dict[str, Any]:
-    params = dict(DEFAULT_PARAMS)
+    """Sampling parameters for rewriting: the defaults, the stop string, and [llm] temperature/max_tokens/top_p."""
+    params = {**DEFAULT_PARAMS, "stop": REWRITE_STOP}
     for name in ("temperature", "max_tokens", "top_p"):
         if config.get(name) is not None:
             params[name] = config[name]
@@ -300,7 +303,7 @@ def rewrite(store: Store, backend: Backend, group: str, *, limit: int | None = N
     sources = select_sources(store, group, limit, include_ingested)
     report = RewriteReport(group=group, backend=backend.name, model=backend.model, template=template.name,
                            selected=len(sources))
-    rewriter = Rewriter(store, backend, group, params or dict(DEFAULT_PARAMS), max_attempts, refresh)
+    rewriter = Rewriter(store, backend, group, params or llm_params({}), max_attempts, refresh)
     jobs = [RewriteJob(source=s, messages=[text_message(render_prompt(template, s))]) for s in sources]
     ready: list[JobResult] = []
     pending = jobs

@@ -9,6 +9,7 @@ Decoding is greedy unless a temperature above 0 is asked for (then sampled with 
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import shutil
@@ -16,7 +17,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from cftools.llm.base import Completion, LLMError, Message, message_text
 
@@ -109,16 +110,17 @@ class LocalBackend:
         if self.threads:
             torch.set_num_threads(self.threads)
         converted = converted_dir(self.gguf)
-        if (converted / "config.json").exists():
-            self.loaded_from = str(converted)
-            tokenizer = AutoTokenizer.from_pretrained(converted)
-            model = AutoModelForCausalLM.from_pretrained(converted, dtype=torch.float32)
-        else:
-            self.loaded_from = str(self.gguf)
-            tokenizer = AutoTokenizer.from_pretrained(self.gguf.parent, gguf_file=self.gguf.name)
-            model = AutoModelForCausalLM.from_pretrained(self.gguf.parent, gguf_file=self.gguf.name,
-                                                         dtype=torch.float32)
-            _save_converted(model, tokenizer, converted)
+        with _tqdm_disabled():  # the GGUF de-quantizing bar is plain tqdm
+            if (converted / "config.json").exists():
+                self.loaded_from = str(converted)
+                tokenizer = AutoTokenizer.from_pretrained(converted)
+                model = AutoModelForCausalLM.from_pretrained(converted, dtype=torch.float32)
+            else:
+                self.loaded_from = str(self.gguf)
+                tokenizer = AutoTokenizer.from_pretrained(self.gguf.parent, gguf_file=self.gguf.name)
+                model = AutoModelForCausalLM.from_pretrained(self.gguf.parent, gguf_file=self.gguf.name,
+                                                             dtype=torch.float32)
+                _save_converted(model, tokenizer, converted)
         return tokenizer, model.eval()
 
     # ------------------------------------------------------------ generation
@@ -152,6 +154,8 @@ class LocalBackend:
         temperature = float(params.get("temperature") or 0.0)
         options: dict[str, Any] = {"max_new_tokens": int(params.get("max_tokens") or 256),
                                    "pad_token_id": tokenizer.eos_token_id}
+        if params.get("stop"):
+            options.update(stop_strings=list(params["stop"]), tokenizer=tokenizer)
         if temperature > 0:
             torch.manual_seed(int(params.get("seed") or 0))
             options.update(do_sample=True, temperature=temperature, top_p=float(params.get("top_p") or 1.0))
@@ -168,6 +172,19 @@ class LocalBackend:
 
     def close(self) -> None:
         self._loaded = None
+
+
+@contextlib.contextmanager
+def _tqdm_disabled() -> Iterator[None]:
+    old = os.environ.get("TQDM_DISABLE")
+    os.environ["TQDM_DISABLE"] = "1"
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("TQDM_DISABLE", None)
+        else:
+            os.environ["TQDM_DISABLE"] = old
 
 
 def _save_converted(model: Any, tokenizer: Any, target: Path) -> None:

@@ -94,20 +94,24 @@ class OpenAIBackend:
         asked = retry_after_seconds(exc) if exc is not None else None
         if asked is not None:
             return min(asked, self.backoff_max)
-        return wait_exponential_jitter(initial=self.backoff_initial, max=self.backoff_max)(state)
+        return wait_exponential_jitter(multiplier=self.backoff_initial, max=self.backoff_max,
+                                       jitter=self.backoff_initial)(state)
 
     def complete(self, messages: list[Message], params: dict[str, Any]) -> Completion:
         retrying = Retrying(stop=stop_after_attempt(self.request_attempts), wait=self._wait,
                             retry=retry_if_exception(is_retryable), sleep=self._sleep, reraise=True)
         started = time.perf_counter()
+        failure: LLMError | None = None
         try:
             completion = retrying(self._call_once, messages, params)
-        except LLMError:
-            raise
+        except LLMError as exc:
+            failure = LLMError(self.describe_text(str(exc)), retryable=exc.retryable)
         except openai.APIError as exc:
-            raise LLMError(self.describe(exc), retryable=is_retryable(exc)) from None
+            failure = LLMError(self.describe(exc), retryable=is_retryable(exc))
         except Exception as exc:  # a body the SDK cannot read
-            raise LLMError("malformed completion: " + self.describe(exc)) from None
+            failure = LLMError("malformed completion: " + self.describe(exc))
+        if failure is not None:
+            raise failure  # raised outside the handler: no chained exception can carry the key
         completion.latency_s = time.perf_counter() - started
         return completion
 
@@ -133,7 +137,9 @@ class OpenAIBackend:
     def describe(self, exc: BaseException) -> str:
         """A one-line reason for a failed call, with the API key (and anything key-shaped) removed."""
         status = getattr(exc, "status_code", None)
-        text = f"{type(exc).__name__}" + (f" (HTTP {status})" if status else "") + f": {exc}"
+        return self.describe_text(f"{type(exc).__name__}" + (f" (HTTP {status})" if status else "") + f": {exc}")
+
+    def describe_text(self, text: str) -> str:
         for secret in self._secrets:
             text = text.replace(secret, "***")
         return KEY_PATTERN.sub("***", text)[:500]

@@ -42,7 +42,7 @@ from cftools.models import (
 )
 from cftools.release import (
     CARD_NAME, DATA_DIR, DEFAULT_OUT_DIR, FORMAT_CVQA, FORMAT_NATIVE, FORMATS, IMAGES_DIR, MANIFEST_NAME,
-    RECORDS_NAME, SCHEMA_VERSION, cvqa_csv_name, hash_file, parquet_name, release_dir_name,
+    RECORDS_NAME, SCHEMA_VERSION, STORE_IMAGE_REF, cvqa_csv_name, map_strings, strings_in, hash_file, parquet_name, release_dir_name,
 )
 from cftools.store import Store
 from cftools.workspace import Workspace
@@ -136,19 +136,13 @@ def image_extension(fmt: str | None) -> str:
 
 
 def data_image_shas(data: dict[str, Any]) -> list[str]:
-    """SHA-256s of further images an item names in its data (e.g. a MuCR pair): `images` as a list of
-    hashes or of objects with a `sha256`, and `image_sha256`."""
-    found = []
-    entries = data.get("images")
-    if isinstance(entries, list):
-        for entry in entries:
-            sha = entry.get("sha256") if isinstance(entry, dict) else entry
-            if isinstance(sha, str) and re.fullmatch(r"[0-9a-f]{64}", sha):
-                found.append(sha)
-    sha = data.get("image_sha256")
-    if isinstance(sha, str) and re.fullmatch(r"[0-9a-f]{64}", sha):
-        found.append(sha)
-    return found
+    """SHA-256s of the further images an item names in its data as `sha256:<hex>` (e.g. a MuCR pair)."""
+    found: dict[str, None] = {}
+    for text in strings_in(data):
+        match = STORE_IMAGE_REF.match(text)
+        if match:
+            found.setdefault(match.group(1))
+    return list(found)
 
 
 def split_options(data: dict[str, Any]) -> tuple[dict[str, list[str]] | None, dict[str, Any]]:
@@ -268,11 +262,9 @@ def collect_items(store: Store, statuses: Iterable[str], splits: dict[str, float
             ref = ImageRef(sha, image_extension(extra.format), extra.path)
             if all(r.sha256 != sha for r in refs):
                 refs.append(ref)
-        if refs and isinstance(data.get("images"), list):
-            paths = {r.sha256: r.rel for r in refs}
-            data["images"] = [
-                {**entry, "path": paths.get(entry.get("sha256"))} if isinstance(entry, dict) else entry
-                for entry in data["images"]]
+        if len(refs) > (image is not None):
+            paths = {f"sha256:{r.sha256}": r.rel for r in refs}
+            data = map_strings(data, lambda text: paths.get(text, text))
         item_tasks = [row[1] for row in tasks.get(item.id, [])]
         item_judgments = [j for t in item_tasks for j in judgments.get(t.id, [])]
         gen = generations.get(item.generation_id)

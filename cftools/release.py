@@ -12,6 +12,10 @@ A native release folder `<out>/<NAME>-<VERSION>/` holds:
 
 Every record has the fields in RECORD_FIELDS; `image` is a path relative to the release folder
 (`images/<sha256>.<ext>`) or null.
+
+Further images an item uses (a MuCR cause/effect pair and its distractor images) are named in the
+item's `data` in the store as strings `sha256:<hex>` (at any depth); the release writes each as its
+path `images/<sha256>.<ext>`, and `ingest release` turns those paths back into `sha256:<hex>`.
 """
 
 from __future__ import annotations
@@ -42,6 +46,33 @@ RECORD_FIELDS = (
 )
 
 _IMAGE_PATH = re.compile(r"^images/[0-9a-f]{64}\.[a-z0-9]{1,5}$")
+STORE_IMAGE_REF = re.compile(r"^sha256:([0-9a-f]{64})$")
+
+
+def is_release_image_path(value: object) -> bool:
+    return isinstance(value, str) and bool(_IMAGE_PATH.match(value))
+
+
+def map_strings(value: Any, fn) -> Any:  # noqa: ANN001
+    """VALUE with FN applied to every string in it (through lists and dict values)."""
+    if isinstance(value, str):
+        return fn(value)
+    if isinstance(value, list):
+        return [map_strings(v, fn) for v in value]
+    if isinstance(value, dict):
+        return {k: map_strings(v, fn) for k, v in value.items()}
+    return value
+
+
+def strings_in(value: Any) -> list[str]:
+    """Every string in VALUE, in a fixed order (dict keys sorted)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list):
+        return [s for v in value for s in strings_in(v)]
+    if isinstance(value, dict):
+        return [s for k in sorted(value) for s in strings_in(value[k])]
+    return []
 
 
 def release_dir_name(name: str, version: str) -> str:

@@ -19,7 +19,8 @@ from cftools.images import ImageFile, read_image_file, register_image
 from cftools.ingest import IngestReport, existing_item_keys
 from cftools.models import STATUSES, Generation, IngestRun, Item, ItemEvent, SourceQuestion, utcnow
 from cftools.release import (
-    MANIFEST_NAME, RECORDS_NAME, hash_file, load_manifest, load_records, resolve_image, verify_release,
+    MANIFEST_NAME, RECORDS_NAME, hash_file, is_release_image_path, load_manifest, load_records, map_strings,
+    resolve_image, strings_in, verify_release,
 )
 from cftools.store import Store
 
@@ -42,9 +43,9 @@ def release_images(release: Path, records: list[dict]) -> dict[str, ImageFile]:
     found: dict[str, ImageFile] = {}
     for record in records:
         paths = [resolve_image(release, record)]
-        for entry in (record.get("data") or {}).get("images") or []:
-            if isinstance(entry, dict) and entry.get("path"):
-                paths.append(resolve_image(release, {"id": record["id"], "image": entry["path"]}))
+        for text in strings_in(record.get("data") or {}):
+            if is_release_image_path(text):
+                paths.append(resolve_image(release, {"id": record["id"], "image": text}))
         for path in paths:
             if path is None or path.stem in found:
                 continue
@@ -73,10 +74,8 @@ def item_data(record: dict[str, Any]) -> dict[str, Any]:
     data = dict(record.get("data") or {})
     if record.get("options") is not None and "options" not in data:
         data["options"] = record["options"]
-    if isinstance(data.get("images"), list):  # paths are the release's; the store knows images by hash
-        data["images"] = [{k: v for k, v in e.items() if k != "path"} if isinstance(e, dict) else e
-                          for e in data["images"]]
-    return data
+    # Image paths are the release's; the store names images by hash.
+    return map_strings(data, lambda text: f"sha256:{Path(text).stem}" if is_release_image_path(text) else text)
 
 
 def ingest_release(store: Store, release_dir: Path) -> IngestReport:

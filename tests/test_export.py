@@ -344,3 +344,59 @@ def test_parse_splits():
     for bad in ("test=0.8", "test=0.5,test=0.5", "test", "test=abc,dev=1", "test=0,dev=1"):
         with pytest.raises(CftoolsError):
             parse_splits(bad)
+
+
+def test_data_images_options_annotation_and_agreement(workspace, tmp_path, run_cli):
+    """A MuCR-like item naming its images in data, a CFMM-like item with options, annotation rows."""
+    from cftools.images import read_image_file, register_image
+    from cftools.models import AgreementStat, AnnotationTask, Judgment
+
+    folder = tmp_path / "pics"
+    write_images(folder, [f"p{i}.png" for i in range(3)])
+    with workspace.store.write() as session:
+        shas = []
+        for i in range(3):
+            image = read_image_file(folder / f"p{i}.png")
+            register_image(workspace.store, session, image)
+            shas.append(image.sha256)
+        mucr = Item(key="mucr:1", kind="mucr", group="human", question="Which image shows the effect?", answer="B",
+                    status=ACCEPTED, data={"cause_image": f"sha256:{shas[0]}", "cue": "catch cold",
+                                           "e2c_choices": [f"sha256:{shas[1]}", f"sha256:{shas[2]}"]})
+        cfmm = Item(key="cfmm:1", kind="cfmm", group="count", question="How many would there be if one left?",
+                    answer="2", status=ACCEPTED, proposed_answer="3",
+                    data={"options": {"original": ["3", "4"], "counterfactual": ["2", "5"]}})
+        session.add_all([mucr, cfmm])
+        session.flush()
+        task = AnnotationTask(item_id=cfmm.id, ls_project_id=1, ls_task_id=7, state="decided", decision=ACCEPTED)
+        session.add(task)
+        session.flush()
+        session.add_all([Judgment(task_id=task.id, annotator=name, related=True, answer_correct=False,
+                                  corrected_answer="2") for name in ("ann1", "ann2")])
+        session.add(AgreementStat(project="cftools-cfmm", question="answer_correct", n_pairs=1,
+                                  percent_agreement=100.0, cohen_kappa=0.75))
+
+    result = export_release(workspace, "mixed", "1", tmp_path / "out")
+    records = {r["id"]: r for r in load_records(result.path)}
+    data = records["mucr:1"]["data"]
+    for path in [data["cause_image"], *data["e2c_choices"]]:
+        assert resolve_image(result.path, {"id": "mucr:1", "image": path}).is_file()
+    assert records["cfmm:1"]["options"] == {"original": ["3", "4"], "counterfactual": ["2", "5"]}
+    assert records["cfmm:1"]["data"] == {}
+    manifest = json.loads((result.path / "manifest.json").read_text())
+    assert manifest["provenance"]["cfmm:1"]["annotation"] == {"adjudicated": False, "agreed": True,
+                                                              "decision": ACCEPTED, "judgments": 2}
+    assert manifest["provenance"]["cfmm:1"]["corrected_from"] == "3"
+    card = (result.path / "README.md").read_text(encoding="utf-8")
+    assert "| cftools-cfmm | answer_correct | 1 | 100.0 | 0.750 |" in card
+
+    other = init_workspace(tmp_path / "other")
+    try:
+        assert run_cli("--workspace", other.root, "ingest", "release", result.path).exit_code == 0
+        with other.store.session() as session:
+            back = {i.key: i.data for i in session.execute(select(Item)).scalars()}
+        assert back["mucr:1"]["cause_image"] == f"sha256:{shas[0]}"
+        assert back["cfmm:1"]["options"]["counterfactual"] == ["2", "5"]
+        again = export_release(other, "mixed", "1", tmp_path / "again")
+        assert (again.path / "records.jsonl").read_bytes() == (result.path / "records.jsonl").read_bytes()
+    finally:
+        other.close()

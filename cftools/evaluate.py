@@ -302,10 +302,9 @@ def read_generated(question: Question, raw: str) -> tuple[Optional[str], bool]:
         match = re.search(r"\b([A-D])\b", raw or "")
         parsed = match.group(1) if match else None
         return parsed, parsed == question.gold
-    if question.options and question.which == "cue":
-        normal = normalize_answer(raw)
-        parsed = next((o for o in question.options if normalize_answer(o) and normalize_answer(o) in normal), None)
-        return parsed, parsed == question.gold
+    if question.options:
+        parsed = read_option(raw, question.options)
+        return parsed, parsed is not None and parsed == (question.gold_option or question.gold)
     parsed = extract_answer(raw, question.answer_type)
     if parsed is None:
         return None, False
@@ -313,8 +312,20 @@ def read_generated(question: Question, raw: str) -> tuple[Optional[str], bool]:
     return parsed, parsed == expected
 
 
+def read_option(raw: Optional[str], options: Sequence[str]) -> Optional[str]:
+    """The option a free reply names: the one it equals, else the only one it contains (whole words)."""
+    normal = normalize_answer(raw)
+    if not normal:
+        return None
+    for option in options:
+        if normalize_answer(option) == normal:
+            return option
+    named = [o for o in options if normalize_answer(o) and f" {normalize_answer(o)} " in f" {normal} "]
+    return named[0] if len(named) == 1 else None
+
+
 def prediction_line(question: Question, raw: Optional[str], parsed: Optional[str], correct: Optional[bool],
-                    scores: Optional[dict[str, Any]] = None, extra: Optional[dict[str, Any]] = None) -> dict:
+                    scores: Optional[list[dict[str, Any]]] = None, extra: Optional[dict[str, Any]] = None) -> dict:
     line = {"id": question.item_id, "which": question.which, "kind": question.kind, "group": question.group,
             "gold": question.gold if question.which != "exp" else None, "raw": raw, "parsed": parsed,
             "unknown": parsed is None and question.which != "exp", "correct": correct, "scores": scores}
@@ -527,7 +538,7 @@ def _rank_line(question: Question, scores: list[dict[str, float]], score: str) -
     winner = question.options[best_option(scores, score)]
     correct = question.gold_option is not None and winner == question.gold_option
     return prediction_line(question, None, winner, correct,
-                           scores={o: s for o, s in zip(question.options, scores)})
+                           scores=[{"option": o, **s} for o, s in zip(question.options, scores)])
 
 
 def run_eval(release_dir: Path | str, model: str, mode: str = "generate", score: str = "mean-loss",

@@ -44,6 +44,7 @@ from cftools.workspace import Workspace
 STAGE = "annotate"
 OPEN, DECIDED, DELETED = "open", "decided", "deleted"
 ANNOTATIONS_PER_TASK = 2
+MAX_TITLE = 50  # Label Studio refuses longer project titles
 Progress = Callable[[str, int, int], None]  # (what, done, total)
 
 
@@ -105,7 +106,11 @@ class ImageLinks:
 
 def project_title(settings: ServerSettings, kind: str, purpose: str) -> str:
     what = "verification" if purpose == VERIFY else "adjudication"
-    return f"{settings.project_prefix} {kind} {what}"
+    title = f"{settings.project_prefix} {kind} {what}"
+    if len(title) > MAX_TITLE:
+        raise CftoolsError(f"Label Studio project title {title!r} is longer than {MAX_TITLE} characters: "
+                           "shorten [label_studio] project_prefix")
+    return title
 
 
 def ensure_project(server: LabelStudioServer, settings: ServerSettings, kind: str, purpose: str) -> int:

@@ -1,0 +1,420 @@
+"""Verification in Label Studio against a real server (fixture `label_studio`, tests/fixtures_label_studio.py)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import uuid
+from pathlib import Path
+
+import httpx
+import PIL.Image
+import pytest
+from sqlalchemy import func, select, update
+
+from cftools.annotate import push, task_payloads, ImageLinks, PushReport
+from cftools.annotation_rules import Answer, decide
+from cftools.label_studio import LabelStudioServer
+from cftools.models import (
+    ACCEPTED, CHECKED, IN_REVIEW, NEEDS_ADJUDICATION, REJECTED, AgreementStat, AnnotationTask, Item, ItemEvent,
+    Judgment,
+)
+from cftools.workspace import load_workspace
+
+TOKEN_ENV = "CFTOOLS_TEST_LS_TOKEN"
+COLOURS = ["red", "green", "blue", "yellow", "purple", "orange", "white", "black"]
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def configure(ws_root: Path, url: str, media_root: Path, prefix: str, extra: str = "") -> None:
+    config = ws_root / "cftools.toml"
+    text = config.read_text().replace('[label_studio]\n', f'[label_studio]\nurl = "{url}"\n'
+                                      f'document_root = "{media_root}"\nproject_prefix = "{prefix}"\n{extra}', 1)
+    text = text.replace('token_env = "LABEL_STUDIO_API_KEY"', f'token_env = "{TOKEN_ENV}"')
+    config.write_text(text)
+
+
+def make_items(run_cli, folder: Path, n: int, with_images: bool = True) -> Path:
+    """N real C-VQA items with real PNG images, ingested through the CLI, then marked checked."""
+    folder.mkdir(parents=True)
+    rows = []
+    for i in range(n):
+        name = f"img{i}.png"
+        if with_images:
+            PIL.Image.new("RGB", (8 + i, 8), COLOURS[i % len(COLOURS)]).save(folder / name)
+        rows.append({"img_path": f"images/{name}", "query": f"How many squares are there in picture {i}?",
+                     "answer": "1", "new query": f"How many squares would there be if one more was added ({i})?",
+                     "new answer": "2", "type": "Numerical direct"})
+    table = folder / "items.csv"
+    with open(table, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    result = run_cli("ingest", "cvqa", table, "--images", folder)
+    assert result.exit_code == 0, result.output
+    return table
+
+
+def mark_checked(store) -> list[int]:
+    with store.write() as session:
+        session.execute(update(Item).values(status=CHECKED))
+        return list(session.execute(select(Item.id).order_by(Item.id)).scalars())
+
+
+@pytest.fixture
+def ls_workspace(workspace, label_studio, monkeypatch, run_cli, request):
+    """A workspace configured for the test server, with its own project prefix and images folder."""
+    prefix = f"t-{uuid.uuid4().hex[:10]}"
+    configure(workspace.root, label_studio.url, label_studio.media_root, prefix)
+    monkeypatch.setenv(TOKEN_ENV, label_studio.admin_token)
+    monkeypatch.delenv("LOCAL_FILES_DOCUMENT_ROOT", raising=False)
+    monkeypatch.delenv("LABEL_STUDIO_URL", raising=False)
+    ws = load_workspace(workspace.root)
+    yield ws
+    ws.close()
+
+
+def pushed(run_cli, ls_workspace, label_studio, n: int, request) -> tuple[list[int], dict[int, int], int]:
+    """N checked items pushed; returns item ids, item id -> task id, project id."""
+    make_items(run_cli, label_studio.media_root / f"{request.node.name}-{uuid.uuid4().hex[:6]}", n)
+    item_ids = mark_checked(ls_workspace.store)
+    result = run_cli("annotate", "push", "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["pushed"] == n
+    tasks = task_map(ls_workspace.store)
+    return item_ids, tasks, report["project_id"]
+
+
+def task_map(store, purpose: str = "verify") -> dict[int, int]:
+    with store.session() as session:
+        return dict(session.execute(select(AnnotationTask.item_id, AnnotationTask.ls_task_id).where(
+            AnnotationTask.purpose == purpose, AnnotationTask.state != "deleted")).all())
+
+
+def result(related: str, correct: str, corrected: str | None = None, flags: list[str] | None = None) -> list[dict]:
+    r = [{"from_name": "related", "to_name": "image", "type": "choices", "value": {"choices": [related]}},
+         {"from_name": "answer_correct", "to_name": "proposed_answer", "type": "choices",
+          "value": {"choices": [correct]}}]
+    if corrected is not None:
+        r.append({"from_name": "corrected_answer", "to_name": "proposed_answer", "type": "textarea",
+                  "value": {"text": [corrected]}})
+    if flags:
+        r.append({"from_name": "flags", "to_name": "question", "type": "choices", "value": {"choices": flags}})
+    return r
+
+
+def statuses(store) -> dict[int, str]:
+    with store.session() as session:
+        return dict(session.execute(select(Item.id, Item.status)).all())
+
+
+def pull_json(run_cli) -> dict:
+    out = run_cli("annotate", "pull", "--json")
+    assert out.exit_code == 0, out.output
+    return json.loads(out.output)
+
+
+# ---------------------------------------------------------------- rules
+
+
+def test_decision_rules_follow_the_issue():
+    yes = Answer(related=True, answer_correct=True)
+    assert decide(yes, yes).status == ACCEPTED
+    assert decide(Answer(related=False, answer_correct=True), Answer(related=False, answer_correct=False)).status \
+        == REJECTED
+    wrong = Answer(related=True, answer_correct=False)
+    assert decide(wrong, wrong).status == REJECTED
+    same = decide(Answer(related=True, answer_correct=False, corrected_answer="Two."),
+                  Answer(related=True, answer_correct=False, corrected_answer="2"))
+    assert (same.status, same.corrected_answer) == (ACCEPTED, "Two.")
+    assert decide(Answer(related=True, answer_correct=False, corrected_answer="3"),
+                  Answer(related=True, answer_correct=False, corrected_answer="4")).status == NEEDS_ADJUDICATION
+    assert decide(yes, wrong).status == NEEDS_ADJUDICATION
+    assert decide(yes, Answer(related=False, answer_correct=True)).status == NEEDS_ADJUDICATION
+
+
+# ---------------------------------------------------------------- push, pull, decisions, agreement
+
+
+def test_push_pull_decide_and_agree(label_studio, ls_workspace, run_cli, request):
+    item_ids, tasks, project_id = pushed(run_cli, ls_workspace, label_studio, 6, request)
+    store = ls_workspace.store
+    assert set(statuses(store).values()) == {IN_REVIEW}
+    with store.session() as session:
+        rows = session.execute(select(AnnotationTask)).scalars().all()
+        assert {(t.server, t.ls_project_id) for t in rows} == {(label_studio.url, project_id)}
+        assert session.execute(select(func.count()).select_from(ItemEvent).where(
+            ItemEvent.to_status == IN_REVIEW)).scalar_one() == 6
+
+    # The task shows the item and its image is served by Label Studio from the document root.
+    admin = label_studio.client()
+    task = admin.tasks.get(id=tasks[item_ids[0]])
+    assert task.meta["item_key"] == task.data["item_key"]
+    assert task.data["question"].startswith("How many squares would there be")
+    assert task.data["original_question"].startswith("How many squares are there")
+    assert task.data["proposed_answer"] == "2"
+    assert task.data["image"].startswith("/data/local-files/?d=")
+    image = httpx.get(label_studio.url + task.data["image"],
+                      headers={"Authorization": f"Token {label_studio.admin_token}"})
+    assert image.status_code == 200 and image.headers["content-type"] == "image/png"
+
+    one, two = (label_studio.client(email) for email in label_studio.annotators)
+    plans = [  # (annotator 1, annotator 2)
+        (result("yes", "yes"), result("yes", "yes")),                              # accepted
+        (result("no", "no"), result("no", "no")),                                  # rejected: not related
+        (result("yes", "no", "Three"), result("yes", "no", "3.", ["ambiguous"])),  # accepted, corrected
+        (result("yes", "no"), result("yes", "no")),                                # rejected: no correction
+        (result("yes", "yes"), result("yes", "no", "5")),                          # needs adjudication
+        (result("yes", "yes"), None),                                              # one judgment: in review
+    ]
+    annotation_ids = {}
+    for item_id, (first, second) in zip(item_ids, plans):
+        one.annotations.create(id=tasks[item_id], result=first, lead_time=1.5)
+        if second is not None:
+            annotation_ids[item_id] = two.annotations.create(id=tasks[item_id], result=second).id
+
+    report = pull_json(run_cli)
+    assert report["judgments_added"] == 11 and report["invalid"] == [] and report["deleted_tasks"] == []
+    got = statuses(store)
+    assert [got[i] for i in item_ids] == [ACCEPTED, REJECTED, ACCEPTED, REJECTED, NEEDS_ADJUDICATION, IN_REVIEW]
+    with store.session() as session:
+        corrected = session.get(Item, item_ids[2])
+        assert (corrected.answer, corrected.proposed_answer) == ("Three", "2")
+        history = session.execute(select(ItemEvent).where(ItemEvent.item_id == item_ids[2])
+                                  .order_by(ItemEvent.id)).scalars().all()
+        assert history[-1].detail["proposed_answer"] == "2" and history[-1].to_status == ACCEPTED
+        judgments = session.execute(select(Judgment).order_by(Judgment.id)).scalars().all()
+        assert {j.annotator for j in judgments} == set(label_studio.annotators)
+        assert all(j.annotated_at is not None and j.ls_annotation_id for j in judgments)
+        assert [j.flags for j in judgments if j.flags] == [["ambiguous"]]
+
+    # Agreement over the five tasks with two judgments (hand-computed), stored for the data card.
+    status = json.loads(run_cli("annotate", "status", "--json").output)
+    figures = status["agreement"]["cvqa verification"]
+    assert figures["related"]["n_pairs"] == 5
+    assert figures["related"]["percent_agreement"] == pytest.approx(100.0)
+    assert figures["related"]["cohen_kappa"] == pytest.approx(1.0)
+    assert figures["answer_correct"]["percent_agreement"] == pytest.approx(80.0)
+    assert figures["answer_correct"]["cohen_kappa"] == pytest.approx((0.8 - 0.56) / 0.44)
+    assert figures["ambiguous"]["percent_agreement"] == pytest.approx(80.0)
+    assert figures["ambiguous"]["cohen_kappa"] == pytest.approx(0.0)
+    [project] = status["projects"]
+    assert project["annotations"] == {"0": 0, "1": 1, "2+": 5}
+    assert project["decisions"] == {ACCEPTED: 2, REJECTED: 2, NEEDS_ADJUDICATION: 1}
+    assert status["annotators"]["ann1@example.com"]["judgments"] == 6
+    assert status["annotators"]["ann2@example.com"]["judgments"] == 5
+    with store.session() as session:
+        stored = {s.question: s for s in session.execute(select(AgreementStat)).scalars()}
+    assert stored["answer_correct"].percent_agreement == pytest.approx(80.0)
+    assert stored["answer_correct"].n_pairs == 5
+    human = run_cli("annotate", "status")
+    assert human.exit_code == 0 and "Inter-annotator agreement" in human.output and "Annotators" in human.output
+
+    # Re-pull: nothing new, nothing duplicated.
+    with store.session() as session:
+        events_before = session.execute(select(func.count()).select_from(ItemEvent)).scalar_one()
+    again = pull_json(run_cli)
+    assert (again["judgments_added"], again["judgments_updated"], again["judgments_unchanged"]) == (0, 0, 11)
+    with store.session() as session:
+        assert session.execute(select(func.count()).select_from(Judgment)).scalar_one() == 11
+        assert session.execute(select(func.count()).select_from(ItemEvent)).scalar_one() == events_before
+
+    # An edited annotation updates its judgment (and the decision); no new judgment.
+    two.annotations.update(id=annotation_ids[item_ids[4]], result=result("yes", "yes"))
+    edited = pull_json(run_cli)
+    assert (edited["judgments_added"], edited["judgments_updated"]) == (0, 1)
+    assert statuses(store)[item_ids[4]] == ACCEPTED
+
+    # A third annotation by the same person is ignored and counted.
+    one.annotations.create(id=tasks[item_ids[0]], result=result("no", "no"))
+    third = pull_json(run_cli)
+    assert third["ignored_same_annotator"] == 1 and third["judgments_added"] == 0
+    assert statuses(store)[item_ids[0]] == ACCEPTED
+
+    # Results that don't fit the config are rejected and reported, not silently dropped.
+    task5 = tasks[item_ids[5]]
+    two.annotations.create(id=task5, result=result("yes", "maybe"))
+    two.annotations.create(id=task5, result=[{"from_name": "sentiment", "to_name": "image", "type": "choices",
+                                              "value": {"choices": ["yes"]}}, *result("yes", "yes")])
+    two.annotations.create(id=task5, result=result("yes", "yes")[1:])
+    bad = pull_json(run_cli)
+    reasons = sorted(b["reason"] for b in bad["invalid"])
+    assert len(reasons) == 3
+    assert any("'maybe'" in r for r in reasons)
+    assert any("unknown from_name 'sentiment'" in r for r in reasons)
+    assert any("required choice 'related' is missing" in r for r in reasons)
+    assert all(b["task"] == task5 for b in bad["invalid"])
+    assert statuses(store)[item_ids[5]] == IN_REVIEW
+    human = run_cli("annotate", "pull")
+    assert human.exit_code == 0 and "rejected annotation" in human.output
+
+
+def test_push_again_pushes_only_new_items(label_studio, ls_workspace, run_cli, request):
+    make_items(run_cli, label_studio.media_root / f"{request.node.name}", 5)
+    mark_checked(ls_workspace.store)
+    first = json.loads(run_cli("annotate", "push", "--limit", "2", "--json").output)
+    assert first["pushed"] == 2
+    second = run_cli("annotate", "push")
+    assert second.exit_code == 0 and "Pushed 3" in second.output and "/projects/" in second.output
+    third = json.loads(run_cli("annotate", "push", "--json").output)
+    assert third["pushed"] == 0 and third["project_id"] == first["project_id"]
+    admin = label_studio.client()
+    assert admin.projects.get(id=first["project_id"]).task_number == 5
+    assert len(set(task_map(ls_workspace.store).values())) == 5
+
+
+def test_items_without_image_are_skipped_and_counted(label_studio, ls_workspace, run_cli, tmp_path):
+    make_items(run_cli, tmp_path / "noimg", 2, with_images=False)
+    mark_checked(ls_workspace.store)
+    report = json.loads(run_cli("annotate", "push", "--json").output)
+    assert (report["pushed"], report["skipped_no_image"]) == (0, 2)
+    assert set(statuses(ls_workspace.store).values()) == {CHECKED}
+    forced = json.loads(run_cli("annotate", "push", "--allow-missing-images", "--json").output)
+    assert forced["pushed"] == 2
+
+
+def test_data_uri_images_when_asked(label_studio, ls_workspace, run_cli, tmp_path):
+    make_items(run_cli, tmp_path / "elsewhere", 1)  # outside the document root
+    mark_checked(ls_workspace.store)
+    outside = json.loads(run_cli("annotate", "push", "--json").output)
+    assert (outside["pushed"], outside["skipped_outside_root"]) == (0, 1)
+    report = json.loads(run_cli("annotate", "push", "--data-uri", "--json").output)
+    assert report["pushed"] == 1
+    [task_id] = task_map(ls_workspace.store).values()
+    assert label_studio.client().tasks.get(id=task_id).data["image"].startswith("data:image/png;base64,")
+
+
+# ---------------------------------------------------------------- adjudication
+
+
+def test_adjudication_round_trip(label_studio, ls_workspace, run_cli, request):
+    item_ids, tasks, _ = pushed(run_cli, ls_workspace, label_studio, 2, request)
+    one, two = (label_studio.client(email) for email in label_studio.annotators)
+    for item_id in item_ids:
+        one.annotations.create(id=tasks[item_id], result=result("yes", "yes"))
+        two.annotations.create(id=tasks[item_id], result=result("yes", "no", "4", ["ungrammatical"]))
+    pull_json(run_cli)
+    assert set(statuses(ls_workspace.store).values()) == {NEEDS_ADJUDICATION}
+
+    report = json.loads(run_cli("annotate", "push", "--adjudicate", "--json").output)
+    assert report["pushed"] == 2 and report["purpose"] == "adjudicate"
+    adjudication = task_map(ls_workspace.store, "adjudicate")
+    task = label_studio.client().tasks.get(id=adjudication[item_ids[0]])
+    assert "ann1@example.com: related=yes, answer correct=yes" in task.data["judgment_1"]
+    assert "corrected answer='4'" in task.data["judgment_2"] and "ungrammatical" in task.data["judgment_2"]
+    again = json.loads(run_cli("annotate", "push", "--adjudicate", "--json").output)
+    assert again["pushed"] == 0
+
+    judge = label_studio.client(label_studio.adjudicator)
+    decision = lambda value, text=None: [  # noqa: E731
+        {"from_name": "decision", "to_name": "question", "type": "choices", "value": {"choices": [value]}},
+        *([{"from_name": "corrected_answer", "to_name": "proposed_answer", "type": "textarea",
+            "value": {"text": [text]}}] if text else [])]
+    judge.annotations.create(id=adjudication[item_ids[0]], result=decision("accept_corrected", "4"))
+    judge.annotations.create(id=adjudication[item_ids[1]], result=decision("reject"))
+    pulled = pull_json(run_cli)
+    assert pulled["decisions"] == {"adjudicated accepted": 1, "adjudicated rejected": 1}
+    got = statuses(ls_workspace.store)
+    assert [got[i] for i in item_ids] == [ACCEPTED, REJECTED]
+    with ls_workspace.store.session() as session:
+        item = session.get(Item, item_ids[0])
+        assert (item.answer, item.proposed_answer) == ("4", "2")
+        judgment = session.execute(select(Judgment).join(AnnotationTask).where(
+            AnnotationTask.purpose == "adjudicate", AnnotationTask.item_id == item_ids[0])).scalar_one()
+        assert (judgment.annotator, judgment.decision) == (label_studio.adjudicator, "accept_corrected")
+    # A re-pull keeps the adjudicated outcome.
+    pull_json(run_cli)
+    assert [statuses(ls_workspace.store)[i] for i in item_ids] == [ACCEPTED, REJECTED]
+
+
+# ---------------------------------------------------------------- faults
+
+
+def test_server_down_is_one_line_and_nothing_is_pushed(label_studio, ls_workspace, run_cli, request):
+    from fixtures_label_studio import free_port
+
+    make_items(run_cli, label_studio.media_root / request.node.name, 2)
+    mark_checked(ls_workspace.store)
+    config = ls_workspace.root / "cftools.toml"
+    down = f"http://127.0.0.1:{free_port()}"
+    config.write_text(config.read_text().replace(label_studio.url, down))
+    for command in (("annotate", "push"), ("annotate", "pull")):
+        out = run_cli(*command)
+        assert out.exit_code == 1
+        assert f"cannot reach Label Studio at {down}" in out.output
+        assert len(out.output.strip().splitlines()) == 1
+    assert set(statuses(ls_workspace.store).values()) == {CHECKED}
+    with ls_workspace.store.session() as session:
+        assert session.execute(select(func.count()).select_from(AnnotationTask)).scalar_one() == 0
+
+
+def test_no_server_configured(workspace, run_cli, monkeypatch):
+    monkeypatch.delenv("LABEL_STUDIO_URL", raising=False)
+    monkeypatch.delenv("LABEL_STUDIO_API_KEY", raising=False)
+    quiet = run_cli("annotate", "push", "--if-configured")
+    assert quiet.exit_code == 0 and "not configured" in quiet.output and "label-studio start" in quiet.output
+    loud = run_cli("annotate", "push")
+    assert loud.exit_code == 1 and "no Label Studio server configured" in loud.output
+
+
+def test_wrong_token_never_shows_the_token(label_studio, ls_workspace, run_cli, monkeypatch, request):
+    make_items(run_cli, label_studio.media_root / request.node.name, 2)
+    mark_checked(ls_workspace.store)
+    secret = "wrong-secret-token-" + uuid.uuid4().hex
+    monkeypatch.setenv(TOKEN_ENV, secret)
+    for command in (("annotate", "push"), ("annotate", "pull")):
+        out = run_cli(*command)
+        assert out.exit_code == 1
+        assert secret not in out.output and secret[-12:] not in out.output
+        assert "refused the token" in out.output and TOKEN_ENV in out.output
+        assert len(out.output.strip().splitlines()) == 1
+    assert set(statuses(ls_workspace.store).values()) == {CHECKED}
+    with ls_workspace.store.session() as session:
+        assert session.execute(select(func.count()).select_from(AnnotationTask)).scalar_one() == 0
+
+
+def test_push_killed_after_import_resumes_without_duplicates(label_studio, ls_workspace, run_cli, request):
+    """The state a kill between an import and its store write leaves: tasks on the server, none in the store."""
+    make_items(run_cli, label_studio.media_root / request.node.name, 5)
+    mark_checked(ls_workspace.store)
+    # A first, complete push of two items, so the project exists and has recorded tasks.
+    assert json.loads(run_cli("annotate", "push", "--limit", "2", "--json").output)["pushed"] == 2
+    project_id = json.loads(run_cli("annotate", "push", "--limit", "1", "--json").output)["project_id"]
+    # Import the next two items' tasks exactly as push does, and stop before recording them.
+    server = LabelStudioServer(label_studio.url, label_studio.admin_token)
+    with ls_workspace.store.session() as session:
+        items = session.execute(select(Item).where(Item.status == CHECKED).order_by(Item.id).limit(2)).scalars().all()
+        payloads = task_payloads(session, items, "verify", ImageLinks.from_config(ls_workspace), False,
+                                 PushReport("verify", "cvqa"))
+    server.import_tasks(project_id, [task for _, task in payloads])
+    server.close()
+    assert set(statuses(ls_workspace.store).values()) == {IN_REVIEW, CHECKED}
+
+    resumed = json.loads(run_cli("annotate", "push", "--json").output)
+    assert (resumed["reconciled"], resumed["pushed"]) == (2, 0)
+    assert set(statuses(ls_workspace.store).values()) == {IN_REVIEW}
+    assert label_studio.client().projects.get(id=project_id).task_number == 5
+    links = task_map(ls_workspace.store)
+    assert len(links) == 5 and len(set(links.values())) == 5
+    with ls_workspace.store.session() as session:
+        assert session.execute(select(func.count()).select_from(ItemEvent).where(
+            ItemEvent.detail["how"].as_string() == "reconciled")).scalar_one() == 2
+    # Pulling sees every task once and finds each carries its own item.
+    assert pull_json(run_cli)["mismatched"] == []
+
+
+def test_deleted_tasks_are_reported_and_items_go_back(label_studio, ls_workspace, run_cli, request):
+    item_ids, tasks, project_id = pushed(run_cli, ls_workspace, label_studio, 3, request)
+    label_studio.client().tasks.delete(id=tasks[item_ids[1]])
+    report = pull_json(run_cli)
+    assert [(d["task"], d["item_status"]) for d in report["deleted_tasks"]] == [(tasks[item_ids[1]], CHECKED)]
+    got = statuses(ls_workspace.store)
+    assert [got[i] for i in item_ids] == [IN_REVIEW, CHECKED, IN_REVIEW]
+    human = run_cli("annotate", "pull")
+    assert human.exit_code == 0  # already marked: not reported twice
+    again = json.loads(run_cli("annotate", "push", "--json").output)
+    assert again["pushed"] == 1 and again["project_id"] == project_id
+    assert statuses(ls_workspace.store)[item_ids[1]] == IN_REVIEW

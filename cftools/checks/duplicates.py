@@ -67,15 +67,18 @@ class DuplicateFinder:
         self.similarity = similarity
         self.vectors: dict[int, np.ndarray] = {}
 
-    def shared_images(self, candidates: Iterable[Entry]) -> list[str]:
-        keys = {c.image_key for c in candidates}
-        return sorted(k for k in keys if len(self.by_image.get(k, ())) > 1)
-
     def to_embed(self, candidates: Iterable[Entry]) -> list[Entry]:
-        """The entries whose embeddings the candidates need: those on images with more than one item."""
-        if self.embedder is None:
-            return []
-        return [e for key in self.shared_images(candidates) for e in self.by_image[key] if e.id not in self.vectors]
+        """The entries whose embeddings the candidates need: those sharing an image and the same numbers
+        with another item (embeddings decide nothing for other pairs)."""
+        wanted: dict[int, Entry] = {}
+        for key in sorted({c.image_key for c in candidates}):
+            buckets: dict[tuple[str, ...], list[Entry]] = defaultdict(list)
+            for entry in self.by_image.get(key, ()):
+                buckets[entry.numbers].append(entry)
+            for bucket in buckets.values():
+                if len(bucket) > 1:
+                    wanted.update((e.id, e) for e in bucket if e.id not in self.vectors)
+        return list(wanted.values())
 
     def embed(self, entries: list[Entry], on_batch: Optional[Callable[[int], None]] = None) -> None:
         if self.embedder is None or not entries:

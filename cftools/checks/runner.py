@@ -73,6 +73,7 @@ class CheckReport:
     flags: Counter = field(default_factory=Counter)
     notes: Counter = field(default_factory=Counter)
     duplicate_mode: str = ""
+    embedded: int = 0  # questions embedded for the duplicate check
 
     def as_dict(self) -> dict:
         return {
@@ -81,7 +82,7 @@ class CheckReport:
             "left_as_flagged": self.left_as_flagged, "gone": self.gone,
             "per_check": {code: {"applied": self.applied[code], "flagged": self.flags[code],
                                  "undecided": self.notes[code]} for code in self.codes},
-            "duplicate_mode": self.duplicate_mode,
+            "duplicate_mode": self.duplicate_mode, "embedded": self.embedded,
         }
 
 
@@ -233,6 +234,7 @@ def run_checks(store: Store, codes: Optional[Sequence[str]] = None, *, recheck: 
     duplicates = None
     if "duplicate" in codes and candidates:
         duplicates, report.duplicate_mode = _duplicate_finder(store, candidates, use_embeddings, similarity, progress)
+        report.embedded = len(duplicates.vectors)
 
     progress.stage("checking", len(candidates))
     for start in range(0, len(candidates), BATCH):
@@ -252,13 +254,13 @@ def _duplicate_finder(store: Store, candidates: list[ItemView], use_embeddings: 
     entries = [e for e in (entry_for(c) for c in candidates) if e is not None]
     if not use_embeddings:
         return finder, "normalised text only (embeddings turned off)"
-    if not finder.shared_images(entries):
-        return finder, "normalised text and embeddings (no image has two items: nothing to embed)"
+    to_embed = finder.to_embed(entries)
+    if not to_embed:
+        return finder, "normalised text (no two items on one image hold the same numbers: nothing to embed)"
     embedder, message = load_embedder()
     if embedder is None:
         return finder, f"normalised text only: {message}"
     finder.embedder = embedder
-    to_embed = finder.to_embed(entries)
     progress.stage("embedding questions", len(to_embed))
     finder.embed(to_embed, on_batch=progress.advance)
     return finder, f"normalised text and {message}, cosine >= {similarity}"

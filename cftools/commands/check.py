@@ -52,7 +52,8 @@ def print_summary(report: CheckReport, out) -> None:  # noqa: ANN001
         out.print("[yellow]Some checks could not decide on some items (see --json 'notes'); "
                   "those items are not flagged for it.[/]")
     if report.duplicate_mode:
-        out.print(f"duplicate: {report.duplicate_mode}")
+        embedded = f" ({report.embedded} questions embedded)" if report.embedded else ""
+        out.print(f"duplicate: {report.duplicate_mode}{embedded}")
 
 
 @click.command("check")

@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Callable
 
 
 
@@ -57,20 +57,27 @@ class StubHandler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def do_GET(self) -> None:  # noqa: N802
+        if self.path.rstrip("/").endswith("/stats"):
+            self._send(200, {"requests": self.server.requests})
+            return
         self._send(200, {"object": "list", "data": [{"id": "stub", "object": "model", "owned_by": "cftools"}]})
 
     def do_POST(self) -> None:  # noqa: N802
         length = int(self.headers.get("Content-Length") or 0)
         request = json.loads(self.rfile.read(length) or b"{}")
+        with self.server.lock:
+            self.server.requests += 1
+            n = self.server.requests
         time.sleep(self.server.delay)
         messages = request.get("messages") or []
         content = messages[-1].get("content", "") if messages else ""
         if isinstance(content, list):
             content = "\n".join(p.get("text", "") for p in content if p.get("type") == "text")
-        text = stub_reply(content)
-        with self.server.lock:
-            self.server.requests += 1
-            n = self.server.requests
+        reply = self.server.reply(request, content) if self.server.reply else stub_reply(content)
+        if isinstance(reply, int):  # an HTTP error status asked for by a test's reply function
+            self._send(reply, {"error": {"message": f"stub error {reply}", "type": "server_error", "code": None}})
+            return
+        text = reply
         self._send(200, {
             "id": f"chatcmpl-stub{n}", "object": "chat.completion", "created": int(time.time()),
             "model": request.get("model", "stub"),
@@ -85,9 +92,12 @@ class StubServer(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 256
 
-    def __init__(self, port: int = 0, delay: float = 0.2) -> None:
+    def __init__(self, port: int = 0, delay: float = 0.2,
+                 reply: Callable[[dict[str, Any], str], str | int] | None = None) -> None:
+        """REPLY(request, last user text) may replace the default answer: a text, or an HTTP status to fail with."""
         super().__init__(("127.0.0.1", port), StubHandler)
         self.delay = delay
+        self.reply = reply
         self.requests = 0
         self.lock = threading.Lock()
 

@@ -170,6 +170,7 @@ def test_not_flipped(original, new, fires):
     ("How many dogs would there be were the black dog to leave?", False),
     ("How many dogs would there be had two dogs left?", False),
     ("Had the dog left, would there be a dog?", False),
+    ("Had the dog eaten?", True),
 ])
 def test_no_presupposition(question, fires):
     assert ("no_presupposition" in codes_of(view(question, "2"), ("no_presupposition",))) is fires
@@ -204,6 +205,7 @@ def test_leakage(question, answer, fires):
     ("How many dogs would there be if 2 left, and which one would be left?", True),
     ("If there were no red food, how many tomatoes would there be?", False),
     ("How many dogs and cats would there be if 2 dogs left?", False),
+    ("How many dogs would there be if the dog, which was brown, left?", False),
     ("How many dogs would there be if 2 dogs came and 1 left?", False),
 ])
 def test_two_questions(question, fires):

@@ -41,7 +41,7 @@ CONDITIONS: tuple[tuple[str, re.Pattern], ...] = tuple((name, re.compile(pattern
     ("provided", r"\bprovided\b"),
     ("in case", r"\bin case\b"),
     ("were ... to", rf"\bwere\s+{_SUBJECT}\b(?:\s+[\w'-]+){{0,6}}?\s+to\s+\w+"),
-    ("had", r"(?:^|[,;]\s*|\bbe\s+)had\s+(?!to\b)\w+"),
+    ("had", r"(?:^had\s+[^,?]+,|(?:[,;]\s*|\bbe\s+)had\s+(?!to\b)\w+)"),
 ))
 
 
@@ -69,7 +69,7 @@ def find_condition(question: str) -> Optional[Condition]:
     start, name, match = min(found, key=lambda f: f[0])
     if name in ("were ... to", "had"):
         rest = text[match.start():]
-        rest = re.sub(r"^[,;\s]*(?:be\s+)?", "", rest)
+        rest = re.sub(r"^[,;\s]*(?:be\s+)?", "", rest).split(",")[0]
     else:
         rest = text[match.end():]
     rest = rest.split("?")[0]

@@ -105,7 +105,9 @@ def check_no_presupposition(item: ItemView) -> Result:
 
 
 ASK = r"(?:how\s+many|how\s+much|what|which|where|who|whom|whose|why|how)"
-SECOND_QUESTION = re.compile(rf"(?:\band\b|\bor\b|[,;])\s+(?:also\s+)?{ASK}\b", re.IGNORECASE)
+# "..., and how many ...", "... or what ...", "..., how many ..." ("..., which was brown, ..." is a relative clause)
+SECOND_QUESTION = re.compile(rf"(?:(?:\band\b|\bor\b)\s+(?:also\s+)?{ASK}|[,;]\s+(?:and\s+|also\s+)?"
+                             r"(?:how\s+many|how\s+much|what|how))\b", re.IGNORECASE)
 ASKS = re.compile(rf"\b{ASK}\b", re.IGNORECASE)
 QUESTION_MARKS = re.compile(r"\?\s*\S")
 

@@ -41,8 +41,9 @@ from cftools.models import (
     Item, Judgment, Release, SourceQuestion, utcnow,
 )
 from cftools.release import (
-    CARD_NAME, DATA_DIR, DEFAULT_OUT_DIR, FORMAT_CVQA, FORMAT_NATIVE, FORMATS, IMAGES_DIR, MANIFEST_NAME,
-    RECORDS_NAME, SCHEMA_VERSION, STORE_IMAGE_REF, cvqa_csv_name, map_strings, strings_in, hash_file, parquet_name, release_dir_name,
+    DATA_DIR, DEFAULT_OUT_DIR, FORMAT_CVQA, FORMAT_NATIVE, FORMATS, IMAGES_DIR, MANIFEST_NAME, RECORDS_NAME,
+    SCHEMA_VERSION, STORE_IMAGE_REF, cvqa_csv_name, hash_file, map_strings, parquet_name, release_dir_name,
+    strings_in,
 )
 from cftools.store import Store
 from cftools.workspace import Workspace
@@ -334,10 +335,6 @@ def json_line(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(", ", ": ")) + "\n"
 
 
-def write_json(path: Path, obj: Any) -> None:
-    path.write_text(json.dumps(obj, sort_keys=True, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
-
-
 def copy_image(ref: ImageRef, release: Path) -> None:
     """Copy one image under its content-addressed name, checking the bytes still have that hash."""
     source = Path(ref.path)
@@ -471,18 +468,42 @@ class ExportResult:
         return {**self.__dict__, "path": str(self.path)}
 
 
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_temporaries(target: Path) -> list[Path]:
+    """Temporary folders of TARGET left by an export that was killed (its process is gone)."""
+    removed = []
+    for path in sorted(target.parent.glob(f".{target.name}.pid*")):
+        match = re.match(rf"^\.{re.escape(target.name)}\.pid(\d+)\.", path.name)
+        if match and path.is_dir() and not _process_alive(int(match.group(1))):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
 def atomic_release(target: Path, force: bool, write: Callable[[Path], None]) -> None:
-    """Run WRITE on a temporary folder beside TARGET, then rename it into place."""
+    """Run WRITE on a temporary folder beside TARGET, then rename it into place. The temporary folder
+    is named after this process, so a later export removes it if this one is killed."""
     if target.exists() and not force:
         raise CftoolsError(f"{target} already exists; pass --force to replace it")
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    remove_stale_temporaries(target)
+    prefix = f".{target.name}.pid{os.getpid()}."
+    tmp = Path(tempfile.mkdtemp(prefix=prefix, suffix=".tmp", dir=target.parent))
     old = None
     try:
         os.chmod(tmp, 0o755)
         write(tmp)
         if target.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".old", dir=target.parent))
+            old = Path(tempfile.mkdtemp(prefix=prefix, suffix=".old", dir=target.parent))
             os.rename(target, old / "release")
         os.rename(tmp, target)
     except BaseException:

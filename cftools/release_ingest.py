@@ -16,7 +16,7 @@ from sqlalchemy import select
 
 from cftools.errors import CftoolsError, InputError
 from cftools.images import ImageFile, read_image_file, register_image
-from cftools.ingest import IngestReport, existing_item_keys
+from cftools.ingest import BATCH, IngestReport, existing_item_keys
 from cftools.models import STATUSES, Generation, IngestRun, Item, ItemEvent, SourceQuestion, utcnow
 from cftools.release import (
     MANIFEST_NAME, RECORDS_NAME, hash_file, is_release_image_path, load_manifest, load_records, map_strings,
@@ -101,22 +101,22 @@ def ingest_release(store: Store, release_dir: Path) -> IngestReport:
             image_ids[sha], added = register_image(store, session, image)
             report.images_added += added
         existing = existing_item_keys(session, [r["id"] for r in records])
-        for record in records:
-            if record["id"] in existing:
-                continue
-            prov = provenance.get(record["id"]) or {}
-            source_id = add_source(store, session, source_row(record, prov, fallback, now),
-                                   image_ids.get(record.get("image_sha256") or ""), report)
-            generation_id = add_generation(session, prov.get("generation"), record, source_id, now)
-            item = Item(key=record["id"], kind=record["kind"], group=record["group"], source_id=source_id,
-                        question=record["question"], answer=record.get("answer"), status=record["status"],
-                        origin="release", generation_id=generation_id, data=item_data(record),
-                        created_at=now, updated_at=now)
-            session.add(item)
-            session.flush()
-            session.add(ItemEvent(item_id=item.id, stage="ingest", to_status=record["status"],
-                                  detail={"release": str(release)}, created_at=now))
-            report.items_added += 1
+        new = [r for r in records if r["id"] not in existing]
+        source_ids = add_sources(store, session, new, provenance, fallback, image_ids, now, report)
+        generation_ids = add_generations(session, new, provenance, fallback, now)
+        rows = [{"key": r["id"], "kind": r["kind"], "group": r["group"], "source_id": source_ids.get(r["id"]),
+                 "question": r["question"], "answer": r.get("answer"), "status": r["status"], "origin": "release",
+                 "generation_id": generation_ids.get(r["id"]), "data": item_data(r), "created_at": now,
+                 "updated_at": now} for r in new]
+        for start in range(0, len(rows), BATCH):
+            store.insert_ignore(session, Item.__table__, rows[start:start + BATCH])
+        added = existing_item_keys(session, [r["id"] for r in new])
+        status_of = {r["id"]: r["status"] for r in new}
+        events = [{"item_id": item_id, "stage": "ingest", "to_status": status_of[key],
+                   "detail": {"release": str(release)}, "created_at": now} for key, item_id in sorted(added.items())]
+        for start in range(0, len(events), BATCH):
+            session.execute(ItemEvent.__table__.insert(), events[start:start + BATCH])
+        report.items_added = len(added)
         session.add(IngestRun(format="release", path=str(release), file_sha256=hash_file(release / MANIFEST_NAME),
                               n_records=len(records), n_sources_added=report.sources_added,
                               n_items_added=report.items_added, n_images_added=report.images_added))
@@ -124,30 +124,57 @@ def ingest_release(store: Store, release_dir: Path) -> IngestReport:
     return report
 
 
-def add_source(store: Store, session, row: dict | None, image_id: int | None, report: IngestReport) -> int | None:  # noqa: ANN001
-    if row is None:
-        return None
+def add_sources(store: Store, session, records: list[dict], provenance: dict, fallback: str,  # noqa: ANN001
+                image_ids: dict[str, int], now, report: IngestReport) -> dict[str, int]:  # noqa: ANN001
+    """Source questions of RECORDS (existing ones reused, given their image if they had none);
+    returns record id -> source id."""
     table = SourceQuestion.__table__
-    key = (table.c.dataset == row["dataset"]) & (table.c.external_id == row["external_id"])
-    found = session.execute(select(table.c.id, table.c.image_id).where(key)).first()
-    if found is None:
-        session.execute(table.insert().values(**row, image_id=image_id))
-        report.sources_added += 1
-        report.images_attached += image_id is not None
-        return session.execute(select(table.c.id).where(key)).scalar_one()
-    if found.image_id is None and image_id is not None:
-        session.execute(table.update().where(table.c.id == found.id).values(image_id=image_id))
-        report.images_attached += 1
-    return found.id
+    wanted: dict[tuple[str, str], dict] = {}
+    record_source: dict[str, tuple[str, str]] = {}
+    for record in records:
+        row = source_row(record, provenance.get(record["id"]) or {}, fallback, now)
+        if row is None:
+            continue
+        key = (row["dataset"], row["external_id"])
+        wanted.setdefault(key, {**row, "image_id": image_ids.get(record.get("image_sha256") or "")})
+        record_source[record["id"]] = key
+    ids: dict[tuple[str, str], tuple[int, int | None]] = {}
+    for dataset in sorted({d for d, _ in wanted}):
+        for external_id, source_id, image_id in session.execute(
+                select(table.c.external_id, table.c.id, table.c.image_id).where(table.c.dataset == dataset)):
+            ids[(dataset, external_id)] = (source_id, image_id)
+    new = [row for key, row in wanted.items() if key not in ids]
+    for start in range(0, len(new), BATCH):
+        store.insert_ignore(session, table, new[start:start + BATCH])
+    report.sources_added = len(new)
+    report.images_attached = sum(row["image_id"] is not None for row in new)
+    for key, row in wanted.items():
+        if key in ids and ids[key][1] is None and row["image_id"] is not None:
+            session.execute(table.update().where(table.c.id == ids[key][0]).values(image_id=row["image_id"]))
+            report.images_attached += 1
+    for dataset in sorted({row["dataset"] for row in new}):
+        for external_id, source_id, image_id in session.execute(
+                select(table.c.external_id, table.c.id, table.c.image_id).where(table.c.dataset == dataset)):
+            ids[(dataset, external_id)] = (source_id, image_id)
+    return {record_id: ids[key][0] for record_id, key in record_source.items()}
 
 
-def add_generation(session, gen: dict | None, record: dict, source_id: int | None, now) -> int | None:  # noqa: ANN001
-    if not gen or not gen.get("backend") or not gen.get("model"):
-        return None
-    row = Generation(source_id=source_id, generator=gen.get("generator") or "rewrite", group=record["group"],
-                     backend=gen["backend"], model=gen["model"], template_name=gen.get("template_name"),
-                     template_hash=gen.get("template_hash"), params={"from_release_item": record["id"]},
-                     created_at=now)
-    session.add(row)
-    session.flush()
-    return row.id
+def add_generations(session, records: list[dict], provenance: dict, fallback: str, now) -> dict[str, int]:  # noqa: ANN001
+    """One generation record per distinct generator, model, template and group named in the provenance
+    (a summary of how the items were made, not the original calls); returns record id -> its id."""
+    by_key: dict[tuple, int] = {}
+    out = {}
+    for record in records:
+        gen = (provenance.get(record["id"]) or {}).get("generation") or {}
+        if not gen.get("backend") or not gen.get("model"):
+            continue
+        key = (gen.get("generator") or "rewrite", gen["backend"], gen["model"], gen.get("template_name"),
+               gen.get("template_hash"), record["group"])
+        if key not in by_key:
+            row = Generation(generator=key[0], backend=key[1], model=key[2], template_name=key[3],
+                             template_hash=key[4], group=key[5], params={"from_release": fallback}, created_at=now)
+            session.add(row)
+            session.flush()
+            by_key[key] = row.id
+        out[record["id"]] = by_key[key]
+    return out

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import json
-import shutil
 from pathlib import Path
 
 import PIL.Image
@@ -161,6 +160,14 @@ def test_verify_names_changed_missing_and_extra_files(stocked, tmp_path, run_cli
 
 
 def test_round_trip_through_ingest_release(stocked, tmp_path, run_cli):
+    from cftools.models import Generation
+
+    with stocked.store.write() as session:
+        generation = Generation(generator="rewrite", group="boolean", backend="local", model="tiny-model",
+                                template_name="rewrite_boolean.j2", template_hash="ab" * 32)
+        session.add(generation)
+        session.flush()
+        session.execute(update(Item).where(Item.group == "boolean").values(generation_id=generation.id))
     splits = parse_splits("test=0.8,dev=0.2")
     first = export_release(stocked, "bench", "1.0", tmp_path / "out", include_unverified=True, splits=splits)
     other = init_workspace(tmp_path / "other")
@@ -180,6 +187,8 @@ def test_round_trip_through_ingest_release(stocked, tmp_path, run_cli):
         second = export_release(other, "bench", "1.0", tmp_path / "again", include_unverified=True, splits=splits)
         assert (second.path / "records.jsonl").read_bytes() == (first.path / "records.jsonl").read_bytes()
         assert all_files(second.path / "images") == all_files(first.path / "images")
+        row = "| rewrite | local | tiny-model | rewrite_boolean.j2 | `abababababab` | 100 |"
+        assert row in (first.path / "README.md").read_text() and row in (second.path / "README.md").read_text()
     finally:
         other.close()
 
@@ -400,3 +409,29 @@ def test_data_images_options_annotation_and_agreement(workspace, tmp_path, run_c
         assert (again.path / "records.jsonl").read_bytes() == (result.path / "records.jsonl").read_bytes()
     finally:
         other.close()
+
+
+def test_killed_export_leaves_no_release_and_its_leftovers_are_removed(stocked, tmp_path):
+    """A real export process killed midway: no release appears; the next export clears its temporary folder."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    code = ("import sys, time, cftools.export as e\n"
+            "from cftools.workspace import load_workspace\n"
+            "def stuck(*a, **k):\n    print('writing', flush=True); time.sleep(60)\n"
+            "e.write_manifest = stuck\n"
+            f"e.export_release(load_workspace({str(stocked.root)!r}), 'bench', '1', {str(out)!r})\n")
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "writing"
+        os.kill(child.pid, signal.SIGKILL)
+    finally:
+        child.wait()
+    leftovers = [p.name for p in out.iterdir()]
+    assert len(leftovers) == 1 and leftovers[0].startswith(f".bench-1.pid{child.pid}.")
+    assert not (out / "bench-1").exists()
+    result = export_release(stocked, "bench", "1", out)
+    assert [p.name for p in out.iterdir()] == ["bench-1"] and verify_release(result.path).ok

@@ -407,3 +407,41 @@ def test_near_duplicate_by_embeddings(workspace):
     assert "cosine similarity" in flags_of(store, paraphrase)["duplicate"]
     assert flags_of(store, first) == {} and flags_of(store, other_number) == {}
     assert flags_of(store, other_question) == {}
+
+
+def test_an_interrupted_run_keeps_finished_batches_and_the_next_run_does_the_rest(workspace, monkeypatch):
+    from cftools.checks import runner
+
+    monkeypatch.setattr(runner, "BATCH", 2)
+    store = workspace.store
+    ids = [add_item(store, f"How many dogs would there be if {n} more dogs came?", str(2 + n), image=f"{n}.jpg")
+           for n in range(1, 6)]
+    seen = []
+
+    def stop_after_first_batch(result):
+        seen.append(result.item.id)
+        if len(seen) == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_checks(store, use_embeddings=False, on_result=stop_after_first_batch)
+    assert [status_of(store, i) for i in ids] == [CHECKED, CHECKED, DRAFT, DRAFT, DRAFT]
+    report = run_checks(store, use_embeddings=False)
+    assert report.candidates == 3 and all(status_of(store, i) == CHECKED for i in ids)
+    with store.session() as session:
+        moves = session.execute(select(func.count()).select_from(ItemEvent)
+                                .where(ItemEvent.stage == "check", ItemEvent.to_status == CHECKED)).scalar_one()
+    assert moves == 5  # each item moved once
+
+
+def test_group_and_limit_select_the_drafts(workspace, run_cli):
+    store = workspace.store
+    direct = add_item(store, "How many dogs would there be if 2 more dogs came?", "4")
+    boolean = add_item(store, "Would there be a dog if the dog left?", "no", group=BOOLEAN, source_answer="yes",
+                       image="b.jpg")
+    lines = json_lines(run_cli("check", "--json", "--group", BOOLEAN).stdout)
+    assert [line["id"] for line in lines] == [boolean]
+    assert status_of(store, boolean) == CHECKED and status_of(store, direct) == DRAFT
+    add_item(store, "How many dogs would there be if 3 more dogs came?", "5", image="c.jpg")
+    assert len(json_lines(run_cli("check", "--json", "--limit", "1").stdout)) == 1
+    assert len(json_lines(run_cli("check", "--json").stdout)) == 1

@@ -75,7 +75,8 @@ def check(workspace: Workspace, as_json: bool, recheck: bool, only: tuple[str, .
 
     Each problem becomes a flag on the item (code and reason); nothing is deleted and flagged items
     stay draft. Codes: arithmetic, not_flipped, no_presupposition, answer_type, leakage,
-    two_questions, duplicate, unchanged_answer. Rerunning checks only new drafts unless --recheck.
+    two_questions, duplicate, unchanged_answer. A rerun checks only new drafts and drafts edited since
+    their check; --recheck checks every draft again.
     """
     if list_checks:
         table = Table(title="Checks", title_justify="left")

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# The main job on the shipped example, offline: workspace -> ingest -> status.
-# Run by `make demo` (see README). WORKSPACE defaults to ./demo-workspace.
+# The main job on the shipped example, offline, on embedded defaults (SQLite store, the bundled small model):
+# workspace -> ingest -> generate -> check -> annotate (if a server is configured) -> export -> verify -> eval.
+# Run by `make demo` (see README). WORKSPACE defaults to ./demo-workspace; N items per generated group.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 ws="${WORKSPACE:-$PWD/demo-workspace}"
+per_group="${N:-2}"
 export CFTOOLS_WORKSPACE="$ws"
 
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
@@ -15,6 +17,24 @@ step "Ingest the C-VQA sample (300 published rows, images not shipped) and the V
 cftools ingest cvqa "$here/cvqa/C-VQA-Real_questions.csv"
 cftools ingest vqav2 --questions "$here/vqav2/questions.json" --annotations "$here/vqav2/annotations.json" \
   --images "$here/vqav2/images"
+
+step "Generate $per_group counterfactual items per group with the embedded model (poor answers: it is offline)"
+for group in numerical-direct numerical-indirect boolean; do
+  cftools generate rewrite --group "$group" --limit "$per_group"
+done
+
+step "Automatic checks"
+cftools check
+
+step "Verification in Label Studio"
+cftools annotate push --if-configured
+
+step "Export an unverified release and verify it"
+cftools export example --version 0.1.0 --include-unverified --force
+cftools verify "$ws/releases/example-0.1.0"
+
+step "Blind (text-only) baseline on the release"
+cftools eval "$ws/releases/example-0.1.0" --model blind --limit "${EVAL_LIMIT:-20}"
 
 step "What the store holds"
 cftools status

@@ -19,13 +19,13 @@ from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, PackageLoader, StrictUndefined, TemplateError
 from rich.console import Console
-from sqlalchemy import and_, exists, select
+from sqlalchemy import and_, exists, insert, select
 from sqlmodel import Session
 
 from cftools.errors import CftoolsError, InputError
 from cftools.llm import Backend, Completion, LLMError, make_backend, request_key, text_message
 from cftools.llm.base import DEFAULT_PARAMS, render_messages
-from cftools.llm.cache import cached_completion, cached_completions, save_completion
+from cftools.llm.cache import cached_completion, cached_completions, save_completions
 from cftools.llm.runner import JobResult, RunStats, run_jobs
 from cftools.models import (BOOLEAN, CVQA_GROUPS, DRAFT, KIND_CVQA, NUMERICAL_DIRECT, NUMERICAL_INDIRECT, Generation,
                             Item, ItemEvent, SourceQuestion, utcnow)
@@ -133,6 +133,7 @@ class RewriteJob:
     source: dict[str, Any]
     messages: list[dict[str, Any]]
     attempts: list[Attempt] = field(default_factory=list)
+    first_missed: bool = False  # the bulk cache lookup found no response for attempt 1
 
 
 @dataclass
@@ -185,6 +186,7 @@ class Rewriter:
         attempt = self.new_attempt(job)
         completion = cache.get(attempt.key)
         if completion is None:
+            job.first_missed = True
             return None
         attempt.completion = completion
         if not self.parse_into(attempt):
@@ -196,7 +198,8 @@ class Rewriter:
         while len(job.attempts) < self.max_attempts:
             attempt = self.new_attempt(job)
             job.attempts.append(attempt)
-            attempt.completion = None if self.refresh else cached_completion(self.store, attempt.key)
+            looked_up = attempt.number == 1 and job.first_missed
+            attempt.completion = None if self.refresh or looked_up else cached_completion(self.store, attempt.key)
             if attempt.completion is None:
                 try:
                     attempt.completion = self.backend.complete(job.messages, attempt.params)
@@ -225,24 +228,25 @@ class RewriteWriter:
 
     def __call__(self, results: list[JobResult]) -> None:
         with self.store.write() as session:
+            fresh = [(a.key, a.completion) for r in results for a in r.job.attempts if a.fresh and a.completion]
+            save_completions(session, self.backend.cache_id, self.backend.model, fresh)
+            rows = [self._generation(r.job, a) for r in results for a in r.job.attempts]
+            ids = iter(session.execute(insert(Generation).returning(Generation.id, sort_by_parameter_order=True),
+                                       rows).scalars().all() if rows else [])
             items = []
             for result in results:
                 job: RewriteJob = result.job
-                generations = [self._generation(session, job, attempt) for attempt in job.attempts]
-                session.add_all(generations)
-                session.flush()
-                final = job.attempts[-1] if job.attempts else None
+                generation_ids = [next(ids) for _ in job.attempts]
                 self.report.parse_failures += sum(1 for a in job.attempts if a.parse_error)
                 self.report.call_errors += sum(1 for a in job.attempts if a.error)
+                final = job.attempts[-1] if job.attempts else None
                 if result.ok and final is not None and final.parsed:
-                    items.append(self._item(job, final, generations[-1].id))
+                    items.append(self._item(job, final, generation_ids[-1]))
             self.report.items_created += insert_items(self.store, session, items, "generate")
 
-    def _generation(self, session: Session, job: RewriteJob, attempt: Attempt) -> Generation:
+    def _generation(self, job: RewriteJob, attempt: Attempt) -> dict[str, Any]:
         completion = attempt.completion
-        if completion is not None and attempt.fresh:
-            save_completion(session, attempt.key, self.backend.cache_id, self.backend.model, completion)
-        return Generation(
+        return dict(
             source_id=job.source["id"], generator=GENERATOR, group=self.group, backend=self.backend.name,
             model=self.backend.model, template_name=self.template.name, template_hash=self.template.hash,
             params={**attempt.params, "cache_backend": self.backend.cache_id}, prompt=render_messages(job.messages),
@@ -250,7 +254,7 @@ class RewriteWriter:
             parse_error=attempt.parse_error, prompt_tokens=completion.prompt_tokens if completion else None,
             completion_tokens=completion.completion_tokens if completion else None,
             latency_s=completion.latency_s if completion else None, error=attempt.error, cache_key=attempt.key,
-            cached=bool(completion and completion.cached), attempt=attempt.number)
+            cached=bool(completion and completion.cached), attempt=attempt.number, created_at=utcnow())
 
     def _item(self, job: RewriteJob, attempt: Attempt, generation_id: int) -> dict[str, Any]:
         return item_row(job.source, self.group, attempt.parsed, generation_id, attempt.number)

@@ -273,3 +273,31 @@ def test_a_killed_run_resumes_without_duplicates(workspace, tmp_path):
     finally:
         server.kill()
         server.wait()
+
+
+def test_ctrl_c_stops_cleanly_and_the_rerun_continues(workspace, tmp_path):
+    rows = [(f"img{i}.jpg", f"How many items of sort {i} are there?", str(i % 5)) for i in range(20)]
+    ingest_table(workspace.store, write_table(tmp_path / "some.csv", rows))
+    server, base_url = start_stub_process(delay=0.25)
+    try:
+        configure_stub(workspace, base_url)
+        command = [sys.executable, "-m", "cftools.cli", "-w", str(workspace.root), "generate", "rewrite",
+                   "--group", "numerical-indirect", "--concurrency", "2", "--quiet"]
+        run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        db = sqlite3.connect(workspace.root / "cftools.db", timeout=60)
+        deadline = time.time() + 120
+        while time.time() < deadline and run.poll() is None and \
+                db.execute("select count(*) from items where origin = 'generated'").fetchone()[0] < 3:
+            time.sleep(0.1)
+        run.send_signal(signal.SIGINT)
+        out, err = run.communicate(timeout=60)
+        assert run.returncode == 1 and "interrupted" in err, (out, err)
+        stopped_at = db.execute("select count(*) from items where origin = 'generated'").fetchone()[0]
+        assert 3 <= stopped_at < 20
+        assert subprocess.run(command, capture_output=True, timeout=300).returncode == 0
+        assert db.execute("select count(distinct key), count(*) from items where origin = 'generated'"
+                          ).fetchone() == (20, 20)
+        db.close()
+    finally:
+        server.kill()
+        server.wait()

@@ -149,3 +149,9 @@ def test_api_key_comes_only_from_the_named_environment_variable(monkeypatch):
     local = make_backend({"backend": "openai", "model": "m", "base_url": "http://127.0.0.1:9/v1"})
     assert local.cache_id == "openai@http://127.0.0.1:9/v1"
     local.close()
+
+
+def test_a_key_written_into_the_config_is_refused():
+    with pytest.raises(LLMError, match="api_key_env") as err:
+        make_backend({"backend": "openai", "model": "m", "api_key": KEY})
+    assert KEY not in str(err.value)

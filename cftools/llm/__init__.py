@@ -27,6 +27,9 @@ def make_backend(config: dict[str, Any] | None = None, backend: str | None = Non
                  **overrides: Any) -> Backend:
     """A backend from the workspace's [llm] section, with the command line's --backend/--model on top."""
     config = dict(config or {})
+    if config.get("api_key"):
+        raise LLMError("[llm] api_key is not read: keys never go into the workspace; put the key in an environment "
+                       "variable and name it with [llm] api_key_env")
     config.update({k: v for k, v in overrides.items() if v is not None})
     name = backend or config.get("backend") or "local"
     if name == "local":

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from sqlalchemy import select
+from sqlalchemy import insert, select
 from sqlmodel import Session
 
 from cftools.llm.base import Completion
@@ -47,3 +47,19 @@ def save_completion(session: Session, key: str, backend: str, model: str, comple
     row.latency_s = completion.latency_s
     row.created_at = utcnow()
     session.add(row)
+
+
+def save_completions(session: Session, backend: str, model: str, completions: list[tuple[str, Completion]]) -> None:
+    """Insert or replace many cached responses in one go (keys already cached are updated)."""
+    if not completions:
+        return
+    latest = dict(completions)
+    existing = set(session.execute(select(CachedResponse.key).where(CachedResponse.key.in_(list(latest)))).scalars())
+    for key in existing:
+        save_completion(session, key, backend, model, latest[key])
+    now = utcnow()
+    rows = [{"key": key, "backend": backend, "model": model, "output": c.text, "prompt_tokens": c.prompt_tokens,
+             "completion_tokens": c.completion_tokens, "latency_s": c.latency_s, "created_at": now}
+            for key, c in latest.items() if key not in existing]
+    if rows:
+        session.execute(insert(CachedResponse), rows)

@@ -43,6 +43,7 @@ def stub_reply(prompt: str) -> str:
 
 class StubHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # as real servers do: no 40 ms delayed-ACK stall between header and body
     server: "StubServer"
 
     def log_message(self, *args: Any) -> None:  # quiet

@@ -120,6 +120,8 @@ class HFVisionModel:
         model_type = getattr(model.config, "model_type", "")
         accepts_positions = "position_ids" in inspect.signature(model.forward).parameters
         self.batch_prefixes = accepts_positions and model_type not in MULTI_AXIS_POSITION_MODELS
+        # Only the logits that score something are computed (the prefix's last one; the option's own).
+        self.keep_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
 
     @classmethod
     def load(cls, path_or_id: str, device: str = "auto", dtype: str = "auto") -> "HFVisionModel":
@@ -211,6 +213,9 @@ class HFVisionModel:
             ids.append(list(tokens))
         return ids
 
+    def _keep(self, n: int) -> dict[str, int]:
+        return {"logits_to_keep": n} if self.keep_logits else {}
+
     def score_options(self, prompts: Sequence[Prompt]) -> list[list[dict[str, float]]]:
         """Per question, per option: sum_logprob, mean_loss and n_tokens; the prefix runs once per question."""
         if not self.batch_prefixes and len(prompts) > 1:
@@ -229,7 +234,7 @@ class HFVisionModel:
         with torch.inference_mode():
             if len(prompts) > 1:
                 encoded["position_ids"] = (mask.long().cumsum(-1) - 1).clamp(min=0)
-            out = self.model(**encoded, use_cache=True)
+            out = self.model(**encoded, use_cache=True, **self._keep(1))
             rows = torch.tensor([b for b, ids in enumerate(option_ids) for _ in ids], device=mask.device)
             cache = out.past_key_values
             cache.reorder_cache(rows)
@@ -272,7 +277,8 @@ class HFVisionModel:
                 inputs = dict(encoded)
                 inputs["input_ids"] = torch.cat([encoded["input_ids"], option], dim=1)
                 inputs["attention_mask"] = torch.ones_like(inputs["input_ids"])
-                logits = self.model(**inputs, use_cache=False).logits[0, -len(ids) - 1:-1].float()
+                logits = self.model(**inputs, use_cache=False, **self._keep(len(ids) + 1)).logits
+                logits = logits[0, -len(ids) - 1:-1].float()
                 total = float(torch.log_softmax(logits, -1).gather(-1, option[0].unsqueeze(-1)).sum())
                 scores.append({"sum_logprob": total, "mean_loss": -total / len(ids), "n_tokens": len(ids)})
         return scores

@@ -19,6 +19,7 @@ from rich.table import Table
 REPORT_MD = "report.md"
 REPORT_CSV = "report.csv"
 REPORT_PNG = "report.png"
+TERMINAL_HEADERS = {"original": "orig", "counterfactual": "cf", "unknown": "unk"}
 CSV_FIELDS = ("section", "group", "metric", "value", "low", "high", "n")
 
 
@@ -49,7 +50,18 @@ def points(score: Optional[dict]) -> str:
     return f"{score['value']:.2f} [{score['low']:.2f}, {score['high']:.2f}]"
 
 
-def report_tables(summary: dict[str, Any]) -> list[ReportTable]:
+def pct_compact(score: Optional[dict]) -> str:
+    """'63.2 (58–68)': the terminal's narrower form of `pct`."""
+    if not score or score.get("value") is None:
+        return "–"
+    text = f"{100 * score['value']:.1f}"
+    if score.get("low") is not None:
+        text += f" ({100 * score['low']:.0f}–{100 * score['high']:.0f})"
+    return text
+
+
+def report_tables(summary: dict[str, Any], compact: bool = False) -> list[ReportTable]:
+    pct = pct_compact if compact else globals()["pct"]
     tables = []
     if "cvqa" in summary:
         rows = [[r["group"], str(r["n"]), pct(r["original"]), rate(r["unknown_original"]),
@@ -188,16 +200,18 @@ def write_reports(result: Any) -> None:
     out = Path(result.out_dir)
     (out / REPORT_MD).write_text(render_markdown(result.config, result.summary), encoding="utf-8")
     (out / REPORT_CSV).write_text(render_csv(result.summary), encoding="utf-8")
-    write_plot(out / REPORT_PNG, *plot_series(result.summary))
+    title, groups, series = plot_series(result.summary)
+    write_plot(out / REPORT_PNG, f"{title}: {result.config['model']} ({result.config['mode']})", groups, series)
 
 
 def rich_tables(config: dict[str, Any], summary: dict[str, Any]) -> list[Any]:
     """The report for the terminal: a header and one rich Table per item shape."""
     items: list[Any] = ["\n".join(line.replace("**", "").replace("`", "") for line in _header_lines(config, summary))]
-    for table in report_tables(summary):
-        rich = Table(title=table.title, title_justify="left")
+    for table in report_tables(summary, compact=True):
+        rich = Table(title=table.title + ", 95% CI in ( )", title_justify="left")
         for i, column in enumerate(table.columns):
-            rich.add_column(column, justify="left" if i == 0 else "right")
+            rich.add_column(TERMINAL_HEADERS.get(column, column), justify="left" if i == 0 else "right",
+                            no_wrap=True)
         for row in table.rows:
             rich.add_row(*row)
         items.append(rich)

@@ -10,7 +10,8 @@ already in the local cache (nothing is downloaded: `local_files_only` follows HF
   greedy decoding, `torch.inference_mode`.
 - **rank**: each option is scored as the assistant's reply. The reply text is what the chat template
   renders for an assistant turn holding the option, cut at the end of the option (the template's
-  leading space or newline is kept, the end-of-turn marker is not). The prompt prefix is run ONCE per
+  leading space or newline is kept, the end-of-turn marker is not); its tokens are those that
+  tokenize(prefix + reply) adds after tokenize(prefix). The prompt prefix is run ONCE per
   question with `use_cache=True`; its key/value cache is then repeated once per option and all options
   of the batch are scored in one more forward pass over just their own tokens. Per option the result
   holds `sum_logprob` (sum of the option tokens' log-probabilities; highest wins), `mean_loss`
@@ -205,12 +206,22 @@ class HFVisionModel:
     # -- ranking ---------------------------------------------------------------------------------------
 
     def _option_ids(self, prompt: Prompt, prefix: str) -> list[list[int]]:
+        """Token ids of each option's reply as they follow the prefix: the tail of tokenize(prefix + reply)
+        after tokenize(prefix) (so SentencePiece word-boundary markers come out right), or the reply
+        tokenized alone where the joint tokenization does not extend the prefix's."""
+        def tokenize(text: str) -> list[int]:
+            return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+        prefix_ids = tokenize(prefix)
         ids = []
         for option in prompt.options or []:
-            tokens = self.tokenizer(self.reply_text(prompt, prefix, option), add_special_tokens=False)["input_ids"]
+            reply = self.reply_text(prompt, prefix, option)
+            joint = tokenize(prefix + reply)
+            tokens = (joint[len(prefix_ids):] if joint[:len(prefix_ids)] == prefix_ids and len(joint) > len(prefix_ids)
+                      else tokenize(reply))
             if not tokens:
                 raise CftoolsError(f"option {option!r} has no tokens")
-            ids.append(list(tokens))
+            ids.append(tokens)
         return ids
 
     def _keep(self, n: int) -> dict[str, int]:

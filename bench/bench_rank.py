@@ -1,6 +1,6 @@
 """Rank mode on a tiny random LLaVA on CPU: shared-prefix option scoring vs one full forward pass per option.
 
-    .venv/bin/python bench/bench_rank.py [--items 16] [--hidden 256] [--layers 4] [--threads 2]
+    .venv/bin/python bench/bench_rank.py [--items 16] [--hidden 256] [--layers 4] [--threads 1]
 
 Each item has an image and a long question (prompt prefix >= 600 tokens, image tokens included) and 4
 options. "shared" runs the prefix once with use_cache and scores the 4 options in one pass over the
@@ -35,7 +35,7 @@ def main() -> None:
     parser.add_argument("--items", type=int, default=16)
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--layers", type=int, default=4)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
 
     import torch

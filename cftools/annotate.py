@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 from urllib.parse import quote
 
-from sqlalchemy import and_, delete, func, insert, select, update
+from sqlalchemy import and_, bindparam, delete, func, insert, select, update
 from sqlmodel import Session
 
 from cftools.annotation_rules import (
@@ -482,12 +482,38 @@ def store_judgments(session: Session, tasks: dict[int, AnnotationTask], chosen: 
     return changed
 
 
-def _set_item_decision(session: Session, item: Item, decision: Decision, task: AnnotationTask,
+@dataclass
+class PendingWrites:
+    """Row changes collected while deciding, written in a few executemany statements."""
+
+    items: list[dict] = field(default_factory=list)
+    tasks: list[dict] = field(default_factory=list)
+    events: list[dict] = field(default_factory=list)
+
+    def flush(self, session: Session) -> None:
+        _bulk_update(session, Item.__table__, self.items)
+        _bulk_update(session, AnnotationTask.__table__, self.tasks)
+        if self.events:
+            session.execute(insert(ItemEvent.__table__), self.events)
+
+
+def _bulk_update(session: Session, table, rows: list[dict]) -> None:  # noqa: ANN001
+    """UPDATE table SET ... WHERE id = row["id"], one executemany per set of changed columns."""
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for row in rows:
+        groups[tuple(sorted(k for k in row if k != "id"))].append(row)
+    for columns, group in groups.items():
+        statement = (table.update().where(table.c.id == bindparam("row_id"))
+                     .values({c: bindparam(f"new_{c}") for c in columns}))
+        session.execute(statement, [{"row_id": r["id"], **{f"new_{c}": r[c] for c in columns}} for r in group])
+
+
+def _set_item_decision(writes: PendingWrites, item: Item, decision: Decision, task: AnnotationTask,
                        annotators: list[str]) -> None:
     now = utcnow()
     detail: dict[str, Any] = {"decision": decision.status, "rule": decision.rule, "purpose": task.purpose,
                               "project": task.ls_project_id, "task": task.ls_task_id, "annotators": annotators}
-    values: dict[str, Any] = {"status": decision.status, "updated_at": now}
+    values: dict[str, Any] = {"id": item.id, "status": decision.status, "updated_at": now}
     if decision.corrected_answer is not None:
         proposed = item.proposed_answer if item.proposed_answer is not None else item.answer
         values.update(answer=decision.corrected_answer, proposed_answer=proposed)
@@ -496,10 +522,13 @@ def _set_item_decision(session: Session, item: Item, decision: Decision, task: A
         # An earlier correction no longer holds (an annotation was edited): back to the proposed answer.
         values.update(answer=item.proposed_answer, proposed_answer=None)
         detail.update(restored_answer=item.proposed_answer)
-    session.execute(_update(Item).where(Item.id == item.id).values(**values))
-    session.execute(_update(AnnotationTask).where(AnnotationTask.id == task.id)
-                    .values(state=DECIDED, decision=decision.status, updated_at=now))
-    session.execute(insert(ItemEvent.__table__), [_event(item.id, item.status, decision.status, detail)])
+    unchanged = (item.status == decision.status and task.decision == decision.status
+                 and values.get("answer", item.answer) == item.answer)
+    if unchanged:
+        return
+    writes.items.append(values)
+    writes.tasks.append({"id": task.id, "state": DECIDED, "decision": decision.status, "updated_at": now})
+    writes.events.append(_event(item.id, item.status, decision.status, detail))
 
 
 def apply_decisions(session: Session, tasks: dict[int, AnnotationTask], changed: set[int],
@@ -522,27 +551,28 @@ def apply_decisions(session: Session, tasks: dict[int, AnnotationTask], changed:
         adjudicated_items.update(session.execute(select(AnnotationTask.item_id).where(
             AnnotationTask.item_id.in_(part), AnnotationTask.purpose == ADJUDICATE,
             AnnotationTask.state == DECIDED)).scalars())
+    writes = PendingWrites()
     for task_id in ids:
         task, found = tasks[task_id], judgments.get(task_id, [])
         item = items[task.item_id]
         if task.purpose == ADJUDICATE:
             if found:
                 decision = adjudicated(answer_of(found[0]))
-                _set_item_decision(session, item, decision, task, [found[0].annotator])
+                _set_item_decision(writes, item, decision, task, [found[0].annotator])
                 report.decisions[f"adjudicated {decision.status}"] += 1
             continue
         if item.id in adjudicated_items:
             continue
         if len(found) >= ANNOTATIONS_PER_TASK:
             decision = decide(answer_of(found[0]), answer_of(found[1]))
-            _set_item_decision(session, item, decision, task, [j.annotator for j in found[:2]])
+            _set_item_decision(writes, item, decision, task, [j.annotator for j in found[:2]])
             report.decisions[decision.status + (" (corrected)" if decision.corrected_answer else "")] += 1
         elif task.decision is not None:  # a judgment went away: the item is under review again
-            session.execute(_update(AnnotationTask).where(AnnotationTask.id == task.id)
-                            .values(state=OPEN, decision=None, updated_at=utcnow()))
-            session.execute(_update(Item).where(Item.id == item.id).values(status=IN_REVIEW, updated_at=utcnow()))
-            session.execute(insert(ItemEvent.__table__),
-                            [_event(item.id, item.status, IN_REVIEW, {"reopened": "a judgment was withdrawn"})])
+            now = utcnow()
+            writes.tasks.append({"id": task.id, "state": OPEN, "decision": None, "updated_at": now})
+            writes.items.append({"id": item.id, "status": IN_REVIEW, "updated_at": now})
+            writes.events.append(_event(item.id, item.status, IN_REVIEW, {"reopened": "a judgment was withdrawn"}))
+    writes.flush(session)
 
 
 def mark_deleted(session: Session, tasks: list[AnnotationTask], report: PullReport) -> None:

@@ -58,14 +58,14 @@ def main() -> None:
         try:
             started, cpu = time.perf_counter(), time.process_time()
             first = rewrite(workspace.store, backend, NUMERICAL_DIRECT, concurrency=args.concurrency,
-                            params=llm_params({}))
+                            params=llm_params({}, "openai"))
             first_s, first_cpu = time.perf_counter() - started, time.process_time() - cpu
             with workspace.store.write() as session:
                 session.execute(delete(ItemEvent))
                 session.execute(delete(Item))
             started = time.perf_counter()
             again = rewrite(workspace.store, backend, NUMERICAL_DIRECT, concurrency=args.concurrency,
-                            params=llm_params({}))
+                            params=llm_params({}, "openai"))
             again_s = time.perf_counter() - started
             with workspace.store.session() as session:
                 n_items = len(session.execute(select(Item.id)).all())

@@ -658,17 +658,19 @@ def pull(workspace: Workspace, progress: Progress = _no_progress) -> PullReport:
 def _verify_pairs(session: Session) -> dict[str, list[tuple[Answer, Answer]]]:
     """Per item kind: the first two judgments of every live verification task that has two."""
     rows = session.execute(
-        select(Item.kind, Judgment).join(AnnotationTask, AnnotationTask.id == Judgment.task_id)
+        select(Item.kind, Judgment.task_id, Judgment.related, Judgment.answer_correct, Judgment.flags)
+        .join(AnnotationTask, AnnotationTask.id == Judgment.task_id)
         .join(Item, Item.id == AnnotationTask.item_id)
         .where(AnnotationTask.purpose == VERIFY, AnnotationTask.state != DELETED)
         .order_by(Judgment.task_id, Judgment.ls_annotation_id)).all()
-    per_task: dict[int, tuple[str, list[Judgment]]] = {}
-    for kind, judgment in rows:
-        per_task.setdefault(judgment.task_id, (kind, []))[1].append(judgment)
+    per_task: dict[int, tuple[str, list[Answer]]] = {}
+    for kind, task_id, related, correct, flags in rows:
+        per_task.setdefault(task_id, (kind, []))[1].append(
+            Answer(related=related, answer_correct=correct, flags=list(flags or [])))
     pairs: dict[str, list[tuple[Answer, Answer]]] = defaultdict(list)
     for kind, found in per_task.values():
         if len(found) >= 2:
-            pairs[kind].append((answer_of(found[0]), answer_of(found[1])))
+            pairs[kind].append((found[0], found[1]))
     return pairs
 
 

@@ -40,6 +40,9 @@ RETRY_TEMPERATURE = 0.7
 DEFAULT_CONCURRENCY = {"local": 1, "openai": 8}
 # The prompts' examples start with "Question:"; a model that goes on to invent another example stops there.
 REWRITE_STOP = ["\nQuestion:"]
+# The embedded model also stops once its "New answer:" line is complete (OpenAI-compatible servers ignore this).
+REWRITE_STOP_REGEX = r"(?i)new answer\s*:[^\n]*\S[^\n]*\n"
+LOCAL_MAX_TOKENS = 160
 
 
 def item_key(source_id: int, group: str) -> str:
@@ -99,7 +102,8 @@ def attempt_params(base: dict[str, Any], attempt: int) -> dict[str, Any]:
 def select_sources(store: Store, group: str, limit: int | None = None,
                    include_ingested: bool = False) -> list[dict[str, Any]]:
     """Source questions of the group's answer type with no item of that group yet (with INCLUDE_INGESTED: no
-    generated item; an ingested C-VQA counterfactual of the same group does not count)."""
+    generated item; an ingested C-VQA counterfactual of the same group does not count). Those whose image is in
+    the store come first, so a small --limit gives items that can be annotated and exported."""
     if group not in CVQA_GROUPS:
         raise CftoolsError(f"unknown group {group!r}; use one of {', '.join(CVQA_GROUPS)}")
     condition = and_(Item.source_id == SourceQuestion.id, Item.group == group)
@@ -108,7 +112,7 @@ def select_sources(store: Store, group: str, limit: int | None = None,
     query = (select(SourceQuestion.id, SourceQuestion.question, SourceQuestion.answer, SourceQuestion.image_ref)
              .where(SourceQuestion.answer_type == GROUP_ANSWER_TYPE[group], SourceQuestion.answer.is_not(None),
                     ~exists().where(condition))
-             .order_by(SourceQuestion.id))
+             .order_by(SourceQuestion.image_id.is_(None), SourceQuestion.id))  # questions with an image first
     if limit is not None:
         query = query.limit(limit)
     with store.session() as session:
@@ -289,9 +293,11 @@ def insert_items(store: Store, session: Session, items: list[dict[str, Any]], st
 
 
 # ------------------------------------------------------------------ the whole run
-def llm_params(config: dict[str, Any]) -> dict[str, Any]:
-    """Sampling parameters for rewriting: the defaults, the stop string, and [llm] temperature/max_tokens/top_p."""
+def llm_params(config: dict[str, Any], backend: str | None = None) -> dict[str, Any]:
+    """Sampling parameters for rewriting: the defaults, the stops, and [llm] temperature/max_tokens/top_p."""
     params = {**DEFAULT_PARAMS, "stop": REWRITE_STOP}
+    if (backend or config.get("backend") or "local") == "local":
+        params.update(stop_regex=REWRITE_STOP_REGEX, max_tokens=LOCAL_MAX_TOKENS)
     for name in ("temperature", "max_tokens", "top_p"):
         if config.get(name) is not None:
             params[name] = config[name]
@@ -307,7 +313,7 @@ def rewrite(store: Store, backend: Backend, group: str, *, limit: int | None = N
     sources = select_sources(store, group, limit, include_ingested)
     report = RewriteReport(group=group, backend=backend.name, model=backend.model, template=template.name,
                            selected=len(sources))
-    rewriter = Rewriter(store, backend, group, params or llm_params({}), max_attempts, refresh)
+    rewriter = Rewriter(store, backend, group, params or llm_params({}, backend.name), max_attempts, refresh)
     jobs = [RewriteJob(source=s, messages=[text_message(render_prompt(template, s))]) for s in sources]
     ready: list[JobResult] = []
     pending = jobs
@@ -393,7 +399,7 @@ def generate_examples(workspace: Workspace, per_group: int = 2, backend: str | N
     config = workspace.section("llm")
     llm = make_backend(config, backend, model)
     try:
-        return [rewrite(workspace.store, llm, group, limit=per_group, params=llm_params(config),
+        return [rewrite(workspace.store, llm, group, limit=per_group, params=llm_params(config, llm.name),
                         include_ingested=True, console=console, quiet=quiet) for group in CVQA_GROUPS]
     finally:
         llm.close()

@@ -28,7 +28,7 @@ from cftools.models import BOOLEAN
 
 LABEL = re.compile(r"(?i)(?:\b(?:new|counterfactual|rewritten|final)\s+(question|answer)\b)\s*\**\s*[:：=\-–—]+\s*\**")
 PLAIN_LABEL = re.compile(r"(?i)\b(question|answer)\b\s*\**\s*[:：]\s*\**")
-FLIPPED = re.compile(r"(?i)\bflipped\s+answer\s*\**\s*[:：=\-–]+\s*\**\s*(yes|no)\b")
+FLIPPED = re.compile(r"(?i)\bflip(?:ped)?\s+answer\s*\**\s*[:：=\-–]+\s*\**\s*(yes|no)\b")
 MARKUP = re.compile(r"[*_`#>]+")
 NUMBER = re.compile(r"-?\d+(?:[.,]\d+)?")
 NUMBER_WORDS = {"zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",

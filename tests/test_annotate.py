@@ -250,6 +250,9 @@ def test_push_pull_decide_and_agree(label_studio, ls_workspace, run_cli, request
     assert statuses(store)[item_ids[5]] == IN_REVIEW
     human = run_cli("annotate", "pull")
     assert human.exit_code == 0 and "rejected annotation" in human.output
+    # The token reached no row of the store.
+    for db_file in ls_workspace.root.glob("cftools.db*"):
+        assert label_studio.admin_token.encode() not in db_file.read_bytes()
 
 
 def test_push_again_pushes_only_new_items(label_studio, ls_workspace, run_cli, request):
@@ -374,6 +377,7 @@ def test_wrong_token_never_shows_the_token(label_studio, ls_workspace, run_cli, 
     assert set(statuses(ls_workspace.store).values()) == {CHECKED}
     with ls_workspace.store.session() as session:
         assert session.execute(select(func.count()).select_from(AnnotationTask)).scalar_one() == 0
+    assert secret.encode() not in (ls_workspace.root / "cftools.db").read_bytes()
 
 
 def test_push_killed_after_import_resumes_without_duplicates(label_studio, ls_workspace, run_cli, request):

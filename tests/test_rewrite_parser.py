@@ -52,6 +52,8 @@ BOOLEAN_CASES = [
     ("New question: Would the street be wet if it rained?\nNew answer: Yes, it would.", "yes", None),
     ("New question: Would the street be wet if it rained?\nNew answer:YES", "yes", None),
     ("New question: Would the lights be on if the power went out?\nNew answer: false", "no", None),
+    ("The steps:\n1. Flip answer: no\n2. The street is dry.\nNew question: Would it be wet if it were dry?\n"
+     "New answer: no", "no", "no"),
 ]
 
 

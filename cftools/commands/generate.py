@@ -48,7 +48,7 @@ def rewrite_cmd(workspace: Workspace, group: str, limit: int | None, backend: st
     try:
         report = rewrite(workspace.store, llm, group, limit=limit, template_path=template_path,
                          concurrency=concurrency, refresh=refresh, max_attempts=max_attempts,
-                         params=llm_params(config), include_ingested=include_ingested, console=err_console,
+                         params=llm_params(config, llm.name), include_ingested=include_ingested, console=err_console,
                          quiet=quiet or as_json)
     finally:
         llm.close()

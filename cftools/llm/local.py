@@ -4,7 +4,8 @@ Its answers are poor; it is the default so that everything runs with no server a
 `transformers` (+ `gguf`; the default, nothing to compile) and `llama_cpp` (faster, used when importable or asked
 for). Loading the GGUF through transformers takes ~12-25 s, so the first load writes a plain safetensors copy to
 the model cache ($CFTOOLS_CACHE, else ~/.cache/cftools, under models/); later loads read that in ~2 s.
-Decoding is greedy unless a temperature above 0 is asked for (then sampled with the given seed).
+Decoding is greedy unless a temperature above 0 is asked for (then sampled with the given seed). Besides the
+OpenAI parameters, `stop_regex` ends generation once the new text matches it (small models ramble on).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -142,20 +144,34 @@ class LocalBackend:
             messages=chat, max_tokens=int(params.get("max_tokens") or 256), temperature=temperature,
             top_k=0 if temperature > 0 else 1, seed=int(params.get("seed") or 0), stop=params.get("stop"))
         usage = out.get("usage") or {}
-        return Completion(text=out["choices"][0]["message"]["content"] or "",
+        stop_regex = re.compile(params["stop_regex"]) if params.get("stop_regex") else None
+        return Completion(text=cut_at_stops(out["choices"][0]["message"]["content"] or "", [], stop_regex),
                           prompt_tokens=usage.get("prompt_tokens"), completion_tokens=usage.get("completion_tokens"))
 
     def _complete_transformers(self, chat: list[Message], params: dict[str, Any]) -> Completion:
         import torch
+        from transformers import StoppingCriteria, StoppingCriteriaList
 
         tokenizer, model = self._loaded
         inputs = tokenizer.apply_chat_template(chat, add_generation_prompt=True, return_tensors="pt",
                                                return_dict=True)
+        n_prompt = int(inputs["input_ids"].shape[1])
+        stops = list(params.get("stop") or [])
+        stop_regex = re.compile(params["stop_regex"]) if params.get("stop_regex") else None
+
+        class StopOnNewText(StoppingCriteria):
+            """Stop strings and the stop pattern are looked for in the new text only, never across the prompt."""
+
+            def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+                text = tokenizer.decode(input_ids[0, n_prompt:], skip_special_tokens=True)
+                done = any(stop in text for stop in stops) or bool(stop_regex and stop_regex.search(text))
+                return torch.full((input_ids.shape[0],), done, dtype=torch.bool)
+
         temperature = float(params.get("temperature") or 0.0)
         options: dict[str, Any] = {"max_new_tokens": int(params.get("max_tokens") or 256),
                                    "pad_token_id": tokenizer.eos_token_id}
-        if params.get("stop"):
-            options.update(stop_strings=list(params["stop"]), tokenizer=tokenizer)
+        if stops or stop_regex:
+            options["stopping_criteria"] = StoppingCriteriaList([StopOnNewText()])
         if temperature > 0:
             torch.manual_seed(int(params.get("seed") or 0))
             options.update(do_sample=True, temperature=temperature, top_p=float(params.get("top_p") or 1.0))
@@ -163,15 +179,20 @@ class LocalBackend:
             options.update(do_sample=False, temperature=None, top_p=None, top_k=None)
         with torch.inference_mode():
             output = model.generate(**inputs, **options)
-        n_prompt = int(inputs["input_ids"].shape[1])
         new_tokens = output[0][n_prompt:]
-        text = tokenizer.decode(new_tokens, skip_special_tokens=True)
-        for stop in params.get("stop") or []:
-            text = text.split(stop, 1)[0]
+        text = cut_at_stops(tokenizer.decode(new_tokens, skip_special_tokens=True), stops, stop_regex)
         return Completion(text=text, prompt_tokens=n_prompt, completion_tokens=int(new_tokens.shape[0]))
 
     def close(self) -> None:
         self._loaded = None
+
+
+def cut_at_stops(text: str, stops: list[str], stop_regex: re.Pattern | None = None) -> str:
+    """The text up to the first stop string (excluded) or to the end of the stop pattern's first match."""
+    for stop in stops:
+        text = text.split(stop, 1)[0]
+    match = stop_regex.search(text) if stop_regex else None
+    return text[:match.end()] if match else text
 
 
 @contextlib.contextmanager

@@ -19,10 +19,11 @@ import base64
 import mimetypes
 import os
 from collections import Counter, defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional
 from urllib.parse import quote
 
 from sqlalchemy import and_, bindparam, delete, func, insert, select, update
@@ -601,32 +602,43 @@ def pull_project(store: Store, server: LabelStudioServer, project_id: int, purpo
             select(AnnotationTask.item_id).where(_open_task_filter(server.url, project_id, purpose))))).all())
     by_ls_id = {t.ls_task_id: t for t in tasks.values()}
     report.projects += 1
-    if not server.project_exists(project_id):
-        exported: dict[int, dict] = {}
-    else:
-        exported = {}
-        done = 0
-        for chunk in server.export_tasks(project_id, sorted(by_ls_id)):
-            exported.update({t["id"]: t for t in chunk})
-            done += len(chunk)
-            progress(f"pull project {project_id}", done, len(by_ls_id))
-    chosen: dict[int, list[Chosen]] = {}
-    for ls_id, task in by_ls_id.items():
-        data = exported.get(ls_id)
-        if data is None:
-            continue
-        carried = (data.get("meta") or {}).get("item_key") or (data.get("data") or {}).get("item_key")
-        if carried != keys.get(task.item_id):
-            report.mismatched.append({"project": project_id, "task": ls_id, "expected": keys.get(task.item_id),
-                                      "found": carried})
-            continue
-        report.tasks += 1
-        chosen[task.id] = choose_annotations(data, purpose, emails, report)
-    gone = [t for ls_id, t in by_ls_id.items() if ls_id not in exported]
-    with store.write() as session:
-        changed = store_judgments(session, tasks, chosen, report)
-        apply_decisions(session, tasks, changed, report)
-        mark_deleted(session, gone, report)
+    seen: set[int] = set()
+    chunks: Iterable[list[dict]] = ()
+    if server.project_exists(project_id):
+        chunks = _prefetched(server.export_tasks(project_id, sorted(by_ls_id)))
+    done = 0
+    for chunk in chunks:  # each chunk is written in its own transaction while the next one downloads
+        chosen: dict[int, list[Chosen]] = {}
+        for data in chunk:
+            task = by_ls_id.get(data.get("id"))
+            if task is None:
+                continue
+            seen.add(task.ls_task_id)
+            carried = (data.get("meta") or {}).get("item_key") or (data.get("data") or {}).get("item_key")
+            if carried != keys.get(task.item_id):
+                report.mismatched.append({"project": project_id, "task": task.ls_task_id,
+                                          "expected": keys.get(task.item_id), "found": carried})
+                continue
+            report.tasks += 1
+            chosen[task.id] = choose_annotations(data, purpose, emails, report)
+        with store.write() as session:
+            changed = store_judgments(session, {task_id: tasks[task_id] for task_id in chosen}, chosen, report)
+            apply_decisions(session, tasks, changed, report)
+        done += len(chunk)
+        progress(f"pull project {project_id}", done, len(by_ls_id))
+    gone = [t for ls_id, t in by_ls_id.items() if ls_id not in seen]
+    if gone:
+        with store.write() as session:
+            mark_deleted(session, gone, report)
+
+
+def _prefetched(chunks: Iterator[list[dict]]) -> Iterator[list[dict]]:
+    """Download the next chunk in a thread while the caller stores the current one."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        future = pool.submit(next, chunks, None)
+        while (chunk := future.result()) is not None:
+            future = pool.submit(next, chunks, None)
+            yield chunk
 
 
 def pull(workspace: Workspace, progress: Progress = _no_progress) -> PullReport:

@@ -25,5 +25,6 @@ install-test: $(BIN)/python
 demo: install
 	PATH="$(CURDIR)/$(BIN):$$PATH" bash examples/quickstart.sh
 
+# The annotation tests start a real Label Studio server from its own venv (scripts/install-label-studio.sh).
 test: install-test
-	$(BIN)/python -m pytest
+	LS_BIN="$$(bash scripts/install-label-studio.sh | tail -n 1)" $(BIN)/python -m pytest

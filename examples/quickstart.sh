@@ -20,7 +20,7 @@ cftools ingest vqav2 --questions "$here/vqav2/questions.json" --annotations "$he
 
 step "Generate $per_group counterfactual items per group with the embedded model (poor answers: it is offline)"
 for group in numerical-direct numerical-indirect boolean; do
-  cftools generate rewrite --group "$group" --limit "$per_group"
+  cftools generate rewrite --group "$group" --limit "$per_group" --max-attempts 1
 done
 
 step "Automatic checks"
@@ -34,7 +34,7 @@ cftools export example --version 0.1.0 --include-unverified --force
 cftools verify "$ws/releases/example-0.1.0"
 
 step "Blind (text-only) baseline on the release"
-cftools eval "$ws/releases/example-0.1.0" --model blind --limit "${EVAL_LIMIT:-20}"
+cftools eval "$ws/releases/example-0.1.0" --model blind --limit "${EVAL_LIMIT:-4}"
 
 step "What the store holds"
 cftools status

@@ -53,7 +53,7 @@ def print_summary(report: CheckReport, out) -> None:  # noqa: ANN001
                   "those items are not flagged for it.[/]")
     if report.duplicate_mode:
         embedded = f" ({report.embedded} questions embedded)" if report.embedded else ""
-        out.print(f"duplicate: {report.duplicate_mode}{embedded}")
+        out.print(f"duplicate: {report.duplicate_mode}{embedded}", markup=False)
 
 
 @click.command("check")

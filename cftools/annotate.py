@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 import mimetypes
 import os
+import threading
 from collections import Counter, defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -31,7 +32,7 @@ from sqlmodel import Session
 
 from cftools.annotation_rules import (
     ADJUDICATE, VERIFY, Answer, Decision, InvalidResult, adjudicated, agreement, decide, parse_answer,
-    render_label_config,
+    preload_agreement_library, render_label_config,
 )
 from cftools.errors import CftoolsError
 from cftools.label_studio import LabelStudioServer, ServerSettings, server_settings
@@ -439,19 +440,16 @@ def _judgment_row(task_id: int, chosen: Chosen) -> dict:
             "annotated_at": _parse_time(a.get("updated_at") or a.get("created_at")), "updated_at": utcnow()}
 
 
-def answer_of(judgment: Judgment) -> Answer:
-    return Answer(related=judgment.related, answer_correct=judgment.answer_correct,
-                  corrected_answer=judgment.corrected_answer, flags=list(judgment.flags or []),
-                  comment=judgment.comment, decision=judgment.decision)
+def store_judgments(session: Session, chosen: dict[int, list[Chosen]], report: PullReport) -> set[int]:
+    """Upsert one judgment per (task, annotator); returns the store ids of tasks whose judgments changed.
 
-
-def store_judgments(session: Session, tasks: dict[int, AnnotationTask], chosen: dict[int, list[Chosen]],
-                    report: PullReport) -> set[int]:
-    """Upsert one judgment per (task, annotator); returns the store ids of tasks whose judgments changed."""
-    task_ids = list(tasks)
-    existing: dict[tuple[int, str], Judgment] = {}
+    Afterwards the judgments of each task in CHOSEN are exactly its picks, in the same order."""
+    task_ids = list(chosen)
+    existing: dict[tuple[int, str], Any] = {}
     for start in range(0, len(task_ids), 900):
-        for j in session.execute(select(Judgment).where(Judgment.task_id.in_(task_ids[start:start + 900]))).scalars():
+        for j in session.execute(select(Judgment.id, Judgment.task_id, Judgment.annotator, Judgment.ls_annotation_id,
+                                        Judgment.raw)
+                                 .where(Judgment.task_id.in_(task_ids[start:start + 900]))):
             existing[(j.task_id, j.annotator)] = j
     changed: set[int] = set()
     new_rows: list[dict] = []
@@ -509,8 +507,9 @@ def _bulk_update(session: Session, table, rows: list[dict]) -> None:  # noqa: AN
         session.execute(statement, [{"row_id": r["id"], **{f"new_{c}": r[c] for c in columns}} for r in group])
 
 
-def _set_item_decision(writes: PendingWrites, item: Item, decision: Decision, task: AnnotationTask,
+def _set_item_decision(writes: PendingWrites, item: Any, decision: Decision, task: Any,
                        annotators: list[str]) -> None:
+    """Queue the item's new status (and answer) with its history event; ITEM and TASK are rows of their tables."""
     now = utcnow()
     detail: dict[str, Any] = {"decision": decision.status, "rule": decision.rule, "purpose": task.purpose,
                               "project": task.ls_project_id, "task": task.ls_task_id, "annotators": annotators}
@@ -532,41 +531,40 @@ def _set_item_decision(writes: PendingWrites, item: Item, decision: Decision, ta
     writes.events.append(_event(item.id, item.status, decision.status, detail))
 
 
-def apply_decisions(session: Session, tasks: dict[int, AnnotationTask], changed: set[int],
+def apply_decisions(session: Session, tasks: dict[int, Any], changed: set[int], chosen: dict[int, list[Chosen]],
                     report: PullReport) -> None:
-    """Decide the items of tasks whose judgments changed (an adjudicated item keeps its adjudication)."""
+    """Decide the items of tasks whose judgments changed (an adjudicated item keeps its adjudication).
+
+    TASKS holds AnnotationTask rows by store id; a changed task's judgments are its picks in CHOSEN
+    (see `store_judgments`), so they are not read back."""
     ids = sorted(changed)
     if not ids:
         return
-    judgments: dict[int, list[Judgment]] = defaultdict(list)
-    for start in range(0, len(ids), 900):
-        for j in session.execute(select(Judgment).where(Judgment.task_id.in_(ids[start:start + 900]))
-                                 .order_by(Judgment.ls_annotation_id)).scalars():
-            judgments[j.task_id].append(j)
     item_ids = sorted({tasks[t].item_id for t in ids})
-    items: dict[int, Item] = {}
+    items: dict[int, Any] = {}
     adjudicated_items: set[int] = set()
     for start in range(0, len(item_ids), 900):
         part = item_ids[start:start + 900]
-        items.update({i.id: i for i in session.execute(select(Item).where(Item.id.in_(part))).scalars()})
+        items.update({i.id: i for i in session.execute(
+            select(Item.id, Item.status, Item.answer, Item.proposed_answer).where(Item.id.in_(part)))})
         adjudicated_items.update(session.execute(select(AnnotationTask.item_id).where(
             AnnotationTask.item_id.in_(part), AnnotationTask.purpose == ADJUDICATE,
             AnnotationTask.state == DECIDED)).scalars())
     writes = PendingWrites()
     for task_id in ids:
-        task, found = tasks[task_id], judgments.get(task_id, [])
+        task, found = tasks[task_id], chosen.get(task_id, [])
         item = items[task.item_id]
         if task.purpose == ADJUDICATE:
             if found:
-                decision = adjudicated(answer_of(found[0]))
+                decision = adjudicated(found[0].answer)
                 _set_item_decision(writes, item, decision, task, [found[0].annotator])
                 report.decisions[f"adjudicated {decision.status}"] += 1
             continue
         if item.id in adjudicated_items:
             continue
         if len(found) >= ANNOTATIONS_PER_TASK:
-            decision = decide(answer_of(found[0]), answer_of(found[1]))
-            _set_item_decision(writes, item, decision, task, [j.annotator for j in found[:2]])
+            decision = decide(found[0].answer, found[1].answer)
+            _set_item_decision(writes, item, decision, task, [pick.annotator for pick in found[:2]])
             report.decisions[decision.status + (" (corrected)" if decision.corrected_answer else "")] += 1
         elif task.decision is not None:  # a judgment went away: the item is under review again
             now = utcnow()
@@ -576,7 +574,7 @@ def apply_decisions(session: Session, tasks: dict[int, AnnotationTask], changed:
     writes.flush(session)
 
 
-def mark_deleted(session: Session, tasks: list[AnnotationTask], report: PullReport) -> None:
+def mark_deleted(session: Session, tasks: list[Any], report: PullReport) -> None:
     """Tasks gone from the server: marked deleted; items still under review go back to `checked`."""
     now = utcnow()
     for task in tasks:
@@ -596,8 +594,9 @@ def mark_deleted(session: Session, tasks: list[AnnotationTask], report: PullRepo
 def pull_project(store: Store, server: LabelStudioServer, project_id: int, purpose: str, emails: dict[int, str],
                  report: PullReport, progress: Progress) -> None:
     with store.session() as session:
-        tasks = {t.id: t for t in session.execute(select(AnnotationTask).where(
-            _open_task_filter(server.url, project_id, purpose))).scalars()}
+        tasks = {t.id: t for t in session.execute(select(
+            AnnotationTask.id, AnnotationTask.item_id, AnnotationTask.purpose, AnnotationTask.ls_project_id,
+            AnnotationTask.ls_task_id, AnnotationTask.decision).where(_open_task_filter(server.url, project_id, purpose)))}
         keys = dict(session.execute(select(Item.id, Item.key).where(Item.id.in_(
             select(AnnotationTask.item_id).where(_open_task_filter(server.url, project_id, purpose))))).all())
     by_ls_id = {t.ls_task_id: t for t in tasks.values()}
@@ -607,7 +606,7 @@ def pull_project(store: Store, server: LabelStudioServer, project_id: int, purpo
     if server.project_exists(project_id):
         chunks = _prefetched(server.export_tasks(project_id, sorted(by_ls_id)))
     done = 0
-    for chunk in chunks:  # each chunk is written in its own transaction while the next one downloads
+    for chunk in chunks:  # each chunk is written in its own transaction while the server exports the next
         chosen: dict[int, list[Chosen]] = {}
         for data in chunk:
             task = by_ls_id.get(data.get("id"))
@@ -622,8 +621,8 @@ def pull_project(store: Store, server: LabelStudioServer, project_id: int, purpo
             report.tasks += 1
             chosen[task.id] = choose_annotations(data, purpose, emails, report)
         with store.write() as session:
-            changed = store_judgments(session, {task_id: tasks[task_id] for task_id in chosen}, chosen, report)
-            apply_decisions(session, tasks, changed, report)
+            changed = store_judgments(session, chosen, report)
+            apply_decisions(session, tasks, changed, chosen, report)
         done += len(chunk)
         progress(f"pull project {project_id}", done, len(by_ls_id))
     gone = [t for ls_id, t in by_ls_id.items() if ls_id not in seen]
@@ -633,7 +632,7 @@ def pull_project(store: Store, server: LabelStudioServer, project_id: int, purpo
 
 
 def _prefetched(chunks: Iterator[list[dict]]) -> Iterator[list[dict]]:
-    """Download the next chunk in a thread while the caller stores the current one."""
+    """Fetch the next chunk in a thread while the caller stores the current one."""
     with ThreadPoolExecutor(max_workers=1) as pool:
         future = pool.submit(next, chunks, None)
         while (chunk := future.result()) is not None:
@@ -646,6 +645,8 @@ def pull(workspace: Workspace, progress: Progress = _no_progress) -> PullReport:
     settings = server_settings(workspace)
     server = LabelStudioServer.from_settings(settings)
     report = PullReport()
+    preload = threading.Thread(target=preload_agreement_library, daemon=True)
+    preload.start()  # while the server builds the first export snapshot
     try:
         server.check()
         emails = server.user_emails()
@@ -660,6 +661,7 @@ def pull(workspace: Workspace, progress: Progress = _no_progress) -> PullReport:
             pull_project(workspace.store, server, project_id, purpose, emails, report, progress)
     finally:
         server.close()
+    preload.join()
     record_agreement(workspace.store)
     return report
 

@@ -184,6 +184,14 @@ def question_labels(answer: Answer) -> dict[str, str]:
     return labels
 
 
+def preload_agreement_library() -> None:
+    """Import scikit-learn ahead of `agreement`: it takes a second or more, which a pull can spend waiting."""
+    try:
+        import sklearn.metrics  # noqa: F401
+    except ImportError:
+        pass  # `agreement` raises the error where it is needed
+
+
 def agreement(pairs: list[tuple[Answer, Answer]]) -> dict[str, dict[str, Any]]:
     """Per question: number of pairs, percent agreement (0-100) and Cohen's kappa (None where undefined)."""
     from sklearn.metrics import cohen_kappa_score

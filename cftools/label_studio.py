@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional
@@ -23,7 +24,11 @@ from cftools.workspace import Workspace
 DEFAULT_TOKEN_ENV = "LABEL_STUDIO_API_KEY"
 URL_ENV = "LABEL_STUDIO_URL"
 DEFAULT_BATCH = 1000
-EXPORT_CHUNK = 500  # task ids per export request (Django refuses more than 1000 query fields)
+EXPORT_CHUNK = 1000  # tasks per export snapshot: small enough to store one while the next is built
+SNAPSHOT_TITLE = "cftools pull (temporary)"
+# Annotators as ids (cftools maps them to e-mails once per pull); drafts and predictions are not needed.
+SNAPSHOT_OPTIONS = {"drafts": {"only_id": True}, "predictions": {"only_id": True},
+                    "annotations__completed_by": {"only_id": True}}
 TIMEOUT_S = 300
 
 
@@ -194,15 +199,86 @@ class LabelStudioServer:
         return self._http
 
     def export_tasks(self, project_id: int, task_ids: list[int]) -> Iterator[list[dict]]:
-        """The tasks with their annotations, in chunks; a task deleted on the server is simply absent."""
-        http = self._http_client()
+        """The tasks with their annotations, in chunks; a task deleted on the server is simply absent.
+
+        Each chunk is an export snapshot of a temporary Data Manager view that selects just the chunk's
+        tasks. The snapshot path serializes tasks about a third faster than the one-shot export endpoint
+        (which builds a Project object, and parses its label config, for every task), and a single-process
+        server's serializer is what bounds pull speed. The view and the snapshot are deleted afterwards;
+        ones left by a killed pull are removed at the start of the next.
+        """
+        self.remove_stale_snapshots(project_id)
         for start in range(0, len(task_ids), EXPORT_CHUNK):
-            chunk = task_ids[start:start + EXPORT_CHUNK]
-            with self.errors(f"exporting tasks of project {project_id}"):
-                response = http.get(f"/api/projects/{project_id}/export",
-                                    params={"exportType": "JSON", "download_all_tasks": "true", "ids[]": chunk})
-                response.raise_for_status()
-            yield response.json()
+            yield self._snapshot(project_id, task_ids[start:start + EXPORT_CHUNK])
+
+    def _snapshot(self, project_id: int, task_ids: list[int]) -> list[dict]:
+        http = self._http_client()
+        view_id = export_id = None
+        with self.errors(f"exporting tasks of project {project_id}"):
+            try:
+                view = http.post("/api/dm/views/", json={
+                    "project": project_id, "data": {"title": SNAPSHOT_TITLE},
+                    "selected_items": {"all": False, "included": task_ids}})
+                view.raise_for_status()
+                view_id = view.json()["id"]
+                export = http.post(f"/api/projects/{project_id}/exports/", json={
+                    "title": SNAPSHOT_TITLE, "task_filter_options": {"view": view_id},
+                    "serialization_options": SNAPSHOT_OPTIONS})
+                export.raise_for_status()
+                export_id = export.json()["id"]
+                self._wait_for_snapshot(project_id, export_id, export.json().get("status"))
+                download = http.get(f"/api/projects/{project_id}/exports/{export_id}/download",
+                                    params={"exportType": "JSON"})
+                download.raise_for_status()
+                return download.json()
+            finally:
+                if export_id is not None:
+                    self._delete_quietly(f"/api/projects/{project_id}/exports/{export_id}")
+                if view_id is not None:
+                    self._delete_quietly(f"/api/dm/views/{view_id}/")
+
+    def _delete_quietly(self, path: str) -> None:
+        """Clean-up that must not hide the error being raised; what it misses the next pull removes."""
+        try:
+            self._http_client().delete(path)
+        except httpx.HTTPError:
+            pass
+
+    def _wait_for_snapshot(self, project_id: int, export_id: int, status: Optional[str]) -> None:
+        """Without a job queue the server builds the snapshot before answering; with one (Redis), poll."""
+        http = self._http_client()
+        deadline, pause = time.monotonic() + TIMEOUT_S, 0.05
+        while status != "completed":
+            if status == "failed":
+                raise LabelStudioError(f"Label Studio at {self.url} failed to export tasks of project {project_id} "
+                                       "(see the server's log)")
+            if time.monotonic() > deadline:
+                raise LabelStudioError(f"Label Studio at {self.url} did not finish exporting tasks of project "
+                                       f"{project_id} within {TIMEOUT_S} s")
+            time.sleep(pause)
+            pause = min(pause * 2, 2.0)
+            response = http.get(f"/api/projects/{project_id}/exports/{export_id}")
+            response.raise_for_status()
+            status = response.json().get("status")
+
+    def remove_stale_snapshots(self, project_id: int) -> int:
+        """Delete views and export snapshots a killed pull left in the project; returns how many."""
+        http = self._http_client()
+        removed = 0
+        with self.errors(f"cleaning up after an earlier pull of project {project_id}"):
+            views = http.get("/api/dm/views/", params={"project": project_id})
+            views.raise_for_status()
+            for view in views.json():
+                if (view.get("data") or {}).get("title") == SNAPSHOT_TITLE:
+                    http.delete(f"/api/dm/views/{view['id']}/").raise_for_status()
+                    removed += 1
+            exports = http.get(f"/api/projects/{project_id}/exports/")
+            exports.raise_for_status()
+            for export in exports.json():
+                if export.get("title") == SNAPSHOT_TITLE:
+                    http.delete(f"/api/projects/{project_id}/exports/{export['id']}").raise_for_status()
+                    removed += 1
+        return removed
 
     def user_emails(self) -> dict[int, str]:
         with self.errors("listing users"):

@@ -4,6 +4,12 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -14,7 +20,7 @@ from sqlalchemy import func, select, update
 
 from cftools.annotate import push, task_payloads, ImageLinks, PushReport
 from cftools.annotation_rules import Answer, decide
-from cftools.label_studio import LabelStudioServer
+from cftools.label_studio import SNAPSHOT_TITLE, LabelStudioServer
 from cftools.models import (
     ACCEPTED, CHECKED, IN_REVIEW, NEEDS_ADJUDICATION, REJECTED, AgreementStat, AnnotationTask, Item, ItemEvent,
     Judgment,
@@ -408,6 +414,61 @@ def test_push_killed_after_import_resumes_without_duplicates(label_studio, ls_wo
             ItemEvent.detail["how"].as_string() == "reconciled")).scalar_one() == 2
     # Pulling sees every task once and finds each carries its own item.
     assert pull_json(run_cli)["mismatched"] == []
+
+
+def test_push_killed_by_sigkill_resumes_without_duplicates(label_studio, ls_workspace, run_cli, request):
+    """A real `cftools annotate push` process killed mid-way; the rerun finishes with one task per item."""
+    n = 150
+    make_items(run_cli, label_studio.media_root / request.node.name, n)
+    mark_checked(ls_workspace.store)
+    config = ls_workspace.root / "cftools.toml"
+    config.write_text(config.read_text().replace("[label_studio]\n", "[label_studio]\nbatch_size = 2\n", 1))
+    command = [sys.executable, "-m", "cftools.cli", "-w", str(ls_workspace.root), "annotate", "push", "--json"]
+    run = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    db = sqlite3.connect(ls_workspace.root / "cftools.db", timeout=60)
+    deadline = time.time() + 120
+    linked = 0
+    while linked < 6 and time.time() < deadline and run.poll() is None:
+        time.sleep(0.02)
+        linked = db.execute("select count(*) from annotation_tasks").fetchone()[0]
+    os.kill(run.pid, signal.SIGKILL)
+    run.wait()
+    killed_at = db.execute("select count(*) from annotation_tasks").fetchone()[0]
+    assert 6 <= killed_at < n, "the push was not killed mid-way"
+    assert db.execute("pragma integrity_check").fetchone()[0] == "ok"
+    # Every linked item moved to in_review in the same transaction as its link.
+    assert db.execute("select count(*) from items where status = 'in_review'").fetchone()[0] == killed_at
+    db.close()
+
+    finished = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert finished.returncode == 0, finished.stderr
+    links = task_map(ls_workspace.store)
+    assert len(links) == n and len(set(links.values())) == n
+    assert set(statuses(ls_workspace.store).values()) == {IN_REVIEW}
+    project_id = json.loads(run_cli("annotate", "push", "--json").output)["project_id"]
+    assert label_studio.client().projects.get(id=project_id).task_number == n  # no task imported twice
+
+
+def test_pull_cleans_up_its_export_views_and_snapshots(label_studio, ls_workspace, run_cli, request):
+    """Pull exports through temporary views and snapshots: none stay, and those a killed pull left are removed."""
+    item_ids, tasks, project_id = pushed(run_cli, ls_workspace, label_studio, 2, request)
+    http = httpx.Client(base_url=label_studio.url, headers={"Authorization": f"Token {label_studio.admin_token}"})
+    left = http.post("/api/dm/views/", json={"project": project_id, "data": {"title": SNAPSHOT_TITLE},
+                                             "selected_items": {"all": False, "included": list(tasks.values())}})
+    mine = http.post("/api/dm/views/", json={"project": project_id, "data": {"title": "my own tab"}})
+    snapshot = http.post(f"/api/projects/{project_id}/exports/", json={"title": SNAPSHOT_TITLE})
+    assert (left.status_code, mine.status_code, snapshot.status_code) == (201, 201, 201)
+    one, two = (label_studio.client(email) for email in label_studio.annotators)
+    for item_id in item_ids:
+        one.annotations.create(id=tasks[item_id], result=result("yes", "yes"))
+        two.annotations.create(id=tasks[item_id], result=result("yes", "yes"))
+
+    assert pull_json(run_cli)["judgments_added"] == 4
+    assert set(statuses(ls_workspace.store).values()) == {ACCEPTED}
+    views = http.get("/api/dm/views/", params={"project": project_id}).json()
+    assert [v["data"]["title"] for v in views] == ["my own tab"]
+    assert http.get(f"/api/projects/{project_id}/exports/").json() == []
+    http.close()
 
 
 def test_deleted_tasks_are_reported_and_items_go_back(label_studio, ls_workspace, run_cli, request):

@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import mimetypes
 import os
 import threading
@@ -279,6 +280,14 @@ def _judgments_by_item(session: Session, item_ids: list[int]) -> dict[int, list[
     return found
 
 
+def _details_text(data: Optional[dict]) -> str:
+    """The item's shape-specific fields (options, cues, captions, ...) as lines an annotator can read."""
+    if not data:
+        return "none"
+    return "\n".join(f"{key}: {value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)}"
+                     for key, value in sorted(data.items()))
+
+
 def task_payloads(session: Session, items: list[Item], purpose: str, images: ImageLinks,
                   allow_missing_images: bool, report: PushReport) -> list[tuple[Item, dict]]:
     """The Label Studio task of each item (data + meta with the item key); items without a usable image are
@@ -305,6 +314,7 @@ def task_payloads(session: Session, items: list[Item], purpose: str, images: Ima
             "original_answer": (source.answer or "") if source else "",
             "question": item.question, "proposed_answer": item.answer or "",
             "check_flags": "\n".join(flags.get(item.id, [])) or "none",
+            "details": _details_text(item.data),
         }
         if purpose == ADJUDICATE:
             found = judgments.get(item.id, [])

@@ -162,6 +162,7 @@ def test_push_pull_decide_and_agree(label_studio, ls_workspace, run_cli, request
     assert task.data["question"].startswith("How many squares would there be")
     assert task.data["original_question"].startswith("How many squares are there")
     assert task.data["proposed_answer"] == "2"
+    assert task.data["details"].splitlines() == ["cvqa_type: Numerical direct", "line: line 2"]
     assert task.data["image"].startswith("/data/local-files/?d=")
     image = httpx.get(label_studio.url + task.data["image"],
                       headers={"Authorization": f"Token {label_studio.admin_token}"})

@@ -4,12 +4,8 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-import signal
-import sqlite3
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -17,6 +13,8 @@ import httpx
 import PIL.Image
 import pytest
 from sqlalchemy import func, select, update
+
+from killed_runs import kill_after_progress
 
 from cftools.annotate import push, task_payloads, ImageLinks, PushReport
 from cftools.annotation_rules import Answer, decide
@@ -425,21 +423,11 @@ def test_push_killed_by_sigkill_resumes_without_duplicates(label_studio, ls_work
     config = ls_workspace.root / "cftools.toml"
     config.write_text(config.read_text().replace("[label_studio]\n", "[label_studio]\nbatch_size = 2\n", 1))
     command = [sys.executable, "-m", "cftools.cli", "-w", str(ls_workspace.root), "annotate", "push", "--json"]
-    run = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    db = sqlite3.connect(ls_workspace.root / "cftools.db", timeout=60)
-    deadline = time.time() + 120
-    linked = 0
-    while linked < 6 and time.time() < deadline and run.poll() is None:
-        time.sleep(0.02)
-        linked = db.execute("select count(*) from annotation_tasks").fetchone()[0]
-    os.kill(run.pid, signal.SIGKILL)
-    run.wait()
-    killed_at = db.execute("select count(*) from annotation_tasks").fetchone()[0]
+    killed_at = kill_after_progress(command, ls_workspace.root / "cftools.db",
+                                    "select count(*) from annotation_tasks", at_least=6)
     assert 6 <= killed_at < n, "the push was not killed mid-way"
-    assert db.execute("pragma integrity_check").fetchone()[0] == "ok"
     # Every linked item moved to in_review in the same transaction as its link.
-    assert db.execute("select count(*) from items where status = 'in_review'").fetchone()[0] == killed_at
-    db.close()
+    assert list(statuses(ls_workspace.store).values()).count(IN_REVIEW) == killed_at
 
     finished = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert finished.returncode == 0, finished.stderr

@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
-import os
 import signal
 import sqlite3
 import subprocess
@@ -15,6 +14,8 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import delete, func, select
+
+from killed_runs import kill_after_progress
 
 from cftools.generate import item_key, load_template, reparse, rewrite, select_sources
 from cftools.ingest import ingest_cvqa, ingest_table
@@ -246,22 +247,14 @@ def test_a_killed_run_resumes_without_duplicates(workspace, tmp_path):
         configure_stub(workspace, base_url)
         command = [sys.executable, "-m", "cftools.cli", "-w", str(workspace.root), "generate", "rewrite",
                    "--group", "numerical-direct", "--concurrency", "2", "--quiet"]
-        run = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        db = sqlite3.connect(workspace.root / "cftools.db", timeout=60)
-        deadline = time.time() + 120
-        done = 0
-        while done < 6 and time.time() < deadline and run.poll() is None:
-            time.sleep(0.1)
-            done = db.execute("select count(*) from items where origin = 'generated'").fetchone()[0]
-        os.kill(run.pid, signal.SIGKILL)
-        run.wait()
-        killed_at = db.execute("select count(*) from items where origin = 'generated'").fetchone()[0]
+        killed_at = kill_after_progress(command, workspace.root / "cftools.db",
+                                        "select count(*) from items where origin = 'generated'", at_least=6)
         assert 6 <= killed_at < 40, "the run was not killed mid-way"
-        assert db.execute("pragma integrity_check").fetchone()[0] == "ok"
         asked_before = stub_requests(base_url)
 
         finished = subprocess.run(command, capture_output=True, text=True, timeout=300)
         assert finished.returncode == 0, finished.stderr
+        db = sqlite3.connect(workspace.root / "cftools.db", timeout=60)
         keys = [k for (k,) in db.execute("select key from items where origin = 'generated'")]
         assert len(keys) == len(set(keys)) == 40
         per_source = db.execute("select count(*) from items where origin = 'generated' "

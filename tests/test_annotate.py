@@ -460,6 +460,19 @@ def test_pull_cleans_up_its_export_views_and_snapshots(label_studio, ls_workspac
     http.close()
 
 
+def test_a_snapshot_still_being_built_is_polled(label_studio, ls_workspace, run_cli, request):
+    """With a job queue the server answers before the snapshot is built: pull polls its status."""
+    _, _, project_id = pushed(run_cli, ls_workspace, label_studio, 1, request)
+    server = LabelStudioServer(label_studio.url, label_studio.admin_token)
+    try:
+        export = server._http_client().post(f"/api/projects/{project_id}/exports/", json={"title": SNAPSHOT_TITLE})
+        # As a queued job would be reported: the status is read back from the server until it is complete.
+        server._wait_for_snapshot(project_id, export.json()["id"], "queued")
+        assert server.remove_stale_snapshots(project_id) == 1
+    finally:
+        server.close()
+
+
 def test_deleted_tasks_are_reported_and_items_go_back(label_studio, ls_workspace, run_cli, request):
     item_ids, tasks, project_id = pushed(run_cli, ls_workspace, label_studio, 3, request)
     label_studio.client().tasks.delete(id=tasks[item_ids[1]])

@@ -364,6 +364,7 @@ def test_no_server_configured(workspace, run_cli, monkeypatch):
     monkeypatch.delenv("LABEL_STUDIO_API_KEY", raising=False)
     quiet = run_cli("annotate", "push", "--if-configured")
     assert quiet.exit_code == 0 and "not configured" in quiet.output and "label-studio start" in quiet.output
+    assert "set [label_studio] url in" in " ".join(quiet.output.split())  # the section name is not eaten as markup
     loud = run_cli("annotate", "push")
     assert loud.exit_code == 1 and "no Label Studio server configured" in loud.output
 

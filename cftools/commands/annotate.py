@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Optional
 
 import click
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -67,7 +68,7 @@ def push_cmd(workspace: Workspace, kind: str, limit: Optional[int], adjudicate: 
         print_json(report.as_dict())
         return
     if not report.configured:
-        console.print(f"[yellow]Label Studio not configured[/]: {report.message}. Skipping the push.")
+        console.print(f"[yellow]Label Studio not configured[/]: {escape(report.message)}. Skipping the push.")
         return
     what = "adjudication" if adjudicate else "verification"
     console.print(f"Pushed {report.pushed} {kind} items to the {what} project: [bold]{report.project_url}[/]")
@@ -104,10 +105,11 @@ def pull_cmd(workspace: Workspace, as_json: bool) -> None:
     if report.cancelled:
         console.print(f"{report.cancelled} skipped (cancelled) annotations.")
     for bad in report.invalid:
-        console.print(f"[red]rejected annotation {bad['annotation']} of task {bad['task']} by {bad['annotator']}: "
-                      f"{bad['reason']}[/]")
+        console.print(f"[red]rejected annotation {bad['annotation']} of task {bad['task']} by "
+                      f"{escape(bad['annotator'])}: {escape(bad['reason'])}[/]")
     for bad in report.mismatched:
-        console.print(f"[red]task {bad['task']} carries item {bad['found']!r}, expected {bad['expected']!r}; "
+        console.print(f"[red]task {bad['task']} carries item {escape(repr(bad['found']))}, "
+                      f"expected {escape(repr(bad['expected']))}; "
                       "left alone[/]")
     if report.deleted_tasks:
         console.print(f"[yellow]{len(report.deleted_tasks)} tasks were deleted in Label Studio; "

@@ -1,6 +1,8 @@
 import click
+from sqlalchemy import insert
 
 from cftools.cli import main
+from cftools.models import Item, utcnow
 
 
 def all_commands(group: click.Group, prefix=()):
@@ -48,3 +50,18 @@ def test_show_prints_item_source_and_history(workspace, peer_cvqa_real, run_cli)
     assert "How many hydrants would there be if 2 more hydrants were added?" in result.output
     assert "COCO_val2014_000000405675.jpg" in result.output and "ingest" in result.output
     assert run_cli("show", "99999").exit_code != 0
+
+
+def test_show_prints_text_with_brackets_literally(workspace, run_cli, tmp_path):
+    table = tmp_path / "bracket.jsonl"
+    table.write_text('{"image": "[a].jpg", "question": "What does the sign [left] say?", "answer": "[stop]"}\n')
+    assert run_cli("ingest", "table", table).exit_code == 0
+    with workspace.store.write() as session:
+        session.execute(insert(Item.__table__), [{
+            "key": "t:1", "kind": "cvqa", "group": "boolean", "source_id": 1, "question": "Would [bold]it[/] say go?",
+            "answer": "[yes]", "status": "draft", "origin": "ingested", "created_at": utcnow(), "updated_at": utcnow()}])
+    result = run_cli("show", "1")
+    assert result.exit_code == 0
+    output = " ".join(result.output.split())  # unwrapped
+    assert "Would [bold]it[/] say go?" in output and "answer: [yes]" in output
+    assert "What does the sign [left] say? -> [stop]" in output and "[a].jpg" in output

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from cftools.commands.common import console, err_console, pass_workspace, print_json
@@ -73,7 +74,7 @@ def verify_cmd(release: Path, as_json: bool) -> None:
         console.print(f"[green]OK[/]: {report.checked} files in {release} match the manifest.", soft_wrap=True)
     else:
         for problem in report.problems():
-            err_console.print(f"[red]{problem}[/]", soft_wrap=True)
+            err_console.print(f"[red]{escape(problem)}[/]", soft_wrap=True)
     if report.ok:
         return
     if as_json:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+from rich.markup import escape
 
 from cftools.commands.common import console, err_console, pass_workspace, print_json
 from cftools.generate import DEFAULT_MAX_ATTEMPTS, llm_params, reparse, rewrite
@@ -61,7 +62,7 @@ def rewrite_cmd(workspace: Workspace, group: str, limit: int | None, backend: st
                       f"({report.parse_failures} unparseable outputs, {report.call_errors} call errors), "
                       f"{stats.cached} from the cache, {stats.rate:.1f} items/s")
         for error in stats.errors[:5]:
-            console.print(f"  [yellow]{error}[/]")
+            console.print(f"  [yellow]{escape(str(error))}[/]")
     if report.stats.interrupted:
         raise click.ClickException("interrupted; what finished is stored, rerun the same command to continue")
 

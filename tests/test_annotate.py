@@ -461,6 +461,19 @@ def test_pull_cleans_up_its_export_views_and_snapshots(label_studio, ls_workspac
     http.close()
 
 
+def test_pull_in_several_snapshots_sees_each_task_once(label_studio, ls_workspace, run_cli, request, monkeypatch):
+    monkeypatch.setattr("cftools.label_studio.EXPORT_CHUNK", 2)
+    item_ids, tasks, _ = pushed(run_cli, ls_workspace, label_studio, 5, request)
+    one, two = (label_studio.client(email) for email in label_studio.annotators)
+    for item_id in item_ids:
+        one.annotations.create(id=tasks[item_id], result=result("yes", "yes"))
+        two.annotations.create(id=tasks[item_id], result=result("no", "no"))
+    report = pull_json(run_cli)
+    assert (report["tasks"], report["annotations"], report["judgments_added"]) == (5, 10, 10)
+    assert report["deleted_tasks"] == [] and report["mismatched"] == []
+    assert set(statuses(ls_workspace.store).values()) == {NEEDS_ADJUDICATION}
+
+
 def test_a_snapshot_still_being_built_is_polled(label_studio, ls_workspace, run_cli, request):
     """With a job queue the server answers before the snapshot is built: pull polls its status."""
     _, _, project_id = pushed(run_cli, ls_workspace, label_studio, 1, request)

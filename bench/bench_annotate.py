@@ -14,6 +14,7 @@ serialize in an export snapshot, which cftools overlaps with storing the previou
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import os
 import random
@@ -22,8 +23,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Iterator
 
 import PIL.Image
+import psutil
 from sqlalchemy import insert, select
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -95,6 +98,18 @@ def annotated_tasks(ws, user_ids: list[int], rng: random.Random) -> list[dict]: 
     return tasks
 
 
+@contextlib.contextmanager
+def cpu_seconds(server_pid: int) -> Iterator[dict[str, float]]:
+    """CPU seconds the server and this process spend inside the block: the wall-clock figures move with
+    the shared host's load, these much less."""
+    server, me = psutil.Process(server_pid), psutil.Process()
+    server_before, me_before = sum(server.cpu_times()[:2]), sum(me.cpu_times()[:2])
+    spent: dict[str, float] = {}
+    yield spent
+    spent["server"] = round(sum(server.cpu_times()[:2]) - server_before, 1)
+    spent["cftools"] = round(sum(me.cpu_times()[:2]) - me_before, 1)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=10_000)
@@ -116,12 +131,13 @@ def main() -> None:
 
             ws = make_workspace(scratch / "push-ws", server.url, media, "bench push")
             add_checked_items(ws, media, args.items, "push")
-            start = time.perf_counter()
-            report = push(ws)
-            elapsed = time.perf_counter() - start
+            with cpu_seconds(server.proc.pid) as cpu:
+                start = time.perf_counter()
+                report = push(ws)
+                elapsed = time.perf_counter() - start
             assert report.pushed == args.items, report
             print(f"push: {report.pushed} tasks in {elapsed:.1f} s = {report.pushed / elapsed:.0f} tasks/s "
-                  f"(target >= 500)")
+                  f"(target >= 500); CPU s: {cpu}")
 
             ws2 = make_workspace(scratch / "pull-ws", server.url, media, "bench pull")
             add_checked_items(ws2, media, args.items, "pull")
@@ -137,13 +153,14 @@ def main() -> None:
             gc.collect()
             linked = push(ws2)  # links the tasks already on the server (reconciliation), imports nothing
             assert (linked.reconciled, linked.pushed) == (args.items, 0), linked
-            start = time.perf_counter()
-            pulled = pull(ws2)
-            elapsed = time.perf_counter() - start
+            with cpu_seconds(server.proc.pid) as cpu:
+                start = time.perf_counter()
+                pulled = pull(ws2)
+                elapsed = time.perf_counter() - start
             n = pulled.judgments_added
             assert n == 2 * args.items, pulled.as_dict()
             print(f"pull: {n} annotations of {pulled.tasks} tasks in {elapsed:.1f} s = {n / elapsed:.0f} "
-                  f"annotations/s (target >= 1,000); decisions {dict(pulled.decisions)}")
+                  f"annotations/s (target >= 1,000); CPU s: {cpu}; decisions {dict(pulled.decisions)}")
             ws.close()
             ws2.close()
         finally:

@@ -12,6 +12,7 @@ import json
 import os
 import time
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator, Optional
 from urllib.parse import urlsplit, urlunsplit
@@ -26,10 +27,29 @@ URL_ENV = "LABEL_STUDIO_URL"
 DEFAULT_BATCH = 1000
 EXPORT_CHUNK = 1000  # tasks per export snapshot: small enough to store one while the next is built
 SNAPSHOT_TITLE = "cftools pull (temporary)"
+SNAPSHOT_TIME = "%Y-%m-%dT%H:%M:%SZ"
+STALE_AFTER_S = 3600  # a pull's view or snapshot lives for one chunk; one this old was left by a killed pull
 # Annotators as ids (cftools maps them to e-mails once per pull); drafts and predictions are not needed.
 SNAPSHOT_OPTIONS = {"drafts": {"only_id": True}, "predictions": {"only_id": True},
                     "annotations__completed_by": {"only_id": True}}
 TIMEOUT_S = 300
+
+
+def snapshot_title(now: Optional[datetime] = None) -> str:
+    """The title of a pull's temporary view or export snapshot: it carries its creation time (UTC)."""
+    return f"{SNAPSHOT_TITLE} {(now or datetime.now(timezone.utc)).strftime(SNAPSHOT_TIME)}"
+
+
+def is_stale_snapshot(title: Optional[str], now: datetime) -> bool:
+    """Whether TITLE names a pull's temporary view or snapshot that no running pull can still need
+    (another person may be pulling from the same project right now)."""
+    if not title or not title.startswith(SNAPSHOT_TITLE + " "):
+        return False
+    try:
+        made = datetime.strptime(title[len(SNAPSHOT_TITLE) + 1:], SNAPSHOT_TIME).replace(tzinfo=timezone.utc)
+    except ValueError:
+        return False
+    return (now - made).total_seconds() > STALE_AFTER_S
 
 
 class LabelStudioError(CftoolsError):
@@ -205,7 +225,7 @@ class LabelStudioServer:
         tasks. The snapshot path serializes tasks about a third faster than the one-shot export endpoint
         (which builds a Project object, and parses its label config, for every task), and a single-process
         server's serializer is what bounds pull speed. The view and the snapshot are deleted afterwards;
-        ones left by a killed pull are removed at the start of the next.
+        ones a killed pull left (older than STALE_AFTER_S) are removed at the start of a later one.
         """
         self.remove_stale_snapshots(project_id)
         for start in range(0, len(task_ids), EXPORT_CHUNK):
@@ -213,16 +233,17 @@ class LabelStudioServer:
 
     def _snapshot(self, project_id: int, task_ids: list[int]) -> list[dict]:
         http = self._http_client()
+        title = snapshot_title()
         view_id = export_id = None
         with self.errors(f"exporting tasks of project {project_id}"):
             try:
                 view = http.post("/api/dm/views/", json={
-                    "project": project_id, "data": {"title": SNAPSHOT_TITLE},
+                    "project": project_id, "data": {"title": title},
                     "selected_items": {"all": False, "included": task_ids}})
                 view.raise_for_status()
                 view_id = view.json()["id"]
                 export = http.post(f"/api/projects/{project_id}/exports/", json={
-                    "title": SNAPSHOT_TITLE, "task_filter_options": {"view": view_id},
+                    "title": title, "task_filter_options": {"view": view_id},
                     "serialization_options": SNAPSHOT_OPTIONS})
                 export.raise_for_status()
                 export_id = export.json()["id"]
@@ -230,7 +251,9 @@ class LabelStudioServer:
                 download = http.get(f"/api/projects/{project_id}/exports/{export_id}/download",
                                     params={"exportType": "JSON"})
                 download.raise_for_status()
-                return download.json()
+                # A view deleted under the export makes the server export the whole project: keep the chunk.
+                wanted = set(task_ids)
+                return [task for task in download.json() if task.get("id") in wanted]
             finally:
                 if export_id is not None:
                     self._delete_quietly(f"/api/projects/{project_id}/exports/{export_id}")
@@ -264,18 +287,19 @@ class LabelStudioServer:
     def remove_stale_snapshots(self, project_id: int) -> int:
         """Delete views and export snapshots a killed pull left in the project; returns how many."""
         http = self._http_client()
+        now = datetime.now(timezone.utc)
         removed = 0
         with self.errors(f"cleaning up after an earlier pull of project {project_id}"):
             views = http.get("/api/dm/views/", params={"project": project_id})
             views.raise_for_status()
             for view in views.json():
-                if (view.get("data") or {}).get("title") == SNAPSHOT_TITLE:
+                if is_stale_snapshot((view.get("data") or {}).get("title"), now):
                     http.delete(f"/api/dm/views/{view['id']}/").raise_for_status()
                     removed += 1
             exports = http.get(f"/api/projects/{project_id}/exports/")
             exports.raise_for_status()
             for export in exports.json():
-                if export.get("title") == SNAPSHOT_TITLE:
+                if is_stale_snapshot(export.get("title"), now):
                     http.delete(f"/api/projects/{project_id}/exports/{export['id']}").raise_for_status()
                     removed += 1
         return removed

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import uuid
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import httpx
@@ -18,7 +19,7 @@ from killed_runs import kill_after_progress
 
 from cftools.annotate import push, task_payloads, ImageLinks, PushReport
 from cftools.annotation_rules import Answer, decide
-from cftools.label_studio import SNAPSHOT_TITLE, LabelStudioServer
+from cftools.label_studio import LabelStudioServer, is_stale_snapshot, snapshot_title
 from cftools.models import (
     ACCEPTED, CHECKED, IN_REVIEW, NEEDS_ADJUDICATION, REJECTED, AgreementStat, AnnotationTask, Item, ItemEvent,
     Judgment,
@@ -138,6 +139,14 @@ def test_decision_rules_follow_the_issue():
                   Answer(related=True, answer_correct=False, corrected_answer="4")).status == NEEDS_ADJUDICATION
     assert decide(yes, wrong).status == NEEDS_ADJUDICATION
     assert decide(yes, Answer(related=False, answer_correct=True)).status == NEEDS_ADJUDICATION
+
+
+def test_only_old_pull_leftovers_are_stale():
+    now = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)
+    assert is_stale_snapshot(snapshot_title(now - timedelta(hours=2)), now)
+    assert not is_stale_snapshot(snapshot_title(now - timedelta(minutes=5)), now)  # a pull running now
+    assert not is_stale_snapshot("my own tab", now) and not is_stale_snapshot(None, now)
+    assert not is_stale_snapshot(snapshot_title(now).replace("T", " at "), now)
 
 
 # ---------------------------------------------------------------- push, pull, decisions, agreement
@@ -443,11 +452,15 @@ def test_pull_cleans_up_its_export_views_and_snapshots(label_studio, ls_workspac
     """Pull exports through temporary views and snapshots: none stay, and those a killed pull left are removed."""
     item_ids, tasks, project_id = pushed(run_cli, ls_workspace, label_studio, 2, request)
     http = httpx.Client(base_url=label_studio.url, headers={"Authorization": f"Token {label_studio.admin_token}"})
-    left = http.post("/api/dm/views/", json={"project": project_id, "data": {"title": SNAPSHOT_TITLE},
-                                             "selected_items": {"all": False, "included": list(tasks.values())}})
-    mine = http.post("/api/dm/views/", json={"project": project_id, "data": {"title": "my own tab"}})
-    snapshot = http.post(f"/api/projects/{project_id}/exports/", json={"title": SNAPSHOT_TITLE})
-    assert (left.status_code, mine.status_code, snapshot.status_code) == (201, 201, 201)
+    old, running = snapshot_title(datetime.now(timezone.utc) - timedelta(hours=2)), snapshot_title()
+    created = [  # left by a killed pull two hours ago; of someone else's pull running now; a person's own tab
+        http.post("/api/dm/views/", json={"project": project_id, "data": {"title": old},
+                                          "selected_items": {"all": False, "included": list(tasks.values())}}),
+        http.post(f"/api/projects/{project_id}/exports/", json={"title": old}),
+        http.post("/api/dm/views/", json={"project": project_id, "data": {"title": running}}),
+        http.post(f"/api/projects/{project_id}/exports/", json={"title": running}),
+        http.post("/api/dm/views/", json={"project": project_id, "data": {"title": "my own tab"}})]
+    assert [r.status_code for r in created] == [201] * 5
     one, two = (label_studio.client(email) for email in label_studio.annotators)
     for item_id in item_ids:
         one.annotations.create(id=tasks[item_id], result=result("yes", "yes"))
@@ -456,8 +469,8 @@ def test_pull_cleans_up_its_export_views_and_snapshots(label_studio, ls_workspac
     assert pull_json(run_cli)["judgments_added"] == 4
     assert set(statuses(ls_workspace.store).values()) == {ACCEPTED}
     views = http.get("/api/dm/views/", params={"project": project_id}).json()
-    assert [v["data"]["title"] for v in views] == ["my own tab"]
-    assert http.get(f"/api/projects/{project_id}/exports/").json() == []
+    assert sorted(v["data"]["title"] for v in views) == sorted([running, "my own tab"])
+    assert [e["title"] for e in http.get(f"/api/projects/{project_id}/exports/").json()] == [running]
     http.close()
 
 
@@ -479,7 +492,8 @@ def test_a_snapshot_still_being_built_is_polled(label_studio, ls_workspace, run_
     _, _, project_id = pushed(run_cli, ls_workspace, label_studio, 1, request)
     server = LabelStudioServer(label_studio.url, label_studio.admin_token)
     try:
-        export = server._http_client().post(f"/api/projects/{project_id}/exports/", json={"title": SNAPSHOT_TITLE})
+        export = server._http_client().post(f"/api/projects/{project_id}/exports/", json={
+            "title": snapshot_title(datetime.now(timezone.utc) - timedelta(hours=2))})
         # As a queued job would be reported: the status is read back from the server until it is complete.
         server._wait_for_snapshot(project_id, export.json()["id"], "queued")
         assert server.remove_stale_snapshots(project_id) == 1

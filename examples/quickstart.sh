@@ -13,10 +13,11 @@ step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 step "Create the workspace at $ws"
 cftools init "$ws"
 
-step "Ingest the C-VQA sample (300 published rows, images not shipped) and the VQAv2-format example"
+step "Ingest the C-VQA sample (300 published rows, images not shipped), the VQAv2-format example and six drawn-shape items"
 cftools ingest cvqa "$here/cvqa/C-VQA-Real_questions.csv"
 cftools ingest vqav2 --questions "$here/vqav2/questions.json" --annotations "$here/vqav2/annotations.json" \
   --images "$here/vqav2/images"
+cftools ingest cvqa "$here/cvqa/drawn-shapes.csv" --images "$here/vqav2/images"   # six items with images
 
 step "Generate $per_group counterfactual items per group with the embedded model (poor answers: it is offline)"
 for group in numerical-direct numerical-indirect boolean; do

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 import subprocess
 import sys
 import uuid
@@ -267,6 +268,23 @@ def test_push_pull_decide_and_agree(label_studio, ls_workspace, run_cli, request
     # The token reached no row of the store.
     for db_file in ls_workspace.root.glob("cftools.db*"):
         assert label_studio.admin_token.encode() not in db_file.read_bytes()
+
+
+def test_the_examples_items_with_images_pass_the_checks_and_reach_annotators(label_studio, ls_workspace, run_cli,
+                                                                          request):
+    """What the README's main command pushes when a server is configured: the six drawn-shape items."""
+    examples = Path(__file__).resolve().parent.parent / "examples"
+    images = label_studio.media_root / request.node.name
+    shutil.copytree(examples / "vqav2" / "images", images)
+    assert run_cli("ingest", "cvqa", examples / "cvqa" / "drawn-shapes.csv", "--images", images).exit_code == 0
+    assert run_cli("check").exit_code == 0
+    assert set(statuses(ls_workspace.store).values()) == {CHECKED}
+    report = json.loads(run_cli("annotate", "push", "--json").output)
+    assert (report["pushed"], report["skipped_no_image"]) == (6, 0)
+    headers = {"Authorization": f"Token {label_studio.admin_token}"}
+    for task_id in task_map(ls_workspace.store).values():
+        image = label_studio.client().tasks.get(id=task_id).data["image"]
+        assert httpx.get(label_studio.url + image, headers=headers).status_code == 200
 
 
 def test_push_again_pushes_only_new_items(label_studio, ls_workspace, run_cli, request):

@@ -237,23 +237,19 @@ class LabelStudioServer:
         view_id = export_id = None
         with self.errors(f"exporting tasks of project {project_id}"):
             try:
-                view = http.post("/api/dm/views/", json={
+                view_id = http.post("/api/dm/views/", json={
                     "project": project_id, "data": {"title": title},
-                    "selected_items": {"all": False, "included": task_ids}})
-                view.raise_for_status()
-                view_id = view.json()["id"]
+                    "selected_items": {"all": False, "included": task_ids}}).raise_for_status().json()["id"]
                 export = http.post(f"/api/projects/{project_id}/exports/", json={
                     "title": title, "task_filter_options": {"view": view_id},
-                    "serialization_options": SNAPSHOT_OPTIONS})
-                export.raise_for_status()
-                export_id = export.json()["id"]
-                self._wait_for_snapshot(project_id, export_id, export.json().get("status"))
-                download = http.get(f"/api/projects/{project_id}/exports/{export_id}/download",
-                                    params={"exportType": "JSON"})
-                download.raise_for_status()
+                    "serialization_options": SNAPSHOT_OPTIONS}).raise_for_status().json()
+                export_id = export["id"]
+                self._wait_for_snapshot(project_id, export_id, export.get("status"))
+                tasks = http.get(f"/api/projects/{project_id}/exports/{export_id}/download",
+                                 params={"exportType": "JSON"}).raise_for_status().json()
                 # A view deleted under the export makes the server export the whole project: keep the chunk.
                 wanted = set(task_ids)
-                return [task for task in download.json() if task.get("id") in wanted]
+                return [task for task in tasks if task.get("id") in wanted]
             finally:
                 if export_id is not None:
                     self._delete_quietly(f"/api/projects/{project_id}/exports/{export_id}")
@@ -280,9 +276,7 @@ class LabelStudioServer:
                                        f"{project_id} within {TIMEOUT_S} s")
             time.sleep(pause)
             pause = min(pause * 2, 2.0)
-            response = http.get(f"/api/projects/{project_id}/exports/{export_id}")
-            response.raise_for_status()
-            status = response.json().get("status")
+            status = http.get(f"/api/projects/{project_id}/exports/{export_id}").raise_for_status().json().get("status")
 
     def remove_stale_snapshots(self, project_id: int) -> int:
         """Delete views and export snapshots a killed pull left in the project; returns how many."""
@@ -290,15 +284,11 @@ class LabelStudioServer:
         now = datetime.now(timezone.utc)
         removed = 0
         with self.errors(f"cleaning up after an earlier pull of project {project_id}"):
-            views = http.get("/api/dm/views/", params={"project": project_id})
-            views.raise_for_status()
-            for view in views.json():
+            for view in http.get("/api/dm/views/", params={"project": project_id}).raise_for_status().json():
                 if is_stale_snapshot((view.get("data") or {}).get("title"), now):
                     http.delete(f"/api/dm/views/{view['id']}/").raise_for_status()
                     removed += 1
-            exports = http.get(f"/api/projects/{project_id}/exports/")
-            exports.raise_for_status()
-            for export in exports.json():
+            for export in http.get(f"/api/projects/{project_id}/exports/").raise_for_status().json():
                 if is_stale_snapshot(export.get("title"), now):
                     http.delete(f"/api/projects/{project_id}/exports/{export['id']}").raise_for_status()
                     removed += 1

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import mimetypes
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import PIL.Image
 from sqlalchemy import select
@@ -14,6 +18,9 @@ from sqlmodel import Session
 from cftools.errors import InputError
 from cftools.models import Image, ImageName, SourceQuestion, utcnow
 from cftools.store import Store
+
+# How an item's data names a further stored image (a MuCR pair, a candidate): `sha256:<hex>`.
+STORE_IMAGE_REF = re.compile(r"^sha256:([0-9a-f]{64})$")
 
 HASH_CHUNK = 1 << 20
 
@@ -95,3 +102,29 @@ def attach_images(store: Store, session: Session, dataset: str, images: dict[str
         filled += 1
     return added, filled
 
+
+def strings_in(value: Any) -> list[str]:
+    """Every string in VALUE, in a fixed order (dict keys sorted)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list):
+        return [s for v in value for s in strings_in(v)]
+    if isinstance(value, dict):
+        return [s for k in sorted(value) for s in strings_in(value[k])]
+    return []
+
+
+def data_image_shas(data: Any) -> list[str]:
+    """SHA-256s of the further images an item names in its data as `sha256:<hex>`, in a fixed order."""
+    found: dict[str, None] = {}
+    for text in strings_in(data):
+        match = STORE_IMAGE_REF.match(text)
+        if match:
+            found.setdefault(match.group(1))
+    return list(found)
+
+
+def data_uri(path: Path) -> str:
+    """The file as a `data:` URI (images embedded in a Label Studio task or an API request)."""
+    mime = mimetypes.guess_type(Path(path).name)[0] or "image/png"
+    return f"data:{mime};base64,{base64.b64encode(Path(path).read_bytes()).decode('ascii')}"

@@ -17,15 +17,6 @@ REJECTED = "rejected"
 NEEDS_ADJUDICATION = "needs_adjudication"
 STATUSES = (DRAFT, CHECKED, IN_REVIEW, ACCEPTED, REJECTED, NEEDS_ADJUDICATION)
 
-# Item kinds (benchmark shapes) and the C-VQA groups.
-KIND_CVQA = "cvqa"
-KIND_CFMM = "cfmm"
-KIND_MUCR = "mucr"
-NUMERICAL_DIRECT = "numerical-direct"
-NUMERICAL_INDIRECT = "numerical-indirect"
-BOOLEAN = "boolean"
-CVQA_GROUPS = (NUMERICAL_DIRECT, NUMERICAL_INDIRECT, BOOLEAN)
-
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
@@ -125,7 +116,7 @@ class Item(SQLModel, table=True):
     __tablename__ = "items"
     id: Optional[int] = Field(default=None, primary_key=True)
     key: str = Field(index=True, unique=True)  # stable identity used for idempotent writes
-    kind: str = Field(default=KIND_CVQA, index=True)
+    kind: str = Field(index=True)  # a registered kind (cftools.kinds)
     group: str = Field(index=True)
     source_id: Optional[int] = Field(default=None, foreign_key="source_questions.id", index=True)
     question: str = Field(sa_column=Column(Text, nullable=False))

@@ -18,9 +18,9 @@ from sqlalchemy import func, select, update
 
 from killed_runs import kill_after_progress
 
-from cftools.annotate import push, task_payloads, ImageLinks, PushReport
-from cftools.annotation_rules import Answer, decide
-from cftools.label_studio import LabelStudioServer, is_stale_snapshot, snapshot_title
+from cftools.annotate.flow import push, task_payloads, ImageLinks, PushReport
+from cftools.annotate.rules import Answer, decide
+from cftools.annotate.label_studio import LabelStudioServer, is_stale_snapshot, snapshot_title
 from cftools.models import (
     ACCEPTED, CHECKED, IN_REVIEW, NEEDS_ADJUDICATION, REJECTED, AgreementStat, AnnotationTask, Item, ItemEvent,
     Judgment,

@@ -14,8 +14,8 @@ import httpx
 import pytest
 import respx
 
-from cftools.evaluate import (PREDICTIONS_NAME, load_run, parse_model_spec, read_predictions, run_eval)
-from cftools.vlm import HFVisionModel, Prompt, best_option
+from cftools.evaluate.run import (PREDICTIONS_NAME, load_run, parse_model_spec, read_predictions, run_eval)
+from cftools.evaluate.vlm import HFVisionModel, Prompt, best_option
 from fixtures_eval import cfmm_record, cvqa_record, png_bytes, write_release
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -85,7 +85,7 @@ def test_rank_scores_equal_manual_option_losses(tiny, images):
 
 
 def tiny_image(prompt):
-    from cftools.vlm import load_image
+    from cftools.evaluate.vlm import load_image
 
     return load_image(prompt.images[0])
 
@@ -283,7 +283,7 @@ def test_blind_model_gets_no_image_and_lists_what_it_gets_right(mixed_release, t
 
     respx.post("http://blind.test/v1/chat/completions").mock(side_effect=reply)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-blind-000000")
-    from cftools import evaluate
+    from cftools.evaluate import run as evaluate
     from cftools.llm import make_backend
 
     backend = make_backend({"base_url": "http://blind.test/v1"}, backend="openai", model="small")

@@ -10,12 +10,12 @@ import PIL.Image
 import pytest
 from sqlalchemy import select, update
 
-from cftools.datacard import PLOT_SIZE_PIXELS
+from cftools.release.datacard import PLOT_SIZE_PIXELS
 from cftools.errors import CftoolsError
-from cftools.export import export_release, parse_splits
-from cftools.ingest import ingest_cvqa, ingest_table
+from cftools.release.export import export_release, parse_splits
+from cftools.ingest.readers import ingest_cvqa, ingest_table
 from cftools.models import ACCEPTED, CHECKED, DRAFT, Image, ImageName, Item, Release, SourceQuestion
-from cftools.release import load_records, resolve_image, verify_release
+from cftools.release.layout import load_records, resolve_image, verify_release
 from cftools.workspace import init_workspace
 
 N_IMAGED_ROWS = 60
@@ -194,7 +194,7 @@ def test_round_trip_through_ingest_release(stocked, tmp_path, run_cli):
 
 
 def test_ingest_release_refuses_a_changed_release(stocked, tmp_path):
-    from cftools.release_ingest import ingest_release
+    from cftools.release.ingest import ingest_release
 
     result = export_release(stocked, "bench", "1.0", tmp_path / "out")
     (result.path / "records.jsonl").write_text("{}\n")
@@ -419,7 +419,7 @@ def test_killed_export_leaves_no_release_and_its_leftovers_are_removed(stocked, 
     import sys
 
     out = tmp_path / "out"
-    code = ("import sys, time, cftools.export as e\n"
+    code = ("import sys, time, cftools.release.export as e\n"
             "from cftools.workspace import load_workspace\n"
             "def stuck(*a, **k):\n    print('writing', flush=True); time.sleep(60)\n"
             "e.write_manifest = stuck\n"

@@ -16,15 +16,14 @@ from sqlalchemy import delete, exists, func, select, update
 from cftools.checks.duplicates import DEFAULT_SIMILARITY, DuplicateFinder, entry_for
 from cftools.checks.embeddings import load_embedder
 from cftools.checks.items import ItemView
-from cftools.checks.rules import ITEM_CHECKS, Flag, Note
+from cftools.checks.rules import Flag, Note
+from cftools.kinds import all_kinds, get_kind
 from cftools.errors import CftoolsError
 from cftools.models import CHECKED, DRAFT, CheckFlag, Item, ItemEvent, SourceQuestion, utcnow
 from cftools.store import Store
 
-CODES = ("arithmetic", "not_flipped", "no_presupposition", "answer_type", "leakage", "two_questions", "duplicate",
-         "unchanged_answer")
-assert set(CODES) == {check.code for check in ITEM_CHECKS} | {"duplicate"}
-SCOPES = {check.code: check.scope for check in ITEM_CHECKS} | {"duplicate": "every item with an image"}
+DUPLICATE = "duplicate"
+DUPLICATE_SCOPE = "every item with an image"
 BATCH = 500
 STAGE = "check"
 
@@ -56,8 +55,22 @@ class ItemResult:
         }
 
 
+def check_scopes() -> dict[str, str]:
+    """Every check code of the registered kinds with the items it applies to (in the kinds' order), then duplicate."""
+    scopes: dict[str, list[str]] = {}
+    for name, kind in sorted(all_kinds().items()):
+        for check in kind.checks:
+            scopes.setdefault(check.code, []).append(f"{name}: {check.scope}")
+    return {code: "; ".join(parts) for code, parts in scopes.items()} | {DUPLICATE: DUPLICATE_SCOPE}
+
+
+def check_codes() -> list[str]:
+    return list(check_scopes())
+
+
 def _flag_order(flag: Flag) -> int:
-    return CODES.index(flag.code) if flag.code in CODES else len(CODES)
+    codes = check_codes()
+    return codes.index(flag.code) if flag.code in codes else len(codes)
 
 
 @dataclass
@@ -157,7 +170,7 @@ def all_entries(store: Store):
 def check_item(item: ItemView, codes: Sequence[str], duplicates: Optional[DuplicateFinder]) -> ItemResult:
     """Run the checks named in CODES that apply to ITEM (pure: reads and writes nothing)."""
     result = ItemResult(item=item, status=item.status)
-    for check in ITEM_CHECKS:
+    for check in get_kind(item.kind).checks:
         if check.code not in codes or not check.applies(item):
             continue
         result.checks.append(check.code)
@@ -166,10 +179,10 @@ def check_item(item: ItemView, codes: Sequence[str], duplicates: Optional[Duplic
             result.flags.append(outcome)
         elif isinstance(outcome, Note):
             result.notes.append(outcome)
-    if duplicates is not None and "duplicate" in codes:
+    if duplicates is not None and DUPLICATE in codes:
         entry = entry_for(item)
         if entry is not None:
-            result.checks.append("duplicate")
+            result.checks.append(DUPLICATE)
             flag = duplicates.check(entry)
             if flag:
                 result.flags.append(flag)
@@ -221,18 +234,19 @@ def run_checks(store: Store, codes: Optional[Sequence[str]] = None, *, recheck: 
                similarity: float = DEFAULT_SIMILARITY, progress: Optional[Progress] = None,
                on_result: Optional[Callable[[ItemResult], None]] = None) -> CheckReport:
     """Check drafts. With all checks, clean items move to `checked`; with some (CODES), none moves."""
-    unknown = [c for c in codes or () if c not in CODES]
+    known = check_codes()
+    unknown = [c for c in codes or () if c not in known]
     if unknown:
-        raise CftoolsError(f"unknown check code(s) {', '.join(unknown)}; known: {', '.join(CODES)}")
-    promote = not codes or set(codes) == set(CODES)
-    codes = list(CODES) if not codes else [c for c in CODES if c in codes]
+        raise CftoolsError(f"unknown check code(s) {', '.join(unknown)}; known: {', '.join(known)}")
+    promote = not codes or set(codes) == set(known)
+    codes = known if not codes else [c for c in known if c in codes]
     progress = progress or Progress()
     report = CheckReport(codes=codes, promote=promote)
     candidates, report.left_as_flagged = select_candidates(store, groups, recheck or not promote, limit)
     report.candidates = len(candidates)
 
     duplicates = None
-    if "duplicate" in codes and candidates:
+    if DUPLICATE in codes and candidates:
         duplicates, report.duplicate_mode = _duplicate_finder(store, candidates, use_embeddings, similarity, progress)
         report.embedded = len(duplicates.vectors)
 

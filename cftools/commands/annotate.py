@@ -9,9 +9,8 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from cftools.annotate import annotation_status, pull, push
+from cftools.annotate.flow import annotation_status, pull, push, waiting_kind
 from cftools.commands.common import console, err_console, pass_workspace, print_json
-from cftools.models import KIND_CFMM, KIND_CVQA, KIND_MUCR
 from cftools.workspace import Workspace
 
 
@@ -46,8 +45,8 @@ def annotate() -> None:
 
 
 @annotate.command("push")
-@click.option("--kind", default=KIND_CVQA, show_default=True, type=click.Choice([KIND_CVQA, KIND_CFMM, KIND_MUCR]),
-              help="Item kind; each kind has its own Label Studio project.")
+@click.option("--kind", help="Item kind (`cftools kinds`); each kind has its own Label Studio project. Default: the "
+                              "kind whose items are waiting (an error when items of several kinds are).")
 @click.option("--limit", type=click.IntRange(min=1), help="Push at most N items.")
 @click.option("--adjudicate", is_flag=True,
               help="Push needs_adjudication items to the adjudication project (with both judgments).")
@@ -58,9 +57,10 @@ def annotate() -> None:
               help="Without a configured server (url and token), say how to start one and exit 0.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @pass_workspace
-def push_cmd(workspace: Workspace, kind: str, limit: Optional[int], adjudicate: bool, data_uri: bool,
+def push_cmd(workspace: Workspace, kind: Optional[str], limit: Optional[int], adjudicate: bool, data_uri: bool,
              allow_missing_images: bool, if_configured: bool, as_json: bool) -> None:
     """Push checked items as tasks (batched); pushed items move to in_review. Pushing again adds only new ones."""
+    kind = kind or waiting_kind(workspace.store, adjudicate)
     with _Bar(not as_json) as bar:
         report = push(workspace, kind=kind, limit=limit, adjudicate=adjudicate, data_uri=data_uri,
                       allow_missing_images=allow_missing_images, if_configured=if_configured, progress=bar)

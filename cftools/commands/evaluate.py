@@ -1,4 +1,4 @@
-"""`cftools eval RELEASE --model SPEC` and `cftools eval compare RUN_A RUN_B` (thin over cftools.evaluate)."""
+"""`cftools eval RELEASE --model SPEC` and `cftools eval compare RUN_A RUN_B` (thin over cftools.evaluate.run)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from cftools.commands.common import console, err_console, get_workspace
 from cftools.errors import WorkspaceError
-from cftools.eval_report import compare_table, rich_tables
-from cftools.evaluate import MODES, load_run, run_eval
-from cftools.vlm import DEVICES, DTYPES, SCORES
+from cftools.evaluate.report import compare_table, rich_tables
+from cftools.evaluate.run import MODES, load_run, run_eval
+from cftools.evaluate.vlm import DEVICES, DTYPES, SCORES
 
 
 class EvalGroup(click.Group):

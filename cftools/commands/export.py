@@ -9,9 +9,9 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from cftools.commands.common import console, err_console, pass_workspace, print_json
-from cftools.export import count_exportable, export_release, parse_splits
-from cftools.release import FORMATS, verify_release
-from cftools.release_ingest import ingest_release
+from cftools.release.export import count_exportable, export_release, parse_splits
+from cftools.release.layout import verify_release
+from cftools.release.ingest import ingest_release
 from cftools.workspace import Workspace
 
 STAGE_LABELS = {"images": "Copying images", "records": "Writing records, Parquet and card"}
@@ -22,8 +22,9 @@ STAGE_LABELS = {"images": "Copying images", "records": "Writing records, Parquet
 @click.option("--version", "version", required=True, help="Release version, e.g. 0.1.0.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               help="Folder that receives NAME-VERSION/ (default: WORKSPACE/releases).")
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default="native", show_default=True,
-              help="native: records, Parquet, images, manifest and data card; cvqa: the C-VQA CSV and images.")
+@click.option("--format", "fmt", default="native", show_default=True,
+              help="native: records, Parquet, images, manifest and data card; or a kind's peer format "
+                   "(`cftools kinds` lists them, e.g. the C-VQA CSV).")
 @click.option("--include-unverified", is_flag=True,
               help="Also export draft, checked and in-review items, marked verified: false.")
 @click.option("--split", "split_spec", metavar="NAME=FRACTION,...",

@@ -31,17 +31,19 @@ from urllib.parse import quote
 from sqlalchemy import and_, bindparam, delete, func, insert, select, update
 from sqlmodel import Session
 
-from cftools.annotation_rules import (
-    ADJUDICATE, VERIFY, Answer, Decision, InvalidResult, adjudicated, agreement, decide, parse_answer,
+from cftools.annotate.rules import (
+    ADJUDICATE, VERIFY, Answer, Decision, InvalidResult, adjudicated, agreement, decide,
     preload_agreement_library, render_label_config,
 )
 from cftools.errors import CftoolsError
-from cftools.label_studio import LabelStudioServer, ServerSettings, server_settings
+from cftools.annotate.label_studio import LabelStudioServer, ServerSettings, server_settings
 from cftools.models import (
     ACCEPTED, CHECKED, IN_REVIEW, NEEDS_ADJUDICATION, REJECTED, AgreementStat, AnnotationTask, CheckFlag, Image,
     Item, ItemEvent, Judgment, SourceQuestion, utcnow,
 )
-from cftools.store import Store
+from cftools.images import data_image_shas, data_uri
+from cftools.kinds import get_kind
+from cftools.store import Store, in_chunks
 from cftools.workspace import Workspace
 
 STAGE = "annotate"
@@ -99,8 +101,7 @@ class ImageLinks:
         """The task's image value, or None when the image can't be served this way (outside the root)."""
         file = Path(path)
         if self.mode == "data":
-            mime = mimetypes.guess_type(file.name)[0] or "image/png"
-            return f"data:{mime};base64,{base64.b64encode(file.read_bytes()).decode('ascii')}"
+            return data_uri(file)
         if self.mode == "url":
             return f"{self.url_prefix}/{quote(self._relative(file) or file.name)}"
         if self.mode == "local":
@@ -125,12 +126,13 @@ def project_title(settings: ServerSettings, kind: str, purpose: str) -> str:
     return title
 
 
-def ensure_project(server: LabelStudioServer, settings: ServerSettings, kind: str, purpose: str) -> int:
+def ensure_project(server: LabelStudioServer, settings: ServerSettings, kind: str, purpose: str,
+                   workspace_root: Optional[str] = None) -> int:
     title = project_title(settings, kind, purpose)
     project_id = server.find_project(title)
     if project_id is None:
         project_id = server.create_project(
-            title, render_label_config(purpose), ANNOTATIONS_PER_TASK if purpose == VERIFY else 1,
+            title, render_label_config(kind, purpose, workspace_root), ANNOTATIONS_PER_TASK if purpose == VERIFY else 1,
             description=f"cftools: {'two annotators verify' if purpose == VERIFY else 'one adjudicator settles'} "
                         f"{kind} items")
     return project_id
@@ -280,12 +282,17 @@ def _judgments_by_item(session: Session, item_ids: list[int]) -> dict[int, list[
     return found
 
 
-def _details_text(data: Optional[dict]) -> str:
-    """The item's shape-specific fields (options, cues, captions, ...) as lines an annotator can read."""
-    if not data:
-        return "none"
-    return "\n".join(f"{key}: {value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)}"
-                     for key, value in sorted(data.items()))
+def _extra_images(session: Session, items: list[Item], images: ImageLinks) -> dict[int, dict[str, str]]:
+    """Per item: the further images its data names as `sha256:<hex>` (a MuCR pair), linked for Label Studio."""
+    wanted = {item.id: data_image_shas(item.data or {}) for item in items}
+    shas = sorted({sha for found in wanted.values() for sha in found})
+    stored = {img.sha256: img for part in in_chunks(shas)
+              for img in session.execute(select(Image).where(Image.sha256.in_(part))).scalars()}
+    linked: dict[int, dict[str, str]] = {}
+    for item_id, found in wanted.items():
+        links = {f"sha256:{sha}": images.link(stored[sha].path) for sha in found if sha in stored}
+        linked[item_id] = {ref: link for ref, link in links.items() if link}
+    return linked
 
 
 def task_payloads(session: Session, items: list[Item], purpose: str, images: ImageLinks,
@@ -296,6 +303,7 @@ def task_payloads(session: Session, items: list[Item], purpose: str, images: Ima
     flags = _flags_by_item(session, item_ids)
     sources = _sources_by_item(session, items)
     judgments = _judgments_by_item(session, item_ids) if purpose == ADJUDICATE else {}
+    extra_images = _extra_images(session, items, images)
     payloads: list[tuple[Item, dict]] = []
     for item in items:
         source, image = sources[item.id]
@@ -308,14 +316,9 @@ def task_payloads(session: Session, items: list[Item], purpose: str, images: Ima
         elif not allow_missing_images:
             report.skipped_no_image += 1
             continue
-        data = {
-            "item_key": item.key, "kind": item.kind, "group": item.group, "image": image_value,
-            "original_question": source.question if source else "",
-            "original_answer": (source.answer or "") if source else "",
-            "question": item.question, "proposed_answer": item.answer or "",
-            "check_flags": "\n".join(flags.get(item.id, [])) or "none",
-            "details": _details_text(item.data),
-        }
+        data = {"item_key": item.key, "kind": item.kind, "group": item.group,
+                "check_flags": "\n".join(flags.get(item.id, [])) or "none",
+                **get_kind(item.kind).task_data(item, source, image_value, extra_images.get(item.id, {}))}
         if purpose == ADJUDICATE:
             found = judgments.get(item.id, [])
             data["judgment_1"] = _judgment_text(found[0]) if len(found) > 0 else "none"
@@ -324,7 +327,20 @@ def task_payloads(session: Session, items: list[Item], purpose: str, images: Ima
     return payloads
 
 
-def push(workspace: Workspace, kind: str = "cvqa", limit: Optional[int] = None, adjudicate: bool = False,
+def waiting_kind(store: Store, adjudicate: bool = False) -> str:
+    """The one kind whose items wait to be pushed (checked, or needs_adjudication with ADJUDICATE)."""
+    status = NEEDS_ADJUDICATION if adjudicate else CHECKED
+    with store.session() as session:
+        waiting = sorted(session.execute(select(Item.kind).where(Item.status == status).distinct()).scalars())
+        present = waiting or sorted(session.execute(select(Item.kind).distinct()).scalars())
+    if len(waiting) > 1:
+        raise CftoolsError(f"{status} items of several kinds are waiting ({', '.join(waiting)}): pass --kind")
+    if not present:
+        raise CftoolsError("the store holds no items yet: ingest or generate some first")
+    return present[0]
+
+
+def push(workspace: Workspace, kind: str, limit: Optional[int] = None, adjudicate: bool = False,
          data_uri: bool = False, allow_missing_images: bool = False, if_configured: bool = False,
          progress: Progress = _no_progress) -> PushReport:
     """Push `checked` items (or, with ADJUDICATE, `needs_adjudication` ones) of KIND to Label Studio."""
@@ -339,7 +355,8 @@ def push(workspace: Workspace, kind: str = "cvqa", limit: Optional[int] = None, 
     try:
         server.check()
         store = workspace.store
-        project_id = ensure_project(server, settings, kind, purpose)
+        get_kind(kind)  # an unknown kind is an error before anything is created
+        project_id = ensure_project(server, settings, kind, purpose, str(workspace.root))
         report.project_id, report.project_url = project_id, server.project_url(project_id)
         report.reconciled, report.duplicates_on_server = reconcile(store, server, project_id, purpose, kind)
         with store.session() as session:
@@ -406,7 +423,8 @@ def _parse_time(value: Any) -> Optional[datetime]:
         return None
 
 
-def choose_annotations(task: dict, purpose: str, emails: dict[int, str], report: PullReport) -> list[Chosen]:
+def choose_annotations(task: dict, kind: str, purpose: str, emails: dict[int, str], report: PullReport,
+                       workspace_root: Optional[str] = None) -> list[Chosen]:
     """The first valid annotation of each annotator, in annotation order, at most two annotators
     (one for adjudication); everything else is counted or reported."""
     chosen: list[Chosen] = []
@@ -422,7 +440,7 @@ def choose_annotations(task: dict, purpose: str, emails: dict[int, str], report:
             user = user.get("id")
         annotator = emails.get(user) or f"user:{user}"
         try:
-            answer = parse_answer(purpose, annotation.get("result"))
+            answer = get_kind(kind).read_judgment(purpose, annotation.get("result"), workspace_root)
         except InvalidResult as exc:
             report.invalid.append({"project": task.get("project"), "task": task.get("id"),
                                    "annotation": annotation.get("id"), "annotator": annotator, "reason": str(exc)})
@@ -601,8 +619,9 @@ def mark_deleted(session: Session, tasks: list[Any], report: PullReport) -> None
                                      "purpose": task.purpose, "item_status": CHECKED if back else item.status})
 
 
-def pull_project(store: Store, server: LabelStudioServer, project_id: int, purpose: str, emails: dict[int, str],
-                 report: PullReport, progress: Progress) -> None:
+def pull_project(store: Store, server: LabelStudioServer, project_id: int, kind: str, purpose: str,
+                 emails: dict[int, str], report: PullReport, progress: Progress,
+                 workspace_root: Optional[str] = None) -> None:
     with store.session() as session:
         tasks = {t.id: t for t in session.execute(select(
             AnnotationTask.id, AnnotationTask.item_id, AnnotationTask.purpose, AnnotationTask.ls_project_id,
@@ -629,7 +648,7 @@ def pull_project(store: Store, server: LabelStudioServer, project_id: int, purpo
                                           "expected": keys.get(task.item_id), "found": carried})
                 continue
             report.tasks += 1
-            chosen[task.id] = choose_annotations(data, purpose, emails, report)
+            chosen[task.id] = choose_annotations(data, kind, purpose, emails, report, workspace_root)
         with store.write() as session:
             changed = store_judgments(session, chosen, report)
             apply_decisions(session, tasks, changed, chosen, report)
@@ -662,13 +681,15 @@ def pull(workspace: Workspace, progress: Progress = _no_progress) -> PullReport:
         emails = server.user_emails()
         with workspace.store.session() as session:
             projects = session.execute(
-                select(AnnotationTask.ls_project_id, AnnotationTask.purpose)
+                select(AnnotationTask.ls_project_id, Item.kind, AnnotationTask.purpose)
+                .join(Item, Item.id == AnnotationTask.item_id)
                 .where(AnnotationTask.server == server.url, AnnotationTask.state != DELETED)
-                .group_by(AnnotationTask.ls_project_id, AnnotationTask.purpose)
+                .group_by(AnnotationTask.ls_project_id, Item.kind, AnnotationTask.purpose)
                 # verification first: an adjudication pulled in the same run must have the last word
                 .order_by(AnnotationTask.purpose.desc(), AnnotationTask.ls_project_id)).all()
-        for project_id, purpose in projects:
-            pull_project(workspace.store, server, project_id, purpose, emails, report, progress)
+        for project_id, kind, purpose in projects:
+            pull_project(workspace.store, server, project_id, kind, purpose, emails, report, progress,
+                         str(workspace.root))
     finally:
         server.close()
     preload.join()

@@ -5,7 +5,7 @@ each as its own conversation, and writes a run folder:
 
     config.json        the exact configuration (model, mode, score, prompt template and its hash, ...)
     predictions.jsonl  one line per question asked: id, which, raw answer, parsed answer, option scores, correct
-    report.md / report.csv / report.png   the scores (see `cftools.eval_report`)
+    report.md / report.csv / report.png   the scores (see `cftools.evaluate.report`)
 
 Predictions are the cache: a rerun, or a run killed halfway and started again, asks only what is missing
 (lines are appended and fsync'ed per batch; a truncated last line is dropped on restart). A run folder
@@ -30,15 +30,7 @@ Modes:
   numbers "0".."20" (a gold count outside that range cannot be chosen and counts as wrong); other
   questions without options are skipped in rank mode and counted.
 
-MuCR records (kind "mucr") carry in `data`:
-    cause_image, effect_image       release-relative image paths (images/<sha256>.<ext>)
-    c2e_choices, c2e_answer         4 candidate effect images and the index (0-3) of the right one
-    e2c_choices, e2c_answer         4 candidate cause images and the index of the right one
-    cue, false_cues                 the correct cue phrase and 3 distractors
-    explanations                    the 3 reference explanations (Exp weights 0.25/0.25/0.5, in this order)
-and are asked four questions: c2e and e2c (multi-image, answer a letter A-D), cue (choose among the 4
-phrases, shown in an order fixed by the item id) and exp (a free explanation, judged 0-10 against each
-reference by `--judge BACKEND[:MODEL]`; without a judge Exp is reported as not judged).
+Each kind builds its own questions and metrics (`cftools.kinds`); see its module for what it asks.
 """
 
 from __future__ import annotations
@@ -53,24 +45,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence
 
-from jinja2 import Environment, FileSystemLoader, PackageLoader, StrictUndefined
 
 from cftools import __version__
 from cftools.answers import extract_answer, infer_answer_type, normalize_answer, parse_number
+from cftools.images import data_uri
 from cftools.errors import CftoolsError, InputError
-from cftools.metrics import exp_score, summarize
-from cftools.release import load_records, resolve_image
-from cftools.vlm import SCORES, Prompt, best_option
+from cftools.evaluate.metrics import summarize
+from cftools.evaluate.questions import LETTER, PromptTemplates, Question, Skipped, build_questions
+from cftools.kinds import get_kind
+from cftools.release.layout import load_records, resolve_image
+from cftools.evaluate.vlm import SCORES, Prompt, best_option
 
 MODES = ("generate", "rank")
 CONFIG_NAME = "config.json"
 PREDICTIONS_NAME = "predictions.jsonl"
-DEFAULT_TEMPLATE = "short_answer"
 DEFAULT_RUNS_DIR = "runs"
-COUNT_OPTIONS = [str(n) for n in range(21)]
-YES_NO_OPTIONS = ["yes", "no"]
-LETTERS = ["A", "B", "C", "D"]
-PAIR_QUESTIONS = ("original", "counterfactual")
 # What makes two runs the same run: a run folder refuses a different value of any of these.
 IDENTITY_KEYS = ("release", "model", "mode", "score", "template_sha256", "max_new_tokens", "dtype", "judge")
 
@@ -99,207 +88,12 @@ def parse_model_spec(spec: str) -> ModelSpec:
     raise CftoolsError(f"unknown model spec {spec!r}: use hf:PATH_OR_ID, openai:MODEL, blind or blind:BACKEND:MODEL")
 
 
-@dataclass
-class Question:
-    """One question of one item, as the model will be asked it."""
-
-    item_id: str
-    which: str
-    kind: str
-    group: str
-    gold: str
-    answer_type: str
-    prompt: Prompt
-    options: Optional[list[str]] = None
-    gold_option: Optional[str] = None
-    references: Optional[list[str]] = None   # MuCR exp
-
-    @property
-    def key(self) -> tuple[str, str]:
-        return (self.item_id, self.which)
-
-
-@dataclass
-class Skipped:
-    no_image: list[str] = field(default_factory=list)
-    no_options: list[str] = field(default_factory=list)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"no_image": len(self.no_image), "no_options": len(self.no_options),
-                "no_image_ids": self.no_image[:50], "no_options_ids": self.no_options[:50]}
-
-
-# -- prompts ------------------------------------------------------------------------------------------------
-
-class PromptTemplates:
-    """The eval prompt templates: packaged ones by name (cftools/prompts/eval/NAME.j2) or a user's file."""
-
-    def __init__(self, template: Optional[str] = None) -> None:
-        self.package_env = Environment(loader=PackageLoader("cftools", "prompts"), undefined=StrictUndefined,
-                                       autoescape=False)
-        template = template or DEFAULT_TEMPLATE
-        path = Path(template)
-        if path.suffix == ".j2" and path.is_file():
-            env = Environment(loader=FileSystemLoader(str(path.parent.resolve())), undefined=StrictUndefined,
-                              autoescape=False)
-            self.question_template = env.get_template(path.name)
-            self.question_source = path.read_text(encoding="utf-8")
-            self.name = str(path)
-        else:
-            self.question_template = self.package_env.get_template(f"eval/{template}.j2")
-            self.question_source = self._source(f"eval/{template}.j2")
-            self.name = template
-
-    def _source(self, name: str) -> str:
-        source, _, _ = self.package_env.loader.get_source(self.package_env, name)
-        return source
-
-    def named(self, name: str):  # noqa: ANN201
-        return self.package_env.get_template(f"eval/{name}.j2")
-
-    @property
-    def sha256(self) -> str:
-        blob = self.question_source + "".join(self._source(f"eval/{n}.j2")
-                                              for n in ("mucr_choice", "mucr_cue", "mucr_explain", "mucr_judge"))
-        return hashlib.sha256(blob.encode("utf-8")).hexdigest()
-
-    def question(self, **variables: Any) -> str:
-        return self.question_template.render(**variables).strip()
-
-
-# -- questions ------------------------------------------------------------------------------------------------
-
-def question_answer_type(record: dict[str, Any], which: str, gold: str) -> str:
-    group = str(record.get("group") or "")
-    if group.startswith("numerical"):
-        return "number"
-    if group == "boolean":
-        return "yes/no"
-    if which == "original" and record.get("answer_type") in ("number", "yes/no", "other"):
-        return record["answer_type"]
-    return infer_answer_type(gold)
-
-
-def derived_options(answer_type: str) -> Optional[list[str]]:
-    if answer_type == "yes/no":
-        return list(YES_NO_OPTIONS)
-    if answer_type == "number":
-        return list(COUNT_OPTIONS)
-    return None
-
-
-def _gold_option(options: Sequence[str], gold: str, answer_type: str) -> Optional[str]:
-    """The option that reads as the gold answer (None when no option does)."""
-    expected = extract_answer(gold, answer_type) or normalize_answer(gold)
-    for option in options:
-        if (extract_answer(option, answer_type) or normalize_answer(option)) == expected:
-            return option
-    return None
-
-
-def _shuffled(values: list[str], seed_text: str) -> list[str]:
-    """A fixed order that depends only on the item id (no global random state)."""
-    return sorted(values, key=lambda v: hashlib.sha256(f"{seed_text}\x00{v}".encode()).hexdigest())
-
-
-def pair_questions(record: dict[str, Any], image: Optional[Path], templates: PromptTemplates, mode: str,
-                   max_new_tokens: int) -> list[Question]:
-    questions = []
-    options_by_which = record.get("options") or {}
-    for which in PAIR_QUESTIONS:
-        text, gold = ((record.get("original_question"), record.get("original_answer")) if which == "original"
-                      else (record.get("question"), record.get("answer")))
-        if not text or gold is None:
-            continue
-        gold = str(gold)
-        answer_type = question_answer_type(record, which, gold)
-        options = options_by_which.get(which) if isinstance(options_by_which, dict) else None
-        if options is not None:
-            options = [str(o) for o in options]
-        shown = options
-        if mode == "rank" and options is None:
-            options = derived_options(answer_type)
-            shown = None
-        prompt_text = templates.question(question=text, options=shown, mode=mode, kind=record.get("kind"),
-                                         which=which, answer_type=answer_type)
-        gold_option = _gold_option(options, gold, answer_type) if options else None
-        questions.append(Question(
-            item_id=str(record["id"]), which=which, kind=str(record.get("kind") or "cvqa"),
-            group=str(record.get("group") or ""), gold=gold, answer_type=answer_type,
-            prompt=Prompt(text=prompt_text, images=[image] if image else [], options=options,
-                          max_new_tokens=max_new_tokens),
-            options=options, gold_option=gold_option))
-    return questions
-
-
-def mucr_questions(record: dict[str, Any], release_dir: Path, templates: PromptTemplates,
-                   explain_tokens: int) -> list[Question]:
-    data = record.get("data") or {}
-    item_id, group = str(record["id"]), str(record.get("group") or "")
-
-    def image(path: Any) -> Path:
-        resolved = resolve_image(release_dir, {"id": item_id, "image": path})
-        if resolved is None:
-            raise InputError(release_dir / "records.jsonl", "MuCR item is missing an image path", f"id {item_id}")
-        return resolved
-
-    questions = []
-    for task, first in (("c2e", "cause_image"), ("e2c", "effect_image")):
-        choices = data.get(f"{task}_choices")
-        if not choices:
-            continue
-        letters = LETTERS[:len(choices)]
-        answer = letters[int(data[f"{task}_answer"])]
-        text = templates.named("mucr_choice").render(task=task, letters=letters).strip()
-        images = [image(data[first])] + [image(c) for c in choices]
-        questions.append(Question(item_id, task, "mucr", group, answer, "other",
-                                  Prompt(text, images, letters, max_new_tokens=4), letters, answer))
-    pair = [image(data["cause_image"]), image(data["effect_image"])] if data.get("cause_image") else []
-    if data.get("cue") and pair:
-        options = _shuffled([str(data["cue"])] + [str(c) for c in data.get("false_cues") or []], item_id)
-        text = templates.named("mucr_cue").render(options=options).strip()
-        questions.append(Question(item_id, "cue", "mucr", group, str(data["cue"]), "other",
-                                  Prompt(text, pair, options, max_new_tokens=16), options, str(data["cue"])))
-    if data.get("explanations") and pair:
-        text = templates.named("mucr_explain").render().strip()
-        questions.append(Question(item_id, "exp", "mucr", group, "", "other",
-                                  Prompt(text, pair, None, max_new_tokens=explain_tokens),
-                                  references=[str(e) for e in data["explanations"]]))
-    return questions
-
-
-def build_questions(release_dir: Path, records: Iterable[dict[str, Any]], templates: PromptTemplates, mode: str,
-                    needs_image: bool, max_new_tokens: int = 16,
-                    explain_tokens: int = 128) -> tuple[list[Question], Skipped]:
-    """Every question of every record, minus those the model cannot be asked (counted in Skipped)."""
-    questions: list[Question] = []
-    skipped = Skipped()
-    for record in records:
-        if record.get("kind") == "mucr":
-            questions.extend(mucr_questions(record, release_dir, templates, explain_tokens))
-            continue
-        image = resolve_image(release_dir, record)
-        if image is not None and not image.is_file():
-            raise InputError(image, "image file listed in the release is missing", f"id {record.get('id')}")
-        if needs_image and image is None:
-            skipped.no_image.append(str(record["id"]))
-            continue
-        asked = pair_questions(record, image if needs_image else None, templates, mode, max_new_tokens)
-        if mode == "rank" and any(q.options is None for q in asked):
-            skipped.no_options.append(str(record["id"]))
-            continue
-        questions.extend(asked)
-    if mode == "rank":
-        questions = [q for q in questions if q.options is not None or q.which == "exp"]
-    return questions, skipped
-
-
 # -- reading answers ------------------------------------------------------------------------------------------
 
 def read_generated(question: Question, raw: str) -> tuple[Optional[str], bool]:
     """(parsed answer, correct) for a generated reply."""
-    if question.which in ("c2e", "e2c"):
-        match = re.search(r"\b([A-D])\b", raw or "")
+    if question.answer_type == LETTER:
+        match = re.search(r"\b([A-Z])\b", raw or "")
         parsed = match.group(1) if match else None
         return parsed, parsed == question.gold
     if question.options:
@@ -327,8 +121,8 @@ def read_option(raw: Optional[str], options: Sequence[str]) -> Optional[str]:
 def prediction_line(question: Question, raw: Optional[str], parsed: Optional[str], correct: Optional[bool],
                     scores: Optional[list[dict[str, Any]]] = None, extra: Optional[dict[str, Any]] = None) -> dict:
     line = {"id": question.item_id, "which": question.which, "kind": question.kind, "group": question.group,
-            "gold": question.gold if question.which != "exp" else None, "raw": raw, "parsed": parsed,
-            "unknown": parsed is None and question.which != "exp", "correct": correct, "scores": scores}
+            "gold": question.gold if not question.judged else None, "raw": raw, "parsed": parsed,
+            "unknown": parsed is None and not question.judged, "correct": correct, "scores": scores}
     line.update(extra or {})
     return line
 
@@ -370,15 +164,10 @@ def append_predictions(path: Path, lines: Sequence[dict[str, Any]]) -> None:
 
 # -- answerers -----------------------------------------------------------------------------------------------
 
-def image_data_url(path: Path) -> str:
-    mime = mimetypes.guess_type(str(path))[0] or "image/png"
-    return f"data:{mime};base64,{base64.b64encode(Path(path).read_bytes()).decode('ascii')}"
-
-
 def chat_messages(prompt: Prompt, with_images: bool) -> list[dict[str, Any]]:
     if not with_images or not prompt.images:
         return [{"role": "user", "content": prompt.text}]
-    content: list[dict[str, Any]] = [{"type": "image_url", "image_url": {"url": image_data_url(p)}}
+    content: list[dict[str, Any]] = [{"type": "image_url", "image_url": {"url": data_uri(p)}}
                                      for p in prompt.images]
     content.append({"type": "text", "text": prompt.text})
     return [{"role": "user", "content": content}]
@@ -454,7 +243,7 @@ class ChatAnswerer:
 def load_answerer(spec: ModelSpec, device: str, dtype: str, llm_config: Optional[dict] = None,
                   store: Any = None, concurrency: int = 4, quiet: bool = True) -> Any:
     if spec.kind == "hf":
-        from cftools.vlm import HFVisionModel
+        from cftools.evaluate.vlm import HFVisionModel
 
         return HFVisionModel.load(spec.target, device=device, dtype=dtype)
     from cftools.llm import make_backend
@@ -527,8 +316,8 @@ def outcomes_from_predictions(predictions: Iterable[dict[str, Any]]) -> list[dic
     for line in predictions:
         outcome = by_item.setdefault(line["id"], {"id": line["id"], "kind": line.get("kind"),
                                                   "group": line.get("group")})
-        if line["which"] == "exp":
-            outcome["exp"] = {"similarities": line.get("similarities")}
+        if "similarities" in line:  # a judged free-text answer
+            outcome[line["which"]] = {"similarities": line.get("similarities")}
         else:
             outcome[line["which"]] = {"correct": bool(line.get("correct")), "unknown": bool(line.get("unknown"))}
     return list(by_item.values())
@@ -561,10 +350,10 @@ def run_eval(release_dir: Path | str, model: str, mode: str = "generate", score:
     records = load_records(release_dir)
     if limit is not None:
         records = records[:max(0, limit)]
-    templates = PromptTemplates(template)
+    templates = PromptTemplates(template, workspace.root if workspace is not None else None)
     questions, skipped = build_questions(release_dir, records, templates, mode, spec.needs_image, max_new_tokens)
     if spec.kind == "hf":
-        from cftools.vlm import resolve_device, resolve_dtype
+        from cftools.evaluate.vlm import resolve_device, resolve_dtype
 
         device = resolve_device(device)
         dtype = resolve_dtype(dtype, device)
@@ -592,7 +381,7 @@ def run_eval(release_dir: Path | str, model: str, mode: str = "generate", score:
     judge_answerer = None
     if todo:
         answerer = answerer or load_answerer(spec, device, dtype, llm_config, store, concurrency)
-        if judge and any(q.which == "exp" for q in todo):
+        if judge and any(q.judged for q in todo):
             judge_answerer = load_answerer(parse_model_spec(f"blind:{judge}"), device, dtype, llm_config, store,
                                            concurrency)
     asked = 0
@@ -616,7 +405,7 @@ def run_eval(release_dir: Path | str, model: str, mode: str = "generate", score:
             [{"id": p["id"], "which": p["which"], "raw": p["raw"], "gold": p["gold"]}
              for p in predictions if p.get("correct")], key=lambda p: (p["id"], p["which"]))
     result = EvalResult(out_dir=out_dir, config=config, summary=summary, predictions=predictions, asked=asked)
-    from cftools.eval_report import write_reports
+    from cftools.evaluate.report import write_reports
 
     write_reports(result)
     if workspace is not None:
@@ -635,13 +424,13 @@ def ask_batch(answerer: Any, batch: list[Question], mode: str, score: str, templ
             lines[question.key] = _rank_line(question, scores, score)
     if generate:
         for question, raw in zip(generate, answerer.generate([q.prompt for q in generate])):
-            if question.which == "exp":
+            if question.judged:
                 similarities = (judge_explanations(judge, templates, raw, question.references or [])
                                 if judge is not None else None)
                 lines[question.key] = prediction_line(
                     question, raw, None, None,
                     extra={"similarities": similarities,
-                           "exp_score": exp_score(similarities) if similarities else None})
+                           "exp_score": get_kind(question.kind).judged_score(similarities) if similarities else None})
             else:
                 parsed, correct = read_generated(question, raw)
                 lines[question.key] = prediction_line(question, raw, parsed, correct)

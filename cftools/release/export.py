@@ -1,4 +1,4 @@
-"""Export: the store's items as a versioned, verifiable release folder (see `cftools.release` for the layout).
+"""Export: the store's items as a versioned, verifiable release folder (see `cftools.release.layout` for the layout).
 
 Guarantees:
 - Deterministic: records are sorted by id, every time written comes from the store, JSON is written
@@ -33,30 +33,30 @@ from sqlalchemy import func, select
 from sqlalchemy.engine import make_url
 
 from cftools import __version__
+from cftools.images import data_image_shas
 from cftools.errors import CftoolsError
 from cftools.images import HASH_CHUNK
-from cftools.ingest import CVQA_COLUMNS, CVQA_TYPE_TO_GROUP, GROUP_ANSWER_TYPE, infer_answer_type
+from cftools.ingest.readers import infer_answer_type
+from cftools.kinds import all_kinds, get_kind
 from cftools.models import (
-    ACCEPTED, CHECKED, DRAFT, IN_REVIEW, KIND_CVQA, AgreementStat, AnnotationTask, CheckFlag, Generation, Image,
+    ACCEPTED, CHECKED, DRAFT, IN_REVIEW, AgreementStat, AnnotationTask, CheckFlag, Generation, Image,
     Item, Judgment, Release, SourceQuestion, utcnow,
 )
-from cftools.release import (
-    DATA_DIR, DEFAULT_OUT_DIR, FORMAT_CVQA, FORMAT_NATIVE, FORMATS, IMAGES_DIR, MANIFEST_NAME, RECORDS_NAME,
-    SCHEMA_VERSION, STORE_IMAGE_REF, cvqa_csv_name, hash_file, map_strings, parquet_name, release_dir_name,
+from cftools.release.layout import (
+    DATA_DIR, DEFAULT_OUT_DIR, FORMAT_NATIVE, IMAGES_DIR, MANIFEST_NAME, RECORDS_NAME,
+    SCHEMA_VERSION, hash_file, map_strings, parquet_name, release_dir_name,
     strings_in,
 )
-from cftools.store import Store
+from cftools.store import Store, in_chunks
 from cftools.workspace import Workspace
 
 VERIFIED_STATUSES = (ACCEPTED,)
 UNVERIFIED_STATUSES = (DRAFT, CHECKED, IN_REVIEW)
 DEFAULT_SPLITS = {"test": 1.0}
-GROUP_TO_CVQA_TYPE = {group: cvqa_type for cvqa_type, group in CVQA_TYPE_TO_GROUP.items()}
 IMAGE_EXTENSIONS = {"jpeg": "jpg", "jpg": "jpg", "mpo": "jpg", "png": "png", "gif": "gif", "webp": "webp",
                     "bmp": "bmp", "tiff": "tif", "tif": "tif"}
 PLAIN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,99}$")
 PARQUET_BATCH = 1000
-QUERY_CHUNK = 900
 
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
 
@@ -136,16 +136,6 @@ def image_extension(fmt: str | None) -> str:
     return IMAGE_EXTENSIONS.get((fmt or "").lower(), "img")
 
 
-def data_image_shas(data: dict[str, Any]) -> list[str]:
-    """SHA-256s of the further images an item names in its data as `sha256:<hex>` (e.g. a MuCR pair)."""
-    found: dict[str, None] = {}
-    for text in strings_in(data):
-        match = STORE_IMAGE_REF.match(text)
-        if match:
-            found.setdefault(match.group(1))
-    return list(found)
-
-
 def split_options(data: dict[str, Any]) -> tuple[dict[str, list[str]] | None, dict[str, Any]]:
     """CFMM-style option pairs move from the item's data to the record's `options` field."""
     options = data.get("options")
@@ -157,22 +147,18 @@ def split_options(data: dict[str, Any]) -> tuple[dict[str, list[str]] | None, di
     return None, data
 
 
-def record_answer_type(group: str, source_type: str | None, answer: str | None) -> str:
-    if group in GROUP_ANSWER_TYPE:
-        return GROUP_ANSWER_TYPE[group]
+def record_answer_type(kind: str, group: str, source_type: str | None, answer: str | None) -> str:
+    declared = get_kind(kind).answer_type(group, answer)
+    if declared:
+        return declared
     if source_type in ("number", "yes/no", "other"):
         return source_type
     return infer_answer_type(answer or "")
 
 
-def _chunks(values: list, size: int = QUERY_CHUNK) -> Iterable[list]:
-    for start in range(0, len(values), size):
-        yield values[start:start + size]
-
-
 def _by_item(session, query_for, item_ids: list[int]) -> dict[int, list]:  # noqa: ANN001
     grouped: dict[int, list] = defaultdict(list)
-    for part in _chunks(item_ids):
+    for part in in_chunks(item_ids):
         for row in session.execute(query_for(part)).all():
             grouped[row[0]].append(row)
     return grouped
@@ -228,7 +214,7 @@ def collect_items(store: Store, statuses: Iterable[str], splits: dict[str, float
         item_ids = [item.id for item, _, _ in rows]
         generation_ids = sorted({item.generation_id for item, _, _ in rows if item.generation_id})
         generations = {}
-        for part in _chunks(generation_ids):
+        for part in in_chunks(generation_ids):
             for gen in session.execute(select(Generation).where(Generation.id.in_(part))).scalars():
                 generations[gen.id] = gen
         flags = _by_item(session,
@@ -239,13 +225,13 @@ def collect_items(store: Store, statuses: Iterable[str], splits: dict[str, float
                          .where(AnnotationTask.item_id.in_(part)).order_by(AnnotationTask.id), item_ids)
         task_ids = [row[1].id for rows_ in tasks.values() for row in rows_]
         judgments: dict[int, list] = defaultdict(list)
-        for part in _chunks(task_ids):
+        for part in in_chunks(task_ids):
             for judgment in session.execute(select(Judgment).where(Judgment.task_id.in_(part))
                                             .order_by(Judgment.id)).scalars():
                 judgments[judgment.task_id].append(judgment)
         extra_shas = sorted({sha for item, _, _ in rows for sha in data_image_shas(item.data or {})})
         extra_images = {}
-        for part in _chunks(extra_shas):
+        for part in in_chunks(extra_shas):
             for image in session.execute(select(Image).where(Image.sha256.in_(part))).scalars():
                 extra_images[image.sha256] = image
 
@@ -280,7 +266,7 @@ def collect_items(store: Store, statuses: Iterable[str], splits: dict[str, float
             "image_sha256": image.sha256 if image is not None else None,
             "original_question": source.question if source else None,
             "original_answer": source.answer if source else None,
-            "answer_type": record_answer_type(item.group, source.answer_type if source else None, item.answer),
+            "answer_type": record_answer_type(item.kind, item.group, source.answer_type if source else None, item.answer),
             "question": item.question,
             "answer": item.answer,
             "options": options,
@@ -516,6 +502,15 @@ def atomic_release(target: Path, force: bool, write: Callable[[Path], None]) -> 
             shutil.rmtree(old, ignore_errors=True)
 
 
+def export_formats() -> dict[str, Any]:
+    """`native`, then every kind's peer formats: name -> (kind, ExportFormat), None for native."""
+    formats: dict[str, Any] = {FORMAT_NATIVE: None}
+    for name, kind in sorted(all_kinds().items()):
+        for spec in kind.export_formats:
+            formats.setdefault(spec.name, (name, spec))
+    return formats
+
+
 def statuses_for(include_unverified: bool) -> tuple[str, ...]:
     return VERIFIED_STATUSES + (UNVERIFIED_STATUSES if include_unverified else ())
 
@@ -528,8 +523,9 @@ def export_release(workspace: Workspace, name: str, version: str, out_dir: Path 
     and in-review items, marked unverified) and record it in the store."""
     check_plain_name(name, "release name")
     check_plain_name(version, "version")
-    if fmt not in FORMATS:
-        raise CftoolsError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    formats = export_formats()
+    if fmt not in formats:
+        raise CftoolsError(f"unknown format {fmt!r}; choose one of {', '.join(formats)}")
     splits = splits or dict(DEFAULT_SPLITS)
     for split in splits:
         check_plain_name(split, "split name")
@@ -545,14 +541,16 @@ def export_release(workspace: Workspace, name: str, version: str, out_dir: Path 
 
     def write(folder: Path) -> None:
         kept = items
-        if fmt == FORMAT_CVQA:
-            kept = [e for e in items if e.record["kind"] == KIND_CVQA and e.record["original_question"]]
+        peer = formats[fmt]
+        if peer is not None:
+            kind, spec = peer
+            kept = [e for e in items if e.record["kind"] == kind and spec.keeps(e.record)]
             result.skipped = len(items) - len(kept)
         result.n_images = copy_images(kept, folder, progress)
         if fmt == FORMAT_NATIVE:
             write_native(kept, folder, splits, workspace, name, version, progress)
         else:
-            write_cvqa(kept, folder, name, splits)
+            spec.write(kept, folder, name, splits)
         write_manifest(kept, folder, workspace, name, version, fmt, result.n_images)
         result.n_items = len(kept)
         result.n_verified = sum(e.record["verified"] for e in kept)
@@ -567,7 +565,7 @@ def export_release(workspace: Workspace, name: str, version: str, out_dir: Path 
 
 def write_native(items: list[ExportItem], folder: Path, splits: dict[str, float], workspace: Workspace,
                  name: str, version: str, progress: Progress | None) -> None:
-    from cftools.datacard import write_card
+    from cftools.release.datacard import write_card
 
     write_records(items, folder / RECORDS_NAME)
     if progress:
@@ -589,33 +587,6 @@ def agreement_rows(store: Store) -> list[dict[str, Any]]:
         return [{"project": s.project, "question": s.question, "n_pairs": s.n_pairs,
                  "percent_agreement": s.percent_agreement, "cohen_kappa": s.cohen_kappa,
                  "computed_at": _iso(s.computed_at)} for s in rows.scalars()]
-
-
-def cvqa_type(record: dict[str, Any]) -> str:
-    return GROUP_TO_CVQA_TYPE.get(record["group"]) or str(record["data"].get("cvqa_type") or record["group"])
-
-
-def cvqa_img_path(entry: ExportItem) -> str:
-    """The image's content-addressed name in images/ when there is one; else the name the input used."""
-    if entry.record["image"]:
-        return entry.record["image"].split("/", 1)[1]
-    source = entry.provenance.get("source") or {}
-    return str(source.get("image_ref") or "")
-
-
-def write_cvqa(items: list[ExportItem], folder: Path, name: str, splits: dict[str, float]) -> None:
-    """The C-VQA CSV as the peer publishes it: its header, minimal quoting, LF line ends."""
-    names = list(splits) if len(splits) > 1 else [None]
-    for split in names:
-        rows = [e for e in items if split is None or e.record["split"] == split]
-        path = folder / cvqa_csv_name(name, split)
-        with open(path, "w", encoding="utf-8", newline="") as fh:
-            writer = csv.writer(fh, lineterminator="\n", quoting=csv.QUOTE_MINIMAL)
-            writer.writerow(CVQA_COLUMNS)
-            for entry in rows:
-                r = entry.record
-                writer.writerow([cvqa_img_path(entry), r["original_question"], r["original_answer"] or "",
-                                 r["question"], r["answer"] or "", cvqa_type(r)])
 
 
 def write_manifest(items: list[ExportItem], folder: Path, workspace: Workspace, name: str, version: str,

@@ -12,12 +12,11 @@ number, which changes the sampling parameters (temperature, seed) and so the cac
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jinja2 import Environment, FileSystemLoader, PackageLoader, StrictUndefined, TemplateError
+from jinja2 import TemplateError
 from rich.console import Console
 from sqlalchemy import and_, exists, insert, select
 from sqlmodel import Session
@@ -25,16 +24,17 @@ from sqlmodel import Session
 from cftools.errors import CftoolsError, InputError
 from cftools.llm import Backend, Completion, LLMError, make_backend, request_key, text_message
 from cftools.llm.base import DEFAULT_PARAMS, render_messages
+from cftools.llm.prompts import PromptTemplate, load_prompt
 from cftools.llm.cache import cached_completion, cached_completions, save_completions
 from cftools.llm.runner import JobResult, RunStats, run_jobs
-from cftools.models import (BOOLEAN, CVQA_GROUPS, DRAFT, KIND_CVQA, NUMERICAL_DIRECT, NUMERICAL_INDIRECT, Generation,
+from cftools.kinds.cvqa import GROUP_ANSWER_TYPE, GROUPS as CVQA_GROUPS
+from cftools.models import (DRAFT, Generation,
                             Item, ItemEvent, SourceQuestion, utcnow)
-from cftools.rewrite_parser import RewriteParseError, parse_rewrite
+from cftools.kinds.cvqa_parser import RewriteParseError, parse_rewrite
 from cftools.store import Store
 from cftools.workspace import Workspace
 
 GENERATOR = "rewrite"
-GROUP_ANSWER_TYPE = {NUMERICAL_DIRECT: "number", NUMERICAL_INDIRECT: "number", BOOLEAN: "yes/no"}
 DEFAULT_MAX_ATTEMPTS = 3
 RETRY_TEMPERATURE = 0.7
 DEFAULT_CONCURRENCY = {"local": 1, "openai": 8}
@@ -50,37 +50,9 @@ def item_key(source_id: int, group: str) -> str:
 
 
 # ------------------------------------------------------------------ prompts
-@dataclass(frozen=True)
-class PromptTemplate:
-    name: str
-    source: str
-    hash: str
-    template: Any
-
-    def render(self, **variables: Any) -> str:
-        return self.template.render(**variables).strip() + "\n"
-
-
-def load_template(group: str, path: Path | None = None) -> PromptTemplate:
-    """The group's packaged prompt (`prompts/rewrite/<group>.j2`), or the user's template file."""
-    if path is None:
-        env = Environment(loader=PackageLoader("cftools", "prompts"), undefined=StrictUndefined,
-                          keep_trailing_newline=True)
-        name = f"rewrite/{group}.j2"
-    else:
-        path = Path(path)
-        if not path.is_file():
-            raise InputError(path, "no such template file")
-        env = Environment(loader=FileSystemLoader(str(path.parent)), undefined=StrictUndefined,
-                          keep_trailing_newline=True)
-        name = path.name
-    try:
-        source = env.loader.get_source(env, name)[0]
-        template = env.get_template(name)
-    except TemplateError as exc:
-        raise InputError(path or name, f"not a valid Jinja2 template: {exc}") from None
-    return PromptTemplate(name=name if path is None else str(path), source=source,
-                          hash=hashlib.sha256(source.encode("utf-8")).hexdigest(), template=template)
+def load_template(group: str, path: Path | None = None, workspace_root: Path | None = None) -> PromptTemplate:
+    """The group's prompt (`prompts/rewrite/<group>.j2`, a workspace's copy first), or the user's template file."""
+    return load_prompt(f"rewrite/{group}.j2", path, workspace_root)
 
 
 def render_prompt(template: PromptTemplate, source: dict[str, Any]) -> str:
@@ -268,7 +240,7 @@ def item_row(source: dict[str, Any], group: str, parsed: dict[str, Any], generat
              attempt: int) -> dict[str, Any]:
     now = utcnow()
     return {
-        "key": item_key(source["id"], group), "kind": KIND_CVQA, "group": group, "source_id": source["id"],
+        "key": item_key(source["id"], group), "kind": "cvqa", "group": group, "source_id": source["id"],
         "question": parsed["question"], "answer": parsed["answer"], "status": DRAFT, "origin": "generated",
         "generation_id": generation_id, "created_at": now, "updated_at": now,
         "data": {"original_question": source["question"], "original_answer": source["answer"],

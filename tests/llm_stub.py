@@ -4,7 +4,7 @@ For tests, benchmarks and dry runs of a pipeline without a model. It listens on 
 well-formed rewrite of the last "Question: ... / Answer: ..." pair in the prompt (a count plus one, a yes/no
 flipped), in the format the rewrite prompts ask for.
 
-    python -m cftools.llm.stub --port 0 --delay 0.2     # prints "listening on http://127.0.0.1:PORT/v1"
+    python -m llm_stub --port 0 --delay 0.2     # prints "listening on http://127.0.0.1:PORT/v1"
 """
 
 from __future__ import annotations

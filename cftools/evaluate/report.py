@@ -1,8 +1,6 @@
 """An evaluation run's report: rich tables in the terminal, report.md, report.csv, report.png; and compare.
 
-The tables follow the papers: C-VQA per group (original, counterfactual, drop; the C-VQA paper's
-Table 1), CFMM per type (acc_b, acc_c, acc+; the CFMM paper's Tables 2 and 3), MuCR (C2E, E2C, Cue,
-Exp). Accuracies are percentages with their 95% bootstrap interval; the unknown rate (replies that
+Each kind lays out its own table the way its paper does (`Kind.report_table`). Accuracies are percentages with their 95% bootstrap interval; the unknown rate (replies that
 could not be read) stands next to every generated score.
 """
 
@@ -10,25 +8,19 @@ from __future__ import annotations
 
 import csv
 import io
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from rich.table import Table
+
+from cftools.kinds import all_kinds
+from cftools.kinds.base import ReportTable, ScoreFormat
 
 REPORT_MD = "report.md"
 REPORT_CSV = "report.csv"
 REPORT_PNG = "report.png"
 TERMINAL_HEADERS = {"original": "orig", "counterfactual": "cf", "unknown": "unk"}
 CSV_FIELDS = ("section", "group", "metric", "value", "low", "high", "n")
-
-
-@dataclass
-class ReportTable:
-    section: str
-    title: str
-    columns: list[str]
-    rows: list[list[str]]
 
 
 def pct(score: Optional[dict]) -> str:
@@ -60,55 +52,29 @@ def pct_compact(score: Optional[dict]) -> str:
     return text
 
 
+def kind_sections(summary: dict[str, Any]) -> list[tuple[Any, dict[str, Any]]]:
+    """(kind, its section) for every kind with scores in SUMMARY, in the summary's order."""
+    kinds = all_kinds()
+    return [(kinds[name], section) for name, section in summary.items() if name in kinds]
+
+
 def report_tables(summary: dict[str, Any], compact: bool = False) -> list[ReportTable]:
-    pct = pct_compact if compact else globals()["pct"]
-    tables = []
-    if "cvqa" in summary:
-        rows = [[r["group"], str(r["n"]), pct(r["original"]), rate(r["unknown_original"]),
-                 pct(r["counterfactual"]), rate(r["unknown_counterfactual"]), pct(r["drop"])]
-                for r in summary["cvqa"]["rows"]]
-        tables.append(ReportTable("cvqa", "C-VQA accuracy (%), original vs counterfactual",
-                                  ["group", "n", "original", "unknown", "counterfactual", "unknown", "drop"], rows))
-    if "cfmm" in summary:
-        rows = [[r["type"], str(r["n"]), pct(r["acc_b"]), rate(r["unknown_b"]), pct(r["acc_c"]),
-                 rate(r["unknown_c"]), pct(r["acc_plus"])] for r in summary["cfmm"]["rows"]]
-        tables.append(ReportTable("cfmm", "CFMM accuracy (%): basic, counterfactual, both (acc+)",
-                                  ["type", "n", "acc_b", "unknown", "acc_c", "unknown", "acc+"], rows))
-    if "mucr" in summary:
-        m = summary["mucr"]
-        rows = [[task.upper() if task != "cue" else "Cue", str(m[task]["n"]), pct(m[task]), rate(m[f"unknown_{task}"])]
-                for task in ("c2e", "e2c", "cue")]
-        rows.append(["Exp (0-10)", str(m["exp"]["n"]), points(m["exp"]),
-                     f"{m['exp_not_judged']} not judged" if m["exp_not_judged"] else "–"])
-        tables.append(ReportTable("mucr", "MuCR", ["task", "n", "score", "unknown"], rows))
-    return tables
+    fmt = ScoreFormat(pct=pct_compact if compact else pct, rate=rate, points=points)
+    tables = [kind.report_table(section, fmt) for kind, section in kind_sections(summary)]
+    return [t for t in tables if t is not None]
 
 
 def csv_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
     """The report flattened: one row per section, group and metric (fractions, not percentages)."""
     out: list[dict[str, Any]] = []
-
-    def add(section: str, group: str, metric: str, score: Any, n: Optional[int] = None) -> None:
-        if isinstance(score, dict):
-            out.append({"section": section, "group": group, "metric": metric, "value": score.get("value"),
-                        "low": score.get("low"), "high": score.get("high"), "n": score.get("n", n)})
-        else:
-            out.append({"section": section, "group": group, "metric": metric, "value": score, "low": None,
-                        "high": None, "n": n})
-
-    for r in summary.get("cvqa", {}).get("rows", []):
-        for metric in ("original", "counterfactual", "drop"):
-            add("cvqa", r["group"], metric, r[metric])
-        add("cvqa", r["group"], "unknown_original", r["unknown_original"], r["n"])
-        add("cvqa", r["group"], "unknown_counterfactual", r["unknown_counterfactual"], r["n"])
-    for r in summary.get("cfmm", {}).get("rows", []):
-        for metric in ("acc_b", "acc_c", "acc_plus"):
-            add("cfmm", r["type"], metric, r[metric])
-        add("cfmm", r["type"], "unknown_b", r["unknown_b"], r["n"])
-        add("cfmm", r["type"], "unknown_c", r["unknown_c"], r["n"])
-    if "mucr" in summary:
-        for metric in ("c2e", "e2c", "cue", "exp"):
-            add("mucr", "total", metric, summary["mucr"][metric])
+    for kind, section in kind_sections(summary):
+        for group, metric, score, n in kind.csv_rows(section):
+            if isinstance(score, dict):
+                out.append({"section": kind.name, "group": group, "metric": metric, "value": score.get("value"),
+                            "low": score.get("low"), "high": score.get("high"), "n": score.get("n", n)})
+            else:
+                out.append({"section": kind.name, "group": group, "metric": metric, "value": score, "low": None,
+                            "high": None, "n": n})
     return out
 
 
@@ -151,18 +117,11 @@ def render_csv(summary: dict[str, Any]) -> str:
 
 
 def plot_series(summary: dict[str, Any]) -> tuple[str, list[str], list[tuple[str, list[Optional[dict]]]]]:
-    """(title, groups, [(label, scores per group)]) for the bar plot."""
-    if "cvqa" in summary:
-        rows = summary["cvqa"]["rows"]
-        return ("C-VQA accuracy", [r["group"] for r in rows],
-                [("original", [r["original"] for r in rows]), ("counterfactual", [r["counterfactual"] for r in rows])])
-    if "cfmm" in summary:
-        rows = summary["cfmm"]["rows"]
-        return ("CFMM accuracy", [r["type"] for r in rows],
-                [("basic (acc_b)", [r["acc_b"] for r in rows]), ("counterfactual (acc_c)", [r["acc_c"] for r in rows])])
-    if "mucr" in summary:
-        tasks = ["c2e", "e2c", "cue"]
-        return "MuCR accuracy", [t.upper() for t in tasks], [("accuracy", [summary["mucr"][t] for t in tasks])]
+    """(title, groups, [(label, scores per group)]) for the bar plot: the first kind that has a plot."""
+    for kind, section in kind_sections(summary):
+        series = kind.plot_series(section)
+        if series is not None:
+            return series
     return "no scores", [], []
 
 

@@ -13,7 +13,7 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from cftools import __version__
-from cftools.release import CARD_NAME, DATA_DIR, PLOTS_DIR, parquet_name
+from cftools.release.layout import CARD_NAME, DATA_DIR, PLOTS_DIR, parquet_name
 
 PLOT_SIZE_INCHES = (10.0, 4.5)
 PLOT_DPI = 100  # so every plot is 1000 x 450 pixels
@@ -213,7 +213,7 @@ def plot_question_lengths(records: list[dict], path: Path) -> None:
 
 
 def render_card(context: dict[str, Any]) -> str:
-    env = Environment(loader=PackageLoader("cftools", "templates"), keep_trailing_newline=True,
+    env = Environment(loader=PackageLoader("cftools.release", "."), keep_trailing_newline=True,
                       undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     return env.get_template("datacard.md.j2").render(**context)
 

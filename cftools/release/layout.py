@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from cftools.images import STORE_IMAGE_REF, strings_in  # noqa: F401 (re-exported)
 from cftools.errors import CftoolsError, InputError
 
 SCHEMA_VERSION = "1"
@@ -37,8 +38,6 @@ DATA_DIR = "data"
 IMAGES_DIR = "images"
 PLOTS_DIR = "plots"
 FORMAT_NATIVE = "native"
-FORMAT_CVQA = "cvqa"
-FORMATS = (FORMAT_NATIVE, FORMAT_CVQA)
 
 RECORD_FIELDS = (
     "id", "kind", "group", "split", "verified", "status", "image", "image_sha256",
@@ -46,7 +45,6 @@ RECORD_FIELDS = (
 )
 
 _IMAGE_PATH = re.compile(r"^images/[0-9a-f]{64}\.[a-z0-9]{1,5}$")
-STORE_IMAGE_REF = re.compile(r"^sha256:([0-9a-f]{64})$")
 
 
 def is_release_image_path(value: object) -> bool:
@@ -64,28 +62,12 @@ def map_strings(value: Any, fn) -> Any:  # noqa: ANN001
     return value
 
 
-def strings_in(value: Any) -> list[str]:
-    """Every string in VALUE, in a fixed order (dict keys sorted)."""
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, list):
-        return [s for v in value for s in strings_in(v)]
-    if isinstance(value, dict):
-        return [s for k in sorted(value) for s in strings_in(value[k])]
-    return []
-
-
 def release_dir_name(name: str, version: str) -> str:
     return f"{name}-{version}"
 
 
 def parquet_name(split: str) -> str:
     return f"{split}-00000-of-00001.parquet"
-
-
-def cvqa_csv_name(name: str, split: str | None = None) -> str:
-    """The C-VQA CSV of a `--format cvqa` release, named like the peer's `C-VQA-Real_questions.csv`."""
-    return f"{name}_questions.csv" if split is None else f"{name}_{split}_questions.csv"
 
 
 def hash_file(path: Path) -> str:

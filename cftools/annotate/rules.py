@@ -12,11 +12,14 @@ import warnings
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from functools import lru_cache
+from pathlib import Path
 from typing import Any, Optional
 
-from jinja2 import Environment, PackageLoader
+
+from jinja2 import Undefined
 
 from cftools.answers import normalize_answer
+from cftools.resources import template_env
 from cftools.models import ACCEPTED, NEEDS_ADJUDICATION, REJECTED
 
 VERIFY = "verify"
@@ -39,7 +42,6 @@ DECISION_CHOICES = (
 # Control names of the two configs.
 CONTROLS = {"related": "related", "answer_correct": "answer_correct", "corrected_answer": "corrected_answer",
             "flags": "flags", "comment": "comment", "decision": "decision"}
-TEMPLATES = {VERIFY: "verify.xml.j2", ADJUDICATE: "adjudicate.xml.j2"}
 # Questions whose inter-annotator agreement is reported (flags: one yes/no question per flag).
 AGREEMENT_QUESTIONS = ("related", "answer_correct", *FLAG_CODES)
 
@@ -48,9 +50,14 @@ class InvalidResult(ValueError):
     """A pulled annotation whose result does not fit the project's label config."""
 
 
-def render_label_config(purpose: str) -> str:
-    env = Environment(loader=PackageLoader("cftools", "annotation"), keep_trailing_newline=True, autoescape=True)
-    return env.get_template(TEMPLATES[purpose]).render(
+def render_label_config(kind: str, purpose: str, workspace_root: Optional[str] = None) -> str:
+    """The kind's label config for PURPOSE (annotation/<kind>/<purpose>.xml.j2; a workspace's copy wins)."""
+    from cftools.kinds import get_kind
+
+    template = get_kind(kind).task_template(purpose)
+    env = template_env("annotation", Path(workspace_root) if workspace_root else None, keep_trailing_newline=True,
+                       autoescape=True, undefined=Undefined)
+    return env.get_template(template).render(
         yes_no=(YES, NO), flag_choices=FLAG_CHOICES, decision_choices=DECISION_CHOICES, **CONTROLS)
 
 
@@ -64,10 +71,10 @@ class Control:
 
 
 @lru_cache(maxsize=None)
-def config_controls(purpose: str) -> dict[str, Control]:
+def config_controls(kind: str, purpose: str, workspace_root: Optional[str] = None) -> dict[str, Control]:
     """The answerable controls of a rendered config, read back from its XML."""
     controls: dict[str, Control] = {}
-    for element in ET.fromstring(render_label_config(purpose)).iter():
+    for element in ET.fromstring(render_label_config(kind, purpose, workspace_root)).iter():
         if element.tag == "Choices":
             controls[element.get("name")] = Control(
                 name=element.get("name"), tag="Choices",
@@ -78,9 +85,10 @@ def config_controls(purpose: str) -> dict[str, Control]:
     return controls
 
 
-def read_result(purpose: str, result: Any) -> dict[str, Any]:
-    """Control name -> answer (a list of choices, or the text) for one annotation; InvalidResult if it doesn't fit."""
-    controls = config_controls(purpose)
+def read_result(kind: str, purpose: str, result: Any, workspace_root: Optional[str] = None) -> dict[str, Any]:
+    """Control name -> answer (a list of choices, or the text) for one annotation; InvalidResult if it doesn't fit
+    the kind's config."""
+    controls = config_controls(kind, purpose, workspace_root)
     if not isinstance(result, list):
         raise InvalidResult("result is not a list")
     answers: dict[str, Any] = {}
@@ -129,8 +137,9 @@ class Answer:
     decision: Optional[str] = None
 
 
-def parse_answer(purpose: str, result: Any) -> Answer:
-    answers = read_result(purpose, result)
+def parse_answer(kind: str, purpose: str, result: Any, workspace_root: Optional[str] = None) -> Answer:
+    """One annotation of a task of KIND read back into a judgment (`Kind.read_judgment` calls this by default)."""
+    answers = read_result(kind, purpose, result, workspace_root)
     if purpose == ADJUDICATE:
         decision = answers["decision"][0]
         corrected = answers.get("corrected_answer")

@@ -21,14 +21,12 @@ from sqlalchemy import func, select
 from cftools.errors import InputError
 from cftools.images import ImageFile, attach_images, index_folder, read_image_file, sha256_file
 from cftools.models import (
-    BOOLEAN, DRAFT, KIND_CVQA, NUMERICAL_DIRECT, NUMERICAL_INDIRECT, IngestRun, Item, ItemEvent,
+    DRAFT, IngestRun, Item, ItemEvent,
     SourceQuestion, utcnow,
 )
+from cftools.kinds.cvqa import CSV_COLUMNS as CVQA_COLUMNS, GROUP_ANSWER_TYPE, TYPE_TO_GROUP as CVQA_TYPE_TO_GROUP
 from cftools.store import Store
 
-CVQA_COLUMNS = ("img_path", "query", "answer", "new query", "new answer", "type")
-CVQA_TYPE_TO_GROUP = {"direct": NUMERICAL_DIRECT, "indirect": NUMERICAL_INDIRECT, "boolean": BOOLEAN}
-GROUP_ANSWER_TYPE = {NUMERICAL_DIRECT: "number", NUMERICAL_INDIRECT: "number", BOOLEAN: "yes/no"}
 COCO_SUBTYPES = ("val2014", "train2014", "test2015", "test-dev2015")
 BATCH = 5000
 
@@ -273,7 +271,7 @@ def read_cvqa(path: Path, bad: BadRecords, dataset: str | None = None) -> tuple[
         })
         key = f"{dataset}:{stable_key(*(row[c] for c in CVQA_COLUMNS))}"
         items.setdefault(key, {
-            "key": key, "kind": KIND_CVQA, "group": group, "source_external_id": source_key,
+            "key": key, "kind": "cvqa", "group": group, "source_external_id": source_key,
             "question": row["new query"], "answer": row["new answer"], "status": DRAFT, "origin": "ingested",
             "data": {"cvqa_type": row["type"], "line": line}, "created_at": now, "updated_at": now,
         })

@@ -24,17 +24,21 @@ def packaged_dir(name: str) -> Path:
     return installed if installed.is_dir() else PACKAGE.parent / name
 
 
-def search_dirs(name: str, workspace_root: Optional[Path] = None) -> list[Path]:
-    """The folders a template of NAME is looked up in, the workspace's copy first."""
+def search_dirs(name: str, workspace_root: Optional[Path] = None, kind_root: Optional[Path] = None) -> list[Path]:
+    """The folders a template of NAME is looked up in: the workspace's copy, a plugin kind's own, the packaged."""
     dirs = [packaged_dir(name)]
+    if kind_root is not None and (Path(kind_root) / name).is_dir():
+        dirs.insert(0, Path(kind_root) / name)
     if workspace_root is not None and (Path(workspace_root) / name).is_dir():
         dirs.insert(0, Path(workspace_root) / name)
     return dirs
 
 
-def template_env(name: str, workspace_root: Optional[Path] = None, **options) -> Environment:  # noqa: ANN003
+def template_env(name: str, workspace_root: Optional[Path] = None, kind_root: Optional[Path] = None,
+                 **options) -> Environment:  # noqa: ANN003
     options.setdefault("undefined", StrictUndefined)
-    return Environment(loader=FileSystemLoader([str(d) for d in search_dirs(name, workspace_root)]), **options)
+    dirs = search_dirs(name, workspace_root, kind_root)
+    return Environment(loader=FileSystemLoader([str(d) for d in dirs]), **options)
 
 
 def template_path(name: str, relative: str, workspace_root: Optional[Path] = None) -> Path:

@@ -54,9 +54,10 @@ def render_label_config(kind: str, purpose: str, workspace_root: Optional[str] =
     """The kind's label config for PURPOSE (annotation/<kind>/<purpose>.xml.j2; a workspace's copy wins)."""
     from cftools.kinds import get_kind
 
-    template = get_kind(kind).task_template(purpose)
-    env = template_env("annotation", Path(workspace_root) if workspace_root else None, keep_trailing_newline=True,
-                       autoescape=True, undefined=Undefined)
+    spec = get_kind(kind)
+    template = spec.task_template(purpose)
+    env = template_env("annotation", Path(workspace_root) if workspace_root else None, spec.template_root,
+                       keep_trailing_newline=True, autoescape=True, undefined=Undefined)
     return env.get_template(template).render(
         yes_no=(YES, NO), flag_choices=FLAG_CHOICES, decision_choices=DECISION_CHOICES, **CONTROLS)
 

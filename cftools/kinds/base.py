@@ -16,6 +16,7 @@ A kind is one module with one `Kind` subclass, registered under the `cftools.kin
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Optional, Sequence
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -95,6 +96,8 @@ class Kind:
     export_formats: ClassVar[tuple[ExportFormat, ...]] = ()
     metrics: ClassVar[tuple[str, ...]] = ()
     eval_templates: ClassVar[tuple[str, ...]] = ()  # eval prompts (under prompts/eval/) that enter a run's hash
+    # A kind shipped in its own package keeps its templates there: TEMPLATE_ROOT/annotation/..., .../prompts/...
+    template_root: ClassVar[Optional[Path]] = None
 
     # -- fields ------------------------------------------------------------------------------------------------
 

@@ -47,7 +47,7 @@ def rewrite_cmd(workspace: Workspace, group: str, limit: int | None, backend: st
         report = rewrite(workspace.store, llm, group, limit=limit, template_path=template_path,
                          concurrency=concurrency, refresh=refresh, max_attempts=max_attempts,
                          params=llm_params(config, llm.name), include_ingested=include_ingested, console=err_console,
-                         quiet=quiet or as_json)
+                         quiet=quiet or as_json, workspace_root=workspace.root)
     finally:
         llm.close()
     if as_json:

@@ -279,9 +279,11 @@ def llm_params(config: dict[str, Any], backend: str | None = None) -> dict[str, 
 def rewrite(store: Store, backend: Backend, group: str, *, limit: int | None = None,
             template_path: Path | None = None, concurrency: int | None = None, refresh: bool = False,
             max_attempts: int = DEFAULT_MAX_ATTEMPTS, params: dict[str, Any] | None = None,
-            include_ingested: bool = False, console: Console | None = None, quiet: bool = False) -> RewriteReport:
-    """Rewrite up to LIMIT source questions into draft items of GROUP; returns what happened."""
-    template = load_template(group, template_path)
+            include_ingested: bool = False, console: Console | None = None, quiet: bool = False,
+            workspace_root: Path | None = None) -> RewriteReport:
+    """Rewrite up to LIMIT source questions into draft items of GROUP; returns what happened. The group's prompt
+    is the workspace's copy when it has one (`init --with-prompts`)."""
+    template = load_template(group, template_path, workspace_root)
     sources = select_sources(store, group, limit, include_ingested)
     report = RewriteReport(group=group, backend=backend.name, model=backend.model, template=template.name,
                            selected=len(sources))
@@ -372,6 +374,7 @@ def generate_examples(workspace: Workspace, per_group: int = 2, backend: str | N
     llm = make_backend(config, backend, model)
     try:
         return [rewrite(workspace.store, llm, group, limit=per_group, params=llm_params(config, llm.name),
-                        include_ingested=True, console=console, quiet=quiet) for group in CVQA_GROUPS]
+                        include_ingested=True, console=console, quiet=quiet, workspace_root=workspace.root)
+                for group in CVQA_GROUPS]
     finally:
         llm.close()

@@ -44,11 +44,14 @@ def sha256_file(path: Path) -> str:
 
 
 def read_image_file(path: Path, record: object | None = None) -> ImageFile:
-    """Hash and measure one image; an unreadable or non-image file is an InputError naming it."""
+    """Hash and measure one image; an unreadable, truncated or non-image file is an InputError naming it."""
     try:
         with PIL.Image.open(path) as img:
             width, height, fmt = img.width, img.height, (img.format or "").lower()
-            img.verify()
+            img.verify()  # structure and checksums
+        # verify() reads no pixels: a JPEG cut short passes it, so decode the whole image once.
+        with PIL.Image.open(path) as img:
+            img.load()
     except (OSError, PIL.Image.DecompressionBombError, SyntaxError, ValueError) as exc:
         raise InputError(path, f"not a readable image ({exc.__class__.__name__}: {exc})", record) from None
     return ImageFile(path=path, sha256=sha256_file(path), width=width, height=height, format=fmt,

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from cftools.errors import CftoolsError
+from cftools.errors import CftoolsError, error_text
 from cftools.workspace import Workspace
 
 DEFAULT_TOKEN_ENV = "LABEL_STUDIO_API_KEY"
@@ -33,6 +33,7 @@ STALE_AFTER_S = 3600  # a pull's view or snapshot lives for one chunk; one this 
 SNAPSHOT_OPTIONS = {"drafts": {"only_id": True}, "predictions": {"only_id": True},
                     "annotations__completed_by": {"only_id": True}}
 TIMEOUT_S = 300
+ERROR_BODY_CHARS = 300  # of a server's error answer shown in our error
 
 
 def snapshot_title(now: Optional[datetime] = None) -> str:
@@ -114,9 +115,6 @@ class LabelStudioServer:
 
     # ------------------------------------------------------------------ errors
 
-    def scrub(self, text: str) -> str:
-        return text.replace(self._token, "***") if self._token else text
-
     @contextlib.contextmanager
     def errors(self, doing: str) -> Iterator[None]:
         from label_studio_sdk.core.api_error import ApiError
@@ -131,8 +129,8 @@ class LabelStudioServer:
             raise LabelStudioError(f"cannot reach Label Studio at {self.url} while {doing} "
                                    f"({exc.__class__.__name__}); is the server running?") from None
         except httpx.HTTPError as exc:
-            raise LabelStudioError(self.scrub(f"Label Studio at {self.url} failed while {doing}: "
-                                              f"{exc.__class__.__name__}: {exc}")) from None
+            raise LabelStudioError(f"Label Studio at {self.url} failed while {doing}: " + error_text(
+                f"{exc.__class__.__name__}: {exc}", [self._token], ERROR_BODY_CHARS)) from None
 
     def _api_error(self, doing: str, status: Optional[int], body: Any) -> LabelStudioError:
         if status in (401, 403):
@@ -140,8 +138,8 @@ class LabelStudioServer:
                                     f"(HTTP {status}) while {doing}; check the token")
         if not isinstance(body, str):
             body = json.dumps(body, default=str)
-        return LabelStudioError(self.scrub(f"Label Studio at {self.url} answered HTTP {status} while {doing}: "
-                                           f"{' '.join(str(body).split())[:300]}"))
+        return LabelStudioError(f"Label Studio at {self.url} answered HTTP {status} while {doing}: "
+                                f"{error_text(body, [self._token], ERROR_BODY_CHARS)}")
 
     # ------------------------------------------------------------------ calls
 

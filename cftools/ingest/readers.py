@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import os
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -278,19 +279,40 @@ def read_cvqa(path: Path, bad: BadRecords, dataset: str | None = None) -> tuple[
     return dataset, list(sources.values()), list(items.values())
 
 
-def read_table(path: Path, bad: BadRecords, dataset: str | None = None) -> tuple[str, list[dict]]:
+def image_path_problem(given: str, images_dir: Path | None) -> str | None:
+    """Why a record's image path cannot be used, or None. It is taken relative to --images and must stay
+    inside it ('..' or an absolute path elsewhere would let a table read any file) and name a file there."""
+    if os.path.isabs(given):
+        if images_dir is not None and not Path(os.path.normpath(given)).is_relative_to(os.path.abspath(images_dir)):
+            return f"image path {given!r} is outside the --images folder {images_dir}"
+    elif os.path.normpath(given).split(os.sep)[0] == os.pardir:
+        return f"image path {given!r} leaves the --images folder"
+    if images_dir is not None:
+        target = images_dir / given
+        if target.exists() and not target.is_file():
+            return f"image path {given!r} is {'a folder' if target.is_dir() else 'not a regular file'}, not an image"
+    return None
+
+
+def read_table(path: Path, bad: BadRecords, dataset: str | None = None,
+               images_dir: Path | None = None) -> tuple[str, list[dict]]:
     """A user's own `image, question, answer` records (CSV or JSONL; optional id and answer_type)."""
     dataset = dataset or f"table:{path.stem}"
     now = utcnow()
     rows: dict[str, dict] = {}
     for line, row in _records(path, ("image", "question", "answer"), bad):
+        image = str(row["image"]).strip()
+        problem = image_path_problem(image, images_dir)
+        if problem:
+            bad.add(InputError(path, problem, line))
+            continue
         answer = str(row["answer"]).strip()
         external_id = str(row.get("id") or stable_key(row["image"], row["question"], answer))
         rows.setdefault(external_id, {
-            "dataset": dataset, "external_id": external_id, "image_ref": Path(str(row["image"])).name,
+            "dataset": dataset, "external_id": external_id, "image_ref": Path(image).name,
             "question": str(row["question"]).strip(), "answer": answer,
             "answer_type": str(row.get("answer_type") or infer_answer_type(answer)),
-            "answers": None, "meta": {"line": line}, "created_at": now,
+            "answers": None, "meta": {"line": line, "image": image}, "created_at": now,
         })
     return dataset, list(rows.values())
 
@@ -298,26 +320,52 @@ def read_table(path: Path, bad: BadRecords, dataset: str | None = None) -> tuple
 # ---------------------------------------------------------------- images and writing
 
 
-def resolve_images(store: Store, dataset: str, refs: Iterable[str], images_dir: Path | None,
-                   bad: BadRecords, candidates: dict[str, list[str]] | None = None) -> dict[str, ImageFile]:
-    """Read every image the records (and the dataset's earlier records still without one) refer to."""
+def record_of(source: dict) -> str:
+    """How errors name the input record a source question came from: its line, else its question id."""
+    return source["meta"].get("line") or f"question_id {source['external_id']}"
+
+
+def given_image_file(images_dir: Path, source: dict | None) -> Path | None:
+    """The file a record's own image path names under IMAGES_DIR, when it is one (checked at reading)."""
+    given = (source or {}).get("meta", {}).get("image")
+    if not given:
+        return None
+    path = images_dir / given
+    return path if path.is_file() else None
+
+
+def resolve_images(store: Store, dataset: str, sources: list[dict], images_dir: Path | None, bad: BadRecords,
+                   candidates: dict[str, list[str]] | None = None, input_path: Path | None = None,
+                   ) -> dict[str, ImageFile]:
+    """Read every image the records (and the dataset's earlier records still without one) refer to.
+
+    A record's image path names its file under IMAGES_DIR; otherwise the image is found by file name
+    anywhere under it. A broken image is a bad record, named by the first record that uses it.
+    """
     if images_dir is None:
         return {}
     if not images_dir.is_dir():
         raise InputError(images_dir, "not a folder of images")
     on_disk = index_folder(images_dir)
+    first_source: dict[str, dict] = {}
+    for source in sources:
+        first_source.setdefault(source["image_ref"], source)
     with store.session() as session:
         earlier = session.execute(select(SourceQuestion.image_ref).where(
             SourceQuestion.dataset == dataset, SourceQuestion.image_id.is_(None))).scalars().all()
     found: dict[str, ImageFile] = {}
-    for ref in sorted(set(refs) | set(earlier)):
-        for name in (candidates or {}).get(ref, [ref]):
-            if name in on_disk:
-                try:
-                    found[ref] = read_image_file(on_disk[name], record=f"image {ref}")
-                except InputError as err:
-                    bad.add(err)
-                break
+    for ref in sorted(set(first_source) | set(earlier)):
+        source = first_source.get(ref)
+        names = (candidates or {}).get(ref, [ref])
+        file = given_image_file(images_dir, source) or next((on_disk[n] for n in names if n in on_disk), None)
+        if file is None:
+            continue
+        try:
+            found[ref] = read_image_file(file, record=f"image {ref}")
+        except InputError as err:
+            if source is not None and input_path is not None:
+                err = InputError(input_path, f"image {file}: {err.reason}", record_of(source))
+            bad.add(err)
     return found
 
 
@@ -377,12 +425,8 @@ def _finish(store: Store, fmt: str, path: Path, dataset: str, sources: list[dict
             images_dir: Path | None, bad: BadRecords, report_path: Path | None, n_records: int,
             candidates: dict[str, list[str]] | None = None) -> IngestReport:
     report = IngestReport(format=fmt, path=str(path), dataset=dataset, n_records=n_records)
-    refs = {s["image_ref"] for s in sources}
-    images = resolve_images(store, dataset, refs, images_dir, bad, candidates)
+    images = resolve_images(store, dataset, sources, images_dir, bad, candidates, path)
     report.bad = bad.items
-    if bad.items:
-        bad_refs = {b.record.removeprefix("image ") for b in bad.items if b.record.startswith("image ")}
-        images = {ref: img for ref, img in images.items() if ref not in bad_refs}
     write_records(store, fmt, path, dataset, sources, items, images, report)
     if report.bad and report_path is not None:
         write_bad_report(report, report_path)
@@ -411,5 +455,6 @@ def ingest_cvqa(store: Store, path: Path, images_dir: Path | None = None, skip_b
 def ingest_table(store: Store, path: Path, images_dir: Path | None = None, skip_bad: bool = False,
                  report_path: Path | None = None, dataset: str | None = None) -> IngestReport:
     bad = BadRecords(skip_bad)
-    dataset, sources = read_table(Path(path), bad, dataset)
+    images_dir = Path(images_dir) if images_dir is not None else None
+    dataset, sources = read_table(Path(path), bad, dataset, images_dir)
     return _finish(store, "table", Path(path), dataset, sources, [], images_dir, bad, report_path, len(sources))

@@ -1,0 +1,146 @@
+"""Fault tests of issue 18: secrets scrubbed before error text is cut, images decoded in full at ingest,
+image paths kept inside --images, exact line numbers of bad records, cftools.toml written by a TOML
+library, an empty ingest refused, and `check --json` reporting the current flags of every item asked for."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from PIL import Image as PILImage
+
+from cftools.errors import CftoolsError
+from cftools.label_studio import LabelStudioError, LabelStudioServer
+from cftools.llm.openai_backend import OpenAIBackend
+from tests.test_ingest import make_image, snapshot
+
+HERE = Path(__file__).resolve().parent
+
+
+# ------------------------------------------------------------------ secrets in error text
+
+
+@pytest.fixture(scope="module")
+def echo_server():
+    """The URL of a loopback server process that answers HTTP 400 with the request's headers."""
+    proc = subprocess.Popen([sys.executable, str(HERE / "echo_headers_server.py")], stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(proc.stdout.readline())
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def pieces_shown(secret: str, text: str, size: int = 6) -> list[str]:
+    """Every SIZE-character piece of SECRET that TEXT shows: a cut-off start of a token is a leak too."""
+    return [secret[i:i + size] for i in range(len(secret) - size + 1) if secret[i:i + size] in text]
+
+
+# cftools cuts a server's answer at 300 characters (Label Studio) and its whole error text at 500
+# (OpenAI); the token sits fewer than 120 characters after the padding in either, so these pads move
+# it from wholly before the cut, one character at a time, to wholly after.
+LABEL_STUDIO_PADS = range(300 - 120, 300 + 3)
+OPENAI_PADS = range(500 - 160, 500 + 3)
+
+
+def test_label_studio_error_shows_no_part_of_an_echoed_token_wherever_the_cut_falls(echo_server):
+    token = "lsk-" + uuid.uuid4().hex
+    shown_whole = 0
+    for pad in LABEL_STUDIO_PADS:
+        server = LabelStudioServer(f"{echo_server}/pad/{pad:04d}", token)
+        with pytest.raises(LabelStudioError) as err:
+            server.check()
+        message = str(err.value)
+        assert "HTTP 400" in message and "\n" not in message
+        assert pieces_shown(token, message) == [], f"pad {pad}: {message}"
+        shown_whole += "Authorization: Token ***" in message  # the echo is shown, only the token is not
+    assert shown_whole > 40
+
+
+def test_openai_error_shows_no_part_of_an_echoed_key_wherever_the_cut_falls(echo_server, monkeypatch):
+    key = "proj" + uuid.uuid4().hex  # not shaped like an sk- key: only scrubbing the known key hides it
+    monkeypatch.setenv("CFTOOLS_TEST_KEY", key)
+    shown_whole = 0
+    for pad in OPENAI_PADS:
+        backend = OpenAIBackend("m", base_url=f"{echo_server}/pad/{pad:04d}/v1", api_key_env="CFTOOLS_TEST_KEY",
+                                request_attempts=1)
+        try:
+            with pytest.raises(CftoolsError) as err:
+                backend.complete([{"role": "user", "content": "hi"}], {})
+        finally:
+            backend.close()
+        message = str(err.value)
+        assert "HTTP 400" in message and "\n" not in message
+        assert pieces_shown(key, message) == [], f"pad {pad}: {message}"
+        shown_whole += "Bearer ***" in message
+    assert shown_whole > 40
+
+
+# ------------------------------------------------------------------ images at ingest
+
+
+def write_jsonl(path: Path, records: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return path
+
+
+def noisy_jpeg(path: Path) -> Path:
+    """A JPEG of a few kB (noise does not compress), so cutting it leaves a valid header and half the pixels."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(0)
+    PILImage.frombytes("RGB", (64, 64), bytes(rng.randrange(256) for _ in range(64 * 64 * 3))).save(path, quality=95)
+    return path
+
+
+def test_truncated_jpeg_is_refused_naming_file_and_record(workspace, tmp_path, run_cli):
+    images = tmp_path / "imgs"
+    good = noisy_jpeg(images / "good.jpg")
+    cut = noisy_jpeg(images / "cut.jpg")
+    cut.write_bytes(good.read_bytes()[:int(good.stat().st_size * 0.7)])
+    with PILImage.open(cut) as img:
+        img.verify()  # the header and structure still pass: only decoding the pixels finds the cut
+    table = write_jsonl(tmp_path / "mine.jsonl", [
+        {"image": "good.jpg", "question": "How many dots?", "answer": "3"},
+        {"image": "cut.jpg", "question": "How many cats?", "answer": "2"}])
+    before = snapshot(workspace.store)
+    result = run_cli("ingest", "table", table, "--images", images)
+    assert result.exit_code == 1
+    message = result.output.strip()
+    assert "\n" not in message and "Traceback" not in message
+    assert f"{table}, line 2" in message and "cut.jpg" in message and "truncated" in message
+    assert snapshot(workspace.store) == before
+
+
+@pytest.mark.parametrize("image", ["../../etc/passwd", "sub/../../outside.png", "a-folder", "/etc/hostname"])
+def test_image_path_leaving_images_or_not_a_file_is_refused_naming_the_record(workspace, tmp_path, run_cli, image):
+    images = tmp_path / "imgs"
+    make_image(images / "ok.png")
+    (images / "a-folder").mkdir()
+    make_image(tmp_path / "outside.png")
+    table = write_jsonl(tmp_path / "mine.jsonl", [
+        {"image": "ok.png", "question": "How many dots?", "answer": "3"},
+        {"image": image, "question": "How many cats?", "answer": "2"}])
+    before = snapshot(workspace.store)
+    result = run_cli("ingest", "table", table, "--images", images)
+    assert result.exit_code == 1
+    assert f"{table}, line 2: image path {image!r}" in result.output
+    assert snapshot(workspace.store) == before
+
+
+def test_refused_image_path_is_skipped_with_skip_bad_and_the_rest_get_their_images(workspace, tmp_path, run_cli):
+    images = tmp_path / "imgs"
+    make_image(images / "sub" / "ok.png")
+    (images / "a-folder").mkdir()
+    table = write_jsonl(tmp_path / "mine.jsonl", [
+        {"image": "sub/ok.png", "question": "How many dots?", "answer": "3"},
+        {"image": "a-folder", "question": "How many cats?", "answer": "2"}])
+    result = run_cli("ingest", "table", table, "--images", images, "--skip-bad", "--json")
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    assert (out["sources_added"], out["images_attached"], out["skipped"]) == (1, 1, 1)

@@ -271,7 +271,7 @@ def test_peer_known_bad_rows_are_flagged(workspace, run_cli, peer_cvqa_real):
 
 
 def test_peer_synthetic_direct_types_pass_arithmetic(workspace):
-    from cftools.ingest.readers import ingest_cvqa
+    from cftools.kinds.cvqa_ingest import ingest_cvqa
 
     ingest_cvqa(workspace.store, CVQA_SYNTHETIC)
     report = run_checks(workspace.store, use_embeddings=False)

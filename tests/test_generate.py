@@ -18,7 +18,8 @@ from sqlalchemy import delete, func, select
 from killed_runs import kill_after_progress
 
 from cftools.kinds.cvqa_rewrite import item_key, load_template, reparse, rewrite, select_sources
-from cftools.ingest.readers import ingest_cvqa, ingest_table
+from cftools.ingest.readers import ingest_table
+from cftools.kinds.cvqa_ingest import ingest_cvqa
 from cftools.llm import make_backend
 from llm_stub import StubServer, stub_reply
 from cftools.kinds.cvqa import BOOLEAN, NUMERICAL_DIRECT, NUMERICAL_INDIRECT

@@ -15,7 +15,7 @@ import pytest
 from PIL import Image as PILImage
 
 from cftools.errors import CftoolsError
-from cftools.label_studio import LabelStudioError, LabelStudioServer
+from cftools.annotate.label_studio import LabelStudioError, LabelStudioServer
 from cftools.llm.openai_backend import OpenAIBackend
 from tests.test_ingest import make_image, snapshot
 

@@ -8,7 +8,8 @@ from PIL import Image as PILImage
 from sqlalchemy import func, select
 
 from cftools.errors import InputError
-from cftools.ingest.readers import ingest_cvqa, ingest_table, ingest_vqav2, most_frequent_answer
+from cftools.ingest.readers import ingest_table, ingest_vqav2, most_frequent_answer
+from cftools.kinds.cvqa_ingest import ingest_cvqa
 from cftools.models import Image, ImageName, IngestRun, Item, ItemEvent, SourceQuestion
 from cftools.overview import store_counts
 from tests.conftest import CVQA_REAL, CVQA_SYNTHETIC

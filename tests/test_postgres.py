@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cftools.ingest.readers import ingest_cvqa
+from cftools.kinds.cvqa_ingest import ingest_cvqa
 from cftools.overview import store_counts
 from cftools.workspace import init_workspace
 

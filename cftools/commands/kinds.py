@@ -26,14 +26,15 @@ def kinds_cmd(as_json: bool) -> None:
     if as_json:
         print_json(described)
         return
-    table = Table(title="Registered kinds (entry point group cftools.kinds)", title_justify="left", show_lines=True)
-    for column in ("kind", "generators", "checks", "tasks", "export formats", "metrics"):
-        table.add_column(column)
     for d in described:
-        table.add_row(f"[bold]{escape(d['name'])}[/]\n{escape(d['title'])}",
-                      "\n".join(g["name"] for g in d["generators"]) or "–",
+        console.print(f"[bold]{escape(d['name'])}[/]: {escape(d['title'])}", soft_wrap=True)
+    table = Table(title="Registered kinds (entry point group cftools.kinds)", title_justify="left", show_lines=True)
+    for column in ("kind", "generators", "checks", "tasks", "formats", "metrics"):
+        table.add_column(column, overflow="fold")
+    for d in described:
+        table.add_row(escape(d["name"]), "\n".join(g["name"] for g in d["generators"]) or "–",
                       "\n".join(c["code"] for c in d["checks"]) or "–",
-                      "\n".join(f"{task}: {escape(path)}" for task, path in d["tasks"].items()) or "–",
+                      "\n".join(escape(task) for task in d["tasks"]) or "–",
                       "\n".join(["native", *(f["name"] for f in d["export_formats"])]),
                       "\n".join(d["metrics"]) or "–")
     console.print(table)

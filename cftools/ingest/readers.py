@@ -25,7 +25,6 @@ from cftools.models import (
     DRAFT, IngestRun, Item, ItemEvent,
     SourceQuestion, utcnow,
 )
-from cftools.kinds.cvqa import CSV_COLUMNS as CVQA_COLUMNS, GROUP_ANSWER_TYPE, TYPE_TO_GROUP as CVQA_TYPE_TO_GROUP
 from cftools.store import Store
 
 COCO_SUBTYPES = ("val2014", "train2014", "test2015", "test-dev2015")
@@ -234,7 +233,7 @@ def _read_jsonl(path: Path) -> Iterator[tuple[str, dict]]:
         raise InputError(path, f"cannot read: {exc.strerror or exc}") from None
 
 
-def _records(path: Path, required: tuple[str, ...], bad: BadRecords) -> Iterator[tuple[str, dict]]:
+def records(path: Path, required: tuple[str, ...], bad: BadRecords) -> Iterator[tuple[str, dict]]:
     """Rows of a CSV or JSONL file whose required fields are present and non-empty."""
     reader = _read_jsonl(path) if path.suffix.lower() in (".jsonl", ".ndjson") else _read_csv(path, required)
     iterator = iter(reader)
@@ -253,30 +252,6 @@ def _records(path: Path, required: tuple[str, ...], bad: BadRecords) -> Iterator
             bad.add(InputError(path, f"empty or missing field(s) {', '.join(empty)}", line))
             continue
         yield line, row
-
-
-def read_cvqa(path: Path, bad: BadRecords, dataset: str | None = None) -> tuple[str, list[dict], list[dict]]:
-    """Parse the C-VQA CSV: the original question is a source, the counterfactual an item of its group."""
-    dataset = dataset or f"cvqa:{path.stem}"
-    now = utcnow()
-    sources: dict[str, dict] = {}
-    items: dict[str, dict] = {}
-    for line, row in _records(path, CVQA_COLUMNS, bad):
-        group = CVQA_TYPE_TO_GROUP.get(row["type"].strip(), row["type"].strip())
-        source_key = stable_key(row["img_path"], row["query"], row["answer"])
-        image_ref = Path(row["img_path"].replace("\\", "/")).name
-        sources.setdefault(source_key, {
-            "dataset": dataset, "external_id": source_key, "image_ref": image_ref, "question": row["query"],
-            "answer": row["answer"], "answer_type": GROUP_ANSWER_TYPE.get(group, "other"),
-            "answers": None, "meta": {"img_path": row["img_path"], "line": line}, "created_at": now,
-        })
-        key = f"{dataset}:{stable_key(*(row[c] for c in CVQA_COLUMNS))}"
-        items.setdefault(key, {
-            "key": key, "kind": "cvqa", "group": group, "source_external_id": source_key,
-            "question": row["new query"], "answer": row["new answer"], "status": DRAFT, "origin": "ingested",
-            "data": {"cvqa_type": row["type"], "line": line}, "created_at": now, "updated_at": now,
-        })
-    return dataset, list(sources.values()), list(items.values())
 
 
 def image_path_problem(given: str, images_dir: Path | None) -> str | None:
@@ -300,7 +275,7 @@ def read_table(path: Path, bad: BadRecords, dataset: str | None = None,
     dataset = dataset or f"table:{path.stem}"
     now = utcnow()
     rows: dict[str, dict] = {}
-    for line, row in _records(path, ("image", "question", "answer"), bad):
+    for line, row in records(path, ("image", "question", "answer"), bad):
         image = str(row["image"]).strip()
         problem = image_path_problem(image, images_dir)
         if problem:
@@ -378,7 +353,7 @@ def existing_item_keys(session, keys: list[str], chunk: int = 900) -> dict[str, 
     return found
 
 
-def write_records(store: Store, fmt: str, path: Path, dataset: str, sources: list[dict], items: list[dict],
+def writerecords(store: Store, fmt: str, path: Path, dataset: str, sources: list[dict], items: list[dict],
                   images: dict[str, ImageFile], report: IngestReport) -> None:
     """Write sources, items and images in one transaction; existing keys are left as they are."""
     source_table = SourceQuestion.__table__
@@ -421,13 +396,13 @@ def write_bad_report(report: IngestReport, report_path: Path) -> None:
     report.report_path = str(report_path)
 
 
-def _finish(store: Store, fmt: str, path: Path, dataset: str, sources: list[dict], items: list[dict],
+def finish(store: Store, fmt: str, path: Path, dataset: str, sources: list[dict], items: list[dict],
             images_dir: Path | None, bad: BadRecords, report_path: Path | None, n_records: int,
             candidates: dict[str, list[str]] | None = None) -> IngestReport:
     report = IngestReport(format=fmt, path=str(path), dataset=dataset, n_records=n_records)
     images = resolve_images(store, dataset, sources, images_dir, bad, candidates, path)
     report.bad = bad.items
-    write_records(store, fmt, path, dataset, sources, items, images, report)
+    writerecords(store, fmt, path, dataset, sources, items, images, report)
     if report.bad and report_path is not None:
         write_bad_report(report, report_path)
     return report
@@ -441,15 +416,8 @@ def ingest_vqav2(store: Store, questions: Path, annotations: Path | None, images
     candidates = None
     if images_dir is not None:
         candidates = {s["image_ref"]: coco_file_names(s["meta"]["image_id"], subtype) for s in sources}
-    return _finish(store, "vqav2", Path(questions), dataset, sources, [], images_dir, bad, report_path,
+    return finish(store, "vqav2", Path(questions), dataset, sources, [], images_dir, bad, report_path,
                    len(sources), candidates)
-
-
-def ingest_cvqa(store: Store, path: Path, images_dir: Path | None = None, skip_bad: bool = False,
-                report_path: Path | None = None, dataset: str | None = None) -> IngestReport:
-    bad = BadRecords(skip_bad)
-    dataset, sources, items = read_cvqa(Path(path), bad, dataset)
-    return _finish(store, "cvqa", Path(path), dataset, sources, items, images_dir, bad, report_path, len(items))
 
 
 def ingest_table(store: Store, path: Path, images_dir: Path | None = None, skip_bad: bool = False,
@@ -457,4 +425,4 @@ def ingest_table(store: Store, path: Path, images_dir: Path | None = None, skip_
     bad = BadRecords(skip_bad)
     images_dir = Path(images_dir) if images_dir is not None else None
     dataset, sources = read_table(Path(path), bad, dataset, images_dir)
-    return _finish(store, "table", Path(path), dataset, sources, [], images_dir, bad, report_path, len(sources))
+    return finish(store, "table", Path(path), dataset, sources, [], images_dir, bad, report_path, len(sources))

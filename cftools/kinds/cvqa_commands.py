@@ -11,7 +11,7 @@ from cftools.commands.common import console, err_console, pass_workspace, print_
 from cftools.kinds.cvqa_rewrite import DEFAULT_MAX_ATTEMPTS, llm_params, reparse, rewrite
 from cftools.llm import BACKENDS, make_backend
 from cftools.commands.ingest import images_option, json_option, print_ingest, report_option, report_path, skip_bad_option
-from cftools.ingest.readers import ingest_cvqa
+from cftools.kinds.cvqa_ingest import ingest_cvqa
 from cftools.kinds.cvqa import GROUPS as CVQA_GROUPS
 from cftools.workspace import Workspace
 

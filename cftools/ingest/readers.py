@@ -353,7 +353,7 @@ def existing_item_keys(session, keys: list[str], chunk: int = 900) -> dict[str, 
     return found
 
 
-def writerecords(store: Store, fmt: str, path: Path, dataset: str, sources: list[dict], items: list[dict],
+def write_records(store: Store, fmt: str, path: Path, dataset: str, sources: list[dict], items: list[dict],
                   images: dict[str, ImageFile], report: IngestReport) -> None:
     """Write sources, items and images in one transaction; existing keys are left as they are."""
     source_table = SourceQuestion.__table__
@@ -369,7 +369,7 @@ def writerecords(store: Store, fmt: str, path: Path, dataset: str, sources: list
                                        .where(source_table.c.dataset == dataset)).all())
             existing = existing_item_keys(session, [i["key"] for i in items])
             new_items = [{**{k: v for k, v in i.items() if k != "source_external_id"},
-                          "source_id": ids[i["source_external_id"]]} for i in items if i["key"] not in existing]
+                          "source_id": ids[i["source_external_id"]] if i.get("source_external_id") else None} for i in items if i["key"] not in existing]
             for start in range(0, len(new_items), BATCH):
                 store.insert_ignore(session, Item.__table__, new_items[start:start + BATCH])
             new_ids = [item_id for _, item_id in existing_item_keys(session, [i["key"] for i in new_items]).items()]
@@ -402,7 +402,7 @@ def finish(store: Store, fmt: str, path: Path, dataset: str, sources: list[dict]
     report = IngestReport(format=fmt, path=str(path), dataset=dataset, n_records=n_records)
     images = resolve_images(store, dataset, sources, images_dir, bad, candidates, path)
     report.bad = bad.items
-    writerecords(store, fmt, path, dataset, sources, items, images, report)
+    write_records(store, fmt, path, dataset, sources, items, images, report)
     if report.bad and report_path is not None:
         write_bad_report(report, report_path)
     return report

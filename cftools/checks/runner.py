@@ -116,7 +116,7 @@ def _views(rows: Iterable) -> list[ItemView]:
         views.append(ItemView(
             id=item.id, key=item.key, kind=item.kind, group=item.group, status=item.status,
             question=item.question, answer=item.answer, source_question=s_question, source_answer=s_answer,
-            image_name=image_ref, image_key=_image_key(image_id, image_ref)))
+            image_name=image_ref, image_key=_image_key(image_id, image_ref), data=item.data))
     return views
 
 
@@ -232,8 +232,12 @@ def write_results(store: Store, results: list[ItemResult], codes: Sequence[str],
 def run_checks(store: Store, codes: Optional[Sequence[str]] = None, *, recheck: bool = False,
                groups: Sequence[str] = (), limit: Optional[int] = None, use_embeddings: bool = True,
                similarity: float = DEFAULT_SIMILARITY, progress: Optional[Progress] = None,
-               on_result: Optional[Callable[[ItemResult], None]] = None) -> CheckReport:
-    """Check drafts. With all checks, clean items move to `checked`; with some (CODES), none moves."""
+               on_result: Optional[Callable[[ItemResult], None]] = None,
+               config: Optional[dict] = None) -> CheckReport:
+    """Check drafts. With all checks, clean items move to `checked`; with some (CODES), none moves. CONFIG is the
+    workspace's configuration, for kinds whose checks depend on it (`Kind.prepare_checks`)."""
+    for kind in all_kinds().values():
+        kind.prepare_checks(config or {})
     known = check_codes()
     unknown = [c for c in codes or () if c not in known]
     if unknown:

@@ -95,5 +95,5 @@ def check(workspace: Workspace, as_json: bool, recheck: bool, only: tuple[str, .
     with Progress(*columns, console=err_console, transient=True, disable=not err_console.is_terminal) as bar:
         report = run_checks(workspace.store, list(only) or None, recheck=recheck, groups=groups, limit=limit,
                             use_embeddings=not no_embeddings, similarity=similarity, progress=RichProgress(bar),
-                            on_result=emit)
+                            on_result=emit, config=workspace.config)
     print_summary(report, err_console if as_json else console)

@@ -118,6 +118,9 @@ class Kind:
         """How the item's answer is written, for the checks: "count", "yes/no", "choice" or None."""
         return None
 
+    def prepare_checks(self, config: dict[str, Any]) -> None:
+        """Called before a check run with the workspace's configuration (e.g. an image model's tokenizer)."""
+
     # -- command line ------------------------------------------------------------------------------------------
 
     def commands(self) -> dict[str, list["click.Command"]]:

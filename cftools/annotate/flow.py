@@ -327,20 +327,19 @@ def task_payloads(session: Session, items: list[Item], purpose: str, images: Ima
     return payloads
 
 
-def waiting_kind(store: Store, adjudicate: bool = False) -> str:
-    """The one kind whose items wait to be pushed (checked, or needs_adjudication with ADJUDICATE)."""
+def waiting_kind(store: Store, adjudicate: bool = False) -> Optional[str]:
+    """The one kind whose items wait to be pushed (checked, or needs_adjudication with ADJUDICATE); with none
+    waiting, the first kind in the store; None for an empty store."""
     status = NEEDS_ADJUDICATION if adjudicate else CHECKED
     with store.session() as session:
         waiting = sorted(session.execute(select(Item.kind).where(Item.status == status).distinct()).scalars())
         present = waiting or sorted(session.execute(select(Item.kind).distinct()).scalars())
     if len(waiting) > 1:
         raise CftoolsError(f"{status} items of several kinds are waiting ({', '.join(waiting)}): pass --kind")
-    if not present:
-        raise CftoolsError("the store holds no items yet: ingest or generate some first")
-    return present[0]
+    return present[0] if present else None
 
 
-def push(workspace: Workspace, kind: str, limit: Optional[int] = None, adjudicate: bool = False,
+def push(workspace: Workspace, kind: Optional[str], limit: Optional[int] = None, adjudicate: bool = False,
          data_uri: bool = False, allow_missing_images: bool = False, if_configured: bool = False,
          progress: Progress = _no_progress) -> PushReport:
     """Push `checked` items (or, with ADJUDICATE, `needs_adjudication` ones) of KIND to Label Studio."""
@@ -355,6 +354,9 @@ def push(workspace: Workspace, kind: str, limit: Optional[int] = None, adjudicat
     try:
         server.check()
         store = workspace.store
+        if kind is None:
+            report.message = "nothing to push: the store holds no items yet"
+            return report
         get_kind(kind)  # an unknown kind is an error before anything is created
         project_id = ensure_project(server, settings, kind, purpose, str(workspace.root))
         report.project_id, report.project_url = project_id, server.project_url(project_id)

@@ -70,6 +70,9 @@ def push_cmd(workspace: Workspace, kind: Optional[str], limit: Optional[int], ad
     if not report.configured:
         console.print(f"[yellow]Label Studio not configured[/]: {escape(report.message)}. Skipping the push.")
         return
+    if report.message:
+        console.print(escape(report.message))
+        return
     what = "adjudication" if adjudicate else "verification"
     console.print(f"Pushed {report.pushed} {kind} items to the {what} project: [bold]{report.project_url}[/]")
     if report.reconciled:

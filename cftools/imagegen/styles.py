@@ -1,7 +1,8 @@
 """Styles: a Jinja2 template per style that turns a description into a prompt and a negative prompt.
 
 A style file defines two macros, `prompt(description)` and `negative(description)`. The built-in styles live
-in `cftools/prompts/images/<name>.j2`; a folder of the user's own `<name>.j2` files can add or override them.
+in `prompts/images/<name>.j2` (a workspace's copy wins); a folder of the user's own `<name>.j2` files can add or
+override them.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from pathlib import Path
 import jinja2
 
 from cftools.imagegen.base import ImageGenError
+from cftools.resources import packaged_dir
 
-BUILTIN_STYLES = Path(__file__).resolve().parent.parent / "prompts" / "images"
+BUILTIN_STYLES = packaged_dir("prompts") / "images"
 DEFAULT_STYLES = ("photograph", "comic")
 
 

@@ -493,7 +493,7 @@ def test_pull_cleans_up_its_export_views_and_snapshots(label_studio, ls_workspac
 
 
 def test_pull_in_several_snapshots_sees_each_task_once(label_studio, ls_workspace, run_cli, request, monkeypatch):
-    monkeypatch.setattr("cftools.label_studio.EXPORT_CHUNK", 2)
+    monkeypatch.setattr("cftools.annotate.label_studio.EXPORT_CHUNK", 2)
     item_ids, tasks, _ = pushed(run_cli, ls_workspace, label_studio, 5, request)
     one, two = (label_studio.client(email) for email in label_studio.annotators)
     for item_id in item_ids:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from cftools.kinds.base import ItemData, Kind, ReportTable
+from cftools.kinds.base import Check, Generator, ItemData, Kind, ReportTable
 
 CATEGORIES = ("human", "animal", "plant", "character", "mixture")
 CHOICE_TASKS = (("c2e", "cause_image"), ("e2c", "effect_image"))
@@ -41,6 +41,10 @@ class MucrData(ItemData):
     false_cues: Optional[list[str]] = None
     explanations: Optional[list[str]] = None
     style: Optional[str] = None
+    category: Optional[str] = None
+    link_id: Optional[str] = None
+    context: Optional[dict[str, Any]] = None
+    candidates: Optional[dict[str, dict[str, dict[str, Any]]]] = None
 
 
 def exp_score(similarities: Sequence[float], weights: Sequence[float] = EXP_WEIGHTS) -> float:
@@ -62,9 +66,49 @@ class MucrKind(Kind):
     title = "MuCR: cause/effect image pairs with cue, false cues and explanations"
     data_model = MucrData
     groups = ()
+    generators = (
+        Generator("captions", "caption pairs drafted from seed causalities, a group per seed",
+                  inputs=("seed causality",), outputs=("cause_caption", "effect_caption", "category"),
+                  templates=("mucr/captions.j2",)),
+        Generator("context", "both contextual descriptions of a pair in one call (shared part, then what differs)",
+                  inputs=("cause_caption", "effect_caption", "category"),
+                  outputs=("context.shared", "context.cause_description", "context.effect_description"),
+                  templates=("mucr/context.j2",)),
+        Generator("images", "candidate cause/effect images per style from diffusers or an images API (siamese)",
+                  inputs=("context.cause_description", "context.effect_description", "style"),
+                  outputs=("candidates", "candidate_checks"), templates=("images/photograph.j2", "images/comic.j2")),
+    )
     tasks = {"verify": "mucr/verify.xml.j2", "adjudicate": "mucr/adjudicate.xml.j2"}
     metrics = ("c2e", "e2c", "cue", "exp")
     eval_templates = ("mucr_choice", "mucr_cue", "mucr_explain", "mucr_judge")
+
+    def __init__(self) -> None:
+        from cftools.kinds import mucr_checks
+
+        self.prompt_length = mucr_checks.PromptLength()
+        self._checks = (
+            Check("context_missing", mucr_checks.check_context_missing, lambda i: True, "every MuCR pair"),
+            Check("context_inconsistent", mucr_checks.check_context_inconsistent, lambda i: True,
+                  "MuCR pairs with contextual descriptions"),
+            Check("context_missing_change", mucr_checks.check_context_missing_change, lambda i: True,
+                  "MuCR pairs with contextual descriptions"),
+            Check("prompt_truncated", self.prompt_length, lambda i: True, "MuCR pairs with contextual descriptions"),
+            Check("no_candidates", mucr_checks.check_no_candidates, lambda i: True,
+                  "MuCR pairs with contextual descriptions"),
+        )
+
+    @property
+    def checks(self) -> tuple[Check, ...]:  # type: ignore[override]
+        return self._checks
+
+    def prepare_checks(self, config: dict[str, Any]) -> None:
+        self.prompt_length.configure(config)
+
+    def commands(self) -> dict[str, list]:
+        from cftools.kinds import mucr_commands
+
+        return {"ingest": [mucr_commands.ingest_captions_cmd],
+                "generate": [mucr_commands.captions_cmd, mucr_commands.context_cmd, mucr_commands.images_cmd]}
 
     def answer_type(self, group: str, answer: Optional[str]) -> Optional[str]:
         return "other"

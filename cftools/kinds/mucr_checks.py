@@ -2,7 +2,8 @@
 
 - `context_missing`: no contextual descriptions yet (`cftools generate context`).
 - `context_inconsistent`: a person, garment, colour or place named in the cause description is missing from the
-  effect description, or named with another colour there (the two images would show different subjects).
+  effect description, or a garment has another colour there (the two images would show different subjects); a
+  change of colour is the change itself, not drift, when the effect caption names a colour.
 - `context_missing_change`: the effect description does not carry the effect caption's event (fewer than half of
   the caption's content words appear in it).
 - `prompt_truncated`: a description is longer than the image model's text encoder takes (77 CLIP tokens for
@@ -85,14 +86,18 @@ def check_context_inconsistent(item: Any) -> Optional[Flag]:
     if context is None:
         return None
     cause, effect = context["cause_description"], context["effect_description"]
+    # a colour the effect caption names is the change itself (tomatoes turning red), not drift
+    changed = named((item.data or {}).get("effect_caption") or "", COLOURS)
     problems = []
     for what, vocabulary in (("person", PERSONS), ("garment", GARMENTS), ("colour", COLOURS), ("place", PLACES)):
+        if what == "colour" and changed:
+            continue
         missing = sorted(named(cause, vocabulary) - named(effect, vocabulary))
         if missing:
             problems.append(f"{what} {', '.join(missing)} named for the cause is missing in the effect")
     cause_colours, effect_colours = garment_colours(cause), garment_colours(effect)
     for garment, colour in sorted(cause_colours.items()):
-        if garment in effect_colours and effect_colours[garment] != colour:
+        if garment in effect_colours and effect_colours[garment] != colour  and not changed:
             problems.append(f"the {garment} is {colour} for the cause but {effect_colours[garment]} for the effect")
     return Flag("context_inconsistent", "; ".join(problems)) if problems else None
 

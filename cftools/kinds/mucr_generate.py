@@ -38,6 +38,9 @@ PAIR_LINE = re.compile(r"(?i)cause\s*:\s*(?P<cause>.+?)\s*\|\s*effect\s*:\s*(?P<
                        r"(?:\s*\|\s*category\s*:\s*(?P<category>[a-z]+))?\s*$")
 CONTEXT_MAX_TOKENS = 220
 CAPTIONS_MAX_TOKENS = 320
+# The embedded model stops once the effect line is complete (OpenAI-compatible servers ignore this).
+CONTEXT_STOP_REGEX = r"(?i)effect\s*:[^\n]*\S[^\n]*\n"
+LOCAL_CONTEXT_MAX_TOKENS = 140
 
 
 def clean(text: str) -> str:
@@ -51,6 +54,7 @@ def parse_context(text: str) -> dict[str, str]:
     if not text or not text.strip():
         raise ParseError("empty output")
     parts: dict[str, str] = {}
+    text = MARKUP.sub("", text)
     matches = list(LABEL.finditer(text))
     lead = text[:matches[0].start()] if matches else text
     if clean(lead):
@@ -63,11 +67,12 @@ def parse_context(text: str) -> dict[str, str]:
             break
         if value:
             parts[label] = value
-    missing = [p for p in ("shared", "cause", "effect") if p not in parts]
+    missing = [p for p in ("cause", "effect") if p not in parts]
     if missing:
         raise ParseError(f"no {' and no '.join(missing)} part")
-    return {**parts, "cause_description": f"{parts['shared']} {parts['cause']}",
-            "effect_description": f"{parts['shared']} {parts['effect']}"}
+    shared = parts.setdefault("shared", "")  # a model may fold the shared part into both (the checks compare them)
+    return {**parts, "cause_description": f"{shared} {parts['cause']}".strip(),
+            "effect_description": f"{shared} {parts['effect']}".strip()}
 
 
 class ContextTask(LLMTask):
@@ -110,8 +115,13 @@ def render(template: PromptTemplate, what: str, **variables: Any) -> str:
         raise InputError(template.name, f"cannot render for {what}: {exc}") from None
 
 
-def text_params(config: dict[str, Any], max_tokens: int) -> dict[str, Any]:
+def text_params(config: dict[str, Any], max_tokens: int, backend: Optional[str] = None,
+                stop_regex: Optional[str] = None, local_max_tokens: Optional[int] = None) -> dict[str, Any]:
+    """Sampling parameters: the defaults, the generator's length, and [llm] temperature/max_tokens/top_p; the
+    embedded model also gets the generator's stop pattern and a shorter length."""
     params = {**DEFAULT_PARAMS, "max_tokens": max_tokens}
+    if (backend or config.get("backend") or "local") == "local":
+        params.update({k: v for k, v in (("stop_regex", stop_regex), ("max_tokens", local_max_tokens)) if v})
     for name in ("temperature", "max_tokens", "top_p"):
         if config.get(name) is not None:
             params[name] = config[name]

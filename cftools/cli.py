@@ -9,7 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from cftools import __version__
-from cftools.commands.common import console, get_workspace, pass_workspace, print_json
+from cftools.commands.common import console, pass_workspace, print_json
 from cftools.commands.ingest import json_option
 from cftools.errors import CftoolsError
 from cftools.overview import item_detail, store_counts

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-from importlib import resources
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 

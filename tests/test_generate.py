@@ -219,7 +219,7 @@ def test_cli_rewrite_and_reparse(sources, stub, run_cli):
     summary = json.loads(result.output)
     assert summary["items_created"] == 2 and summary["backend"] == "openai" and summary["model"] == "stub"
     result = run_cli("generate", "rewrite", "--group", "boolean", "--concurrency", "2", "--quiet")
-    assert result.exit_code == 0 and "2 draft items created" in result.output
+    assert result.exit_code == 0 and "2 written" in result.output
     result = run_cli("generate", "reparse")
     assert result.exit_code == 0 and "4 stored outputs parsed again" in result.output
     bad = run_cli("generate", "rewrite", "--group", "boolean", "--template", "/nonexistent/x.j2")

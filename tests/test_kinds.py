@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
-import sys
+
 import uuid
 from pathlib import Path
 

@@ -15,9 +15,6 @@
 
 from __future__ import annotations
 
-import base64
-import json
-import mimetypes
 import os
 import threading
 from collections import Counter, defaultdict

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Callable, Optional, Union
+from typing import Optional, Union
 
 from cftools.answers import normalize_answer, parse_yes_no
 from cftools.checks.items import DIGITS, ItemView, options

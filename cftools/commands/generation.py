@@ -8,12 +8,13 @@ from typing import Any, Callable
 import click
 from rich.markup import escape
 
-from cftools.commands.common import console, err_console, print_json
+from cftools.commands.common import console, print_json
+from cftools.generate.llm_task import DEFAULT_MAX_ATTEMPTS
 from cftools.llm import BACKENDS, make_backend
 
 
 def llm_options(command: Callable) -> Callable:
-    """--backend, --model, --template, --concurrency, --refresh, --quiet, --json."""
+    """--backend, --model, --template, --concurrency, --refresh, --max-attempts, --quiet, --json."""
     for option in reversed((
         click.option("--backend", type=click.Choice(BACKENDS), help="LLM backend (default: [llm] backend, else local)."),
         click.option("--model", help="Model name (default: [llm] model)."),
@@ -22,6 +23,8 @@ def llm_options(command: Callable) -> Callable:
         click.option("--concurrency", type=click.IntRange(min=1),
                      help="Requests in flight (default: 8 for openai, 1 for local)."),
         click.option("--refresh", is_flag=True, help="Ignore the request cache and call the model again."),
+        click.option("--max-attempts", type=click.IntRange(min=1), default=DEFAULT_MAX_ATTEMPTS, show_default=True,
+                     help="Attempts per request when the output cannot be parsed."),
         click.option("--quiet", is_flag=True, help="No progress bar."),
         click.option("--json", "as_json", is_flag=True, help="Print the run's summary as JSON."),
     )):

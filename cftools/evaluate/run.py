@@ -35,25 +35,22 @@ Each kind builds its own questions and metrics (`cftools.kinds`); see its module
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
-import mimetypes
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence
 
 
 from cftools import __version__
-from cftools.answers import extract_answer, infer_answer_type, normalize_answer, parse_number
+from cftools.answers import extract_answer, normalize_answer, parse_number
 from cftools.images import data_uri
 from cftools.errors import CftoolsError, InputError
 from cftools.evaluate.metrics import summarize
-from cftools.evaluate.questions import LETTER, PromptTemplates, Question, Skipped, build_questions
+from cftools.evaluate.questions import LETTER, PromptTemplates, Question, build_questions
 from cftools.kinds import get_kind
-from cftools.release.layout import load_records, resolve_image
+from cftools.release.layout import load_records
 from cftools.evaluate.vlm import SCORES, Prompt, best_option
 
 MODES = ("generate", "rank")

@@ -12,13 +12,13 @@ number, which changes the sampling parameters (temperature, seed) and so the cac
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from jinja2 import TemplateError
 from rich.console import Console
-from sqlalchemy import and_, exists, insert, select
+from sqlalchemy import and_, exists, select
 from sqlmodel import Session
 
 from cftools.errors import CftoolsError, InputError

@@ -40,14 +40,14 @@ def ingest_captions_cmd(workspace: Workspace, file: Path, dataset: Optional[str]
 @llm_options
 @pass_workspace
 def captions_cmd(workspace: Workspace, seeds: Path, per_group: int, backend: Optional[str], model: Optional[str],
-                 template_path: Optional[Path], concurrency: Optional[int], refresh: bool, quiet: bool,
-                 as_json: bool) -> None:
+                 template_path: Optional[Path], concurrency: Optional[int], refresh: bool, max_attempts: int,
+                 quiet: bool, as_json: bool) -> None:
     """Draft groups of concrete, drawable caption pairs from seed causalities (MuCR); drafts are checked and
     annotated like any other item."""
     report = run_with_llm(workspace, backend, model, lambda llm, config: draft_captions(
         workspace.store, llm, seeds, per_group=per_group, template_path=template_path, workspace_root=workspace.root,
         params=text_params(config, CAPTIONS_MAX_TOKENS, llm.name), concurrency=concurrency, refresh=refresh,
-        console=err_console, quiet=quiet or as_json))
+        max_attempts=max_attempts, console=err_console, quiet=quiet or as_json))
     print_llm_report(report, as_json, "caption pairs")
 
 
@@ -58,13 +58,13 @@ def captions_cmd(workspace: Workspace, seeds: Path, per_group: int, backend: Opt
 @pass_workspace
 def context_cmd(workspace: Workspace, limit: Optional[int], groups: tuple[str, ...], backend: Optional[str],
                 model: Optional[str], template_path: Optional[Path], concurrency: Optional[int], refresh: bool,
-                quiet: bool, as_json: bool) -> None:
+                max_attempts: int, quiet: bool, as_json: bool) -> None:
     """Expand caption pairs into contextual descriptions: one call per pair writes both (shared appearance,
     clothing, place, light; then what differs), so the two images cannot drift apart."""
     report = run_with_llm(workspace, backend, model, lambda llm, config: write_context(
         workspace.store, llm, limit=limit, groups=groups, template_path=template_path, workspace_root=workspace.root,
         params=text_params(config, CONTEXT_MAX_TOKENS, llm.name, CONTEXT_STOP_REGEX, LOCAL_CONTEXT_MAX_TOKENS), concurrency=concurrency, refresh=refresh,
-        console=err_console, quiet=quiet or as_json))
+        max_attempts=max_attempts, console=err_console, quiet=quiet or as_json))
     print_llm_report(report, as_json, "contextual descriptions")
 
 

@@ -21,7 +21,7 @@ from sqlalchemy import select
 from sqlmodel import Session
 
 from cftools.errors import InputError
-from cftools.generate.llm_task import LLMJob, LLMReport, LLMTask, ParseError, insert_items, run_llm_task
+from cftools.generate.llm_task import DEFAULT_MAX_ATTEMPTS, LLMJob, LLMReport, LLMTask, ParseError, insert_items, run_llm_task
 from cftools.kinds.mucr import CATEGORIES
 from cftools.kinds.mucr_ingest import pair_item
 from cftools.llm import Backend, text_message
@@ -131,7 +131,8 @@ def text_params(config: dict[str, Any], max_tokens: int, backend: Optional[str] 
 def write_context(store: Store, backend: Backend, *, limit: Optional[int] = None, groups: tuple[str, ...] = (),
                   template_path: Optional[Path] = None, workspace_root: Optional[Path] = None,
                   params: Optional[dict[str, Any]] = None, concurrency: Optional[int] = None, refresh: bool = False,
-                  console: Optional[Console] = None, quiet: bool = False) -> LLMReport:
+                  max_attempts: int = DEFAULT_MAX_ATTEMPTS, console: Optional[Console] = None,
+                  quiet: bool = False) -> LLMReport:
     """Contextual descriptions for up to LIMIT caption pairs that have none."""
     template = load_prompt("mucr/context.j2", template_path, workspace_root)
     jobs = []
@@ -143,7 +144,7 @@ def write_context(store: Store, backend: Backend, *, limit: Optional[int] = None
                            context={"item_id": item.id}))
     return run_llm_task(store, backend, ContextTask(template), jobs,
                         params=params or text_params({}, CONTEXT_MAX_TOKENS), concurrency=concurrency,
-                        refresh=refresh, console=console, quiet=quiet)
+                        refresh=refresh, max_attempts=max_attempts, console=console, quiet=quiet)
 
 
 # ------------------------------------------------------------------ caption pairs from seeds
@@ -200,7 +201,8 @@ class CaptionsTask(LLMTask):
 def draft_captions(store: Store, backend: Backend, seeds_path: Path, *, per_group: int = 4,
                    template_path: Optional[Path] = None, workspace_root: Optional[Path] = None,
                    params: Optional[dict[str, Any]] = None, concurrency: Optional[int] = None, refresh: bool = False,
-                   console: Optional[Console] = None, quiet: bool = False) -> LLMReport:
+                   max_attempts: int = DEFAULT_MAX_ATTEMPTS, console: Optional[Console] = None,
+                   quiet: bool = False) -> LLMReport:
     """A group of PER_GROUP caption pairs per seed line; seeds that already have their group are skipped."""
     template = load_prompt("mucr/captions.j2", template_path, workspace_root)
     dataset = f"captions:{Path(seeds_path).stem}"
@@ -217,4 +219,4 @@ def draft_captions(store: Store, backend: Backend, seeds_path: Path, *, per_grou
                            context={"line": line}))
     return run_llm_task(store, backend, CaptionsTask(template, dataset, per_group), jobs,
                         params=params or text_params({}, CAPTIONS_MAX_TOKENS), concurrency=concurrency,
-                        refresh=refresh, console=console, quiet=quiet)
+                        refresh=refresh, max_attempts=max_attempts, console=console, quiet=quiet)

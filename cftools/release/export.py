@@ -16,7 +16,6 @@ Guarantees:
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import json
 import os
@@ -45,7 +44,6 @@ from cftools.models import (
 from cftools.release.layout import (
     DATA_DIR, DEFAULT_OUT_DIR, FORMAT_NATIVE, IMAGES_DIR, MANIFEST_NAME, RECORDS_NAME,
     SCHEMA_VERSION, hash_file, map_strings, parquet_name, release_dir_name,
-    strings_in,
 )
 from cftools.store import Store, in_chunks
 from cftools.workspace import Workspace

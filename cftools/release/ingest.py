@@ -15,12 +15,27 @@ from typing import Any
 from sqlalchemy import select
 
 from cftools.errors import CftoolsError, InputError
-from cftools.images import ImageFile, read_image_file, register_image
+from cftools.images import ImageFile, read_image_file, register_image, strings_in
 from cftools.ingest.readers import BATCH, IngestReport, existing_item_keys
-from cftools.models import STATUSES, Generation, IngestRun, Item, ItemEvent, SourceQuestion, utcnow
+from cftools.models import (
+    STATUSES,
+    Generation,
+    IngestRun,
+    Item,
+    ItemEvent,
+    SourceQuestion,
+    utcnow,
+)
 from cftools.release.layout import (
-    MANIFEST_NAME, RECORDS_NAME, hash_file, is_release_image_path, load_manifest, load_records, map_strings,
-    resolve_image, strings_in, verify_release,
+    MANIFEST_NAME,
+    RECORDS_NAME,
+    hash_file,
+    is_release_image_path,
+    load_manifest,
+    load_records,
+    map_strings,
+    resolve_image,
+    verify_release,
 )
 from cftools.store import Store
 

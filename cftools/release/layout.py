@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from cftools.images import STORE_IMAGE_REF, strings_in  # noqa: F401 (re-exported)
 from cftools.errors import CftoolsError, InputError
 
 SCHEMA_VERSION = "1"

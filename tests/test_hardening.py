@@ -144,3 +144,46 @@ def test_refused_image_path_is_skipped_with_skip_bad_and_the_rest_get_their_imag
     assert result.exit_code == 0, result.output
     out = json.loads(result.output)
     assert (out["sources_added"], out["images_attached"], out["skipped"]) == (1, 1, 1)
+
+
+# ------------------------------------------------------------------ line numbers of bad records
+
+HEADER = "image,question,answer\n"
+
+
+def test_unclosed_quote_names_the_line_where_it_opens(workspace, tmp_path, run_cli):
+    table = tmp_path / "mine.csv"
+    table.write_text(HEADER + 'a.png,How many?,1\nb.png,"How many cats?,2\nc.png,How many dogs?,3\nd.png,Red?,yes\n')
+    before = snapshot(workspace.store)
+    result = run_cli("ingest", "table", table)
+    assert result.exit_code == 1
+    assert f"{table}, line 3: malformed CSV: a quote opened in this record is never closed" in result.output
+    assert snapshot(workspace.store) == before
+
+
+@pytest.mark.parametrize("name, text, line", [
+    ("mine.csv", HEADER + "a.png,How many?,1\nb.png,How many?,2\nc.png,Caf\xe9?,3\n", "line 4"),
+    ("mine.jsonl", '{"image": "a.png", "question": "How many?", "answer": "1"}\n\n'
+                   '{"image": "b.png", "question": "Caf\xe9?", "answer": "1"}\n', "line 3"),
+    # a record over two lines, the bad byte on its second: the record's first line is named
+    ("multi.csv", HEADER + 'a.png,How many?,1\nb.png,"How\nmany caf\xe9s?",2\n', "line 3"),
+], ids=["csv", "jsonl", "csv-record-over-two-lines"])
+def test_non_utf8_byte_names_the_line_where_its_record_starts(workspace, tmp_path, run_cli, name, text, line):
+    table = tmp_path / name
+    table.write_bytes(text.encode("latin-1"))
+    before = snapshot(workspace.store)
+    result = run_cli("ingest", "table", table)
+    assert result.exit_code == 1
+    assert f"{table}, {line}: not UTF-8 text" in result.output and "0xe9" in result.output
+    assert snapshot(workspace.store) == before
+
+
+def test_skip_bad_reads_on_after_a_malformed_row(workspace, tmp_path, run_cli):
+    table = tmp_path / "mine.csv"
+    table.write_bytes((HEADER + "a.png,How many?,1\nb.png,too,many,fields\nc.png,Caf\xe9?,3\n"
+                       "d.png,How many dogs?,4\n").encode("latin-1"))
+    result = run_cli("ingest", "table", table, "--skip-bad", "--report", tmp_path / "skipped.jsonl", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["sources_added"] == 2
+    skipped = [json.loads(line)["record"] for line in (tmp_path / "skipped.jsonl").read_text().splitlines()]
+    assert skipped == ["line 3", "line 4"]

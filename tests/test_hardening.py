@@ -8,6 +8,7 @@ import json
 import random
 import subprocess
 import sys
+import tomllib
 import uuid
 from pathlib import Path
 
@@ -187,3 +188,19 @@ def test_skip_bad_reads_on_after_a_malformed_row(workspace, tmp_path, run_cli):
     assert json.loads(result.output)["sources_added"] == 2
     skipped = [json.loads(line)["record"] for line in (tmp_path / "skipped.jsonl").read_text().splitlines()]
     assert skipped == ["line 3", "line 4"]
+
+
+# ------------------------------------------------------------------ cftools.toml
+
+
+@pytest.mark.parametrize("name", ['we"ird.db', "back\\slash.db", "new\nline.db", "quote'and\"both.db"])
+def test_a_db_url_with_toml_special_characters_gives_a_config_the_next_command_reads(tmp_path, run_cli, name):
+    url = f"sqlite:///{tmp_path / name}"
+    result = run_cli("init", tmp_path / "ws", "--db", url)
+    assert result.exit_code == 0, result.output
+    config = tomllib.loads((tmp_path / "ws" / "cftools.toml").read_text(encoding="utf-8"))
+    assert config["store"]["url"] == url
+    assert "[label_studio]" in (tmp_path / "ws" / "cftools.toml").read_text()  # the commented template is kept
+    status = run_cli("--workspace", tmp_path / "ws", "status", "--json")
+    assert status.exit_code == 0, status.output
+    assert (tmp_path / name).exists()

@@ -19,7 +19,7 @@ from typing import Any, BinaryIO, Iterable, Iterator
 import ijson
 from sqlalchemy import func, select
 
-from cftools.errors import InputError
+from cftools.errors import InputError, NoRecordsError
 from cftools.images import ImageFile, attach_images, index_folder, read_image_file, sha256_file
 from cftools.models import (
     BOOLEAN, DRAFT, KIND_CVQA, NUMERICAL_DIRECT, NUMERICAL_INDIRECT, IngestRun, Item, ItemEvent,
@@ -488,6 +488,8 @@ def write_bad_report(report: IngestReport, report_path: Path) -> None:
 def _finish(store: Store, fmt: str, path: Path, dataset: str, sources: list[dict], items: list[dict],
             images_dir: Path | None, bad: BadRecords, report_path: Path | None, n_records: int,
             candidates: dict[str, list[str]] | None = None) -> IngestReport:
+    if n_records == 0 and not bad.items:
+        raise NoRecordsError(path)
     report = IngestReport(format=fmt, path=str(path), dataset=dataset, n_records=n_records)
     images = resolve_images(store, dataset, sources, images_dir, bad, candidates, path)
     report.bad = bad.items

@@ -204,3 +204,19 @@ def test_a_db_url_with_toml_special_characters_gives_a_config_the_next_command_r
     status = run_cli("--workspace", tmp_path / "ws", "status", "--json")
     assert status.exit_code == 0, status.output
     assert (tmp_path / name).exists()
+
+
+# ------------------------------------------------------------------ empty inputs
+
+
+@pytest.mark.parametrize("name, text", [("empty.jsonl", ""), ("blank.jsonl", "\n  \n"), ("empty.csv", ""),
+                                        ("header-only.csv", HEADER)])
+def test_an_input_without_records_is_a_warning_with_a_non_zero_exit_and_records_no_run(
+        workspace, tmp_path, run_cli, name, text):
+    table = tmp_path / name
+    table.write_text(text)
+    before = snapshot(workspace.store)
+    result = run_cli("ingest", "table", table)
+    assert result.exit_code == 1
+    assert result.output.strip() == f"Warning: {table}: 0 records; nothing was ingested"
+    assert snapshot(workspace.store) == before  # no ingest run either

@@ -18,6 +18,8 @@ from PIL import Image as PILImage
 from cftools.errors import CftoolsError
 from cftools.label_studio import LabelStudioError, LabelStudioServer
 from cftools.llm.openai_backend import OpenAIBackend
+from cftools.models import BOOLEAN, DRAFT
+from tests.test_checks import add_item, flags_of, json_lines, status_of
 from tests.test_ingest import make_image, snapshot
 
 HERE = Path(__file__).resolve().parent
@@ -220,3 +222,30 @@ def test_an_input_without_records_is_a_warning_with_a_non_zero_exit_and_records_
     assert result.exit_code == 1
     assert result.output.strip() == f"Warning: {table}: 0 records; nothing was ingested"
     assert snapshot(workspace.store) == before  # no ingest run either
+
+
+# ------------------------------------------------------------------ check --json
+
+
+def test_check_json_reports_the_current_flags_of_drafts_not_rechecked(workspace, run_cli):
+    store = workspace.store
+    bad = add_item(store, "How many dogs would there be if 2 more dogs came?", "5", image="x.jpg")
+    boolean = add_item(store, "Would there be a dog if the dog left?", "maybe", group=BOOLEAN,
+                       source_answer="yes", image="b.jpg")
+    first = run_cli("check", "--no-embeddings")
+    assert first.exit_code == 0 and status_of(store, bad) == status_of(store, boolean) == DRAFT
+    stored = flags_of(store, bad)
+    assert "arithmetic" in stored
+
+    again = run_cli("check", "--json", "--no-embeddings")
+    assert again.exit_code == 0
+    lines = {line["id"]: line for line in json_lines(again.stdout)}
+    assert set(lines) == {bad, boolean}
+    assert {f["code"]: f["reason"] for f in lines[bad]["flags"]} == stored
+    assert lines[bad]["status"] == DRAFT and lines[bad]["rechecked"] is False and lines[bad]["checks"] == []
+    assert flags_of(store, bad) == stored  # reported, not re-checked
+
+    only_boolean = json_lines(run_cli("check", "--json", "--no-embeddings", "--group", BOOLEAN).stdout)
+    assert [line["id"] for line in only_boolean] == [boolean]  # only the items asked for
+    rechecked = json_lines(run_cli("check", "--json", "--no-embeddings", "--recheck").stdout)
+    assert {line["id"]: line["rechecked"] for line in rechecked} == {bad: True, boolean: True}

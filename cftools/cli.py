@@ -24,6 +24,9 @@ class CftoolsGroup(click.Group):
         try:
             return super().invoke(ctx)
         except CftoolsError as exc:
+            if exc.is_warning:
+                click.secho(f"Warning: {exc}", fg="yellow", err=True)
+                ctx.exit(1)
             raise click.ClickException(str(exc)) from None
 
 

@@ -19,6 +19,9 @@ CREDENTIAL_PATTERNS = (
 class CftoolsError(Exception):
     """Base class: the message is meant for a person and carries no secret."""
 
+    # A warning: nothing went wrong but nothing was done either; the CLI says "Warning:", still exits non-zero.
+    is_warning = False
+
 
 class WorkspaceError(CftoolsError):
     pass
@@ -37,6 +40,15 @@ class InputError(CftoolsError):
         self.reason = reason
         where = f"{self.path}" if record is None else f"{self.path}, {record}"
         super().__init__(f"{where}: {reason}")
+
+
+class NoRecordsError(InputError):
+    """An input file holds no records at all: nothing is ingested and no ingest run is recorded."""
+
+    is_warning = True
+
+    def __init__(self, path: object) -> None:
+        super().__init__(path, "0 records; nothing was ingested")
 
 
 def scrub_secrets(text: str, secrets: Iterable[str] = ()) -> str:

@@ -5,15 +5,17 @@ from __future__ import annotations
 import os
 import tomllib
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from jinja2 import Environment, PackageLoader
+import tomlkit
 
 from cftools.errors import WorkspaceError
 from cftools.store import Store
 
 CONFIG_NAME = "cftools.toml"
+CONFIG_TEMPLATE = "cftools.toml.j2"  # plain TOML since values are set with tomlkit (the name is kept)
 ENV_WORKSPACE = "CFTOOLS_WORKSPACE"
 DEFAULT_DB_NAME = "cftools.db"
 
@@ -56,8 +58,13 @@ class Workspace:
 
 
 def render_config(db_url: str | None) -> str:
-    env = Environment(loader=PackageLoader("cftools", "templates"), keep_trailing_newline=True)
-    return env.get_template("cftools.toml.j2").render(db_url=db_url)
+    """The commented default cftools.toml with the store URL set. tomlkit writes the value (quoting and
+    escaping it) and keeps the template's comments; a URL pasted into the text could break the file."""
+    template = resources.files("cftools").joinpath("templates", CONFIG_TEMPLATE).read_text(encoding="utf-8")
+    config = tomlkit.parse(template)
+    if db_url:
+        config["store"]["url"] = db_url
+    return tomlkit.dumps(config)
 
 
 def init_workspace(root: Path, db_url: str | None = None) -> Workspace:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Optional, Sequence
+from typing import Callable, Iterable, Iterator, Optional, Sequence
 
 from sqlalchemy import delete, exists, func, select, update
 
@@ -44,6 +44,7 @@ class ItemResult:
     notes: list[Note] = field(default_factory=list)
     checks: list[str] = field(default_factory=list)
     kept: list[Flag] = field(default_factory=list)  # stored flags of checks that did not run this time
+    rechecked: bool = True  # False: a flagged draft this run left as it was, shown with its stored flags
 
     def as_dict(self) -> dict:
         """The `check --json` line of this item."""
@@ -52,6 +53,7 @@ class ItemResult:
             "status": self.status,
             "flags": [{"code": f.code, "reason": f.reason} for f in sorted(self.flags + self.kept, key=_flag_order)],
             "notes": [{"code": n.code, "note": n.text} for n in self.notes], "checks": self.checks,
+            "rechecked": self.rechecked,
         }
 
 
@@ -126,12 +128,17 @@ def _item_query():
             .outerjoin(SourceQuestion, SourceQuestion.id == Item.source_id))
 
 
+def _flagged_and_unchanged():
+    """Items with flags and no edit since their last check: a run without --recheck leaves them be."""
+    last_flag = select(func.max(CheckFlag.created_at)).where(CheckFlag.item_id == Item.id).scalar_subquery()
+    return exists().where(CheckFlag.item_id == Item.id) & ~(Item.updated_at > last_flag)
+
+
 def select_candidates(store: Store, groups: Sequence[str] = (), recheck: bool = False,
                       limit: Optional[int] = None) -> tuple[list[ItemView], int]:
     """Drafts to check and how many flagged drafts were left out. Without RECHECK: drafts without flags,
     and flagged drafts edited since they were checked (their flags are stale)."""
-    last_flag = select(func.max(CheckFlag.created_at)).where(CheckFlag.item_id == Item.id).scalar_subquery()
-    flagged = exists().where(CheckFlag.item_id == Item.id) & ~(Item.updated_at > last_flag)
+    flagged = _flagged_and_unchanged()
     query = _item_query().where(Item.status == DRAFT).order_by(Item.id)
     if groups:
         query = query.where(Item.group.in_(list(groups)))
@@ -146,6 +153,24 @@ def select_candidates(store: Store, groups: Sequence[str] = (), recheck: bool = 
         if limit is not None:
             query = query.limit(limit)
         return _views(session.execute(query).all()), left_out
+
+
+def flagged_drafts_left(store: Store, groups: Sequence[str] = ()) -> Iterator[ItemResult]:
+    """The flagged drafts a run without --recheck does not check, each with its stored flags."""
+    query = _item_query().where(Item.status == DRAFT, _flagged_and_unchanged()).order_by(Item.id)
+    if groups:
+        query = query.where(Item.group.in_(list(groups)))
+    with store.session() as session:
+        views = _views(session.execute(query).all())
+    for start in range(0, len(views), BATCH):
+        batch = views[start:start + BATCH]
+        stored: dict[int, list[Flag]] = defaultdict(list)
+        with store.session() as session:
+            for item_id, code, reason in session.execute(select(CheckFlag.item_id, CheckFlag.code, CheckFlag.reason)
+                                                         .where(CheckFlag.item_id.in_([v.id for v in batch]))):
+                stored[item_id].append(Flag(code, reason))
+        for view in batch:
+            yield ItemResult(item=view, status=view.status, kept=stored[view.id], rechecked=False)
 
 
 def all_entries(store: Store):
@@ -263,6 +288,10 @@ def run_checks(store: Store, codes: Optional[Sequence[str]] = None, *, recheck: 
             if on_result:
                 on_result(r)
         progress.advance(len(batch))
+    if on_result and report.left_as_flagged:
+        # whoever follows the results (check --json) is told the current flags of every draft asked for
+        for result in flagged_drafts_left(store, groups):
+            on_result(result)
     return report
 
 

@@ -58,7 +58,8 @@ def print_summary(report: CheckReport, out) -> None:  # noqa: ANN001
 
 @click.command("check")
 @click.option("--json", "as_json", is_flag=True,
-              help="Print one JSON object per checked item (JSON lines): id, image, status, flags; summary on stderr.")
+              help="Print one JSON object per draft asked for (JSON lines): id, image, status, flags (current ones, "
+                   "re-checked or not: see 'rechecked'); summary on stderr.")
 @click.option("--recheck", is_flag=True, help="Also re-check drafts that already have flags (their flags are replaced).")
 @click.option("--only", "only", multiple=True, metavar="CODE",
               help="Run only this check (repeatable; --list shows the codes). Items then keep their status: only a full run moves them.")

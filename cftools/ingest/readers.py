@@ -14,12 +14,12 @@ import os
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, BinaryIO, Iterable, Iterator
 
 import ijson
 from sqlalchemy import func, select
 
-from cftools.errors import InputError
+from cftools.errors import InputError, NoRecordsError
 from cftools.images import ImageFile, attach_images, index_folder, read_image_file, sha256_file
 from cftools.models import (
     DRAFT, IngestRun, Item, ItemEvent,
@@ -29,6 +29,7 @@ from cftools.store import Store
 
 COCO_SUBTYPES = ("val2014", "train2014", "test2015", "test-dev2015")
 BATCH = 5000
+UNCLOSED_QUOTE = "malformed CSV: a quote opened in this record is never closed"
 
 
 @dataclass
@@ -192,43 +193,111 @@ def read_vqav2(questions: Path, annotations: Path | None, bad: BadRecords) -> tu
 # ---------------------------------------------------------------- CSV / JSONL tables
 
 
-def _read_csv(path: Path, required: tuple[str, ...]) -> Iterator[tuple[str, dict]]:
+class NotUTF8(Exception):
+    def __init__(self, line: int, reason: str) -> None:
+        super().__init__(reason)
+        self.line = line
+        self.reason = reason
+
+
+class NumberedLines:
+    """A file's lines decoded one at a time as UTF-8, counting them: a bad byte is then known by its line
+    (decoding the file as one stream tells only an offset in some buffer). Iteration goes on after one."""
+
+    def __init__(self, fh: BinaryIO) -> None:
+        self._chunks = iter(fh)
+        self._pending: list[bytes] = []
+        self.number = 0  # lines handed out so far
+
+    def __iter__(self) -> "NumberedLines":
+        return self
+
+    def __next__(self) -> str:
+        if not self._pending:
+            # Lines end at \n, \r\n or a lone \r (universal newlines, as text mode would split them).
+            self._pending = next(self._chunks).splitlines(keepends=True)[::-1]
+        raw = self._pending.pop()
+        self.number += 1
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise NotUTF8(self.number, f"{exc.reason}: byte 0x{raw[exc.start]:02x}") from None
+        return text.removeprefix("\ufeff") if self.number == 1 else text
+
+
+def _not_utf8(path: Path, error: NotUTF8, start: int) -> InputError:
+    where = "" if error.line == start else f" in its line {error.line}"
+    return InputError(path, f"not UTF-8 text ({error.reason}{where})", f"line {start}")
+
+
+def _read_csv(path: Path, required: tuple[str, ...]) -> Iterator[tuple[str, dict | InputError]]:
+    """(line, row) for each record, the line being where the record starts; a bad record comes as
+    (line, InputError) and reading goes on after it. A broken header is raised."""
     try:
-        with open(path, newline="", encoding="utf-8-sig") as fh:
-            reader = csv.DictReader(fh)
-            header = reader.fieldnames or []
+        with open(path, "rb") as fh:
+            lines = NumberedLines(fh)
+            reader = csv.reader(lines, strict=True)  # strict: an unclosed quote is an error, not the rest of the file
+            try:
+                header = next(reader, None)
+            except NotUTF8 as err:
+                raise _not_utf8(path, err, 1) from None
+            except csv.Error as exc:
+                raise InputError(path, f"malformed CSV header: {exc}", "line 1") from None
+            if header is None:
+                return  # an empty file: no records
             missing = [c for c in required if c not in header]
             if missing:
                 raise InputError(path, f"missing column(s) {', '.join(repr(c) for c in missing)}; "
                                        f"header is {','.join(header)}", "line 1")
-            for row in reader:
-                line = f"line {reader.line_num}"
-                if None in row or any(v is None for v in row.values()):
-                    raise InputError(path, f"expected {len(header)} fields", line)
-                yield line, row
-    except UnicodeDecodeError as exc:
-        raise InputError(path, f"not UTF-8 text ({exc.reason})") from None
-    except csv.Error as exc:
-        raise InputError(path, f"malformed CSV: {exc}") from None
+            while True:
+                start = lines.number + 1
+                try:
+                    fields = next(reader)
+                except StopIteration:
+                    return
+                except NotUTF8 as err:
+                    yield f"line {start}", _not_utf8(path, err, start)
+                    continue
+                except csv.Error as exc:
+                    reason = UNCLOSED_QUOTE if str(exc) == "unexpected end of data" else f"malformed CSV: {exc}"
+                    yield f"line {start}", InputError(path, reason, f"line {start}")
+                    continue
+                if not fields:
+                    continue  # a blank line
+                if len(fields) != len(header):
+                    yield f"line {start}", InputError(path, f"expected {len(header)} fields, got {len(fields)}",
+                                                      f"line {start}")
+                    continue
+                yield f"line {start}", dict(zip(header, fields))
     except OSError as exc:
         raise InputError(path, f"cannot read: {exc.strerror or exc}") from None
 
 
-def _read_jsonl(path: Path) -> Iterator[tuple[str, dict]]:
+def _read_jsonl(path: Path) -> Iterator[tuple[str, dict | InputError]]:
+    """(line, object) for each record; a bad one comes as (line, InputError) and reading goes on."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            for number, text in enumerate(fh, start=1):
+        with open(path, "rb") as fh:
+            lines = NumberedLines(fh)
+            while True:
+                number = lines.number + 1
+                try:
+                    text = next(lines)
+                except StopIteration:
+                    return
+                except NotUTF8 as err:
+                    yield f"line {number}", _not_utf8(path, err, number)
+                    continue
                 if not text.strip():
                     continue
                 try:
                     obj = json.loads(text)
                 except json.JSONDecodeError as exc:
-                    raise InputError(path, f"malformed JSON: {exc.msg}", f"line {number}") from None
+                    yield f"line {number}", InputError(path, f"malformed JSON: {exc.msg}", f"line {number}")
+                    continue
                 if not isinstance(obj, dict):
-                    raise InputError(path, "expected a JSON object", f"line {number}")
+                    yield f"line {number}", InputError(path, "expected a JSON object", f"line {number}")
+                    continue
                 yield f"line {number}", obj
-    except UnicodeDecodeError as exc:
-        raise InputError(path, f"not UTF-8 text ({exc.reason})") from None
     except OSError as exc:
         raise InputError(path, f"cannot read: {exc.strerror or exc}") from None
 
@@ -236,16 +305,9 @@ def _read_jsonl(path: Path) -> Iterator[tuple[str, dict]]:
 def records(path: Path, required: tuple[str, ...], bad: BadRecords) -> Iterator[tuple[str, dict]]:
     """Rows of a CSV or JSONL file whose required fields are present and non-empty."""
     reader = _read_jsonl(path) if path.suffix.lower() in (".jsonl", ".ndjson") else _read_csv(path, required)
-    iterator = iter(reader)
-    while True:
-        try:
-            line, row = next(iterator)
-        except StopIteration:
-            return
-        except InputError as err:
-            if err.record is None or err.record == "line 1":
-                raise  # a broken file, not a bad record
-            bad.add(err)
+    for line, row in reader:
+        if isinstance(row, InputError):
+            bad.add(row)
             continue
         empty = [c for c in required if not str(row.get(c, "") if row.get(c) is not None else "").strip()]
         if empty:
@@ -399,6 +461,8 @@ def write_bad_report(report: IngestReport, report_path: Path) -> None:
 def finish(store: Store, fmt: str, path: Path, dataset: str, sources: list[dict], items: list[dict],
             images_dir: Path | None, bad: BadRecords, report_path: Path | None, n_records: int,
             candidates: dict[str, list[str]] | None = None) -> IngestReport:
+    if n_records == 0 and not bad.items:
+        raise NoRecordsError(path)
     report = IngestReport(format=fmt, path=str(path), dataset=dataset, n_records=n_records)
     images = resolve_images(store, dataset, sources, images_dir, bad, candidates, path)
     report.bad = bad.items

@@ -56,7 +56,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 from jinja2 import Environment, FileSystemLoader, PackageLoader, StrictUndefined
 
 from cftools import __version__
-from cftools.answers import extract_answer, infer_answer_type, normalize_answer, parse_number
+from cftools.answers import extract_answer, extract_option_letter, infer_answer_type, normalize_answer, parse_number
 from cftools.errors import CftoolsError, InputError
 from cftools.metrics import exp_score, summarize
 from cftools.release import load_records, resolve_image
@@ -299,8 +299,7 @@ def build_questions(release_dir: Path, records: Iterable[dict[str, Any]], templa
 def read_generated(question: Question, raw: str) -> tuple[Optional[str], bool]:
     """(parsed answer, correct) for a generated reply."""
     if question.which in ("c2e", "e2c"):
-        match = re.search(r"\b([A-D])\b", raw or "")
-        parsed = match.group(1) if match else None
+        parsed = extract_option_letter(raw, question.options or LETTERS)
         return parsed, parsed == question.gold
     if question.options:
         parsed = read_option(raw, question.options)
@@ -470,8 +469,12 @@ def load_answerer(spec: ModelSpec, device: str, dtype: str, llm_config: Optional
 
 # -- the judge (MuCR Exp) -----------------------------------------------------------------------------------
 
+# A judge often writes its score out of ten: "7/10", "7 out of 10".
+_OUT_OF_TEN = re.compile(r"\s*(?:/|out of)\s*10\b", re.IGNORECASE)
+
+
 def parse_judge_score(text: str) -> Optional[float]:
-    value = parse_number(text)
+    value = parse_number(_OUT_OF_TEN.sub(" ", text or ""))
     if value is None or not 0 <= value <= 10:
         return None
     return float(value)

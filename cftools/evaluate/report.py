@@ -42,6 +42,15 @@ def points(score: Optional[dict]) -> str:
     return f"{score['value']:.2f} [{score['low']:.2f}, {score['high']:.2f}]"
 
 
+def pct_bare(score: Optional[dict]) -> str:
+    """'63.2': the value alone, for a terminal too narrow for the interval."""
+    return "–" if not score or score.get("value") is None else f"{100 * score['value']:.1f}"
+
+
+def points_bare(score: Optional[dict]) -> str:
+    return "–" if not score or score.get("value") is None else f"{score['value']:.2f}"
+
+
 def pct_compact(score: Optional[dict]) -> str:
     """'63.2 (58–68)': the terminal's narrower form of `pct`."""
     if not score or score.get("value") is None:
@@ -58,8 +67,10 @@ def kind_sections(summary: dict[str, Any]) -> list[tuple[Any, dict[str, Any]]]:
     return [(kinds[name], section) for name, section in summary.items() if name in kinds]
 
 
-def report_tables(summary: dict[str, Any], compact: bool = False) -> list[ReportTable]:
-    fmt = ScoreFormat(pct=pct_compact if compact else pct, rate=rate, points=points)
+def report_tables(summary: dict[str, Any], compact: bool = False, intervals: bool = True) -> list[ReportTable]:
+    """Each kind's table; without INTERVALS (a narrow terminal) scores are shown bare, never cut."""
+    fmt = ScoreFormat(pct=(pct_compact if compact else pct) if intervals else pct_bare, rate=rate,
+                      points=points if intervals else points_bare)
     tables = [kind.report_table(section, fmt) for kind, section in kind_sections(summary)]
     return [t for t in tables if t is not None]
 
@@ -163,14 +174,29 @@ def write_reports(result: Any) -> None:
     write_plot(out / REPORT_PNG, f"{title}: {result.config['model']} ({result.config['mode']})", groups, series)
 
 
-def rich_tables(config: dict[str, Any], summary: dict[str, Any]) -> list[Any]:
-    """The report for the terminal: a header and one rich Table per item shape."""
+def table_width(table: ReportTable) -> int:
+    """The width a rich Table of TABLE needs with every cell on one line: cells, padding and borders."""
+    widths = [max([len(TERMINAL_HEADERS.get(column, column))] + [len(row[i]) for row in table.rows])
+              for i, column in enumerate(table.columns)]
+    return sum(widths) + 3 * len(widths) + 1
+
+
+def rich_tables(config: dict[str, Any], summary: dict[str, Any], width: int = 80) -> list[Any]:
+    """The report for the terminal: a header and one rich Table per item shape. Numbers are never cut: a table
+    too wide for WIDTH columns (80 in a non-TTY) drops its intervals, which stay in report.md and report.csv."""
     items: list[Any] = ["\n".join(line.replace("**", "").replace("`", "") for line in _header_lines(config, summary))]
-    for table in report_tables(summary, compact=True):
-        rich = Table(title=table.title + ", 95% CI in ( )", title_justify="left")
+    with_intervals = report_tables(summary, compact=True)
+    bare = report_tables(summary, intervals=False)
+    for table, narrow in zip(with_intervals, bare):
+        fits = table_width(table) <= width
+        if not fits:
+            table = narrow
+        note = ", 95% CI in ( )" if fits else " (95% CIs in report.md)"
+        rich = Table(title=table.title + note, title_justify="left")
         for i, column in enumerate(table.columns):
             rich.add_column(TERMINAL_HEADERS.get(column, column), justify="left" if i == 0 else "right",
-                            no_wrap=True)
+                            no_wrap=i > 0, overflow="fold", min_width=max(len(row[i]) for row in table.rows) if i > 0 and table.rows
+                            else None)
         for row in table.rows:
             rich.add_row(*row)
         items.append(rich)

@@ -11,6 +11,13 @@ Predictions are the cache: a rerun, or a run killed halfway and started again, a
 (lines are appended and fsync'ed per batch; a truncated last line is dropped on restart). A run folder
 holds one configuration; pointing a different model, mode, score or template at it is an error.
 
+A run's identity is the SHA-256 of the release's manifest.json (which lists every file's SHA-256), the
+model spec, the mode and score, the prompt template's hash and the generation settings (`IDENTITY_KEYS`).
+The default run folder's name ends with a short hash of that identity, so a release exported again with
+other content (`export --force`) starts a new run folder instead of reusing old predictions and old gold;
+`run_eval` says why in `EvalResult.notes`. Every prediction is also written to the store's Prediction
+table when there is a workspace.
+
 Model specs (`parse_model_spec`):
 - `hf:PATH_OR_ID` — a transformers image-text-to-text model (`cftools.vlm.HFVisionModel`); generate or rank.
 - `openai:MODEL` — an OpenAI-compatible vision chat API, images as data URLs (the `cftools.llm` backend:
@@ -44,21 +51,26 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 
 
 from cftools import __version__
-from cftools.answers import extract_answer, normalize_answer, parse_number
-from cftools.images import data_uri
+from cftools.answers import extract_answer, extract_option_letter, normalize_answer, parse_number
 from cftools.errors import CftoolsError, InputError
 from cftools.evaluate.metrics import summarize
 from cftools.evaluate.questions import LETTER, PromptTemplates, Question, build_questions
-from cftools.kinds import get_kind
-from cftools.release.layout import load_records
 from cftools.evaluate.vlm import SCORES, Prompt, best_option
+from cftools.images import data_uri
+from cftools.kinds import get_kind
+from cftools.release.layout import MANIFEST_NAME, hash_file, load_records
 
 MODES = ("generate", "rank")
 CONFIG_NAME = "config.json"
 PREDICTIONS_NAME = "predictions.jsonl"
 DEFAULT_RUNS_DIR = "runs"
 # What makes two runs the same run: a run folder refuses a different value of any of these.
-IDENTITY_KEYS = ("release", "model", "mode", "score", "template_sha256", "max_new_tokens", "dtype", "judge")
+IDENTITY_KEYS = ("release_manifest_sha256", "model", "mode", "score", "template_sha256", "max_new_tokens", "dtype",
+                 "judge")
+# How the differing identity keys are named when eval says why it starts a new run.
+IDENTITY_LABELS = {"release_manifest_sha256": "the release changed (manifest SHA-256)", "model": "model",
+                   "mode": "mode", "score": "score", "template_sha256": "the prompt template changed (SHA-256)",
+                   "max_new_tokens": "max new tokens", "dtype": "dtype", "judge": "judge"}
 
 
 @dataclass
@@ -90,8 +102,7 @@ def parse_model_spec(spec: str) -> ModelSpec:
 def read_generated(question: Question, raw: str) -> tuple[Optional[str], bool]:
     """(parsed answer, correct) for a generated reply."""
     if question.answer_type == LETTER:
-        match = re.search(r"\b([A-Z])\b", raw or "")
-        parsed = match.group(1) if match else None
+        parsed = extract_option_letter(raw, question.options or [])
         return parsed, parsed == question.gold
     if question.options:
         parsed = read_option(raw, question.options)
@@ -256,8 +267,12 @@ def load_answerer(spec: ModelSpec, device: str, dtype: str, llm_config: Optional
 
 # -- the judge (MuCR Exp) -----------------------------------------------------------------------------------
 
+# A judge often writes its score out of ten: "7/10", "7 out of 10".
+_OUT_OF_TEN = re.compile(r"\s*(?:/|out of)\s*10\b", re.IGNORECASE)
+
+
 def parse_judge_score(text: str) -> Optional[float]:
-    value = parse_number(text)
+    value = parse_number(_OUT_OF_TEN.sub(" ", text or ""))
     if value is None or not 0 <= value <= 10:
         return None
     return float(value)
@@ -282,30 +297,70 @@ class EvalResult:
     summary: dict[str, Any]
     predictions: list[dict[str, Any]]
     asked: int                # questions asked in this invocation (0 when everything was cached)
+    notes: list[str] = field(default_factory=list)  # why an earlier run folder was not reused
 
 
-def default_run_name(release_dir: Path, spec: str, mode: str, score: str) -> str:
+def run_identity(config: dict[str, Any]) -> str:
+    """SHA-256 of the identity keys of a run's configuration."""
+    identity = {key: config.get(key) for key in IDENTITY_KEYS}
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode("utf-8")).hexdigest()
+
+
+def default_run_name(release_dir: Path, spec: str, mode: str, score: str, identity: str = "") -> str:
     slug = re.sub(r"[^A-Za-z0-9._-]+", "-", spec.replace("hf:", "").strip("/")).strip("-")[-60:]
-    return f"{Path(release_dir).resolve().name}--{slug}--{mode}" + (f"-{score}" if mode == "rank" else "")
+    name = f"{Path(release_dir).resolve().name}--{slug}--{mode}" + (f"-{score}" if mode == "rank" else "")
+    return f"{name}--{identity[:10]}" if identity else name
 
 
-def default_out_dir(release_dir: Path, spec: str, mode: str, score: str, workspace: Any = None) -> Path:
-    name = default_run_name(release_dir, spec, mode, score)
+def default_out_dir(release_dir: Path, spec: str, mode: str, score: str, workspace: Any = None,
+                    identity: str = "") -> Path:
+    name = default_run_name(release_dir, spec, mode, score, identity)
     return workspace.path(DEFAULT_RUNS_DIR, name) if workspace is not None else Path(DEFAULT_RUNS_DIR) / name
+
+
+def _read_config(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise InputError(path, "not valid JSON") from None
+
+
+def differences(previous: dict[str, Any], config: dict[str, Any]) -> list[str]:
+    """What differs between two runs' identities, in words ("the release changed (manifest SHA-256) abc… -> def…")."""
+    out = []
+    for key in IDENTITY_KEYS:
+        old, new = previous.get(key), config.get(key)
+        if old != new:
+            shorten = (lambda v: f"{v[:12]}…" if isinstance(v, str) and key.endswith("sha256") else repr(v))
+            out.append(f"{IDENTITY_LABELS[key]}: {shorten(old)} -> {shorten(new)}")
+    return out
 
 
 def check_config(out_dir: Path, config: dict[str, Any]) -> None:
     path = out_dir / CONFIG_NAME
     if not path.exists():
         return
-    try:
-        previous = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError:
-        raise InputError(path, "not valid JSON") from None
-    differing = [k for k in IDENTITY_KEYS if previous.get(k) != config.get(k)]
+    differing = differences(_read_config(path), config)
     if differing:
-        raise CftoolsError(f"{out_dir} holds a run with another configuration ({', '.join(differing)} differ); "
+        raise CftoolsError(f"{out_dir} holds a run with another configuration ({'; '.join(differing)}); "
                            "choose another --out")
+
+
+def why_new_run(out_dir: Path, config: dict[str, Any]) -> list[str]:
+    """Notes on earlier default run folders of the same release name, model and mode whose identity differs:
+    why this run does not reuse their predictions."""
+    if (out_dir / CONFIG_NAME).exists():
+        return []
+    prefix = out_dir.name.rsplit("--", 1)[0] + "--"
+    notes = []
+    earlier = [*out_dir.parent.glob(prefix + "*"), out_dir.parent / prefix[:-2]]  # and the name before identities
+    for other in sorted(earlier):
+        if other == out_dir or not (other / CONFIG_NAME).is_file():
+            continue
+        differing = differences(_read_config(other / CONFIG_NAME), config)
+        if differing:
+            notes.append(f"not reusing {other.name}: {'; '.join(differing)}; this run goes to {out_dir.name}")
+    return notes
 
 
 def outcomes_from_predictions(predictions: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -332,7 +387,7 @@ def run_eval(release_dir: Path | str, model: str, mode: str = "generate", score:
              out_dir: Optional[Path] = None, template: Optional[str] = None, max_new_tokens: int = 16,
              judge: Optional[str] = None, workspace: Any = None, concurrency: int = 4,
              progress: Optional[Callable[[int, int], None]] = None,
-             answerer: Any = None) -> EvalResult:
+             answerer: Any = None, notify: Optional[Callable[[str], None]] = None) -> EvalResult:
     """Run (or resume) an evaluation; returns the run's configuration, summary and predictions."""
     release_dir = Path(release_dir)
     if mode not in MODES:
@@ -358,6 +413,7 @@ def run_eval(release_dir: Path | str, model: str, mode: str = "generate", score:
         device, dtype = "api", "n/a"
     config = {
         "release": str(release_dir.resolve()), "release_name": release_dir.resolve().name,
+        "release_manifest_sha256": hash_file(release_dir / MANIFEST_NAME),
         "model": str(spec), "mode": mode, "score": score if mode == "rank" else None,
         "score_rule": ("lowest mean token loss of the option wins" if score == "mean-loss"
                        else "highest summed log-probability of the option wins") if mode == "rank" else None,
@@ -366,7 +422,15 @@ def run_eval(release_dir: Path | str, model: str, mode: str = "generate", score:
         "items": len(records), "questions": len(questions), "skipped": skipped.as_dict(),
         "cftools_version": __version__,
     }
-    out_dir = Path(out_dir) if out_dir else default_out_dir(release_dir, str(spec), mode, score, workspace)
+    notes: list[str] = []
+    if out_dir:
+        out_dir = Path(out_dir)
+    else:
+        out_dir = default_out_dir(release_dir, str(spec), mode, score, workspace, run_identity(config))
+        notes = why_new_run(out_dir, config)
+    for note in notes:
+        if notify:
+            notify(note)
     out_dir.mkdir(parents=True, exist_ok=True)
     check_config(out_dir, config)
     (out_dir / CONFIG_NAME).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
@@ -401,7 +465,8 @@ def run_eval(release_dir: Path | str, model: str, mode: str = "generate", score:
         summary["blind_correct"] = sorted(
             [{"id": p["id"], "which": p["which"], "raw": p["raw"], "gold": p["gold"]}
              for p in predictions if p.get("correct")], key=lambda p: (p["id"], p["which"]))
-    result = EvalResult(out_dir=out_dir, config=config, summary=summary, predictions=predictions, asked=asked)
+    result = EvalResult(out_dir=out_dir, config=config, summary=summary, predictions=predictions, asked=asked,
+                        notes=notes)
     from cftools.evaluate.report import write_reports
 
     write_reports(result)
@@ -435,10 +500,11 @@ def ask_batch(answerer: Any, batch: list[Question], mode: str, score: str, templ
 
 
 def record_eval_run(store: Any, result: EvalResult) -> None:
-    """Keep one EvalRun row per run folder in the workspace store (updated on each rerun)."""
-    from sqlalchemy import select
+    """Keep one EvalRun row per run folder in the workspace store (updated on each rerun), with its predictions
+    in the Prediction table (replaced whole, so a rerun leaves exactly the run's predictions)."""
+    from sqlalchemy import delete, select
 
-    from cftools.models import EvalRun
+    from cftools.models import EvalRun, Prediction
 
     out = str(result.out_dir.resolve())
     with store.write() as session:
@@ -449,6 +515,24 @@ def record_eval_run(store: Any, result: EvalResult) -> None:
         row.config = result.config
         row.summary = json.loads(json.dumps(result.summary, default=str))
         session.add(row)
+        session.flush()
+        session.execute(delete(Prediction).where(Prediction.run_id == row.id))
+        session.add_all([prediction_row(row.id, line) for line in result.predictions])
+
+
+def prediction_row(run_id: int, line: dict[str, Any]) -> Any:
+    """A prediction line as a row of the store's Prediction table; the judge's similarities of an explanation
+    ride in `scores` beside the option scores."""
+    from cftools.models import Prediction
+
+    scores: dict[str, Any] = {}
+    if line.get("scores") is not None:
+        scores["options"] = line["scores"]
+    for key in ("similarities", "exp_score", "gold", "unknown", "kind", "group"):
+        if line.get(key) is not None:
+            scores[key] = line[key]
+    return Prediction(run_id=run_id, item_key=str(line["id"]), which=str(line["which"]), raw=line.get("raw"),
+                      parsed=line.get("parsed"), scores=scores or None, correct=line.get("correct"))
 
 
 def load_run(run_dir: Path | str) -> EvalResult:

@@ -42,10 +42,11 @@ Each kind builds its own questions and metrics (`cftools.kinds`); see its module
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence
 

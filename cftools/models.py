@@ -259,4 +259,19 @@ class IngestRun(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utcnow)
 
 
+class WorkClaim(SQLModel, table=True):
+    """A unit of generation work that one worker holds at a time (a lease that lapses when the worker dies), so
+    many `cftools generate` processes on one store never make the same thing twice."""
+
+    __tablename__ = "work_claims"
+    __table_args__ = (UniqueConstraint("generator", "key"),)
+    id: Optional[int] = Field(default=None, primary_key=True)
+    generator: str = Field(index=True)
+    key: str  # what the job makes (an item key, "context:<item key>", ...)
+    state: str = "free"  # free | leased | done | failed
+    worker: Optional[str] = None
+    lease_expires: Optional[datetime] = None
+    finished_at: Optional[datetime] = None
+
+
 Index("ix_items_kind_group_status", Item.kind, Item.group, Item.status)

@@ -14,7 +14,8 @@ attempt)` (creates or updates items). `run_llm_task` does the rest the same way 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from datetime import datetime
+from typing import Any, Iterator, Optional
 
 from rich.console import Console
 from sqlalchemy import insert, select
@@ -24,7 +25,8 @@ from cftools.llm import Backend, Completion, LLMError, request_key
 from cftools.llm.base import render_messages
 from cftools.llm.cache import cached_completion, cached_completions, save_completions
 from cftools.llm.prompts import PromptTemplate
-from cftools.llm.runner import JobResult, RunStats, run_jobs
+from cftools.generate.claims import DEFAULT_LEASE_S, Claims
+from cftools.llm.runner import WRITE_BATCH, JobResult, RunStats, run_jobs
 from cftools.models import DRAFT, Generation, Item, ItemEvent, utcnow
 from cftools.store import Store
 
@@ -55,6 +57,7 @@ class LLMJob:
 
     label: str  # for people: "source 12", "item mucr:3"
     messages: list[dict[str, Any]]
+    key: str = ""  # what the job makes, unique per generator (the claim key); defaults to the label
     source_id: Optional[int] = None
     group: Optional[str] = None
     context: dict[str, Any] = field(default_factory=dict)  # what `write` needs
@@ -165,8 +168,9 @@ class Attempts:
 class Writer:
     """Commits finished jobs: cache entries, generation records, and what the task makes of them."""
 
-    def __init__(self, store: Store, backend: Backend, task: LLMTask, report: LLMReport) -> None:
-        self.store, self.backend, self.task, self.report = store, backend, task, report
+    def __init__(self, store: Store, backend: Backend, task: LLMTask, report: LLMReport,
+                 claims: Optional[Claims] = None) -> None:
+        self.store, self.backend, self.task, self.report, self.claims = store, backend, task, report, claims
 
     def __call__(self, results: list[JobResult]) -> None:
         with self.store.write() as session:
@@ -181,9 +185,12 @@ class Writer:
                 self.report.parse_failures += sum(1 for a in job.attempts if a.parse_error)
                 self.report.call_errors += sum(1 for a in job.attempts if a.error)
                 final = job.attempts[-1] if job.attempts else None
-                if result.ok and final is not None and final.parsed:
+                ok = result.ok and final is not None and bool(final.parsed)
+                if ok:
                     self.report.items_created += self.task.write(self.store, session, job, final.parsed,
                                                                  generation_ids[-1], final.number)
+                if self.claims is not None:
+                    self.claims.finish(session, job_key(job), ok)
 
     def generation_row(self, job: LLMJob, attempt: Attempt) -> dict[str, Any]:
         completion = attempt.completion
@@ -199,26 +206,47 @@ class Writer:
             cached=bool(completion and completion.cached), attempt=attempt.number, created_at=utcnow())
 
 
+def job_key(job: LLMJob) -> str:
+    return job.key or job.label
+
+
+def claimed_jobs(store: Store, jobs: list[LLMJob], attempts: Attempts, claims: Claims, refresh: bool,
+                 batch: int) -> Iterator[Any]:
+    """The jobs this worker has claimed, batch by batch; a job whose first reply is cached and parses comes out
+    finished (a JobResult, no thread); None while other workers hold the rest."""
+    by_key = {job_key(job): job for job in jobs}
+    for keys in claims.batches(batch):
+        if keys is None:
+            yield None
+            continue
+        chosen = [by_key[k] for k in keys]
+        if refresh:
+            yield from chosen
+            continue
+        cache = cached_completions(store, [attempts.new_attempt(job).key for job in chosen])
+        for job in chosen:
+            yield attempts.try_cached_first(job, cache) or job
+
+
 def run_llm_task(store: Store, backend: Backend, task: LLMTask, jobs: list[LLMJob], *, params: dict[str, Any],
                  group: Optional[str] = None, concurrency: int | None = None, refresh: bool = False,
                  max_attempts: int = DEFAULT_MAX_ATTEMPTS, console: Console | None = None,
-                 quiet: bool = False) -> LLMReport:
-    """Run JOBS for TASK with BACKEND; returns what happened."""
+                 quiet: bool = False, lease_s: float = DEFAULT_LEASE_S,
+                 selected_at: Optional[datetime] = None) -> LLMReport:
+    """Run JOBS for TASK with BACKEND; other workers on the same store share the jobs (`cftools.generate.claims`).
+    SELECTED_AT is when the caller started choosing the jobs. Returns what this worker did."""
     report = LLMReport(generator=task.generator, group=group, backend=backend.name, model=backend.model,
                        template=task.template.name, selected=len(jobs))
     attempts = Attempts(store, backend, task, params, max_attempts, refresh)
-    ready: list[JobResult] = []
-    pending = jobs
-    if not refresh and jobs:
-        cache = cached_completions(store, [attempts.new_attempt(job).key for job in jobs])
-        pending = []
-        for job in jobs:
-            result = attempts.try_cached_first(job, cache)
-            (ready.append(result) if result else pending.append(job))
     workers = concurrency or DEFAULT_CONCURRENCY.get(backend.name, 4)
-    report.stats = run_jobs(pending, attempts.work, Writer(store, backend, task, report), concurrency=workers,
-                            description=f"{task.generator} {group or ''}".strip(), console=console, quiet=quiet,
-                            ready=ready)
+    claims = Claims(store, task.generator, [job_key(job) for job in jobs], lease_s, selected_at)
+    source = claimed_jobs(store, jobs, attempts, claims, refresh, batch=max(WRITE_BATCH, 4 * workers))
+    try:
+        report.stats = run_jobs(source, attempts.work, Writer(store, backend, task, report, claims),
+                                concurrency=workers, description=f"{task.generator} {group or ''}".strip(),
+                                console=console, quiet=quiet, total=len(jobs))
+    finally:
+        claims.close()
     return report
 
 

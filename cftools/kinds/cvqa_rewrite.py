@@ -134,11 +134,14 @@ def rewrite(store: Store, backend: Backend, group: str, *, limit: int | None = N
     """Rewrite up to LIMIT source questions into draft items of GROUP; returns what happened. The group's prompt
     is the workspace's copy when it has one (`init --with-prompts`)."""
     template = load_template(group, template_path, workspace_root)
+    selected_at = utcnow()
     sources = select_sources(store, group, limit, include_ingested)
     jobs = [LLMJob(label=f"source {s['id']}", messages=[text_message(render_prompt(template, s))], source_id=s["id"],
+                   key=item_key(s["id"], group),
                    group=group, context={"source": s}) for s in sources]
     return run_llm_task(store, backend, RewriteTask(group, template), jobs, params=params or llm_params({}, backend.name),
                         group=group, concurrency=concurrency, refresh=refresh, max_attempts=max_attempts,
+                        selected_at=selected_at,
                         console=console, quiet=quiet)
 
 

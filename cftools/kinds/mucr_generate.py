@@ -135,16 +135,19 @@ def write_context(store: Store, backend: Backend, *, limit: Optional[int] = None
                   quiet: bool = False) -> LLMReport:
     """Contextual descriptions for up to LIMIT caption pairs that have none."""
     template = load_prompt("mucr/context.j2", template_path, workspace_root)
+    selected_at = utcnow()
     jobs = []
     for item in pairs_without_context(store, limit, groups):
         data = item.data or {}
         prompt = render(template, f"item {item.key}", cause=data.get("cause_caption"),
                         effect=data.get("effect_caption"), category=data.get("category"), style=data.get("style"))
         jobs.append(LLMJob(label=f"item {item.key}", messages=[text_message(prompt)], group=item.group,
+                           key=f"context:{item.key}",
                            context={"item_id": item.id}))
     return run_llm_task(store, backend, ContextTask(template), jobs,
                         params=params or text_params({}, CONTEXT_MAX_TOKENS), concurrency=concurrency,
-                        refresh=refresh, max_attempts=max_attempts, console=console, quiet=quiet)
+                        refresh=refresh, max_attempts=max_attempts, console=console, quiet=quiet,
+                        selected_at=selected_at)
 
 
 # ------------------------------------------------------------------ caption pairs from seeds
@@ -206,6 +209,7 @@ def draft_captions(store: Store, backend: Backend, seeds_path: Path, *, per_grou
     """A group of PER_GROUP caption pairs per seed line; seeds that already have their group are skipped."""
     template = load_prompt("mucr/captions.j2", template_path, workspace_root)
     dataset = f"captions:{Path(seeds_path).stem}"
+    selected_at = utcnow()
     with store.session() as session:
         done = set(session.execute(select(Item.group).where(Item.kind == KIND,
                                                             Item.key.like(f"{dataset}:%"))).scalars())
@@ -216,7 +220,9 @@ def draft_captions(store: Store, backend: Backend, seeds_path: Path, *, per_grou
             continue
         prompt = render(template, f"seed line {line}", seed=seed, n=per_group)
         jobs.append(LLMJob(label=f"seed line {line}", messages=[text_message(prompt)], group=group,
+                           key=f"{dataset}:{group}",
                            context={"line": line}))
     return run_llm_task(store, backend, CaptionsTask(template, dataset, per_group), jobs,
                         params=params or text_params({}, CAPTIONS_MAX_TOKENS), concurrency=concurrency,
-                        refresh=refresh, max_attempts=max_attempts, console=console, quiet=quiet)
+                        refresh=refresh, max_attempts=max_attempts, console=console, quiet=quiet,
+                        selected_at=selected_at)

@@ -135,6 +135,11 @@ class DiffusersBackend:
         return type(self._pipe.scheduler).__name__
 
     @property
+    def pipeline(self):  # noqa: ANN201
+        """The loaded text-to-image pipeline (for benchmarks and tools that need the model itself)."""
+        return self._pipe
+
+    @property
     def tokenizer(self):  # noqa: ANN201
         """The pipeline's (first) tokenizer, for counting prompt tokens; None when it has none."""
         return getattr(self._pipe, "tokenizer", None)

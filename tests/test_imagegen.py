@@ -140,6 +140,22 @@ def test_a_nan_image_is_a_recorded_failure_and_not_an_exception(tiny_folder):
     assert results[0].side == "cause" and "NaN" in results[0].reason and results[0].as_dict()["k"] == 0
 
 
+def test_a_failed_pipeline_call_fails_the_pair_and_the_run_goes_on(tiny_folder, monkeypatch):
+    backend = DiffusersBackend(tiny_folder, default_steps=2, default_guidance=5.0)
+
+    def out_of_memory(*args, **kwargs):  # what a too-small GPU does mid-batch
+        raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB\nmore detail")
+
+    monkeypatch.setattr(backend.pipeline.unet, "forward", out_of_memory)
+    results = backend.generate_pair(CAUSE, EFFECT, n=2, generator_key="pair-9")
+    assert [(r.k, r.side, r.ok) for r in results] == [(0, "pair", False), (1, "pair", False)]
+    assert results[0].reason == "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    monkeypatch.undo()
+    assert all(r.ok for r in backend.generate_pair(CAUSE, EFFECT, n=1, generator_key="pair-9"))
+    with pytest.raises(ImageGenError, match="60x60 is not a multiple of the pipeline's 8-pixel"):
+        backend.generate_pair(CAUSE, EFFECT, n=1, size="60x60")
+
+
 def test_a_folder_that_is_not_a_pipeline_gets_a_one_line_error_naming_it(tmp_path):
     empty = tmp_path / "not-a-pipeline"
     empty.mkdir()
@@ -172,6 +188,10 @@ def test_make_image_backend_defaults_to_the_embedded_pipeline(tmp_path):
     assert backend.tokenizer.model_max_length == 77
     with pytest.raises(ImageGenError, match="api_key is not read"):
         make_image_backend({"api_key": KEY})
+    with pytest.raises(ImageGenError, match="needs a model"):
+        make_image_backend({"backend": "openai"})
+    with pytest.raises(ImageGenError, match="unknown image backend 'dalle'"):
+        make_image_backend(backend="dalle")
 
 
 # ------------------------------------------------------------------ the Images API on a loopback server

@@ -135,6 +135,11 @@ class DiffusersBackend:
         return type(self._pipe.scheduler).__name__
 
     @property
+    def pipeline(self):  # noqa: ANN201
+        """The loaded text-to-image pipeline (for benchmarks and tools that need the model itself)."""
+        return self._pipe
+
+    @property
     def tokenizer(self):  # noqa: ANN201
         """The pipeline's (first) tokenizer, for counting prompt tokens; None when it has none."""
         return getattr(self._pipe, "tokenizer", None)
@@ -167,12 +172,25 @@ class DiffusersBackend:
         side = int(sample * factor) if isinstance(sample, int) else 512
         return side, side
 
-    def _latent_shape(self, width: int, height: int) -> tuple[int, int, int]:
+    def _latent_shape(self, width: int, height: int) -> tuple[int, int, int] | None:
+        """The UNet latent of one image; None for pipelines with another latent layout (transformer-based ones
+        pack their latents), which then get the per-image CPU generators alone: seeded alike, they draw the same
+        initial noise for cause k and effect k too."""
         factor = self._pipe.vae_scale_factor
         if width % factor or height % factor:
             raise ImageGenError(f"size {width}x{height} is not a multiple of the pipeline's {factor}-pixel latent grid")
-        channels = self._pipe.unet.config.in_channels
-        return channels, height // factor, width // factor
+        unet = getattr(self._pipe, "unet", None)
+        if unet is None:
+            return None
+        return unet.config.in_channels, height // factor, width // factor
+
+    def _latents(self, seeds: list[int], width: int, height: int, copies: int = 1) -> dict[str, Any]:
+        """`latents=` for the pipeline call (in the pipeline's dtype; the pipeline moves them to its device,
+        which also works under model CPU offload), or nothing where the layout is not a UNet's."""
+        shape = self._latent_shape(width, height)
+        if shape is None:
+            return {}
+        return {"latents": initial_latents(seeds, shape).repeat(copies, 1, 1, 1).to(dtype=self.torch_dtype)}
 
     def _image2image(self):  # noqa: ANN202
         if self._img2img is None:
@@ -237,24 +255,22 @@ class DiffusersBackend:
 
     def _siamese_batch(self, prompts, negatives, seeds, *, steps, guidance, width, height):  # noqa: ANN001, ANN202
         """Cause and effect candidates in one call: 2n images, candidate k of both from the same latents."""
-        latents = initial_latents(seeds, self._latent_shape(width, height))
+        latents = self._latents(seeds, width, height, copies=2)
         n = len(seeds)
         started = time.perf_counter()
         images = self._run(self._pipe, [prompts[CAUSE]] * n + [prompts[EFFECT]] * n,
                            [negatives[CAUSE]] * n + [negatives[EFFECT]] * n, seeds + seeds,
-                           steps=steps, guidance=guidance, width=width, height=height,
-                           latents=latents.repeat(2, 1, 1, 1).to(self._pipe.device, self.torch_dtype))
+                           steps=steps, guidance=guidance, width=width, height=height, **latents)
         seconds = (time.perf_counter() - started) / 2  # the call made both sides; half each
         return {CAUSE: images[:n], EFFECT: images[n:]}, {CAUSE: seconds, EFFECT: seconds}
 
     def _cause_then_img2img(self, prompts, negatives, seeds, *, steps, guidance, width, height):  # noqa: ANN001, ANN202
         """Cause candidates by text-to-image, then effect k from cause k by image-to-image at `strength`."""
         n = len(seeds)
-        latents = initial_latents(seeds, self._latent_shape(width, height))
+        latents = self._latents(seeds, width, height)
         started = time.perf_counter()
         causes = self._run(self._pipe, [prompts[CAUSE]] * n, [negatives[CAUSE]] * n, seeds, steps=steps,
-                           guidance=guidance, width=width, height=height,
-                           latents=latents.to(self._pipe.device, self.torch_dtype))
+                           guidance=guidance, width=width, height=height, **latents)
         cause_seconds = time.perf_counter() - started
         started = time.perf_counter()
         effects = self._run(self._image2image(), [prompts[EFFECT]] * n, [negatives[EFFECT]] * n, seeds, steps=steps,

@@ -17,10 +17,11 @@ import shutil
 import tempfile
 from pathlib import Path
 
-TINY_NAME = "tiny-sd-v1"  # bump when the configs below change, so old caches are not reused
+TINY_NAME = "tiny-sd-v2"  # bump when the configs below change, so old caches are not reused
 TINY_SIZE = 64
 TINY_STEPS = 4
 TINY_GUIDANCE = 5.0
+VAE_SCALE = 8  # as SD: four VAE blocks, a 64x64 image is an 8x8 latent
 TINY_TOKENS = 77  # as SD's CLIP text encoder, so prompt-length checks behave as with a real pipeline
 BUILD_SEED = 0
 
@@ -58,14 +59,15 @@ def build_tiny_pipeline(workdir: Path):  # noqa: ANN201
             bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
             pad_token_id=tokenizer.pad_token_id))
         unet = UNet2DConditionModel(
-            sample_size=TINY_SIZE // 2, in_channels=4, out_channels=4, layers_per_block=1, block_out_channels=(8, 16),
+            sample_size=TINY_SIZE // VAE_SCALE, in_channels=4, out_channels=4, layers_per_block=1, block_out_channels=(8, 16),
             down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"),
             up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"),
             cross_attention_dim=32, attention_head_dim=2, norm_num_groups=4)
-        # two VAE blocks -> a scale factor of 2: a 64x64 image is a 32x32 latent
+        # four VAE blocks -> SD's scale factor of 8 (sizes must be multiples of 8, as with a real pipeline); it
+        # also keeps the UNet's work per image small, so the cost of a call is mostly its fixed overhead
         vae = AutoencoderKL(
-            in_channels=3, out_channels=3, latent_channels=4, block_out_channels=(8, 16), layers_per_block=1,
-            down_block_types=("DownEncoderBlock2D",) * 2, up_block_types=("UpDecoderBlock2D",) * 2,
+            in_channels=3, out_channels=3, latent_channels=4, block_out_channels=(8, 8, 16, 16), layers_per_block=1,
+            down_block_types=("DownEncoderBlock2D",) * 4, up_block_types=("UpDecoderBlock2D",) * 4,
             norm_num_groups=4, sample_size=TINY_SIZE)
     scheduler = DDIMScheduler(beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear",
                               clip_sample=False, set_alpha_to_one=False, steps_offset=1)

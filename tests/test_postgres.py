@@ -56,3 +56,22 @@ def test_workspace_on_postgresql_ingests_idempotently(tmp_path, postgres_url, pe
     assert store_counts(ws.store)["by_group"] == {"boolean": 100, "numerical-direct": 100, "numerical-indirect": 100}
     assert not (tmp_path / "ws" / "cftools.db").exists()
     ws.close()
+
+
+def test_init_never_writes_the_store_password(postgres_url, tmp_path, run_cli, monkeypatch):
+    secret = "s3cret-Pw-7f1c"
+    url = postgres_url.replace("cftools@", f"cftools:{secret}@")
+    result = run_cli("init", tmp_path / "ws", "--db", url, "--password-env", "CFTOOLS_TEST_PG")
+    assert result.exit_code == 0, result.output
+    assert secret not in result.output and "CFTOOLS_TEST_PG" in result.output
+    for path in (tmp_path / "ws").rglob("*"):
+        if path.is_file():
+            assert secret.encode() not in path.read_bytes(), path
+    from cftools.workspace import load_workspace
+
+    monkeypatch.setenv("CFTOOLS_TEST_PG", secret)
+    workspace = load_workspace(tmp_path / "ws")
+    assert workspace.config["store"]["password_env"] == "CFTOOLS_TEST_PG"
+    assert workspace.config["store"]["url"] == postgres_url
+    assert f":{secret}@" in workspace.db_url and secret not in workspace.store.safe_url
+    workspace.close()

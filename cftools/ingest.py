@@ -19,7 +19,7 @@ import ijson
 from sqlalchemy import func, select
 
 from cftools.errors import InputError
-from cftools.images import ImageFile, attach_images, index_folder, read_image_file, sha256_file
+from cftools.images import FolderIndex, ImageFile, attach_images, image_ref_path, read_image_file, sha256_file
 from cftools.models import (
     BOOLEAN, DRAFT, KIND_CVQA, NUMERICAL_DIRECT, NUMERICAL_INDIRECT, IngestRun, Item, ItemEvent,
     SourceQuestion, utcnow,
@@ -265,7 +265,7 @@ def read_cvqa(path: Path, bad: BadRecords, dataset: str | None = None) -> tuple[
     for line, row in _records(path, CVQA_COLUMNS, bad):
         group = CVQA_TYPE_TO_GROUP.get(row["type"].strip(), row["type"].strip())
         source_key = stable_key(row["img_path"], row["query"], row["answer"])
-        image_ref = Path(row["img_path"].replace("\\", "/")).name
+        image_ref = image_ref_path(row["img_path"])  # relative path: same-named files in two folders differ
         sources.setdefault(source_key, {
             "dataset": dataset, "external_id": source_key, "image_ref": image_ref, "question": row["query"],
             "answer": row["answer"], "answer_type": GROUP_ANSWER_TYPE.get(group, "other"),
@@ -289,7 +289,7 @@ def read_table(path: Path, bad: BadRecords, dataset: str | None = None) -> tuple
         answer = str(row["answer"]).strip()
         external_id = str(row.get("id") or stable_key(row["image"], row["question"], answer))
         rows.setdefault(external_id, {
-            "dataset": dataset, "external_id": external_id, "image_ref": Path(str(row["image"])).name,
+            "dataset": dataset, "external_id": external_id, "image_ref": image_ref_path(str(row["image"])),
             "question": str(row["question"]).strip(), "answer": answer,
             "answer_type": str(row.get("answer_type") or infer_answer_type(answer)),
             "answers": None, "meta": {"line": line}, "created_at": now,
@@ -307,16 +307,21 @@ def resolve_images(store: Store, dataset: str, refs: Iterable[str], images_dir: 
         return {}
     if not images_dir.is_dir():
         raise InputError(images_dir, "not a folder of images")
-    on_disk = index_folder(images_dir)
+    on_disk = FolderIndex(images_dir)
     with store.session() as session:
         earlier = session.execute(select(SourceQuestion.image_ref).where(
             SourceQuestion.dataset == dataset, SourceQuestion.image_id.is_(None))).scalars().all()
     found: dict[str, ImageFile] = {}
     for ref in sorted(set(refs) | set(earlier)):
         for name in (candidates or {}).get(ref, [ref]):
-            if name in on_disk:
+            matches = on_disk.find(name)
+            if len(matches) > 1:
+                bad.add(InputError(images_dir, f"image reference {name!r} is ambiguous: "
+                                               f"{' and '.join(matches[:2])} both match", f"image {ref}"))
+                break
+            if matches:
                 try:
-                    found[ref] = read_image_file(on_disk[name], record=f"image {ref}")
+                    found[ref] = read_image_file(on_disk.by_rel[matches[0]], record=f"image {ref}")
                 except InputError as err:
                     bad.add(err)
                 break

@@ -258,7 +258,8 @@ def test_path_traversal_in_image_names_is_neutralised(workspace, tmp_path):
     ingest_table(workspace.store, table, images)
     with workspace.store.write() as session:  # a store whose names point outside, as a hostile input would
         session.execute(update(SourceQuestion).values(image_ref="../../../evil.png"))
-        session.execute(update(ImageName).values(name="../../../evil.png"))
+        # (one image, registered under each reference that found it: make the first one hostile)
+        session.execute(update(ImageName).where(ImageName.name == "../../evil.png").values(name="../../../evil.png"))
         sources = session.execute(select(SourceQuestion)).scalars().all()
         for index, source in enumerate(sources):
             session.add(Item(key=f"test:{index}", kind="cvqa", group="numerical-direct", source_id=source.id,

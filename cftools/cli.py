@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 from rich.markup import escape
+from sqlalchemy.engine import make_url
 from rich.table import Table
 
 from cftools import __version__
@@ -43,17 +44,22 @@ def main(workspace: Path | None) -> None:
 
 @main.command()
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--db", "db_url", help="SQLAlchemy URL of the store (default: a SQLite file in the workspace).")
+@click.option("--db", "db_url", help="SQLAlchemy URL of the store (default: a SQLite file in the workspace). "
+                                     "A password in it is used now and never written to cftools.toml.")
+@click.option("--password-env", help="Variable that holds the store's password later (default: PGPASSWORD).")
 @click.option("--with-prompts", is_flag=True,
               help="Copy the prompts and Label Studio configs into the workspace to edit; a file there wins.")
-def init(directory: Path, db_url: str | None, with_prompts: bool) -> None:
+def init(directory: Path, db_url: str | None, password_env: str | None, with_prompts: bool) -> None:
     """Create a workspace in DIRECTORY: cftools.toml and the item store."""
-    workspace = init_workspace(directory, db_url)
+    workspace = init_workspace(directory, db_url, password_env)
     if with_prompts:
         copied = copy_overridable(workspace.root)
         console.print(f"{len(copied)} prompt and label-config files copied into {workspace.root} (prompts/, annotation/)")
     console.print(f"Workspace ready at [bold]{workspace.root}[/] (store: {workspace.store.safe_url}, "
                   f"schema {workspace.store.schema_version})")
+    if db_url and make_url(db_url).password is not None:
+        console.print(f"The password was not written to cftools.toml; set ${password_env or 'PGPASSWORD'} "
+                      "when you use this workspace.")
     workspace.close()
 
 

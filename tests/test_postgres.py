@@ -119,3 +119,22 @@ def test_a_killed_workers_items_are_finished_by_the_others(tmp_path, postgres_ur
         ws.close()
     finally:
         stub.kill()
+
+
+def test_init_never_writes_the_store_password(postgres_url, tmp_path, run_cli, monkeypatch):
+    secret = "s3cret-Pw-7f1c"
+    url = postgres_url.replace("cftools@", f"cftools:{secret}@")
+    result = run_cli("init", tmp_path / "ws", "--db", url, "--password-env", "CFTOOLS_TEST_PG")
+    assert result.exit_code == 0, result.output
+    assert secret not in result.output and "CFTOOLS_TEST_PG" in result.output
+    for path in (tmp_path / "ws").rglob("*"):
+        if path.is_file():
+            assert secret.encode() not in path.read_bytes(), path
+    from cftools.workspace import load_workspace
+
+    monkeypatch.setenv("CFTOOLS_TEST_PG", secret)
+    workspace = load_workspace(tmp_path / "ws")
+    assert workspace.config["store"]["password_env"] == "CFTOOLS_TEST_PG"
+    assert workspace.config["store"]["url"] == postgres_url
+    assert f":{secret}@" in workspace.db_url and secret not in workspace.store.safe_url
+    workspace.close()

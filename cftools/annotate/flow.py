@@ -6,7 +6,9 @@
   so a push killed between an import and its store write never imports an item twice.
 - `pull`: every known task is exported with its annotations; one Judgment per (task, annotator);
   edited annotations update their judgment; results that do not fit the label config are rejected
-  and reported; tasks missing on the server are marked deleted and their items go back to `checked`.
+  and reported; tasks the server confirms are gone (its task listing lacks them, or the project is gone)
+  are marked deleted and their items go back to `checked`; a task merely missing from an export snapshot
+  is left as it was and listed in `missing_from_export`.
 - Two judgments from different annotators decide the item (see `annotation_rules.decide`); a
   disagreement goes to the adjudication project (`push --adjudicate`), whose decision settles it.
 - `annotation_status`: progress per project, agreement per question (stored for the data card),
@@ -396,6 +398,8 @@ class PullReport:
     invalid: list[dict] = field(default_factory=list)
     mismatched: list[dict] = field(default_factory=list)
     deleted_tasks: list[dict] = field(default_factory=list)
+    # Tasks missing from the export but still on the server: left as they were, read again by the next pull.
+    missing_from_export: list[dict] = field(default_factory=list)
     decisions: Counter = field(default_factory=Counter)
 
     def as_dict(self) -> dict[str, Any]:
@@ -653,7 +657,11 @@ def pull_project(store: Store, server: LabelStudioServer, project_id: int, kind:
             apply_decisions(session, tasks, changed, chosen, report)
         done += len(chunk)
         progress(f"pull project {project_id}", done, len(by_ls_id))
-    gone = [t for ls_id, t in by_ls_id.items() if ls_id not in seen]
+    unseen = [ls_id for ls_id in by_ls_id if ls_id not in seen]
+    confirmed = set(server.tasks_gone(project_id, unseen))
+    report.missing_from_export += [{"project": project_id, "task": ls_id} for ls_id in unseen
+                                   if ls_id not in confirmed]
+    gone = [by_ls_id[ls_id] for ls_id in unseen if ls_id in confirmed]
     if gone:
         with store.write() as session:
             mark_deleted(session, gone, report)
@@ -699,23 +707,22 @@ def pull(workspace: Workspace, progress: Progress = _no_progress) -> PullReport:
 # ---------------------------------------------------------------- status and agreement
 
 
-def _verify_pairs(session: Session) -> dict[str, list[tuple[Answer, Answer]]]:
-    """Per item kind: the first two judgments of every live verification task that has two."""
-    rows = session.execute(
-        select(Item.kind, Judgment.task_id, Judgment.related, Judgment.answer_correct, Judgment.flags)
-        .join(AnnotationTask, AnnotationTask.id == Judgment.task_id)
-        .join(Item, Item.id == AnnotationTask.item_id)
-        .where(AnnotationTask.purpose == VERIFY, AnnotationTask.state != DELETED)
-        .order_by(Judgment.task_id, Judgment.ls_annotation_id)).all()
-    per_task: dict[int, tuple[str, list[Answer]]] = {}
-    for kind, task_id, related, correct, flags in rows:
-        per_task.setdefault(task_id, (kind, []))[1].append(
-            Answer(related=related, answer_correct=correct, flags=list(flags or [])))
-    pairs: dict[str, list[tuple[Answer, Answer]]] = defaultdict(list)
-    for kind, found in per_task.values():
-        if len(found) >= 2:
-            pairs[kind].append((found[0], found[1]))
-    return pairs
+def verify_ratings(session: Session, item_keys: Optional[Iterable[str]] = None) -> dict[str, dict[int, dict[str, Answer]]]:
+    """Per item kind: every live verification task's judgments by annotator (only ITEM_KEYS' items when given)."""
+    query = (select(Item.kind, Item.key, Judgment.task_id, Judgment.annotator, Judgment.related,
+                    Judgment.answer_correct, Judgment.flags)
+             .join(AnnotationTask, AnnotationTask.id == Judgment.task_id)
+             .join(Item, Item.id == AnnotationTask.item_id)
+             .where(AnnotationTask.purpose == VERIFY, AnnotationTask.state != DELETED)
+             .order_by(Judgment.task_id, Judgment.ls_annotation_id))
+    wanted = set(item_keys) if item_keys is not None else None
+    ratings: dict[str, dict[int, dict[str, Answer]]] = defaultdict(dict)
+    for kind, key, task_id, annotator, related, correct, flags in session.execute(query):
+        if wanted is not None and key not in wanted:
+            continue
+        ratings[kind].setdefault(task_id, {})[annotator] = Answer(related=related, answer_correct=correct,
+                                                                 flags=list(flags or []))
+    return ratings
 
 
 def agreement_project_name(kind: str) -> str:
@@ -725,7 +732,7 @@ def agreement_project_name(kind: str) -> str:
 def record_agreement(store: Store) -> dict[str, dict[str, dict[str, Any]]]:
     """Compute agreement per kind and question and store it (AgreementStat) for the data card."""
     with store.session() as session:
-        stats = {kind: agreement(pairs) for kind, pairs in _verify_pairs(session).items()}
+        stats = {kind: agreement(ratings) for kind, ratings in verify_ratings(session).items()}
     now = utcnow()
     with store.write() as session:
         for kind, questions in stats.items():

@@ -209,6 +209,17 @@ class LabelStudioServer:
                 found[task.id] = ((task.meta or {}).get("item_key") or (task.data or {}).get("item_key"))
         return found
 
+    def tasks_gone(self, project_id: int, task_ids: list[int]) -> list[int]:
+        """The tasks among TASK_IDS that the server confirms are gone: its project is gone, or a complete listing
+        of the project's tasks lacks them. A task merely missing from an export snapshot (a failed page, a
+        time-out) is not gone; a listing that fails raises instead of confirming anything."""
+        if not task_ids:
+            return []
+        if not self.project_exists(project_id):
+            return list(task_ids)
+        present = self.task_keys(project_id)
+        return [task_id for task_id in task_ids if task_id not in present]
+
     def _http_client(self) -> httpx.Client:
         if self._http is None:
             # The SDK's own headers carry the auth scheme it chose (legacy token or a refreshed PAT).

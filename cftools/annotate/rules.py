@@ -160,12 +160,26 @@ class Decision:
     rule: str = ""
 
 
+# Flags that say the item cannot be used as it is: both annotators raising one rejects it.
+UNUSABLE_FLAGS = frozenset({"ambiguous", "not_counterfactual"})
+
+
+def normal_correction(text: Optional[str]) -> Optional[str]:
+    """An annotator's typed correction in the normal form model answers are read in ("Three", " 3 \n" -> "3"),
+    so that two corrections compare, and the gold answer reads, the same way as a model's reply."""
+    if text is None:
+        return None
+    return normalize_answer(text) or None
+
+
 def same_answer(a: Optional[str], b: Optional[str]) -> bool:
-    return bool(a and b) and normalize_answer(a) == normalize_answer(b)
+    return bool(normal_correction(a)) and normal_correction(a) == normal_correction(b)
 
 
 def decide(first: Answer, second: Answer) -> Decision:
     """The item's fate from two judgments by different annotators (the issue's rules, in order)."""
+    if UNUSABLE_FLAGS & set(first.flags) and UNUSABLE_FLAGS & set(second.flags):
+        return Decision(REJECTED, rule="both flagged ambiguous or not counterfactual")
     if first.related and second.related and first.answer_correct and second.answer_correct:
         return Decision(ACCEPTED, rule="both related and correct")
     if first.related is False and second.related is False:
@@ -174,7 +188,8 @@ def decide(first: Answer, second: Answer) -> Decision:
         if not first.corrected_answer and not second.corrected_answer:
             return Decision(REJECTED, rule="both incorrect without a correction")
         if same_answer(first.corrected_answer, second.corrected_answer):
-            return Decision(ACCEPTED, corrected_answer=first.corrected_answer, rule="same corrected answer")
+            return Decision(ACCEPTED, corrected_answer=normal_correction(first.corrected_answer),
+                            rule="same corrected answer")
     return Decision(NEEDS_ADJUDICATION, rule="judgments disagree")
 
 
@@ -182,7 +197,8 @@ def adjudicated(answer: Answer) -> Decision:
     if answer.decision == ACCEPT:
         return Decision(ACCEPTED, rule="adjudicated: accept")
     if answer.decision == ACCEPT_CORRECTED:
-        return Decision(ACCEPTED, corrected_answer=answer.corrected_answer, rule="adjudicated: accept corrected")
+        return Decision(ACCEPTED, corrected_answer=normal_correction(answer.corrected_answer),
+                        rule="adjudicated: accept corrected")
     return Decision(REJECTED, rule="adjudicated: reject")
 
 
@@ -202,21 +218,63 @@ def preload_agreement_library() -> None:
         pass  # `agreement` raises the error where it is needed
 
 
-def agreement(pairs: list[tuple[Answer, Answer]]) -> dict[str, dict[str, Any]]:
-    """Per question: number of pairs, percent agreement (0-100) and Cohen's kappa (None where undefined)."""
+def _percent_agreement(labels_per_unit: list[list[str]]) -> Optional[float]:
+    """Share of agreeing pairs of annotators over every pair within every item (0-100)."""
+    agree = total = 0
+    for labels in labels_per_unit:
+        for i in range(len(labels)):
+            for j in range(i + 1, len(labels)):
+                total += 1
+                agree += labels[i] == labels[j]
+    return 100.0 * agree / total if total else None
+
+
+def _krippendorff_alpha(units: list[dict[str, str]], annotators: list[str]) -> Optional[float]:
+    """Nominal Krippendorff's alpha over every annotator (missing ratings allowed); None where undefined
+    (one label only, or fewer than two ratings per item)."""
+    import krippendorff
+    import numpy as np
+
+    if not units:
+        return None
+    data = np.array([[(1.0 if unit[a] == YES else 0.0) if a in unit else np.nan for unit in units]
+                     for a in annotators])
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            value = float(krippendorff.alpha(reliability_data=data, level_of_measurement="nominal"))
+    except (ValueError, ZeroDivisionError):
+        return None
+    return None if math.isnan(value) else value
+
+
+def _cohen_kappa(units: list[dict[str, str]]) -> Optional[float]:
+    """Cohen's kappa where the same two people rated every item; None otherwise or where undefined."""
     from sklearn.metrics import cohen_kappa_score
 
+    raters = {tuple(sorted(unit)) for unit in units}
+    if len(raters) != 1 or len(next(iter(raters))) != 2:
+        return None
+    first, second = next(iter(raters))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # one label only: kappa is undefined (nan)
+        kappa = float(cohen_kappa_score([u[first] for u in units], [u[second] for u in units], labels=[YES, NO]))
+    return None if math.isnan(kappa) else kappa
+
+
+def agreement(ratings: dict[Any, dict[str, Answer]]) -> dict[str, dict[str, Any]]:
+    """Per question, over the items rated by two or more annotators (RATINGS: item -> annotator -> Answer):
+    n_items, n_pairs (pairs of annotators within an item), percent agreement (0-100), Krippendorff's alpha
+    (nominal, all annotators) and Cohen's kappa (only where the same two people rated every item)."""
+    rated = {unit: by_annotator for unit, by_annotator in ratings.items() if len(by_annotator) >= 2}
+    annotators = sorted({a for by_annotator in rated.values() for a in by_annotator})
+    n_pairs = sum(len(b) * (len(b) - 1) // 2 for b in rated.values())
     stats: dict[str, dict[str, Any]] = {}
     for question in AGREEMENT_QUESTIONS:
-        first = [question_labels(a)[question] for a, _ in pairs]
-        second = [question_labels(b)[question] for _, b in pairs]
-        if not pairs:
-            stats[question] = {"n_pairs": 0, "percent_agreement": None, "cohen_kappa": None}
-            continue
-        agree = sum(x == y for x, y in zip(first, second))
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # one label only: kappa is undefined (nan)
-            kappa = float(cohen_kappa_score(first, second, labels=[YES, NO]))
-        stats[question] = {"n_pairs": len(pairs), "percent_agreement": 100.0 * agree / len(pairs),
-                           "cohen_kappa": None if math.isnan(kappa) else kappa}
+        units = [{a: question_labels(answer)[question] for a, answer in by_annotator.items()}
+                 for by_annotator in rated.values()]
+        stats[question] = {"n_items": len(units), "n_pairs": n_pairs,
+                           "percent_agreement": _percent_agreement([list(u.values()) for u in units]),
+                           "krippendorff_alpha": _krippendorff_alpha(units, annotators),
+                           "cohen_kappa": _cohen_kappa(units) if units else None}
     return stats

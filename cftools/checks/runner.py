@@ -13,6 +13,7 @@ from typing import Callable, Iterable, Iterator, Optional, Sequence
 
 from sqlalchemy import delete, exists, func, select, update
 
+from cftools import __version__
 from cftools.checks.duplicates import DEFAULT_SIMILARITY, DuplicateFinder, entry_for
 from cftools.checks.embeddings import load_embedder
 from cftools.checks.items import ItemView
@@ -247,6 +248,7 @@ def write_results(store: Store, results: list[ItemResult], codes: Sequence[str],
             if to_status != DRAFT or before != after:
                 session.add(ItemEvent(item_id=r.item.id, stage=STAGE, from_status=DRAFT, to_status=to_status,
                                       detail={"checks": r.checks, "flags": sorted(after),
+                                              "cftools_version": __version__,
                                               "notes": [f"{n.code}: {n.text}" for n in r.notes]},
                                       created_at=now))
         if promoted:

@@ -114,6 +114,9 @@ def pull_cmd(workspace: Workspace, as_json: bool) -> None:
         console.print(f"[red]task {bad['task']} carries item {escape(repr(bad['found']))}, "
                       f"expected {escape(repr(bad['expected']))}; "
                       "left alone[/]")
+    if report.missing_from_export:
+        console.print(f"[yellow]{len(report.missing_from_export)} tasks were missing from the export but are still "
+                      "on the server; they are left as they were and read again by the next pull.[/]")
     if report.deleted_tasks:
         console.print(f"[yellow]{len(report.deleted_tasks)} tasks were deleted in Label Studio; "
                       f"{sum(d['item_status'] == 'checked' for d in report.deleted_tasks)} items are back to checked.[/]")
@@ -127,7 +130,8 @@ def _fmt(value: Optional[float], spec: str) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
 @pass_workspace
 def status_cmd(workspace: Workspace, as_json: bool) -> None:
-    """Progress per project, agreement per question (percent and Cohen's kappa) and counts per annotator."""
+    """Progress per project, agreement per question (percent, Krippendorff's alpha, Cohen's kappa) and counts
+    per annotator."""
     status = annotation_status(workspace.store)
     if as_json:
         print_json(status)
@@ -142,12 +146,12 @@ def status_cmd(workspace: Workspace, as_json: bool) -> None:
                       str(p["deleted"]), ", ".join(f"{k}: {v}" for k, v in sorted(p["decisions"].items())))
     console.print(table)
     table = Table(title="Inter-annotator agreement", title_justify="left")
-    for column in ("project", "question", "pairs", "agreement %", "Cohen's κ"):
+    for column in ("project", "question", "pairs", "agreement %", "Krippendorff's α", "Cohen's κ"):
         table.add_column(column)
     for project, questions in status["agreement"].items():
         for question, s in questions.items():
             table.add_row(project, question, str(s["n_pairs"]), _fmt(s["percent_agreement"], ".1f"),
-                          _fmt(s["cohen_kappa"], ".3f"))
+                          _fmt(s.get("krippendorff_alpha"), ".3f"), _fmt(s["cohen_kappa"], ".3f"))
     console.print(table)
     table = Table(title="Annotators", title_justify="left")
     for column in ("annotator", "judgments", "related: yes", "correct: yes", "corrections", "adjudications"):

@@ -250,11 +250,11 @@ class ChatAnswerer:
 
 
 def load_answerer(spec: ModelSpec, device: str, dtype: str, llm_config: Optional[dict] = None,
-                  store: Any = None, concurrency: int = 4, quiet: bool = True) -> Any:
+                  store: Any = None, concurrency: int = 4, quiet: bool = True, allow_downloads: bool = False) -> Any:
     if spec.kind == "hf":
         from cftools.evaluate.vlm import HFVisionModel
 
-        return HFVisionModel.load(spec.target, device=device, dtype=dtype)
+        return HFVisionModel.load(spec.target, device=device, dtype=dtype, allow_downloads=allow_downloads)
     from cftools.llm import make_backend
 
     if spec.kind == "openai":
@@ -388,7 +388,8 @@ def run_eval(release_dir: Path | str, model: str, mode: str = "generate", score:
              out_dir: Optional[Path] = None, template: Optional[str] = None, max_new_tokens: int = 16,
              judge: Optional[str] = None, workspace: Any = None, concurrency: int = 4,
              progress: Optional[Callable[[int, int], None]] = None,
-             answerer: Any = None, notify: Optional[Callable[[str], None]] = None) -> EvalResult:
+             answerer: Any = None, notify: Optional[Callable[[str], None]] = None,
+             allow_downloads: bool = False) -> EvalResult:
     """Run (or resume) an evaluation; returns the run's configuration, summary and predictions."""
     release_dir = Path(release_dir)
     if mode not in MODES:
@@ -442,7 +443,8 @@ def run_eval(release_dir: Path | str, model: str, mode: str = "generate", score:
     llm_config = workspace.section("llm") if workspace is not None else None
     judge_answerer = None
     if todo:
-        answerer = answerer or load_answerer(spec, device, dtype, llm_config, store, concurrency)
+        answerer = answerer or load_answerer(spec, device, dtype, llm_config, store, concurrency,
+                                             allow_downloads=allow_downloads)
         if judge and any(q.judged for q in todo):
             judge_answerer = load_answerer(parse_model_spec(f"blind:{judge}"), device, dtype, llm_config, store,
                                            concurrency)

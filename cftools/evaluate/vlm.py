@@ -2,7 +2,9 @@
 
 `HFVisionModel` wraps `AutoModelForImageTextToText` + `AutoProcessor` (LLaVA-1.5/1.6, Qwen2-VL,
 InstructBLIP and whatever else they serve with a chat template), from a local folder or an id that is
-already in the local cache (nothing is downloaded: `local_files_only` follows HF_HUB_OFFLINE).
+already in the local cache: nothing is downloaded (`local_files_only=True`) unless the caller allows it
+(`allow_downloads`, `cftools eval --allow-downloads` or CFTOOLS_ALLOW_DOWNLOADS=1). HF_HUB_OFFLINE is never set
+for the process: other libraries in it keep their own setting.
 
 - Every question is its own conversation: the processor's chat template renders one user turn with
   one image placeholder per image and the prompt text, plus the generation prompt.
@@ -101,6 +103,9 @@ def load_image(path: Path):  # noqa: ANN201
         raise CftoolsError(f"{path}: cannot read the image ({exc})") from None
 
 
+# Set to 1 to let `hf:` models be downloaded from the hub (off by default: evaluation works offline).
+ALLOW_DOWNLOADS_ENV = "CFTOOLS_ALLOW_DOWNLOADS"
+
 class HFVisionModel:
     """An image-text-to-text model with its processor, ready to answer and rank."""
 
@@ -125,19 +130,22 @@ class HFVisionModel:
         self.keep_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
 
     @classmethod
-    def load(cls, path_or_id: str, device: str = "auto", dtype: str = "auto") -> "HFVisionModel":
+    def load(cls, path_or_id: str, device: str = "auto", dtype: str = "auto",
+             allow_downloads: bool = False) -> "HFVisionModel":
         import torch
         from transformers import AutoModelForImageTextToText, AutoProcessor
 
         device = resolve_device(device)
         dtype = resolve_dtype(dtype, device)
-        local_only = os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0") or Path(path_or_id).exists()
+        local_only = not (allow_downloads or os.environ.get(ALLOW_DOWNLOADS_ENV, "0") not in ("", "0"))
         try:
             processor = AutoProcessor.from_pretrained(path_or_id, local_files_only=local_only)
             model = AutoModelForImageTextToText.from_pretrained(path_or_id, dtype=torch_dtype(dtype),
                                                                 local_files_only=local_only)
         except (OSError, ValueError) as exc:
-            raise CftoolsError(f"cannot load hf:{path_or_id} ({str(exc).splitlines()[0][:300]})") from None
+            hint = (f"; it is not a local folder or in the local cache, and downloads are off "
+                    f"(--allow-downloads or {ALLOW_DOWNLOADS_ENV}=1 allows them)") if local_only else ""
+            raise CftoolsError(f"cannot load hf:{path_or_id} ({str(exc).splitlines()[0][:300]}){hint}") from None
         return cls(model.to(device), processor, device, dtype, name=f"hf:{path_or_id}")
 
     # -- prompts --------------------------------------------------------------------------------------

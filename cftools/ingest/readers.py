@@ -20,7 +20,7 @@ import ijson
 from sqlalchemy import func, select
 
 from cftools.errors import InputError, NoRecordsError
-from cftools.images import ImageFile, attach_images, index_folder, read_image_file, sha256_file
+from cftools.images import FolderIndex, ImageFile, attach_images, image_ref_path, read_image_file, sha256_file
 from cftools.models import (
     DRAFT, IngestRun, Item, ItemEvent,
     SourceQuestion, utcnow,
@@ -346,7 +346,7 @@ def read_table(path: Path, bad: BadRecords, dataset: str | None = None,
         answer = str(row["answer"]).strip()
         external_id = str(row.get("id") or stable_key(row["image"], row["question"], answer))
         rows.setdefault(external_id, {
-            "dataset": dataset, "external_id": external_id, "image_ref": Path(image).name,
+            "dataset": dataset, "external_id": external_id, "image_ref": image_ref_path(image),
             "question": str(row["question"]).strip(), "answer": answer,
             "answer_type": str(row.get("answer_type") or infer_answer_type(answer)),
             "answers": None, "meta": {"line": line, "image": image}, "created_at": now,
@@ -383,7 +383,7 @@ def resolve_images(store: Store, dataset: str, sources: list[dict], images_dir: 
         return {}
     if not images_dir.is_dir():
         raise InputError(images_dir, "not a folder of images")
-    on_disk = index_folder(images_dir)
+    on_disk = FolderIndex(images_dir)
     first_source: dict[str, dict] = {}
     for source in sources:
         first_source.setdefault(source["image_ref"], source)
@@ -393,8 +393,18 @@ def resolve_images(store: Store, dataset: str, sources: list[dict], images_dir: 
     found: dict[str, ImageFile] = {}
     for ref in sorted(set(first_source) | set(earlier)):
         source = first_source.get(ref)
-        names = (candidates or {}).get(ref, [ref])
-        file = given_image_file(images_dir, source) or next((on_disk[n] for n in names if n in on_disk), None)
+        file = given_image_file(images_dir, source)
+        for name in ([] if file else (candidates or {}).get(ref, [ref])):
+            matches = on_disk.find(name)
+            if len(matches) > 1:
+                where = (input_path, record_of(source)) if source is not None and input_path else (images_dir,
+                                                                                                   f"image {ref}")
+                bad.add(InputError(where[0], f"image reference {name!r} is ambiguous: "
+                                             f"{' and '.join(matches[:2])} both match", where[1]))
+                break
+            if matches:
+                file = on_disk.by_rel[matches[0]]
+                break
         if file is None:
             continue
         try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from cftools.images import image_ref_path
 from cftools.ingest.readers import BadRecords, IngestReport, finish, records, stable_key
 from cftools.kinds.cvqa import CSV_COLUMNS, GROUP_ANSWER_TYPE, TYPE_TO_GROUP
 from cftools.models import DRAFT, utcnow
@@ -20,7 +21,7 @@ def read_cvqa(path: Path, bad: BadRecords, dataset: str | None = None) -> tuple[
     for line, row in records(path, CSV_COLUMNS, bad):
         group = TYPE_TO_GROUP.get(row["type"].strip(), row["type"].strip())
         source_key = stable_key(row["img_path"], row["query"], row["answer"])
-        image_ref = Path(row["img_path"].replace("\\", "/")).name
+        image_ref = image_ref_path(row["img_path"])  # relative path: same-named files in two folders differ
         sources.setdefault(source_key, {
             "dataset": dataset, "external_id": source_key, "image_ref": image_ref, "question": row["query"],
             "answer": row["answer"], "answer_type": GROUP_ANSWER_TYPE.get(group, "other"),

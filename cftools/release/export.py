@@ -38,7 +38,7 @@ from cftools.images import HASH_CHUNK
 from cftools.ingest.readers import infer_answer_type
 from cftools.kinds import all_kinds, get_kind
 from cftools.models import (
-    ACCEPTED, CHECKED, DRAFT, IN_REVIEW, AgreementStat, AnnotationTask, CheckFlag, Generation, Image,
+    ACCEPTED, CHECKED, DRAFT, IN_REVIEW, AgreementStat, AnnotationTask, CheckFlag, Generation, Image, ItemEvent,
     Item, Judgment, Release, SourceQuestion, utcnow,
 )
 from cftools.release.layout import (
@@ -49,7 +49,8 @@ from cftools.store import Store, in_chunks
 from cftools.workspace import Workspace
 
 VERIFIED_STATUSES = (ACCEPTED,)
-UNVERIFIED_STATUSES = (DRAFT, CHECKED, IN_REVIEW)
+CHECK_STAGE = "check"  # cftools.checks.runner.STAGE, not imported: the runner loads the embedding stack
+UNVERIFIED_STATUSES = (DRAFT, CHECKED)  # an in-review item is out unless asked for: its judgment is pending
 DEFAULT_SPLITS = {"test": 1.0}
 IMAGE_EXTENSIONS = {"jpeg": "jpg", "jpg": "jpg", "mpo": "jpg", "png": "png", "gif": "gif", "webp": "webp",
                     "bmp": "bmp", "tiff": "tif", "tif": "tif"}
@@ -162,6 +163,16 @@ def _by_item(session, query_for, item_ids: list[int]) -> dict[int, list]:  # noq
     return grouped
 
 
+def checks_passed(events: list, flagged: set[str]) -> dict[str, Any]:
+    """Each check that ran on the item and holds no flag now -> the cftools version that last ran it (None for
+    runs recorded before versions were)."""
+    versions: dict[str, Any] = {}
+    for _, detail in events:  # oldest first: the last run of a check wins
+        for code in (detail or {}).get("checks", []):
+            versions[code] = (detail or {}).get("cftools_version")
+    return {code: version for code, version in sorted(versions.items()) if code not in flagged}
+
+
 def annotation_summary(tasks: list, judgments: list) -> dict[str, Any] | None:
     """Decision (adjudication wins over verification) and whether the annotators agreed."""
     if not tasks:
@@ -221,6 +232,8 @@ def collect_items(store: Store, statuses: Iterable[str], splits: dict[str, float
         tasks = _by_item(session,
                          lambda part: select(AnnotationTask.item_id, AnnotationTask)
                          .where(AnnotationTask.item_id.in_(part)).order_by(AnnotationTask.id), item_ids)
+        check_events = _by_item(session, lambda part: select(ItemEvent.item_id, ItemEvent.detail).where(
+            ItemEvent.item_id.in_(part), ItemEvent.stage == CHECK_STAGE).order_by(ItemEvent.id), item_ids)
         task_ids = [row[1].id for rows_ in tasks.values() for row in rows_]
         judgments: dict[int, list] = defaultdict(list)
         for part in in_chunks(task_ids):
@@ -278,6 +291,7 @@ def collect_items(store: Store, statuses: Iterable[str], splits: dict[str, float
                             "template_name": gen.template_name, "template_hash": gen.template_hash}
                            if gen else None),
             "check_flags": sorted({row[1] for row in flags.get(item.id, [])}),
+            "checks_passed": checks_passed(check_events.get(item.id, []), {row[1] for row in flags.get(item.id, [])}),
             "annotation": annotation_summary(item_tasks, item_judgments),
             "corrected_from": item.proposed_answer if item.proposed_answer not in (None, item.answer) else None,
         }
@@ -406,11 +420,8 @@ def file_entries(release: Path) -> list[dict[str, Any]]:
 
 
 def store_label(store: Store) -> str:
-    """The store's URL without its password."""
-    url = make_url(store.url)
-    if url.password is not None:
-        url = url.set(password=None)
-    return url.render_as_string(hide_password=False)
+    """The store's kind only ("sqlite", "postgresql"): a release carries no path, user or host name."""
+    return make_url(store.url).get_backend_name()
 
 
 def counts_of(items: list[ExportItem], n_images: int) -> dict[str, Any]:
@@ -509,16 +520,17 @@ def export_formats() -> dict[str, Any]:
     return formats
 
 
-def statuses_for(include_unverified: bool) -> tuple[str, ...]:
-    return VERIFIED_STATUSES + (UNVERIFIED_STATUSES if include_unverified else ())
+def statuses_for(include_unverified: bool, include_in_review: bool = False) -> tuple[str, ...]:
+    return (VERIFIED_STATUSES + (UNVERIFIED_STATUSES if include_unverified else ())
+            + ((IN_REVIEW,) if include_in_review else ()))
 
 
 def export_release(workspace: Workspace, name: str, version: str, out_dir: Path | None = None,
                    fmt: str = FORMAT_NATIVE, include_unverified: bool = False,
                    splits: dict[str, float] | None = None, force: bool = False,
-                   progress: Progress | None = None) -> ExportResult:
-    """Write the release NAME-VERSION (the accepted items; with include_unverified also drafts, checked
-    and in-review items, marked unverified) and record it in the store."""
+                   progress: Progress | None = None, include_in_review: bool = False) -> ExportResult:
+    """Write the release NAME-VERSION (the accepted items; with include_unverified also drafts and checked
+    items, with include_in_review also items under review, marked unverified) and record it in the store."""
     check_plain_name(name, "release name")
     check_plain_name(version, "version")
     formats = export_formats()
@@ -534,7 +546,7 @@ def export_release(workspace: Workspace, name: str, version: str, out_dir: Path 
         raise CftoolsError(f"{target} already exists; pass --force to replace it")
 
     store = workspace.store
-    items = collect_items(store, statuses_for(include_unverified), splits)
+    items = collect_items(store, statuses_for(include_unverified, include_in_review), splits)
     result = ExportResult(path=target.resolve(), format=fmt, n_items=0, n_verified=0, n_unverified=0, n_images=0)
 
     def write(folder: Path) -> None:
@@ -571,7 +583,7 @@ def write_native(items: list[ExportItem], folder: Path, splits: dict[str, float]
     write_parquet(items, folder, splits)
     if progress:
         progress("records", 2, 3)
-    agreement = agreement_rows(workspace.store)
+    agreement = agreement_rows(workspace.store, [e.record["id"] for e in items])
     write_card(folder, [e.record for e in items], [e.provenance for e in items], agreement,
                name=name, version=version, license=workspace.section("release").get("license"),
                splits=list(splits), data_as_of=max((e.updated_at for e in items), default=""))
@@ -579,12 +591,19 @@ def write_native(items: list[ExportItem], folder: Path, splits: dict[str, float]
         progress("records", 3, 3)
 
 
-def agreement_rows(store: Store) -> list[dict[str, Any]]:
+def agreement_rows(store: Store, item_keys: Iterable[str]) -> list[dict[str, Any]]:
+    """Inter-annotator agreement of the released items only (not of the whole store), per kind and question."""
+    from cftools.annotate.flow import agreement_project_name, verify_ratings
+    from cftools.annotate.rules import agreement
+
     with store.session() as session:
-        rows = session.execute(select(AgreementStat).order_by(AgreementStat.project, AgreementStat.question))
-        return [{"project": s.project, "question": s.question, "n_pairs": s.n_pairs,
-                 "percent_agreement": s.percent_agreement, "cohen_kappa": s.cohen_kappa,
-                 "computed_at": _iso(s.computed_at)} for s in rows.scalars()]
+        ratings = verify_ratings(session, item_keys)
+    rows = []
+    for kind in sorted(ratings):
+        for question, s in agreement(ratings[kind]).items():
+            if s["n_items"]:
+                rows.append({"project": agreement_project_name(kind), "question": question, **s})
+    return rows
 
 
 def write_manifest(items: list[ExportItem], folder: Path, workspace: Workspace, name: str, version: str,

@@ -370,3 +370,24 @@ def test_cli_runs_without_a_workspace_and_compares(tiny_llava_dir, mixed_release
     assert "B - A" in compared.output and "counterfactual" in compared.output
     assert load_run(a).summary["answered"] == 6
     assert "compare" in run_cli("eval", "--help").output
+
+
+def test_rank_never_copies_the_prefix_cache_per_option(tiny, images):
+    """Memory grows with batch x prefix once, not x options: every pass over the cache has one row per question
+    and the cache is back to the prefix after each option."""
+    seen = []
+
+    def spy(module, args, kwargs):
+        cache = kwargs.get("past_key_values")
+        if cache is not None and cache.get_seq_length():
+            seen.append((cache.layers[0].keys.shape[0], cache.get_seq_length()))
+
+    asked = prompts(images)
+    handle = tiny.model.register_forward_pre_hook(spy, with_kwargs=True)
+    try:
+        tiny.score_options(asked)
+    finally:
+        handle.remove()
+    assert len(seen) == max(len(p.options) for p in asked)  # one pass per option slot
+    assert {rows for rows, _ in seen} == {len(asked)}
+    assert len({length for _, length in seen}) == 1  # cut back to the prefix before every pass

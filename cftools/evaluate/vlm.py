@@ -14,8 +14,9 @@ for the process: other libraries in it keep their own setting.
   renders for an assistant turn holding the option, cut at the end of the option (the template's
   leading space or newline is kept, the end-of-turn marker is not); its tokens are those that
   tokenize(prefix + reply) adds after tokenize(prefix). The prompt prefix is run ONCE per
-  question with `use_cache=True`; its key/value cache is then repeated once per option and all options
-  of the batch are scored in one more forward pass over just their own tokens. Per option the result
+  question with `use_cache=True`; then option j of every question in the batch is scored in one short
+  forward pass on that cache, which is cut back to the prefix after each pass (`DynamicCache.crop`), so
+  memory grows with batch x prefix once, never with the number of options. Per option the result
   holds `sum_logprob` (sum of the option tokens' log-probabilities; highest wins), `mean_loss`
   (mean negative log-probability per option token, length-normalised; lowest wins) and `n_tokens`.
   Prompt prefixes of several questions share a batch with left padding and explicit position ids; for
@@ -50,6 +51,17 @@ class Prompt:
     images: list[Path] = field(default_factory=list)
     options: Optional[list[str]] = None
     max_new_tokens: int = 16
+
+
+def crop_to(cache: Any, length: int) -> None:
+    """Cut a transformers cache back to LENGTH tokens (newer versions take the count to remove, older the length)."""
+    parameter = next(iter(inspect.signature(cache.crop).parameters))
+    if parameter == "tokens_to_remove":
+        extra = cache.get_seq_length() - length
+        if extra:
+            cache.crop(-extra)
+    else:
+        cache.crop(length)
 
 
 def best_option(option_scores: Sequence[dict[str, float]], score: str) -> int:
@@ -250,38 +262,45 @@ class HFVisionModel:
         option_ids = [self._option_ids(p, prefix) for p, prefix in zip(prompts, prefixes)]
         encoded = self._encode(prefixes, prompts)
         mask = encoded["attention_mask"]
+        results: list[list[Optional[dict[str, float]]]] = [[None] * len(ids) for ids in option_ids]
         with torch.inference_mode():
             if len(prompts) > 1:
                 encoded["position_ids"] = (mask.long().cumsum(-1) - 1).clamp(min=0)
             out = self.model(**encoded, use_cache=True, **self._keep(1))
-            rows = torch.tensor([b for b, ids in enumerate(option_ids) for _ in ids], device=mask.device)
             cache = out.past_key_values
-            cache.reorder_cache(rows)
-            flat = [ids for per_prompt in option_ids for ids in per_prompt]
-            width = max(len(ids) for ids in flat)
-            pad = self.tokenizer.pad_token_id
-            opt = torch.tensor([ids + [pad] * (width - len(ids)) for ids in flat], device=mask.device)
-            opt_mask = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids in flat],
-                                    device=mask.device, dtype=mask.dtype)
-            kwargs: dict[str, Any] = {}
-            if self.batch_prefixes:
-                start = mask.long().sum(-1)[rows].unsqueeze(1)
-                kwargs["position_ids"] = start + torch.arange(width, device=mask.device).unsqueeze(0)
-            follow = self.model(input_ids=opt, attention_mask=torch.cat([mask[rows], opt_mask], dim=1),
-                                past_key_values=cache, use_cache=True, **kwargs)
-            logits = torch.cat([out.logits[rows, -1:, :], follow.logits[:, :-1, :]], dim=1).float()
-            logprobs = torch.log_softmax(logits, dim=-1).gather(-1, opt.unsqueeze(-1)).squeeze(-1)
-            logprobs = logprobs * opt_mask
-        results: list[list[dict[str, float]]] = []
-        k = 0
-        for per_prompt in option_ids:
-            scores = []
-            for ids in per_prompt:
-                total = float(logprobs[k, :len(ids)].sum())
-                scores.append({"sum_logprob": total, "mean_loss": -total / len(ids), "n_tokens": len(ids)})
-                k += 1
-            results.append(scores)
-        return results
+            prefix_len = cache.get_seq_length()
+            first_logits = out.logits[:, -1:, :]
+            start = mask.long().sum(-1).unsqueeze(1)
+            # Option slot j of every question in one pass over the shared cache, then the cache is cut back
+            # to the prefix: memory holds batch x (prefix + one option), never a copy of the prefix per option.
+            for j in range(max(len(ids) for ids in option_ids)):
+                slot = [ids[j] if j < len(ids) else [] for ids in option_ids]
+                self._score_slot(slot, j, cache, prefix_len, mask, first_logits, start, results)
+        return [[score for score in per_prompt] for per_prompt in results]  # type: ignore[misc]
+
+    def _score_slot(self, slot: list[list[int]], j: int, cache: Any, prefix_len: int, mask: Any,
+                    first_logits: Any, start: Any, results: list) -> None:
+        """Score option J of every question (a row without one gets one pad token, ignored) on CACHE."""
+        import torch
+
+        width = max(max(len(ids) for ids in slot), 1)
+        pad = self.tokenizer.pad_token_id
+        rows = [ids or [pad] for ids in slot]
+        opt = torch.tensor([ids + [pad] * (width - len(ids)) for ids in rows], device=mask.device)
+        opt_mask = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids in rows], device=mask.device,
+                                dtype=mask.dtype)
+        kwargs: dict[str, Any] = {}
+        if self.batch_prefixes:
+            kwargs["position_ids"] = start + torch.arange(width, device=mask.device).unsqueeze(0)
+        follow = self.model(input_ids=opt, attention_mask=torch.cat([mask, opt_mask], dim=1), past_key_values=cache,
+                            use_cache=True, **kwargs)
+        crop_to(cache, prefix_len)
+        logits = torch.cat([first_logits, follow.logits[:, :-1, :]], dim=1).float()
+        logprobs = torch.log_softmax(logits, dim=-1).gather(-1, opt.unsqueeze(-1)).squeeze(-1) * opt_mask
+        for b, ids in enumerate(slot):
+            if ids:
+                total = float(logprobs[b, :len(ids)].sum())
+                results[b][j] = {"sum_logprob": total, "mean_loss": -total / len(ids), "n_tokens": len(ids)}
 
     def score_options_full(self, prompt: Prompt) -> list[dict[str, float]]:
         """Reference scoring: one full forward pass (prefix + option) per option, no cache reuse."""

@@ -451,6 +451,8 @@ def run_eval(release_dir: Path | str, model: str, mode: str = "generate", score:
     asked = 0
     if progress:
         progress(len(questions) - len(todo), len(questions))
+    # Questions of like length share a batch: less padding for a batched model (predictions are keyed, not ordered).
+    todo = sorted(todo, key=lambda q: (len(q.prompt.images), len(q.prompt.text), len(q.prompt.options or ())))
     for start in range(0, len(todo), batch_size):
         batch = todo[start:start + batch_size]
         lines = ask_batch(answerer, batch, mode, score, templates, judge_answerer)

@@ -116,7 +116,7 @@ def _views(rows: Iterable) -> list[ItemView]:
         views.append(ItemView(
             id=item.id, key=item.key, kind=item.kind, group=item.group, status=item.status,
             question=item.question, answer=item.answer, source_question=s_question, source_answer=s_answer,
-            image_name=image_ref, image_key=_image_key(image_id, image_ref)))
+            image_name=image_ref, image_key=_image_key(image_id, image_ref), data=item.data))
     return views
 
 

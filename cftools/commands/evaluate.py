@@ -62,11 +62,17 @@ def eval_group() -> None:
 @click.option("--max-new-tokens", type=int, default=16, show_default=True, help="Answer length limit (generate).")
 @click.option("--judge", help="MuCR Exp judge, BACKEND[:MODEL] of cftools' LLM backends (e.g. local, openai:gpt-4o).")
 @click.option("--concurrency", type=int, default=4, show_default=True, help="API models: requests in flight.")
+@click.option("--prompt", "prompt_variant", default="plain", show_default=True,
+              help="Prompt variant of the kind (cfmm: plain, icl1 = one in-context example, cot1 = one example with "
+                   "its reasoning; added to the counterfactual question only, as in the CFMM paper).")
+@click.option("--swap-options", is_flag=True,
+              help="Ask every question with options twice, options swapped, and report the position bias.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.pass_context
 def eval_run(ctx: click.Context, release: Path, model: str, mode: str, score: str, batch_size: int, device: str,
              dtype: str, limit: Optional[int], out_dir: Optional[Path], template: Optional[str],
-             max_new_tokens: int, judge: Optional[str], concurrency: int, quiet: bool) -> None:
+             max_new_tokens: int, judge: Optional[str], concurrency: int, prompt_variant: str, swap_options: bool,
+             quiet: bool) -> None:
     """Ask both questions of every item of RELEASE and print the report table."""
     workspace = optional_workspace(ctx)
     with Progress(TextColumn("[bold]questions"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -78,7 +84,8 @@ def eval_run(ctx: click.Context, release: Path, model: str, mode: str, score: st
 
         result = run_eval(release, model, mode=mode, score=score, batch_size=batch_size, device=device, dtype=dtype,
                           limit=limit, out_dir=out_dir, template=template, max_new_tokens=max_new_tokens,
-                          judge=judge, workspace=workspace, concurrency=concurrency, progress=progress)
+                          judge=judge, workspace=workspace, concurrency=concurrency, progress=progress,
+                          prompt_variant=prompt_variant, swap_options=swap_options)
     for part in rich_tables(result.config, result.summary):
         console.print(part)
     console.print(f"{result.asked} questions asked now; run folder [bold]{result.out_dir}[/] "

@@ -455,7 +455,8 @@ def run_eval(release_dir: Path | str, model: str, mode: str = "generate", score:
         summary["position_bias"] = position_bias(predictions)
     if spec.kind == "blind":
         summary["blind_correct"] = sorted(
-            [{"id": p["id"], "which": p["which"], "raw": p["raw"], "gold": p["gold"]}
+            [{"id": p["id"], "which": p["which"], "raw": p["raw"] if p["raw"] is not None else p.get("parsed"),
+              "gold": p["gold"]}
              for p in predictions if p.get("correct")], key=lambda p: (p["id"], p["which"]))
     result = EvalResult(out_dir=out_dir, config=config, summary=summary, predictions=predictions, asked=asked)
     from cftools.evaluate.report import write_reports

@@ -507,3 +507,27 @@ def test_prompt_variants_change_the_counterfactual_question_only(tmp_path):
     with pytest.raises(CftoolsError, match="unknown --prompt"):
         run_eval(release, "blind", mode="rank", out_dir=tmp_path / "x", answerer=PositionModel(),
                  prompt_variant="cot9")
+
+
+def test_the_cfmm_example_checks_exports_and_scores_blind_in_rank_mode(workspace, run_cli):
+    """The demo's path over examples/cfmm (without the slow drafting): ingest, check, export --format cfmm, and
+    the embedded text-only model in rank mode, printing the per-type table with the 600-point totals."""
+    example = ROOT / "examples" / "cfmm"
+    assert run_cli("ingest", "table", example / "sources.csv", "--images", example / "images").exit_code == 0
+    out = run_cli("ingest", "cfmm", example / "pairs.jsonl", "--images", example / "images", "--json")
+    assert json.loads(out.output)["items_added"] == 6 and json.loads(out.output)["missing_images"] == 0
+    c.set_blind_ranker(lambda question, options: [0.0] * len(options))
+    try:
+        out = run_cli("check", "--no-embeddings", "--json")
+    finally:
+        c.set_blind_ranker(None)
+    results = [json.loads(line) for line in out.output.splitlines() if line.startswith("{")]
+    assert [r["flags"] for r in results] == [[]] * 6  # the hand-written pairs are clean
+    out = run_cli("export", "ex", "--version", "1", "--format", "cfmm", "--include-unverified")
+    assert out.exit_code == 0, out.output
+    assert len((workspace.root / "releases" / "ex-1-cfmm" / "ex.jsonl").read_text().splitlines()) == 6
+    assert run_cli("export", "ex", "--version", "1", "--include-unverified").exit_code == 0
+    out = run_cli("eval", workspace.root / "releases" / "ex-1", "--model", "blind", "--mode", "rank", "--quiet")
+    assert out.exit_code == 0, out.output
+    report = next((workspace.root / "runs").glob("*/report.md")).read_text()
+    assert "| sum of types (of 600) | 6 |" in report and "| random summed (of 600) | – | 300.0 |" in report

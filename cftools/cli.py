@@ -73,12 +73,18 @@ def _count_table(title: str, counts: dict[str, int]) -> Table:
 
 
 @main.command()
+@click.option("--kind", help="Also show the kind's own figures (e.g. cfmm: items per type and status beside the quota).")
 @json_option
 @pass_workspace
-def status(workspace: Workspace, as_json: bool) -> None:
+def status(workspace: Workspace, kind: str | None, as_json: bool) -> None:
     """Counts of items by source, group and status."""
+    from cftools.kinds import get_kind
+
     counts = store_counts(workspace.store)
+    table = get_kind(kind).status_table(workspace.store, workspace) if kind else None
     if as_json:
+        if table is not None:
+            counts["kind_table"] = {"kind": kind, "title": table.title, "columns": table.columns, "rows": table.rows}
         print_json(counts)
         return
     console.print(f"[bold]{workspace.root}[/]: {counts['items']} items, {counts['sources']} source questions, "
@@ -87,6 +93,13 @@ def status(workspace: Workspace, as_json: bool) -> None:
     console.print(_count_table("Items by group", counts["by_group"]))
     console.print(_count_table("Items by source", counts["by_source"]))
     console.print(_count_table("Source questions by dataset", counts["sources_by_dataset"]))
+    if table is not None:
+        rich_table = Table(title=table.title, title_justify="left")
+        for column in table.columns:
+            rich_table.add_column(column)
+        for row in table.rows:
+            rich_table.add_row(*(escape(cell) for cell in row))
+        console.print(rich_table)
 
 
 @main.command()

@@ -36,12 +36,13 @@ from cftools.annotate.rules import (
 )
 from cftools.errors import CftoolsError
 from cftools.annotate.label_studio import LabelStudioServer, ServerSettings, server_settings
+from cftools.annotate.authoring import AuthoringPull, authoring_task, pull_authoring, push_authoring
 from cftools.models import (
     ACCEPTED, CHECKED, IN_REVIEW, NEEDS_ADJUDICATION, REJECTED, AgreementStat, AnnotationTask, CheckFlag, Image,
     Item, ItemEvent, Judgment, SourceQuestion, utcnow,
 )
 from cftools.images import data_image_shas, data_uri
-from cftools.kinds import get_kind
+from cftools.kinds import all_kinds, get_kind
 from cftools.store import Store, in_chunks
 from cftools.workspace import Workspace
 
@@ -116,13 +117,19 @@ class ImageLinks:
 # ---------------------------------------------------------------- projects
 
 
+PROJECT_WHAT = {VERIFY: "verification", ADJUDICATE: "adjudication"}
+
+
 def project_title(settings: ServerSettings, kind: str, purpose: str) -> str:
-    what = "verification" if purpose == VERIFY else "adjudication"
+    what = PROJECT_WHAT.get(purpose, purpose)  # an authoring task is named by itself
     title = f"{settings.project_prefix} {kind} {what}"
     if len(title) > MAX_TITLE:
         raise CftoolsError(f"Label Studio project title {title!r} is longer than {MAX_TITLE} characters: "
                            "shorten [label_studio] project_prefix")
     return title
+
+
+PROJECT_DESCRIPTIONS = {VERIFY: "two annotators verify", ADJUDICATE: "one adjudicator settles"}
 
 
 def ensure_project(server: LabelStudioServer, settings: ServerSettings, kind: str, purpose: str,
@@ -132,8 +139,7 @@ def ensure_project(server: LabelStudioServer, settings: ServerSettings, kind: st
     if project_id is None:
         project_id = server.create_project(
             title, render_label_config(kind, purpose, workspace_root), ANNOTATIONS_PER_TASK if purpose == VERIFY else 1,
-            description=f"cftools: {'two annotators verify' if purpose == VERIFY else 'one adjudicator settles'} "
-                        f"{kind} items")
+            description=f"cftools: {PROJECT_DESCRIPTIONS.get(purpose, 'people write new')} {kind} items")
     return project_id
 
 
@@ -340,9 +346,12 @@ def waiting_kind(store: Store, adjudicate: bool = False) -> Optional[str]:
 
 def push(workspace: Workspace, kind: Optional[str], limit: Optional[int] = None, adjudicate: bool = False,
          data_uri: bool = False, allow_missing_images: bool = False, if_configured: bool = False,
-         progress: Progress = _no_progress) -> PushReport:
-    """Push `checked` items (or, with ADJUDICATE, `needs_adjudication` ones) of KIND to Label Studio."""
+         progress: Progress = _no_progress, task: Optional[str] = None) -> PushReport:
+    """Push `checked` items (or, with ADJUDICATE, `needs_adjudication` ones) of KIND to Label Studio; with TASK,
+    one of the kind's authoring tasks, push images for people to write new items (`cftools.annotate.authoring`)."""
     purpose = ADJUDICATE if adjudicate else VERIFY
+    if task is not None and task != purpose:
+        purpose = authoring_task(kind, task)
     report = PushReport(purpose=purpose, kind=kind)
     settings = server_settings(workspace)
     if not settings.configured and if_configured:
@@ -359,6 +368,10 @@ def push(workspace: Workspace, kind: Optional[str], limit: Optional[int] = None,
         get_kind(kind)  # an unknown kind is an error before anything is created
         project_id = ensure_project(server, settings, kind, purpose, str(workspace.root))
         report.project_id, report.project_url = project_id, server.project_url(project_id)
+        if purpose not in (VERIFY, ADJUDICATE):
+            push_authoring(store, server, settings, project_id, kind, ImageLinks.from_config(workspace, data_uri),
+                           limit, report, progress)
+            return report
         report.reconciled, report.duplicates_on_server = reconcile(store, server, project_id, purpose, kind)
         with store.session() as session:
             items = _candidates(session, kind, purpose, limit)
@@ -401,10 +414,12 @@ class PullReport:
     # Tasks missing from the export but still on the server: left as they were, read again by the next pull.
     missing_from_export: list[dict] = field(default_factory=list)
     decisions: Counter = field(default_factory=Counter)
+    authoring: AuthoringPull = field(default_factory=AuthoringPull)
 
     def as_dict(self) -> dict[str, Any]:
         out = dict(self.__dict__)
         out["decisions"] = dict(self.decisions)
+        out["authoring"] = self.authoring.as_dict()
         return out
 
 
@@ -563,7 +578,7 @@ def _set_item_decision(writes: PendingWrites, item: Any, decision: Decision, tas
 
 
 def apply_decisions(session: Session, tasks: dict[int, Any], changed: set[int], chosen: dict[int, list[Chosen]],
-                    report: PullReport) -> None:
+                    report: PullReport, kind: Optional[str] = None) -> None:
     """Decide the items of tasks whose judgments changed (an adjudicated item keeps its adjudication).
 
     TASKS holds AnnotationTask rows by store id; a changed task's judgments are its picks in CHOSEN
@@ -594,7 +609,7 @@ def apply_decisions(session: Session, tasks: dict[int, Any], changed: set[int], 
         if item.id in adjudicated_items:
             continue
         if len(found) >= ANNOTATIONS_PER_TASK:
-            decision = decide(found[0].answer, found[1].answer)
+            decision = (get_kind(kind).decide if kind else decide)(found[0].answer, found[1].answer)
             _set_item_decision(writes, item, decision, task, [pick.annotator for pick in found[:2]])
             report.decisions[decision.status + (" (corrected)" if decision.corrected_answer else "")] += 1
         elif task.decision is not None:  # a judgment went away: the item is under review again
@@ -654,7 +669,7 @@ def pull_project(store: Store, server: LabelStudioServer, project_id: int, kind:
             chosen[task.id] = choose_annotations(data, kind, purpose, emails, report, workspace_root)
         with store.write() as session:
             changed = store_judgments(session, chosen, report)
-            apply_decisions(session, tasks, changed, chosen, report)
+            apply_decisions(session, tasks, changed, chosen, report, kind)
         done += len(chunk)
         progress(f"pull project {project_id}", done, len(by_ls_id))
     unseen = [ls_id for ls_id in by_ls_id if ls_id not in seen]
@@ -697,11 +712,23 @@ def pull(workspace: Workspace, progress: Progress = _no_progress) -> PullReport:
         for project_id, kind, purpose in projects:
             pull_project(workspace.store, server, project_id, kind, purpose, emails, report, progress,
                          str(workspace.root))
+        pull_authoring_projects(workspace, server, settings, emails, report)
     finally:
         server.close()
     preload.join()
     record_agreement(workspace.store)
     return report
+
+
+def pull_authoring_projects(workspace: Workspace, server: LabelStudioServer, settings: ServerSettings,
+                            emails: dict[int, str], report: PullReport) -> None:
+    """Submissions of every kind's authoring projects on this server become draft items (new ones only)."""
+    for name, spec in sorted(all_kinds().items()):
+        for task in spec.authoring_tasks:
+            project_id = server.find_project(project_title(settings, name, task))
+            if project_id is not None:
+                pull_authoring(workspace.store, server, project_id, name, task, emails, report.authoring,
+                               str(workspace.root))
 
 
 # ---------------------------------------------------------------- status and agreement

@@ -59,7 +59,7 @@ def render_label_config(kind: str, purpose: str, workspace_root: Optional[str] =
     env = template_env("annotation", Path(workspace_root) if workspace_root else None, spec.template_root,
                        keep_trailing_newline=True, autoescape=True, undefined=Undefined)
     return env.get_template(template).render(
-        yes_no=(YES, NO), flag_choices=FLAG_CHOICES, decision_choices=DECISION_CHOICES, **CONTROLS)
+        yes_no=(YES, NO), flag_choices=FLAG_CHOICES, decision_choices=DECISION_CHOICES, groups=spec.groups, **CONTROLS)
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ class ItemView:
     source_answer: Optional[str] = None
     image_name: Optional[str] = None  # the file name the input refers to
     image_key: Optional[str] = None  # what "the same image" means: the stored image, else the file name
-    data: Optional[dict] = None  # the item's kind-specific fields
+    data: Optional[dict] = None  # the item's shape-specific fields (a kind's checks read them)
 
     @property
     def answer_style(self) -> Optional[str]:

@@ -50,6 +50,8 @@ def annotate() -> None:
 @click.option("--limit", type=click.IntRange(min=1), help="Push at most N items.")
 @click.option("--adjudicate", is_flag=True,
               help="Push needs_adjudication items to the adjudication project (with both judgments).")
+@click.option("--task", help="An authoring task of the kind (`cftools kinds`; e.g. cfmm's `author`): push images "
+                              "for people to write new items, which `pull` turns into drafts. Needs --kind.")
 @click.option("--data-uri", is_flag=True,
               help="Embed images in the tasks as data URIs (small sets only; they land in Label Studio's database).")
 @click.option("--allow-missing-images", is_flag=True, help="Push items whose source has no image too.")
@@ -57,13 +59,18 @@ def annotate() -> None:
               help="Without a configured server (url and token), say how to start one and exit 0.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @pass_workspace
-def push_cmd(workspace: Workspace, kind: Optional[str], limit: Optional[int], adjudicate: bool, data_uri: bool,
-             allow_missing_images: bool, if_configured: bool, as_json: bool) -> None:
-    """Push checked items as tasks (batched); pushed items move to in_review. Pushing again adds only new ones."""
+def push_cmd(workspace: Workspace, kind: Optional[str], limit: Optional[int], adjudicate: bool, task: Optional[str],
+             data_uri: bool, allow_missing_images: bool, if_configured: bool, as_json: bool) -> None:
+    """Push checked items as tasks (batched); pushed items move to in_review. Pushing again adds only new ones.
+
+    With --task (an authoring task), push the store's images instead: one task per image not yet pushed."""
+    if task and not kind:
+        raise click.UsageError("--task needs --kind (the kind whose items the task writes)")
     kind = kind or waiting_kind(workspace.store, adjudicate)
     with _Bar(not as_json) as bar:
         report = push(workspace, kind=kind, limit=limit, adjudicate=adjudicate, data_uri=data_uri,
-                      allow_missing_images=allow_missing_images, if_configured=if_configured, progress=bar)
+                      allow_missing_images=allow_missing_images, if_configured=if_configured, progress=bar,
+                      task=task)
     if as_json:
         print_json(report.as_dict())
         return
@@ -72,6 +79,10 @@ def push_cmd(workspace: Workspace, kind: Optional[str], limit: Optional[int], ad
         return
     if report.message:
         console.print(escape(report.message))
+        return
+    if report.purpose not in ("verify", "adjudicate"):
+        console.print(f"Pushed {report.pushed} images to the {kind} {report.purpose} project: "
+                      f"[bold]{report.project_url}[/]")
         return
     what = "adjudication" if adjudicate else "verification"
     console.print(f"Pushed {report.pushed} {kind} items to the {what} project: [bold]{report.project_url}[/]")
@@ -101,6 +112,14 @@ def pull_cmd(workspace: Workspace, as_json: bool) -> None:
                   f"{report.judgments_unchanged} unchanged, {report.judgments_removed} removed.")
     for decision, n in sorted(report.decisions.items()):
         console.print(f"  {n} items {decision}")
+    written = report.authoring
+    if written.projects:
+        console.print(f"Authoring: {written.submissions} submissions in {written.projects} projects: "
+                      f"{written.items_added} new draft items, {written.already_pulled} pulled before, "
+                      f"{written.no_suitable_type} images with no suitable type.")
+        for bad in written.invalid:
+            console.print(f"[red]rejected submission {bad['annotation']} of task {bad['task']} by "
+                          f"{escape(bad['annotator'])}: {escape(bad['reason'])}[/]")
     if report.ignored_same_annotator:
         console.print(f"[yellow]{report.ignored_same_annotator} extra annotations by the same person ignored.[/]")
     if report.ignored_extra_annotators:

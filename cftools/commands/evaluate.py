@@ -80,11 +80,17 @@ def eval_group() -> None:
 @click.option("--concurrency", type=int, default=4, show_default=True, help="API models: requests in flight.")
 @click.option("--allow-downloads", is_flag=True,
               help="hf: models: let an id that is not in the local cache be downloaded (off: offline).")
+@click.option("--prompt", "prompt_variant", default="plain", show_default=True,
+              help="Prompt variant of the kind (cfmm: plain, icl1 = one in-context example, cot1 = one example with "
+                   "its reasoning; added to the counterfactual question only, as in the CFMM paper).")
+@click.option("--swap-options", is_flag=True,
+              help="Ask every question with options twice, options swapped, and report the position bias.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.pass_context
 def eval_run(ctx: click.Context, release: Path, model: str, mode: str, score: str, batch_size: int, device: str,
              dtype: str, limit: Optional[int], out_dir: Optional[Path], template: Optional[str],
-             max_new_tokens: int, judge: Optional[str], concurrency: int, allow_downloads: bool, quiet: bool) -> None:
+             max_new_tokens: int, judge: Optional[str], concurrency: int, allow_downloads: bool,
+             prompt_variant: str, swap_options: bool, quiet: bool) -> None:
     """Ask both questions of every item of RELEASE and print the report table."""
     workspace = optional_workspace(ctx)
     with Progress(TextColumn("[bold]questions"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -98,7 +104,7 @@ def eval_run(ctx: click.Context, release: Path, model: str, mode: str, score: st
                           limit=limit, out_dir=out_dir, template=template, max_new_tokens=max_new_tokens,
                           judge=judge, workspace=workspace, concurrency=concurrency, progress=progress,
                           notify=lambda note: err_console.print(f"[yellow]{escape(note)}[/]"),
-                          allow_downloads=allow_downloads)
+                          allow_downloads=allow_downloads, prompt_variant=prompt_variant, swap_options=swap_options)
     for part in rich_tables(result.config, result.summary, width=console.width):
         console.print(part)
     console.print(f"{result.asked} questions asked now; run folder [bold]{result.out_dir}[/] "

@@ -26,6 +26,7 @@ YES_NO_OPTIONS = ["yes", "no"]
 PAIR_QUESTIONS = ("original", "counterfactual")
 LETTER = "letter"  # answer type of a choice among images labelled A, B, C, ...
 LETTERS = ["A", "B", "C", "D", "E", "F", "G", "H"]
+SWAPPED = ":swapped"  # suffix of a question asked again with its options in reverse order (`--swap-options`)
 
 
 @dataclass
@@ -170,15 +171,19 @@ def pair_questions(record: dict[str, Any], ctx: EvalContext, kind: Kind) -> list
         if mode == "rank" and options is None:
             options = derived_options(answer_type)
             shown = None
-        prompt_text = templates.question(question=text, options=shown, mode=mode, kind=record.get("kind"),
-                                         which=which, answer_type=answer_type)
-        gold_option = gold_option_of(options, gold, answer_type) if options else None
-        questions.append(Question(
-            item_id=str(record["id"]), which=which, kind=kind.name,
-            group=str(record.get("group") or ""), gold=gold, answer_type=answer_type,
-            prompt=Prompt(text=prompt_text, images=[image] if image else [], options=options,
-                          max_new_tokens=max_new_tokens),
-            options=options, gold_option=gold_option))
+        orders = [(which, options, shown)]
+        if ctx.swap_options and options and len(options) > 1:  # the same question, options in reverse order
+            orders.append((which + SWAPPED, options[::-1], shown[::-1] if shown else shown))
+        for name, ordered, ordered_shown in orders:
+            prompt_text = templates.question(question=text, options=ordered_shown, mode=mode, kind=record.get("kind"),
+                                             which=which, answer_type=answer_type)
+            gold_option = gold_option_of(ordered, gold, answer_type) if ordered else None
+            questions.append(Question(
+                item_id=str(record["id"]), which=name, kind=kind.name,
+                group=str(record.get("group") or ""), gold=gold, answer_type=answer_type,
+                prompt=Prompt(text=prompt_text, images=[image] if image else [], options=ordered,
+                              max_new_tokens=max_new_tokens),
+                options=ordered, gold_option=gold_option))
     if mode == "rank" and any(q.options is None for q in questions):
         ctx.skipped.no_options.append(str(record["id"]))
         return []
@@ -186,15 +191,16 @@ def pair_questions(record: dict[str, Any], ctx: EvalContext, kind: Kind) -> list
 
 
 def build_questions(release_dir: Path, records: Iterable[dict[str, Any]], templates: PromptTemplates, mode: str,
-                    needs_image: bool, max_new_tokens: int = 16,
-                    explain_tokens: int = 128) -> tuple[list[Question], Skipped]:
+                    needs_image: bool, max_new_tokens: int = 16, explain_tokens: int = 128,
+                    prompt_variant: str = "plain", swap_options: bool = False) -> tuple[list[Question], Skipped]:
     """Every question of every record, as its kind asks them, minus those the model cannot be asked (counted in
     Skipped)."""
     from cftools.kinds import get_kind
 
     skipped = Skipped()
     ctx = EvalContext(release_dir=release_dir, templates=templates, mode=mode, needs_image=needs_image,
-                      max_new_tokens=max_new_tokens, explain_tokens=explain_tokens, skipped=skipped)
+                      max_new_tokens=max_new_tokens, explain_tokens=explain_tokens, skipped=skipped,
+                      prompt_variant=prompt_variant, swap_options=swap_options)
     questions: list[Question] = []
     for record in records:
         questions.extend(get_kind(str(record.get("kind"))).eval_questions(record, ctx))

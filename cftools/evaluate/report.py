@@ -96,7 +96,10 @@ def _header_lines(config: dict[str, Any], summary: dict[str, Any]) -> list[str]:
              f"release `{config['release_name']}`: {config['items']} items, {summary.get('answered', 0)} of "
              f"{config['questions']} questions answered; prompt template `{config['template']}`",
              f"skipped: {skipped.get('no_image', 0)} items without an image, "
-             f"{skipped.get('no_options', 0)} items without options (rank mode)"]
+             f"{skipped.get('no_options', 0)} items without options (rank mode)",
+             f"prompt variant **{config.get('prompt') or 'plain'}**"
+             + (", every question with options asked again with the options swapped" if config.get("swap_options")
+                else "")]
     return lines
 
 
@@ -110,6 +113,14 @@ def render_markdown(config: dict[str, Any], summary: dict[str, Any]) -> str:
         out += ["", f"## {table.title}", "", "| " + " | ".join(table.columns) + " |",
                 "|" + "|".join("---" for _ in table.columns) + "|"]
         out += ["| " + " | ".join(row) + " |" for row in table.rows]
+    bias = summary.get("position_bias")
+    if bias:
+        out += ["", "## Position bias (--swap-options)", "",
+                "Every question with options was asked twice, the options in reverse order the second time.", "",
+                "| pairs | choice follows the position | same option both times | first position chosen |",
+                "|---|---|---|---|",
+                f"| {bias['pairs']} | {rate(bias['follows_position'])} | {rate(bias['same_option'])} | "
+                f"{rate(bias['first_position'])} |"]
     if "blind_correct" in summary:
         right = summary["blind_correct"]
         out += ["", f"## Answered right without the image ({len(right)})", ""]

@@ -55,10 +55,10 @@ from cftools import __version__
 from cftools.answers import extract_answer, extract_option_letter, normalize_answer, parse_number
 from cftools.errors import CftoolsError, InputError
 from cftools.evaluate.metrics import summarize
-from cftools.evaluate.questions import LETTER, PromptTemplates, Question, build_questions
+from cftools.evaluate.questions import LETTER, SWAPPED, PromptTemplates, Question, build_questions
+from cftools.kinds import all_kinds, get_kind
 from cftools.evaluate.vlm import SCORES, Prompt, best_option
 from cftools.images import data_uri
-from cftools.kinds import get_kind
 from cftools.release.layout import MANIFEST_NAME, hash_file, load_records
 
 MODES = ("generate", "rank")
@@ -67,11 +67,13 @@ PREDICTIONS_NAME = "predictions.jsonl"
 DEFAULT_RUNS_DIR = "runs"
 # What makes two runs the same run: a run folder refuses a different value of any of these.
 IDENTITY_KEYS = ("release_manifest_sha256", "model", "mode", "score", "template_sha256", "max_new_tokens", "dtype",
-                 "judge")
+                 "judge", "prompt", "swap_options")
 # How the differing identity keys are named when eval says why it starts a new run.
 IDENTITY_LABELS = {"release_manifest_sha256": "the release changed (manifest SHA-256)", "model": "model",
                    "mode": "mode", "score": "score", "template_sha256": "the prompt template changed (SHA-256)",
-                   "max_new_tokens": "max new tokens", "dtype": "dtype", "judge": "judge"}
+                   "max_new_tokens": "max new tokens", "dtype": "dtype", "judge": "judge",
+                   "prompt": "prompt variant", "swap_options": "swapped options"}
+PLAIN = "plain"
 
 
 @dataclass
@@ -243,7 +245,13 @@ class ChatAnswerer:
         return [answers[i] for i in range(len(prompts))]
 
     def score_options(self, prompts: Sequence[Prompt]) -> list:
-        raise CftoolsError("rank mode needs token log-probabilities: use an hf: model (or --mode generate)")
+        """Rank the options of text-only questions with a backend that exposes log-probabilities (the embedded
+        model); an API model cannot rank."""
+        score_replies = getattr(self.backend, "score_replies", None)
+        if score_replies is None or self.with_images:
+            raise CftoolsError("rank mode needs token log-probabilities: use an hf: model, blind (the embedded "
+                               "model), or --mode generate")
+        return [score_replies(chat_messages(p, False), list(p.options or [])) for p in prompts]
 
     def close(self) -> None:
         self.backend.close()
@@ -307,15 +315,17 @@ def run_identity(config: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode("utf-8")).hexdigest()
 
 
-def default_run_name(release_dir: Path, spec: str, mode: str, score: str, identity: str = "") -> str:
+def default_run_name(release_dir: Path, spec: str, mode: str, score: str, identity: str = "",
+                     variant: str = PLAIN, swap_options: bool = False) -> str:
     slug = re.sub(r"[^A-Za-z0-9._-]+", "-", spec.replace("hf:", "").strip("/")).strip("-")[-60:]
-    name = f"{Path(release_dir).resolve().name}--{slug}--{mode}" + (f"-{score}" if mode == "rank" else "")
+    name = (f"{Path(release_dir).resolve().name}--{slug}--{mode}" + (f"-{score}" if mode == "rank" else "")
+            + (f"--{variant}" if variant != PLAIN else "") + ("--swapped" if swap_options else ""))
     return f"{name}--{identity[:10]}" if identity else name
 
 
 def default_out_dir(release_dir: Path, spec: str, mode: str, score: str, workspace: Any = None,
-                    identity: str = "") -> Path:
-    name = default_run_name(release_dir, spec, mode, score, identity)
+                    identity: str = "", variant: str = PLAIN, swap_options: bool = False) -> Path:
+    name = default_run_name(release_dir, spec, mode, score, identity, variant, swap_options)
     return workspace.path(DEFAULT_RUNS_DIR, name) if workspace is not None else Path(DEFAULT_RUNS_DIR) / name
 
 
@@ -377,10 +387,44 @@ def outcomes_from_predictions(predictions: Iterable[dict[str, Any]]) -> list[dic
 
 
 def _rank_line(question: Question, scores: list[dict[str, float]], score: str) -> dict[str, Any]:
-    winner = question.options[best_option(scores, score)]
+    index = best_option(scores, score)
+    winner = question.options[index]
     correct = question.gold_option is not None and winner == question.gold_option
     return prediction_line(question, None, winner, correct,
-                           scores=[{"option": o, **s} for o, s in zip(question.options, scores)])
+                           scores=[{"option": o, **s} for o, s in zip(question.options, scores)],
+                           extra={"position": index})
+
+
+def can_rank(spec: ModelSpec) -> bool:
+    """hf: models, and blind on the embedded model (its logits are at hand); API models cannot rank."""
+    return spec.kind == "hf" or (spec.kind == "blind" and spec.target.partition(":")[0] in ("", "local"))
+
+
+def check_prompt_variant(variant: str) -> None:
+    known = {PLAIN} | {v for kind in all_kinds().values() for v in kind.prompt_variants}
+    if variant not in known:
+        raise CftoolsError(f"unknown --prompt {variant!r}; choose one of {', '.join(sorted(known))}")
+
+
+def position_bias(predictions: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """How often the choice follows the position, not the content: over questions asked in both option orders,
+    the share where the same position was chosen both times (so a different option). 0 for a model that reads
+    the options; 1 for one that always picks by position. Also: how often the first position was chosen, and
+    how often the same option was chosen in both orders."""
+    by_key = {(p["id"], p["which"]): p for p in predictions}
+    same_position = same_option = first = n = 0
+    for (item_id, which), swapped in by_key.items():
+        if not which.endswith(SWAPPED):
+            continue
+        plain = by_key.get((item_id, which[:-len(SWAPPED)]))
+        if plain is None or plain.get("position") is None or swapped.get("position") is None:
+            continue
+        n += 1
+        same_position += plain["position"] == swapped["position"]
+        same_option += plain.get("parsed") == swapped.get("parsed")
+        first += (plain["position"] == 0) + (swapped["position"] == 0)
+    return {"pairs": n, "follows_position": same_position / n if n else None,
+            "same_option": same_option / n if n else None, "first_position": first / (2 * n) if n else None}
 
 
 def run_eval(release_dir: Path | str, model: str, mode: str = "generate", score: str = "mean-loss",
@@ -389,7 +433,7 @@ def run_eval(release_dir: Path | str, model: str, mode: str = "generate", score:
              judge: Optional[str] = None, workspace: Any = None, concurrency: int = 4,
              progress: Optional[Callable[[int, int], None]] = None,
              answerer: Any = None, notify: Optional[Callable[[str], None]] = None,
-             allow_downloads: bool = False) -> EvalResult:
+             allow_downloads: bool = False, prompt_variant: str = PLAIN, swap_options: bool = False) -> EvalResult:
     """Run (or resume) an evaluation; returns the run's configuration, summary and predictions."""
     release_dir = Path(release_dir)
     if mode not in MODES:
@@ -399,13 +443,16 @@ def run_eval(release_dir: Path | str, model: str, mode: str = "generate", score:
     if batch_size < 1:
         raise CftoolsError("--batch-size must be at least 1")
     spec = parse_model_spec(model)
-    if mode == "rank" and spec.kind != "hf":
-        raise CftoolsError("rank mode needs token log-probabilities: use an hf: model (or --mode generate)")
+    if mode == "rank" and not can_rank(spec):
+        raise CftoolsError("rank mode needs token log-probabilities: use an hf: model, blind (the embedded "
+                           "model), or --mode generate")
+    check_prompt_variant(prompt_variant)
     records = load_records(release_dir)
     if limit is not None:
         records = records[:max(0, limit)]
     templates = PromptTemplates(template, workspace.root if workspace is not None else None)
-    questions, skipped = build_questions(release_dir, records, templates, mode, spec.needs_image, max_new_tokens)
+    questions, skipped = build_questions(release_dir, records, templates, mode, spec.needs_image, max_new_tokens,
+                                         prompt_variant=prompt_variant, swap_options=swap_options)
     if spec.kind == "hf":
         from cftools.evaluate.vlm import resolve_device, resolve_dtype
 
@@ -422,13 +469,16 @@ def run_eval(release_dir: Path | str, model: str, mode: str = "generate", score:
         "template": templates.name, "template_sha256": templates.sha256, "max_new_tokens": max_new_tokens,
         "device": device, "dtype": dtype, "batch_size": batch_size, "limit": limit, "judge": judge,
         "items": len(records), "questions": len(questions), "skipped": skipped.as_dict(),
+        # None when not asked for, so run folders made before these options still match
+        "prompt": prompt_variant if prompt_variant != PLAIN else None, "swap_options": True if swap_options else None,
         "cftools_version": __version__,
     }
     notes: list[str] = []
     if out_dir:
         out_dir = Path(out_dir)
     else:
-        out_dir = default_out_dir(release_dir, str(spec), mode, score, workspace, run_identity(config))
+        out_dir = default_out_dir(release_dir, str(spec), mode, score, workspace, run_identity(config),
+                                  prompt_variant, swap_options)
         notes = why_new_run(out_dir, config)
     for note in notes:
         if notify:
@@ -466,9 +516,12 @@ def run_eval(release_dir: Path | str, model: str, mode: str = "generate", score:
     summary = summarize(outcomes_from_predictions(predictions))
     summary["skipped"] = skipped.as_dict()
     summary["answered"] = len(predictions)
+    if swap_options:
+        summary["position_bias"] = position_bias(predictions)
     if spec.kind == "blind":
         summary["blind_correct"] = sorted(
-            [{"id": p["id"], "which": p["which"], "raw": p["raw"], "gold": p["gold"]}
+            [{"id": p["id"], "which": p["which"], "raw": p["raw"] if p["raw"] is not None else p.get("parsed"),
+              "gold": p["gold"]}
              for p in predictions if p.get("correct")], key=lambda p: (p["id"], p["which"]))
     result = EvalResult(out_dir=out_dir, config=config, summary=summary, predictions=predictions, asked=asked,
                         notes=notes)
@@ -500,7 +553,9 @@ def ask_batch(answerer: Any, batch: list[Question], mode: str, score: str, templ
                            "exp_score": get_kind(question.kind).judged_score(similarities) if similarities else None})
             else:
                 parsed, correct = read_generated(question, raw)
-                lines[question.key] = prediction_line(question, raw, parsed, correct)
+                position = question.options.index(parsed) if question.options and parsed in question.options else None
+                lines[question.key] = prediction_line(question, raw, parsed, correct,
+                                                      extra={"position": position} if question.options else None)
     return [lines[q.key] for q in batch]
 
 
@@ -551,4 +606,6 @@ def load_run(run_dir: Path | str) -> EvalResult:
     summary = summarize(outcomes_from_predictions(predictions))
     summary["skipped"] = config.get("skipped", {})
     summary["answered"] = len(predictions)
+    if config.get("swap_options"):
+        summary["position_bias"] = position_bias(predictions)
     return EvalResult(out_dir=run_dir, config=config, summary=summary, predictions=predictions, asked=0)

@@ -9,8 +9,13 @@ A kind is one module with one `Kind` subclass, registered under the `cftools.kin
 | generate  | `generators` (names and descriptions), `commands()` for their CLI                |
 | check     | `checks` (one `Check` per code) and `answer_style` of an item                    |
 | annotate  | `tasks` (label config per task), `task_data` (what the annotator sees)           |
-| export    | `export_formats` (peer formats beside the native release), `answer_type`        |
-| eval      | `eval_questions`, `summarize`, `report_table`, `csv_rows`, `plot_series`         |
+| annotate  | `authoring_tasks` (tasks on images whose submissions become draft items),        |
+|           | `author_task_data`, `authored_item`, `decide` (two judgments -> a decision)      |
+| status    | `status_table` (`cftools status --kind K`)                                       |
+| export    | `export_formats` (peer formats beside the native release), `answer_type`,        |
+|           | `export_record` (a record's final fields), `card_tables` (data card sections)    |
+| eval      | `eval_questions`, `summarize`, `report_table`, `csv_rows`, `plot_series`,        |
+|           | `prompt_variants` (`eval --prompt`)                                              |
 """
 
 from __future__ import annotations
@@ -93,9 +98,12 @@ class Kind:
     generators: ClassVar[tuple[Generator, ...]] = ()
     checks: ClassVar[tuple[Check, ...]] = ()
     tasks: ClassVar[dict[str, str]] = {}  # Label Studio task -> label config template (under annotation/)
+    # Tasks whose subject is an image, not an item: each submission becomes a new draft item (`authored_item`).
+    authoring_tasks: ClassVar[tuple[str, ...]] = ()
     export_formats: ClassVar[tuple[ExportFormat, ...]] = ()
     metrics: ClassVar[tuple[str, ...]] = ()
     eval_templates: ClassVar[tuple[str, ...]] = ()  # eval prompts (under prompts/eval/) that enter a run's hash
+    prompt_variants: ClassVar[tuple[str, ...]] = ()  # `eval --prompt` values besides "plain" (see EvalContext)
     # A kind shipped in its own package keeps its templates there: TEMPLATE_ROOT/annotation/..., .../prompts/...
     template_root: ClassVar[Optional[Path]] = None
 
@@ -145,6 +153,36 @@ class Kind:
         from cftools.annotate.rules import parse_answer
 
         return parse_answer(self.name, purpose, result, workspace_root)
+
+    def decide(self, first: Any, second: Any) -> Any:
+        """The item's fate from two verification judgments (an `Answer` each): the shared rules by default."""
+        from cftools.annotate.rules import decide
+
+        return decide(first, second)
+
+    def author_task_data(self, image_value: str, sources: Sequence[Any]) -> dict[str, Any]:
+        """What the annotator sees in an authoring task: the image and what is known about it (SOURCES: its
+        source questions)."""
+        return {"image": image_value}
+
+    def authored_item(self, task: str, result: Any, workspace_root: Optional[str] = None) -> Optional[dict[str, Any]]:
+        """One submitted authoring result read back: the new item's fields (group, question, answer, data), None
+        when the annotator said the image suits nothing; `InvalidResult` when it does not fit the config."""
+        return None
+
+    # -- status and release ------------------------------------------------------------------------------------
+
+    def status_table(self, store: Any, workspace: Any = None) -> Optional[ReportTable]:
+        """The kind's own figures for `cftools status --kind` (None: nothing beyond the shared counts)."""
+        return None
+
+    def export_record(self, record: dict[str, Any]) -> dict[str, Any]:
+        """A native release record of this kind, finished by the kind (the shared fields are already filled)."""
+        return record
+
+    def card_tables(self, records: Sequence[dict[str, Any]]) -> list[ReportTable]:
+        """Extra data card tables for the records of this kind in a release."""
+        return []
 
     # -- eval --------------------------------------------------------------------------------------------------
 
@@ -203,3 +241,5 @@ class EvalContext:
     max_new_tokens: int = 16
     explain_tokens: int = 128
     skipped: Any = None  # cftools.evaluate.Skipped
+    prompt_variant: str = "plain"  # a kind's `prompt_variants` (e.g. CFMM's icl1, cot1); "plain" asks as is
+    swap_options: bool = False  # also ask every question with options in reverse order (position bias)

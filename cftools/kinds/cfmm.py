@@ -1,20 +1,39 @@
-"""CFMM: a basic question and its counterfactual version about one image, two options each.
+"""CFMM: a basic question and its counterfactual version about one image, two options each (Eyes Can Deceive).
 
-Types: count, color, size, shape, direction, common. Scored by answer ranking or generation: acc_b (basic
-right), acc_c (counterfactual right) and acc+ (both right), per type and in total — the CFMM paper's
-definition (Tables 2 and 3: acc+ counts a pair only when both of its questions are right).
+An item: image, type (count, color, size, shape, direction, common), the basic question with two options and the
+correct one, the counterfactual question (the basic one with an if-condition) with two options and the correct
+one. The item's `question`/`answer` are the counterfactual ones; `data` holds the type, `basic_question`,
+`basic_answer`, `options` = {"original": [a, b], "counterfactual": [a, b]} and `needs_image_check` (an LLM draft
+that no person has looked at with the image yet).
+
+Authored three ways: `generate pairs` (LLM drafts from an image's source questions, `cfmm_generate`), the
+`author` Label Studio task (annotators write pairs; `annotate pull` makes them drafts) and `ingest cfmm` (pairs
+written elsewhere, `cfmm_ingest`). Checked for leakage, invalid options, a missing condition, subject drift and
+answers a text-only model finds without the image (`cfmm_checks`); ambiguity is the annotators' judgment.
+Scored per type with the paper's summed totals (`cfmm_scores`).
 """
 
 from __future__ import annotations
 
+import json
+from collections import Counter
+from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from pydantic import field_validator
 
-from cftools.kinds.base import Check, ItemData, Kind, ReportTable
+from cftools.kinds.base import Check, ExportFormat, Generator, ItemData, Kind, ReportTable
 
 TYPES = ("count", "color", "size", "shape", "direction", "common")
+# Items per type in the published release (about 1,200 pairs): the default drafting quota.
+PAPER_COUNTS = {"count": 348, "color": 221, "size": 195, "shape": 111, "direction": 158, "common": 165}
 CORRECT_MARK = "✓ correct"
+NO_TYPE = "none"
+PROMPT_VARIANTS = ("icl1", "cot1")
+# The exact fields of a `--format cfmm` record (issue 14).
+EXPORT_FIELDS = ("id", "image", "type", "basic_question", "basic_options", "basic_answer", "cf_question",
+                 "cf_options", "cf_answer")
+AMBIGUOUS = "ambiguous"
 
 
 class CfmmData(ItemData):
@@ -22,12 +41,22 @@ class CfmmData(ItemData):
 
     options: Optional[dict[str, list[str]]] = None
     type: Optional[str] = None
+    basic_question: Optional[str] = None
+    basic_answer: Optional[str] = None
+    needs_image_check: Optional[bool] = None
 
     @field_validator("options")
     @classmethod
     def _two_lists(cls, value: Optional[dict[str, list[str]]]) -> Optional[dict[str, list[str]]]:
         if value is not None and not {"original", "counterfactual"} <= set(value):
             raise ValueError("needs the options of both questions: 'original' and 'counterfactual'")
+        return value
+
+    @field_validator("type")
+    @classmethod
+    def _known_type(cls, value: Optional[str]) -> Optional[str]:
+        if value is not None and value not in TYPES:
+            raise ValueError(f"unknown type {value!r}; use one of {', '.join(TYPES)}")
         return value
 
 
@@ -42,8 +71,48 @@ def options_text(options: Optional[list[str]], correct: Optional[str]) -> str:
 
 def _checks() -> tuple[Check, ...]:
     from cftools.checks import rules
+    from cftools.kinds import cfmm_checks as c
 
-    return (Check("two_questions", rules.check_two_questions, lambda i: True, "all CFMM items"),)
+    every = "all CFMM items"
+    return (
+        Check("two_questions", rules.check_two_questions, lambda i: True, every),
+        Check("leakage", c.check_leakage, lambda i: True, every + " (the if-clause against the counterfactual answer)"),
+        Check("options_invalid", c.check_options_invalid, lambda i: True, every),
+        Check("no_condition", c.check_no_condition, lambda i: True, every),
+        Check("subject_drift", c.check_subject_drift, lambda i: True, every),
+        Check("blind_answerable", c.check_blind_answerable, lambda i: True,
+              every + " (a text-only model ranks the counterfactual options)"),
+    )
+
+
+# -- the `--format cfmm` release -----------------------------------------------------------------------------
+
+def export_row(record: dict[str, Any]) -> dict[str, Any]:
+    options = record.get("options") or {}
+    data = record.get("data") or {}
+    return {"id": record["id"], "image": record.get("image"), "type": data.get("type") or record["group"],
+            "basic_question": record.get("original_question"), "basic_options": options.get("original"),
+            "basic_answer": record.get("original_answer"), "cf_question": record.get("question"),
+            "cf_options": options.get("counterfactual"), "cf_answer": record.get("answer")}
+
+
+def jsonl_name(name: str, split: Optional[str] = None) -> str:
+    return f"{name}.jsonl" if split is None else f"{name}_{split}.jsonl"
+
+
+def write_jsonl(items: list, folder: Path, name: str, splits: dict[str, float]) -> None:
+    """One JSON object per pair with exactly EXPORT_FIELDS; one file per split when there are several."""
+    names = list(splits) if len(splits) > 1 else [None]
+    for split in names:
+        with open(folder / jsonl_name(name, split), "w", encoding="utf-8") as fh:
+            for entry in items:
+                if split is None or entry.record["split"] == split:
+                    fh.write(json.dumps(export_row(entry.record), ensure_ascii=False) + "\n")
+
+
+def has_pair(record: dict[str, Any]) -> bool:
+    options = record.get("options") or {}
+    return bool(record.get("original_question") and options.get("original") and options.get("counterfactual"))
 
 
 class CfmmKind(Kind):
@@ -51,12 +120,34 @@ class CfmmKind(Kind):
     title = "CFMM: basic/counterfactual question pairs with two options each"
     data_model = CfmmData
     groups = TYPES
-    tasks = {"verify": "cfmm/verify.xml.j2", "adjudicate": "cfmm/adjudicate.xml.j2"}
+    generators = (
+        Generator("pairs", "an LLM picks a type for an image from its source questions (or none), then writes the "
+                  "basic question, its counterfactual version and two options each; drafts need an image check",
+                  inputs=("source questions", "answers"),
+                  outputs=("type", "basic_question", "options", "question", "answer"),
+                  templates=("cfmm/pick.j2", *(f"cfmm/{t}.j2" for t in TYPES))),
+    )
+    tasks = {"verify": "cfmm/verify.xml.j2", "adjudicate": "cfmm/adjudicate.xml.j2", "author": "cfmm/author.xml.j2"}
+    authoring_tasks = ("author",)
+    export_formats = (ExportFormat("cfmm", "JSONL: id, image, type, basic_question, basic_options, basic_answer, "
+                                   "cf_question, cf_options, cf_answer", write_jsonl, keeps=has_pair),)
     metrics = ("acc_b", "acc_c", "acc_plus", "unknown_b", "unknown_c")
+    eval_templates = tuple(f"cfmm_{v}" for v in PROMPT_VARIANTS)
+    prompt_variants = PROMPT_VARIANTS
 
     @property
     def checks(self) -> tuple[Check, ...]:  # type: ignore[override]
         return _checks()
+
+    def answer_type(self, group: str, answer: Optional[str]) -> Optional[str]:
+        return "other"  # always a choice between two written options
+
+    def commands(self) -> dict[str, list]:
+        from cftools.kinds import cfmm_commands
+
+        return {"ingest": [cfmm_commands.ingest_cfmm_cmd], "generate": [cfmm_commands.pairs_cmd]}
+
+    # -- annotation ----------------------------------------------------------------------------------------------
 
     def task_data(self, item: Any, source: Any, image_value: str, extra_images: dict[str, str]) -> dict[str, Any]:
         data = item.data or {}
@@ -68,39 +159,121 @@ class CfmmKind(Kind):
                 "basic_options": options_text(options.get("original"), basic_answer),
                 "counterfactual_question": item.question,
                 "counterfactual_options": options_text(options.get("counterfactual"), item.answer),
+                "needs_image_check": "yes: drafted from text only" if data.get("needs_image_check") else "no",
                 "question": item.question, "proposed_answer": item.answer or ""}
+
+    def read_judgment(self, purpose: str, result: Any, workspace_root: Optional[str] = None) -> Any:
+        """As for every kind, plus: "the answer cannot be determined from the image" is the `ambiguous` flag."""
+        from cftools.annotate.rules import NO, VERIFY, parse_answer, read_result
+
+        answer = parse_answer(self.name, purpose, result, workspace_root)
+        if purpose == VERIFY and read_result(self.name, purpose, result, workspace_root).get("determinable") == [NO]:
+            answer.flags = sorted(set(answer.flags) | {AMBIGUOUS})
+        return answer
+
+    def decide(self, first: Any, second: Any) -> Any:
+        """Ambiguity first: both annotators say the answer cannot be determined from the image -> rejected; one
+        says so -> adjudication; otherwise the shared rules."""
+        from cftools.annotate.rules import Decision, decide
+        from cftools.models import NEEDS_ADJUDICATION, REJECTED
+
+        votes = sum(AMBIGUOUS in (a.flags or []) for a in (first, second))
+        if votes == 2:
+            return Decision(REJECTED, rule="both: the answer cannot be determined from the image")
+        if votes == 1:
+            return Decision(NEEDS_ADJUDICATION, rule="one annotator: the answer cannot be determined from the image")
+        return decide(first, second)
+
+    def author_task_data(self, image_value: str, sources: Sequence[Any]) -> dict[str, Any]:
+        lines = [f"Q: {s.question}  A: {s.answer or '?'}" for s in sources]
+        return {"image": image_value, "sources": "\n".join(lines) or "none"}
+
+    def authored_item(self, task: str, result: Any, workspace_root: Optional[str] = None) -> Optional[dict[str, Any]]:
+        from cftools.kinds.cfmm_author import authored_pair
+
+        return authored_pair(self.name, task, result, workspace_root)
+
+    # -- status and release ------------------------------------------------------------------------------------
+
+    def status_table(self, store: Any, workspace: Any = None) -> Optional[ReportTable]:
+        from cftools.kinds.cfmm_generate import quota_from_config, type_status_counts
+
+        quota = quota_from_config(workspace)
+        counts = type_status_counts(store)
+        statuses = sorted({status for per in counts.values() for status in per})
+        total = sum(sum(per.values()) for per in counts.values())
+        rows = []
+        for group in TYPES:
+            per = counts.get(group, {})
+            n = sum(per.values())
+            rows.append([group, *(str(per.get(s, 0)) for s in statuses), str(n),
+                         f"{100 * n / total:.1f}%" if total else "–", f"{100 * quota.get(group, 0):.1f}%"])
+        return ReportTable(self.name, "CFMM items per type and status, beside the quota",
+                           ["type", *statuses, "total", "share", "quota"], rows)
+
+    def export_record(self, record: dict[str, Any]) -> dict[str, Any]:
+        """The basic question and answer are the pair's own (a draft may rephrase its source question)."""
+        data = record.get("data") or {}
+        if data.get("basic_question"):
+            record["original_question"] = data["basic_question"]
+        if data.get("basic_answer") is not None:
+            record["original_answer"] = data["basic_answer"]
+        return record
+
+    def card_tables(self, records: Sequence[dict[str, Any]]) -> list[ReportTable]:
+        counts = Counter((r.get("data") or {}).get("type") or r["group"] for r in records)
+        paper_total = sum(PAPER_COUNTS.values())
+        total = sum(counts.values())
+        rows = [[t, str(counts.get(t, 0)), f"{100 * counts.get(t, 0) / total:.1f}%" if total else "–",
+                 str(PAPER_COUNTS[t]), f"{100 * PAPER_COUNTS[t] / paper_total:.1f}%"] for t in TYPES]
+        rows.append(["total", str(total), "100%" if total else "–", str(paper_total), "100%"])
+        return [ReportTable(self.name, "CFMM pairs per type, against the paper's release",
+                            ["type", "here", "share", "paper", "paper share"], rows)]
+
+    # -- eval --------------------------------------------------------------------------------------------------
 
     def eval_questions(self, record: dict, ctx) -> list:  # noqa: ANN001
         from cftools.evaluate.questions import pair_questions
 
-        return pair_questions(record, ctx, self)
+        questions = pair_questions(record, ctx, self)
+        if ctx.prompt_variant in PROMPT_VARIANTS:
+            template = ctx.templates.named(f"cfmm_{ctx.prompt_variant}")
+            for question in questions:  # the paper adds the example or the reasoning to the counterfactual only
+                if question.which.startswith("counterfactual"):
+                    question.prompt.text = template.render(question=question.prompt.text,
+                                                           options=question.options or []).strip()
+        return questions
 
     def summarize(self, outcomes: Sequence[dict]) -> dict[str, Any]:
-        """Per type and in total: acc_b (basic question right), acc_c (counterfactual right), acc+ (both)."""
-        from cftools.evaluate.metrics import TOTAL, by_group, pair_row
+        """Per type: acc_b, acc_c, acc+; the paper's totals (the sum of the per-type percentages, of 600) and the
+        plain overall accuracy; the random baselines. See `cftools.kinds.cfmm_scores`."""
+        from cftools.kinds.cfmm_scores import summarize
 
-        rows = []
-        for group, items in [*by_group(outcomes).items(), (TOTAL, list(outcomes))]:
-            row = pair_row(group, items, "original", "counterfactual")
-            rows.append({"type": group, "n": row["n"], "acc_b": row["original"], "acc_c": row["counterfactual"],
-                         "acc_plus": row["both"], "unknown_b": row["unknown_original"],
-                         "unknown_c": row["unknown_counterfactual"]})
-        return {"rows": rows}
+        return summarize(outcomes, TYPES)
 
     def report_table(self, section: dict[str, Any], fmt) -> ReportTable:  # noqa: ANN001
-        rows = [[r["type"], str(r["n"]), fmt.pct(r["acc_b"]), fmt.rate(r["unknown_b"]), fmt.pct(r["acc_c"]),
-                 fmt.rate(r["unknown_c"]), fmt.pct(r["acc_plus"])] for r in section["rows"]]
-        return ReportTable(self.name, "CFMM accuracy (%): basic, counterfactual, both (acc+)",
-                           ["type", "n", "acc_b", "unknown", "acc_c", "unknown", "acc+"], rows)
+        from cftools.kinds.cfmm_scores import table_rows
+
+        return ReportTable(self.name, "CFMM accuracy (%) per type: basic, counterfactual, both (acc+); summed as the "
+                           "paper does (per-type percentages added, of 600)",
+                           ["type", "n", "acc_b", "unknown", "acc_c", "unknown", "acc+"], table_rows(section, fmt))
 
     def csv_rows(self, section: dict[str, Any]) -> list:
+        from cftools.kinds.cfmm_scores import METRICS, RANDOM, SUMMED
+
         out = []
         for r in section["rows"]:
-            out += [(r["type"], metric, r[metric], None) for metric in ("acc_b", "acc_c", "acc_plus")]
+            out += [(r["type"], metric, r[metric], None) for metric in METRICS]
             out += [(r["type"], "unknown_b", r["unknown_b"], r["n"]), (r["type"], "unknown_c", r["unknown_c"], r["n"])]
+        for metric, score in (section.get("summed") or {}).items():
+            out.append((SUMMED, metric, score, None))
+        for metric in METRICS:
+            if section.get("random"):
+                out.append((RANDOM, metric, section["random"][metric]["value"], None))
         return out
 
     def plot_series(self, section: dict[str, Any]):  # noqa: ANN201
         rows = section["rows"]
         return ("CFMM accuracy", [r["type"] for r in rows],
-                [("basic (acc_b)", [r["acc_b"] for r in rows]), ("counterfactual (acc_c)", [r["acc_c"] for r in rows])])
+                [("basic (acc_b)", [r["acc_b"] for r in rows]), ("counterfactual (acc_c)", [r["acc_c"] for r in rows]),
+                 ("both (acc+)", [r["acc_plus"] for r in rows])])

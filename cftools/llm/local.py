@@ -184,6 +184,34 @@ class LocalBackend:
         text = cut_at_stops(tokenizer.decode(new_tokens, skip_special_tokens=True), stops, stop_regex)
         return Completion(text=text, prompt_tokens=n_prompt, completion_tokens=int(new_tokens.shape[0]))
 
+    # ------------------------------------------------------------ ranking
+    def score_replies(self, messages: list[Message], replies: list[str]) -> list[dict[str, float]]:
+        """Per reply: sum_logprob, mean_loss and n_tokens of REPLIES as the assistant's answer to MESSAGES (the
+        answer-ranking of a text-only model; needs the transformers loader, which exposes the logits)."""
+        import torch
+
+        if self.loader != "transformers":
+            raise LLMError("ranking answers needs the transformers loader ([llm] local_loader = \"transformers\")")
+        chat = [{"role": m.get("role", "user"), "content": message_text(m)} for m in messages]
+        with self._lock:
+            self._load_locked()
+            tokenizer, model = self._loaded
+            prefix = tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
+            prefix_ids = tokenizer(prefix, add_special_tokens=False)["input_ids"]
+            scores = []
+            with torch.inference_mode():
+                for reply in replies:
+                    ids = tokenizer(prefix + reply, add_special_tokens=False)["input_ids"]
+                    n = len(ids) - len(prefix_ids)
+                    if n <= 0 or ids[:len(prefix_ids)] != prefix_ids:  # the reply merged into the prefix's tokens
+                        tail = tokenizer(reply, add_special_tokens=False)["input_ids"]
+                        ids, n = prefix_ids + tail, len(tail)
+                    logits = model(torch.tensor([ids])).logits[0, len(ids) - n - 1:-1].float()
+                    target = torch.tensor(ids[len(ids) - n:])
+                    total = float(torch.log_softmax(logits, -1).gather(-1, target.unsqueeze(-1)).sum())
+                    scores.append({"sum_logprob": total, "mean_loss": -total / max(1, n), "n_tokens": n})
+        return scores
+
     def close(self) -> None:
         self._loaded = None
 

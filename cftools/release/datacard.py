@@ -212,6 +212,18 @@ def plot_question_lengths(records: list[dict], path: Path) -> None:
 # ---------------------------------------------------------------- the card
 
 
+def kind_tables(records: list[dict]) -> list[Any]:
+    """Each kind's own data card tables (`Kind.card_tables`) over its records in the release."""
+    from cftools.kinds import all_kinds
+
+    tables = []
+    for name, kind in sorted(all_kinds().items()):
+        mine = [r for r in records if r.get("kind") == name]
+        if mine:
+            tables.extend(kind.card_tables(mine))
+    return tables
+
+
 def render_card(context: dict[str, Any]) -> str:
     env = Environment(loader=PackageLoader("cftools.release", "."), keep_trailing_newline=True,
                       undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
@@ -232,5 +244,6 @@ def write_card(release: Path, records: list[dict], provenance: list[dict], agree
         "parquet_files": [f"{DATA_DIR}/{parquet_name(s)}" for s in splits if s in present],
         "answer_plot": f"{PLOTS_DIR}/{ANSWER_PLOT}", "length_plot": f"{PLOTS_DIR}/{LENGTH_PLOT}",
         "paper_words": PAPER_QUESTION_WORDS, "paper_no_share": PAPER_NO_SHARE,
+        "kind_tables": kind_tables(records),
     }
     (release / CARD_NAME).write_text(render_card(context), encoding="utf-8")

@@ -283,6 +283,7 @@ def collect_items(store: Store, statuses: Iterable[str], splits: dict[str, float
             "options": options,
             "data": data,
         }
+        record = get_kind(item.kind).export_record(record)
         provenance = {
             "origin": item.origin,
             "source": ({"dataset": source.dataset, "external_id": source.external_id, "image_ref": source.image_ref}

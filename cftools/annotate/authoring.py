@@ -1,0 +1,179 @@
+"""Authoring tasks: images go to Label Studio, people write items, `pull` turns each submission into a draft.
+
+A kind lists such tasks in `Kind.authoring_tasks` (its label config in `annotation/<kind>/<task>.xml.j2`), says
+what the annotator sees (`Kind.author_task_data`: the image and its source questions) and reads a submission back
+(`Kind.authored_item`: the new item's group, question, answer and data, or None when the annotator said the image
+suits nothing). The drafts then go through check and two-annotator verification like any other item.
+
+The server is the record of what was pushed: every task carries `image:<sha256>` as its key, so a push sends only
+images without a task yet (a killed push loses nothing and duplicates nothing), and a pull finds the project by
+its title. Each submission becomes one item keyed by project, task and annotation, with a source question
+(dataset `<kind>:<task>`) that links it to its image; pulling again adds only new submissions.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from sqlalchemy import select
+
+from cftools.annotate.label_studio import LabelStudioServer, ServerSettings
+from cftools.annotate.rules import InvalidResult
+from cftools.errors import CftoolsError
+from cftools.generate.llm_task import insert_items
+from cftools.kinds import get_kind
+from cftools.models import DRAFT, Image, SourceQuestion, utcnow
+from cftools.store import Store, in_chunks
+
+KEY_PREFIX = "image:"
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass
+class AuthoringPull:
+    projects: int = 0
+    tasks: int = 0
+    submissions: int = 0
+    items_added: int = 0
+    already_pulled: int = 0
+    no_suitable_type: int = 0
+    cancelled: int = 0
+    invalid: list[dict] = field(default_factory=list)
+    by_group: Counter = field(default_factory=Counter)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**self.__dict__, "by_group": dict(self.by_group)}
+
+
+def image_key(sha256: str) -> str:
+    return f"{KEY_PREFIX}{sha256}"
+
+
+def authoring_images(store: Store, pushed_keys: set[str], limit: Optional[int]) -> list[tuple[Image, list[Any]]]:
+    """Images with their source questions that have no authoring task yet (those with source questions first)."""
+    with store.session() as session:
+        images = list(session.execute(select(Image).order_by(Image.id)).scalars())
+        sources: dict[int, list[Any]] = {}
+        for source in session.execute(select(SourceQuestion).where(SourceQuestion.image_id.is_not(None))
+                                      .order_by(SourceQuestion.id)).scalars():
+            sources.setdefault(source.image_id, []).append(source)
+    waiting = [(image, sources.get(image.id, [])) for image in images if image_key(image.sha256) not in pushed_keys]
+    waiting.sort(key=lambda pair: (not pair[1], pair[0].id))
+    return waiting[:limit] if limit is not None else waiting
+
+
+def push_authoring(store: Store, server: LabelStudioServer, settings: ServerSettings, project_id: int, kind: str,
+                   images_links: Any, limit: Optional[int], report: Any, progress: Progress) -> None:
+    """Send images without an authoring task as tasks of PROJECT_ID (batched)."""
+    spec = get_kind(kind)
+    pushed = {key for key in server.task_keys(project_id).values() if key}
+    waiting = authoring_images(store, pushed, limit)
+    report.candidates = len(waiting)
+    tasks = []
+    for image, sources in waiting:
+        link = images_links.link(image.path)
+        if link is None:
+            report.skipped_outside_root += 1
+            continue
+        key = image_key(image.sha256)
+        data = {"item_key": key, "kind": kind, **spec.author_task_data(link, sources)}
+        tasks.append({"data": data, "meta": {"item_key": key, "image_sha256": image.sha256}})
+    report.storages_created = server.ensure_local_storage(project_id, images_links.folders)
+    progress("push", 0, len(tasks))
+    for start in range(0, len(tasks), settings.batch_size):
+        batch = tasks[start:start + settings.batch_size]
+        server.import_tasks(project_id, batch)
+        report.pushed += len(batch)
+        progress("push", report.pushed, len(tasks))
+
+
+def submission_rows(kind: str, task: str, project_id: int, ls_task: dict, annotation: dict, annotator: str,
+                    fields: dict[str, Any], image: Image) -> tuple[dict, dict]:
+    """The source question (the image link) and the draft item one submission makes."""
+    now = utcnow()
+    key = f"{task}:{kind}:{project_id}:{ls_task['id']}:{annotation['id']}"
+    data = dict(fields.get("data") or {})
+    basic_question = data.get("basic_question") or fields["question"]
+    source = {"dataset": f"{kind}:{task}", "external_id": key, "image_ref": Path(image.path).name,
+              "image_id": image.id, "question": basic_question, "answer": data.get("basic_answer"),
+              "answer_type": "other", "answers": None,
+              "meta": {"project": project_id, "task": ls_task["id"], "annotation": annotation["id"]},
+              "created_at": now}
+    data.update(author=annotator, authored_in={"project": project_id, "task": ls_task["id"],
+                                               "annotation": annotation["id"]})
+    item = {"key": key, "kind": kind, "group": fields["group"], "question": fields["question"],
+            "answer": fields.get("answer"), "status": DRAFT, "origin": "authored", "data": data,
+            "created_at": now, "updated_at": now}
+    return source, item
+
+
+def store_submissions(store: Store, pairs: list[tuple[dict, dict]]) -> int:
+    """Insert the sources and draft items of new submissions in one transaction; returns the items added."""
+    if not pairs:
+        return 0
+    with store.write() as session:
+        store.insert_ignore(session, SourceQuestion.__table__, [source for source, _ in pairs])
+        ids = {}
+        for part in in_chunks([source["external_id"] for source, _ in pairs]):
+            ids.update(session.execute(select(SourceQuestion.external_id, SourceQuestion.id).where(
+                SourceQuestion.dataset == pairs[0][0]["dataset"], SourceQuestion.external_id.in_(part))).all())
+        items = [{**item, "source_id": ids[source["external_id"]]} for source, item in pairs]
+        return insert_items(store, session, items, "annotate")
+
+
+def pull_authoring(store: Store, server: LabelStudioServer, project_id: int, kind: str, task: str,
+                   emails: dict[int, str], report: AuthoringPull, workspace_root: Optional[str] = None) -> None:
+    """Every submitted annotation of the project becomes a draft item (new ones only)."""
+    spec = get_kind(kind)
+    keys = server.task_keys(project_id)
+    report.projects += 1
+    shas = {tid: key[len(KEY_PREFIX):] for tid, key in keys.items() if key and key.startswith(KEY_PREFIX)}
+    with store.session() as session:
+        images = {img.sha256: img for part in in_chunks(sorted(set(shas.values())))
+                  for img in session.execute(select(Image).where(Image.sha256.in_(part))).scalars()}
+        dataset = f"{kind}:{task}"
+        known = set(session.execute(select(SourceQuestion.external_id)
+                                    .where(SourceQuestion.dataset == dataset)).scalars())
+    pairs: list[tuple[dict, dict]] = []
+    for chunk in server.export_tasks(project_id, sorted(shas)):
+        for ls_task in chunk:
+            image = images.get(shas.get(ls_task.get("id"), ""))
+            if image is None:
+                continue  # an image no longer in this store
+            report.tasks += 1
+            for annotation in sorted(ls_task.get("annotations") or [], key=lambda a: a.get("id") or 0):
+                if annotation.get("was_cancelled"):
+                    report.cancelled += 1
+                    continue
+                report.submissions += 1
+                user = annotation.get("completed_by")
+                user = user.get("id") if isinstance(user, dict) else user
+                annotator = emails.get(user) or f"user:{user}"
+                try:
+                    fields = spec.authored_item(task, annotation.get("result"), workspace_root)
+                except InvalidResult as exc:
+                    report.invalid.append({"project": project_id, "task": ls_task.get("id"),
+                                           "annotation": annotation.get("id"), "annotator": annotator,
+                                           "reason": str(exc)})
+                    continue
+                if fields is None:
+                    report.no_suitable_type += 1
+                    continue
+                source, item = submission_rows(kind, task, project_id, ls_task, annotation, annotator, fields, image)
+                if source["external_id"] in known:
+                    report.already_pulled += 1
+                    continue
+                report.by_group[item["group"]] += 1
+                pairs.append((source, item))
+    report.items_added += store_submissions(store, pairs)
+
+
+def authoring_task(kind: str, task: str) -> str:
+    spec = get_kind(kind)
+    if task not in spec.authoring_tasks:
+        raise CftoolsError(f"kind {kind!r} has no authoring task {task!r}"
+                           + (f"; it has: {', '.join(spec.authoring_tasks)}" if spec.authoring_tasks else ""))
+    return task

@@ -1,0 +1,79 @@
+"""The CFMM kind's commands: `generate pairs` and `ingest cfmm` (thin wrappers)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.markup import escape
+
+from cftools.commands.common import console, err_console, pass_workspace, print_json
+from cftools.commands.ingest import images_option, json_option, print_ingest, report_option, report_path, skip_bad_option
+from cftools.generate.llm_task import DEFAULT_MAX_ATTEMPTS
+from cftools.kinds.cfmm_generate import generate_pairs, llm_params, parse_quota
+from cftools.kinds.cfmm_ingest import ingest_cfmm
+from cftools.llm import BACKENDS, make_backend
+from cftools.workspace import Workspace
+
+
+@click.command("pairs")
+@click.option("--types", "types_text",
+              help="Types to draft and their quota: 'count,color' (equal shares) or 'count=0.3,color=0.2,...' "
+                   "(default: [cfmm] types in cftools.toml, else the paper's shares).")
+@click.option("--per-image", type=click.IntRange(min=1), default=1, show_default=True, help="Pairs per image.")
+@click.option("--limit", type=click.IntRange(min=0), help="At most this many pairs in this run.")
+@click.option("--backend", type=click.Choice(BACKENDS), help="LLM backend (default: [llm] backend, else local).")
+@click.option("--model", help="Model name (default: [llm] model).")
+@click.option("--concurrency", type=click.IntRange(min=1), help="Requests in flight (default: 8 for openai, 1 local).")
+@click.option("--refresh", is_flag=True, help="Ignore the request cache and call the model again.")
+@click.option("--max-attempts", type=click.IntRange(min=1), default=DEFAULT_MAX_ATTEMPTS, show_default=True,
+              help="Attempts per request when the output cannot be parsed.")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+@click.option("--json", "as_json", is_flag=True, help="Print the run's summary as JSON.")
+@pass_workspace
+def pairs_cmd(workspace: Workspace, types_text: str | None, per_image: int, limit: int | None, backend: str | None,
+              model: str | None, concurrency: int | None, refresh: bool, max_attempts: int, quiet: bool,
+              as_json: bool) -> None:
+    """Draft CFMM basic/counterfactual pairs from the images' source questions (the LLM sees no image).
+
+    The LLM picks a type per image (or none: the image is skipped and counted), then writes the pair with the
+    type's prompt. Drafts are marked needs_image_check. A rerun drafts only empty slots."""
+    quota = parse_quota(types_text or workspace.section("cfmm").get("types"))
+    config = workspace.section("llm")
+    llm = make_backend(config, backend, model)
+    try:
+        report = generate_pairs(workspace.store, llm, quota=quota, per_image=per_image, limit=limit,
+                                params=llm_params(config, llm.name), concurrency=concurrency, refresh=refresh,
+                                max_attempts=max_attempts, console=err_console, quiet=quiet or as_json,
+                                workspace_root=workspace.root)
+    finally:
+        llm.close()
+    if as_json:
+        print_json(report.as_dict())
+    else:
+        picked = ", ".join(f"{t} {n}" for t, n in sorted(report.picked.items())) or "none"
+        console.print(f"pairs with {report.backend}:{report.model}: {report.selected} image slots, types picked: "
+                      f"{picked}; {report.no_type} images suit no type, {report.over_quota} over quota, "
+                      f"{report.items_created} draft items created ({report.parse_failures} unparseable outputs, "
+                      f"{report.call_errors} call errors, {report.cached} from the cache)")
+        for error in report.errors[:5]:
+            console.print(f"  [yellow]{escape(str(error))}[/]")
+    if report.interrupted:
+        raise click.ClickException("interrupted; what finished is stored, rerun the same command to continue")
+
+
+@click.command("cfmm")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--name", "dataset", help="Dataset name in the store (default: cfmm:FILE-STEM).")
+@images_option
+@skip_bad_option
+@report_option
+@json_option
+@pass_workspace
+def ingest_cfmm_cmd(workspace: Workspace, file: Path, dataset: str | None, images_dir: Path | None,
+                    skip_bad: bool, report: Path | None, as_json: bool) -> None:
+    """Ingest CFMM pairs (JSONL: id, image, type, basic_question, basic_options, basic_answer, cf_question,
+    cf_options, cf_answer) as draft items."""
+    result = ingest_cfmm(workspace.store, file, images_dir, skip_bad, report_path(workspace, report, file.name),
+                         dataset)
+    print_ingest(result, as_json)

@@ -1,0 +1,347 @@
+"""`generate pairs`: LLM drafts of CFMM pairs from an image's source questions (VQAv2, C-VQA, a table).
+
+Two LLM tasks on the shared runner (`cftools.generate.llm_task`: cache, retries, provenance, resume):
+
+1. pick (`prompts/cfmm/pick.j2`): from the image's source questions and answers, the LLM picks a type among the
+   allowed ones, most wanted first (or "none": the image is skipped and counted);
+2. draft (`prompts/cfmm/<type>.j2`, one per type, with checked in-context examples): the basic question, its
+   counterfactual version with an if-condition, two options each and the correct ones.
+
+The drafter sees no image, so every draft is marked `needs_image_check`. Item keys are `pairs:<image id>:<slot>`
+(slot 1..--per-image), so a rerun drafts only the slots still empty.
+
+The type quota (`--types count=0.3,color=0.2,...`, else `[cfmm] types` in cftools.toml, else the paper's
+shares) steers drafting: a type whose share of the kind's items (existing + this run) is reached is no longer
+offered, and drafts beyond a type's target are left for a later run (counted as over quota).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from rich.console import Console
+from sqlalchemy import func, select
+from sqlmodel import Session
+
+from cftools.answers import normalize_answer
+from cftools.errors import CftoolsError
+from cftools.generate.llm_task import (DEFAULT_MAX_ATTEMPTS, LLMJob, LLMTask, ParseError, insert_items,
+                                       run_llm_task)
+from cftools.kinds.cfmm import NO_TYPE, PAPER_COUNTS, TYPES
+from cftools.llm import Backend, text_message
+from cftools.llm.base import DEFAULT_PARAMS
+from cftools.llm.prompts import PromptTemplate, load_prompt
+from cftools.models import DRAFT, Item, SourceQuestion, utcnow
+from cftools.store import Store
+
+GENERATOR = "pairs"
+PICK = "pairs-pick"
+LABELS = {"basic_question": "basic question", "basic_options": "basic options", "basic_answer": "basic answer",
+          "cf_question": "counterfactual question", "cf_options": "counterfactual options",
+          "cf_answer": "counterfactual answer"}
+LINE = re.compile(r"^\s*(basic question|basic options|basic answer|counterfactual question|counterfactual options|"
+                  r"counterfactual answer)\s*:\s*(.*?)\s*$", re.IGNORECASE | re.MULTILINE)
+OPTION_SPLIT = re.compile(r"\s*\|\s*|\s*;\s*|\s+or\s+")
+LOCAL_MAX_TOKENS = 160
+# A model that goes on to invent another example stops there.
+STOP = ["\nFacts:"]
+
+
+# -- the quota -------------------------------------------------------------------------------------------------
+
+def paper_quota() -> dict[str, float]:
+    total = sum(PAPER_COUNTS.values())
+    return {t: PAPER_COUNTS[t] / total for t in TYPES}
+
+
+def parse_quota(text: Optional[str]) -> dict[str, float]:
+    """'count,color' (equal shares) or 'count=0.3,color=0.2' (shares, normalised to sum 1); None: the paper's."""
+    if not text or not str(text).strip():
+        return paper_quota()
+    shares: dict[str, float] = {}
+    for part in str(text).split(","):
+        name, _, value = part.strip().partition("=")
+        name = name.strip()
+        if name not in TYPES:
+            raise CftoolsError(f"--types: unknown type {name!r}; use some of {', '.join(TYPES)}")
+        try:
+            share = float(value) if value.strip() else 1.0
+        except ValueError:
+            raise CftoolsError(f"--types: {part.strip()!r} is not TYPE=SHARE (a number)") from None
+        if share < 0:
+            raise CftoolsError(f"--types: the share of {name} is negative")
+        shares[name] = share
+    total = sum(shares.values())
+    if total <= 0:
+        raise CftoolsError("--types: the shares add up to 0")
+    return {t: shares.get(t, 0.0) / total for t in TYPES}
+
+
+def quota_from_config(workspace: Any) -> dict[str, float]:
+    """`[cfmm] types` of the workspace (a string like --types), else the paper's shares."""
+    section = workspace.section("cfmm") if workspace is not None else {}
+    return parse_quota(section.get("types"))
+
+
+def type_status_counts(store: Store) -> dict[str, dict[str, int]]:
+    """CFMM items per type and status."""
+    with store.session() as session:
+        rows = session.execute(select(Item.group, Item.status, func.count()).where(Item.kind == "cfmm")
+                               .group_by(Item.group, Item.status)).all()
+    counts: dict[str, dict[str, int]] = defaultdict(dict)
+    for group, status, n in rows:
+        counts[group][status] = n
+    return dict(counts)
+
+
+def type_targets(existing: Counter, planned: int, quota: dict[str, float]) -> dict[str, int]:
+    """How many more drafts each type may get: its share of (existing + planned) minus what it has."""
+    total = sum(existing.values()) + planned
+    return {t: max(0, math.ceil(quota.get(t, 0.0) * total) - existing.get(t, 0)) for t in TYPES}
+
+
+# -- selecting work --------------------------------------------------------------------------------------------
+
+@dataclass
+class Slot:
+    """One pair to draft for one image: its sources (questions with answers) and the types it already has."""
+
+    image_id: int
+    slot: int
+    sources: list[dict[str, Any]]
+    taken: list[str] = field(default_factory=list)
+
+    @property
+    def key(self) -> str:
+        return f"{GENERATOR}:{self.image_id}:{self.slot}"
+
+
+def select_slots(store: Store, per_image: int = 1, limit: Optional[int] = None,
+                 skip_images: frozenset[int] = frozenset()) -> list[Slot]:
+    """Empty slots of images that have answered source questions, image by image (lowest id first); SKIP_IMAGES
+    (those the LLM found no type for in this run) are left out."""
+    with store.session() as session:
+        rows = session.execute(select(SourceQuestion.id, SourceQuestion.image_id, SourceQuestion.question,
+                                      SourceQuestion.answer)
+                               .where(SourceQuestion.image_id.is_not(None), SourceQuestion.answer.is_not(None))
+                               .order_by(SourceQuestion.image_id, SourceQuestion.id)).all()
+        drafted = {key: group for key, group in session.execute(
+            select(Item.key, Item.group).where(Item.key.like(f"{GENERATOR}:%")))}
+    by_image: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for source_id, image_id, question, answer in rows:
+        by_image[image_id].append({"id": source_id, "question": question, "answer": answer})
+    slots: list[Slot] = []
+    for image_id, sources in by_image.items():
+        if image_id in skip_images:
+            continue
+        taken = [drafted[f"{GENERATOR}:{image_id}:{n}"] for n in range(1, per_image + 1)
+                 if f"{GENERATOR}:{image_id}:{n}" in drafted]
+        for n in range(1, per_image + 1):
+            if f"{GENERATOR}:{image_id}:{n}" not in drafted:
+                slots.append(Slot(image_id, n, sources[:8], list(taken)))
+                break  # one slot of an image per run round: the next knows what this one took
+        if limit is not None and len(slots) >= limit:
+            break
+    return slots
+
+
+# -- parsing ---------------------------------------------------------------------------------------------------
+
+def parse_pick(text: str, allowed: list[str]) -> dict[str, Any]:
+    """The picked type ("none" included) from the reply's first word that names one."""
+    for word in re.findall(r"[a-z]+", (text or "").lower()):
+        if word in allowed or word == NO_TYPE:
+            return {"type": word}
+        if word == "colour" and "color" in allowed:
+            return {"type": "color"}
+    raise ParseError(f"no type among {', '.join(allowed)} or 'none' in the reply")
+
+
+def split_options(text: str) -> list[str]:
+    return [o.strip().strip('"').strip() for o in OPTION_SPLIT.split(text.strip()) if o.strip()]
+
+
+def matching_option(answer: str, options: list[str], what: str) -> str:
+    for option in options:
+        if normalize_answer(option) == normalize_answer(answer):
+            return option
+    raise ParseError(f"the {what} answer {answer!r} is not one of its options {options}")
+
+
+def parse_draft(text: str) -> dict[str, Any]:
+    """The six labelled lines of a draft; each question has two options and its answer is one of them."""
+    if not re.match(r"\s*basic question\s*:", text or "", re.IGNORECASE):
+        text = "Basic question: " + (text or "").lstrip()  # the prompt ends with the first label
+    found: dict[str, str] = {}
+    for label, value in LINE.findall(text):
+        field_name = next(k for k, v in LABELS.items() if v == label.lower())
+        found.setdefault(field_name, value)
+    missing = [LABELS[k] for k in LABELS if not found.get(k)]
+    if missing:
+        raise ParseError(f"missing line(s): {', '.join(missing)}")
+    parsed: dict[str, Any] = {"basic_question": found["basic_question"], "cf_question": found["cf_question"]}
+    for which, what in (("basic", "basic"), ("cf", "counterfactual")):
+        options = split_options(found[f"{which}_options"])
+        if len(options) != 2:
+            raise ParseError(f"the {what} question needs two options, got {len(options)}")
+        parsed[f"{which}_options"] = options
+        parsed[f"{which}_answer"] = matching_option(found[f"{which}_answer"], options, what)
+    return parsed
+
+
+# -- the tasks -------------------------------------------------------------------------------------------------
+
+class PickTask(LLMTask):
+    """Step 1: the type of an image's pair; stores nothing but the generation record."""
+
+    generator = PICK
+
+    def __init__(self, template: PromptTemplate) -> None:
+        self.template = template
+
+    def parse(self, text: str, job: LLMJob) -> dict[str, Any]:
+        return parse_pick(text, job.context["allowed"])
+
+    def write(self, store: Store, session: Session, job: LLMJob, parsed: dict[str, Any], generation_id: int,
+              attempt: int) -> int:
+        job.context["picked"] = parsed["type"]
+        return 0
+
+
+class DraftTask(LLMTask):
+    """Step 2: the pair of one type, as a draft item that needs an image check."""
+
+    generator = GENERATOR
+
+    def __init__(self, pair_type: str, template: PromptTemplate) -> None:
+        self.pair_type, self.template = pair_type, template
+
+    def parse(self, text: str, job: LLMJob) -> dict[str, Any]:
+        return parse_draft(text)
+
+    def write(self, store: Store, session: Session, job: LLMJob, parsed: dict[str, Any], generation_id: int,
+              attempt: int) -> int:
+        return insert_items(store, session, [draft_row(job.context["slot"], self.pair_type, parsed, generation_id,
+                                                       attempt)], "generate")
+
+
+def draft_row(slot: Slot, pair_type: str, parsed: dict[str, Any], generation_id: int, attempt: int) -> dict[str, Any]:
+    now = utcnow()
+    return {
+        "key": slot.key, "kind": "cfmm", "group": pair_type, "source_id": slot.sources[0]["id"],
+        "question": parsed["cf_question"], "answer": parsed["cf_answer"], "status": DRAFT, "origin": "generated",
+        "generation_id": generation_id, "created_at": now, "updated_at": now,
+        "data": {"type": pair_type, "basic_question": parsed["basic_question"], "basic_answer": parsed["basic_answer"],
+                 "options": {"original": parsed["basic_options"], "counterfactual": parsed["cf_options"]},
+                 "needs_image_check": True, "attempt": attempt},
+    }
+
+
+# -- the run ---------------------------------------------------------------------------------------------------
+
+@dataclass
+class PairsReport:
+    backend: str = ""
+    model: str = ""
+    selected: int = 0
+    picked: dict[str, int] = field(default_factory=dict)
+    no_type: int = 0
+    over_quota: int = 0
+    items_created: int = 0
+    parse_failures: int = 0
+    call_errors: int = 0
+    cached: int = 0
+    errors: list[str] = field(default_factory=list)
+    quota: dict[str, float] = field(default_factory=dict)
+    interrupted: bool = False
+
+    def add(self, report: Any) -> None:
+        self.items_created += report.items_created
+        self.parse_failures += report.parse_failures
+        self.call_errors += report.call_errors
+        self.cached += report.stats.cached
+        self.errors += report.stats.errors[:5]
+        self.interrupted = self.interrupted or report.stats.interrupted
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def llm_params(config: dict[str, Any], backend: Optional[str] = None) -> dict[str, Any]:
+    params = {**DEFAULT_PARAMS, "stop": STOP}
+    if (backend or config.get("backend") or "local") == "local":
+        params["max_tokens"] = LOCAL_MAX_TOKENS
+    for name in ("temperature", "max_tokens", "top_p"):
+        if config.get(name) is not None:
+            params[name] = config[name]
+    return params
+
+
+def existing_types(store: Store) -> Counter:
+    return Counter({t: sum(per.values()) for t, per in type_status_counts(store).items()})
+
+
+def generate_pairs(store: Store, backend: Backend, *, quota: Optional[dict[str, float]] = None, per_image: int = 1,
+                   limit: Optional[int] = None, params: Optional[dict[str, Any]] = None,
+                   concurrency: Optional[int] = None, refresh: bool = False,
+                   max_attempts: int = DEFAULT_MAX_ATTEMPTS, console: Optional[Console] = None, quiet: bool = False,
+                   workspace_root: Optional[Path] = None) -> PairsReport:
+    """Draft up to LIMIT pairs (at most PER_IMAGE per image), steered by QUOTA; returns what happened."""
+    quota = quota or paper_quota()
+    params = params or llm_params({}, backend.name)
+    report = PairsReport(backend=backend.name, model=backend.model, quota=quota)
+    picks: Counter = Counter()
+    no_type_images: set[int] = set()
+    pick_template = load_prompt("cfmm/pick.j2", None, workspace_root)
+    for _ in range(per_image):  # one round per slot: a later slot knows the types the earlier ones took
+        left = None if limit is None else limit - report.selected
+        if left is not None and left <= 0:
+            break
+        slots = select_slots(store, per_image, left, frozenset(no_type_images))
+        if not slots:
+            break
+        report.selected += len(slots)
+        remaining = type_targets(existing_types(store), len(slots), quota)
+        jobs = []
+        for slot in slots:
+            allowed = sorted((t for t in TYPES if remaining[t] > 0 and t not in slot.taken),
+                             key=lambda t: (-remaining[t], TYPES.index(t)))
+            if not allowed:
+                report.over_quota += 1
+                continue
+            prompt = pick_template.render(sources=slot.sources, types=allowed, taken=slot.taken)
+            jobs.append(LLMJob(label=f"image {slot.image_id} slot {slot.slot}", messages=[text_message(prompt)],
+                               source_id=slot.sources[0]["id"], context={"slot": slot, "allowed": allowed}))
+        report.add(run_llm_task(store, backend, PickTask(pick_template), jobs, params={**params, "max_tokens": 8},
+                                concurrency=concurrency, refresh=refresh, max_attempts=max_attempts,
+                                console=console, quiet=quiet))
+        by_type: dict[str, list[LLMJob]] = defaultdict(list)
+        for job in jobs:
+            picked = job.context.get("picked")
+            if picked == NO_TYPE:
+                report.no_type += 1
+                no_type_images.add(job.context["slot"].image_id)
+            elif picked:
+                picks[picked] += 1
+                if len(by_type[picked]) >= remaining[picked]:
+                    report.over_quota += 1
+                    continue
+                by_type[picked].append(job)
+        for pair_type, picked_jobs in by_type.items():
+            template = load_prompt(f"cfmm/{pair_type}.j2", None, workspace_root)
+            drafts = [LLMJob(label=job.label, source_id=job.source_id, group=pair_type, context=job.context,
+                             messages=[text_message(template.render(sources=job.context["slot"].sources,
+                                                                    type=pair_type))])
+                      for job in picked_jobs]
+            report.add(run_llm_task(store, backend, DraftTask(pair_type, template), drafts, params=params,
+                                    group=pair_type, concurrency=concurrency, refresh=refresh,
+                                    max_attempts=max_attempts, console=console, quiet=quiet))
+        if report.interrupted:
+            break
+    report.picked = dict(picks)
+    return report

@@ -46,3 +46,6 @@ cftools eval "$ws/releases/example-0.1.0" --model blind --limit "${EVAL_LIMIT:-4
 
 step "What the store holds"
 cftools status
+
+step "CFMM question pairs, in their own workspace ${ws}-cfmm (examples/cfmm/quickstart.sh)"
+WORKSPACE="${ws}-cfmm" bash "$here/cfmm/quickstart.sh"

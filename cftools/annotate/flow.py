@@ -186,8 +186,8 @@ def _link_tasks(session: Session, server_url: str, project_id: int, purpose: str
     item_ids = [item_id for item_id, _ in links]
     from_status = CHECKED if purpose == VERIFY else NEEDS_ADJUDICATION
     to_status = IN_REVIEW if purpose == VERIFY else NEEDS_ADJUDICATION
-    for start in range(0, len(item_ids), 900):
-        session.execute(_update(Item).where(Item.id.in_(item_ids[start:start + 900]))
+    for part in in_chunks(item_ids):
+        session.execute(_update(Item).where(Item.id.in_(part))
                         .values(status=to_status, updated_at=now))
     session.execute(insert(ItemEvent.__table__), [
         _event(item_id, from_status, to_status, {"pushed_to": purpose, "project": project_id, "task": task_id,
@@ -219,9 +219,9 @@ def reconcile(store: Store, server: LabelStudioServer, project_id: int, purpose:
             return 0, 0
         keys = sorted(set(unknown.values()))
         items: dict[str, Item] = {}
-        for start in range(0, len(keys), 900):
+        for part in in_chunks(keys):
             items.update({i.key: i for i in session.execute(
-                select(Item).where(Item.key.in_(keys[start:start + 900]), Item.kind == kind)).scalars()})
+                select(Item).where(Item.key.in_(part), Item.kind == kind)).scalars()})
         linked_items = set(session.execute(select(AnnotationTask.item_id).where(
             AnnotationTask.purpose == purpose, AnnotationTask.state != DELETED)).scalars())
     status = CHECKED if purpose == VERIFY else NEEDS_ADJUDICATION
@@ -244,8 +244,8 @@ def reconcile(store: Store, server: LabelStudioServer, project_id: int, purpose:
 
 def _flags_by_item(session: Session, item_ids: list[int]) -> dict[int, list[str]]:
     flags: dict[int, list[str]] = defaultdict(list)
-    for start in range(0, len(item_ids), 900):
-        for flag in session.execute(select(CheckFlag).where(CheckFlag.item_id.in_(item_ids[start:start + 900]))
+    for part in in_chunks(item_ids):
+        for flag in session.execute(select(CheckFlag).where(CheckFlag.item_id.in_(part))
                                     .order_by(CheckFlag.code)).scalars():
             flags[flag.item_id].append(f"{flag.code}: {flag.reason}")
     return flags
@@ -254,9 +254,9 @@ def _flags_by_item(session: Session, item_ids: list[int]) -> dict[int, list[str]
 def _sources_by_item(session: Session, items: list[Item]) -> dict[int, tuple[Optional[SourceQuestion], Optional[Image]]]:
     source_ids = sorted({i.source_id for i in items if i.source_id})
     sources: dict[int, tuple[SourceQuestion, Optional[Image]]] = {}
-    for start in range(0, len(source_ids), 900):
+    for part in in_chunks(source_ids):
         rows = session.execute(select(SourceQuestion, Image).outerjoin(Image, Image.id == SourceQuestion.image_id)
-                               .where(SourceQuestion.id.in_(source_ids[start:start + 900]))).all()
+                               .where(SourceQuestion.id.in_(part))).all()
         sources.update({s.id: (s, img) for s, img in rows})
     return {i.id: sources.get(i.source_id, (None, None)) for i in items}
 
@@ -276,10 +276,10 @@ def _judgment_text(judgment: Judgment) -> str:
 
 def _judgments_by_item(session: Session, item_ids: list[int]) -> dict[int, list[Judgment]]:
     found: dict[int, list[Judgment]] = defaultdict(list)
-    for start in range(0, len(item_ids), 900):
+    for part in in_chunks(item_ids):
         rows = session.execute(
             select(AnnotationTask.item_id, Judgment).join(Judgment, Judgment.task_id == AnnotationTask.id)
-            .where(AnnotationTask.item_id.in_(item_ids[start:start + 900]), AnnotationTask.purpose == VERIFY,
+            .where(AnnotationTask.item_id.in_(part), AnnotationTask.purpose == VERIFY,
                    AnnotationTask.state != DELETED)
             .order_by(Judgment.ls_annotation_id)).all()
         for item_id, judgment in rows:
@@ -492,10 +492,10 @@ def store_judgments(session: Session, chosen: dict[int, list[Chosen]], report: P
     Afterwards the judgments of each task in CHOSEN are exactly its picks, in the same order."""
     task_ids = list(chosen)
     existing: dict[tuple[int, str], Any] = {}
-    for start in range(0, len(task_ids), 900):
+    for part in in_chunks(task_ids):
         for j in session.execute(select(Judgment.id, Judgment.task_id, Judgment.annotator, Judgment.ls_annotation_id,
                                         Judgment.raw)
-                                 .where(Judgment.task_id.in_(task_ids[start:start + 900]))):
+                                 .where(Judgment.task_id.in_(part))):
             existing[(j.task_id, j.annotator)] = j
     changed: set[int] = set()
     new_rows: list[dict] = []
@@ -589,8 +589,7 @@ def apply_decisions(session: Session, tasks: dict[int, Any], changed: set[int], 
     item_ids = sorted({tasks[t].item_id for t in ids})
     items: dict[int, Any] = {}
     adjudicated_items: set[int] = set()
-    for start in range(0, len(item_ids), 900):
-        part = item_ids[start:start + 900]
+    for part in in_chunks(item_ids):
         items.update({i.id: i for i in session.execute(
             select(Item.id, Item.status, Item.answer, Item.proposed_answer).where(Item.id.in_(part)))})
         adjudicated_items.update(session.execute(select(AnnotationTask.item_id).where(

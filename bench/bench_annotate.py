@@ -34,9 +34,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import fixtures_label_studio as lsfix  # noqa: E402
 
-from cftools.annotate import ImageLinks, PushReport, project_title, pull, push, task_payloads  # noqa: E402
-from cftools.annotation_rules import VERIFY, render_label_config  # noqa: E402
-from cftools.label_studio import LabelStudioServer, server_settings  # noqa: E402
+from cftools.annotate.flow import ImageLinks, PushReport, project_title, pull, push, task_payloads  # noqa: E402
+from cftools.annotate.rules import VERIFY, render_label_config  # noqa: E402
+from cftools.annotate.label_studio import LabelStudioServer, server_settings  # noqa: E402
 from cftools.models import CHECKED, Image, Item, SourceQuestion, utcnow  # noqa: E402
 from cftools.workspace import init_workspace, load_workspace  # noqa: E402
 

@@ -6,7 +6,7 @@
    the target is at least 80% of it (128 items/s).
 2. rerun: the generated items are dropped (the request cache is kept) and the same N rewrites run again: every
    response comes from the cache, no model call; target: all N in under 5 s.
-The stub runs as its own process (`python -m cftools.llm.stub`, 127.0.0.1 only), so it does not share the
+The stub runs as its own process (`python tests/llm_stub.py`, 127.0.0.1 only), so it does not share the
 client's interpreter. Times are wall-clock of the library call `cftools.generate.rewrite` (selection, prompt
 rendering, calls, parsing and the store writes included).
 """
@@ -24,15 +24,16 @@ from pathlib import Path
 
 from sqlalchemy import delete, select
 
-from cftools.generate import llm_params, rewrite
-from cftools.ingest import ingest_table
+from cftools.kinds.cvqa_rewrite import llm_params, rewrite
+from cftools.ingest.readers import ingest_table
 from cftools.llm import make_backend
-from cftools.models import NUMERICAL_DIRECT, Item, ItemEvent
+from cftools.kinds.cvqa import NUMERICAL_DIRECT
+from cftools.models import Item, ItemEvent
 from cftools.workspace import init_workspace
 
 
 def start_stub(delay: float) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([sys.executable, "-m", "cftools.llm.stub", "--delay", str(delay)],
+    proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve().parents[1] / "tests" / "llm_stub.py"), "--delay", str(delay)],
                             stdout=subprocess.PIPE, text=True)
     return proc, proc.stdout.readline().split()[-1]
 

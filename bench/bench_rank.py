@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from fixtures_eval import build_tiny_llava, png_bytes  # noqa: E402
 
-from cftools.vlm import HFVisionModel, Prompt  # noqa: E402
+from cftools.evaluate.vlm import HFVisionModel, Prompt  # noqa: E402
 
 CONTEXT = ("The picture was taken on a rainy afternoon in a small harbour town. Several boats are moored along "
            "the quay, a man in a yellow coat is carrying a basket of fish, two children are watching seagulls, "
@@ -75,7 +75,7 @@ def main() -> None:
 
 
 def model_image(prompt: Prompt):  # noqa: ANN201
-    from cftools.vlm import load_image
+    from cftools.evaluate.vlm import load_image
 
     return load_image(prompt.images[0])
 

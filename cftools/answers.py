@@ -1,27 +1,50 @@
-"""Reading short free-text answers the way the standard VQA evaluation does.
+"""Reading a model's free-text reply the way a careful grader would.
 
-`normalize_answer` lowercases, removes punctuation (keeping decimal points inside numbers), turns
-number words into digits ("two" -> "2", "twenty one" -> "21"), drops the articles a/an/the and
-collapses white space.
+Normal form (`normalize_answer`) follows the official VQA evaluation script (Antol et al., "VQA: Visual
+Question Answering", ICCV 2015; the reference implementation is `vqaEval.py` in the GT-Vision-Lab/VQA
+repository, functions `processPunctuation` and `processDigitArticle`):
 
-`parse_yes_no` and `parse_count` read a model's reply as a yes/no or a count, and
-`extract_answer(text, answer_type)` picks the right reader for a VQA answer type ("number",
-"yes/no", "other"). Every reader returns None when the reply cannot be read: the evaluation counts
-such a reply as wrong and reports the unknown rate next to the score.
+- lowercase; punctuation becomes a space, except that a comma between digits is a thousands separator
+  ("1,000" -> "1000") and a period is kept only as a decimal point ("0.250" -> "0.25"; "0." never starts a
+  thousands group);
+- number words become digits ("two" -> "2"; "none" -> "0" as in the script's table; longer runs such as
+  "twenty one" -> "21" through word2number, which the script does not do);
+- the articles a, an, the are dropped;
+- contractions written without their apostrophe get it back ("dont" -> "don't", the script's table).
 
-| reply               | number | yes/no |
-|---------------------|--------|--------|
-| "two"               | 2      | None   |
-| "No, 3."            | 3      | no     |
-| "There are 3 birds" | 3      | None   |
-| "yes."              | None   | yes    |
-| "I think not"       | None   | no     |
+Which part of a reply holds the answer (`answer_segment`):
+
+1. an explicit answer marker wins: "Answer:", "New answer:", "Final answer:", "the answer is"; then a
+   result phrase ("there would be", "there will be"); the last such marker counts, so in a chain of
+   thought the number after "New answer:" beats the numbers of the steps;
+2. else the final line of a reply of several lines, when that line can be read;
+3. else the whole reply: for numbers only if it names one number ("There are 3 birds" -> 3); several
+   different numbers and no marker -> unknown.
+
+A reply that hedges ("Roughly 5 or 6", "maybe", "I guess"), names two candidates ("5 or 6", "5-6") or
+says it cannot tell is unknown, never credited. yes/no follows negation scope: "sure", "certainly",
+"right", "correct" say yes only when nothing in the reply negates ("Sure not." -> no; "No doubt, yes." ->
+yes); a reply that says both yes and no is unknown. An option letter is read only where it is used as
+one: "A dog is on the left." is not option A, "A." or "Answer: (A)" is.
+
+| reply                                              | number | yes/no |
+|----------------------------------------------------|--------|--------|
+| "two"                                              | 2      | None   |
+| "No, 3."                                           | 3      | no     |
+| "If 3 more birds landed, there would be 7 birds."  | 7      | None   |
+| "0.250"                                            | 0.25   | None   |
+| "Roughly 5 or 6."                                  | None   | None   |
+| "Sure not."                                        | None   | no     |
+| "No doubt, yes."                                   | None   | yes    |
+
+Every reader returns None when the reply cannot be read: the evaluation counts such a reply as wrong and
+reports the unknown rate next to the score.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Optional, Union
+from typing import Callable, Optional, Sequence, Union
 
 from word2number import w2n
 
@@ -36,31 +59,90 @@ NUMBER_WORDS = frozenset({
     "forty", "fifty", "sixty", "seventy", "eighty", "ninety", "hundred", "thousand", "million", "billion",
 })
 NUMBER_JOINERS = frozenset({"and"})
+# "none" is "0" in the VQA script's own table of number words.
 ZERO_WORDS = frozenset({"no", "none", "nothing", "nobody", "zero", "neither"})
-YES_WORDS = frozenset({"yes", "yeah", "yep", "yup", "true", "correct", "right", "affirmative", "certainly", "sure"})
-NO_WORDS = frozenset({"no", "not", "nope", "false", "incorrect", "never", "nah", "negative", "cannot", "cant",
-                      "isnt", "arent", "dont", "doesnt", "wont", "wouldnt", "wasnt", "werent", "none", "nothing"})
+# Words before "one" that make it a pronoun ("the one on the left"), not a count.
+PRONOUN_ONE_BEFORE = frozenset({"the", "this", "that", "each", "which", "every", "any", "no", "another"})
+
+# The VQA script's contraction table, for the forms a model writes without the apostrophe.
+CONTRACTIONS = {
+    "aint": "ain't", "arent": "aren't", "cant": "can't", "couldnt": "couldn't", "couldve": "could've",
+    "didnt": "didn't", "doesnt": "doesn't", "dont": "don't", "hadnt": "hadn't", "hasnt": "hasn't",
+    "havent": "haven't", "hes": "he's", "im": "i'm", "isnt": "isn't", "ive": "i've", "mightnt": "mightn't",
+    "mustnt": "mustn't", "neednt": "needn't", "shouldnt": "shouldn't", "shouldve": "should've",
+    "thats": "that's", "theres": "there's", "theyre": "they're", "theyve": "they've", "wasnt": "wasn't",
+    "werent": "weren't", "whats": "what's", "wont": "won't", "wouldnt": "wouldn't", "wouldve": "would've",
+    "youre": "you're", "youve": "you've",
+}
+
+# yes/no. Strong words are the answer itself; "no" is strong only where it opens a clause ("No, 3."), elsewhere
+# it is a determiner that negates ("There are no birds").
+STRONG_YES = frozenset({"yes", "yeah", "yep", "yup", "affirmative", "aye"})
+STRONG_NO = frozenset({"nope", "nah", "negative"})
+# Agreement words answer yes only when nothing in the reply negates: "Sure not." is no.
+WEAK_YES = frozenset({"sure", "certainly", "definitely", "absolutely", "surely", "indeed", "correct", "right",
+                      "true", "exactly", "agreed"})
+# A weak yes-word counts only in a short clause ("That's right.", "Certainly,"), not in "the bird on the right".
+WEAK_YES_CLAUSE_TOKENS = 4
+NEGATORS = frozenset({"no", "not", "never", "none", "nothing", "nobody", "neither", "nor", "cannot", "false",
+                      "incorrect", "wrong", "untrue"})
+# Phrases that affirm even though they hold a negating word.
+AFFIRMING_PHRASES = re.compile(r"\b(?:no doubt|without (?:a |any )?doubt|no question|doubtless|of course)\b")
+
 # Phrases that say the model does not know; a reply holding one is unreadable, not "no".
 UNSURE_PATTERNS = (
-    r"\bnot sure\b", r"\bunsure\b", r"\bdo ?n[o']?t know\b", r"\bdont know\b", r"\bunknown\b", r"\bunclear\b",
-    r"\bcannot (?:be )?(?:determine|tell|say|answer)", r"\bcant (?:determine|tell|say|answer)",
-    r"\bimpossible to (?:tell|say|determine)\b", r"\bnot possible to (?:tell|say|determine)\b",
+    r"\bnot (?:sure|certain)\b", r"\bunsure\b", r"\buncertain\b", r"\bdo(?:n't| not) know\b", r"\bunknown\b",
+    r"\bunclear\b", r"\b(?:can't|cannot|can not|couldn't|could not) (?:be )?(?:determine|determined|tell|say|answer"
+    r"|know|see|be sure)", r"\b(?:impossible|not possible|hard|difficult) to (?:tell|say|determine|know)\b",
+    r"\bnot clear\b", r"\bno way to (?:tell|know)\b",
+)
+# Hedges and guesses: the reply does not commit to one answer.
+HEDGE_PATTERNS = (
+    r"\bmaybe\b", r"\bperhaps\b", r"\bpossibly\b", r"\bprobably\b", r"\broughly\b", r"\bapproximately\b",
+    r"\bapprox\b", r"\bguess(?:ing|ed)?\b", r"\bestimated?\b", r"\bpresumably\b", r"\bor so\b",
+    r"\bgive or take\b", r"\bmore or less\b", r"\beither\b.*\bor\b",
+)
+# Words that make the number after them an approximation or a bound, not an answer.
+APPROXIMATORS = ("about", "around", "nearly", "almost", "over", "under", "above", "below", "more than",
+                 "less than", "fewer than", "at least", "at most", "up to", "close to", "some", "roughly")
+
+# Answer markers, strongest first; within a level the last occurrence wins. Result phrases ("there would be")
+# mark a number only: "Yes, there would be no birds" answers yes.
+ANSWER_MARKERS = (
+    re.compile(r"\b(?:(?:final|new|updated|correct|short|my)\s+)?answer(?:\s*:|\s+(?:is|would be|will be|should be)\b"
+               r"\s*:?)", re.IGNORECASE),
+)
+RESULT_MARKERS = (
+    re.compile(r"\bthere\s+(?:would|will|should)\s+(?:now\s+|still\s+)?(?:be|remain)\b", re.IGNORECASE),
 )
 
-_DECIMAL = re.compile(r"(?<=\d)[.,](?=\d{3}\b)")      # thousands separator: 1,000 -> 1000
-_PUNCT = re.compile(r"[^\w\s.]|_")
+_RANGE_DASH = re.compile(r"(?<=\d)\s*[-\u2013\u2014]\s*(?=\d)")
+_THOUSANDS = re.compile(r"\b([1-9]\d{0,2})((?:,\d{3})+)\b")
+_PUNCT = re.compile(r"[^\w\s.']|_")
 _STRAY_DOT = re.compile(r"(?<!\d)\.|\.(?!\d)")          # a dot that is not a decimal point
+_STRAY_QUOTE = re.compile(r"(?<!\w)'|'(?!\w)")          # a quote mark, not an apostrophe inside a word
 _NUMBER_TOKEN = re.compile(r"^-?\d+(?:\.\d+)?$")
+_MARKDOWN = re.compile(r"[*#`]+")
 _UNSURE = re.compile("|".join(UNSURE_PATTERNS))
+_HEDGE = re.compile("|".join(HEDGE_PATTERNS))
+_CLAUSE_SPLIT = re.compile(r"(?:[,;:!?\n]|\.(?!\d))+")
 
+# A reader's verdict on one segment: a value, UNKNOWN (the segment answers but cannot be credited: stop),
+# or NOT_FOUND (the segment holds no answer of this type: look further).
+UNKNOWN = object()
+NOT_FOUND = object()
+
+
+# -- normal form ---------------------------------------------------------------------------------------------
 
 def _tokens(text: str) -> list[str]:
-    text = str(text).lower().strip()
-    text = text.replace("’", "'").replace("n't", "nt").replace("'", "")
-    text = _DECIMAL.sub("", text)
+    """Lowercase tokens with punctuation gone, decimal points and apostrophes inside words kept."""
+    text = str(text).lower().replace("’", "'").replace("‘", "'").strip()
+    text = _THOUSANDS.sub(lambda m: m.group(1) + m.group(2).replace(",", ""), text)
     text = _PUNCT.sub(" ", text)
     text = _STRAY_DOT.sub(" ", text)
-    return text.split()
+    text = _STRAY_QUOTE.sub(" ", text)
+    return [CONTRACTIONS.get(token, token) for token in text.split()]
 
 
 def _number_runs(tokens: list[str]) -> list[tuple[int, int, Number]]:
@@ -101,10 +183,10 @@ def format_number(value: Number) -> str:
 
 
 def normalize_answer(text: Optional[str]) -> str:
-    """VQA-style normal form: lowercase, no punctuation or articles, number words as digits."""
+    """VQA-style normal form: lowercase, no punctuation or articles, number words as digits (see module doc)."""
     if text is None:
         return ""
-    tokens = _tokens(text)
+    tokens = ["0" if token == "none" else token for token in _tokens(text)]
     runs = {start: (end, value) for start, end, value in _number_runs(tokens)}
     out: list[str] = []
     i = 0
@@ -120,33 +202,116 @@ def normalize_answer(text: Optional[str]) -> str:
     return " ".join(out)
 
 
+def _plain(text: str) -> str:
+    """The text as one lowercase line of tokens, for phrase patterns."""
+    return " ".join(_tokens(text))
+
+
 def is_unsure(text: Optional[str]) -> bool:
-    return bool(text) and bool(_UNSURE.search(" ".join(_tokens(text))))
+    """Whether the reply says it cannot tell ("I'm not sure", "cannot be determined")."""
+    return bool(text) and bool(_UNSURE.search(_plain(text)))
 
 
-def parse_yes_no(text: Optional[str]) -> Optional[str]:
-    """'yes' or 'no' from a reply ("yes." -> yes, "I think not" -> no, "No, 3." -> no), else None."""
-    if not text or is_unsure(text):
+def is_hedged(text: Optional[str]) -> bool:
+    """Whether the reply hedges or guesses ("maybe", "roughly", "I guess") or says it cannot tell."""
+    return bool(text) and (is_unsure(text) or bool(_HEDGE.search(_plain(text))))
+
+
+# -- where the answer is ---------------------------------------------------------------------------------------
+
+def _after_last_marker(text: str, markers: Sequence[re.Pattern] = ANSWER_MARKERS) -> list[str]:
+    """The text after the last answer marker of each level that occurs, strongest level first."""
+    segments = []
+    for marker in markers:
+        matches = list(marker.finditer(text))
+        if matches:
+            segments.append(text[matches[-1].end():])
+    return segments
+
+
+def _final_line(text: str) -> Optional[str]:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if len(lines) > 1 else None
+
+
+def answer_segment(text: str) -> str:
+    """The part of a reply that states its answer: after the last answer marker, else the final line of
+    several, else the whole reply."""
+    text = _MARKDOWN.sub("", str(text))
+    segments = _after_last_marker(text)
+    if segments:
+        return segments[0]
+    return _final_line(text) or text
+
+
+# Where a segment comes from: after a marker, the final line of several, or the whole reply.
+MARKED, FINAL_LINE, WHOLE = "marked", "final line", "whole"
+
+
+def _read(text: Optional[str], read_segment: Callable[[str, str], object],
+          markers: Sequence[re.Pattern] = ANSWER_MARKERS) -> object:
+    """Apply READ_SEGMENT to the answer's segments in order: marker segments, then the final line, then the
+    whole reply; the first verdict other than NOT_FOUND counts (UNKNOWN reads as None)."""
+    if text is None or not str(text).strip():
         return None
-    for token in _tokens(text):
-        if token in YES_WORDS:
-            return "yes"
-        if token in NO_WORDS:
-            return "no"
+    text = _MARKDOWN.sub("", str(text))
+    candidates = [(segment, MARKED) for segment in _after_last_marker(text, markers)]
+    final_line = _final_line(text)
+    if final_line is not None:
+        candidates.append((final_line, FINAL_LINE))
+    candidates.append((text, WHOLE))
+    for segment, where in candidates:
+        verdict = read_segment(segment, where)
+        if verdict is UNKNOWN:
+            return None
+        if verdict is not NOT_FOUND:
+            return verdict
     return None
+
+
+# -- numbers --------------------------------------------------------------------------------------------------
+
+def _counting_runs(tokens: list[str]) -> list[tuple[int, int, Number]]:
+    """Number runs minus the pronoun "one" ("the one on the left")."""
+    return [(start, end, value) for start, end, value in _number_runs(tokens)
+            if not (tokens[start] == "one" and end == start + 1 and start > 0
+                    and tokens[start - 1] in PRONOUN_ONE_BEFORE)]
+
+
+def _approximated(tokens: list[str], start: int) -> bool:
+    before = " ".join(tokens[max(0, start - 2):start])
+    return any(before == phrase or before.endswith(" " + phrase) for phrase in APPROXIMATORS)
+
+
+def _two_candidates(tokens: list[str], runs: list[tuple[int, int, Number]], index: int) -> bool:
+    """Whether the number at RUNS[INDEX] is one end of "5 or 6", "5 to 6", "5-6" or "between 5 and 6"."""
+    start, end, value = runs[index]
+    if index + 1 < len(runs):
+        next_start, _, next_value = runs[index + 1]
+        between = tokens[end:next_start]
+        if next_value != value and between in (["or"], ["to"], ["and"]):
+            return between != ["and"] or (start > 0 and tokens[start - 1] == "between")
+    return False
+
+
+def _read_number_segment(segment: str, where: str) -> object:
+    if is_hedged(segment):
+        return UNKNOWN
+    # "5-6" is a range of two candidates, not two numbers side by side.
+    tokens = _tokens(_RANGE_DASH.sub(" to ", segment))
+    runs = _counting_runs(tokens)
+    if not runs:
+        return 0 if any(token in ZERO_WORDS for token in tokens) else NOT_FOUND
+    if where != MARKED and len({value for _, _, value in runs}) > 1:
+        return UNKNOWN  # several different numbers and no marker says which is the answer
+    if _approximated(tokens, runs[0][0]) or _two_candidates(tokens, runs, 0):
+        return UNKNOWN
+    return runs[0][2]
 
 
 def parse_number(text: Optional[str]) -> Optional[Number]:
-    """The first number in a reply ("No, 3." -> 3, "twenty one" -> 21); "none"/"no birds" -> 0; else None."""
-    if not text or is_unsure(text):
-        return None
-    tokens = _tokens(text)
-    runs = _number_runs(tokens)
-    if runs:
-        return runs[0][2]
-    if any(token in ZERO_WORDS for token in tokens):
-        return 0
-    return None
+    """The number a reply answers with (see the module doc for which one); "none"/"no birds" -> 0; else None."""
+    return _read(text, _read_number_segment, ANSWER_MARKERS + RESULT_MARKERS)  # type: ignore[return-value]
 
 
 def parse_count(text: Optional[str]) -> Optional[int]:
@@ -157,6 +322,86 @@ def parse_count(text: Optional[str]) -> Optional[int]:
     return int(value)
 
 
+# -- yes / no -------------------------------------------------------------------------------------------------
+
+def _clauses(segment: str) -> list[list[str]]:
+    return [tokens for tokens in (_tokens(part) for part in _CLAUSE_SPLIT.split(segment.lower())) if tokens]
+
+
+def _read_yes_no_segment(segment: str, where: str) -> object:
+    if is_hedged(segment):
+        return UNKNOWN
+    segment = AFFIRMING_PHRASES.sub(" certainly ", segment.lower().replace("\u2019", "'"))
+    clauses = _clauses(segment)
+    said = set()
+    for clause in clauses:
+        if clause[0] == "no" or clause[-1] == "no":  # elsewhere "no" is a determiner: "there are no birds"
+            said.add("no")
+        said.update("yes" for token in clause if token in STRONG_YES)
+        said.update("no" for token in clause if token in STRONG_NO)
+    if len(said) > 1:
+        return UNKNOWN  # "Yes and no."
+    if said:
+        return said.pop()
+    if where == FINAL_LINE:
+        return NOT_FOUND  # a last line without yes or no is explanation; read the whole reply
+    if any(token in NEGATORS or token.endswith("n't") for clause in clauses for token in clause):
+        return "no"
+    if any(token in WEAK_YES and len(clause) <= WEAK_YES_CLAUSE_TOKENS for clause in clauses for token in clause):
+        return "yes"
+    return NOT_FOUND
+
+
+def parse_yes_no(text: Optional[str]) -> Optional[str]:
+    """'yes' or 'no' from a reply ("yes." -> yes, "I think not" -> no, "Sure not." -> no), else None."""
+    return _read(text, _read_yes_no_segment)  # type: ignore[return-value]
+
+
+# -- option letters -------------------------------------------------------------------------------------------
+
+# Words that show a letter is used as an option's name: "option B", "image C", "(A)".
+_OPTION_CUE = re.compile(r"(?:option|choice|image|picture|letter|answer is|answer)\s*[:\-]?\s*\(?$", re.IGNORECASE)
+# Words after which "A" is still the option ("A is the effect", "A or B"), not the article.
+_AFTER_OPTION_A = frozenset({"is", "was", "would", "shows", "matches", "fits", "seems", "depicts", "or", "and"})
+
+
+def _letter_mentions(segment: str, letters: Sequence[str]) -> list[str]:
+    mentions = []
+    pattern = re.compile(r"(?<![A-Za-z'])(" + "|".join(re.escape(letter) for letter in letters) + r")(?![A-Za-z'])")
+    for match in pattern.finditer(segment):
+        before, after = segment[:match.start()], segment[match.end():]
+        cued = bool(_OPTION_CUE.search(before.rstrip()))
+        next_word = re.match(r"\s+([A-Za-z]+)", after)
+        if match.group(1) == "A" and next_word and not cued and next_word.group(1).lower() not in _AFTER_OPTION_A:
+            continue  # the article: "A dog is on the left."
+        mentions.append(match.group(1))
+    return mentions
+
+
+def extract_option_letter(text: Optional[str], letters: Sequence[str]) -> Optional[str]:
+    """The option letter a reply picks ("B", "(C)", "Answer: D", "I choose A."); None for "A dog ..." or a
+    reply naming several letters without a marker."""
+    def read(segment: str, where: str) -> object:
+        if is_hedged(segment):
+            return UNKNOWN
+        mentions = _letter_mentions(segment, letters)
+        if not mentions:
+            return NOT_FOUND
+        if where != MARKED and len(set(mentions)) > 1:
+            return UNKNOWN
+        return mentions[0]
+
+    return _read(text, read)  # type: ignore[return-value]
+
+
+# -- by answer type -------------------------------------------------------------------------------------------
+
+def _read_other_segment(segment: str, where: str) -> object:
+    if is_hedged(segment):
+        return UNKNOWN
+    return normalize_answer(segment) or NOT_FOUND
+
+
 def extract_answer(text: Optional[str], answer_type: Optional[str]) -> Optional[str]:
     """The reply read for its answer type, as a string: "3", "yes", or the normal form; None when unreadable."""
     if answer_type == "number":
@@ -164,9 +409,7 @@ def extract_answer(text: Optional[str], answer_type: Optional[str]) -> Optional[
         return None if value is None else format_number(value)
     if answer_type == "yes/no":
         return parse_yes_no(text)
-    if not text or is_unsure(text):
-        return None
-    return normalize_answer(text) or None
+    return _read(text, _read_other_segment)  # type: ignore[return-value]
 
 
 def infer_answer_type(answer: Optional[str]) -> str:

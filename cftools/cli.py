@@ -6,13 +6,15 @@ from pathlib import Path
 
 import click
 from rich.markup import escape
+from sqlalchemy.engine import make_url
 from rich.table import Table
 
 from cftools import __version__
-from cftools.commands.common import console, get_workspace, pass_workspace, print_json
+from cftools.commands.common import console, pass_workspace, print_json
+from cftools.commands.ingest import json_option
 from cftools.errors import CftoolsError
-from cftools.ingest import IngestReport, ingest_cvqa, ingest_table, ingest_vqav2
 from cftools.overview import item_detail, store_counts
+from cftools.resources import copy_overridable
 from cftools.workspace import Workspace, init_workspace
 
 
@@ -23,6 +25,9 @@ class CftoolsGroup(click.Group):
         try:
             return super().invoke(ctx)
         except CftoolsError as exc:
+            if exc.is_warning:
+                click.secho(f"Warning: {exc}", fg="yellow", err=True)
+                ctx.exit(1)
             raise click.ClickException(str(exc)) from None
 
 
@@ -39,94 +44,23 @@ def main(workspace: Path | None) -> None:
 
 @main.command()
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--db", "db_url", help="SQLAlchemy URL of the store (default: a SQLite file in the workspace).")
-def init(directory: Path, db_url: str | None) -> None:
+@click.option("--db", "db_url", help="SQLAlchemy URL of the store (default: a SQLite file in the workspace). "
+                                     "A password in it is used now and never written to cftools.toml.")
+@click.option("--password-env", help="Variable that holds the store's password later (default: PGPASSWORD).")
+@click.option("--with-prompts", is_flag=True,
+              help="Copy the prompts and Label Studio configs into the workspace to edit; a file there wins.")
+def init(directory: Path, db_url: str | None, password_env: str | None, with_prompts: bool) -> None:
     """Create a workspace in DIRECTORY: cftools.toml and the item store."""
-    workspace = init_workspace(directory, db_url)
+    workspace = init_workspace(directory, db_url, password_env)
+    if with_prompts:
+        copied = copy_overridable(workspace.root)
+        console.print(f"{len(copied)} prompt and label-config files copied into {workspace.root} (prompts/, annotation/)")
     console.print(f"Workspace ready at [bold]{workspace.root}[/] (store: {workspace.store.safe_url}, "
                   f"schema {workspace.store.schema_version})")
+    if db_url and make_url(db_url).password is not None:
+        console.print(f"The password was not written to cftools.toml; set ${password_env or 'PGPASSWORD'} "
+                      "when you use this workspace.")
     workspace.close()
-
-
-@main.group()
-def ingest() -> None:
-    """Read source questions, images and existing items into the store."""
-
-
-def _report_path(workspace: Workspace, report: Path | None, name: str) -> Path:
-    return report or workspace.path("reports", f"ingest-{Path(name).stem}-skipped.jsonl")
-
-
-def _print_ingest(report: IngestReport, as_json: bool) -> None:
-    if as_json:
-        print_json(report.as_dict())
-        return
-    console.print(
-        f"[bold]{report.path}[/] ({report.dataset}): {report.n_records} records, "
-        f"{report.sources_added} source questions and {report.items_added} items added, "
-        f"{report.images_added} images added, {report.images_attached} records got an image, "
-        f"{report.missing_images} still without an image.")
-    if report.bad:
-        console.print(f"[yellow]{len(report.bad)} bad records skipped; listed in {report.report_path}[/]")
-
-
-skip_bad_option = click.option("--skip-bad", is_flag=True,
-                               help="Skip bad records and list them in a report file instead of stopping.")
-report_option = click.option("--report", type=click.Path(dir_okay=False, path_type=Path),
-                             help="Where --skip-bad lists the skipped records (default: WORKSPACE/reports/).")
-images_option = click.option("--images", "images_dir", type=click.Path(file_okay=False, path_type=Path),
-                             help="Folder of the images; without it records are kept as missing an image.")
-json_option = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-
-
-@ingest.command("vqav2")
-@click.option("--questions", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="VQAv2 questions file (v2_OpenEnded_mscoco_*_questions.json).")
-@click.option("--annotations", type=click.Path(dir_okay=False, path_type=Path),
-              help="VQAv2 annotations file (v2_mscoco_*_annotations.json); omit for the test split.")
-@images_option
-@skip_bad_option
-@report_option
-@json_option
-@pass_workspace
-def ingest_vqav2_cmd(workspace: Workspace, questions: Path, annotations: Path | None, images_dir: Path | None,
-                     skip_bad: bool, report: Path | None, as_json: bool) -> None:
-    """Ingest the official VQAv2 question and annotation files."""
-    result = ingest_vqav2(workspace.store, questions, annotations, images_dir, skip_bad,
-                          _report_path(workspace, report, questions.name))
-    _print_ingest(result, as_json)
-
-
-@ingest.command("cvqa")
-@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--name", "dataset", help="Dataset name in the store (default: cvqa:FILE-STEM).")
-@images_option
-@skip_bad_option
-@report_option
-@json_option
-@pass_workspace
-def ingest_cvqa_cmd(workspace: Workspace, file: Path, dataset: str | None, images_dir: Path | None,
-                    skip_bad: bool, report: Path | None, as_json: bool) -> None:
-    """Ingest a C-VQA CSV as published (img_path,query,answer,new query,new answer,type)."""
-    result = ingest_cvqa(workspace.store, file, images_dir, skip_bad, _report_path(workspace, report, file.name),
-                         dataset)
-    _print_ingest(result, as_json)
-
-
-@ingest.command("table")
-@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--name", "dataset", help="Dataset name in the store (default: table:FILE-STEM).")
-@images_option
-@skip_bad_option
-@report_option
-@json_option
-@pass_workspace
-def ingest_table_cmd(workspace: Workspace, file: Path, dataset: str | None, images_dir: Path | None,
-                     skip_bad: bool, report: Path | None, as_json: bool) -> None:
-    """Ingest your own image,question,answer records (CSV or JSONL)."""
-    result = ingest_table(workspace.store, file, images_dir, skip_bad, _report_path(workspace, report, file.name),
-                          dataset)
-    _print_ingest(result, as_json)
 
 
 def _count_table(title: str, counts: dict[str, int]) -> Table:
@@ -202,9 +136,14 @@ def show(workspace: Workspace, item_id: int, as_json: bool) -> None:
 from cftools.commands.export import export_cmd, ingest_release_cmd, verify_cmd  # noqa: E402
 main.add_command(export_cmd)
 main.add_command(verify_cmd)
+from cftools.commands.ingest import ingest  # noqa: E402
+main.add_command(ingest)
 ingest.add_command(ingest_release_cmd)
 from cftools.commands.generate import generate  # noqa: E402
 main.add_command(generate)
+from cftools.commands.kinds import add_kind_commands, kinds_cmd  # noqa: E402
+main.add_command(kinds_cmd)
+add_kind_commands({"ingest": ingest, "generate": generate})
 from cftools.commands.check import check  # noqa: E402
 main.add_command(check)
 from cftools.commands.evaluate import eval_group  # noqa: E402

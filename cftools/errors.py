@@ -2,9 +2,25 @@
 
 from __future__ import annotations
 
+import re
+from typing import Iterable
+
+# Anything shaped like a credential, scrubbed even when it is not the secret we know of: an echoed
+# `Authorization: Bearer ...` / `Token ...` header (a server may swap our token for a session one),
+# an `api_key=...` field, or an OpenAI-style `sk-...` key.
+CREDENTIAL_PATTERNS = (
+    re.compile(r"(?i)\b(authorization|proxy-authorization|x-api-key|api[-_]?key)(\s*[:=]\s*[\"']?|[\"']\s*:\s*[\"'])"
+               r"((?:bearer|token|basic)\s+)?[^\s\"',;}\]]+"),
+    re.compile(r"(?i)\b(bearer|token)(\s+)()(?=\S*\d)[A-Za-z0-9._~+/=\-]{8,}"),
+    re.compile(r"\b(sk|key|tok)(-)()[A-Za-z0-9_\-]{6,}"),
+)
+
 
 class CftoolsError(Exception):
     """Base class: the message is meant for a person and carries no secret."""
+
+    # A warning: nothing went wrong but nothing was done either; the CLI says "Warning:", still exits non-zero.
+    is_warning = False
 
 
 class WorkspaceError(CftoolsError):
@@ -24,3 +40,32 @@ class InputError(CftoolsError):
         self.reason = reason
         where = f"{self.path}" if record is None else f"{self.path}, {record}"
         super().__init__(f"{where}: {reason}")
+
+
+class NoRecordsError(InputError):
+    """An input file holds no records at all: nothing is ingested and no ingest run is recorded."""
+
+    is_warning = True
+
+    def __init__(self, path: object) -> None:
+        super().__init__(path, "0 records; nothing was ingested")
+
+
+def scrub_secrets(text: str, secrets: Iterable[str] = ()) -> str:
+    """TEXT with every known secret and anything credential-shaped replaced by ***."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "***")
+    for pattern in CREDENTIAL_PATTERNS:
+        text = pattern.sub(lambda m: f"{m.group(1)}{m.group(2)}{m.group(3) or ''}***", text)
+    return text
+
+
+def error_text(text: str, secrets: Iterable[str] = (), limit: int = 300) -> str:
+    """A server's answer made fit for an error message: secrets scrubbed, one line, at most LIMIT characters.
+
+    Scrubbing comes first: cut first, a secret straddling the cut keeps its start and no longer
+    matches whole, so that start would be printed.
+    """
+    text = " ".join(scrub_secrets(str(text), secrets).split())
+    return text if len(text) <= limit else text[:limit - 1] + "…"

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import mimetypes
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import PIL.Image
 from sqlalchemy import select
@@ -14,6 +18,9 @@ from sqlmodel import Session
 from cftools.errors import InputError
 from cftools.models import Image, ImageName, SourceQuestion, utcnow
 from cftools.store import Store
+
+# How an item's data names a further stored image (a MuCR pair, a candidate): `sha256:<hex>`.
+STORE_IMAGE_REF = re.compile(r"^sha256:([0-9a-f]{64})$")
 
 HASH_CHUNK = 1 << 20
 
@@ -37,28 +44,54 @@ def sha256_file(path: Path) -> str:
 
 
 def read_image_file(path: Path, record: object | None = None) -> ImageFile:
-    """Hash and measure one image; an unreadable or non-image file is an InputError naming it."""
+    """Hash and measure one image; an unreadable, truncated or non-image file is an InputError naming it."""
     try:
         with PIL.Image.open(path) as img:
             width, height, fmt = img.width, img.height, (img.format or "").lower()
-            img.verify()
+            img.verify()  # structure and checksums
+        # verify() reads no pixels: a JPEG cut short passes it, so decode the whole image once.
+        with PIL.Image.open(path) as img:
+            img.load()
     except (OSError, PIL.Image.DecompressionBombError, SyntaxError, ValueError) as exc:
         raise InputError(path, f"not a readable image ({exc.__class__.__name__}: {exc})", record) from None
     return ImageFile(path=path, sha256=sha256_file(path), width=width, height=height, format=fmt,
                      size_bytes=path.stat().st_size)
 
 
-def index_folder(folder: Path) -> dict[str, Path]:
-    """File name -> path for every file under FOLDER (recursively); the first path of a name wins."""
-    found: dict[str, Path] = {}
-    for dirpath, dirnames, filenames in os.walk(folder):
-        dirnames.sort()
-        for name in sorted(filenames):
-            found.setdefault(name, Path(dirpath) / name)
-    return found
+def image_ref_path(ref: str) -> str:
+    """An input's image reference as a relative POSIX path ("img\\a.jpg" -> "img/a.jpg", "./a.jpg" -> "a.jpg")."""
+    parts = [part for part in str(ref).replace("\\", "/").split("/") if part not in ("", ".")]
+    return "/".join(parts)
 
 
-def register_image(store: Store, session: Session, image: ImageFile) -> tuple[int, bool]:
+class FolderIndex:
+    """Every file under an images folder by its path relative to the folder. A reference names a file by that
+    path, or by a path that ends with it or that it ends with ("C-VQA-Real/a/x.jpg" finds "a/x.jpg" under an
+    --images pointing inside); two different files matching one reference make it ambiguous."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.by_rel: dict[str, Path] = {}
+        self.by_name: dict[str, list[str]] = {}
+        for dirpath, dirnames, filenames in os.walk(folder):
+            dirnames.sort()
+            for name in sorted(filenames):
+                path = Path(dirpath) / name
+                rel = path.relative_to(folder).as_posix()
+                self.by_rel[rel] = path
+                self.by_name.setdefault(name, []).append(rel)
+
+    def find(self, ref: str) -> list[str]:
+        """The relative paths REF can mean: the exact one, else every file one path ends with the other."""
+        ref = image_ref_path(ref)
+        if ref in self.by_rel:
+            return [ref]
+        name = ref.rsplit("/", 1)[-1]
+        return [rel for rel in self.by_name.get(name, [])
+                if ref.endswith("/" + rel) or rel.endswith("/" + ref)]
+
+
+def register_image(store: Store, session: Session, image: ImageFile, name: str | None = None) -> tuple[int, bool]:
     """Return the image's id, adding it if its content is new; records the file name too."""
     existing = session.execute(select(Image.id).where(Image.sha256 == image.sha256)).scalar_one_or_none()
     added = existing is None
@@ -67,7 +100,7 @@ def register_image(store: Store, session: Session, image: ImageFile) -> tuple[in
             "sha256": image.sha256, "width": image.width, "height": image.height, "format": image.format,
             "size_bytes": image.size_bytes, "path": str(image.path.resolve()), "created_at": utcnow()}])
         existing = session.execute(select(Image.id).where(Image.sha256 == image.sha256)).scalar_one()
-    store.insert_ignore(session, ImageName.__table__, [{"name": image.path.name, "image_id": existing}])
+    store.insert_ignore(session, ImageName.__table__, [{"name": name or image.path.name, "image_id": existing}])
     return existing, added
 
 
@@ -88,10 +121,36 @@ def attach_images(store: Store, session: Session, dataset: str, images: dict[str
         if image is None:
             continue
         if ref not in ids:
-            ids[ref], new = register_image(store, session, image)
+            ids[ref], new = register_image(store, session, image, name=ref)
             added += new
         session.execute(SourceQuestion.__table__.update()
                         .where(SourceQuestion.__table__.c.id == source_id).values(image_id=ids[ref]))
         filled += 1
     return added, filled
 
+
+def strings_in(value: Any) -> list[str]:
+    """Every string in VALUE, in a fixed order (dict keys sorted)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list):
+        return [s for v in value for s in strings_in(v)]
+    if isinstance(value, dict):
+        return [s for k in sorted(value) for s in strings_in(value[k])]
+    return []
+
+
+def data_image_shas(data: Any) -> list[str]:
+    """SHA-256s of the further images an item names in its data as `sha256:<hex>`, in a fixed order."""
+    found: dict[str, None] = {}
+    for text in strings_in(data):
+        match = STORE_IMAGE_REF.match(text)
+        if match:
+            found.setdefault(match.group(1))
+    return list(found)
+
+
+def data_uri(path: Path) -> str:
+    """The file as a `data:` URI (images embedded in a Label Studio task or an API request)."""
+    mime = mimetypes.guess_type(Path(path).name)[0] or "image/png"
+    return f"data:{mime};base64,{base64.b64encode(Path(path).read_bytes()).decode('ascii')}"

@@ -17,15 +17,6 @@ REJECTED = "rejected"
 NEEDS_ADJUDICATION = "needs_adjudication"
 STATUSES = (DRAFT, CHECKED, IN_REVIEW, ACCEPTED, REJECTED, NEEDS_ADJUDICATION)
 
-# Item kinds (benchmark shapes) and the C-VQA groups.
-KIND_CVQA = "cvqa"
-KIND_CFMM = "cfmm"
-KIND_MUCR = "mucr"
-NUMERICAL_DIRECT = "numerical-direct"
-NUMERICAL_INDIRECT = "numerical-indirect"
-BOOLEAN = "boolean"
-CVQA_GROUPS = (NUMERICAL_DIRECT, NUMERICAL_INDIRECT, BOOLEAN)
-
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
@@ -125,7 +116,7 @@ class Item(SQLModel, table=True):
     __tablename__ = "items"
     id: Optional[int] = Field(default=None, primary_key=True)
     key: str = Field(index=True, unique=True)  # stable identity used for idempotent writes
-    kind: str = Field(default=KIND_CVQA, index=True)
+    kind: str = Field(index=True)  # a registered kind (cftools.kinds)
     group: str = Field(index=True)
     source_id: Optional[int] = Field(default=None, foreign_key="source_questions.id", index=True)
     question: str = Field(sa_column=Column(Text, nullable=False))
@@ -266,6 +257,21 @@ class IngestRun(SQLModel, table=True):
     n_images_added: int = 0
     n_skipped: int = 0
     created_at: datetime = Field(default_factory=utcnow)
+
+
+class WorkClaim(SQLModel, table=True):
+    """A unit of generation work that one worker holds at a time (a lease that lapses when the worker dies), so
+    many `cftools generate` processes on one store never make the same thing twice."""
+
+    __tablename__ = "work_claims"
+    __table_args__ = (UniqueConstraint("generator", "key"),)
+    id: Optional[int] = Field(default=None, primary_key=True)
+    generator: str = Field(index=True)
+    key: str  # what the job makes (an item key, "context:<item key>", ...)
+    state: str = "free"  # free | leased | done | failed
+    worker: Optional[str] = None
+    lease_expires: Optional[datetime] = None
+    finished_at: Optional[datetime] = None
 
 
 Index("ix_items_kind_group_status", Item.kind, Item.group, Item.status)

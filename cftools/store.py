@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-from importlib import resources
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator, Sequence
 
 from alembic import command
 from alembic.config import Config
@@ -16,6 +15,7 @@ from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.pool import NullPool
 from sqlmodel import Session
 
+from cftools.resources import packaged_dir
 from cftools.errors import StoreError
 
 SQLITE_BUSY_TIMEOUT_MS = 120_000
@@ -54,7 +54,7 @@ def make_engine(url: str) -> Engine:
 
 def alembic_config(engine: Engine) -> Config:
     cfg = Config()
-    cfg.set_main_option("script_location", str(resources.files("cftools") / "db"))
+    cfg.set_main_option("script_location", str(packaged_dir("db")))
     cfg.attributes["engine"] = engine
     return cfg
 
@@ -131,3 +131,13 @@ class Store:
 
     def dispose(self) -> None:
         self.engine.dispose()
+
+
+QUERY_CHUNK = 900  # bound parameters per IN (...) list: under SQLite's old 999 limit
+
+
+def in_chunks(values: Sequence[Any], size: int = QUERY_CHUNK) -> Iterator[list[Any]]:
+    """VALUES in slices small enough for one `IN (...)` query on every backend."""
+    values = list(values)
+    for start in range(0, len(values), size):
+        yield values[start:start + size]

@@ -5,17 +5,44 @@ from __future__ import annotations
 import os
 import tomllib
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from jinja2 import Environment, PackageLoader
+import tomlkit
 
 from cftools.errors import WorkspaceError
 from cftools.store import Store
 
 CONFIG_NAME = "cftools.toml"
+CONFIG_TEMPLATE = "cftools.toml.j2"  # plain TOML since values are set with tomlkit (the name is kept)
 ENV_WORKSPACE = "CFTOOLS_WORKSPACE"
 DEFAULT_DB_NAME = "cftools.db"
+# The store's password lives in the environment, never in cftools.toml: PGPASSWORD unless [store] password_env
+# names another variable.
+DEFAULT_PASSWORD_ENV = "PGPASSWORD"
+
+
+def with_password(url: str, password_env: str) -> str:
+    """URL with the password from $PASSWORD_ENV added, when it has none and the variable is set."""
+    from sqlalchemy.engine import make_url
+
+    password = os.environ.get(password_env)
+    parsed = make_url(url)
+    if not password or parsed.password is not None or parsed.get_backend_name() == "sqlite":
+        return url
+    return parsed.set(password=password).render_as_string(hide_password=False)
+
+
+def without_password(url: str) -> tuple[str, str | None]:
+    """(URL without its password, the password) — the password must not reach cftools.toml."""
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    if parsed.password is None:
+        return url, None
+    # URL.set(password=None) keeps the password (None there means "unchanged").
+    return parsed._replace(password=None).render_as_string(hide_password=False), str(parsed.password)
 
 
 @dataclass
@@ -30,12 +57,13 @@ class Workspace:
 
     @property
     def db_url(self) -> str:
-        url = self.config.get("store", {}).get("url") or f"sqlite:///{DEFAULT_DB_NAME}"
+        store = self.config.get("store", {})
+        url = store.get("url") or f"sqlite:///{DEFAULT_DB_NAME}"
         # A relative SQLite path is relative to the workspace, not to the current folder.
         prefix = "sqlite:///"
         if url.startswith(prefix) and not url.startswith(prefix + "/") and ":memory:" not in url:
             url = prefix + str((self.root / url[len(prefix):]).resolve())
-        return url
+        return with_password(url, store.get("password_env") or DEFAULT_PASSWORD_ENV)
 
     @property
     def store(self) -> Store:
@@ -55,23 +83,37 @@ class Workspace:
             self._store = None
 
 
-def render_config(db_url: str | None) -> str:
-    env = Environment(loader=PackageLoader("cftools", "templates"), keep_trailing_newline=True)
-    return env.get_template("cftools.toml.j2").render(db_url=db_url)
+def render_config(db_url: str | None, password_env: str | None = None) -> str:
+    """The commented default cftools.toml with the store URL (its password left out) and the password variable
+    set. tomlkit writes the values (quoting and escaping them) and keeps the template's comments; a URL pasted into
+    the text could break the file."""
+    template = resources.files("cftools").joinpath("templates", CONFIG_TEMPLATE).read_text(encoding="utf-8")
+    config = tomlkit.parse(template)
+    if db_url:
+        config["store"]["url"] = db_url
+    if password_env:
+        config["store"]["password_env"] = password_env
+    return tomlkit.dumps(config)
 
 
-def init_workspace(root: Path, db_url: str | None = None) -> Workspace:
-    """Create (or reopen) a workspace at ROOT; the store is created and migrated."""
+def init_workspace(root: Path, db_url: str | None = None, password_env: str | None = None) -> Workspace:
+    """Create (or reopen) a workspace at ROOT; the store is created and migrated.
+
+    A password in DB_URL is used for this once and never written: cftools.toml gets the URL without it, and
+    later runs read it from $PGPASSWORD or the variable PASSWORD_ENV names."""
     root = Path(root).resolve()
     root.mkdir(parents=True, exist_ok=True)
     config_path = root / CONFIG_NAME
+    stored_url, password = without_password(db_url) if db_url else (None, None)
     if config_path.exists():
         workspace = load_workspace(root)
-        if db_url and workspace.config.get("store", {}).get("url") not in (None, db_url):
+        if stored_url and workspace.config.get("store", {}).get("url") not in (None, stored_url):
             raise WorkspaceError(f"{config_path} already uses another store; edit [store] url to change it")
     else:
-        config_path.write_text(render_config(db_url), encoding="utf-8")
+        config_path.write_text(render_config(stored_url, password_env), encoding="utf-8")
         workspace = load_workspace(root)
+    if password is not None and db_url:
+        workspace._store = Store(db_url)  # this once, with the password given on the command line
     workspace.store  # noqa: B018  (creates and migrates the database)
     return workspace
 

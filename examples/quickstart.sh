@@ -28,7 +28,14 @@ step "Automatic checks"
 cftools check
 
 step "Verification in Label Studio"
-cftools annotate push --if-configured
+cftools annotate push --kind cvqa --if-configured
+
+step "MuCR: caption pairs -> contextual descriptions (embedded model) -> candidate images (embedded tiny pipeline)"
+cftools ingest captions "$here/mucr/captions.csv"
+cftools generate context --limit "${MUCR_LIMIT:-2}" --max-attempts 2
+cftools generate images --limit "${MUCR_LIMIT:-2}" --per-prompt 2
+cftools check
+echo "Candidate images (64x64 noise from the embedded tiny pipeline) are in $ws/images/generated"
 
 step "Export an unverified release and verify it"
 cftools export example --version 0.1.0 --include-unverified --force

@@ -18,9 +18,9 @@ from sqlalchemy import func, select, update
 
 from killed_runs import kill_after_progress
 
-from cftools.annotate import push, task_payloads, ImageLinks, PushReport
-from cftools.annotation_rules import Answer, decide
-from cftools.label_studio import LabelStudioServer, is_stale_snapshot, snapshot_title
+from cftools.annotate.flow import push, task_payloads, ImageLinks, PushReport
+from cftools.annotate.rules import Answer, adjudicated, agreement, decide
+from cftools.annotate.label_studio import LabelStudioServer, is_stale_snapshot, snapshot_title
 from cftools.models import (
     ACCEPTED, CHECKED, IN_REVIEW, NEEDS_ADJUDICATION, REJECTED, AgreementStat, AnnotationTask, Item, ItemEvent,
     Judgment,
@@ -135,11 +135,56 @@ def test_decision_rules_follow_the_issue():
     assert decide(wrong, wrong).status == REJECTED
     same = decide(Answer(related=True, answer_correct=False, corrected_answer="Two."),
                   Answer(related=True, answer_correct=False, corrected_answer="2"))
-    assert (same.status, same.corrected_answer) == (ACCEPTED, "Two.")
+    assert (same.status, same.corrected_answer) == (ACCEPTED, "2")
     assert decide(Answer(related=True, answer_correct=False, corrected_answer="3"),
                   Answer(related=True, answer_correct=False, corrected_answer="4")).status == NEEDS_ADJUDICATION
     assert decide(yes, wrong).status == NEEDS_ADJUDICATION
     assert decide(yes, Answer(related=False, answer_correct=True)).status == NEEDS_ADJUDICATION
+
+
+def test_typed_corrections_are_normalised_like_model_answers():
+    def corrected(text):
+        return Answer(related=True, answer_correct=False, corrected_answer=text)
+
+    decision = decide(corrected("Three"), corrected(" 3 \n"))
+    assert (decision.status, decision.corrected_answer) == (ACCEPTED, "3")
+    assert decide(corrected("The red car."), corrected("red car")).corrected_answer == "red car"
+    assert adjudicated(Answer(decision="accept_corrected", corrected_answer=" Four\n")).corrected_answer == "4"
+
+
+@pytest.mark.parametrize(("first", "second"), [(["ambiguous"], ["ambiguous"]),
+                                               (["not_counterfactual"], ["not_counterfactual"]),
+                                               (["ambiguous"], ["not_counterfactual", "ungrammatical"])])
+def test_both_flagging_ambiguous_or_not_counterfactual_rejects(first, second):
+    decision = decide(Answer(related=True, answer_correct=True, flags=first),
+                      Answer(related=True, answer_correct=True, flags=second))
+    assert decision.status == REJECTED
+
+
+def test_one_flag_alone_does_not_reject():
+    assert decide(Answer(related=True, answer_correct=True, flags=["ambiguous"]),
+                  Answer(related=True, answer_correct=True)).status == ACCEPTED
+
+
+def test_agreement_alpha_over_all_annotators_and_kappa_only_for_one_pair():
+    def rated(correct):
+        return Answer(related=True, answer_correct=correct == "y")
+
+    two = {1: {"a": rated("y"), "b": rated("y")}, 2: {"a": rated("n"), "b": rated("n")},
+           3: {"a": rated("y"), "b": rated("n")}, 4: {"a": rated("n"), "b": rated("n")}}
+    stats = agreement(two)["answer_correct"]
+    assert stats["n_items"] == 4 and stats["percent_agreement"] == pytest.approx(75.0)
+    assert stats["krippendorff_alpha"] == pytest.approx(8 / 15)  # 1 - D_o/D_e = 1 - (2/8)/(30/56)
+    assert stats["cohen_kappa"] == pytest.approx(0.5)
+
+    rotating = {1: {"a": rated("y"), "b": rated("y")}, 2: {"b": rated("n"), "c": rated("n")},
+                3: {"a": rated("y"), "c": rated("n")}, 4: {"a": rated("n"), "b": rated("n"), "c": rated("n")},
+                5: {"c": rated("y")}}  # one rating: not an agreement item
+    stats = agreement(rotating)["answer_correct"]
+    assert stats["n_items"] == 4 and stats["n_pairs"] == 6
+    assert stats["cohen_kappa"] is None  # not the same two people on every item
+    assert stats["krippendorff_alpha"] is not None
+    assert stats["percent_agreement"] == pytest.approx(100.0 * 5 / 6)
 
 
 def test_only_old_pull_leftovers_are_stale():
@@ -197,7 +242,7 @@ def test_push_pull_decide_and_agree(label_studio, ls_workspace, run_cli, request
     assert [got[i] for i in item_ids] == [ACCEPTED, REJECTED, ACCEPTED, REJECTED, NEEDS_ADJUDICATION, IN_REVIEW]
     with store.session() as session:
         corrected = session.get(Item, item_ids[2])
-        assert (corrected.answer, corrected.proposed_answer) == ("Three", "2")
+        assert (corrected.answer, corrected.proposed_answer) == ("3", "2")  # "Three" read as a model answer
         history = session.execute(select(ItemEvent).where(ItemEvent.item_id == item_ids[2])
                                   .order_by(ItemEvent.id)).scalars().all()
         assert history[-1].detail["proposed_answer"] == "2" and history[-1].to_status == ACCEPTED
@@ -216,6 +261,8 @@ def test_push_pull_decide_and_agree(label_studio, ls_workspace, run_cli, request
     assert figures["answer_correct"]["cohen_kappa"] == pytest.approx((0.8 - 0.56) / 0.44)
     assert figures["ambiguous"]["percent_agreement"] == pytest.approx(80.0)
     assert figures["ambiguous"]["cohen_kappa"] == pytest.approx(0.0)
+    assert figures["answer_correct"]["krippendorff_alpha"] == pytest.approx(4 / 7)  # hand-computed, nominal
+    assert figures["related"]["krippendorff_alpha"] == pytest.approx(1.0)  # full agreement, both labels used
     [project] = status["projects"]
     assert project["annotations"] == {"0": 0, "1": 1, "2+": 5}
     assert project["decisions"] == {ACCEPTED: 2, REJECTED: 2, NEEDS_ADJUDICATION: 1}
@@ -493,7 +540,7 @@ def test_pull_cleans_up_its_export_views_and_snapshots(label_studio, ls_workspac
 
 
 def test_pull_in_several_snapshots_sees_each_task_once(label_studio, ls_workspace, run_cli, request, monkeypatch):
-    monkeypatch.setattr("cftools.label_studio.EXPORT_CHUNK", 2)
+    monkeypatch.setattr("cftools.annotate.label_studio.EXPORT_CHUNK", 2)
     item_ids, tasks, _ = pushed(run_cli, ls_workspace, label_studio, 5, request)
     one, two = (label_studio.client(email) for email in label_studio.annotators)
     for item_id in item_ids:
@@ -517,6 +564,22 @@ def test_a_snapshot_still_being_built_is_polled(label_studio, ls_workspace, run_
         assert server.remove_stale_snapshots(project_id) == 1
     finally:
         server.close()
+
+
+def test_a_task_missing_from_a_snapshot_is_not_deleted(label_studio, ls_workspace, run_cli, request, monkeypatch):
+    """A failed page or time-out drops a task from the export: the server still has it, so nothing is deleted."""
+    from cftools.annotate.label_studio import LabelStudioServer
+
+    item_ids, tasks, project_id = pushed(run_cli, ls_workspace, label_studio, 3, request)
+    lost = tasks[item_ids[1]]
+    snapshot = LabelStudioServer._snapshot
+    monkeypatch.setattr(LabelStudioServer, "_snapshot", lambda self, project, ids: [
+        t for t in snapshot(self, project, ids) if t["id"] != lost])
+    report = pull_json(run_cli)
+    assert report["deleted_tasks"] == []
+    assert report["missing_from_export"] == [{"project": project_id, "task": lost}]
+    assert set(statuses(ls_workspace.store).values()) == {IN_REVIEW}
+    assert lost in task_map(ls_workspace.store).values()
 
 
 def test_deleted_tasks_are_reported_and_items_go_back(label_studio, ls_workspace, run_cli, request):

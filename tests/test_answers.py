@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from cftools.answers import (answers_match, extract_answer, infer_answer_type, normalize_answer, parse_count,
-                             parse_yes_no)
+from cftools.answers import (answers_match, extract_answer, extract_option_letter, format_number, infer_answer_type,
+                             normalize_answer, parse_count, parse_number, parse_yes_no)
 
 # The issue's table: reply -> (reading as a count, reading as yes/no)
 READINGS = [
@@ -68,3 +68,101 @@ def test_answers_match_and_type():
     assert infer_answer_type("Yes") == "yes/no"
     assert infer_answer_type("three") == "number"
     assert infer_answer_type("red") == "other"
+
+
+# -- replies in the shapes real models give (issue 15) ------------------------------------------------------
+# Each row: reply -> what a careful grader reads as a number. None: unknown (never credited).
+NUMBER_REPLIES = [
+    # short
+    ("7", 7), ("7.", 7), ("Seven", 7), ("seven.", 7), ("**4**", 4), ("twenty-one", 21), ("None.", 0), ("zero", 0),
+    # sentence
+    ("There are 3 birds on the wire.", 3), ("I count four dogs.", 4), ("There are no cats in the picture.", 0),
+    ("There are 3 birds, 3 in total.", 3), ("The one on the left has 3 spots.", 3),
+    # explicit markers win over the other numbers
+    ("If 3 more birds landed, there would be 7 birds.", 7),
+    ("If 2 of the 5 apples were eaten, there would be three apples.", 3),
+    ("The answer is four.", 4), ("**Answer:** 4", 4), ("Answer: 7 (3 + 4)", 7),
+    ("Answer: 2\nExplanation: one of the 3 cats left.", 2),
+    # chain of thought
+    ("Let's think step by step. There are 3 birds. 4 more land. 3 + 4 = 7.\nNew answer: 7", 7),
+    ("Originally there were 5 cups. Removing 2 leaves 3.\nFinal answer: 3", 3),
+    ("Step 1: count 2 dogs.\nStep 2: add 3.\n5", 5),
+    ("There are 3 birds. 4 more land, so 7.", None),           # several numbers, no marker
+    ("There are 3 birds and 2 cats.", None),
+    # decimals and separators
+    ("0.250", 0.25), ("2.50", 2.5), ("1,000", 1000), ("It is 0.5 meters long.", 0.5),
+    # hedges, two candidates, guesses
+    ("Roughly 5 or 6.", None), ("5 or 6", None), ("5-6", None), ("About 5.", None), ("Between 3 and 4.", None),
+    ("I guess 4.", None), ("It's hard to say, maybe 4.", None), ("I'd estimate around 12.", None),
+    ("Probably 3.", None), ("At least 10 people.", None), ("I cannot determine the number from the image.", None),
+]
+
+YES_NO_REPLIES = [
+    ("yes", "yes"), ("Yes.", "yes"), ("No.", "no"), ("no", "no"), ("Nope", "no"), ("Yeah, it would.", "yes"),
+    ("Correct.", "yes"), ("Incorrect.", "no"), ("That's right.", "yes"), ("That is not correct.", "no"),
+    ("Of course.", "yes"), ("Of course not.", "no"), ("Absolutely!", "yes"), ("Absolutely not.", "no"),
+    # negation scope: agreement words are not yes when negated; "no doubt" affirms
+    ("Sure not.", "no"), ("Certainly, it would not.", "no"), ("No doubt, yes.", "yes"), ("No doubt.", "yes"),
+    ("I think not", "no"), ("It would not change.", "no"), ("It doesn't.", "no"), ("There are no birds.", "no"),
+    ("Yes, there would be no birds.", "yes"), ("No, there would be 3 birds.", "no"),
+    # both, hedged, unsure, no reading
+    ("Yes and no.", None), ("Yes! Actually, no.", None), ("Probably yes.", None), ("Maybe.", None),
+    ("I'm not sure.", None), ("It would.", None), ("The bird on the right is red.", None),
+    # chain of thought
+    ("Let me think. The cat is not there.\nAnswer: No", "no"), ("The lamp is off, so the room is dark.\nAnswer: yes", "yes"),
+    ("Yes\nThe bird is not on the left.", "yes"),
+]
+
+OPTION_REPLIES = [
+    ("A", "A"), ("A.", "A"), ("(B)", "B"), ("Answer: C", "C"), ("I choose D.", "D"), ("A is the effect.", "A"),
+    ("Option A", "A"), ("B) the second image", "B"), ("The answer is B because A shows a dog.", "B"),
+    ("A dog is on the left.", None), ("A man rides a bike.", None), ("A or B", None), ("Maybe C.", None),
+]
+
+
+@pytest.mark.parametrize(("reply", "number"), NUMBER_REPLIES)
+def test_number_replies(reply, number):
+    assert parse_number(reply) == number
+    assert extract_answer(reply, "number") == (None if number is None else format_number(number))
+
+
+@pytest.mark.parametrize(("reply", "answer"), YES_NO_REPLIES)
+def test_yes_no_replies(reply, answer):
+    assert parse_yes_no(reply) == answer
+    assert extract_answer(reply, "yes/no") == answer
+
+
+@pytest.mark.parametrize(("reply", "letter"), OPTION_REPLIES)
+def test_option_letter_replies(reply, letter):
+    assert extract_option_letter(reply, ["A", "B", "C", "D"]) == letter
+
+
+def test_at_least_sixty_replies():
+    assert len(NUMBER_REPLIES) + len(YES_NO_REPLIES) + len(OPTION_REPLIES) >= 60
+
+
+def test_decimal_gold_matches_its_trailing_zero_form():
+    assert answers_match("0.250", "0.25", "number")
+    assert not answers_match("0.250", "250", "number")
+
+
+@pytest.mark.parametrize(("reply", "normal"), [
+    ("Dont", "don't"), ("It isnt.", "it isn't"), ("none", "0"), ("x-ray", "x ray"), ("'red'", "red"),
+    ("The cat's bowl", "cat's bowl"),
+])
+def test_vqa_normalisation_contractions_and_none(reply, normal):
+    assert normalize_answer(reply) == normal
+
+
+def test_other_answers_read_after_the_marker_and_hedges_are_unknown():
+    assert extract_answer("The car looks red.\nAnswer: Red", "other") == "red"
+    assert extract_answer("Maybe red", "other") is None
+    assert answers_match("Answer: blue", "Blue", "other")
+
+
+def test_judge_score_out_of_ten():
+    from cftools.evaluate.run import parse_judge_score
+
+    assert parse_judge_score("7/10") == 7.0
+    assert parse_judge_score("Score: 8 out of 10") == 8.0
+    assert parse_judge_score("11") is None

@@ -25,12 +25,11 @@ from sqlalchemy import select
 
 from fixtures_label_studio import ANNOTATORS
 from test_annotate import ls_workspace, make_items, mark_checked, task_map  # noqa: F401 (ls_workspace: fixture)
-from test_label_configs import HIDDEN_FIELDS, render_kind_config, text_elements
+from test_label_configs import text_elements
 
-from cftools.annotate import _link_tasks, project_title
-from cftools.annotation_rules import VERIFY
-from cftools.label_studio import LabelStudioServer, server_settings
-from cftools.models import CHECKED, IN_REVIEW, AnnotationTask, Item, Judgment
+from cftools.annotate.rules import VERIFY, render_label_config
+from cftools.images import read_image_file, register_image
+from cftools.models import CHECKED, IN_REVIEW, AnnotationTask, Item, Judgment, SourceQuestion
 
 CHROMIUM = Path(os.environ.get("CFTOOLS_CHROMIUM", "/usr/bin/chromium"))
 # Without the networking flags Chromium keeps dialling out, and a closed network refuses it many times over.
@@ -192,50 +191,51 @@ def draw(path: Path, colour: str, size: tuple[int, int] = (48, 32)) -> Path:
     return path
 
 
-def kind_task_data(kind: str, folder: Path, document_root: Path, key: str) -> dict:
-    """Task data as `annotate push --kind KIND` sends it (issue 11's field list), images drawn into FOLDER."""
-    def link(path: Path) -> str:
-        return "/data/local-files/?d=" + path.relative_to(document_root).as_posix()
+def add_cfmm_item(run_cli, store, folder: Path) -> None:
+    """A checked CFMM item on a real image: the basic question comes in as a table row (so the image is in
+    the store), the counterfactual one and both option pairs are the item."""
+    draw(folder / "bus.png", "red")
+    (folder / "basic.csv").write_text("image,question,answer\nbus.png,What colour is the bus?,red\n")
+    result = run_cli("ingest", "table", folder / "basic.csv", "--images", folder)
+    assert result.exit_code == 0, result.output
+    with store.write() as session:
+        source = session.execute(select(SourceQuestion).order_by(SourceQuestion.id.desc())).scalars().first()
+        session.add(Item(key=f"cfmm:{uuid.uuid4().hex[:8]}", kind="cfmm", group="color", source_id=source.id,
+                         question="If the bus were painted like the sky, what colour would it be?", answer="blue",
+                         status=CHECKED, data={"type": "color", "options": {"original": ["red", "blue"],
+                                                                            "counterfactual": ["red", "blue"]}}))
 
+
+def add_mucr_item(store, folder: Path) -> None:
+    """A checked MuCR item: a cause and an effect image in the store, named in its data by SHA-256."""
+    with store.write() as session:
+        refs = {}
+        for side, colour, size in (("cause", "orange", (48, 32)), ("effect", "gray", (40, 40))):
+            image = read_image_file(draw(folder / f"{side}.png", colour, size))
+            register_image(store, session, image)
+            refs[f"{side}_image"] = f"sha256:{image.sha256}"
+        session.add(Item(key=f"mucr:{uuid.uuid4().hex[:8]}", kind="mucr", group="human", status=CHECKED,
+                         question="What did the phone cause?", answer="phone", data={
+                             **refs, "cause_caption": "A man looks at his phone while driving.",
+                             "effect_caption": "The car has hit a lamp post.", "cue": "phone",
+                             "false_cues": ["lamp post", "steering wheel", "street"],
+                             "explanations": ["In the first image the driver looks at his phone.",
+                                              "In the second image the car has crashed.",
+                                              "The causal link is that he did not watch the road."]}))
+
+
+def pushed_kind_task(run_cli, ls_workspace, label_studio, kind: str) -> tuple[int, int]:
+    """One checked KIND item with its images, pushed with `cftools annotate push --kind KIND`."""
+    folder = label_studio.media_root / f"browser-{uuid.uuid4().hex[:6]}"
     if kind == "cfmm":
-        return {"item_key": key, "kind": "cfmm", "group": "color", "check_flags": "none",
-                "image": link(draw(folder / "bus.png", "red")), "type": "color",
-                "basic_question": "What colour is the bus?", "basic_options": "red ✓ correct\nblue",
-                "counterfactual_question": "If the bus were painted like the sky, what colour would it be?",
-                "counterfactual_options": "blue ✓ correct\nred"}
-    return {"item_key": key, "kind": "mucr", "group": "human", "check_flags": "none",
-            "cause_image": link(draw(folder / "cause.png", "orange")),
-            "effect_image": link(draw(folder / "effect.png", "gray", (40, 40))),
-            "cause_caption": "A man looks at his phone while driving.",
-            "effect_caption": "The car has hit a lamp post.", "cue": "phone",
-            "false_cues": "lamp post\nsteering wheel\nstreet",
-            "explanations": "In the first image the driver looks at his phone. In the second image the car has "
-                            "crashed. The causal link is that he did not watch the road."}
-
-
-def placed_kind_task(ls_workspace, label_studio, kind: str) -> tuple[int, int]:
-    """One checked KIND item in the store and its verification task in Label Studio, linked as a push
-    links them: (project id, task id). Stands in for `cftools annotate push --kind KIND` until it exists."""
-    images = label_studio.media_root / f"browser-{uuid.uuid4().hex[:6]}"
-    key = f"{kind}-{uuid.uuid4().hex[:8]}"
-    data = kind_task_data(kind, images, label_studio.media_root, key)
-    settings = server_settings(ls_workspace)
-    server = LabelStudioServer.from_settings(settings)
-    try:
-        project_id = server.create_project(project_title(settings, kind, VERIFY), render_kind_config(kind, VERIFY),
-                                           2, description=f"cftools: two annotators verify {kind} items")
-        server.ensure_local_storage(project_id, {images})
-        [task_id] = server.import_tasks(project_id, [{"data": data, "meta": {"item_key": key}}])
-        with ls_workspace.store.write() as session:
-            item = Item(key=key, kind=kind, group=data["group"], status=CHECKED,
-                        question=data.get("counterfactual_question") or data["cue"],
-                        data={k: v for k, v in data.items() if k not in HIDDEN_FIELDS})
-            session.add(item)
-            session.flush()
-            _link_tasks(session, server.url, project_id, VERIFY, [(item.id, task_id)], how="imported")
-    finally:
-        server.close()
-    return project_id, task_id
+        add_cfmm_item(run_cli, ls_workspace.store, folder)
+    else:
+        add_mucr_item(ls_workspace.store, folder)
+    result = run_cli("annotate", "push", "--kind", kind, "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["pushed"] == 1, report
+    return report["project_id"], next(iter(task_map(ls_workspace.store).values()))
 
 
 # ---------------------------------------------------------------- reading, answering, pulling back
@@ -246,7 +246,7 @@ def read_and_answer(page, label_studio, kind: str, project_id: int, task_id: int
     text in the config's order; then answer (related, the marked answer wrong with a correction, one
     flag) and submit. Returns the seconds spent opening and checking + answering."""
     data = label_studio.client().tasks.get(id=task_id).data
-    config = render_kind_config(kind, VERIFY)
+    config = render_label_config(kind, VERIFY)
     started = time.monotonic()
     with screenshot_on_failure(page, kind):
         panel = open_task(page, label_studio.url, project_id, task_id)
@@ -291,7 +291,7 @@ def test_cvqa_task_in_the_browser(annotator_page, label_studio, ls_workspace, ru
 
 @pytest.mark.parametrize("kind", ["cfmm", "mucr"])
 def test_kind_task_in_the_browser(kind, annotator_page, label_studio, ls_workspace, run_cli):
-    project_id, task_id = placed_kind_task(ls_workspace, label_studio, kind)
+    project_id, task_id = pushed_kind_task(run_cli, ls_workspace, label_studio, kind)
     timings = read_and_answer(annotator_page, label_studio, kind, project_id, task_id)
     assert_pulled_back(run_cli, ls_workspace.store, task_id, label_studio.annotators[0])
     print(f"{kind}: {timings}")

@@ -65,3 +65,26 @@ def test_show_prints_text_with_brackets_literally(workspace, run_cli, tmp_path):
     output = " ".join(result.output.split())  # unwrapped
     assert "Would [bold]it[/] say go?" in output and "answer: [yes]" in output
     assert "What does the sign [left] say? -> [stop]" in output and "[a].jpg" in output
+
+
+def test_every_command_help_lists_its_options(run_cli):
+    """Walk the whole CLI: each command's --help names every one of its options (and `eval`, whose default
+    subcommand is `run`, names run's options too)."""
+    checked = 0
+    for path, command in [((), main), *all_commands(main)]:
+        output = run_cli(*path, "--help").output
+        params = list(command.params)
+        if isinstance(command, click.Group) and getattr(command, "default_command", None):
+            params += command.commands[command.default_command].params
+        for param in params:
+            if isinstance(param, click.Option) and not param.hidden:
+                assert param.opts[0] in output, f"cftools {' '.join(path)} --help does not list {param.opts[0]}"
+                checked += 1
+    assert checked > 40
+
+
+def test_eval_help_shows_the_run_options(run_cli):
+    output = run_cli("eval", "--help").output
+    for option in ("--model", "--mode", "--score", "--batch-size", "--out", "--template", "--judge"):
+        assert option in output
+    assert "compare" in output

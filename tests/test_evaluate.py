@@ -14,8 +14,8 @@ import httpx
 import pytest
 import respx
 
-from cftools.evaluate import (PREDICTIONS_NAME, load_run, parse_model_spec, read_predictions, run_eval)
-from cftools.vlm import HFVisionModel, Prompt, best_option
+from cftools.evaluate.run import (PREDICTIONS_NAME, load_run, parse_model_spec, read_predictions, run_eval)
+from cftools.evaluate.vlm import HFVisionModel, Prompt, best_option
 from fixtures_eval import cfmm_record, cvqa_record, png_bytes, write_release
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -85,7 +85,7 @@ def test_rank_scores_equal_manual_option_losses(tiny, images):
 
 
 def tiny_image(prompt):
-    from cftools.vlm import load_image
+    from cftools.evaluate.vlm import load_image
 
     return load_image(prompt.images[0])
 
@@ -283,7 +283,7 @@ def test_blind_model_gets_no_image_and_lists_what_it_gets_right(mixed_release, t
 
     respx.post("http://blind.test/v1/chat/completions").mock(side_effect=reply)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-blind-000000")
-    from cftools import evaluate
+    from cftools.evaluate import run as evaluate
     from cftools.llm import make_backend
 
     backend = make_backend({"base_url": "http://blind.test/v1"}, backend="openai", model="small")
@@ -370,3 +370,24 @@ def test_cli_runs_without_a_workspace_and_compares(tiny_llava_dir, mixed_release
     assert "B - A" in compared.output and "counterfactual" in compared.output
     assert load_run(a).summary["answered"] == 6
     assert "compare" in run_cli("eval", "--help").output
+
+
+def test_rank_never_copies_the_prefix_cache_per_option(tiny, images):
+    """Memory grows with batch x prefix once, not x options: every pass over the cache has one row per question
+    and the cache is back to the prefix after each option."""
+    seen = []
+
+    def spy(module, args, kwargs):
+        cache = kwargs.get("past_key_values")
+        if cache is not None and cache.get_seq_length():
+            seen.append((cache.layers[0].keys.shape[0], cache.get_seq_length()))
+
+    asked = prompts(images)
+    handle = tiny.model.register_forward_pre_hook(spy, with_kwargs=True)
+    try:
+        tiny.score_options(asked)
+    finally:
+        handle.remove()
+    assert len(seen) == max(len(p.options) for p in asked)  # one pass per option slot
+    assert {rows for rows, _ in seen} == {len(asked)}
+    assert len({length for _, length in seen}) == 1  # cut back to the prefix before every pass

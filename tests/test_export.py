@@ -10,12 +10,13 @@ import PIL.Image
 import pytest
 from sqlalchemy import select, update
 
-from cftools.datacard import PLOT_SIZE_PIXELS
+from cftools.release.datacard import PLOT_SIZE_PIXELS
 from cftools.errors import CftoolsError
-from cftools.export import export_release, parse_splits
-from cftools.ingest import ingest_cvqa, ingest_table
-from cftools.models import ACCEPTED, CHECKED, DRAFT, Image, ImageName, Item, Release, SourceQuestion
-from cftools.release import load_records, resolve_image, verify_release
+from cftools.release.export import export_release, parse_splits
+from cftools.ingest.readers import ingest_table
+from cftools.kinds.cvqa_ingest import ingest_cvqa
+from cftools.models import ACCEPTED, CHECKED, DRAFT, IN_REVIEW, Image, ImageName, Item, Release, SourceQuestion
+from cftools.release.layout import load_records, resolve_image, verify_release
 from cftools.workspace import init_workspace
 
 N_IMAGED_ROWS = 60
@@ -96,7 +97,7 @@ def test_record_fields_and_images(stocked, tmp_path):
     manifest = json.loads((result.path / "manifest.json").read_text())
     assert manifest["counts"]["items"] == 300 and manifest["counts"]["images"] == N_DISTINCT_IMAGES
     assert manifest["provenance"][records[0]["id"]]["source"]["dataset"] == "cvqa:C-VQA-Real_questions"
-    assert manifest["store"].startswith("sqlite:///")
+    assert manifest["store"] == "sqlite"
     with stocked.store.session() as session:
         release = session.execute(select(Release)).scalar_one()
     assert (release.name, release.version, release.n_items) == ("bench", "1.0", 300)
@@ -194,7 +195,7 @@ def test_round_trip_through_ingest_release(stocked, tmp_path, run_cli):
 
 
 def test_ingest_release_refuses_a_changed_release(stocked, tmp_path):
-    from cftools.release_ingest import ingest_release
+    from cftools.release.ingest import ingest_release
 
     result = export_release(stocked, "bench", "1.0", tmp_path / "out")
     (result.path / "records.jsonl").write_text("{}\n")
@@ -254,11 +255,13 @@ def test_path_traversal_in_image_names_is_neutralised(workspace, tmp_path):
     images.mkdir(parents=True)
     PIL.Image.new("RGB", (8, 8), (200, 10, 10)).save(images / "evil.png")
     table = tmp_path / "inputs" / "mine.csv"
-    table.write_text("image,question,answer\n../../evil.png,How many dots?,1\n/etc/evil.png,Is it red?,yes\n")
+    # ingest refuses image paths that leave --images, so the hostile names are written into the store below
+    table.write_text("image,question,answer\nevil.png,How many dots?,1\nevil.png,Is it red?,yes\n")
     ingest_table(workspace.store, table, images)
     with workspace.store.write() as session:  # a store whose names point outside, as a hostile input would
         session.execute(update(SourceQuestion).values(image_ref="../../../evil.png"))
-        session.execute(update(ImageName).values(name="../../../evil.png"))
+        # (one image, registered under each reference that found it: make the first one hostile)
+        session.execute(update(ImageName).where(ImageName.name == "../../evil.png").values(name="../../../evil.png"))
         sources = session.execute(select(SourceQuestion)).scalars().all()
         for index, source in enumerate(sources):
             session.add(Item(key=f"test:{index}", kind="cvqa", group="numerical-direct", source_id=source.id,
@@ -381,8 +384,19 @@ def test_data_images_options_annotation_and_agreement(workspace, tmp_path, run_c
         session.flush()
         session.add_all([Judgment(task_id=task.id, annotator=name, related=True, answer_correct=False,
                                   corrected_answer="2") for name in ("ann1", "ann2")])
-        session.add(AgreementStat(project="cftools-cfmm", question="answer_correct", n_pairs=1,
-                                  percent_agreement=100.0, cohen_kappa=0.75))
+        # An item that is not released: its disagreement must not reach the card's agreement.
+        left_out = Item(key="cfmm:2", kind="cfmm", group="count", question="How many if two left?", answer="1",
+                        status="rejected")
+        session.add(left_out)
+        session.flush()
+        other_task = AnnotationTask(item_id=left_out.id, ls_project_id=1, ls_task_id=8, state="decided",
+                                    decision="rejected")
+        session.add(other_task)
+        session.flush()
+        session.add_all([Judgment(task_id=other_task.id, annotator=name, related=True, answer_correct=correct)
+                         for name, correct in (("ann1", True), ("ann2", False))])
+        session.add(AgreementStat(project="cfmm verification", question="answer_correct", n_pairs=2,
+                                  percent_agreement=50.0, cohen_kappa=0.0))  # the whole store's figure
 
     result = export_release(workspace, "mixed", "1", tmp_path / "out")
     records = {r["id"]: r for r in load_records(result.path)}
@@ -396,7 +410,8 @@ def test_data_images_options_annotation_and_agreement(workspace, tmp_path, run_c
                                                               "decision": ACCEPTED, "judgments": 2}
     assert manifest["provenance"]["cfmm:1"]["corrected_from"] == "3"
     card = (result.path / "README.md").read_text(encoding="utf-8")
-    assert "| cftools-cfmm | answer_correct | 1 | 100.0 | 0.750 |" in card
+    assert "| cfmm verification | answer_correct | 1 | 100.0 | – | – |" in card
+    assert "50.0" not in card
 
     other = init_workspace(tmp_path / "other")
     try:
@@ -419,7 +434,7 @@ def test_killed_export_leaves_no_release_and_its_leftovers_are_removed(stocked, 
     import sys
 
     out = tmp_path / "out"
-    code = ("import sys, time, cftools.export as e\n"
+    code = ("import sys, time, cftools.release.export as e\n"
             "from cftools.workspace import load_workspace\n"
             "def stuck(*a, **k):\n    print('writing', flush=True); time.sleep(60)\n"
             "e.write_manifest = stuck\n"
@@ -435,3 +450,53 @@ def test_killed_export_leaves_no_release_and_its_leftovers_are_removed(stocked, 
     assert not (out / "bench-1").exists()
     result = export_release(stocked, "bench", "1", out)
     assert [p.name for p in out.iterdir()] == ["bench-1"] and verify_release(result.path).ok
+
+
+def test_in_review_items_stay_out_unless_asked_for(stocked, tmp_path):
+    drafts = item_keys(stocked)[2::3]
+    set_status(stocked, IN_REVIEW, drafts[:10])
+    wide = load_records(export_release(stocked, "bench", "1.0", tmp_path / "out", include_unverified=True).path)
+    assert {r["status"] for r in wide} == {ACCEPTED, DRAFT, CHECKED} and len(wide) == 290
+    with_review = export_release(stocked, "bench", "1.1", tmp_path / "out", include_unverified=True,
+                                 include_in_review=True)
+    records = load_records(with_review.path)
+    assert len(records) == 300 and sum(r["status"] == IN_REVIEW and not r["verified"] for r in records) == 10
+
+
+def test_release_names_no_path_user_or_host(stocked, tmp_path):
+    import getpass
+    import socket
+    from types import SimpleNamespace
+
+    from cftools.release.export import store_label
+
+    result = export_release(stocked, "bench", "1.0", tmp_path / "out", include_unverified=True)
+    text = (result.path / "manifest.json").read_text() + (result.path / "README.md").read_text()
+    assert str(stocked.root) not in text and str(tmp_path) not in text and "/tmp/" not in text
+    host = socket.gethostname()
+    assert len(host) < 4 or host not in text
+    assert f"{getpass.getuser()}@" not in text
+    assert store_label(SimpleNamespace(url="postgresql+psycopg://alice:pw@db.example.org:5432/bench")) == "postgresql"
+
+
+def test_provenance_lists_the_checks_passed_with_their_version(stocked, tmp_path):
+    from cftools import __version__
+    from cftools.checks.runner import run_checks
+    from cftools.models import ItemEvent
+
+    drafts = set(item_keys(stocked)[2::3])
+    run_checks(stocked.store, use_embeddings=False)
+    with stocked.store.session() as session:
+        ran = {key: set(detail["checks"]) for key, detail in session.execute(
+            select(Item.key, ItemEvent.detail).join(ItemEvent, ItemEvent.item_id == Item.id)
+            .where(ItemEvent.stage == "check"))}
+    result = export_release(stocked, "bench", "1.0", tmp_path / "out", include_unverified=True)
+    provenance = json.loads((result.path / "manifest.json").read_text())["provenance"]
+    assert set(ran) == drafts
+    for key in drafts:
+        passed, flags = provenance[key]["checks_passed"], set(provenance[key]["check_flags"])
+        assert set(passed) == ran[key] - flags and not set(passed) & flags
+        assert set(passed.values()) <= {__version__}
+    assert any(provenance[key]["checks_passed"] for key in drafts)
+    never_checked = item_keys(stocked)[0]  # accepted by hand in this fixture
+    assert provenance[never_checked]["checks_passed"] == {}

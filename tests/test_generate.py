@@ -1,4 +1,4 @@
-"""`generate rewrite` end to end against a real loopback OpenAI-compatible server (cftools.llm.stub)."""
+"""`generate rewrite` end to end against a real loopback OpenAI-compatible server (llm_stub)."""
 
 from __future__ import annotations
 
@@ -17,12 +17,13 @@ from sqlalchemy import delete, func, select
 
 from killed_runs import kill_after_progress
 
-from cftools.generate import item_key, load_template, reparse, rewrite, select_sources
-from cftools.ingest import ingest_cvqa, ingest_table
+from cftools.kinds.cvqa_rewrite import item_key, load_template, reparse, rewrite, select_sources
+from cftools.ingest.readers import ingest_table
+from cftools.kinds.cvqa_ingest import ingest_cvqa
 from cftools.llm import make_backend
-from cftools.llm.stub import StubServer, stub_reply
-from cftools.models import BOOLEAN, NUMERICAL_DIRECT, NUMERICAL_INDIRECT, CachedResponse, Generation, Item, ItemEvent
-
+from llm_stub import StubServer, stub_reply
+from cftools.kinds.cvqa import BOOLEAN, NUMERICAL_DIRECT, NUMERICAL_INDIRECT
+from cftools.models import CachedResponse, Generation, Item, ItemEvent
 NUMBER_QUESTIONS = [("a.jpg", "How many cats are there?", "2"), ("b.jpg", "How many cars are parked?", "5"),
                     ("c.jpg", "How many people are sitting?", "0"), ("d.jpg", "How many kites are flying?", "3")]
 YES_NO_QUESTIONS = [("e.jpg", "Is the man wearing a hat?", "yes"), ("f.jpg", "Is it raining?", "no")]
@@ -218,7 +219,7 @@ def test_cli_rewrite_and_reparse(sources, stub, run_cli):
     summary = json.loads(result.output)
     assert summary["items_created"] == 2 and summary["backend"] == "openai" and summary["model"] == "stub"
     result = run_cli("generate", "rewrite", "--group", "boolean", "--concurrency", "2", "--quiet")
-    assert result.exit_code == 0 and "2 draft items created" in result.output
+    assert result.exit_code == 0 and "2 written" in result.output
     result = run_cli("generate", "reparse")
     assert result.exit_code == 0 and "4 stored outputs parsed again" in result.output
     bad = run_cli("generate", "rewrite", "--group", "boolean", "--template", "/nonexistent/x.j2")
@@ -226,7 +227,7 @@ def test_cli_rewrite_and_reparse(sources, stub, run_cli):
 
 
 def start_stub_process(delay: float) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([sys.executable, "-m", "cftools.llm.stub", "--delay", str(delay)],
+    proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve().parent / "llm_stub.py"), "--delay", str(delay)],
                             stdout=subprocess.PIPE, text=True)
     line = proc.stdout.readline()
     assert line.startswith("listening on "), line

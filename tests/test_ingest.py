@@ -8,7 +8,8 @@ from PIL import Image as PILImage
 from sqlalchemy import func, select
 
 from cftools.errors import InputError
-from cftools.ingest import ingest_cvqa, ingest_table, ingest_vqav2, most_frequent_answer
+from cftools.ingest.readers import ingest_table, ingest_vqav2, most_frequent_answer
+from cftools.kinds.cvqa_ingest import ingest_cvqa
 from cftools.models import Image, ImageName, IngestRun, Item, ItemEvent, SourceQuestion
 from cftools.overview import store_counts
 from tests.conftest import CVQA_REAL, CVQA_SYNTHETIC
@@ -236,3 +237,39 @@ def test_two_concurrent_ingests_both_finish(workspace, tmp_path):
     assert [p.returncode for p in procs] == [0, 0], outputs
     assert not any("locked" in out for out in outputs)
     assert store_counts(workspace.store)["sources"] == 6000
+
+
+def test_images_are_registered_by_path_relative_to_the_images_folder(workspace, tmp_path):
+    """Two different files named x.png in two folders are two images; a bare x.png is ambiguous."""
+    import PIL.Image
+    from sqlalchemy import select
+
+    from cftools.errors import InputError
+    from cftools.ingest.readers import ingest_table
+    from cftools.models import Image, SourceQuestion
+
+    images = tmp_path / "images"
+    for folder, shade in (("cats", 10), ("dogs", 200)):
+        (images / folder).mkdir(parents=True)
+        PIL.Image.new("RGB", (8, 8), (shade, 0, 0)).save(images / folder / "x.png")
+    table = tmp_path / "t.csv"
+    table.write_text("image,question,answer\ncats/x.png,How many cats?,2\ndogs\\x.png,How many dogs?,3\n")
+    report = ingest_table(workspace.store, table, images)
+    assert report.images_added == 2 and report.images_attached == 2
+    with workspace.store.session() as session:
+        refs = dict(session.execute(select(SourceQuestion.image_ref, SourceQuestion.image_id)).all())
+        assert set(refs) == {"cats/x.png", "dogs/x.png"} and len(set(refs.values())) == 2
+        assert session.execute(select(Image.id)).all().__len__() == 2
+
+    ambiguous = tmp_path / "a.csv"
+    ambiguous.write_text("image,question,answer\nx.png,How many?,1\n")
+    with workspace.store.session() as session:
+        before = session.execute(select(SourceQuestion.id)).all()
+    try:
+        ingest_table(workspace.store, ambiguous, images)
+    except InputError as exc:
+        assert "cats/x.png" in str(exc) and "dogs/x.png" in str(exc) and "ambiguous" in str(exc)
+    else:
+        raise AssertionError("an ambiguous image reference was accepted")
+    with workspace.store.session() as session:
+        assert session.execute(select(SourceQuestion.id)).all() == before  # the store is unchanged

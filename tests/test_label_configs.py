@@ -7,13 +7,12 @@ import re
 import xml.etree.ElementTree as ET
 
 import pytest
-from jinja2 import Environment, PackageLoader
-
-from cftools.annotation_rules import (
-    ADJUDICATE, CONTROLS, DECISION_CHOICES, FLAG_CHOICES, NO, PURPOSES, TEMPLATES, VERIFY, YES, render_label_config,
-)
+from cftools.annotate.rules import ADJUDICATE, PURPOSES, VERIFY, render_label_config
+from cftools.kinds import get_kind
+from cftools.models import Item, SourceQuestion
 
 # The task data each kind's push sends (issue 11); item_key, kind and group are for cftools, not shown.
+# The configs here and `Kind.task_data` are written against this list.
 HIDDEN_FIELDS = ("item_key", "kind", "group")
 TASK_FIELDS = {
     "cfmm": (*HIDDEN_FIELDS, "check_flags", "image", "type", "basic_question", "basic_options",
@@ -23,17 +22,6 @@ TASK_FIELDS = {
 }
 ADJUDICATION_FIELDS = ("judgment_1", "judgment_2")
 KINDS_WITH_OWN_CONFIG = tuple(TASK_FIELDS)
-
-
-def render_kind_config(kind: str, purpose: str) -> str:
-    """KIND's config rendered with the values render_label_config gives the C-VQA one.
-
-    Until `annotate push --kind` picks `annotation/<kind>/<task>.xml.j2` itself, the tests render it here."""
-    if kind == "cvqa":
-        return render_label_config(purpose)
-    env = Environment(loader=PackageLoader("cftools", "annotation"), keep_trailing_newline=True, autoescape=True)
-    return env.get_template(f"{kind}/{TEMPLATES[purpose]}").render(
-        yes_no=(YES, NO), flag_choices=FLAG_CHOICES, decision_choices=DECISION_CHOICES, **CONTROLS)
 
 
 def shown_fields(kind: str, purpose: str) -> set[str]:
@@ -66,12 +54,12 @@ CASES = [(kind, purpose) for kind in KINDS_WITH_OWN_CONFIG for purpose in PURPOS
 
 @pytest.mark.parametrize(("kind", "purpose"), CASES)
 def test_kind_config_keeps_the_controls_pull_validates(kind, purpose):
-    assert answerable_controls(render_kind_config(kind, purpose)) == answerable_controls(render_label_config(purpose))
+    assert answerable_controls(render_label_config(kind, purpose)) == answerable_controls(render_label_config("cvqa", purpose))
 
 
 @pytest.mark.parametrize(("kind", "purpose"), CASES)
 def test_every_control_points_at_an_element_of_its_config(kind, purpose):
-    root = ET.fromstring(render_kind_config(kind, purpose))
+    root = ET.fromstring(render_label_config(kind, purpose))
     names = {element.get("name") for element in root.iter() if element.get("name")}
     targets = {element.get("name"): element.get("toName") for element in root.iter() if element.get("toName")}
     assert targets and all(target in names for target in targets.values()), targets
@@ -79,14 +67,44 @@ def test_every_control_points_at_an_element_of_its_config(kind, purpose):
 
 @pytest.mark.parametrize(("kind", "purpose"), CASES)
 def test_kind_config_shows_exactly_its_task_fields(kind, purpose):
-    config = render_kind_config(kind, purpose)
+    config = render_label_config(kind, purpose)
     assert data_variables(config) == shown_fields(kind, purpose)
     assert "details" not in data_variables(config)  # the JSON dump of item.data the C-VQA config shows
     assert not re.search(r"\{\{|\{%", config)  # fully rendered
 
 
 def test_mucr_shows_cause_and_effect_side_by_side():
-    root = ET.fromstring(render_kind_config("mucr", VERIFY))
+    root = ET.fromstring(render_label_config("mucr", VERIFY))
     pair = next(view for view in root.iter("View") if view.get("className") == "cf-pair")
     assert [image.get("name") for image in pair.iter("Image")] == ["cause_image", "effect_image"]
     assert ".cf-pair { display: flex;" in root.find("Style").text
+
+
+EXAMPLE_DATA = {
+    "cfmm": {"type": "color", "options": {"original": ["red", "blue"], "counterfactual": ["blue", "red"]}},
+    "mucr": {"cause_image": "sha256:" + "a" * 64, "effect_image": "sha256:" + "b" * 64,
+             "cause_caption": "A man looks at his phone while driving.", "effect_caption": "The car hit a post.",
+             "cue": "phone", "false_cues": ["post", "wheel", "street"], "explanations": ["one", "two", "three"]},
+}
+
+
+@pytest.mark.parametrize("kind", KINDS_WITH_OWN_CONFIG)
+def test_push_sends_every_field_the_config_shows(kind):
+    """`Kind.task_data` (plus the check flags push adds) fills every $field of the kind's verify config, each
+    with text or an image link rather than a JSON dump."""
+    item = Item(key="k", kind=kind, group="color", question="If the bus were blue, what colour would it be?",
+                answer="blue", data=EXAMPLE_DATA[kind])
+    extra = {ref: f"/data/local-files/?d={ref[7:15]}.png" for ref in ("sha256:" + "a" * 64, "sha256:" + "b" * 64)}
+    source = SourceQuestion(dataset="table:t", external_id="1", image_ref="bus.png", question="What colour is the bus?",
+                            answer="red")
+    data = {"check_flags": "none", **get_kind(kind).task_data(item, source, "/data/local-files/?d=x.png", extra)}
+    shown = data_variables(render_label_config(kind, VERIFY))
+    assert shown <= set(data), shown - set(data)
+    assert all(isinstance(data[name], str) and data[name] and not data[name].startswith(("{", "["))
+               for name in shown), {name: data[name] for name in shown}
+    if kind == "cfmm":  # the correct option of each question is marked
+        assert [line for line in data["basic_options"].splitlines() if "✓ correct" in line] == ["A. red  ✓ correct"]
+        assert [line for line in data["counterfactual_options"].splitlines() if "✓ correct" in line] \
+            == ["A. blue  ✓ correct"]
+    else:  # the pair's own images, side by side
+        assert (data["cause_image"], data["effect_image"]) == (extra["sha256:" + "a" * 64], extra["sha256:" + "b" * 64])

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from cftools.metrics import (accuracy, bootstrap_ci, cfmm_metrics, cvqa_metrics, exp_score, mucr_metrics,
-                             summarize)
+from cftools.evaluate.metrics import accuracy, bootstrap_ci, summarize
+from cftools.kinds import get_kind
+from cftools.kinds.mucr import exp_score
+
+cvqa_metrics = get_kind("cvqa").summarize
+cfmm_metrics = get_kind("cfmm").summarize
+mucr_metrics = get_kind("mucr").summarize
 
 
 def q(correct, unknown=False):

@@ -1,51 +1,27 @@
-"""The store on a real PostgreSQL server (started on loopback from the machine's PostgreSQL binaries)."""
+"""The store on a real PostgreSQL server (started on loopback from the machine's PostgreSQL binaries): ingest, and
+many generate workers on one store."""
 
-import glob
 import os
-import shutil
-import socket
 import subprocess
-import tempfile
 from pathlib import Path
 
 import pytest
 
-from cftools.ingest import ingest_cvqa
+from cftools.kinds.cvqa_ingest import ingest_cvqa
 from cftools.overview import store_counts
 from cftools.workspace import init_workspace
-
-
-def find_pg_bin() -> Path | None:
-    found = shutil.which("initdb") or next(iter(sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), reverse=True)), None)
-    return Path(found).parent if found else None
-
-
-def as_server_user(cmd: list[str]) -> list[str]:
-    # initdb refuses to run as root; the distribution's postgres user runs it instead.
-    return ["runuser", "-u", "postgres", "--"] + cmd if os.geteuid() == 0 else cmd
+from pg_server import find_pg_bin, fresh_database, running_postgres
 
 
 @pytest.fixture(scope="module")
 def postgres_url():
     pg_bin = find_pg_bin()
     if pg_bin is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("no PostgreSQL server binaries: .ci/run installs Debian's postgresql")
         pytest.skip("no PostgreSQL server binaries on this machine")
-    folder = Path(tempfile.mkdtemp(prefix="cftools-pg-"))
-    if os.geteuid() == 0:
-        shutil.chown(folder, "postgres")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    data = folder / "data"
-    subprocess.run(as_server_user([str(pg_bin / "initdb"), "-D", str(data), "-A", "trust", "-U", "cftools"]),
-                   check=True, capture_output=True)
-    subprocess.run(as_server_user([str(pg_bin / "pg_ctl"), "-D", str(data), "-w", "-l", str(folder / "log"),
-                                   "-o", f"-p {port} -k {folder} -h 127.0.0.1", "start"]),
-                   check=True, capture_output=True)
-    yield f"postgresql+psycopg://cftools@127.0.0.1:{port}/postgres"
-    subprocess.run(as_server_user([str(pg_bin / "pg_ctl"), "-D", str(data), "-m", "fast", "stop"]),
-                   capture_output=True)
-    shutil.rmtree(folder, ignore_errors=True)
+    with running_postgres(pg_bin) as url:
+        yield url
 
 
 def test_workspace_on_postgresql_ingests_idempotently(tmp_path, postgres_url, peer_cvqa_real):
@@ -56,3 +32,109 @@ def test_workspace_on_postgresql_ingests_idempotently(tmp_path, postgres_url, pe
     assert store_counts(ws.store)["by_group"] == {"boolean": 100, "numerical-direct": 100, "numerical-indirect": 100}
     assert not (tmp_path / "ws" / "cftools.db").exists()
     ws.close()
+
+
+# ---------------------------------------------------------------- many workers, one store
+
+
+def start_stub(delay: float) -> tuple[subprocess.Popen, str]:
+    import sys
+
+    stub = subprocess.Popen([sys.executable, str(Path(__file__).parent / "llm_stub.py"), "--delay", str(delay)],
+                            stdout=subprocess.PIPE, text=True)
+    line = stub.stdout.readline()
+    return stub, line.split("listening on ", 1)[1].strip()
+
+
+def worker_command(ws_root: Path, limit: int | None = None) -> list[str]:
+    import sys
+
+    return [sys.executable, "-m", "cftools.cli", "--workspace", str(ws_root), "generate", "rewrite", "--group",
+            "numerical-direct", "--backend", "openai", "--model", "stub", "--concurrency", "4", "--quiet"]
+
+
+def workers_workspace(tmp_path: Path, postgres_url: str, name: str, stub_url: str, n: int):
+    from cftools.ingest.readers import ingest_table
+
+    ws = init_workspace(tmp_path / name, fresh_database(postgres_url, name))
+    table = tmp_path / f"{name}.csv"
+    table.write_text("image,question,answer\n" + "".join(f"im{i}.png,How many cups are on table {i}?,{i % 7}\n"
+                                                          for i in range(n)))
+    ingest_table(ws.store, table)
+    config = ws.root / "cftools.toml"
+    config.write_text(config.read_text().replace("[llm]\n", f'[llm]\nbase_url = "{stub_url}"\n', 1))
+    return ws
+
+
+def generation_counts(ws) -> tuple[int, int, int]:
+    from sqlalchemy import func, select
+
+    from cftools.models import Generation, Item
+
+    with ws.store.session() as session:
+        items = session.execute(select(func.count()).select_from(Item).where(Item.origin == "generated")).scalar_one()
+        gens = session.execute(select(func.count()).select_from(Generation)).scalar_one()
+        distinct = session.execute(select(func.count(func.distinct(Item.source_id))).where(
+            Item.origin == "generated")).scalar_one()
+    return items, gens, distinct
+
+
+def test_four_workers_on_one_store_generate_every_item_once(tmp_path, postgres_url, monkeypatch):
+    stub, url = start_stub(0.05)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-workers")
+    try:
+        ws = workers_workspace(tmp_path, postgres_url, "workers4", url, 60)
+        workers = [subprocess.Popen(worker_command(ws.root), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                   for _ in range(4)]
+        for worker in workers:
+            assert worker.wait(timeout=300) == 0, worker.stderr.read()
+        assert generation_counts(ws) == (60, 60, 60)  # every item once, and no model call made twice
+        ws.close()
+    finally:
+        stub.kill()
+
+
+def test_a_killed_workers_items_are_finished_by_the_others(tmp_path, postgres_url, monkeypatch):
+    import signal
+    import time
+
+    stub, url = start_stub(0.2)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-workers")
+    try:
+        ws = workers_workspace(tmp_path, postgres_url, "workerskill", url, 40)
+        victim = subprocess.Popen(worker_command(ws.root), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 120
+        while generation_counts(ws)[0] < 4 and time.time() < deadline:
+            time.sleep(0.05)
+        others = [subprocess.Popen(worker_command(ws.root), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                  for _ in range(2)]
+        time.sleep(0.3)
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+        for worker in others:
+            assert worker.wait(timeout=300) == 0, worker.stderr.read()
+        items, gens, distinct = generation_counts(ws)
+        assert items == distinct == 40
+        assert gens <= 40 + 4 * 2  # at most the victim's in-flight requests are asked again
+        ws.close()
+    finally:
+        stub.kill()
+
+
+def test_init_never_writes_the_store_password(postgres_url, tmp_path, run_cli, monkeypatch):
+    secret = "s3cret-Pw-7f1c"
+    url = postgres_url.replace("cftools@", f"cftools:{secret}@")
+    result = run_cli("init", tmp_path / "ws", "--db", url, "--password-env", "CFTOOLS_TEST_PG")
+    assert result.exit_code == 0, result.output
+    assert secret not in result.output and "CFTOOLS_TEST_PG" in result.output
+    for path in (tmp_path / "ws").rglob("*"):
+        if path.is_file():
+            assert secret.encode() not in path.read_bytes(), path
+    from cftools.workspace import load_workspace
+
+    monkeypatch.setenv("CFTOOLS_TEST_PG", secret)
+    workspace = load_workspace(tmp_path / "ws")
+    assert workspace.config["store"]["password_env"] == "CFTOOLS_TEST_PG"
+    assert workspace.config["store"]["url"] == postgres_url
+    assert f":{secret}@" in workspace.db_url and secret not in workspace.store.safe_url
+    workspace.close()

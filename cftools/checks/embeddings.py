@@ -7,7 +7,6 @@ text only, and says so.
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 from importlib import util
 from pathlib import Path
@@ -54,7 +53,6 @@ def load_embedder() -> tuple[Optional[Embedder], str]:
     for module in ("torch", "sentence_transformers"):
         if util.find_spec(module) is None:
             return None, f"{module} is not installed ({INSTALL_HINT})"
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
         from sentence_transformers import SentenceTransformer
         from transformers.utils import logging as hf_logging

@@ -8,14 +8,6 @@ from fractions import Fraction
 from typing import Optional
 
 from cftools.answers import normalize_answer, parse_count
-from cftools.models import BOOLEAN, KIND_CVQA, NUMERICAL_DIRECT, NUMERICAL_INDIRECT
-
-# Groups whose presupposition adds, removes or multiplies the counted things by name, so the new
-# count follows from the old one: C-VQA's numerical-direct group and two C-VQA-Synthetic types
-# (abs_counting_2: "if we removed 5 flowers in yellow polygons"; abs_counting_4: "if 14 dots were
-# removed from the circles"). The other abs_counting types change the count indirectly.
-DIRECT_GROUPS = frozenset({NUMERICAL_DIRECT, "abs_counting_2", "abs_counting_4"})
-COUNT_GROUPS = frozenset({NUMERICAL_DIRECT, NUMERICAL_INDIRECT})
 
 OPTIONS_TAIL = re.compile(r"select the correct answer\s*:(.*)$", re.IGNORECASE | re.DOTALL)
 OPTION = re.compile(r"\b([A-Z])\s*:\s*(\S+)")
@@ -35,19 +27,15 @@ class ItemView:
     source_answer: Optional[str] = None
     image_name: Optional[str] = None  # the file name the input refers to
     image_key: Optional[str] = None  # what "the same image" means: the stored image, else the file name
+    data: Optional[dict] = None  # the item's kind-specific fields
 
     @property
     def answer_style(self) -> Optional[str]:
-        """How the answer is written: "count" (digits), "yes/no", "choice" (an option letter), or None."""
-        if self.kind != KIND_CVQA:
-            return None
-        if self.group in COUNT_GROUPS:
-            return "count"
-        if self.group == BOOLEAN:
-            return "yes/no"
-        if options(self.question):
-            return "choice"
-        return None
+        """How the answer is written: "count" (digits), "yes/no", "choice" (an option letter), or None (its kind's
+        rule)."""
+        from cftools.kinds import get_kind
+
+        return get_kind(self.kind).answer_style(self)
 
     def new_count(self) -> Optional[Fraction]:
         """The counterfactual answer as a count (an option's value for multiple choice)."""

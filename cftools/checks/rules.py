@@ -1,16 +1,8 @@
 """The checks that look at one item at a time. Each returns a Flag, a Note (it could not decide), or None.
 
-| code                | applies to                                                        |
-|---------------------|-------------------------------------------------------------------|
-| `arithmetic`        | numerical-direct (and the direct C-VQA-Synthetic types)           |
-| `not_flipped`       | boolean                                                           |
-| `no_presupposition` | every C-VQA item                                                  |
-| `answer_type`       | numerical (digits), boolean (yes/no), multiple choice (an option) |
-| `leakage`           | numerical and multiple-choice counts                              |
-| `two_questions`     | C-VQA and CFMM items                                              |
-| `unchanged_answer`  | numerical and multiple-choice counts                              |
-
-`duplicate` compares items with each other and lives in `cftools.checks.duplicates`.
+Which items a check applies to is declared by each kind (`Kind.checks`, see `cftools kinds`):
+`arithmetic`, `not_flipped`, `no_presupposition`, `answer_type`, `leakage`, `two_questions`,
+`unchanged_answer`. `duplicate` compares items with each other and lives in `cftools.checks.duplicates`.
 """
 
 from __future__ import annotations
@@ -18,15 +10,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Callable, Optional, Union
+from typing import Optional, Union
 
 from cftools.answers import normalize_answer, parse_yes_no
-from cftools.checks.items import DIGITS, DIRECT_GROUPS, ItemView, options
+from cftools.checks.items import DIGITS, ItemView, options
 from cftools.checks.presupposition import (
     ADD_VERBS, LESS_WORDS, MORE_WORDS, MULTIPLIERS, REMOVE_VERBS, SET_TO, TIMES, CLAUSE_SPLIT, find_condition,
     numbers_in, parse_change, strip_options,
 )
-from cftools.models import BOOLEAN, KIND_CFMM, KIND_CVQA
 
 
 @dataclass(frozen=True)
@@ -177,31 +168,3 @@ def check_unchanged_answer(item: ItemView) -> Result:
         return Flag("unchanged_answer", f"the new answer {_fmt(new)} equals the original answer; "
                                         "the presupposition changes nothing that is counted")
     return None
-
-
-# ---------------------------------------------------------------- which checks apply
-
-
-@dataclass(frozen=True)
-class Check:
-    code: str
-    run: Callable[[ItemView], Result]
-    applies: Callable[[ItemView], bool]
-    scope: str  # for people: which items it applies to
-
-
-def _is_count(item: ItemView) -> bool:
-    return item.answer_style in ("count", "choice")
-
-
-ITEM_CHECKS: tuple[Check, ...] = (
-    Check("arithmetic", check_arithmetic, lambda i: i.kind == KIND_CVQA and i.group in DIRECT_GROUPS,
-          "numerical-direct, abs_counting_2, abs_counting_4"),
-    Check("not_flipped", check_not_flipped, lambda i: i.kind == KIND_CVQA and i.group == BOOLEAN, "boolean"),
-    Check("no_presupposition", check_no_presupposition, lambda i: i.kind == KIND_CVQA, "all C-VQA items"),
-    Check("answer_type", check_answer_type, lambda i: i.answer_style is not None,
-          "numerical (digits), boolean (yes/no), multiple choice (an offered option)"),
-    Check("leakage", check_leakage, _is_count, "numerical and multiple-choice counts"),
-    Check("two_questions", check_two_questions, lambda i: i.kind in (KIND_CVQA, KIND_CFMM), "C-VQA and CFMM items"),
-    Check("unchanged_answer", check_unchanged_answer, _is_count, "numerical and multiple-choice counts"),
-)

@@ -9,22 +9,22 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Optional, Sequence
+from typing import Callable, Iterable, Iterator, Optional, Sequence
 
 from sqlalchemy import delete, exists, func, select, update
 
+from cftools import __version__
 from cftools.checks.duplicates import DEFAULT_SIMILARITY, DuplicateFinder, entry_for
 from cftools.checks.embeddings import load_embedder
 from cftools.checks.items import ItemView
-from cftools.checks.rules import ITEM_CHECKS, Flag, Note
+from cftools.checks.rules import Flag, Note
+from cftools.kinds import all_kinds, get_kind
 from cftools.errors import CftoolsError
 from cftools.models import CHECKED, DRAFT, CheckFlag, Item, ItemEvent, SourceQuestion, utcnow
 from cftools.store import Store
 
-CODES = ("arithmetic", "not_flipped", "no_presupposition", "answer_type", "leakage", "two_questions", "duplicate",
-         "unchanged_answer")
-assert set(CODES) == {check.code for check in ITEM_CHECKS} | {"duplicate"}
-SCOPES = {check.code: check.scope for check in ITEM_CHECKS} | {"duplicate": "every item with an image"}
+DUPLICATE = "duplicate"
+DUPLICATE_SCOPE = "every item with an image"
 BATCH = 500
 STAGE = "check"
 
@@ -45,6 +45,7 @@ class ItemResult:
     notes: list[Note] = field(default_factory=list)
     checks: list[str] = field(default_factory=list)
     kept: list[Flag] = field(default_factory=list)  # stored flags of checks that did not run this time
+    rechecked: bool = True  # False: a flagged draft this run left as it was, shown with its stored flags
 
     def as_dict(self) -> dict:
         """The `check --json` line of this item."""
@@ -53,11 +54,26 @@ class ItemResult:
             "status": self.status,
             "flags": [{"code": f.code, "reason": f.reason} for f in sorted(self.flags + self.kept, key=_flag_order)],
             "notes": [{"code": n.code, "note": n.text} for n in self.notes], "checks": self.checks,
+            "rechecked": self.rechecked,
         }
 
 
+def check_scopes() -> dict[str, str]:
+    """Every check code of the registered kinds with the items it applies to (in the kinds' order), then duplicate."""
+    scopes: dict[str, list[str]] = {}
+    for name, kind in sorted(all_kinds().items()):
+        for check in kind.checks:
+            scopes.setdefault(check.code, []).append(f"{name}: {check.scope}")
+    return {code: "; ".join(parts) for code, parts in scopes.items()} | {DUPLICATE: DUPLICATE_SCOPE}
+
+
+def check_codes() -> list[str]:
+    return list(check_scopes())
+
+
 def _flag_order(flag: Flag) -> int:
-    return CODES.index(flag.code) if flag.code in CODES else len(CODES)
+    codes = check_codes()
+    return codes.index(flag.code) if flag.code in codes else len(codes)
 
 
 @dataclass
@@ -103,7 +119,7 @@ def _views(rows: Iterable) -> list[ItemView]:
         views.append(ItemView(
             id=item.id, key=item.key, kind=item.kind, group=item.group, status=item.status,
             question=item.question, answer=item.answer, source_question=s_question, source_answer=s_answer,
-            image_name=image_ref, image_key=_image_key(image_id, image_ref)))
+            image_name=image_ref, image_key=_image_key(image_id, image_ref), data=item.data))
     return views
 
 
@@ -113,12 +129,17 @@ def _item_query():
             .outerjoin(SourceQuestion, SourceQuestion.id == Item.source_id))
 
 
+def _flagged_and_unchanged():
+    """Items with flags and no edit since their last check: a run without --recheck leaves them be."""
+    last_flag = select(func.max(CheckFlag.created_at)).where(CheckFlag.item_id == Item.id).scalar_subquery()
+    return exists().where(CheckFlag.item_id == Item.id) & ~(Item.updated_at > last_flag)
+
+
 def select_candidates(store: Store, groups: Sequence[str] = (), recheck: bool = False,
                       limit: Optional[int] = None) -> tuple[list[ItemView], int]:
     """Drafts to check and how many flagged drafts were left out. Without RECHECK: drafts without flags,
     and flagged drafts edited since they were checked (their flags are stale)."""
-    last_flag = select(func.max(CheckFlag.created_at)).where(CheckFlag.item_id == Item.id).scalar_subquery()
-    flagged = exists().where(CheckFlag.item_id == Item.id) & ~(Item.updated_at > last_flag)
+    flagged = _flagged_and_unchanged()
     query = _item_query().where(Item.status == DRAFT).order_by(Item.id)
     if groups:
         query = query.where(Item.group.in_(list(groups)))
@@ -133,6 +154,24 @@ def select_candidates(store: Store, groups: Sequence[str] = (), recheck: bool = 
         if limit is not None:
             query = query.limit(limit)
         return _views(session.execute(query).all()), left_out
+
+
+def flagged_drafts_left(store: Store, groups: Sequence[str] = ()) -> Iterator[ItemResult]:
+    """The flagged drafts a run without --recheck does not check, each with its stored flags."""
+    query = _item_query().where(Item.status == DRAFT, _flagged_and_unchanged()).order_by(Item.id)
+    if groups:
+        query = query.where(Item.group.in_(list(groups)))
+    with store.session() as session:
+        views = _views(session.execute(query).all())
+    for start in range(0, len(views), BATCH):
+        batch = views[start:start + BATCH]
+        stored: dict[int, list[Flag]] = defaultdict(list)
+        with store.session() as session:
+            for item_id, code, reason in session.execute(select(CheckFlag.item_id, CheckFlag.code, CheckFlag.reason)
+                                                         .where(CheckFlag.item_id.in_([v.id for v in batch]))):
+                stored[item_id].append(Flag(code, reason))
+        for view in batch:
+            yield ItemResult(item=view, status=view.status, kept=stored[view.id], rechecked=False)
 
 
 def all_entries(store: Store):
@@ -157,7 +196,7 @@ def all_entries(store: Store):
 def check_item(item: ItemView, codes: Sequence[str], duplicates: Optional[DuplicateFinder]) -> ItemResult:
     """Run the checks named in CODES that apply to ITEM (pure: reads and writes nothing)."""
     result = ItemResult(item=item, status=item.status)
-    for check in ITEM_CHECKS:
+    for check in get_kind(item.kind).checks:
         if check.code not in codes or not check.applies(item):
             continue
         result.checks.append(check.code)
@@ -166,10 +205,10 @@ def check_item(item: ItemView, codes: Sequence[str], duplicates: Optional[Duplic
             result.flags.append(outcome)
         elif isinstance(outcome, Note):
             result.notes.append(outcome)
-    if duplicates is not None and "duplicate" in codes:
+    if duplicates is not None and DUPLICATE in codes:
         entry = entry_for(item)
         if entry is not None:
-            result.checks.append("duplicate")
+            result.checks.append(DUPLICATE)
             flag = duplicates.check(entry)
             if flag:
                 result.flags.append(flag)
@@ -209,6 +248,7 @@ def write_results(store: Store, results: list[ItemResult], codes: Sequence[str],
             if to_status != DRAFT or before != after:
                 session.add(ItemEvent(item_id=r.item.id, stage=STAGE, from_status=DRAFT, to_status=to_status,
                                       detail={"checks": r.checks, "flags": sorted(after),
+                                              "cftools_version": __version__,
                                               "notes": [f"{n.code}: {n.text}" for n in r.notes]},
                                       created_at=now))
         if promoted:
@@ -219,20 +259,25 @@ def write_results(store: Store, results: list[ItemResult], codes: Sequence[str],
 def run_checks(store: Store, codes: Optional[Sequence[str]] = None, *, recheck: bool = False,
                groups: Sequence[str] = (), limit: Optional[int] = None, use_embeddings: bool = True,
                similarity: float = DEFAULT_SIMILARITY, progress: Optional[Progress] = None,
-               on_result: Optional[Callable[[ItemResult], None]] = None) -> CheckReport:
-    """Check drafts. With all checks, clean items move to `checked`; with some (CODES), none moves."""
-    unknown = [c for c in codes or () if c not in CODES]
+               on_result: Optional[Callable[[ItemResult], None]] = None,
+               config: Optional[dict] = None) -> CheckReport:
+    """Check drafts. With all checks, clean items move to `checked`; with some (CODES), none moves. CONFIG is the
+    workspace's configuration, for kinds whose checks depend on it (`Kind.prepare_checks`)."""
+    for kind in all_kinds().values():
+        kind.prepare_checks(config or {})
+    known = check_codes()
+    unknown = [c for c in codes or () if c not in known]
     if unknown:
-        raise CftoolsError(f"unknown check code(s) {', '.join(unknown)}; known: {', '.join(CODES)}")
-    promote = not codes or set(codes) == set(CODES)
-    codes = list(CODES) if not codes else [c for c in CODES if c in codes]
+        raise CftoolsError(f"unknown check code(s) {', '.join(unknown)}; known: {', '.join(known)}")
+    promote = not codes or set(codes) == set(known)
+    codes = known if not codes else [c for c in known if c in codes]
     progress = progress or Progress()
     report = CheckReport(codes=codes, promote=promote)
     candidates, report.left_as_flagged = select_candidates(store, groups, recheck or not promote, limit)
     report.candidates = len(candidates)
 
     duplicates = None
-    if "duplicate" in codes and candidates:
+    if DUPLICATE in codes and candidates:
         duplicates, report.duplicate_mode = _duplicate_finder(store, candidates, use_embeddings, similarity, progress)
         report.embedded = len(duplicates.vectors)
 
@@ -245,6 +290,10 @@ def run_checks(store: Store, codes: Optional[Sequence[str]] = None, *, recheck: 
             if on_result:
                 on_result(r)
         progress.advance(len(batch))
+    if on_result and report.left_as_flagged:
+        # whoever follows the results (check --json) is told the current flags of every draft asked for
+        for result in flagged_drafts_left(store, groups):
+            on_result(result)
     return report
 
 

@@ -9,9 +9,8 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from cftools.annotate import annotation_status, pull, push
+from cftools.annotate.flow import annotation_status, pull, push, waiting_kind
 from cftools.commands.common import console, err_console, pass_workspace, print_json
-from cftools.models import KIND_CFMM, KIND_CVQA, KIND_MUCR
 from cftools.workspace import Workspace
 
 
@@ -46,8 +45,8 @@ def annotate() -> None:
 
 
 @annotate.command("push")
-@click.option("--kind", default=KIND_CVQA, show_default=True, type=click.Choice([KIND_CVQA, KIND_CFMM, KIND_MUCR]),
-              help="Item kind; each kind has its own Label Studio project.")
+@click.option("--kind", help="Item kind (`cftools kinds`); each kind has its own Label Studio project. Default: the "
+                              "kind whose items are waiting (an error when items of several kinds are).")
 @click.option("--limit", type=click.IntRange(min=1), help="Push at most N items.")
 @click.option("--adjudicate", is_flag=True,
               help="Push needs_adjudication items to the adjudication project (with both judgments).")
@@ -58,9 +57,10 @@ def annotate() -> None:
               help="Without a configured server (url and token), say how to start one and exit 0.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @pass_workspace
-def push_cmd(workspace: Workspace, kind: str, limit: Optional[int], adjudicate: bool, data_uri: bool,
+def push_cmd(workspace: Workspace, kind: Optional[str], limit: Optional[int], adjudicate: bool, data_uri: bool,
              allow_missing_images: bool, if_configured: bool, as_json: bool) -> None:
     """Push checked items as tasks (batched); pushed items move to in_review. Pushing again adds only new ones."""
+    kind = kind or waiting_kind(workspace.store, adjudicate)
     with _Bar(not as_json) as bar:
         report = push(workspace, kind=kind, limit=limit, adjudicate=adjudicate, data_uri=data_uri,
                       allow_missing_images=allow_missing_images, if_configured=if_configured, progress=bar)
@@ -69,6 +69,9 @@ def push_cmd(workspace: Workspace, kind: str, limit: Optional[int], adjudicate: 
         return
     if not report.configured:
         console.print(f"[yellow]Label Studio not configured[/]: {escape(report.message)}. Skipping the push.")
+        return
+    if report.message:
+        console.print(escape(report.message))
         return
     what = "adjudication" if adjudicate else "verification"
     console.print(f"Pushed {report.pushed} {kind} items to the {what} project: [bold]{report.project_url}[/]")
@@ -111,6 +114,9 @@ def pull_cmd(workspace: Workspace, as_json: bool) -> None:
         console.print(f"[red]task {bad['task']} carries item {escape(repr(bad['found']))}, "
                       f"expected {escape(repr(bad['expected']))}; "
                       "left alone[/]")
+    if report.missing_from_export:
+        console.print(f"[yellow]{len(report.missing_from_export)} tasks were missing from the export but are still "
+                      "on the server; they are left as they were and read again by the next pull.[/]")
     if report.deleted_tasks:
         console.print(f"[yellow]{len(report.deleted_tasks)} tasks were deleted in Label Studio; "
                       f"{sum(d['item_status'] == 'checked' for d in report.deleted_tasks)} items are back to checked.[/]")
@@ -124,7 +130,8 @@ def _fmt(value: Optional[float], spec: str) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
 @pass_workspace
 def status_cmd(workspace: Workspace, as_json: bool) -> None:
-    """Progress per project, agreement per question (percent and Cohen's kappa) and counts per annotator."""
+    """Progress per project, agreement per question (percent, Krippendorff's alpha, Cohen's kappa) and counts
+    per annotator."""
     status = annotation_status(workspace.store)
     if as_json:
         print_json(status)
@@ -139,12 +146,12 @@ def status_cmd(workspace: Workspace, as_json: bool) -> None:
                       str(p["deleted"]), ", ".join(f"{k}: {v}" for k, v in sorted(p["decisions"].items())))
     console.print(table)
     table = Table(title="Inter-annotator agreement", title_justify="left")
-    for column in ("project", "question", "pairs", "agreement %", "Cohen's κ"):
+    for column in ("project", "question", "pairs", "agreement %", "Krippendorff's α", "Cohen's κ"):
         table.add_column(column)
     for project, questions in status["agreement"].items():
         for question, s in questions.items():
             table.add_row(project, question, str(s["n_pairs"]), _fmt(s["percent_agreement"], ".1f"),
-                          _fmt(s["cohen_kappa"], ".3f"))
+                          _fmt(s.get("krippendorff_alpha"), ".3f"), _fmt(s["cohen_kappa"], ".3f"))
     console.print(table)
     table = Table(title="Annotators", title_justify="left")
     for column in ("annotator", "judgments", "related: yes", "correct: yes", "corrections", "adjudications"):

@@ -8,7 +8,7 @@ import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from cftools.checks import CODES, SCOPES, CheckReport, ItemResult, run_checks
+from cftools.checks import CheckReport, ItemResult, check_scopes, run_checks
 from cftools.checks import Progress as CheckProgress
 from cftools.checks.duplicates import DEFAULT_SIMILARITY
 from cftools.commands.common import console, err_console, pass_workspace
@@ -58,11 +58,12 @@ def print_summary(report: CheckReport, out) -> None:  # noqa: ANN001
 
 @click.command("check")
 @click.option("--json", "as_json", is_flag=True,
-              help="Print one JSON object per checked item (JSON lines): id, image, status, flags; summary on stderr.")
+              help="Print one JSON object per draft asked for (JSON lines): id, image, status, flags (current ones, "
+                   "re-checked or not: see 'rechecked'); summary on stderr.")
 @click.option("--recheck", is_flag=True, help="Also re-check drafts that already have flags (their flags are replaced).")
-@click.option("--only", "only", multiple=True, type=click.Choice(CODES),
-              help="Run only this check (repeatable). Items then keep their status: only a full run moves them.")
-@click.option("--group", "groups", multiple=True, help="Only items of this group (repeatable), e.g. numerical-direct.")
+@click.option("--only", "only", multiple=True, metavar="CODE",
+              help="Run only this check (repeatable; --list shows the codes). Items then keep their status: only a full run moves them.")
+@click.option("--group", "groups", multiple=True, help="Only items of this group (repeatable), (a C-VQA group, a CFMM type, ...).")
 @click.option("--limit", type=click.IntRange(min=1), help="Check at most N drafts.")
 @click.option("--no-embeddings", is_flag=True, help="Find duplicates by normalised text only (no embedding model).")
 @click.option("--similarity", type=click.FloatRange(0.0, 1.0), default=DEFAULT_SIMILARITY, show_default=True,
@@ -82,8 +83,8 @@ def check(workspace: Workspace, as_json: bool, recheck: bool, only: tuple[str, .
         table = Table(title="Checks", title_justify="left")
         table.add_column("code")
         table.add_column("applies to")
-        for code in CODES:
-            table.add_row(code, SCOPES[code])
+        for code, scope in check_scopes().items():
+            table.add_row(code, scope)
         console.print(table)
         return
 
@@ -95,5 +96,5 @@ def check(workspace: Workspace, as_json: bool, recheck: bool, only: tuple[str, .
     with Progress(*columns, console=err_console, transient=True, disable=not err_console.is_terminal) as bar:
         report = run_checks(workspace.store, list(only) or None, recheck=recheck, groups=groups, limit=limit,
                             use_embeddings=not no_embeddings, similarity=similarity, progress=RichProgress(bar),
-                            on_result=emit)
+                            on_result=emit, config=workspace.config)
     print_summary(report, err_console if as_json else console)

@@ -1,4 +1,4 @@
-"""`cftools eval RELEASE --model SPEC` and `cftools eval compare RUN_A RUN_B` (thin over cftools.evaluate)."""
+"""`cftools eval RELEASE --model SPEC` and `cftools eval compare RUN_A RUN_B` (thin over cftools.evaluate.run)."""
 
 from __future__ import annotations
 
@@ -6,24 +6,39 @@ from pathlib import Path
 from typing import Any, Optional
 
 import click
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from cftools.commands.common import console, err_console, get_workspace
 from cftools.errors import WorkspaceError
-from cftools.eval_report import compare_table, rich_tables
-from cftools.evaluate import MODES, load_run, run_eval
-from cftools.vlm import DEVICES, DTYPES, SCORES
+from cftools.evaluate.report import compare_table, rich_tables
+from cftools.evaluate.run import MODES, load_run, run_eval
+from cftools.evaluate.vlm import DEVICES, DTYPES, SCORES
 
 
 class EvalGroup(click.Group):
-    """`cftools eval RELEASE ...` runs an evaluation; `cftools eval compare A B` compares two runs."""
+    """`cftools eval RELEASE ...` runs an evaluation; `cftools eval compare A B` compares two runs.
+
+    `eval` is a group so that `compare` can be a subcommand, and `run` is its default: arguments that do not
+    start with a subcommand's name go to `run`. Its help shows `run`'s options, since `cftools eval RELEASE
+    --model SPEC` is how people call it.
+    """
 
     default_command = "run"
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        if args and args[0] not in self.commands and args[0] not in ("--help", "-h"):
+        if args and args[0] not in self.commands and args[0] not in ctx.help_option_names:
             args = [self.default_command, *args]
         return super().parse_args(ctx, args)
+
+    def format_usage(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        formatter.write_usage(ctx.command_path, "RELEASE --model SPEC [OPTIONS]")
+        formatter.write_usage(ctx.command_path, "compare RUN_A RUN_B", prefix="   or: ")
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        run = self.commands[self.default_command]
+        run.format_options(click.Context(run, info_name=self.default_command, parent=ctx), formatter)
+        self.format_commands(ctx, formatter)
 
 
 def optional_workspace(ctx: click.Context) -> Any:
@@ -37,7 +52,8 @@ def optional_workspace(ctx: click.Context) -> Any:
 def eval_group() -> None:
     """Score a model on a release: `cftools eval RELEASE --model SPEC [options]`.
 
-    Also `cftools eval compare RUN_A RUN_B`. See `cftools eval run --help` for the options.
+    Asks both questions of every item of RELEASE and prints the report table; `cftools eval run` is the
+    same command. `cftools eval compare RUN_A RUN_B` puts two run folders side by side.
     """
 
 
@@ -62,11 +78,13 @@ def eval_group() -> None:
 @click.option("--max-new-tokens", type=int, default=16, show_default=True, help="Answer length limit (generate).")
 @click.option("--judge", help="MuCR Exp judge, BACKEND[:MODEL] of cftools' LLM backends (e.g. local, openai:gpt-4o).")
 @click.option("--concurrency", type=int, default=4, show_default=True, help="API models: requests in flight.")
+@click.option("--allow-downloads", is_flag=True,
+              help="hf: models: let an id that is not in the local cache be downloaded (off: offline).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.pass_context
 def eval_run(ctx: click.Context, release: Path, model: str, mode: str, score: str, batch_size: int, device: str,
              dtype: str, limit: Optional[int], out_dir: Optional[Path], template: Optional[str],
-             max_new_tokens: int, judge: Optional[str], concurrency: int, quiet: bool) -> None:
+             max_new_tokens: int, judge: Optional[str], concurrency: int, allow_downloads: bool, quiet: bool) -> None:
     """Ask both questions of every item of RELEASE and print the report table."""
     workspace = optional_workspace(ctx)
     with Progress(TextColumn("[bold]questions"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -78,8 +96,10 @@ def eval_run(ctx: click.Context, release: Path, model: str, mode: str, score: st
 
         result = run_eval(release, model, mode=mode, score=score, batch_size=batch_size, device=device, dtype=dtype,
                           limit=limit, out_dir=out_dir, template=template, max_new_tokens=max_new_tokens,
-                          judge=judge, workspace=workspace, concurrency=concurrency, progress=progress)
-    for part in rich_tables(result.config, result.summary):
+                          judge=judge, workspace=workspace, concurrency=concurrency, progress=progress,
+                          notify=lambda note: err_console.print(f"[yellow]{escape(note)}[/]"),
+                          allow_downloads=allow_downloads)
+    for part in rich_tables(result.config, result.summary, width=console.width):
         console.print(part)
     console.print(f"{result.asked} questions asked now; run folder [bold]{result.out_dir}[/] "
                   "(config.json, predictions.jsonl, report.md, report.csv, report.png)")

@@ -9,9 +9,9 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from cftools.commands.common import console, err_console, pass_workspace, print_json
-from cftools.export import count_exportable, export_release, parse_splits
-from cftools.release import FORMATS, verify_release
-from cftools.release_ingest import ingest_release
+from cftools.release.export import count_exportable, export_release, parse_splits
+from cftools.release.layout import verify_release
+from cftools.release.ingest import ingest_release
 from cftools.workspace import Workspace
 
 STAGE_LABELS = {"images": "Copying images", "records": "Writing records, Parquet and card"}
@@ -22,17 +22,21 @@ STAGE_LABELS = {"images": "Copying images", "records": "Writing records, Parquet
 @click.option("--version", "version", required=True, help="Release version, e.g. 0.1.0.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               help="Folder that receives NAME-VERSION/ (default: WORKSPACE/releases).")
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default="native", show_default=True,
-              help="native: records, Parquet, images, manifest and data card; cvqa: the C-VQA CSV and images.")
+@click.option("--format", "fmt", default="native", show_default=True,
+              help="native: records, Parquet, images, manifest and data card; or a kind's peer format "
+                   "(`cftools kinds` lists them, e.g. the C-VQA CSV).")
 @click.option("--include-unverified", is_flag=True,
-              help="Also export draft, checked and in-review items, marked verified: false.")
+              help="Also export draft and checked items, marked verified: false.")
+@click.option("--include-in-review", is_flag=True,
+              help="Also export items still under annotation review, marked verified: false.")
 @click.option("--split", "split_spec", metavar="NAME=FRACTION,...",
               help="Splits by hash, e.g. test=0.8,dev=0.2 (default: everything in test).")
 @click.option("--force", is_flag=True, help="Replace an existing release of this name and version.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @pass_workspace
 def export_cmd(workspace: Workspace, name: str, version: str, out_dir: Path | None, fmt: str,
-               include_unverified: bool, split_spec: str | None, force: bool, as_json: bool) -> None:
+               include_unverified: bool, include_in_review: bool, split_spec: str | None, force: bool,
+               as_json: bool) -> None:
     """Export the accepted items as the release NAME-VERSION (a verifiable, byte-reproducible folder)."""
     splits = parse_splits(split_spec)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -44,7 +48,8 @@ def export_cmd(workspace: Workspace, name: str, version: str, out_dir: Path | No
                 tasks[stage] = progress.add_task(STAGE_LABELS.get(stage, stage), total=total)
             progress.update(tasks[stage], completed=done, total=total)
 
-        result = export_release(workspace, name, version, out_dir, fmt, include_unverified, splits, force, report)
+        result = export_release(workspace, name, version, out_dir, fmt, include_unverified, splits, force, report,
+                                include_in_review=include_in_review)
     if as_json:
         print_json(result.as_dict())
         return

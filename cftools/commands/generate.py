@@ -1,81 +1,10 @@
-"""`cftools generate ...`: thin wrappers over cftools.generate."""
+"""`cftools generate ...`: the group; each kind adds its generators' commands (`Kind.commands`)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
-from rich.markup import escape
-
-from cftools.commands.common import console, err_console, pass_workspace, print_json
-from cftools.generate import DEFAULT_MAX_ATTEMPTS, llm_params, reparse, rewrite
-from cftools.llm import BACKENDS, make_backend
-from cftools.models import CVQA_GROUPS
-from cftools.workspace import Workspace
 
 
 @click.group()
 def generate() -> None:
-    """Generate counterfactual items with an LLM (the embedded offline model by default)."""
-
-
-@generate.command("rewrite")
-@click.option("--group", required=True, type=click.Choice(CVQA_GROUPS),
-              help="Which C-VQA group to write: numerical-direct, numerical-indirect or boolean.")
-@click.option("--limit", type=click.IntRange(min=0), help="At most this many source questions.")
-@click.option("--backend", type=click.Choice(BACKENDS), help="LLM backend (default: [llm] backend, else local).")
-@click.option("--model", help="Model name (default: [llm] model).")
-@click.option("--template", "template_path", type=click.Path(dir_okay=False, path_type=Path),
-              help="Your own Jinja2 prompt template (default: the group's packaged prompt).")
-@click.option("--concurrency", type=click.IntRange(min=1),
-              help="Requests in flight (default: 8 for openai, 1 for local).")
-@click.option("--refresh", is_flag=True, help="Ignore the request cache and call the model again.")
-@click.option("--max-attempts", type=click.IntRange(min=1), default=DEFAULT_MAX_ATTEMPTS, show_default=True,
-              help="Attempts per source question when the output cannot be parsed.")
-@click.option("--include-ingested", is_flag=True,
-              help="Also rewrite source questions that already have an ingested (not generated) item of the group.")
-@click.option("--quiet", is_flag=True, help="No progress bar.")
-@click.option("--json", "as_json", is_flag=True, help="Print the run's summary as JSON.")
-@pass_workspace
-def rewrite_cmd(workspace: Workspace, group: str, limit: int | None, backend: str | None, model: str | None,
-                template_path: Path | None, concurrency: int | None, refresh: bool, max_attempts: int,
-                include_ingested: bool, quiet: bool, as_json: bool) -> None:
-    """Rewrite source questions into draft counterfactual items of one group (the C-VQA method).
-
-    Picks source questions of the group's answer type (number, or yes/no for boolean) that have no item of
-    the group yet; a rerun does only what is left, and cached requests make no model call."""
-    config = workspace.section("llm")
-    llm = make_backend(config, backend, model)
-    try:
-        report = rewrite(workspace.store, llm, group, limit=limit, template_path=template_path,
-                         concurrency=concurrency, refresh=refresh, max_attempts=max_attempts,
-                         params=llm_params(config, llm.name), include_ingested=include_ingested, console=err_console,
-                         quiet=quiet or as_json)
-    finally:
-        llm.close()
-    if as_json:
-        print_json(report.as_dict())
-    else:
-        stats = report.stats
-        console.print(f"[bold]{group}[/] with {report.backend}:{report.model}: {report.selected} source questions, "
-                      f"{report.items_created} draft items created, {stats.failed} failed "
-                      f"({report.parse_failures} unparseable outputs, {report.call_errors} call errors), "
-                      f"{stats.cached} from the cache, {stats.rate:.1f} items/s")
-        for error in stats.errors[:5]:
-            console.print(f"  [yellow]{escape(str(error))}[/]")
-    if report.stats.interrupted:
-        raise click.ClickException("interrupted; what finished is stored, rerun the same command to continue")
-
-
-@generate.command("reparse")
-@click.option("--group", type=click.Choice(CVQA_GROUPS), help="Only this group (default: all).")
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-@pass_workspace
-def reparse_cmd(workspace: Workspace, group: str | None, as_json: bool) -> None:
-    """Parse the stored model outputs again (after a parser fix), without any model call."""
-    report = reparse(workspace.store, group)
-    if as_json:
-        print_json(report.as_dict())
-        return
-    console.print(f"{report.generations} stored outputs parsed again, {report.changed} parsed differently, "
-                  f"{report.items_created} items created, {report.items_updated} draft items updated")
+    """Generate counterfactual items with an LLM (the embedded offline model by default) or an image model."""

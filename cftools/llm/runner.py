@@ -55,14 +55,22 @@ def progress_bar(console: Console | None, disable: bool = False) -> Progress:
                     TimeElapsedColumn(), console=console, disable=disable, transient=False)
 
 
+WAIT_S = 0.25
+
+
 def run_jobs(jobs: Iterable[Any], work: Callable[[Any], JobResult], write: Callable[[list[JobResult]], None],
              concurrency: int = 4, description: str = "requests", console: Console | None = None,
-             quiet: bool = False, ready: list[JobResult] | None = None) -> RunStats:
+             quiet: bool = False, ready: list[JobResult] | None = None, total: int | None = None) -> RunStats:
     """Run WORK over JOBS on CONCURRENCY threads, WRITE finished results in batches. READY results (e.g. cache
-    hits found in bulk) are written first without a thread. Ctrl-C stops the queued jobs and returns."""
-    jobs = list(jobs)
+    hits found in bulk) are written first without a thread. JOBS may be a lazy iterator (claimed work): it may
+    yield finished JobResults (written without a thread) and None ("nothing to hand out right now"). Ctrl-C stops
+    the queued jobs and returns."""
     ready = list(ready or [])
-    stats = RunStats(total=len(jobs) + len(ready))
+    if total is None:
+        jobs = list(jobs)
+        total = len(jobs) + len(ready)
+    source = iter(jobs)
+    stats = RunStats(total=total)
     finished: queue.Queue[JobResult] = queue.Queue()
     started = time.perf_counter()
 
@@ -90,18 +98,36 @@ def run_jobs(jobs: Iterable[Any], work: Callable[[Any], JobResult], write: Calla
         for start in range(0, len(ready), WRITE_BATCH * 8):
             record(ready[start:start + WRITE_BATCH * 8])
         pool = ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="cftools-llm")
+        in_flight, exhausted = 0, False
         try:
-            for job in jobs:
-                pool.submit(safe_work, job)
-            pending = len(jobs)
-            while pending:
+            while True:
+                done_now: list[JobResult] = []
+                while not exhausted and in_flight < 2 * max(1, concurrency):
+                    job = next(source, StopIteration)
+                    if job is StopIteration:
+                        exhausted = True
+                    elif job is None:  # nothing to hand out now: write what finished, or wait a little
+                        if in_flight == 0 and not done_now:
+                            time.sleep(WAIT_S)
+                        break
+                    elif isinstance(job, JobResult):
+                        done_now.append(job)
+                    else:
+                        pool.submit(safe_work, job)
+                        in_flight += 1
+                for start in range(0, len(done_now), WRITE_BATCH * 8):
+                    record(done_now[start:start + WRITE_BATCH * 8])
+                if in_flight == 0:
+                    if exhausted:
+                        break
+                    continue
                 batch = [finished.get()]
                 while len(batch) < WRITE_BATCH:
                     try:
                         batch.append(finished.get_nowait())
                     except queue.Empty:
                         break
-                pending -= len(batch)
+                in_flight -= len(batch)
                 record(batch)
         except KeyboardInterrupt:
             stats.interrupted = True

@@ -1,0 +1,1 @@
+"""Packaged Label Studio label-config templates (package data)."""

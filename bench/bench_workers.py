@@ -1,0 +1,84 @@
+"""Benchmark: 1, 2 and 4 `cftools generate rewrite` workers on one PostgreSQL store, 8 requests in flight each,
+against a loopback OpenAI-compatible stub that answers after 200 ms -> items/s and the speed-up over one worker.
+
+    .venv/bin/python bench/bench_workers.py [--items 400] [--delay 0.2] [--concurrency 8]
+
+The work is latency-bound at that concurrency, so the claim protocol (cftools.generate.claims), not the two cores,
+decides the ratio. Every run starts on a fresh database; the script checks that each item was made exactly once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from sqlalchemy import func, select  # noqa: E402
+
+from cftools.ingest.readers import ingest_table  # noqa: E402
+from cftools.models import Generation, Item  # noqa: E402
+from cftools.workspace import init_workspace  # noqa: E402
+from pg_server import find_pg_bin, fresh_database, running_postgres  # noqa: E402
+
+
+def start_stub(delay: float) -> tuple[subprocess.Popen, str]:
+    stub = subprocess.Popen([sys.executable, str(ROOT / "tests" / "llm_stub.py"), "--delay", str(delay)],
+                            stdout=subprocess.PIPE, text=True)
+    return stub, stub.stdout.readline().split("listening on ", 1)[1].strip()
+
+
+def one_run(postgres_url: str, workers: int, items: int, stub_url: str, concurrency: int, scratch: Path) -> float:
+    name = f"bench_workers_{workers}"
+    ws = init_workspace(scratch / name, fresh_database(postgres_url, name))
+    table = scratch / f"{name}.csv"
+    table.write_text("image,question,answer\n" + "".join(f"im{i}.png,How many cups are on table {i}?,{i % 9}\n"
+                                                          for i in range(items)))
+    ingest_table(ws.store, table)
+    config = ws.root / "cftools.toml"
+    config.write_text(config.read_text().replace("[llm]\n", f'[llm]\nbase_url = "{stub_url}"\n', 1))
+    command = [sys.executable, "-m", "cftools.cli", "--workspace", str(ws.root), "generate", "rewrite", "--group",
+               "numerical-direct", "--backend", "openai", "--model", "stub", "--concurrency", str(concurrency),
+               "--quiet"]
+    started = time.perf_counter()
+    procs = [subprocess.Popen(command, stdout=subprocess.DEVNULL) for _ in range(workers)]
+    codes = [p.wait() for p in procs]
+    seconds = time.perf_counter() - started
+    with ws.store.session() as session:
+        made = session.execute(select(func.count()).select_from(Item).where(Item.origin == "generated")).scalar_one()
+        calls = session.execute(select(func.count()).select_from(Generation)).scalar_one()
+    ws.close()
+    assert codes == [0] * workers and made == items and calls == items, (codes, made, calls)
+    return items / seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--items", type=int, default=400)
+    parser.add_argument("--delay", type=float, default=0.2)
+    parser.add_argument("--concurrency", type=int, default=8)
+    args = parser.parse_args()
+    pg_bin = find_pg_bin()
+    if pg_bin is None:
+        sys.exit("needs PostgreSQL server binaries (initdb, pg_ctl)")
+    os.environ.setdefault("OPENAI_API_KEY", "sk-bench-workers")
+    stub, stub_url = start_stub(args.delay)
+    try:
+        with running_postgres(pg_bin) as url, tempfile.TemporaryDirectory() as scratch:
+            rates = {n: one_run(url, n, args.items, stub_url, args.concurrency, Path(scratch)) for n in (1, 2, 4)}
+    finally:
+        stub.kill()
+    limit = args.concurrency / args.delay
+    for n, rate in rates.items():
+        print(f"{n} worker(s): {rate:7.1f} items/s  ({rate / rates[1]:.2f}x one worker; latency limit "
+              f"{n * limit:.0f}/s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,76 @@
+"""`cftools ingest ...`: thin wrappers over cftools.ingest; kinds add their own ingests (`Kind.commands`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from cftools.commands.common import console, pass_workspace, print_json
+from cftools.ingest.readers import IngestReport, ingest_table, ingest_vqav2
+from cftools.workspace import Workspace
+
+
+@click.group()
+def ingest() -> None:
+    """Read source questions, images and existing items into the store."""
+
+
+def report_path(workspace: Workspace, report: Path | None, name: str) -> Path:
+    return report or workspace.path("reports", f"ingest-{Path(name).stem}-skipped.jsonl")
+
+
+def print_ingest(report: IngestReport, as_json: bool) -> None:
+    if as_json:
+        print_json(report.as_dict())
+        return
+    console.print(
+        f"[bold]{report.path}[/] ({report.dataset}): {report.n_records} records, "
+        f"{report.sources_added} source questions and {report.items_added} items added, "
+        f"{report.images_added} images added, {report.images_attached} records got an image, "
+        f"{report.missing_images} still without an image.")
+    if report.bad:
+        console.print(f"[yellow]{len(report.bad)} bad records skipped; listed in {report.report_path}[/]")
+
+
+skip_bad_option = click.option("--skip-bad", is_flag=True,
+                               help="Skip bad records and list them in a report file instead of stopping.")
+report_option = click.option("--report", type=click.Path(dir_okay=False, path_type=Path),
+                             help="Where --skip-bad lists the skipped records (default: WORKSPACE/reports/).")
+images_option = click.option("--images", "images_dir", type=click.Path(file_okay=False, path_type=Path),
+                             help="Folder of the images; without it records are kept as missing an image.")
+json_option = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+
+
+@ingest.command("vqav2")
+@click.option("--questions", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="VQAv2 questions file (v2_OpenEnded_mscoco_*_questions.json).")
+@click.option("--annotations", type=click.Path(dir_okay=False, path_type=Path),
+              help="VQAv2 annotations file (v2_mscoco_*_annotations.json); omit for the test split.")
+@images_option
+@skip_bad_option
+@report_option
+@json_option
+@pass_workspace
+def ingest_vqav2_cmd(workspace: Workspace, questions: Path, annotations: Path | None, images_dir: Path | None,
+                     skip_bad: bool, report: Path | None, as_json: bool) -> None:
+    """Ingest the official VQAv2 question and annotation files."""
+    result = ingest_vqav2(workspace.store, questions, annotations, images_dir, skip_bad,
+                          report_path(workspace, report, questions.name))
+    print_ingest(result, as_json)
+
+
+@ingest.command("table")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--name", "dataset", help="Dataset name in the store (default: table:FILE-STEM).")
+@images_option
+@skip_bad_option
+@report_option
+@json_option
+@pass_workspace
+def ingest_table_cmd(workspace: Workspace, file: Path, dataset: str | None, images_dir: Path | None,
+                     skip_bad: bool, report: Path | None, as_json: bool) -> None:
+    """Ingest your own image,question,answer records (CSV or JSONL)."""
+    result = ingest_table(workspace.store, file, images_dir, skip_bad, report_path(workspace, report, file.name),
+                          dataset)
+    print_ingest(result, as_json)

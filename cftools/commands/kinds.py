@@ -1,0 +1,40 @@
+"""`cftools kinds`: the registered benchmark shapes; and the commands kinds add to the CLI."""
+
+from __future__ import annotations
+
+import click
+from rich.markup import escape
+from rich.table import Table
+
+from cftools.commands.common import console, print_json
+from cftools.kinds import all_kinds
+
+
+def add_kind_commands(groups: dict[str, click.Group]) -> None:
+    """Add every registered kind's commands to their parent groups (ingest, generate)."""
+    for kind in all_kinds().values():
+        for parent, commands in kind.commands().items():
+            for command in commands:
+                groups[parent].add_command(command)
+
+
+@click.command("kinds")
+@click.option("--json", "as_json", is_flag=True, help="Print the kinds as JSON.")
+def kinds_cmd(as_json: bool) -> None:
+    """List the registered kinds with their generators, checks, task configs, export formats and metrics."""
+    described = [kind.describe() for _, kind in sorted(all_kinds().items())]
+    if as_json:
+        print_json(described)
+        return
+    for d in described:
+        console.print(f"[bold]{escape(d['name'])}[/]: {escape(d['title'])}", soft_wrap=True)
+    table = Table(title="Registered kinds (entry point group cftools.kinds)", title_justify="left", show_lines=True)
+    for column in ("kind", "generators", "checks", "tasks", "formats", "metrics"):
+        table.add_column(column, overflow="fold")
+    for d in described:
+        table.add_row(escape(d["name"]), "\n".join(g["name"] for g in d["generators"]) or "–",
+                      "\n".join(c["code"] for c in d["checks"]) or "–",
+                      "\n".join(escape(task) for task in d["tasks"]) or "–",
+                      "\n".join(["native", *(f["name"] for f in d["export_formats"])]),
+                      "\n".join(d["metrics"]) or "–")
+    console.print(table)

@@ -1,0 +1,224 @@
+"""An evaluation run's report: rich tables in the terminal, report.md, report.csv, report.png; and compare.
+
+Each kind lays out its own table the way its paper does (`Kind.report_table`). Accuracies are percentages with their 95% bootstrap interval; the unknown rate (replies that
+could not be read) stands next to every generated score.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from rich.table import Table
+
+from cftools.kinds import all_kinds
+from cftools.kinds.base import ReportTable, ScoreFormat
+
+REPORT_MD = "report.md"
+REPORT_CSV = "report.csv"
+REPORT_PNG = "report.png"
+TERMINAL_HEADERS = {"original": "orig", "counterfactual": "cf", "unknown": "unk"}
+CSV_FIELDS = ("section", "group", "metric", "value", "low", "high", "n")
+
+
+def pct(score: Optional[dict]) -> str:
+    if not score or score.get("value") is None:
+        return "–"
+    text = f"{100 * score['value']:.1f}"
+    if score.get("low") is not None:
+        text += f" [{100 * score['low']:.1f}, {100 * score['high']:.1f}]"
+    return text
+
+
+def rate(value: Optional[float]) -> str:
+    return "–" if value is None else f"{100 * value:.1f}%"
+
+
+def points(score: Optional[dict]) -> str:
+    if not score or score.get("value") is None:
+        return "–"
+    return f"{score['value']:.2f} [{score['low']:.2f}, {score['high']:.2f}]"
+
+
+def pct_bare(score: Optional[dict]) -> str:
+    """'63.2': the value alone, for a terminal too narrow for the interval."""
+    return "–" if not score or score.get("value") is None else f"{100 * score['value']:.1f}"
+
+
+def points_bare(score: Optional[dict]) -> str:
+    return "–" if not score or score.get("value") is None else f"{score['value']:.2f}"
+
+
+def pct_compact(score: Optional[dict]) -> str:
+    """'63.2 (58–68)': the terminal's narrower form of `pct`."""
+    if not score or score.get("value") is None:
+        return "–"
+    text = f"{100 * score['value']:.1f}"
+    if score.get("low") is not None:
+        text += f" ({100 * score['low']:.0f}–{100 * score['high']:.0f})"
+    return text
+
+
+def kind_sections(summary: dict[str, Any]) -> list[tuple[Any, dict[str, Any]]]:
+    """(kind, its section) for every kind with scores in SUMMARY, in the summary's order."""
+    kinds = all_kinds()
+    return [(kinds[name], section) for name, section in summary.items() if name in kinds]
+
+
+def report_tables(summary: dict[str, Any], compact: bool = False, intervals: bool = True) -> list[ReportTable]:
+    """Each kind's table; without INTERVALS (a narrow terminal) scores are shown bare, never cut."""
+    fmt = ScoreFormat(pct=(pct_compact if compact else pct) if intervals else pct_bare, rate=rate,
+                      points=points if intervals else points_bare)
+    tables = [kind.report_table(section, fmt) for kind, section in kind_sections(summary)]
+    return [t for t in tables if t is not None]
+
+
+def csv_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """The report flattened: one row per section, group and metric (fractions, not percentages)."""
+    out: list[dict[str, Any]] = []
+    for kind, section in kind_sections(summary):
+        for group, metric, score, n in kind.csv_rows(section):
+            if isinstance(score, dict):
+                out.append({"section": kind.name, "group": group, "metric": metric, "value": score.get("value"),
+                            "low": score.get("low"), "high": score.get("high"), "n": score.get("n", n)})
+            else:
+                out.append({"section": kind.name, "group": group, "metric": metric, "value": score, "low": None,
+                            "high": None, "n": n})
+    return out
+
+
+def _header_lines(config: dict[str, Any], summary: dict[str, Any]) -> list[str]:
+    skipped = summary.get("skipped") or {}
+    lines = [f"model `{config['model']}`, mode **{config['mode']}**"
+             + (f", score **{config['score']}** ({config['score_rule']})" if config.get("score") else ""),
+             f"release `{config['release_name']}`: {config['items']} items, {summary.get('answered', 0)} of "
+             f"{config['questions']} questions answered; prompt template `{config['template']}`",
+             f"skipped: {skipped.get('no_image', 0)} items without an image, "
+             f"{skipped.get('no_options', 0)} items without options (rank mode)"]
+    return lines
+
+
+def render_markdown(config: dict[str, Any], summary: dict[str, Any]) -> str:
+    out = [f"# Evaluation: {config['model']} on {config['release_name']}", ""]
+    out += [f"- {line}" for line in _header_lines(config, summary)]
+    out.append("")
+    out.append("Accuracies in %, with the 95% bootstrap interval; unknown = replies that could not be read "
+               "(counted as wrong).")
+    for table in report_tables(summary):
+        out += ["", f"## {table.title}", "", "| " + " | ".join(table.columns) + " |",
+                "|" + "|".join("---" for _ in table.columns) + "|"]
+        out += ["| " + " | ".join(row) + " |" for row in table.rows]
+    if "blind_correct" in summary:
+        right = summary["blind_correct"]
+        out += ["", f"## Answered right without the image ({len(right)})", ""]
+        out += [f"- `{p['id']}` {p['which']}: {p['raw']!r} (gold {p['gold']!r})" for p in right] or ["- none"]
+    out.append("")
+    return "\n".join(out)
+
+
+def render_csv(summary: dict[str, Any]) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=CSV_FIELDS, lineterminator="\n")
+    writer.writeheader()
+    for row in csv_rows(summary):
+        writer.writerow({k: ("" if row[k] is None else row[k]) for k in CSV_FIELDS})
+    return buffer.getvalue()
+
+
+def plot_series(summary: dict[str, Any]) -> tuple[str, list[str], list[tuple[str, list[Optional[dict]]]]]:
+    """(title, groups, [(label, scores per group)]) for the bar plot: the first kind that has a plot."""
+    for kind, section in kind_sections(summary):
+        series = kind.plot_series(section)
+        if series is not None:
+            return series
+    return "no scores", [], []
+
+
+def write_plot(path: Path, title: str, groups: Sequence[str], series: Sequence[tuple[str, Sequence]]) -> None:
+    """Grouped bars (percent) with 95% interval whiskers; deterministic bytes (no timestamps)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, ax = plt.subplots(figsize=(max(4.0, 1.6 * len(groups) + 2), 3.6), dpi=100)
+    width = 0.8 / max(1, len(series))
+    x = np.arange(len(groups))
+    colors = ["#4C72B0", "#DD8452", "#55A868"]
+    for i, (label, scores) in enumerate(series):
+        values = [100 * (s["value"] or 0) if s and s.get("value") is not None else 0.0 for s in scores]
+        low = [v - 100 * s["low"] if s and s.get("low") is not None else 0.0 for v, s in zip(values, scores)]
+        high = [100 * s["high"] - v if s and s.get("high") is not None else 0.0 for v, s in zip(values, scores)]
+        ax.bar(x + (i - (len(series) - 1) / 2) * width, values, width, label=label, color=colors[i % len(colors)],
+               yerr=[low, high], capsize=3)
+    ax.set_xticks(x)
+    ax.set_xticklabels(groups)
+    ax.set_ylim(0, 100)
+    ax.set_ylabel("accuracy (%)")
+    ax.set_title(title)
+    if series:
+        ax.legend(loc="upper right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, format="png", metadata={"Software": None})
+    plt.close(fig)
+
+
+def write_reports(result: Any) -> None:
+    out = Path(result.out_dir)
+    (out / REPORT_MD).write_text(render_markdown(result.config, result.summary), encoding="utf-8")
+    (out / REPORT_CSV).write_text(render_csv(result.summary), encoding="utf-8")
+    title, groups, series = plot_series(result.summary)
+    write_plot(out / REPORT_PNG, f"{title}: {result.config['model']} ({result.config['mode']})", groups, series)
+
+
+def table_width(table: ReportTable) -> int:
+    """The width a rich Table of TABLE needs with every cell on one line: cells, padding and borders."""
+    widths = [max([len(TERMINAL_HEADERS.get(column, column))] + [len(row[i]) for row in table.rows])
+              for i, column in enumerate(table.columns)]
+    return sum(widths) + 3 * len(widths) + 1
+
+
+def rich_tables(config: dict[str, Any], summary: dict[str, Any], width: int = 80) -> list[Any]:
+    """The report for the terminal: a header and one rich Table per item shape. Numbers are never cut: a table
+    too wide for WIDTH columns (80 in a non-TTY) drops its intervals, which stay in report.md and report.csv."""
+    items: list[Any] = ["\n".join(line.replace("**", "").replace("`", "") for line in _header_lines(config, summary))]
+    with_intervals = report_tables(summary, compact=True)
+    bare = report_tables(summary, intervals=False)
+    for table, narrow in zip(with_intervals, bare):
+        fits = table_width(table) <= width
+        if not fits:
+            table = narrow
+        note = ", 95% CI in ( )" if fits else " (95% CIs in report.md)"
+        rich = Table(title=table.title + note, title_justify="left")
+        for i, column in enumerate(table.columns):
+            rich.add_column(TERMINAL_HEADERS.get(column, column), justify="left" if i == 0 else "right",
+                            no_wrap=i > 0, overflow="fold", min_width=max(len(row[i]) for row in table.rows) if i > 0 and table.rows
+                            else None)
+        for row in table.rows:
+            rich.add_row(*row)
+        items.append(rich)
+    if "blind_correct" in summary:
+        items.append(f"{len(summary['blind_correct'])} questions answered right without the image "
+                     f"(listed in report.md)")
+    return items
+
+
+def compare_table(a: Any, b: Any) -> Table:
+    """Two runs side by side: every metric of either, A, B and B - A (in points)."""
+    rows_a = {(r["section"], r["group"], r["metric"]): r for r in csv_rows(a.summary)}
+    rows_b = {(r["section"], r["group"], r["metric"]): r for r in csv_rows(b.summary)}
+    table = Table(title=f"A: {a.config['model']} ({a.config['mode']})   B: {b.config['model']} ({b.config['mode']})",
+                  title_justify="left")
+    for column in ("section", "group", "metric", "A", "B", "B - A"):
+        table.add_column(column, justify="left" if column in ("section", "group", "metric") else "right")
+    for key in list(dict.fromkeys([*rows_a, *rows_b])):
+        va = rows_a.get(key, {}).get("value")
+        vb = rows_b.get(key, {}).get("value")
+        scale = 1 if key[2] == "exp" else 100
+        fmt = (lambda v: "–" if v is None else f"{scale * v:.1f}")
+        diff = "–" if va is None or vb is None else f"{scale * (vb - va):+.1f}"
+        table.add_row(*key, fmt(va), fmt(vb), diff)
+    return table

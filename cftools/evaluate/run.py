@@ -1,0 +1,552 @@
+"""Evaluate a model on a release: ask every question, log every prediction, score the run.
+
+`run_eval(release_dir, model_spec, ...)` asks both questions of every item (original and counterfactual),
+each as its own conversation, and writes a run folder:
+
+    config.json        the exact configuration (model, mode, score, prompt template and its hash, ...)
+    predictions.jsonl  one line per question asked: id, which, raw answer, parsed answer, option scores, correct
+    report.md / report.csv / report.png   the scores (see `cftools.evaluate.report`)
+
+Predictions are the cache: a rerun, or a run killed halfway and started again, asks only what is missing
+(lines are appended and fsync'ed per batch; a truncated last line is dropped on restart). A run folder
+holds one configuration; pointing a different model, mode, score or template at it is an error.
+
+A run's identity is the SHA-256 of the release's manifest.json (which lists every file's SHA-256), the
+model spec, the mode and score, the prompt template's hash and the generation settings (`IDENTITY_KEYS`).
+The default run folder's name ends with a short hash of that identity, so a release exported again with
+other content (`export --force`) starts a new run folder instead of reusing old predictions and old gold;
+`run_eval` says why in `EvalResult.notes`. Every prediction is also written to the store's Prediction
+table when there is a workspace.
+
+Model specs (`parse_model_spec`):
+- `hf:PATH_OR_ID` — a transformers image-text-to-text model (`cftools.vlm.HFVisionModel`); generate or rank.
+- `openai:MODEL` — an OpenAI-compatible vision chat API, images as data URLs (the `cftools.llm` backend:
+  retries, concurrency, and the request cache when there is a workspace); generate only.
+- `blind` / `blind:BACKEND:MODEL` — a text-only LLM answering without the image (plain `blind`: the
+  embedded local model); generate only. The items it gets right are listed in the report.
+
+Models that need an image skip items without one; skipped items are counted in the report.
+
+Modes:
+- generate: the reply is read for the question's answer type (`cftools.answers`); an unreadable reply
+  is wrong and counted as unknown. With options (CFMM), the reply is read as free text and compared with
+  the gold option after normalisation.
+- rank: every option is scored as the assistant's reply (`--score mean-loss`: lowest mean token loss
+  wins; `sum-logprob`: highest summed log-probability wins). Items without options get a derived option
+  set only where it is well defined: yes/no questions rank ["yes", "no"]; count questions rank the
+  numbers "0".."20" (a gold count outside that range cannot be chosen and counts as wrong); other
+  questions without options are skipped in rank mode and counted.
+
+Each kind builds its own questions and metrics (`cftools.kinds`); see its module for what it asks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Optional, Sequence
+
+
+from cftools import __version__
+from cftools.answers import extract_answer, extract_option_letter, normalize_answer, parse_number
+from cftools.errors import CftoolsError, InputError
+from cftools.evaluate.metrics import summarize
+from cftools.evaluate.questions import LETTER, PromptTemplates, Question, build_questions
+from cftools.evaluate.vlm import SCORES, Prompt, best_option
+from cftools.images import data_uri
+from cftools.kinds import get_kind
+from cftools.release.layout import MANIFEST_NAME, hash_file, load_records
+
+MODES = ("generate", "rank")
+CONFIG_NAME = "config.json"
+PREDICTIONS_NAME = "predictions.jsonl"
+DEFAULT_RUNS_DIR = "runs"
+# What makes two runs the same run: a run folder refuses a different value of any of these.
+IDENTITY_KEYS = ("release_manifest_sha256", "model", "mode", "score", "template_sha256", "max_new_tokens", "dtype",
+                 "judge")
+# How the differing identity keys are named when eval says why it starts a new run.
+IDENTITY_LABELS = {"release_manifest_sha256": "the release changed (manifest SHA-256)", "model": "model",
+                   "mode": "mode", "score": "score", "template_sha256": "the prompt template changed (SHA-256)",
+                   "max_new_tokens": "max new tokens", "dtype": "dtype", "judge": "judge"}
+
+
+@dataclass
+class ModelSpec:
+    kind: str            # hf | openai | blind
+    target: str          # model path/id (hf, openai) or "BACKEND:MODEL" / "" (blind)
+
+    @property
+    def needs_image(self) -> bool:
+        return self.kind != "blind"
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.target}" if self.target else self.kind
+
+
+def parse_model_spec(spec: str) -> ModelSpec:
+    kind, _, target = spec.partition(":")
+    if kind == "hf" and target:
+        return ModelSpec("hf", target)
+    if kind == "openai" and target:
+        return ModelSpec("openai", target)
+    if kind == "blind":
+        return ModelSpec("blind", target)
+    raise CftoolsError(f"unknown model spec {spec!r}: use hf:PATH_OR_ID, openai:MODEL, blind or blind:BACKEND:MODEL")
+
+
+# -- reading answers ------------------------------------------------------------------------------------------
+
+def read_generated(question: Question, raw: str) -> tuple[Optional[str], bool]:
+    """(parsed answer, correct) for a generated reply."""
+    if question.answer_type == LETTER:
+        parsed = extract_option_letter(raw, question.options or [])
+        return parsed, parsed == question.gold
+    if question.options:
+        parsed = read_option(raw, question.options)
+        return parsed, parsed is not None and parsed == (question.gold_option or question.gold)
+    parsed = extract_answer(raw, question.answer_type)
+    if parsed is None:
+        return None, False
+    expected = extract_answer(question.gold, question.answer_type) or normalize_answer(question.gold)
+    return parsed, parsed == expected
+
+
+def read_option(raw: Optional[str], options: Sequence[str]) -> Optional[str]:
+    """The option a free reply names: the one it equals, else the only one it contains (whole words)."""
+    normal = normalize_answer(raw)
+    if not normal:
+        return None
+    for option in options:
+        if normalize_answer(option) == normal:
+            return option
+    named = [o for o in options if normalize_answer(o) and f" {normalize_answer(o)} " in f" {normal} "]
+    return named[0] if len(named) == 1 else None
+
+
+def prediction_line(question: Question, raw: Optional[str], parsed: Optional[str], correct: Optional[bool],
+                    scores: Optional[list[dict[str, Any]]] = None, extra: Optional[dict[str, Any]] = None) -> dict:
+    line = {"id": question.item_id, "which": question.which, "kind": question.kind, "group": question.group,
+            "gold": question.gold if not question.judged else None, "raw": raw, "parsed": parsed,
+            "unknown": parsed is None and not question.judged, "correct": correct, "scores": scores}
+    line.update(extra or {})
+    return line
+
+
+# -- the prediction log -----------------------------------------------------------------------------------------
+
+def read_predictions(path: Path) -> dict[tuple[str, str], dict[str, Any]]:
+    """The predictions already made. Lines are written whole with their newline, so only a last line without
+    one can be cut short (a killed run): it is cut off the file and its question is asked again."""
+    if not path.exists():
+        return {}
+    data = path.read_bytes()
+    complete_end = data.rfind(b"\n") + 1
+    if complete_end < len(data):
+        with open(path, "r+b") as fh:
+            fh.truncate(complete_end)
+    done: dict[tuple[str, str], dict[str, Any]] = {}
+    for number, raw in enumerate(data[:complete_end].split(b"\n"), start=1):
+        if not raw.strip():
+            continue
+        try:
+            line = json.loads(raw)
+            done[(str(line["id"]), str(line["which"]))] = line
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError):
+            raise InputError(path, "malformed prediction line (delete the run folder to start over)",
+                             f"line {number}") from None
+    return done
+
+
+def append_predictions(path: Path, lines: Sequence[dict[str, Any]]) -> None:
+    if not lines:
+        return
+    with open(path, "a", encoding="utf-8") as fh:
+        for line in lines:
+            fh.write(json.dumps(line, ensure_ascii=False, sort_keys=True) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+# -- answerers -----------------------------------------------------------------------------------------------
+
+def chat_messages(prompt: Prompt, with_images: bool) -> list[dict[str, Any]]:
+    if not with_images or not prompt.images:
+        return [{"role": "user", "content": prompt.text}]
+    content: list[dict[str, Any]] = [{"type": "image_url", "image_url": {"url": data_uri(p)}}
+                                     for p in prompt.images]
+    content.append({"type": "text", "text": prompt.text})
+    return [{"role": "user", "content": content}]
+
+
+class ChatAnswerer:
+    """Answers through a `cftools.llm` backend: bounded concurrency, retries, and the store's request cache."""
+
+    def __init__(self, backend: Any, with_images: bool, store: Any = None, concurrency: int = 4,
+                 quiet: bool = True) -> None:
+        self.backend = backend
+        self.with_images = with_images
+        self.needs_image = with_images
+        self.store = store
+        self.concurrency = concurrency
+        self.quiet = quiet
+
+    def generate(self, prompts: Sequence[Prompt]) -> list[str]:
+        from cftools.llm import request_key
+        from cftools.llm.runner import JobResult, run_jobs
+
+        requests = []
+        for index, prompt in enumerate(prompts):
+            messages = chat_messages(prompt, self.with_images)
+            params = {"temperature": 0.0, "max_tokens": prompt.max_new_tokens}
+            key = request_key(self.backend.cache_id, self.backend.model, messages, params)
+            requests.append((index, messages, params, key))
+        answers: dict[int, str] = {}
+        ready: list[JobResult] = []
+        todo = requests
+        if self.store is not None:
+            from cftools.llm.cache import cached_completions
+
+            hits = cached_completions(self.store, [r[3] for r in requests])
+            ready = [JobResult(job=r, ok=True, cached=True, value=hits[r[3]].text) for r in requests if r[3] in hits]
+            todo = [r for r in requests if r[3] not in hits]
+
+        def work(request: tuple) -> JobResult:
+            _, messages, params, _ = request
+            return JobResult(job=request, ok=True, value=self.backend.complete(messages, params).text)
+
+        def write(results: list[JobResult]) -> None:
+            fresh = [r for r in results if r.ok and not r.cached]
+            if fresh and self.store is not None:
+                from cftools.llm.base import Completion
+                from cftools.llm.cache import save_completion
+
+                with self.store.write() as session:
+                    for r in fresh:
+                        save_completion(session, r.job[3], self.backend.cache_id, self.backend.model,
+                                        Completion(text=r.value))
+            for r in results:
+                if r.ok:
+                    answers[r.job[0]] = r.value
+
+        stats = run_jobs(todo, work, write, concurrency=self.concurrency, description="model calls",
+                         quiet=self.quiet, ready=ready)
+        if stats.interrupted:
+            raise KeyboardInterrupt
+        missing = [i for i in range(len(prompts)) if i not in answers]
+        if missing:
+            reason = stats.errors[0] if stats.errors else "no answer"
+            raise CftoolsError(f"{len(missing)} model calls failed ({reason}); rerun to retry them")
+        return [answers[i] for i in range(len(prompts))]
+
+    def score_options(self, prompts: Sequence[Prompt]) -> list:
+        raise CftoolsError("rank mode needs token log-probabilities: use an hf: model (or --mode generate)")
+
+    def close(self) -> None:
+        self.backend.close()
+
+
+def load_answerer(spec: ModelSpec, device: str, dtype: str, llm_config: Optional[dict] = None,
+                  store: Any = None, concurrency: int = 4, quiet: bool = True, allow_downloads: bool = False) -> Any:
+    if spec.kind == "hf":
+        from cftools.evaluate.vlm import HFVisionModel
+
+        return HFVisionModel.load(spec.target, device=device, dtype=dtype, allow_downloads=allow_downloads)
+    from cftools.llm import make_backend
+
+    if spec.kind == "openai":
+        backend = make_backend(llm_config, backend="openai", model=spec.target)
+        return ChatAnswerer(backend, with_images=True, store=store, concurrency=concurrency, quiet=quiet)
+    name, _, model = spec.target.partition(":")
+    backend = make_backend(llm_config, backend=name or "local", model=model or None)
+    return ChatAnswerer(backend, with_images=False, store=store,
+                        concurrency=1 if (name or "local") == "local" else concurrency, quiet=quiet)
+
+
+# -- the judge (MuCR Exp) -----------------------------------------------------------------------------------
+
+# A judge often writes its score out of ten: "7/10", "7 out of 10".
+_OUT_OF_TEN = re.compile(r"\s*(?:/|out of)\s*10\b", re.IGNORECASE)
+
+
+def parse_judge_score(text: str) -> Optional[float]:
+    value = parse_number(_OUT_OF_TEN.sub(" ", text or ""))
+    if value is None or not 0 <= value <= 10:
+        return None
+    return float(value)
+
+
+def judge_explanations(judge: ChatAnswerer, templates: PromptTemplates, explanation: str,
+                       references: Sequence[str]) -> Optional[list[float]]:
+    """The judge's 0-10 similarity of EXPLANATION to each reference; None when a score cannot be read."""
+    template = templates.named("mucr_judge")
+    prompts = [Prompt(template.render(explanation=explanation, reference=ref).strip(), max_new_tokens=8)
+               for ref in references]
+    scores = [parse_judge_score(text) for text in judge.generate(prompts)]
+    return None if any(s is None for s in scores) else [float(s) for s in scores]
+
+
+# -- the run ------------------------------------------------------------------------------------------------
+
+@dataclass
+class EvalResult:
+    out_dir: Path
+    config: dict[str, Any]
+    summary: dict[str, Any]
+    predictions: list[dict[str, Any]]
+    asked: int                # questions asked in this invocation (0 when everything was cached)
+    notes: list[str] = field(default_factory=list)  # why an earlier run folder was not reused
+
+
+def run_identity(config: dict[str, Any]) -> str:
+    """SHA-256 of the identity keys of a run's configuration."""
+    identity = {key: config.get(key) for key in IDENTITY_KEYS}
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode("utf-8")).hexdigest()
+
+
+def default_run_name(release_dir: Path, spec: str, mode: str, score: str, identity: str = "") -> str:
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", spec.replace("hf:", "").strip("/")).strip("-")[-60:]
+    name = f"{Path(release_dir).resolve().name}--{slug}--{mode}" + (f"-{score}" if mode == "rank" else "")
+    return f"{name}--{identity[:10]}" if identity else name
+
+
+def default_out_dir(release_dir: Path, spec: str, mode: str, score: str, workspace: Any = None,
+                    identity: str = "") -> Path:
+    name = default_run_name(release_dir, spec, mode, score, identity)
+    return workspace.path(DEFAULT_RUNS_DIR, name) if workspace is not None else Path(DEFAULT_RUNS_DIR) / name
+
+
+def _read_config(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise InputError(path, "not valid JSON") from None
+
+
+def differences(previous: dict[str, Any], config: dict[str, Any]) -> list[str]:
+    """What differs between two runs' identities, in words ("the release changed (manifest SHA-256) abc… -> def…")."""
+    out = []
+    for key in IDENTITY_KEYS:
+        old, new = previous.get(key), config.get(key)
+        if old != new:
+            shorten = (lambda v: f"{v[:12]}…" if isinstance(v, str) and key.endswith("sha256") else repr(v))
+            out.append(f"{IDENTITY_LABELS[key]}: {shorten(old)} -> {shorten(new)}")
+    return out
+
+
+def check_config(out_dir: Path, config: dict[str, Any]) -> None:
+    path = out_dir / CONFIG_NAME
+    if not path.exists():
+        return
+    differing = differences(_read_config(path), config)
+    if differing:
+        raise CftoolsError(f"{out_dir} holds a run with another configuration ({'; '.join(differing)}); "
+                           "choose another --out")
+
+
+def why_new_run(out_dir: Path, config: dict[str, Any]) -> list[str]:
+    """Notes on earlier default run folders of the same release name, model and mode whose identity differs:
+    why this run does not reuse their predictions."""
+    if (out_dir / CONFIG_NAME).exists():
+        return []
+    prefix = out_dir.name.rsplit("--", 1)[0] + "--"
+    notes = []
+    earlier = [*out_dir.parent.glob(prefix + "*"), out_dir.parent / prefix[:-2]]  # and the name before identities
+    for other in sorted(earlier):
+        if other == out_dir or not (other / CONFIG_NAME).is_file():
+            continue
+        differing = differences(_read_config(other / CONFIG_NAME), config)
+        if differing:
+            notes.append(f"not reusing {other.name}: {'; '.join(differing)}; this run goes to {out_dir.name}")
+    return notes
+
+
+def outcomes_from_predictions(predictions: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    by_item: dict[str, dict[str, Any]] = {}
+    for line in predictions:
+        outcome = by_item.setdefault(line["id"], {"id": line["id"], "kind": line.get("kind"),
+                                                  "group": line.get("group")})
+        if "similarities" in line:  # a judged free-text answer
+            outcome[line["which"]] = {"similarities": line.get("similarities")}
+        else:
+            outcome[line["which"]] = {"correct": bool(line.get("correct")), "unknown": bool(line.get("unknown"))}
+    return list(by_item.values())
+
+
+def _rank_line(question: Question, scores: list[dict[str, float]], score: str) -> dict[str, Any]:
+    winner = question.options[best_option(scores, score)]
+    correct = question.gold_option is not None and winner == question.gold_option
+    return prediction_line(question, None, winner, correct,
+                           scores=[{"option": o, **s} for o, s in zip(question.options, scores)])
+
+
+def run_eval(release_dir: Path | str, model: str, mode: str = "generate", score: str = "mean-loss",
+             batch_size: int = 8, device: str = "auto", dtype: str = "auto", limit: Optional[int] = None,
+             out_dir: Optional[Path] = None, template: Optional[str] = None, max_new_tokens: int = 16,
+             judge: Optional[str] = None, workspace: Any = None, concurrency: int = 4,
+             progress: Optional[Callable[[int, int], None]] = None,
+             answerer: Any = None, notify: Optional[Callable[[str], None]] = None,
+             allow_downloads: bool = False) -> EvalResult:
+    """Run (or resume) an evaluation; returns the run's configuration, summary and predictions."""
+    release_dir = Path(release_dir)
+    if mode not in MODES:
+        raise CftoolsError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
+    if score not in SCORES:
+        raise CftoolsError(f"unknown score {score!r}; choose one of {', '.join(SCORES)}")
+    if batch_size < 1:
+        raise CftoolsError("--batch-size must be at least 1")
+    spec = parse_model_spec(model)
+    if mode == "rank" and spec.kind != "hf":
+        raise CftoolsError("rank mode needs token log-probabilities: use an hf: model (or --mode generate)")
+    records = load_records(release_dir)
+    if limit is not None:
+        records = records[:max(0, limit)]
+    templates = PromptTemplates(template, workspace.root if workspace is not None else None)
+    questions, skipped = build_questions(release_dir, records, templates, mode, spec.needs_image, max_new_tokens)
+    if spec.kind == "hf":
+        from cftools.evaluate.vlm import resolve_device, resolve_dtype
+
+        device = resolve_device(device)
+        dtype = resolve_dtype(dtype, device)
+    else:
+        device, dtype = "api", "n/a"
+    config = {
+        "release": str(release_dir.resolve()), "release_name": release_dir.resolve().name,
+        "release_manifest_sha256": hash_file(release_dir / MANIFEST_NAME),
+        "model": str(spec), "mode": mode, "score": score if mode == "rank" else None,
+        "score_rule": ("lowest mean token loss of the option wins" if score == "mean-loss"
+                       else "highest summed log-probability of the option wins") if mode == "rank" else None,
+        "template": templates.name, "template_sha256": templates.sha256, "max_new_tokens": max_new_tokens,
+        "device": device, "dtype": dtype, "batch_size": batch_size, "limit": limit, "judge": judge,
+        "items": len(records), "questions": len(questions), "skipped": skipped.as_dict(),
+        "cftools_version": __version__,
+    }
+    notes: list[str] = []
+    if out_dir:
+        out_dir = Path(out_dir)
+    else:
+        out_dir = default_out_dir(release_dir, str(spec), mode, score, workspace, run_identity(config))
+        notes = why_new_run(out_dir, config)
+    for note in notes:
+        if notify:
+            notify(note)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    check_config(out_dir, config)
+    (out_dir / CONFIG_NAME).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    predictions_path = out_dir / PREDICTIONS_NAME
+    done = read_predictions(predictions_path)
+    todo = [q for q in questions if q.key not in done]
+    store = workspace.store if workspace is not None else None
+    llm_config = workspace.section("llm") if workspace is not None else None
+    judge_answerer = None
+    if todo:
+        answerer = answerer or load_answerer(spec, device, dtype, llm_config, store, concurrency,
+                                             allow_downloads=allow_downloads)
+        if judge and any(q.judged for q in todo):
+            judge_answerer = load_answerer(parse_model_spec(f"blind:{judge}"), device, dtype, llm_config, store,
+                                           concurrency)
+    asked = 0
+    if progress:
+        progress(len(questions) - len(todo), len(questions))
+    for start in range(0, len(todo), batch_size):
+        batch = todo[start:start + batch_size]
+        lines = ask_batch(answerer, batch, mode, score, templates, judge_answerer)
+        append_predictions(predictions_path, lines)
+        asked += len(batch)
+        if progress:
+            progress(len(questions) - len(todo) + asked, len(questions))
+    done = read_predictions(predictions_path)
+    wanted = {q.key for q in questions}
+    predictions = [line for key, line in done.items() if key in wanted]
+    summary = summarize(outcomes_from_predictions(predictions))
+    summary["skipped"] = skipped.as_dict()
+    summary["answered"] = len(predictions)
+    if spec.kind == "blind":
+        summary["blind_correct"] = sorted(
+            [{"id": p["id"], "which": p["which"], "raw": p["raw"], "gold": p["gold"]}
+             for p in predictions if p.get("correct")], key=lambda p: (p["id"], p["which"]))
+    result = EvalResult(out_dir=out_dir, config=config, summary=summary, predictions=predictions, asked=asked,
+                        notes=notes)
+    from cftools.evaluate.report import write_reports
+
+    write_reports(result)
+    if workspace is not None:
+        record_eval_run(workspace.store, result)
+    return result
+
+
+def ask_batch(answerer: Any, batch: list[Question], mode: str, score: str, templates: PromptTemplates,
+              judge: Optional[ChatAnswerer] = None) -> list[dict[str, Any]]:
+    """Ask one batch of questions; one prediction line per question."""
+    rank = [q for q in batch if mode == "rank" and q.options is not None]
+    generate = [q for q in batch if q not in rank]
+    lines: dict[tuple[str, str], dict[str, Any]] = {}
+    if rank:
+        for question, scores in zip(rank, answerer.score_options([q.prompt for q in rank])):
+            lines[question.key] = _rank_line(question, scores, score)
+    if generate:
+        for question, raw in zip(generate, answerer.generate([q.prompt for q in generate])):
+            if question.judged:
+                similarities = (judge_explanations(judge, templates, raw, question.references or [])
+                                if judge is not None else None)
+                lines[question.key] = prediction_line(
+                    question, raw, None, None,
+                    extra={"similarities": similarities,
+                           "exp_score": get_kind(question.kind).judged_score(similarities) if similarities else None})
+            else:
+                parsed, correct = read_generated(question, raw)
+                lines[question.key] = prediction_line(question, raw, parsed, correct)
+    return [lines[q.key] for q in batch]
+
+
+def record_eval_run(store: Any, result: EvalResult) -> None:
+    """Keep one EvalRun row per run folder in the workspace store (updated on each rerun), with its predictions
+    in the Prediction table (replaced whole, so a rerun leaves exactly the run's predictions)."""
+    from sqlalchemy import delete, select
+
+    from cftools.models import EvalRun, Prediction
+
+    out = str(result.out_dir.resolve())
+    with store.write() as session:
+        row = session.execute(select(EvalRun).where(EvalRun.out_dir == out)).scalar_one_or_none()
+        if row is None:
+            row = EvalRun(release=result.config["release"], model_spec=result.config["model"],
+                          mode=result.config["mode"], out_dir=out)
+        row.config = result.config
+        row.summary = json.loads(json.dumps(result.summary, default=str))
+        session.add(row)
+        session.flush()
+        session.execute(delete(Prediction).where(Prediction.run_id == row.id))
+        session.add_all([prediction_row(row.id, line) for line in result.predictions])
+
+
+def prediction_row(run_id: int, line: dict[str, Any]) -> Any:
+    """A prediction line as a row of the store's Prediction table; the judge's similarities of an explanation
+    ride in `scores` beside the option scores."""
+    from cftools.models import Prediction
+
+    scores: dict[str, Any] = {}
+    if line.get("scores") is not None:
+        scores["options"] = line["scores"]
+    for key in ("similarities", "exp_score", "gold", "unknown", "kind", "group"):
+        if line.get(key) is not None:
+            scores[key] = line[key]
+    return Prediction(run_id=run_id, item_key=str(line["id"]), which=str(line["which"]), raw=line.get("raw"),
+                      parsed=line.get("parsed"), scores=scores or None, correct=line.get("correct"))
+
+
+def load_run(run_dir: Path | str) -> EvalResult:
+    """A finished (or partial) run folder read back: its config and predictions, re-scored."""
+    run_dir = Path(run_dir)
+    path = run_dir / CONFIG_NAME
+    if not path.is_file():
+        raise CftoolsError(f"{run_dir} is not an eval run folder (no {CONFIG_NAME})")
+    config = json.loads(path.read_text(encoding="utf-8"))
+    predictions = list(read_predictions(run_dir / PREDICTIONS_NAME).values())
+    summary = summarize(outcomes_from_predictions(predictions))
+    summary["skipped"] = config.get("skipped", {})
+    summary["answered"] = len(predictions)
+    return EvalResult(out_dir=run_dir, config=config, summary=summary, predictions=predictions, asked=0)

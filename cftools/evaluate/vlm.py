@@ -1,0 +1,325 @@
+"""Hugging Face image-text-to-text models for evaluation: loading, batched generation, option ranking.
+
+`HFVisionModel` wraps `AutoModelForImageTextToText` + `AutoProcessor` (LLaVA-1.5/1.6, Qwen2-VL,
+InstructBLIP and whatever else they serve with a chat template), from a local folder or an id that is
+already in the local cache: nothing is downloaded (`local_files_only=True`) unless the caller allows it
+(`allow_downloads`, `cftools eval --allow-downloads` or CFTOOLS_ALLOW_DOWNLOADS=1). HF_HUB_OFFLINE is never set
+for the process: other libraries in it keep their own setting.
+
+- Every question is its own conversation: the processor's chat template renders one user turn with
+  one image placeholder per image and the prompt text, plus the generation prompt.
+- **generate**: real batches, LEFT padding (so every row's last token is its own last prompt token),
+  greedy decoding, `torch.inference_mode`.
+- **rank**: each option is scored as the assistant's reply. The reply text is what the chat template
+  renders for an assistant turn holding the option, cut at the end of the option (the template's
+  leading space or newline is kept, the end-of-turn marker is not); its tokens are those that
+  tokenize(prefix + reply) adds after tokenize(prefix). The prompt prefix is run ONCE per
+  question with `use_cache=True`; then option j of every question in the batch is scored in one short
+  forward pass on that cache, which is cut back to the prefix after each pass (`DynamicCache.crop`), so
+  memory grows with batch x prefix once, never with the number of options. Per option the result
+  holds `sum_logprob` (sum of the option tokens' log-probabilities; highest wins), `mean_loss`
+  (mean negative log-probability per option token, length-normalised; lowest wins) and `n_tokens`.
+  Prompt prefixes of several questions share a batch with left padding and explicit position ids; for
+  models with multi-axis rotary positions (Qwen2-VL family) each prefix runs on its own.
+  `score_options_full` is the reference (one full forward pass per option) used by the benchmark.
+
+On CUDA the default dtype is bf16 (fp16 where bf16 is not supported); on CPU fp32.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from cftools.errors import CftoolsError
+
+DTYPES = ("auto", "bf16", "fp16", "fp32")
+DEVICES = ("auto", "cuda", "cpu")
+SCORES = ("mean-loss", "sum-logprob")
+# Models whose rotary positions are not one index per token: their prefixes are never batched together.
+MULTI_AXIS_POSITION_MODELS = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "glm4v", "glm4v_moe")
+
+
+@dataclass
+class Prompt:
+    """One question as one fresh conversation: the user text, its images, and (for ranking) the options."""
+
+    text: str
+    images: list[Path] = field(default_factory=list)
+    options: Optional[list[str]] = None
+    max_new_tokens: int = 16
+
+
+def crop_to(cache: Any, length: int) -> None:
+    """Cut a transformers cache back to LENGTH tokens (newer versions take the count to remove, older the length)."""
+    parameter = next(iter(inspect.signature(cache.crop).parameters))
+    if parameter == "tokens_to_remove":
+        extra = cache.get_seq_length() - length
+        if extra:
+            cache.crop(-extra)
+    else:
+        cache.crop(length)
+
+
+def best_option(option_scores: Sequence[dict[str, float]], score: str) -> int:
+    """Index of the winning option: lowest mean loss, or highest summed log-probability (first on ties)."""
+    if score == "mean-loss":
+        values = [s["mean_loss"] for s in option_scores]
+        return min(range(len(values)), key=lambda i: values[i])
+    if score == "sum-logprob":
+        values = [s["sum_logprob"] for s in option_scores]
+        return max(range(len(values)), key=lambda i: values[i])
+    raise CftoolsError(f"unknown score {score!r}; choose one of {', '.join(SCORES)}")
+
+
+def resolve_device(device: str) -> str:
+    import torch
+
+    if device not in DEVICES:
+        raise CftoolsError(f"unknown device {device!r}; choose one of {', '.join(DEVICES)}")
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise CftoolsError("--device cuda was asked for but torch sees no CUDA GPU")
+    return device
+
+
+def resolve_dtype(dtype: str, device: str) -> str:
+    import torch
+
+    if dtype not in DTYPES:
+        raise CftoolsError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+    if dtype != "auto":
+        return dtype
+    if device == "cuda":
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+    return "fp32"
+
+
+def torch_dtype(name: str):  # noqa: ANN201
+    import torch
+
+    return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[name]
+
+
+def load_image(path: Path):  # noqa: ANN201
+    from PIL import Image
+
+    try:
+        with Image.open(path) as image:
+            return image.convert("RGB")
+    except (OSError, ValueError) as exc:
+        raise CftoolsError(f"{path}: cannot read the image ({exc})") from None
+
+
+# Set to 1 to let `hf:` models be downloaded from the hub (off by default: evaluation works offline).
+ALLOW_DOWNLOADS_ENV = "CFTOOLS_ALLOW_DOWNLOADS"
+
+class HFVisionModel:
+    """An image-text-to-text model with its processor, ready to answer and rank."""
+
+    needs_image = True
+
+    def __init__(self, model: Any, processor: Any, device: str = "cpu", dtype: str = "fp32",
+                 name: str = "hf") -> None:
+        self.model = model.eval()
+        self.processor = processor
+        self.tokenizer = getattr(processor, "tokenizer", processor)
+        self.device = device
+        self.dtype = dtype
+        self.name = name
+        if self.tokenizer.pad_token_id is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        if getattr(processor, "chat_template", None) is None and getattr(self.tokenizer, "chat_template", None) is None:
+            raise CftoolsError(f"{name}: the processor has no chat template; cftools eval needs one to build prompts")
+        model_type = getattr(model.config, "model_type", "")
+        accepts_positions = "position_ids" in inspect.signature(model.forward).parameters
+        self.batch_prefixes = accepts_positions and model_type not in MULTI_AXIS_POSITION_MODELS
+        # Only the logits that score something are computed (the prefix's last one; the option's own).
+        self.keep_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
+
+    @classmethod
+    def load(cls, path_or_id: str, device: str = "auto", dtype: str = "auto",
+             allow_downloads: bool = False) -> "HFVisionModel":
+        import torch
+        from transformers import AutoModelForImageTextToText, AutoProcessor
+
+        device = resolve_device(device)
+        dtype = resolve_dtype(dtype, device)
+        local_only = not (allow_downloads or os.environ.get(ALLOW_DOWNLOADS_ENV, "0") not in ("", "0"))
+        try:
+            processor = AutoProcessor.from_pretrained(path_or_id, local_files_only=local_only)
+            model = AutoModelForImageTextToText.from_pretrained(path_or_id, dtype=torch_dtype(dtype),
+                                                                local_files_only=local_only)
+        except (OSError, ValueError) as exc:
+            hint = (f"; it is not a local folder or in the local cache, and downloads are off "
+                    f"(--allow-downloads or {ALLOW_DOWNLOADS_ENV}=1 allows them)") if local_only else ""
+            raise CftoolsError(f"cannot load hf:{path_or_id} ({str(exc).splitlines()[0][:300]}){hint}") from None
+        return cls(model.to(device), processor, device, dtype, name=f"hf:{path_or_id}")
+
+    # -- prompts --------------------------------------------------------------------------------------
+
+    def _messages(self, prompt: Prompt, reply: Optional[str] = None) -> list[dict[str, Any]]:
+        content = [{"type": "image"} for _ in prompt.images] + [{"type": "text", "text": prompt.text}]
+        messages = [{"role": "user", "content": content}]
+        if reply is not None:
+            messages.append({"role": "assistant", "content": [{"type": "text", "text": reply}]})
+        return messages
+
+    def _template(self, messages: list[dict[str, Any]], add_generation_prompt: bool) -> str:
+        return self.processor.apply_chat_template(messages, add_generation_prompt=add_generation_prompt,
+                                                  tokenize=False)
+
+    def prefix_text(self, prompt: Prompt) -> str:
+        """The rendered conversation up to where the assistant's reply starts."""
+        return self._template(self._messages(prompt), add_generation_prompt=True)
+
+    def reply_text(self, prompt: Prompt, prefix: str, option: str) -> str:
+        """How the chat template writes OPTION as the assistant's reply after PREFIX (end-of-turn cut off)."""
+        full = self._template(self._messages(prompt, option), add_generation_prompt=False)
+        end = full.rfind(option)
+        if full.startswith(prefix) and end >= len(prefix):
+            return full[len(prefix):end + len(option)]
+        return option
+
+    def _encode(self, texts: list[str], prompts: Sequence[Prompt]) -> dict[str, Any]:
+        images = [load_image(path) for prompt in prompts for path in prompt.images]
+        self.tokenizer.padding_side = "left"
+        kwargs: dict[str, Any] = {"text": texts, "return_tensors": "pt", "padding": True}
+        if images:
+            kwargs["images"] = images
+        encoded = self.processor(**kwargs)
+        return self._to_device(encoded)
+
+    def _to_device(self, encoded: Any) -> dict[str, Any]:
+        import torch
+
+        out = {}
+        for key, value in dict(encoded).items():
+            if isinstance(value, torch.Tensor):
+                value = value.to(self.device)
+                if value.is_floating_point():
+                    value = value.to(torch_dtype(self.dtype))
+            out[key] = value
+        return out
+
+    # -- generation ------------------------------------------------------------------------------------
+
+    def generate(self, prompts: Sequence[Prompt]) -> list[str]:
+        """Greedy answers to a batch of questions (left padded), one string each."""
+        import torch
+
+        if not prompts:
+            return []
+        encoded = self._encode([self.prefix_text(p) for p in prompts], prompts)
+        max_new = max(p.max_new_tokens for p in prompts)
+        with torch.inference_mode():
+            output = self.model.generate(**encoded, max_new_tokens=max_new, do_sample=False, num_beams=1,
+                                         pad_token_id=self.tokenizer.pad_token_id)
+        new_tokens = output[:, encoded["input_ids"].shape[1]:]
+        texts = self.tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
+        return [text.strip() for text in texts]
+
+    # -- ranking ---------------------------------------------------------------------------------------
+
+    def _option_ids(self, prompt: Prompt, prefix: str) -> list[list[int]]:
+        """Token ids of each option's reply as they follow the prefix: the tail of tokenize(prefix + reply)
+        after tokenize(prefix) (so SentencePiece word-boundary markers come out right), or the reply
+        tokenized alone where the joint tokenization does not extend the prefix's."""
+        def tokenize(text: str) -> list[int]:
+            return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+        prefix_ids = tokenize(prefix)
+        ids = []
+        for option in prompt.options or []:
+            reply = self.reply_text(prompt, prefix, option)
+            joint = tokenize(prefix + reply)
+            tokens = (joint[len(prefix_ids):] if joint[:len(prefix_ids)] == prefix_ids and len(joint) > len(prefix_ids)
+                      else tokenize(reply))
+            if not tokens:
+                raise CftoolsError(f"option {option!r} has no tokens")
+            ids.append(tokens)
+        return ids
+
+    def _keep(self, n: int) -> dict[str, int]:
+        return {"logits_to_keep": n} if self.keep_logits else {}
+
+    def score_options(self, prompts: Sequence[Prompt]) -> list[list[dict[str, float]]]:
+        """Per question, per option: sum_logprob, mean_loss and n_tokens; the prefix runs once per question."""
+        if not self.batch_prefixes and len(prompts) > 1:
+            return [self.score_options([p])[0] for p in prompts]
+        return self._score_shared_prefix(list(prompts))
+
+    def _score_shared_prefix(self, prompts: list[Prompt]) -> list[list[dict[str, float]]]:
+        import torch
+
+        if not prompts:
+            return []
+        prefixes = [self.prefix_text(p) for p in prompts]
+        option_ids = [self._option_ids(p, prefix) for p, prefix in zip(prompts, prefixes)]
+        encoded = self._encode(prefixes, prompts)
+        mask = encoded["attention_mask"]
+        results: list[list[Optional[dict[str, float]]]] = [[None] * len(ids) for ids in option_ids]
+        with torch.inference_mode():
+            if len(prompts) > 1:
+                encoded["position_ids"] = (mask.long().cumsum(-1) - 1).clamp(min=0)
+            out = self.model(**encoded, use_cache=True, **self._keep(1))
+            cache = out.past_key_values
+            prefix_len = cache.get_seq_length()
+            first_logits = out.logits[:, -1:, :]
+            start = mask.long().sum(-1).unsqueeze(1)
+            # Option slot j of every question in one pass over the shared cache, then the cache is cut back
+            # to the prefix: memory holds batch x (prefix + one option), never a copy of the prefix per option.
+            for j in range(max(len(ids) for ids in option_ids)):
+                slot = [ids[j] if j < len(ids) else [] for ids in option_ids]
+                self._score_slot(slot, j, cache, prefix_len, mask, first_logits, start, results)
+        return [[score for score in per_prompt] for per_prompt in results]  # type: ignore[misc]
+
+    def _score_slot(self, slot: list[list[int]], j: int, cache: Any, prefix_len: int, mask: Any,
+                    first_logits: Any, start: Any, results: list) -> None:
+        """Score option J of every question (a row without one gets one pad token, ignored) on CACHE."""
+        import torch
+
+        width = max(max(len(ids) for ids in slot), 1)
+        pad = self.tokenizer.pad_token_id
+        rows = [ids or [pad] for ids in slot]
+        opt = torch.tensor([ids + [pad] * (width - len(ids)) for ids in rows], device=mask.device)
+        opt_mask = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids in rows], device=mask.device,
+                                dtype=mask.dtype)
+        kwargs: dict[str, Any] = {}
+        if self.batch_prefixes:
+            kwargs["position_ids"] = start + torch.arange(width, device=mask.device).unsqueeze(0)
+        follow = self.model(input_ids=opt, attention_mask=torch.cat([mask, opt_mask], dim=1), past_key_values=cache,
+                            use_cache=True, **kwargs)
+        crop_to(cache, prefix_len)
+        logits = torch.cat([first_logits, follow.logits[:, :-1, :]], dim=1).float()
+        logprobs = torch.log_softmax(logits, dim=-1).gather(-1, opt.unsqueeze(-1)).squeeze(-1) * opt_mask
+        for b, ids in enumerate(slot):
+            if ids:
+                total = float(logprobs[b, :len(ids)].sum())
+                results[b][j] = {"sum_logprob": total, "mean_loss": -total / len(ids), "n_tokens": len(ids)}
+
+    def score_options_full(self, prompt: Prompt) -> list[dict[str, float]]:
+        """Reference scoring: one full forward pass (prefix + option) per option, no cache reuse."""
+        import torch
+
+        prefix = self.prefix_text(prompt)
+        encoded = self._encode([prefix], [prompt])
+        scores = []
+        with torch.inference_mode():
+            for ids in self._option_ids(prompt, prefix):
+                option = torch.tensor([ids], device=encoded["input_ids"].device)
+                inputs = dict(encoded)
+                inputs["input_ids"] = torch.cat([encoded["input_ids"], option], dim=1)
+                inputs["attention_mask"] = torch.ones_like(inputs["input_ids"])
+                logits = self.model(**inputs, use_cache=False, **self._keep(len(ids) + 1)).logits
+                logits = logits[0, -len(ids) - 1:-1].float()
+                total = float(torch.log_softmax(logits, -1).gather(-1, option[0].unsqueeze(-1)).sum())
+                scores.append({"sum_logprob": total, "mean_loss": -total / len(ids), "n_tokens": len(ids)})
+        return scores
+
+    def close(self) -> None:
+        self.model = None

@@ -1,0 +1,146 @@
+"""Work claims: many `cftools generate` processes on one store, and no job done twice.
+
+Each worker lists the jobs it would do (what its selection finds missing), registers their keys, and runs only the
+jobs it has claimed: a claim is a lease (`lease_s`) taken in one write transaction — `SELECT … FOR UPDATE SKIP
+LOCKED` on PostgreSQL, `BEGIN IMMEDIATE` on SQLite — so two workers never hold the same key. A finished job is
+`done` (or `failed`) in the same transaction that stores its output; a worker that dies leaves leases that lapse,
+and the other workers take those jobs over (at once when the dead worker ran on the same host: its process is
+gone). A live worker renews its leases from a heartbeat thread. A worker ends when each of its keys is done or
+failed.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import uuid
+from datetime import datetime, timedelta
+from typing import Iterator, Optional, Sequence
+
+from sqlalchemy import and_, func, or_, select, update
+from sqlmodel import Session
+
+from cftools.models import WorkClaim, utcnow
+from cftools.store import Store, in_chunks
+
+DEFAULT_LEASE_S = 60.0  # renewed by a heartbeat every third of it while the worker lives
+FREE, LEASED, DONE, FAILED = "free", "leased", "done", "failed"
+
+
+def worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+def is_dead_local_worker(worker: Optional[str]) -> bool:
+    """A worker of this host whose process is gone (its leases are void now, not when they lapse)."""
+    host, _, rest = (worker or "").partition(":")
+    pid = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return int(pid) == os.getpid() and worker != CURRENT.get(int(pid))
+
+
+CURRENT: dict[int, str] = {}  # this process's live worker ids (one per run)
+
+
+class Claims:
+    """One worker's claims on the keys of one generator."""
+
+    def __init__(self, store: Store, generator: str, keys: Sequence[str], lease_s: float = DEFAULT_LEASE_S,
+                 selected_at: Optional[datetime] = None) -> None:
+        self.store, self.generator, self.lease_s = store, generator, float(lease_s)
+        self.keys = list(dict.fromkeys(keys))
+        self.worker = worker_id()
+        CURRENT[os.getpid()] = self.worker
+        # a key finished after the worker chose its jobs was finished by another worker: it stays done
+        self.started = selected_at or utcnow()
+        self.register()
+        self._stop = threading.Event()
+        self._heartbeat = threading.Thread(target=self._renew, daemon=True, name="cftools-claims")
+        self._heartbeat.start()
+
+    def _renew(self) -> None:
+        while not self._stop.wait(self.lease_s / 3):
+            with self.store.write() as session:
+                session.execute(update(WorkClaim).where(WorkClaim.worker == self.worker, WorkClaim.state == LEASED)
+                                .values(lease_expires=utcnow() + timedelta(seconds=self.lease_s)))
+
+    def close(self) -> None:
+        self._stop.set()
+        self._heartbeat.join(timeout=5)
+
+    def register(self) -> None:
+        """Add a row per key; a key finished before this run started is open again (its output is gone, or the
+        selection would not have listed it)."""
+        with self.store.write() as session:
+            for part in in_chunks(self.keys):
+                self.store.insert_ignore(session, WorkClaim.__table__,
+                                         [{"generator": self.generator, "key": k, "state": FREE} for k in part])
+                session.execute(update(WorkClaim).where(
+                    WorkClaim.generator == self.generator, WorkClaim.key.in_(part),
+                    WorkClaim.state.in_([DONE, FAILED]), WorkClaim.finished_at < self.started)
+                    .values(state=FREE, worker=None, lease_expires=None))
+
+    def _claimable(self, now: datetime):  # noqa: ANN202
+        return or_(WorkClaim.state == FREE, and_(WorkClaim.state == LEASED, WorkClaim.lease_expires < now))
+
+    def release_dead_workers(self, session: Session, now: datetime) -> None:
+        holders = session.execute(select(WorkClaim.worker).where(
+            WorkClaim.generator == self.generator, WorkClaim.state == LEASED, WorkClaim.lease_expires >= now,
+            WorkClaim.worker != self.worker).distinct()).scalars().all()
+        dead = [w for w in holders if is_dead_local_worker(w)]
+        if dead:
+            session.execute(update(WorkClaim).where(WorkClaim.generator == self.generator, WorkClaim.state == LEASED,
+                                                    WorkClaim.worker.in_(dead))
+                            .values(state=FREE, worker=None, lease_expires=None))
+
+    def claim(self, limit: int) -> list[str]:
+        """Up to LIMIT of this worker's keys that nobody holds, now leased to it."""
+        now = utcnow()
+        taken: list[str] = []
+        with self.store.write() as session:
+            self.release_dead_workers(session, now)
+            for part in in_chunks(self.keys):
+                if len(taken) >= limit:
+                    break
+                rows = session.execute(
+                    select(WorkClaim.id, WorkClaim.key)
+                    .where(WorkClaim.generator == self.generator, WorkClaim.key.in_(part), self._claimable(now))
+                    .order_by(WorkClaim.id).limit(limit - len(taken))
+                    .with_for_update(skip_locked=True)).all()
+                if rows:
+                    session.execute(update(WorkClaim).where(WorkClaim.id.in_([r.id for r in rows])).values(
+                        state=LEASED, worker=self.worker, lease_expires=now + timedelta(seconds=self.lease_s)))
+                    taken += [r.key for r in rows]
+        return taken
+
+    def finish(self, session: Session, key: str, ok: bool) -> None:
+        """Mark KEY done or failed inside the transaction that stores its output."""
+        session.execute(update(WorkClaim).where(WorkClaim.generator == self.generator, WorkClaim.key == key,
+                                                WorkClaim.worker == self.worker)
+                        .values(state=DONE if ok else FAILED, finished_at=utcnow(), lease_expires=None))
+
+    def open_keys(self) -> int:
+        """How many of this worker's keys are neither done nor failed (held by others, or free)."""
+        with self.store.session() as session:
+            return sum(session.execute(select(func.count()).select_from(WorkClaim).where(
+                WorkClaim.generator == self.generator, WorkClaim.key.in_(part),
+                WorkClaim.state.in_([FREE, LEASED]))).scalar_one() for part in in_chunks(self.keys))
+
+    def batches(self, size: int) -> Iterator[Optional[list[str]]]:
+        """Claimed batches until every key is finished; None while others hold live leases (the caller waits)."""
+        while True:
+            batch = self.claim(size)
+            if batch:
+                yield batch
+            elif self.open_keys() == 0:
+                return
+            else:
+                yield None

@@ -1,0 +1,265 @@
+"""One LLM generator run, whatever it writes: jobs, the request cache, retries of unparseable outputs, provenance.
+
+A generator (C-VQA rewriting, MuCR contextual descriptions and cues, CFMM pairs, ...) is an `LLMTask`: its name,
+its prompt template, `parse(text, job)` (raises `ParseError`) and `write(session, job, parsed, generation_id,
+attempt)` (creates or updates items). `run_llm_task` does the rest the same way for all of them:
+
+- every finished request is committed at once (cache entry, generation record, what `write` makes), so a killed
+  run loses only what was in flight and the next run does only the jobs the task still selects;
+- a job's first attempt is looked up in the cache in bulk; a cached, parseable reply needs no thread;
+- an unparseable output is kept (raw text + reason) and retried with a new attempt number, which changes the
+  sampling parameters (temperature, seed) and so the cache key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Iterator, Optional
+
+from rich.console import Console
+from sqlalchemy import insert, select
+from sqlmodel import Session
+
+from cftools.llm import Backend, Completion, LLMError, request_key
+from cftools.llm.base import render_messages
+from cftools.llm.cache import cached_completion, cached_completions, save_completions
+from cftools.llm.prompts import PromptTemplate
+from cftools.generate.claims import DEFAULT_LEASE_S, Claims
+from cftools.llm.runner import WRITE_BATCH, JobResult, RunStats, run_jobs
+from cftools.models import DRAFT, Generation, Item, ItemEvent, utcnow
+from cftools.store import Store
+
+DEFAULT_MAX_ATTEMPTS = 3
+RETRY_TEMPERATURE = 0.7
+DEFAULT_CONCURRENCY = {"local": 1, "openai": 8}
+
+
+class ParseError(ValueError):
+    """A model output the task's parser cannot read (the reason is stored with the output)."""
+
+
+@dataclass
+class Attempt:
+    number: int
+    params: dict[str, Any]
+    key: str
+    completion: Completion | None = None
+    fresh: bool = False  # a new model call (goes into the cache)
+    parsed: dict[str, Any] | None = None
+    parse_error: str | None = None
+    error: str | None = None
+
+
+@dataclass
+class LLMJob:
+    """One request of a generator: what it is about (a source question or an item) and its messages."""
+
+    label: str  # for people: "source 12", "item mucr:3"
+    messages: list[dict[str, Any]]
+    key: str = ""  # what the job makes, unique per generator (the claim key); defaults to the label
+    source_id: Optional[int] = None
+    group: Optional[str] = None
+    context: dict[str, Any] = field(default_factory=dict)  # what `write` needs
+    attempts: list[Attempt] = field(default_factory=list)
+    first_missed: bool = False  # the bulk cache lookup found no response for attempt 1
+
+
+class LLMTask:
+    """A generator's own part: its name, template, parser and writer."""
+
+    generator: str = ""
+    template: PromptTemplate
+
+    def parse(self, text: str, job: LLMJob) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def write(self, store: Store, session: Session, job: LLMJob, parsed: dict[str, Any], generation_id: int,
+              attempt: int) -> int:
+        """Store what a parsed output makes (items created or updated); returns how many."""
+        raise NotImplementedError
+
+
+@dataclass
+class LLMReport:
+    generator: str
+    group: Optional[str]
+    backend: str
+    model: str
+    template: str
+    selected: int = 0
+    stats: RunStats = field(default_factory=RunStats)
+    items_created: int = 0
+    parse_failures: int = 0
+    call_errors: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"generator": self.generator, "group": self.group, "backend": self.backend, "model": self.model,
+                "template": self.template, "selected": self.selected, "items_created": self.items_created,
+                "parse_failures": self.parse_failures, "call_errors": self.call_errors, **self.stats.as_dict(),
+                "errors": self.stats.errors[:5]}
+
+
+def attempt_params(base: dict[str, Any], attempt: int) -> dict[str, Any]:
+    """Attempt 1 uses the configured (greedy) parameters; a retry samples with its own seed, so it is a new
+    request for the cache too."""
+    if attempt <= 1:
+        return dict(base)
+    return {**base, "temperature": max(float(base.get("temperature") or 0.0), RETRY_TEMPERATURE), "seed": attempt}
+
+
+class Attempts:
+    """Runs the attempts of one job: cache or model, then the task's parser."""
+
+    def __init__(self, store: Store, backend: Backend, task: LLMTask, base_params: dict[str, Any],
+                 max_attempts: int, refresh: bool) -> None:
+        self.store, self.backend, self.task = store, backend, task
+        self.base_params = base_params
+        self.max_attempts = max(1, max_attempts)
+        self.refresh = refresh
+
+    def new_attempt(self, job: LLMJob) -> Attempt:
+        number = len(job.attempts) + 1
+        params = attempt_params(self.base_params, number)
+        return Attempt(number=number, params=params,
+                       key=request_key(self.backend.cache_id, self.backend.model, job.messages, params))
+
+    def parse_into(self, attempt: Attempt, job: LLMJob) -> bool:
+        try:
+            attempt.parsed = self.task.parse(attempt.completion.text, job)
+            return True
+        except ParseError as exc:
+            attempt.parse_error = str(exc)
+            return False
+
+    def try_cached_first(self, job: LLMJob, cache: dict[str, Completion]) -> JobResult | None:
+        """A finished result when the first attempt's response is cached and parses (no thread needed)."""
+        attempt = self.new_attempt(job)
+        completion = cache.get(attempt.key)
+        if completion is None:
+            job.first_missed = True
+            return None
+        attempt.completion = completion
+        if not self.parse_into(attempt, job):
+            return None
+        job.attempts.append(attempt)
+        return JobResult(job=job, ok=True, cached=True)
+
+    def work(self, job: LLMJob) -> JobResult:
+        while len(job.attempts) < self.max_attempts:
+            attempt = self.new_attempt(job)
+            job.attempts.append(attempt)
+            looked_up = attempt.number == 1 and job.first_missed
+            attempt.completion = None if self.refresh or looked_up else cached_completion(self.store, attempt.key)
+            if attempt.completion is None:
+                try:
+                    attempt.completion = self.backend.complete(job.messages, attempt.params)
+                    attempt.fresh = True
+                except LLMError as exc:
+                    attempt.error = str(exc)
+                    return JobResult(job=job, ok=False, error=f"{job.label}: {exc}")
+            if self.parse_into(attempt, job):
+                return JobResult(job=job, ok=True, cached=all(not a.fresh for a in job.attempts))
+        return JobResult(job=job, ok=False, cached=all(not a.fresh for a in job.attempts),
+                         error=f"{job.label}: unparseable after {len(job.attempts)} attempts "
+                               f"({job.attempts[-1].parse_error})")
+
+
+class Writer:
+    """Commits finished jobs: cache entries, generation records, and what the task makes of them."""
+
+    def __init__(self, store: Store, backend: Backend, task: LLMTask, report: LLMReport,
+                 claims: Optional[Claims] = None) -> None:
+        self.store, self.backend, self.task, self.report, self.claims = store, backend, task, report, claims
+
+    def __call__(self, results: list[JobResult]) -> None:
+        with self.store.write() as session:
+            fresh = [(a.key, a.completion) for r in results for a in r.job.attempts if a.fresh and a.completion]
+            save_completions(session, self.backend.cache_id, self.backend.model, fresh)
+            rows = [self.generation_row(r.job, a) for r in results for a in r.job.attempts]
+            ids = iter(session.execute(insert(Generation).returning(Generation.id, sort_by_parameter_order=True),
+                                       rows).scalars().all() if rows else [])
+            for result in results:
+                job: LLMJob = result.job
+                generation_ids = [next(ids) for _ in job.attempts]
+                self.report.parse_failures += sum(1 for a in job.attempts if a.parse_error)
+                self.report.call_errors += sum(1 for a in job.attempts if a.error)
+                final = job.attempts[-1] if job.attempts else None
+                ok = result.ok and final is not None and bool(final.parsed)
+                if ok:
+                    self.report.items_created += self.task.write(self.store, session, job, final.parsed,
+                                                                 generation_ids[-1], final.number)
+                if self.claims is not None:
+                    self.claims.finish(session, job_key(job), ok)
+
+    def generation_row(self, job: LLMJob, attempt: Attempt) -> dict[str, Any]:
+        completion = attempt.completion
+        template = self.task.template
+        return dict(
+            source_id=job.source_id, generator=self.task.generator, group=job.group, backend=self.backend.name,
+            model=self.backend.model, template_name=template.name, template_hash=template.hash,
+            params={**attempt.params, "cache_backend": self.backend.cache_id}, prompt=render_messages(job.messages),
+            raw_output=completion.text if completion else None, parsed=attempt.parsed,
+            parse_error=attempt.parse_error, prompt_tokens=completion.prompt_tokens if completion else None,
+            completion_tokens=completion.completion_tokens if completion else None,
+            latency_s=completion.latency_s if completion else None, error=attempt.error, cache_key=attempt.key,
+            cached=bool(completion and completion.cached), attempt=attempt.number, created_at=utcnow())
+
+
+def job_key(job: LLMJob) -> str:
+    return job.key or job.label
+
+
+def claimed_jobs(store: Store, jobs: list[LLMJob], attempts: Attempts, claims: Claims, refresh: bool,
+                 batch: int) -> Iterator[Any]:
+    """The jobs this worker has claimed, batch by batch; a job whose first reply is cached and parses comes out
+    finished (a JobResult, no thread); None while other workers hold the rest."""
+    by_key = {job_key(job): job for job in jobs}
+    for keys in claims.batches(batch):
+        if keys is None:
+            yield None
+            continue
+        chosen = [by_key[k] for k in keys]
+        if refresh:
+            yield from chosen
+            continue
+        cache = cached_completions(store, [attempts.new_attempt(job).key for job in chosen])
+        for job in chosen:
+            yield attempts.try_cached_first(job, cache) or job
+
+
+def run_llm_task(store: Store, backend: Backend, task: LLMTask, jobs: list[LLMJob], *, params: dict[str, Any],
+                 group: Optional[str] = None, concurrency: int | None = None, refresh: bool = False,
+                 max_attempts: int = DEFAULT_MAX_ATTEMPTS, console: Console | None = None,
+                 quiet: bool = False, lease_s: float = DEFAULT_LEASE_S,
+                 selected_at: Optional[datetime] = None) -> LLMReport:
+    """Run JOBS for TASK with BACKEND; other workers on the same store share the jobs (`cftools.generate.claims`).
+    SELECTED_AT is when the caller started choosing the jobs. Returns what this worker did."""
+    report = LLMReport(generator=task.generator, group=group, backend=backend.name, model=backend.model,
+                       template=task.template.name, selected=len(jobs))
+    attempts = Attempts(store, backend, task, params, max_attempts, refresh)
+    workers = concurrency or DEFAULT_CONCURRENCY.get(backend.name, 4)
+    claims = Claims(store, task.generator, [job_key(job) for job in jobs], lease_s, selected_at)
+    source = claimed_jobs(store, jobs, attempts, claims, refresh, batch=max(WRITE_BATCH, 4 * workers))
+    try:
+        report.stats = run_jobs(source, attempts.work, Writer(store, backend, task, report, claims),
+                                concurrency=workers, description=f"{task.generator} {group or ''}".strip(),
+                                console=console, quiet=quiet, total=len(jobs))
+    finally:
+        claims.close()
+    return report
+
+
+def insert_items(store: Store, session: Session, items: list[dict[str, Any]], stage: str) -> int:
+    """Insert draft items (a key already there is skipped) and their first history event; returns how many."""
+    if not items:
+        return 0
+    keys = [i["key"] for i in items]
+    before = set(session.execute(select(Item.key).where(Item.key.in_(keys))).scalars())
+    store.insert_ignore(session, Item.__table__, [i for i in items if i["key"] not in before])
+    new_ids = session.execute(select(Item.id).where(Item.key.in_([k for k in keys if k not in before]))).scalars().all()
+    if new_ids:
+        session.execute(ItemEvent.__table__.insert(), [
+            {"item_id": item_id, "stage": stage, "to_status": DRAFT, "detail": None, "created_at": utcnow()}
+            for item_id in new_ids])
+    return len(new_ids)

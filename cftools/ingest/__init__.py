@@ -1,0 +1,1 @@
+"""ingest: read source questions, images and existing items into the store."""

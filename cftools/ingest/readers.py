@@ -1,0 +1,502 @@
+"""Ingest of real inputs: official VQAv2 files, the C-VQA CSV as published, and a user's own table.
+
+Every ingest validates the whole file first, then writes in one transaction: a bad record either
+stops the ingest with the store unchanged, or (skip_bad) is left out and listed in a report file.
+Records are keyed, so ingesting the same file twice adds nothing.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO, Iterable, Iterator
+
+import ijson
+from sqlalchemy import func, select
+
+from cftools.errors import InputError, NoRecordsError
+from cftools.images import FolderIndex, ImageFile, attach_images, image_ref_path, read_image_file, sha256_file
+from cftools.models import (
+    DRAFT, IngestRun, Item, ItemEvent,
+    SourceQuestion, utcnow,
+)
+from cftools.store import Store
+
+COCO_SUBTYPES = ("val2014", "train2014", "test2015", "test-dev2015")
+BATCH = 5000
+UNCLOSED_QUOTE = "malformed CSV: a quote opened in this record is never closed"
+
+
+@dataclass
+class BadRecord:
+    path: str
+    record: str
+    reason: str
+
+
+@dataclass
+class IngestReport:
+    format: str
+    path: str
+    dataset: str
+    n_records: int = 0
+    sources_added: int = 0
+    items_added: int = 0
+    images_added: int = 0
+    images_attached: int = 0
+    missing_images: int = 0
+    bad: list[BadRecord] = field(default_factory=list)
+    report_path: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        out = {k: v for k, v in self.__dict__.items() if k != "bad"}
+        out["skipped"] = len(self.bad)
+        return out
+
+
+class BadRecords:
+    """Collects bad records when skipping; raises the first one otherwise."""
+
+    def __init__(self, skip_bad: bool) -> None:
+        self.skip_bad = skip_bad
+        self.items: list[BadRecord] = []
+
+    def add(self, error: InputError) -> None:
+        if not self.skip_bad:
+            raise error
+        self.items.append(BadRecord(error.path, str(error.record), error.reason))
+
+
+# ---------------------------------------------------------------- answers
+
+
+def most_frequent_answer(answers: Iterable[str]) -> str | None:
+    """The most frequent answer; ties go to the alphabetically first, so the choice never depends on order."""
+    counts = Counter(answers)
+    if not counts:
+        return None
+    return min(counts.items(), key=lambda kv: (-kv[1], kv[0]))[0]
+
+
+def infer_answer_type(answer: str) -> str:
+    text = answer.strip().lower()
+    if text in ("yes", "no"):
+        return "yes/no"
+    if text.isdigit():
+        return "number"
+    return "other"
+
+
+def stable_key(*parts: object) -> str:
+    return hashlib.sha1("\x1f".join(str(p) for p in parts).encode("utf-8")).hexdigest()[:16]
+
+
+# ---------------------------------------------------------------- VQAv2
+
+
+def coco_file_names(image_id: int, subtype: str | None) -> list[str]:
+    subtypes = [subtype] if subtype else []
+    subtypes += [s for s in COCO_SUBTYPES if s != subtype]
+    names = [f"COCO_{s}_{image_id:012d}.jpg" for s in subtypes]
+    return names + [f"{image_id:012d}.jpg"]  # COCO 2017 naming
+
+
+def _scalar_at(path: Path, key: str) -> str | None:
+    """A top-level string field of a large JSON file, read without loading the file."""
+    with open(path, "rb") as fh:
+        for prefix, event, value in ijson.parse(fh):
+            if prefix == key and event == "string":
+                return value
+    return None
+
+
+def _stream(path: Path, prefix: str) -> Iterator[tuple[int, Any]]:
+    try:
+        with open(path, "rb") as fh:
+            for index, obj in enumerate(ijson.items(fh, prefix, use_float=True)):
+                yield index, obj
+    except ijson.JSONError as exc:
+        raise InputError(path, f"malformed JSON: {exc}") from None
+    except OSError as exc:
+        raise InputError(path, f"cannot read: {exc.strerror or exc}") from None
+
+
+def _require(obj: Any, fields: dict[str, type | tuple], path: Path, record: str) -> None:
+    if not isinstance(obj, dict):
+        raise InputError(path, f"expected an object, got {type(obj).__name__}", record)
+    for name, kind in fields.items():
+        if name not in obj:
+            raise InputError(path, f"missing field '{name}'", record)
+        if not isinstance(obj[name], kind) or isinstance(obj[name], bool):
+            raise InputError(path, f"field '{name}' has the wrong type ({type(obj[name]).__name__})", record)
+
+
+def read_vqav2(questions: Path, annotations: Path | None, bad: BadRecords) -> tuple[str, list[dict]]:
+    """Parse the official VQAv2 pair into source-question rows (without store ids)."""
+    subtype = _scalar_at(questions, "data_subtype")
+    by_qid: dict[int, tuple[int, str]] = {}
+    seen_any = False
+    for index, q in _stream(questions, "questions.item"):
+        seen_any = True
+        record = f"questions[{index}]"
+        try:
+            _require(q, {"question_id": int, "image_id": int, "question": str}, questions, record)
+        except InputError as err:
+            bad.add(err)
+            continue
+        by_qid[q["question_id"]] = (q["image_id"], q["question"])
+    if not seen_any and not by_qid:
+        raise InputError(questions, "no 'questions' list found (is this a VQAv2 questions file?)")
+
+    answered: dict[int, tuple[list[str], str | None, str | None]] = {}
+    if annotations is not None:
+        for index, a in _stream(annotations, "annotations.item"):
+            record = f"annotations[{index}]"
+            try:
+                _require(a, {"question_id": int, "answers": list}, annotations, record)
+                texts = []
+                for j, ans in enumerate(a["answers"]):
+                    if not isinstance(ans, dict) or not isinstance(ans.get("answer"), str):
+                        raise InputError(annotations, f"answers[{j}] has no text 'answer'", record)
+                    texts.append(ans["answer"])
+                if a["question_id"] not in by_qid:
+                    raise InputError(annotations, f"question_id {a['question_id']} is not in {questions.name}", record)
+            except InputError as err:
+                bad.add(err)
+                continue
+            answered[a["question_id"]] = (texts, a.get("answer_type"), a.get("multiple_choice_answer"))
+
+    dataset = f"vqav2:{subtype or 'unknown'}"
+    now = utcnow()
+    rows = []
+    for qid, (image_id, question) in by_qid.items():
+        texts, answer_type, mc = answered.get(qid, (None, None, None))
+        if annotations is not None and texts is None:
+            bad.add(InputError(annotations, f"no annotation for question_id {qid}"))
+            continue
+        meta = {"image_id": image_id}
+        if mc is not None:
+            meta["multiple_choice_answer"] = mc
+        rows.append({
+            "dataset": dataset, "external_id": str(qid), "image_ref": coco_file_names(image_id, subtype)[0],
+            "question": question, "answer": most_frequent_answer(texts) if texts else None,
+            "answer_type": answer_type, "answers": texts, "meta": meta, "created_at": now,
+        })
+    return dataset, rows
+
+
+# ---------------------------------------------------------------- CSV / JSONL tables
+
+
+class NotUTF8(Exception):
+    def __init__(self, line: int, reason: str) -> None:
+        super().__init__(reason)
+        self.line = line
+        self.reason = reason
+
+
+class NumberedLines:
+    """A file's lines decoded one at a time as UTF-8, counting them: a bad byte is then known by its line
+    (decoding the file as one stream tells only an offset in some buffer). Iteration goes on after one."""
+
+    def __init__(self, fh: BinaryIO) -> None:
+        self._chunks = iter(fh)
+        self._pending: list[bytes] = []
+        self.number = 0  # lines handed out so far
+
+    def __iter__(self) -> "NumberedLines":
+        return self
+
+    def __next__(self) -> str:
+        if not self._pending:
+            # Lines end at \n, \r\n or a lone \r (universal newlines, as text mode would split them).
+            self._pending = next(self._chunks).splitlines(keepends=True)[::-1]
+        raw = self._pending.pop()
+        self.number += 1
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise NotUTF8(self.number, f"{exc.reason}: byte 0x{raw[exc.start]:02x}") from None
+        return text.removeprefix("\ufeff") if self.number == 1 else text
+
+
+def _not_utf8(path: Path, error: NotUTF8, start: int) -> InputError:
+    where = "" if error.line == start else f" in its line {error.line}"
+    return InputError(path, f"not UTF-8 text ({error.reason}{where})", f"line {start}")
+
+
+def _read_csv(path: Path, required: tuple[str, ...]) -> Iterator[tuple[str, dict | InputError]]:
+    """(line, row) for each record, the line being where the record starts; a bad record comes as
+    (line, InputError) and reading goes on after it. A broken header is raised."""
+    try:
+        with open(path, "rb") as fh:
+            lines = NumberedLines(fh)
+            reader = csv.reader(lines, strict=True)  # strict: an unclosed quote is an error, not the rest of the file
+            try:
+                header = next(reader, None)
+            except NotUTF8 as err:
+                raise _not_utf8(path, err, 1) from None
+            except csv.Error as exc:
+                raise InputError(path, f"malformed CSV header: {exc}", "line 1") from None
+            if header is None:
+                return  # an empty file: no records
+            missing = [c for c in required if c not in header]
+            if missing:
+                raise InputError(path, f"missing column(s) {', '.join(repr(c) for c in missing)}; "
+                                       f"header is {','.join(header)}", "line 1")
+            while True:
+                start = lines.number + 1
+                try:
+                    fields = next(reader)
+                except StopIteration:
+                    return
+                except NotUTF8 as err:
+                    yield f"line {start}", _not_utf8(path, err, start)
+                    continue
+                except csv.Error as exc:
+                    reason = UNCLOSED_QUOTE if str(exc) == "unexpected end of data" else f"malformed CSV: {exc}"
+                    yield f"line {start}", InputError(path, reason, f"line {start}")
+                    continue
+                if not fields:
+                    continue  # a blank line
+                if len(fields) != len(header):
+                    yield f"line {start}", InputError(path, f"expected {len(header)} fields, got {len(fields)}",
+                                                      f"line {start}")
+                    continue
+                yield f"line {start}", dict(zip(header, fields))
+    except OSError as exc:
+        raise InputError(path, f"cannot read: {exc.strerror or exc}") from None
+
+
+def _read_jsonl(path: Path) -> Iterator[tuple[str, dict | InputError]]:
+    """(line, object) for each record; a bad one comes as (line, InputError) and reading goes on."""
+    try:
+        with open(path, "rb") as fh:
+            lines = NumberedLines(fh)
+            while True:
+                number = lines.number + 1
+                try:
+                    text = next(lines)
+                except StopIteration:
+                    return
+                except NotUTF8 as err:
+                    yield f"line {number}", _not_utf8(path, err, number)
+                    continue
+                if not text.strip():
+                    continue
+                try:
+                    obj = json.loads(text)
+                except json.JSONDecodeError as exc:
+                    yield f"line {number}", InputError(path, f"malformed JSON: {exc.msg}", f"line {number}")
+                    continue
+                if not isinstance(obj, dict):
+                    yield f"line {number}", InputError(path, "expected a JSON object", f"line {number}")
+                    continue
+                yield f"line {number}", obj
+    except OSError as exc:
+        raise InputError(path, f"cannot read: {exc.strerror or exc}") from None
+
+
+def records(path: Path, required: tuple[str, ...], bad: BadRecords) -> Iterator[tuple[str, dict]]:
+    """Rows of a CSV or JSONL file whose required fields are present and non-empty."""
+    reader = _read_jsonl(path) if path.suffix.lower() in (".jsonl", ".ndjson") else _read_csv(path, required)
+    for line, row in reader:
+        if isinstance(row, InputError):
+            bad.add(row)
+            continue
+        empty = [c for c in required if not str(row.get(c, "") if row.get(c) is not None else "").strip()]
+        if empty:
+            bad.add(InputError(path, f"empty or missing field(s) {', '.join(empty)}", line))
+            continue
+        yield line, row
+
+
+def image_path_problem(given: str, images_dir: Path | None) -> str | None:
+    """Why a record's image path cannot be used, or None. It is taken relative to --images and must stay
+    inside it ('..' or an absolute path elsewhere would let a table read any file) and name a file there."""
+    if os.path.isabs(given):
+        if images_dir is not None and not Path(os.path.normpath(given)).is_relative_to(os.path.abspath(images_dir)):
+            return f"image path {given!r} is outside the --images folder {images_dir}"
+    elif os.path.normpath(given).split(os.sep)[0] == os.pardir:
+        return f"image path {given!r} leaves the --images folder"
+    if images_dir is not None:
+        target = images_dir / given
+        if target.exists() and not target.is_file():
+            return f"image path {given!r} is {'a folder' if target.is_dir() else 'not a regular file'}, not an image"
+    return None
+
+
+def read_table(path: Path, bad: BadRecords, dataset: str | None = None,
+               images_dir: Path | None = None) -> tuple[str, list[dict]]:
+    """A user's own `image, question, answer` records (CSV or JSONL; optional id and answer_type)."""
+    dataset = dataset or f"table:{path.stem}"
+    now = utcnow()
+    rows: dict[str, dict] = {}
+    for line, row in records(path, ("image", "question", "answer"), bad):
+        image = str(row["image"]).strip()
+        problem = image_path_problem(image, images_dir)
+        if problem:
+            bad.add(InputError(path, problem, line))
+            continue
+        answer = str(row["answer"]).strip()
+        external_id = str(row.get("id") or stable_key(row["image"], row["question"], answer))
+        rows.setdefault(external_id, {
+            "dataset": dataset, "external_id": external_id, "image_ref": image_ref_path(image),
+            "question": str(row["question"]).strip(), "answer": answer,
+            "answer_type": str(row.get("answer_type") or infer_answer_type(answer)),
+            "answers": None, "meta": {"line": line, "image": image}, "created_at": now,
+        })
+    return dataset, list(rows.values())
+
+
+# ---------------------------------------------------------------- images and writing
+
+
+def record_of(source: dict) -> str:
+    """How errors name the input record a source question came from: its line, else its question id."""
+    return source["meta"].get("line") or f"question_id {source['external_id']}"
+
+
+def given_image_file(images_dir: Path, source: dict | None) -> Path | None:
+    """The file a record's own image path names under IMAGES_DIR, when it is one (checked at reading)."""
+    given = (source or {}).get("meta", {}).get("image")
+    if not given:
+        return None
+    path = images_dir / given
+    return path if path.is_file() else None
+
+
+def resolve_images(store: Store, dataset: str, sources: list[dict], images_dir: Path | None, bad: BadRecords,
+                   candidates: dict[str, list[str]] | None = None, input_path: Path | None = None,
+                   ) -> dict[str, ImageFile]:
+    """Read every image the records (and the dataset's earlier records still without one) refer to.
+
+    A record's image path names its file under IMAGES_DIR; otherwise the image is found by file name
+    anywhere under it. A broken image is a bad record, named by the first record that uses it.
+    """
+    if images_dir is None:
+        return {}
+    if not images_dir.is_dir():
+        raise InputError(images_dir, "not a folder of images")
+    on_disk = FolderIndex(images_dir)
+    first_source: dict[str, dict] = {}
+    for source in sources:
+        first_source.setdefault(source["image_ref"], source)
+    with store.session() as session:
+        earlier = session.execute(select(SourceQuestion.image_ref).where(
+            SourceQuestion.dataset == dataset, SourceQuestion.image_id.is_(None))).scalars().all()
+    found: dict[str, ImageFile] = {}
+    for ref in sorted(set(first_source) | set(earlier)):
+        source = first_source.get(ref)
+        file = given_image_file(images_dir, source)
+        for name in ([] if file else (candidates or {}).get(ref, [ref])):
+            matches = on_disk.find(name)
+            if len(matches) > 1:
+                where = (input_path, record_of(source)) if source is not None and input_path else (images_dir,
+                                                                                                   f"image {ref}")
+                bad.add(InputError(where[0], f"image reference {name!r} is ambiguous: "
+                                             f"{' and '.join(matches[:2])} both match", where[1]))
+                break
+            if matches:
+                file = on_disk.by_rel[matches[0]]
+                break
+        if file is None:
+            continue
+        try:
+            found[ref] = read_image_file(file, record=f"image {ref}")
+        except InputError as err:
+            if source is not None and input_path is not None:
+                err = InputError(input_path, f"image {file}: {err.reason}", record_of(source))
+            bad.add(err)
+    return found
+
+
+def existing_item_keys(session, keys: list[str], chunk: int = 900) -> dict[str, int]:  # noqa: ANN001
+    """Item key -> id for those of KEYS already in the store (queried in chunks to respect SQL limits)."""
+    found: dict[str, int] = {}
+    for start in range(0, len(keys), chunk):
+        part = keys[start:start + chunk]
+        found.update(session.execute(select(Item.key, Item.id).where(Item.key.in_(part))).all())
+    return found
+
+
+def write_records(store: Store, fmt: str, path: Path, dataset: str, sources: list[dict], items: list[dict],
+                  images: dict[str, ImageFile], report: IngestReport) -> None:
+    """Write sources, items and images in one transaction; existing keys are left as they are."""
+    source_table = SourceQuestion.__table__
+    with store.write() as session:
+        count_sources = select(func.count()).select_from(source_table).where(source_table.c.dataset == dataset)
+        before = session.execute(count_sources).scalar_one()
+        for start in range(0, len(sources), BATCH):
+            store.insert_ignore(session, source_table, sources[start:start + BATCH])
+        report.sources_added = session.execute(count_sources).scalar_one() - before
+
+        if items:
+            ids = dict(session.execute(select(source_table.c.external_id, source_table.c.id)
+                                       .where(source_table.c.dataset == dataset)).all())
+            existing = existing_item_keys(session, [i["key"] for i in items])
+            new_items = [{**{k: v for k, v in i.items() if k != "source_external_id"},
+                          "source_id": ids[i["source_external_id"]] if i.get("source_external_id") else None} for i in items if i["key"] not in existing]
+            for start in range(0, len(new_items), BATCH):
+                store.insert_ignore(session, Item.__table__, new_items[start:start + BATCH])
+            new_ids = [item_id for _, item_id in existing_item_keys(session, [i["key"] for i in new_items]).items()]
+            if new_ids:
+                session.execute(ItemEvent.__table__.insert(), [
+                    {"item_id": item_id, "stage": "ingest", "to_status": DRAFT,
+                     "detail": {"file": str(path)}, "created_at": utcnow()} for item_id in new_ids])
+            report.items_added = len(new_items)
+
+        report.images_added, report.images_attached = attach_images(store, session, dataset, images)
+        report.missing_images = session.execute(
+            select(func.count()).select_from(source_table)
+            .where(source_table.c.dataset == dataset, source_table.c.image_id.is_(None))).scalar_one()
+        session.add(IngestRun(format=fmt, path=str(path), file_sha256=sha256_file(path), n_records=report.n_records,
+                              n_sources_added=report.sources_added, n_items_added=report.items_added,
+                              n_images_added=report.images_added, n_skipped=len(report.bad)))
+
+
+def write_bad_report(report: IngestReport, report_path: Path) -> None:
+    report_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(report_path, "w", encoding="utf-8") as fh:
+        for bad in report.bad:
+            fh.write(json.dumps(bad.__dict__, ensure_ascii=False) + "\n")
+    report.report_path = str(report_path)
+
+
+def finish(store: Store, fmt: str, path: Path, dataset: str, sources: list[dict], items: list[dict],
+            images_dir: Path | None, bad: BadRecords, report_path: Path | None, n_records: int,
+            candidates: dict[str, list[str]] | None = None) -> IngestReport:
+    if n_records == 0 and not bad.items:
+        raise NoRecordsError(path)
+    report = IngestReport(format=fmt, path=str(path), dataset=dataset, n_records=n_records)
+    images = resolve_images(store, dataset, sources, images_dir, bad, candidates, path)
+    report.bad = bad.items
+    write_records(store, fmt, path, dataset, sources, items, images, report)
+    if report.bad and report_path is not None:
+        write_bad_report(report, report_path)
+    return report
+
+
+def ingest_vqav2(store: Store, questions: Path, annotations: Path | None, images_dir: Path | None = None,
+                 skip_bad: bool = False, report_path: Path | None = None) -> IngestReport:
+    bad = BadRecords(skip_bad)
+    dataset, sources = read_vqav2(Path(questions), Path(annotations) if annotations else None, bad)
+    subtype = dataset.split(":", 1)[1]
+    candidates = None
+    if images_dir is not None:
+        candidates = {s["image_ref"]: coco_file_names(s["meta"]["image_id"], subtype) for s in sources}
+    return finish(store, "vqav2", Path(questions), dataset, sources, [], images_dir, bad, report_path,
+                   len(sources), candidates)
+
+
+def ingest_table(store: Store, path: Path, images_dir: Path | None = None, skip_bad: bool = False,
+                 report_path: Path | None = None, dataset: str | None = None) -> IngestReport:
+    bad = BadRecords(skip_bad)
+    images_dir = Path(images_dir) if images_dir is not None else None
+    dataset, sources = read_table(Path(path), bad, dataset, images_dir)
+    return finish(store, "table", Path(path), dataset, sources, [], images_dir, bad, report_path, len(sources))

@@ -1,0 +1,205 @@
+"""What a benchmark shape (a *kind*) declares, so that the stages can ask it instead of naming it.
+
+A kind is one module with one `Kind` subclass, registered under the `cftools.kinds` entry point group
+(see `cftools.kinds.registry`). The stages call only what is declared here:
+
+| stage     | asks the kind for                                                                |
+|-----------|----------------------------------------------------------------------------------|
+| ingest    | `validate` (the typed model of `item.data`), `commands()` for its own ingests    |
+| generate  | `generators` (names and descriptions), `commands()` for their CLI                |
+| check     | `checks` (one `Check` per code) and `answer_style` of an item                    |
+| annotate  | `tasks` (label config per task), `task_data` (what the annotator sees)           |
+| export    | `export_formats` (peer formats beside the native release), `answer_type`        |
+| eval      | `eval_questions`, `summarize`, `report_table`, `csv_rows`, `plot_series`         |
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Optional, Sequence
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from cftools.errors import CftoolsError
+
+if TYPE_CHECKING:  # the stages' types, only for annotations
+    import click
+
+    from cftools.checks.items import ItemView
+    from cftools.checks.rules import Result
+
+
+class ItemDataError(CftoolsError):
+    """An item's `data` does not fit its kind's model: names the item and the field."""
+
+    def __init__(self, kind: str, item: object, field_path: str, reason: str) -> None:
+        self.kind, self.item, self.field_path, self.reason = kind, item, field_path, reason
+        super().__init__(f"item {item} ({kind}): field {field_path!r}: {reason}")
+
+
+class ItemData(BaseModel):
+    """Base of a kind's typed `item.data`: unknown keys are kept (annotator notes, provenance)."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+@dataclass(frozen=True)
+class Check:
+    """One automatic check: `run` returns a Flag, a Note (could not decide) or None."""
+
+    code: str
+    run: Callable[["ItemView"], "Result"]
+    applies: Callable[["ItemView"], bool]
+    scope: str  # for people: which items it applies to
+
+
+@dataclass(frozen=True)
+class Generator:
+    """A generator of a kind: its CLI name, what it reads and what it writes (distilabel-style)."""
+
+    name: str
+    description: str
+    inputs: tuple[str, ...] = ()
+    outputs: tuple[str, ...] = ()
+    templates: tuple[str, ...] = ()  # prompt templates it renders, relative to prompts/
+
+
+@dataclass(frozen=True)
+class ExportFormat:
+    """A peer release format: `write(items, folder, name, splits)`; `keeps(record)` says which records it holds."""
+
+    name: str
+    description: str
+    write: Callable[..., None]
+    keeps: Callable[[dict], bool] = lambda record: True
+
+
+@dataclass
+class ReportTable:
+    section: str
+    title: str
+    columns: list[str]
+    rows: list[list[str]] = field(default_factory=list)
+
+
+class Kind:
+    """A benchmark shape. Subclasses set the class attributes and override what they support."""
+
+    name: ClassVar[str] = ""
+    title: ClassVar[str] = ""
+    data_model: ClassVar[type[ItemData]] = ItemData
+    groups: ClassVar[tuple[str, ...]] = ()  # the groups (types) its items fall into, when fixed
+    generators: ClassVar[tuple[Generator, ...]] = ()
+    checks: ClassVar[tuple[Check, ...]] = ()
+    tasks: ClassVar[dict[str, str]] = {}  # Label Studio task -> label config template (under annotation/)
+    export_formats: ClassVar[tuple[ExportFormat, ...]] = ()
+    metrics: ClassVar[tuple[str, ...]] = ()
+    eval_templates: ClassVar[tuple[str, ...]] = ()  # eval prompts (under prompts/eval/) that enter a run's hash
+    # A kind shipped in its own package keeps its templates there: TEMPLATE_ROOT/annotation/..., .../prompts/...
+    template_root: ClassVar[Optional[Path]] = None
+
+    # -- fields ------------------------------------------------------------------------------------------------
+
+    def validate(self, data: Optional[dict], item: object = "?") -> ItemData:
+        """The typed model of DATA; a bad field raises ItemDataError naming ITEM and the field."""
+        try:
+            return self.data_model.model_validate(data or {})
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            path = ".".join(str(p) for p in error["loc"]) or "data"
+            raise ItemDataError(self.name, item, path, error["msg"]) from None
+
+    def answer_type(self, group: str, answer: Optional[str]) -> Optional[str]:
+        """"number", "yes/no" or "other" for an item of GROUP (None: infer it from the answer)."""
+        return None
+
+    def answer_style(self, item: "ItemView") -> Optional[str]:
+        """How the item's answer is written, for the checks: "count", "yes/no", "choice" or None."""
+        return None
+
+    def prepare_checks(self, config: dict[str, Any]) -> None:
+        """Called before a check run with the workspace's configuration (e.g. an image model's tokenizer)."""
+
+    # -- command line ------------------------------------------------------------------------------------------
+
+    def commands(self) -> dict[str, list["click.Command"]]:
+        """Extra CLI commands by parent group ("ingest", "generate"), like an `llm` plugin's register_commands."""
+        return {}
+
+    # -- annotation --------------------------------------------------------------------------------------------
+
+    def task_template(self, task: str) -> str:
+        try:
+            return self.tasks[task]
+        except KeyError:
+            raise CftoolsError(f"kind {self.name!r} has no {task!r} task; it has: {', '.join(self.tasks)}") from None
+
+    def task_data(self, item: Any, source: Any, image_value: str, extra_images: dict[str, str]) -> dict[str, Any]:
+        """What the annotator sees of ITEM (beside item_key, kind, group, check_flags). IMAGE_VALUE is the item's
+        image as Label Studio loads it; EXTRA_IMAGES maps `sha256:…` references in its data the same way."""
+        return {"image": image_value, "question": item.question, "proposed_answer": item.answer or ""}
+
+    def read_judgment(self, purpose: str, result: Any, workspace_root: Optional[str] = None) -> Any:
+        """One submitted Label Studio result of a task of this kind, read back into a judgment (an `Answer`)."""
+        from cftools.annotate.rules import parse_answer
+
+        return parse_answer(self.name, purpose, result, workspace_root)
+
+    # -- eval --------------------------------------------------------------------------------------------------
+
+    def eval_questions(self, record: dict, ctx: "EvalContext") -> list:
+        """The questions a model is asked about RECORD (a release record)."""
+        return []
+
+    def judged_score(self, similarities: Sequence[float]) -> Optional[float]:
+        """The score of a judged free-text answer from the judge's similarities to the references."""
+        return None
+
+    def summarize(self, outcomes: Sequence[dict]) -> dict[str, Any]:
+        return {}
+
+    def report_table(self, section: dict[str, Any], fmt: "ScoreFormat") -> Optional[ReportTable]:
+        return None
+
+    def csv_rows(self, section: dict[str, Any]) -> list[tuple[str, str, Any, Optional[int]]]:
+        """(group, metric, score or value, n) rows of the flat CSV report."""
+        return []
+
+    def plot_series(self, section: dict[str, Any]) -> Optional[tuple[str, list[str], list[tuple[str, list]]]]:
+        return None
+
+    def describe(self) -> dict[str, Any]:
+        """What `cftools kinds --json` prints."""
+        return {
+            "name": self.name, "title": self.title, "groups": list(self.groups),
+            "fields": list(self.data_model.model_fields),
+            "generators": [{"name": g.name, "description": g.description, "inputs": list(g.inputs),
+                            "outputs": list(g.outputs), "templates": list(g.templates)} for g in self.generators],
+            "checks": [{"code": c.code, "scope": c.scope} for c in self.checks],
+            "tasks": dict(self.tasks),
+            "export_formats": [{"name": f.name, "description": f.description} for f in self.export_formats],
+            "metrics": list(self.metrics),
+        }
+
+
+@dataclass
+class ScoreFormat:
+    """How a report prints scores: `pct` for accuracies, `rate` for unknown rates, `points` for 0-10 scores."""
+
+    pct: Callable[[Optional[dict]], str]
+    rate: Callable[[Optional[float]], str]
+    points: Callable[[Optional[dict]], str]
+
+
+@dataclass
+class EvalContext:
+    """What a kind needs to build its eval questions."""
+
+    release_dir: Any
+    templates: Any  # cftools.evaluate.PromptTemplates
+    mode: str
+    needs_image: bool
+    max_new_tokens: int = 16
+    explain_tokens: int = 128
+    skipped: Any = None  # cftools.evaluate.Skipped

@@ -1,0 +1,68 @@
+"""The C-VQA kind's commands: `ingest cvqa`, `generate rewrite`, `generate reparse` (thin wrappers)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from cftools.commands.common import console, err_console, pass_workspace, print_json
+from cftools.commands.generation import llm_options, print_llm_report, run_with_llm
+from cftools.kinds.cvqa_rewrite import llm_params, reparse, rewrite
+from cftools.commands.ingest import images_option, json_option, print_ingest, report_option, report_path, skip_bad_option
+from cftools.kinds.cvqa_ingest import ingest_cvqa
+from cftools.kinds.cvqa import GROUPS as CVQA_GROUPS
+from cftools.workspace import Workspace
+
+
+@click.command("rewrite")
+@click.option("--group", required=True, type=click.Choice(CVQA_GROUPS),
+              help="Which C-VQA group to write: numerical-direct, numerical-indirect or boolean.")
+@click.option("--limit", type=click.IntRange(min=0), help="At most this many source questions.")
+@click.option("--include-ingested", is_flag=True,
+              help="Also rewrite source questions that already have an ingested (not generated) item of the group.")
+@llm_options
+@pass_workspace
+def rewrite_cmd(workspace: Workspace, group: str, limit: int | None, include_ingested: bool, backend: str | None,
+                model: str | None, template_path: Path | None, concurrency: int | None, refresh: bool,
+                max_attempts: int, quiet: bool, as_json: bool) -> None:
+    """Rewrite source questions into draft counterfactual items of one group (the C-VQA method).
+
+    Picks source questions of the group's answer type (number, or yes/no for boolean) that have no item of
+    the group yet; a rerun does only what is left, and cached requests make no model call."""
+    report = run_with_llm(workspace, backend, model, lambda llm, config: rewrite(
+        workspace.store, llm, group, limit=limit, template_path=template_path, concurrency=concurrency,
+        refresh=refresh, max_attempts=max_attempts, params=llm_params(config, llm.name),
+        include_ingested=include_ingested, console=err_console, quiet=quiet or as_json,
+        workspace_root=workspace.root))
+    print_llm_report(report, as_json, f"{group} draft items")
+
+
+@click.command("reparse")
+@click.option("--group", type=click.Choice(CVQA_GROUPS), help="Only this group (default: all).")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@pass_workspace
+def reparse_cmd(workspace: Workspace, group: str | None, as_json: bool) -> None:
+    """Parse the stored model outputs again (after a parser fix), without any model call."""
+    report = reparse(workspace.store, group)
+    if as_json:
+        print_json(report.as_dict())
+        return
+    console.print(f"{report.generations} stored outputs parsed again, {report.changed} parsed differently, "
+                  f"{report.items_created} items created, {report.items_updated} draft items updated")
+
+
+@click.command("cvqa")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--name", "dataset", help="Dataset name in the store (default: cvqa:FILE-STEM).")
+@images_option
+@skip_bad_option
+@report_option
+@json_option
+@pass_workspace
+def ingest_cvqa_cmd(workspace: Workspace, file: Path, dataset: str | None, images_dir: Path | None,
+                    skip_bad: bool, report: Path | None, as_json: bool) -> None:
+    """Ingest a C-VQA CSV as published (img_path,query,answer,new query,new answer,type)."""
+    result = ingest_cvqa(workspace.store, file, images_dir, skip_bad, report_path(workspace, report, file.name),
+                         dataset)
+    print_ingest(result, as_json)

@@ -1,0 +1,43 @@
+"""Ingest of the C-VQA CSV as published (img_path, query, answer, new query, new answer, type): the original
+question becomes a source question, the counterfactual an item of its group."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cftools.images import image_ref_path
+from cftools.ingest.readers import BadRecords, IngestReport, finish, records, stable_key
+from cftools.kinds.cvqa import CSV_COLUMNS, GROUP_ANSWER_TYPE, TYPE_TO_GROUP
+from cftools.models import DRAFT, utcnow
+from cftools.store import Store
+
+
+def read_cvqa(path: Path, bad: BadRecords, dataset: str | None = None) -> tuple[str, list[dict], list[dict]]:
+    """Parse the C-VQA CSV: the original question is a source, the counterfactual an item of its group."""
+    dataset = dataset or f"cvqa:{path.stem}"
+    now = utcnow()
+    sources: dict[str, dict] = {}
+    items: dict[str, dict] = {}
+    for line, row in records(path, CSV_COLUMNS, bad):
+        group = TYPE_TO_GROUP.get(row["type"].strip(), row["type"].strip())
+        source_key = stable_key(row["img_path"], row["query"], row["answer"])
+        image_ref = image_ref_path(row["img_path"])  # relative path: same-named files in two folders differ
+        sources.setdefault(source_key, {
+            "dataset": dataset, "external_id": source_key, "image_ref": image_ref, "question": row["query"],
+            "answer": row["answer"], "answer_type": GROUP_ANSWER_TYPE.get(group, "other"),
+            "answers": None, "meta": {"img_path": row["img_path"], "line": line}, "created_at": now,
+        })
+        key = f"{dataset}:{stable_key(*(row[c] for c in CSV_COLUMNS))}"
+        items.setdefault(key, {
+            "key": key, "kind": "cvqa", "group": group, "source_external_id": source_key,
+            "question": row["new query"], "answer": row["new answer"], "status": DRAFT, "origin": "ingested",
+            "data": {"cvqa_type": row["type"], "line": line}, "created_at": now, "updated_at": now,
+        })
+    return dataset, list(sources.values()), list(items.values())
+
+
+def ingest_cvqa(store: Store, path: Path, images_dir: Path | None = None, skip_bad: bool = False,
+                report_path: Path | None = None, dataset: str | None = None) -> IngestReport:
+    bad = BadRecords(skip_bad)
+    dataset, sources, items = read_cvqa(Path(path), bad, dataset)
+    return finish(store, "cvqa", Path(path), dataset, sources, items, images_dir, bad, report_path, len(items))

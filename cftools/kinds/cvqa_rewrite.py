@@ -1,0 +1,220 @@
+"""Counterfactual rewriting, the C-VQA way: a source question and its answer, a group's chain-of-thought prompt,
+a model call, a tolerant parse, and a draft item linked to its source question and its generation record.
+
+    backend = make_backend(workspace.section("llm"))
+    report = rewrite(workspace.store, backend, "numerical-direct", limit=10)
+
+Every finished request is committed at once (generation record, cache entry, item), so a killed run loses only
+what was in flight and the next run does only the sources that still have no item of the group. Item keys are
+`rewrite:<source_id>:<group>`. Unparseable outputs are kept (raw text + reason) and retried with a new attempt
+number, which changes the sampling parameters (temperature, seed) and so the cache key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from jinja2 import TemplateError
+from rich.console import Console
+from sqlalchemy import and_, exists, select
+from sqlmodel import Session
+
+from cftools.errors import CftoolsError, InputError
+from cftools.llm import Backend, make_backend, text_message
+from cftools.llm.base import DEFAULT_PARAMS
+from cftools.llm.prompts import PromptTemplate, load_prompt
+from cftools.generate.llm_task import (DEFAULT_MAX_ATTEMPTS, LLMJob, LLMReport as RewriteReport, LLMTask, ParseError,
+                                       insert_items, run_llm_task)
+from cftools.kinds.cvqa import GROUP_ANSWER_TYPE, GROUPS as CVQA_GROUPS
+from cftools.models import (DRAFT, Generation,
+                            Item, ItemEvent, SourceQuestion, utcnow)
+from cftools.kinds.cvqa_parser import RewriteParseError, parse_rewrite
+from cftools.store import Store
+from cftools.workspace import Workspace
+
+GENERATOR = "rewrite"
+# The prompts' examples start with "Question:"; a model that goes on to invent another example stops there.
+REWRITE_STOP = ["\nQuestion:"]
+# The embedded model also stops once its "New answer:" line is complete (OpenAI-compatible servers ignore this).
+REWRITE_STOP_REGEX = r"(?i)new answer\s*:[^\n]*\S[^\n]*\n"
+LOCAL_MAX_TOKENS = 160
+
+
+def item_key(source_id: int, group: str) -> str:
+    return f"{GENERATOR}:{source_id}:{group}"
+
+
+# ------------------------------------------------------------------ prompts
+def load_template(group: str, path: Path | None = None, workspace_root: Path | None = None) -> PromptTemplate:
+    """The group's prompt (`prompts/rewrite/<group>.j2`, a workspace's copy first), or the user's template file."""
+    return load_prompt(f"rewrite/{group}.j2", path, workspace_root)
+
+
+def render_prompt(template: PromptTemplate, source: dict[str, Any]) -> str:
+    try:
+        return template.render(question=source["question"], answer=source["answer"], source=source)
+    except TemplateError as exc:
+        raise InputError(template.name, f"cannot render for source question {source['id']}: {exc}") from None
+
+
+# ------------------------------------------------------------------ selecting work
+def select_sources(store: Store, group: str, limit: int | None = None,
+                   include_ingested: bool = False) -> list[dict[str, Any]]:
+    """Source questions of the group's answer type with no item of that group yet (with INCLUDE_INGESTED: no
+    generated item; an ingested C-VQA counterfactual of the same group does not count). Those whose image is in
+    the store come first, so a small --limit gives items that can be annotated and exported."""
+    if group not in CVQA_GROUPS:
+        raise CftoolsError(f"unknown group {group!r}; use one of {', '.join(CVQA_GROUPS)}")
+    condition = and_(Item.source_id == SourceQuestion.id, Item.group == group)
+    if include_ingested:
+        condition = and_(condition, Item.origin == "generated")
+    query = (select(SourceQuestion.id, SourceQuestion.question, SourceQuestion.answer, SourceQuestion.image_ref)
+             .where(SourceQuestion.answer_type == GROUP_ANSWER_TYPE[group], SourceQuestion.answer.is_not(None),
+                    ~exists().where(condition))
+             .order_by(SourceQuestion.image_id.is_(None), SourceQuestion.id))  # questions with an image first
+    if limit is not None:
+        query = query.limit(limit)
+    with store.session() as session:
+        return [dict(row._mapping) for row in session.execute(query)]
+
+
+# ------------------------------------------------------------------ the task
+class RewriteTask(LLMTask):
+    """C-VQA rewriting of one group: the group's prompt, the rewrite parser, a draft item per source question."""
+
+    generator = GENERATOR
+
+    def __init__(self, group: str, template: PromptTemplate) -> None:
+        self.group, self.template = group, template
+
+    def parse(self, text: str, job: LLMJob) -> dict[str, Any]:
+        try:
+            return parse_rewrite(text, self.group).as_dict()
+        except RewriteParseError as exc:
+            raise ParseError(str(exc)) from None
+
+    def write(self, store: Store, session: Session, job: LLMJob, parsed: dict[str, Any], generation_id: int,
+              attempt: int) -> int:
+        return insert_items(store, session, [item_row(job.context["source"], self.group, parsed, generation_id,
+                                                      attempt)], "generate")
+
+
+def item_row(source: dict[str, Any], group: str, parsed: dict[str, Any], generation_id: int,
+             attempt: int) -> dict[str, Any]:
+    now = utcnow()
+    return {
+        "key": item_key(source["id"], group), "kind": "cvqa", "group": group, "source_id": source["id"],
+        "question": parsed["question"], "answer": parsed["answer"], "status": DRAFT, "origin": "generated",
+        "generation_id": generation_id, "created_at": now, "updated_at": now,
+        "data": {"original_question": source["question"], "original_answer": source["answer"],
+                 "candidates": parsed.get("candidates"), "flipped_answer": parsed.get("flipped_answer"),
+                 "attempt": attempt},
+    }
+
+
+# ------------------------------------------------------------------ the whole run
+def llm_params(config: dict[str, Any], backend: str | None = None) -> dict[str, Any]:
+    """Sampling parameters for rewriting: the defaults, the stops, and [llm] temperature/max_tokens/top_p."""
+    params = {**DEFAULT_PARAMS, "stop": REWRITE_STOP}
+    if (backend or config.get("backend") or "local") == "local":
+        params.update(stop_regex=REWRITE_STOP_REGEX, max_tokens=LOCAL_MAX_TOKENS)
+    for name in ("temperature", "max_tokens", "top_p"):
+        if config.get(name) is not None:
+            params[name] = config[name]
+    return params
+
+
+def rewrite(store: Store, backend: Backend, group: str, *, limit: int | None = None,
+            template_path: Path | None = None, concurrency: int | None = None, refresh: bool = False,
+            max_attempts: int = DEFAULT_MAX_ATTEMPTS, params: dict[str, Any] | None = None,
+            include_ingested: bool = False, console: Console | None = None, quiet: bool = False,
+            workspace_root: Path | None = None) -> RewriteReport:
+    """Rewrite up to LIMIT source questions into draft items of GROUP; returns what happened. The group's prompt
+    is the workspace's copy when it has one (`init --with-prompts`)."""
+    template = load_template(group, template_path, workspace_root)
+    selected_at = utcnow()
+    sources = select_sources(store, group, limit, include_ingested)
+    jobs = [LLMJob(label=f"source {s['id']}", messages=[text_message(render_prompt(template, s))], source_id=s["id"],
+                   key=item_key(s["id"], group),
+                   group=group, context={"source": s}) for s in sources]
+    return run_llm_task(store, backend, RewriteTask(group, template), jobs, params=params or llm_params({}, backend.name),
+                        group=group, concurrency=concurrency, refresh=refresh, max_attempts=max_attempts,
+                        selected_at=selected_at,
+                        console=console, quiet=quiet)
+
+
+# ------------------------------------------------------------------ re-parsing stored outputs
+@dataclass
+class ReparseReport:
+    generations: int = 0
+    changed: int = 0
+    items_created: int = 0
+    items_updated: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return self.__dict__.copy()
+
+
+def reparse(store: Store, group: str | None = None) -> ReparseReport:
+    """Run the parser again over every stored rewrite output (no model call): update the generation records,
+    create the items that now parse, and update draft items whose parse changed."""
+    report = ReparseReport()
+    with store.write() as session:
+        query = select(Generation).where(Generation.generator == GENERATOR, Generation.raw_output.is_not(None))
+        if group:
+            query = query.where(Generation.group == group)
+        generations = session.execute(query.order_by(Generation.id)).scalars().all()
+        best: dict[tuple[int, str], Generation] = {}
+        for gen in generations:
+            report.generations += 1
+            try:
+                parsed, error = parse_rewrite(gen.raw_output, gen.group).as_dict(), None
+            except RewriteParseError as exc:
+                parsed, error = None, str(exc)
+            if parsed != gen.parsed or error != gen.parse_error:
+                report.changed += 1
+                gen.parsed, gen.parse_error = parsed, error
+                session.add(gen)
+            if parsed and gen.source_id is not None:
+                best.setdefault((gen.source_id, gen.group), gen)
+        session.flush()
+        items = {i.key: i for i in session.execute(select(Item).where(Item.origin == "generated",
+                                                                      Item.key.like(f"{GENERATOR}:%"))).scalars()}
+        new_rows = []
+        for (source_id, grp), gen in best.items():
+            item = items.get(item_key(source_id, grp))
+            if item is None:
+                source = session.get(SourceQuestion, source_id)
+                new_rows.append(item_row({"id": source_id, "question": source.question, "answer": source.answer},
+                                         grp, gen.parsed, gen.id, gen.attempt))
+            elif item.status == DRAFT and item.generation_id is not None:
+                current = session.get(Generation, item.generation_id)
+                parsed = current.parsed if current and current.parsed else gen.parsed
+                if not current or not current.parsed:
+                    item.generation_id = gen.id
+                if (item.question, item.answer) != (parsed["question"], parsed["answer"]):
+                    item.question, item.answer, item.updated_at = parsed["question"], parsed["answer"], utcnow()
+                    session.add(item)
+                    session.add(ItemEvent(item_id=item.id, stage="reparse", from_status=DRAFT, to_status=DRAFT,
+                                          detail={"generation_id": item.generation_id}))
+                    report.items_updated += 1
+        report.items_created = insert_items(store, session, new_rows, "reparse")
+    return report
+
+
+# ------------------------------------------------------------------ for the quickstart
+def generate_examples(workspace: Workspace, per_group: int = 2, backend: str | None = None,
+                      model: str | None = None, console: Console | None = None,
+                      quiet: bool = False) -> list[RewriteReport]:
+    """A few draft items per group with the configured backend (the embedded model by default). Ingested C-VQA
+    counterfactuals do not count as done, so every group gets its items after a C-VQA ingest."""
+    config = workspace.section("llm")
+    llm = make_backend(config, backend, model)
+    try:
+        return [rewrite(workspace.store, llm, group, limit=per_group, params=llm_params(config, llm.name),
+                        include_ingested=True, console=console, quiet=quiet, workspace_root=workspace.root)
+                for group in CVQA_GROUPS]
+    finally:
+        llm.close()

@@ -1,0 +1,159 @@
+"""Checks of a MuCR pair's contextual descriptions, each flag with a reason a person can read.
+
+- `context_missing`: no contextual descriptions yet (`cftools generate context`).
+- `context_inconsistent`: a person, garment, colour or place named in the cause description is missing from the
+  effect description, or a garment has another colour there (the two images would show different subjects); a
+  change of colour is the change itself, not drift, when the effect caption names a colour.
+- `context_missing_change`: the effect description does not carry the effect caption's event (fewer than half of
+  the caption's content words appear in it).
+- `prompt_truncated`: a description is longer than the image model's text encoder takes (77 CLIP tokens for
+  SD-family pipelines), counted with the pipeline's own tokenizer when `[images] model` names a pipeline folder,
+  else estimated (a word or punctuation mark per token, plus the start and end tokens).
+- `no_candidates`: no candidate images yet (`cftools generate images`).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from cftools.checks.rules import Flag
+
+CLIP_MAX_TOKENS = 77
+PERSONS = ("man", "woman", "boy", "girl", "child", "kid", "baby", "person", "old man", "old woman", "teenager",
+           "farmer", "student", "chef", "driver", "dog", "cat", "bird", "horse", "cow", "puppy", "kitten")
+GARMENTS = ("shirt", "t-shirt", "jacket", "coat", "hoodie", "sweater", "dress", "skirt", "jeans", "trousers",
+            "pants", "shorts", "hat", "cap", "scarf", "boots", "shoes", "sneakers", "uniform", "suit", "apron",
+            "gloves", "raincoat", "tie", "glasses", "helmet", "blouse", "overalls")
+COLOURS = ("red", "orange", "yellow", "green", "blue", "purple", "pink", "brown", "black", "white", "grey",
+           "gray", "beige", "navy", "teal", "violet", "golden", "silver")
+PLACES = ("park", "kitchen", "street", "road", "office", "classroom", "garden", "forest", "beach", "bedroom",
+          "living room", "bathroom", "field", "farm", "city", "village", "shop", "store", "restaurant", "cafe",
+          "hospital", "school", "library", "highway", "river", "lake", "mountain", "desert", "yard", "balcony")
+STOPWORDS = frozenset("""a an the and or but of to in on at by for with from into onto over under his her their its
+he she it they them him is are was were be been being has have had does do did this that these those there
+then than so very some any all one two as after before while when where who which what because up down out off
+again still just also not no""".split())
+WORD = re.compile(r"[a-z]+(?:-[a-z]+)?")
+CLIP_PIECE = re.compile(r"[A-Za-z]+|\d|[^\sA-Za-z\d]")
+
+
+def words(text: str) -> list[str]:
+    return WORD.findall(text.lower())
+
+
+def named(text: str, vocabulary: tuple[str, ...]) -> set[str]:
+    """The vocabulary's entries that TEXT names (multi-word entries too; plurals by a trailing s)."""
+    padded = " " + " ".join(words(text)) + " "
+    return {v for v in vocabulary if f" {v} " in padded or f" {v}s " in padded or f" {v}es " in padded}
+
+
+def garment_colours(text: str) -> dict[str, str]:
+    """Garment -> the colour written just before it ("a red jacket")."""
+    tokens = words(text)
+    found = {}
+    for i, token in enumerate(tokens):
+        base = token.rstrip("s") if token.rstrip("s") in GARMENTS else token
+        if base in GARMENTS:
+            for back in tokens[max(0, i - 3):i][::-1]:
+                if back in COLOURS:
+                    found[base] = back
+                    break
+    return found
+
+
+def stem(word: str) -> str:
+    for suffix in ("ing", "ed", "es", "s"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            return word[:-len(suffix)]
+    return word
+
+
+def context_of(item: Any) -> Optional[dict]:
+    context = (item.data or {}).get("context")
+    return context if isinstance(context, dict) and context.get("effect_description") else None
+
+
+def check_context_missing(item: Any) -> Optional[Flag]:
+    if context_of(item) is None:
+        return Flag("context_missing", "no contextual descriptions yet: run `cftools generate context`")
+    return None
+
+
+def check_context_inconsistent(item: Any) -> Optional[Flag]:
+    context = context_of(item)
+    if context is None:
+        return None
+    cause, effect = context["cause_description"], context["effect_description"]
+    # a colour the effect caption names is the change itself (tomatoes turning red), not drift
+    changed = named((item.data or {}).get("effect_caption") or "", COLOURS)
+    problems = []
+    for what, vocabulary in (("person", PERSONS), ("garment", GARMENTS), ("colour", COLOURS), ("place", PLACES)):
+        if what == "colour" and changed:
+            continue
+        missing = sorted(named(cause, vocabulary) - named(effect, vocabulary))
+        if missing:
+            problems.append(f"{what} {', '.join(missing)} named for the cause is missing in the effect")
+    cause_colours, effect_colours = garment_colours(cause), garment_colours(effect)
+    for garment, colour in sorted(cause_colours.items()):
+        if garment in effect_colours and effect_colours[garment] != colour  and not changed:
+            problems.append(f"the {garment} is {colour} for the cause but {effect_colours[garment]} for the effect")
+    return Flag("context_inconsistent", "; ".join(problems)) if problems else None
+
+
+def check_context_missing_change(item: Any) -> Optional[Flag]:
+    context = context_of(item)
+    caption = (item.data or {}).get("effect_caption") or ""
+    if context is None or not caption:
+        return None
+    wanted = {stem(w) for w in words(caption) if w not in STOPWORDS}
+    present = {stem(w) for w in words(context["effect_description"])}
+    missing = sorted(wanted - present)
+    if wanted and len(missing) * 2 > len(wanted):
+        return Flag("context_missing_change", f"the effect description does not carry the effect caption "
+                                              f"{caption!r} (missing: {', '.join(missing)})")
+    return None
+
+
+def estimated_clip_tokens(text: str) -> int:
+    return len(CLIP_PIECE.findall(text)) + 2
+
+
+class PromptLength:
+    """Counts a description's text-encoder tokens: the configured pipeline's tokenizer, else an estimate."""
+
+    def __init__(self) -> None:
+        self.count: Callable[[str], int] = estimated_clip_tokens
+        self.how = "estimated: a word or mark per token"
+        self.limit = CLIP_MAX_TOKENS
+
+    def configure(self, config: dict[str, Any]) -> None:
+        self.__init__()
+        model = (config.get("images") or {}).get("model")
+        folder = Path(str(model)) if model else None
+        if folder is None or not (folder / "tokenizer").is_dir():
+            return
+        from transformers import CLIPTokenizer
+
+        tokenizer = CLIPTokenizer.from_pretrained(str(folder / "tokenizer"), local_files_only=True)
+        self.count = lambda text: len(tokenizer(text, truncation=False)["input_ids"])
+        self.limit = int(getattr(tokenizer, "model_max_length", CLIP_MAX_TOKENS) or CLIP_MAX_TOKENS)
+        self.how = f"counted with the tokenizer of {folder}"
+
+    def __call__(self, item: Any) -> Optional[Flag]:
+        context = context_of(item)
+        if context is None:
+            return None
+        long = [(side, n) for side in ("cause", "effect")
+                if (n := self.count(context[f"{side}_description"])) > self.limit]
+        if not long:
+            return None
+        text = ", ".join(f"the {side} description has {n} tokens" for side, n in long)
+        return Flag("prompt_truncated", f"{text}; the text encoder takes {self.limit} ({self.how}), the rest is cut")
+
+
+def check_no_candidates(item: Any) -> Optional[Flag]:
+    if context_of(item) is not None and not (item.data or {}).get("candidates"):
+        return Flag("no_candidates", "no candidate images yet: run `cftools generate images`")
+    return None

@@ -1,0 +1,130 @@
+"""The MuCR kind's commands: `ingest captions`, `generate captions`, `generate context`, `generate images`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import click
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from cftools.commands.common import console, err_console, pass_workspace, print_json
+from cftools.commands.generation import llm_options, print_llm_report, run_with_llm
+from cftools.commands.ingest import json_option, print_ingest, report_option, report_path, skip_bad_option
+from cftools.kinds.mucr_generate import (CAPTIONS_MAX_TOKENS, CONTEXT_MAX_TOKENS, CONTEXT_STOP_REGEX,
+                                         LOCAL_CONTEXT_MAX_TOKENS, draft_captions, text_params, write_context)
+from cftools.kinds.mucr_ingest import ingest_captions
+from cftools.workspace import Workspace
+
+
+@click.command("captions")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--name", "dataset", help="Dataset name in the store (default: captions:FILE-STEM).")
+@skip_bad_option
+@report_option
+@json_option
+@pass_workspace
+def ingest_captions_cmd(workspace: Workspace, file: Path, dataset: Optional[str], skip_bad: bool,
+                        report: Optional[Path], as_json: bool) -> None:
+    """Ingest MuCR caption pairs (CSV or JSONL: cause, effect, category, group; optional style, id)."""
+    result = ingest_captions(workspace.store, file, skip_bad, report_path(workspace, report, file.name), dataset)
+    print_ingest(result, as_json)
+
+
+@click.command("captions")
+@click.option("--from", "seeds", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="Seed causalities, one per line: 'speeding -> pulled over'.")
+@click.option("--per-group", type=click.IntRange(min=1), default=4, show_default=True,
+              help="Caption pairs drafted per seed (one group).")
+@llm_options
+@pass_workspace
+def captions_cmd(workspace: Workspace, seeds: Path, per_group: int, backend: Optional[str], model: Optional[str],
+                 template_path: Optional[Path], concurrency: Optional[int], refresh: bool, max_attempts: int,
+                 quiet: bool, as_json: bool) -> None:
+    """Draft groups of concrete, drawable caption pairs from seed causalities (MuCR); drafts are checked and
+    annotated like any other item."""
+    report = run_with_llm(workspace, backend, model, lambda llm, config: draft_captions(
+        workspace.store, llm, seeds, per_group=per_group, template_path=template_path, workspace_root=workspace.root,
+        params=text_params(config, CAPTIONS_MAX_TOKENS, llm.name), concurrency=concurrency, refresh=refresh,
+        max_attempts=max_attempts, console=err_console, quiet=quiet or as_json))
+    print_llm_report(report, as_json, "caption pairs")
+
+
+@click.command("context")
+@click.option("--limit", type=click.IntRange(min=0), help="At most this many caption pairs.")
+@click.option("--group", "groups", multiple=True, help="Only pairs of this group (repeatable).")
+@llm_options
+@pass_workspace
+def context_cmd(workspace: Workspace, limit: Optional[int], groups: tuple[str, ...], backend: Optional[str],
+                model: Optional[str], template_path: Optional[Path], concurrency: Optional[int], refresh: bool,
+                max_attempts: int, quiet: bool, as_json: bool) -> None:
+    """Expand caption pairs into contextual descriptions: one call per pair writes both (shared appearance,
+    clothing, place, light; then what differs), so the two images cannot drift apart."""
+    report = run_with_llm(workspace, backend, model, lambda llm, config: write_context(
+        workspace.store, llm, limit=limit, groups=groups, template_path=template_path, workspace_root=workspace.root,
+        params=text_params(config, CONTEXT_MAX_TOKENS, llm.name, CONTEXT_STOP_REGEX, LOCAL_CONTEXT_MAX_TOKENS), concurrency=concurrency, refresh=refresh,
+        max_attempts=max_attempts, console=err_console, quiet=quiet or as_json))
+    print_llm_report(report, as_json, "contextual descriptions")
+
+
+@click.command("images")
+@click.option("--backend", type=click.Choice(["diffusers", "openai"]),
+              help="Image backend (default: [images] backend, else diffusers with the embedded tiny pipeline).")
+@click.option("--model", help="A diffusers pipeline folder or an images API model (default: [images] model).")
+@click.option("--styles", default="photograph,comic", show_default=True,
+              help="Comma-separated styles (prompts/images/<style>.j2: prompt suffix and negative prompt).")
+@click.option("--per-prompt", type=click.IntRange(min=1), default=4, show_default=True,
+              help="Candidates per description (cause and effect each).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Base seed (candidate seeds derive from it).")
+@click.option("--steps", type=click.IntRange(min=1), help="Denoising steps (default: the backend's).")
+@click.option("--guidance", type=float, help="Classifier-free guidance scale (default: the backend's).")
+@click.option("--size", help="WIDTHxHEIGHT (default: the backend's).")
+@click.option("--consistency", type=click.Choice(["seed", "img2img"]),
+              help="seed: cause k and effect k share initial latents; img2img: effect k is made from cause k.")
+@click.option("--limit", type=click.IntRange(min=0), help="At most this many pairs.")
+@click.option("--group", "groups", multiple=True, help="Only pairs of this group (repeatable).")
+@click.option("--regenerate-rejected", is_flag=True,
+              help="New candidates, with new seeds, for the styles an annotator marked 'none usable'.")
+@click.option("--json", "as_json", is_flag=True, help="Print the run's summary as JSON.")
+@pass_workspace
+def images_cmd(workspace: Workspace, backend: Optional[str], model: Optional[str], styles: str, per_prompt: int,
+               seed: int, steps: Optional[int], guidance: Optional[float], size: Optional[str],
+               consistency: Optional[str], limit: Optional[int], groups: tuple[str, ...], regenerate_rejected: bool,
+               as_json: bool) -> None:
+    """Make candidate cause/effect images for pairs with contextual descriptions (siamese: candidate k of the
+    cause and of the effect start from the same latents). A rerun makes only what is missing."""
+    from cftools.imagegen import ClipScorer, make_image_backend, parse_styles
+    from cftools.kinds.mucr_images import generate_images
+
+    config = workspace.section("images")
+    chosen = parse_styles(styles, Path(config["styles_dir"]) if config.get("styles_dir") else None)
+    image_backend = make_image_backend(config, backend, model, consistency=consistency)
+    scorer = ClipScorer(config["score_model"]) if config.get("score_model") else None
+    columns = (TextColumn("images"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rate]}"),
+               TimeElapsedColumn())
+    try:
+        with Progress(*columns, console=err_console, transient=True, disable=as_json) as bar:
+            task = bar.add_task("images", total=None, rate="")
+
+            def progress(done: int, total: int, failed: int) -> None:
+                elapsed = bar.tasks[0].elapsed or 0
+                bar.update(task, completed=done, total=total,
+                           rate=f"{done / elapsed:.2f} images/s" if elapsed else "")
+
+            report = generate_images(workspace.store, workspace.root, image_backend, styles=chosen,
+                                     per_prompt=per_prompt, seed=seed, steps=steps, guidance=guidance, size=size,
+                                     limit=limit, groups=groups, regenerate_rejected=regenerate_rejected,
+                                     scorer=scorer, progress=progress)
+    finally:
+        image_backend.close()
+    if as_json:
+        print_json(report.as_dict())
+        return
+    console.print(f"{report.pairs} pairs with {escape(report.backend)}:{escape(report.model)}, styles "
+                  f"{', '.join(report.styles)}: {report.images_made} images made ({report.rate:.2f} images/s), "
+                  f"{report.candidates_kept} candidates kept from earlier runs, {len(report.failures)} failed. "
+                  f"Images are in {escape(report.folder)}", soft_wrap=True)
+    for failure in report.failures[:5]:
+        console.print(f"  [yellow]item {failure['item_id']} {failure['style']} k={failure['k']}: "
+                      f"{escape(str(failure['reason']))}[/]")

@@ -1,0 +1,228 @@
+"""MuCR text generators: caption pairs drafted from seed causalities, and the contextual descriptions of a pair.
+
+Both run on `cftools.generate.llm_task` (request cache, retries of unparseable outputs, provenance, resume).
+
+- `draft_captions`: one call per seed line ("speeding -> pulled over") drafts a group of caption pairs (the
+  group is the seed); each pair is a draft item like an ingested one, linked to its generation record.
+- `write_context`: one call per pair returns both descriptions together, a shared part (appearance, clothing and
+  colours, place, light, atmosphere) and what differs, so the two cannot drift apart. The item's data gets
+  `context = {shared, cause, effect, cause_description, effect_description, generation_id, template}`.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Optional
+
+from jinja2 import TemplateError
+from rich.console import Console
+from sqlalchemy import select
+from sqlmodel import Session
+
+from cftools.errors import InputError
+from cftools.generate.llm_task import DEFAULT_MAX_ATTEMPTS, LLMJob, LLMReport, LLMTask, ParseError, insert_items, run_llm_task
+from cftools.kinds.mucr import CATEGORIES
+from cftools.kinds.mucr_ingest import pair_item
+from cftools.llm import Backend, text_message
+from cftools.llm.base import DEFAULT_PARAMS
+from cftools.llm.prompts import PromptTemplate, load_prompt
+from cftools.models import DRAFT, Item, ItemEvent, utcnow
+from cftools.store import Store
+
+KIND = "mucr"
+MARKUP = re.compile(r"[*_`#]+")
+LABEL = re.compile(r"(?im)^\s*(?:[-•]\s*)?(shared|cause|effect)\s*(?:description|image)?\s*[:\-–]\s*")
+SEED_ARROW = re.compile(r"\s*(?:->|→|=>|⇒)\s*")
+PAIR_LINE = re.compile(r"(?i)cause\s*:\s*(?P<cause>.+?)\s*\|\s*effect\s*:\s*(?P<effect>.+?)"
+                       r"(?:\s*\|\s*category\s*:\s*(?P<category>[a-z]+))?\s*$")
+CONTEXT_MAX_TOKENS = 220
+CAPTIONS_MAX_TOKENS = 320
+# The embedded model stops once the effect line is complete (OpenAI-compatible servers ignore this).
+CONTEXT_STOP_REGEX = r"(?i)effect\s*:[^\n]*\S[^\n]*\n"
+LOCAL_CONTEXT_MAX_TOKENS = 140
+
+
+def clean(text: str) -> str:
+    return re.sub(r"\s+", " ", MARKUP.sub("", text)).strip()
+
+
+# ------------------------------------------------------------------ contextual descriptions
+def parse_context(text: str) -> dict[str, str]:
+    """Shared / Cause / Effect parts; text before the first label is the shared part (the prompt ends with
+    "Shared:"). Anything after a repeated label (a second example the model invents) is dropped."""
+    if not text or not text.strip():
+        raise ParseError("empty output")
+    parts: dict[str, str] = {}
+    text = MARKUP.sub("", text)
+    matches = list(LABEL.finditer(text))
+    lead = text[:matches[0].start()] if matches else text
+    if clean(lead):
+        parts["shared"] = clean(lead)
+    for i, match in enumerate(matches):
+        label = match.group(1).lower()
+        end = matches[i + 1].start() if i + 1 < len(matches) else len(text)
+        value = clean(text[match.end():end].split("\n\n")[0])
+        if label in parts:
+            break
+        if value:
+            parts[label] = value
+    missing = [p for p in ("cause", "effect") if p not in parts]
+    if missing:
+        raise ParseError(f"no {' and no '.join(missing)} part")
+    shared = parts.setdefault("shared", "")  # a model may fold the shared part into both (the checks compare them)
+    return {**parts, "cause_description": f"{shared} {parts['cause']}".strip(),
+            "effect_description": f"{shared} {parts['effect']}".strip()}
+
+
+class ContextTask(LLMTask):
+    generator = "context"
+
+    def __init__(self, template: PromptTemplate) -> None:
+        self.template = template
+
+    def parse(self, text: str, job: LLMJob) -> dict[str, Any]:
+        return parse_context(text)
+
+    def write(self, store: Store, session: Session, job: LLMJob, parsed: dict[str, Any], generation_id: int,
+              attempt: int) -> int:
+        item = session.get(Item, job.context["item_id"])
+        if item is None or (item.data or {}).get("context"):
+            return 0  # deleted meanwhile, or another run wrote it first
+        item.data = {**(item.data or {}), "context": {**parsed, "generation_id": generation_id,
+                                                       "template": self.template.name}}
+        item.updated_at = utcnow()
+        session.add(item)
+        session.add(ItemEvent(item_id=item.id, stage="generate context", from_status=item.status,
+                              to_status=item.status, detail={"generation_id": generation_id}))
+        return 1
+
+
+def pairs_without_context(store: Store, limit: Optional[int] = None, groups: tuple[str, ...] = ()) -> list[Item]:
+    """Draft caption pairs whose data has no contextual descriptions yet (a rerun does only these)."""
+    with store.session() as session:
+        query = select(Item).where(Item.kind == KIND, Item.status == DRAFT).order_by(Item.id)
+        if groups:
+            query = query.where(Item.group.in_(list(groups)))
+        found = [i for i in session.execute(query).scalars() if not (i.data or {}).get("context")]
+    return found[:limit] if limit is not None else found
+
+
+def render(template: PromptTemplate, what: str, **variables: Any) -> str:
+    try:
+        return template.render(**variables)
+    except TemplateError as exc:
+        raise InputError(template.name, f"cannot render for {what}: {exc}") from None
+
+
+def text_params(config: dict[str, Any], max_tokens: int, backend: Optional[str] = None,
+                stop_regex: Optional[str] = None, local_max_tokens: Optional[int] = None) -> dict[str, Any]:
+    """Sampling parameters: the defaults, the generator's length, and [llm] temperature/max_tokens/top_p; the
+    embedded model also gets the generator's stop pattern and a shorter length."""
+    params = {**DEFAULT_PARAMS, "max_tokens": max_tokens}
+    if (backend or config.get("backend") or "local") == "local":
+        params.update({k: v for k, v in (("stop_regex", stop_regex), ("max_tokens", local_max_tokens)) if v})
+    for name in ("temperature", "max_tokens", "top_p"):
+        if config.get(name) is not None:
+            params[name] = config[name]
+    return params
+
+
+def write_context(store: Store, backend: Backend, *, limit: Optional[int] = None, groups: tuple[str, ...] = (),
+                  template_path: Optional[Path] = None, workspace_root: Optional[Path] = None,
+                  params: Optional[dict[str, Any]] = None, concurrency: Optional[int] = None, refresh: bool = False,
+                  max_attempts: int = DEFAULT_MAX_ATTEMPTS, console: Optional[Console] = None,
+                  quiet: bool = False) -> LLMReport:
+    """Contextual descriptions for up to LIMIT caption pairs that have none."""
+    template = load_prompt("mucr/context.j2", template_path, workspace_root)
+    selected_at = utcnow()
+    jobs = []
+    for item in pairs_without_context(store, limit, groups):
+        data = item.data or {}
+        prompt = render(template, f"item {item.key}", cause=data.get("cause_caption"),
+                        effect=data.get("effect_caption"), category=data.get("category"), style=data.get("style"))
+        jobs.append(LLMJob(label=f"item {item.key}", messages=[text_message(prompt)], group=item.group,
+                           key=f"context:{item.key}",
+                           context={"item_id": item.id}))
+    return run_llm_task(store, backend, ContextTask(template), jobs,
+                        params=params or text_params({}, CONTEXT_MAX_TOKENS), concurrency=concurrency,
+                        refresh=refresh, max_attempts=max_attempts, console=console, quiet=quiet,
+                        selected_at=selected_at)
+
+
+# ------------------------------------------------------------------ caption pairs from seeds
+def parse_caption_pairs(text: str) -> dict[str, Any]:
+    pairs = []
+    for line in (text or "").splitlines():
+        match = PAIR_LINE.search(clean(line))
+        if not match:
+            continue
+        category = (match.group("category") or "mixture").lower()
+        pairs.append({"cause": match.group("cause").strip(" ."), "effect": match.group("effect").strip(" ."),
+                      "category": category if category in CATEGORIES else "mixture"})
+    if not pairs:
+        raise ParseError("no 'Cause: ... | Effect: ...' line")
+    return {"pairs": pairs}
+
+
+def read_seeds(path: Path) -> list[tuple[int, str]]:
+    """(line number, seed) for every non-empty line of the seeds file; a line without an arrow is an error."""
+    seeds = []
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(path, f"cannot read the seeds file: {exc}") from None
+    for number, line in enumerate(lines, start=1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        if len(SEED_ARROW.split(line.strip())) != 2:
+            raise InputError(path, "a seed is one causality written 'cause -> effect'", f"line {number}")
+        seeds.append((number, line.strip()))
+    if not seeds:
+        raise InputError(path, "0 seeds: the file has no 'cause -> effect' line")
+    return seeds
+
+
+class CaptionsTask(LLMTask):
+    generator = "captions"
+
+    def __init__(self, template: PromptTemplate, dataset: str, per_group: int) -> None:
+        self.template, self.dataset, self.per_group = template, dataset, per_group
+
+    def parse(self, text: str, job: LLMJob) -> dict[str, Any]:
+        return parse_caption_pairs(text)
+
+    def write(self, store: Store, session: Session, job: LLMJob, parsed: dict[str, Any], generation_id: int,
+              attempt: int) -> int:
+        rows = [pair_item(self.dataset, f"seed line {job.context['line']}",
+                          {**pair, "group": job.group, "id": f"{job.group}:{k}"}, origin="generated",
+                          generation_id=generation_id)
+                for k, pair in enumerate(parsed["pairs"][:self.per_group])]
+        return insert_items(store, session, rows, "generate")
+
+
+def draft_captions(store: Store, backend: Backend, seeds_path: Path, *, per_group: int = 4,
+                   template_path: Optional[Path] = None, workspace_root: Optional[Path] = None,
+                   params: Optional[dict[str, Any]] = None, concurrency: Optional[int] = None, refresh: bool = False,
+                   max_attempts: int = DEFAULT_MAX_ATTEMPTS, console: Optional[Console] = None,
+                   quiet: bool = False) -> LLMReport:
+    """A group of PER_GROUP caption pairs per seed line; seeds that already have their group are skipped."""
+    template = load_prompt("mucr/captions.j2", template_path, workspace_root)
+    dataset = f"captions:{Path(seeds_path).stem}"
+    selected_at = utcnow()
+    with store.session() as session:
+        done = set(session.execute(select(Item.group).where(Item.kind == KIND,
+                                                            Item.key.like(f"{dataset}:%"))).scalars())
+    jobs = []
+    for line, seed in read_seeds(seeds_path):
+        group = "seed-" + re.sub(r"[^a-z0-9]+", "-", seed.lower()).strip("-")[:60]
+        if group in done:
+            continue
+        prompt = render(template, f"seed line {line}", seed=seed, n=per_group)
+        jobs.append(LLMJob(label=f"seed line {line}", messages=[text_message(prompt)], group=group,
+                           key=f"{dataset}:{group}",
+                           context={"line": line}))
+    return run_llm_task(store, backend, CaptionsTask(template, dataset, per_group), jobs,
+                        params=params or text_params({}, CAPTIONS_MAX_TOKENS), concurrency=concurrency,
+                        refresh=refresh, max_attempts=max_attempts, console=console, quiet=quiet,
+                        selected_at=selected_at)

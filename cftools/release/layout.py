@@ -1,0 +1,178 @@
+"""The release format: names of the files in a release folder, and reading a release back.
+
+A native release folder `<out>/<NAME>-<VERSION>/` holds:
+
+    records.jsonl                          one JSON object per item, sorted by id (UTF-8, sorted keys)
+    data/<split>-00000-of-00001.parquet    the same records in the Hugging Face `datasets` layout,
+                                           with an `image` column (datasets Image: struct {bytes, path})
+    images/<sha256>.<ext>                  the images, named by the SHA-256 of their bytes
+    manifest.json                          every file with its size and SHA-256, counts, provenance
+    README.md                              the data card
+    plots/*.png                            the card's plots
+
+Every record has the fields in RECORD_FIELDS; `image` is a path relative to the release folder
+(`images/<sha256>.<ext>`) or null.
+
+Further images an item uses (a MuCR cause/effect pair and its distractor images) are named in the
+item's `data` in the store as strings `sha256:<hex>` (at any depth); the release writes each as its
+path `images/<sha256>.<ext>`, and `ingest release` turns those paths back into `sha256:<hex>`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from cftools.errors import CftoolsError, InputError
+
+SCHEMA_VERSION = "1"
+DEFAULT_OUT_DIR = "releases"
+RECORDS_NAME = "records.jsonl"
+MANIFEST_NAME = "manifest.json"
+CARD_NAME = "README.md"
+DATA_DIR = "data"
+IMAGES_DIR = "images"
+PLOTS_DIR = "plots"
+FORMAT_NATIVE = "native"
+
+RECORD_FIELDS = (
+    "id", "kind", "group", "split", "verified", "status", "image", "image_sha256",
+    "original_question", "original_answer", "answer_type", "question", "answer", "options", "data",
+)
+
+_IMAGE_PATH = re.compile(r"^images/[0-9a-f]{64}\.[a-z0-9]{1,5}$")
+
+
+def is_release_image_path(value: object) -> bool:
+    return isinstance(value, str) and bool(_IMAGE_PATH.match(value))
+
+
+def map_strings(value: Any, fn) -> Any:  # noqa: ANN001
+    """VALUE with FN applied to every string in it (through lists and dict values)."""
+    if isinstance(value, str):
+        return fn(value)
+    if isinstance(value, list):
+        return [map_strings(v, fn) for v in value]
+    if isinstance(value, dict):
+        return {k: map_strings(v, fn) for k, v in value.items()}
+    return value
+
+
+def release_dir_name(name: str, version: str) -> str:
+    return f"{name}-{version}"
+
+
+def parquet_name(split: str) -> str:
+    return f"{split}-00000-of-00001.parquet"
+
+
+def hash_file(path: Path) -> str:
+    from cftools.images import sha256_file
+
+    return sha256_file(path)
+
+
+def load_manifest(release_dir: Path | str) -> dict[str, Any]:
+    path = Path(release_dir) / MANIFEST_NAME
+    if not path.is_file():
+        raise CftoolsError(f"{release_dir} is not a cftools release (no {MANIFEST_NAME})")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(path, f"not valid JSON: {exc}") from None
+
+
+def load_records(release_dir: Path | str) -> list[dict[str, Any]]:
+    """The records of a native release (checks that it has a manifest)."""
+    release_dir = Path(release_dir)
+    load_manifest(release_dir)
+    path = release_dir / RECORDS_NAME
+    if not path.is_file():
+        raise CftoolsError(f"{release_dir} has no {RECORDS_NAME} (is it a native release?)")
+    records = []
+    with open(path, encoding="utf-8") as fh:
+        for number, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise InputError(path, f"malformed JSON: {exc.msg}", f"line {number}") from None
+            if not isinstance(record, dict) or "id" not in record:
+                raise InputError(path, "expected a JSON object with an 'id'", f"line {number}")
+            records.append(record)
+    return records
+
+
+def resolve_image(release_dir: Path | str, record: dict[str, Any]) -> Path | None:
+    """The image file of a record, or None when it has none. Never a path outside the release."""
+    rel = record.get("image")
+    if not rel:
+        return None
+    if not isinstance(rel, str) or not _IMAGE_PATH.match(rel):
+        raise InputError(Path(release_dir) / RECORDS_NAME, f"image path {rel!r} is not images/<sha256>.<ext>",
+                         f"id {record.get('id')}")
+    return Path(release_dir) / rel
+
+
+@dataclass
+class VerifyReport:
+    release: Path
+    checked: int = 0
+    mismatched: list[str] = field(default_factory=list)  # "PATH: what differs"
+    missing: list[str] = field(default_factory=list)
+    extra: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not (self.mismatched or self.missing or self.extra)
+
+    def problems(self) -> list[str]:
+        return ([f"changed: {m}" for m in self.mismatched] + [f"missing: {m}" for m in self.missing]
+                + [f"extra: {m}" for m in self.extra])
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"release": str(self.release), "ok": self.ok, "checked": self.checked,
+                "mismatched": self.mismatched, "missing": self.missing, "extra": self.extra}
+
+
+def _safe_relative(path: object) -> bool:
+    if not isinstance(path, str) or not path or "\\" in path:
+        return False
+    pure = PurePosixPath(path)
+    return not pure.is_absolute() and ".." not in pure.parts and pure.as_posix() == path
+
+
+def verify_release(release_dir: Path | str) -> VerifyReport:
+    """Re-hash every file of a release against its manifest: changed, missing and extra files."""
+    release_dir = Path(release_dir)
+    manifest = load_manifest(release_dir)
+    entries = manifest.get("files")
+    if not isinstance(entries, list):
+        raise InputError(release_dir / MANIFEST_NAME, "no 'files' list")
+    report = VerifyReport(release=release_dir)
+    listed = set()
+    for index, entry in enumerate(entries):
+        rel = entry.get("path") if isinstance(entry, dict) else None
+        if not _safe_relative(rel):
+            report.mismatched.append(f"files[{index}]: path {rel!r} is not a plain relative path")
+            continue
+        listed.add(rel)
+        path = release_dir / rel
+        report.checked += 1
+        if not path.is_file():
+            report.missing.append(rel)
+            continue
+        size = path.stat().st_size
+        if size != entry.get("size"):
+            report.mismatched.append(f"{rel}: size {size}, manifest says {entry.get('size')}")
+        elif hash_file(path) != entry.get("sha256"):
+            report.mismatched.append(f"{rel}: SHA-256 differs from the manifest")
+    for path in sorted(release_dir.rglob("*")):
+        rel = path.relative_to(release_dir).as_posix()
+        if (path.is_file() or path.is_symlink()) and rel != MANIFEST_NAME and rel not in listed:
+            report.extra.append(rel)
+    return report

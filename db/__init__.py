@@ -1,0 +1,1 @@
+"""Alembic migrations of the item store (package data; alembic runs env.py)."""

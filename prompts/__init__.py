@@ -1,0 +1,1 @@
+"""Packaged Jinja2 prompt templates (package data)."""

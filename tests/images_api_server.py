@@ -1,0 +1,132 @@
+"""A loopback HTTP server that speaks the OpenAI Images API (POST /v1/images/generations, b64_json replies).
+
+Run as a real process by the tests (`python tests/images_api_server.py` prints `PORT <n>` once listening).
+Each image is a small PNG drawn from a hash of the prompt and its index, so replies are reproducible.
+
+Control (for tests only):
+- POST /control/script {"replies": ["429", "500", "bad_base64", "short", "slow", "ok", ...]} queues what the
+  next generation requests get, one entry per request ("ok" once the queue is empty). "429" carries
+  Retry-After (seconds, from "retry_after", default 0); "slow" sleeps "slow_s" seconds before answering.
+- GET /control/requests lists the generation requests received: their JSON bodies and whether an
+  Authorization header was present. The header's value is never stored or echoed, nor is any request
+  header echoed in an error body.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import hashlib
+import io
+import json
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import PIL.Image
+import PIL.ImageDraw
+
+STATE_LOCK = threading.Lock()
+STATE: dict = {"replies": [], "retry_after": 0, "slow_s": 5.0, "requests": []}
+
+
+def draw_png(prompt: str, index: int, width: int, height: int) -> bytes:
+    digest = hashlib.sha256(f"{prompt}\n{index}".encode()).digest()
+    image = PIL.Image.new("RGB", (width, height), tuple(digest[0:3]))
+    draw = PIL.ImageDraw.Draw(image)
+    for i in range(4):  # four boxes placed by the hash: distinct pictures per prompt and index
+        b = digest[4 + 6 * i: 10 + 6 * i]
+        x0, y0 = b[0] * width // 256, b[1] * height // 256
+        draw.rectangle([x0, y0, x0 + width // 3, y0 + height // 3], fill=tuple(b[2:5]))
+    out = io.BytesIO()
+    image.save(out, format="PNG")
+    return out.getvalue()
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args) -> None:  # noqa: A002 - quiet: tests read replies, not logs
+        pass
+
+    def _send(self, status: int, body: dict, headers: dict | None = None) -> None:
+        payload = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def _body(self) -> dict:
+        length = int(self.headers.get("Content-Length") or 0)
+        return json.loads(self.rfile.read(length) or b"{}")
+
+    def do_GET(self) -> None:  # noqa: N802
+        if self.path == "/control/requests":
+            with STATE_LOCK:
+                self._send(200, {"requests": list(STATE["requests"])})
+        else:
+            self._send(404, {"error": {"message": "not found", "type": "invalid_request_error"}})
+
+    def do_POST(self) -> None:  # noqa: N802
+        body = self._body()
+        if self.path == "/control/script":
+            with STATE_LOCK:
+                STATE["replies"] = list(body.get("replies", []))
+                STATE["retry_after"] = body.get("retry_after", 0)
+                STATE["slow_s"] = body.get("slow_s", 5.0)
+                STATE["requests"] = []
+            self._send(200, {"ok": True})
+            return
+        if self.path.rstrip("/") != "/v1/images/generations":
+            self._send(404, {"error": {"message": "not found", "type": "invalid_request_error"}})
+            return
+        with STATE_LOCK:
+            STATE["requests"].append({"body": body, "authorized": bool(self.headers.get("Authorization"))})
+            reply = STATE["replies"].pop(0) if STATE["replies"] else "ok"
+            retry_after, slow_s = STATE["retry_after"], STATE["slow_s"]
+        if reply == "429":
+            self._send(429, {"error": {"message": "rate limit reached", "type": "rate_limit_error"}},
+                       {"Retry-After": str(retry_after)})
+        elif reply == "500":
+            self._send(500, {"error": {"message": "server error", "type": "server_error"}})
+        elif reply == "400":
+            self._send(400, {"error": {"message": "bad request", "type": "invalid_request_error"}})
+        else:
+            if reply == "slow":
+                time.sleep(slow_s)
+            self._send(200, self._images(body, reply))
+
+    def _images(self, body: dict, reply: str) -> dict:
+        n = int(body.get("n") or 1)
+        width, height = (int(v) for v in str(body.get("size") or "64x64").split("x"))
+        if reply == "short":
+            n = max(0, n - 1)
+        data = []
+        for index in range(n):
+            b64 = base64.b64encode(draw_png(str(body.get("prompt", "")), index, width, height)).decode()
+            if reply == "bad_base64" and index == 0:
+                b64 = "***not base64***"
+            data.append({"b64_json": b64})
+        return {"created": int(time.time()), "data": data}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, default=0)
+    args = parser.parse_args()
+    server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
+    server.daemon_threads = True
+    print(f"PORT {server.server_address[1]}", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

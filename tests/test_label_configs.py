@@ -108,3 +108,11 @@ def test_push_sends_every_field_the_config_shows(kind):
             == ["A. blue  ✓ correct"]
     else:  # the pair's own images, side by side
         assert (data["cause_image"], data["effect_image"]) == (extra["sha256:" + "a" * 64], extra["sha256:" + "b" * 64])
+
+
+@pytest.mark.parametrize(("kind", "purpose"), CASES)
+def test_label_studio_accepts_the_config(kind, purpose, label_studio):
+    """The server validates a config when a project is made with it (names, toName targets, tags)."""
+    project = label_studio.client().projects.create(title=f"config {kind} {purpose}",
+                                                    label_config=render_label_config(kind, purpose))
+    assert project.id

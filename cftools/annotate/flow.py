@@ -318,7 +318,8 @@ def task_payloads(session: Session, items: list[Item], purpose: str, images: Ima
             if image_value is None:
                 report.skipped_outside_root += 1
                 continue
-        elif not allow_missing_images:
+        # An item may carry all its images in its data (a pair), with none on its source question.
+        elif not allow_missing_images and not extra_images.get(item.id):
             report.skipped_no_image += 1
             continue
         data = {"item_key": item.key, "kind": item.kind, "group": item.group,

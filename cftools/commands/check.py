@@ -75,9 +75,9 @@ def check(workspace: Workspace, as_json: bool, recheck: bool, only: tuple[str, .
     """Run the automatic checks on draft items; clean items move to 'checked'.
 
     Each problem becomes a flag on the item (code and reason); nothing is deleted and flagged items
-    stay draft. Codes: arithmetic, not_flipped, no_presupposition, answer_type, leakage,
-    two_questions, duplicate, unchanged_answer. A rerun checks only new drafts and drafts edited since
-    their check; --recheck checks every draft again.
+    stay draft. Each kind declares its checks (--list shows every code and the items it applies to),
+    plus `duplicate` for every item with an image. A rerun checks only new drafts and drafts edited
+    since their check; --recheck checks every draft again.
     """
     if list_checks:
         table = Table(title="Checks", title_justify="left")

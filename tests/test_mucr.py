@@ -25,6 +25,7 @@ from cftools.llm import make_backend
 from cftools.models import Generation, Image, Item
 from killed_runs import kill_after_progress
 from llm_stub import StubServer
+from test_imagegen import images_api  # noqa: F401 (a fixture)
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "mucr" / "captions.csv"
@@ -293,3 +294,31 @@ def test_a_folder_that_is_not_a_pipeline_is_one_line(workspace, run_cli, context
     (tmp_path / "notapipe").mkdir()
     out = run_cli("generate", "images", "--model", tmp_path / "notapipe")
     assert out.exit_code != 0 and "notapipe" in out.output and "Traceback" not in out.output
+
+
+def test_an_identical_images_api_request_is_served_from_the_store(workspace, run_cli, monkeypatch, images_api):
+    """Two pairs with the same descriptions: the second pair's requests are identical, so no call is made."""
+    from test_imagegen import received, script
+
+    run_cli("ingest", "captions", EXAMPLE)
+    with workspace.store.write() as session:
+        items = session.execute(select(Item).where(Item.kind == "mucr").order_by(Item.id).limit(2)).scalars().all()
+        for item in items:
+            item.data = {**item.data, "context": {"shared": "", "cause": "a red ball", "effect": "a flat ball",
+                                                  "cause_description": "a red ball on grass",
+                                                  "effect_description": "a flat red ball on grass"}}
+            session.add(item)
+    config = workspace.root / "cftools.toml"
+    config.write_text(config.read_text() + f'\n[images]\nbackend = "openai"\nmodel = "image-model-1"\n'
+                                           f'base_url = "{images_api}/v1"\napi_key_env = "MY_IMAGES_KEY"\n')
+    monkeypatch.setenv("MY_IMAGES_KEY", "sk-images-cache-test")
+    script(images_api, [])
+    out = run_cli("generate", "images", "--per-prompt", "2", "--styles", "photograph", "--size", "64x64", "--json")
+    assert out.exit_code == 0, out.output
+    report = json.loads(out.output)
+    assert report["pairs"] == 2 and report["images_made"] == 8 and report["failures"] == []
+    assert len(received(images_api)) == 2  # cause and effect of the first pair; the second pair came from the cache
+    with workspace.store.session() as session:
+        first, second = [i.data["candidates"]["photograph"] for i in session.execute(
+            select(Item).where(Item.id.in_([i.id for i in items])).order_by(Item.id)).scalars()]
+    assert [(c["cause"], c["effect"]) for c in first.values()] == [(c["cause"], c["effect"]) for c in second.values()]

@@ -23,7 +23,8 @@ import PIL.Image
 from tenacity import Retrying, retry_if_exception, stop_after_attempt
 
 from cftools.imagegen.base import (
-    CAUSE, EFFECT, CandidateFailure, CandidatePair, CandidateResult, Provenance, parse_size, size_text,
+    CAUSE, EFFECT, CandidateFailure, CandidatePair, CandidateResult, Provenance, image_request_key, parse_size,
+    size_text,
 )
 from cftools.imagegen.styles import Style, as_style
 from cftools.llm.base import LLMError
@@ -72,6 +73,9 @@ class OpenAIImageBackend(OpenAIBackend):
         self.response_format = response_format
         self.quality = quality
         self.default_size = parse_size(default_size, DEFAULT_SIZE)
+        # Optional request cache (`get(key)` -> images or None, `put(key, images)`), e.g. the store's: an
+        # identical request (model, prompt, n, size, format) returns the stored images and makes no call.
+        self.request_cache: Any = None
 
     def __repr__(self) -> str:  # never the key
         return f"OpenAIImageBackend(model={self.model!r}, base_url={self.base_url!r}, api_key_env={self.api_key_env!r})"
@@ -114,7 +118,20 @@ class OpenAIImageBackend(OpenAIBackend):
         return results
 
     def generate_images(self, prompt: str, n: int, size: str) -> list[PIL.Image.Image | str]:
-        """N images for PROMPT (an unusable one is its failure reason instead); a failed call raises LLMError."""
+        """N images for PROMPT (an unusable one is its failure reason instead); a failed call raises LLMError.
+        With a request cache, an identical earlier request's images come back without a call."""
+        key = image_request_key(self.cache_id, self.model, None, prompt, None,
+                                {"n": n, "size": size, "response_format": self.response_format,
+                                 "quality": self.quality})
+        cached = self.request_cache.get(key) if self.request_cache is not None else None
+        if cached is not None:
+            return list(cached)
+        images = self._call_images(prompt, n, size)
+        if self.request_cache is not None and all(not isinstance(i, str) for i in images):
+            self.request_cache.put(key, images)
+        return images
+
+    def _call_images(self, prompt: str, n: int, size: str) -> list[PIL.Image.Image | str]:
         retrying = Retrying(stop=stop_after_attempt(self.request_attempts), wait=self._wait,
                             retry=retry_if_exception(is_retryable), sleep=self._sleep, reraise=True)
         failure: LLMError | None = None

@@ -17,6 +17,7 @@ annotator marked "none usable" (`data.selection[style].none_usable`); the old ro
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -110,6 +111,35 @@ def save_png(image: PIL.Image.Image, folder: Path) -> Path:
     return path
 
 
+class StoreImageCache:
+    """The store's request cache for image APIs: a request key -> the SHA-256s of the images it returned (files
+    under the workspace's generated images); an entry whose files are gone is a miss."""
+
+    backend = "images"
+
+    def __init__(self, store: Store, folder: Path) -> None:
+        self.store, self.folder = store, folder
+
+    def get(self, key: str) -> Optional[list]:
+        from cftools.llm.cache import cached_completions
+
+        hit = cached_completions(self.store, [key]).get(key)
+        if hit is None:
+            return None
+        paths = [self.folder / sha[:2] / f"{sha}.png" for sha in json.loads(hit.text)]
+        if not all(p.is_file() for p in paths):
+            return None
+        return [PIL.Image.open(p).convert("RGB") for p in paths]
+
+    def put(self, key: str, images: list) -> None:
+        from cftools.llm.base import Completion
+        from cftools.llm.cache import save_completions
+
+        shas = [save_png(image, self.folder).stem for image in images]
+        with self.store.write() as session:
+            save_completions(session, self.backend, "images", [(key, Completion(text=json.dumps(shas)))])
+
+
 def rank_candidates(candidates: dict[str, dict], paths: dict[str, Path], descriptions: tuple[str, str],
                     scorer: Any = None) -> list[dict[str, Any]]:
     """The automatic checks of one style's candidates, best first (for annotators' ranking only)."""
@@ -179,6 +209,8 @@ def generate_images(store: Store, workspace_root: Path, backend: Any, *, styles:
     report = ImagesReport(backend=backend.name, model=backend.model, styles=[s.name for s in styles],
                           folder=str(Path(workspace_root) / IMAGES_FOLDER))
     folder = Path(workspace_root) / IMAGES_FOLDER
+    if hasattr(backend, "request_cache"):
+        backend.request_cache = StoreImageCache(store, folder)
     items = pairs_to_draw(store, limit, groups)
     report.pairs = len(items)
     started = time.perf_counter()

@@ -39,6 +39,10 @@ def main(workspace: Path | None) -> None:
     """Author, verify, release and evaluate counterfactual multimodal benchmarks.
 
     The flow is ingest -> generate -> check -> annotate -> export -> eval, over one item store.
+
+    Exit codes: 0 all done (or nothing to do); 1 error (one line on stderr) or interrupted; 2 bad usage;
+    3 partial failure (some requests failed, the rest are stored: rerun to retry them); 4 every request
+    failed (nothing new stored). `cftools doctor` exits 1 when it finds a problem it did not repair.
     """
 
 
@@ -150,6 +154,8 @@ from cftools.commands.evaluate import eval_group  # noqa: E402
 main.add_command(eval_group)
 from cftools.commands.annotate import annotate  # noqa: E402
 main.add_command(annotate)
+from cftools.commands.doctor import doctor_cmd  # noqa: E402
+main.add_command(doctor_cmd)
 
 if __name__ == "__main__":
     main()

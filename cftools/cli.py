@@ -29,6 +29,11 @@ class CftoolsGroup(click.Group):
                 click.secho(f"Warning: {exc}", fg="yellow", err=True)
                 ctx.exit(1)
             raise click.ClickException(str(exc)) from None
+        except OSError as exc:
+            if exc.filename is None or exc.strerror is None:
+                raise
+            # a read-only or full target folder: one line naming the file; the writer left the store unchanged
+            raise click.ClickException(f"cannot write {exc.filename}: {exc.strerror}") from None
 
 
 @click.group(cls=CftoolsGroup)

@@ -1,0 +1,33 @@
+"""Fault injection: every writing stage killed with SIGKILL at seeded random points, then run again to the end.
+
+Three trials per stage (seeds 0-2); `bench/soak_faults.py --trials N` runs many. The harness and the invariants
+are in tests/fault_trials.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from fault_trials import STAGES, clean_run, run_trial
+
+TRIALS = 3
+
+
+@pytest.fixture(scope="module")
+def clean_runs(tmp_path_factory):
+    """Each stage's clean run (its final store and duration), made once per module."""
+    cache: dict[str, tuple] = {}
+
+    def get(name: str):
+        if name not in cache:
+            cache[name] = clean_run(STAGES[name], tmp_path_factory.mktemp(f"clean-{name}"))
+        return cache[name]
+
+    return get
+
+
+@pytest.mark.parametrize("name", [n for n, s in STAGES.items() if not s.needs_label_studio])
+def test_a_stage_killed_anywhere_finishes_as_a_clean_run(name, clean_runs, tmp_path):
+    expected, seconds = clean_runs(name)
+    for seed in range(TRIALS):
+        result = run_trial(STAGES[name], seed, tmp_path / f"trial{seed}", expected, seconds)
+        assert result.stage == name

@@ -216,7 +216,7 @@ def _no_setup(ws: Path, scratch: Path) -> list:
 
 def _rewrite_setup(ws: Path, scratch: Path) -> list:
     setup_cli(ws, "ingest", "table", write_number_table(scratch / "in", 16), "--images", scratch / "in")
-    stub, url = start_stub(delay=0.05)
+    stub, url = start_stub(delay=0.1)
     configure_llm(ws, url)
     return [stub]
 
@@ -301,7 +301,7 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
     Stage("generate-rewrite", _rewrite_setup,
           lambda ws, s: cli(ws, "generate", "rewrite", "--group", "numerical-direct", "--concurrency", "2",
                             "--quiet"),
-          progress="select count(*) from items where origin = 'generated'", max_k=14),
+          progress="select count(*) from items where origin = 'generated'", max_k=10),
     Stage("generate-context", _context_setup,
           lambda ws, s: cli(ws, "generate", "context", "--concurrency", "1", "--quiet"),
           progress="select count(*) from generations where generator like '%context%'", max_k=6),
@@ -395,7 +395,7 @@ def run_trial(stage: Stage, seed: int, scratch: Path, expected: dict[str, Any], 
             how = f"after {k} commits"
         else:
             # a random point of a clean run's time: start-up, reading, writing files, the final commit
-            k, delay = 0, rng.uniform(0.2, 1.0) * clean_seconds
+            k, delay = 0, rng.uniform(0.1, 0.8) * clean_seconds
             how = f"after {delay:.2f}s"
         start = time.monotonic()
         run = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=cli_env())

@@ -29,6 +29,11 @@ class CftoolsGroup(click.Group):
                 click.secho(f"Warning: {exc}", fg="yellow", err=True)
                 ctx.exit(1)
             raise click.ClickException(str(exc)) from None
+        except OSError as exc:
+            if exc.filename is None or exc.strerror is None:
+                raise
+            # a read-only or full target folder: one line naming the file; the writer left the store unchanged
+            raise click.ClickException(f"cannot write {exc.filename}: {exc.strerror}") from None
 
 
 @click.group(cls=CftoolsGroup)
@@ -39,6 +44,10 @@ def main(workspace: Path | None) -> None:
     """Author, verify, release and evaluate counterfactual multimodal benchmarks.
 
     The flow is ingest -> generate -> check -> annotate -> export -> eval, over one item store.
+
+    Exit codes: 0 all done (or nothing to do); 1 error (one line on stderr) or interrupted; 2 bad usage;
+    3 partial failure (some requests failed, the rest are stored: rerun to retry them); 4 every request
+    failed (nothing new stored). `cftools doctor` exits 1 when it finds a problem it did not repair.
     """
 
 
@@ -163,6 +172,8 @@ from cftools.commands.evaluate import eval_group  # noqa: E402
 main.add_command(eval_group)
 from cftools.commands.annotate import annotate  # noqa: E402
 main.add_command(annotate)
+from cftools.commands.doctor import doctor_cmd  # noqa: E402
+main.add_command(doctor_cmd)
 
 if __name__ == "__main__":
     main()

@@ -16,7 +16,7 @@ from sqlalchemy.pool import NullPool
 from sqlmodel import Session
 
 from cftools.resources import packaged_dir
-from cftools.errors import StoreError
+from cftools.errors import StoreError, error_text
 
 SQLITE_BUSY_TIMEOUT_MS = 120_000
 
@@ -86,8 +86,10 @@ class Store:
         try:
             if current_revision(self.engine) != head_revision(self.engine):
                 upgrade(self.engine)
-        except Exception as exc:  # a broken or foreign database file
-            raise StoreError(f"cannot open the store at {self.safe_url}: {exc}") from exc
+        except Exception as exc:  # a broken or foreign database file, a server that cannot be reached
+            # the driver's own message (SQLAlchemy's wrapper adds a second line), on one line
+            reason = error_text(str(getattr(exc, "orig", None) or exc), [str(make_url(self.url).password or "")])
+            raise StoreError(f"cannot open the store at {self.safe_url}: {reason}") from None
 
     @property
     def safe_url(self) -> str:

@@ -102,20 +102,59 @@ def init_workspace(root: Path, db_url: str | None = None, password_env: str | No
     A password in DB_URL is used for this once and never written: cftools.toml gets the URL without it, and
     later runs read it from $PGPASSWORD or the variable PASSWORD_ENV names."""
     root = Path(root).resolve()
-    root.mkdir(parents=True, exist_ok=True)
     config_path = root / CONFIG_NAME
     stored_url, password = without_password(db_url) if db_url else (None, None)
     if config_path.exists():
         workspace = load_workspace(root)
         if stored_url and workspace.config.get("store", {}).get("url") not in (None, stored_url):
             raise WorkspaceError(f"{config_path} already uses another store; edit [store] url to change it")
-    else:
+        open_store(workspace, db_url if password is not None else None)
+        return workspace
+    made = _missing_parents(root)
+    root.mkdir(parents=True, exist_ok=True)
+    before = set(root.iterdir())
+    try:
         config_path.write_text(render_config(stored_url, password_env), encoding="utf-8")
         workspace = load_workspace(root)
-    if password is not None and db_url:
-        workspace._store = Store(db_url)  # this once, with the password given on the command line
-    workspace.store  # noqa: B018  (creates and migrates the database)
+        open_store(workspace, db_url if password is not None else None)
+    except BaseException:
+        # A store that cannot be reached leaves no half-made workspace: what this call made goes again.
+        _remove_made(root, before, made)
+        raise
     return workspace
+
+
+def open_store(workspace: Workspace, url_with_password: str | None) -> None:
+    """Create and migrate the store (with the password given on the command line, this once, when there is one)."""
+    if url_with_password:
+        workspace._store = Store(url_with_password)
+    try:
+        workspace.store  # noqa: B018  (creates and migrates the database)
+    except BaseException:
+        workspace.close()
+        raise
+
+
+def _missing_parents(root: Path) -> list[Path]:
+    """ROOT and those of its parents that do not exist yet, deepest first."""
+    missing = []
+    for folder in (root, *root.parents):
+        if folder.exists():
+            break
+        missing.append(folder)
+    return missing
+
+
+def _remove_made(root: Path, before: set[Path], made: list[Path]) -> None:
+    import shutil
+
+    for path in set(root.iterdir()) - before:
+        shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink(missing_ok=True)
+    for folder in made:
+        try:
+            folder.rmdir()
+        except OSError:
+            break
 
 
 def load_workspace(root: Path) -> Workspace:

@@ -41,6 +41,16 @@ def stub_reply(prompt: str) -> str:
             f"New question: {stem} if one more were added?\nNew answer: {count + 1}")
 
 
+def context_reply(prompt: str) -> str:
+    """A contextual description of a MuCR caption pair (the `generate context` prompts), else a rewrite."""
+    if "Cause caption:" not in prompt:
+        return stub_reply(prompt)
+    cause = prompt.split("Cause caption:")[-1].split("\n")[0].strip()
+    effect = prompt.split("Effect caption:")[-1].split("\n")[0].strip()
+    return (f"A tall woman in a red raincoat and black boots, in a city park, grey light.\nCause: {cause}.\n"
+            f"Effect: {effect}, tired eyes.\n")
+
+
 class StubHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True  # as real servers do: no 40 ms delayed-ACK stall between header and body
@@ -115,8 +125,10 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--delay", type=float, default=0.2, help="seconds before each answer")
+    parser.add_argument("--context", action="store_true", help="also answer MuCR context prompts")
     args = parser.parse_args(argv)
-    server = StubServer(args.port, args.delay)
+    server = StubServer(args.port, args.delay,
+                        reply=(lambda request, text: context_reply(text)) if args.context else None)
     print(f"listening on {server.base_url}", flush=True)
     try:
         server.serve_forever()

@@ -9,6 +9,7 @@ import click
 from rich.markup import escape
 
 from cftools.commands.common import console, print_json
+from cftools.commands.exit_codes import document_exit_codes, exit_for_failures
 from cftools.generate.llm_task import DEFAULT_MAX_ATTEMPTS
 from cftools.llm import BACKENDS, make_backend
 
@@ -29,7 +30,7 @@ def llm_options(command: Callable) -> Callable:
         click.option("--json", "as_json", is_flag=True, help="Print the run's summary as JSON."),
     )):
         command = option(command)
-    return command
+    return document_exit_codes(command)
 
 
 def run_with_llm(workspace: Any, backend: str | None, model: str | None,
@@ -57,5 +58,6 @@ def print_llm_report(report: Any, as_json: bool, what: str) -> None:
             console.print(f"  [yellow]{escape(str(error))}[/]")
     if report.stats.interrupted:
         raise click.ClickException("interrupted; what finished is stored, rerun the same command to continue")
+    exit_for_failures(report.stats.done + report.stats.failed, report.stats.failed, "requests")
 
 

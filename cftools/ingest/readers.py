@@ -475,9 +475,10 @@ def finish(store: Store, fmt: str, path: Path, dataset: str, sources: list[dict]
     report = IngestReport(format=fmt, path=str(path), dataset=dataset, n_records=n_records)
     images = resolve_images(store, dataset, sources, images_dir, bad, candidates, path)
     report.bad = bad.items
-    write_records(store, fmt, path, dataset, sources, items, images, report)
     if report.bad and report_path is not None:
+        # before the store write: a report that cannot be written stops the ingest with the store unchanged
         write_bad_report(report, report_path)
+    write_records(store, fmt, path, dataset, sources, items, images, report)
     return report
 
 

@@ -10,6 +10,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from cftools.commands.common import console, err_console, pass_workspace, print_json
+from cftools.commands.exit_codes import document_exit_codes, exit_for_failures
 from cftools.commands.generation import llm_options, print_llm_report, run_with_llm
 from cftools.commands.ingest import json_option, print_ingest, report_option, report_path, skip_bad_option
 from cftools.kinds.mucr_generate import (CAPTIONS_MAX_TOKENS, CONTEXT_MAX_TOKENS, CONTEXT_STOP_REGEX,
@@ -87,6 +88,7 @@ def context_cmd(workspace: Workspace, limit: Optional[int], groups: tuple[str, .
 @click.option("--regenerate-rejected", is_flag=True,
               help="New candidates, with new seeds, for the styles an annotator marked 'none usable'.")
 @click.option("--json", "as_json", is_flag=True, help="Print the run's summary as JSON.")
+@document_exit_codes
 @pass_workspace
 def images_cmd(workspace: Workspace, backend: Optional[str], model: Optional[str], styles: str, per_prompt: int,
                seed: int, steps: Optional[int], guidance: Optional[float], size: Optional[str],
@@ -120,7 +122,12 @@ def images_cmd(workspace: Workspace, backend: Optional[str], model: Optional[str
         image_backend.close()
     if as_json:
         print_json(report.as_dict())
-        return
+    else:
+        print_images_report(report)
+    exit_for_failures(report.images_made + len(report.failures), len(report.failures), "image calls")
+
+
+def print_images_report(report) -> None:  # noqa: ANN001
     console.print(f"{report.pairs} pairs with {escape(report.backend)}:{escape(report.model)}, styles "
                   f"{', '.join(report.styles)}: {report.images_made} images made ({report.rate:.2f} images/s), "
                   f"{report.candidates_kept} candidates kept from earlier runs, {len(report.failures)} failed. "

@@ -567,10 +567,13 @@ def export_release(workspace: Workspace, name: str, version: str, out_dir: Path 
         result.n_verified = sum(e.record["verified"] for e in kept)
         result.n_unverified = result.n_items - result.n_verified
         result.by_split = counts_of(kept, result.n_images)["by_split"]
+        # Recorded before the rename: a kill between the two leaves a record without a folder (the rerun writes
+        # the folder and records it again), never a finished folder the store does not know, which the rerun
+        # would refuse to replace.
+        result.manifest_sha256 = hash_file(folder / MANIFEST_NAME)
+        record_release(store, name, version, fmt, target, result)
 
     atomic_release(target, force, write)
-    result.manifest_sha256 = hash_file(target / MANIFEST_NAME)
-    record_release(store, name, version, fmt, target, result)
     return result
 
 

@@ -1,0 +1,49 @@
+"""Soak the fault trials: many seeded SIGKILL trials per stage (tests/fault_trials.py), each checked against a
+clean run of the stage. Prints one line per trial and the count survived.
+
+    PYTHONPATH=. python bench/soak_faults.py --trials 50 [--stages generate-rewrite,export] [--seed 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from fault_trials import STAGES, clean_run, parse_stage_names, run_trial  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=50, help="trials in all, spread over the stages in turn")
+    parser.add_argument("--stages", default=",".join(n for n, s in STAGES.items() if not s.needs_label_studio))
+    parser.add_argument("--seed", type=int, default=1000, help="first seed (the test suite uses 0-2)")
+    args = parser.parse_args(argv)
+    names = parse_stage_names(args.stages)
+    survived, failed = 0, []
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="cftools-soak-") as scratch:
+        clean = {name: clean_run(STAGES[name], Path(scratch) / f"clean-{name}") for name in names}
+        for n in range(args.trials):
+            name, seed = names[n % len(names)], args.seed + n
+            try:
+                result = run_trial(STAGES[name], seed, Path(scratch) / f"trial-{n}", *clean[name])
+            except Exception:  # noqa: BLE001  (a failed trial is counted and shown, the soak goes on)
+                failed.append((name, seed))
+                print(f"FAIL {name} seed {seed}\n{traceback.format_exc()}", flush=True)
+                continue
+            survived += 1
+            print(f"ok   {name:18s} seed {seed}: killed {result.how if result.killed else '(finished first)'} "
+                  f"{result.seconds:.1f}s", flush=True)
+    print(f"{survived}/{args.trials} trials survived in {time.monotonic() - started:.0f}s"
+          + (f"; failed: {failed}" if failed else ""))
+    return 0 if not failed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

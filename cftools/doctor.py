@@ -1,0 +1,259 @@
+"""`cftools doctor`: what a crash, a kill or a hand edit can leave wrong in a workspace, and the safe repairs.
+
+Checks: the store's integrity; image files missing or changed since they were registered; items and tasks stuck
+in an intermediate state (an item under review with no open task, a task without a server id); work claims held
+by dead workers; export temporaries a killed export left; tasks the store believes pushed that the Label Studio
+server no longer holds (when one is configured); releases that no longer verify.
+
+Repairs (only with `repair=True`, each listed): stuck items go back to the status they can be picked up from,
+dead claims are freed, dead tasks forgotten (their items back to `checked`), stale export temporaries removed.
+Missing or changed images and releases that fail to verify are reported, never "fixed": only a person knows
+which copy is right.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from sqlalchemy import insert, select, text, update
+
+from cftools.errors import CftoolsError
+from cftools.generate.claims import FREE, LEASED, is_dead_local_worker
+from cftools.images import sha256_file
+from cftools.models import CHECKED, IN_REVIEW, AnnotationTask, Image, Item, ItemEvent, Release, WorkClaim, utcnow
+from cftools.workspace import Workspace
+
+STAGE = "doctor"
+DELETED = "deleted"
+VERIFY = "verify"
+
+
+@dataclass
+class Finding:
+    code: str
+    message: str
+    repaired: bool = False
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message, "repaired": self.repaired, **self.detail}
+
+
+@dataclass
+class DoctorReport:
+    findings: list[Finding] = field(default_factory=list)
+    changes: list[str] = field(default_factory=list)
+    checked: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """Nothing is left wrong (all found was repaired)."""
+        return all(f.repaired for f in self.findings)
+
+    def add(self, code: str, message: str, **detail: Any) -> Finding:
+        finding = Finding(code, message, detail=detail)
+        self.findings.append(finding)
+        return finding
+
+    def repaired(self, finding: Finding, change: str) -> None:
+        finding.repaired = True
+        self.changes.append(change)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "checked": self.checked, "problems": [f.as_dict() for f in self.findings],
+                "changes": self.changes}
+
+
+def check_integrity(workspace: Workspace, report: DoctorReport) -> bool:
+    """False when the store is too damaged to look further."""
+    store = workspace.store
+    with store.engine.connect() as conn:
+        if store.is_sqlite:
+            rows = [r[0] for r in conn.execute(text("PRAGMA integrity_check"))]
+            if rows != ["ok"]:
+                report.add("store_integrity", f"the store fails its integrity check: {'; '.join(rows[:5])}")
+                return False
+            broken = conn.execute(text("PRAGMA foreign_key_check")).fetchall()
+            if broken:
+                report.add("store_foreign_keys", f"{len(broken)} rows point at rows that do not exist",
+                           rows=[list(r) for r in broken[:20]])
+        else:
+            conn.execute(text("SELECT 1"))
+    report.checked["store"] = 1
+    return True
+
+
+def check_images(workspace: Workspace, report: DoctorReport) -> None:
+    with workspace.store.session() as session:
+        images = session.execute(select(Image.id, Image.sha256, Image.path)).all()
+    report.checked["images"] = len(images)
+    for image_id, sha, path in images:
+        file = Path(path)
+        if not file.is_file():
+            report.add("image_missing", f"image {image_id}: {path} is missing", image=image_id, path=path)
+        elif sha256_file(file) != sha:
+            report.add("image_changed", f"image {image_id}: {path} changed since it was registered "
+                                        f"(SHA-256 differs)", image=image_id, path=path)
+
+
+def check_stuck_items(workspace: Workspace, report: DoctorReport, repair: bool) -> None:
+    """Items under review with no open verify task (nothing will ever decide them), and tasks without a server id."""
+    store = workspace.store
+    open_verify = select(AnnotationTask.item_id).where(AnnotationTask.purpose == VERIFY,
+                                                       AnnotationTask.state != DELETED,
+                                                       AnnotationTask.ls_task_id.is_not(None))
+    with store.session() as session:
+        stuck = session.execute(select(Item.id, Item.key).where(Item.status == IN_REVIEW,
+                                                                Item.id.not_in(open_verify))).all()
+        no_id = session.execute(select(AnnotationTask.id, AnnotationTask.item_id).where(
+            AnnotationTask.state != DELETED, AnnotationTask.ls_task_id.is_(None))).all()
+    for task_id, item_id in no_id:
+        finding = report.add("task_without_id", f"annotation task {task_id} (item {item_id}) has no server task id",
+                             task=task_id, item=item_id)
+        if repair:
+            with store.write() as session:
+                session.execute(update(AnnotationTask).where(AnnotationTask.id == task_id)
+                                .values(state=DELETED, updated_at=utcnow()))
+            report.repaired(finding, f"annotation task {task_id}: forgotten (no server task id)")
+    if no_id and repair:  # their items may be stuck now: look again
+        with store.session() as session:
+            stuck = session.execute(select(Item.id, Item.key).where(Item.status == IN_REVIEW,
+                                                                    Item.id.not_in(open_verify))).all()
+    for item_id, key in stuck:
+        finding = report.add("item_stuck", f"item {item_id} ({key}) is in review but has no open annotation task",
+                             item=item_id, key=key)
+        if repair:
+            requeue_item(workspace, item_id, {"reason": "in review without an open task"})
+            report.repaired(finding, f"item {item_id} ({key}): {IN_REVIEW} -> {CHECKED} (pushed again next time)")
+
+
+def requeue_item(workspace: Workspace, item_id: int, detail: dict[str, Any]) -> None:
+    now = utcnow()
+    with workspace.store.write() as session:
+        changed = session.execute(update(Item).where(Item.id == item_id, Item.status == IN_REVIEW)
+                                  .values(status=CHECKED, updated_at=now)).rowcount
+        if changed:
+            session.execute(insert(ItemEvent.__table__), [{
+                "item_id": item_id, "stage": STAGE, "from_status": IN_REVIEW, "to_status": CHECKED,
+                "detail": detail, "created_at": now}])
+
+
+def check_claims(workspace: Workspace, report: DoctorReport, repair: bool) -> None:
+    """Leases held by a worker whose process is gone, or lapsed leases nobody took over."""
+    store = workspace.store
+    now = utcnow()
+    with store.session() as session:
+        leased = session.execute(select(WorkClaim.id, WorkClaim.generator, WorkClaim.key, WorkClaim.worker,
+                                        WorkClaim.lease_expires).where(WorkClaim.state == LEASED)).all()
+    report.checked["work_claims_leased"] = len(leased)
+    for claim_id, generator, key, worker, expires in leased:
+        lapsed = expires is not None and _naive(expires) < _naive(now)
+        if not (lapsed or is_dead_local_worker(worker)):
+            continue
+        why = "its lease lapsed" if lapsed else "its worker's process is gone"
+        finding = report.add("claim_dead", f"work claim {generator}:{key} held by {worker}: {why}",
+                             claim=claim_id, generator=generator, key=key, worker=worker)
+        if repair:
+            with store.write() as session:
+                session.execute(update(WorkClaim).where(WorkClaim.id == claim_id, WorkClaim.state == LEASED,
+                                                        WorkClaim.worker == worker)
+                                .values(state=FREE, worker=None, lease_expires=None))
+            report.repaired(finding, f"work claim {generator}:{key}: freed (was held by {worker})")
+
+
+def _naive(value: Any) -> Any:
+    return value.replace(tzinfo=None) if getattr(value, "tzinfo", None) else value
+
+
+def check_releases(workspace: Workspace, report: DoctorReport, repair: bool) -> None:
+    from cftools.release.export import DEFAULT_OUT_DIR, remove_stale_temporaries
+    from cftools.release.layout import verify_release
+
+    with workspace.store.session() as session:
+        releases = session.execute(select(Release.name, Release.version, Release.format, Release.path)).all()
+    report.checked["releases"] = len(releases)
+    parents: set[Path] = set()
+    for name, version, fmt, path in releases:
+        folder = Path(path)
+        parents.add(folder.parent)
+        label = f"release {name} {version} ({fmt}) at {path}"
+        if not folder.exists():
+            report.add("release_missing", f"{label} is gone", release=name, version=version, path=path)
+            continue
+        if fmt != "native":
+            continue
+        try:
+            verified = verify_release(folder)
+        except CftoolsError as exc:
+            report.add("release_invalid", f"{label} cannot be verified: {exc}", release=name, path=path)
+            continue
+        if not verified.ok:
+            report.add("release_invalid", f"{label} no longer verifies: {'; '.join(verified.problems()[:5])}",
+                       release=name, version=version, path=path, differences=verified.problems())
+    parents.add(workspace.path(DEFAULT_OUT_DIR))
+    for parent in sorted(parents):
+        for tmp in sorted(parent.glob(".*.pid*.tmp")) + sorted(parent.glob(".*.pid*.old")):
+            finding = report.add("release_temporary", f"{tmp} is a half-written export left by a killed run",
+                                 path=str(tmp))
+            if repair and tmp.is_dir():
+                target = parent / tmp.name[1:].split(".pid", 1)[0]
+                removed = remove_stale_temporaries(target)
+                if tmp in removed or not tmp.exists():
+                    report.repaired(finding, f"{tmp}: removed")
+
+
+def check_tasks_on_server(workspace: Workspace, report: DoctorReport, repair: bool) -> None:
+    """Tasks the store holds open that the configured server confirms are gone."""
+    from cftools.annotate.flow import PullReport, mark_deleted
+    from cftools.annotate.label_studio import LabelStudioServer, server_settings
+
+    settings = server_settings(workspace)
+    if not settings.configured:
+        return
+    server = LabelStudioServer.from_settings(settings)
+    store = workspace.store
+    try:
+        with store.session() as session:
+            tasks = session.execute(select(AnnotationTask).where(
+                AnnotationTask.server == server.url, AnnotationTask.state != DELETED,
+                AnnotationTask.ls_task_id.is_not(None))).scalars().all()
+        by_project: dict[int, list[AnnotationTask]] = {}
+        for task in tasks:
+            by_project.setdefault(task.ls_project_id, []).append(task)
+        report.checked["annotation_tasks"] = len(tasks)
+        for project_id, project_tasks in sorted(by_project.items()):
+            try:
+                gone = set(server.tasks_gone(project_id, [t.ls_task_id for t in project_tasks]))
+            except CftoolsError as exc:
+                report.add("label_studio_unreachable", f"cannot list project {project_id}: {exc}",
+                           project=project_id)
+                continue
+            dead = [t for t in project_tasks if t.ls_task_id in gone]
+            findings = [report.add("task_missing_on_server",
+                                   f"task {t.ls_task_id} of project {project_id} (item {t.item_id}) is recorded "
+                                   f"as pushed but the server does not hold it",
+                                   project=project_id, task=t.ls_task_id, item=t.item_id) for t in dead]
+            if repair and dead:
+                with store.write() as session:
+                    mark_deleted(session, dead, PullReport())
+                for task, finding in zip(dead, findings):
+                    report.repaired(finding, f"task {task.ls_task_id} of project {project_id}: forgotten "
+                                             f"(item {task.item_id} back to {CHECKED} if it was in review)")
+    finally:
+        server.close()
+
+
+def diagnose(workspace: Workspace, repair: bool = False, server: Optional[bool] = None) -> DoctorReport:
+    """Run every check (SERVER: whether to ask Label Studio; default when one is configured)."""
+    report = DoctorReport()
+    if not check_integrity(workspace, report):
+        return report  # a damaged file: reading further could mislead, and nothing is safe to repair
+    check_images(workspace, report)
+    check_claims(workspace, report, repair)
+    if server is not False:
+        check_tasks_on_server(workspace, report, repair)
+    check_stuck_items(workspace, report, repair)
+    check_releases(workspace, report, repair)
+    return report

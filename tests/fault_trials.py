@@ -1,0 +1,452 @@
+"""Fault trials: a stage's real `cftools` process SIGKILLed at a seeded random point, then run again to the end.
+
+Shared by tests/test_faults.py (three trials per stage) and bench/soak_faults.py (many). A trial kills either
+after K store commits (the stage's progress query reaches K, polled as tests/killed_runs.py does) or after a
+random share of a clean run's wall time (which lands in file writes: images, release folders, reports), then
+reruns the same command and checks `assert_invariants` and that the store ends as a clean run's does.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import random
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import PIL.Image
+
+ROOT = Path(__file__).resolve().parent.parent
+TESTS = Path(__file__).resolve().parent
+EXAMPLE_CAPTIONS = ROOT / "examples" / "mucr" / "captions.csv"
+COLOURS = ["red", "green", "blue", "yellow", "purple", "orange", "white", "black"]
+
+
+def cli_env() -> dict[str, str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS)])}
+    env.pop("CFTOOLS_WORKSPACE", None)
+    return env
+
+
+def cli(ws: Path, *args: Any) -> list[str]:
+    return [sys.executable, "-m", "cftools.cli", "-w", str(ws), *[str(a) for a in args]]
+
+
+def setup_cli(ws: Path, *args: Any) -> str:
+    """A setup step, run in this process (a subprocess would pay the start-up time again)."""
+    from click.testing import CliRunner
+
+    from cftools.cli import main
+
+    result = CliRunner().invoke(main, ["-w", str(ws), *[str(a) for a in args]], catch_exceptions=False)
+    assert result.exit_code == 0, (args, result.output[-2000:])
+    return result.output
+
+
+def run_ok(command: list[str], timeout: float = 300) -> subprocess.CompletedProcess:
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=cli_env())
+    assert done.returncode == 0, (command, done.stdout[-2000:], done.stderr[-2000:])
+    return done
+
+
+# ---------------------------------------------------------------- inputs
+
+
+def write_images(folder: Path, n: int) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in range(n):
+        PIL.Image.new("RGB", (8 + i, 8), COLOURS[i % len(COLOURS)]).save(folder / f"img{i}.png")
+
+
+def write_cvqa(folder: Path, n: int) -> Path:
+    write_images(folder, n)
+    table = folder / "items.csv"
+    with open(table, "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["img_path", "query", "answer", "new query", "new answer", "type"])
+        for i in range(n):
+            writer.writerow([f"images/img{i}.png", f"How many squares are there in picture {i}?", "1",
+                             f"How many squares would there be if one more was added ({i})?", "2", "Numerical direct"])
+    return table
+
+
+def write_number_table(folder: Path, n: int) -> Path:
+    write_images(folder, n)
+    table = folder / "mine.csv"
+    with open(table, "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["image", "question", "answer"])
+        for i in range(n):
+            writer.writerow([f"img{i}.png", f"How many things of kind {i} are there?", str(i % 7)])
+    return table
+
+
+def write_vqav2_files(folder: Path, n: int) -> tuple[Path, Path]:
+    from vqav2_files import write_vqav2
+
+    records = [{"question_id": i + 1, "image_id": 100 + i // 2, "question": f"How many dogs are in scene {i}?",
+                "answers": [str(i % 5)] * 10, "answer_type": "number"} for i in range(n)]
+    return write_vqav2(folder, records)
+
+
+def configure_llm(ws: Path, base_url: str) -> None:
+    config = ws / "cftools.toml"
+    text = config.read_text().replace('backend = "local"', f'backend = "openai"\nbase_url = "{base_url}"', 1)
+    text = text.replace('model = "smollm2-135m-instruct"', 'model = "stub"', 1)
+    config.write_text(text.replace("[llm]\n", "[llm]\nbackoff_initial = 0.05\nbackoff_max = 0.2\n", 1))
+
+
+def start_stub(delay: float = 0.05, context: bool = False) -> tuple[subprocess.Popen, str]:
+    """The stub LLM as its own process."""
+    proc = subprocess.Popen([sys.executable, str(TESTS / "llm_stub.py"), "--delay", str(delay),
+                             *(["--context"] if context else [])], stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    assert line.startswith("listening on "), line
+    return proc, line.split()[-1]
+
+
+# ---------------------------------------------------------------- invariants
+
+
+def store_path(ws: Path) -> Path:
+    return ws / "cftools.db"
+
+
+def assert_invariants(ws: Path, runs: tuple[Path, ...] = ()) -> None:
+    """What must hold after any kill and rerun: the store is intact, nothing is duplicated or stuck, image files
+    match the store, every release folder verifies (and no half release sits under a final name), eval
+    predictions are unique per question (store and run folder)."""
+    from cftools.doctor import diagnose
+    from cftools.release.layout import verify_release
+    from cftools.workspace import load_workspace
+
+    db = sqlite3.connect(store_path(ws), timeout=60)
+    try:
+        assert db.execute("pragma integrity_check").fetchone()[0] == "ok"
+        dupes = db.execute("select kind, \"group\", source_id, question, count(*) from items "
+                           "group by kind, \"group\", source_id, question having count(*) > 1").fetchall()
+        assert dupes == [], f"duplicated items: {dupes}"
+        dup_sources = db.execute("select dataset, external_id from source_questions "
+                                 "group by dataset, external_id having count(*) > 1").fetchall()
+        assert dup_sources == []
+        double_tasks = db.execute("select item_id, purpose from annotation_tasks where state != 'deleted' "
+                                  "group by item_id, purpose having count(*) > 1").fetchall()
+        assert double_tasks == [], f"items with two live tasks: {double_tasks}"
+        open_claims = db.execute("select generator, key, state from work_claims "
+                                 "where state in ('free', 'leased')").fetchall()
+        assert open_claims == [], f"work left claimed or unfinished: {open_claims[:5]}"
+        dup_predictions = db.execute("select run_id, item_key, which from predictions "
+                                     "group by run_id, item_key, which having count(*) > 1").fetchall()
+        assert dup_predictions == []
+    finally:
+        db.close()
+    workspace = load_workspace(ws)
+    try:
+        report = diagnose(workspace, server=False)
+    finally:
+        workspace.close()
+    assert report.findings == [], [f.as_dict() for f in report.findings]
+    releases = ws / "releases"
+    if releases.exists():
+        for folder in releases.iterdir():
+            assert not folder.name.startswith("."), f"a half-written release was left: {folder}"
+            assert verify_release(folder).ok, f"{folder} does not verify"
+    for run in runs:
+        lines = [json.loads(line) for line in (run / "predictions.jsonl").read_text().splitlines() if line.strip()]
+        keys = [(line["id"], line["which"]) for line in lines]
+        assert len(keys) == len(set(keys)), f"{run}: a question answered twice"
+
+
+def store_fingerprint(ws: Path) -> dict[str, Any]:
+    """What a clean run and a killed-and-rerun one must agree on: items by natural key and status, source
+    questions, how many images, releases and predictions."""
+    db = sqlite3.connect(store_path(ws), timeout=60)
+    try:
+        def rows(sql: str) -> list:
+            return sorted(tuple(r) for r in db.execute(sql).fetchall())
+
+        return {
+            "items": rows("select kind, \"group\", question, answer, status, origin from items"),
+            "sources": rows("select dataset, external_id, image_ref, image_id is not null from source_questions"),
+            "images": db.execute("select count(*) from images").fetchone()[0],
+            "candidates": rows("select key, json_extract(data, '$.candidates') is not null from items"),
+            "tasks": rows("select i.key, t.purpose from annotation_tasks t join items i on i.id = t.item_id "
+                          "where t.state != 'deleted'"),
+            "judgments": db.execute("select count(*) from judgments").fetchone()[0],
+            "releases": rows("select name, version, format, n_items from releases"),
+            "predictions": rows("select item_key, which from predictions"),
+        }
+    finally:
+        db.close()
+
+
+# ---------------------------------------------------------------- stages
+
+
+@dataclass
+class Stage:
+    """One writing stage: SETUP(ws, scratch) prepares the workspace (and may start helpers, returned to stop),
+    COMMAND(ws, scratch) is the command to kill and rerun; PROGRESS (SQL count) counts its commits."""
+
+    name: str
+    setup: Callable[[Path, Path], list]
+    command: Callable[[Path, Path], list[str]]
+    progress: Optional[str] = None
+    max_k: int = 1
+    runs: Callable[[Path, Path], tuple[Path, ...]] = lambda ws, scratch: ()
+    needs_label_studio: bool = False
+    after: Callable[[Path], None] = lambda ws: None  # stage-specific checks at the end of a trial
+    # a rerun's refusal that means the killed run had already finished (export will not replace a release
+    # without --force); the invariants and the final store are checked all the same
+    finished_already: Optional[str] = None
+
+
+def _no_setup(ws: Path, scratch: Path) -> list:
+    return []
+
+
+def _rewrite_setup(ws: Path, scratch: Path) -> list:
+    setup_cli(ws, "ingest", "table", write_number_table(scratch / "in", 16), "--images", scratch / "in")
+    stub, url = start_stub(delay=0.1)
+    configure_llm(ws, url)
+    return [stub]
+
+
+def _context_setup(ws: Path, scratch: Path) -> list:
+    setup_cli(ws, "ingest", "captions", EXAMPLE_CAPTIONS)
+    stub, url = start_stub(delay=0.1, context=True)
+    configure_llm(ws, url)
+    return [stub]
+
+
+def _images_setup(ws: Path, scratch: Path) -> list:
+    helpers = _context_setup(ws, scratch)
+    setup_cli(ws, "generate", "context", "--limit", "2", "--quiet")
+    return helpers
+
+
+def _drafts_setup(ws: Path, scratch: Path) -> list:
+    setup_cli(ws, "ingest", "cvqa", write_cvqa(scratch / "in", 20), "--images", scratch / "in")
+    return []
+
+
+def _eval_setup(ws: Path, scratch: Path) -> list:
+    helpers = _rewrite_setup(ws, scratch)
+    setup_cli(ws, "ingest", "cvqa", write_cvqa(scratch / "cv", 12), "--images", scratch / "cv")
+    setup_cli(ws, "export", "r", "--version", "1", "--include-unverified")
+    return helpers
+
+
+LS_URL_ENV, LS_MEDIA_ENV, LS_TOKEN_ENV = "CFTOOLS_FAULTS_LS_URL", "CFTOOLS_FAULTS_LS_MEDIA", "CFTOOLS_FAULTS_LS_TOKEN"
+
+
+def _push_setup(ws: Path, scratch: Path) -> list:
+    """Checked items whose images lie under the Label Studio server's media root, and the server configured
+    (its URL, media root and token from the environment the test sets) with a project of the workspace's own."""
+    import uuid
+
+    media = Path(os.environ[LS_MEDIA_ENV]) / f"faults-{uuid.uuid4().hex[:10]}"
+    setup_cli(ws, "ingest", "cvqa", write_cvqa(media, 16), "--images", media)
+    db = sqlite3.connect(store_path(ws))
+    with db:
+        db.execute("update items set status = 'checked'")
+    db.close()
+    config = ws / "cftools.toml"
+    text = config.read_text().replace("[label_studio]\n", f'[label_studio]\nurl = "{os.environ[LS_URL_ENV]}"\n'
+                                      f'document_root = "{os.environ[LS_MEDIA_ENV]}"\n'
+                                      f'project_prefix = "f-{uuid.uuid4().hex[:10]}"\nbatch_size = 2\n', 1)
+    config.write_text(text.replace('token_env = "LABEL_STUDIO_API_KEY"', f'token_env = "{LS_TOKEN_ENV}"'))
+    return []
+
+
+def server_holds_what_the_store_says(ws: Path) -> None:
+    """Every task the store records as pushed is on the server, and the server holds no task twice."""
+    from cftools.annotate.label_studio import LabelStudioServer
+
+    db = sqlite3.connect(store_path(ws))
+    try:
+        recorded = db.execute("select t.ls_project_id, t.ls_task_id, i.key from annotation_tasks t "
+                              "join items i on i.id = t.item_id where t.state != 'deleted'").fetchall()
+    finally:
+        db.close()
+    server = LabelStudioServer(os.environ[LS_URL_ENV], os.environ[LS_TOKEN_ENV])
+    try:
+        for project in {p for p, _, _ in recorded}:
+            on_server = server.task_keys(project)
+            mine = {task: key for p, task, key in recorded if p == project}
+            assert all(on_server.get(task) == key for task, key in mine.items()), "marked pushed, not on the server"
+            keys = list(on_server.values())
+            assert len(keys) == len(set(keys)) == len(mine), "a task imported twice"
+    finally:
+        server.close()
+
+
+STAGES: dict[str, Stage] = {s.name: s for s in (
+    Stage("ingest-table", _no_setup,
+          lambda ws, s: cli(ws, "ingest", "table", write_number_table(s / "in", 24), "--images", s / "in")),
+    Stage("ingest-cvqa", _no_setup,
+          lambda ws, s: cli(ws, "ingest", "cvqa", write_cvqa(s / "in", 24), "--images", s / "in")),
+    Stage("ingest-vqav2", _no_setup, lambda ws, s: cli(ws, "ingest", "vqav2", *(
+        lambda q, a: ("--questions", q, "--annotations", a))(*write_vqav2_files(s / "vqa", 30)))),
+    Stage("ingest-captions", _no_setup, lambda ws, s: cli(ws, "ingest", "captions", EXAMPLE_CAPTIONS)),
+    Stage("generate-rewrite", _rewrite_setup,
+          lambda ws, s: cli(ws, "generate", "rewrite", "--group", "numerical-direct", "--concurrency", "2",
+                            "--quiet"),
+          progress="select count(*) from items where origin = 'generated'", max_k=10),
+    Stage("generate-context", _context_setup,
+          lambda ws, s: cli(ws, "generate", "context", "--concurrency", "1", "--quiet"),
+          progress="select count(*) from generations where generator like '%context%'", max_k=6),
+    Stage("generate-images", _images_setup,
+          lambda ws, s: cli(ws, "generate", "images", "--per-prompt", "1", "--styles", "photograph"),
+          progress="select count(*) from images", max_k=3),
+    Stage("check", _drafts_setup, lambda ws, s: cli(ws, "check")),
+    Stage("export", _drafts_setup, lambda ws, s: cli(ws, "export", "r", "--version", "1", "--include-unverified"),
+          finished_already=r"r-1 already exists; pass --force"),
+    Stage("eval", _eval_setup,
+          lambda ws, s: cli(ws, "eval", "run", ws / "releases" / "r-1", "--model", "blind:openai:stub",
+                            "--concurrency", "2", "--out", ws / "runs" / "blind", "--quiet"),
+          runs=lambda ws, s: (ws / "runs" / "blind",)),
+    Stage("annotate-push", _push_setup, lambda ws, s: cli(ws, "annotate", "push", "--json"),
+          progress="select count(*) from annotation_tasks", max_k=12, needs_label_studio=True,
+          after=server_holds_what_the_store_says),
+)}
+
+
+# ---------------------------------------------------------------- trials
+
+
+@dataclass
+class TrialResult:
+    stage: str
+    seed: int
+    how: str
+    killed: bool
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+
+def stop_helpers(helpers: list) -> None:
+    for proc in helpers:
+        if isinstance(proc, subprocess.Popen) and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def fresh_workspace(scratch: Path) -> Path:
+    from cftools.workspace import init_workspace
+
+    init_workspace(scratch / "ws").close()
+    return scratch / "ws"
+
+
+def clean_run(stage: Stage, scratch: Path) -> tuple[dict[str, Any], float]:
+    """The stage run once without a fault: the store it ends with and how long the command took."""
+    ws = fresh_workspace(scratch)
+    helpers = stage.setup(ws, scratch)
+    try:
+        command = stage.command(ws, scratch)
+        start = time.monotonic()
+        run_ok(command)
+        seconds = time.monotonic() - start
+        assert_invariants(ws, stage.runs(ws, scratch))
+        return store_fingerprint(ws), seconds
+    finally:
+        stop_helpers(helpers)
+
+
+def kill_at(run: subprocess.Popen, db: Path, progress: Optional[str], k: int, delay: float,
+            timeout_s: float = 120) -> bool:
+    """SIGKILL RUN once PROGRESS reaches K (when given) or after DELAY seconds; False if it ended first."""
+    deadline = time.monotonic() + (timeout_s if progress else delay)
+    con = sqlite3.connect(db, timeout=60) if progress else None
+    try:
+        while run.poll() is None and time.monotonic() < deadline:
+            if con is not None and con.execute(progress).fetchone()[0] >= k:
+                break
+            time.sleep(0.01)
+        if run.poll() is not None:
+            return False
+        os.kill(run.pid, signal.SIGKILL)
+        run.wait()
+        return True
+    finally:
+        if con is not None:
+            con.close()
+
+
+def run_trial(stage: Stage, seed: int, scratch: Path, expected: dict[str, Any], clean_seconds: float) -> TrialResult:
+    """Kill the stage at a point SEED chooses, rerun it to the end, check the invariants and the final store."""
+    rng = random.Random(f"{stage.name}:{seed}")
+    ws = fresh_workspace(scratch)
+    helpers = stage.setup(ws, scratch)
+    try:
+        command = stage.command(ws, scratch)
+        if stage.progress and rng.random() < 0.7:
+            k, delay, how = rng.randint(1, stage.max_k), 0.0, ""
+            how = f"after {k} commits"
+        else:
+            # a random point of a clean run's time: start-up, reading, writing files, the final commit
+            k, delay = 0, rng.uniform(0.1, 0.8) * clean_seconds
+            how = f"after {delay:.2f}s"
+        start = time.monotonic()
+        run = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=cli_env())
+        killed = kill_at(run, store_path(ws), stage.progress if k else None, k, delay)
+        if not killed:
+            assert run.returncode == 0, (command, run.stderr.read()[-2000:] if run.stderr else "")
+        if run.stderr:
+            run.stderr.close()
+        assert_invariants_after_kill(ws)
+        rerun_to_the_end(command, stage.finished_already)
+        assert_invariants(ws, stage.runs(ws, scratch))
+        got = store_fingerprint(ws)
+        differ = [key for key in expected if got[key] != expected[key]]
+        assert not differ, {key: (expected[key], got[key]) for key in differ}
+        stage.after(ws)
+        return TrialResult(stage.name, seed, how, killed, time.monotonic() - start)
+    finally:
+        stop_helpers(helpers)
+
+
+def rerun_to_the_end(command: list[str], finished_already: Optional[str]) -> None:
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=cli_env())
+    if done.returncode != 0 and finished_already and re.search(finished_already, done.stderr):
+        return
+    assert done.returncode == 0, (command, done.stdout[-2000:], done.stderr[-2000:])
+
+
+def assert_invariants_after_kill(ws: Path) -> None:
+    """Right after the kill, before any rerun: the store file is intact and nothing half-written sits under a
+    release's final name (a release either verifies or is absent)."""
+    from cftools.release.layout import verify_release
+
+    db = sqlite3.connect(store_path(ws), timeout=60)
+    try:
+        assert db.execute("pragma integrity_check").fetchone()[0] == "ok"
+    finally:
+        db.close()
+    releases = ws / "releases"
+    if releases.exists():
+        for folder in releases.iterdir():
+            if not folder.name.startswith("."):
+                assert verify_release(folder).ok, f"{folder}: half a release under its final name"
+
+
+def count_kinds(results: list[TrialResult]) -> Counter:
+    return Counter(r.stage for r in results)
+
+
+def parse_stage_names(text: str) -> list[str]:
+    names = [n for n in re.split(r"[,\s]+", text) if n]
+    unknown = [n for n in names if n not in STAGES]
+    if unknown:
+        raise SystemExit(f"unknown stages: {', '.join(unknown)}; known: {', '.join(STAGES)}")
+    return names

@@ -1,0 +1,43 @@
+"""Fault injection: every writing stage killed with SIGKILL at seeded random points, then run again to the end.
+
+Three trials per stage (seeds 0-2); `bench/soak_faults.py --trials N` runs many. The harness and the invariants
+are in tests/fault_trials.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from fault_trials import LS_MEDIA_ENV, LS_TOKEN_ENV, LS_URL_ENV, STAGES, clean_run, run_trial
+
+TRIALS = 3
+
+
+@pytest.fixture(scope="module")
+def clean_runs(tmp_path_factory):
+    """Each stage's clean run (its final store and duration), made once per module."""
+    cache: dict[str, tuple] = {}
+
+    def get(name: str):
+        if name not in cache:
+            cache[name] = clean_run(STAGES[name], tmp_path_factory.mktemp(f"clean-{name}"))
+        return cache[name]
+
+    return get
+
+
+@pytest.mark.parametrize("name", [n for n, s in STAGES.items() if not s.needs_label_studio])
+def test_a_stage_killed_anywhere_finishes_as_a_clean_run(name, clean_runs, tmp_path):
+    expected, seconds = clean_runs(name)
+    for seed in range(TRIALS):
+        result = run_trial(STAGES[name], seed, tmp_path / f"trial{seed}", expected, seconds)
+        assert result.stage == name
+
+
+@pytest.mark.parametrize("name", [n for n, s in STAGES.items() if s.needs_label_studio])
+def test_a_label_studio_stage_killed_anywhere_finishes_as_a_clean_run(name, label_studio, monkeypatch,
+                                                                        clean_runs, tmp_path):
+    """Against the real server: after the rerun each item has one task, and the server holds each once."""
+    monkeypatch.setenv(LS_URL_ENV, label_studio.url)
+    monkeypatch.setenv(LS_MEDIA_ENV, str(label_studio.media_root))
+    monkeypatch.setenv(LS_TOKEN_ENV, label_studio.admin_token)
+    test_a_stage_killed_anywhere_finishes_as_a_clean_run(name, clean_runs, tmp_path)

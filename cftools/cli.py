@@ -144,6 +144,8 @@ from cftools.commands.evaluate import eval_group  # noqa: E402
 main.add_command(eval_group)
 from cftools.commands.annotate import annotate  # noqa: E402
 main.add_command(annotate)
+from cftools.commands.kinds import add_kind_options  # noqa: E402
+add_kind_options({"export": export_cmd, "eval": eval_group.commands["run"]})
 
 if __name__ == "__main__":
     main()

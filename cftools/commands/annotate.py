@@ -50,6 +50,8 @@ def annotate() -> None:
 @click.option("--limit", type=click.IntRange(min=1), help="Push at most N items.")
 @click.option("--adjudicate", is_flag=True,
               help="Push needs_adjudication items to the adjudication project (with both judgments).")
+@click.option("--task", "task", default="verify", show_default=True,
+              help="The task to push: verify, or one of the kind's own tasks (`cftools kinds` lists them).")
 @click.option("--data-uri", is_flag=True,
               help="Embed images in the tasks as data URIs (small sets only; they land in Label Studio's database).")
 @click.option("--allow-missing-images", is_flag=True, help="Push items whose source has no image too.")
@@ -57,13 +59,14 @@ def annotate() -> None:
               help="Without a configured server (url and token), say how to start one and exit 0.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @pass_workspace
-def push_cmd(workspace: Workspace, kind: Optional[str], limit: Optional[int], adjudicate: bool, data_uri: bool,
-             allow_missing_images: bool, if_configured: bool, as_json: bool) -> None:
+def push_cmd(workspace: Workspace, kind: Optional[str], limit: Optional[int], adjudicate: bool, task: str,
+             data_uri: bool, allow_missing_images: bool, if_configured: bool, as_json: bool) -> None:
     """Push checked items as tasks (batched); pushed items move to in_review. Pushing again adds only new ones."""
     kind = kind or waiting_kind(workspace.store, adjudicate)
     with _Bar(not as_json) as bar:
         report = push(workspace, kind=kind, limit=limit, adjudicate=adjudicate, data_uri=data_uri,
-                      allow_missing_images=allow_missing_images, if_configured=if_configured, progress=bar)
+                      allow_missing_images=allow_missing_images, if_configured=if_configured, progress=bar,
+                      task=task)
     if as_json:
         print_json(report.as_dict())
         return
@@ -73,7 +76,7 @@ def push_cmd(workspace: Workspace, kind: Optional[str], limit: Optional[int], ad
     if report.message:
         console.print(escape(report.message))
         return
-    what = "adjudication" if adjudicate else "verification"
+    what = "adjudication" if adjudicate else "verification" if task == "verify" else task
     console.print(f"Pushed {report.pushed} {kind} items to the {what} project: [bold]{report.project_url}[/]")
     if report.reconciled:
         console.print(f"Recorded {report.reconciled} tasks already on the server from an interrupted push.")

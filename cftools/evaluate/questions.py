@@ -42,6 +42,7 @@ class Question:
     options: Optional[list[str]] = None
     gold_option: Optional[str] = None
     references: Optional[list[str]] = None   # a judged question (MuCR Exp)
+    facets: Optional[dict[str, str]] = None  # what a kind breaks its scores down by (category, style, input form)
 
     @property
     def judged(self) -> bool:
@@ -186,15 +187,16 @@ def pair_questions(record: dict[str, Any], ctx: EvalContext, kind: Kind) -> list
 
 
 def build_questions(release_dir: Path, records: Iterable[dict[str, Any]], templates: PromptTemplates, mode: str,
-                    needs_image: bool, max_new_tokens: int = 16,
-                    explain_tokens: int = 128) -> tuple[list[Question], Skipped]:
+                    needs_image: bool, max_new_tokens: int = 16, explain_tokens: int = 128,
+                    options: Optional[dict[str, Any]] = None) -> tuple[list[Question], Skipped]:
     """Every question of every record, as its kind asks them, minus those the model cannot be asked (counted in
     Skipped)."""
     from cftools.kinds import get_kind
 
     skipped = Skipped()
     ctx = EvalContext(release_dir=release_dir, templates=templates, mode=mode, needs_image=needs_image,
-                      max_new_tokens=max_new_tokens, explain_tokens=explain_tokens, skipped=skipped)
+                      max_new_tokens=max_new_tokens, explain_tokens=explain_tokens, skipped=skipped,
+                      options=dict(options or {}))
     questions: list[Question] = []
     for record in records:
         questions.extend(get_kind(str(record.get("kind"))).eval_questions(record, ctx))

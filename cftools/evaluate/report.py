@@ -97,6 +97,10 @@ def _header_lines(config: dict[str, Any], summary: dict[str, Any]) -> list[str]:
              f"{config['questions']} questions answered; prompt template `{config['template']}`",
              f"skipped: {skipped.get('no_image', 0)} items without an image, "
              f"{skipped.get('no_options', 0)} items without options (rank mode)"]
+    if config.get("kind_options"):
+        lines.append("options: " + ", ".join(f"{k} = {v}" for k, v in sorted(config["kind_options"].items())))
+    if config.get("judge"):
+        lines.append(f"judge `{config['judge']}`, scores over the references: {config.get('judge_aggregate')}")
     return lines
 
 

@@ -174,6 +174,8 @@ from cftools.commands.annotate import annotate  # noqa: E402
 main.add_command(annotate)
 from cftools.commands.doctor import doctor_cmd  # noqa: E402
 main.add_command(doctor_cmd)
+from cftools.commands.kinds import add_kind_options  # noqa: E402
+add_kind_options({"export": export_cmd, "eval": eval_group.commands["run"]})
 
 if __name__ == "__main__":
     main()

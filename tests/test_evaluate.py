@@ -336,7 +336,8 @@ def mucr_release(tmp_path):
 def test_mucr_questions_rank_and_judge(tiny_llava_dir, tmp_path, workspace, monkeypatch):
     monkeypatch.setenv("JUDGE_KEY", "sk-judge-0000000")
     workspace.config["llm"] = {"base_url": "http://judge.test/v1", "api_key_env": "JUDGE_KEY"}
-    respx.post("http://judge.test/v1/chat/completions").mock(return_value=httpx.Response(200, json=chat_reply("7")))
+    respx.post("http://judge.test/v1/chat/completions").mock(
+        return_value=httpx.Response(200, json=chat_reply("S1: 7\nS2: 7\nS3: 7")))
     release = mucr_release(tmp_path)
     result = run_eval(release, f"hf:{tiny_llava_dir}", mode="rank", device="cpu", out_dir=tmp_path / "m",
                       judge="openai:judge", workspace=workspace, max_new_tokens=8)
@@ -345,7 +346,9 @@ def test_mucr_questions_rank_and_judge(tiny_llava_dir, tmp_path, workspace, monk
     assert [s["option"] for s in by_which["c2e"]["scores"]] == ["A", "B", "C", "D"]
     assert by_which["c2e"]["gold"] == "B"
     assert sorted(s["option"] for s in by_which["cue"]["scores"]) == sorted(["catch cold", "wet", "rain", "run"])
-    assert by_which["exp"]["similarities"] == [7.0, 7.0, 7.0] and by_which["exp"]["exp_score"] == pytest.approx(7.0)
+    assert by_which["exp"]["similarities"] == [[7.0, 7.0, 7.0]] * 3
+    assert by_which["exp"]["parts"] == {"S1": 7.0, "S2": 7.0, "S3": 7.0}
+    assert by_which["exp"]["exp_score"] == pytest.approx(7.0)
     assert result.summary["mucr"]["exp"]["value"] == pytest.approx(7.0)
     assert result.summary["mucr"]["c2e"]["n"] == 1
 

@@ -43,7 +43,9 @@ def test_builtin_kinds_are_listed_with_what_they_declare(run_cli):
     assert kinds["cvqa"]["export_formats"] == [{"name": "cvqa", "description": kinds["cvqa"]["export_formats"][0]
                                                 ["description"]}]
     assert kinds["cfmm"]["metrics"][:3] == ["acc_b", "acc_c", "acc_plus"]
-    assert set(kinds["mucr"]["tasks"]) == {"verify", "adjudicate"}
+    assert set(kinds["mucr"]["tasks"]) == {"verify", "adjudicate", "select", "explain"}
+    assert [g["name"] for g in kinds["mucr"]["generators"]][-1] == "cues"
+    assert [f["name"] for f in kinds["mucr"]["export_formats"]] == ["mucr"]
     table = run_cli("kinds")
     assert all(name in table.output for name in ("cvqa", "cfmm", "mucr"))
 

@@ -31,7 +31,7 @@ from sqlalchemy import and_, bindparam, delete, func, insert, select, update
 from sqlmodel import Session
 
 from cftools.annotate.rules import (
-    ADJUDICATE, VERIFY, Answer, Decision, InvalidResult, adjudicated, agreement, decide,
+    ADJUDICATE, VERIFY, Answer, Decision, InvalidResult, adjudicated, agreement, decide, label_agreement,
     preload_agreement_library, render_label_config,
 )
 from cftools.errors import CftoolsError
@@ -114,6 +114,24 @@ class ImageLinks:
                            "LOCAL_FILES_DOCUMENT_ROOT) or image_url_prefix in cftools.toml, or push with --data-uri")
 
 
+# ---------------------------------------------------------------- a kind's own tasks
+
+
+def task_of(purpose: str) -> tuple[str, str]:
+    """(task, unit) of a stored purpose: a kind's own task with units is stored as TASK:UNIT."""
+    task, _, unit = purpose.partition(":")
+    return task, unit
+
+
+def purpose_of(task: str, unit: str) -> str:
+    return f"{task}:{unit}" if unit else task
+
+
+def own_task(kind: str, purpose: str):  # noqa: ANN201
+    """The kind's TaskSpec of PURPOSE's task, None for verify/adjudicate."""
+    return get_kind(kind).task_spec(task_of(purpose)[0])
+
+
 # ---------------------------------------------------------------- projects
 
 
@@ -121,7 +139,7 @@ PROJECT_WHAT = {VERIFY: "verification", ADJUDICATE: "adjudication"}
 
 
 def project_title(settings: ServerSettings, kind: str, purpose: str) -> str:
-    what = PROJECT_WHAT.get(purpose, purpose)  # an authoring task is named by itself
+    what = PROJECT_WHAT.get(task_of(purpose)[0], task_of(purpose)[0])  # a kind's own task is named by itself
     title = f"{settings.project_prefix} {kind} {what}"
     if len(title) > MAX_TITLE:
         raise CftoolsError(f"Label Studio project title {title!r} is longer than {MAX_TITLE} characters: "
@@ -136,6 +154,11 @@ def ensure_project(server: LabelStudioServer, settings: ServerSettings, kind: st
                    workspace_root: Optional[str] = None) -> int:
     title = project_title(settings, kind, purpose)
     project_id = server.find_project(title)
+    spec = own_task(kind, purpose)
+    if project_id is None and spec is not None:
+        project_id = server.create_project(
+            title, render_label_config(kind, spec.name, workspace_root), spec.annotators,
+            description=f"cftools: {spec.description or spec.name} ({kind} items)")
     if project_id is None:
         project_id = server.create_project(
             title, render_label_config(kind, purpose, workspace_root), ANNOTATIONS_PER_TASK if purpose == VERIFY else 1,
@@ -177,13 +200,27 @@ def _event(item_id: int, from_status: Optional[str], to_status: Optional[str], d
 
 
 def _link_tasks(session: Session, server_url: str, project_id: int, purpose: str,
-                links: list[tuple[int, int]], how: str) -> None:
-    """Record (item id, task id) links and move verified items to in_review, in the caller's transaction."""
+                links: list[tuple[int, int]], how: str, purposes: Optional[list[str]] = None,
+                spec: Any = None) -> None:
+    """Record (item id, task id) links and move verified items to in_review, in the caller's transaction.
+    PURPOSES, when given, is each link's own purpose (a kind's task with units); SPEC is that task's spec."""
     now = utcnow()
+    purposes = purposes or [purpose] * len(links)
     session.execute(insert(AnnotationTask.__table__), [
-        {"item_id": item_id, "purpose": purpose, "server": server_url, "ls_project_id": project_id,
-         "ls_task_id": task_id, "state": OPEN, "pushed_at": now, "updated_at": now} for item_id, task_id in links])
+        {"item_id": item_id, "purpose": p, "server": server_url, "ls_project_id": project_id,
+         "ls_task_id": task_id, "state": OPEN, "pushed_at": now, "updated_at": now}
+        for (item_id, task_id), p in zip(links, purposes)])
     item_ids = [item_id for item_id, _ in links]
+    if spec is not None:
+        if spec.to_status:
+            for start in range(0, len(item_ids), 900):
+                session.execute(_update(Item).where(Item.id.in_(item_ids[start:start + 900]))
+                                .values(status=spec.to_status, updated_at=now))
+        session.execute(insert(ItemEvent.__table__), [
+            _event(item_id, None, spec.to_status, {"pushed_to": p, "project": project_id, "task": task_id,
+                                                   "server": server_url, "how": how})
+            for (item_id, task_id), p in zip(links, purposes)])
+        return
     from_status = CHECKED if purpose == VERIFY else NEEDS_ADJUDICATION
     to_status = IN_REVIEW if purpose == VERIFY else NEEDS_ADJUDICATION
     for part in in_chunks(item_ids):
@@ -204,10 +241,26 @@ def _candidates(session: Session, kind: str, purpose: str, limit: Optional[int])
     return list(session.execute(query).scalars())
 
 
+def _own_candidates(session: Session, kind: str, spec: Any, limit: Optional[int]) -> list[tuple[Item, str]]:
+    """(item, unit) of every task of a kind's own task still to push: items in the spec's statuses, each unit
+    the kind names that has no live task yet."""
+    linked = set(session.execute(select(AnnotationTask.item_id, AnnotationTask.purpose).where(
+        AnnotationTask.state != DELETED)).all())
+    query = select(Item).where(Item.kind == kind, Item.status.in_(list(spec.statuses))).order_by(Item.id)
+    found: list[tuple[Item, str]] = []
+    for item in session.execute(query).scalars():
+        for unit in get_kind(kind).task_units(spec.name, item):
+            if (item.id, purpose_of(spec.name, unit)) not in linked:
+                found.append((item, unit))
+    return found[:limit] if limit is not None else found
+
+
 def reconcile(store: Store, server: LabelStudioServer, project_id: int, purpose: str, kind: str) -> tuple[int, int]:
     """Link tasks that exist on the server but not in the store (a push killed after an import).
 
     Returns (links recorded, duplicate tasks seen on the server for already linked items)."""
+    if own_task(kind, purpose) is not None:
+        return 0, 0  # a kind's own tasks carry their unit in the task: resumed by their key and unit below
     if server.task_count(project_id) == 0:
         return 0, 0
     on_server = server.task_keys(project_id)
@@ -301,9 +354,13 @@ def _extra_images(session: Session, items: list[Item], images: ImageLinks) -> di
 
 
 def task_payloads(session: Session, items: list[Item], purpose: str, images: ImageLinks,
-                  allow_missing_images: bool, report: PushReport) -> list[tuple[Item, dict]]:
+                  allow_missing_images: bool, report: PushReport,
+                  units: Optional[list[str]] = None) -> list[tuple[Item, dict]]:
     """The Label Studio task of each item (data + meta with the item key); items without a usable image are
-    counted and left out unless ALLOW_MISSING_IMAGES."""
+    counted and left out unless ALLOW_MISSING_IMAGES. With UNITS (a kind's own task, one unit per item), the
+    kind lays out the task and shows its own images."""
+    if units is not None:
+        return _own_payloads(session, items, units, purpose, images)
     item_ids = [i.id for i in items]
     flags = _flags_by_item(session, item_ids)
     sources = _sources_by_item(session, items)
@@ -333,6 +390,20 @@ def task_payloads(session: Session, items: list[Item], purpose: str, images: Ima
     return payloads
 
 
+def _own_payloads(session: Session, items: list[Item], units: list[str], task: str,
+                  images: ImageLinks) -> list[tuple[Item, dict]]:
+    flags = _flags_by_item(session, [i.id for i in items])
+    extra_images = _extra_images(session, items, images)
+    payloads = []
+    for item, unit in zip(items, units):
+        data = {"item_key": item.key, "kind": item.kind, "group": item.group,
+                "check_flags": "\n".join(flags.get(item.id, [])) or "none",
+                **get_kind(item.kind).task_payload(task, unit, item, None, "", extra_images.get(item.id, {}))}
+        payloads.append((item, {"data": data, "meta": {"item_key": item.key, "item_id": item.id,
+                                                       "purpose": purpose_of(task, unit)}}))
+    return payloads
+
+
 def waiting_kind(store: Store, adjudicate: bool = False) -> Optional[str]:
     """The one kind whose items wait to be pushed (checked, or needs_adjudication with ADJUDICATE); with none
     waiting, the first kind in the store; None for an empty store."""
@@ -348,11 +419,12 @@ def waiting_kind(store: Store, adjudicate: bool = False) -> Optional[str]:
 def push(workspace: Workspace, kind: Optional[str], limit: Optional[int] = None, adjudicate: bool = False,
          data_uri: bool = False, allow_missing_images: bool = False, if_configured: bool = False,
          progress: Progress = _no_progress, task: Optional[str] = None) -> PushReport:
-    """Push `checked` items (or, with ADJUDICATE, `needs_adjudication` ones) of KIND to Label Studio; with TASK,
-    one of the kind's authoring tasks, push images for people to write new items (`cftools.annotate.authoring`)."""
+    """Push `checked` items (or, with ADJUDICATE, `needs_adjudication` ones) of KIND to Label Studio. TASK names one
+    of the kind's own tasks instead: a task on items (`Kind.task_spec`, e.g. MuCR's select, explain) or an
+    authoring task on images, whose submissions become new items (`Kind.authoring_tasks`, e.g. CFMM's author)."""
     purpose = ADJUDICATE if adjudicate else VERIFY
-    if task is not None and task != purpose:
-        purpose = authoring_task(kind, task)
+    if task is not None and task != purpose and kind is not None:
+        purpose = task if get_kind(kind).task_spec(task) is not None else authoring_task(kind, task)
     report = PushReport(purpose=purpose, kind=kind)
     settings = server_settings(workspace)
     if not settings.configured and if_configured:
@@ -366,19 +438,29 @@ def push(workspace: Workspace, kind: Optional[str], limit: Optional[int] = None,
         if kind is None:
             report.message = "nothing to push: the store holds no items yet"
             return report
-        get_kind(kind)  # an unknown kind is an error before anything is created
+        get_kind(kind).task_template(purpose)  # an unknown kind or task is an error before anything is created
+        spec = own_task(kind, purpose)
         project_id = ensure_project(server, settings, kind, purpose, str(workspace.root))
         report.project_id, report.project_url = project_id, server.project_url(project_id)
-        if purpose not in (VERIFY, ADJUDICATE):
+        if spec is None and purpose not in (VERIFY, ADJUDICATE):
             push_authoring(store, server, settings, project_id, kind, ImageLinks.from_config(workspace, data_uri),
                            limit, report, progress)
             return report
-        report.reconciled, report.duplicates_on_server = reconcile(store, server, project_id, purpose, kind)
+        if spec is not None:
+            report.reconciled = reconcile_own(store, server, project_id, kind, spec)
+        else:
+            report.reconciled, report.duplicates_on_server = reconcile(store, server, project_id, purpose, kind)
         with store.session() as session:
-            items = _candidates(session, kind, purpose, limit)
-            report.candidates = len(items)
             images = ImageLinks.from_config(workspace, data_uri)
-            payloads = task_payloads(session, items, purpose, images, allow_missing_images, report)
+            if spec is not None:
+                pairs = _own_candidates(session, kind, spec, limit)
+                items = [item for item, _ in pairs]
+                payloads = task_payloads(session, items, purpose, images, allow_missing_images, report,
+                                         units=[unit for _, unit in pairs])
+            else:
+                items = _candidates(session, kind, purpose, limit)
+                payloads = task_payloads(session, items, purpose, images, allow_missing_images, report)
+            report.candidates = len(items)
         report.storages_created = server.ensure_local_storage(project_id, images.folders)
         progress("push", 0, len(payloads))
         for start in range(0, len(payloads), settings.batch_size):
@@ -386,12 +468,42 @@ def push(workspace: Workspace, kind: Optional[str], limit: Optional[int] = None,
             task_ids = server.import_tasks(project_id, [task for _, task in batch])
             with store.write() as session:
                 _link_tasks(session, server.url, project_id, purpose,
-                            [(item.id, task_id) for (item, _), task_id in zip(batch, task_ids)], how="imported")
+                            [(item.id, task_id) for (item, _), task_id in zip(batch, task_ids)], how="imported",
+                            purposes=[t["meta"].get("purpose", purpose) for _, t in batch], spec=spec)
             report.pushed += len(batch)
             progress("push", report.pushed, len(payloads))
     finally:
         server.close()
     return report
+
+
+def reconcile_own(store: Store, server: LabelStudioServer, project_id: int, kind: str, spec: Any) -> int:
+    """Link tasks of a kind's own task that a killed push imported but did not record (by item key and unit)."""
+    if server.task_count(project_id) == 0:
+        return 0
+    with store.session() as session:
+        known = set(session.execute(select(AnnotationTask.ls_task_id).where(
+            AnnotationTask.server == server.url, AnnotationTask.ls_project_id == project_id)).scalars())
+        linked = set(session.execute(select(AnnotationTask.item_id, AnnotationTask.purpose).where(
+            AnnotationTask.state != DELETED)).all())
+        unknown = [t for t in server.client.tasks.list(project=project_id, fields="all", page_size=1000)
+                   if t.id not in known]
+        keys = {(t.meta or {}).get("item_key") for t in unknown}
+        items = {i.key: i.id for i in session.execute(select(Item).where(Item.kind == kind,
+                                                                         Item.key.in_(list(keys)))).scalars()}
+    links, purposes = [], []
+    for found in unknown:
+        meta = found.meta or {}
+        item_id, purpose = items.get(meta.get("item_key")), meta.get("purpose") or spec.name
+        if item_id is None or (item_id, purpose) in linked:
+            continue
+        links.append((item_id, found.id))
+        purposes.append(purpose)
+        linked.add((item_id, purpose))
+    if links:
+        with store.write() as session:
+            _link_tasks(session, server.url, project_id, spec.name, links, "reconciled", purposes, spec)
+    return len(links)
 
 
 # ---------------------------------------------------------------- pull
@@ -410,6 +522,8 @@ class PullReport:
     ignored_same_annotator: int = 0
     ignored_extra_annotators: int = 0
     invalid: list[dict] = field(default_factory=list)
+    tiebreaks: list[dict] = field(default_factory=list)  # tasks of a kind's own task that now ask one more person
+    items_made: int = 0  # items a kind's decisions made (a MuCR selection)
     mismatched: list[dict] = field(default_factory=list)
     deleted_tasks: list[dict] = field(default_factory=list)
     # Tasks missing from the export but still on the server: left as they were, read again by the next pull.
@@ -448,7 +562,8 @@ def choose_annotations(task: dict, kind: str, purpose: str, emails: dict[int, st
     (one for adjudication); everything else is counted or reported."""
     chosen: list[Chosen] = []
     seen: set[str] = set()
-    limit = ANNOTATIONS_PER_TASK if purpose == VERIFY else 1
+    spec = own_task(kind, purpose)
+    limit = (spec.annotators + spec.tiebreak) if spec is not None else ANNOTATIONS_PER_TASK if purpose == VERIFY else 1
     for annotation in sorted(task.get("annotations") or [], key=lambda a: a.get("id") or 0):
         report.annotations += 1
         if annotation.get("was_cancelled"):
@@ -459,7 +574,7 @@ def choose_annotations(task: dict, kind: str, purpose: str, emails: dict[int, st
             user = user.get("id")
         annotator = emails.get(user) or f"user:{user}"
         try:
-            answer = get_kind(kind).read_judgment(purpose, annotation.get("result"), workspace_root)
+            answer = get_kind(kind).read_judgment(task_of(purpose)[0], annotation.get("result"), workspace_root)
         except InvalidResult as exc:
             report.invalid.append({"project": task.get("project"), "task": task.get("id"),
                                    "annotation": annotation.get("id"), "annotator": annotator, "reason": str(exc)})
@@ -481,7 +596,7 @@ def _judgment_row(task_id: int, chosen: Chosen) -> dict:
             "related": answer.related, "answer_correct": answer.answer_correct,
             "corrected_answer": answer.corrected_answer, "flags": answer.flags, "comment": answer.comment,
             "decision": answer.decision,
-            "raw": {"result": a.get("result"), "completed_by": a.get("completed_by"),
+            "raw": {"result": a.get("result"), "completed_by": a.get("completed_by"), "fields": answer.fields or None,
                     "created_at": a.get("created_at"), "updated_at": a.get("updated_at"),
                     "lead_time": a.get("lead_time")},
             "annotated_at": _parse_time(a.get("updated_at") or a.get("created_at")), "updated_at": utcnow()}
@@ -587,6 +702,12 @@ def apply_decisions(session: Session, tasks: dict[int, Any], changed: set[int], 
     ids = sorted(changed)
     if not ids:
         return
+    own = [t for t in ids if own_task(tasks[t].kind, tasks[t].purpose) is not None]
+    if own:
+        apply_own_decisions(session, tasks, own, chosen, report)
+        ids = [t for t in ids if t not in own]
+        if not ids:
+            return
     item_ids = sorted({tasks[t].item_id for t in ids})
     items: dict[int, Any] = {}
     adjudicated_items: set[int] = set()
@@ -620,6 +741,53 @@ def apply_decisions(session: Session, tasks: dict[int, Any], changed: set[int], 
     writes.flush(session)
 
 
+def merged(data: dict, update: dict) -> dict:
+    """DATA with UPDATE's keys; a dict value is merged one level down (one style's selection beside another's)."""
+    out = dict(data)
+    for key, value in update.items():
+        out[key] = {**out[key], **value} if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def apply_own_decisions(session: Session, tasks: dict[int, Any], ids: list[int], chosen: dict[int, list[Chosen]],
+                        report: PullReport) -> None:
+    """Decide tasks of a kind's own task by the kind's rule: the item's data and status, the items a decision
+    makes, and the tasks that need one more person (their overlap is raised after the write)."""
+    now = utcnow()
+    for task_id in ids:
+        task = tasks[task_id]
+        item = session.get(Item, task.item_id)
+        name, unit = task_of(task.purpose)
+        picks = chosen.get(task_id, [])
+        outcome = get_kind(item.kind).decide_task(name, unit, item, [(p.annotator, p.answer) for p in picks])
+        if outcome.wants:
+            report.tiebreaks.append({"item": item.key, "task": task.ls_task_id, "annotators": outcome.wants})
+        before = item.status
+        if outcome.data:
+            item.data = merged(item.data or {}, outcome.data)
+        if outcome.status:
+            item.status = outcome.status
+        item.updated_at = now
+        session.add(item)
+        state = DECIDED if outcome.decided else OPEN
+        decision = (outcome.status or outcome.rule) if outcome.decided else None
+        session.execute(_update(AnnotationTask).where(AnnotationTask.id == task_id)
+                        .values(state=state, decision=decision, updated_at=now))
+        if outcome.decided or outcome.status != before:
+            report.decisions[f"{name}: {outcome.rule}"] += 1
+            session.add(ItemEvent(item_id=item.id, stage=STAGE, from_status=before, to_status=item.status,
+                                  detail={"task": task.purpose, "rule": outcome.rule,
+                                          "annotators": [p.annotator for p in picks]}))
+        for row in outcome.new_items:
+            if session.execute(select(Item.id).where(Item.key == row["key"])).first() is None:
+                made = Item(**row)
+                session.add(made)
+                session.flush()
+                session.add(ItemEvent(item_id=made.id, stage=STAGE, from_status=None, to_status=made.status,
+                                      detail={"made_by": task.purpose, "from_item": item.key}))
+                report.items_made += 1
+
+
 def mark_deleted(session: Session, tasks: list[Any], report: PullReport) -> None:
     """Tasks gone from the server: marked deleted; items still under review go back to `checked`."""
     now = utcnow()
@@ -643,7 +811,8 @@ def pull_project(store: Store, server: LabelStudioServer, project_id: int, kind:
     with store.session() as session:
         tasks = {t.id: t for t in session.execute(select(
             AnnotationTask.id, AnnotationTask.item_id, AnnotationTask.purpose, AnnotationTask.ls_project_id,
-            AnnotationTask.ls_task_id, AnnotationTask.decision).where(_open_task_filter(server.url, project_id, purpose)))}
+            AnnotationTask.ls_task_id, AnnotationTask.decision, Item.kind).join(Item, Item.id == AnnotationTask.item_id)
+            .where(_open_task_filter(server.url, project_id, purpose)))}
         keys = dict(session.execute(select(Item.id, Item.key).where(Item.id.in_(
             select(AnnotationTask.item_id).where(_open_task_filter(server.url, project_id, purpose))))).all())
     by_ls_id = {t.ls_task_id: t for t in tasks.values()}
@@ -667,9 +836,12 @@ def pull_project(store: Store, server: LabelStudioServer, project_id: int, kind:
                 continue
             report.tasks += 1
             chosen[task.id] = choose_annotations(data, kind, purpose, emails, report, workspace_root)
+        asked = len(report.tiebreaks)
         with store.write() as session:
             changed = store_judgments(session, chosen, report)
             apply_decisions(session, tasks, changed, chosen, report, kind)
+        for tiebreak in report.tiebreaks[asked:]:
+            server.set_task_overlap(tiebreak["task"], tiebreak["annotators"])
         done += len(chunk)
         progress(f"pull project {project_id}", done, len(by_ls_id))
     unseen = [ls_id for ls_id in by_ls_id if ls_id not in seen]
@@ -756,14 +928,35 @@ def agreement_project_name(kind: str) -> str:
     return f"{kind} verification"
 
 
+def _own_task_pairs(session: Session) -> dict[str, list[tuple[dict, dict]]]:
+    """Per "KIND TASK" of the kinds' own tasks: the labels of the first two judgments of every live task."""
+    rows = session.execute(
+        select(Item.kind, AnnotationTask.purpose, Judgment.task_id, Judgment.raw)
+        .join(AnnotationTask, AnnotationTask.id == Judgment.task_id)
+        .join(Item, Item.id == AnnotationTask.item_id)
+        .where(AnnotationTask.purpose.not_in([VERIFY, ADJUDICATE]), AnnotationTask.state != DELETED)
+        .order_by(Judgment.task_id, Judgment.ls_annotation_id)).all()
+    per_task: dict[int, tuple[str, str, list[dict]]] = {}
+    for kind, purpose, task_id, raw in rows:
+        task = task_of(purpose)[0]
+        labels = get_kind(kind).agreement_labels(task, Answer(fields=(raw or {}).get("fields") or {}))
+        per_task.setdefault(task_id, (kind, task, []))[2].append(labels)
+    pairs: dict[str, list[tuple[dict, dict]]] = defaultdict(list)
+    for kind, task, found in per_task.values():
+        if len(found) >= 2 and found[0] and found[1]:
+            pairs[f"{kind} {task}"].append((found[0], found[1]))
+    return pairs
+
+
 def record_agreement(store: Store) -> dict[str, dict[str, dict[str, Any]]]:
-    """Compute agreement per kind and question and store it (AgreementStat) for the data card."""
+    """Compute agreement per kind and question and store it (AgreementStat) for the data card; a kind's own
+    tasks under the project name "KIND TASK"."""
     with store.session() as session:
-        stats = {kind: agreement(ratings) for kind, ratings in verify_ratings(session).items()}
+        stats = {agreement_project_name(kind): agreement(ratings) for kind, ratings in verify_ratings(session).items()}
+        stats.update({name: label_agreement(pairs) for name, pairs in _own_task_pairs(session).items()})
     now = utcnow()
     with store.write() as session:
-        for kind, questions in stats.items():
-            name = agreement_project_name(kind)
+        for name, questions in stats.items():
             session.execute(_delete(AgreementStat).where(AgreementStat.project == name))
             session.execute(insert(AgreementStat.__table__), [
                 {"project": name, "question": q, "n_pairs": s["n_pairs"],
@@ -813,5 +1006,5 @@ def annotation_status(store: Store) -> dict[str, Any]:
     for p in projects.values():
         p["decisions"] = dict(p["decisions"])
     return {"projects": sorted(projects.values(), key=lambda p: (p["server"], p["project_id"])),
-            "agreement": {agreement_project_name(k): v for k, v in sorted(agreement_stats.items())},
+            "agreement": dict(sorted(agreement_stats.items())),
             "annotators": dict(sorted(annotators.items())), "items_by_status": items}

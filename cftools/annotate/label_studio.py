@@ -176,6 +176,11 @@ class LabelStudioServer:
                 overlap_cohort_percentage=100, show_overlap_first=True, description=description)
         return project.id
 
+    def set_task_overlap(self, task_id: int, overlap: int) -> None:
+        """Ask OVERLAP annotators in all for one task (a tiebreak: the server hands it to one more person)."""
+        with self.errors(f"raising the overlap of task {task_id}"):
+            self.client.tasks.update(id=task_id, overlap=overlap)
+
     def task_count(self, project_id: int) -> int:
         with self.errors(f"reading project {project_id}"):
             return int(self.client.projects.get(id=project_id).task_number or 0)

@@ -136,6 +136,7 @@ class Answer:
     flags: list[str] = field(default_factory=list)
     comment: Optional[str] = None
     decision: Optional[str] = None
+    fields: dict[str, Any] = field(default_factory=dict)  # a kind's own task answers (MuCR: picks, explanations)
 
 
 def parse_answer(kind: str, purpose: str, result: Any, workspace_root: Optional[str] = None) -> Answer:
@@ -208,6 +209,25 @@ def question_labels(answer: Answer) -> dict[str, str]:
     for code in FLAG_CODES:
         labels[code] = YES if code in answer.flags else NO
     return labels
+
+
+def label_agreement(pairs: list[tuple[dict[str, str], dict[str, str]]]) -> dict[str, dict[str, Any]]:
+    """Per question of a kind's own task: pairs, percent agreement (0-100) and Cohen's kappa over its labels
+    (each pair: the first two annotators' question -> label)."""
+    from sklearn.metrics import cohen_kappa_score
+
+    questions = sorted({q for a, b in pairs for q in a if q in b})
+    stats: dict[str, dict[str, Any]] = {}
+    for question in questions:
+        rows = [(a[question], b[question]) for a, b in pairs if question in a and question in b]
+        labels = sorted({x for row in rows for x in row})
+        agree = sum(x == y for x, y in rows)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # one label only: kappa is undefined (nan)
+            kappa = float(cohen_kappa_score([x for x, _ in rows], [y for _, y in rows], labels=labels))
+        stats[question] = {"n_pairs": len(rows), "percent_agreement": 100.0 * agree / len(rows),
+                           "cohen_kappa": None if math.isnan(kappa) else kappa}
+    return stats
 
 
 def preload_agreement_library() -> None:

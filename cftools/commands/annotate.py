@@ -10,6 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from cftools.annotate.flow import annotation_status, pull, push, waiting_kind
+from cftools.kinds import get_kind
 from cftools.commands.common import console, err_console, pass_workspace, print_json
 from cftools.workspace import Workspace
 
@@ -50,8 +51,9 @@ def annotate() -> None:
 @click.option("--limit", type=click.IntRange(min=1), help="Push at most N items.")
 @click.option("--adjudicate", is_flag=True,
               help="Push needs_adjudication items to the adjudication project (with both judgments).")
-@click.option("--task", help="An authoring task of the kind (`cftools kinds`; e.g. cfmm's `author`): push images "
-                              "for people to write new items, which `pull` turns into drafts. Needs --kind.")
+@click.option("--task", help="One of the kind's own tasks (`cftools kinds` lists them): a task on its items (e.g. "
+                              "mucr's select, explain) or an authoring task on images whose submissions `pull` turns "
+                              "into drafts (e.g. cfmm's author). Default: verify. Needs --kind.")
 @click.option("--data-uri", is_flag=True,
               help="Embed images in the tasks as data URIs (small sets only; they land in Label Studio's database).")
 @click.option("--allow-missing-images", is_flag=True, help="Push items whose source has no image too.")
@@ -63,9 +65,10 @@ def push_cmd(workspace: Workspace, kind: Optional[str], limit: Optional[int], ad
              data_uri: bool, allow_missing_images: bool, if_configured: bool, as_json: bool) -> None:
     """Push checked items as tasks (batched); pushed items move to in_review. Pushing again adds only new ones.
 
-    With --task (an authoring task), push the store's images instead: one task per image not yet pushed."""
-    if task and not kind:
-        raise click.UsageError("--task needs --kind (the kind whose items the task writes)")
+    With --task, push one of the kind's own tasks; an authoring task pushes the store's images instead, one task
+    per image not yet pushed."""
+    if task and task != "verify" and not kind:
+        raise click.UsageError("--task needs --kind (the kind whose task it is)")
     kind = kind or waiting_kind(workspace.store, adjudicate)
     with _Bar(not as_json) as bar:
         report = push(workspace, kind=kind, limit=limit, adjudicate=adjudicate, data_uri=data_uri,
@@ -80,12 +83,9 @@ def push_cmd(workspace: Workspace, kind: Optional[str], limit: Optional[int], ad
     if report.message:
         console.print(escape(report.message))
         return
-    if report.purpose not in ("verify", "adjudicate"):
-        console.print(f"Pushed {report.pushed} images to the {kind} {report.purpose} project: "
-                      f"[bold]{report.project_url}[/]")
-        return
-    what = "adjudication" if adjudicate else "verification"
-    console.print(f"Pushed {report.pushed} {kind} items to the {what} project: [bold]{report.project_url}[/]")
+    what = "adjudication" if adjudicate else "verification" if task in (None, "verify") else task
+    pushed = "images" if task in get_kind(kind).authoring_tasks else f"{kind} items"
+    console.print(f"Pushed {report.pushed} {pushed} to the {kind} {what} project: [bold]{report.project_url}[/]")
     if report.reconciled:
         console.print(f"Recorded {report.reconciled} tasks already on the server from an interrupted push.")
     if report.duplicates_on_server:

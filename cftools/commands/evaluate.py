@@ -77,6 +77,9 @@ def eval_group() -> None:
 @click.option("--template", help="Prompt template: a packaged name (short_answer) or a .j2 file.")
 @click.option("--max-new-tokens", type=int, default=16, show_default=True, help="Answer length limit (generate).")
 @click.option("--judge", help="MuCR Exp judge, BACKEND[:MODEL] of cftools' LLM backends (e.g. local, openai:gpt-4o).")
+@click.option("--judge-aggregate", type=click.Choice(["best-match", "mean"]), default="best-match", show_default=True,
+              help="A judged answer with several references (MuCR Exp): the best-matching reference's score per "
+                   "part, or the mean over the references.")
 @click.option("--concurrency", type=int, default=4, show_default=True, help="API models: requests in flight.")
 @click.option("--allow-downloads", is_flag=True,
               help="hf: models: let an id that is not in the local cache be downloaded (off: offline).")
@@ -89,8 +92,9 @@ def eval_group() -> None:
 @click.pass_context
 def eval_run(ctx: click.Context, release: Path, model: str, mode: str, score: str, batch_size: int, device: str,
              dtype: str, limit: Optional[int], out_dir: Optional[Path], template: Optional[str],
-             max_new_tokens: int, judge: Optional[str], concurrency: int, allow_downloads: bool,
-             prompt_variant: str, swap_options: bool, quiet: bool) -> None:
+             max_new_tokens: int, judge: Optional[str], judge_aggregate: str, concurrency: int,
+             allow_downloads: bool, prompt_variant: str, swap_options: bool, quiet: bool,
+             **kind_options: Any) -> None:
     """Ask both questions of every item of RELEASE and print the report table."""
     workspace = optional_workspace(ctx)
     with Progress(TextColumn("[bold]questions"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -103,6 +107,7 @@ def eval_run(ctx: click.Context, release: Path, model: str, mode: str, score: st
         result = run_eval(release, model, mode=mode, score=score, batch_size=batch_size, device=device, dtype=dtype,
                           limit=limit, out_dir=out_dir, template=template, max_new_tokens=max_new_tokens,
                           judge=judge, workspace=workspace, concurrency=concurrency, progress=progress,
+                          judge_aggregate=judge_aggregate, options=kind_options,
                           notify=lambda note: err_console.print(f"[yellow]{escape(note)}[/]"),
                           allow_downloads=allow_downloads, prompt_variant=prompt_variant, swap_options=swap_options)
     for part in rich_tables(result.config, result.summary, width=console.width):

@@ -36,7 +36,7 @@ STAGE_LABELS = {"images": "Copying images", "records": "Writing records, Parquet
 @pass_workspace
 def export_cmd(workspace: Workspace, name: str, version: str, out_dir: Path | None, fmt: str,
                include_unverified: bool, include_in_review: bool, split_spec: str | None, force: bool,
-               as_json: bool) -> None:
+               as_json: bool, **kind_options: object) -> None:
     """Export the accepted items as the release NAME-VERSION (a verifiable, byte-reproducible folder)."""
     splits = parse_splits(split_spec)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -49,7 +49,7 @@ def export_cmd(workspace: Workspace, name: str, version: str, out_dir: Path | No
             progress.update(tasks[stage], completed=done, total=total)
 
         result = export_release(workspace, name, version, out_dir, fmt, include_unverified, splits, force, report,
-                                include_in_review=include_in_review)
+                                include_in_review=include_in_review, options=kind_options)
     if as_json:
         print_json(result.as_dict())
         return
@@ -57,8 +57,7 @@ def export_cmd(workspace: Workspace, name: str, version: str, out_dir: Path | No
                   f"({result.n_verified} verified, {result.n_unverified} unverified), {result.n_images} images; "
                   f"splits {', '.join(f'{k} {v}' for k, v in result.by_split.items()) or '-'}.", soft_wrap=True)
     if result.skipped:
-        console.print(f"[yellow]{result.skipped} items are not C-VQA items with an original question and were "
-                      f"left out of the {fmt} format.[/]")
+        console.print(f"[yellow]{result.skipped} items do not fit the {fmt} format and were left out of it.[/]")
     if result.n_items == 0:
         hint = "" if include_unverified else (
             f" ({count_exportable(workspace.store, True)} unverified items would be included with "

@@ -18,6 +18,18 @@ def add_kind_commands(groups: dict[str, click.Group]) -> None:
                 groups[parent].add_command(command)
 
 
+def add_kind_options(commands: dict[str, click.Command]) -> None:
+    """Add every registered kind's options to the stage commands (export, eval) they name; a command passes
+    their values on to the kind (`Kind.command_options`)."""
+    for kind in all_kinds().values():
+        for name, command in commands.items():
+            taken = {p.name for p in command.params}
+            for option in kind.command_options(name):
+                if option.name not in taken:
+                    command.params.append(option)
+                    taken.add(option.name)
+
+
 @click.command("kinds")
 @click.option("--json", "as_json", is_flag=True, help="Print the kinds as JSON.")
 def kinds_cmd(as_json: bool) -> None:

@@ -43,6 +43,7 @@ class Question:
     options: Optional[list[str]] = None
     gold_option: Optional[str] = None
     references: Optional[list[str]] = None   # a judged question (MuCR Exp)
+    facets: Optional[dict[str, str]] = None  # what a kind breaks its scores down by (category, style, input form)
 
     @property
     def judged(self) -> bool:
@@ -192,7 +193,8 @@ def pair_questions(record: dict[str, Any], ctx: EvalContext, kind: Kind) -> list
 
 def build_questions(release_dir: Path, records: Iterable[dict[str, Any]], templates: PromptTemplates, mode: str,
                     needs_image: bool, max_new_tokens: int = 16, explain_tokens: int = 128,
-                    prompt_variant: str = "plain", swap_options: bool = False) -> tuple[list[Question], Skipped]:
+                    prompt_variant: str = "plain", swap_options: bool = False,
+                    options: Optional[dict[str, Any]] = None) -> tuple[list[Question], Skipped]:
     """Every question of every record, as its kind asks them, minus those the model cannot be asked (counted in
     Skipped)."""
     from cftools.kinds import get_kind
@@ -200,7 +202,7 @@ def build_questions(release_dir: Path, records: Iterable[dict[str, Any]], templa
     skipped = Skipped()
     ctx = EvalContext(release_dir=release_dir, templates=templates, mode=mode, needs_image=needs_image,
                       max_new_tokens=max_new_tokens, explain_tokens=explain_tokens, skipped=skipped,
-                      prompt_variant=prompt_variant, swap_options=swap_options)
+                      prompt_variant=prompt_variant, swap_options=swap_options, options=dict(options or {}))
     questions: list[Question] = []
     for record in records:
         questions.extend(get_kind(str(record.get("kind"))).eval_questions(record, ctx))

@@ -67,13 +67,15 @@ PREDICTIONS_NAME = "predictions.jsonl"
 DEFAULT_RUNS_DIR = "runs"
 # What makes two runs the same run: a run folder refuses a different value of any of these.
 IDENTITY_KEYS = ("release_manifest_sha256", "model", "mode", "score", "template_sha256", "max_new_tokens", "dtype",
-                 "judge", "prompt", "swap_options")
+                 "judge", "prompt", "swap_options", "judge_aggregate", "kind_options")
 # How the differing identity keys are named when eval says why it starts a new run.
 IDENTITY_LABELS = {"release_manifest_sha256": "the release changed (manifest SHA-256)", "model": "model",
                    "mode": "mode", "score": "score", "template_sha256": "the prompt template changed (SHA-256)",
                    "max_new_tokens": "max new tokens", "dtype": "dtype", "judge": "judge",
-                   "prompt": "prompt variant", "swap_options": "swapped options"}
+                   "prompt": "prompt variant", "swap_options": "swapped options",
+                   "judge_aggregate": "judge aggregate", "kind_options": "kind options"}
 PLAIN = "plain"
+JUDGE_AGGREGATES = ("best-match", "mean")  # a judged answer's score over several references
 
 
 @dataclass
@@ -134,6 +136,8 @@ def prediction_line(question: Question, raw: Optional[str], parsed: Optional[str
     line = {"id": question.item_id, "which": question.which, "kind": question.kind, "group": question.group,
             "gold": question.gold if not question.judged else None, "raw": raw, "parsed": parsed,
             "unknown": parsed is None and not question.judged, "correct": correct, "scores": scores}
+    if question.facets:
+        line["facets"] = dict(question.facets)
     line.update(extra or {})
     return line
 
@@ -287,14 +291,17 @@ def parse_judge_score(text: str) -> Optional[float]:
     return float(value)
 
 
-def judge_explanations(judge: ChatAnswerer, templates: PromptTemplates, explanation: str,
-                       references: Sequence[str]) -> Optional[list[float]]:
-    """The judge's 0-10 similarity of EXPLANATION to each reference; None when a score cannot be read."""
-    template = templates.named("mucr_judge")
-    prompts = [Prompt(template.render(explanation=explanation, reference=ref).strip(), max_new_tokens=8)
-               for ref in references]
-    scores = [parse_judge_score(text) for text in judge.generate(prompts)]
-    return None if any(s is None for s in scores) else [float(s) for s in scores]
+JUDGE_MAX_TOKENS = 24
+
+
+def judge_answer(judge: ChatAnswerer, templates: PromptTemplates, question: Question, answer: str,
+                 aggregate: str) -> dict[str, Any]:
+    """The judge's verdict on a judged free-text answer, as its kind reads it (the prediction line's extra)."""
+    kind = get_kind(question.kind)
+    prompts = [Prompt(text, max_new_tokens=JUDGE_MAX_TOKENS)
+               for text in kind.judge_prompts(question, answer, templates)]
+    replies = judge.generate(prompts) if prompts else []
+    return {**kind.judge_result(question, replies, aggregate), "judge_replies": replies}
 
 
 # -- the run ------------------------------------------------------------------------------------------------
@@ -379,8 +386,10 @@ def outcomes_from_predictions(predictions: Iterable[dict[str, Any]]) -> list[dic
     for line in predictions:
         outcome = by_item.setdefault(line["id"], {"id": line["id"], "kind": line.get("kind"),
                                                   "group": line.get("group")})
+        if line.get("facets"):
+            outcome["facets"] = line["facets"]
         if "similarities" in line:  # a judged free-text answer
-            outcome[line["which"]] = {"similarities": line.get("similarities")}
+            outcome[line["which"]] = {k: line.get(k) for k in ("similarities", "parts", "exp_score", "aggregate")}
         else:
             outcome[line["which"]] = {"correct": bool(line.get("correct")), "unknown": bool(line.get("unknown"))}
     return list(by_item.values())
@@ -433,7 +442,8 @@ def run_eval(release_dir: Path | str, model: str, mode: str = "generate", score:
              judge: Optional[str] = None, workspace: Any = None, concurrency: int = 4,
              progress: Optional[Callable[[int, int], None]] = None,
              answerer: Any = None, notify: Optional[Callable[[str], None]] = None,
-             allow_downloads: bool = False, prompt_variant: str = PLAIN, swap_options: bool = False) -> EvalResult:
+             allow_downloads: bool = False, prompt_variant: str = PLAIN, swap_options: bool = False,
+             judge_aggregate: str = "best-match", options: Optional[dict[str, Any]] = None) -> EvalResult:
     """Run (or resume) an evaluation; returns the run's configuration, summary and predictions."""
     release_dir = Path(release_dir)
     if mode not in MODES:
@@ -442,6 +452,9 @@ def run_eval(release_dir: Path | str, model: str, mode: str = "generate", score:
         raise CftoolsError(f"unknown score {score!r}; choose one of {', '.join(SCORES)}")
     if batch_size < 1:
         raise CftoolsError("--batch-size must be at least 1")
+    if judge_aggregate not in JUDGE_AGGREGATES:
+        raise CftoolsError(f"unknown judge aggregate {judge_aggregate!r}; choose one of {', '.join(JUDGE_AGGREGATES)}")
+    options = {k: v for k, v in sorted((options or {}).items()) if v is not None}
     spec = parse_model_spec(model)
     if mode == "rank" and not can_rank(spec):
         raise CftoolsError("rank mode needs token log-probabilities: use an hf: model, blind (the embedded "
@@ -450,9 +463,13 @@ def run_eval(release_dir: Path | str, model: str, mode: str = "generate", score:
     records = load_records(release_dir)
     if limit is not None:
         records = records[:max(0, limit)]
+    present = {str(r.get("kind")) for r in records}
+    # a kind's options are named after it: only those of the kinds in this release enter the run's identity
+    options = {k: v for k, v in options.items() if k.split("_", 1)[0] in present}
     templates = PromptTemplates(template, workspace.root if workspace is not None else None)
     questions, skipped = build_questions(release_dir, records, templates, mode, spec.needs_image, max_new_tokens,
-                                         prompt_variant=prompt_variant, swap_options=swap_options)
+                                         prompt_variant=prompt_variant, swap_options=swap_options,
+                                         options=options)
     if spec.kind == "hf":
         from cftools.evaluate.vlm import resolve_device, resolve_dtype
 
@@ -468,6 +485,7 @@ def run_eval(release_dir: Path | str, model: str, mode: str = "generate", score:
                        else "highest summed log-probability of the option wins") if mode == "rank" else None,
         "template": templates.name, "template_sha256": templates.sha256, "max_new_tokens": max_new_tokens,
         "device": device, "dtype": dtype, "batch_size": batch_size, "limit": limit, "judge": judge,
+        "judge_aggregate": judge_aggregate if judge else None, "kind_options": options or None,
         "items": len(records), "questions": len(questions), "skipped": skipped.as_dict(),
         # None when not asked for, so run folders made before these options still match
         "prompt": prompt_variant if prompt_variant != PLAIN else None, "swap_options": True if swap_options else None,
@@ -505,7 +523,7 @@ def run_eval(release_dir: Path | str, model: str, mode: str = "generate", score:
     todo = sorted(todo, key=lambda q: (len(q.prompt.images), len(q.prompt.text), len(q.prompt.options or ())))
     for start in range(0, len(todo), batch_size):
         batch = todo[start:start + batch_size]
-        lines = ask_batch(answerer, batch, mode, score, templates, judge_answerer)
+        lines = ask_batch(answerer, batch, mode, score, templates, judge_answerer, judge_aggregate)
         append_predictions(predictions_path, lines)
         asked += len(batch)
         if progress:
@@ -534,7 +552,7 @@ def run_eval(release_dir: Path | str, model: str, mode: str = "generate", score:
 
 
 def ask_batch(answerer: Any, batch: list[Question], mode: str, score: str, templates: PromptTemplates,
-              judge: Optional[ChatAnswerer] = None) -> list[dict[str, Any]]:
+              judge: Optional[ChatAnswerer] = None, judge_aggregate: str = "best-match") -> list[dict[str, Any]]:
     """Ask one batch of questions; one prediction line per question."""
     rank = [q for q in batch if mode == "rank" and q.options is not None]
     generate = [q for q in batch if q not in rank]
@@ -545,12 +563,9 @@ def ask_batch(answerer: Any, batch: list[Question], mode: str, score: str, templ
     if generate:
         for question, raw in zip(generate, answerer.generate([q.prompt for q in generate])):
             if question.judged:
-                similarities = (judge_explanations(judge, templates, raw, question.references or [])
-                                if judge is not None else None)
-                lines[question.key] = prediction_line(
-                    question, raw, None, None,
-                    extra={"similarities": similarities,
-                           "exp_score": get_kind(question.kind).judged_score(similarities) if similarities else None})
+                verdict = (judge_answer(judge, templates, question, raw, judge_aggregate) if judge is not None
+                           else {"similarities": None})
+                lines[question.key] = prediction_line(question, raw, None, None, extra=verdict)
             else:
                 parsed, correct = read_generated(question, raw)
                 position = question.options.index(parsed) if question.options and parsed in question.options else None
@@ -588,7 +603,7 @@ def prediction_row(run_id: int, line: dict[str, Any]) -> Any:
     scores: dict[str, Any] = {}
     if line.get("scores") is not None:
         scores["options"] = line["scores"]
-    for key in ("similarities", "exp_score", "gold", "unknown", "kind", "group"):
+    for key in ("similarities", "parts", "exp_score", "gold", "unknown", "kind", "group", "facets"):
         if line.get(key) is not None:
             scores[key] = line[key]
     return Prediction(run_id=run_id, item_key=str(line["id"]), which=str(line["which"]), raw=line.get("raw"),

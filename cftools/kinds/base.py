@@ -78,6 +78,33 @@ class ExportFormat:
     description: str
     write: Callable[..., None]
     keeps: Callable[[dict], bool] = lambda record: True
+    takes_context: bool = False  # write(..., context=ExportContext): the kind's options, the store, the version
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """A Label Studio task of a kind beside verify/adjudicate (MuCR's select and explain): who decides it and
+    which items it takes. The kind decides its tasks itself (`Kind.decide_task`)."""
+
+    name: str
+    template: str  # label config template, under annotation/
+    annotators: int = 2  # distinct people whose judgments decide a task
+    tiebreak: int = 0  # people asked beyond those when they disagree (the task's overlap is raised on the server)
+    statuses: tuple[str, ...] = ("checked",)  # item statuses a push takes
+    to_status: Optional[str] = None  # the item's status once pushed (None: unchanged)
+    description: str = ""
+
+
+@dataclass
+class TaskOutcome:
+    """What the judgments of one task decide (`Kind.decide_task`)."""
+
+    status: Optional[str] = None  # the item's new status (None: unchanged)
+    data: dict[str, Any] = field(default_factory=dict)  # keys merged into the item's data
+    decided: bool = False
+    wants: int = 0  # more than the task's `annotators` are needed now (a tiebreak): ask this many in all
+    rule: str = ""
+    new_items: list[dict[str, Any]] = field(default_factory=list)  # items the decision makes (rows for `items`)
 
 
 @dataclass
@@ -148,6 +175,27 @@ class Kind:
         image as Label Studio loads it; EXTRA_IMAGES maps `sha256:…` references in its data the same way."""
         return {"image": image_value, "question": item.question, "proposed_answer": item.answer or ""}
 
+    def task_spec(self, task: str) -> Optional[TaskSpec]:
+        """The spec of a task beside verify/adjudicate; None for those two (the stage's own rules decide them)."""
+        return None
+
+    def task_units(self, task: str, item: Any) -> list[str]:
+        """The tasks one item makes of TASK, by unit (MuCR select: one per style still to choose); [""] = one."""
+        return [""]
+
+    def task_payload(self, task: str, unit: str, item: Any, source: Any, image_value: str,
+                     extra_images: dict[str, str]) -> dict[str, Any]:
+        """What the annotator sees in a task of TASK (default: `task_data`)."""
+        return self.task_data(item, source, image_value, extra_images)
+
+    def decide_task(self, task: str, unit: str, item: Any, answers: Sequence[tuple[str, Any]]) -> TaskOutcome:
+        """The outcome of a task of a `task_spec` task from its (annotator, judgment) pairs, in annotation order."""
+        return TaskOutcome()
+
+    def agreement_labels(self, task: str, answer: Any) -> dict[str, str]:
+        """Question -> label of one judgment of TASK, for inter-annotator agreement (beside verify's)."""
+        return {}
+
     def read_judgment(self, purpose: str, result: Any, workspace_root: Optional[str] = None) -> Any:
         """One submitted Label Studio result of a task of this kind, read back into a judgment (an `Answer`)."""
         from cftools.annotate.rules import parse_answer
@@ -184,15 +232,30 @@ class Kind:
         """Extra data card tables for the records of this kind in a release."""
         return []
 
+    # -- options of the stages' commands ----------------------------------------------------------------------
+
+    def command_options(self, command: str) -> list["click.Option"]:
+        """Options this kind adds to a stage's command ("export", "eval"); their values reach the kind as
+        `options` (export formats' `write`, `EvalContext.options`). Names start with the kind's name."""
+        return []
+
+    def card_section(self, records: Sequence[dict], provenance: Sequence[dict], context: dict[str, Any]) -> list[str]:
+        """Markdown lines of the kind's own data-card section (empty: none)."""
+        return []
+
     # -- eval --------------------------------------------------------------------------------------------------
 
     def eval_questions(self, record: dict, ctx: "EvalContext") -> list:
         """The questions a model is asked about RECORD (a release record)."""
         return []
 
-    def judged_score(self, similarities: Sequence[float]) -> Optional[float]:
-        """The score of a judged free-text answer from the judge's similarities to the references."""
-        return None
+    def judge_prompts(self, question: Any, answer: str, templates: Any) -> list[str]:
+        """The judge's prompts for a judged free-text ANSWER to QUESTION (one per reference, say)."""
+        return []
+
+    def judge_result(self, question: Any, replies: Sequence[str], aggregate: str) -> dict[str, Any]:
+        """What a prediction line keeps of the judge's REPLIES (`similarities` None: not judged)."""
+        return {"similarities": None}
 
     def summarize(self, outcomes: Sequence[dict]) -> dict[str, Any]:
         return {}
@@ -222,6 +285,17 @@ class Kind:
 
 
 @dataclass
+class ExportContext:
+    """What a peer format's writer may need beside the items: its options, the workspace, the release's name."""
+
+    workspace: Any
+    name: str
+    version: str
+    options: dict[str, Any] = field(default_factory=dict)
+    include_unverified: bool = False
+
+
+@dataclass
 class ScoreFormat:
     """How a report prints scores: `pct` for accuracies, `rate` for unknown rates, `points` for 0-10 scores."""
 
@@ -243,3 +317,4 @@ class EvalContext:
     skipped: Any = None  # cftools.evaluate.Skipped
     prompt_variant: str = "plain"  # a kind's `prompt_variants` (e.g. CFMM's icl1, cot1); "plain" asks as is
     swap_options: bool = False  # also ask every question with options in reverse order (position bias)
+    options: dict[str, Any] = field(default_factory=dict)  # the kinds' eval options (`Kind.command_options`)

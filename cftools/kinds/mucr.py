@@ -3,16 +3,22 @@ three explanations.
 
 Items carry in `data` (image references are `sha256:<hex>` in the store and release-relative paths in a release):
 
-    cause_image, effect_image       the pair
+    cause_image, effect_image       the pair (an item `PAIR@style` made by the select task)
     cause_caption, effect_caption   the captions (MuCR's caption_0 / caption_1)
-    c2e_choices, c2e_answer         candidate effect images and the index of the right one (C2E)
-    e2c_choices, e2c_answer         candidate cause images and the index of the right one (E2C)
+    c2e_choices, c2e_answer         candidate effect images and the index of the right one (C2E; set by export)
+    e2c_choices, e2c_answer         candidate cause images and the index of the right one (E2C; set by export)
+    cue_choices                     the cue and the false cues in the order every model sees (set by export)
+    composites                      form-1 images of each question (set by `export --format mucr`)
     cue, false_cues                 the correct cue phrase and 3 distractors
-    explanations                    the 3 reference explanations
+    explanation_draft               the LLM's three-part draft (`generate cues`)
+    explanations                    the 3 reference explanations (explain task; by annotator in
+                                    explanations_by_annotator)
 
 Scored as in the MuCR paper: C2E and E2C (pick the right image among 4, a letter), Cue (pick the cue among 4
-phrases shown in an order fixed by the item id) and Exp (a free explanation judged 0-10 against each reference
-by `--judge`, weighted 0.25 / 0.25 / 0.5 in the references' stored order; without a judge Exp is not judged).
+phrases) — accuracies with 95% intervals, per category and style — and Exp: the judge scores each part of the
+model's explanation (S1 cause image, S2 effect image, S3 causal link; 0-10) against the references, and
+Exp = 0.25·S1 + 0.25·S2 + 0.5·S3 (`cftools.kinds.mucr_exp`). Input form 3 (`--mucr-input split`, each picture
+its own image) or form 1 (`composite`, the pictures of a question in one image).
 """
 
 from __future__ import annotations
@@ -20,12 +26,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from cftools.kinds.base import Check, Generator, ItemData, Kind, ReportTable
+from cftools.kinds.base import Check, ExportFormat, Generator, ItemData, Kind, ReportTable, TaskOutcome, TaskSpec
 
 CATEGORIES = ("human", "animal", "plant", "character", "mixture")
 CHOICE_TASKS = (("c2e", "cause_image"), ("e2c", "effect_image"))
 TASKS = ("c2e", "e2c", "cue")
-EXP_WEIGHTS = (0.25, 0.25, 0.5)
+INPUT_FORMS = ("split", "composite")  # MuCR's input forms 3 and 1
+FACETS = ("category", "style")
 
 
 class MucrData(ItemData):
@@ -45,20 +52,30 @@ class MucrData(ItemData):
     link_id: Optional[str] = None
     context: Optional[dict[str, Any]] = None
     candidates: Optional[dict[str, dict[str, dict[str, Any]]]] = None
+    cue_choices: Optional[list[str]] = None
+    explanation_draft: Optional[str] = None
+    explanations_by_annotator: Optional[dict[str, str]] = None
+    pair_key: Optional[str] = None
 
 
-def exp_score(similarities: Sequence[float], weights: Sequence[float] = EXP_WEIGHTS) -> float:
-    """MuCR Exp: the judge's 0–10 similarities to the three references, weighted 0.25 / 0.25 / 0.5."""
-    if len(similarities) != len(weights):
-        raise ValueError(f"Exp needs {len(weights)} similarities (one per reference), got {len(similarities)}")
-    for s in similarities:
-        if not 0 <= s <= 10:
-            raise ValueError(f"a similarity is on a 0–10 scale, got {s}")
-    return float(sum(w * s for w, s in zip(weights, similarities)))
+def exp_score(parts: Any) -> float:
+    """MuCR Exp = 0.25·S1 + 0.25·S2 + 0.5·S3 from the three PART scores (see `cftools.kinds.mucr_exp`)."""
+    from cftools.kinds.mucr_exp import exp_score as score
+
+    return score(parts)
 
 
 def lines(values: Optional[Sequence[Any]]) -> str:
     return "\n".join(str(v) for v in values) if values else "none"
+
+
+def cue_options(data: dict[str, Any], item_id: str) -> list[str]:
+    """The cue and its false cues in the order a release recorded (its seed), else an order fixed by the item id."""
+    from cftools.evaluate.questions import shuffled
+
+    if data.get("cue_choices"):
+        return [str(c) for c in data["cue_choices"]]
+    return shuffled([str(data["cue"])] + [str(c) for c in data.get("false_cues") or []], item_id)
 
 
 class MucrKind(Kind):
@@ -77,29 +94,57 @@ class MucrKind(Kind):
         Generator("images", "candidate cause/effect images per style from diffusers or an images API (siamese)",
                   inputs=("context.cause_description", "context.effect_description", "style"),
                   outputs=("candidates", "candidate_checks"), templates=("images/photograph.j2", "images/comic.j2")),
+        Generator("cues", "the cue, three false cues and a three-part explanation draft of a selected pair",
+                  inputs=("context.cause_description", "context.effect_description"),
+                  outputs=("cue", "false_cues", "explanation_draft"), templates=("mucr/cues.j2",)),
     )
-    tasks = {"verify": "mucr/verify.xml.j2", "adjudicate": "mucr/adjudicate.xml.j2"}
-    metrics = ("c2e", "e2c", "cue", "exp")
+    tasks = {"verify": "mucr/verify.xml.j2", "adjudicate": "mucr/adjudicate.xml.j2",
+             "select": "mucr/select.xml.j2", "explain": "mucr/explain.xml.j2"}
+    task_specs = {
+        "select": TaskSpec("select", "mucr/select.xml.j2", annotators=2, tiebreak=1, statuses=("draft", "checked"),
+                           description="pick the best cause and effect candidate of a pair and style"),
+        "explain": TaskSpec("explain", "mucr/explain.xml.j2", annotators=3, statuses=("checked",),
+                            to_status="in_review",
+                            description="three people each explain the pair and confirm its cue set"),
+    }
+    metrics = ("c2e", "e2c", "cue", "exp_s1", "exp_s2", "exp_s3", "exp")
     eval_templates = ("mucr_choice", "mucr_cue", "mucr_explain", "mucr_judge")
 
     def __init__(self) -> None:
-        from cftools.kinds import mucr_checks
+        from cftools.kinds import mucr_checks, mucr_release
 
         self.prompt_length = mucr_checks.PromptLength()
         self._checks = (
-            Check("context_missing", mucr_checks.check_context_missing, lambda i: True, "every MuCR pair"),
-            Check("context_inconsistent", mucr_checks.check_context_inconsistent, lambda i: True,
+            Check("context_missing", mucr_checks.check_context_missing, mucr_checks.is_caption_pair,
+                  "every MuCR caption pair"),
+            Check("context_inconsistent", mucr_checks.check_context_inconsistent, mucr_checks.is_caption_pair,
                   "MuCR pairs with contextual descriptions"),
-            Check("context_missing_change", mucr_checks.check_context_missing_change, lambda i: True,
+            Check("context_missing_change", mucr_checks.check_context_missing_change, mucr_checks.is_caption_pair,
                   "MuCR pairs with contextual descriptions"),
-            Check("prompt_truncated", self.prompt_length, lambda i: True, "MuCR pairs with contextual descriptions"),
-            Check("no_candidates", mucr_checks.check_no_candidates, lambda i: True,
+            Check("prompt_truncated", self.prompt_length, mucr_checks.is_caption_pair,
                   "MuCR pairs with contextual descriptions"),
+            Check("no_candidates", mucr_checks.check_no_candidates, mucr_checks.is_caption_pair,
+                  "MuCR pairs with contextual descriptions"),
+            Check("cue_in_false_cues", mucr_checks.check_cue_in_false_cues, mucr_checks.has_cues,
+                  "MuCR selected pairs with cues"),
+            Check("false_cue_duplicate", mucr_checks.check_false_cue_duplicate, mucr_checks.has_cues,
+                  "MuCR selected pairs with cues"),
+            Check("cue_not_visible", mucr_checks.check_cue_not_visible, mucr_checks.has_cues,
+                  "MuCR selected pairs with cues"),
+            Check("explanation_form", mucr_checks.check_explanation_form, mucr_checks.has_cues,
+                  "MuCR selected pairs with an explanation draft or explanations"),
         )
+        self._formats = (ExportFormat("mucr", "the MuCR JSONL (--mucr-schema v1|v2), images, form-1 composites "
+                                      "beside the split images, recorded choice sets and the data card",
+                                      mucr_release.write_mucr, keeps=mucr_release.keeps, takes_context=True),)
 
     @property
     def checks(self) -> tuple[Check, ...]:  # type: ignore[override]
         return self._checks
+
+    @property
+    def export_formats(self) -> tuple[ExportFormat, ...]:  # type: ignore[override]
+        return self._formats
 
     def prepare_checks(self, config: dict[str, Any]) -> None:
         self.prompt_length.configure(config)
@@ -108,10 +153,67 @@ class MucrKind(Kind):
         from cftools.kinds import mucr_commands
 
         return {"ingest": [mucr_commands.ingest_captions_cmd],
-                "generate": [mucr_commands.captions_cmd, mucr_commands.context_cmd, mucr_commands.images_cmd]}
+                "generate": [mucr_commands.captions_cmd, mucr_commands.context_cmd, mucr_commands.images_cmd,
+                             mucr_commands.cues_cmd]}
+
+    def command_options(self, command: str) -> list:
+        from cftools.kinds import mucr_commands
+
+        return mucr_commands.stage_options(command)
+
+    def card_section(self, records: Sequence[dict], provenance: Sequence[dict], context: dict[str, Any]) -> list[str]:
+        from cftools.kinds.mucr_release import card_section
+
+        return card_section(records, provenance, context)
 
     def answer_type(self, group: str, answer: Optional[str]) -> Optional[str]:
         return "other"
+
+    # -- annotation --------------------------------------------------------------------------------------------
+
+    def task_spec(self, task: str) -> Optional[TaskSpec]:
+        return self.task_specs.get(task)
+
+    def task_units(self, task: str, item: Any) -> list[str]:
+        from cftools.kinds import mucr_annotate
+
+        data = item.data or {}
+        if task == "select":
+            return mucr_annotate.select_units(data)
+        if task == "explain":
+            return mucr_annotate.explain_units(data)
+        return [""]
+
+    def task_payload(self, task: str, unit: str, item: Any, source: Any, image_value: str,
+                     extra_images: dict[str, str]) -> dict[str, Any]:
+        from cftools.kinds import mucr_annotate
+
+        if task == "select":
+            return mucr_annotate.select_payload(unit, item, extra_images)
+        if task == "explain":
+            return mucr_annotate.explain_payload(item, extra_images)
+        return self.task_data(item, source, image_value, extra_images)
+
+    def read_judgment(self, purpose: str, result: Any, workspace_root: Optional[str] = None) -> Any:
+        from cftools.kinds import mucr_annotate
+
+        if purpose == "select":
+            return mucr_annotate.read_select(result, workspace_root)
+        if purpose == "explain":
+            return mucr_annotate.read_explain(result, workspace_root)
+        return super().read_judgment(purpose, result, workspace_root)
+
+    def decide_task(self, task: str, unit: str, item: Any, answers: Sequence[tuple[str, Any]]) -> TaskOutcome:
+        from cftools.kinds import mucr_annotate
+
+        if task == "select":
+            return mucr_annotate.decide_select(unit, item, answers)
+        return mucr_annotate.decide_explain(item, answers)
+
+    def agreement_labels(self, task: str, answer: Any) -> dict[str, str]:
+        from cftools.kinds.mucr_annotate import agreement_labels
+
+        return agreement_labels(task, answer)
 
     def task_data(self, item: Any, source: Any, image_value: str, extra_images: dict[str, str]) -> dict[str, Any]:
         data = item.data or {}
@@ -127,12 +229,17 @@ class MucrKind(Kind):
 
     def eval_questions(self, record: dict, ctx) -> list:  # noqa: ANN001
         from cftools.errors import InputError
-        from cftools.evaluate.questions import LETTER, LETTERS, Question, shuffled
+        from cftools.evaluate.questions import LETTER, LETTERS, Question
         from cftools.evaluate.vlm import Prompt
         from cftools.release.layout import resolve_image
 
         data = record.get("data") or {}
         item_id, group = str(record["id"]), str(record.get("group") or "")
+        form = str((ctx.options or {}).get("mucr_input") or "split")
+        facets = {"category": str(data.get("category") or "-"), "style": str(data.get("style") or "-"),
+                  "input": form}
+        if not data.get("cause_image") or not data.get("effect_image"):
+            return []  # a caption pair without a chosen image pair: nothing to ask
 
         def image(path: Any) -> Path:
             resolved = resolve_image(ctx.release_dir, {"id": item_id, "image": path})
@@ -141,6 +248,21 @@ class MucrKind(Kind):
                                  f"id {item_id}")
             return resolved
 
+        def shown(question: str, split: list) -> list[Path]:
+            if form == "split":
+                return [image(p) for p in split]
+            composite = (data.get("composites") or {}).get(question)
+            if not composite:
+                raise InputError(Path(ctx.release_dir) / "records.jsonl",
+                                 f"no composite image for {question} (form 1): export with --format mucr",
+                                 f"id {item_id}")
+            return [image(composite)]
+
+        def ask(which: str, gold: str, answer_type: str, prompt: Any, options: Any = None, gold_option: Any = None,
+                references: Any = None) -> Question:
+            return Question(item_id, which, self.name, group, gold, answer_type, prompt, options, gold_option,
+                            references, facets=facets)
+
         questions = []
         for task, first in CHOICE_TASKS:
             choices = data.get(f"{task}_choices")
@@ -148,50 +270,122 @@ class MucrKind(Kind):
                 continue
             letters = LETTERS[:len(choices)]
             answer = letters[int(data[f"{task}_answer"])]
-            text = ctx.templates.named("mucr_choice").render(task=task, letters=letters).strip()
-            images = [image(data[first])] + [image(c) for c in choices]
-            questions.append(Question(item_id, task, self.name, group, answer, LETTER,
-                                      Prompt(text, images, letters, max_new_tokens=4), letters, answer))
-        pair = [image(data["cause_image"]), image(data["effect_image"])] if data.get("cause_image") else []
-        if data.get("cue") and pair:
-            options = shuffled([str(data["cue"])] + [str(c) for c in data.get("false_cues") or []], item_id)
-            text = ctx.templates.named("mucr_cue").render(options=options).strip()
-            questions.append(Question(item_id, "cue", self.name, group, str(data["cue"]), "other",
-                                      Prompt(text, pair, options, max_new_tokens=16), options, str(data["cue"])))
-        if data.get("explanations") and pair:
-            text = ctx.templates.named("mucr_explain").render().strip()
-            questions.append(Question(item_id, "exp", self.name, group, "", "other",
-                                      Prompt(text, pair, None, max_new_tokens=ctx.explain_tokens),
-                                      references=[str(e) for e in data["explanations"]]))
+            text = ctx.templates.named("mucr_choice").render(task=task, letters=letters, form=form).strip()
+            questions.append(ask(task, answer, LETTER, Prompt(text, shown(task, [data[first], *choices]), letters,
+                                                              max_new_tokens=4), letters, answer))
+        pair = [data["cause_image"], data["effect_image"]]
+        if data.get("cue"):
+            options = cue_options(data, item_id)
+            text = ctx.templates.named("mucr_cue").render(options=options, form=form).strip()
+            questions.append(ask("cue", str(data["cue"]), "other",
+                                 Prompt(text, shown("pair", pair), options, max_new_tokens=16), options,
+                                 str(data["cue"])))
+        if data.get("explanations"):
+            text = ctx.templates.named("mucr_explain").render(form=form).strip()
+            questions.append(ask("exp", "", "other", Prompt(text, shown("pair", pair), None,
+                                                            max_new_tokens=ctx.explain_tokens),
+                                 references=[str(e) for e in data["explanations"]]))
         return questions
 
-    def judged_score(self, similarities: Sequence[float]) -> Optional[float]:
-        return exp_score(similarities)
+    def judge_prompts(self, question: Any, answer: str, templates: Any) -> list[str]:
+        from cftools.kinds.mucr_exp import judge_prompts
 
-    def summarize(self, outcomes: Sequence[dict], weights: Sequence[float] = EXP_WEIGHTS) -> dict[str, Any]:
-        """C2E, E2C and Cue accuracy (a choice among 4) and the mean Exp score (0–10), each with its interval."""
-        from cftools.evaluate.metrics import accuracy, answered, mean_score, rate
+        return judge_prompts(templates.named("mucr_judge"), answer, question.references or [])
 
-        result: dict[str, Any] = {}
-        for task in TASKS:
-            asked = [o[task] for o in outcomes if answered(o, task)]
-            result[task] = accuracy([a["correct"] for a in asked]).as_dict()
-            result[f"unknown_{task}"] = rate([bool(a.get("unknown")) for a in asked])
-        judged = [o["exp"]["similarities"] for o in outcomes
-                  if isinstance(o.get("exp"), dict) and o["exp"].get("similarities") is not None]
-        result["exp"] = mean_score([exp_score(s, weights) for s in judged]).as_dict()
-        result["exp_not_judged"] = sum(1 for o in outcomes if isinstance(o.get("exp"), dict)) - len(judged)
+    def judge_result(self, question: Any, replies: Sequence[str], aggregate: str) -> dict[str, Any]:
+        from cftools.kinds.mucr_exp import judge_result
+
+        return judge_result(replies, aggregate)
+
+    def summarize(self, outcomes: Sequence[dict]) -> dict[str, Any]:
+        """C2E, E2C and Cue accuracy (a choice among 4) overall, per category and per style, and Exp with its
+        part scores S1, S2, S3 (0–10), each with its 95% interval."""
+        from cftools.kinds.mucr_exp import PARTS
+
+        result: dict[str, Any] = choice_scores(outcomes)
+        result["by"] = {facet: {value: choice_scores(part) for value, part in facet_groups(outcomes, facet).items()}
+                        for facet in FACETS}
+        judged = [parts_of(o["exp"]) for o in outcomes if isinstance(o.get("exp"), dict)]
+        scored = [p for p in judged if p is not None]
+        from cftools.evaluate.metrics import mean_score
+
+        result["exp_parts"] = {part: mean_score([p[part] for p in scored]).as_dict() for part in PARTS}
+        result["exp"] = mean_score([exp_score(p) for p in scored]).as_dict()
+        result["exp_not_judged"] = len(judged) - len(scored)
+        aggregates = sorted({str(o["exp"].get("aggregate")) for o in outcomes
+                             if isinstance(o.get("exp"), dict) and o["exp"].get("aggregate")})
+        result["exp_aggregate"] = ", ".join(aggregates) or None
+        inputs = sorted({str((o.get("facets") or {}).get("input")) for o in outcomes if o.get("facets")})
+        result["input"] = ", ".join(inputs) or None
         return result
 
     def report_table(self, section: dict[str, Any], fmt) -> ReportTable:  # noqa: ANN001
-        rows = [[task.upper() if task != "cue" else "Cue", str(section[task]["n"]), fmt.pct(section[task]),
-                 fmt.rate(section[f"unknown_{task}"])] for task in TASKS]
-        rows.append(["Exp (0-10)", str(section["exp"]["n"]), fmt.points(section["exp"]),
+        from cftools.kinds.mucr_exp import PART_NAMES, PARTS
+
+        def rows_for(label: str, scores: dict[str, Any]) -> list[list[str]]:
+            return [[f"{TASK_LABELS[t]}{label}", str(scores[t]["n"]), fmt.pct(scores[t]),
+                     fmt.rate(scores[f"unknown_{t}"])] for t in TASKS if scores[t]["n"] or not label]
+
+        rows = rows_for("", section)
+        for facet in FACETS:
+            for value, scores in sorted((section.get("by") or {}).get(facet, {}).items()):
+                rows += rows_for(f" · {facet} {value}", scores)
+        parts = section.get("exp_parts") or {}
+        for part in PARTS:
+            if part in parts:
+                rows.append([f"Exp {part} ({PART_NAMES[part]}, 0-10)", str(parts[part]["n"]),
+                             fmt.points(parts[part]), "–"])
+        rows.append(["Exp = 0.25·S1 + 0.25·S2 + 0.5·S3", str(section["exp"]["n"]), fmt.points(section["exp"]),
                      f"{section['exp_not_judged']} not judged" if section["exp_not_judged"] else "–"])
-        return ReportTable(self.name, "MuCR", ["task", "n", "score", "unknown"], rows)
+        how = section.get("exp_aggregate")
+        title = (f"MuCR ({section.get('input') or 'split'} input"
+                 + (f"; Exp parts from the {'best-matching reference' if how == 'best-match' else how}"
+                    + (" of the references" if how == "mean" else "") if how else "") + ")")
+        return ReportTable(self.name, title, ["task", "n", "score", "unknown"], rows)
 
     def csv_rows(self, section: dict[str, Any]) -> list:
-        return [("total", metric, section[metric], None) for metric in (*TASKS, "exp")]
+        rows = [("total", metric, section[metric], None) for metric in (*TASKS, "exp")]
+        rows += [("total", f"exp_{part.lower()}", score, None)
+                 for part, score in (section.get("exp_parts") or {}).items()]
+        for facet in FACETS:
+            for value, scores in sorted((section.get("by") or {}).get(facet, {}).items()):
+                rows += [(f"{facet}:{value}", t, scores[t], None) for t in TASKS]
+        return rows
 
     def plot_series(self, section: dict[str, Any]):  # noqa: ANN201
         return "MuCR accuracy", [t.upper() for t in TASKS], [("accuracy", [section[t] for t in TASKS])]
+
+
+TASK_LABELS = {"c2e": "C2E", "e2c": "E2C", "cue": "Cue"}
+
+
+def choice_scores(outcomes: Sequence[dict]) -> dict[str, Any]:
+    from cftools.evaluate.metrics import accuracy, answered, rate
+
+    result: dict[str, Any] = {}
+    for task in TASKS:
+        asked = [o[task] for o in outcomes if answered(o, task)]
+        result[task] = accuracy([a["correct"] for a in asked]).as_dict()
+        result[f"unknown_{task}"] = rate([bool(a.get("unknown")) for a in asked])
+    return result
+
+
+def facet_groups(outcomes: Sequence[dict], facet: str) -> dict[str, list[dict]]:
+    groups: dict[str, list[dict]] = {}
+    for outcome in outcomes:
+        value = (outcome.get("facets") or {}).get(facet)
+        if value and value != "-":
+            groups.setdefault(str(value), []).append(outcome)
+    return groups
+
+
+def parts_of(exp: dict[str, Any]) -> Optional[dict[str, float]]:
+    """A judged explanation's part scores; an outcome holding only three numbers is read as S1, S2, S3."""
+    from cftools.kinds.mucr_exp import PARTS
+
+    if exp.get("parts"):
+        return {p: float(exp["parts"][p]) for p in PARTS}
+    similarities = exp.get("similarities")
+    if similarities and len(similarities) == 3 and all(isinstance(v, (int, float)) for v in similarities):
+        return dict(zip(PARTS, map(float, similarities)))
+    return None

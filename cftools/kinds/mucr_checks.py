@@ -157,3 +157,75 @@ def check_no_candidates(item: Any) -> Optional[Flag]:
     if context_of(item) is not None and not (item.data or {}).get("candidates"):
         return Flag("no_candidates", "no candidate images yet: run `cftools generate images`")
     return None
+
+
+# ---------------------------------------------------------------- cues and explanations of a selected pair
+# A selected pair is an item with its two images (`PAIR@style`); a caption pair has candidates instead.
+
+
+def is_caption_pair(item: Any) -> bool:
+    return not (item.data or {}).get("cause_image")
+
+
+def has_cues(item: Any) -> bool:
+    data = item.data or {}
+    return bool(data.get("cause_image") and (data.get("cue") or data.get("explanation_draft")))
+
+
+def normal_phrase(text: Any) -> str:
+    return " ".join(words(str(text or "")))
+
+
+def check_cue_in_false_cues(item: Any) -> Optional[Flag]:
+    data = item.data or {}
+    cue = normal_phrase(data.get("cue"))
+    same = [c for c in data.get("false_cues") or [] if cue and normal_phrase(c) == cue]
+    if same:
+        return Flag("cue_in_false_cues", f"the cue {data.get('cue')!r} is also a false cue ({same[0]!r})")
+    return None
+
+
+def check_false_cue_duplicate(item: Any) -> Optional[Flag]:
+    seen: dict[str, str] = {}
+    for cue in (item.data or {}).get("false_cues") or []:
+        key = normal_phrase(cue)
+        if key in seen:
+            return Flag("false_cue_duplicate", f"false cues {seen[key]!r} and {cue!r} are the same")
+        seen[key] = str(cue)
+    count = len((item.data or {}).get("false_cues") or [])
+    if count != 3:
+        return Flag("false_cue_duplicate", f"{count} false cues, MuCR asks for 3 different ones")
+    return None
+
+
+def check_cue_not_visible(item: Any) -> Optional[Flag]:
+    """The cue names nothing in either description (or caption): nothing of it can be seen in the images."""
+    data = item.data or {}
+    context = data.get("context") or {}
+    cue_words = {stem(w) for w in words(str(data.get("cue") or "")) if w not in STOPWORDS}
+    if not cue_words:
+        return None
+    text = " ".join(str(t or "") for t in (context.get("cause_description"), context.get("effect_description"),
+                                           data.get("cause_caption"), data.get("effect_caption")))
+    present = {stem(w) for w in words(text)}
+    if not cue_words & present:
+        return Flag("cue_not_visible", f"the cue {data.get('cue')!r} names nothing in either description")
+    return None
+
+
+def check_explanation_form(item: Any) -> Optional[Flag]:
+    """An explanation (the draft, or a reference) lacks a part of "In the first image … In the second image …
+    The causal link is …"."""
+    from cftools.kinds.mucr_exp import PART_NAMES, missing_parts
+
+    data = item.data or {}
+    texts = [("the draft", data.get("explanation_draft"))] + [
+        (f"explanation {n}", text) for n, text in enumerate(data.get("explanations") or [], start=1)]
+    problems = []
+    for name, text in texts:
+        if not text:
+            continue
+        missing = missing_parts(str(text))
+        if missing:
+            problems.append(f"{name} lacks the {', '.join(PART_NAMES[p] for p in missing)} part")
+    return Flag("explanation_form", "; ".join(problems)) if problems else None

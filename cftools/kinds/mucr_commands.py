@@ -135,3 +135,38 @@ def print_images_report(report) -> None:  # noqa: ANN001
     for failure in report.failures[:5]:
         console.print(f"  [yellow]item {failure['item_id']} {failure['style']} k={failure['k']}: "
                       f"{escape(str(failure['reason']))}[/]")
+
+
+@click.command("cues")
+@click.option("--limit", type=click.IntRange(min=0), help="At most this many selected pairs.")
+@click.option("--group", "groups", multiple=True, help="Only pairs of this group (repeatable).")
+@llm_options
+@pass_workspace
+def cues_cmd(workspace: Workspace, limit: Optional[int], groups: tuple[str, ...], backend: Optional[str],
+             model: Optional[str], template_path: Optional[Path], concurrency: Optional[int], refresh: bool,
+             max_attempts: int, quiet: bool, as_json: bool) -> None:
+    """Draft the cue, three false cues and a three-part explanation of every selected pair (MuCR) from its two
+    descriptions; the checks flag cue problems, and the explain task shows the draft to three people."""
+    from cftools.kinds.mucr_cues import CUES_MAX_TOKENS, draft_cues
+
+    report = run_with_llm(workspace, backend, model, lambda llm, config: draft_cues(
+        workspace.store, llm, limit=limit, groups=groups, template_path=template_path, workspace_root=workspace.root,
+        params=text_params(config, CUES_MAX_TOKENS, llm.name), concurrency=concurrency, refresh=refresh,
+        max_attempts=max_attempts, console=err_console, quiet=quiet or as_json))
+    print_llm_report(report, as_json, "cue drafts")
+
+
+def stage_options(command: str) -> list[click.Option]:
+    """The MuCR options of `cftools export` and `cftools eval`."""
+    if command == "export":
+        return [click.Option(["--mucr-schema"], type=click.Choice(["v1", "v2"]), default="v1", show_default=True,
+                             help="--format mucr: the record fields of MuCR's first release (v1) or its later one."),
+                click.Option(["--mucr-seed"], type=int, default=0, show_default=True,
+                             help="--format mucr: the seed that shuffles the choice sets (recorded)."),
+                click.Option(["--allow-small-groups"], is_flag=True,
+                             help="--format mucr: keep groups of fewer than 4 pairs (fewer choices; the card says so).")]
+    if command == "eval":
+        return [click.Option(["--mucr-input"], type=click.Choice(["split", "composite"]), default="split",
+                             show_default=True,
+                             help="MuCR: each picture as its own image (form 3) or one composite image (form 1).")]
+    return []

@@ -230,9 +230,24 @@ def render_card(context: dict[str, Any]) -> str:
     return env.get_template("datacard.md.j2").render(**context)
 
 
+def kind_sections(records: list[dict], provenance: list[dict], context: dict[str, Any]) -> str:
+    """Each kind's own section of the card (`Kind.card_section`), for the kinds present, in name order."""
+    from cftools.kinds import all_kinds
+
+    kinds = all_kinds()
+    text = ""
+    for name in sorted({str(r.get("kind")) for r in records} & set(kinds)):
+        mine = [i for i, r in enumerate(records) if r.get("kind") == name]
+        lines = kinds[name].card_section([records[i] for i in mine], [provenance[i] for i in mine], context)
+        if lines:
+            text += "\n" + "\n".join(lines) + "\n"
+    return text
+
+
 def write_card(release: Path, records: list[dict], provenance: list[dict], agreement: list[dict], *, name: str,
-               version: str, license: str | None, splits: list[str], data_as_of: str) -> None:
-    """Plots under plots/ and README.md in RELEASE."""
+               version: str, license: str | None, splits: list[str], data_as_of: str,
+               kind_context: dict[str, Any] | None = None) -> None:
+    """Plots under plots/ and README.md in RELEASE; KIND_CONTEXT reaches the kinds' own sections."""
     (release / PLOTS_DIR).mkdir()
     plot_answer_distribution(records, release / PLOTS_DIR / ANSWER_PLOT)
     plot_question_lengths(records, release / PLOTS_DIR / LENGTH_PLOT)
@@ -246,4 +261,5 @@ def write_card(release: Path, records: list[dict], provenance: list[dict], agree
         "paper_words": PAPER_QUESTION_WORDS, "paper_no_share": PAPER_NO_SHARE,
         "kind_tables": kind_tables(records),
     }
-    (release / CARD_NAME).write_text(render_card(context), encoding="utf-8")
+    sections = kind_sections(records, provenance, {"agreement": agreement, **(kind_context or {})})
+    (release / CARD_NAME).write_text(render_card(context) + sections, encoding="utf-8")

@@ -529,7 +529,8 @@ def statuses_for(include_unverified: bool, include_in_review: bool = False) -> t
 def export_release(workspace: Workspace, name: str, version: str, out_dir: Path | None = None,
                    fmt: str = FORMAT_NATIVE, include_unverified: bool = False,
                    splits: dict[str, float] | None = None, force: bool = False,
-                   progress: Progress | None = None, include_in_review: bool = False) -> ExportResult:
+                   progress: Progress | None = None, include_in_review: bool = False,
+                   options: dict[str, Any] | None = None) -> ExportResult:
     """Write the release NAME-VERSION (the accepted items; with include_unverified also drafts and checked
     items, with include_in_review also items under review, marked unverified) and record it in the store."""
     check_plain_name(name, "release name")
@@ -560,6 +561,11 @@ def export_release(workspace: Workspace, name: str, version: str, out_dir: Path 
         result.n_images = copy_images(kept, folder, progress)
         if fmt == FORMAT_NATIVE:
             write_native(kept, folder, splits, workspace, name, version, progress)
+        elif spec.takes_context:
+            from cftools.kinds.base import ExportContext
+
+            spec.write(kept, folder, name, splits, context=ExportContext(
+                workspace, name, version, dict(options or {}), include_unverified))
         else:
             spec.write(kept, folder, name, splits)
         write_manifest(kept, folder, workspace, name, version, fmt, result.n_images)

@@ -1,0 +1,229 @@
+"""MuCR's own Label Studio tasks: `select` (the best candidate pair of a style) and `explain` (three explanations
+and the cue set).
+
+select — one task per caption pair and style (unit = the style, `style@round` after a regeneration). Two
+annotators; when they disagree a third is asked and the majority holds (three different answers: the style is
+marked for adjudication by a person, nothing is chosen). The chosen pair becomes its own item (`PAIR-KEY@style`, a
+draft with the two images, the captions and descriptions) that cues and explanations are made for; "none usable"
+is recorded in the pair's `data.selection[style]`, which `generate images --regenerate-rejected` reads.
+
+explain — one task per selected pair, three different annotators. The item is accepted when three explanations
+from three distinct people are in and the cue sets agree: the first two agree, or the third person's set settles
+it (equal to one of theirs). Explanations are stored per annotator (`data.explanations_by_annotator`) and in
+annotation order (`data.explanations`, the release's `causal_reason`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Optional, Sequence
+
+from cftools.annotate.rules import Answer, InvalidResult, read_result
+from cftools.kinds.base import TaskOutcome
+from cftools.kinds.mucr_exp import missing_parts
+from cftools.models import ACCEPTED, CHECKED, DRAFT, IN_REVIEW, NEEDS_ADJUDICATION, utcnow
+
+KIND = "mucr"
+SELECT, EXPLAIN = "select", "explain"
+NONE_USABLE = "none usable"
+FALSE_CUES = 3
+
+
+# ---------------------------------------------------------------- units
+
+
+def style_unit(style: str, round_: int) -> str:
+    return style if not round_ else f"{style}@{round_}"
+
+
+def unit_style(unit: str) -> str:
+    return unit.split("@", 1)[0]
+
+
+def select_units(data: dict[str, Any]) -> list[str]:
+    """The styles whose candidates wait for a choice (a decided or rejected style has a selection)."""
+    rounds = data.get("image_round") or {}
+    chosen = data.get("selection") or {}
+    return [style_unit(style, int(rounds.get(style, 0))) for style in sorted(data.get("candidates") or {})
+            if (data["candidates"][style] and style not in chosen)]
+
+
+def explain_units(data: dict[str, Any]) -> list[str]:
+    ready = data.get("cause_image") and data.get("effect_image") and data.get("cue")
+    return [""] if ready else []
+
+
+# ---------------------------------------------------------------- what the annotator sees
+
+
+def ranked(data: dict[str, Any], style: str) -> list[int]:
+    """Candidate numbers of STYLE, best ranked first (the automatic checks), then any unranked."""
+    have = sorted(int(k) for k in ((data.get("candidates") or {}).get(style) or {}))
+    order = [int(r["k"]) for r in ((data.get("candidate_checks") or {}).get(style) or []) if int(r["k"]) in have]
+    return order + [k for k in have if k not in order]
+
+
+def ranking_text(data: dict[str, Any], style: str) -> str:
+    checks = {int(r["k"]): r for r in ((data.get("candidate_checks") or {}).get(style) or [])}
+    lines = []
+    for place, k in enumerate(ranked(data, style), start=1):
+        check = checks.get(k) or {}
+        flags = ", ".join(f["code"] for f in check.get("flags") or []) or "no flags"
+        score = check.get("score")
+        lines.append(f"{place}. candidate {k}: score {score:.3f}, {flags}" if isinstance(score, (int, float))
+                     else f"{place}. candidate {k}: not ranked")
+    return "\n".join(lines)
+
+
+def select_payload(unit: str, item: Any, extra_images: dict[str, str]) -> dict[str, Any]:
+    data = item.data or {}
+    style = unit_style(unit)
+    context = data.get("context") or {}
+    candidates = (data.get("candidates") or {}).get(style) or {}
+    order = ranked(data, style)
+    return {"style": style, "unit": unit,
+            "captions": f"cause: {data.get('cause_caption')}\neffect: {data.get('effect_caption')}",
+            "cause_description": str(context.get("cause_description") or data.get("cause_caption") or ""),
+            "effect_description": str(context.get("effect_description") or data.get("effect_caption") or ""),
+            "cause_candidates": [extra_images.get(candidates[str(k)]["cause"], "") for k in order],
+            "effect_candidates": [extra_images.get(candidates[str(k)]["effect"], "") for k in order],
+            "ranking": ranking_text(data, style)}
+
+
+def explain_payload(item: Any, extra_images: dict[str, str]) -> dict[str, Any]:
+    data = item.data or {}
+    return {"cause_image": extra_images.get(str(data.get("cause_image")), ""),
+            "effect_image": extra_images.get(str(data.get("effect_image")), ""),
+            "captions": f"cause: {data.get('cause_caption')}\neffect: {data.get('effect_caption')}",
+            "explanation_draft": str(data.get("explanation_draft") or ""),
+            "cue": str(data.get("cue") or ""), "false_cues": "\n".join(data.get("false_cues") or [])}
+
+
+# ---------------------------------------------------------------- reading a judgment
+
+
+def read_select(result: Any, workspace_root: Optional[str]) -> Answer:
+    answers = read_result(KIND, SELECT, result, workspace_root)
+    comment = answers.get("comment")
+    if answers.get("none_usable") == [NONE_USABLE]:
+        return Answer(comment=comment, fields={"none_usable": True})
+    if not answers.get("best_cause") or not answers.get("best_effect"):
+        raise InvalidResult("pick the best cause and the best effect, or mark the pair 'none usable'")
+    return Answer(comment=comment, fields={"none_usable": False, "cause": int(answers["best_cause"][0]),
+                                           "effect": int(answers["best_effect"][0])})
+
+
+def split_cues(text: Optional[str]) -> list[str]:
+    parts = [p.strip(" .;,-•") for line in (text or "").splitlines() for p in line.split(";")]
+    return [p for p in parts if p]
+
+
+def read_explain(result: Any, workspace_root: Optional[str]) -> Answer:
+    answers = read_result(KIND, EXPLAIN, result, workspace_root)
+    explanation, cue = answers.get("explanation"), (answers.get("cue") or "").strip()
+    false_cues = split_cues(answers.get("false_cues"))
+    if not explanation:
+        raise InvalidResult("no explanation")
+    if not cue:
+        raise InvalidResult("no cue")
+    if len(false_cues) != FALSE_CUES:
+        raise InvalidResult(f"{len(false_cues)} false cues, not {FALSE_CUES}")
+    return Answer(comment=answers.get("comment"),
+                  fields={"explanation": explanation, "cue": cue, "false_cues": false_cues,
+                          "form_missing": missing_parts(explanation)})
+
+
+# ---------------------------------------------------------------- decisions
+
+
+def select_key(fields: dict[str, Any]) -> tuple:
+    return ("none",) if fields.get("none_usable") else (fields.get("cause"), fields.get("effect"))
+
+
+def style_item(item: Any, style: str, cause_k: int, effect_k: int, annotators: list[str]) -> dict[str, Any]:
+    """The draft item of the chosen pair of STYLE: the two images, what the cues and the card need."""
+    data = item.data or {}
+    candidates = data["candidates"][style]
+    cause, effect = candidates[str(cause_k)], candidates[str(effect_k)]
+    keep = ("cause_caption", "effect_caption", "category", "link_id", "context")
+    now = utcnow()
+    return {"key": f"{item.key}@{style}", "kind": KIND, "group": item.group, "question": item.question,
+            "answer": None, "status": DRAFT, "origin": "selected", "generation_id": None,
+            "data": {**{k: data[k] for k in keep if data.get(k) is not None}, "style": style, "pair_key": item.key,
+                     "cause_image": cause["cause"], "effect_image": effect["effect"],
+                     "selection": {"cause": cause_k, "effect": effect_k, "annotators": annotators,
+                                   "candidates": len(candidates),
+                                   "rounds": int((data.get("image_round") or {}).get(style, 0)) + 1,
+                                   "cause_provenance": cause.get("cause_provenance"),
+                                   "effect_provenance": effect.get("effect_provenance")}},
+            "created_at": now, "updated_at": now}
+
+
+def decide_select(unit: str, item: Any, answers: Sequence[tuple[str, Answer]]) -> TaskOutcome:
+    style = unit_style(unit)
+    if len(answers) < 2:
+        return TaskOutcome()
+    keys = [select_key(a.fields) for _, a in answers]
+    if keys[0] == keys[1]:
+        winner, rule = keys[0], "two annotators agree"
+    elif len(answers) < 3:
+        return TaskOutcome(wants=3, rule="the two annotators disagree: a third is asked")
+    else:
+        top, count = Counter(keys[:3]).most_common(1)[0]
+        if count < 2:
+            return TaskOutcome(decided=True, rule="three different choices",
+                               data={"selection": {style: {"needs_adjudication": True, "unit": unit}}})
+        winner, rule = top, "a third annotator settled it"
+    names = [name for name, a in answers if select_key(a.fields) == winner]
+    if winner == ("none",):
+        return TaskOutcome(decided=True, rule=rule,
+                           data={"selection": {style: {"none_usable": True, "annotators": names, "unit": unit}}})
+    cause_k, effect_k = winner
+    known = (item.data or {}).get("candidates", {}).get(style) or {}
+    if str(cause_k) not in known or str(effect_k) not in known:
+        return TaskOutcome(decided=True, rule=f"candidate {cause_k if str(cause_k) not in known else effect_k} "
+                                               f"does not exist", data={"selection": {style: {
+                                                   "needs_adjudication": True, "unit": unit}}})
+    return TaskOutcome(decided=True, rule=rule,
+                       data={"selection": {style: {"cause": cause_k, "effect": effect_k, "annotators": names,
+                                                   "unit": unit}}},
+                       new_items=[style_item(item, style, cause_k, effect_k, names)])
+
+
+def cue_set(fields: dict[str, Any]) -> tuple[str, frozenset]:
+    norm = lambda s: " ".join(str(s).lower().split())  # noqa: E731
+    return norm(fields["cue"]), frozenset(norm(c) for c in fields["false_cues"])
+
+
+def decide_explain(item: Any, answers: Sequence[tuple[str, Answer]]) -> TaskOutcome:
+    if len(answers) < 3:
+        return TaskOutcome(status=IN_REVIEW)
+    answers = list(answers[:3])
+    sets = [cue_set(a.fields) for _, a in answers]
+    if sets[0] == sets[1]:
+        agreed, rule = 0, "three explanations; the cue sets agree"
+    elif sets[2] in (sets[0], sets[1]):
+        agreed, rule = (0 if sets[2] == sets[0] else 1), "three explanations; a third person settled the cue set"
+    else:
+        return TaskOutcome(status=NEEDS_ADJUDICATION, decided=True, rule="the three cue sets differ")
+    fields = answers[agreed][1].fields
+    data = {"explanations": [a.fields["explanation"] for _, a in answers],
+            "explanations_by_annotator": {name: a.fields["explanation"] for name, a in answers},
+            "cue": fields["cue"], "false_cues": list(fields["false_cues"]),
+            "cue_agreement": {"rule": rule, "annotators": [name for name, _ in answers]}}
+    return TaskOutcome(status=ACCEPTED, decided=True, rule=rule, data=data)
+
+
+def agreement_labels(task: str, answer: Answer) -> dict[str, str]:
+    fields = answer.fields or {}
+    if task == SELECT:
+        none = bool(fields.get("none_usable"))
+        return {"none_usable": "yes" if none else "no", "best_cause": "none" if none else str(fields.get("cause")),
+                "best_effect": "none" if none else str(fields.get("effect"))}
+    if task == EXPLAIN and fields.get("cue"):
+        cue, false = cue_set(fields)
+        return {"cue": cue, "false_cues": "; ".join(sorted(false))}
+    return {}
+
+
+CHECKED_OR_DRAFT = (DRAFT, CHECKED)

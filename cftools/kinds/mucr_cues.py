@@ -1,0 +1,111 @@
+"""MuCR cues: for each selected pair (`PAIR@style`), the LLM drafts from the two contextual descriptions the cue (the
+visible cause, a short phrase), three false cues (visible and striking, not the cause) and one explanation in the
+three-part form. Runs on `cftools.generate.llm_task` (cache, retries of unparseable outputs, provenance, resume):
+a rerun drafts only pairs without a cue. The checks (`cue_in_false_cues`, `false_cue_duplicate`,
+`cue_not_visible`, `explanation_form`) then flag what a person should look at in the explain task.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Optional
+
+from rich.console import Console
+from sqlalchemy import select
+from sqlmodel import Session
+
+from cftools.generate.llm_task import DEFAULT_MAX_ATTEMPTS, LLMJob, LLMReport, LLMTask, ParseError, run_llm_task
+from cftools.kinds.mucr_generate import clean, render, text_params
+from cftools.llm import Backend, text_message
+from cftools.llm.prompts import PromptTemplate, load_prompt
+from cftools.models import CHECKED, DRAFT, Item, ItemEvent, utcnow
+from cftools.store import Store
+
+KIND = "mucr"
+CUES_MAX_TOKENS = 200
+LINE = re.compile(r"(?im)^\s*(?:[-•]\s*)?(cue|false cues?|explanation)\s*:\s*")
+
+
+def parse_cues(text: str) -> dict[str, Any]:
+    """`Cue: …` / `False cues: a; b; c` / `Explanation: …`; text before the first label is the cue (the prompt
+    ends with "Cue:")."""
+    if not text or not text.strip():
+        raise ParseError("empty output")
+    text = re.sub(r"[*_`#]+", "", text)
+    matches = list(LINE.finditer(text))
+    parts: dict[str, str] = {}
+    lead = clean(text[:matches[0].start()] if matches else text)
+    if lead:
+        parts["cue"] = lead
+    for i, match in enumerate(matches):
+        label = "false" if match.group(1).lower().startswith("false") else match.group(1).lower()
+        end = matches[i + 1].start() if i + 1 < len(matches) else len(text)
+        if label in parts:
+            break  # a second example the model invents
+        parts[label] = clean(text[match.end():end].split("\n\n")[0])
+    missing = [name for name, key in (("cue", "cue"), ("false cues", "false"), ("explanation", "explanation"))
+               if not parts.get(key)]
+    if missing:
+        raise ParseError(f"no {', no '.join(missing)}")
+    false_cues = [c.strip(" .") for c in re.split(r"[;,\n]", parts["false"]) if c.strip(" .")]
+    return {"cue": parts["cue"].strip(" ."), "false_cues": false_cues, "explanation_draft": parts["explanation"]}
+
+
+class CuesTask(LLMTask):
+    generator = "cues"
+
+    def __init__(self, template: PromptTemplate) -> None:
+        self.template = template
+
+    def parse(self, text: str, job: LLMJob) -> dict[str, Any]:
+        return parse_cues(text)
+
+    def write(self, store: Store, session: Session, job: LLMJob, parsed: dict[str, Any], generation_id: int,
+              attempt: int) -> int:
+        item = session.get(Item, job.context["item_id"])
+        if item is None or (item.data or {}).get("cue"):
+            return 0
+        item.data = {**(item.data or {}), **parsed,
+                     "cue_generation": {"generation_id": generation_id, "template": self.template.name}}
+        before = item.status
+        item.status = DRAFT  # the new cues are checked before anyone explains the pair
+        item.updated_at = utcnow()
+        session.add(item)
+        session.add(ItemEvent(item_id=item.id, stage="generate cues", from_status=before, to_status=DRAFT,
+                              detail={"generation_id": generation_id}))
+        return 1
+
+
+def pairs_without_cues(store: Store, limit: Optional[int] = None, groups: tuple[str, ...] = ()) -> list[Item]:
+    """Selected pairs (they have both images) without a cue yet."""
+    with store.session() as session:
+        query = select(Item).where(Item.kind == KIND, Item.status.in_([DRAFT, CHECKED])).order_by(Item.id)
+        if groups:
+            query = query.where(Item.group.in_(list(groups)))
+        found = [i for i in session.execute(query).scalars()
+                 if (i.data or {}).get("cause_image") and (i.data or {}).get("effect_image")
+                 and not (i.data or {}).get("cue")]
+    return found[:limit] if limit is not None else found
+
+
+def draft_cues(store: Store, backend: Backend, *, limit: Optional[int] = None, groups: tuple[str, ...] = (),
+               template_path: Optional[Path] = None, workspace_root: Optional[Path] = None,
+               params: Optional[dict[str, Any]] = None, concurrency: Optional[int] = None, refresh: bool = False,
+               max_attempts: int = DEFAULT_MAX_ATTEMPTS, console: Optional[Console] = None,
+               quiet: bool = False) -> LLMReport:
+    template = load_prompt("mucr/cues.j2", template_path, workspace_root)
+    jobs = []
+    for item in pairs_without_cues(store, limit, groups):
+        data = item.data or {}
+        context = data.get("context") or {}
+        prompt = render(template, f"item {item.key}",
+                        cause=context.get("cause_description") or data.get("cause_caption"),
+                        effect=context.get("effect_description") or data.get("effect_caption"),
+                        cause_caption=data.get("cause_caption"), effect_caption=data.get("effect_caption"),
+                        category=data.get("category"), style=data.get("style"))
+        jobs.append(LLMJob(label=f"item {item.key}", messages=[text_message(prompt)], group=item.group,
+                           context={"item_id": item.id}))
+    return run_llm_task(store, backend, CuesTask(template), jobs, params=params or text_params({}, CUES_MAX_TOKENS),
+                        concurrency=concurrency, refresh=refresh, max_attempts=max_attempts, console=console,
+                        quiet=quiet)

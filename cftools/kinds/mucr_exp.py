@@ -1,0 +1,108 @@
+"""MuCR Exp, scored as the paper defines it: the judge scores each PART of a model's explanation against the
+human references, S1 the cause-image part, S2 the effect-image part, S3 the causal-link part (0–10 each), and
+Exp = 0.25·S1 + 0.25·S2 + 0.5·S3.
+
+An explanation is split into its three parts at "In the first image …", "In the second image …" and the causal
+sentence ("The causal link is …", "The connection is …", "This is because …"); an explanation without those
+markers is split by sentences (first, second, the rest). The judge (prompts/eval/mucr_judge.j2) sees the
+candidate's parts and one reference's parts and replies `S1: n, S2: n, S3: n`; one call per reference. A part's
+score over the references is the best-matching reference's (`best-match`, the default) or their mean (`mean`).
+"""
+
+from __future__ import annotations
+
+import re
+from statistics import mean
+from typing import Any, Optional, Sequence
+
+PARTS = ("S1", "S2", "S3")
+PART_NAMES = {"S1": "cause image", "S2": "effect image", "S3": "causal link"}
+PART_WEIGHTS = {"S1": 0.25, "S2": 0.25, "S3": 0.5}
+AGGREGATES = ("best-match", "mean")
+DEFAULT_AGGREGATE = "best-match"
+
+FIRST = re.compile(r"\bin the first (?:image|picture|panel)\b", re.IGNORECASE)
+SECOND = re.compile(r"\bin the second (?:image|picture|panel)\b", re.IGNORECASE)
+LINK = re.compile(r"\b(?:the (?:causal )?(?:link|connection|relationship|reasoning|reason)\b|this (?:is because|shows)"
+                  r"|therefore\b|as a result\b|so\b(?=[^.]*\bcaus))", re.IGNORECASE)
+SENTENCE = re.compile(r"(?<=[.!?])\s+")
+JUDGE_LINE = re.compile(r"\bS\s*([123])\s*[:=\-–]?\s*(\d+(?:\.\d+)?)(?:\s*(?:/|out of)\s*10)?", re.IGNORECASE)
+
+
+def split_parts(text: str) -> dict[str, str]:
+    """{"S1": cause-image part, "S2": effect-image part, "S3": causal-link part}; a missing part is ""."""
+    text = re.sub(r"\s+", " ", (text or "").strip().lstrip("'\""))
+    first, second = FIRST.search(text), SECOND.search(text)
+    if first is None and second is None:
+        sentences = [s for s in SENTENCE.split(text) if s.strip()]
+        return {"S1": sentences[0] if sentences else "", "S2": sentences[1] if len(sentences) > 1 else "",
+                "S3": " ".join(sentences[2:])}
+    start2 = second.start() if second else None
+    link = LINK.search(text, second.end() if second else (first.end() if first else 0))
+    start3 = link.start() if link else None
+    s1_end = start2 if start2 is not None else (start3 if start3 is not None else len(text))
+    s1 = text[first.start():s1_end] if first else ""
+    s2 = text[start2:start3 if start3 is not None else len(text)] if start2 is not None else ""
+    s3 = text[start3:] if start3 is not None else ""
+    return {part: value.strip() for part, value in zip(PARTS, (s1, s2, s3))}
+
+
+def missing_parts(text: str) -> list[str]:
+    """The parts of the three-part form an explanation lacks (its markers), e.g. ["S3"]."""
+    text = text or ""
+    found = {"S1": FIRST.search(text), "S2": SECOND.search(text)}
+    after = found["S2"].end() if found["S2"] else (found["S1"].end() if found["S1"] else 0)
+    found["S3"] = LINK.search(text, after)
+    return [part for part in PARTS if not found[part]]
+
+
+def parse_judge_parts(text: str) -> Optional[dict[str, float]]:
+    """`S1: 7, S2: 8, S3: 5` (any order, `7/10` too) -> {"S1": 7.0, ...}; None unless all three are on 0–10."""
+    scores: dict[str, float] = {}
+    for match in JUDGE_LINE.finditer(text or ""):
+        part = f"S{match.group(1)}"
+        value = float(match.group(2))
+        if part not in scores:
+            scores[part] = value
+    if set(scores) != set(PARTS) or not all(0 <= v <= 10 for v in scores.values()):
+        return None
+    return {part: scores[part] for part in PARTS}
+
+
+def aggregate_parts(per_reference: Sequence[dict[str, float]], how: str = DEFAULT_AGGREGATE) -> dict[str, float]:
+    """One score per part over the references: the best-matching reference's, or the mean."""
+    if how not in AGGREGATES:
+        raise ValueError(f"unknown aggregate {how!r}; choose one of {', '.join(AGGREGATES)}")
+    if not per_reference:
+        raise ValueError("Exp needs at least one reference score")
+    pick = max if how == "best-match" else mean
+    return {part: float(pick([scores[part] for scores in per_reference])) for part in PARTS}
+
+
+def exp_score(parts: dict[str, float] | Sequence[float]) -> float:
+    """Exp = 0.25·S1 + 0.25·S2 + 0.5·S3 from the part scores (0–10 each)."""
+    values = dict(zip(PARTS, parts)) if not isinstance(parts, dict) else parts
+    if set(values) != set(PARTS):
+        raise ValueError(f"Exp needs the three part scores S1, S2, S3, got {sorted(values)}")
+    for part, value in values.items():
+        if not 0 <= value <= 10:
+            raise ValueError(f"{part} is on a 0–10 scale, got {value}")
+    return float(sum(PART_WEIGHTS[p] * values[p] for p in PARTS))
+
+
+def judge_prompts(template: Any, explanation: str, references: Sequence[str]) -> list[str]:
+    """One judge prompt per reference, both explanations shown part by part."""
+    candidate = split_parts(explanation)
+    return [template.render(candidate=candidate, reference=split_parts(ref), part_names=PART_NAMES).strip()
+            for ref in references]
+
+
+def judge_result(replies: Sequence[str], how: str = DEFAULT_AGGREGATE) -> dict[str, Any]:
+    """What a prediction line keeps of the judge's replies: the part scores per reference, the aggregated part
+    scores and Exp; `similarities` is None when a reply cannot be read (the item counts as not judged)."""
+    per_reference = [parse_judge_parts(reply) for reply in replies]
+    if not per_reference or any(s is None for s in per_reference):
+        return {"similarities": None, "parts": None, "exp_score": None, "aggregate": how}
+    parts = aggregate_parts(per_reference, how)
+    return {"similarities": [[s[p] for p in PARTS] for s in per_reference], "parts": parts,
+            "exp_score": exp_score(parts), "aggregate": how}

@@ -206,7 +206,7 @@ def check_releases(workspace: Workspace, report: DoctorReport, repair: bool) -> 
 
 def check_tasks_on_server(workspace: Workspace, report: DoctorReport, repair: bool) -> None:
     """Tasks the store holds open that the configured server confirms are gone."""
-    from cftools.annotate.flow import PullReport, mark_deleted
+    from cftools.annotate.pull import PullReport, mark_deleted
     from cftools.annotate.label_studio import LabelStudioServer, server_settings
 
     settings = server_settings(workspace)

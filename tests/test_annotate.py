@@ -18,7 +18,8 @@ from sqlalchemy import func, select, update
 
 from killed_runs import kill_after_progress
 
-from cftools.annotate.flow import push, task_payloads, ImageLinks, PushReport
+from cftools.annotate.projects import ImageLinks
+from cftools.annotate.push import push, task_payloads, PushReport
 from cftools.annotate.rules import Answer, adjudicated, agreement, decide
 from cftools.annotate.label_studio import LabelStudioServer, is_stale_snapshot, snapshot_title
 from cftools.models import (

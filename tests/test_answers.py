@@ -161,7 +161,7 @@ def test_other_answers_read_after_the_marker_and_hedges_are_unknown():
 
 
 def test_judge_score_out_of_ten():
-    from cftools.evaluate.run import parse_judge_score
+    from cftools.evaluate.answerers import parse_judge_score
 
     assert parse_judge_score("7/10") == 7.0
     assert parse_judge_score("Score: 8 out of 10") == 8.0

@@ -9,7 +9,9 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from cftools.annotate.flow import annotation_status, pull, push, waiting_kind
+from cftools.annotate.pull import pull
+from cftools.annotate.push import push, waiting_kind
+from cftools.annotate.status import annotation_status
 from cftools.kinds import get_kind
 from cftools.commands.common import console, err_console, pass_workspace, print_json
 from cftools.workspace import Workspace

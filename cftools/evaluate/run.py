@@ -44,21 +44,20 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 
 from cftools import __version__
-from cftools.answers import extract_answer, extract_option_letter, normalize_answer, parse_number
 from cftools.errors import CftoolsError, InputError
+from cftools.evaluate.answerers import ChatAnswerer, ModelSpec, judge_answer, load_answerer, parse_model_spec
 from cftools.evaluate.metrics import summarize
-from cftools.evaluate.questions import LETTER, SWAPPED, PromptTemplates, Question, build_questions
-from cftools.kinds import all_kinds, get_kind
-from cftools.evaluate.vlm import SCORES, Prompt, best_option
-from cftools.images import data_uri
+from cftools.evaluate.predictions import (EvalResult, append_predictions, outcomes_from_predictions,
+                                          prediction_line, read_generated, read_predictions, record_eval_run)
+from cftools.evaluate.questions import SWAPPED, PromptTemplates, Question, build_questions
+from cftools.kinds import all_kinds
+from cftools.evaluate.vlm import SCORES, best_option
 from cftools.release.layout import MANIFEST_NAME, hash_file, load_records
 
 MODES = ("generate", "rank")
@@ -78,243 +77,7 @@ PLAIN = "plain"
 JUDGE_AGGREGATES = ("best-match", "mean")  # a judged answer's score over several references
 
 
-@dataclass
-class ModelSpec:
-    kind: str            # hf | openai | blind
-    target: str          # model path/id (hf, openai) or "BACKEND:MODEL" / "" (blind)
-
-    @property
-    def needs_image(self) -> bool:
-        return self.kind != "blind"
-
-    def __str__(self) -> str:
-        return f"{self.kind}:{self.target}" if self.target else self.kind
-
-
-def parse_model_spec(spec: str) -> ModelSpec:
-    kind, _, target = spec.partition(":")
-    if kind == "hf" and target:
-        return ModelSpec("hf", target)
-    if kind == "openai" and target:
-        return ModelSpec("openai", target)
-    if kind == "blind":
-        return ModelSpec("blind", target)
-    raise CftoolsError(f"unknown model spec {spec!r}: use hf:PATH_OR_ID, openai:MODEL, blind or blind:BACKEND:MODEL")
-
-
-# -- reading answers ------------------------------------------------------------------------------------------
-
-def read_generated(question: Question, raw: str) -> tuple[Optional[str], bool]:
-    """(parsed answer, correct) for a generated reply."""
-    if question.answer_type == LETTER:
-        parsed = extract_option_letter(raw, question.options or [])
-        return parsed, parsed == question.gold
-    if question.options:
-        parsed = read_option(raw, question.options)
-        return parsed, parsed is not None and parsed == (question.gold_option or question.gold)
-    parsed = extract_answer(raw, question.answer_type)
-    if parsed is None:
-        return None, False
-    expected = extract_answer(question.gold, question.answer_type) or normalize_answer(question.gold)
-    return parsed, parsed == expected
-
-
-def read_option(raw: Optional[str], options: Sequence[str]) -> Optional[str]:
-    """The option a free reply names: the one it equals, else the only one it contains (whole words)."""
-    normal = normalize_answer(raw)
-    if not normal:
-        return None
-    for option in options:
-        if normalize_answer(option) == normal:
-            return option
-    named = [o for o in options if normalize_answer(o) and f" {normalize_answer(o)} " in f" {normal} "]
-    return named[0] if len(named) == 1 else None
-
-
-def prediction_line(question: Question, raw: Optional[str], parsed: Optional[str], correct: Optional[bool],
-                    scores: Optional[list[dict[str, Any]]] = None, extra: Optional[dict[str, Any]] = None) -> dict:
-    line = {"id": question.item_id, "which": question.which, "kind": question.kind, "group": question.group,
-            "gold": question.gold if not question.judged else None, "raw": raw, "parsed": parsed,
-            "unknown": parsed is None and not question.judged, "correct": correct, "scores": scores}
-    if question.facets:
-        line["facets"] = dict(question.facets)
-    line.update(extra or {})
-    return line
-
-
-# -- the prediction log -----------------------------------------------------------------------------------------
-
-def read_predictions(path: Path) -> dict[tuple[str, str], dict[str, Any]]:
-    """The predictions already made. Lines are written whole with their newline, so only a last line without
-    one can be cut short (a killed run): it is cut off the file and its question is asked again."""
-    if not path.exists():
-        return {}
-    data = path.read_bytes()
-    complete_end = data.rfind(b"\n") + 1
-    if complete_end < len(data):
-        with open(path, "r+b") as fh:
-            fh.truncate(complete_end)
-    done: dict[tuple[str, str], dict[str, Any]] = {}
-    for number, raw in enumerate(data[:complete_end].split(b"\n"), start=1):
-        if not raw.strip():
-            continue
-        try:
-            line = json.loads(raw)
-            done[(str(line["id"]), str(line["which"]))] = line
-        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError):
-            raise InputError(path, "malformed prediction line (delete the run folder to start over)",
-                             f"line {number}") from None
-    return done
-
-
-def append_predictions(path: Path, lines: Sequence[dict[str, Any]]) -> None:
-    if not lines:
-        return
-    with open(path, "a", encoding="utf-8") as fh:
-        for line in lines:
-            fh.write(json.dumps(line, ensure_ascii=False, sort_keys=True) + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-
-
-# -- answerers -----------------------------------------------------------------------------------------------
-
-def chat_messages(prompt: Prompt, with_images: bool) -> list[dict[str, Any]]:
-    if not with_images or not prompt.images:
-        return [{"role": "user", "content": prompt.text}]
-    content: list[dict[str, Any]] = [{"type": "image_url", "image_url": {"url": data_uri(p)}}
-                                     for p in prompt.images]
-    content.append({"type": "text", "text": prompt.text})
-    return [{"role": "user", "content": content}]
-
-
-class ChatAnswerer:
-    """Answers through a `cftools.llm` backend: bounded concurrency, retries, and the store's request cache."""
-
-    def __init__(self, backend: Any, with_images: bool, store: Any = None, concurrency: int = 4,
-                 quiet: bool = True) -> None:
-        self.backend = backend
-        self.with_images = with_images
-        self.needs_image = with_images
-        self.store = store
-        self.concurrency = concurrency
-        self.quiet = quiet
-
-    def generate(self, prompts: Sequence[Prompt]) -> list[str]:
-        from cftools.llm import request_key
-        from cftools.llm.runner import JobResult, run_jobs
-
-        requests = []
-        for index, prompt in enumerate(prompts):
-            messages = chat_messages(prompt, self.with_images)
-            params = {"temperature": 0.0, "max_tokens": prompt.max_new_tokens}
-            key = request_key(self.backend.cache_id, self.backend.model, messages, params)
-            requests.append((index, messages, params, key))
-        answers: dict[int, str] = {}
-        ready: list[JobResult] = []
-        todo = requests
-        if self.store is not None:
-            from cftools.llm.cache import cached_completions
-
-            hits = cached_completions(self.store, [r[3] for r in requests])
-            ready = [JobResult(job=r, ok=True, cached=True, value=hits[r[3]].text) for r in requests if r[3] in hits]
-            todo = [r for r in requests if r[3] not in hits]
-
-        def work(request: tuple) -> JobResult:
-            _, messages, params, _ = request
-            return JobResult(job=request, ok=True, value=self.backend.complete(messages, params).text)
-
-        def write(results: list[JobResult]) -> None:
-            fresh = [r for r in results if r.ok and not r.cached]
-            if fresh and self.store is not None:
-                from cftools.llm.base import Completion
-                from cftools.llm.cache import save_completion
-
-                with self.store.write() as session:
-                    for r in fresh:
-                        save_completion(session, r.job[3], self.backend.cache_id, self.backend.model,
-                                        Completion(text=r.value))
-            for r in results:
-                if r.ok:
-                    answers[r.job[0]] = r.value
-
-        stats = run_jobs(todo, work, write, concurrency=self.concurrency, description="model calls",
-                         quiet=self.quiet, ready=ready)
-        if stats.interrupted:
-            raise KeyboardInterrupt
-        missing = [i for i in range(len(prompts)) if i not in answers]
-        if missing:
-            reason = stats.errors[0] if stats.errors else "no answer"
-            raise CftoolsError(f"{len(missing)} model calls failed ({reason}); rerun to retry them")
-        return [answers[i] for i in range(len(prompts))]
-
-    def score_options(self, prompts: Sequence[Prompt]) -> list:
-        """Rank the options of text-only questions with a backend that exposes log-probabilities (the embedded
-        model); an API model cannot rank."""
-        score_replies = getattr(self.backend, "score_replies", None)
-        if score_replies is None or self.with_images:
-            raise CftoolsError("rank mode needs token log-probabilities: use an hf: model, blind (the embedded "
-                               "model), or --mode generate")
-        return [score_replies(chat_messages(p, False), list(p.options or [])) for p in prompts]
-
-    def close(self) -> None:
-        self.backend.close()
-
-
-def load_answerer(spec: ModelSpec, device: str, dtype: str, llm_config: Optional[dict] = None,
-                  store: Any = None, concurrency: int = 4, quiet: bool = True, allow_downloads: bool = False) -> Any:
-    if spec.kind == "hf":
-        from cftools.evaluate.vlm import HFVisionModel
-
-        return HFVisionModel.load(spec.target, device=device, dtype=dtype, allow_downloads=allow_downloads)
-    from cftools.llm import make_backend
-
-    if spec.kind == "openai":
-        backend = make_backend(llm_config, backend="openai", model=spec.target)
-        return ChatAnswerer(backend, with_images=True, store=store, concurrency=concurrency, quiet=quiet)
-    name, _, model = spec.target.partition(":")
-    backend = make_backend(llm_config, backend=name or "local", model=model or None)
-    return ChatAnswerer(backend, with_images=False, store=store,
-                        concurrency=1 if (name or "local") == "local" else concurrency, quiet=quiet)
-
-
-# -- the judge (MuCR Exp) -----------------------------------------------------------------------------------
-
-# A judge often writes its score out of ten: "7/10", "7 out of 10".
-_OUT_OF_TEN = re.compile(r"\s*(?:/|out of)\s*10\b", re.IGNORECASE)
-
-
-def parse_judge_score(text: str) -> Optional[float]:
-    value = parse_number(_OUT_OF_TEN.sub(" ", text or ""))
-    if value is None or not 0 <= value <= 10:
-        return None
-    return float(value)
-
-
-JUDGE_MAX_TOKENS = 24
-
-
-def judge_answer(judge: ChatAnswerer, templates: PromptTemplates, question: Question, answer: str,
-                 aggregate: str) -> dict[str, Any]:
-    """The judge's verdict on a judged free-text answer, as its kind reads it (the prediction line's extra)."""
-    kind = get_kind(question.kind)
-    prompts = [Prompt(text, max_new_tokens=JUDGE_MAX_TOKENS)
-               for text in kind.judge_prompts(question, answer, templates)]
-    replies = judge.generate(prompts) if prompts else []
-    return {**kind.judge_result(question, replies, aggregate), "judge_replies": replies}
-
-
 # -- the run ------------------------------------------------------------------------------------------------
-
-@dataclass
-class EvalResult:
-    out_dir: Path
-    config: dict[str, Any]
-    summary: dict[str, Any]
-    predictions: list[dict[str, Any]]
-    asked: int                # questions asked in this invocation (0 when everything was cached)
-    notes: list[str] = field(default_factory=list)  # why an earlier run folder was not reused
-
 
 def run_identity(config: dict[str, Any]) -> str:
     """SHA-256 of the identity keys of a run's configuration."""
@@ -379,20 +142,6 @@ def why_new_run(out_dir: Path, config: dict[str, Any]) -> list[str]:
         if differing:
             notes.append(f"not reusing {other.name}: {'; '.join(differing)}; this run goes to {out_dir.name}")
     return notes
-
-
-def outcomes_from_predictions(predictions: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    by_item: dict[str, dict[str, Any]] = {}
-    for line in predictions:
-        outcome = by_item.setdefault(line["id"], {"id": line["id"], "kind": line.get("kind"),
-                                                  "group": line.get("group")})
-        if line.get("facets"):
-            outcome["facets"] = line["facets"]
-        if "similarities" in line:  # a judged free-text answer
-            outcome[line["which"]] = {k: line.get(k) for k in ("similarities", "parts", "exp_score", "aggregate")}
-        else:
-            outcome[line["which"]] = {"correct": bool(line.get("correct")), "unknown": bool(line.get("unknown"))}
-    return list(by_item.values())
 
 
 def _rank_line(question: Question, scores: list[dict[str, float]], score: str) -> dict[str, Any]:
@@ -572,42 +321,6 @@ def ask_batch(answerer: Any, batch: list[Question], mode: str, score: str, templ
                 lines[question.key] = prediction_line(question, raw, parsed, correct,
                                                       extra={"position": position} if question.options else None)
     return [lines[q.key] for q in batch]
-
-
-def record_eval_run(store: Any, result: EvalResult) -> None:
-    """Keep one EvalRun row per run folder in the workspace store (updated on each rerun), with its predictions
-    in the Prediction table (replaced whole, so a rerun leaves exactly the run's predictions)."""
-    from sqlalchemy import delete, select
-
-    from cftools.models import EvalRun, Prediction
-
-    out = str(result.out_dir.resolve())
-    with store.write() as session:
-        row = session.execute(select(EvalRun).where(EvalRun.out_dir == out)).scalar_one_or_none()
-        if row is None:
-            row = EvalRun(release=result.config["release"], model_spec=result.config["model"],
-                          mode=result.config["mode"], out_dir=out)
-        row.config = result.config
-        row.summary = json.loads(json.dumps(result.summary, default=str))
-        session.add(row)
-        session.flush()
-        session.execute(delete(Prediction).where(Prediction.run_id == row.id))
-        session.add_all([prediction_row(row.id, line) for line in result.predictions])
-
-
-def prediction_row(run_id: int, line: dict[str, Any]) -> Any:
-    """A prediction line as a row of the store's Prediction table; the judge's similarities of an explanation
-    ride in `scores` beside the option scores."""
-    from cftools.models import Prediction
-
-    scores: dict[str, Any] = {}
-    if line.get("scores") is not None:
-        scores["options"] = line["scores"]
-    for key in ("similarities", "parts", "exp_score", "gold", "unknown", "kind", "group", "facets"):
-        if line.get(key) is not None:
-            scores[key] = line[key]
-    return Prediction(run_id=run_id, item_key=str(line["id"]), which=str(line["which"]), raw=line.get("raw"),
-                      parsed=line.get("parsed"), scores=scores or None, correct=line.get("correct"))
 
 
 def load_run(run_dir: Path | str) -> EvalResult:

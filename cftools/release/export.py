@@ -603,7 +603,7 @@ def write_native(items: list[ExportItem], folder: Path, splits: dict[str, float]
 
 def agreement_rows(store: Store, item_keys: Iterable[str]) -> list[dict[str, Any]]:
     """Inter-annotator agreement of the released items only (not of the whole store), per kind and question."""
-    from cftools.annotate.flow import agreement_project_name, verify_ratings
+    from cftools.annotate.status import agreement_project_name, verify_ratings
     from cftools.annotate.rules import agreement
 
     with store.session() as session:

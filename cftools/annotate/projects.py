@@ -1,0 +1,145 @@
+"""Label Studio projects of the annotation stage: how tasks show images, a kind's own tasks, project titles.
+
+Each kind has a verification and an adjudication project, and one per task of its own (MuCR's select and
+explain, CFMM's author); `ensure_project` creates a project with the kind's label config once.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+from urllib.parse import quote
+
+from sqlalchemy import delete, update
+
+from cftools.annotate.rules import (
+    ADJUDICATE, VERIFY, render_label_config,
+)
+from cftools.errors import CftoolsError
+from cftools.annotate.label_studio import LabelStudioServer, ServerSettings
+from cftools.images import data_uri
+from cftools.kinds import get_kind
+from cftools.workspace import Workspace
+
+STAGE = "annotate"
+OPEN, DECIDED, DELETED = "open", "decided", "deleted"
+ANNOTATIONS_PER_TASK = 2
+MAX_TITLE = 50  # Label Studio refuses longer project titles
+Progress = Callable[[str, int, int], None]  # (what, done, total)
+
+
+def _update(entity):  # noqa: ANN001, ANN202
+    """A bulk UPDATE that doesn't scan the session's identity map (slow with thousands of loaded rows)."""
+    return update(entity).execution_options(synchronize_session=False)
+
+
+def _delete(entity):  # noqa: ANN001, ANN202
+    return delete(entity).execution_options(synchronize_session=False)
+
+
+def _no_progress(what: str, done: int, total: int) -> None:
+    return None
+
+
+# ---------------------------------------------------------------- images
+
+
+@dataclass
+class ImageLinks:
+    """How task data points at an image: local-files serving, a URL prefix, or (asked for) a data URI."""
+
+    mode: Optional[str]  # local | url | data | None (not configured)
+    document_root: Optional[Path] = None
+    url_prefix: Optional[str] = None
+    folders: set[Path] = field(default_factory=set)  # folders that need a LocalFiles storage row
+
+    @classmethod
+    def from_config(cls, workspace: Workspace, data_uri: bool = False) -> "ImageLinks":
+        section = workspace.section("label_studio")
+        root = section.get("document_root") or os.environ.get("LOCAL_FILES_DOCUMENT_ROOT")
+        root_path = Path(workspace.root, root).resolve() if root else None
+        if data_uri or section.get("image_data_uri"):
+            return cls("data", root_path)
+        if section.get("image_url_prefix"):
+            return cls("url", root_path, str(section["image_url_prefix"]).rstrip("/"))
+        return cls("local" if root_path else None, root_path)
+
+    def _relative(self, path: Path) -> Optional[str]:
+        if self.document_root is None:
+            return None
+        try:
+            return path.resolve().relative_to(self.document_root).as_posix()
+        except ValueError:
+            return None
+
+    def link(self, path: str) -> Optional[str]:
+        """The task's image value, or None when the image can't be served this way (outside the root)."""
+        file = Path(path)
+        if self.mode == "data":
+            return data_uri(file)
+        if self.mode == "url":
+            return f"{self.url_prefix}/{quote(self._relative(file) or file.name)}"
+        if self.mode == "local":
+            relative = self._relative(file)
+            if relative is None:
+                return None
+            self.folders.add(file.resolve().parent)
+            return f"/data/local-files/?d={quote(relative)}"
+        raise CftoolsError("no way to show images in Label Studio: set [label_studio] document_root (the server's "
+                           "LOCAL_FILES_DOCUMENT_ROOT) or image_url_prefix in cftools.toml, or push with --data-uri")
+
+
+# ---------------------------------------------------------------- a kind's own tasks
+
+
+def task_of(purpose: str) -> tuple[str, str]:
+    """(task, unit) of a stored purpose: a kind's own task with units is stored as TASK:UNIT."""
+    task, _, unit = purpose.partition(":")
+    return task, unit
+
+
+def purpose_of(task: str, unit: str) -> str:
+    return f"{task}:{unit}" if unit else task
+
+
+def own_task(kind: str, purpose: str):  # noqa: ANN201
+    """The kind's TaskSpec of PURPOSE's task, None for verify/adjudicate."""
+    return get_kind(kind).task_spec(task_of(purpose)[0])
+
+
+# ---------------------------------------------------------------- projects
+
+
+PROJECT_WHAT = {VERIFY: "verification", ADJUDICATE: "adjudication"}
+
+
+def project_title(settings: ServerSettings, kind: str, purpose: str) -> str:
+    what = PROJECT_WHAT.get(task_of(purpose)[0], task_of(purpose)[0])  # a kind's own task is named by itself
+    title = f"{settings.project_prefix} {kind} {what}"
+    if len(title) > MAX_TITLE:
+        raise CftoolsError(f"Label Studio project title {title!r} is longer than {MAX_TITLE} characters: "
+                           "shorten [label_studio] project_prefix")
+    return title
+
+
+PROJECT_DESCRIPTIONS = {VERIFY: "two annotators verify", ADJUDICATE: "one adjudicator settles"}
+
+
+def ensure_project(server: LabelStudioServer, settings: ServerSettings, kind: str, purpose: str,
+                   workspace_root: Optional[str] = None) -> int:
+    title = project_title(settings, kind, purpose)
+    project_id = server.find_project(title)
+    spec = own_task(kind, purpose)
+    if project_id is None and spec is not None:
+        project_id = server.create_project(
+            title, render_label_config(kind, spec.name, workspace_root), spec.annotators,
+            description=f"cftools: {spec.description or spec.name} ({kind} items)")
+    if project_id is None:
+        project_id = server.create_project(
+            title, render_label_config(kind, purpose, workspace_root), ANNOTATIONS_PER_TASK if purpose == VERIFY else 1,
+            description=f"cftools: {PROJECT_DESCRIPTIONS.get(purpose, 'people write new')} {kind} items")
+    return project_id
+
+

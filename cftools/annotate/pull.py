@@ -1,0 +1,433 @@
+"""`annotate pull`: every known task is exported with its annotations; one Judgment per (task, annotator).
+
+Edited annotations update their judgment; results that do not fit the label config are rejected and reported;
+tasks the server confirms are gone (its task listing lacks them, or the project is gone) are marked deleted and
+their items go back to `checked`; a task merely missing from an export snapshot is left as it was and listed in
+`missing_from_export`. Two judgments from different annotators decide the item (the kind's `decide`, by default
+`cftools.annotate.rules.decide`); a disagreement goes to adjudication, whose decision settles it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter, defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Iterable, Iterator, Optional
+
+from sqlalchemy import bindparam, insert, select
+from sqlmodel import Session
+
+from cftools.annotate.projects import ANNOTATIONS_PER_TASK, DECIDED, DELETED, OPEN, Progress, STAGE, _delete, _no_progress, _update, own_task, project_title, task_of
+from cftools.annotate.push import _event, _open_task_filter
+from cftools.annotate.status import record_agreement
+from cftools.annotate.rules import (
+    ADJUDICATE, VERIFY, Answer, Decision, InvalidResult, adjudicated, decide, preload_agreement_library,
+)
+from cftools.annotate.label_studio import LabelStudioServer, ServerSettings, server_settings
+from cftools.annotate.authoring import AuthoringPull, pull_authoring
+from cftools.models import (
+    CHECKED, IN_REVIEW, AnnotationTask, Item, ItemEvent, Judgment, utcnow,
+)
+from cftools.kinds import all_kinds, get_kind
+from cftools.store import Store, in_chunks
+from cftools.workspace import Workspace
+
+# ---------------------------------------------------------------- pull
+
+
+@dataclass
+class PullReport:
+    projects: int = 0
+    tasks: int = 0
+    annotations: int = 0
+    judgments_added: int = 0
+    judgments_updated: int = 0
+    judgments_unchanged: int = 0
+    judgments_removed: int = 0
+    cancelled: int = 0
+    ignored_same_annotator: int = 0
+    ignored_extra_annotators: int = 0
+    invalid: list[dict] = field(default_factory=list)
+    tiebreaks: list[dict] = field(default_factory=list)  # tasks of a kind's own task that now ask one more person
+    items_made: int = 0  # items a kind's decisions made (a MuCR selection)
+    mismatched: list[dict] = field(default_factory=list)
+    deleted_tasks: list[dict] = field(default_factory=list)
+    # Tasks missing from the export but still on the server: left as they were, read again by the next pull.
+    missing_from_export: list[dict] = field(default_factory=list)
+    decisions: Counter = field(default_factory=Counter)
+    authoring: AuthoringPull = field(default_factory=AuthoringPull)
+
+    def as_dict(self) -> dict[str, Any]:
+        out = dict(self.__dict__)
+        out["decisions"] = dict(self.decisions)
+        out["authoring"] = self.authoring.as_dict()
+        return out
+
+
+@dataclass
+class Chosen:
+    """The annotation kept for one (task, annotator)."""
+
+    annotator: str
+    annotation: dict
+    answer: Answer
+
+
+def _parse_time(value: Any) -> Optional[datetime]:
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def choose_annotations(task: dict, kind: str, purpose: str, emails: dict[int, str], report: PullReport,
+                       workspace_root: Optional[str] = None) -> list[Chosen]:
+    """The first valid annotation of each annotator, in annotation order, at most two annotators
+    (one for adjudication); everything else is counted or reported."""
+    chosen: list[Chosen] = []
+    seen: set[str] = set()
+    spec = own_task(kind, purpose)
+    limit = (spec.annotators + spec.tiebreak) if spec is not None else ANNOTATIONS_PER_TASK if purpose == VERIFY else 1
+    for annotation in sorted(task.get("annotations") or [], key=lambda a: a.get("id") or 0):
+        report.annotations += 1
+        if annotation.get("was_cancelled"):
+            report.cancelled += 1
+            continue
+        user = annotation.get("completed_by")
+        if isinstance(user, dict):
+            user = user.get("id")
+        annotator = emails.get(user) or f"user:{user}"
+        try:
+            answer = get_kind(kind).read_judgment(task_of(purpose)[0], annotation.get("result"), workspace_root)
+        except InvalidResult as exc:
+            report.invalid.append({"project": task.get("project"), "task": task.get("id"),
+                                   "annotation": annotation.get("id"), "annotator": annotator, "reason": str(exc)})
+            continue
+        if annotator in seen:
+            report.ignored_same_annotator += 1
+            continue
+        if len(chosen) >= limit:
+            report.ignored_extra_annotators += 1
+            continue
+        seen.add(annotator)
+        chosen.append(Chosen(annotator, annotation, answer))
+    return chosen
+
+
+def _judgment_row(task_id: int, chosen: Chosen) -> dict:
+    a, answer = chosen.annotation, chosen.answer
+    return {"task_id": task_id, "annotator": chosen.annotator, "ls_annotation_id": a.get("id"),
+            "related": answer.related, "answer_correct": answer.answer_correct,
+            "corrected_answer": answer.corrected_answer, "flags": answer.flags, "comment": answer.comment,
+            "decision": answer.decision,
+            "raw": {"result": a.get("result"), "completed_by": a.get("completed_by"), "fields": answer.fields or None,
+                    "created_at": a.get("created_at"), "updated_at": a.get("updated_at"),
+                    "lead_time": a.get("lead_time")},
+            "annotated_at": _parse_time(a.get("updated_at") or a.get("created_at")), "updated_at": utcnow()}
+
+
+def store_judgments(session: Session, chosen: dict[int, list[Chosen]], report: PullReport) -> set[int]:
+    """Upsert one judgment per (task, annotator); returns the store ids of tasks whose judgments changed.
+
+    Afterwards the judgments of each task in CHOSEN are exactly its picks, in the same order."""
+    task_ids = list(chosen)
+    existing: dict[tuple[int, str], Any] = {}
+    for part in in_chunks(task_ids):
+        for j in session.execute(select(Judgment.id, Judgment.task_id, Judgment.annotator, Judgment.ls_annotation_id,
+                                        Judgment.raw)
+                                 .where(Judgment.task_id.in_(part))):
+            existing[(j.task_id, j.annotator)] = j
+    changed: set[int] = set()
+    new_rows: list[dict] = []
+    updates: list[dict] = []
+    for task_id, picks in chosen.items():
+        for pick in picks:
+            row = _judgment_row(task_id, pick)
+            old = existing.pop((task_id, pick.annotator), None)
+            if old is None:
+                new_rows.append(row)
+                changed.add(task_id)
+            elif (old.ls_annotation_id != row["ls_annotation_id"]
+                  or (old.raw or {}).get("updated_at") != row["raw"]["updated_at"]):
+                updates.append({**row, "id": old.id})
+                changed.add(task_id)
+            else:
+                report.judgments_unchanged += 1
+    stale = [j for (task_id, _), j in existing.items() if task_id in chosen]  # annotation gone or now invalid
+    if new_rows:
+        session.execute(insert(Judgment.__table__), new_rows)
+    for row in updates:
+        session.execute(_update(Judgment).where(Judgment.id == row.pop("id")).values(**row))
+    for j in stale:
+        session.execute(_delete(Judgment).where(Judgment.id == j.id))
+        changed.add(j.task_id)
+    report.judgments_added += len(new_rows)
+    report.judgments_updated += len(updates)
+    report.judgments_removed += len(stale)
+    return changed
+
+
+@dataclass
+class PendingWrites:
+    """Row changes collected while deciding, written in a few executemany statements."""
+
+    items: list[dict] = field(default_factory=list)
+    tasks: list[dict] = field(default_factory=list)
+    events: list[dict] = field(default_factory=list)
+
+    def flush(self, session: Session) -> None:
+        _bulk_update(session, Item.__table__, self.items)
+        _bulk_update(session, AnnotationTask.__table__, self.tasks)
+        if self.events:
+            session.execute(insert(ItemEvent.__table__), self.events)
+
+
+def _bulk_update(session: Session, table, rows: list[dict]) -> None:  # noqa: ANN001
+    """UPDATE table SET ... WHERE id = row["id"], one executemany per set of changed columns."""
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for row in rows:
+        groups[tuple(sorted(k for k in row if k != "id"))].append(row)
+    for columns, group in groups.items():
+        statement = (table.update().where(table.c.id == bindparam("row_id"))
+                     .values({c: bindparam(f"new_{c}") for c in columns}))
+        session.execute(statement, [{"row_id": r["id"], **{f"new_{c}": r[c] for c in columns}} for r in group])
+
+
+def _set_item_decision(writes: PendingWrites, item: Any, decision: Decision, task: Any,
+                       annotators: list[str]) -> None:
+    """Queue the item's new status (and answer) with its history event; ITEM and TASK are rows of their tables."""
+    now = utcnow()
+    detail: dict[str, Any] = {"decision": decision.status, "rule": decision.rule, "purpose": task.purpose,
+                              "project": task.ls_project_id, "task": task.ls_task_id, "annotators": annotators}
+    values: dict[str, Any] = {"id": item.id, "status": decision.status, "updated_at": now}
+    if decision.corrected_answer is not None:
+        proposed = item.proposed_answer if item.proposed_answer is not None else item.answer
+        values.update(answer=decision.corrected_answer, proposed_answer=proposed)
+        detail.update(proposed_answer=proposed, corrected_answer=decision.corrected_answer)
+    elif item.proposed_answer is not None and item.answer != item.proposed_answer:
+        # An earlier correction no longer holds (an annotation was edited): back to the proposed answer.
+        values.update(answer=item.proposed_answer, proposed_answer=None)
+        detail.update(restored_answer=item.proposed_answer)
+    unchanged = (item.status == decision.status and task.decision == decision.status
+                 and values.get("answer", item.answer) == item.answer)
+    if unchanged:
+        return
+    writes.items.append(values)
+    writes.tasks.append({"id": task.id, "state": DECIDED, "decision": decision.status, "updated_at": now})
+    writes.events.append(_event(item.id, item.status, decision.status, detail))
+
+
+def apply_decisions(session: Session, tasks: dict[int, Any], changed: set[int], chosen: dict[int, list[Chosen]],
+                    report: PullReport, kind: Optional[str] = None) -> None:
+    """Decide the items of tasks whose judgments changed (an adjudicated item keeps its adjudication).
+
+    TASKS holds AnnotationTask rows by store id; a changed task's judgments are its picks in CHOSEN
+    (see `store_judgments`), so they are not read back."""
+    ids = sorted(changed)
+    if not ids:
+        return
+    own = [t for t in ids if own_task(tasks[t].kind, tasks[t].purpose) is not None]
+    if own:
+        apply_own_decisions(session, tasks, own, chosen, report)
+        ids = [t for t in ids if t not in own]
+        if not ids:
+            return
+    item_ids = sorted({tasks[t].item_id for t in ids})
+    items: dict[int, Any] = {}
+    adjudicated_items: set[int] = set()
+    for part in in_chunks(item_ids):
+        items.update({i.id: i for i in session.execute(
+            select(Item.id, Item.status, Item.answer, Item.proposed_answer).where(Item.id.in_(part)))})
+        adjudicated_items.update(session.execute(select(AnnotationTask.item_id).where(
+            AnnotationTask.item_id.in_(part), AnnotationTask.purpose == ADJUDICATE,
+            AnnotationTask.state == DECIDED)).scalars())
+    writes = PendingWrites()
+    for task_id in ids:
+        task, found = tasks[task_id], chosen.get(task_id, [])
+        item = items[task.item_id]
+        if task.purpose == ADJUDICATE:
+            if found:
+                decision = adjudicated(found[0].answer)
+                _set_item_decision(writes, item, decision, task, [found[0].annotator])
+                report.decisions[f"adjudicated {decision.status}"] += 1
+            continue
+        if item.id in adjudicated_items:
+            continue
+        if len(found) >= ANNOTATIONS_PER_TASK:
+            decision = (get_kind(kind).decide if kind else decide)(found[0].answer, found[1].answer)
+            _set_item_decision(writes, item, decision, task, [pick.annotator for pick in found[:2]])
+            report.decisions[decision.status + (" (corrected)" if decision.corrected_answer else "")] += 1
+        elif task.decision is not None:  # a judgment went away: the item is under review again
+            now = utcnow()
+            writes.tasks.append({"id": task.id, "state": OPEN, "decision": None, "updated_at": now})
+            writes.items.append({"id": item.id, "status": IN_REVIEW, "updated_at": now})
+            writes.events.append(_event(item.id, item.status, IN_REVIEW, {"reopened": "a judgment was withdrawn"}))
+    writes.flush(session)
+
+
+def merged(data: dict, update: dict) -> dict:
+    """DATA with UPDATE's keys; a dict value is merged one level down (one style's selection beside another's)."""
+    out = dict(data)
+    for key, value in update.items():
+        out[key] = {**out[key], **value} if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def apply_own_decisions(session: Session, tasks: dict[int, Any], ids: list[int], chosen: dict[int, list[Chosen]],
+                        report: PullReport) -> None:
+    """Decide tasks of a kind's own task by the kind's rule: the item's data and status, the items a decision
+    makes, and the tasks that need one more person (their overlap is raised after the write)."""
+    now = utcnow()
+    for task_id in ids:
+        task = tasks[task_id]
+        item = session.get(Item, task.item_id)
+        name, unit = task_of(task.purpose)
+        picks = chosen.get(task_id, [])
+        outcome = get_kind(item.kind).decide_task(name, unit, item, [(p.annotator, p.answer) for p in picks])
+        if outcome.wants:
+            report.tiebreaks.append({"item": item.key, "task": task.ls_task_id, "annotators": outcome.wants})
+        before = item.status
+        if outcome.data:
+            item.data = merged(item.data or {}, outcome.data)
+        if outcome.status:
+            item.status = outcome.status
+        item.updated_at = now
+        session.add(item)
+        state = DECIDED if outcome.decided else OPEN
+        decision = (outcome.status or outcome.rule) if outcome.decided else None
+        session.execute(_update(AnnotationTask).where(AnnotationTask.id == task_id)
+                        .values(state=state, decision=decision, updated_at=now))
+        if outcome.decided or outcome.status != before:
+            report.decisions[f"{name}: {outcome.rule}"] += 1
+            session.add(ItemEvent(item_id=item.id, stage=STAGE, from_status=before, to_status=item.status,
+                                  detail={"task": task.purpose, "rule": outcome.rule,
+                                          "annotators": [p.annotator for p in picks]}))
+        for row in outcome.new_items:
+            if session.execute(select(Item.id).where(Item.key == row["key"])).first() is None:
+                made = Item(**row)
+                session.add(made)
+                session.flush()
+                session.add(ItemEvent(item_id=made.id, stage=STAGE, from_status=None, to_status=made.status,
+                                      detail={"made_by": task.purpose, "from_item": item.key}))
+                report.items_made += 1
+
+
+def mark_deleted(session: Session, tasks: list[Any], report: PullReport) -> None:
+    """Tasks gone from the server: marked deleted; items still under review go back to `checked`."""
+    now = utcnow()
+    for task in tasks:
+        item = session.get(Item, task.item_id)
+        back = task.purpose == VERIFY and item.status == IN_REVIEW
+        session.execute(_update(AnnotationTask).where(AnnotationTask.id == task.id)
+                        .values(state=DELETED, updated_at=now))
+        if back:
+            session.execute(_update(Item).where(Item.id == item.id).values(status=CHECKED, updated_at=now))
+        session.execute(insert(ItemEvent.__table__), [_event(
+            item.id, item.status, CHECKED if back else item.status,
+            {"task_deleted": task.ls_task_id, "project": task.ls_project_id, "purpose": task.purpose})])
+        report.deleted_tasks.append({"item": item.key, "project": task.ls_project_id, "task": task.ls_task_id,
+                                     "purpose": task.purpose, "item_status": CHECKED if back else item.status})
+
+
+def pull_project(store: Store, server: LabelStudioServer, project_id: int, kind: str, purpose: str,
+                 emails: dict[int, str], report: PullReport, progress: Progress,
+                 workspace_root: Optional[str] = None) -> None:
+    with store.session() as session:
+        tasks = {t.id: t for t in session.execute(select(
+            AnnotationTask.id, AnnotationTask.item_id, AnnotationTask.purpose, AnnotationTask.ls_project_id,
+            AnnotationTask.ls_task_id, AnnotationTask.decision, Item.kind).join(Item, Item.id == AnnotationTask.item_id)
+            .where(_open_task_filter(server.url, project_id, purpose)))}
+        keys = dict(session.execute(select(Item.id, Item.key).where(Item.id.in_(
+            select(AnnotationTask.item_id).where(_open_task_filter(server.url, project_id, purpose))))).all())
+    by_ls_id = {t.ls_task_id: t for t in tasks.values()}
+    report.projects += 1
+    seen: set[int] = set()
+    chunks: Iterable[list[dict]] = ()
+    if server.project_exists(project_id):
+        chunks = _prefetched(server.export_tasks(project_id, sorted(by_ls_id)))
+    done = 0
+    for chunk in chunks:  # each chunk is written in its own transaction while the server exports the next
+        chosen: dict[int, list[Chosen]] = {}
+        for data in chunk:
+            task = by_ls_id.get(data.get("id"))
+            if task is None:
+                continue
+            seen.add(task.ls_task_id)
+            carried = (data.get("meta") or {}).get("item_key") or (data.get("data") or {}).get("item_key")
+            if carried != keys.get(task.item_id):
+                report.mismatched.append({"project": project_id, "task": task.ls_task_id,
+                                          "expected": keys.get(task.item_id), "found": carried})
+                continue
+            report.tasks += 1
+            chosen[task.id] = choose_annotations(data, kind, purpose, emails, report, workspace_root)
+        asked = len(report.tiebreaks)
+        with store.write() as session:
+            changed = store_judgments(session, chosen, report)
+            apply_decisions(session, tasks, changed, chosen, report, kind)
+        for tiebreak in report.tiebreaks[asked:]:
+            server.set_task_overlap(tiebreak["task"], tiebreak["annotators"])
+        done += len(chunk)
+        progress(f"pull project {project_id}", done, len(by_ls_id))
+    unseen = [ls_id for ls_id in by_ls_id if ls_id not in seen]
+    confirmed = set(server.tasks_gone(project_id, unseen))
+    report.missing_from_export += [{"project": project_id, "task": ls_id} for ls_id in unseen
+                                   if ls_id not in confirmed]
+    gone = [by_ls_id[ls_id] for ls_id in unseen if ls_id in confirmed]
+    if gone:
+        with store.write() as session:
+            mark_deleted(session, gone, report)
+
+
+def _prefetched(chunks: Iterator[list[dict]]) -> Iterator[list[dict]]:
+    """Fetch the next chunk in a thread while the caller stores the current one."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        future = pool.submit(next, chunks, None)
+        while (chunk := future.result()) is not None:
+            future = pool.submit(next, chunks, None)
+            yield chunk
+
+
+def pull(workspace: Workspace, progress: Progress = _no_progress) -> PullReport:
+    """Fetch the annotations of every task this workspace pushed to the configured server."""
+    settings = server_settings(workspace)
+    server = LabelStudioServer.from_settings(settings)
+    report = PullReport()
+    preload = threading.Thread(target=preload_agreement_library, daemon=True)
+    preload.start()  # while the server builds the first export snapshot
+    try:
+        server.check()
+        emails = server.user_emails()
+        with workspace.store.session() as session:
+            projects = session.execute(
+                select(AnnotationTask.ls_project_id, Item.kind, AnnotationTask.purpose)
+                .join(Item, Item.id == AnnotationTask.item_id)
+                .where(AnnotationTask.server == server.url, AnnotationTask.state != DELETED)
+                .group_by(AnnotationTask.ls_project_id, Item.kind, AnnotationTask.purpose)
+                # verification first: an adjudication pulled in the same run must have the last word
+                .order_by(AnnotationTask.purpose.desc(), AnnotationTask.ls_project_id)).all()
+        for project_id, kind, purpose in projects:
+            pull_project(workspace.store, server, project_id, kind, purpose, emails, report, progress,
+                         str(workspace.root))
+        pull_authoring_projects(workspace, server, settings, emails, report)
+    finally:
+        server.close()
+    preload.join()
+    record_agreement(workspace.store)
+    return report
+
+
+def pull_authoring_projects(workspace: Workspace, server: LabelStudioServer, settings: ServerSettings,
+                            emails: dict[int, str], report: PullReport) -> None:
+    """Submissions of every kind's authoring projects on this server become draft items (new ones only)."""
+    for name, spec in sorted(all_kinds().items()):
+        for task in spec.authoring_tasks:
+            project_id = server.find_project(project_title(settings, name, task))
+            if project_id is not None:
+                pull_authoring(workspace.store, server, project_id, name, task, emails, report.authoring,
+                               str(workspace.root))
+
+

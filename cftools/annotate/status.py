@@ -1,0 +1,127 @@
+"""Agreement and progress of the annotation stage: agreement per kind and question (stored for the data card),
+progress per project and counts per annotator (`annotate status`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from typing import Any, Iterable, Optional
+
+from sqlalchemy import func, insert, select
+from sqlmodel import Session
+
+from cftools.annotate.projects import DELETED, _delete, task_of
+from cftools.annotate.rules import (
+    ADJUDICATE, VERIFY, Answer, agreement, label_agreement,
+)
+from cftools.models import (
+    ACCEPTED, IN_REVIEW, NEEDS_ADJUDICATION, REJECTED, AgreementStat, AnnotationTask, Item, Judgment, utcnow,
+)
+from cftools.kinds import get_kind
+from cftools.store import Store
+
+# ---------------------------------------------------------------- status and agreement
+
+
+def verify_ratings(session: Session, item_keys: Optional[Iterable[str]] = None) -> dict[str, dict[int, dict[str, Answer]]]:
+    """Per item kind: every live verification task's judgments by annotator (only ITEM_KEYS' items when given)."""
+    query = (select(Item.kind, Item.key, Judgment.task_id, Judgment.annotator, Judgment.related,
+                    Judgment.answer_correct, Judgment.flags)
+             .join(AnnotationTask, AnnotationTask.id == Judgment.task_id)
+             .join(Item, Item.id == AnnotationTask.item_id)
+             .where(AnnotationTask.purpose == VERIFY, AnnotationTask.state != DELETED)
+             .order_by(Judgment.task_id, Judgment.ls_annotation_id))
+    wanted = set(item_keys) if item_keys is not None else None
+    ratings: dict[str, dict[int, dict[str, Answer]]] = defaultdict(dict)
+    for kind, key, task_id, annotator, related, correct, flags in session.execute(query):
+        if wanted is not None and key not in wanted:
+            continue
+        ratings[kind].setdefault(task_id, {})[annotator] = Answer(related=related, answer_correct=correct,
+                                                                 flags=list(flags or []))
+    return ratings
+
+
+def agreement_project_name(kind: str) -> str:
+    return f"{kind} verification"
+
+
+def _own_task_pairs(session: Session) -> dict[str, list[tuple[dict, dict]]]:
+    """Per "KIND TASK" of the kinds' own tasks: the labels of the first two judgments of every live task."""
+    rows = session.execute(
+        select(Item.kind, AnnotationTask.purpose, Judgment.task_id, Judgment.raw)
+        .join(AnnotationTask, AnnotationTask.id == Judgment.task_id)
+        .join(Item, Item.id == AnnotationTask.item_id)
+        .where(AnnotationTask.purpose.not_in([VERIFY, ADJUDICATE]), AnnotationTask.state != DELETED)
+        .order_by(Judgment.task_id, Judgment.ls_annotation_id)).all()
+    per_task: dict[int, tuple[str, str, list[dict]]] = {}
+    for kind, purpose, task_id, raw in rows:
+        task = task_of(purpose)[0]
+        labels = get_kind(kind).agreement_labels(task, Answer(fields=(raw or {}).get("fields") or {}))
+        per_task.setdefault(task_id, (kind, task, []))[2].append(labels)
+    pairs: dict[str, list[tuple[dict, dict]]] = defaultdict(list)
+    for kind, task, found in per_task.values():
+        if len(found) >= 2 and found[0] and found[1]:
+            pairs[f"{kind} {task}"].append((found[0], found[1]))
+    return pairs
+
+
+def record_agreement(store: Store) -> dict[str, dict[str, dict[str, Any]]]:
+    """Compute agreement per kind and question and store it (AgreementStat) for the data card; a kind's own
+    tasks under the project name "KIND TASK"."""
+    with store.session() as session:
+        stats = {agreement_project_name(kind): agreement(ratings) for kind, ratings in verify_ratings(session).items()}
+        stats.update({name: label_agreement(pairs) for name, pairs in _own_task_pairs(session).items()})
+    now = utcnow()
+    with store.write() as session:
+        for name, questions in stats.items():
+            session.execute(_delete(AgreementStat).where(AgreementStat.project == name))
+            session.execute(insert(AgreementStat.__table__), [
+                {"project": name, "question": q, "n_pairs": s["n_pairs"],
+                 "percent_agreement": s["percent_agreement"], "cohen_kappa": s["cohen_kappa"], "computed_at": now}
+                for q, s in questions.items()])
+    return stats
+
+
+def annotation_status(store: Store) -> dict[str, Any]:
+    """Progress per project, agreement per question (also stored) and counts per annotator, from the store."""
+    agreement_stats = record_agreement(store)
+    with store.session() as session:
+        judgment_counts = (select(Judgment.task_id, func.count().label("n")).group_by(Judgment.task_id).subquery())
+        rows = session.execute(
+            select(AnnotationTask.server, AnnotationTask.ls_project_id, AnnotationTask.purpose, Item.kind,
+                   AnnotationTask.state, AnnotationTask.decision, func.coalesce(judgment_counts.c.n, 0))
+            .join(Item, Item.id == AnnotationTask.item_id)
+            .outerjoin(judgment_counts, judgment_counts.c.task_id == AnnotationTask.id)).all()
+        projects: dict[tuple, dict[str, Any]] = {}
+        for server, project_id, purpose, kind, state, decision, n in rows:
+            p = projects.setdefault((server, project_id, purpose), {
+                "server": server, "project_id": project_id, "purpose": purpose, "kind": kind, "tasks": 0,
+                "deleted": 0, "annotations": {"0": 0, "1": 0, "2+": 0}, "decisions": Counter()})
+            if state == DELETED:
+                p["deleted"] += 1
+                continue
+            p["tasks"] += 1
+            p["annotations"]["0" if n == 0 else "1" if n == 1 else "2+"] += 1
+            if decision:
+                p["decisions"][decision] += 1
+        annotators: dict[str, dict[str, Any]] = {}
+        for annotator, purpose, related, correct, corrected in session.execute(
+                select(Judgment.annotator, AnnotationTask.purpose, Judgment.related, Judgment.answer_correct,
+                       Judgment.corrected_answer).join(AnnotationTask, AnnotationTask.id == Judgment.task_id)
+                .where(AnnotationTask.state != DELETED)):
+            a = annotators.setdefault(annotator, {"judgments": 0, "adjudications": 0, "related_yes": 0,
+                                                  "correct_yes": 0, "corrections": 0})
+            if purpose == ADJUDICATE:
+                a["adjudications"] += 1
+                continue
+            a["judgments"] += 1
+            a["related_yes"] += bool(related)
+            a["correct_yes"] += bool(correct)
+            a["corrections"] += bool(corrected)
+        items = dict(session.execute(select(Item.status, func.count()).where(Item.status.in_(
+            [IN_REVIEW, ACCEPTED, REJECTED, NEEDS_ADJUDICATION])).group_by(Item.status)).all())
+    for p in projects.values():
+        p["decisions"] = dict(p["decisions"])
+    return {"projects": sorted(projects.values(), key=lambda p: (p["server"], p["project_id"])),
+            "agreement": dict(sorted(agreement_stats.items())),
+            "annotators": dict(sorted(annotators.items())), "items_by_status": items}

@@ -35,8 +35,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 import fixtures_label_studio as lsfix  # noqa: E402
 
 from cftools.annotate.projects import ImageLinks, project_title  # noqa: E402
-from cftools.annotate.pull import pull
-from cftools.annotate.push import PushReport, push, task_payloads
+from cftools.annotate.pull import pull  # noqa: E402
+from cftools.annotate.push import PushReport, push, task_payloads  # noqa: E402
 from cftools.annotate.rules import VERIFY, render_label_config  # noqa: E402
 from cftools.annotate.label_studio import LabelStudioServer, server_settings  # noqa: E402
 from cftools.models import CHECKED, Image, Item, SourceQuestion, utcnow  # noqa: E402

@@ -308,9 +308,13 @@ def test_an_identical_images_api_request_is_served_from_the_store(workspace, run
                                                   "cause_description": "a red ball on grass",
                                                   "effect_description": "a flat red ball on grass"}}
             session.add(item)
+    import tomlkit
+
     config = workspace.root / "cftools.toml"
-    config.write_text(config.read_text() + f'\n[images]\nbackend = "openai"\nmodel = "image-model-1"\n'
-                                           f'base_url = "{images_api}/v1"\napi_key_env = "MY_IMAGES_KEY"\n')
+    doc = tomlkit.parse(config.read_text())
+    doc["images"].update({"backend": "openai", "model": "image-model-1", "base_url": f"{images_api}/v1",
+                          "api_key_env": "MY_IMAGES_KEY"})
+    config.write_text(tomlkit.dumps(doc))
     monkeypatch.setenv("MY_IMAGES_KEY", "sk-images-cache-test")
     script(images_api, [])
     out = run_cli("generate", "images", "--per-prompt", "2", "--styles", "photograph", "--size", "64x64", "--json")

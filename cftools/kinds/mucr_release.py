@@ -199,7 +199,8 @@ def write_mucr(items: list, folder: Path, name: str, splits: dict[str, float], c
     write_jsonl(folder / CHOICES_NAME, sorted(choices, key=lambda r: r["id"]))
     write_records(ordered, folder / "records.jsonl")
     write_card(folder, [e.record for e in ordered], [e.provenance for e in ordered],
-               agreement_rows(context.workspace.store), name=name, version=context.version,
+               agreement_rows(context.workspace.store, [e.record["id"] for e in ordered]), name=name,
+               version=context.version,
                license=context.workspace.section("release").get("license"), splits=[],
                data_as_of=max((e.updated_at for e in ordered), default=""),
                kind_context={"mucr_schema": schema, "mucr_seed": seed, "small_groups": small,

@@ -354,3 +354,21 @@ def test_eval_scores_c2e_e2c_cue_and_exp_against_a_judge_process(workspace, run_
     composite = json.loads((tmp_path / "composite" / "config.json").read_text())
     assert composite["kind_options"] == {"mucr_input": "composite"} and composite["judge_aggregate"] == "mean"
     assert "composite input" in (tmp_path / "composite" / "report.md").read_text()
+
+
+def test_from_ranking_selects_the_best_ranked_candidates_for_a_demo(workspace, cue_stub, tmp_path):
+    from cftools.kinds.mucr_cues import select_from_ranking
+
+    refs = [image_ref(workspace.store, tmp_path, f"i{n}.png", COLOURS[n], 10 + n) for n in range(4)]
+    candidates = {"0": {"cause": refs[0], "effect": refs[1]}, "1": {"cause": refs[2], "effect": refs[3]}}
+    with workspace.store.write() as session:
+        session.add(Item(key="captions:x:p", kind="mucr", group="g", question="q", status=DRAFT,
+                         data={"cause_caption": "rain", "effect_caption": "cold", "candidates": {"comic": candidates},
+                               "candidate_checks": {"comic": [{"k": 1, "score": 0.9, "flags": []},
+                                                              {"k": 0, "score": 0.1, "flags": []}]}}))
+    assert select_from_ranking(workspace.store) == 1
+    assert select_from_ranking(workspace.store) == 0  # the style is chosen now
+    with workspace.store.session() as session:
+        made = session.execute(select(Item).where(Item.key == "captions:x:p@comic")).scalar_one()
+    assert (made.data["cause_image"], made.data["effect_image"]) == (refs[2], refs[3])
+    assert made.data["selection"]["by"] == "ranking" and made.status == DRAFT

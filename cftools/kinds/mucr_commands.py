@@ -140,15 +140,22 @@ def print_images_report(report) -> None:  # noqa: ANN001
 @click.command("cues")
 @click.option("--limit", type=click.IntRange(min=0), help="At most this many selected pairs.")
 @click.option("--group", "groups", multiple=True, help="Only pairs of this group (repeatable).")
+@click.option("--from-ranking", is_flag=True,
+              help="Without annotators (a demo): first select each style's best-ranked candidate pair "
+                   "(recorded as selected by ranking; people choose with `annotate push --task select`).")
 @llm_options
 @pass_workspace
-def cues_cmd(workspace: Workspace, limit: Optional[int], groups: tuple[str, ...], backend: Optional[str],
+def cues_cmd(workspace: Workspace, limit: Optional[int], groups: tuple[str, ...], from_ranking: bool,
+             backend: Optional[str],
              model: Optional[str], template_path: Optional[Path], concurrency: Optional[int], refresh: bool,
              max_attempts: int, quiet: bool, as_json: bool) -> None:
     """Draft the cue, three false cues and a three-part explanation of every selected pair (MuCR) from its two
     descriptions; the checks flag cue problems, and the explain task shows the draft to three people."""
-    from cftools.kinds.mucr_cues import CUES_MAX_TOKENS, draft_cues
+    from cftools.kinds.mucr_cues import CUES_MAX_TOKENS, draft_cues, select_from_ranking
 
+    if from_ranking:
+        made = select_from_ranking(workspace.store, limit, groups)
+        err_console.print(f"{made} pairs selected by the candidates' ranking (unverified).")
     report = run_with_llm(workspace, backend, model, lambda llm, config: draft_cues(
         workspace.store, llm, limit=limit, groups=groups, template_path=template_path, workspace_root=workspace.root,
         params=text_params(config, CUES_MAX_TOKENS, llm.name), concurrency=concurrency, refresh=refresh,

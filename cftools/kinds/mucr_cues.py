@@ -77,6 +77,38 @@ class CuesTask(LLMTask):
         return 1
 
 
+def select_from_ranking(store: Store, limit: Optional[int] = None, groups: tuple[str, ...] = ()) -> int:
+    """Without annotators (a demo, a first look): make the selected pair of every style still to choose from its
+    best-ranked candidate, marked `selection.by = "ranking"` (unverified like any draft). Returns how many."""
+    from cftools.kinds.mucr_annotate import ranked, select_units, style_item, unit_style
+
+    made = 0
+    with store.write() as session:
+        query = select(Item).where(Item.kind == KIND, Item.status.in_([DRAFT, CHECKED])).order_by(Item.id)
+        if groups:
+            query = query.where(Item.group.in_(list(groups)))
+        pairs = [i for i in session.execute(query).scalars() if (i.data or {}).get("candidates")]
+        for item in pairs[:limit] if limit is not None else pairs:
+            for unit in select_units(item.data or {}):
+                style = unit_style(unit)
+                best = ranked(item.data, style)[0]
+                row = style_item(item, style, best, best, [])
+                row["data"]["selection"]["by"] = "ranking"
+                row["origin"] = "selected by ranking"
+                if session.execute(select(Item.id).where(Item.key == row["key"])).first() is None:
+                    new = Item(**row)
+                    session.add(new)
+                    session.flush()
+                    session.add(ItemEvent(item_id=new.id, stage="generate cues", from_status=None, to_status=DRAFT,
+                                          detail={"selected_by": "ranking", "from_item": item.key}))
+                    made += 1
+                item.data = {**item.data, "selection": {**(item.data.get("selection") or {}),
+                                                        style: {"cause": best, "effect": best, "by": "ranking",
+                                                                "unit": unit}}}
+                session.add(item)
+    return made
+
+
 def pairs_without_cues(store: Store, limit: Optional[int] = None, groups: tuple[str, ...] = ()) -> list[Item]:
     """Selected pairs (they have both images) without a cue yet."""
     with store.session() as session:

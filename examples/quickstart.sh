@@ -36,6 +36,7 @@ cftools generate context --limit "${MUCR_LIMIT:-2}" --max-attempts 2
 cftools generate images --limit "${MUCR_LIMIT:-2}" --per-prompt 2
 cftools check
 echo "Candidate images (64x64 noise from the embedded tiny pipeline) are in $ws/images/generated"
+bash "$here/mucr/quickstart-mucr.sh"    # cues, the MuCR release and its blind baseline (examples/mucr/)
 
 step "Export an unverified release and verify it"
 cftools export example --version 0.1.0 --include-unverified --force

@@ -57,6 +57,15 @@ def eval_group() -> None:
     """
 
 
+def parse_batch_size(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not a number or auto", param_hint="--batch-size") from None
+
+
 @eval_group.command("run")
 @click.argument("release", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--model", "model", required=True,
@@ -66,7 +75,9 @@ def eval_group() -> None:
               help="generate short answers, or rank the options by likelihood (hf: models).")
 @click.option("--score", type=click.Choice(SCORES), default="mean-loss", show_default=True,
               help="rank mode: mean-loss (mean token loss, lowest wins) or sum-logprob (highest wins).")
-@click.option("--batch-size", type=int, default=8, show_default=True, help="Questions per batch.")
+@click.option("--batch-size", default="8", show_default=True,
+              help="Questions per batch, or auto: start at 64 and halve on every out-of-memory error (the run goes on; "
+                   "predictions already written stay).")
 @click.option("--device", type=click.Choice(DEVICES), default="auto", show_default=True,
               help="hf: models: cuda when there is a GPU, else cpu.")
 @click.option("--dtype", type=click.Choice(DTYPES), default="auto", show_default=True,
@@ -90,7 +101,7 @@ def eval_group() -> None:
               help="Ask every question with options twice, options swapped, and report the position bias.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.pass_context
-def eval_run(ctx: click.Context, release: Path, model: str, mode: str, score: str, batch_size: int, device: str,
+def eval_run(ctx: click.Context, release: Path, model: str, mode: str, score: str, batch_size: str, device: str,
              dtype: str, limit: Optional[int], out_dir: Optional[Path], template: Optional[str],
              max_new_tokens: int, judge: Optional[str], judge_aggregate: str, concurrency: int,
              allow_downloads: bool, prompt_variant: str, swap_options: bool, quiet: bool,
@@ -104,7 +115,8 @@ def eval_run(ctx: click.Context, release: Path, model: str, mode: str, score: st
         def progress(done: int, total: int) -> None:
             bar.update(task, completed=done, total=total)
 
-        result = run_eval(release, model, mode=mode, score=score, batch_size=batch_size, device=device, dtype=dtype,
+        result = run_eval(release, model, mode=mode, score=score, batch_size=parse_batch_size(batch_size), device=device,
+                          dtype=dtype,
                           limit=limit, out_dir=out_dir, template=template, max_new_tokens=max_new_tokens,
                           judge=judge, workspace=workspace, concurrency=concurrency, progress=progress,
                           judge_aggregate=judge_aggregate, options=kind_options,

@@ -74,10 +74,31 @@ IDENTITY_LABELS = {"release_manifest_sha256": "the release changed (manifest SHA
                    "prompt": "prompt variant", "swap_options": "swapped options",
                    "judge_aggregate": "judge aggregate", "kind_options": "kind options"}
 PLAIN = "plain"
+AUTO = "auto"
+AUTO_START_BATCH = 64  # --batch-size auto starts here and halves on every out-of-memory error
 JUDGE_AGGREGATES = ("best-match", "mean")  # a judged answer's score over several references
 
 
 # -- the run ------------------------------------------------------------------------------------------------
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """A device out-of-memory error (torch's CUDA/MPS ones, or a RuntimeError that says so)."""
+    return type(exc).__name__ == "OutOfMemoryError" or (isinstance(exc, (RuntimeError, MemoryError))
+                                                         and "out of memory" in str(exc).lower())
+
+
+def release_memory() -> None:
+    import gc
+
+    gc.collect()
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    except ImportError:
+        pass
+
 
 def run_identity(config: dict[str, Any]) -> str:
     """SHA-256 of the identity keys of a run's configuration."""
@@ -199,8 +220,10 @@ def run_eval(release_dir: Path | str, model: str, mode: str = "generate", score:
         raise CftoolsError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
     if score not in SCORES:
         raise CftoolsError(f"unknown score {score!r}; choose one of {', '.join(SCORES)}")
+    auto_batch = batch_size in (AUTO, 0)
+    batch_size = AUTO_START_BATCH if auto_batch else int(batch_size)
     if batch_size < 1:
-        raise CftoolsError("--batch-size must be at least 1")
+        raise CftoolsError("--batch-size must be at least 1 (or auto)")
     if judge_aggregate not in JUDGE_AGGREGATES:
         raise CftoolsError(f"unknown judge aggregate {judge_aggregate!r}; choose one of {', '.join(JUDGE_AGGREGATES)}")
     options = {k: v for k, v in sorted((options or {}).items()) if v is not None}
@@ -270,11 +293,22 @@ def run_eval(release_dir: Path | str, model: str, mode: str = "generate", score:
         progress(len(questions) - len(todo), len(questions))
     # Questions of like length share a batch: less padding for a batched model (predictions are keyed, not ordered).
     todo = sorted(todo, key=lambda q: (len(q.prompt.images), len(q.prompt.text), len(q.prompt.options or ())))
-    for start in range(0, len(todo), batch_size):
+    start = 0
+    while start < len(todo):
         batch = todo[start:start + batch_size]
-        lines = ask_batch(answerer, batch, mode, score, templates, judge_answerer, judge_aggregate)
+        try:
+            lines = ask_batch(answerer, batch, mode, score, templates, judge_answerer, judge_aggregate)
+        except Exception as exc:  # noqa: BLE001 (only an out-of-memory error is handled; the rest re-raised)
+            if not (is_out_of_memory(exc) and len(batch) > 1):
+                raise
+            batch_size = max(1, len(batch) // 2)  # the predictions already written stay; this batch is asked again
+            release_memory()
+            if notify:
+                notify(f"out of memory at batch size {len(batch)}: going on with {batch_size}")
+            continue
         append_predictions(predictions_path, lines)
         asked += len(batch)
+        start += len(batch)
         if progress:
             progress(len(questions) - len(todo) + asked, len(questions))
     done = read_predictions(predictions_path)

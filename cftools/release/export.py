@@ -602,17 +602,26 @@ def write_native(items: list[ExportItem], folder: Path, splits: dict[str, float]
 
 
 def agreement_rows(store: Store, item_keys: Iterable[str]) -> list[dict[str, Any]]:
-    """Inter-annotator agreement of the released items only (not of the whole store), per kind and question."""
-    from cftools.annotate.status import agreement_project_name, verify_ratings
-    from cftools.annotate.rules import agreement
+    """Inter-annotator agreement of the released items only (not of the whole store), per kind and question; and
+    of the released kinds' own tasks (a MuCR selection is made on the pair before the released item exists)."""
+    from cftools.annotate.rules import agreement, label_agreement
+    from cftools.annotate.status import _own_task_pairs, agreement_project_name, verify_ratings
 
+    item_keys = list(item_keys)
     with store.session() as session:
         ratings = verify_ratings(session, item_keys)
+        kinds = {kind for part in in_chunks(item_keys)
+                 for kind in session.execute(select(Item.kind).where(Item.key.in_(part)).distinct()).scalars()}
+        own = _own_task_pairs(session)
     rows = []
     for kind in sorted(ratings):
         for question, s in agreement(ratings[kind]).items():
             if s["n_items"]:
                 rows.append({"project": agreement_project_name(kind), "question": question, **s})
+    for name, pairs in sorted(own.items()):
+        if name.split(" ", 1)[0] in kinds:
+            rows += [{"project": name, "question": question, "n_items": s["n_pairs"], "krippendorff_alpha": None, **s}
+                     for question, s in label_agreement(pairs).items()]
     return rows
 
 

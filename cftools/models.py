@@ -126,6 +126,9 @@ class Item(SQLModel, table=True):
     origin: str = "ingested"  # ingested | generated | release
     generation_id: Optional[int] = Field(default=None, foreign_key="generations.id")
     data: Optional[dict] = json_column()  # shape-specific fields (options, cues, explanations...)
+    # The dataset an ingested item came from, for items without a source question (caption pairs); an item
+    # with a source question comes from its source's dataset. Its licence is in dataset_licences.
+    dataset: Optional[str] = None
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
 
@@ -256,7 +259,19 @@ class IngestRun(SQLModel, table=True):
     n_items_added: int = 0
     n_images_added: int = 0
     n_skipped: int = 0
+    dataset: Optional[str] = None
+    licence: Optional[str] = None  # the licence this ingest recorded for its dataset
     created_at: datetime = Field(default_factory=utcnow)
+
+
+class DatasetLicence(SQLModel, table=True):
+    """The licence of a source dataset, as its ingest stated it ("unknown" when none was given): the release
+    card lists these for the datasets a release draws on, and export will not stamp one licence over others."""
+
+    __tablename__ = "dataset_licences"
+    dataset: str = Field(primary_key=True)
+    licence: str
+    updated_at: datetime = Field(default_factory=utcnow)
 
 
 class WorkClaim(SQLModel, table=True):

@@ -22,10 +22,11 @@ step "Create the workspace at $ws"
 cftools init "$ws"
 
 step "Ingest the C-VQA sample (300 published rows, images not shipped), the VQAv2-format example and six drawn-shape items"
-cftools ingest cvqa "$here/cvqa/C-VQA-Real_questions.csv"
+# Each ingest states its source's licence (see the SOURCE.md files): the C-VQA repository states none.
+cftools ingest cvqa "$here/cvqa/C-VQA-Real_questions.csv" --licence unknown
 cftools ingest vqav2 --questions "$here/vqav2/questions.json" --annotations "$here/vqav2/annotations.json" \
-  --images "$here/vqav2/images"
-cftools ingest cvqa "$here/cvqa/drawn-shapes.csv" --images "$here/vqav2/images"   # six items with images
+  --images "$here/vqav2/images" --licence CC0-1.0
+cftools ingest cvqa "$here/cvqa/drawn-shapes.csv" --images "$here/vqav2/images" --licence CC0-1.0   # six items with images
 
 step "Generate $per_group counterfactual items per group with the embedded model (poor answers: it is offline)"
 for group in numerical-direct numerical-indirect boolean; do
@@ -39,7 +40,7 @@ step "Verification in Label Studio"
 cftools annotate push --kind cvqa --if-configured
 
 step "MuCR: caption pairs -> contextual descriptions (embedded model) -> candidate images (embedded tiny pipeline)"
-cftools ingest captions "$here/mucr/captions.csv"
+cftools ingest captions "$here/mucr/captions.csv" --licence CC0-1.0
 model_step cftools generate context --limit "${MUCR_LIMIT:-2}" --max-attempts 2
 cftools generate images --limit "${MUCR_LIMIT:-2}" --per-prompt 2
 cftools check
@@ -47,7 +48,9 @@ echo "Candidate images (64x64 noise from the embedded tiny pipeline) are in $ws/
 bash "$here/mucr/quickstart-mucr.sh"    # cues, the MuCR release and its blind baseline (examples/mucr/)
 
 step "Export an unverified release and verify it"
-cftools export example --version 0.1.0 --include-unverified --force
+# The sources are under CC0-1.0 and an unknown licence, so the workspace's CC-BY-4.0 cannot be stamped over
+# them (export refuses); the release is stamped "unknown" explicitly and its card lists each source's licence.
+cftools export example --version 0.1.0 --include-unverified --force --licence unknown
 cftools verify "$ws/releases/example-0.1.0"
 
 step "Blind (text-only) baseline on the release"

@@ -21,7 +21,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 # Area fixture modules (tests/fixtures_<area>.py) are registered here.
-pytest_plugins: list[str] = ["fixtures_label_studio", "fixtures_eval"]
+pytest_plugins: list[str] = ["fixtures_label_studio", "fixtures_eval", "fixtures_llm"]
 
 
 @pytest.fixture

@@ -2,22 +2,40 @@
 
 For tests, benchmarks and dry runs of a pipeline without a model. It listens on 127.0.0.1 only. The answer is a
 well-formed rewrite of the last "Question: ... / Answer: ..." pair in the prompt (a count plus one, a yes/no
-flipped), in the format the rewrite prompts ask for.
+flipped), in the format the rewrite prompts ask for, unless a reply function or a script says otherwise.
 
-    python -m llm_stub --port 0 --delay 0.2     # prints "listening on http://127.0.0.1:PORT/v1"
+    python tests/llm_stub.py --port 0 --delay 0.2    # prints "listening on http://127.0.0.1:PORT/v1"
+    python tests/llm_stub.py --reply llm_replies:eval_answers   # a function of (request body, last user text)
+
+A reply (what a reply function returns, or one entry of a script) is a text (the completion), an HTTP status
+to fail with, or a dict scripting the whole exchange:
+    {"status": 429, "headers": {"retry-after": "2"}, "body": {...}}   # any status, headers and JSON body
+    {"raw": "<html>proxy error</html>"}                                # a body that is not JSON
+    {"text": "late", "delay": 1.0}                                     # answer after DELAY seconds (time-outs)
+
+Control, for tests (the tests run it as a process and drive it over HTTP):
+- POST /control/script {"replies": [reply, ...]} queues what the next chat requests get, one entry each, in
+  order of arrival; once the queue is empty the reply function (or the default rewrite) answers again.
+- POST /control/reply {"function": "module:name" | null} swaps the reply function (a module beside this file).
+- POST /control/reset empties the queue and the request log and restores the start-up reply function.
+- GET /control/requests lists the chat requests received (path, headers, JSON body), oldest first.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import importlib
 import json
 import re
 import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable
+from typing import Any, Callable, Union
 
+Reply = Union[str, int, dict]
+ReplyFunction = Callable[[dict, str], Reply]
 
 
 def stub_reply(prompt: str) -> str:
@@ -59,35 +77,62 @@ class StubHandler(BaseHTTPRequestHandler):
     def log_message(self, *args: Any) -> None:  # quiet
         pass
 
-    def _send(self, status: int, body: dict[str, Any]) -> None:
-        data = json.dumps(body).encode()
+    def _send(self, status: int, body: Any, headers: dict[str, str] | None = None, raw: str | None = None) -> None:
+        data = raw.encode() if raw is not None else json.dumps(body).encode()
+        sent = {"content-type": "application/json", **{k.lower(): v for k, v in (headers or {}).items()}}
+        sent["content-length"] = str(len(data))
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
+        for name, value in sent.items():
+            self.send_header(name, value)
         self.end_headers()
         self.wfile.write(data)
 
+    def _json_body(self) -> Any:
+        length = int(self.headers.get("Content-Length") or 0)
+        return json.loads(self.rfile.read(length) or b"{}")
+
     def do_GET(self) -> None:  # noqa: N802
-        if self.path.rstrip("/").endswith("/stats"):
+        path = self.path.rstrip("/")
+        if path.endswith("/stats"):
             self._send(200, {"requests": self.server.requests})
-            return
-        self._send(200, {"object": "list", "data": [{"id": "stub", "object": "model", "owned_by": "cftools"}]})
+        elif path == "/control/requests":
+            with self.server.lock:
+                self._send(200, list(self.server.received))
+        else:
+            self._send(200, {"object": "list", "data": [{"id": "stub", "object": "model", "owned_by": "cftools"}]})
 
     def do_POST(self) -> None:  # noqa: N802
-        length = int(self.headers.get("Content-Length") or 0)
-        request = json.loads(self.rfile.read(length) or b"{}")
+        request = self._json_body()
+        if self.path.startswith("/control/"):
+            self._send(200, self.server.control(self.path.rstrip("/"), request))
+            return
         with self.server.lock:
             self.server.requests += 1
             n = self.server.requests
+            self.server.received.append({"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()},
+                                         "body": request})
+            scripted = self.server.script.popleft() if self.server.script else None
         time.sleep(self.server.delay)
         messages = request.get("messages") or []
         content = messages[-1].get("content", "") if messages else ""
         if isinstance(content, list):
             content = "\n".join(p.get("text", "") for p in content if p.get("type") == "text")
-        reply = self.server.reply(request, content) if self.server.reply else stub_reply(content)
+        if scripted is not None:
+            reply = scripted
+        else:
+            reply = self.server.reply(request, content) if self.server.reply else stub_reply(content)
+        self._answer(reply, request, content, n)
+
+    def _answer(self, reply: Reply, request: dict, content: str, n: int) -> None:
         if isinstance(reply, int):  # an HTTP error status asked for by a test's reply function
             self._send(reply, {"error": {"message": f"stub error {reply}", "type": "server_error", "code": None}})
             return
+        if isinstance(reply, dict):
+            time.sleep(float(reply.get("delay", 0)))
+            if "text" not in reply:
+                self._send(int(reply.get("status", 200)), reply.get("body"), reply.get("headers"), reply.get("raw"))
+                return
+            reply = reply["text"]
         text = reply
         self._send(200, {
             "id": f"chatcmpl-stub{n}", "object": "chat.completion", "created": int(time.time()),
@@ -99,18 +144,47 @@ class StubHandler(BaseHTTPRequestHandler):
         })
 
 
+def load_reply_function(spec: str | None) -> ReplyFunction | None:
+    """MODULE:NAME, MODULE importable from beside this file (tests/), e.g. llm_replies:eval_answers."""
+    if not spec:
+        return None
+    module, _, name = spec.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
 class StubServer(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 256
 
-    def __init__(self, port: int = 0, delay: float = 0.2,
-                 reply: Callable[[dict[str, Any], str], str | int] | None = None) -> None:
-        """REPLY(request, last user text) may replace the default answer: a text, or an HTTP status to fail with."""
+    def __init__(self, port: int = 0, delay: float = 0.2, reply: ReplyFunction | None = None,
+                 keep_requests: int = 1000) -> None:
+        """REPLY(request, last user text) may replace the default answer (a reply: see the module's doc)."""
         super().__init__(("127.0.0.1", port), StubHandler)
         self.delay = delay
-        self.reply = reply
+        self.reply = self.start_reply = reply
         self.requests = 0
+        self.received: collections.deque = collections.deque(maxlen=keep_requests)  # bounded: benchmarks send many
+        self.script: collections.deque = collections.deque()
         self.lock = threading.Lock()
+
+    def control(self, path: str, request: dict) -> dict:
+        with self.lock:
+            if path == "/control/script":
+                self.script.extend(request.get("replies") or [])
+            elif path == "/control/reply":
+                self.reply = load_reply_function(request.get("function"))
+            elif path == "/control/reset":
+                self.script.clear()
+                self.received.clear()
+                self.reply = self.start_reply
+            else:
+                return {"error": f"unknown control {path}"}
+            return {"queued": len(self.script)}
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that gave up (a time-out a test asked for) leaves a closed socket behind: not an error here.
+        if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            super().handle_error(request, client_address)
 
     @property
     def base_url(self) -> str:
@@ -126,9 +200,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--delay", type=float, default=0.2, help="seconds before each answer")
     parser.add_argument("--context", action="store_true", help="also answer MuCR context prompts")
+    parser.add_argument("--reply", metavar="MODULE:FUNCTION", help="reply function (request, last user text)")
     args = parser.parse_args(argv)
-    server = StubServer(args.port, args.delay,
-                        reply=(lambda request, text: context_reply(text)) if args.context else None)
+    reply = load_reply_function(args.reply)
+    if args.context:
+        reply = lambda request, text: context_reply(text)  # noqa: E731
+    server = StubServer(args.port, args.delay, reply)
     print(f"listening on {server.base_url}", flush=True)
     try:
         server.serve_forever()

@@ -1,4 +1,5 @@
-"""The evaluation runner: a tiny random LLaVA built from configs, releases written by hand, recorded HTTP."""
+"""The evaluation runner: a tiny random LLaVA built from configs, releases written by hand, and a loopback chat
+server process (tests/llm_stub.py) for the API models, the blind baseline and the judge."""
 
 from __future__ import annotations
 
@@ -10,9 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
 import pytest
-import respx
 
 from cftools.evaluate.run import (PREDICTIONS_NAME, load_run, parse_model_spec, read_predictions, run_eval)
 from cftools.evaluate.vlm import HFVisionModel, Prompt, best_option
@@ -213,46 +212,25 @@ def test_resume_after_kill(tiny_llava_dir, tmp_path):
     assert f"{120 - killed_at} questions asked now" in " ".join(finished.stdout.split())
 
 
-# -- API and blind models (recorded HTTP) -----------------------------------------------------------------------
+# -- API and blind models (the loopback chat server process) -------------------------------------------------
 
-def chat_reply(text: str) -> dict:
-    return {"id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": "m",
-            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}],
-            "usage": {"prompt_tokens": 10, "completion_tokens": 1, "total_tokens": 11}}
-
-
-def answer_from_request(request: httpx.Request) -> tuple[str, list]:
-    body = json.loads(request.content)
-    content = body["messages"][0]["content"]
-    parts = content if isinstance(content, list) else [{"type": "text", "text": content}]
-    text = " ".join(p["text"] for p in parts if p["type"] == "text")
-    if "How many" in text:
-        return "There are two birds.", parts
-    if "color" in text:
-        return "It is red.", parts
-    return "Yes.", parts
+def text_parts(request: dict) -> list[dict]:
+    """The content parts of the user message of a recorded chat request."""
+    content = request["body"]["messages"][0]["content"]
+    return content if isinstance(content, list) else [{"type": "text", "text": content}]
 
 
-@respx.mock
-def test_openai_backend_sends_images_and_uses_the_cache(workspace, mixed_release, tmp_path, monkeypatch):
+def test_openai_backend_sends_images_and_uses_the_cache(workspace, mixed_release, tmp_path, monkeypatch, llm_server):
     monkeypatch.setenv("TEST_KEY", "sk-test-secret-123456")
-    workspace.config["llm"] = {"base_url": "http://llm.test/v1", "api_key_env": "TEST_KEY", "backoff_initial": 0.01,
+    workspace.config["llm"] = {"base_url": llm_server.base_url, "api_key_env": "TEST_KEY", "backoff_initial": 0.01,
                                "backoff_max": 0.05}
-    seen = []
-    calls = {"n": 0}
-
-    def reply(request):
-        calls["n"] += 1
-        if calls["n"] == 1:
-            return httpx.Response(429, json={"error": {"message": "slow down"}}, headers={"retry-after": "0"})
-        text, parts = answer_from_request(request)
-        seen.append(parts)
-        return httpx.Response(200, json=chat_reply(text))
-
-    respx.post("http://llm.test/v1/chat/completions").mock(side_effect=reply)
+    llm_server.use_reply("llm_replies:eval_answers")
+    llm_server.script({"status": 429, "headers": {"retry-after": "0"}, "body": {"error": {"message": "slow down"}}})
     result = run_eval(mixed_release, "openai:gpt-test", workspace=workspace, out_dir=tmp_path / "api",
                       concurrency=2)
-    assert len(seen) == 14 and calls["n"] == 15  # one 429 retried
+    requests = llm_server.requests()
+    assert len(requests) == 15  # 14 questions, one 429 retried
+    seen = [text_parts(r) for r in requests]
     assert all(parts[0]["type"] == "image_url" and parts[0]["image_url"]["url"].startswith("data:image/png;base64,")
                for parts in seen)
     by_key = {(p["id"], p["which"]): p for p in result.predictions}
@@ -262,7 +240,7 @@ def test_openai_backend_sends_images_and_uses_the_cache(workspace, mixed_release
     assert "sk-test-secret" not in (tmp_path / "api" / "config.json").read_text()
     # another run folder, same requests: every answer comes from the store's request cache
     again = run_eval(mixed_release, "openai:gpt-test", workspace=workspace, out_dir=tmp_path / "api2")
-    assert calls["n"] == 15 and again.asked == 14
+    assert len(llm_server.requests()) == 15 and again.asked == 14
     from cftools.models import EvalRun
     from sqlmodel import select
 
@@ -271,24 +249,17 @@ def test_openai_backend_sends_images_and_uses_the_cache(workspace, mixed_release
     assert len(runs) == 2 and runs[0].summary["cvqa"]["rows"]
 
 
-@respx.mock
-def test_blind_model_gets_no_image_and_lists_what_it_gets_right(mixed_release, tmp_path, monkeypatch):
+def test_blind_model_gets_no_image_and_lists_what_it_gets_right(mixed_release, tmp_path, monkeypatch, llm_server):
     monkeypatch.delenv("CFTOOLS_WORKSPACE", raising=False)
-    seen = []
-
-    def reply(request):
-        text, parts = answer_from_request(request)
-        seen.append(parts)
-        return httpx.Response(200, json=chat_reply(text))
-
-    respx.post("http://blind.test/v1/chat/completions").mock(side_effect=reply)
+    llm_server.use_reply("llm_replies:eval_answers")
     monkeypatch.setenv("OPENAI_API_KEY", "sk-blind-000000")
     from cftools.evaluate import run as evaluate
     from cftools.llm import make_backend
 
-    backend = make_backend({"base_url": "http://blind.test/v1"}, backend="openai", model="small")
+    backend = make_backend({"base_url": llm_server.base_url}, backend="openai", model="small")
     answerer = evaluate.ChatAnswerer(backend, with_images=False)
     result = run_eval(mixed_release, "blind:openai:small", out_dir=tmp_path / "blind", answerer=answerer)
+    seen = [text_parts(r) for r in llm_server.requests()]
     assert len(seen) == 16  # the item without an image is asked too
     assert all(parts == [parts[0]] and parts[0]["type"] == "text" for parts in seen)
     right = result.summary["blind_correct"]
@@ -332,12 +303,10 @@ def mucr_release(tmp_path):
     return folder
 
 
-@respx.mock
-def test_mucr_questions_rank_and_judge(tiny_llava_dir, tmp_path, workspace, monkeypatch):
+def test_mucr_questions_rank_and_judge(tiny_llava_dir, tmp_path, workspace, monkeypatch, llm_server):
     monkeypatch.setenv("JUDGE_KEY", "sk-judge-0000000")
-    workspace.config["llm"] = {"base_url": "http://judge.test/v1", "api_key_env": "JUDGE_KEY"}
-    respx.post("http://judge.test/v1/chat/completions").mock(
-        return_value=httpx.Response(200, json=chat_reply("S1: 7\nS2: 7\nS3: 7")))
+    workspace.config["llm"] = {"base_url": llm_server.base_url, "api_key_env": "JUDGE_KEY"}
+    llm_server.use_reply("llm_replies:judge_seven")
     release = mucr_release(tmp_path)
     result = run_eval(release, f"hf:{tiny_llava_dir}", mode="rank", device="cpu", out_dir=tmp_path / "m",
                       judge="openai:judge", workspace=workspace, max_new_tokens=8)
@@ -351,6 +320,8 @@ def test_mucr_questions_rank_and_judge(tiny_llava_dir, tmp_path, workspace, monk
     assert by_which["exp"]["exp_score"] == pytest.approx(7.0)
     assert result.summary["mucr"]["exp"]["value"] == pytest.approx(7.0)
     assert result.summary["mucr"]["c2e"]["n"] == 1
+    judged = llm_server.requests()
+    assert len(judged) == 3 and all(r["headers"]["authorization"] == "Bearer sk-judge-0000000" for r in judged)
 
 
 # -- the command line -----------------------------------------------------------------------------------------

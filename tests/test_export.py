@@ -21,6 +21,7 @@ from cftools.workspace import init_workspace
 
 N_IMAGED_ROWS = 60
 N_DISTINCT_IMAGES = 25  # several image names share the same bytes, so items share images
+LICENCE = "CC-BY-4.0"  # the workspace default [release] license: the sample is stated to be under it here
 
 
 def peer_rows(path: Path) -> list[dict]:
@@ -53,7 +54,7 @@ def stocked(workspace, peer_cvqa_real, tmp_path):
     """The peer C-VQA sample with drawn images for its first rows; a third accepted, a third checked."""
     names = [row["img_path"] for row in peer_rows(peer_cvqa_real)[:N_IMAGED_ROWS]]
     write_images(tmp_path / "images", names)
-    ingest_cvqa(workspace.store, peer_cvqa_real, tmp_path / "images")
+    ingest_cvqa(workspace.store, peer_cvqa_real, tmp_path / "images", licence=LICENCE)
     keys = item_keys(workspace)
     set_status(workspace, ACCEPTED, keys[0::3])
     set_status(workspace, CHECKED, keys[1::3])
@@ -210,7 +211,7 @@ def test_ingest_release_refuses_a_changed_release(stocked, tmp_path):
 
 
 def test_cvqa_format_reproduces_the_peer_csv_and_reingests(workspace, peer_cvqa_real, tmp_path, run_cli):
-    ingest_cvqa(workspace.store, peer_cvqa_real)
+    ingest_cvqa(workspace.store, peer_cvqa_real, licence=LICENCE)
     result = run_cli("export", "C-VQA-Real", "--version", "1", "--format", "cvqa", "--include-unverified",
                      "--out", tmp_path / "out")
     assert result.exit_code == 0, result.output
@@ -257,7 +258,7 @@ def test_path_traversal_in_image_names_is_neutralised(workspace, tmp_path):
     table = tmp_path / "inputs" / "mine.csv"
     # ingest refuses image paths that leave --images, so the hostile names are written into the store below
     table.write_text("image,question,answer\nevil.png,How many dots?,1\nevil.png,Is it red?,yes\n")
-    ingest_table(workspace.store, table, images)
+    ingest_table(workspace.store, table, images, licence=LICENCE)
     with workspace.store.write() as session:  # a store whose names point outside, as a hostile input would
         session.execute(update(SourceQuestion).values(image_ref="../../../evil.png"))
         # (one image, registered under each reference that found it: make the first one hostile)
@@ -327,7 +328,8 @@ def test_splits_are_stable_and_keep_each_image_in_one_split(stocked, tmp_path, p
     assert all(len(s) == 1 for s in image_splits.values())
 
     # More items later (the synthetic sample), some accepted: items already released keep their split.
-    ingest_cvqa(stocked.store, peer_cvqa_real.parent.parent / "C-VQA-Synthetic" / "C-VQA-Synthetic_questions.csv")
+    ingest_cvqa(stocked.store, peer_cvqa_real.parent.parent / "C-VQA-Synthetic" / "C-VQA-Synthetic_questions.csv",
+                licence=LICENCE)
     set_status(stocked, ACCEPTED, item_keys(stocked)[::2])
     second = {r["id"]: r for r in load_records(
         export_release(stocked, "bench", "2", tmp_path / "out", include_unverified=True, splits=splits).path)}
@@ -336,18 +338,23 @@ def test_splits_are_stable_and_keep_each_image_in_one_split(stocked, tmp_path, p
 
 
 def test_quickstart_flow_on_drafts_without_images(workspace, peer_cvqa_real, run_cli, tmp_path):
-    ingest_cvqa(workspace.store, peer_cvqa_real)
+    # as examples/quickstart.sh: the C-VQA sample states no licence, so the release's is given explicitly
+    assert run_cli("ingest", "cvqa", peer_cvqa_real).exit_code == 0
     empty = run_cli("export", "example", "--version", "0.1.0", "--out", tmp_path / "empty")
     assert empty.exit_code == 0 and "--include-unverified" in empty.output
-    result = run_cli("export", "example", "--version", "0.1.0", "--include-unverified")
-    assert result.exit_code == 0, result.output
+    refused = run_cli("export", "example", "--version", "0.1.0", "--include-unverified")
+    assert refused.exit_code == 1 and "cvqa:C-VQA-Real_questions (unknown)" in refused.output
     release = workspace.root / "releases" / "example-0.1.0"
+    assert not release.exists()
+    result = run_cli("export", "example", "--version", "0.1.0", "--include-unverified", "--licence", "unknown")
+    assert result.exit_code == 0, result.output
     assert len(load_records(release)) == 300
     assert run_cli("verify", release).exit_code == 0
-    again = run_cli("export", "example", "--version", "0.1.0", "--include-unverified")
+    again = run_cli("export", "example", "--version", "0.1.0", "--include-unverified", "--licence", "unknown")
     assert again.exit_code == 1 and "--force" in again.output
     card = (release / "README.md").read_text(encoding="utf-8")
-    assert "CC-BY-4.0" in card and "300 items have no image" in card
+    assert "license: unknown" in card and "300 items have no image" in card
+    assert "| `cvqa:C-VQA-Real_questions` | unknown | 300 |" in card
 
 
 def test_parse_splits():

@@ -106,7 +106,7 @@ def add_toy_items(store, folder: Path, run_cli) -> list[str]:
         writer = csv.DictWriter(fh, fieldnames=["image", "question", "answer"])
         writer.writeheader()
         writer.writerows(rows)
-    assert run_cli("ingest", "table", folder / "toy.csv", "--images", folder).exit_code == 0
+    assert run_cli("ingest", "table", folder / "toy.csv", "--images", folder, "--licence", "CC-BY-4.0").exit_code == 0
     shapes = ["square", "circle", "blob"]
     with store.write() as session:
         sources = session.execute(select(SourceQuestion).order_by(SourceQuestion.id)).scalars().all()

@@ -31,12 +31,15 @@ STAGE_LABELS = {"images": "Copying images", "records": "Writing records, Parquet
               help="Also export items still under annotation review, marked verified: false.")
 @click.option("--split", "split_spec", metavar="NAME=FRACTION,...",
               help="Splits by hash, e.g. test=0.8,dev=0.2 (default: everything in test).")
+@click.option("--licence", "licence", metavar="LICENCE",
+              help="The release's licence, stamped even over sources under other or unknown licences (without "
+                   "it: [release] license, refused over such sources). The card lists every source's licence.")
 @click.option("--force", is_flag=True, help="Replace an existing release of this name and version.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @pass_workspace
 def export_cmd(workspace: Workspace, name: str, version: str, out_dir: Path | None, fmt: str,
-               include_unverified: bool, include_in_review: bool, split_spec: str | None, force: bool,
-               as_json: bool, **kind_options: object) -> None:
+               include_unverified: bool, include_in_review: bool, split_spec: str | None, licence: str | None,
+               force: bool, as_json: bool, **kind_options: object) -> None:
     """Export the accepted items as the release NAME-VERSION (a verifiable, byte-reproducible folder)."""
     splits = parse_splits(split_spec)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -49,7 +52,7 @@ def export_cmd(workspace: Workspace, name: str, version: str, out_dir: Path | No
             progress.update(tasks[stage], completed=done, total=total)
 
         result = export_release(workspace, name, version, out_dir, fmt, include_unverified, splits, force, report,
-                                include_in_review=include_in_review, options=kind_options)
+                                include_in_review=include_in_review, licence=licence, options=kind_options)
     if as_json:
         print_json(result.as_dict())
         return
@@ -88,11 +91,14 @@ def verify_cmd(release: Path, as_json: bool) -> None:
 
 @click.command("release")
 @click.argument("directory", type=click.Path(file_okay=False, exists=True, path_type=Path))
+@click.option("--licence", "licence", metavar="LICENCE",
+              help="Licence of the release's items that name no source dataset (default: the manifest's "
+                   "license); the source datasets' licences come from the manifest.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @pass_workspace
-def ingest_release_cmd(workspace: Workspace, directory: Path, as_json: bool) -> None:
+def ingest_release_cmd(workspace: Workspace, directory: Path, licence: str | None, as_json: bool) -> None:
     """Read a native release folder back into the store (images, source questions, items and statuses)."""
-    report = ingest_release(workspace.store, directory)
+    report = ingest_release(workspace.store, directory, licence)
     if as_json:
         print_json(report.as_dict())
         return

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from cftools.commands.common import console, pass_workspace, print_json
+from cftools.ingest.licences import licence_choice
 from cftools.ingest.readers import IngestReport, ingest_table, ingest_vqav2
 from cftools.workspace import Workspace
 
@@ -28,7 +29,7 @@ def print_ingest(report: IngestReport, as_json: bool) -> None:
         f"[bold]{report.path}[/] ({report.dataset}): {report.n_records} records, "
         f"{report.sources_added} source questions and {report.items_added} items added, "
         f"{report.images_added} images added, {report.images_attached} records got an image, "
-        f"{report.missing_images} still without an image.")
+        f"{report.missing_images} still without an image; licence: {report.licence}.")
     if report.bad:
         console.print(f"[yellow]{len(report.bad)} bad records skipped; listed in {report.report_path}[/]")
 
@@ -40,6 +41,15 @@ report_option = click.option("--report", type=click.Path(dir_okay=False, path_ty
 images_option = click.option("--images", "images_dir", type=click.Path(file_okay=False, path_type=Path),
                              help="Folder of the images; without it records are kept as missing an image.")
 json_option = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+licence_option = click.option(
+    "--licence", "licence", metavar="LICENCE",
+    help="The source's licence, e.g. CC-BY-4.0 (default: [sources] in cftools.toml, else what the store has for "
+         "this dataset, else unknown). The release card lists it; export will not stamp another over it.")
+
+
+def ingest_licence(workspace: Workspace, licence: str | None):  # noqa: ANN201
+    """The licence an ingest records for its dataset: --licence, else the workspace's [sources] setting."""
+    return licence_choice(licence, workspace.section("sources"))
 
 
 @ingest.command("vqav2")
@@ -48,15 +58,16 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print the re
 @click.option("--annotations", type=click.Path(dir_okay=False, path_type=Path),
               help="VQAv2 annotations file (v2_mscoco_*_annotations.json); omit for the test split.")
 @images_option
+@licence_option
 @skip_bad_option
 @report_option
 @json_option
 @pass_workspace
 def ingest_vqav2_cmd(workspace: Workspace, questions: Path, annotations: Path | None, images_dir: Path | None,
-                     skip_bad: bool, report: Path | None, as_json: bool) -> None:
+                     licence: str | None, skip_bad: bool, report: Path | None, as_json: bool) -> None:
     """Ingest the official VQAv2 question and annotation files."""
     result = ingest_vqav2(workspace.store, questions, annotations, images_dir, skip_bad,
-                          report_path(workspace, report, questions.name))
+                          report_path(workspace, report, questions.name), ingest_licence(workspace, licence))
     print_ingest(result, as_json)
 
 
@@ -64,13 +75,14 @@ def ingest_vqav2_cmd(workspace: Workspace, questions: Path, annotations: Path | 
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--name", "dataset", help="Dataset name in the store (default: table:FILE-STEM).")
 @images_option
+@licence_option
 @skip_bad_option
 @report_option
 @json_option
 @pass_workspace
 def ingest_table_cmd(workspace: Workspace, file: Path, dataset: str | None, images_dir: Path | None,
-                     skip_bad: bool, report: Path | None, as_json: bool) -> None:
+                     licence: str | None, skip_bad: bool, report: Path | None, as_json: bool) -> None:
     """Ingest your own image,question,answer records (CSV or JSONL)."""
     result = ingest_table(workspace.store, file, images_dir, skip_bad, report_path(workspace, report, file.name),
-                          dataset)
+                          dataset, ingest_licence(workspace, licence))
     print_ingest(result, as_json)

@@ -105,6 +105,18 @@ def torch_dtype(name: str):  # noqa: ANN201
     return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[name]
 
 
+def in_local_cache(path_or_id: str) -> bool:
+    """Whether PATH_OR_ID is a local model folder or a hub id whose config.json is in the local cache."""
+    if Path(path_or_id).is_dir():
+        return (Path(path_or_id) / "config.json").is_file()
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        return isinstance(try_to_load_from_cache(path_or_id, "config.json"), str)
+    except ValueError:  # not a valid repo id either
+        return False
+
+
 def load_image(path: Path):  # noqa: ANN201
     from PIL import Image
 
@@ -150,13 +162,17 @@ class HFVisionModel:
         device = resolve_device(device)
         dtype = resolve_dtype(dtype, device)
         local_only = not (allow_downloads or os.environ.get(ALLOW_DOWNLOADS_ENV, "0") not in ("", "0"))
+        hint = (f"; it is not a local folder or in the local cache, and downloads are off "
+                f"(--allow-downloads or {ALLOW_DOWNLOADS_ENV}=1 allows them)") if local_only else ""
+        if local_only and not in_local_cache(path_or_id):
+            # asked before transformers is: some releases (4.56) still request processor files from the
+            # hub under local_files_only=True
+            raise CftoolsError(f"cannot load hf:{path_or_id} (no config.json in the folder or cache){hint}")
         try:
             processor = AutoProcessor.from_pretrained(path_or_id, local_files_only=local_only)
             model = AutoModelForImageTextToText.from_pretrained(path_or_id, dtype=torch_dtype(dtype),
                                                                 local_files_only=local_only)
         except (OSError, ValueError) as exc:
-            hint = (f"; it is not a local folder or in the local cache, and downloads are off "
-                    f"(--allow-downloads or {ALLOW_DOWNLOADS_ENV}=1 allows them)") if local_only else ""
             raise CftoolsError(f"cannot load hf:{path_or_id} ({str(exc).splitlines()[0][:300]}){hint}") from None
         return cls(model.to(device), processor, device, dtype, name=f"hf:{path_or_id}")
 
@@ -216,6 +232,9 @@ class HFVisionModel:
             return []
         encoded = self._encode([self.prefix_text(p) for p in prompts], prompts)
         max_new = max(p.max_new_tokens for p in prompts)
+        # Some tokenizers add token_type_ids, which generate() of vision-language models refuses before
+        # transformers 4.57 and ignores after; the model never uses them.
+        encoded.pop("token_type_ids", None)
         with torch.inference_mode():
             output = self.model.generate(**encoded, max_new_tokens=max_new, do_sample=False, num_beams=1,
                                          pad_token_id=self.tokenizer.pad_token_id)

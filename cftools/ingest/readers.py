@@ -21,6 +21,7 @@ from sqlalchemy import func, select
 
 from cftools.errors import InputError, NoRecordsError
 from cftools.images import FolderIndex, ImageFile, attach_images, image_ref_path, read_image_file, sha256_file
+from cftools.ingest.licences import LicenceChoice, chosen_licence, record_licence
 from cftools.models import (
     DRAFT, IngestRun, Item, ItemEvent,
     SourceQuestion, utcnow,
@@ -50,6 +51,7 @@ class IngestReport:
     images_added: int = 0
     images_attached: int = 0
     missing_images: int = 0
+    licence: str | None = None  # the dataset's licence in the store after this ingest
     bad: list[BadRecord] = field(default_factory=list)
     report_path: str | None = None
 
@@ -425,8 +427,9 @@ def existing_item_keys(session, keys: list[str]) -> dict[str, int]:  # noqa: ANN
 
 
 def write_records(store: Store, fmt: str, path: Path, dataset: str, sources: list[dict], items: list[dict],
-                  images: dict[str, ImageFile], report: IngestReport) -> None:
-    """Write sources, items and images in one transaction; existing keys are left as they are."""
+                  images: dict[str, ImageFile], report: IngestReport, licence: str | None = None) -> None:
+    """Write sources, items, images and the dataset's licence in one transaction; existing keys are left as
+    they are."""
     source_table = SourceQuestion.__table__
     with store.write() as session:
         count_sources = select(func.count()).select_from(source_table).where(source_table.c.dataset == dataset)
@@ -439,7 +442,7 @@ def write_records(store: Store, fmt: str, path: Path, dataset: str, sources: lis
             ids = dict(session.execute(select(source_table.c.external_id, source_table.c.id)
                                        .where(source_table.c.dataset == dataset)).all())
             existing = existing_item_keys(session, [i["key"] for i in items])
-            new_items = [{**{k: v for k, v in i.items() if k != "source_external_id"},
+            new_items = [{**{k: v for k, v in i.items() if k != "source_external_id"}, "dataset": dataset,
                           "source_id": ids[i["source_external_id"]] if i.get("source_external_id") else None} for i in items if i["key"] not in existing]
             for start in range(0, len(new_items), BATCH):
                 store.insert_ignore(session, Item.__table__, new_items[start:start + BATCH])
@@ -454,9 +457,11 @@ def write_records(store: Store, fmt: str, path: Path, dataset: str, sources: lis
         report.missing_images = session.execute(
             select(func.count()).select_from(source_table)
             .where(source_table.c.dataset == dataset, source_table.c.image_id.is_(None))).scalar_one()
+        report.licence = record_licence(session, dataset, licence)
         session.add(IngestRun(format=fmt, path=str(path), file_sha256=sha256_file(path), n_records=report.n_records,
                               n_sources_added=report.sources_added, n_items_added=report.items_added,
-                              n_images_added=report.images_added, n_skipped=len(report.bad)))
+                              n_images_added=report.images_added, n_skipped=len(report.bad), dataset=dataset,
+                              licence=report.licence))
 
 
 def write_bad_report(report: IngestReport, report_path: Path) -> None:
@@ -469,7 +474,7 @@ def write_bad_report(report: IngestReport, report_path: Path) -> None:
 
 def finish(store: Store, fmt: str, path: Path, dataset: str, sources: list[dict], items: list[dict],
             images_dir: Path | None, bad: BadRecords, report_path: Path | None, n_records: int,
-            candidates: dict[str, list[str]] | None = None) -> IngestReport:
+            candidates: dict[str, list[str]] | None = None, licence: LicenceChoice = None) -> IngestReport:
     if n_records == 0 and not bad.items:
         raise NoRecordsError(path)
     report = IngestReport(format=fmt, path=str(path), dataset=dataset, n_records=n_records)
@@ -478,12 +483,13 @@ def finish(store: Store, fmt: str, path: Path, dataset: str, sources: list[dict]
     if report.bad and report_path is not None:
         # before the store write: a report that cannot be written stops the ingest with the store unchanged
         write_bad_report(report, report_path)
-    write_records(store, fmt, path, dataset, sources, items, images, report)
+    write_records(store, fmt, path, dataset, sources, items, images, report, chosen_licence(licence, dataset))
     return report
 
 
 def ingest_vqav2(store: Store, questions: Path, annotations: Path | None, images_dir: Path | None = None,
-                 skip_bad: bool = False, report_path: Path | None = None) -> IngestReport:
+                 skip_bad: bool = False, report_path: Path | None = None,
+                 licence: LicenceChoice = None) -> IngestReport:
     bad = BadRecords(skip_bad)
     dataset, sources = read_vqav2(Path(questions), Path(annotations) if annotations else None, bad)
     subtype = dataset.split(":", 1)[1]
@@ -491,12 +497,14 @@ def ingest_vqav2(store: Store, questions: Path, annotations: Path | None, images
     if images_dir is not None:
         candidates = {s["image_ref"]: coco_file_names(s["meta"]["image_id"], subtype) for s in sources}
     return finish(store, "vqav2", Path(questions), dataset, sources, [], images_dir, bad, report_path,
-                   len(sources), candidates)
+                   len(sources), candidates, licence)
 
 
 def ingest_table(store: Store, path: Path, images_dir: Path | None = None, skip_bad: bool = False,
-                 report_path: Path | None = None, dataset: str | None = None) -> IngestReport:
+                 report_path: Path | None = None, dataset: str | None = None,
+                 licence: LicenceChoice = None) -> IngestReport:
     bad = BadRecords(skip_bad)
     images_dir = Path(images_dir) if images_dir is not None else None
     dataset, sources = read_table(Path(path), bad, dataset, images_dir)
-    return finish(store, "table", Path(path), dataset, sources, [], images_dir, bad, report_path, len(sources))
+    return finish(store, "table", Path(path), dataset, sources, [], images_dir, bad, report_path, len(sources),
+                  licence=licence)

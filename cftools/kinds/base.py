@@ -293,6 +293,7 @@ class ExportContext:
     version: str
     options: dict[str, Any] = field(default_factory=dict)
     include_unverified: bool = False
+    licensing: Any = None  # the release's licence and its sources' (cftools.release.export.Licensing)
 
 
 @dataclass

@@ -9,7 +9,8 @@ import click
 from cftools.commands.common import console, err_console, pass_workspace, print_json
 from cftools.commands.generation import llm_options, print_llm_report, run_with_llm
 from cftools.kinds.cvqa_rewrite import llm_params, reparse, rewrite
-from cftools.commands.ingest import images_option, json_option, print_ingest, report_option, report_path, skip_bad_option
+from cftools.commands.ingest import (images_option, ingest_licence, json_option, licence_option, print_ingest,
+                                     report_option, report_path, skip_bad_option)
 from cftools.kinds.cvqa_ingest import ingest_cvqa
 from cftools.kinds.cvqa import GROUPS as CVQA_GROUPS
 from cftools.workspace import Workspace
@@ -56,13 +57,14 @@ def reparse_cmd(workspace: Workspace, group: str | None, as_json: bool) -> None:
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--name", "dataset", help="Dataset name in the store (default: cvqa:FILE-STEM).")
 @images_option
+@licence_option
 @skip_bad_option
 @report_option
 @json_option
 @pass_workspace
 def ingest_cvqa_cmd(workspace: Workspace, file: Path, dataset: str | None, images_dir: Path | None,
-                    skip_bad: bool, report: Path | None, as_json: bool) -> None:
+                    licence: str | None, skip_bad: bool, report: Path | None, as_json: bool) -> None:
     """Ingest a C-VQA CSV as published (img_path,query,answer,new query,new answer,type)."""
     result = ingest_cvqa(workspace.store, file, images_dir, skip_bad, report_path(workspace, report, file.name),
-                         dataset)
+                         dataset, ingest_licence(workspace, licence))
     print_ingest(result, as_json)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from cftools.images import image_ref_path
+from cftools.ingest.licences import LicenceChoice
 from cftools.ingest.readers import BadRecords, IngestReport, finish, records, stable_key
 from cftools.kinds.cvqa import CSV_COLUMNS, GROUP_ANSWER_TYPE, TYPE_TO_GROUP
 from cftools.models import DRAFT, utcnow
@@ -37,7 +38,9 @@ def read_cvqa(path: Path, bad: BadRecords, dataset: str | None = None) -> tuple[
 
 
 def ingest_cvqa(store: Store, path: Path, images_dir: Path | None = None, skip_bad: bool = False,
-                report_path: Path | None = None, dataset: str | None = None) -> IngestReport:
+                report_path: Path | None = None, dataset: str | None = None,
+                licence: LicenceChoice = None) -> IngestReport:
     bad = BadRecords(skip_bad)
     dataset, sources, items = read_cvqa(Path(path), bad, dataset)
-    return finish(store, "cvqa", Path(path), dataset, sources, items, images_dir, bad, report_path, len(items))
+    return finish(store, "cvqa", Path(path), dataset, sources, items, images_dir, bad, report_path, len(items),
+                  licence=licence)

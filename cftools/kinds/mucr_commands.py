@@ -12,7 +12,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from cftools.commands.common import console, err_console, pass_workspace, print_json
 from cftools.commands.exit_codes import document_exit_codes, exit_for_failures
 from cftools.commands.generation import llm_options, print_llm_report, run_with_llm
-from cftools.commands.ingest import json_option, print_ingest, report_option, report_path, skip_bad_option
+from cftools.commands.ingest import (ingest_licence, json_option, licence_option, print_ingest, report_option,
+                                     report_path, skip_bad_option)
 from cftools.kinds.mucr_generate import (CAPTIONS_MAX_TOKENS, CONTEXT_MAX_TOKENS, CONTEXT_STOP_REGEX,
                                          LOCAL_CONTEXT_MAX_TOKENS, draft_captions, text_params, write_context)
 from cftools.kinds.mucr_ingest import ingest_captions
@@ -22,14 +23,16 @@ from cftools.workspace import Workspace
 @click.command("captions")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--name", "dataset", help="Dataset name in the store (default: captions:FILE-STEM).")
+@licence_option
 @skip_bad_option
 @report_option
 @json_option
 @pass_workspace
-def ingest_captions_cmd(workspace: Workspace, file: Path, dataset: Optional[str], skip_bad: bool,
-                        report: Optional[Path], as_json: bool) -> None:
+def ingest_captions_cmd(workspace: Workspace, file: Path, dataset: Optional[str], licence: Optional[str],
+                        skip_bad: bool, report: Optional[Path], as_json: bool) -> None:
     """Ingest MuCR caption pairs (CSV or JSONL: cause, effect, category, group; optional style, id)."""
-    result = ingest_captions(workspace.store, file, skip_bad, report_path(workspace, report, file.name), dataset)
+    result = ingest_captions(workspace.store, file, skip_bad, report_path(workspace, report, file.name), dataset,
+                             ingest_licence(workspace, licence))
     print_ingest(result, as_json)
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from cftools.errors import InputError
+from cftools.ingest.licences import LicenceChoice
 from cftools.ingest.readers import BadRecords, IngestReport, finish, records, stable_key
 from cftools.kinds.mucr import CATEGORIES
 from cftools.models import DRAFT, utcnow
@@ -62,7 +63,8 @@ def read_captions(path: Path, bad: BadRecords, dataset: Optional[str] = None) ->
 
 
 def ingest_captions(store: Store, path: Path, skip_bad: bool = False, report_path: Optional[Path] = None,
-                    dataset: Optional[str] = None) -> IngestReport:
+                    dataset: Optional[str] = None, licence: LicenceChoice = None) -> IngestReport:
     bad = BadRecords(skip_bad)
     dataset, items = read_captions(Path(path), bad, dataset)
-    return finish(store, "captions", Path(path), dataset, [], items, None, bad, report_path, len(items))
+    return finish(store, "captions", Path(path), dataset, [], items, None, bad, report_path, len(items),
+                  licence=licence)

@@ -201,7 +201,9 @@ def write_mucr(items: list, folder: Path, name: str, splits: dict[str, float], c
     write_card(folder, [e.record for e in ordered], [e.provenance for e in ordered],
                agreement_rows(context.workspace.store, [e.record["id"] for e in ordered]), name=name,
                version=context.version,
-               license=context.workspace.section("release").get("license"), splits=[],
+               license=context.licensing.licence if context.licensing else None,
+               license_given=bool(context.licensing and context.licensing.given),
+               source_licences=context.licensing.card_rows() if context.licensing else None, splits=[],
                data_as_of=max((e.updated_at for e in ordered), default=""),
                kind_context={"mucr_schema": schema, "mucr_seed": seed, "small_groups": small,
                              "mucr_file": f"{name}.jsonl"})

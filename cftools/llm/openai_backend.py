@@ -14,7 +14,8 @@ from typing import Any, Callable
 
 import httpx
 import openai
-from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
+from tenacity import (RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential,
+                      wait_random)
 
 from cftools.errors import error_text
 from cftools.llm.base import Completion, LLMError, Message
@@ -94,8 +95,11 @@ class OpenAIBackend:
         asked = retry_after_seconds(exc) if exc is not None else None
         if asked is not None:
             return min(asked, self.backoff_max)
-        return wait_exponential_jitter(multiplier=self.backoff_initial, max=self.backoff_max,
-                                       jitter=self.backoff_initial)(state)
+        # exponential plus up to one initial step of jitter, built from waits every tenacity >= 8.2 has
+        # (wait_exponential_jitter's keywords changed between releases)
+        backoff = wait_exponential(multiplier=self.backoff_initial, max=self.backoff_max) + wait_random(
+            0, self.backoff_initial)
+        return min(backoff(state), self.backoff_max)
 
     def complete(self, messages: list[Message], params: dict[str, Any]) -> Completion:
         retrying = Retrying(stop=stop_after_attempt(self.request_attempts), wait=self._wait,

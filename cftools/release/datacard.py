@@ -245,7 +245,8 @@ def kind_sections(records: list[dict], provenance: list[dict], context: dict[str
 
 
 def write_card(release: Path, records: list[dict], provenance: list[dict], agreement: list[dict], *, name: str,
-               version: str, license: str | None, splits: list[str], data_as_of: str,
+               version: str, license: str | None, splits: list[str], data_as_of: str, license_given: bool = False,
+               source_licences: list[dict[str, Any]] | None = None,
                kind_context: dict[str, Any] | None = None) -> None:
     """Plots under plots/ and README.md in RELEASE; KIND_CONTEXT reaches the kinds' own sections."""
     (release / PLOTS_DIR).mkdir()
@@ -255,6 +256,7 @@ def write_card(release: Path, records: list[dict], provenance: list[dict], agree
     present = {r["split"] for r in records}
     context = {
         "name": name, "version": version, "license": license, "data_as_of": data_as_of,
+        "license_given": license_given, "source_licences": source_licences or [],
         "cftools_version": __version__, "stats": stats, "agreement": agreement,
         "parquet_files": [f"{DATA_DIR}/{parquet_name(s)}" for s in splits if s in present],
         "answer_plot": f"{PLOTS_DIR}/{ANSWER_PLOT}", "length_plot": f"{PLOTS_DIR}/{LENGTH_PLOT}",

@@ -22,7 +22,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -35,6 +35,7 @@ from cftools import __version__
 from cftools.images import data_image_shas
 from cftools.errors import CftoolsError
 from cftools.images import HASH_CHUNK
+from cftools.ingest.licences import clean_licence, licence_conflicts, licences_of
 from cftools.ingest.readers import infer_answer_type
 from cftools.kinds import all_kinds, get_kind
 from cftools.models import (
@@ -191,7 +192,7 @@ def annotation_summary(tasks: list, judgments: list) -> dict[str, Any] | None:
 
 
 ITEM_COLUMNS = ("id", "key", "kind", "group", "status", "question", "answer", "proposed_answer", "origin",
-                "generation_id", "data", "updated_at")
+                "generation_id", "data", "dataset", "updated_at")
 SOURCE_COLUMNS = ("dataset", "external_id", "image_ref", "question", "answer", "answer_type")
 IMAGE_COLUMNS = ("sha256", "format", "path")
 
@@ -286,6 +287,9 @@ def collect_items(store: Store, statuses: Iterable[str], splits: dict[str, float
         record = get_kind(item.kind).export_record(record)
         provenance = {
             "origin": item.origin,
+            # the dataset the item came from (its licence is in the manifest's source_licences); none for
+            # items made without a source
+            "dataset": source.dataset if source else item.dataset,
             "source": ({"dataset": source.dataset, "external_id": source.external_id, "image_ref": source.image_ref}
                        if source else None),
             "generation": ({"generator": gen.generator, "backend": gen.backend, "model": gen.model,
@@ -530,9 +534,12 @@ def export_release(workspace: Workspace, name: str, version: str, out_dir: Path 
                    fmt: str = FORMAT_NATIVE, include_unverified: bool = False,
                    splits: dict[str, float] | None = None, force: bool = False,
                    progress: Progress | None = None, include_in_review: bool = False,
-                   options: dict[str, Any] | None = None) -> ExportResult:
+                   options: dict[str, Any] | None = None, licence: str | None = None) -> ExportResult:
     """Write the release NAME-VERSION (the accepted items; with include_unverified also drafts and checked
-    items, with include_in_review also items under review, marked unverified) and record it in the store."""
+    items, with include_in_review also items under review, marked unverified) and record it in the store.
+
+    The release's licence is LICENCE, else the workspace's `[release] license`; the latter is refused over
+    source datasets under another or an unknown licence (an explicit LICENCE is the exporter's decision)."""
     check_plain_name(name, "release name")
     check_plain_name(version, "version")
     formats = export_formats()
@@ -550,25 +557,26 @@ def export_release(workspace: Workspace, name: str, version: str, out_dir: Path 
     store = workspace.store
     items = collect_items(store, statuses_for(include_unverified, include_in_review), splits)
     result = ExportResult(path=target.resolve(), format=fmt, n_items=0, n_verified=0, n_unverified=0, n_images=0)
+    kept = items
+    peer = formats[fmt]
+    if peer is not None:
+        kind, spec = peer
+        kept = [e for e in items if e.record["kind"] == kind and spec.keeps(e.record)]
+        result.skipped = len(items) - len(kept)
+    licensing = release_licensing(workspace, kept, licence)
 
     def write(folder: Path) -> None:
-        kept = items
-        peer = formats[fmt]
-        if peer is not None:
-            kind, spec = peer
-            kept = [e for e in items if e.record["kind"] == kind and spec.keeps(e.record)]
-            result.skipped = len(items) - len(kept)
         result.n_images = copy_images(kept, folder, progress)
         if fmt == FORMAT_NATIVE:
-            write_native(kept, folder, splits, workspace, name, version, progress)
+            write_native(kept, folder, splits, workspace, name, version, progress, licensing)
         elif spec.takes_context:
             from cftools.kinds.base import ExportContext
 
             spec.write(kept, folder, name, splits, context=ExportContext(
-                workspace, name, version, dict(options or {}), include_unverified))
+                workspace, name, version, dict(options or {}), include_unverified, licensing))
         else:
             spec.write(kept, folder, name, splits)
-        write_manifest(kept, folder, workspace, name, version, fmt, result.n_images)
+        write_manifest(kept, folder, workspace, name, version, fmt, result.n_images, licensing)
         result.n_items = len(kept)
         result.n_verified = sum(e.record["verified"] for e in kept)
         result.n_unverified = result.n_items - result.n_verified
@@ -583,8 +591,40 @@ def export_release(workspace: Workspace, name: str, version: str, out_dir: Path 
     return result
 
 
+@dataclass
+class Licensing:
+    """The release's licence, whether the exporter gave it (--licence), and its sources' licences."""
+
+    licence: str | None
+    given: bool
+    sources: dict[str, str]  # dataset -> licence
+    items_per_source: dict[str, int]
+
+    def card_rows(self) -> list[dict[str, Any]]:
+        return [{"dataset": d, "licence": lic, "n_items": self.items_per_source[d]} for d, lic in self.sources.items()]
+
+
+def release_licensing(workspace: Workspace, items: list[ExportItem], licence: str | None) -> Licensing:
+    """The licences of the sources ITEMS come from, and the release licence; refuses (before anything is
+    written) to stamp the workspace's licence over sources under another or an unknown licence."""
+    given = clean_licence(licence)
+    section = workspace.section("release")
+    stamped = given or clean_licence(section.get("license") or section.get("licence"))
+    per_source = Counter(e.provenance["dataset"] for e in items if e.provenance.get("dataset"))
+    with workspace.store.session() as session:
+        sources = licences_of(session, per_source)
+    conflicts = licence_conflicts(stamped, sources) if stamped and not given else {}
+    if conflicts:
+        listed = ", ".join(f"{dataset} ({lic})" for dataset, lic in sorted(conflicts.items()))
+        raise CftoolsError(
+            f"will not stamp the licence {stamped} ([release] license in cftools.toml) over sources under other "
+            f"or unknown licences: {listed}; state a source's licence with `cftools ingest ... --licence`, or "
+            f"give the release's licence explicitly with `cftools export --licence LICENCE`")
+    return Licensing(stamped, given is not None, sources, dict(per_source))
+
+
 def write_native(items: list[ExportItem], folder: Path, splits: dict[str, float], workspace: Workspace,
-                 name: str, version: str, progress: Progress | None) -> None:
+                 name: str, version: str, progress: Progress | None, licensing: Licensing) -> None:
     from cftools.release.datacard import write_card
 
     write_records(items, folder / RECORDS_NAME)
@@ -595,8 +635,9 @@ def write_native(items: list[ExportItem], folder: Path, splits: dict[str, float]
         progress("records", 2, 3)
     agreement = agreement_rows(workspace.store, [e.record["id"] for e in items])
     write_card(folder, [e.record for e in items], [e.provenance for e in items], agreement,
-               name=name, version=version, license=workspace.section("release").get("license"),
-               splits=list(splits), data_as_of=max((e.updated_at for e in items), default=""))
+               name=name, version=version, license=licensing.licence, license_given=licensing.given,
+               source_licences=licensing.card_rows(), splits=list(splits),
+               data_as_of=max((e.updated_at for e in items), default=""))
     if progress:
         progress("records", 3, 3)
 
@@ -626,7 +667,7 @@ def agreement_rows(store: Store, item_keys: Iterable[str]) -> list[dict[str, Any
 
 
 def write_manifest(items: list[ExportItem], folder: Path, workspace: Workspace, name: str, version: str,
-                   fmt: str, n_images: int) -> None:
+                   fmt: str, n_images: int, licensing: Licensing) -> None:
     store = workspace.store
     manifest = {
         "name": name,
@@ -637,7 +678,8 @@ def write_manifest(items: list[ExportItem], folder: Path, workspace: Workspace, 
         "cftools_version": __version__,
         "store": store_label(store),
         "data_as_of": max((e.updated_at for e in items), default=None),
-        "license": workspace.section("release").get("license"),
+        "license": licensing.licence,
+        "source_licences": licensing.sources,
         "counts": counts_of(items, n_images),
         "files": file_entries(folder),
         "provenance": {e.record["id"]: e.provenance for e in items},

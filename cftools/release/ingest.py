@@ -4,7 +4,9 @@ The release is verified against its manifest first (a changed release is refused
 ids as keys, so ingesting the same release twice adds nothing, and an item already in the store is left
 as it is. Source questions go back under the dataset and id the manifest's provenance names; items
 without that provenance get a source in `release:<NAME>-<VERSION>`. Generation provenance (backend,
-model, template) is kept as a generation record, so a re-export's card names the same generators.
+model, template) is kept as a generation record, so a re-export's card names the same generators. The
+source datasets' licences come back from the manifest's `source_licences`; `release:<NAME>-<VERSION>` is under
+the release's own licence (or the one given), so a re-export lists the same licences.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from sqlalchemy import select
 
 from cftools.errors import CftoolsError, InputError
 from cftools.images import ImageFile, read_image_file, register_image, strings_in
+from cftools.ingest.licences import UNKNOWN, clean_licence, record_licence, same_licence
 from cftools.ingest.readers import BATCH, IngestReport, existing_item_keys
 from cftools.models import (
     STATUSES,
@@ -93,7 +96,25 @@ def item_data(record: dict[str, Any]) -> dict[str, Any]:
     return map_strings(data, lambda text: f"sha256:{Path(text).stem}" if is_release_image_path(text) else text)
 
 
-def ingest_release(store: Store, release_dir: Path) -> IngestReport:
+def item_dataset(provenance: dict[str, Any], fallback: str) -> str:
+    """The dataset an item of a release came from: its provenance's, else the release itself."""
+    return provenance.get("dataset") or (provenance.get("source") or {}).get("dataset") or fallback
+
+
+def stated_licences(manifest: dict[str, Any], datasets: set[str], fallback: str,
+                    licence: str | None) -> dict[str, str | None]:
+    """Dataset -> the licence the manifest states for it (None: unknown, keep what the store has)."""
+    stated = dict(manifest.get("source_licences") or {})
+    stated[fallback] = licence or manifest.get("license")
+    out = {}
+    for dataset in sorted(datasets):
+        value = clean_licence(stated.get(dataset))
+        out[dataset] = None if value is None or same_licence(value, UNKNOWN) else value
+    return out
+
+
+def ingest_release(store: Store, release_dir: Path, licence: str | None = None) -> IngestReport:
+    """LICENCE: the licence of the release's items that name no source dataset (default: the manifest's)."""
     release = Path(release_dir)
     problems = verify_release(release).problems()
     if problems:
@@ -119,7 +140,12 @@ def ingest_release(store: Store, release_dir: Path) -> IngestReport:
         new = [r for r in records if r["id"] not in existing]
         source_ids = add_sources(store, session, new, provenance, fallback, image_ids, now, report)
         generation_ids = add_generations(session, new, provenance, fallback, now)
+        datasets = {r["id"]: item_dataset(provenance.get(r["id"]) or {}, fallback) for r in new}
+        for dataset, stated in stated_licences(manifest, set(datasets.values()), fallback,
+                                               clean_licence(licence)).items():
+            record_licence(session, dataset, stated)
         rows = [{"key": r["id"], "kind": r["kind"], "group": r["group"], "source_id": source_ids.get(r["id"]),
+                 "dataset": datasets[r["id"]],
                  "question": r["question"], "answer": r.get("answer"), "status": r["status"], "origin": "release",
                  "generation_id": generation_ids.get(r["id"]), "data": item_data(r), "created_at": now,
                  "updated_at": now} for r in new]

@@ -242,7 +242,7 @@ def _drafts_setup(ws: Path, scratch: Path) -> list:
 def _eval_setup(ws: Path, scratch: Path) -> list:
     helpers = _rewrite_setup(ws, scratch)
     setup_cli(ws, "ingest", "cvqa", write_cvqa(scratch / "cv", 12), "--images", scratch / "cv")
-    setup_cli(ws, "export", "r", "--version", "1", "--include-unverified")
+    setup_cli(ws, "export", "r", "--version", "1", "--licence", "CC0-1.0", "--include-unverified")
     return helpers
 
 
@@ -309,7 +309,7 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
           lambda ws, s: cli(ws, "generate", "images", "--per-prompt", "1", "--styles", "photograph"),
           progress="select count(*) from images", max_k=3),
     Stage("check", _drafts_setup, lambda ws, s: cli(ws, "check")),
-    Stage("export", _drafts_setup, lambda ws, s: cli(ws, "export", "r", "--version", "1", "--include-unverified"),
+    Stage("export", _drafts_setup, lambda ws, s: cli(ws, "export", "r", "--version", "1", "--licence", "CC0-1.0", "--include-unverified"),
           finished_already=r"r-1 already exists; pass --force"),
     Stage("eval", _eval_setup,
           lambda ws, s: cli(ws, "eval", "run", ws / "releases" / "r-1", "--model", "blind:openai:stub",

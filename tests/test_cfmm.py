@@ -382,7 +382,7 @@ def test_ingest_then_export_cfmm_round_trips_exactly_the_fields(workspace, tmp_p
     out = run_cli("ingest", "cfmm", source, "--images", folder, "--json")
     assert out.exit_code == 0, out.output
     assert json.loads(out.output)["items_added"] == 2
-    out = run_cli("export", "pairs", "--version", "1", "--format", "cfmm", "--include-unverified")
+    out = run_cli("export", "pairs", "--version", "1", "--licence", "CC0-1.0", "--format", "cfmm", "--include-unverified")
     assert out.exit_code == 0, out.output
     release = workspace.root / "releases" / "pairs-1-cfmm"
     rows = [json.loads(line) for line in (release / "pairs.jsonl").read_text().splitlines()]
@@ -392,7 +392,7 @@ def test_ingest_then_export_cfmm_round_trips_exactly_the_fields(workspace, tmp_p
     assert by_type["color"]["basic_question"] == "What colour is the bus?"
     assert (release / by_type["color"]["image"]).is_file()
     # the native release keeps the basic question and its card counts the types against the paper's
-    out = run_cli("export", "pairs", "--version", "1", "--include-unverified")
+    out = run_cli("export", "pairs", "--version", "1", "--licence", "CC0-1.0", "--include-unverified")
     assert out.exit_code == 0, out.output
     card = (workspace.root / "releases" / "pairs-1" / "README.md").read_text()
     assert "| color | 1 | 50.0% | 221 |" in card and "| count | 1 | 50.0% | 348 |" in card
@@ -523,10 +523,10 @@ def test_the_cfmm_example_checks_exports_and_scores_blind_in_rank_mode(workspace
         c.set_blind_ranker(None)
     results = [json.loads(line) for line in out.output.splitlines() if line.startswith("{")]
     assert [r["flags"] for r in results] == [[]] * 6  # the hand-written pairs are clean
-    out = run_cli("export", "ex", "--version", "1", "--format", "cfmm", "--include-unverified")
+    out = run_cli("export", "ex", "--version", "1", "--licence", "CC0-1.0", "--format", "cfmm", "--include-unverified")
     assert out.exit_code == 0, out.output
     assert len((workspace.root / "releases" / "ex-1-cfmm" / "ex.jsonl").read_text().splitlines()) == 6
-    assert run_cli("export", "ex", "--version", "1", "--include-unverified").exit_code == 0
+    assert run_cli("export", "ex", "--version", "1", "--licence", "CC0-1.0", "--include-unverified").exit_code == 0
     out = run_cli("eval", workspace.root / "releases" / "ex-1", "--model", "blind", "--mode", "rank", "--quiet")
     assert out.exit_code == 0, out.output
     report = next((workspace.root / "runs").glob("*/report.md")).read_text()

@@ -60,12 +60,12 @@ def one_line_error(out, *names: str) -> None:
 
 def test_export_into_a_read_only_folder(workspace, run_cli, tmp_path, read_only):
     setup_cli(workspace.root, "ingest", "cvqa", write_cvqa(tmp_path / "in", 4), "--images", tmp_path / "in")
-    assert run_cli("export", "r", "--version", "1", "--include-unverified").exit_code == 0
+    assert run_cli("export", "r", "--version", "1", "--licence", "CC0-1.0", "--include-unverified").exit_code == 0
     earlier = workspace.path("releases", "r-1")
     assert run_cli("verify", earlier).exit_code == 0
     before = store_bytes(workspace)
     target = read_only(tmp_path / "ro")
-    out = run_cli("export", "r", "--version", "2", "--include-unverified", "--out", target)
+    out = run_cli("export", "r", "--version", "2", "--licence", "CC0-1.0", "--include-unverified", "--out", target)
     one_line_error(out, str(target))
     assert store_bytes(workspace) == before and list(target.iterdir()) == []
     assert run_cli("verify", earlier).exit_code == 0

@@ -37,7 +37,7 @@ def test_a_healthy_workspace_is_ok(workspace, run_cli, tmp_path):
 def test_finds_and_repairs_what_a_kill_leaves(workspace, run_cli, tmp_path):
     make_items(run_cli, tmp_path / "imgs", 4)
     ids = mark_checked(workspace.store)
-    assert run_cli("export", "r", "--version", "1", "--include-unverified").exit_code == 0
+    assert run_cli("export", "r", "--version", "1", "--licence", "CC0-1.0", "--include-unverified").exit_code == 0
     release = workspace.path("releases")
     stale = release / ".r-1.pid999999999.abc.tmp"  # a killed export's temporary (no such process)
     stale.mkdir()
@@ -73,7 +73,7 @@ def test_finds_and_repairs_what_a_kill_leaves(workspace, run_cli, tmp_path):
 def test_changed_images_and_broken_releases_are_reported_never_repaired(workspace, run_cli, tmp_path):
     make_items(run_cli, tmp_path / "imgs", 3)
     mark_checked(workspace.store)
-    assert run_cli("export", "r", "--version", "1", "--include-unverified").exit_code == 0
+    assert run_cli("export", "r", "--version", "1", "--licence", "CC0-1.0", "--include-unverified").exit_code == 0
     with workspace.store.session() as session:
         paths = sorted(session.execute(select(Image.path)).scalars())
     (tmp_path / "imgs" / paths[0].rsplit("/", 1)[1]).unlink()

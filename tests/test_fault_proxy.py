@@ -57,7 +57,7 @@ def llm_workspace(scratch: Path, base_url: str) -> Path:
 def generate_and_eval(ws: Path) -> list[list[int]]:
     codes = [run_until_done(cli(ws, "generate", "rewrite", "--group", "numerical-direct", "--concurrency", "2",
                                 "--quiet"))]
-    codes.append(run_until_done(cli(ws, "export", "r", "--version", "1", "--include-unverified")))
+    codes.append(run_until_done(cli(ws, "export", "r", "--version", "1", "--licence", "CC0-1.0", "--include-unverified")))
     codes.append(run_until_done(cli(ws, "eval", "run", ws / "releases" / "r-1", "--model", "blind:openai:stub",
                                     "--concurrency", "2", "--out", ws / "runs" / "blind", "--quiet")))
     return codes

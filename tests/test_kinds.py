@@ -153,12 +153,12 @@ def test_a_toy_kind_goes_through_the_whole_flow(toy_installed, workspace, label_
     assert sorted(statuses(ws.store).values()) == [ACCEPTED, ACCEPTED, DRAFT]
 
     # export: native and the kind's own format
-    out = run_cli("export", "toybench", "--version", "1.0.0", "--json")
+    out = run_cli("export", "toybench", "--version", "1.0.0", "--licence", "CC0-1.0", "--json")
     assert out.exit_code == 0, out.output
     release = Path(json.loads(out.output)["path"])
     records = [json.loads(line) for line in (release / "records.jsonl").read_text().splitlines()]
     assert {r["kind"] for r in records} == {"toy"} and len(records) == 2
-    out = run_cli("export", "toybench", "--version", "1.0.0", "--format", "toy-csv", "--json")
+    out = run_cli("export", "toybench", "--version", "1.0.0", "--licence", "CC0-1.0", "--format", "toy-csv", "--json")
     assert out.exit_code == 0, out.output
     rows = list(csv.DictReader(open(Path(json.loads(out.output)["path"]) / "toybench.csv")))
     assert sorted(r["answer"] for r in rows) == ["green", "red"]

@@ -183,7 +183,7 @@ def test_select_and_explain_end_in_a_mucr_release(label_studio, mucr_ws, run_cli
     assert judgments[0].raw["fields"]["explanation"].startswith("In the first image")
 
     # -- the release: exactly the v1 fields, all three explanations
-    out = run_cli("export", "rain", "--version", "1", "--format", "mucr", "--json")
+    out = run_cli("export", "rain", "--version", "1", "--licence", "CC0-1.0", "--format", "mucr", "--json")
     assert out.exit_code == 0, out.output
     release = Path(json.loads(out.output)["path"])
     rows = [json.loads(line) for line in (release / "rain.jsonl").read_text().splitlines()]

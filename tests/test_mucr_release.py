@@ -214,7 +214,7 @@ def selected_pairs(workspace, folder: Path, groups: dict[str, int], status: str 
 
 
 def export_mucr(run_cli, *args):  # noqa: ANN001, ANN201
-    return run_cli("export", "mc", "--version", "1", "--format", "mucr", "--json", *args)
+    return run_cli("export", "mc", "--version", "1", "--licence", "CC0-1.0", "--format", "mucr", "--json", *args)
 
 
 def test_generate_cues_drafts_each_selected_pair_once(workspace, run_cli, cue_stub, tmp_path):

@@ -26,7 +26,7 @@ model_step() {
 if [ ! -f "$ws/cftools.toml" ]; then
   step "Create the workspace at $ws and make candidate images of ${MUCR_LIMIT:-2} caption pairs"
   cftools init "$ws"
-  cftools ingest captions "$here/captions.csv"
+  cftools ingest captions "$here/captions.csv" --licence CC0-1.0
   model_step cftools generate context --limit "${MUCR_LIMIT:-2}" --max-attempts 2
   cftools generate images --limit "${MUCR_LIMIT:-2}" --per-prompt 2
 fi
@@ -36,7 +36,7 @@ model_step cftools generate cues --from-ranking --max-attempts 2
 cftools check
 
 step "MuCR release (v1 fields, composites beside split images, seeded choice sets); the demo's groups are small"
-cftools export mucr-example --version 0.1.0 --format mucr --include-unverified --allow-small-groups --force
+cftools export mucr-example --version 0.1.0 --format mucr --include-unverified --allow-small-groups --force --licence CC0-1.0
 cftools verify "$ws/releases/mucr-example-0.1.0-mucr"
 
 step "Blind (text-only) baseline on the MuCR release: C2E / E2C / Cue"

@@ -163,3 +163,13 @@ def test_a_store_from_before_licences_is_upgraded_and_its_sources_are_unknown(tm
     out = run_cli("export", "ex", "--version", "1", "--include-unverified", "--licence", "other")
     assert out.exit_code == 0, out.output
     assert load_manifest(tmp_path / "ws" / "releases" / "ex-1")["source_licences"] == {"old": "unknown"}
+
+
+def test_every_ingest_command_takes_a_licence():
+    """The kinds' own ingests (cvqa, captions, cfmm, ...) record a licence like the shared ones."""
+    from cftools.cli import main
+
+    ingest = main.commands["ingest"]
+    missing = [name for name, command in ingest.commands.items()
+               if "--licence" not in {opt for param in command.params for opt in getattr(param, "opts", [])}]
+    assert missing == []

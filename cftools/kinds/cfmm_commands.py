@@ -8,7 +8,8 @@ import click
 from rich.markup import escape
 
 from cftools.commands.common import console, err_console, pass_workspace, print_json
-from cftools.commands.ingest import images_option, json_option, print_ingest, report_option, report_path, skip_bad_option
+from cftools.commands.ingest import (images_option, ingest_licence, json_option, licence_option, print_ingest,
+                                     report_option, report_path, skip_bad_option)
 from cftools.generate.llm_task import DEFAULT_MAX_ATTEMPTS
 from cftools.kinds.cfmm_generate import generate_pairs, llm_params, parse_quota
 from cftools.kinds.cfmm_ingest import ingest_cfmm
@@ -66,14 +67,15 @@ def pairs_cmd(workspace: Workspace, types_text: str | None, per_image: int, limi
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--name", "dataset", help="Dataset name in the store (default: cfmm:FILE-STEM).")
 @images_option
+@licence_option
 @skip_bad_option
 @report_option
 @json_option
 @pass_workspace
 def ingest_cfmm_cmd(workspace: Workspace, file: Path, dataset: str | None, images_dir: Path | None,
-                    skip_bad: bool, report: Path | None, as_json: bool) -> None:
+                    licence: str | None, skip_bad: bool, report: Path | None, as_json: bool) -> None:
     """Ingest CFMM pairs (JSONL: id, image, type, basic_question, basic_options, basic_answer, cf_question,
     cf_options, cf_answer) as draft items."""
     result = ingest_cfmm(workspace.store, file, images_dir, skip_bad, report_path(workspace, report, file.name),
-                         dataset)
+                         dataset, ingest_licence(workspace, licence))
     print_ingest(result, as_json)

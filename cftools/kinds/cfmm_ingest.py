@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from cftools.errors import InputError
+from cftools.ingest.licences import LicenceChoice
 from cftools.ingest.readers import (BadRecords, IngestReport, finish, image_path_problem, records, stable_key)
 from cftools.kinds.cfmm import TYPES
 from cftools.models import DRAFT, utcnow
@@ -72,7 +73,9 @@ def read_cfmm(path: Path, bad: BadRecords, dataset: Optional[str] = None,
 
 
 def ingest_cfmm(store: Store, path: Path, images_dir: Optional[Path] = None, skip_bad: bool = False,
-                report_path: Optional[Path] = None, dataset: Optional[str] = None) -> IngestReport:
+                report_path: Optional[Path] = None, dataset: Optional[str] = None,
+                licence: LicenceChoice = None) -> IngestReport:
     bad = BadRecords(skip_bad)
     dataset, sources, items = read_cfmm(Path(path), bad, dataset, images_dir)
-    return finish(store, "cfmm", Path(path), dataset, sources, items, images_dir, bad, report_path, len(items))
+    return finish(store, "cfmm", Path(path), dataset, sources, items, images_dir, bad, report_path, len(items),
+                  licence=licence)

@@ -13,15 +13,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 ws="${CFTOOLS_WORKSPACE:-${WORKSPACE:-$PWD/demo-workspace}}"
 export CFTOOLS_WORKSPACE="$ws"
 
-step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
-# The embedded model is a plumbing default: some (or all) of its outputs may be unreadable. A generator says so
-# with exit 3 (some failed) or 4 (all failed); the demo reports it and goes on.
-model_step() {
-  local rc=0
-  "$@" || rc=$?
-  if [ "$rc" -eq 3 ] || [ "$rc" -eq 4 ]; then echo "(the embedded model's output could not all be read: exit $rc; the demo goes on)"
-  elif [ "$rc" -ne 0 ]; then return "$rc"; fi
-}
+source "$here/../steps.sh"  # step, model_step
 
 if [ ! -f "$ws/cftools.toml" ]; then
   step "Create the workspace at $ws and make candidate images of ${MUCR_LIMIT:-2} caption pairs"

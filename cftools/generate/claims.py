@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 import uuid
 from datetime import datetime, timedelta
 from typing import Iterator, Optional, Sequence
@@ -25,6 +26,8 @@ from cftools.models import WorkClaim, utcnow
 from cftools.store import Store, in_chunks
 
 DEFAULT_LEASE_S = 60.0  # renewed by a heartbeat every third of it while the worker lives
+CLAIM_WINDOW = 64  # keys looked at per claim, at least
+RESCAN_S = 0.5  # once every key has been seen, how often the whole list is looked at again
 FREE, LEASED, DONE, FAILED = "free", "leased", "done", "failed"
 
 
@@ -57,6 +60,8 @@ class Claims:
                  selected_at: Optional[datetime] = None) -> None:
         self.store, self.generator, self.lease_s = store, generator, float(lease_s)
         self.keys = list(dict.fromkeys(keys))
+        self.unseen = list(self.keys)  # not yet seen taken by anyone: the next claims look here first
+        self._next_rescan = 0.0
         self.worker = worker_id()
         CURRENT[os.getpid()] = self.worker
         # a key finished after the worker chose its jobs was finished by another worker: it stays done
@@ -102,30 +107,54 @@ class Claims:
                             .values(state=FREE, worker=None, lease_expires=None))
 
     def claim(self, limit: int) -> list[str]:
-        """Up to LIMIT of this worker's keys that nobody holds, now leased to it."""
+        """Up to LIMIT of this worker's keys that nobody holds, now leased to it.
+
+        Keys are looked at a window at a time (`unseen`: neither taken by this worker nor seen held or finished
+        by another), so a claim costs the same whether the run has a hundred keys or a million; once every key
+        has been seen, the whole list is looked at again (at most every `RESCAN_S`) for leases of dead workers
+        and keys that came free."""
         now = utcnow()
         taken: list[str] = []
         with self.store.write() as session:
             self.release_dead_workers(session, now)
-            for part in in_chunks(self.keys):
-                if len(taken) >= limit:
-                    break
-                rows = session.execute(
-                    select(WorkClaim.id, WorkClaim.key)
-                    .where(WorkClaim.generator == self.generator, WorkClaim.key.in_(part), self._claimable(now))
-                    .order_by(WorkClaim.id).limit(limit - len(taken))
-                    .with_for_update(skip_locked=True)).all()
-                if rows:
-                    session.execute(update(WorkClaim).where(WorkClaim.id.in_([r.id for r in rows])).values(
-                        state=LEASED, worker=self.worker, lease_expires=now + timedelta(seconds=self.lease_s)))
-                    taken += [r.key for r in rows]
+            while len(taken) < limit and self.unseen:
+                window = self.unseen[:max(CLAIM_WINDOW, 4 * limit)]
+                got = self._lease(session, window, limit - len(taken), now)
+                taken += got
+                # held (by this worker now, or another) or finished: not looked at again until the rescan
+                elsewhere = set(session.execute(select(WorkClaim.key).where(
+                    WorkClaim.generator == self.generator, WorkClaim.key.in_(window),
+                    ~self._claimable(now))).scalars())
+                self.unseen = [k for k in window if k not in elsewhere] + self.unseen[len(window):]
+                if not got and not elsewhere:
+                    break  # the window's free keys are being leased by another worker at this moment
+            if len(taken) < limit and not self.unseen and time.monotonic() >= self._next_rescan:
+                self._next_rescan = time.monotonic() + RESCAN_S
+                for part in in_chunks(self.keys):
+                    if len(taken) >= limit:
+                        break
+                    taken += self._lease(session, part, limit - len(taken), now)
         return taken
 
-    def finish(self, session: Session, key: str, ok: bool) -> None:
-        """Mark KEY done or failed inside the transaction that stores its output."""
-        session.execute(update(WorkClaim).where(WorkClaim.generator == self.generator, WorkClaim.key == key,
-                                                WorkClaim.worker == self.worker)
-                        .values(state=DONE if ok else FAILED, finished_at=utcnow(), lease_expires=None))
+    def _lease(self, session: Session, keys: Sequence[str], limit: int, now: datetime) -> list[str]:
+        """Lease up to LIMIT claimable rows among KEYS (rows another transaction is leasing right now are
+        skipped, not waited for)."""
+        rows = session.execute(
+            select(WorkClaim.id, WorkClaim.key)
+            .where(WorkClaim.generator == self.generator, WorkClaim.key.in_(keys), self._claimable(now))
+            .order_by(WorkClaim.id).limit(limit)
+            .with_for_update(skip_locked=True)).all()
+        if rows:
+            session.execute(update(WorkClaim).where(WorkClaim.id.in_([r.id for r in rows])).values(
+                state=LEASED, worker=self.worker, lease_expires=now + timedelta(seconds=self.lease_s)))
+        return [r.key for r in rows]
+
+    def finish(self, session: Session, keys: Sequence[str], ok: bool) -> None:
+        """Mark KEYS done (or failed) inside the transaction that stores their output."""
+        for part in in_chunks(keys):
+            session.execute(update(WorkClaim).where(WorkClaim.generator == self.generator, WorkClaim.key.in_(part),
+                                                    WorkClaim.worker == self.worker)
+                            .values(state=DONE if ok else FAILED, finished_at=utcnow(), lease_expires=None))
 
     def open_keys(self) -> int:
         """How many of this worker's keys are neither done nor failed (held by others, or free)."""
@@ -140,7 +169,7 @@ class Claims:
             batch = self.claim(size)
             if batch:
                 yield batch
-            elif self.open_keys() == 0:
+            elif not self.unseen and self.open_keys() == 0:
                 return
             else:
                 yield None

@@ -26,7 +26,7 @@ from cftools.llm.base import render_messages
 from cftools.llm.cache import cached_completion, cached_completions, save_completions
 from cftools.llm.prompts import PromptTemplate
 from cftools.generate.claims import DEFAULT_LEASE_S, Claims
-from cftools.llm.runner import WRITE_BATCH, JobResult, RunStats, run_jobs
+from cftools.llm.runner import JobResult, RunStats, run_jobs
 from cftools.models import DRAFT, Generation, Item, ItemEvent, utcnow
 from cftools.store import Store
 
@@ -65,6 +65,16 @@ class LLMJob:
     first_missed: bool = False  # the bulk cache lookup found no response for attempt 1
 
 
+@dataclass
+class ParsedOutput:
+    """A job's final, parsed output and the generation record that made it (what `LLMTask.write` stores)."""
+
+    job: LLMJob
+    parsed: dict[str, Any]
+    generation_id: int
+    attempt: int
+
+
 class LLMTask:
     """A generator's own part: its name, template, parser and writer."""
 
@@ -78,6 +88,11 @@ class LLMTask:
               attempt: int) -> int:
         """Store what a parsed output makes (items created or updated); returns how many."""
         raise NotImplementedError
+
+    def write_many(self, store: Store, session: Session, outputs: list[ParsedOutput]) -> int:
+        """Store what a batch of parsed outputs makes; a task whose rows go in together overrides this (one
+        statement per batch instead of one per output)."""
+        return sum(self.write(store, session, o.job, o.parsed, o.generation_id, o.attempt) for o in outputs)
 
 
 @dataclass
@@ -179,6 +194,8 @@ class Writer:
             rows = [self.generation_row(r.job, a) for r in results for a in r.job.attempts]
             ids = iter(session.execute(insert(Generation).returning(Generation.id, sort_by_parameter_order=True),
                                        rows).scalars().all() if rows else [])
+            outputs: list[ParsedOutput] = []
+            finished: dict[bool, list[str]] = {True: [], False: []}
             for result in results:
                 job: LLMJob = result.job
                 generation_ids = [next(ids) for _ in job.attempts]
@@ -187,10 +204,13 @@ class Writer:
                 final = job.attempts[-1] if job.attempts else None
                 ok = result.ok and final is not None and bool(final.parsed)
                 if ok:
-                    self.report.items_created += self.task.write(self.store, session, job, final.parsed,
-                                                                 generation_ids[-1], final.number)
-                if self.claims is not None:
-                    self.claims.finish(session, job_key(job), ok)
+                    outputs.append(ParsedOutput(job, final.parsed, generation_ids[-1], final.number))
+                finished[ok].append(job_key(job))
+            if outputs:
+                self.report.items_created += self.task.write_many(self.store, session, outputs)
+            if self.claims is not None:
+                self.claims.finish(session, finished[True], ok=True)
+                self.claims.finish(session, finished[False], ok=False)
 
     def generation_row(self, job: LLMJob, attempt: Attempt) -> dict[str, Any]:
         completion = attempt.completion
@@ -240,7 +260,8 @@ def run_llm_task(store: Store, backend: Backend, task: LLMTask, jobs: list[LLMJo
     attempts = Attempts(store, backend, task, params, max_attempts, refresh)
     workers = concurrency or DEFAULT_CONCURRENCY.get(backend.name, 4)
     claims = Claims(store, task.generator, [job_key(job) for job in jobs], lease_s, selected_at)
-    source = claimed_jobs(store, jobs, attempts, claims, refresh, batch=max(WRITE_BATCH, 4 * workers))
+    # a claim no larger than the requests in flight: the last jobs spread over every worker, not queued behind one
+    source = claimed_jobs(store, jobs, attempts, claims, refresh, batch=workers)
     try:
         report.stats = run_jobs(source, attempts.work, Writer(store, backend, task, report, claims),
                                 concurrency=workers, description=f"{task.generator} {group or ''}".strip(),

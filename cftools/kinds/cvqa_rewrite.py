@@ -26,7 +26,7 @@ from cftools.llm import Backend, make_backend, text_message
 from cftools.llm.base import DEFAULT_PARAMS
 from cftools.llm.prompts import PromptTemplate, load_prompt
 from cftools.generate.llm_task import (DEFAULT_MAX_ATTEMPTS, LLMJob, LLMReport as RewriteReport, LLMTask, ParseError,
-                                       insert_items, run_llm_task)
+                                       ParsedOutput, insert_items, run_llm_task)
 from cftools.kinds.cvqa import GROUP_ANSWER_TYPE, GROUPS as CVQA_GROUPS
 from cftools.models import (DRAFT, Generation,
                             Item, ItemEvent, SourceQuestion, utcnow)
@@ -99,6 +99,10 @@ class RewriteTask(LLMTask):
               attempt: int) -> int:
         return insert_items(store, session, [item_row(job.context["source"], self.group, parsed, generation_id,
                                                       attempt)], "generate")
+
+    def write_many(self, store: Store, session: Session, outputs: list[ParsedOutput]) -> int:
+        return insert_items(store, session, [item_row(o.job.context["source"], self.group, o.parsed, o.generation_id,
+                                                      o.attempt) for o in outputs], "generate")
 
 
 def item_row(source: dict[str, Any], group: str, parsed: dict[str, Any], generation_id: int,

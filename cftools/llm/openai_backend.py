@@ -66,6 +66,7 @@ class OpenAIBackend:
                  max_connections: int = 128) -> None:
         self.model = model
         self.base_url = (base_url or DEFAULT_BASE_URL).rstrip("/")
+        self._cache_id = f"openai@{_without_userinfo(self.base_url)}"  # asked per request: parsed once
         self.api_key_env = api_key_env
         key = os.environ.get(api_key_env)
         if not key:
@@ -88,7 +89,7 @@ class OpenAIBackend:
 
     @property
     def cache_id(self) -> str:
-        return f"openai@{_without_userinfo(self.base_url)}"
+        return self._cache_id
 
     def _wait(self, state: RetryCallState) -> float:
         exc = state.outcome.exception() if state.outcome else None

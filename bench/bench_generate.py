@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -24,18 +23,15 @@ from pathlib import Path
 
 from sqlalchemy import delete, select
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
 from cftools.kinds.cvqa_rewrite import llm_params, rewrite
 from cftools.ingest.readers import ingest_table
 from cftools.llm import make_backend
 from cftools.kinds.cvqa import NUMERICAL_DIRECT
 from cftools.models import Item, ItemEvent
 from cftools.workspace import init_workspace
-
-
-def start_stub(delay: float) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve().parents[1] / "tests" / "llm_stub.py"), "--delay", str(delay)],
-                            stdout=subprocess.PIPE, text=True)
-    return proc, proc.stdout.readline().split()[-1]
+from llm_stub import start_process as start_stub
 
 
 def main() -> None:

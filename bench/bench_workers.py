@@ -33,13 +33,8 @@ from sqlalchemy import func, select  # noqa: E402
 from cftools.ingest.readers import ingest_table  # noqa: E402
 from cftools.models import Generation, Item  # noqa: E402
 from cftools.workspace import init_workspace  # noqa: E402
+from llm_stub import start_process as start_stub  # noqa: E402
 from pg_server import find_pg_bin, fresh_database, running_postgres  # noqa: E402
-
-
-def start_stub(delay: float) -> tuple[subprocess.Popen, str]:
-    stub = subprocess.Popen([sys.executable, str(ROOT / "tests" / "llm_stub.py"), "--delay", str(delay)],
-                            stdout=subprocess.PIPE, text=True)
-    return stub, stub.stdout.readline().split("listening on ", 1)[1].strip()
 
 
 @dataclass

@@ -28,6 +28,7 @@ import collections
 import importlib
 import json
 import re
+import subprocess
 import sys
 import threading
 import time
@@ -193,6 +194,17 @@ class StubServer(ThreadingHTTPServer):
     def start_in_thread(self) -> "StubServer":
         threading.Thread(target=self.serve_forever, daemon=True).start()
         return self
+
+
+def start_process(delay: float = 0.2, *args: str) -> tuple[subprocess.Popen, str]:
+    """This stub as its own process (ARGS: more command-line options); returns it and its base URL (…/v1)."""
+    proc = subprocess.Popen([sys.executable, __file__, "--port", "0", "--delay", str(delay), *args],
+                            stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    if not line.startswith("listening on "):
+        proc.kill()
+        raise RuntimeError(f"the chat stub did not start: {line!r}")
+    return proc, line.split()[-1]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -123,9 +123,10 @@ def test_batches_end_when_every_key_is_finished_and_wait_while_others_hold_some(
 def test_two_worker_processes_on_one_sqlite_store_make_every_item_once(tmp_path, monkeypatch):
     from cftools.ingest.readers import ingest_table
     from cftools.workspace import init_workspace
-    from fault_trials import cli_env, start_stub
+    from fault_trials import cli_env
+    from llm_stub import start_process
 
-    stub, url = start_stub(delay=0.05)
+    stub, url = start_process(0.05)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-claims")
     try:
         ws = init_workspace(tmp_path / "ws")

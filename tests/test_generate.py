@@ -21,7 +21,7 @@ from cftools.kinds.cvqa_rewrite import item_key, load_template, reparse, rewrite
 from cftools.ingest.readers import ingest_table
 from cftools.kinds.cvqa_ingest import ingest_cvqa
 from cftools.llm import make_backend
-from llm_stub import StubServer, stub_reply
+from llm_stub import StubServer, start_process, stub_reply
 from cftools.kinds.cvqa import BOOLEAN, NUMERICAL_DIRECT, NUMERICAL_INDIRECT
 from cftools.models import CachedResponse, Generation, Item, ItemEvent
 NUMBER_QUESTIONS = [("a.jpg", "How many cats are there?", "2"), ("b.jpg", "How many cars are parked?", "5"),
@@ -226,14 +226,6 @@ def test_cli_rewrite_and_reparse(sources, stub, run_cli):
     assert bad.exit_code == 1 and "/nonexistent/x.j2: no such template file" in bad.output
 
 
-def start_stub_process(delay: float) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve().parent / "llm_stub.py"), "--delay", str(delay)],
-                            stdout=subprocess.PIPE, text=True)
-    line = proc.stdout.readline()
-    assert line.startswith("listening on "), line
-    return proc, line.split()[-1]
-
-
 def stub_requests(base_url: str) -> int:
     import httpx
 
@@ -243,7 +235,7 @@ def stub_requests(base_url: str) -> int:
 def test_a_killed_run_resumes_without_duplicates(workspace, tmp_path):
     rows = [(f"img{i}.jpg", f"How many things of kind {i} are there?", str(i % 7)) for i in range(40)]
     ingest_table(workspace.store, write_table(tmp_path / "many.csv", rows))
-    server, base_url = start_stub_process(delay=0.25)
+    server, base_url = start_process(0.25)
     try:
         configure_stub(workspace, base_url)
         command = [sys.executable, "-m", "cftools.cli", "-w", str(workspace.root), "generate", "rewrite",
@@ -272,7 +264,7 @@ def test_a_killed_run_resumes_without_duplicates(workspace, tmp_path):
 def test_ctrl_c_stops_cleanly_and_the_rerun_continues(workspace, tmp_path):
     rows = [(f"img{i}.jpg", f"How many items of sort {i} are there?", str(i % 5)) for i in range(20)]
     ingest_table(workspace.store, write_table(tmp_path / "some.csv", rows))
-    server, base_url = start_stub_process(delay=0.25)
+    server, base_url = start_process(0.25)
     try:
         configure_stub(workspace, base_url)
         command = [sys.executable, "-m", "cftools.cli", "-w", str(workspace.root), "generate", "rewrite",

@@ -10,6 +10,7 @@ import pytest
 from cftools.kinds.cvqa_ingest import ingest_cvqa
 from cftools.overview import store_counts
 from cftools.workspace import init_workspace
+from llm_stub import start_process as start_stub
 from pg_server import find_pg_bin, fresh_database, running_postgres
 
 
@@ -35,15 +36,6 @@ def test_workspace_on_postgresql_ingests_idempotently(tmp_path, postgres_url, pe
 
 
 # ---------------------------------------------------------------- many workers, one store
-
-
-def start_stub(delay: float) -> tuple[subprocess.Popen, str]:
-    import sys
-
-    stub = subprocess.Popen([sys.executable, str(Path(__file__).parent / "llm_stub.py"), "--delay", str(delay)],
-                            stdout=subprocess.PIPE, text=True)
-    line = stub.stdout.readline()
-    return stub, line.split("listening on ", 1)[1].strip()
 
 
 def worker_command(ws_root: Path, limit: int | None = None) -> list[str]:

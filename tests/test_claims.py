@@ -156,3 +156,29 @@ def test_two_worker_processes_on_one_sqlite_store_make_every_item_once(tmp_path,
         stub.kill()
         stub.wait()
 
+
+
+def test_two_image_workers_draw_each_pair_and_style_once(tmp_path):
+    from fault_trials import _images_setup, cli, cli_env, fresh_workspace, stop_helpers, store_path
+    import sqlite3
+
+    ws = fresh_workspace(tmp_path)
+    helpers = _images_setup(ws, tmp_path)  # two pairs with contextual descriptions
+    try:
+        command = cli(ws, "generate", "images", "--per-prompt", "2", "--styles", "photograph,comic")
+        workers = [subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=cli_env())
+                   for _ in range(2)]
+        for worker in workers:
+            assert worker.wait(timeout=600) == 0, worker.stderr.read()
+    finally:
+        stop_helpers(helpers)
+    db = sqlite3.connect(store_path(ws))
+    try:
+        drawn = db.execute("select item_id, json_extract(detail, '$.style'), count(*) from item_events "
+                           "where stage = 'generate images' group by 1, 2").fetchall()
+        claims = db.execute("select state, count(*) from work_claims where generator = 'mucr-images' "
+                            "group by state").fetchall()
+    finally:
+        db.close()
+    assert len(drawn) == 4 and all(n == 1 for _, _, n in drawn), drawn  # 2 pairs x 2 styles, each drawn once
+    assert claims == [(DONE, 4)]

@@ -78,8 +78,16 @@ class Claims:
                                 .values(lease_expires=utcnow() + timedelta(seconds=self.lease_s)))
 
     def close(self) -> None:
+        """Stop renewing, and hand back the keys still leased (a run that stopped early: an error, Ctrl-C), so
+        other workers need not wait for the leases to lapse."""
         self._stop.set()
         self._heartbeat.join(timeout=5)
+        try:
+            with self.store.write() as session:
+                session.execute(update(WorkClaim).where(WorkClaim.worker == self.worker, WorkClaim.state == LEASED)
+                                .values(state=FREE, worker=None, lease_expires=None))
+        except Exception:  # noqa: BLE001 (best effort: the store may be what failed; the leases lapse anyway)
+            pass
 
     def register(self) -> None:
         """Add a row per key; a key finished before this run started is open again (its output is gone, or the

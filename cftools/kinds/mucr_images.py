@@ -10,7 +10,8 @@ An item's data gets, per style:
 
 Image files are written first (content-addressed: a file already there is the same image), then the item and the
 image rows in one transaction per pair and style; a killed run leaves nothing half-recorded, and a rerun makes
-only the candidates still missing. `regenerate_rejected` starts a new round, with new seeds, for the styles an
+only the candidates still missing. Several `generate images` processes on one store share the work: each (pair,
+style, round) is a job one of them claims (`cftools.generate.claims`). `regenerate_rejected` starts a new round, with new seeds, for the styles an
 annotator marked "none usable" (`data.selection[style].none_usable`); the old round is kept under
 `rejected_candidates`.
 """
@@ -26,12 +27,15 @@ from typing import Any, Callable, Optional
 import PIL.Image
 from sqlalchemy import select
 
+from cftools.generate.claims import Claims
 from cftools.images import read_image_file, register_image
 from cftools.models import CHECKED, DRAFT, Image, Item, ItemEvent, utcnow
 from cftools.store import Store
 
 KIND = "mucr"
 IMAGES_FOLDER = Path("images") / "generated"
+GENERATOR = "mucr-images"  # the work claims' name for (pair, style, round) jobs
+CLAIM_WAIT_S = 0.5
 
 
 @dataclass
@@ -155,8 +159,10 @@ def rank_candidates(candidates: dict[str, dict], paths: dict[str, Path], descrip
 
 
 def record_style(store: Store, item_id: int, style: str, results: list, folder: Path, per_prompt: int,
-                 seed: int, scorer: Any, report: ImagesReport) -> None:
-    """Store one pair's new candidates of STYLE (files first, then one transaction) and re-rank the style."""
+                 seed: int, scorer: Any, report: ImagesReport,
+                 finish: Callable[[Any, bool], None] = lambda session, ok: None) -> None:
+    """Store one pair's new candidates of STYLE (files first, then one transaction) and re-rank the style;
+    FINISH(session, ok) closes the job's claim in that transaction."""
     new: dict[str, dict] = {}
     files = []
     for result in results:
@@ -192,6 +198,7 @@ def record_style(store: Store, item_id: int, style: str, results: list, folder: 
         session.add(ItemEvent(item_id=item_id, stage="generate images", from_status=item.status,
                               to_status=item.status, detail={"style": style, "new": sorted(new, key=int),
                                                              "failed": len(failures), "seed": seed}))
+        finish(session, all(result.ok for result in results))
 
 
 def _paths(session: Any, refs: set[str], fresh: dict[str, Path]) -> dict[str, Path]:
@@ -211,6 +218,7 @@ def generate_images(store: Store, workspace_root: Path, backend: Any, *, styles:
     folder = Path(workspace_root) / IMAGES_FOLDER
     if hasattr(backend, "request_cache"):
         backend.request_cache = StoreImageCache(store, folder)
+    selected_at = utcnow()
     items = pairs_to_draw(store, limit, groups)
     report.pairs = len(items)
     started = time.perf_counter()
@@ -229,14 +237,26 @@ def generate_images(store: Store, workspace_root: Path, backend: Any, *, styles:
             if missing:
                 todo.append((item, style, missing, round_of(data, style.name)))
     total = sum(len(m) for _, _, m, _ in todo) * 2
-    for item, style, missing, round_ in todo:
-        cause, effect = context_descriptions(item)
-        key = item.key if round_ == 0 else f"{item.key}#round{round_}"
-        results = backend.generate_pair(cause, effect, style=style, n=per_prompt, seed=seed, steps=steps,
-                                        guidance=guidance, size=size, generator_key=key, candidates=missing)
-        record_style(store, item.id, style.name, results, folder, per_prompt, seed, scorer, report)
-        report.seconds = time.perf_counter() - started
-        if progress:
-            progress(report.images_made, total, len(report.failures))
+    # other `generate images` processes on the store share the jobs: each (pair, style, round) is drawn once
+    jobs = {f"{item.key}:{style.name}:{round_}": (item, style, missing, round_) for item, style, missing, round_ in todo}
+    claims = Claims(store, GENERATOR, list(jobs), selected_at=selected_at)
+    try:
+        for keys in claims.batches(1):
+            if keys is None:  # the rest is held by other workers: wait for them to finish or die
+                time.sleep(CLAIM_WAIT_S)
+                continue
+            for job in keys:
+                item, style, missing, round_ = jobs[job]
+                cause, effect = context_descriptions(item)
+                key = item.key if round_ == 0 else f"{item.key}#round{round_}"
+                results = backend.generate_pair(cause, effect, style=style, n=per_prompt, seed=seed, steps=steps,
+                                                guidance=guidance, size=size, generator_key=key, candidates=missing)
+                record_style(store, item.id, style.name, results, folder, per_prompt, seed, scorer, report,
+                             finish=lambda session, ok, job=job: claims.finish(session, [job], ok))
+                report.seconds = time.perf_counter() - started
+                if progress:
+                    progress(report.images_made, total, len(report.failures))
+    finally:
+        claims.close()
     report.seconds = time.perf_counter() - started
     return report

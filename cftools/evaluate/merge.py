@@ -119,9 +119,9 @@ def run_launched(release_dir: Path | str, model: str, device: str = "auto", work
                  notify: Optional[Callable[[str], None]] = None, **options: Any) -> Optional[EvalResult]:
     """One process of `accelerate launch -m cftools eval ...`: ask this process's shard; once every process
     has finished, the first one merges the run and returns it, the others return None."""
+    state = launch_state(cpu=wants_cpu(model, device))  # first: it says so if accelerate is missing
     from accelerate.utils import gather_object
 
-    state = launch_state(cpu=wants_cpu(model, device))
     shard = Shard(state.process_index + 1, state.num_processes)
     main = state.is_main_process
     result = run_eval(release_dir, model, device=process_device(state, device), workspace=workspace,

@@ -116,7 +116,7 @@ def parse_shard_option(ctx: click.Context, param: click.Parameter, text: Optiona
 @click.option("--shard", callback=parse_shard_option, metavar="I/N",
               help="Ask only shard I of N of the questions (I counted from 1), into the run folder's "
                    "predictions.shard-I-of-N.jsonl, and write no report; once all N have run, `cftools eval merge "
-                   "RUN_DIR` makes the run. Not needed under `accelerate launch`, which splits by itself.")
+                   "RUN_DIR` makes the run. Not for `accelerate launch`, whose processes split the questions themselves.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.pass_context
 def eval_run(ctx: click.Context, release: Path, model: str, mode: str, score: str, batch_size: str, device: str,

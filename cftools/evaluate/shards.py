@@ -123,7 +123,8 @@ def shard_manifests(run_dir: Path) -> dict[Shard, Path]:
 
 
 def build_manifest(shard: Shard, identity: Mapping[str, Any], keys: Sequence[Key]) -> dict[str, Any]:
-    return {"shard": shard.index, "shards": shard.count, "identity": dict(identity), "questions": len(keys),
+    identity = json.loads(json.dumps(dict(identity)))  # as read back, so manifests compare equal
+    return {"shard": shard.index, "shards": shard.count, "identity": identity, "questions": len(keys),
             "questions_sha256": questions_sha256(keys), "share": [list(key) for key in share(keys, shard)]}
 
 

@@ -144,6 +144,15 @@ def same_split(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     return all(a.get(key) == b.get(key) for key in ("shards", "identity", "questions_sha256"))
 
 
+def other_split(theirs: Mapping[str, Any], mine: Mapping[str, Any]) -> str:
+    """How manifest THEIRS differs from MINE, in words."""
+    if theirs.get("identity") != mine.get("identity"):
+        return "another run"
+    if theirs.get("shards") != mine.get("shards"):
+        return f"a split into {theirs.get('shards')}"
+    return "another question list (was --limit the same?)"
+
+
 def start_shard(run_dir: Path, shard: Shard, identity: Mapping[str, Any], keys: Sequence[Key]) -> list[Key]:
     """Write SHARD's manifest in RUN_DIR and return its share of KEYS.
 
@@ -159,10 +168,9 @@ def start_shard(run_dir: Path, shard: Shard, identity: Mapping[str, Any], keys: 
         if same_split(theirs, mine):
             continue
         if (run_dir / other.predictions_name).exists():
-            why = ("another question list (was --limit the same?)" if theirs.get("shards") == shard.count
-                   else f"a split into {other.count}")
-            raise CftoolsError(f"{run_dir} holds predictions of {why} not merged yet ({other.predictions_name}): "
-                               f"finish that split and run `cftools eval merge {run_dir}`, or remove its shard files")
+            raise CftoolsError(f"{run_dir} holds predictions of {other_split(theirs, mine)} not merged yet "
+                               f"({other.predictions_name}): finish that split and run `cftools eval merge "
+                               f"{run_dir}`, or remove its shard files")
         path.unlink(missing_ok=True)
     write_text_atomically(run_dir / shard.manifest_name, json.dumps(mine, sort_keys=True) + "\n")
     return [tuple(key) for key in mine["share"]]

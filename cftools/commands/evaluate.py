@@ -1,4 +1,5 @@
-"""`cftools eval RELEASE --model SPEC` and `cftools eval compare RUN_A RUN_B` (thin over cftools.evaluate.run)."""
+"""`cftools eval RELEASE --model SPEC`, `cftools eval merge RUN` and `cftools eval compare RUN_A RUN_B` (thin over
+cftools.evaluate.run, .merge and .shards)."""
 
 from __future__ import annotations
 
@@ -10,14 +11,17 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from cftools.commands.common import console, err_console, get_workspace
-from cftools.errors import WorkspaceError
+from cftools.errors import CftoolsError, WorkspaceError
+from cftools.evaluate.predictions import EvalResult
 from cftools.evaluate.report import compare_table, rich_tables
 from cftools.evaluate.run import MODES, load_run, run_eval
+from cftools.evaluate.shards import Shard, is_main_process, launched_processes, parse_shard
 from cftools.evaluate.vlm import DEVICES, DTYPES, SCORES
 
 
 class EvalGroup(click.Group):
-    """`cftools eval RELEASE ...` runs an evaluation; `cftools eval compare A B` compares two runs.
+    """`cftools eval RELEASE ...` runs an evaluation; `cftools eval merge RUN` merges a split one; `cftools eval
+    compare A B` compares two runs.
 
     `eval` is a group so that `compare` can be a subcommand, and `run` is its default: arguments that do not
     start with a subcommand's name go to `run`. Its help shows `run`'s options, since `cftools eval RELEASE
@@ -33,6 +37,7 @@ class EvalGroup(click.Group):
 
     def format_usage(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         formatter.write_usage(ctx.command_path, "RELEASE --model SPEC [OPTIONS]")
+        formatter.write_usage(ctx.command_path, "merge RUN_DIR [--partial]", prefix="   or: ")
         formatter.write_usage(ctx.command_path, "compare RUN_A RUN_B", prefix="   or: ")
 
     def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
@@ -53,7 +58,9 @@ def eval_group() -> None:
     """Score a model on a release: `cftools eval RELEASE --model SPEC [options]`.
 
     Asks both questions of every item of RELEASE and prints the report table; `cftools eval run` is the
-    same command. `cftools eval compare RUN_A RUN_B` puts two run folders side by side.
+    same command. Split between processes: `accelerate launch -m cftools eval RELEASE --model SPEC`, or
+    `--shard I/N` per process and then `cftools eval merge RUN_DIR`. `cftools eval compare RUN_A RUN_B` puts
+    two run folders side by side.
     """
 
 
@@ -64,6 +71,13 @@ def parse_batch_size(text: str) -> int | str:
         return int(text)
     except ValueError:
         raise click.BadParameter(f"{text!r} is not a number or auto", param_hint="--batch-size") from None
+
+
+def parse_shard_option(ctx: click.Context, param: click.Parameter, text: Optional[str]) -> Optional[Shard]:
+    try:
+        return parse_shard(text) if text is not None else None
+    except CftoolsError as exc:
+        raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
 
 
 @eval_group.command("run")
@@ -99,33 +113,77 @@ def parse_batch_size(text: str) -> int | str:
                    "its reasoning; added to the counterfactual question only, as in the CFMM paper).")
 @click.option("--swap-options", is_flag=True,
               help="Ask every question with options twice, options swapped, and report the position bias.")
+@click.option("--shard", callback=parse_shard_option, metavar="I/N",
+              help="Ask only shard I of N of the questions (I counted from 1), into the run folder's "
+                   "predictions.shard-I-of-N.jsonl, and write no report; once all N have run, `cftools eval merge "
+                   "RUN_DIR` makes the run. Not for `accelerate launch`, whose processes split the questions themselves.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.pass_context
 def eval_run(ctx: click.Context, release: Path, model: str, mode: str, score: str, batch_size: str, device: str,
              dtype: str, limit: Optional[int], out_dir: Optional[Path], template: Optional[str],
              max_new_tokens: int, judge: Optional[str], judge_aggregate: str, concurrency: int,
-             allow_downloads: bool, prompt_variant: str, swap_options: bool, quiet: bool,
+             allow_downloads: bool, prompt_variant: str, swap_options: bool, shard: Optional[Shard], quiet: bool,
              **kind_options: Any) -> None:
     """Ask both questions of every item of RELEASE and print the report table."""
     workspace = optional_workspace(ctx)
+    launched = launched_processes() > 1
+    if launched and shard is not None:
+        raise click.UsageError("--shard is for processes started by hand: under accelerate launch (or torchrun) "
+                               "the processes split the questions by themselves")
     with Progress(TextColumn("[bold]questions"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=err_console, disable=quiet, transient=True) as bar:
+                  console=err_console, disable=quiet or not is_main_process(), transient=True) as bar:
         task = bar.add_task("eval", total=None)
 
         def progress(done: int, total: int) -> None:
             bar.update(task, completed=done, total=total)
 
-        result = run_eval(release, model, mode=mode, score=score, batch_size=parse_batch_size(batch_size), device=device,
-                          dtype=dtype,
-                          limit=limit, out_dir=out_dir, template=template, max_new_tokens=max_new_tokens,
-                          judge=judge, workspace=workspace, concurrency=concurrency, progress=progress,
-                          judge_aggregate=judge_aggregate, options=kind_options,
-                          notify=lambda note: err_console.print(f"[yellow]{escape(note)}[/]"),
-                          allow_downloads=allow_downloads, prompt_variant=prompt_variant, swap_options=swap_options)
-    for part in rich_tables(result.config, result.summary, width=console.width):
-        console.print(part)
+        arguments = dict(mode=mode, score=score, batch_size=parse_batch_size(batch_size), device=device, dtype=dtype,
+                         limit=limit, out_dir=out_dir, template=template, max_new_tokens=max_new_tokens,
+                         judge=judge, workspace=workspace, concurrency=concurrency, progress=progress,
+                         judge_aggregate=judge_aggregate, options=kind_options,
+                         notify=lambda note: err_console.print(f"[yellow]{escape(note)}[/]"),
+                         allow_downloads=allow_downloads, prompt_variant=prompt_variant, swap_options=swap_options)
+        if launched:
+            from cftools.evaluate.merge import run_launched
+
+            result = run_launched(release, model, **arguments)
+        else:
+            result = run_eval(release, model, shard=shard, **arguments)
+    if result is None:  # not the first process of a launch: the first one merges and prints
+        return
+    if shard is not None:
+        console.print(f"{shard}: {result.asked} questions asked now, {len(result.predictions)} of its share answered; "
+                      f"run folder [bold]{result.out_dir}[/] ({shard.predictions_name}). When all {shard.count} "
+                      f"shards have run: cftools eval merge {result.out_dir}")
+        return
+    print_result(result)
     console.print(f"{result.asked} questions asked now; run folder [bold]{result.out_dir}[/] "
                   "(config.json, predictions.jsonl, report.md, report.csv, report.png)")
+
+
+def print_result(result: EvalResult) -> None:
+    for part in rich_tables(result.config, result.summary, width=console.width):
+        console.print(part)
+
+
+@eval_group.command("merge")
+@click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--partial", is_flag=True,
+              help="Merge what the shards have answered so far, even if some have not run or not finished "
+                   "(the shard files stay, to finish and merge again).")
+@click.pass_context
+def eval_merge(ctx: click.Context, run_dir: Path, partial: bool) -> None:
+    """Merge the shards of a split run (`--shard I/N`) into RUN_DIR's predictions.jsonl and reports.
+
+    Checks that the shards belong to the run and that every one has answered its whole share; merging again
+    gives the same result.
+    """
+    from cftools.evaluate.merge import merge_run
+
+    result = merge_run(run_dir, workspace=optional_workspace(ctx), partial=partial)
+    print_result(result)
+    console.print(f"{len(result.predictions)} predictions merged{' (partial)' if partial else ''}; run folder "
+                  f"[bold]{result.out_dir}[/] (config.json, predictions.jsonl, report.md, report.csv, report.png)")
 
 
 @eval_group.command("compare")

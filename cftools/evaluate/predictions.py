@@ -67,14 +67,15 @@ def prediction_line(question: Question, raw: Optional[str], parsed: Optional[str
 
 # -- the prediction log -----------------------------------------------------------------------------------------
 
-def read_predictions(path: Path) -> dict[tuple[str, str], dict[str, Any]]:
+def read_predictions(path: Path, truncate: bool = True) -> dict[tuple[str, str], dict[str, Any]]:
     """The predictions already made. Lines are written whole with their newline, so only a last line without
-    one can be cut short (a killed run): it is cut off the file and its question is asked again."""
+    one can be cut short (a killed run): it is cut off the file and its question is asked again. With
+    TRUNCATE false the file is left as it is (another process may be writing that line now)."""
     if not path.exists():
         return {}
     data = path.read_bytes()
     complete_end = data.rfind(b"\n") + 1
-    if complete_end < len(data):
+    if complete_end < len(data) and truncate:
         with open(path, "r+b") as fh:
             fh.truncate(complete_end)
     done: dict[tuple[str, str], dict[str, Any]] = {}

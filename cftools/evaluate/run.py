@@ -11,6 +11,10 @@ Predictions are the cache: a rerun, or a run killed halfway and started again, a
 (lines are appended and fsync'ed per batch; a truncated last line is dropped on restart). A run folder
 holds one configuration; pointing a different model, mode, score or template at it is an error.
 
+A run can be split between processes (`shard=`, see `cftools.evaluate.shards`): each shard asks its share
+and writes its own predictions file in the run folder; `cftools.evaluate.merge` merges them into
+predictions.jsonl and writes the reports, so a merged run equals a single-process one.
+
 A run's identity is the SHA-256 of the release's manifest.json (which lists every file's SHA-256), the
 model spec, the mode and score, the prompt template's hash and the generation settings (`IDENTITY_KEYS`).
 The default run folder's name ends with a short hash of that identity, so a release exported again with
@@ -56,6 +60,8 @@ from cftools.evaluate.metrics import summarize
 from cftools.evaluate.predictions import (EvalResult, append_predictions, outcomes_from_predictions,
                                           prediction_line, read_generated, read_predictions, record_eval_run)
 from cftools.evaluate.questions import SWAPPED, PromptTemplates, Question, build_questions
+from cftools.evaluate.shards import (Shard, gather_predictions, shard_prediction_files, start_shard,
+                                     write_text_atomically)
 from cftools.kinds import all_kinds
 from cftools.evaluate.vlm import SCORES, best_option
 from cftools.release.layout import MANIFEST_NAME, hash_file, load_records
@@ -100,10 +106,14 @@ def release_memory() -> None:
         pass
 
 
+def identity_of(config: dict[str, Any]) -> dict[str, Any]:
+    """The identity keys of a run's configuration: what makes two runs the same run."""
+    return {key: config.get(key) for key in IDENTITY_KEYS}
+
+
 def run_identity(config: dict[str, Any]) -> str:
     """SHA-256 of the identity keys of a run's configuration."""
-    identity = {key: config.get(key) for key in IDENTITY_KEYS}
-    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode("utf-8")).hexdigest()
+    return hashlib.sha256(json.dumps(identity_of(config), sort_keys=True).encode("utf-8")).hexdigest()
 
 
 def default_run_name(release_dir: Path, spec: str, mode: str, score: str, identity: str = "",
@@ -125,6 +135,18 @@ def _read_config(path: Path) -> dict[str, Any]:
         return json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise InputError(path, "not valid JSON") from None
+
+
+def read_run_config(run_dir: Path) -> dict[str, Any]:
+    path = Path(run_dir) / CONFIG_NAME
+    if not path.is_file():
+        raise CftoolsError(f"{run_dir} is not an eval run folder (no {CONFIG_NAME})")
+    return _read_config(path)
+
+
+def write_config(out_dir: Path, config: dict[str, Any]) -> None:
+    """config.json, replaced whole: the shards of a run may all write it at once (with the same identity)."""
+    write_text_atomically(out_dir / CONFIG_NAME, json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
 def differences(previous: dict[str, Any], config: dict[str, Any]) -> list[str]:
@@ -213,8 +235,12 @@ def run_eval(release_dir: Path | str, model: str, mode: str = "generate", score:
              progress: Optional[Callable[[int, int], None]] = None,
              answerer: Any = None, notify: Optional[Callable[[str], None]] = None,
              allow_downloads: bool = False, prompt_variant: str = PLAIN, swap_options: bool = False,
-             judge_aggregate: str = "best-match", options: Optional[dict[str, Any]] = None) -> EvalResult:
-    """Run (or resume) an evaluation; returns the run's configuration, summary and predictions."""
+             judge_aggregate: str = "best-match", options: Optional[dict[str, Any]] = None,
+             shard: Optional[Shard] = None) -> EvalResult:
+    """Run (or resume) an evaluation; returns the run's configuration, summary and predictions.
+
+    With SHARD, ask only that shard's share into its own predictions file and write no report: the result
+    holds the share's predictions and an empty summary (`cftools.evaluate.merge` makes the run's)."""
     release_dir = Path(release_dir)
     if mode not in MODES:
         raise CftoolsError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
@@ -275,9 +301,14 @@ def run_eval(release_dir: Path | str, model: str, mode: str = "generate", score:
             notify(note)
     out_dir.mkdir(parents=True, exist_ok=True)
     check_config(out_dir, config)
-    (out_dir / CONFIG_NAME).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    predictions_path = out_dir / PREDICTIONS_NAME
-    done = read_predictions(predictions_path)
+    write_config(out_dir, config)
+    if shard is None:
+        predictions_path = out_dir / PREDICTIONS_NAME
+    else:
+        share = set(start_shard(out_dir, shard, identity_of(config), [q.key for q in questions]))
+        questions = [q for q in questions if q.key in share]
+        predictions_path = out_dir / shard.predictions_name
+    done = cached_predictions(out_dir, predictions_path)
     todo = [q for q in questions if q.key not in done]
     store = workspace.store if workspace is not None else None
     llm_config = workspace.section("llm") if workspace is not None else None
@@ -311,21 +342,44 @@ def run_eval(release_dir: Path | str, model: str, mode: str = "generate", score:
         start += len(batch)
         if progress:
             progress(len(questions) - len(todo) + asked, len(questions))
-    done = read_predictions(predictions_path)
-    wanted = {q.key for q in questions}
-    predictions = [line for key, line in done.items() if key in wanted]
+    done = cached_predictions(out_dir, predictions_path)
+    predictions = [done[key] for key in sorted(q.key for q in questions) if key in done]
+    if shard is not None:
+        return EvalResult(out_dir=out_dir, config=config, summary={}, predictions=predictions, asked=asked,
+                          notes=notes)
+    return finish_run(out_dir, config, predictions, asked=asked, notes=notes, workspace=workspace)
+
+
+def cached_predictions(out_dir: Path, own: Path) -> dict[tuple[str, str], dict[str, Any]]:
+    """What is already answered for a run writing to OWN: OWN, predictions.jsonl, and the files of shards not
+    merged yet (a question is never asked twice)."""
+    others = [out_dir / PREDICTIONS_NAME, *shard_prediction_files(out_dir).values()]
+    return gather_predictions(own, [path for path in others if path != own])
+
+
+def summarize_run(config: dict[str, Any], predictions: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """A run's summary from its configuration and predictions (in key order: the bootstrap intervals do not
+    depend on the order the questions were asked in, or by which process)."""
+    predictions = sorted(predictions, key=lambda p: (str(p["id"]), str(p["which"])))
     summary = summarize(outcomes_from_predictions(predictions))
-    summary["skipped"] = skipped.as_dict()
+    summary["skipped"] = config.get("skipped") or {}
     summary["answered"] = len(predictions)
-    if swap_options:
+    if config.get("swap_options"):
         summary["position_bias"] = position_bias(predictions)
-    if spec.kind == "blind":
+    if parse_model_spec(config["model"]).kind == "blind":
         summary["blind_correct"] = sorted(
             [{"id": p["id"], "which": p["which"], "raw": p["raw"] if p["raw"] is not None else p.get("parsed"),
               "gold": p["gold"]}
              for p in predictions if p.get("correct")], key=lambda p: (p["id"], p["which"]))
-    result = EvalResult(out_dir=out_dir, config=config, summary=summary, predictions=predictions, asked=asked,
-                        notes=notes)
+    return summary
+
+
+def finish_run(out_dir: Path, config: dict[str, Any], predictions: Sequence[dict[str, Any]], asked: int = 0,
+               notes: Sequence[str] = (), workspace: Any = None) -> EvalResult:
+    """The end of a run (of `run_eval`, and of a merge): score the predictions, write report.md, report.csv and
+    report.png, and keep the run in the workspace store when there is one."""
+    result = EvalResult(out_dir=Path(out_dir), config=config, summary=summarize_run(config, predictions),
+                        predictions=list(predictions), asked=asked, notes=list(notes))
     from cftools.evaluate.report import write_reports
 
     write_reports(result)
@@ -360,14 +414,7 @@ def ask_batch(answerer: Any, batch: list[Question], mode: str, score: str, templ
 def load_run(run_dir: Path | str) -> EvalResult:
     """A finished (or partial) run folder read back: its config and predictions, re-scored."""
     run_dir = Path(run_dir)
-    path = run_dir / CONFIG_NAME
-    if not path.is_file():
-        raise CftoolsError(f"{run_dir} is not an eval run folder (no {CONFIG_NAME})")
-    config = json.loads(path.read_text(encoding="utf-8"))
+    config = read_run_config(run_dir)
     predictions = list(read_predictions(run_dir / PREDICTIONS_NAME).values())
-    summary = summarize(outcomes_from_predictions(predictions))
-    summary["skipped"] = config.get("skipped", {})
-    summary["answered"] = len(predictions)
-    if config.get("swap_options"):
-        summary["position_bias"] = position_bias(predictions)
-    return EvalResult(out_dir=run_dir, config=config, summary=summary, predictions=predictions, asked=0)
+    return EvalResult(out_dir=run_dir, config=config, summary=summarize_run(config, predictions),
+                      predictions=predictions, asked=0)

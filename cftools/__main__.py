@@ -1,6 +1,6 @@
 """`python -m cftools` runs the command line (and so does `accelerate launch -m cftools eval ...`)."""
 
-from cftools.cli import main
+from cftools.cli import run
 
 if __name__ == "__main__":
-    main(prog_name="cftools")
+    run()

@@ -183,7 +183,7 @@ add_kind_options({"export": export_cmd, "eval": eval_group.commands["run"]})
 def run() -> None:
     """The console entry point: `main`, then an exit that skips the interpreter's last full collection."""
     try:
-        main()
+        main(prog_name="cftools")
     finally:
         # Everything is freed at exit anyway; collecting the ~100k objects the imports made first costs most of a
         # second of CPU per command (more than the whole run of a short one, and paid by every parallel worker).

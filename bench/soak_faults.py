@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections import Counter
 import tempfile
 import time
 import traceback
@@ -18,6 +19,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from fault_trials import STAGES, clean_run, parse_stage_names, run_trial  # noqa: E402
 
 
+def count_trials(names: list[str], trials: int) -> Counter:
+    return Counter(names[n % len(names)] for n in range(trials))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=50, help="trials in all, spread over the stages in turn")
@@ -26,6 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     names = parse_stage_names(args.stages)
     survived, failed = 0, []
+    mid_run: Counter = Counter()  # trials per stage whose kill landed while the stage was at work
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="cftools-soak-") as scratch:
         clean = {name: clean_run(STAGES[name], Path(scratch) / f"clean-{name}") for name in names}
@@ -38,10 +44,12 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"FAIL {name} seed {seed}\n{traceback.format_exc()}", flush=True)
                 continue
             survived += 1
-            print(f"ok   {name:18s} seed {seed}: killed {result.how if result.killed else '(finished first)'} "
-                  f"{result.seconds:.1f}s", flush=True)
+            mid_run[name] += result.mid_run
+            print(f"ok   {name:18s} seed {seed}: {result.describe()} {result.seconds:.1f}s", flush=True)
     print(f"{survived}/{args.trials} trials survived in {time.monotonic() - started:.0f}s"
           + (f"; failed: {failed}" if failed else ""))
+    print("killed mid-run: " + ", ".join(f"{name} {mid_run[name]}/{count_trials(names, args.trials)[name]}"
+                                          for name in names))
     return 0 if not failed else 1
 
 

@@ -105,10 +105,11 @@ def configure_llm(ws: Path, base_url: str) -> None:
     config.write_text(text.replace("[llm]\n", "[llm]\nbackoff_initial = 0.05\nbackoff_max = 0.2\n", 1))
 
 
-def start_stub(delay: float = 0.05, context: bool = False) -> tuple[subprocess.Popen, str]:
-    """The stub LLM as its own process."""
+def start_stub(delay: float = 0.05, context: bool = False, reply: Optional[str] = None) -> tuple[subprocess.Popen, str]:
+    """The stub LLM as its own process; REPLY is a reply function (tests/fault_replies.py:NAME)."""
     proc = subprocess.Popen([sys.executable, str(TESTS / "llm_stub.py"), "--delay", str(delay),
-                             *(["--context"] if context else [])], stdout=subprocess.PIPE, text=True)
+                             *(["--context"] if context else []), *(["--reply", reply] if reply else [])],
+                            stdout=subprocess.PIPE, text=True)
     line = proc.stdout.readline()
     assert line.startswith("listening on "), line
     return proc, line.split()[-1]
@@ -121,54 +122,99 @@ def store_path(ws: Path) -> Path:
     return ws / "cftools.db"
 
 
-def assert_invariants(ws: Path, runs: tuple[Path, ...] = ()) -> None:
-    """What must hold after any kill and rerun: the store is intact, nothing is duplicated or stuck, image files
-    match the store, every release folder verifies (and no half release sits under a final name), eval
-    predictions are unique per question (store and run folder)."""
-    from cftools.doctor import diagnose
-    from cftools.release.layout import verify_release
-    from cftools.workspace import load_workspace
+# What no kill may leave behind, each as a query listing the offending rows. Natural keys, not row ids: a rerun
+# that wrote an item again under a new id is caught here.
+BROKEN_STORE_QUERIES = {
+    # an item by what it is about; a selected MuCR pair (`PAIR@style`) repeats its pair's question, so the pair
+    # and the style belong to its key
+    "duplicated items": "select kind, \"group\", source_id, question, json_extract(data, '$.pair_key'), "
+                        "json_extract(data, '$.style'), count(*) from items group by 1, 2, 3, 4, 5, 6 "
+                        "having count(*) > 1",
+    "duplicated source questions": "select dataset, external_id from source_questions "
+                                   "group by dataset, external_id having count(*) > 1",
+    "items with two live tasks": "select item_id, purpose from annotation_tasks where state != 'deleted' "
+                                 "group by item_id, purpose having count(*) > 1",
+    "work left claimed or unfinished": "select generator, key, state from work_claims "
+                                       "where state in ('free', 'leased')",
+    "a question predicted twice": "select run_id, item_key, which from predictions "
+                                  "group by run_id, item_key, which having count(*) > 1",
+    # `generate pairs` drafts one pair per type and image (a later slot of the image takes another type)
+    "an image with two CFMM pairs of one type": "select q.image_id, i.\"group\", count(*) from items i "
+                                                "join source_questions q on q.id = i.source_id where i.kind = 'cfmm' "
+                                                "group by 1, 2 having count(*) > 1",
+    "a cue drafted twice for one pair": "select item_id, count(*) from item_events where stage = 'generate cues' "
+                                        "and json_extract(detail, '$.generation_id') is not null "
+                                        "group by item_id having count(*) > 1",
+    "a cue without its generation record": "select key from items "
+                                           "where json_extract(data, '$.cue_generation.generation_id') not in "
+                                           "(select id from generations)",
+    "an annotation stored twice": "select task_id, ls_annotation_id, count(*) from judgments "
+                                  "group by task_id, ls_annotation_id having count(*) > 1",
+    # push marks an item under review with its task; pull moves it on once the task is decided
+    "an item under review without a live task": "select key from items i where status = 'in_review' and not exists "
+                                                "(select 1 from annotation_tasks t where t.item_id = i.id "
+                                                "and t.state != 'deleted')",
+    "a decided task whose item is still under review": "select i.key, t.purpose from annotation_tasks t "
+                                                       "join items i on i.id = t.item_id "
+                                                       "where t.state = 'decided' and i.status = 'in_review'",
+}
 
+
+def assert_store_not_broken(ws: Path) -> None:
     db = sqlite3.connect(store_path(ws), timeout=60)
     try:
         assert db.execute("pragma integrity_check").fetchone()[0] == "ok"
-        dupes = db.execute("select kind, \"group\", source_id, question, count(*) from items "
-                           "group by kind, \"group\", source_id, question having count(*) > 1").fetchall()
-        assert dupes == [], f"duplicated items: {dupes}"
-        dup_sources = db.execute("select dataset, external_id from source_questions "
-                                 "group by dataset, external_id having count(*) > 1").fetchall()
-        assert dup_sources == []
-        double_tasks = db.execute("select item_id, purpose from annotation_tasks where state != 'deleted' "
-                                  "group by item_id, purpose having count(*) > 1").fetchall()
-        assert double_tasks == [], f"items with two live tasks: {double_tasks}"
-        open_claims = db.execute("select generator, key, state from work_claims "
-                                 "where state in ('free', 'leased')").fetchall()
-        assert open_claims == [], f"work left claimed or unfinished: {open_claims[:5]}"
-        dup_predictions = db.execute("select run_id, item_key, which from predictions "
-                                     "group by run_id, item_key, which having count(*) > 1").fetchall()
-        assert dup_predictions == []
+        for what, query in BROKEN_STORE_QUERIES.items():
+            rows = db.execute(query).fetchall()
+            assert rows == [], f"{what}: {rows[:5]}"
     finally:
         db.close()
+
+
+def assert_doctor_finds_nothing(ws: Path) -> None:
+    """The doctor's own checks, image files against their SHA-256 among them."""
+    from cftools.doctor import diagnose
+    from cftools.workspace import load_workspace
+
     workspace = load_workspace(ws)
     try:
         report = diagnose(workspace, server=False)
     finally:
         workspace.close()
     assert report.findings == [], [f.as_dict() for f in report.findings]
+
+
+def assert_releases_verify(ws: Path) -> None:
+    from cftools.release.layout import verify_release
+
     releases = ws / "releases"
     if releases.exists():
         for folder in releases.iterdir():
             assert not folder.name.startswith("."), f"a half-written release was left: {folder}"
             assert verify_release(folder).ok, f"{folder} does not verify"
+
+
+def assert_runs_answer_once(runs: tuple[Path, ...]) -> None:
     for run in runs:
         lines = [json.loads(line) for line in (run / "predictions.jsonl").read_text().splitlines() if line.strip()]
         keys = [(line["id"], line["which"]) for line in lines]
         assert len(keys) == len(set(keys)), f"{run}: a question answered twice"
 
 
+def assert_invariants(ws: Path, runs: tuple[Path, ...] = ()) -> None:
+    """What must hold after any kill and rerun: the store is intact, nothing is duplicated or stuck, image files
+    match the store, every release folder verifies (and no half release sits under a final name), eval
+    predictions are unique per question (store and run folder)."""
+    assert_store_not_broken(ws)
+    assert_doctor_finds_nothing(ws)
+    assert_releases_verify(ws)
+    assert_runs_answer_once(runs)
+
+
 def store_fingerprint(ws: Path) -> dict[str, Any]:
     """What a clean run and a killed-and-rerun one must agree on: items by natural key and status, source
-    questions, how many images, releases and predictions."""
+    questions, how many images, tasks and judgments, MuCR cues and selections, CFMM pairs, releases and
+    predictions."""
     db = sqlite3.connect(store_path(ws), timeout=60)
     try:
         def rows(sql: str) -> list:
@@ -179,9 +225,18 @@ def store_fingerprint(ws: Path) -> dict[str, Any]:
             "sources": rows("select dataset, external_id, image_ref, image_id is not null from source_questions"),
             "images": db.execute("select count(*) from images").fetchone()[0],
             "candidates": rows("select key, json_extract(data, '$.candidates') is not null from items"),
-            "tasks": rows("select i.key, t.purpose from annotation_tasks t join items i on i.id = t.item_id "
-                          "where t.state != 'deleted'"),
-            "judgments": db.execute("select count(*) from judgments").fetchone()[0],
+            "tasks": rows("select i.key, t.purpose, t.state, t.decision from annotation_tasks t "
+                          "join items i on i.id = t.item_id where t.state != 'deleted'"),
+            # by what the annotator said (annotation ids differ from server project to project)
+            "judgments": rows("select i.key, j.annotator, j.related, j.answer_correct, j.corrected_answer, "
+                              "j.decision from judgments j join annotation_tasks t on t.id = j.task_id "
+                              "join items i on i.id = t.item_id"),
+            "answers": rows("select key, answer, proposed_answer from items"),
+            "mucr": rows("select key, json_extract(data, '$.cue'), json_extract(data, '$.false_cues'), "
+                         "json_extract(data, '$.cause_image'), json_extract(data, '$.effect_image') "
+                         "from items where kind = 'mucr'"),
+            "cfmm": rows("select key, json_extract(data, '$.basic_question'), json_extract(data, '$.options') "
+                         "from items where kind = 'cfmm'"),
             "releases": rows("select name, version, format, n_items from releases"),
             "predictions": rows("select item_key, which from predictions"),
         }
@@ -246,7 +301,62 @@ def _eval_setup(ws: Path, scratch: Path) -> list:
     return helpers
 
 
+def _pairs_setup(ws: Path, scratch: Path) -> list:
+    """Images with answered source questions, and the stub LLM scripted to pick and draft CFMM pairs."""
+    setup_cli(ws, "ingest", "table", write_number_table(scratch / "in", 12), "--images", scratch / "in")
+    stub, url = start_stub(delay=0.05, reply="fault_replies:cfmm_pairs")
+    configure_llm(ws, url)
+    return [stub]
+
+
+def _cues_setup(ws: Path, scratch: Path) -> list:
+    """MuCR caption pairs with contextual descriptions (`generate context` against the stub) and two candidate
+    images each, ranked: what `generate cues --from-ranking` selects from. The candidates are written into the
+    store as `generate images` writes them; its embedded pipeline takes seconds a pair, too slow to repeat for
+    every trial."""
+    setup_cli(ws, "ingest", "captions", EXAMPLE_CAPTIONS)
+    stub, url = start_stub(delay=0.05, reply="fault_replies:mucr_cues")
+    configure_llm(ws, url)
+    setup_cli(ws, "generate", "context", "--quiet")
+    add_ranked_candidates(ws, scratch / "drawn")
+    return [stub]
+
+
+def add_ranked_candidates(ws: Path, folder: Path, style: str = "photograph", per_pair: int = 2) -> None:
+    from sqlalchemy import select
+
+    from cftools.images import read_image_file, register_image
+    from cftools.models import Item
+    from cftools.workspace import load_workspace
+
+    folder.mkdir(parents=True, exist_ok=True)
+    workspace = load_workspace(ws)
+    try:
+        with workspace.store.write() as session:
+            pairs = session.execute(select(Item).where(Item.kind == "mucr").order_by(Item.id)).scalars().all()
+            for n, item in enumerate(pairs):
+                candidates = {}
+                for k in range(per_pair):
+                    refs = {}
+                    for side, size in (("cause", 10), ("effect", 30)):
+                        path = folder / f"{n}-{k}-{side}.png"
+                        PIL.Image.new("RGB", (size + n, 10 + k), COLOURS[(n + k) % len(COLOURS)]).save(path)
+                        image = read_image_file(path)
+                        register_image(workspace.store, session, image)
+                        refs[side] = f"sha256:{image.sha256}"
+                    provenance = {"backend": "diffusers", "model": "tiny", "seed": 100 * n + k, "style": style,
+                                  "candidate": k}
+                    candidates[str(k)] = {**refs, "cause_provenance": provenance, "effect_provenance": provenance}
+                # the last candidate ranks first, so a selection by ranking is not simply candidate 0
+                ranking = [{"k": k, "score": (k + 1) / per_pair, "flags": []} for k in reversed(range(per_pair))]
+                item.data = {**item.data, "candidates": {style: candidates}, "candidate_checks": {style: ranking}}
+                session.add(item)
+    finally:
+        workspace.close()
+
+
 LS_URL_ENV, LS_MEDIA_ENV, LS_TOKEN_ENV = "CFTOOLS_FAULTS_LS_URL", "CFTOOLS_FAULTS_LS_MEDIA", "CFTOOLS_FAULTS_LS_TOKEN"
+LS_ANNOTATORS_ENV = "CFTOOLS_FAULTS_LS_ANNOTATOR_TOKENS"  # the two annotators' tokens, comma-separated
 
 
 def _push_setup(ws: Path, scratch: Path) -> list:
@@ -290,6 +400,82 @@ def server_holds_what_the_store_says(ws: Path) -> None:
         server.close()
 
 
+def verify_result(related: str, correct: str, corrected: Optional[str] = None) -> list[dict]:
+    """A verify annotation's result, as the Label Studio editor submits it."""
+    result = [{"from_name": "related", "to_name": "image", "type": "choices", "value": {"choices": [related]}},
+              {"from_name": "answer_correct", "to_name": "proposed_answer", "type": "choices",
+               "value": {"choices": [correct]}}]
+    if corrected is not None:
+        result.append({"from_name": "corrected_answer", "to_name": "proposed_answer", "type": "textarea",
+                       "value": {"text": [corrected]}})
+    return result
+
+
+# (annotator 1, annotator 2) per task in turn: every way pull decides an item, and one left under review
+ANNOTATION_PLANS = [
+    (verify_result("yes", "yes"), verify_result("yes", "yes")),              # accepted
+    (verify_result("no", "no"), verify_result("no", "no")),                  # rejected
+    (verify_result("yes", "no", "3"), verify_result("yes", "no", "3")),      # accepted with a corrected answer
+    (verify_result("yes", "yes"), verify_result("yes", "no", "5")),          # needs adjudication
+    (verify_result("yes", "yes"), None),                                     # one judgment: still under review
+]
+PULL_EXPORT_CHUNK = 2  # tasks per export snapshot in the killed pull, so that it commits once per two tasks
+
+
+def _pull_setup(ws: Path, scratch: Path) -> list:
+    """The push stage's items pushed, and the two annotators' annotations made on the server."""
+    _push_setup(ws, scratch)
+    setup_cli(ws, "annotate", "push", "--json")
+    annotate_on_server(ws)
+    return []
+
+
+def annotate_on_server(ws: Path) -> None:
+    import httpx
+
+    db = sqlite3.connect(store_path(ws))
+    try:
+        tasks = [row[0] for row in db.execute("select ls_task_id from annotation_tasks order by item_id")]
+    finally:
+        db.close()
+    tokens = os.environ[LS_ANNOTATORS_ENV].split(",")
+    with httpx.Client(base_url=os.environ[LS_URL_ENV], timeout=60) as http:
+        for n, task in enumerate(tasks):
+            for token, result in zip(tokens, ANNOTATION_PLANS[n % len(ANNOTATION_PLANS)]):
+                if result is not None:
+                    http.post(f"/api/tasks/{task}/annotations/", json={"result": result},
+                              headers={"Authorization": f"Token {token}"}).raise_for_status()
+
+
+def pull_command(ws: Path, scratch: Path) -> list[str]:
+    """`cftools annotate pull` in a process of its own whose export snapshots hold PULL_EXPORT_CHUNK tasks (the
+    default, 1000, would make a pull of a few tasks one commit, leaving a kill nothing to land between)."""
+    code = ("import cftools.annotate.label_studio as ls\n"
+            "assert hasattr(ls, 'EXPORT_CHUNK'), 'the pull trials lower EXPORT_CHUNK: it has gone'\n"
+            f"ls.EXPORT_CHUNK = {PULL_EXPORT_CHUNK}\n"
+            "from cftools.cli import main\n"
+            "main(prog_name='cftools')\n")
+    return [sys.executable, "-c", code, "-w", str(ws), "annotate", "pull", "--json"]
+
+
+def judgments_match_the_server(ws: Path) -> None:
+    """Every judgment in the store is an annotation the server holds for that task."""
+    import httpx
+
+    db = sqlite3.connect(store_path(ws))
+    try:
+        stored = db.execute("select t.ls_task_id, j.ls_annotation_id from judgments j "
+                            "join annotation_tasks t on t.id = j.task_id").fetchall()
+    finally:
+        db.close()
+    headers = {"Authorization": f"Token {os.environ[LS_TOKEN_ENV]}"}
+    with httpx.Client(base_url=os.environ[LS_URL_ENV], timeout=60, headers=headers) as http:
+        for task in {task for task, _ in stored}:
+            on_server = {a["id"] for a in http.get(f"/api/tasks/{task}/annotations/").raise_for_status().json()}
+            mine = {annotation for t, annotation in stored if t == task}
+            assert mine <= on_server, f"task {task}: judgments of annotations {mine - on_server} not on the server"
+
+
 STAGES: dict[str, Stage] = {s.name: s for s in (
     Stage("ingest-table", _no_setup,
           lambda ws, s: cli(ws, "ingest", "table", write_number_table(s / "in", 24), "--images", s / "in")),
@@ -315,9 +501,20 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
           lambda ws, s: cli(ws, "eval", "run", ws / "releases" / "r-1", "--model", "blind:openai:stub",
                             "--concurrency", "2", "--out", ws / "runs" / "blind", "--quiet"),
           runs=lambda ws, s: (ws / "runs" / "blind",)),
+    Stage("generate-cues", _cues_setup,
+          lambda ws, s: cli(ws, "generate", "cues", "--from-ranking", "--concurrency", "1", "--quiet"),
+          progress="select count(*) from items where json_extract(data, '$.cue') is not null", max_k=6),
+    Stage("generate-pairs", _pairs_setup,
+          lambda ws, s: cli(ws, "generate", "pairs", "--types", "count,color", "--concurrency", "2", "--quiet"),
+          # the picks (one generation each) and then the drafts (one item each): 24 commits in all
+          progress="select count(*) from generations where generator in ('pairs', 'pairs-pick')", max_k=20),
     Stage("annotate-push", _push_setup, lambda ws, s: cli(ws, "annotate", "push", "--json"),
           progress="select count(*) from annotation_tasks", max_k=12, needs_label_studio=True,
           after=server_holds_what_the_store_says),
+    Stage("annotate-pull", _pull_setup, pull_command,
+          # 29 judgments, four or two for each two tasks
+          progress="select count(*) from judgments", max_k=24, needs_label_studio=True,
+          after=judgments_match_the_server),
 )}
 
 
@@ -332,6 +529,21 @@ class TrialResult:
     killed: bool
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
+    progress_at_kill: Optional[int] = None  # the stage's progress count right after the kill
+    progress_at_end: Optional[int] = None  # ... and after the rerun
+
+    @property
+    def mid_run(self) -> bool:
+        """Killed with part of its commits made (for a stage without a progress count: killed at all)."""
+        if not self.killed or self.progress_at_kill is None:
+            return self.killed
+        return 0 < self.progress_at_kill < (self.progress_at_end or 0)
+
+    def describe(self) -> str:
+        if not self.killed:
+            return "(finished first)"
+        counts = "" if self.progress_at_kill is None else f" ({self.progress_at_kill}/{self.progress_at_end} commits)"
+        return f"killed {self.how}{counts}"
 
 
 def stop_helpers(helpers: list) -> None:
@@ -405,15 +617,27 @@ def run_trial(stage: Stage, seed: int, scratch: Path, expected: dict[str, Any], 
         if run.stderr:
             run.stderr.close()
         assert_invariants_after_kill(ws)
+        at_kill = progress_count(ws, stage.progress)
         rerun_to_the_end(command, stage.finished_already)
         assert_invariants(ws, stage.runs(ws, scratch))
         got = store_fingerprint(ws)
         differ = [key for key in expected if got[key] != expected[key]]
         assert not differ, {key: (expected[key], got[key]) for key in differ}
         stage.after(ws)
-        return TrialResult(stage.name, seed, how, killed, time.monotonic() - start)
+        return TrialResult(stage.name, seed, how, killed, time.monotonic() - start, progress_at_kill=at_kill,
+                           progress_at_end=progress_count(ws, stage.progress))
     finally:
         stop_helpers(helpers)
+
+
+def progress_count(ws: Path, progress: Optional[str]) -> Optional[int]:
+    if progress is None:
+        return None
+    db = sqlite3.connect(store_path(ws), timeout=60)
+    try:
+        return db.execute(progress).fetchone()[0]
+    finally:
+        db.close()
 
 
 def rerun_to_the_end(command: list[str], finished_already: Optional[str]) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from fault_trials import LS_MEDIA_ENV, LS_TOKEN_ENV, LS_URL_ENV, STAGES, clean_run, run_trial
+from fault_trials import LS_ANNOTATORS_ENV, LS_MEDIA_ENV, LS_TOKEN_ENV, LS_URL_ENV, STAGES, clean_run, run_trial
 
 TRIALS = 3
 
@@ -36,8 +36,10 @@ def test_a_stage_killed_anywhere_finishes_as_a_clean_run(name, clean_runs, tmp_p
 @pytest.mark.parametrize("name", [n for n, s in STAGES.items() if s.needs_label_studio])
 def test_a_label_studio_stage_killed_anywhere_finishes_as_a_clean_run(name, label_studio, monkeypatch,
                                                                         clean_runs, tmp_path):
-    """Against the real server: after the rerun each item has one task, and the server holds each once."""
+    """Against the real server: after the rerun each item has one task, and the server holds each once; a pull
+    ends with the judgments and decisions of a clean pull."""
     monkeypatch.setenv(LS_URL_ENV, label_studio.url)
     monkeypatch.setenv(LS_MEDIA_ENV, str(label_studio.media_root))
     monkeypatch.setenv(LS_TOKEN_ENV, label_studio.admin_token)
+    monkeypatch.setenv(LS_ANNOTATORS_ENV, ",".join(label_studio.token(email) for email in label_studio.annotators))
     test_a_stage_killed_anywhere_finishes_as_a_clean_run(name, clean_runs, tmp_path)

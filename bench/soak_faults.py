@@ -2,21 +2,31 @@
 clean run of the stage. Prints one line per trial and the count survived.
 
     PYTHONPATH=. python bench/soak_faults.py --trials 50 [--stages generate-rewrite,export] [--seed 100]
+
+The Label Studio stages (annotate-push, annotate-pull) run only when named in --stages; they start a server of
+their own (LS_BIN, as the tests find it).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections import Counter
 import tempfile
 import time
 import traceback
+from collections import Counter
+from contextlib import ExitStack
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from fault_trials import STAGES, clean_run, parse_stage_names, run_trial  # noqa: E402
+from fault_trials import (  # noqa: E402
+    STAGES,
+    clean_run,
+    label_studio_for_trials,
+    parse_stage_names,
+    run_trial,
+)
 
 
 def count_trials(names: list[str], trials: int) -> Counter:
@@ -33,7 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     survived, failed = 0, []
     mid_run: Counter = Counter()  # trials per stage whose kill landed while the stage was at work
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="cftools-soak-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="cftools-soak-") as scratch, ExitStack() as stack:
+        if any(STAGES[name].needs_label_studio for name in names):
+            stack.enter_context(label_studio_for_trials(Path(scratch)))
         clean = {name: clean_run(STAGES[name], Path(scratch) / f"clean-{name}") for name in names}
         for n in range(args.trials):
             name, seed = names[n % len(names)], args.seed + n

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import gc
+import os
 from pathlib import Path
 
 import click
@@ -19,6 +21,9 @@ from cftools.resources import copy_overridable
 from cftools.workspace import Workspace, init_workspace
 
 
+OUT_OF_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
 class CftoolsGroup(click.Group):
     """Turns the library's errors into one clear line and a non-zero exit."""
 
@@ -31,6 +36,9 @@ class CftoolsGroup(click.Group):
                 ctx.exit(1)
             raise click.ClickException(str(exc)) from None
         except OSError as exc:
+            if exc.filename is None and exc.errno in OUT_OF_SPACE:
+                # a writer that does not name its file (see cftools.errors.naming_the_file): one line all the same
+                raise click.ClickException(f"cannot write a file: {os.strerror(exc.errno)}") from None
             if exc.filename is None or exc.strerror is None:
                 raise
             # a read-only or full target folder: one line naming the file; the writer left the store unchanged

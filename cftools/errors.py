@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
-from typing import Iterable
+from contextlib import contextmanager
+from typing import Iterable, Iterator
 
 # Anything shaped like a credential, scrubbed even when it is not the secret we know of: an echoed
 # `Authorization: Bearer ...` / `Token ...` header (a server may swap our token for a session one),
@@ -69,3 +71,16 @@ def error_text(text: str, secrets: Iterable[str] = (), limit: int = 300) -> str:
     """
     text = " ".join(scrub_secrets(str(text), secrets).split())
     return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+@contextmanager
+def naming_the_file(path: object) -> Iterator[None]:
+    """Give PATH to an OSError raised without a file name in the block. A write that fails part-way (a full disk:
+    ENOSPC comes from write() or close(), not open()) carries none, and the CLI's one-line error names the file."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is not None:
+            raise
+        reason = os.strerror(exc.errno) if exc.errno else (exc.strerror or str(exc))
+        raise OSError(exc.errno, reason, str(path)) from exc

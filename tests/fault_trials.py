@@ -13,15 +13,17 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import sqlite3
 import subprocess
 import sys
 import time
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import PIL.Image
 
@@ -400,6 +402,33 @@ def server_holds_what_the_store_says(ws: Path) -> None:
         server.close()
 
 
+@contextmanager
+def label_studio_for_trials(scratch: Path) -> Iterator[None]:
+    """Outside pytest (bench/soak_faults.py): a Label Studio server of its own, with two annotators, whose URL,
+    media root and tokens the Label Studio stages read from the environment (as the test's fixture sets them)."""
+    from fixtures_label_studio import ADMIN_TOKEN, ANNOTATORS, ls_bin, migrated_template, signup, start_server
+
+    binary = ls_bin()
+    if not binary.exists():
+        raise SystemExit(f"Label Studio server not found at {binary}: set LS_BIN")
+    shutil.copytree(migrated_template(binary, scratch), scratch / "ls-data")
+    (scratch / "ls-media").mkdir()
+    server = start_server(binary, scratch / "ls-data", scratch / "ls-media", scratch / "ls.log")
+    saved = {name: os.environ.get(name) for name in (LS_URL_ENV, LS_MEDIA_ENV, LS_TOKEN_ENV, LS_ANNOTATORS_ENV)}
+    try:
+        tokens = [signup(server.url, ADMIN_TOKEN, email, password)[1] for email, password in ANNOTATORS]
+        os.environ.update({LS_URL_ENV: server.url, LS_MEDIA_ENV: str(scratch / "ls-media"),
+                           LS_TOKEN_ENV: ADMIN_TOKEN, LS_ANNOTATORS_ENV: ",".join(tokens)})
+        yield
+    finally:
+        server.stop()
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 def verify_result(related: str, correct: str, corrected: Optional[str] = None) -> list[dict]:
     """A verify annotation's result, as the Label Studio editor submits it."""
     result = [{"from_name": "related", "to_name": "image", "type": "choices", "value": {"choices": [related]}},
@@ -441,7 +470,7 @@ def annotate_on_server(ws: Path) -> None:
     tokens = os.environ[LS_ANNOTATORS_ENV].split(",")
     with httpx.Client(base_url=os.environ[LS_URL_ENV], timeout=60) as http:
         for n, task in enumerate(tasks):
-            for token, result in zip(tokens, ANNOTATION_PLANS[n % len(ANNOTATION_PLANS)]):
+            for token, result in zip(tokens, ANNOTATION_PLANS[n % len(ANNOTATION_PLANS)], strict=True):
                 if result is not None:
                     http.post(f"/api/tasks/{task}/annotations/", json={"result": result},
                               headers={"Authorization": f"Token {token}"}).raise_for_status()
@@ -495,7 +524,8 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
           lambda ws, s: cli(ws, "generate", "images", "--per-prompt", "1", "--styles", "photograph"),
           progress="select count(*) from images", max_k=3),
     Stage("check", _drafts_setup, lambda ws, s: cli(ws, "check")),
-    Stage("export", _drafts_setup, lambda ws, s: cli(ws, "export", "r", "--version", "1", "--licence", "CC0-1.0", "--include-unverified"),
+    Stage("export", _drafts_setup,
+          lambda ws, s: cli(ws, "export", "r", "--version", "1", "--licence", "CC0-1.0", "--include-unverified"),
           finished_already=r"r-1 already exists; pass --force"),
     Stage("eval", _eval_setup,
           lambda ws, s: cli(ws, "eval", "run", ws / "releases" / "r-1", "--model", "blind:openai:stub",

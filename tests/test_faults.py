@@ -6,8 +6,15 @@ are in tests/fault_trials.py."""
 from __future__ import annotations
 
 import pytest
-
-from fault_trials import LS_ANNOTATORS_ENV, LS_MEDIA_ENV, LS_TOKEN_ENV, LS_URL_ENV, STAGES, clean_run, run_trial
+from fault_trials import (
+    LS_ANNOTATORS_ENV,
+    LS_MEDIA_ENV,
+    LS_TOKEN_ENV,
+    LS_URL_ENV,
+    STAGES,
+    clean_run,
+    run_trial,
+)
 
 TRIALS = 3
 

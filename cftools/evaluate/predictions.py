@@ -12,7 +12,7 @@ from typing import Any, Iterable, Optional, Sequence
 
 
 from cftools.answers import extract_answer, extract_option_letter, normalize_answer
-from cftools.errors import InputError
+from cftools.errors import InputError, naming_the_file
 from cftools.evaluate.questions import LETTER, Question
 
 # -- reading answers ------------------------------------------------------------------------------------------
@@ -94,7 +94,8 @@ def read_predictions(path: Path, truncate: bool = True) -> dict[tuple[str, str],
 def append_predictions(path: Path, lines: Sequence[dict[str, Any]]) -> None:
     if not lines:
         return
-    with open(path, "a", encoding="utf-8") as fh:
+    # a full disk may cut the last line: the next run's read_predictions drops it and asks its question again
+    with naming_the_file(path), open(path, "a", encoding="utf-8") as fh:
         for line in lines:
             fh.write(json.dumps(line, ensure_ascii=False, sort_keys=True) + "\n")
         fh.flush()

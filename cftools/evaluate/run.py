@@ -54,7 +54,7 @@ from typing import Any, Callable, Optional, Sequence
 
 
 from cftools import __version__
-from cftools.errors import CftoolsError, InputError
+from cftools.errors import CftoolsError, InputError, naming_the_file
 from cftools.evaluate.answerers import ChatAnswerer, ModelSpec, judge_answer, load_answerer, parse_model_spec
 from cftools.evaluate.metrics import summarize
 from cftools.evaluate.predictions import (EvalResult, append_predictions, outcomes_from_predictions,
@@ -146,7 +146,8 @@ def read_run_config(run_dir: Path) -> dict[str, Any]:
 
 def write_config(out_dir: Path, config: dict[str, Any]) -> None:
     """config.json, replaced whole: the shards of a run may all write it at once (with the same identity)."""
-    write_text_atomically(out_dir / CONFIG_NAME, json.dumps(config, indent=2, sort_keys=True) + "\n")
+    with naming_the_file(out_dir / CONFIG_NAME):  # a full disk names the file, not its temporary one
+        write_text_atomically(out_dir / CONFIG_NAME, json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
 def differences(previous: dict[str, Any], config: dict[str, Any]) -> list[str]:

@@ -19,7 +19,7 @@ from typing import Any, BinaryIO, Iterable, Iterator
 import ijson
 from sqlalchemy import func, select
 
-from cftools.errors import InputError, NoRecordsError
+from cftools.errors import InputError, NoRecordsError, naming_the_file
 from cftools.images import FolderIndex, ImageFile, attach_images, image_ref_path, read_image_file, sha256_file
 from cftools.ingest.licences import LicenceChoice, chosen_licence, record_licence
 from cftools.models import (
@@ -466,7 +466,7 @@ def write_records(store: Store, fmt: str, path: Path, dataset: str, sources: lis
 
 def write_bad_report(report: IngestReport, report_path: Path) -> None:
     report_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(report_path, "w", encoding="utf-8") as fh:
+    with naming_the_file(report_path), open(report_path, "w", encoding="utf-8") as fh:
         for bad in report.bad:
             fh.write(json.dumps(bad.__dict__, ensure_ascii=False) + "\n")
     report.report_path = str(report_path)

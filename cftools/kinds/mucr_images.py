@@ -27,6 +27,7 @@ from typing import Any, Callable, Optional
 import PIL.Image
 from sqlalchemy import select
 
+from cftools.errors import naming_the_file
 from cftools.generate.claims import Claims
 from cftools.images import read_image_file, register_image
 from cftools.models import CHECKED, DRAFT, Image, Item, ItemEvent, utcnow
@@ -110,7 +111,12 @@ def save_png(image: PIL.Image.Image, folder: Path) -> Path:
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_suffix(".partial")
-        partial.write_bytes(blob)
+        try:
+            with naming_the_file(path):
+                partial.write_bytes(blob)
+        except OSError:
+            partial.unlink(missing_ok=True)  # a full disk: no partial file left behind either
+            raise
         partial.replace(path)  # never a half-written file under the final name
     return path
 

@@ -26,14 +26,14 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 from sqlalchemy import func, select
 from sqlalchemy.engine import make_url
 
 from cftools import __version__
 from cftools.images import data_image_shas
-from cftools.errors import CftoolsError
+from cftools.errors import CftoolsError, naming_the_file
 from cftools.images import HASH_CHUNK
 from cftools.ingest.licences import clean_licence, licence_conflicts, licences_of
 from cftools.ingest.readers import infer_answer_type
@@ -338,6 +338,16 @@ def json_line(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(", ", ": ")) + "\n"
 
 
+def read_chunks(ref: ImageRef, source: Path) -> Iterator[bytes]:
+    """The image file's bytes; one that cannot be read is named with its hash (a failed write is not this)."""
+    try:
+        with open(source, "rb") as src:
+            while chunk := src.read(HASH_CHUNK):
+                yield chunk
+    except OSError as exc:
+        raise CftoolsError(f"image {ref.sha256[:12]}… cannot be read from {source}: {exc.strerror or exc}") from None
+
+
 def copy_image(ref: ImageRef, release: Path) -> None:
     """Copy one image under its content-addressed name, checking the bytes still have that hash."""
     source = Path(ref.path)
@@ -345,13 +355,10 @@ def copy_image(ref: ImageRef, release: Path) -> None:
     if target.exists():
         return
     digest = hashlib.sha256()
-    try:
-        with open(source, "rb") as src, open(target, "wb") as dst:
-            while chunk := src.read(HASH_CHUNK):
-                digest.update(chunk)
-                dst.write(chunk)
-    except OSError as exc:
-        raise CftoolsError(f"image {ref.sha256[:12]}… cannot be read from {source}: {exc.strerror or exc}") from None
+    with open(target, "wb") as dst:
+        for chunk in read_chunks(ref, source):
+            digest.update(chunk)
+            dst.write(chunk)
     if digest.hexdigest() != ref.sha256:
         raise CftoolsError(f"image file {source} has changed since it was ingested (its SHA-256 is no longer "
                            f"{ref.sha256[:12]}…); re-ingest it")
@@ -501,7 +508,8 @@ def atomic_release(target: Path, force: bool, write: Callable[[Path], None]) -> 
     old = None
     try:
         os.chmod(tmp, 0o755)
-        write(tmp)
+        with naming_the_file(target):  # a write that ran out of space names the release, not a temporary file
+            write(tmp)
         if target.exists():
             old = Path(tempfile.mkdtemp(prefix=prefix, suffix=".old", dir=target.parent))
             os.rename(target, old / "release")

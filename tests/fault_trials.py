@@ -147,9 +147,9 @@ BROKEN_STORE_QUERIES = {
     "a cue drafted twice for one pair": "select item_id, count(*) from item_events where stage = 'generate cues' "
                                         "and json_extract(detail, '$.generation_id') is not null "
                                         "group by item_id having count(*) > 1",
-    "a cue without its generation record": "select key from items "
-                                           "where json_extract(data, '$.cue_generation.generation_id') not in "
-                                           "(select id from generations)",
+    "a cue without its generation record": "select key from items i where json_extract(data, '$.cue') is not null "
+                                           "and not exists (select 1 from generations g where g.id = "
+                                           "json_extract(i.data, '$.cue_generation.generation_id'))",
     "an annotation stored twice": "select task_id, ls_annotation_id, count(*) from judgments "
                                   "group by task_id, ls_annotation_id having count(*) > 1",
     # push marks an item under review with its task; pull moves it on once the task is decided

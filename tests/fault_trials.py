@@ -109,12 +109,9 @@ def configure_llm(ws: Path, base_url: str) -> None:
 
 def start_stub(delay: float = 0.05, context: bool = False, reply: Optional[str] = None) -> tuple[subprocess.Popen, str]:
     """The stub LLM as its own process; REPLY is a reply function (tests/fault_replies.py:NAME)."""
-    proc = subprocess.Popen([sys.executable, str(TESTS / "llm_stub.py"), "--delay", str(delay),
-                             *(["--context"] if context else []), *(["--reply", reply] if reply else [])],
-                            stdout=subprocess.PIPE, text=True)
-    line = proc.stdout.readline()
-    assert line.startswith("listening on "), line
-    return proc, line.split()[-1]
+    from llm_stub import start_process
+
+    return start_process(delay, *(["--context"] if context else []), *(["--reply", reply] if reply else []))
 
 
 # ---------------------------------------------------------------- invariants

@@ -457,6 +457,7 @@ def _pull_setup(ws: Path, scratch: Path) -> list:
 
 
 def annotate_on_server(ws: Path) -> None:
+    """Each pushed task annotated as ANNOTATION_PLANS says, by the annotators themselves (with their tokens)."""
     import httpx
 
     db = sqlite3.connect(store_path(ws))
@@ -479,8 +480,8 @@ def pull_command(ws: Path, scratch: Path) -> list[str]:
     code = ("import cftools.annotate.label_studio as ls\n"
             "assert hasattr(ls, 'EXPORT_CHUNK'), 'the pull trials lower EXPORT_CHUNK: it has gone'\n"
             f"ls.EXPORT_CHUNK = {PULL_EXPORT_CHUNK}\n"
-            "from cftools.cli import main\n"
-            "main(prog_name='cftools')\n")
+            "from cftools.cli import run\n"
+            "run()\n")
     return [sys.executable, "-c", code, "-w", str(ws), "annotate", "pull", "--json"]
 
 
@@ -539,7 +540,7 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
           progress="select count(*) from annotation_tasks", max_k=12, needs_label_studio=True,
           after=server_holds_what_the_store_says),
     Stage("annotate-pull", _pull_setup, pull_command,
-          # 29 judgments, four or two for each two tasks
+          # 16 tasks, 29 judgments (one task in five has one), stored two tasks to a commit
           progress="select count(*) from judgments", max_k=24, needs_label_studio=True,
           after=judgments_match_the_server),
 )}

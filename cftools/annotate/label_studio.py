@@ -22,6 +22,7 @@ import uuid
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from itertools import islice
 from datetime import datetime, timezone
 from pathlib import Path
@@ -36,6 +37,7 @@ from cftools.workspace import Workspace
 DEFAULT_TOKEN_ENV = "LABEL_STUDIO_API_KEY"
 URL_ENV = "LABEL_STUDIO_URL"
 DEFAULT_BATCH = 1000
+LIST_PAGE = 1000  # tasks per page of a task listing
 EXPORT_CHUNK = 1000  # tasks per export snapshot: small enough to store one while the next is built
 SNAPSHOT_TITLE = "cftools pull (temporary)"
 SNAPSHOT_TIME = "%Y-%m-%dT%H:%M:%SZ"
@@ -342,12 +344,24 @@ class LabelStudioServer:
         return ids
 
     def task_metas(self, project_id: int) -> dict[int, tuple[dict, dict]]:
-        """Task id -> (meta, data) of every task of the project (one listing, read again whole after a failure)."""
-        def listing() -> dict[int, tuple[dict, dict]]:
-            return {task.id: (task.meta or {}, task.data or {})
-                    for task in self.client.tasks.list(project=project_id, fields="task_only", page_size=1000)}
+        """Task id -> (meta, data) of every task of the project, page by page until the server's total (the SDK's
+        pager asks for one page more, and a failure would restart it): a page that fails in passing is read again."""
+        found: dict[int, tuple[dict, dict]] = {}
+        page, total = 1, None
+        with self.errors(f"listing the tasks of project {project_id}"):
+            while total is None or len(found) < total:
+                tasks, total = self._retrying(partial(self._task_page, project_id, page))
+                if not tasks:
+                    break
+                found.update({t["id"]: (t.get("meta") or {}, t.get("data") or {}) for t in tasks})
+                page += 1
+        return found
 
-        return self._call(f"listing the tasks of project {project_id}", listing)
+    def _task_page(self, project_id: int, page: int) -> tuple[list[dict], int]:
+        """One page of the project's task listing (ids, data and meta only) and the project's task total."""
+        body = self._http_client().get("/api/tasks/", params={
+            "project": project_id, "fields": "task_only", "page_size": LIST_PAGE, "page": page}).raise_for_status().json()
+        return body.get("tasks") or [], int(body.get("total") or 0)
 
     def task_keys(self, project_id: int) -> dict[int, Optional[str]]:
         """Task id -> the cftools item key it carries, for every task of the project."""

@@ -7,8 +7,8 @@ stored, logged or put into an error message: every error raised here is scrubbed
 Transient failures (a lost connection, a time-out, a cut-off answer, 429 and 5xx) are retried here, and only where
 doing a request twice is harmless: reads, deletes, updates, and steps that look before they create. A task import
 is never simply repeated: its failure raises `UncertainImport` and the caller checks what the server holds.
-`[label_studio] timeout` (seconds per request, default 300), `retries` (default 5) and `pull_workers` (export
-snapshots built at once, default 2) tune this.
+`[label_studio] timeout` (seconds per request, default 300), `retries` (default 5), `pull_workers` (export
+snapshots built at once, default 2) and `export_chunk` (tasks per snapshot, default 1000) tune this.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import contextlib
 import email.utils
 import json
 import os
+import threading
 import time
 import uuid
 from collections import deque
@@ -149,6 +150,7 @@ class ServerSettings:
     timeout: float = TIMEOUT_S
     retries: int = RETRIES
     pull_workers: int = PULL_WORKERS
+    export_chunk: Optional[int] = None  # None: EXPORT_CHUNK
 
     @property
     def configured(self) -> bool:
@@ -171,31 +173,33 @@ def server_settings(workspace: Workspace) -> ServerSettings:
                           batch_size=int(section.get("batch_size") or DEFAULT_BATCH),
                           timeout=float(section.get("timeout") or TIMEOUT_S),
                           retries=int(section.get("retries", RETRIES)),
-                          pull_workers=max(1, int(section.get("pull_workers") or PULL_WORKERS)))
+                          pull_workers=max(1, int(section.get("pull_workers") or PULL_WORKERS)),
+                          export_chunk=int(section["export_chunk"]) if section.get("export_chunk") else None)
 
 
 class LabelStudioServer:
     """A connection to one server; errors come out as LabelStudioError, one line, without the token."""
 
     def __init__(self, url: str, token: str, token_env: str = DEFAULT_TOKEN_ENV, timeout: float = TIMEOUT_S,
-                 retries: int = RETRIES, pull_workers: int = PULL_WORKERS) -> None:
+                 retries: int = RETRIES, pull_workers: int = PULL_WORKERS, export_chunk: Optional[int] = None) -> None:
         from label_studio_sdk import LabelStudio
 
         self.url = public_url(url)
         self._token = token
         self.token_env = token_env
-        self.timeout, self.retries, self.pull_workers = timeout, retries, pull_workers
+        self.timeout, self.retries, self.pull_workers, self.export_chunk = timeout, retries, pull_workers, export_chunk
         # No retries inside the SDK: it would repeat any request, a task import too (duplicate tasks when only
         # the answer was lost). `_retrying` repeats only what is safe to repeat.
         self.client = LabelStudio(base_url=url.rstrip("/"), api_key=token, timeout=timeout, max_retries=0)
         self._http: httpx.Client | None = None
+        self._http_lock = threading.Lock()  # export workers may ask for the client at once
 
     @classmethod
     def from_settings(cls, settings: ServerSettings) -> "LabelStudioServer":
         if not settings.configured:
             raise LabelStudioError(settings.how_to_configure())
         return cls(settings.url, settings.token, settings.token_env, settings.timeout, settings.retries,
-                   settings.pull_workers)
+                   settings.pull_workers, settings.export_chunk)
 
     # ------------------------------------------------------------------ errors
 
@@ -257,7 +261,9 @@ class LabelStudioServer:
         return f"{self.url}/projects/{project_id}/data"
 
     def _project_id(self, title: str) -> Optional[int]:
-        ids = [p.id for p in self.client.projects.list(title=title) if p.title == title]
+        """The oldest project titled TITLE, in one request (the SDK's pager asks for one page more)."""
+        body = self._http_client().get("/api/projects/", params={"title": title, "page_size": 1000}).raise_for_status().json()
+        ids = [p["id"] for p in (body.get("results") or []) if p.get("title") == title]
         return min(ids) if ids else None
 
     def find_project(self, title: str) -> Optional[int]:
@@ -278,12 +284,13 @@ class LabelStudioServer:
         return self._call(f"reading project {project_id}", read)
 
     def _create_once(self, find: Callable[[], Optional[T]], create: Callable[[], T]) -> T:
-        """CREATE, retried; each further try first FINDs what an earlier one may have made (its answer lost)."""
+        """CREATE, retried; each further try first FINDs (a read, retried on its own) what an earlier one may
+        have made though its answer was lost."""
         tried = False
 
         def attempt() -> T:
             nonlocal tried
-            if tried and (found := find()) is not None:
+            if tried and (found := self._retrying(find)) is not None:
                 return found
             tried = True
             return create()
@@ -311,18 +318,20 @@ class LabelStudioServer:
         """One LocalFiles import storage per image folder (Label Studio serves only files under one)."""
         if not folders:
             return 0
-        created = 0
 
-        def create_missing() -> None:  # lists first: a retry does not add a storage that a lost answer made
-            nonlocal created
-            existing = {s.path for s in self.client.import_storage.local.list(project=project_id)}
-            for path in sorted(str(f) for f in folders if str(f) not in existing):
-                self.client.import_storage.local.create(project=project_id, path=path, use_blob_urls=True,
-                                                        title=f"cftools images {Path(path).name}")
-                created += 1
+        def paths() -> set[str]:
+            return {s.path for s in self.client.import_storage.local.list(project=project_id)}
 
-        self._call(f"setting up local file storage of project {project_id}", create_missing)
-        return created
+        def create(path: str) -> str:
+            self.client.import_storage.local.create(project=project_id, path=path, use_blob_urls=True,
+                                                    title=f"cftools images {Path(path).name}")
+            return path
+
+        with self.errors(f"setting up local file storage of project {project_id}"):
+            missing = sorted(str(f) for f in folders if str(f) not in self._retrying(paths))
+            for path in missing:
+                self._create_once(lambda path=path: path if path in paths() else None, partial(create, path))
+        return len(missing)
 
     def import_tasks(self, project_id: int, tasks: list[dict]) -> list[int]:
         """Import a batch; the ids come back in the order of TASKS. Never retried: a transient failure raises
@@ -380,12 +389,13 @@ class LabelStudioServer:
         return [task_id for task_id in task_ids if task_id not in present]
 
     def _http_client(self) -> httpx.Client:
-        if self._http is None:
-            # The SDK's own headers carry the auth scheme it chose (legacy token or a refreshed PAT).
-            headers = self.client._client_wrapper.get_headers()  # noqa: SLF001
-            self._http = httpx.Client(base_url=self.url, headers=headers, timeout=self.timeout,
-                                      limits=httpx.Limits(max_connections=max(10, 2 * self.pull_workers)))
-        return self._http
+        with self._http_lock:
+            if self._http is None:
+                # The SDK's own headers carry the auth scheme it chose (legacy token or a refreshed PAT).
+                headers = self.client._client_wrapper.get_headers()  # noqa: SLF001
+                self._http = httpx.Client(base_url=self.url, headers=headers, timeout=self.timeout,
+                                          limits=httpx.Limits(max_connections=max(10, 2 * self.pull_workers)))
+            return self._http
 
     def export_tasks(self, project_id: int, task_ids: list[int]) -> Iterator[list[dict]]:
         """The tasks with their annotations, in chunks (in the order of TASK_IDS); a task deleted on the server is
@@ -400,57 +410,77 @@ class LabelStudioServer:
         later one.
         """
         self.remove_stale_snapshots(project_id)
-        chunks = [task_ids[start:start + EXPORT_CHUNK] for start in range(0, len(task_ids), EXPORT_CHUNK)]
+        size = self.export_chunk or EXPORT_CHUNK
+        chunks = [task_ids[start:start + size] for start in range(0, len(task_ids), size)]
         yield from in_parallel(lambda chunk: self._snapshot(project_id, chunk), chunks, self.pull_workers)
 
     def _snapshot(self, project_id: int, task_ids: list[int]) -> list[dict]:
-        """One chunk's snapshot, retried whole (a new view and snapshot each try) after a transient failure."""
-        return self._call(f"exporting tasks of project {project_id}", lambda: self._snapshot_once(project_id, task_ids))
-
-    def _snapshot_once(self, project_id: int, task_ids: list[int]) -> list[dict]:
-        http = self._http_client()
+        """One chunk's snapshot. Each step is retried on its own: the reads and deletes as they are, the view and
+        the snapshot by looking for their title first (one whose answer was lost is used, not made twice)."""
         title = snapshot_title()
         view_id = export_id = None
-        try:
-            view_id = http.post("/api/dm/views/", json={
-                "project": project_id, "data": {"title": title},
-                "selected_items": {"all": False, "included": task_ids}}).raise_for_status().json()["id"]
-            export = http.post(f"/api/projects/{project_id}/exports/", json={
-                "title": title, "task_filter_options": {"view": view_id},
-                "serialization_options": SNAPSHOT_OPTIONS}).raise_for_status().json()
-            export_id = export["id"]
-            self._wait_for_snapshot(project_id, export_id, export.get("status"))
-            tasks = http.get(f"/api/projects/{project_id}/exports/{export_id}/download",
-                             params={"exportType": "JSON"}).raise_for_status().json()
-            # A view deleted under the export makes the server export the whole project: keep the chunk.
-            wanted = set(task_ids)
-            return [task for task in tasks if task.get("id") in wanted]
-        except Exception:
-            if view_id is None or export_id is None:  # made by a request whose answer was lost: known by title
-                self._remove_titled_quietly(project_id, title)
-            raise
-        finally:
-            if export_id is not None:
-                self._delete_quietly(f"/api/projects/{project_id}/exports/{export_id}")
-            if view_id is not None:
-                self._delete_quietly(f"/api/dm/views/{view_id}/")
+        with self.errors(f"exporting tasks of project {project_id}"):
+            try:
+                view_id = self._create_once(lambda: self._titled_view(project_id, title),
+                                            lambda: self._create_view(project_id, title, task_ids))["id"]
+                export = self._create_once(lambda: self._titled_export(project_id, title),
+                                           lambda: self._create_export(project_id, title, view_id))
+                export_id = export["id"]
+                self._wait_for_snapshot(project_id, export_id, export.get("status"))
+                tasks = self._retrying(lambda: self._http_client().get(
+                    f"/api/projects/{project_id}/exports/{export_id}/download",
+                    params={"exportType": "JSON"}).raise_for_status().json())
+            except Exception:
+                if view_id is None or export_id is None:  # one may exist all the same: known by its title
+                    self._remove_titled_quietly(project_id, title)
+                raise
+            finally:
+                if export_id is not None:
+                    self._delete_quietly(f"/api/projects/{project_id}/exports/{export_id}")
+                if view_id is not None:
+                    self._delete_quietly(f"/api/dm/views/{view_id}/")
+        # A view deleted under the export makes the server export the whole project: keep the chunk.
+        wanted = set(task_ids)
+        return [task for task in tasks if task.get("id") in wanted]
+
+    def _create_view(self, project_id: int, title: str, task_ids: list[int]) -> dict:
+        return self._http_client().post("/api/dm/views/", json={
+            "project": project_id, "data": {"title": title},
+            "selected_items": {"all": False, "included": task_ids}}).raise_for_status().json()
+
+    def _titled_view(self, project_id: int, title: str) -> Optional[dict]:
+        views = self._http_client().get("/api/dm/views/", params={"project": project_id}).raise_for_status().json()
+        return next((v for v in views if (v.get("data") or {}).get("title") == title), None)
+
+    def _create_export(self, project_id: int, title: str, view_id: int) -> dict:
+        """Without a job queue the server builds the snapshot before it answers."""
+        return self._http_client().post(f"/api/projects/{project_id}/exports/", json={
+            "title": title, "task_filter_options": {"view": view_id},
+            "serialization_options": SNAPSHOT_OPTIONS}).raise_for_status().json()
+
+    def _titled_export(self, project_id: int, title: str) -> Optional[dict]:
+        exports = self._http_client().get(f"/api/projects/{project_id}/exports/").raise_for_status().json()
+        return next((e for e in exports if e.get("title") == title), None)
 
     def _delete_quietly(self, path: str) -> None:
         """Clean-up that must not hide the error being raised; what it misses the next pull removes."""
         try:
-            self._retrying(lambda: self._delete(path))
+            self._delete(path)
         except httpx.HTTPError:
             pass
 
     def _delete(self, path: str) -> None:
-        """DELETE PATH; one already gone (a retried delete, another pull's clean-up) is fine."""
-        response = self._http_client().delete(path)
-        if response.status_code != 404:
-            response.raise_for_status()
+        """DELETE PATH, retried; one already gone (a retried delete, another pull's clean-up) is fine."""
+        def delete() -> None:
+            response = self._http_client().delete(path)
+            if response.status_code != 404:
+                response.raise_for_status()
+
+        self._retrying(delete)
 
     def _remove_titled_quietly(self, project_id: int, title: str) -> None:
         try:
-            self._retrying(lambda: self._remove_snapshots(project_id, lambda found: found == title))
+            self._remove_snapshots(project_id, lambda found: found == title)
         except httpx.HTTPError:
             pass
 
@@ -467,27 +497,27 @@ class LabelStudioServer:
                                        f"{project_id} within {TIMEOUT_S} s")
             time.sleep(pause)
             pause = min(pause * 2, 2.0)
-            status = http.get(f"/api/projects/{project_id}/exports/{export_id}").raise_for_status().json().get("status")
+            status = self._retrying(lambda: http.get(f"/api/projects/{project_id}/exports/{export_id}")
+                                    .raise_for_status().json().get("status"))
 
     def remove_stale_snapshots(self, project_id: int) -> int:
         """Delete views and export snapshots a killed pull left in the project; returns how many."""
         now = datetime.now(timezone.utc)
-        return self._call(f"cleaning up after an earlier pull of project {project_id}",
-                          lambda: self._remove_snapshots(project_id, lambda title: is_stale_snapshot(title, now)))
+        with self.errors(f"cleaning up after an earlier pull of project {project_id}"):
+            return self._remove_snapshots(project_id, lambda title: is_stale_snapshot(title, now))
 
     def _remove_snapshots(self, project_id: int, chosen: Callable[[Optional[str]], bool]) -> int:
-        """Delete the project's views and export snapshots whose title CHOSEN picks; returns how many."""
+        """Delete the project's views and export snapshots whose title CHOSEN picks (each request retried);
+        returns how many."""
         http = self._http_client()
-        removed = 0
-        for view in http.get("/api/dm/views/", params={"project": project_id}).raise_for_status().json():
-            if chosen((view.get("data") or {}).get("title")):
-                self._delete(f"/api/dm/views/{view['id']}/")
-                removed += 1
-        for export in http.get(f"/api/projects/{project_id}/exports/").raise_for_status().json():
-            if chosen(export.get("title")):
-                self._delete(f"/api/projects/{project_id}/exports/{export['id']}")
-                removed += 1
-        return removed
+        views = self._retrying(lambda: http.get("/api/dm/views/", params={"project": project_id})
+                               .raise_for_status().json())
+        exports = self._retrying(lambda: http.get(f"/api/projects/{project_id}/exports/").raise_for_status().json())
+        doomed = ([f"/api/dm/views/{v['id']}/" for v in views if chosen((v.get("data") or {}).get("title"))]
+                  + [f"/api/projects/{project_id}/exports/{e['id']}" for e in exports if chosen(e.get("title"))])
+        for path in doomed:
+            self._delete(path)
+        return len(doomed)
 
     def user_emails(self) -> dict[int, str]:
         return self._call("listing users", lambda: {u.id: u.email for u in self.client.users.list() if u.email})

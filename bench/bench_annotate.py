@@ -1,7 +1,7 @@
 """Benchmark: push 10,000 items to a local Label Studio server and pull 20,000 annotations back.
 
     LS_BIN=/path/to/label-studio .venv/bin/python bench/bench_annotate.py [--items 10000] [--repeat 3]
-        [--workers 1,2] [--no-push]
+        [--workers 1,2] [--export-chunk 1000] [--no-push]
 
 Starts its own server (as the tests do, from LS_BIN or the venv of scripts/install-label-studio.sh) on a
 free loopback port, then:
@@ -186,10 +186,13 @@ def linked_pull_workspace(server_url: str, media: Path, root: Path, n: int, user
     return root
 
 
-def pull_once(template: Path, root: Path, workers: int, server_pid: int, n: int) -> Spent:
-    """One pull of the annotations of TEMPLATE's tasks, on a fresh copy of it, with WORKERS snapshots at once."""
+def pull_once(template: Path, root: Path, workers: int, server_pid: int, n: int, chunk: int | None) -> Spent:
+    """One pull of the annotations of TEMPLATE's tasks, on a fresh copy of it, with WORKERS snapshots at once
+    (of CHUNK tasks each, when given)."""
     shutil.copytree(template, root)
     set_option(root, "pull_workers", workers)
+    if chunk:
+        set_option(root, "export_chunk", chunk)
     ws = load_workspace(root)
     gc.collect()
     try:
@@ -215,6 +218,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="pulls per worker count (the median is reported)")
     parser.add_argument("--workers", default=f"1,{PULL_WORKERS}",
                         help="comma-separated pull_workers values to compare (1: the pull before parallel snapshots)")
+    parser.add_argument("--export-chunk", type=int, default=None, help="tasks per export snapshot (default 1000)")
     parser.add_argument("--no-push", action="store_true", help="measure the pull only")
     args = parser.parse_args()
     workers = [int(w) for w in args.workers.split(",") if w.strip()]
@@ -250,7 +254,8 @@ def main() -> None:
             runs: dict[int, list[Spent]] = {w: [] for w in workers}
             for repeat in range(args.repeat):
                 for w in workers:  # interleaved: the host's load drifts over all worker counts alike
-                    spent = pull_once(template, scratch / f"pull-{w}-{repeat}", w, server.proc.pid, args.items)
+                    spent = pull_once(template, scratch / f"pull-{w}-{repeat}", w, server.proc.pid, args.items,
+                                      args.export_chunk)
                     runs[w].append(spent)
                     print(f"pull (pull_workers={w}) run {repeat + 1}: {n} annotations = {rate(n, spent):.0f} "
                           f"annotations/s; {spent.text()}", flush=True)

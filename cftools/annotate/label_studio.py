@@ -8,7 +8,7 @@ Transient failures (a lost connection, a time-out, a cut-off answer, 429 and 5xx
 doing a request twice is harmless: reads, deletes, updates, and steps that look before they create. A task import
 is never simply repeated: its failure raises `UncertainImport` and the caller checks what the server holds.
 `[label_studio] timeout` (seconds per request, default 300), `retries` (default 5), `pull_workers` (export
-snapshots built at once, default 2) and `export_chunk` (tasks per snapshot, default 1000) tune this.
+snapshots fetched at once, all but one of them built at once; default 2) and `export_chunk` (tasks per snapshot, default 1000) tune this.
 """
 
 from __future__ import annotations
@@ -48,9 +48,11 @@ SNAPSHOT_OPTIONS = {"drafts": {"only_id": True}, "predictions": {"only_id": True
                     "annotations__completed_by": {"only_id": True}}
 TIMEOUT_S = 300
 RETRIES = 5  # further tries of a request that failed in passing
-# Snapshots built at once. The server serializes in one process (one core at most, whatever the number), so
-# two are enough to keep it busy while cftools downloads one and stores another; more only queue up there and
-# hold SQLite's lock longer (a writer, e.g. an annotator saving, waits for every export's read to end).
+# Snapshots fetched at once; all but one of them may be being built by the server at a time. Two: the server
+# builds one while cftools downloads the one before (and stores the one before that), so it never waits for
+# cftools. Label Studio's own server serializes in one process (one core at most): two builds at once cost it
+# more CPU than one after the other, and hold SQLite's lock longer (an annotator's save waits for every
+# export's read to end). A server with several worker processes may gain from more.
 PULL_WORKERS = 2
 TRANSIENT_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 RETRY_PAUSE_S, RETRY_PAUSE_MAX_S = 0.25, 8.0  # doubling pause between tries (unless the server says Retry-After)
@@ -193,6 +195,7 @@ class LabelStudioServer:
         self.client = LabelStudio(base_url=url.rstrip("/"), api_key=token, timeout=timeout, max_retries=0)
         self._http: httpx.Client | None = None
         self._http_lock = threading.Lock()  # export workers may ask for the client at once
+        self._build_slots = threading.Semaphore(max(1, pull_workers - 1))  # snapshots the server builds at once
 
     @classmethod
     def from_settings(cls, settings: ServerSettings) -> "LabelStudioServer":
@@ -404,10 +407,10 @@ class LabelStudioServer:
         Each chunk is an export snapshot of a temporary Data Manager view that selects just the chunk's tasks.
         The snapshot path serializes tasks about a third faster than the one-shot export endpoint (which builds
         a Project object, and parses its label config, for every task), and a single-process server's
-        serializer is what bounds pull speed: `pull_workers` snapshots are built at once, so the server always
-        has the next one to build while cftools downloads and stores another. The view and the snapshot are
-        deleted afterwards; ones a killed pull left (older than STALE_AFTER_S) are removed at the start of a
-        later one.
+        serializer is what bounds pull speed: `pull_workers` snapshots are fetched at once and all but one of them
+        built at once, so the server builds the next one while cftools downloads and stores the ones before. The
+        view and the snapshot are deleted afterwards; ones a killed pull left (older than STALE_AFTER_S) are
+        removed at the start of a later one.
         """
         self.remove_stale_snapshots(project_id)
         size = self.export_chunk or EXPORT_CHUNK
@@ -423,10 +426,11 @@ class LabelStudioServer:
             try:
                 view_id = self._create_once(lambda: self._titled_view(project_id, title),
                                             lambda: self._create_view(project_id, title, task_ids))["id"]
-                export = self._create_once(lambda: self._titled_export(project_id, title),
-                                           lambda: self._create_export(project_id, title, view_id))
-                export_id = export["id"]
-                self._wait_for_snapshot(project_id, export_id, export.get("status"))
+                with self._build_slots:  # the next snapshot's build waits here, not on the server's one core
+                    export = self._create_once(lambda: self._titled_export(project_id, title),
+                                               lambda: self._create_export(project_id, title, view_id))
+                    export_id = export["id"]
+                    self._wait_for_snapshot(project_id, export_id, export.get("status"))
                 tasks = self._retrying(lambda: self._http_client().get(
                     f"/api/projects/{project_id}/exports/{export_id}/download",
                     params={"exportType": "JSON"}).raise_for_status().json())

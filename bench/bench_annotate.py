@@ -14,8 +14,10 @@ free loopback port, then:
      fetched ahead while the previous chunk is stored).
 Every figure stands beside the wall time, the CPU seconds of cftools (this process, all threads) and of the
 server (its process tree): the wall time moves with the host's load, the CPU seconds much less. The pull is
-bound by the server (Django, one process, one core at most): each task costs it about 1.8 ms of CPU to
-serialize in an export snapshot, so a pull is as fast as the server is kept busy.
+bound by the server (Django, one process, one core at most): each task costs it about 1.6 ms of CPU to
+serialize in an export snapshot (2 to 2.5 ms on a busy host), so a pull is as fast as the server is kept busy;
+two snapshots built at once cost it more CPU than one after the other (`pull_workers` 2 builds one while
+cftools downloads the one before).
 """
 
 from __future__ import annotations

@@ -118,7 +118,7 @@ def is_transient(exc: BaseException) -> bool:
     status, _ = _status_and_headers(exc)
     if status is not None:
         return status in TRANSIENT_STATUSES
-    return isinstance(exc, httpx.TransportError) and not isinstance(exc, httpx.ConnectError)
+    return isinstance(exc, httpx.TransportError) and not isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout))
 
 
 def backoff(attempt: int) -> float:

@@ -361,7 +361,7 @@ def import_batch(store: Store, server: LabelStudioServer, project_id: int, kind:
             continue
         with store.write() as session:
             _link_tasks(session, server.url, project_id, purpose,
-                        [(item.id, task_id) for (item, _), task_id in zip(batch, task_ids)], how="imported",
+                        [(item.id, task_id) for (item, _), task_id in zip(batch, task_ids, strict=True)], how="imported",
                         purposes=[t["meta"].get("purpose", purpose) for _, t in batch], spec=spec)
         report.pushed += len(batch)
         return

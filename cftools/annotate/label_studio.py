@@ -8,7 +8,8 @@ Transient failures (a lost connection, a time-out, a cut-off answer, 429 and 5xx
 doing a request twice is harmless: reads, deletes, updates, and steps that look before they create. A task import
 is never simply repeated: its failure raises `UncertainImport` and the caller checks what the server holds.
 `[label_studio] timeout` (seconds per request, default 300), `retries` (default 5), `pull_workers` (export
-snapshots fetched at once, all but one of them built at once; default 2) and `export_chunk` (tasks per snapshot, default 1000) tune this.
+snapshots fetched at once, all but one of them built at once; default 2) and `export_chunk` (tasks per
+snapshot, default 1000) tune this.
 """
 
 from __future__ import annotations
@@ -23,9 +24,9 @@ import uuid
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from functools import partial
 from itertools import islice
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, TypeVar
 from urllib.parse import urlsplit, urlunsplit
@@ -106,8 +107,9 @@ def _retry_after(headers: Any) -> Optional[float]:
         return None
     if value.isdigit():
         return min(float(value), RETRY_AFTER_MAX_S)
-    when = email.utils.parsedate_to_datetime(value) if "," in value else None
-    if when is None:
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
         return None
     return min(max(when.timestamp() - time.time(), 0.0), RETRY_AFTER_MAX_S)
 

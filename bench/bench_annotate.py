@@ -255,7 +255,9 @@ def main() -> None:
             n = 2 * args.items
             runs: dict[int, list[Spent]] = {w: [] for w in workers}
             for repeat in range(args.repeat):
-                for w in workers:  # interleaved: the host's load drifts over all worker counts alike
+                # interleaved, and in turn forwards and backwards, so that a drift of the host's load (or of the
+                # server) falls on all worker counts alike
+                for w in (workers if repeat % 2 == 0 else workers[::-1]):
                     spent = pull_once(template, scratch / f"pull-{w}-{repeat}", w, server.proc.pid, args.items,
                                       args.export_chunk)
                     runs[w].append(spent)

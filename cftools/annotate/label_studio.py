@@ -266,13 +266,23 @@ class LabelStudioServer:
         return f"{self.url}/projects/{project_id}/data"
 
     def _project_id(self, title: str) -> Optional[int]:
-        """The oldest project titled TITLE, in one request (the SDK's pager asks for one page more)."""
-        body = self._http_client().get("/api/projects/", params={"title": title, "page_size": 1000}).raise_for_status().json()
-        ids = [p["id"] for p in (body.get("results") or []) if p.get("title") == title]
+        """The oldest project titled TITLE: the server's listing of titles that contain it, page by page (each
+        page retried on its own; the SDK's pager asks for one page more and restarts on a failure)."""
+        ids: list[int] = []
+        page, more = 1, True
+        while more:
+            body = self._retrying(partial(self._project_page, title, page))
+            ids += [p["id"] for p in (body.get("results") or []) if p.get("title") == title]
+            page, more = page + 1, bool(body.get("next"))
         return min(ids) if ids else None
 
+    def _project_page(self, title: str, page: int) -> dict:
+        return self._http_client().get("/api/projects/", params={
+            "title": title, "page": page, "page_size": 100}).raise_for_status().json()
+
     def find_project(self, title: str) -> Optional[int]:
-        return self._call("looking up projects", lambda: self._project_id(title))
+        with self.errors("looking up projects"):
+            return self._project_id(title)
 
     def project_exists(self, project_id: int) -> bool:
         from label_studio_sdk.core.api_error import ApiError
@@ -289,13 +299,13 @@ class LabelStudioServer:
         return self._call(f"reading project {project_id}", read)
 
     def _create_once(self, find: Callable[[], Optional[T]], create: Callable[[], T]) -> T:
-        """CREATE, retried; each further try first FINDs (a read, retried on its own) what an earlier one may
-        have made though its answer was lost."""
+        """CREATE, retried; each further try first FINDs what an earlier one may have made though its answer was
+        lost (FIND retries its own reads: a failed look would otherwise cost a create its try)."""
         tried = False
 
         def attempt() -> T:
             nonlocal tried
-            if tried and (found := self._retrying(find)) is not None:
+            if tried and (found := find()) is not None:
                 return found
             tried = True
             return create()
@@ -335,7 +345,8 @@ class LabelStudioServer:
         with self.errors(f"setting up local file storage of project {project_id}"):
             missing = sorted(str(f) for f in folders if str(f) not in self._retrying(paths))
             for path in missing:
-                self._create_once(lambda path=path: path if path in paths() else None, partial(create, path))
+                self._create_once(lambda path=path: path if path in self._retrying(paths) else None,
+                                  partial(create, path))
         return len(missing)
 
     def import_tasks(self, project_id: int, tasks: list[dict]) -> list[int]:
@@ -426,11 +437,12 @@ class LabelStudioServer:
         view_id = export_id = None
         with self.errors(f"exporting tasks of project {project_id}"):
             try:
-                view_id = self._create_once(lambda: self._titled_view(project_id, title),
+                view_id = self._create_once(lambda: self._retrying(lambda: self._titled_view(project_id, title)),
                                             lambda: self._create_view(project_id, title, task_ids))["id"]
                 with self._build_slots:  # the next snapshot's build waits here, not on the server's one core
-                    export = self._create_once(lambda: self._titled_export(project_id, title),
-                                               lambda: self._create_export(project_id, title, view_id))
+                    export = self._create_once(
+                        lambda: self._retrying(lambda: self._titled_export(project_id, title)),
+                        lambda: self._create_export(project_id, title, view_id))
                     export_id = export["id"]
                     self._wait_for_snapshot(project_id, export_id, export.get("status"))
                 tasks = self._retrying(lambda: self._http_client().get(

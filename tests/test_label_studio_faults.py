@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import sqlite3
 import subprocess
+import threading
+import time
 from pathlib import Path
 
 import httpx
+
+from cftools.annotate.label_studio import in_parallel, is_transient, retry_pause
 
 from fault_trials import (LS_MEDIA_ENV, LS_TOKEN_ENV, LS_URL_ENV, _push_setup, assert_invariants, cli, cli_env,
                           fresh_workspace, run_ok, server_holds_what_the_store_says, store_fingerprint)
@@ -169,3 +173,40 @@ def test_an_import_whose_answer_is_lost_is_not_imported_again(label_studio, tmp_
     finally:
         proxy.kill()
         proxy.wait()
+
+
+# ---------------------------------------------------------------- what is retried, and how the fetches overlap
+
+
+def test_only_failures_that_may_pass_are_retried():
+    request = httpx.Request("GET", "http://127.0.0.1:9/api/tasks/")
+
+    def status(code: int, headers: dict | None = None) -> httpx.HTTPStatusError:
+        return httpx.HTTPStatusError("x", request=request,
+                                     response=httpx.Response(code, headers=headers, request=request))
+
+    assert all(is_transient(e) for e in (status(429), status(500), status(503), httpx.ReadTimeout("x"),
+                                         httpx.RemoteProtocolError("cut off"), httpx.ReadError("reset")))
+    # a server that is down is said at once; a refused token or a bad request will not pass
+    assert not any(is_transient(e) for e in (httpx.ConnectError("refused"), httpx.ConnectTimeout("x"), status(401),
+                                             status(400), status(404), ValueError("x")))
+    assert retry_pause(status(429, {"Retry-After": "2"}), 0) == 2.0
+    assert retry_pause(status(503, {"Retry-After": "soon"}), 1) == retry_pause(status(503), 1) > 0
+
+
+def test_parallel_fetches_keep_order_and_stop_early():
+    started: list[int] = []
+    lock = threading.Lock()
+
+    def work(n: int) -> int:
+        with lock:
+            started.append(n)
+        time.sleep(0.02 * (n % 3))  # later inputs may finish first
+        return n * n
+
+    assert list(in_parallel(work, list(range(10)), 3)) == [n * n for n in range(10)]
+    started.clear()
+    results = in_parallel(work, list(range(100)), 2)
+    assert [next(results), next(results)] == [0, 1]
+    results.close()  # the consumer stops: what was not started never is
+    assert len(started) <= 4, started

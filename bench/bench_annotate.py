@@ -1,14 +1,23 @@
 """Benchmark: push 10,000 items to a local Label Studio server and pull 20,000 annotations back.
 
-    LS_BIN=/path/to/label-studio .venv/bin/python bench/bench_annotate.py [--items 10000]
+    LS_BIN=/path/to/label-studio .venv/bin/python bench/bench_annotate.py [--items 10000] [--repeat 3]
+        [--workers 1,2] [--export-chunk 1000] [--no-push]
 
 Starts its own server (as the tests do, from LS_BIN or the venv of scripts/install-label-studio.sh) on a
 free loopback port, then:
   1. push: N checked items (real PNG images under the document root) -> tasks/s (target >= 500);
   2. pull: N tasks that carry two annotations each by two annotators (imported in bulk with their
      annotations, then linked by `cftools annotate push`'s reconciliation) -> annotations/s (target >= 1,000).
-The pull figure is bound by the server (Django, one process): each task costs it about 1.5 ms to
-serialize in an export snapshot, which cftools overlaps with storing the previous chunk.
+     The linked workspace is set up once; each pull runs on a fresh copy of it, REPEAT times for each
+     `pull_workers` value in WORKERS (interleaved, so that the shared host's load falls on all alike), and
+     the median is reported. `--workers 1` is the pull as it was before parallel snapshots (one snapshot
+     fetched ahead while the previous chunk is stored).
+Every figure stands beside the wall time, the CPU seconds of cftools (this process, all threads) and of the
+server (its process tree): the wall time moves with the host's load, the CPU seconds much less. The pull is
+bound by the server (Django, one process, one core at most): each task costs it about 1.6 ms of CPU to
+serialize in an export snapshot (2 to 2.5 ms on a busy host), so a pull is as fast as the server is kept busy;
+two snapshots built at once cost it more CPU than one after the other (`pull_workers` 2 builds one while
+cftools downloads the one before).
 """
 
 from __future__ import annotations
@@ -19,14 +28,15 @@ import gc
 import os
 import random
 import shutil
+import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
 import PIL.Image
-import psutil
 from sqlalchemy import insert, select
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,8 +47,8 @@ import fixtures_label_studio as lsfix  # noqa: E402
 from cftools.annotate.projects import ImageLinks, project_title  # noqa: E402
 from cftools.annotate.pull import pull  # noqa: E402
 from cftools.annotate.push import PushReport, push, task_payloads  # noqa: E402
-from cftools.annotate.rules import VERIFY, render_label_config  # noqa: E402
-from cftools.annotate.label_studio import LabelStudioServer, server_settings  # noqa: E402
+from cftools.annotate.rules import VERIFY, preload_agreement_library, render_label_config  # noqa: E402
+from cftools.annotate.label_studio import PULL_WORKERS, LabelStudioServer, server_settings  # noqa: E402
 from cftools.models import CHECKED, Image, Item, SourceQuestion, utcnow  # noqa: E402
 from cftools.workspace import init_workspace, load_workspace  # noqa: E402
 
@@ -100,22 +110,120 @@ def annotated_tasks(ws, user_ids: list[int], rng: random.Random) -> list[dict]: 
     return tasks
 
 
+def tree_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process PID and its descendants, with the children each has reaped."""
+    try:
+        import psutil
+    except ImportError:
+        return _proc_tree_cpu_seconds(pid)
+    root = psutil.Process(pid)
+    total = 0.0
+    for process in [root, *root.children(recursive=True)]:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            times = process.cpu_times()
+            total += times.user + times.system + times.children_user + times.children_system
+    return total
+
+
+def _proc_tree_cpu_seconds(pid: int) -> float:
+    """As tree_cpu_seconds, read from /proc (Linux) where psutil is not installed."""
+    tick = os.sysconf("SC_CLK_TCK")
+    stats: dict[int, list[str]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                # the command name may hold spaces: the fields start after its closing parenthesis
+                stats[int(entry.name)] = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+    tree, grew = {pid}, True
+    while grew:
+        found = {p for p, fields in stats.items() if int(fields[1]) in tree} - tree  # fields[1]: the parent
+        tree |= found
+        grew = bool(found)
+    # fields[11:15]: utime, stime, cutime, cstime in clock ticks
+    return sum(sum(int(v) for v in stats[p][11:15]) for p in tree if p in stats) / tick
+
+
+@dataclass
+class Spent:
+    wall: float = 0.0
+    server_cpu: float = 0.0
+    cftools_cpu: float = 0.0
+
+    def text(self) -> str:
+        return f"wall {self.wall:.1f} s; CPU s: server {self.server_cpu:.1f}, cftools {self.cftools_cpu:.1f}"
+
+
 @contextlib.contextmanager
-def cpu_seconds(server_pid: int) -> Iterator[dict[str, float]]:
-    """CPU seconds the server and this process spend inside the block: the wall-clock figures move with
-    the shared host's load, these much less."""
-    server, me = psutil.Process(server_pid), psutil.Process()
-    server_before, me_before = sum(server.cpu_times()[:2]), sum(me.cpu_times()[:2])
-    spent: dict[str, float] = {}
+def measured(server_pid: int) -> Iterator[Spent]:
+    """Wall time and the CPU seconds the server and this process spend inside the block: the wall-clock
+    figures move with the shared host's load, the CPU seconds much less."""
+    spent = Spent()
+    server_before, me_before, start = tree_cpu_seconds(server_pid), time.process_time(), time.perf_counter()
     yield spent
-    spent["server"] = round(sum(server.cpu_times()[:2]) - server_before, 1)
-    spent["cftools"] = round(sum(me.cpu_times()[:2]) - me_before, 1)
+    spent.wall = time.perf_counter() - start
+    spent.cftools_cpu = time.process_time() - me_before
+    spent.server_cpu = tree_cpu_seconds(server_pid) - server_before
+
+
+def set_option(ws_root: Path, name: str, value: object) -> None:
+    config = ws_root / "cftools.toml"
+    config.write_text(config.read_text().replace("[label_studio]\n", f"[label_studio]\n{name} = {value}\n", 1))
+
+
+def linked_pull_workspace(server_url: str, media: Path, root: Path, n: int, user_ids: list[int]) -> Path:
+    """A workspace whose N items are linked to server tasks that carry two annotations each (none pulled yet)."""
+    ws = make_workspace(root, server_url, media, "bench pull")
+    add_checked_items(ws, media, n, "pull")
+    admin = LabelStudioServer(server_url, lsfix.ADMIN_TOKEN)
+    project_id = admin.create_project(project_title(server_settings(ws), "cvqa", VERIFY),
+                                      render_label_config("cvqa", VERIFY), 2, "bench")
+    tasks = annotated_tasks(ws, user_ids, random.Random(0))
+    for start_at in range(0, len(tasks), 1000):
+        admin.import_tasks(project_id, tasks[start_at:start_at + 1000])
+    admin.close()
+    del tasks  # the set-up's task dicts are not the pull's to carry
+    linked = push(ws, "cvqa")  # links the tasks already on the server (reconciliation), imports nothing
+    assert (linked.reconciled, linked.pushed) == (n, 0), linked
+    ws.close()
+    return root
+
+
+def pull_once(template: Path, root: Path, workers: int, server_pid: int, n: int, chunk: int | None) -> Spent:
+    """One pull of the annotations of TEMPLATE's tasks, on a fresh copy of it, with WORKERS snapshots at once
+    (of CHUNK tasks each, when given)."""
+    shutil.copytree(template, root)
+    set_option(root, "pull_workers", workers)
+    if chunk:
+        set_option(root, "export_chunk", chunk)
+    ws = load_workspace(root)
+    gc.collect()
+    try:
+        with measured(server_pid) as spent:
+            pulled = pull(ws)
+    finally:
+        ws.close()
+    assert pulled.judgments_added == 2 * n, pulled.as_dict()
+    return spent
+
+
+def rate(n: int, spent: Spent) -> float:
+    return n / spent.wall
+
+
+def median_of(runs: list[Spent]) -> Spent:
+    return Spent(*(statistics.median(getattr(r, f) for r in runs) for f in ("wall", "server_cpu", "cftools_cpu")))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=10_000)
+    parser.add_argument("--repeat", type=int, default=3, help="pulls per worker count (the median is reported)")
+    parser.add_argument("--workers", default=f"1,{PULL_WORKERS}",
+                        help="comma-separated pull_workers values to compare (1: the pull before parallel snapshots)")
+    parser.add_argument("--export-chunk", type=int, default=None, help="tasks per export snapshot (default 1000)")
+    parser.add_argument("--no-push", action="store_true", help="measure the pull only")
     args = parser.parse_args()
+    workers = [int(w) for w in args.workers.split(",") if w.strip()]
     binary = lsfix.ls_bin()
     if not binary.exists():
         sys.exit(f"Label Studio not found at {binary}: run scripts/install-label-studio.sh and set LS_BIN")
@@ -129,42 +237,37 @@ def main() -> None:
         try:
             os.environ[TOKEN_ENV] = lsfix.ADMIN_TOKEN
             user_ids = [lsfix.signup(server.url, lsfix.ADMIN_TOKEN, email, pw)[0] for email, pw in lsfix.ANNOTATORS]
-            print(f"Label Studio {lsfix.ls_version(binary)} at {server.url}; {args.items} items")
+            print(f"Label Studio {lsfix.ls_version(binary)} at {server.url}; {args.items} items; "
+                  f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}", flush=True)
 
-            ws = make_workspace(scratch / "push-ws", server.url, media, "bench push")
-            add_checked_items(ws, media, args.items, "push")
-            with cpu_seconds(server.proc.pid) as cpu:
-                start = time.perf_counter()
-                report = push(ws)
-                elapsed = time.perf_counter() - start
-            assert report.pushed == args.items, report
-            print(f"push: {report.pushed} tasks in {elapsed:.1f} s = {report.pushed / elapsed:.0f} tasks/s "
-                  f"(target >= 500); CPU s: {cpu}")
+            if not args.no_push:
+                ws = make_workspace(scratch / "push-ws", server.url, media, "bench push")
+                add_checked_items(ws, media, args.items, "push")
+                with measured(server.proc.pid) as spent:
+                    report = push(ws, "cvqa")
+                ws.close()
+                assert report.pushed == args.items, report
+                print(f"push: {report.pushed} tasks = {report.pushed / spent.wall:.0f} tasks/s (target >= 500); "
+                      f"{spent.text()}", flush=True)
 
-            ws2 = make_workspace(scratch / "pull-ws", server.url, media, "bench pull")
-            add_checked_items(ws2, media, args.items, "pull")
-            admin = LabelStudioServer(server.url, lsfix.ADMIN_TOKEN)
-            settings = server_settings(ws2)
-            project_id = admin.create_project(project_title(settings, "cvqa", VERIFY),
-                                              render_label_config(VERIFY), 2, "bench")
-            tasks = annotated_tasks(ws2, user_ids, random.Random(0))
-            for start_at in range(0, len(tasks), 1000):
-                admin.import_tasks(project_id, tasks[start_at:start_at + 1000])
-            admin.close()
-            del tasks  # the set-up's 10,000 task dicts are not the pull's to carry
-            gc.collect()
-            linked = push(ws2)  # links the tasks already on the server (reconciliation), imports nothing
-            assert (linked.reconciled, linked.pushed) == (args.items, 0), linked
-            with cpu_seconds(server.proc.pid) as cpu:
-                start = time.perf_counter()
-                pulled = pull(ws2)
-                elapsed = time.perf_counter() - start
-            n = pulled.judgments_added
-            assert n == 2 * args.items, pulled.as_dict()
-            print(f"pull: {n} annotations of {pulled.tasks} tasks in {elapsed:.1f} s = {n / elapsed:.0f} "
-                  f"annotations/s (target >= 1,000); CPU s: {cpu}; decisions {dict(pulled.decisions)}")
-            ws.close()
-            ws2.close()
+            template = linked_pull_workspace(server.url, media, scratch / "pull-ws", args.items, user_ids)
+            preload_agreement_library()  # imported once here, as it is once per `cftools annotate pull`
+            n = 2 * args.items
+            runs: dict[int, list[Spent]] = {w: [] for w in workers}
+            for repeat in range(args.repeat):
+                # interleaved, and in turn forwards and backwards, so that a drift of the host's load (or of the
+                # server) falls on all worker counts alike
+                for w in (workers if repeat % 2 == 0 else workers[::-1]):
+                    spent = pull_once(template, scratch / f"pull-{w}-{repeat}", w, server.proc.pid, args.items,
+                                      args.export_chunk)
+                    runs[w].append(spent)
+                    print(f"pull (pull_workers={w}) run {repeat + 1}: {n} annotations = {rate(n, spent):.0f} "
+                          f"annotations/s; {spent.text()}", flush=True)
+            for w, spent_runs in runs.items():
+                middle = median_of(spent_runs)
+                print(f"pull (pull_workers={w}), median of {len(spent_runs)}: {statistics.median(rate(n, s) for s in spent_runs):.0f} "
+                      f"annotations/s (target >= 1,000); {middle.text()}")
+            print(f"load average at the end {os.getloadavg()[0]:.2f}")
         finally:
             server.stop()
     finally:

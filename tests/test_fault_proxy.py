@@ -20,9 +20,12 @@ TESTS = Path(__file__).resolve().parent
 MAX_RUNS = 5  # a script reruns a command that exits non-zero; each rerun does only what is left
 
 
-def start_proxy(upstream: str, rate: float, seed: int, stall_s: float = 3.0) -> tuple[subprocess.Popen, str]:
+def start_proxy(upstream: str, rate: float, seed: int, stall_s: float = 3.0,
+                faults: tuple[str, ...] = ()) -> tuple[subprocess.Popen, str]:
+    """The proxy as its own process; FAULTS picks the kinds it injects (all by default)."""
     proc = subprocess.Popen([sys.executable, str(TESTS / "fault_proxy.py"), "--upstream", upstream, "--rate",
-                             str(rate), "--seed", str(seed), "--stall", str(stall_s)], stdout=subprocess.PIPE, text=True)
+                             str(rate), "--seed", str(seed), "--stall", str(stall_s),
+                             *(["--faults", ",".join(faults)] if faults else [])], stdout=subprocess.PIPE, text=True)
     line = proc.stdout.readline()
     assert line.startswith("listening on "), line
     return proc, line.split()[-1]

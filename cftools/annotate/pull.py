@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import threading
 from collections import Counter, defaultdict
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Iterable, Iterator, Optional
+from typing import Any, Iterable, Optional
 
 from sqlalchemy import bindparam, insert, select
 from sqlmodel import Session
@@ -348,9 +347,9 @@ def pull_project(store: Store, server: LabelStudioServer, project_id: int, kind:
     seen: set[int] = set()
     chunks: Iterable[list[dict]] = ()
     if server.project_exists(project_id):
-        chunks = _prefetched(server.export_tasks(project_id, sorted(by_ls_id)))
+        chunks = server.export_tasks(project_id, sorted(by_ls_id))
     done = 0
-    for chunk in chunks:  # each chunk is written in its own transaction while the server exports the next
+    for chunk in chunks:  # each chunk is written in its own transaction while the server exports the next ones
         chosen: dict[int, list[Chosen]] = {}
         for data in chunk:
             task = by_ls_id.get(data.get("id"))
@@ -380,15 +379,6 @@ def pull_project(store: Store, server: LabelStudioServer, project_id: int, kind:
     if gone:
         with store.write() as session:
             mark_deleted(session, gone, report)
-
-
-def _prefetched(chunks: Iterator[list[dict]]) -> Iterator[list[dict]]:
-    """Fetch the next chunk in a thread while the caller stores the current one."""
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        future = pool.submit(next, chunks, None)
-        while (chunk := future.result()) is not None:
-            future = pool.submit(next, chunks, None)
-            yield chunk
 
 
 def pull(workspace: Workspace, progress: Progress = _no_progress) -> PullReport:

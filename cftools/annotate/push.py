@@ -2,12 +2,14 @@
 
 Each batch's task links and the items' move to `in_review` are written in one transaction. Before importing, the
 project's tasks are reconciled with the store (by the item key every task carries), so a push killed between an
-import and its store write never imports an item twice. `--adjudicate` sends disagreements to the adjudication
-project; a kind's own tasks (`--task`) push their units the same way.
+import and its store write never imports an item twice; nor does an import whose answer was lost (the tasks the
+server did create are found by their keys and linked before the rest is imported again). `--adjudicate` sends
+disagreements to the adjudication project; a kind's own tasks (`--task`) push their units the same way.
 """
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -20,7 +22,7 @@ from cftools.annotate.rules import (
 )
 from cftools.annotate.projects import DELETED, ImageLinks, OPEN, Progress, STAGE, _no_progress, _update, ensure_project, own_task, purpose_of
 from cftools.errors import CftoolsError
-from cftools.annotate.label_studio import LabelStudioServer, server_settings
+from cftools.annotate.label_studio import LabelStudioServer, UncertainImport, backoff, server_settings
 from cftools.annotate.authoring import authoring_task, push_authoring
 from cftools.models import (
     CHECKED, IN_REVIEW, NEEDS_ADJUDICATION, AnnotationTask, CheckFlag, Image,
@@ -328,18 +330,49 @@ def push(workspace: Workspace, kind: Optional[str], limit: Optional[int] = None,
             report.candidates = len(items)
         report.storages_created = server.ensure_local_storage(project_id, images.folders)
         progress("push", 0, len(payloads))
+        done = 0
         for start in range(0, len(payloads), settings.batch_size):
             batch = payloads[start:start + settings.batch_size]
-            task_ids = server.import_tasks(project_id, [task for _, task in batch])
-            with store.write() as session:
-                _link_tasks(session, server.url, project_id, purpose,
-                            [(item.id, task_id) for (item, _), task_id in zip(batch, task_ids)], how="imported",
-                            purposes=[t["meta"].get("purpose", purpose) for _, t in batch], spec=spec)
-            report.pushed += len(batch)
-            progress("push", report.pushed, len(payloads))
+            import_batch(store, server, project_id, kind, purpose, spec, batch, report)
+            done += len(batch)
+            progress("push", done, len(payloads))
     finally:
         server.close()
     return report
+
+
+def import_batch(store: Store, server: LabelStudioServer, project_id: int, kind: str, purpose: str, spec: Any,
+                 batch: list[tuple[Item, dict]], report: PushReport) -> None:
+    """Import BATCH and record its links in one transaction. An import whose outcome is unknown (the connection
+    dropped, its answer was lost) is not simply sent again: the project is reconciled first (the tasks the server
+    did create are linked by their keys) and only the items still without a task are imported."""
+    for attempt in range(server.retries + 1):
+        try:
+            task_ids = server.import_tasks(project_id, [task for _, task in batch])
+        except UncertainImport:
+            if attempt >= server.retries:
+                raise
+            time.sleep(backoff(attempt))
+            report.reconciled += (reconcile_own(store, server, project_id, kind, spec) if spec is not None
+                                  else reconcile(store, server, project_id, purpose, kind)[0])
+            batch = _without_task(store, batch, purpose)
+            if not batch:
+                return
+            continue
+        with store.write() as session:
+            _link_tasks(session, server.url, project_id, purpose,
+                        [(item.id, task_id) for (item, _), task_id in zip(batch, task_ids, strict=True)], how="imported",
+                        purposes=[t["meta"].get("purpose", purpose) for _, t in batch], spec=spec)
+        report.pushed += len(batch)
+        return
+
+
+def _without_task(store: Store, batch: list[tuple[Item, dict]], purpose: str) -> list[tuple[Item, dict]]:
+    """The items of BATCH that still have no live task for their purpose."""
+    with store.session() as session:
+        linked = set(session.execute(select(AnnotationTask.item_id, AnnotationTask.purpose).where(
+            AnnotationTask.item_id.in_([item.id for item, _ in batch]), AnnotationTask.state != DELETED)).all())
+    return [(item, task) for item, task in batch if (item.id, task["meta"].get("purpose", purpose)) not in linked]
 
 
 def reconcile_own(store: Store, server: LabelStudioServer, project_id: int, kind: str, spec: Any) -> int:
@@ -351,18 +384,17 @@ def reconcile_own(store: Store, server: LabelStudioServer, project_id: int, kind
             AnnotationTask.server == server.url, AnnotationTask.ls_project_id == project_id)).scalars())
         linked = set(session.execute(select(AnnotationTask.item_id, AnnotationTask.purpose).where(
             AnnotationTask.state != DELETED)).all())
-        unknown = [t for t in server.client.tasks.list(project=project_id, fields="all", page_size=1000)
-                   if t.id not in known]
-        keys = {(t.meta or {}).get("item_key") for t in unknown}
+        unknown = {task_id: meta for task_id, (meta, _) in server.task_metas(project_id).items()
+                   if task_id not in known}
+        keys = {meta.get("item_key") for meta in unknown.values()}
         items = {i.key: i.id for i in session.execute(select(Item).where(Item.kind == kind,
                                                                          Item.key.in_(list(keys)))).scalars()}
     links, purposes = [], []
-    for found in unknown:
-        meta = found.meta or {}
+    for task_id, meta in sorted(unknown.items()):
         item_id, purpose = items.get(meta.get("item_key")), meta.get("purpose") or spec.name
         if item_id is None or (item_id, purpose) in linked:
             continue
-        links.append((item_id, found.id))
+        links.append((item_id, task_id))
         purposes.append(purpose)
         linked.add((item_id, purpose))
     if links:

@@ -475,14 +475,13 @@ def annotate_on_server(ws: Path) -> None:
 
 
 def pull_command(ws: Path, scratch: Path) -> list[str]:
-    """`cftools annotate pull` in a process of its own whose export snapshots hold PULL_EXPORT_CHUNK tasks (the
-    default, 1000, would make a pull of a few tasks one commit, leaving a kill nothing to land between)."""
-    code = ("import cftools.annotate.label_studio as ls\n"
-            "assert hasattr(ls, 'EXPORT_CHUNK'), 'the pull trials lower EXPORT_CHUNK: it has gone'\n"
-            f"ls.EXPORT_CHUNK = {PULL_EXPORT_CHUNK}\n"
-            "from cftools.cli import run\n"
-            "run()\n")
-    return [sys.executable, "-c", code, "-w", str(ws), "annotate", "pull", "--json"]
+    """`cftools annotate pull` with export snapshots of PULL_EXPORT_CHUNK tasks (the default, 1000, would make a
+    pull of a few tasks one commit, leaving a kill nothing to land between)."""
+    config = ws / "cftools.toml"
+    text = config.read_text()
+    if "export_chunk" not in text:
+        config.write_text(text.replace("[label_studio]\n", f"[label_studio]\nexport_chunk = {PULL_EXPORT_CHUNK}\n", 1))
+    return cli(ws, "annotate", "pull", "--json")
 
 
 def judgments_match_the_server(ws: Path) -> None:

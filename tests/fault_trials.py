@@ -426,16 +426,9 @@ def label_studio_for_trials(scratch: Path) -> Iterator[None]:
                 os.environ[name] = value
 
 
-def verify_result(related: str, correct: str, corrected: Optional[str] = None) -> list[dict]:
-    """A verify annotation's result, as the Label Studio editor submits it."""
-    result = [{"from_name": "related", "to_name": "image", "type": "choices", "value": {"choices": [related]}},
-              {"from_name": "answer_correct", "to_name": "proposed_answer", "type": "choices",
-               "value": {"choices": [correct]}}]
-    if corrected is not None:
-        result.append({"from_name": "corrected_answer", "to_name": "proposed_answer", "type": "textarea",
-                       "value": {"text": [corrected]}})
-    return result
 
+
+from fixtures_label_studio import verify_result  # noqa: E402
 
 # (annotator 1, annotator 2) per task in turn: every way pull decides an item, and one left under review
 ANNOTATION_PLANS = [

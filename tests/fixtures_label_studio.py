@@ -200,3 +200,17 @@ def label_studio(tmp_path_factory) -> LabelStudioServer:
         yield info
     finally:
         server.stop()
+
+
+def verify_result(related: str, correct: str, corrected: str | None = None,
+                  flags: list[str] | None = None) -> list[dict]:
+    """A verification annotation's result, as the Label Studio editor submits it for the verify label config."""
+    result = [{"from_name": "related", "to_name": "image", "type": "choices", "value": {"choices": [related]}},
+              {"from_name": "answer_correct", "to_name": "proposed_answer", "type": "choices",
+               "value": {"choices": [correct]}}]
+    if corrected is not None:
+        result.append({"from_name": "corrected_answer", "to_name": "proposed_answer", "type": "textarea",
+                       "value": {"text": [corrected]}})
+    if flags:
+        result.append({"from_name": "flags", "to_name": "question", "type": "choices", "value": {"choices": flags}})
+    return result

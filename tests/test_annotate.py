@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import PIL.Image
 import pytest
+from fixtures_label_studio import verify_result as result
 from sqlalchemy import func, select, update
 
 from killed_runs import kill_after_progress
@@ -101,16 +102,6 @@ def task_map(store, purpose: str = "verify") -> dict[int, int]:
             AnnotationTask.purpose == purpose, AnnotationTask.state != "deleted")).all())
 
 
-def result(related: str, correct: str, corrected: str | None = None, flags: list[str] | None = None) -> list[dict]:
-    r = [{"from_name": "related", "to_name": "image", "type": "choices", "value": {"choices": [related]}},
-         {"from_name": "answer_correct", "to_name": "proposed_answer", "type": "choices",
-          "value": {"choices": [correct]}}]
-    if corrected is not None:
-        r.append({"from_name": "corrected_answer", "to_name": "proposed_answer", "type": "textarea",
-                  "value": {"text": [corrected]}})
-    if flags:
-        r.append({"from_name": "flags", "to_name": "question", "type": "choices", "value": {"choices": flags}})
-    return r
 
 
 def statuses(store) -> dict[int, str]:

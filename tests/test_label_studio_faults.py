@@ -22,20 +22,12 @@ from cftools.annotate.label_studio import in_parallel, is_transient, retry_pause
 from fault_trials import (LS_MEDIA_ENV, LS_TOKEN_ENV, LS_URL_ENV, _push_setup, assert_invariants, cli, cli_env,
                           fresh_workspace, run_ok, server_holds_what_the_store_says, store_fingerprint)
 from test_fault_proxy import MAX_RUNS, start_proxy
+from fixtures_label_studio import verify_result as verdict
 
 TIMEOUT_S, STALL_S = 3, 4  # a stalled request outlasts cftools' time-out: it sees a time-out, not a reset
 PARALLEL_PULL = {"export_chunk": 4, "pull_workers": 3}  # four snapshots, three at once: faults hit parallel fetches
 
 
-def verdict(related: str, correct: str, corrected: str | None = None) -> list[dict]:
-    """An annotation's result in the verification project's label config."""
-    result = [{"from_name": "related", "to_name": "image", "type": "choices", "value": {"choices": [related]}},
-              {"from_name": "answer_correct", "to_name": "proposed_answer", "type": "choices",
-               "value": {"choices": [correct]}}]
-    if corrected is not None:
-        result.append({"from_name": "corrected_answer", "to_name": "proposed_answer", "type": "textarea",
-                       "value": {"text": [corrected]}})
-    return result
 
 
 PLANS = [  # (first annotator, second annotator), item by item in key order, round and round

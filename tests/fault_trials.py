@@ -472,7 +472,7 @@ def pull_command(ws: Path, scratch: Path) -> list[str]:
     pull of a few tasks one commit, leaving a kill nothing to land between)."""
     config = ws / "cftools.toml"
     text = config.read_text()
-    if "export_chunk" not in text:
+    if not re.search(r"(?m)^export_chunk", text):  # once: the clean run and each trial build the command
         config.write_text(text.replace("[label_studio]\n", f"[label_studio]\nexport_chunk = {PULL_EXPORT_CHUNK}\n", 1))
     return cli(ws, "annotate", "pull", "--json")
 

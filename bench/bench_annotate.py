@@ -47,7 +47,8 @@ import fixtures_label_studio as lsfix  # noqa: E402
 from cftools.annotate.projects import ImageLinks, project_title  # noqa: E402
 from cftools.annotate.pull import pull  # noqa: E402
 from cftools.annotate.push import PushReport, push, task_payloads  # noqa: E402
-from cftools.annotate.rules import VERIFY, preload_agreement_library, render_label_config  # noqa: E402
+from cftools.judgments import VERIFY
+from cftools.annotate.rules import preload_agreement_library, render_label_config
 from cftools.annotate.label_studio import PULL_WORKERS, LabelStudioServer, server_settings  # noqa: E402
 from cftools.models import CHECKED, Image, Item, SourceQuestion, utcnow  # noqa: E402
 from cftools.workspace import init_workspace, load_workspace  # noqa: E402

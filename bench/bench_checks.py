@@ -27,7 +27,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from cftools.checks import ItemResult, check_codes, run_checks  # noqa: E402
 
 CODES = check_codes()
-from cftools.kinds.cvqa_ingest import ingest_cvqa  # noqa: E402
+from cftools.kinds.cvqa.ingest import ingest_cvqa  # noqa: E402
 from cftools.workspace import init_workspace  # noqa: E402
 
 SHARED = Path(os.environ.get("CFTOOLS_SHARED", ROOT.parent / "shared"))

@@ -25,10 +25,10 @@ from sqlalchemy import delete, select
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from cftools.kinds.cvqa_rewrite import llm_params, rewrite
+from cftools.kinds.cvqa.generate import llm_params, rewrite
 from cftools.ingest.readers import ingest_table
 from cftools.llm import make_backend
-from cftools.kinds.cvqa import NUMERICAL_DIRECT
+from cftools.kinds.cvqa.model import NUMERICAL_DIRECT
 from cftools.models import Item, ItemEvent
 from cftools.workspace import init_workspace
 from llm_stub import start_process as start_stub

@@ -21,7 +21,8 @@ from killed_runs import kill_after_progress
 
 from cftools.annotate.projects import ImageLinks
 from cftools.annotate.push import push, task_payloads, PushReport
-from cftools.annotate.rules import Answer, adjudicated, agreement, decide
+from cftools.judgments import Answer, adjudicated, decide
+from cftools.annotate.rules import agreement
 from cftools.annotate.label_studio import LabelStudioServer, is_stale_snapshot, snapshot_title
 from cftools.models import (
     ACCEPTED, CHECKED, IN_REVIEW, NEEDS_ADJUDICATION, REJECTED, AgreementStat, AnnotationTask, Item, ItemEvent,

@@ -27,7 +27,8 @@ from fixtures_label_studio import ANNOTATORS
 from test_annotate import ls_workspace, make_items, mark_checked, task_map  # noqa: F401 (ls_workspace: fixture)
 from test_label_configs import text_elements
 
-from cftools.annotate.rules import VERIFY, render_label_config
+from cftools.judgments import VERIFY
+from cftools.annotate.rules import render_label_config
 from cftools.images import read_image_file, register_image
 from cftools.models import CHECKED, IN_REVIEW, AnnotationTask, Item, Judgment, SourceQuestion
 

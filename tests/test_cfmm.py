@@ -14,14 +14,14 @@ from sqlalchemy import select
 
 from fixtures_eval import png_bytes, write_release
 from llm_stub import StubServer
-from cftools.checks.items import ItemView
-from cftools.checks.rules import Flag
+from cftools.item_view import ItemView
+from cftools.findings import Flag
 from cftools.errors import CftoolsError
 from cftools.evaluate.run import run_eval
-from cftools.kinds import cfmm_checks as c
+from cftools.kinds.cfmm import checks as c
 from cftools.kinds import get_kind
-from cftools.kinds.cfmm import EXPORT_FIELDS
-from cftools.kinds.cfmm_generate import generate_pairs, parse_draft, parse_quota, type_targets
+from cftools.kinds.cfmm.model import EXPORT_FIELDS
+from cftools.kinds.cfmm.generate import generate_pairs, parse_draft, parse_quota, type_targets
 from cftools.llm import make_backend
 from cftools.models import DRAFT, Generation, Item
 
@@ -243,7 +243,7 @@ def test_blind_answerable_runs_the_embedded_text_only_model():
 
 
 def test_ambiguity_votes_decide():
-    from cftools.annotate.rules import Answer
+    from cftools.judgments import Answer
 
     kind = get_kind("cfmm")
     fine = Answer(related=True, answer_correct=True)

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import select
 
 from test_annotate import TOKEN_ENV, configure
-from cftools.kinds import cfmm_checks
+from cftools.kinds.cfmm import checks as cfmm_checks
 from cftools.models import DRAFT, Image, Item, SourceQuestion
 from cftools.workspace import load_workspace
 

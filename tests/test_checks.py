@@ -14,7 +14,7 @@ from cftools.checks import ItemView, check_codes, check_item, run_checks
 CODES = tuple(check_codes())
 from cftools.checks.embeddings import load_embedder
 from cftools.checks.presupposition import find_condition, parse_change
-from cftools.kinds.cvqa import BOOLEAN, NUMERICAL_DIRECT, NUMERICAL_INDIRECT
+from cftools.kinds.cvqa.model import BOOLEAN, NUMERICAL_DIRECT, NUMERICAL_INDIRECT
 from cftools.models import CHECKED, DRAFT, CheckFlag, Item, ItemEvent, SourceQuestion, utcnow
 KIND_CVQA = "cvqa"
 from tests.conftest import CVQA_SYNTHETIC
@@ -271,7 +271,7 @@ def test_peer_known_bad_rows_are_flagged(workspace, run_cli, peer_cvqa_real):
 
 
 def test_peer_synthetic_direct_types_pass_arithmetic(workspace):
-    from cftools.kinds.cvqa_ingest import ingest_cvqa
+    from cftools.kinds.cvqa.ingest import ingest_cvqa
 
     ingest_cvqa(workspace.store, CVQA_SYNTHETIC)
     report = run_checks(workspace.store, use_embeddings=False)

@@ -14,7 +14,7 @@ from cftools.release.datacard import PLOT_SIZE_PIXELS
 from cftools.errors import CftoolsError
 from cftools.release.export import export_release, parse_splits
 from cftools.ingest.readers import ingest_table
-from cftools.kinds.cvqa_ingest import ingest_cvqa
+from cftools.kinds.cvqa.ingest import ingest_cvqa
 from cftools.models import ACCEPTED, CHECKED, DRAFT, IN_REVIEW, Image, ImageName, Item, Release, SourceQuestion
 from cftools.release.layout import load_records, resolve_image, verify_release
 from cftools.workspace import init_workspace

@@ -17,12 +17,12 @@ from sqlalchemy import delete, func, select
 
 from killed_runs import kill_after_progress
 
-from cftools.kinds.cvqa_rewrite import item_key, load_template, reparse, rewrite, select_sources
+from cftools.kinds.cvqa.generate import item_key, load_template, reparse, rewrite, select_sources
 from cftools.ingest.readers import ingest_table
-from cftools.kinds.cvqa_ingest import ingest_cvqa
+from cftools.kinds.cvqa.ingest import ingest_cvqa
 from cftools.llm import make_backend
 from llm_stub import StubServer, start_process, stub_reply
-from cftools.kinds.cvqa import BOOLEAN, NUMERICAL_DIRECT, NUMERICAL_INDIRECT
+from cftools.kinds.cvqa.model import BOOLEAN, NUMERICAL_DIRECT, NUMERICAL_INDIRECT
 from cftools.models import CachedResponse, Generation, Item, ItemEvent
 NUMBER_QUESTIONS = [("a.jpg", "How many cats are there?", "2"), ("b.jpg", "How many cars are parked?", "5"),
                     ("c.jpg", "How many people are sitting?", "0"), ("d.jpg", "How many kites are flying?", "3")]

@@ -18,7 +18,7 @@ from PIL import Image as PILImage
 from cftools.errors import CftoolsError
 from cftools.annotate.label_studio import LabelStudioError, LabelStudioServer
 from cftools.llm.openai_backend import OpenAIBackend
-from cftools.kinds.cvqa import BOOLEAN
+from cftools.kinds.cvqa.model import BOOLEAN
 from cftools.models import DRAFT
 from tests.test_checks import add_item, flags_of, json_lines, status_of
 from tests.test_ingest import make_image, snapshot

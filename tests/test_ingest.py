@@ -9,7 +9,7 @@ from sqlalchemy import func, select
 
 from cftools.errors import InputError
 from cftools.ingest.readers import ingest_table, ingest_vqav2, most_frequent_answer
-from cftools.kinds.cvqa_ingest import ingest_cvqa
+from cftools.kinds.cvqa.ingest import ingest_cvqa
 from cftools.models import Image, ImageName, IngestRun, Item, ItemEvent, SourceQuestion
 from cftools.overview import store_counts
 from tests.conftest import CVQA_REAL, CVQA_SYNTHETIC

@@ -7,7 +7,8 @@ import re
 import xml.etree.ElementTree as ET
 
 import pytest
-from cftools.annotate.rules import ADJUDICATE, PURPOSES, VERIFY, render_label_config
+from cftools.judgments import ADJUDICATE, PURPOSES, VERIFY
+from cftools.annotate.rules import render_label_config
 from cftools.kinds import get_kind
 from cftools.models import Item, SourceQuestion
 

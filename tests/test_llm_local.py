@@ -8,11 +8,11 @@ import re
 import pytest
 from sqlalchemy import delete, select
 
-from cftools.kinds.cvqa_rewrite import llm_params, rewrite
+from cftools.kinds.cvqa.generate import llm_params, rewrite
 from cftools.ingest.readers import ingest_table
 from cftools.llm import LLMError
 from cftools.llm.local import LocalBackend, converted_dir, smollm2_gguf
-from cftools.kinds.cvqa import BOOLEAN, NUMERICAL_DIRECT
+from cftools.kinds.cvqa.model import BOOLEAN, NUMERICAL_DIRECT
 from cftools.models import Generation, Item, ItemEvent
 pytestmark = pytest.mark.slow
 MAX_TOKENS = 96

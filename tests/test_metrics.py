@@ -6,7 +6,7 @@ import pytest
 
 from cftools.evaluate.metrics import accuracy, bootstrap_ci, summarize
 from cftools.kinds import get_kind
-from cftools.kinds.mucr import exp_score
+from cftools.kinds.mucr.model import exp_score
 
 cvqa_metrics = get_kind("cvqa").summarize
 cfmm_metrics = get_kind("cfmm").summarize

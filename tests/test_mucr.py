@@ -17,10 +17,10 @@ from cftools.errors import InputError
 from cftools.generate.llm_task import ParseError
 from cftools.images import sha256_file
 from cftools.kinds import get_kind
-from cftools.kinds.mucr_checks import (PromptLength, check_context_inconsistent, check_context_missing_change,
+from cftools.kinds.mucr.checks import (PromptLength, check_context_inconsistent, check_context_missing_change,
                                        estimated_clip_tokens)
-from cftools.kinds.mucr_generate import draft_captions, parse_caption_pairs, parse_context, write_context
-from cftools.kinds.mucr_ingest import ingest_captions
+from cftools.kinds.mucr.generate import draft_captions, parse_caption_pairs, parse_context, write_context
+from cftools.kinds.mucr.ingest import ingest_captions
 from cftools.llm import make_backend
 from cftools.models import Generation, Image, Item
 from killed_runs import kill_after_progress

@@ -13,8 +13,8 @@ import pytest
 from sqlalchemy import select
 
 from cftools.images import read_image_file, register_image
-from cftools.kinds.mucr_cues import draft_cues
-from cftools.kinds.mucr_release import SCHEMAS
+from cftools.kinds.mucr.cues import draft_cues
+from cftools.kinds.mucr.release import SCHEMAS
 from cftools.llm import make_backend
 from cftools.models import ACCEPTED, AnnotationTask, IN_REVIEW, Item, Judgment
 from cftools.workspace import load_workspace

@@ -18,14 +18,14 @@ from cftools.evaluate.run import run_eval
 from cftools.generate.llm_task import ParseError
 from cftools.images import read_image_file, register_image
 from cftools.kinds import get_kind
-from cftools.kinds.mucr_annotate import select_units
-from cftools.kinds.mucr_checks import (check_cue_in_false_cues, check_cue_not_visible, check_explanation_form,
+from cftools.kinds.mucr.annotate import select_units
+from cftools.kinds.mucr.checks import (check_cue_in_false_cues, check_cue_not_visible, check_explanation_form,
                                        check_false_cue_duplicate)
-from cftools.kinds.mucr_cues import draft_cues, parse_cues
-from cftools.kinds.mucr_exp import (aggregate_parts, exp_score, judge_prompts, judge_result, missing_parts,
+from cftools.kinds.mucr.cues import draft_cues, parse_cues
+from cftools.kinds.mucr.explanations import (aggregate_parts, exp_score, judge_prompts, judge_result, missing_parts,
                                     parse_judge_parts, split_parts)
-from cftools.kinds.mucr_images import start_new_round
-from cftools.kinds.mucr_release import SCHEMAS
+from cftools.kinds.mucr.images import start_new_round
+from cftools.kinds.mucr.release import SCHEMAS
 from cftools.llm import make_backend
 from cftools.models import ACCEPTED, DRAFT, Item
 from cftools.release.layout import load_records, verify_release
@@ -357,7 +357,7 @@ def test_eval_scores_c2e_e2c_cue_and_exp_against_a_judge_process(workspace, run_
 
 
 def test_from_ranking_selects_the_best_ranked_candidates_for_a_demo(workspace, cue_stub, tmp_path):
-    from cftools.kinds.mucr_cues import select_from_ranking
+    from cftools.kinds.mucr.cues import select_from_ranking
 
     refs = [image_ref(workspace.store, tmp_path, f"i{n}.png", COLOURS[n], 10 + n) for n in range(4)]
     candidates = {"0": {"cause": refs[0], "effect": refs[1]}, "1": {"cause": refs[2], "effect": refs[3]}}

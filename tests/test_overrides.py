@@ -8,8 +8,8 @@ import hashlib
 from sqlalchemy import select
 
 from cftools.annotate.rules import render_label_config
-from cftools.kinds.cvqa import NUMERICAL_DIRECT
-from cftools.kinds.cvqa_rewrite import rewrite
+from cftools.kinds.cvqa.model import NUMERICAL_DIRECT
+from cftools.kinds.cvqa.generate import rewrite
 from cftools.models import Generation, Item
 from cftools.resources import packaged_dir
 from cftools.workspace import load_workspace

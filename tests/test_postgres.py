@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from cftools.kinds.cvqa_ingest import ingest_cvqa
+from cftools.kinds.cvqa.ingest import ingest_cvqa
 from cftools.overview import store_counts
 from cftools.workspace import init_workspace
 from llm_stub import start_process as start_stub

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from cftools.kinds.cvqa import BOOLEAN, NUMERICAL_DIRECT, NUMERICAL_INDIRECT
-from cftools.kinds.cvqa_parser import RewriteParseError, parse_rewrite
+from cftools.kinds.cvqa.model import BOOLEAN, NUMERICAL_DIRECT, NUMERICAL_INDIRECT
+from cftools.kinds.cvqa.parse import RewriteParseError, parse_rewrite
 
 Q = "How many dogs would there be if two more dogs came?"
 

@@ -21,7 +21,7 @@ from typing import Any, Callable, Optional
 from sqlalchemy import select
 
 from cftools.annotate.label_studio import LabelStudioServer, ServerSettings
-from cftools.annotate.rules import InvalidResult
+from cftools.judgments import InvalidResult
 from cftools.errors import CftoolsError
 from cftools.generate.llm_task import insert_items
 from cftools.kinds import get_kind

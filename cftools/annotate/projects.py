@@ -14,9 +14,8 @@ from urllib.parse import quote
 
 from sqlalchemy import delete, update
 
-from cftools.annotate.rules import (
-    ADJUDICATE, VERIFY, render_label_config,
-)
+from cftools.judgments import ADJUDICATE, VERIFY
+from cftools.annotate.rules import render_label_config
 from cftools.errors import CftoolsError
 from cftools.annotate.label_studio import LabelStudioServer, ServerSettings
 from cftools.images import data_uri

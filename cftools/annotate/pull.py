@@ -21,9 +21,8 @@ from sqlmodel import Session
 from cftools.annotate.projects import ANNOTATIONS_PER_TASK, DECIDED, DELETED, OPEN, Progress, STAGE, _delete, _no_progress, _update, own_task, project_title, task_of
 from cftools.annotate.push import _event, _open_task_filter
 from cftools.annotate.status import record_agreement
-from cftools.annotate.rules import (
-    ADJUDICATE, VERIFY, Answer, Decision, InvalidResult, adjudicated, decide, preload_agreement_library,
-)
+from cftools.judgments import ADJUDICATE, VERIFY, Answer, Decision, InvalidResult, adjudicated, decide
+from cftools.annotate.rules import preload_agreement_library
 from cftools.annotate.label_studio import LabelStudioServer, ServerSettings, server_settings
 from cftools.annotate.authoring import AuthoringPull, pull_authoring
 from cftools.models import (

@@ -17,9 +17,7 @@ from typing import Any, Optional
 from sqlalchemy import and_, insert, select
 from sqlmodel import Session
 
-from cftools.annotate.rules import (
-    ADJUDICATE, VERIFY,
-)
+from cftools.judgments import ADJUDICATE, VERIFY
 from cftools.annotate.projects import DELETED, ImageLinks, OPEN, Progress, STAGE, _no_progress, _update, ensure_project, own_task, purpose_of
 from cftools.errors import CftoolsError
 from cftools.annotate.label_studio import LabelStudioServer, UncertainImport, backoff, server_settings

@@ -11,9 +11,8 @@ from sqlalchemy import func, insert, select
 from sqlmodel import Session
 
 from cftools.annotate.projects import DELETED, _delete, task_of
-from cftools.annotate.rules import (
-    ADJUDICATE, VERIFY, Answer, agreement, label_agreement,
-)
+from cftools.judgments import ADJUDICATE, VERIFY, Answer
+from cftools.annotate.rules import agreement, label_agreement
 from cftools.models import (
     ACCEPTED, IN_REVIEW, NEEDS_ADJUDICATION, REJECTED, AgreementStat, AnnotationTask, Item, Judgment, utcnow,
 )

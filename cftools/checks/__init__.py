@@ -4,8 +4,8 @@ The codes are declared by the kinds (`cftools kinds`), plus `duplicate` for ever
 `run_checks` is what `cftools check` runs; `check_item` checks one item without touching the store.
 """
 
-from cftools.checks.items import ItemView
-from cftools.checks.rules import Flag, Note
+from cftools.item_view import ItemView
+from cftools.findings import Flag, Note
 from cftools.checks.runner import (CheckReport, ItemResult, Progress, check_codes, check_item, check_scopes,
                                    run_checks)
 

@@ -21,12 +21,19 @@ from typing import Callable, Iterable, Optional
 import numpy as np
 
 from cftools.checks.embeddings import Embedder
-from cftools.checks.items import ItemView, normal_question
+from cftools.answers import normalize_answer
+from cftools.item_view import ItemView
 from cftools.checks.presupposition import strip_options
-from cftools.checks.rules import Flag
+from cftools.findings import Flag
 from cftools.models import DRAFT
 
 DEFAULT_SIMILARITY = 0.93
+
+
+def normal_question(question: str) -> str:
+    """The question's normal form for comparing texts (VQA answer normalisation, options left out)."""
+    return normalize_answer(strip_options(question))
+
 
 
 @dataclass(frozen=True)

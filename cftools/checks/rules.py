@@ -8,33 +8,16 @@ Which items a check applies to is declared by each kind (`Kind.checks`, see `cft
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from fractions import Fraction
-from typing import Optional, Union
+from typing import Optional
 
 from cftools.answers import normalize_answer, parse_yes_no
-from cftools.checks.items import DIGITS, ItemView, options
+from cftools.findings import Flag, Note, Result
+from cftools.item_view import DIGITS, ItemView, options
 from cftools.checks.presupposition import (
     ADD_VERBS, LESS_WORDS, MORE_WORDS, MULTIPLIERS, REMOVE_VERBS, SET_TO, TIMES, CLAUSE_SPLIT, find_condition,
     numbers_in, parse_change, strip_options,
 )
-
-
-@dataclass(frozen=True)
-class Flag:
-    code: str
-    reason: str
-
-
-@dataclass(frozen=True)
-class Note:
-    """A check that applies but could not decide (e.g. a change the arithmetic check cannot read)."""
-
-    code: str
-    text: str
-
-
-Result = Optional[Union[Flag, Note]]
 
 
 def _fmt(value: Fraction) -> str:

@@ -8,7 +8,7 @@ in one transaction: a killed run keeps the batches it finished and the next run 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Iterator, Optional, Sequence
 
 from sqlalchemy import delete, exists, func, select, update
@@ -16,8 +16,8 @@ from sqlalchemy import delete, exists, func, select, update
 from cftools import __version__
 from cftools.checks.duplicates import DEFAULT_SIMILARITY, DuplicateFinder, entry_for
 from cftools.checks.embeddings import load_embedder
-from cftools.checks.items import ItemView
-from cftools.checks.rules import Flag, Note
+from cftools.item_view import ItemView
+from cftools.findings import Flag, Note
 from cftools.kinds import all_kinds, get_kind
 from cftools.errors import CftoolsError
 from cftools.models import CHECKED, DRAFT, CheckFlag, Item, ItemEvent, SourceQuestion, utcnow
@@ -195,8 +195,11 @@ def all_entries(store: Store):
 
 def check_item(item: ItemView, codes: Sequence[str], duplicates: Optional[DuplicateFinder]) -> ItemResult:
     """Run the checks named in CODES that apply to ITEM (pure: reads and writes nothing)."""
+    kind = get_kind(item.kind)
+    if item.answer_style is None:
+        item = replace(item, answer_style=kind.answer_style(item))
     result = ItemResult(item=item, status=item.status)
-    for check in get_kind(item.kind).checks:
+    for check in kind.checks:
         if check.code not in codes or not check.applies(item):
             continue
         result.checks.append(check.code)

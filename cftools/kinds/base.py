@@ -21,6 +21,7 @@ A kind is one module with one `Kind` subclass, registered under the `cftools.kin
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Optional, Sequence
 
@@ -28,11 +29,11 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from cftools.errors import CftoolsError
 
-if TYPE_CHECKING:  # the stages' types, only for annotations
+if TYPE_CHECKING:  # only for annotations
     import click
 
-    from cftools.checks.items import ItemView
-    from cftools.checks.rules import Result
+    from cftools.findings import Result
+    from cftools.item_view import ItemView
 
 
 class ItemDataError(CftoolsError):
@@ -170,6 +171,27 @@ class Kind:
         except KeyError:
             raise CftoolsError(f"kind {self.name!r} has no {task!r} task; it has: {', '.join(self.tasks)}") from None
 
+    def label_config(self, task: str, workspace_root: Optional[str] = None) -> str:
+        """The Label Studio config of TASK rendered from its template (annotation/<kind>/<task>.xml.j2; a
+        workspace's copy wins)."""
+        from jinja2 import Undefined
+
+        from cftools.judgments import CONTROLS, DECISION_CHOICES, FLAG_CHOICES, NO, YES
+        from cftools.resources import template_env
+
+        env = template_env("annotation", Path(workspace_root) if workspace_root else None, self.template_root,
+                           keep_trailing_newline=True, autoescape=True, undefined=Undefined)
+        return env.get_template(self.task_template(task)).render(
+            yes_no=(YES, NO), flag_choices=FLAG_CHOICES, decision_choices=DECISION_CHOICES, groups=self.groups,
+            **CONTROLS)
+
+    def read_result(self, task: str, result: Any, workspace_root: Optional[str] = None) -> dict[str, Any]:
+        """Control name -> answer of one submitted result of TASK, checked against the config it was made with
+        (`cftools.judgments.InvalidResult` if it does not fit)."""
+        from cftools.judgments import read_result
+
+        return read_result(task_controls(self, task, workspace_root), result)
+
     def task_data(self, item: Any, source: Any, image_value: str, extra_images: dict[str, str]) -> dict[str, Any]:
         """What the annotator sees of ITEM (beside item_key, kind, group, check_flags). IMAGE_VALUE is the item's
         image as Label Studio loads it; EXTRA_IMAGES maps `sha256:…` references in its data the same way."""
@@ -198,13 +220,13 @@ class Kind:
 
     def read_judgment(self, purpose: str, result: Any, workspace_root: Optional[str] = None) -> Any:
         """One submitted Label Studio result of a task of this kind, read back into a judgment (an `Answer`)."""
-        from cftools.annotate.rules import parse_answer
+        from cftools.judgments import parse_answer
 
-        return parse_answer(self.name, purpose, result, workspace_root)
+        return parse_answer(purpose, self.read_result(purpose, result, workspace_root))
 
     def decide(self, first: Any, second: Any) -> Any:
         """The item's fate from two verification judgments (an `Answer` each): the shared rules by default."""
-        from cftools.annotate.rules import decide
+        from cftools.judgments import decide
 
         return decide(first, second)
 
@@ -319,3 +341,11 @@ class EvalContext:
     prompt_variant: str = "plain"  # a kind's `prompt_variants` (e.g. CFMM's icl1, cot1); "plain" asks as is
     swap_options: bool = False  # also ask every question with options in reverse order (position bias)
     options: dict[str, Any] = field(default_factory=dict)  # the kinds' eval options (`Kind.command_options`)
+
+
+@lru_cache(maxsize=None)
+def task_controls(kind: Kind, task: str, workspace_root: Optional[str] = None) -> dict[str, Any]:
+    """The answerable controls of KIND's TASK config (rendered once per process: a pull reads thousands)."""
+    from cftools.judgments import controls_of
+
+    return controls_of(kind.label_config(task, workspace_root))

@@ -19,7 +19,7 @@ class ToyData(ItemData):
 
 
 def check_blob(item) -> Any:  # noqa: ANN001
-    from cftools.checks.rules import Flag
+    from cftools.findings import Flag
 
     return Flag("toy_blob", "a blob is not a shape anyone can name") if "blob" in item.question else None
 

@@ -32,7 +32,7 @@ from cftools.answers import normalize_answer
 from cftools.errors import CftoolsError
 from cftools.generate.llm_task import (DEFAULT_MAX_ATTEMPTS, LLMJob, LLMTask, ParseError, insert_items,
                                        run_llm_task)
-from cftools.kinds.cfmm import NO_TYPE, PAPER_COUNTS, TYPES
+from cftools.kinds.cfmm.model import NO_TYPE, PAPER_COUNTS, TYPES
 from cftools.llm import Backend, text_message
 from cftools.llm.base import DEFAULT_PARAMS
 from cftools.llm.prompts import PromptTemplate, load_prompt

@@ -1,4 +1,5 @@
-"""What a check sees of an item: its question and answer, its source question's, and its image."""
+"""What a check sees of an item: its question and answer, its source question's, and its image (below both the
+checks stage and the kinds)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Optional
 
-from cftools.answers import normalize_answer, parse_count
+from cftools.answers import parse_count
 
 OPTIONS_TAIL = re.compile(r"select the correct answer\s*:(.*)$", re.IGNORECASE | re.DOTALL)
 OPTION = re.compile(r"\b([A-Z])\s*:\s*(\S+)")
@@ -28,14 +29,9 @@ class ItemView:
     image_name: Optional[str] = None  # the file name the input refers to
     image_key: Optional[str] = None  # what "the same image" means: the stored image, else the file name
     data: Optional[dict] = None  # the item's shape-specific fields (a kind's checks read them)
-
-    @property
-    def answer_style(self) -> Optional[str]:
-        """How the answer is written: "count" (digits), "yes/no", "choice" (an option letter), or None (its kind's
-        rule)."""
-        from cftools.kinds import get_kind
-
-        return get_kind(self.kind).answer_style(self)
+    # How the answer is written: "count" (digits), "yes/no", "choice" (an option letter), or None. Its kind's rule
+    # (`Kind.answer_style`), filled in by the checks runner.
+    answer_style: Optional[str] = None
 
     def new_count(self) -> Optional[Fraction]:
         """The counterfactual answer as a count (an option's value for multiple choice)."""
@@ -62,10 +58,3 @@ def _count(answer: Optional[str], question: str, style: Optional[str]) -> Option
         return Fraction(value) if value is not None and DIGITS.fullmatch(value) else None
     count = parse_count(answer)
     return None if count is None else Fraction(count)
-
-
-def normal_question(question: str) -> str:
-    """The question's normal form for comparing texts (VQA answer normalisation, options left out)."""
-    from cftools.checks.presupposition import strip_options
-
-    return normalize_answer(strip_options(question))

@@ -18,9 +18,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Optional, Sequence
 
-from cftools.annotate.rules import Answer, InvalidResult, read_result
+from cftools.judgments import Answer, InvalidResult
 from cftools.kinds.base import TaskOutcome
-from cftools.kinds.mucr_exp import missing_parts
+from cftools.kinds.mucr.explanations import missing_parts
 from cftools.models import ACCEPTED, CHECKED, DRAFT, IN_REVIEW, NEEDS_ADJUDICATION, utcnow
 
 KIND = "mucr"
@@ -102,8 +102,7 @@ def explain_payload(item: Any, extra_images: dict[str, str]) -> dict[str, Any]:
 # ---------------------------------------------------------------- reading a judgment
 
 
-def read_select(result: Any, workspace_root: Optional[str]) -> Answer:
-    answers = read_result(KIND, SELECT, result, workspace_root)
+def read_select(answers: dict[str, Any]) -> Answer:
     comment = answers.get("comment")
     if answers.get("none_usable") == [NONE_USABLE]:
         return Answer(comment=comment, fields={"none_usable": True})
@@ -118,8 +117,7 @@ def split_cues(text: Optional[str]) -> list[str]:
     return [p for p in parts if p]
 
 
-def read_explain(result: Any, workspace_root: Optional[str]) -> Answer:
-    answers = read_result(KIND, EXPLAIN, result, workspace_root)
+def read_explain(answers: dict[str, Any]) -> Answer:
     explanation, cue = answers.get("explanation"), (answers.get("cue") or "").strip()
     false_cues = split_cues(answers.get("false_cues"))
     if not explanation:

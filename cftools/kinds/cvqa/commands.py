@@ -8,11 +8,11 @@ import click
 
 from cftools.commands.common import console, err_console, pass_workspace, print_json
 from cftools.commands.generation import llm_options, print_llm_report, run_with_llm
-from cftools.kinds.cvqa_rewrite import llm_params, reparse, rewrite
+from cftools.kinds.cvqa.generate import llm_params, reparse, rewrite
 from cftools.commands.ingest import (images_option, ingest_licence, json_option, licence_option, print_ingest,
                                      report_option, report_path, skip_bad_option)
-from cftools.kinds.cvqa_ingest import ingest_cvqa
-from cftools.kinds.cvqa import GROUPS as CVQA_GROUPS
+from cftools.kinds.cvqa.ingest import ingest_cvqa
+from cftools.kinds.cvqa.model import GROUPS as CVQA_GROUPS
 from cftools.workspace import Workspace
 
 

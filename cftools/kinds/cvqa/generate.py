@@ -27,10 +27,10 @@ from cftools.llm.base import DEFAULT_PARAMS
 from cftools.llm.prompts import PromptTemplate, load_prompt
 from cftools.generate.llm_task import (DEFAULT_MAX_ATTEMPTS, LLMJob, LLMReport as RewriteReport, LLMTask, ParseError,
                                        ParsedOutput, insert_items, run_llm_task)
-from cftools.kinds.cvqa import GROUP_ANSWER_TYPE, GROUPS as CVQA_GROUPS
+from cftools.kinds.cvqa.model import GROUP_ANSWER_TYPE, GROUPS as CVQA_GROUPS
 from cftools.models import (DRAFT, Generation,
                             Item, ItemEvent, SourceQuestion, utcnow)
-from cftools.kinds.cvqa_parser import RewriteParseError, parse_rewrite
+from cftools.kinds.cvqa.parse import RewriteParseError, parse_rewrite
 from cftools.store import Store
 from cftools.workspace import Workspace
 

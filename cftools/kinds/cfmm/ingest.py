@@ -13,7 +13,7 @@ from typing import Any, Optional
 from cftools.errors import InputError
 from cftools.ingest.licences import LicenceChoice
 from cftools.ingest.readers import (BadRecords, IngestReport, finish, image_path_problem, records, stable_key)
-from cftools.kinds.cfmm import TYPES
+from cftools.kinds.cfmm.model import TYPES
 from cftools.models import DRAFT, utcnow
 from cftools.store import Store
 

@@ -13,7 +13,8 @@ import threading
 from typing import Any, Callable, Optional, Sequence
 
 from cftools.answers import normalize_answer
-from cftools.checks.rules import Flag, Note, Result
+from cftools.kinds.base import Check
+from cftools.findings import Flag, Note, Result
 
 # The if-clause of a counterfactual question: from its opening word to the comma (or "then", or the end).
 CONDITION = re.compile(r"\b(?:if|suppose|supposing|imagine|imagining|assuming|assume|provided)\b"
@@ -200,3 +201,18 @@ def check_blind_answerable(item: Any) -> Result:
         return Flag("blind_answerable", f"a text-only model picks {options[correct]!r} without the image, "
                                         f"by a margin of {margin:.2f} (> {threshold:g}): the text gives it away")
     return None
+
+
+def declared_checks() -> tuple[Check, ...]:
+    from cftools.checks import rules
+
+    every = "all CFMM items"
+    return (
+        Check("two_questions", rules.check_two_questions, lambda i: True, every),
+        Check("leakage", check_leakage, lambda i: True, every + " (the if-clause against the counterfactual answer)"),
+        Check("options_invalid", check_options_invalid, lambda i: True, every),
+        Check("no_condition", check_no_condition, lambda i: True, every),
+        Check("subject_drift", check_subject_drift, lambda i: True, every),
+        Check("blind_answerable", check_blind_answerable, lambda i: True,
+              every + " (a text-only model ranks the counterfactual options)"),
+    )

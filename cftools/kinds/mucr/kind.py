@@ -17,7 +17,7 @@ Items carry in `data` (image references are `sha256:<hex>` in the store and rele
 Scored as in the MuCR paper: C2E and E2C (pick the right image among 4, a letter), Cue (pick the cue among 4
 phrases) — accuracies with 95% intervals, per category and style — and Exp: the judge scores each part of the
 model's explanation (S1 cause image, S2 effect image, S3 causal link; 0-10) against the references, and
-Exp = 0.25·S1 + 0.25·S2 + 0.5·S3 (`cftools.kinds.mucr_exp`). Input form 3 (`--mucr-input split`, each picture
+Exp = 0.25·S1 + 0.25·S2 + 0.5·S3 (`cftools.kinds.mucr.explanations`). Input form 3 (`--mucr-input split`, each picture
 its own image) or form 1 (`composite`, the pictures of a question in one image).
 """
 
@@ -26,56 +26,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from cftools.kinds.base import Check, ExportFormat, Generator, ItemData, Kind, ReportTable, TaskOutcome, TaskSpec
-
-CATEGORIES = ("human", "animal", "plant", "character", "mixture")
-CHOICE_TASKS = (("c2e", "cause_image"), ("e2c", "effect_image"))
-TASKS = ("c2e", "e2c", "cue")
-INPUT_FORMS = ("split", "composite")  # MuCR's input forms 3 and 1
-FACETS = ("category", "style")
-
-
-class MucrData(ItemData):
-    cause_image: Optional[str] = None
-    effect_image: Optional[str] = None
-    cause_caption: Optional[str] = None
-    effect_caption: Optional[str] = None
-    c2e_choices: Optional[list[str]] = None
-    c2e_answer: Optional[int] = None
-    e2c_choices: Optional[list[str]] = None
-    e2c_answer: Optional[int] = None
-    cue: Optional[str] = None
-    false_cues: Optional[list[str]] = None
-    explanations: Optional[list[str]] = None
-    style: Optional[str] = None
-    category: Optional[str] = None
-    link_id: Optional[str] = None
-    context: Optional[dict[str, Any]] = None
-    candidates: Optional[dict[str, dict[str, dict[str, Any]]]] = None
-    cue_choices: Optional[list[str]] = None
-    explanation_draft: Optional[str] = None
-    explanations_by_annotator: Optional[dict[str, str]] = None
-    pair_key: Optional[str] = None
-
-
-def exp_score(parts: Any) -> float:
-    """MuCR Exp = 0.25·S1 + 0.25·S2 + 0.5·S3 from the three PART scores (see `cftools.kinds.mucr_exp`)."""
-    from cftools.kinds.mucr_exp import exp_score as score
-
-    return score(parts)
-
-
-def lines(values: Optional[Sequence[Any]]) -> str:
-    return "\n".join(str(v) for v in values) if values else "none"
-
-
-def cue_options(data: dict[str, Any], item_id: str) -> list[str]:
-    """The cue and its false cues in the order a release recorded (its seed), else an order fixed by the item id."""
-    from cftools.evaluate.questions import shuffled
-
-    if data.get("cue_choices"):
-        return [str(c) for c in data["cue_choices"]]
-    return shuffled([str(data["cue"])] + [str(c) for c in data.get("false_cues") or []], item_id)
+from cftools.kinds.base import Check, ExportFormat, Generator, Kind, ReportTable, TaskOutcome, TaskSpec
+from cftools.kinds.mucr.model import CHOICE_TASKS, FACETS, TASKS, MucrData, cue_options, exp_score, lines
+from cftools.kinds.mucr.scores import TASK_LABELS, choice_scores, facet_groups, parts_of
 
 
 class MucrKind(Kind):
@@ -111,7 +64,7 @@ class MucrKind(Kind):
     eval_templates = ("mucr_choice", "mucr_cue", "mucr_explain", "mucr_judge")
 
     def __init__(self) -> None:
-        from cftools.kinds import mucr_checks, mucr_release
+        from cftools.kinds.mucr import checks as mucr_checks, release as mucr_release
 
         self.prompt_length = mucr_checks.PromptLength()
         self._checks = (
@@ -150,19 +103,19 @@ class MucrKind(Kind):
         self.prompt_length.configure(config)
 
     def commands(self) -> dict[str, list]:
-        from cftools.kinds import mucr_commands
+        from cftools.kinds.mucr import commands as mucr_commands
 
         return {"ingest": [mucr_commands.ingest_captions_cmd],
                 "generate": [mucr_commands.captions_cmd, mucr_commands.context_cmd, mucr_commands.images_cmd,
                              mucr_commands.cues_cmd]}
 
     def command_options(self, command: str) -> list:
-        from cftools.kinds import mucr_commands
+        from cftools.kinds.mucr import commands as mucr_commands
 
         return mucr_commands.stage_options(command)
 
     def card_section(self, records: Sequence[dict], provenance: Sequence[dict], context: dict[str, Any]) -> list[str]:
-        from cftools.kinds.mucr_release import card_section
+        from cftools.kinds.mucr.release import card_section
 
         return card_section(records, provenance, context)
 
@@ -175,7 +128,7 @@ class MucrKind(Kind):
         return self.task_specs.get(task)
 
     def task_units(self, task: str, item: Any) -> list[str]:
-        from cftools.kinds import mucr_annotate
+        from cftools.kinds.mucr import annotate as mucr_annotate
 
         data = item.data or {}
         if task == "select":
@@ -186,7 +139,7 @@ class MucrKind(Kind):
 
     def task_payload(self, task: str, unit: str, item: Any, source: Any, image_value: str,
                      extra_images: dict[str, str]) -> dict[str, Any]:
-        from cftools.kinds import mucr_annotate
+        from cftools.kinds.mucr import annotate as mucr_annotate
 
         if task == "select":
             return mucr_annotate.select_payload(unit, item, extra_images)
@@ -195,23 +148,23 @@ class MucrKind(Kind):
         return self.task_data(item, source, image_value, extra_images)
 
     def read_judgment(self, purpose: str, result: Any, workspace_root: Optional[str] = None) -> Any:
-        from cftools.kinds import mucr_annotate
+        from cftools.kinds.mucr import annotate as mucr_annotate
 
         if purpose == "select":
-            return mucr_annotate.read_select(result, workspace_root)
+            return mucr_annotate.read_select(self.read_result(purpose, result, workspace_root))
         if purpose == "explain":
-            return mucr_annotate.read_explain(result, workspace_root)
+            return mucr_annotate.read_explain(self.read_result(purpose, result, workspace_root))
         return super().read_judgment(purpose, result, workspace_root)
 
     def decide_task(self, task: str, unit: str, item: Any, answers: Sequence[tuple[str, Any]]) -> TaskOutcome:
-        from cftools.kinds import mucr_annotate
+        from cftools.kinds.mucr import annotate as mucr_annotate
 
         if task == "select":
             return mucr_annotate.decide_select(unit, item, answers)
         return mucr_annotate.decide_explain(item, answers)
 
     def agreement_labels(self, task: str, answer: Any) -> dict[str, str]:
-        from cftools.kinds.mucr_annotate import agreement_labels
+        from cftools.kinds.mucr.annotate import agreement_labels
 
         return agreement_labels(task, answer)
 
@@ -288,19 +241,19 @@ class MucrKind(Kind):
         return questions
 
     def judge_prompts(self, question: Any, answer: str, templates: Any) -> list[str]:
-        from cftools.kinds.mucr_exp import judge_prompts
+        from cftools.kinds.mucr.explanations import judge_prompts
 
         return judge_prompts(templates.named("mucr_judge"), answer, question.references or [])
 
     def judge_result(self, question: Any, replies: Sequence[str], aggregate: str) -> dict[str, Any]:
-        from cftools.kinds.mucr_exp import judge_result
+        from cftools.kinds.mucr.explanations import judge_result
 
         return judge_result(replies, aggregate)
 
     def summarize(self, outcomes: Sequence[dict]) -> dict[str, Any]:
         """C2E, E2C and Cue accuracy (a choice among 4) overall, per category and per style, and Exp with its
         part scores S1, S2, S3 (0–10), each with its 95% interval."""
-        from cftools.kinds.mucr_exp import PARTS
+        from cftools.kinds.mucr.explanations import PARTS
 
         result: dict[str, Any] = choice_scores(outcomes)
         result["by"] = {facet: {value: choice_scores(part) for value, part in facet_groups(outcomes, facet).items()}
@@ -320,7 +273,7 @@ class MucrKind(Kind):
         return result
 
     def report_table(self, section: dict[str, Any], fmt) -> ReportTable:  # noqa: ANN001
-        from cftools.kinds.mucr_exp import PART_NAMES, PARTS
+        from cftools.kinds.mucr.explanations import PART_NAMES, PARTS
 
         def rows_for(label: str, scores: dict[str, Any]) -> list[list[str]]:
             return [[f"{TASK_LABELS[t]}{label}", str(scores[t]["n"]), fmt.pct(scores[t]),
@@ -356,36 +309,3 @@ class MucrKind(Kind):
         return "MuCR accuracy", [t.upper() for t in TASKS], [("accuracy", [section[t] for t in TASKS])]
 
 
-TASK_LABELS = {"c2e": "C2E", "e2c": "E2C", "cue": "Cue"}
-
-
-def choice_scores(outcomes: Sequence[dict]) -> dict[str, Any]:
-    from cftools.evaluate.metrics import accuracy, answered, rate
-
-    result: dict[str, Any] = {}
-    for task in TASKS:
-        asked = [o[task] for o in outcomes if answered(o, task)]
-        result[task] = accuracy([a["correct"] for a in asked]).as_dict()
-        result[f"unknown_{task}"] = rate([bool(a.get("unknown")) for a in asked])
-    return result
-
-
-def facet_groups(outcomes: Sequence[dict], facet: str) -> dict[str, list[dict]]:
-    groups: dict[str, list[dict]] = {}
-    for outcome in outcomes:
-        value = (outcome.get("facets") or {}).get(facet)
-        if value and value != "-":
-            groups.setdefault(str(value), []).append(outcome)
-    return groups
-
-
-def parts_of(exp: dict[str, Any]) -> Optional[dict[str, float]]:
-    """A judged explanation's part scores; an outcome holding only three numbers is read as S1, S2, S3."""
-    from cftools.kinds.mucr_exp import PARTS
-
-    if exp.get("parts"):
-        return {p: float(exp["parts"][p]) for p in PARTS}
-    similarities = exp.get("similarities")
-    if similarities and len(similarities) == 3 and all(isinstance(v, (int, float)) for v in similarities):
-        return dict(zip(PARTS, map(float, similarities)))
-    return None

@@ -16,7 +16,7 @@ from sqlalchemy import select
 from sqlmodel import Session
 
 from cftools.generate.llm_task import DEFAULT_MAX_ATTEMPTS, LLMJob, LLMReport, LLMTask, ParseError, run_llm_task
-from cftools.kinds.mucr_generate import clean, render, text_params
+from cftools.kinds.mucr.generate import clean, render, text_params
 from cftools.llm import Backend, text_message
 from cftools.llm.prompts import PromptTemplate, load_prompt
 from cftools.models import CHECKED, DRAFT, Item, ItemEvent, utcnow
@@ -80,7 +80,7 @@ class CuesTask(LLMTask):
 def select_from_ranking(store: Store, limit: Optional[int] = None, groups: tuple[str, ...] = ()) -> int:
     """Without annotators (a demo, a first look): make the selected pair of every style still to choose from its
     best-ranked candidate, marked `selection.by = "ranking"` (unverified like any draft). Returns how many."""
-    from cftools.kinds.mucr_annotate import ranked, select_units, style_item, unit_style
+    from cftools.kinds.mucr.annotate import ranked, select_units, style_item, unit_style
 
     made = 0
     with store.write() as session:

@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from cftools.checks.rules import Flag
+from cftools.findings import Flag
 
 CLIP_MAX_TOKENS = 77
 PERSONS = ("man", "woman", "boy", "girl", "child", "kid", "baby", "person", "old man", "old woman", "teenager",
@@ -216,7 +216,7 @@ def check_cue_not_visible(item: Any) -> Optional[Flag]:
 def check_explanation_form(item: Any) -> Optional[Flag]:
     """An explanation (the draft, or a reference) lacks a part of "In the first image … In the second image …
     The causal link is …"."""
-    from cftools.kinds.mucr_exp import PART_NAMES, missing_parts
+    from cftools.kinds.mucr.explanations import PART_NAMES, missing_parts
 
     data = item.data or {}
     texts = [("the draft", data.get("explanation_draft"))] + [

@@ -6,113 +6,22 @@ one. The item's `question`/`answer` are the counterfactual ones; `data` holds th
 `basic_answer`, `options` = {"original": [a, b], "counterfactual": [a, b]} and `needs_image_check` (an LLM draft
 that no person has looked at with the image yet).
 
-Authored three ways: `generate pairs` (LLM drafts from an image's source questions, `cfmm_generate`), the
+Authored three ways: `generate pairs` (LLM drafts from an image's source questions, `cfmm.generate`), the
 `author` Label Studio task (annotators write pairs; `annotate pull` makes them drafts) and `ingest cfmm` (pairs
-written elsewhere, `cfmm_ingest`). Checked for leakage, invalid options, a missing condition, subject drift and
-answers a text-only model finds without the image (`cfmm_checks`); ambiguity is the annotators' judgment.
-Scored per type with the paper's summed totals (`cfmm_scores`).
+written elsewhere, `cfmm.ingest`). Checked for leakage, invalid options, a missing condition, subject drift and
+answers a text-only model finds without the image (`cfmm.checks`); ambiguity is the annotators' judgment.
+Scored per type with the paper's summed totals (`cfmm.scores`).
 """
 
 from __future__ import annotations
 
-import json
 from collections import Counter
-from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from pydantic import field_validator
-
-from cftools.kinds.base import Check, ExportFormat, Generator, ItemData, Kind, ReportTable
-
-TYPES = ("count", "color", "size", "shape", "direction", "common")
-# Items per type in the published release (about 1,200 pairs): the default drafting quota.
-PAPER_COUNTS = {"count": 348, "color": 221, "size": 195, "shape": 111, "direction": 158, "common": 165}
-CORRECT_MARK = "✓ correct"
-NO_TYPE = "none"
-PROMPT_VARIANTS = ("icl1", "cot1")
-# The exact fields of a `--format cfmm` record (issue 14).
-EXPORT_FIELDS = ("id", "image", "type", "basic_question", "basic_options", "basic_answer", "cf_question",
-                 "cf_options", "cf_answer")
-AMBIGUOUS = "ambiguous"
-
-
-class CfmmData(ItemData):
-    """`options` = {"original": [a, b], "counterfactual": [a, b]}; the gold answers are the item's answers."""
-
-    options: Optional[dict[str, list[str]]] = None
-    type: Optional[str] = None
-    basic_question: Optional[str] = None
-    basic_answer: Optional[str] = None
-    needs_image_check: Optional[bool] = None
-
-    @field_validator("options")
-    @classmethod
-    def _two_lists(cls, value: Optional[dict[str, list[str]]]) -> Optional[dict[str, list[str]]]:
-        if value is not None and not {"original", "counterfactual"} <= set(value):
-            raise ValueError("needs the options of both questions: 'original' and 'counterfactual'")
-        return value
-
-    @field_validator("type")
-    @classmethod
-    def _known_type(cls, value: Optional[str]) -> Optional[str]:
-        if value is not None and value not in TYPES:
-            raise ValueError(f"unknown type {value!r}; use one of {', '.join(TYPES)}")
-        return value
-
-
-def options_text(options: Optional[list[str]], correct: Optional[str]) -> str:
-    """One option per line, the correct one marked, for annotators."""
-    if not options:
-        return "none"
-    letters = "ABCDEFGH"
-    return "\n".join(f"{letters[i]}. {option}" + (f"  {CORRECT_MARK}" if option == correct else "")
-                     for i, option in enumerate(options))
-
-
-def _checks() -> tuple[Check, ...]:
-    from cftools.checks import rules
-    from cftools.kinds import cfmm_checks as c
-
-    every = "all CFMM items"
-    return (
-        Check("two_questions", rules.check_two_questions, lambda i: True, every),
-        Check("leakage", c.check_leakage, lambda i: True, every + " (the if-clause against the counterfactual answer)"),
-        Check("options_invalid", c.check_options_invalid, lambda i: True, every),
-        Check("no_condition", c.check_no_condition, lambda i: True, every),
-        Check("subject_drift", c.check_subject_drift, lambda i: True, every),
-        Check("blind_answerable", c.check_blind_answerable, lambda i: True,
-              every + " (a text-only model ranks the counterfactual options)"),
-    )
-
-
-# -- the `--format cfmm` release -----------------------------------------------------------------------------
-
-def export_row(record: dict[str, Any]) -> dict[str, Any]:
-    options = record.get("options") or {}
-    data = record.get("data") or {}
-    return {"id": record["id"], "image": record.get("image"), "type": data.get("type") or record["group"],
-            "basic_question": record.get("original_question"), "basic_options": options.get("original"),
-            "basic_answer": record.get("original_answer"), "cf_question": record.get("question"),
-            "cf_options": options.get("counterfactual"), "cf_answer": record.get("answer")}
-
-
-def jsonl_name(name: str, split: Optional[str] = None) -> str:
-    return f"{name}.jsonl" if split is None else f"{name}_{split}.jsonl"
-
-
-def write_jsonl(items: list, folder: Path, name: str, splits: dict[str, float]) -> None:
-    """One JSON object per pair with exactly EXPORT_FIELDS; one file per split when there are several."""
-    names = list(splits) if len(splits) > 1 else [None]
-    for split in names:
-        with open(folder / jsonl_name(name, split), "w", encoding="utf-8") as fh:
-            for entry in items:
-                if split is None or entry.record["split"] == split:
-                    fh.write(json.dumps(export_row(entry.record), ensure_ascii=False) + "\n")
-
-
-def has_pair(record: dict[str, Any]) -> bool:
-    options = record.get("options") or {}
-    return bool(record.get("original_question") and options.get("original") and options.get("counterfactual"))
+from cftools.kinds.base import Check, ExportFormat, Generator, Kind, ReportTable
+from cftools.kinds.cfmm.checks import declared_checks
+from cftools.kinds.cfmm.model import AMBIGUOUS, PAPER_COUNTS, PROMPT_VARIANTS, TYPES, CfmmData, options_text
+from cftools.kinds.cfmm.release import has_pair, write_jsonl
 
 
 class CfmmKind(Kind):
@@ -137,13 +46,13 @@ class CfmmKind(Kind):
 
     @property
     def checks(self) -> tuple[Check, ...]:  # type: ignore[override]
-        return _checks()
+        return declared_checks()
 
     def answer_type(self, group: str, answer: Optional[str]) -> Optional[str]:
         return "other"  # always a choice between two written options
 
     def commands(self) -> dict[str, list]:
-        from cftools.kinds import cfmm_commands
+        from cftools.kinds.cfmm import commands as cfmm_commands
 
         return {"ingest": [cfmm_commands.ingest_cfmm_cmd], "generate": [cfmm_commands.pairs_cmd]}
 
@@ -164,17 +73,18 @@ class CfmmKind(Kind):
 
     def read_judgment(self, purpose: str, result: Any, workspace_root: Optional[str] = None) -> Any:
         """As for every kind, plus: "the answer cannot be determined from the image" is the `ambiguous` flag."""
-        from cftools.annotate.rules import NO, VERIFY, parse_answer, read_result
+        from cftools.judgments import NO, VERIFY, parse_answer
 
-        answer = parse_answer(self.name, purpose, result, workspace_root)
-        if purpose == VERIFY and read_result(self.name, purpose, result, workspace_root).get("determinable") == [NO]:
+        answers = self.read_result(purpose, result, workspace_root)
+        answer = parse_answer(purpose, answers)
+        if purpose == VERIFY and answers.get("determinable") == [NO]:
             answer.flags = sorted(set(answer.flags) | {AMBIGUOUS})
         return answer
 
     def decide(self, first: Any, second: Any) -> Any:
         """Ambiguity first: both annotators say the answer cannot be determined from the image -> rejected; one
         says so -> adjudication; otherwise the shared rules."""
-        from cftools.annotate.rules import Decision, decide
+        from cftools.judgments import Decision, decide
         from cftools.models import NEEDS_ADJUDICATION, REJECTED
 
         votes = sum(AMBIGUOUS in (a.flags or []) for a in (first, second))
@@ -189,14 +99,14 @@ class CfmmKind(Kind):
         return {"image": image_value, "sources": "\n".join(lines) or "none"}
 
     def authored_item(self, task: str, result: Any, workspace_root: Optional[str] = None) -> Optional[dict[str, Any]]:
-        from cftools.kinds.cfmm_author import authored_pair
+        from cftools.kinds.cfmm.annotate import authored_pair
 
-        return authored_pair(self.name, task, result, workspace_root)
+        return authored_pair(self.read_result(task, result, workspace_root))
 
     # -- status and release ------------------------------------------------------------------------------------
 
     def status_table(self, store: Any, workspace: Any = None) -> Optional[ReportTable]:
-        from cftools.kinds.cfmm_generate import quota_from_config, type_status_counts
+        from cftools.kinds.cfmm.generate import quota_from_config, type_status_counts
 
         quota = quota_from_config(workspace)
         counts = type_status_counts(store)
@@ -246,20 +156,20 @@ class CfmmKind(Kind):
 
     def summarize(self, outcomes: Sequence[dict]) -> dict[str, Any]:
         """Per type: acc_b, acc_c, acc+; the paper's totals (the sum of the per-type percentages, of 600) and the
-        plain overall accuracy; the random baselines. See `cftools.kinds.cfmm_scores`."""
-        from cftools.kinds.cfmm_scores import summarize
+        plain overall accuracy; the random baselines. See `cftools.kinds.cfmm.scores`."""
+        from cftools.kinds.cfmm.scores import summarize
 
         return summarize(outcomes, TYPES)
 
     def report_table(self, section: dict[str, Any], fmt) -> ReportTable:  # noqa: ANN001
-        from cftools.kinds.cfmm_scores import table_rows
+        from cftools.kinds.cfmm.scores import table_rows
 
         return ReportTable(self.name, "CFMM accuracy (%) per type: basic, counterfactual, both (acc+); summed as the "
                            "paper does (per-type percentages added, of 600)",
                            ["type", "n", "acc_b", "unknown", "acc_c", "unknown", "acc+"], table_rows(section, fmt))
 
     def csv_rows(self, section: dict[str, Any]) -> list:
-        from cftools.kinds.cfmm_scores import METRICS, RANDOM, SUMMED
+        from cftools.kinds.cfmm.scores import METRICS, RANDOM, SUMMED
 
         out = []
         for r in section["rows"]:

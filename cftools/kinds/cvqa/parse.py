@@ -24,7 +24,7 @@ from typing import Any
 
 from word2number import w2n
 
-from cftools.kinds.cvqa import BOOLEAN
+from cftools.kinds.cvqa.model import BOOLEAN
 
 LABEL = re.compile(r"(?i)(?:\b(?:new|counterfactual|rewritten|final)\s+(question|answer)\b)\s*\**\s*[:：=\-–—]+\s*\**")
 PLAIN_LABEL = re.compile(r"(?i)\b(question|answer)\b\s*\**\s*[:：]\s*\**")

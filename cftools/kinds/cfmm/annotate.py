@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from cftools.annotate.rules import InvalidResult, read_result
+from cftools.judgments import InvalidResult
 from cftools.answers import normalize_answer
-from cftools.kinds.cfmm import NO_TYPE
+from cftools.kinds.cfmm.model import NO_TYPE
 
 LETTERS = ("A", "B")
 
@@ -34,8 +34,8 @@ def _question(answers: dict[str, Any], prefix: str, what: str) -> tuple[str, lis
     return question, options, options[LETTERS.index(correct[0])]
 
 
-def authored_pair(kind: str, task: str, result: Any, workspace_root: Optional[str] = None) -> Optional[dict[str, Any]]:
-    answers = read_result(kind, task, result, workspace_root)
+def authored_pair(answers: dict[str, Any]) -> Optional[dict[str, Any]]:
+    """The draft pair an author wrote, from the ANSWERS of one authoring result (see `Kind.read_result`)."""
     pair_type = answers["type"][0]
     if pair_type == NO_TYPE:
         return None

@@ -14,7 +14,7 @@ from typing import Any, Optional
 from cftools.errors import InputError
 from cftools.ingest.licences import LicenceChoice
 from cftools.ingest.readers import BadRecords, IngestReport, finish, records, stable_key
-from cftools.kinds.mucr import CATEGORIES
+from cftools.kinds.mucr.model import CATEGORIES
 from cftools.models import DRAFT, utcnow
 from cftools.store import Store
 

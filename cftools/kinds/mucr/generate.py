@@ -22,8 +22,8 @@ from sqlmodel import Session
 
 from cftools.errors import InputError
 from cftools.generate.llm_task import DEFAULT_MAX_ATTEMPTS, LLMJob, LLMReport, LLMTask, ParseError, insert_items, run_llm_task
-from cftools.kinds.mucr import CATEGORIES
-from cftools.kinds.mucr_ingest import pair_item
+from cftools.kinds.mucr.model import CATEGORIES
+from cftools.kinds.mucr.ingest import pair_item
 from cftools.llm import Backend, text_message
 from cftools.llm.base import DEFAULT_PARAMS
 from cftools.llm.prompts import PromptTemplate, load_prompt

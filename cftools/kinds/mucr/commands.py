@@ -14,9 +14,9 @@ from cftools.commands.exit_codes import document_exit_codes, exit_for_failures
 from cftools.commands.generation import llm_options, print_llm_report, run_with_llm
 from cftools.commands.ingest import (ingest_licence, json_option, licence_option, print_ingest, report_option,
                                      report_path, skip_bad_option)
-from cftools.kinds.mucr_generate import (CAPTIONS_MAX_TOKENS, CONTEXT_MAX_TOKENS, CONTEXT_STOP_REGEX,
+from cftools.kinds.mucr.generate import (CAPTIONS_MAX_TOKENS, CONTEXT_MAX_TOKENS, CONTEXT_STOP_REGEX,
                                          LOCAL_CONTEXT_MAX_TOKENS, draft_captions, text_params, write_context)
-from cftools.kinds.mucr_ingest import ingest_captions
+from cftools.kinds.mucr.ingest import ingest_captions
 from cftools.workspace import Workspace
 
 
@@ -100,7 +100,7 @@ def images_cmd(workspace: Workspace, backend: Optional[str], model: Optional[str
     """Make candidate cause/effect images for pairs with contextual descriptions (siamese: candidate k of the
     cause and of the effect start from the same latents). A rerun makes only what is missing."""
     from cftools.imagegen import ClipScorer, make_image_backend, parse_styles
-    from cftools.kinds.mucr_images import generate_images
+    from cftools.kinds.mucr.images import generate_images
 
     config = workspace.section("images")
     chosen = parse_styles(styles, Path(config["styles_dir"]) if config.get("styles_dir") else None)
@@ -154,7 +154,7 @@ def cues_cmd(workspace: Workspace, limit: Optional[int], groups: tuple[str, ...]
              max_attempts: int, quiet: bool, as_json: bool) -> None:
     """Draft the cue, three false cues and a three-part explanation of every selected pair (MuCR) from its two
     descriptions; the checks flag cue problems, and the explain task shows the draft to three people."""
-    from cftools.kinds.mucr_cues import CUES_MAX_TOKENS, draft_cues, select_from_ranking
+    from cftools.kinds.mucr.cues import CUES_MAX_TOKENS, draft_cues, select_from_ranking
 
     if from_ranking:
         made = select_from_ranking(workspace.store, limit, groups)

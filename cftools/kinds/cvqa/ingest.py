@@ -8,7 +8,7 @@ from pathlib import Path
 from cftools.images import image_ref_path
 from cftools.ingest.licences import LicenceChoice
 from cftools.ingest.readers import BadRecords, IngestReport, finish, records, stable_key
-from cftools.kinds.cvqa import CSV_COLUMNS, GROUP_ANSWER_TYPE, TYPE_TO_GROUP
+from cftools.kinds.cvqa.model import CSV_COLUMNS, GROUP_ANSWER_TYPE, TYPE_TO_GROUP
 from cftools.models import DRAFT, utcnow
 from cftools.store import Store
 

@@ -11,8 +11,8 @@ from cftools.commands.common import console, err_console, pass_workspace, print_
 from cftools.commands.ingest import (images_option, ingest_licence, json_option, licence_option, print_ingest,
                                      report_option, report_path, skip_bad_option)
 from cftools.generate.llm_task import DEFAULT_MAX_ATTEMPTS
-from cftools.kinds.cfmm_generate import generate_pairs, llm_params, parse_quota
-from cftools.kinds.cfmm_ingest import ingest_cfmm
+from cftools.kinds.cfmm.generate import generate_pairs, llm_params, parse_quota
+from cftools.kinds.cfmm.ingest import ingest_cfmm
 from cftools.llm import BACKENDS, make_backend
 from cftools.workspace import Workspace
 

@@ -1,0 +1,38 @@
+"""`--format cfmm`: the pairs as CFMM publishes them, one JSON object per pair."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+# -- the `--format cfmm` release -----------------------------------------------------------------------------
+
+def export_row(record: dict[str, Any]) -> dict[str, Any]:
+    options = record.get("options") or {}
+    data = record.get("data") or {}
+    return {"id": record["id"], "image": record.get("image"), "type": data.get("type") or record["group"],
+            "basic_question": record.get("original_question"), "basic_options": options.get("original"),
+            "basic_answer": record.get("original_answer"), "cf_question": record.get("question"),
+            "cf_options": options.get("counterfactual"), "cf_answer": record.get("answer")}
+
+
+def jsonl_name(name: str, split: Optional[str] = None) -> str:
+    return f"{name}.jsonl" if split is None else f"{name}_{split}.jsonl"
+
+
+def write_jsonl(items: list, folder: Path, name: str, splits: dict[str, float]) -> None:
+    """One JSON object per pair with exactly EXPORT_FIELDS; one file per split when there are several."""
+    names = list(splits) if len(splits) > 1 else [None]
+    for split in names:
+        with open(folder / jsonl_name(name, split), "w", encoding="utf-8") as fh:
+            for entry in items:
+                if split is None or entry.record["split"] == split:
+                    fh.write(json.dumps(export_row(entry.record), ensure_ascii=False) + "\n")
+
+
+def has_pair(record: dict[str, Any]) -> bool:
+    options = record.get("options") or {}
+    return bool(record.get("original_question") and options.get("original") and options.get("counterfactual"))
+
+

@@ -43,7 +43,7 @@ class EchoHeaders(BaseHTTPRequestHandler):
 
 def main() -> None:
     server = ThreadingHTTPServer(("127.0.0.1", 0), EchoHeaders)
-    print(server.server_address[1], flush=True)
+    print(f"listening on http://127.0.0.1:{server.server_address[1]}", flush=True)
     server.serve_forever()
 
 

@@ -7,13 +7,12 @@ delays) or names a reply function from tests/llm_replies.py.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from loopback import running_server
 
 STUB = Path(__file__).resolve().parent / "llm_stub.py"
 
@@ -47,15 +46,8 @@ class ScriptedLLM:
 
 @pytest.fixture(scope="session")
 def llm_stub_process():
-    proc = subprocess.Popen([sys.executable, str(STUB), "--port", "0", "--delay", "0"], stdout=subprocess.PIPE,
-                            text=True)
-    line = proc.stdout.readline()
-    if not line.startswith("listening on "):
-        proc.kill()
-        pytest.fail(f"the chat stub did not start: {line!r}")
-    yield line.split()[-1].removesuffix("/v1")
-    proc.terminate()
-    proc.wait(timeout=10)
+    with running_server(STUB.name, "--port", "0", "--delay", "0") as url:
+        yield url.removesuffix("/v1")
 
 
 @pytest.fixture

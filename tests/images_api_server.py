@@ -1,6 +1,6 @@
 """A loopback HTTP server that speaks the OpenAI Images API (POST /v1/images/generations, b64_json replies).
 
-Run as a real process by the tests (`python tests/images_api_server.py` prints `PORT <n>` once listening).
+Run as a real process by the tests (`python tests/images_api_server.py` prints `listening on URL` once listening).
 Each image is a small PNG drawn from a hash of the prompt and its index, so replies are reproducible.
 
 Control (for tests only):
@@ -120,7 +120,7 @@ def main() -> None:
     args = parser.parse_args()
     server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
     server.daemon_threads = True
-    print(f"PORT {server.server_address[1]}", flush=True)
+    print(f"listening on http://127.0.0.1:{server.server_address[1]}", flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:

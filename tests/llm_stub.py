@@ -33,6 +33,7 @@ import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any, Callable, Union
 
 Reply = Union[str, int, dict]
@@ -198,13 +199,9 @@ class StubServer(ThreadingHTTPServer):
 
 def start_process(delay: float = 0.2, *args: str) -> tuple[subprocess.Popen, str]:
     """This stub as its own process (ARGS: more command-line options); returns it and its base URL (…/v1)."""
-    proc = subprocess.Popen([sys.executable, __file__, "--port", "0", "--delay", str(delay), *args],
-                            stdout=subprocess.PIPE, text=True)
-    line = proc.stdout.readline()
-    if not line.startswith("listening on "):
-        proc.kill()
-        raise RuntimeError(f"the chat stub did not start: {line!r}")
-    return proc, line.split()[-1]
+    from loopback import start_server
+
+    return start_server(Path(__file__).name, "--port", "0", "--delay", str(delay), *args)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 
 import httpx
@@ -15,6 +14,7 @@ import pytest
 
 from fault_trials import (assert_invariants, cli, cli_env, configure_llm, fresh_workspace, setup_cli, start_stub,
                           store_fingerprint, write_cvqa, write_number_table)
+from loopback import start_server
 
 TESTS = Path(__file__).resolve().parent
 MAX_RUNS = 5  # a script reruns a command that exits non-zero; each rerun does only what is left
@@ -23,12 +23,8 @@ MAX_RUNS = 5  # a script reruns a command that exits non-zero; each rerun does o
 def start_proxy(upstream: str, rate: float, seed: int, stall_s: float = 3.0,
                 faults: tuple[str, ...] = ()) -> tuple[subprocess.Popen, str]:
     """The proxy as its own process; FAULTS picks the kinds it injects (all by default)."""
-    proc = subprocess.Popen([sys.executable, str(TESTS / "fault_proxy.py"), "--upstream", upstream, "--rate",
-                             str(rate), "--seed", str(seed), "--stall", str(stall_s),
-                             *(["--faults", ",".join(faults)] if faults else [])], stdout=subprocess.PIPE, text=True)
-    line = proc.stdout.readline()
-    assert line.startswith("listening on "), line
-    return proc, line.split()[-1]
+    return start_server("fault_proxy.py", "--upstream", upstream, "--rate", str(rate), "--seed", str(seed),
+                        "--stall", str(stall_s), *(["--faults", ",".join(faults)] if faults else []))
 
 
 def run_until_done(command: list[str]) -> list[int]:

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
-import sys
 import tomllib
 import uuid
 from pathlib import Path
@@ -22,6 +20,7 @@ from cftools.kinds.cvqa.model import BOOLEAN
 from cftools.models import DRAFT
 from tests.test_checks import add_item, flags_of, json_lines, status_of
 from tests.test_ingest import make_image, snapshot
+from loopback import running_server
 
 HERE = Path(__file__).resolve().parent
 
@@ -32,13 +31,8 @@ HERE = Path(__file__).resolve().parent
 @pytest.fixture(scope="module")
 def echo_server():
     """The URL of a loopback server process that answers HTTP 400 with the request's headers."""
-    proc = subprocess.Popen([sys.executable, str(HERE / "echo_headers_server.py")], stdout=subprocess.PIPE, text=True)
-    try:
-        port = int(proc.stdout.readline())
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    with running_server("echo_headers_server.py") as url:
+        yield url
 
 
 def pieces_shown(secret: str, text: str, size: int = 6) -> list[str]:

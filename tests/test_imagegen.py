@@ -5,8 +5,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import httpx
@@ -28,6 +26,7 @@ from cftools.imagegen import tiny  # noqa: E402
 from cftools.imagegen.checks import blank_image, duplicate_candidates, pair_inconsistent  # noqa: E402
 from cftools.imagegen.diffusers_backend import DiffusersBackend  # noqa: E402
 from cftools.imagegen.openai_backend import OpenAIImageBackend  # noqa: E402
+from loopback import running_server
 
 CAUSE = "a man in a red coat looks at his phone while driving a grey car on a sunny road"
 EFFECT = "the same man in the red coat, worried, stopped by a police officer beside the grey car"
@@ -203,14 +202,8 @@ def test_make_image_backend_defaults_to_the_embedded_pipeline(tmp_path):
 @pytest.fixture(scope="module")
 def images_api():
     """A real HTTP server process speaking the Images API on a free loopback port; yields its base URL."""
-    proc = subprocess.Popen([sys.executable, str(SERVER), "--port", "0"], stdout=subprocess.PIPE, text=True)
-    try:
-        line = proc.stdout.readline()
-        assert line.startswith("PORT "), line
-        yield f"http://127.0.0.1:{int(line.split()[1])}"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    with running_server(SERVER.name, "--port", "0") as url:
+        yield url
 
 
 def script(base: str, replies: list[str], **options) -> None:

@@ -5,8 +5,6 @@ replies, the peer MuCR records as references) and the whole eval against a loopb
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import PIL.Image
@@ -23,7 +21,7 @@ from cftools.kinds.mucr.checks import (check_cue_in_false_cues, check_cue_not_vi
                                        check_false_cue_duplicate)
 from cftools.kinds.mucr.cues import draft_cues, parse_cues
 from cftools.kinds.mucr.explanations import (aggregate_parts, exp_score, judge_prompts, judge_result, missing_parts,
-                                    parse_judge_parts, split_parts)
+                                             parse_judge_parts, split_parts)
 from cftools.kinds.mucr.images import start_new_round
 from cftools.kinds.mucr.release import SCHEMAS
 from cftools.llm import make_backend
@@ -31,6 +29,7 @@ from cftools.models import ACCEPTED, DRAFT, Item
 from cftools.release.layout import load_records, verify_release
 from cftools.workspace import init_workspace
 from llm_stub import StubServer
+from loopback import running_server
 
 PEER = Path("/work/shared/data/peer/MuCR/figure_transcriptions.jsonl")
 HERE = Path(__file__).resolve().parent
@@ -312,15 +311,8 @@ def test_small_groups_are_refused_by_name_unless_allowed(workspace, run_cli, tmp
 
 @pytest.fixture
 def judge_server():
-    proc = subprocess.Popen([sys.executable, str(HERE / "judge_server.py"), "--scores", "8,6,4"],
-                            stdout=subprocess.PIPE, text=True)
-    try:
-        line = proc.stdout.readline()
-        assert line.startswith("listening on "), line
-        yield line.split()[-1]
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    with running_server("judge_server.py", "--scores", "8,6,4") as url:
+        yield url
 
 
 def test_eval_scores_c2e_e2c_cue_and_exp_against_a_judge_process(workspace, run_cli, tmp_path, judge_server,

@@ -47,6 +47,27 @@ licence_option = click.option(
          "this dataset, else unknown). The release card lists it; export will not stamp another over it.")
 
 
+def ingest_options(images: bool = True):  # noqa: ANN201
+    """The options every ingest shares: [--images], --licence, --skip-bad, --report, --json."""
+    shared = ([images_option] if images else []) + [licence_option, skip_bad_option, report_option, json_option]
+
+    def decorate(command):  # noqa: ANN001, ANN202
+        for option in reversed(shared):
+            command = option(command)
+        return command
+    return decorate
+
+
+def file_ingest_options(dataset_prefix: str, images: bool = True):  # noqa: ANN201
+    """An ingest of one FILE: the FILE argument, `--name` (default DATASET_PREFIX:FILE-STEM) and `ingest_options`."""
+    def decorate(command):  # noqa: ANN001, ANN202
+        command = ingest_options(images)(command)
+        command = click.option("--name", "dataset",
+                               help=f"Dataset name in the store (default: {dataset_prefix}:FILE-STEM).")(command)
+        return click.argument("file", type=click.Path(dir_okay=False, path_type=Path))(command)
+    return decorate
+
+
 def ingest_licence(workspace: Workspace, licence: str | None):  # noqa: ANN201
     """The licence an ingest records for its dataset: --licence, else the workspace's [sources] setting."""
     return licence_choice(licence, workspace.section("sources"))
@@ -57,11 +78,7 @@ def ingest_licence(workspace: Workspace, licence: str | None):  # noqa: ANN201
               help="VQAv2 questions file (v2_OpenEnded_mscoco_*_questions.json).")
 @click.option("--annotations", type=click.Path(dir_okay=False, path_type=Path),
               help="VQAv2 annotations file (v2_mscoco_*_annotations.json); omit for the test split.")
-@images_option
-@licence_option
-@skip_bad_option
-@report_option
-@json_option
+@ingest_options()
 @pass_workspace
 def ingest_vqav2_cmd(workspace: Workspace, questions: Path, annotations: Path | None, images_dir: Path | None,
                      licence: str | None, skip_bad: bool, report: Path | None, as_json: bool) -> None:
@@ -72,13 +89,7 @@ def ingest_vqav2_cmd(workspace: Workspace, questions: Path, annotations: Path | 
 
 
 @ingest.command("table")
-@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--name", "dataset", help="Dataset name in the store (default: table:FILE-STEM).")
-@images_option
-@licence_option
-@skip_bad_option
-@report_option
-@json_option
+@file_ingest_options("table")
 @pass_workspace
 def ingest_table_cmd(workspace: Workspace, file: Path, dataset: str | None, images_dir: Path | None,
                      licence: str | None, skip_bad: bool, report: Path | None, as_json: bool) -> None:

@@ -8,8 +8,7 @@ import click
 from rich.markup import escape
 
 from cftools.commands.common import console, err_console, pass_workspace, print_json
-from cftools.commands.ingest import (images_option, ingest_licence, json_option, licence_option, print_ingest,
-                                     report_option, report_path, skip_bad_option)
+from cftools.commands.ingest import file_ingest_options, ingest_licence, print_ingest, report_path
 from cftools.generate.llm_task import DEFAULT_MAX_ATTEMPTS
 from cftools.kinds.cfmm.generate import generate_pairs, llm_params, parse_quota
 from cftools.kinds.cfmm.ingest import ingest_cfmm
@@ -64,13 +63,7 @@ def pairs_cmd(workspace: Workspace, types_text: str | None, per_image: int, limi
 
 
 @click.command("cfmm")
-@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--name", "dataset", help="Dataset name in the store (default: cfmm:FILE-STEM).")
-@images_option
-@licence_option
-@skip_bad_option
-@report_option
-@json_option
+@file_ingest_options("cfmm")
 @pass_workspace
 def ingest_cfmm_cmd(workspace: Workspace, file: Path, dataset: str | None, images_dir: Path | None,
                     licence: str | None, skip_bad: bool, report: Path | None, as_json: bool) -> None:

@@ -9,8 +9,7 @@ import click
 from cftools.commands.common import console, err_console, pass_workspace, print_json
 from cftools.commands.generation import llm_options, print_llm_report, run_with_llm
 from cftools.kinds.cvqa.generate import llm_params, reparse, rewrite
-from cftools.commands.ingest import (images_option, ingest_licence, json_option, licence_option, print_ingest,
-                                     report_option, report_path, skip_bad_option)
+from cftools.commands.ingest import file_ingest_options, ingest_licence, print_ingest, report_path
 from cftools.kinds.cvqa.ingest import ingest_cvqa
 from cftools.kinds.cvqa.model import GROUPS as CVQA_GROUPS
 from cftools.workspace import Workspace
@@ -54,13 +53,7 @@ def reparse_cmd(workspace: Workspace, group: str | None, as_json: bool) -> None:
 
 
 @click.command("cvqa")
-@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--name", "dataset", help="Dataset name in the store (default: cvqa:FILE-STEM).")
-@images_option
-@licence_option
-@skip_bad_option
-@report_option
-@json_option
+@file_ingest_options("cvqa")
 @pass_workspace
 def ingest_cvqa_cmd(workspace: Workspace, file: Path, dataset: str | None, images_dir: Path | None,
                     licence: str | None, skip_bad: bool, report: Path | None, as_json: bool) -> None:

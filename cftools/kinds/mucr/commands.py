@@ -12,8 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from cftools.commands.common import console, err_console, pass_workspace, print_json
 from cftools.commands.exit_codes import document_exit_codes, exit_for_failures
 from cftools.commands.generation import llm_options, print_llm_report, run_with_llm
-from cftools.commands.ingest import (ingest_licence, json_option, licence_option, print_ingest, report_option,
-                                     report_path, skip_bad_option)
+from cftools.commands.ingest import file_ingest_options, ingest_licence, print_ingest, report_path
 from cftools.kinds.mucr.generate import (CAPTIONS_MAX_TOKENS, CONTEXT_MAX_TOKENS, CONTEXT_STOP_REGEX,
                                          LOCAL_CONTEXT_MAX_TOKENS, draft_captions, text_params, write_context)
 from cftools.kinds.mucr.ingest import ingest_captions
@@ -21,12 +20,7 @@ from cftools.workspace import Workspace
 
 
 @click.command("captions")
-@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--name", "dataset", help="Dataset name in the store (default: captions:FILE-STEM).")
-@licence_option
-@skip_bad_option
-@report_option
-@json_option
+@file_ingest_options("captions", images=False)
 @pass_workspace
 def ingest_captions_cmd(workspace: Workspace, file: Path, dataset: Optional[str], licence: Optional[str],
                         skip_bad: bool, report: Optional[Path], as_json: bool) -> None:

@@ -78,10 +78,10 @@ class BatchRun:
         self.update(row_id, state)
         return state
 
-    def update(self, row_id: int, state: BatchState, **values: Any) -> None:
+    def update(self, row_id: int, batch: BatchState, **values: Any) -> None:
         with self.store.write() as session:
             session.execute(update(LLMBatch).where(LLMBatch.id == row_id).values(
-                batch_id=state.batch_id, status=state.status, completed=state.completed, failed=state.failed,
+                batch_id=batch.batch_id, status=batch.status, completed=batch.completed, failed=batch.failed,
                 updated_at=utcnow(), **values))
 
     def collect(self, row_id: int) -> None:

@@ -159,8 +159,11 @@ def _chat_counter(tokenizer: Any) -> Callable[[list[Message]], int]:
     def count(messages: list[Message]) -> int:
         chat = [{"role": m.get("role", "user"), "content": render_messages([m])} for m in messages]
         if getattr(tokenizer, "chat_template", None):
-            return len(tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=True))
-        return len(tokenizer(render_messages(messages))["input_ids"])
+            ids = tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=True)
+            ids = ids["input_ids"] if hasattr(ids, "keys") else ids  # transformers 5 returns an encoding
+        else:
+            ids = tokenizer(render_messages(messages))["input_ids"]
+        return len(ids[0]) if ids and isinstance(ids[0], list) else len(ids)
 
     return count
 

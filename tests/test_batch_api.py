@@ -229,9 +229,9 @@ def test_a_batch_whose_create_call_was_cut_off_is_found_by_its_file(workspace, t
     jobs = [LLMJob(label=str(s["id"]), messages=[text_message(render_prompt(template, s))], context={"source": s})
             for s in select_sources(workspace.store, "numerical-direct", None, False)]
     attempts = Attempts(workspace.store, backend, task, {"temperature": 0.0, "max_tokens": 320}, 3, False)
-    from cftools.generate.batch_api import next_requests
+    from cftools.generate.batch_api import needed_requests
     run = BatchRun(workspace.store, backend, task.generator, poll_s=0.05, quiet=True)
-    requests = next_requests(workspace.store, jobs, attempts, run.results, False)
+    requests = [r for r, _ in needed_requests(workspace.store, jobs, attempts, run.results, False).values()]
     assert len(requests) == 5
     file_id = run.client.upload(requests)
     with workspace.store.write() as session:
@@ -240,8 +240,8 @@ def test_a_batch_whose_create_call_was_cut_off_is_found_by_its_file(workspace, t
     run.client.create(file_id)  # the API made it; the run died before storing the id
 
     again = BatchRun(workspace.store, backend, task.generator, poll_s=0.05, quiet=True)
-    results = again.prepare(jobs, attempts, refresh=False)
-    assert len(results.completions) == 5 and not results.errors
+    assert again.prepare(jobs, attempts, refresh=False) == jobs
+    assert len(again.results.completions) == 5 and not again.results.errors
     assert len(server.state()["batches"]) == 1
     backend.close()
 
@@ -287,6 +287,28 @@ def test_max_cost_stops_dispatching_stores_what_finished_and_exits_3(workspace, 
     assert rest.returncode == 0, rest.stderr
     assert json.loads(rest.stdout)["usage"]["requests"] == 40 - stored
     assert len(rows(workspace, "select key from items")) == 40
+
+
+def test_a_budget_sends_only_the_batch_it_can_pay_for(workspace, tmp_path, server):
+    questions(workspace, tmp_path, 10)
+    configure(workspace, server.base_url)
+    from cftools.kinds.cvqa_rewrite import load_template, render_prompt, select_sources
+    from cftools.llm.cost import estimated_tokens
+
+    template = load_template("numerical-direct", None, workspace.root)
+    prompts = [estimated_tokens([{"role": "user", "content": render_prompt(template, s)}])
+               for s in select_sources(workspace.store, "numerical-direct", None, False)]
+    most_per_request = Price("stub", **PRICE).cost(max(prompts), 320, batch=True)  # the most a request may cost
+    run = cli(workspace, *REWRITE, "--batch-api", "--max-cost", f"{3.5 * most_per_request:.6f}", "--json")
+    assert run.returncode == 3, run.stderr
+    summary = json.loads(run.stdout)
+    sent = server.state()["lines"]
+    assert 3 <= sent < 10 and summary["usage"]["batch_requests"] == sent
+    assert summary["usage"]["cost"] <= 3.5 * most_per_request and summary["budget"]["left_to_do"] == 10 - sent
+    assert len(rows(workspace, "select key from items")) == sent
+    rest = cli(workspace, *REWRITE, "--batch-api", "--max-cost", "1000")
+    assert rest.returncode == 0, rest.stderr
+    assert server.state()["lines"] == 10 and len(rows(workspace, "select key from items")) == 10
 
 
 def test_a_budget_needs_a_price_and_bad_prices_are_named(workspace, server):

@@ -13,7 +13,7 @@ call was cut off is found again by its input file. Requests served by the cache 
 from __future__ import annotations
 
 import time
-from typing import Any, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 from rich.console import Console
 from sqlalchemy import select, update
@@ -43,16 +43,27 @@ class BatchRun:
         self.submitted = 0  # requests this run sent
 
     # ------------------------------------------------------------------ rounds
-    def prepare(self, jobs: list[LLMJob], attempts: Attempts, refresh: bool) -> BatchResults:
-        """Collect the batches still open for this generator, then send what the jobs still need, round by round."""
+    def prepare(self, jobs: list[LLMJob], attempts: Attempts, refresh: bool,
+                afford: Optional[Callable[[list[BatchRequest]], list[BatchRequest]]] = None) -> list[LLMJob]:
+        """Collect the batches still open for this generator, then send what the jobs still need, round by round.
+        AFFORD (a budget) may keep only the first requests of a round; the jobs of the others are left out of this
+        run. Returns the jobs to run."""
         for row_id in self.open_batches():
             self.collect(row_id)
+        left_out: set[int] = set()
         for _ in range(attempts.max_attempts):
-            requests = next_requests(self.store, jobs, attempts, self.results, refresh)
+            live = [job for job in jobs if id(job) not in left_out]
+            needed = needed_requests(self.store, live, attempts, self.results, refresh)
+            requests = [request for request, _ in needed.values()]
+            if afford is not None:
+                sent = afford(requests)
+                for request in requests[len(sent):]:
+                    left_out.update(id(job) for job in needed[request.key][1])
+                requests = sent
             if not requests:
                 break
             self.collect(self.submit(requests))
-        return self.results
+        return [job for job in jobs if id(job) not in left_out]
 
     def open_batches(self) -> list[int]:
         with self.store.session() as session:
@@ -151,28 +162,28 @@ class BatchRun:
         raise LLMError(error or "no batch answered this request; rerun to send it in a new batch")
 
 
-def next_requests(store: Store, jobs: Iterable[LLMJob], attempts: Attempts, results: BatchResults,
-                  refresh: bool) -> list[BatchRequest]:
-    """What each job needs sent next: its first attempt with no reply (from the batches or the cache) when every
-    earlier reply was unparseable; nothing for a job with a parseable reply, a failed request, or no attempts
-    left."""
+def needed_requests(store: Store, jobs: Iterable[LLMJob], attempts: Attempts,
+                    results: BatchResults, refresh: bool) -> dict[str, tuple[BatchRequest, list[LLMJob]]]:
+    """What each job needs sent next, by request key with the jobs that need it: its first attempt with no reply
+    (from the batches or the cache) when every earlier reply was unparseable; nothing for a job with a parseable
+    reply, a failed request, or no attempts left."""
     backend = attempts.backend
     plans = [(job, [(params, request_key(backend.cache_id, backend.model, job.messages, params))
                     for params in (attempt_params(attempts.base_params, n)
                                    for n in range(1, attempts.max_attempts + 1))]) for job in jobs]
     cache = {} if refresh else cached_completions(store, [key for _, plan in plans for _, key in plan])
-    needed: dict[str, BatchRequest] = {}
+    needed: dict[str, tuple[BatchRequest, list[LLMJob]]] = {}
     for job, plan in plans:
         for params, key in plan:
             if key in results.errors:
                 break
             completion = results.completions.get(key) or cache.get(key)
             if completion is None:
-                needed.setdefault(key, BatchRequest(key, job.messages, params))
+                needed.setdefault(key, (BatchRequest(key, job.messages, params), []))[1].append(job)
                 break
             if parses(attempts, completion.text, job):
                 break
-    return list(needed.values())
+    return needed
 
 
 def parses(attempts: Attempts, text: str, job: LLMJob) -> bool:

@@ -268,10 +268,13 @@ def run_llm_task(store: Store, backend: Backend, task: LLMTask, jobs: list[LLMJo
     report = LLMReport(generator=task.generator, group=group, backend=backend.name, model=backend.model,
                        template=task.template.name, selected=len(jobs))
     attempts = Attempts(store, backend, task, params, max_attempts, refresh)
-    controls = controls_of(backend)  # --max-cost, --estimate, --batch-api (cftools.generate.run_controls)
-    if controls is not None and not controls.start(store, backend, task, jobs, attempts, refresh, console, quiet):
-        return report
     workers = concurrency or DEFAULT_CONCURRENCY.get(backend.name, 4)
+    controls = controls_of(backend)  # --max-cost, --estimate, --batch-api (cftools.generate.run_controls)
+    if controls is not None:
+        jobs = controls.start(store, backend, task, jobs, attempts, refresh, console, quiet)
+        if jobs is None:  # an estimate only
+            return report
+        workers = controls.workers(backend, workers)
     claims = Claims(store, task.generator, [job_key(job) for job in jobs], lease_s, selected_at)
     # a claim no larger than the requests in flight: the last jobs spread over every worker, not queued behind one
     source = claimed_jobs(store, jobs, attempts, claims, refresh, batch=workers)

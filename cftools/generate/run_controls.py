@@ -18,11 +18,14 @@ from typing import Any, Iterator, Optional
 from rich.console import Console
 from sqlalchemy import func, select
 
-from cftools.llm.base import Completion, Message, request_key
+from cftools.llm.base import DEFAULT_PARAMS, Completion, Message, request_key
 from cftools.llm.cost import Price, TokenCounter, Usage, token_counter
 from cftools.llm.runner import JobResult
 from cftools.models import Generation
 from cftools.store import Store
+
+
+BATCH_SERVING_WORKERS = 64
 
 
 @dataclass
@@ -56,20 +59,46 @@ class RunControls:
 
     # ------------------------------------------------------------------ hooks of run_llm_task
     def start(self, store: Store, backend: "ControlledBackend", task: Any, jobs: list[Any], attempts: Any,
-              refresh: bool, console: Console | None, quiet: bool) -> bool:
-        """Before a run: False when it must not call the model (an estimate was asked for)."""
+              refresh: bool, console: Console | None, quiet: bool) -> Optional[list[Any]]:
+        """Before a run: the jobs to run (those a budget leaves out of a batch are not), or None when the run must
+        not call the model (an estimate was asked for)."""
         self.selected += len(jobs)
         if self.estimate:
             self.estimates.append(self.estimate_run(store, backend, task, jobs, attempts, refresh))
-            return False
+            return None
         if self.batch_api and jobs and not self.exhausted:
             from cftools.generate.batch_api import BatchRun
 
             run = BatchRun(store, backend.inner, task.generator, self.poll_s, self.window, console, quiet)
-            run.prepare(jobs, attempts, refresh)
+            afford = None if self.max_cost is None else (lambda requests: self.affordable(run, requests))
+            jobs = run.prepare(jobs, attempts, refresh, afford)
             backend.serving = run
             self.batches.append(run)
-        return True
+        return jobs
+
+    def workers(self, backend: "ControlledBackend", workers: int) -> int:
+        """Threads for the run: answers from a batch are at hand, so they are stored in larger groups."""
+        return max(workers, BATCH_SERVING_WORKERS) if backend.serving is not None else workers
+
+    def affordable(self, run: Any, requests: list[Any]) -> list[Any]:
+        """The first REQUESTS whose cost, at most (the prompt, and `max_tokens` of reply each, at the batch
+        price), fits in what is left of the budget after what was spent and what the run's batches already hold.
+        A batch is paid as a whole, so the budget is kept before it is sent, not while it runs."""
+        held = sum(self.price.cost(c.prompt_tokens or 0, c.completion_tokens or 0, batch=True)
+                   for c in run.results.completions.values())
+        left = (self.max_cost or 0.0) - self.usage.cost - held
+        if self.counter is None:
+            self.counter = token_counter(run.backend, self.config)
+        chosen = []
+        for request in requests:
+            most = self.price.cost(self.counter.count(request.messages),
+                                   int(request.params.get("max_tokens") or DEFAULT_PARAMS["max_tokens"]), batch=True)
+            if most > left:
+                self.stopped = True
+                break
+            left -= most
+            chosen.append(request)
+        return chosen
 
     def gate(self, source: Iterator[Any]) -> Iterator[Any]:
         """SOURCE until the budget is spent; then nothing more is dispatched."""

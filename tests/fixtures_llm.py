@@ -45,17 +45,21 @@ class ScriptedLLM:
         return httpx.get(self.root + "/control/requests", timeout=10).json()
 
 
-@pytest.fixture(scope="session")
-def llm_stub_process():
-    proc = subprocess.Popen([sys.executable, str(STUB), "--port", "0", "--delay", "0"], stdout=subprocess.PIPE,
-                            text=True)
+def stub_process(script: Path, *args: str):
+    """A loopback stub server SCRIPT (llm_stub.py, batch_stub.py) as a process: yields its root URL (no /v1)."""
+    proc = subprocess.Popen([sys.executable, str(script), "--port", "0", *args], stdout=subprocess.PIPE, text=True)
     line = proc.stdout.readline()
     if not line.startswith("listening on "):
         proc.kill()
-        pytest.fail(f"the chat stub did not start: {line!r}")
+        pytest.fail(f"{script.name} did not start: {line!r}")
     yield line.split()[-1].removesuffix("/v1")
     proc.terminate()
     proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def llm_stub_process():
+    yield from stub_process(STUB, "--delay", "0")
 
 
 @pytest.fixture

@@ -16,13 +16,18 @@ import pytest
 import tomlkit
 
 from batch_stub import __file__ as BATCH_STUB
+from fixtures_llm import stub_process
 from killed_runs import kill_after_progress
 
-from cftools.ingest.readers import ingest_table
-from cftools.llm import make_backend
-from cftools.llm.batch import BatchClient, BatchRequest
-from cftools.llm.cost import Price, price_for
 from cftools.errors import WorkspaceError
+from cftools.generate.batch_api import BatchRun, needed_requests
+from cftools.generate.llm_task import Attempts, LLMJob
+from cftools.ingest.readers import ingest_table
+from cftools.kinds.cvqa_rewrite import RewriteTask, load_template, render_prompt, select_sources
+from cftools.llm import make_backend, text_message
+from cftools.llm.batch import BatchClient, BatchRequest
+from cftools.llm.cost import Price, estimated_tokens, price_for
+from cftools.models import LLMBatch
 from cftools.workspace import init_workspace
 
 PRICE = {"input_per_mtok": 150.0, "output_per_mtok": 600.0, "batch_discount": 0.5}  # large: visible on a few tokens
@@ -47,14 +52,7 @@ class BatchStub:
 
 @pytest.fixture(scope="module")
 def batch_stub_process():
-    proc = subprocess.Popen([sys.executable, BATCH_STUB, "--port", "0"], stdout=subprocess.PIPE, text=True)
-    line = proc.stdout.readline()
-    if not line.startswith("listening on "):
-        proc.kill()
-        pytest.fail(f"the batch stub did not start: {line!r}")
-    yield line.split()[-1].removesuffix("/v1")
-    proc.terminate()
-    proc.wait(timeout=10)
+    yield from stub_process(Path(BATCH_STUB))
 
 
 @pytest.fixture
@@ -94,6 +92,15 @@ def rows(workspace, sql: str) -> list[tuple]:
         return db.execute(sql).fetchall()
     finally:
         db.close()
+
+
+def drop_items(workspace) -> None:
+    """Forget the items (the request cache stays): the next run selects the same sources again."""
+    db = sqlite3.connect(workspace.root / "cftools.db")
+    db.execute("delete from item_events")
+    db.execute("delete from items")
+    db.commit()
+    db.close()
 
 
 def cli(workspace, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -145,12 +152,7 @@ def test_cached_requests_are_never_sent(workspace, tmp_path, server):
     questions(workspace, tmp_path, 6)
     configure(workspace, server.base_url)
     assert cli(workspace, *REWRITE, "--limit", "4").returncode == 0  # synchronous: 4 replies cached
-    rows(workspace, "select 1")
-    db = sqlite3.connect(workspace.root / "cftools.db")
-    db.execute("delete from item_events")
-    db.execute("delete from items")
-    db.commit()
-    db.close()
+    drop_items(workspace)
     again = cli(workspace, *REWRITE, "--batch-api", "--json")
     assert again.returncode == 0, again.stderr
     assert server.state()["lines"] == 2  # only the two never asked
@@ -213,23 +215,14 @@ def test_a_killed_run_collects_its_batch_instead_of_submitting_again(workspace, 
 
 def test_a_batch_whose_create_call_was_cut_off_is_found_by_its_file(workspace, tmp_path, server):
     """A kill after the API made the batch but before its id was stored: the rerun finds it, makes no other."""
-    from cftools.models import LLMBatch
-
     questions(workspace, tmp_path, 5)
     configure(workspace, server.base_url)
     backend = make_backend(workspace.section("llm"))
-    from cftools.generate.batch_api import BatchRun
-    from cftools.generate.llm_task import Attempts
-    from cftools.kinds.cvqa_rewrite import RewriteTask, load_template, render_prompt, select_sources
-    from cftools.llm import text_message
-
     template = load_template("numerical-direct", None, workspace.root)
     task = RewriteTask("numerical-direct", template)
-    from cftools.generate.llm_task import LLMJob
     jobs = [LLMJob(label=str(s["id"]), messages=[text_message(render_prompt(template, s))], context={"source": s})
             for s in select_sources(workspace.store, "numerical-direct", None, False)]
     attempts = Attempts(workspace.store, backend, task, {"temperature": 0.0, "max_tokens": 320}, 3, False)
-    from cftools.generate.batch_api import needed_requests
     run = BatchRun(workspace.store, backend, task.generator, poll_s=0.05, quiet=True)
     requests = [r for r, _ in needed_requests(workspace.store, jobs, attempts, run.results, False).values()]
     assert len(requests) == 5
@@ -292,9 +285,6 @@ def test_max_cost_stops_dispatching_stores_what_finished_and_exits_3(workspace, 
 def test_a_budget_sends_only_the_batch_it_can_pay_for(workspace, tmp_path, server):
     questions(workspace, tmp_path, 10)
     configure(workspace, server.base_url)
-    from cftools.kinds.cvqa_rewrite import load_template, render_prompt, select_sources
-    from cftools.llm.cost import estimated_tokens
-
     template = load_template("numerical-direct", None, workspace.root)
     prompts = [estimated_tokens([{"role": "user", "content": render_prompt(template, s)}])
                for s in select_sources(workspace.store, "numerical-direct", None, False)]
@@ -327,11 +317,7 @@ def test_estimate_calls_nothing_and_says_how_tokens_were_counted(workspace, tmp_
     questions(workspace, tmp_path, 8)
     configure(workspace, server.base_url)
     assert cli(workspace, *REWRITE, "--limit", "3").returncode == 0
-    db = sqlite3.connect(workspace.root / "cftools.db")
-    db.execute("delete from item_events")
-    db.execute("delete from items")
-    db.commit()
-    db.close()
+    drop_items(workspace)
     asked = server.chat_requests()
     estimate = cli(workspace, *REWRITE, "--estimate", "--json")
     assert estimate.returncode == 0, estimate.stderr

@@ -52,9 +52,11 @@ def stub_process(script: Path, *args: str):
     if not line.startswith("listening on "):
         proc.kill()
         pytest.fail(f"{script.name} did not start: {line!r}")
-    yield line.split()[-1].removesuffix("/v1")
-    proc.terminate()
-    proc.wait(timeout=10)
+    try:
+        yield line.split()[-1].removesuffix("/v1")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 @pytest.fixture(scope="session")

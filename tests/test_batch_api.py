@@ -359,4 +359,5 @@ def test_local_model_estimate_counts_with_its_tokenizer(workspace, tmp_path):
     assert estimate.returncode == 0, estimate.stderr
     (first,) = json.loads(estimate.stdout)["estimate"]
     assert first["prompt_tokens_exact"] is True and first["requests"] == 2 and first["prompt_tokens"] > 20
+    assert first["tokens_counted_by"] == "counted with the tokenizer of smollm2-135m-instruct"
     assert first["cost_max"] is None

@@ -44,6 +44,7 @@ class RunControls:
     estimates: list[dict[str, Any]] = field(default_factory=list)
     batches: list[Any] = field(default_factory=list)  # this command's BatchRuns
     counter: Optional[TokenCounter] = None
+    estimated_keys: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.usage.price = self.price
@@ -130,6 +131,10 @@ class RunControls:
 
         firsts = [(job, request_key(backend.cache_id, backend.model, job.messages,
                                     attempts.new_attempt(job).params)) for job in jobs]
+        # a request an earlier run of this command already counted (a staged generator asking again) counts once
+        firsts = [(job, key) for job, key in firsts if key not in self.estimated_keys]
+        self.estimated_keys.update(key for _, key in firsts)
+        jobs = [job for job, _ in firsts]
         cached = set() if refresh else set(cached_completions(store, [key for _, key in firsts]))
         to_send = [job for job, key in firsts if key not in cached]
         if self.counter is None:

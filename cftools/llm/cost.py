@@ -117,7 +117,7 @@ class TokenCounter:
 
     count: Callable[[list[Message]], int]
     exact: bool
-    source: str  # "the tokenizer of MODEL at PATH", or why it is an estimate
+    source: str  # "counted with the tokenizer of MODEL", or "estimated at ... (why)"
 
 
 def estimated_tokens(messages: list[Message]) -> int:
@@ -133,11 +133,11 @@ def token_counter(backend: Any, config: dict[str, Any]) -> TokenCounter:
             from transformers import AutoTokenizer
 
             tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
-            return TokenCounter(_chat_counter(tokenizer), True, f"the tokenizer at {path}")
+            return TokenCounter(_chat_counter(tokenizer), True, f"counted with the tokenizer at {path}")
         if getattr(backend, "name", None) == "local":
             tokenizer = local_tokenizer(backend)
             if tokenizer is not None:
-                return TokenCounter(_chat_counter(tokenizer), True, f"the tokenizer of {backend.model}")
+                return TokenCounter(_chat_counter(tokenizer), True, f"counted with the tokenizer of {backend.model}")
     except Exception as exc:  # noqa: BLE001 (no tokenizer is a reason to estimate, not to stop)
         return TokenCounter(estimated_tokens, False, f"estimated at {CHARS_PER_TOKEN} characters a token "
                                                      f"(the tokenizer could not be loaded: {type(exc).__name__})")

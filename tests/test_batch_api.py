@@ -23,7 +23,7 @@ from cftools.errors import WorkspaceError
 from cftools.generate.batch_api import BatchRun, needed_requests
 from cftools.generate.llm_task import Attempts, LLMJob
 from cftools.ingest.readers import ingest_table
-from cftools.kinds.cvqa_rewrite import RewriteTask, load_template, render_prompt, select_sources
+from cftools.kinds.cvqa_rewrite import RewriteTask, llm_params, load_template, render_prompt, select_sources
 from cftools.llm import make_backend, text_message
 from cftools.llm.batch import BatchClient, BatchRequest
 from cftools.llm.cost import Price, estimated_tokens, price_for
@@ -136,6 +136,13 @@ def test_a_batch_run_stores_what_the_synchronous_run_stores(workspace, tmp_path,
     assert all("batch_id" not in json.loads(p) for (p,) in rows(other, "select params from generations"))
     assert [b["id"] for b in server.state()["batches"]] == list(batch_ids)
 
+    # the batch file's request bodies are the bodies the synchronous calls sent
+    (made,) = server.state()["batches"]
+    lines = httpx.get(f"{server.base_url}/files/{made['input_file_id']}/content", timeout=10).text.splitlines()
+    sent = sorted(json.dumps(r["body"], sort_keys=True) for r in map(json.loads, lines))
+    asked = sorted(json.dumps(r["body"], sort_keys=True) for r in httpx.get(server.root + "/control/requests").json())
+    assert sent == asked
+
     summary, plain = json.loads(batch.stdout), json.loads(sync.stdout)
     usage = summary["usage"]
     assert usage["requests"] == usage["batch_requests"] == 12 and usage["cache_hits"] == 0
@@ -237,6 +244,29 @@ def test_a_batch_whose_create_call_was_cut_off_is_found_by_its_file(workspace, t
     assert len(again.results.completions) == 5 and not again.results.errors
     assert len(server.state()["batches"]) == 1
     backend.close()
+
+
+def test_a_run_killed_after_its_batch_finished_stores_the_results_without_sending_again(workspace, tmp_path,
+                                                                                       server):
+    """Killed after collecting a finished batch but before storing every result: the rerun reads it again."""
+    questions(workspace, tmp_path, 6)
+    configure(workspace, server.base_url)
+    backend = make_backend(workspace.section("llm"))
+    template = load_template("numerical-direct", None, workspace.root)
+    task = RewriteTask("numerical-direct", template)
+    jobs = [LLMJob(label=str(s["id"]), messages=[text_message(render_prompt(template, s))], context={"source": s})
+            for s in select_sources(workspace.store, "numerical-direct", None, False)]
+    attempts = Attempts(workspace.store, backend, task, {**llm_params({}, "openai")}, 3, False)
+    BatchRun(workspace.store, backend, task.generator, poll_s=0.05, quiet=True).prepare(jobs, attempts, False)
+    backend.close()
+    assert rows(workspace, "select state, status from llm_batches") == [("finished", "completed")]
+    assert rows(workspace, "select count(*) from generations") == [(0,)]
+
+    rerun = cli(workspace, *REWRITE, "--batch-api")
+    assert rerun.returncode == 0, rerun.stderr
+    assert len(server.state()["batches"]) == 1 and server.state()["lines"] == 6
+    assert len(rows(workspace, "select key from items")) == 6
+    assert rows(workspace, "select state from llm_batches") == [("collected",)]
 
 
 def test_the_client_cancels_a_batch(workspace, server):

@@ -19,7 +19,7 @@ from rich.console import Console
 from sqlalchemy import select, update
 
 from cftools.generate.llm_task import Attempts, LLMJob, ParseError, attempt_params
-from cftools.llm.base import Completion, request_key
+from cftools.llm.base import Completion, LLMError, request_key
 from cftools.llm.batch import DEFAULT_WINDOW, BatchClient, BatchRequest, BatchResults, BatchState
 from cftools.llm.cache import cached_completions
 from cftools.models import LLMBatch, utcnow
@@ -152,8 +152,6 @@ class BatchRun:
     def serve(self, key: str) -> Completion:
         """The batch's answer to the request KEY, as a fresh call's (raises LLMError when it failed or was not
         in any batch)."""
-        from cftools.llm.base import LLMError
-
         completion = self.results.completions.get(key)
         if completion is not None:
             return Completion(text=completion.text, prompt_tokens=completion.prompt_tokens,

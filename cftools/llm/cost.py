@@ -10,8 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
+from sqlalchemy import select
+
 from cftools.errors import WorkspaceError
 from cftools.llm.base import Completion, Message, render_messages
+from cftools.models import Generation
 
 PRICE_FIELDS = ("input_per_mtok", "output_per_mtok", "batch_discount")
 CHARS_PER_TOKEN = 4  # the usual rule of thumb for English text with BPE tokenizers, used only when no tokenizer is here
@@ -172,10 +175,6 @@ def _chat_counter(tokenizer: Any) -> Callable[[list[Message]], int]:
 def spending(store: Any, config: dict[str, Any]) -> list[dict[str, Any]]:
     """Tokens, cache hits and cost of every recorded call, per generator and model, priced with the workspace's
     table today (a model without a price has cost None)."""
-    from sqlalchemy import select
-
-    from cftools.models import Generation
-
     totals: dict[tuple[str, str], Usage] = {}
     columns = (Generation.generator, Generation.model, Generation.cached, Generation.prompt_tokens,
                Generation.completion_tokens, Generation.params)

@@ -92,12 +92,17 @@ def _count_table(title: str, counts: dict[str, int]) -> Table:
 
 @main.command()
 @click.option("--kind", help="Also show the kind's own figures (e.g. cfmm: items per type and status beside the quota).")
+@click.option("--cost", is_flag=True, help="Tokens, cache hits and cost of the model calls, per generator and model "
+                                           "(priced with [llm.prices]).")
 @json_option
 @pass_workspace
-def status(workspace: Workspace, kind: str | None, as_json: bool) -> None:
+def status(workspace: Workspace, kind: str | None, cost: bool, as_json: bool) -> None:
     """Counts of items by source, group and status."""
     from cftools.kinds import get_kind
 
+    if cost:
+        print_cost(workspace, as_json)
+        return
     counts = store_counts(workspace.store)
     table = get_kind(kind).status_table(workspace.store, workspace) if kind else None
     if as_json:
@@ -118,6 +123,28 @@ def status(workspace: Workspace, kind: str | None, as_json: bool) -> None:
         for row in table.rows:
             rich_table.add_row(*(escape(cell) for cell in row))
         console.print(rich_table)
+
+
+def print_cost(workspace: Workspace, as_json: bool) -> None:
+    from cftools.llm.cost import money, spending
+
+    rows = spending(workspace.store, workspace.section("llm"))
+    if as_json:
+        print_json({"cost": rows})
+        return
+    table = Table(title="Model calls by generator and model", title_justify="left")
+    for column in ("generator", "model", "calls", "batch", "tokens in", "tokens out", "cache hits",
+                   "tokens not paid", "cost"):
+        table.add_column(column, justify="left" if column in ("generator", "model") else "right")
+    for row in rows:
+        table.add_row(escape(row["generator"]), escape(row["model"]), str(row["requests"]), str(row["batch_requests"]),
+                      f"{row['prompt_tokens']:,}", f"{row['completion_tokens']:,}", str(row["cache_hits"]),
+                      f"{row['cached_prompt_tokens'] + row['cached_completion_tokens']:,}",
+                      money(row["cost"]) if row["priced"] else "no price")
+    console.print(table)
+    priced = [row["cost"] for row in rows if row["priced"]]
+    console.print(f"total {money(sum(priced))}" + (" (models without a [llm.prices] entry not counted)"
+                                                   if len(priced) < len(rows) else ""))
 
 
 @main.command()

@@ -290,3 +290,24 @@ class WorkClaim(SQLModel, table=True):
 
 
 Index("ix_items_kind_group_status", Item.kind, Item.group, Item.status)
+
+
+class LLMBatch(SQLModel, table=True):
+    """One request file sent to an OpenAI-compatible Batches API (`generate … --batch-api`), kept until its results
+    are stored, so a killed run collects its batch instead of submitting the requests again."""
+
+    __tablename__ = "llm_batches"
+    id: Optional[int] = Field(default=None, primary_key=True)
+    generator: str = Field(index=True)
+    backend: str  # the backend's cache id (endpoint): results are cached under its keys
+    model: str
+    input_file_id: str
+    batch_id: Optional[str] = Field(default=None, index=True)  # None until the create call has answered
+    state: str = Field(default="submitted", index=True)  # submitted | finished | collected
+    status: Optional[str] = None  # the API's own: validating, in_progress, completed, expired, cancelled, ...
+    requests: int = 0
+    completed: int = 0
+    failed: int = 0
+    completion_window: str = "24h"
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)

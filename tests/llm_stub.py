@@ -71,6 +71,26 @@ def context_reply(prompt: str) -> str:
             f"Effect: {effect}, tired eyes.\n")
 
 
+def last_user_text(request: dict) -> str:
+    messages = request.get("messages") or []
+    content = messages[-1].get("content", "") if messages else ""
+    if isinstance(content, list):
+        content = "\n".join(p.get("text", "") for p in content if p.get("type") == "text")
+    return content
+
+
+def chat_completion(request: dict, content: str, text: str, n: int) -> dict:
+    """The chat completion body answering REQUEST (whose last user text is CONTENT) with TEXT; a token is a word."""
+    return {
+        "id": f"chatcmpl-stub{n}", "object": "chat.completion", "created": int(time.time()),
+        "model": request.get("model", "stub"),
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop",
+                     "logprobs": None}],
+        "usage": {"prompt_tokens": len(content.split()), "completion_tokens": len(text.split()),
+                  "total_tokens": len(content.split()) + len(text.split())},
+    }
+
+
 class StubHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True  # as real servers do: no 40 ms delayed-ACK stall between header and body
@@ -115,10 +135,7 @@ class StubHandler(BaseHTTPRequestHandler):
                                          "body": request})
             scripted = self.server.script.popleft() if self.server.script else None
         time.sleep(self.server.delay)
-        messages = request.get("messages") or []
-        content = messages[-1].get("content", "") if messages else ""
-        if isinstance(content, list):
-            content = "\n".join(p.get("text", "") for p in content if p.get("type") == "text")
+        content = last_user_text(request)
         if scripted is not None:
             reply = scripted
         else:
@@ -135,15 +152,7 @@ class StubHandler(BaseHTTPRequestHandler):
                 self._send(int(reply.get("status", 200)), reply.get("body"), reply.get("headers"), reply.get("raw"))
                 return
             reply = reply["text"]
-        text = reply
-        self._send(200, {
-            "id": f"chatcmpl-stub{n}", "object": "chat.completion", "created": int(time.time()),
-            "model": request.get("model", "stub"),
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop",
-                         "logprobs": None}],
-            "usage": {"prompt_tokens": len(content.split()), "completion_tokens": len(text.split()),
-                      "total_tokens": len(content.split()) + len(text.split())},
-        })
+        self._send(200, chat_completion(request, content, reply, n))
 
 
 def load_reply_function(spec: str | None) -> ReplyFunction | None:

@@ -130,3 +130,44 @@ def test_init_never_writes_the_store_password(postgres_url, tmp_path, run_cli, m
     assert workspace.config["store"]["url"] == postgres_url
     assert f":{secret}@" in workspace.db_url and secret not in workspace.store.safe_url
     workspace.close()
+
+
+def test_a_batch_run_on_postgresql_collects_its_batch_after_a_kill(tmp_path, postgres_url):
+    """`--batch-api` on a PostgreSQL store: killed between submit and collect, the rerun submits nothing again."""
+    import signal
+    import sys
+    import time
+
+    import httpx
+    from sqlalchemy import func, select
+
+    from cftools.models import Item, LLMBatch
+    from loopback import running_server
+
+    with running_server("batch_stub.py", "--port", "0") as url:
+        root = url.removesuffix("/v1")
+        ws = workers_workspace(tmp_path, postgres_url, "batch", root + "/v1", 20)
+        config = ws.root / "cftools.toml"
+        config.write_text(config.read_text().replace("[llm]\n", "[llm]\nbatch_poll_s = 0.05\n", 1))
+        httpx.post(root + "/control/batches", json={"hold": True}, timeout=10).raise_for_status()
+        command = worker_command(ws.root) + ["--batch-api"]
+        run = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.time() + 120
+        while time.time() < deadline and run.poll() is None:
+            with ws.store.session() as session:
+                if session.execute(select(LLMBatch.batch_id).where(LLMBatch.batch_id.is_not(None))).first():
+                    break
+            time.sleep(0.05)
+        run.send_signal(signal.SIGKILL)
+        run.wait()
+        httpx.post(root + "/control/batches", json={"hold": False}, timeout=10).raise_for_status()
+        rerun = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        assert rerun.returncode == 0, rerun.stderr
+        state = httpx.get(root + "/control/batches", timeout=10).json()
+        assert len(state["batches"]) == 1 and state["lines"] == 20
+        assert generation_counts(ws) == (20, 20, 20)
+        with ws.store.session() as session:
+            assert session.execute(select(func.count()).select_from(LLMBatch).where(
+                LLMBatch.state != "collected")).scalar_one() == 0
+            assert session.execute(select(func.count(func.distinct(Item.key)))).scalar_one() == 20
+        ws.close()

@@ -1,4 +1,7 @@
-"""What every generator command shares: the LLM options, running with the configured backend, the summary."""
+"""What every generator command shares: the LLM options, running with the configured backend, the summary.
+
+The money and batch options (--max-cost, --estimate, --batch-api) reach the runs through the backend
+(`cftools.generate.run_controls`), not through each command's parameters: they are read here from the context."""
 
 from __future__ import annotations
 
@@ -9,9 +12,24 @@ import click
 from rich.markup import escape
 
 from cftools.commands.common import console, print_json
-from cftools.commands.exit_codes import document_exit_codes, exit_for_failures
+from cftools.commands.exit_codes import PARTIAL_FAILURE, document_exit_codes, exit_for_failures
+from cftools.errors import WorkspaceError
 from cftools.generate.llm_task import DEFAULT_MAX_ATTEMPTS
+from cftools.generate.run_controls import ControlledBackend, RunControls
 from cftools.llm import BACKENDS, make_backend
+from cftools.llm.cost import money, price_for
+
+RUN_OPTIONS = "cftools.llm_run_options"  # where the run options wait in the click context
+
+
+def _keep_run_option(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    ctx.meta.setdefault(RUN_OPTIONS, {})[param.name] = value
+    return value
+
+
+def run_option(*names: str, **kwargs: Any) -> Callable:
+    """An option every generator has that its command function does not take (see the module's doc)."""
+    return click.option(*names, expose_value=False, callback=_keep_run_option, **kwargs)
 
 
 def llm_options(command: Callable) -> Callable:
@@ -28,6 +46,13 @@ def llm_options(command: Callable) -> Callable:
                      help="Attempts per request when the output cannot be parsed."),
         click.option("--quiet", is_flag=True, help="No progress bar."),
         click.option("--json", "as_json", is_flag=True, help="Print the run's summary as JSON."),
+        run_option("--max-cost", type=click.FloatRange(min=0), help="Stop dispatching requests once this much is "
+                   "spent (default: [llm] max_cost; needs a [llm.prices.\"MODEL\"] entry); what finished is stored "
+                   "and the command exits 3."),
+        run_option("--estimate", is_flag=True, help="Dry run: print the prompt tokens and the cost estimate of the "
+                   "requests the run would send, and call nothing."),
+        run_option("--batch-api", is_flag=True, help="Send the requests through the Files and Batches API of the "
+                   "openai backend (cheaper, done within the batch window); a rerun collects a submitted batch."),
     )):
         command = option(command)
     return document_exit_codes(command)
@@ -35,29 +60,91 @@ def llm_options(command: Callable) -> Callable:
 
 def run_with_llm(workspace: Any, backend: str | None, model: str | None,
                  run: Callable[[Any, dict[str, Any]], Any]) -> Any:
-    """RUN(backend, [llm] config) with the configured backend, closed afterwards."""
+    """RUN(backend, [llm] config) with the configured backend, closed afterwards; the report gets the run's
+    controls (tokens, cost, budget, estimate) as `report.controls`."""
     config = workspace.section("llm")
     llm = make_backend(config, backend, model)
     try:
-        return run(llm, config)
+        controls = run_controls(config, llm)
+        report = run(ControlledBackend(llm, controls), config)
+        report.controls = controls
+        return report
     finally:
         llm.close()
 
 
+def run_controls(config: dict[str, Any], llm: Any) -> RunControls:
+    """The command's --max-cost, --estimate and --batch-api (and their [llm] defaults) for backend LLM."""
+    context = click.get_current_context(silent=True)
+    options = dict(context.meta.get(RUN_OPTIONS, {})) if context is not None else {}
+    price = price_for(config, llm.model)
+    max_cost = options.get("max_cost")
+    if max_cost is None and config.get("max_cost") is not None:
+        max_cost = config["max_cost"]
+        if isinstance(max_cost, bool) or not isinstance(max_cost, (int, float)) or max_cost < 0:
+            raise WorkspaceError(f"cftools.toml: [llm] max_cost must be a number >= 0, got {max_cost!r}")
+    if max_cost is not None and price is None:
+        raise WorkspaceError(f'a budget needs the price of {llm.model}: add [llm.prices."{llm.model}"] with '
+                             "input_per_mtok and output_per_mtok to cftools.toml")
+    batch_api = bool(options.get("batch_api"))
+    if batch_api and llm.name != "openai":
+        raise WorkspaceError("--batch-api needs the openai backend (an endpoint with the Files and Batches API)")
+    return RunControls(config=config, price=price, max_cost=None if max_cost is None else float(max_cost),
+                       estimate=bool(options.get("estimate")), batch_api=batch_api,
+                       poll_s=float(config.get("batch_poll_s", 30.0)), window=str(config.get("batch_window", "24h")))
+
+
 def print_llm_report(report: Any, as_json: bool, what: str) -> None:
     """The summary of an LLM generator run; an interrupted run is an error (rerun to continue)."""
+    controls: RunControls | None = getattr(report, "controls", None)
+    if controls is not None and controls.estimate:
+        print_estimate(controls, as_json, what)
+        return
     if as_json:
-        print_json(report.as_dict())
+        print_json({**report.as_dict(), **(run_money(controls) if controls is not None else {})})
     else:
         stats = report.stats
         console.print(f"[bold]{escape(what)}[/] with {escape(report.backend)}:{escape(report.model)}: "
                       f"{report.selected} selected, {report.items_created} written, {stats.failed} failed "
                       f"({report.parse_failures} unparseable outputs, {report.call_errors} call errors), "
                       f"{stats.cached} from the cache, {stats.rate:.1f}/s")
+        if controls is not None:
+            console.print(f"  {escape(controls.usage.summary())}")
         for error in stats.errors[:5]:
             console.print(f"  [yellow]{escape(str(error))}[/]")
     if report.stats.interrupted:
         raise click.ClickException("interrupted; what finished is stored, rerun the same command to continue")
+    if controls is not None and controls.stopped:
+        click.secho(f"Warning: the budget stopped the run: {money(controls.usage.cost)} spent of "
+                    f"{money(controls.max_cost or 0)}; {controls.left} of {controls.selected} requests left to do "
+                    "(what finished is stored; rerun with a larger --max-cost to go on)", fg="yellow", err=True)
+        click.get_current_context().exit(PARTIAL_FAILURE)
     exit_for_failures(report.stats.done + report.stats.failed, report.stats.failed, "requests")
+
+
+def run_money(controls: RunControls) -> dict[str, Any]:
+    """The run's tokens, cache hits and cost (and the budget, when one was set) for --json."""
+    extra: dict[str, Any] = {"usage": controls.usage.as_dict()}
+    if controls.max_cost is not None:
+        extra["budget"] = {"max_cost": controls.max_cost, "spent": round(controls.usage.cost, 6),
+                           "stopped": controls.stopped, "left_to_do": controls.left}
+    return extra
+
+
+def print_estimate(controls: RunControls, as_json: bool, what: str) -> None:
+    """--estimate: what the run would send and cost; nothing was called."""
+    if as_json:
+        print_json({"estimate": controls.estimates})
+        return
+    for estimate in controls.estimates or [{"requests": 0, "cached": 0, "prompt_tokens": 0}]:
+        cost = ("cost unknown (no [llm.prices] entry for the model)" if estimate.get("cost_max") is None else
+                f"at most {money(estimate['cost_max'])}" + (f", about {money(estimate['cost_typical'])} at this "
+                                                            "generator's usual output length"
+                                                            if estimate.get("cost_typical") is not None else ""))
+        console.print(f"[bold]{escape(what)}[/] ({escape(str(estimate.get('generator', '')))}, estimate only, nothing "
+                      f"called): {estimate['requests']} requests to send, {estimate['cached']} from the cache; "
+                      f"{estimate['prompt_tokens']:,} prompt tokens "
+                      f"{escape(str(estimate.get('tokens_counted_by', '')))}; {cost}"
+                      + (" with the Batch API discount" if estimate.get("batch_api") else ""))
 
 

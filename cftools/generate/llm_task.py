@@ -26,6 +26,7 @@ from cftools.llm.base import render_messages
 from cftools.llm.cache import cached_completion, cached_completions, save_completions
 from cftools.llm.prompts import PromptTemplate
 from cftools.generate.claims import DEFAULT_LEASE_S, Claims
+from cftools.generate.run_controls import controls_of
 from cftools.llm.runner import JobResult, RunStats, run_jobs
 from cftools.models import DRAFT, Generation, Item, ItemEvent, utcnow
 from cftools.store import Store
@@ -211,6 +212,8 @@ class Writer:
             if self.claims is not None:
                 self.claims.finish(session, finished[True], ok=True)
                 self.claims.finish(session, finished[False], ok=False)
+        if (controls := controls_of(self.backend)) is not None:
+            controls.record(results)
 
     def generation_row(self, job: LLMJob, attempt: Attempt) -> dict[str, Any]:
         completion = attempt.completion
@@ -218,12 +221,19 @@ class Writer:
         return dict(
             source_id=job.source_id, generator=self.task.generator, group=job.group, backend=self.backend.name,
             model=self.backend.model, template_name=template.name, template_hash=template.hash,
-            params={**attempt.params, "cache_backend": self.backend.cache_id}, prompt=render_messages(job.messages),
+            params={**attempt.params, "cache_backend": self.backend.cache_id, **batch_provenance(completion)},
+            prompt=render_messages(job.messages),
             raw_output=completion.text if completion else None, parsed=attempt.parsed,
             parse_error=attempt.parse_error, prompt_tokens=completion.prompt_tokens if completion else None,
             completion_tokens=completion.completion_tokens if completion else None,
             latency_s=completion.latency_s if completion else None, error=attempt.error, cache_key=attempt.key,
             cached=bool(completion and completion.cached), attempt=attempt.number, created_at=utcnow())
+
+
+def batch_provenance(completion: Completion | None) -> dict[str, Any]:
+    """The batch that answered a fresh call (`--batch-api`), beside the call's parameters."""
+    batch_id = completion.extra.get("batch_id") if completion is not None and not completion.cached else None
+    return {"batch_id": batch_id} if batch_id else {}
 
 
 def job_key(job: LLMJob) -> str:
@@ -259,15 +269,26 @@ def run_llm_task(store: Store, backend: Backend, task: LLMTask, jobs: list[LLMJo
                        template=task.template.name, selected=len(jobs))
     attempts = Attempts(store, backend, task, params, max_attempts, refresh)
     workers = concurrency or DEFAULT_CONCURRENCY.get(backend.name, 4)
+    controls = controls_of(backend)  # --max-cost, --estimate, --batch-api (cftools.generate.run_controls)
+    if controls is not None:
+        jobs = controls.start(store, backend, task, jobs, attempts, refresh, console, quiet)
+        if jobs is None:  # an estimate only
+            return report
+        workers = controls.workers(backend, workers)
     claims = Claims(store, task.generator, [job_key(job) for job in jobs], lease_s, selected_at)
     # a claim no larger than the requests in flight: the last jobs spread over every worker, not queued behind one
     source = claimed_jobs(store, jobs, attempts, claims, refresh, batch=workers)
+    ran = False
     try:
-        report.stats = run_jobs(source, attempts.work, Writer(store, backend, task, report, claims),
+        report.stats = run_jobs(controls.gate(source) if controls else source, attempts.work,
+                                Writer(store, backend, task, report, claims),
                                 concurrency=workers, description=f"{task.generator} {group or ''}".strip(),
                                 console=console, quiet=quiet, total=len(jobs))
+        ran = not report.stats.interrupted
     finally:
         claims.close()
+        if controls is not None:
+            controls.finish(backend, stored_all=ran)
     return report
 
 

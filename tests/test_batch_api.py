@@ -23,7 +23,7 @@ from cftools.errors import WorkspaceError
 from cftools.generate.batch_api import BatchRun, needed_requests
 from cftools.generate.llm_task import Attempts, LLMJob
 from cftools.ingest.readers import ingest_table
-from cftools.kinds.cvqa_rewrite import RewriteTask, llm_params, load_template, render_prompt, select_sources
+from cftools.kinds.cvqa.generate import RewriteTask, llm_params, load_template, render_prompt, select_sources
 from cftools.llm import make_backend, text_message
 from cftools.llm.batch import BatchClient, BatchRequest
 from cftools.llm.cost import Price, estimated_tokens, price_for

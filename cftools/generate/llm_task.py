@@ -26,7 +26,6 @@ from cftools.llm.base import render_messages
 from cftools.llm.cache import cached_completion, cached_completions, save_completions
 from cftools.llm.prompts import PromptTemplate
 from cftools.generate.claims import DEFAULT_LEASE_S, Claims
-from cftools.generate.run_controls import controls_of
 from cftools.llm.runner import JobResult, RunStats, run_jobs
 from cftools.models import DRAFT, Generation, Item, ItemEvent, utcnow
 from cftools.store import Store
@@ -212,7 +211,7 @@ class Writer:
             if self.claims is not None:
                 self.claims.finish(session, finished[True], ok=True)
                 self.claims.finish(session, finished[False], ok=False)
-        if (controls := controls_of(self.backend)) is not None:
+        if (controls := getattr(self.backend, "controls", None)) is not None:
             controls.record(results)
 
     def generation_row(self, job: LLMJob, attempt: Attempt) -> dict[str, Any]:
@@ -269,7 +268,8 @@ def run_llm_task(store: Store, backend: Backend, task: LLMTask, jobs: list[LLMJo
                        template=task.template.name, selected=len(jobs))
     attempts = Attempts(store, backend, task, params, max_attempts, refresh)
     workers = concurrency or DEFAULT_CONCURRENCY.get(backend.name, 4)
-    controls = controls_of(backend)  # --max-cost, --estimate, --batch-api (cftools.generate.run_controls)
+    # --max-cost, --estimate, --batch-api: a ControlledBackend's (cftools.generate.run_controls, which imports this)
+    controls = getattr(backend, "controls", None)
     if controls is not None:
         jobs = controls.start(store, backend, task, jobs, attempts, refresh, console, quiet)
         if jobs is None:  # an estimate only

@@ -68,7 +68,7 @@ class RunControls:
             self.estimates.append(self.estimate_run(store, backend, task, jobs, attempts, refresh))
             return None
         if self.batch_api and jobs and not self.exhausted:
-            from cftools.generate.batch_api import BatchRun  # imports llm_task, which imports this module
+            from cftools.generate.batch_api import BatchRun
 
             run = BatchRun(store, backend.inner, task.generator, self.poll_s, self.window, console, quiet)
             afford = None if self.max_cost is None else (lambda requests: self.affordable(run, requests))
@@ -196,7 +196,3 @@ class ControlledBackend:
 
     def __getattr__(self, name: str) -> Any:  # what a kind asks of its backend beyond the protocol
         return getattr(self.inner, name)
-
-
-def controls_of(backend: Any) -> Optional[RunControls]:
-    return backend.controls if isinstance(backend, ControlledBackend) else None

@@ -61,6 +61,9 @@ LEAKY = [
     pair("What is in the glass?", "Suppose the ice melted into water, what would be in the glass?", "water",
          group="common"),
     pair("How many kites are there?", "If 3 kites were left in the sky, how many kites would there be?", "three"),
+    # the question asks for the change itself
+    pair("How many cups are on the table?", "If one cup fell off the table, how many cups fell off the table?",
+         "1", cf_options=["1", "2"]),
 ]
 NOT_LEAKY = [
     pair("Which is bigger, the dog or the cat?", "If the dog shrank to the size of a mouse, which would be bigger, "
@@ -75,6 +78,10 @@ NOT_LEAKY = [
     pair("What is in the glass?", "If the glass were left in the sun for an hour, would it hold water or ice?",
          "water", group="common"),
     pair("How many dogs are there?", "How many dogs would there be?", "2"),  # no condition: another check's business
+    # the if-clause names a change of 1 and the answer is the count after it, which happens to be 1
+    pair("How many cups are on the table?", "If one cup fell off the table, how many cups would be on the table?",
+         "1", basic_answer="2", cf_options=["1", "2"]),
+    pair("How many dogs are there?", "If two more dogs came, how many dogs would there be?", "2", basic_answer="0"),
 ]
 
 

@@ -107,8 +107,32 @@ def check_leakage(item: Any) -> Result:
         return None
     if contains_phrase(words(basic_question(item)), answer):
         return None  # the subject named again in the condition ("If the dog shrank ...") is not leakage
+    if names_the_change(condition, item.answer, item.question):
+        return None
     return Flag("leakage", f"the counterfactual answer {item.answer!r} is given away by the if-clause "
                            f"('{condition}')")
+
+
+# The if-clause states what is left, not a change: "if 3 kites were left in the sky", "if only two remained".
+REMAINING = re.compile(r"\b(?:(?:were|are|is|was|be|been)\s+(?:still\s+)?left|remain(?:s|ed|ing)?|only)\b",
+                       re.IGNORECASE)
+
+
+def names_the_change(condition: str, answer: Optional[str], question: str) -> bool:
+    """Whether the answer's number is the size of the change the if-clause makes ("If one cup fell off the table,
+    how many cups would be on the table?" - 1), while the question asks for the count after it, not for that same
+    change ("... how many cups fell off?"): the presupposition naming a change of N does not leak an answer N."""
+    from cftools.answers import parse_number
+    from cftools.checks.presupposition import ADD_VERBS, REMOVE_VERBS, parse_change
+
+    value = parse_number(answer)
+    if value is None or REMAINING.search(condition):
+        return False
+    change = parse_change(condition)
+    if change.unreadable or not any(op.kind in ("add", "sub") and op.value == value for op in change.ops):
+        return False
+    asking = CONDITION.sub(" ", question)
+    return not (ADD_VERBS.search(asking) or REMOVE_VERBS.search(asking))
 
 
 def option_problem(options: Any, correct: Optional[str], which: str) -> Optional[str]:

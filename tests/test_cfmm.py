@@ -4,6 +4,8 @@ variants and the position bias of --swap-options."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import re
 from collections import Counter
 from pathlib import Path
@@ -237,13 +239,30 @@ def test_blind_answerable_passes_what_needs_the_image(blind_model, item):
     assert not flagged(c.check_blind_answerable, item)
 
 
-def test_blind_answerable_runs_the_embedded_text_only_model():
-    """The default ranker: SmolLM2 through transformers, scoring both options without any image."""
+def test_blind_answerable_does_not_decide_with_the_embedded_model_and_runs_the_configured_one(tmp_path):
+    """Without a configured model (or with the embedded 135M one) the check says it could not decide; a configured
+    GGUF file is loaded through transformers and scores both options without any image."""
+    from cftools.findings import Note
+    from cftools.llm.local import smollm2_gguf
+
     c.set_blind_ranker(None)
-    scores = c.blind_ranker()("If I painted this bus blue, what colour would it be?", ["red", "blue"])
-    assert len(scores) == 2 and all(isinstance(s, float) for s in scores)
-    result = c.check_blind_answerable(LEAKY[0])
-    assert result is None or result.code == "blind_answerable"
+    for config in ({}, {"checks": {"blind_answerable_model": str(smollm2_gguf())}}):
+        c.configure_blind_model(config)
+        result = c.check_blind_answerable(LEAKY[0])
+        assert isinstance(result, Note) and "could not decide" in result.text and "7 of 12" in result.text
+    configured = tmp_path / "text-model.gguf"  # a model of the user's; here the same small file under its name
+    try:
+        os.link(smollm2_gguf(), configured)
+    except OSError:
+        shutil.copyfile(smollm2_gguf(), configured)
+    c.configure_blind_model({"checks": {"blind_answerable_model": str(configured)}})
+    try:
+        scores = c.blind_ranker()("If I painted this bus blue, what colour would it be?", ["red", "blue"])
+        assert len(scores) == 2 and all(isinstance(s, float) for s in scores)
+        result = c.check_blind_answerable(LEAKY[0])
+        assert result is None or result.code == "blind_answerable"
+    finally:
+        c.configure_blind_model({})
 
 
 # ---------------------------------------------------------------- ambiguity is a judgment

@@ -424,6 +424,28 @@ def test_ingest_then_export_cfmm_round_trips_exactly_the_fields(workspace, tmp_p
     assert "| color | 1 | 50.0% | 221 |" in card and "| count | 1 | 50.0% | 348 |" in card
 
 
+def test_a_pair_id_survives_any_number_of_round_trips(tmp_path):
+    from cftools.kinds.cfmm.ingest import ingest_cfmm
+    from cftools.release.export import export_release
+    from cftools.workspace import init_workspace
+
+    images = tmp_path / "imgs"
+    images.mkdir()
+    PIL.Image.new("RGB", (12, 9), "red").save(images / "bus.png")
+    current = tmp_path / "pairs.jsonl"
+    current.write_text("".join(json.dumps(r) + "\n" for r in cfmm_lines("bus.png")))
+    for trip in range(3):  # ingest, export --format cfmm, ingest the export elsewhere, ...
+        workspace = init_workspace(tmp_path / f"ws{trip}")
+        try:
+            ingest_cfmm(workspace.store, current, images, licence="CC0-1.0")
+            result = export_release(workspace, "pairs", "1", tmp_path / f"out{trip}", fmt="cfmm",
+                                    include_unverified=True, licence="CC0-1.0")
+        finally:
+            workspace.close()
+        current, images = result.path / "pairs.jsonl", result.path
+        assert sorted(json.loads(line)["id"] for line in current.read_text().splitlines()) == ["p1", "p2"], trip
+
+
 def test_ingest_cfmm_bad_record_names_file_and_line_and_changes_nothing(workspace, tmp_path, run_cli):
     lines = cfmm_lines("bus.png")
     lines[1]["cf_options"] = ["1", "2", "3"]

@@ -5,6 +5,7 @@ replies, the peer MuCR records as references) and the whole eval against a loopb
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -372,3 +373,50 @@ def test_from_ranking_selects_the_best_ranked_candidates_for_a_demo(workspace, c
         made = session.execute(select(Item).where(Item.key == "captions:x:p@comic")).scalar_one()
     assert (made.data["cause_image"], made.data["effect_image"]) == (refs[2], refs[3])
     assert made.data["selection"]["by"] == "ranking" and made.status == DRAFT
+
+
+# ---------------------------------------------------------------- Exp parts as the published explanations write them
+
+MODEL_SHAPED = [  # (explanation, its S1, S2, S3 openings)
+    ("The first image shows a man running in the rain. The second image depicts the same man sick on a bench. "
+     "The causal link is that the rain made him ill.", "The first image shows", "The second image depicts",
+     "The causal link is"),
+    ("The first image depicts a woman in a green raincoat running in the rain. In the second image, she lies on a "
+     "couch. Therefore, getting wet caused her cold.", "The first image depicts", "In the second image",
+     "Therefore"),
+    ("Image 1 shows a man running in heavy rain. Image 2 shows him sneezing. This suggests the rain caused a cold.",
+     "Image 1 shows", "Image 2 shows", "This suggests"),
+    ("In the left image a man runs in the rain; in the right image he is ill. The connection is the rain.",
+     "In the left image", "in the right image", "The connection is"),
+    ("In the first image, a man is running. In the second image, the man from the first image is ill. The causal "
+     "reasoning is the rain.", "In the first image", "In the second image, the man from the first image",
+     "The causal reasoning"),
+]
+
+
+@pytest.mark.parametrize("text, s1, s2, s3", MODEL_SHAPED, ids=range(len(MODEL_SHAPED)))
+def test_model_shaped_explanations_keep_all_three_parts(text, s1, s2, s3):
+    parts = split_parts(text)
+    assert parts["S1"].startswith(s1) and parts["S2"].startswith(s2) and parts["S3"].startswith(s3)
+    assert missing_parts(text) == []
+    assert check_explanation_form(view({"explanation_draft": text})) is None
+
+
+def test_published_explanations_rewritten_the_way_models_open_them_keep_their_cause_part():
+    """Each published reference with its opening as a model writes it ("The first image shows ..."): the cause part
+    is the published one's, the judge prompt shows it, and explanation_form flags none of the published records."""
+    from cftools.evaluate.questions import PromptTemplates
+
+    template = PromptTemplates().named("mucr_judge")
+    for record in peer_records():
+        assert check_explanation_form(view({"explanations": record["causal_reason"]})) is None
+        for reference in record["causal_reason"]:
+            published = split_parts(reference)
+            for opening in ("The first image shows", "The first image depicts"):
+                variant = re.sub(r"^'?In the first image, ", opening + " ", reference)
+                assert variant.startswith(opening), variant
+                parts = split_parts(variant)
+                assert parts["S1"].startswith(opening) and parts["S2"] == published["S2"]
+                assert parts["S3"] == published["S3"] and missing_parts(variant) == []
+                prompt = judge_prompts(template, variant, [reference])[0]
+                assert "(missing)" not in prompt and f"S1 (cause image): {parts['S1']}" in prompt

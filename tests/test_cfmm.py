@@ -538,6 +538,14 @@ def test_swap_options_reports_the_position_bias_of_a_position_following_model(tm
     assert content.summary["position_bias"]["same_option"] == 1.0
 
 
+def test_cfmm_eval_ranks_by_loss_unless_told_otherwise_and_the_report_says_so(tmp_path):
+    release = cfmm_release(tmp_path)
+    result = run_eval(release, "blind", out_dir=tmp_path / "default", answerer=PositionModel())
+    assert result.config["mode"] == "rank" and result.config["score"] == "mean-loss"
+    report = (tmp_path / "default" / "report.md").read_text()
+    assert "cfmm settings: mode rank in the paper, rank in this run (as in the paper)" in report
+
+
 def test_prompt_variants_change_the_counterfactual_question_only(tmp_path):
     from cftools.evaluate.questions import PromptTemplates, build_questions
     from cftools.release.layout import load_records

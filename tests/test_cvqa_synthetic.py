@@ -90,3 +90,10 @@ def test_a_scripted_model_that_is_always_right_scores_100_on_every_group(workspa
         assert row["n"] == (300 if group == "total" else 50)
         assert row["original"]["value"] == 1.0 and row["counterfactual"]["value"] == 1.0, group
         assert row["unknown_original"] == 0 and row["unknown_counterfactual"] == 0
+    # the report states the paper's setting and prints its Table 1 layout: groups as columns
+    report = (tmp_path / "run" / "report.md").read_text()
+    assert "cvqa settings: mode generate in the paper, generate in this run (as in the paper)" in report
+    assert "## C-VQA accuracy (%) in the paper's Table 1 layout" in report
+    assert "|  | abs_counting_1 | abs_counting_2 | abs_counting_3 | abs_counting_4 | abs_counting_5 | abs_counting_6 " \
+           "| total |" in report
+    assert "| original | 100.0 [100.0, 100.0] |" in report and "| drop | 0.0 [0.0, 0.0] |" in report

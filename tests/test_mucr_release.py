@@ -247,32 +247,40 @@ def test_mucr_release_fields_composites_choices_card_verify_and_round_trip(works
     assert out.exit_code == 0, out.output
     release = Path(json.loads(out.output)["path"])
     rows = [json.loads(line) for line in (release / "mc.jsonl").read_text().splitlines()]
-    assert len(rows) == 8 and all(list(r) == list(SCHEMAS["v1"]) for r in rows)
+    assert len(rows) == 8 and all(list(r) == list(SCHEMAS["readme-2024-08-31"]) for r in rows)
     first = rows[0]
     assert len(first["false_cue"]) == 3 and len(first["causal_reason"]) == 3 and first["label"] in ("human", "animal")
-    assert len(first["link_id"]) == 3 and first["id"] not in first["link_id"]
+    # link_id as MuCR's README writes it: one string "[a,b,c]" naming the group's other pairs
+    linked = first["link_id"][1:-1].split(",")
+    assert first["link_id"] == "[" + ",".join(linked) + "]" and len(linked) == 3 and first["id"] not in linked
     assert (release / first["image_0"]).is_file() and (release / first["image_1"]).is_file()
     # composites (form 1) beside the split images (form 3); the choice sets name the group's other pairs
     choices = {c["id"]: c for c in map(json.loads, (release / "choices.jsonl").read_text().splitlines())}
     one = choices[first["id"]]
     assert one["seed"] == 0 and len(one["c2e"]["choices"]) == 4
     assert one["c2e"]["choices"][one["c2e"]["answer"]] == first["image_1"]
-    group_effects = {r["image_1"] for r in rows if r["id"] in first["link_id"]} | {first["image_1"]}
+    group_effects = {r["image_1"] for r in rows if r["id"] in linked} | {first["image_1"]}
     assert set(one["c2e"]["choices"]) == group_effects
     assert sorted(one["cue"]["choices"]) == sorted(["catch cold", "wet", "rain", "run"])
     with PIL.Image.open(release / one["composites"]["c2e"]) as sheet:
         assert sheet.size == (5 * 256, 256 + 24)
     card = (release / "README.md").read_text()
     assert "## MuCR" in card and "| human | photograph | 4 |" in card and "seed 0" in card
-    assert "| diffusers | tiny |" in card and "`label` is the pair's category" in card
+    assert "| diffusers | tiny |" in card and "the pair's category (the README does not define label)" in card
+    assert "`readme-2024-08-31` schema" in card and '| `link_id` | the ids of the other pairs' in card
     assert verify_release(release).ok
     # the same seed gives the same bytes; v2 has its own fields
     again = export_mucr(run_cli, "--out", tmp_path / "again")
     assert (Path(json.loads(again.output)["path"]) / "choices.jsonl").read_bytes() == \
         (release / "choices.jsonl").read_bytes()
-    v2 = export_mucr(run_cli, "--mucr-schema", "v2", "--out", tmp_path / "v2")
-    row = json.loads((Path(json.loads(v2.output)["path"]) / "mc.jsonl").read_text().splitlines()[0])
-    assert list(row) == list(SCHEMAS["v2"]) and row["cause"].startswith("person")
+    variant = export_mucr(run_cli, "--mucr-schema", "cause-effect", "--out", tmp_path / "v2")
+    row = json.loads((Path(json.loads(variant.output)["path"]) / "mc.jsonl").read_text().splitlines()[0])
+    assert list(row) == list(SCHEMAS["cause-effect"]) and row["cause"].startswith("person")
+    earlier = export_mucr(run_cli, "--mucr-schema", "readme-2024-08-14", "--out", tmp_path / "early")
+    row = json.loads((Path(json.loads(earlier.output)["path"]) / "mc.jsonl").read_text().splitlines()[0])
+    assert list(row) == list(SCHEMAS["readme-2024-08-14"]) and "image_0" not in row
+    old_name = export_mucr(run_cli, "--mucr-schema", "v1", "--out", tmp_path / "v1")  # the old name still works
+    assert (Path(json.loads(old_name.output)["path"]) / "mc.jsonl").read_bytes() == (release / "mc.jsonl").read_bytes()
     other_seed = export_mucr(run_cli, "--mucr-seed", "7", "--out", tmp_path / "s7")
     assert (Path(json.loads(other_seed.output)["path"]) / "choices.jsonl").read_bytes() != \
         (release / "choices.jsonl").read_bytes()
@@ -355,6 +363,15 @@ def test_eval_scores_c2e_e2c_cue_and_exp_against_a_judge_process(workspace, run_
     composite = json.loads((tmp_path / "composite" / "config.json").read_text())
     assert composite["kind_options"] == {"mucr_input": "composite"} and composite["judge_aggregate"] == "mean"
     assert "composite input" in (tmp_path / "composite" / "report.md").read_text()
+    # the report says whether the run used the paper's setting; left to its default, a run uses it
+    assert ("mucr settings: mucr_input composite in the paper, split in this run (not the paper's)"
+            in report)
+    out = run_cli("eval", release, "--model", "blind:openai:stub", "--judge", "openai:judge", "--out",
+                  tmp_path / "default", "--quiet")
+    assert out.exit_code == 0, out.output
+    default = (tmp_path / "default" / "report.md").read_text()
+    assert "composite input" in default
+    assert "mucr settings: mucr_input composite in the paper, composite in this run (as in the paper)" in default
 
 
 def test_from_ranking_selects_the_best_ranked_candidates_for_a_demo(workspace, cue_stub, tmp_path):

@@ -44,11 +44,12 @@ reports the unknown rate next to the score.
 from __future__ import annotations
 
 import re
-from typing import Callable, Optional, Sequence, Union
+from typing import Callable, Mapping, Optional, Sequence, Union
 
 from word2number import w2n
 
-ANSWER_TYPES = ("number", "yes/no", "other")
+ANSWER_TYPES = ("number", "yes/no", "other", "choice")
+CHOICE = "choice"  # a multiple-choice question: the answer is an option letter (see `extract_choice`)
 Number = Union[int, float]
 
 ARTICLES = frozenset({"a", "an", "the"})
@@ -118,7 +119,9 @@ RESULT_MARKERS = (
 
 _RANGE_DASH = re.compile(r"(?<=\d)\s*[-\u2013\u2014]\s*(?=\d)")
 _THOUSANDS = re.compile(r"\b([1-9]\d{0,2})((?:,\d{3})+)\b")
-_PUNCT = re.compile(r"[^\w\s.']|_")
+_PUNCT = re.compile(r"[^\w\s.'\x01]|_")
+# A minus sign that starts a number ("-1", "−1", "(-2)"), not a dash between words or numbers ("5-6").
+_MINUS = re.compile(r"(?<![\w.])[-\u2212](?=\d)")
 _STRAY_DOT = re.compile(r"(?<!\d)\.|\.(?!\d)")          # a dot that is not a decimal point
 _STRAY_QUOTE = re.compile(r"(?<!\w)'|'(?!\w)")          # a quote mark, not an apostrophe inside a word
 _NUMBER_TOKEN = re.compile(r"^-?\d+(?:\.\d+)?$")
@@ -139,9 +142,11 @@ def _tokens(text: str) -> list[str]:
     """Lowercase tokens with punctuation gone, decimal points and apostrophes inside words kept."""
     text = str(text).lower().replace("’", "'").replace("‘", "'").strip()
     text = _THOUSANDS.sub(lambda m: m.group(1) + m.group(2).replace(",", ""), text)
+    text = _MINUS.sub("\x01", text)  # kept through the punctuation pass: -1 is its own value, not 1
     text = _PUNCT.sub(" ", text)
     text = _STRAY_DOT.sub(" ", text)
     text = _STRAY_QUOTE.sub(" ", text)
+    text = text.replace("\x01", "-")
     return [CONTRACTIONS.get(token, token) for token in text.split()]
 
 
@@ -394,16 +399,75 @@ def extract_option_letter(text: Optional[str], letters: Sequence[str]) -> Option
     return _read(text, read)  # type: ignore[return-value]
 
 
+# -- multiple choice (C-VQA-Synthetic: "Select the correct answer:A:8  B:6  C:10  D:7") ----------------------
+
+# A letter as a whole answer: "A", "(A)", "A.", "A)", "A:", optionally followed by that option's own text ("B: 6").
+_CHOICE = re.compile(r"\(?\s*([A-Za-z])\s*([).:]?)(?:\s+(.*)|)", re.DOTALL)
+_CHOICE_TRIM = "\"'\u201c\u201d\u2018\u2019 \t\n.!"
+
+
+def _read_choice_segment(segment: str, options: Mapping[str, str]) -> Optional[str]:
+    """The letter SEGMENT answers with when it is nothing but a letter, a letter and its option's text, or an
+    option's text; else None."""
+    text = segment.strip(_CHOICE_TRIM)
+    letter = _CHOICE.fullmatch(text)
+    if letter and letter.group(1).upper() in options:
+        chosen, rest = letter.group(1).upper(), (letter.group(3) or "").strip(_CHOICE_TRIM)
+        if not rest or normalize_answer(rest) == normalize_answer(options[chosen]):
+            return chosen
+        if letter.group(2) or chosen != "A":
+            return None  # "A: 6" where A is 8: a letter and another option's text contradict each other
+        # "A dog": the article, not option A; the text may still name an option
+    named = [key for key, value in options.items() if normalize_answer(value) and
+             normalize_answer(value) == normalize_answer(text)]
+    return named[0] if len(named) == 1 else None
+
+
+def extract_choice(text: Optional[str], options: Mapping[str, str]) -> Optional[str]:
+    """The option letter a reply to a multiple-choice question picks. Read: "A", "(A)", "A.", "Answer: A",
+    "The answer is A", the option's text ("8" for A:8), or the letter with its own text ("A: 8"); nothing else
+    ("A dog", "I think A or B", a hedge) is unknown. OPTIONS maps each letter to its text."""
+    options = {str(key).upper(): str(value) for key, value in options.items()}
+    if not options or text is None or not str(text).strip():
+        return None
+    text = _MARKDOWN.sub("", str(text))
+    marked = _after_last_marker(text)
+    final_line = _final_line(text)
+    segments = marked[:1] or ([final_line] if final_line is not None else []) + [text]
+    for segment in segments:
+        if is_hedged(segment):
+            return None
+        chosen = _read_choice_segment(segment, options)
+        if chosen is not None or marked:
+            return chosen  # after an answer marker the answer is there or nowhere
+    return None
+
+
+def choice_options(gold: Optional[str], options: Optional[Mapping[str, str]]) -> Optional[dict[str, str]]:
+    """OPTIONS when GOLD is one of their letters (the question is multiple choice), else None."""
+    if not options or gold is None:
+        return None
+    options = {str(key).upper(): str(value) for key, value in options.items()}
+    return options if str(gold).strip().upper() in options else None
+
+
 # -- by answer type -------------------------------------------------------------------------------------------
 
 def _read_other_segment(segment: str, where: str) -> object:
     if is_hedged(segment):
         return UNKNOWN
-    return normalize_answer(segment) or NOT_FOUND
+    normal = normalize_answer(segment)
+    if not normal and where == MARKED:
+        return UNKNOWN  # "Answer: A" names nothing this reader can credit; the marker word is not the answer
+    return normal or NOT_FOUND
 
 
-def extract_answer(text: Optional[str], answer_type: Optional[str]) -> Optional[str]:
-    """The reply read for its answer type, as a string: "3", "yes", or the normal form; None when unreadable."""
+def extract_answer(text: Optional[str], answer_type: Optional[str],
+                   options: Optional[Mapping[str, str]] = None) -> Optional[str]:
+    """The reply read for its answer type, as a string: "3", "yes", an option letter ("choice", with OPTIONS), or
+    the normal form; None when unreadable."""
+    if answer_type == CHOICE:
+        return extract_choice(text, options or {})
     if answer_type == "number":
         value = parse_number(text)
         return None if value is None else format_number(value)
@@ -412,8 +476,11 @@ def extract_answer(text: Optional[str], answer_type: Optional[str]) -> Optional[
     return _read(text, _read_other_segment)  # type: ignore[return-value]
 
 
-def infer_answer_type(answer: Optional[str]) -> str:
-    """The VQA answer type of a gold answer: yes/no, number or other."""
+def infer_answer_type(answer: Optional[str], options: Optional[Mapping[str, str]] = None) -> str:
+    """The answer type of a gold answer: choice (a letter of the question's OPTIONS), else VQA's yes/no, number or
+    other."""
+    if choice_options(answer, options):
+        return CHOICE
     normal = normalize_answer(answer)
     if normal in ("yes", "no"):
         return "yes/no"
@@ -422,9 +489,13 @@ def infer_answer_type(answer: Optional[str]) -> str:
     return "other"
 
 
-def answers_match(predicted: Optional[str], gold: Optional[str], answer_type: Optional[str]) -> bool:
-    """Whether a reply reads as the gold answer; an unreadable reply is wrong."""
-    answer_type = answer_type or infer_answer_type(gold)
+def answers_match(predicted: Optional[str], gold: Optional[str], answer_type: Optional[str],
+                  options: Optional[Mapping[str, str]] = None) -> bool:
+    """Whether a reply reads as the gold answer; an unreadable reply is wrong. A multiple-choice question (OPTIONS
+    given and the gold one of their letters) reads a letter or an option's text."""
+    answer_type = answer_type or infer_answer_type(gold, options)
+    if choice_options(gold, options) and answer_type in (CHOICE, "other"):
+        return extract_choice(predicted, options or {}) == str(gold).strip().upper()
     parsed = extract_answer(predicted, answer_type)
     if parsed is None:
         return False

@@ -4,6 +4,8 @@ variants and the position bias of --swap-options."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import re
 from collections import Counter
 from pathlib import Path
@@ -61,6 +63,9 @@ LEAKY = [
     pair("What is in the glass?", "Suppose the ice melted into water, what would be in the glass?", "water",
          group="common"),
     pair("How many kites are there?", "If 3 kites were left in the sky, how many kites would there be?", "three"),
+    # the question asks for the change itself
+    pair("How many cups are on the table?", "If one cup fell off the table, how many cups fell off the table?",
+         "1", cf_options=["1", "2"]),
 ]
 NOT_LEAKY = [
     pair("Which is bigger, the dog or the cat?", "If the dog shrank to the size of a mouse, which would be bigger, "
@@ -75,6 +80,10 @@ NOT_LEAKY = [
     pair("What is in the glass?", "If the glass were left in the sun for an hour, would it hold water or ice?",
          "water", group="common"),
     pair("How many dogs are there?", "How many dogs would there be?", "2"),  # no condition: another check's business
+    # the if-clause names a change of 1 and the answer is the count after it, which happens to be 1
+    pair("How many cups are on the table?", "If one cup fell off the table, how many cups would be on the table?",
+         "1", basic_answer="2", cf_options=["1", "2"]),
+    pair("How many dogs are there?", "If two more dogs came, how many dogs would there be?", "2", basic_answer="0"),
 ]
 
 
@@ -230,13 +239,30 @@ def test_blind_answerable_passes_what_needs_the_image(blind_model, item):
     assert not flagged(c.check_blind_answerable, item)
 
 
-def test_blind_answerable_runs_the_embedded_text_only_model():
-    """The default ranker: SmolLM2 through transformers, scoring both options without any image."""
+def test_blind_answerable_does_not_decide_with_the_embedded_model_and_runs_the_configured_one(tmp_path):
+    """Without a configured model (or with the embedded 135M one) the check says it could not decide; a configured
+    GGUF file is loaded through transformers and scores both options without any image."""
+    from cftools.findings import Note
+    from cftools.llm.local import smollm2_gguf
+
     c.set_blind_ranker(None)
-    scores = c.blind_ranker()("If I painted this bus blue, what colour would it be?", ["red", "blue"])
-    assert len(scores) == 2 and all(isinstance(s, float) for s in scores)
-    result = c.check_blind_answerable(LEAKY[0])
-    assert result is None or result.code == "blind_answerable"
+    for config in ({}, {"checks": {"blind_answerable_model": str(smollm2_gguf())}}):
+        c.configure_blind_model(config)
+        result = c.check_blind_answerable(LEAKY[0])
+        assert isinstance(result, Note) and "could not decide" in result.text and "7 of 12" in result.text
+    configured = tmp_path / "text-model.gguf"  # a model of the user's; here the same small file under its name
+    try:
+        os.link(smollm2_gguf(), configured)
+    except OSError:
+        shutil.copyfile(smollm2_gguf(), configured)
+    c.configure_blind_model({"checks": {"blind_answerable_model": str(configured)}})
+    try:
+        scores = c.blind_ranker()("If I painted this bus blue, what colour would it be?", ["red", "blue"])
+        assert len(scores) == 2 and all(isinstance(s, float) for s in scores)
+        result = c.check_blind_answerable(LEAKY[0])
+        assert result is None or result.code == "blind_answerable"
+    finally:
+        c.configure_blind_model({})
 
 
 # ---------------------------------------------------------------- ambiguity is a judgment
@@ -398,6 +424,28 @@ def test_ingest_then_export_cfmm_round_trips_exactly_the_fields(workspace, tmp_p
     assert "| color | 1 | 50.0% | 221 |" in card and "| count | 1 | 50.0% | 348 |" in card
 
 
+def test_a_pair_id_survives_any_number_of_round_trips(tmp_path):
+    from cftools.kinds.cfmm.ingest import ingest_cfmm
+    from cftools.release.export import export_release
+    from cftools.workspace import init_workspace
+
+    images = tmp_path / "imgs"
+    images.mkdir()
+    PIL.Image.new("RGB", (12, 9), "red").save(images / "bus.png")
+    current = tmp_path / "pairs.jsonl"
+    current.write_text("".join(json.dumps(r) + "\n" for r in cfmm_lines("bus.png")))
+    for trip in range(3):  # ingest, export --format cfmm, ingest the export elsewhere, ...
+        workspace = init_workspace(tmp_path / f"ws{trip}")
+        try:
+            ingest_cfmm(workspace.store, current, images, licence="CC0-1.0")
+            result = export_release(workspace, "pairs", "1", tmp_path / f"out{trip}", fmt="cfmm",
+                                    include_unverified=True, licence="CC0-1.0")
+        finally:
+            workspace.close()
+        current, images = result.path / "pairs.jsonl", result.path
+        assert sorted(json.loads(line)["id"] for line in current.read_text().splitlines()) == ["p1", "p2"], trip
+
+
 def test_ingest_cfmm_bad_record_names_file_and_line_and_changes_nothing(workspace, tmp_path, run_cli):
     lines = cfmm_lines("bus.png")
     lines[1]["cf_options"] = ["1", "2", "3"]
@@ -488,6 +536,14 @@ def test_swap_options_reports_the_position_bias_of_a_position_following_model(tm
                        swap_options=True)
     assert content.summary["position_bias"]["follows_position"] == 0.0
     assert content.summary["position_bias"]["same_option"] == 1.0
+
+
+def test_cfmm_eval_ranks_by_loss_unless_told_otherwise_and_the_report_says_so(tmp_path):
+    release = cfmm_release(tmp_path)
+    result = run_eval(release, "blind", out_dir=tmp_path / "default", answerer=PositionModel())
+    assert result.config["mode"] == "rank" and result.config["score"] == "mean-loss"
+    report = (tmp_path / "default" / "report.md").read_text()
+    assert "cfmm settings: mode rank in the paper, rank in this run (as in the paper)" in report
 
 
 def test_prompt_variants_change_the_counterfactual_question_only(tmp_path):

@@ -222,6 +222,30 @@ def test_unchanged_answer(group, original, new, fires):
     assert ("unchanged_answer" in codes_of(item, ("unchanged_answer",))) is fires
 
 
+@pytest.mark.parametrize("question, fires", [
+    ("How many dogs would there be if one dog left and one arrived?", False),  # a correct net-zero change
+    ("How many dogs would there be if two dogs came and two dogs left?", False),
+    ("How many dogs would there be if one dog left?", True),  # 2 - 1 is not 2
+])
+def test_unchanged_answer_accepts_changes_that_cancel_out(question, fires):
+    item = view(question, "2", source_answer="2")
+    assert ("unchanged_answer" in codes_of(item, ("unchanged_answer",))) is fires
+
+
+def test_a_negative_count_is_its_own_value():
+    from cftools.answers import answers_match, extract_answer
+
+    assert extract_answer("-1", "number") == "-1" and not answers_match("-1", "1", "number")
+    assert extract_answer("\u22123 dogs", "number") == "-3" and extract_answer("5-6", "number") is None
+    item = view("How many dogs would there be if 3 dogs left?", "-1", source_answer="2")
+    results = check_item(item, ("answer_type", "unchanged_answer", "arithmetic"), None).flags
+    assert {f.code: f.reason for f in results}["answer_type"] == ("the answer '-1' is a negative count; a count is "
+                                                                  "a whole number >= 0")
+    assert "unchanged_answer" not in {f.code for f in results}  # -1 is not the original 1
+    one = view("How many dogs would there be if the TV was off?", "-1", group=NUMERICAL_INDIRECT, source_answer="1")
+    assert "unchanged_answer" not in codes_of(one, ("unchanged_answer",))
+
+
 def test_multiple_choice_items_get_the_checks_that_apply():
     question = ("How many dots would there be in all the circles together if 14 dots were removed from the circles? "
                 "Select the correct answer:A:0  B:7  C:3  D:6")
@@ -381,11 +405,17 @@ def test_duplicate_by_normalised_text(workspace):
     first = add_item(store, "How many dogs would there be if two more dogs came?", "4", key="k1")
     again = add_item(store, "how many dogs would there be, if 2 more dogs came", "4", key="k2")
     elsewhere = add_item(store, "How many dogs would there be if two more dogs came?", "4", image="b.jpg", key="k3")
+    other_answer = add_item(store, "How many dogs would there be if two more dogs came?", "5", image="c.jpg",
+                            key="k5", source_answer="3")  # another count on another image: not a copy
     report = run_checks(store, use_embeddings=False)
     assert "normalised text only" in report.duplicate_mode
-    assert flags_of(store, first) == {} and flags_of(store, elsewhere) == {}
+    assert flags_of(store, first) == {} and flags_of(store, other_answer) == {}
     reason = flags_of(store, again)["duplicate"]
     assert f"item {first}" in reason
+    # the same question pair with the same answers on another image: a copy, whatever the image
+    assert flags_of(store, elsewhere)["duplicate"] == (f"the same question pair and answers as item {first} on "
+                                                       "another image ('How many dogs would there be if two more "
+                                                       "dogs came?')")
     # an exact repeat of an item that is already checked is a duplicate too
     repeat = add_item(store, "How many dogs would there be if two more dogs came?", "4", key="k4")
     run_checks(store, use_embeddings=False)

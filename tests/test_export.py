@@ -219,8 +219,8 @@ def test_cvqa_format_reproduces_the_peer_csv_and_reingests(workspace, peer_cvqa_
     written = (folder / "C-VQA-Real_questions.csv").read_bytes().decode("utf-8").split("\n")
     peer = peer_cvqa_real.read_bytes().decode("utf-8").split("\n")
     assert written[0] == peer[0] == "img_path,query,answer,new query,new answer,type"
-    # Same lines byte for byte (the peer's quoting included), in the release's id order.
-    assert sorted(written[1:]) == sorted(peer[1:])
+    # The published file byte for byte: its order, its quoting, its line ends.
+    assert (folder / "C-VQA-Real_questions.csv").read_bytes() == peer_cvqa_real.read_bytes()
     assert sum('"' in line for line in written) == sum('"' in line for line in peer) > 0
     assert verify_release(folder).ok
 
@@ -234,6 +234,36 @@ def test_cvqa_format_reproduces_the_peer_csv_and_reingests(workspace, peer_cvqa_
             assert groups == sorted(session.execute(select(Item.group, Item.question)).all())
     finally:
         other.close()
+
+
+def test_both_published_cvqa_files_round_trip_byte_identical(workspace, peer_cvqa_real, tmp_path):
+    synthetic = peer_cvqa_real.parent.parent / "C-VQA-Synthetic" / "C-VQA-Synthetic_questions.csv"
+    for path in (synthetic, peer_cvqa_real):  # the ingest order is not the file order
+        ingest_cvqa(workspace.store, path, licence=LICENCE)
+    result = export_release(workspace, "both", "1", tmp_path / "out", fmt="cvqa", include_unverified=True)
+    written = (result.path / "both_questions.csv").read_bytes()
+    header = b"img_path,query,answer,new query,new answer,type\n"
+    real, synth = peer_cvqa_real.read_bytes(), synthetic.read_bytes()
+    assert written == header + real[len(header):] + synth[len(header):]  # by dataset name, then line
+
+
+def test_repeated_rows_and_image_names_come_back_as_given(workspace, tmp_path):
+    rows = ["img_path,query,answer,new query,new answer,type",
+            "val/b.png,How many dogs?,2,\"If one dog left, how many dogs?\",1,direct",
+            "val/a.png,How many cats?,1,If one more cat came how many cats?,2,direct",
+            "val/b.png,How many dogs?,2,\"If one dog left, how many dogs?\",1,direct"]
+    table = tmp_path / "mine.csv"
+    table.write_bytes(("\n".join(rows) + "\n").encode())
+    write_images(tmp_path / "pics" / "val", ["a.png", "b.png"])
+    report = ingest_cvqa(workspace.store, table, tmp_path / "pics", licence=LICENCE)
+    assert report.items_added == 3  # the repeated row is a row of the file, not merged away
+    assert ingest_cvqa(workspace.store, table, tmp_path / "pics", licence=LICENCE).items_added == 0
+    result = export_release(workspace, "mine", "1", tmp_path / "out", fmt="cvqa", include_unverified=True)
+    assert (result.path / "mine_questions.csv").read_bytes() == table.read_bytes()
+    assert sorted(p.relative_to(result.path / "images").as_posix()
+                  for p in (result.path / "images").rglob("*") if p.is_file()) == ["val/a.png", "val/b.png"]
+    assert (result.path / "images" / "val" / "a.png").read_bytes() == (tmp_path / "pics" / "val" / "a.png").read_bytes()
+    assert verify_release(result.path).ok
 
 
 def test_cvqa_format_with_images_reingests_them(stocked, tmp_path):

@@ -187,7 +187,7 @@ def test_select_and_explain_end_in_a_mucr_release(label_studio, mucr_ws, run_cli
     assert out.exit_code == 0, out.output
     release = Path(json.loads(out.output)["path"])
     rows = [json.loads(line) for line in (release / "rain.jsonl").read_text().splitlines()]
-    assert len(rows) == 4 and all(list(r) == list(SCHEMAS["v1"]) for r in rows)
+    assert len(rows) == 4 and all(list(r) == list(SCHEMAS["readme-2024-08-31"]) for r in rows)
     assert all(len(r["causal_reason"]) == 3 and r["cue"] == "rain" for r in rows)
     assert "| mucr select | best_cause |" in (release / "README.md").read_text()
     assert run_cli("verify", release).exit_code == 0

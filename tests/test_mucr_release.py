@@ -5,6 +5,7 @@ replies, the peer MuCR records as references) and the whole eval against a loopb
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import PIL.Image
@@ -245,32 +246,40 @@ def test_mucr_release_fields_composites_choices_card_verify_and_round_trip(works
     assert out.exit_code == 0, out.output
     release = Path(json.loads(out.output)["path"])
     rows = [json.loads(line) for line in (release / "mc.jsonl").read_text().splitlines()]
-    assert len(rows) == 8 and all(list(r) == list(SCHEMAS["v1"]) for r in rows)
+    assert len(rows) == 8 and all(list(r) == list(SCHEMAS["readme-2024-08-31"]) for r in rows)
     first = rows[0]
     assert len(first["false_cue"]) == 3 and len(first["causal_reason"]) == 3 and first["label"] in ("human", "animal")
-    assert len(first["link_id"]) == 3 and first["id"] not in first["link_id"]
+    # link_id as MuCR's README writes it: one string "[a,b,c]" naming the group's other pairs
+    linked = first["link_id"][1:-1].split(",")
+    assert first["link_id"] == "[" + ",".join(linked) + "]" and len(linked) == 3 and first["id"] not in linked
     assert (release / first["image_0"]).is_file() and (release / first["image_1"]).is_file()
     # composites (form 1) beside the split images (form 3); the choice sets name the group's other pairs
     choices = {c["id"]: c for c in map(json.loads, (release / "choices.jsonl").read_text().splitlines())}
     one = choices[first["id"]]
     assert one["seed"] == 0 and len(one["c2e"]["choices"]) == 4
     assert one["c2e"]["choices"][one["c2e"]["answer"]] == first["image_1"]
-    group_effects = {r["image_1"] for r in rows if r["id"] in first["link_id"]} | {first["image_1"]}
+    group_effects = {r["image_1"] for r in rows if r["id"] in linked} | {first["image_1"]}
     assert set(one["c2e"]["choices"]) == group_effects
     assert sorted(one["cue"]["choices"]) == sorted(["catch cold", "wet", "rain", "run"])
     with PIL.Image.open(release / one["composites"]["c2e"]) as sheet:
         assert sheet.size == (5 * 256, 256 + 24)
     card = (release / "README.md").read_text()
     assert "## MuCR" in card and "| human | photograph | 4 |" in card and "seed 0" in card
-    assert "| diffusers | tiny |" in card and "`label` is the pair's category" in card
+    assert "| diffusers | tiny |" in card and "the pair's category (the README does not define label)" in card
+    assert "`readme-2024-08-31` schema" in card and '| `link_id` | the ids of the other pairs' in card
     assert verify_release(release).ok
     # the same seed gives the same bytes; v2 has its own fields
     again = export_mucr(run_cli, "--out", tmp_path / "again")
     assert (Path(json.loads(again.output)["path"]) / "choices.jsonl").read_bytes() == \
         (release / "choices.jsonl").read_bytes()
-    v2 = export_mucr(run_cli, "--mucr-schema", "v2", "--out", tmp_path / "v2")
-    row = json.loads((Path(json.loads(v2.output)["path"]) / "mc.jsonl").read_text().splitlines()[0])
-    assert list(row) == list(SCHEMAS["v2"]) and row["cause"].startswith("person")
+    variant = export_mucr(run_cli, "--mucr-schema", "cause-effect", "--out", tmp_path / "v2")
+    row = json.loads((Path(json.loads(variant.output)["path"]) / "mc.jsonl").read_text().splitlines()[0])
+    assert list(row) == list(SCHEMAS["cause-effect"]) and row["cause"].startswith("person")
+    earlier = export_mucr(run_cli, "--mucr-schema", "readme-2024-08-14", "--out", tmp_path / "early")
+    row = json.loads((Path(json.loads(earlier.output)["path"]) / "mc.jsonl").read_text().splitlines()[0])
+    assert list(row) == list(SCHEMAS["readme-2024-08-14"]) and "image_0" not in row
+    old_name = export_mucr(run_cli, "--mucr-schema", "v1", "--out", tmp_path / "v1")  # the old name still works
+    assert (Path(json.loads(old_name.output)["path"]) / "mc.jsonl").read_bytes() == (release / "mc.jsonl").read_bytes()
     other_seed = export_mucr(run_cli, "--mucr-seed", "7", "--out", tmp_path / "s7")
     assert (Path(json.loads(other_seed.output)["path"]) / "choices.jsonl").read_bytes() != \
         (release / "choices.jsonl").read_bytes()
@@ -346,6 +355,15 @@ def test_eval_scores_c2e_e2c_cue_and_exp_against_a_judge_process(workspace, run_
     composite = json.loads((tmp_path / "composite" / "config.json").read_text())
     assert composite["kind_options"] == {"mucr_input": "composite"} and composite["judge_aggregate"] == "mean"
     assert "composite input" in (tmp_path / "composite" / "report.md").read_text()
+    # the report says whether the run used the paper's setting; left to its default, a run uses it
+    assert ("mucr settings: mucr_input composite in the paper, split in this run (not the paper's)"
+            in report)
+    out = run_cli("eval", release, "--model", "blind:openai:stub", "--judge", "openai:judge", "--out",
+                  tmp_path / "default", "--quiet")
+    assert out.exit_code == 0, out.output
+    default = (tmp_path / "default" / "report.md").read_text()
+    assert "composite input" in default
+    assert "mucr settings: mucr_input composite in the paper, composite in this run (as in the paper)" in default
 
 
 def test_from_ranking_selects_the_best_ranked_candidates_for_a_demo(workspace, cue_stub, tmp_path):
@@ -364,3 +382,50 @@ def test_from_ranking_selects_the_best_ranked_candidates_for_a_demo(workspace, c
         made = session.execute(select(Item).where(Item.key == "captions:x:p@comic")).scalar_one()
     assert (made.data["cause_image"], made.data["effect_image"]) == (refs[2], refs[3])
     assert made.data["selection"]["by"] == "ranking" and made.status == DRAFT
+
+
+# ---------------------------------------------------------------- Exp parts as the published explanations write them
+
+MODEL_SHAPED = [  # (explanation, its S1, S2, S3 openings)
+    ("The first image shows a man running in the rain. The second image depicts the same man sick on a bench. "
+     "The causal link is that the rain made him ill.", "The first image shows", "The second image depicts",
+     "The causal link is"),
+    ("The first image depicts a woman in a green raincoat running in the rain. In the second image, she lies on a "
+     "couch. Therefore, getting wet caused her cold.", "The first image depicts", "In the second image",
+     "Therefore"),
+    ("Image 1 shows a man running in heavy rain. Image 2 shows him sneezing. This suggests the rain caused a cold.",
+     "Image 1 shows", "Image 2 shows", "This suggests"),
+    ("In the left image a man runs in the rain; in the right image he is ill. The connection is the rain.",
+     "In the left image", "in the right image", "The connection is"),
+    ("In the first image, a man is running. In the second image, the man from the first image is ill. The causal "
+     "reasoning is the rain.", "In the first image", "In the second image, the man from the first image",
+     "The causal reasoning"),
+]
+
+
+@pytest.mark.parametrize("text, s1, s2, s3", MODEL_SHAPED, ids=range(len(MODEL_SHAPED)))
+def test_model_shaped_explanations_keep_all_three_parts(text, s1, s2, s3):
+    parts = split_parts(text)
+    assert parts["S1"].startswith(s1) and parts["S2"].startswith(s2) and parts["S3"].startswith(s3)
+    assert missing_parts(text) == []
+    assert check_explanation_form(view({"explanation_draft": text})) is None
+
+
+def test_published_explanations_rewritten_the_way_models_open_them_keep_their_cause_part():
+    """Each published reference with its opening as a model writes it ("The first image shows ..."): the cause part
+    is the published one's, the judge prompt shows it, and explanation_form flags none of the published records."""
+    from cftools.evaluate.questions import PromptTemplates
+
+    template = PromptTemplates().named("mucr_judge")
+    for record in peer_records():
+        assert check_explanation_form(view({"explanations": record["causal_reason"]})) is None
+        for reference in record["causal_reason"]:
+            published = split_parts(reference)
+            for opening in ("The first image shows", "The first image depicts"):
+                variant = re.sub(r"^'?In the first image, ", opening + " ", reference)
+                assert variant.startswith(opening), variant
+                parts = split_parts(variant)
+                assert parts["S1"].startswith(opening) and parts["S2"] == published["S2"]
+                assert parts["S3"] == published["S3"] and missing_parts(variant) == []
+                prompt = judge_prompts(template, variant, [reference])[0]
+                assert "(missing)" not in prompt and f"S1 (cause image): {parts['S1']}" in prompt

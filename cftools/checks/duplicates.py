@@ -1,7 +1,9 @@
-"""The `duplicate` check: the same or nearly the same counterfactual question on the same image.
+"""The `duplicate` check: the same or nearly the same counterfactual question on the same image, or the same
+question pair (original question and answer, counterfactual question and answer) on another image.
 
 Two items are compared when they refer to the same image (the stored image, else the same file
-name). The later one is flagged: an item is a duplicate of another that is further along the flow
+name), or when their question pairs are the same in normal form (a pair copied onto a second image). The later
+one is flagged: an item is a duplicate of another that is further along the flow
 (not a draft) or of a draft created before it (a lower id), so one of a pair always stays clean.
 
 - *Same*: the questions' normal forms are equal (lowercase, no punctuation or articles, number
@@ -45,6 +47,7 @@ class Entry:
     image_key: str
     question: str
     normal: str
+    pair: str = ""  # the question pair's normal form (original question and answer too); "" without an original
 
     @property
     def numbers(self) -> tuple[str, ...]:
@@ -54,7 +57,11 @@ class Entry:
 def entry_for(item: ItemView) -> Optional[Entry]:
     if not item.image_key or not item.question:
         return None
-    return Entry(item.id, item.status, item.image_key, item.question, normal_question(item.question))
+    pair = ""
+    if item.source_question:
+        pair = "\x00".join((normal_question(item.source_question), normalize_answer(item.source_answer),
+                             normal_question(item.question), normalize_answer(item.answer)))
+    return Entry(item.id, item.status, item.image_key, item.question, normal_question(item.question), pair)
 
 
 def precedes(other: Entry, item: Entry) -> bool:
@@ -68,8 +75,11 @@ class DuplicateFinder:
     def __init__(self, entries: Iterable[Entry], embedder: Optional[Embedder] = None,
                  similarity: float = DEFAULT_SIMILARITY) -> None:
         self.by_image: dict[str, list[Entry]] = defaultdict(list)
+        self.by_pair: dict[str, list[Entry]] = defaultdict(list)
         for entry in entries:
             self.by_image[entry.image_key].append(entry)
+            if entry.pair:
+                self.by_pair[entry.pair].append(entry)
         self.embedder = embedder
         self.similarity = similarity
         self.vectors: dict[int, np.ndarray] = {}
@@ -100,6 +110,11 @@ class DuplicateFinder:
             if other.normal == entry.normal:
                 return Flag("duplicate", f"the same question as item {other.id} on the same image "
                                          f"('{strip_options(other.question)}')")
+        copies = [o for o in self.by_pair.get(entry.pair, ()) if entry.pair and precedes(o, entry)]
+        if copies:
+            other = min(copies, key=lambda o: o.id)
+            return Flag("duplicate", f"the same question pair and answers as item {other.id} on another image "
+                                     f"('{strip_options(other.question)}')")
         mine = self.vectors.get(entry.id)
         if mine is None:
             return None

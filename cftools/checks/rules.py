@@ -100,9 +100,14 @@ def check_two_questions(item: ItemView) -> Result:
 # ---------------------------------------------------------------- answers
 
 
+NEGATIVE = re.compile(r"[-\u2212]\s*\d+(?:\.\d+)?")
+
+
 def check_answer_type(item: ItemView) -> Result:
     answer = (item.answer or "").strip()
     style = item.answer_style
+    if style == "count" and NEGATIVE.fullmatch(answer):
+        return Flag("answer_type", f"the answer {item.answer!r} is a negative count; a count is a whole number >= 0")
     if style == "count" and not DIGITS.fullmatch(answer):
         return Flag("answer_type", f"the answer {item.answer!r} is not a count written in digits "
                                    "(a whole number >= 0, e.g. 3)")
@@ -143,11 +148,20 @@ def _changes(clause: str) -> bool:
                 or any(pattern.search(clause) for pattern, _ in MULTIPLIERS))
 
 
+def _nets_to_zero(question: str, original: Fraction) -> bool:
+    """Whether the presupposition reads as changes that cancel out ("one dog left and one arrived")."""
+    condition = find_condition(question)
+    if condition is None:
+        return False
+    change = parse_change(condition.text)
+    return not change.unreadable and len(change.ops) > 1 and change.apply(original) == original
+
+
 def check_unchanged_answer(item: ItemView) -> Result:
     original, new = item.original_count(), item.new_count()
     if original is None or new is None:
         return None
-    if original == new:
+    if original == new and not _nets_to_zero(item.question, original):
         return Flag("unchanged_answer", f"the new answer {_fmt(new)} equals the original answer; "
                                         "the presupposition changes nothing that is counted")
     return None

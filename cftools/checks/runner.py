@@ -176,14 +176,16 @@ def flagged_drafts_left(store: Store, groups: Sequence[str] = ()) -> Iterator[It
 
 def all_entries(store: Store):
     """Every item's duplicate-check entry (any status)."""
-    query = (select(Item.id, Item.key, Item.kind, Item.group, Item.status, Item.question, Item.data,
-                    SourceQuestion.image_ref, SourceQuestion.image_id)
+    query = (select(Item.id, Item.key, Item.kind, Item.group, Item.status, Item.question, Item.answer, Item.data,
+                    SourceQuestion.image_ref, SourceQuestion.image_id, SourceQuestion.question, SourceQuestion.answer)
              .outerjoin(SourceQuestion, SourceQuestion.id == Item.source_id))
     with store.session() as session:
-        for id_, key, kind, group, status, question, data, image_ref, image_id in session.execute(query):
+        for (id_, key, kind, group, status, question, answer, data, image_ref, image_id, source_question,
+             source_answer) in session.execute(query):
             if image_ref is None and isinstance(data, dict) and isinstance(data.get("image"), str):
                 image_ref = data["image"]
-            view = ItemView(id=id_, key=key, kind=kind, group=group, status=status, question=question, answer=None,
+            view = ItemView(id=id_, key=key, kind=kind, group=group, status=status, question=question, answer=answer,
+                            source_question=source_question, source_answer=source_answer,
                             image_name=image_ref, image_key=_image_key(image_id, image_ref))
             entry = entry_for(view)
             if entry is not None:

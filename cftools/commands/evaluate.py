@@ -85,8 +85,10 @@ def parse_shard_option(ctx: click.Context, param: click.Parameter, text: Optiona
 @click.option("--model", "model", required=True,
               help="hf:PATH_OR_ID (transformers image-text-to-text), openai:MODEL (vision chat API), "
                    "blind (embedded text-only model, no image) or blind:BACKEND:MODEL.")
-@click.option("--mode", type=click.Choice(MODES), default="generate", show_default=True,
-              help="generate short answers, or rank the options by likelihood (hf: models).")
+@click.option("--mode", type=click.Choice(MODES), default=None,
+              help="generate short answers, or rank the options by likelihood (hf: models, blind). Default: the "
+                   "paper's method for the release's kind: rank for CFMM, generate for C-VQA and MuCR (and when the "
+                   "model cannot rank).")
 @click.option("--score", type=click.Choice(SCORES), default="mean-loss", show_default=True,
               help="rank mode: mean-loss (mean token loss, lowest wins) or sum-logprob (highest wins).")
 @click.option("--batch-size", default="8", show_default=True,

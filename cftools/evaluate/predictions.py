@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional, Sequence
 
 
-from cftools.answers import extract_answer, extract_option_letter, normalize_answer
+from cftools.answers import CHOICE, extract_answer, extract_choice, extract_option_letter, normalize_answer
 from cftools.errors import InputError, naming_the_file
 from cftools.evaluate.questions import LETTER, Question
 
@@ -32,6 +32,9 @@ def read_generated(question: Question, raw: str) -> tuple[Optional[str], bool]:
     if question.answer_type == LETTER:
         parsed = extract_option_letter(raw, question.options or [])
         return parsed, parsed == question.gold
+    if question.answer_type == CHOICE:
+        parsed = extract_choice(raw, question.choices or {})
+        return parsed, parsed is not None and parsed == question.gold.strip().upper()
     if question.options:
         parsed = read_option(raw, question.options)
         return parsed, parsed is not None and parsed == (question.gold_option or question.gold)

@@ -13,8 +13,9 @@ from typing import Any, Iterable, Optional, Sequence
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
-from cftools.answers import extract_answer, infer_answer_type, normalize_answer
+from cftools.answers import CHOICE, choice_options, extract_answer, infer_answer_type, normalize_answer
 from cftools.errors import InputError
+from cftools.item_view import options as question_options
 from cftools.evaluate.vlm import Prompt
 from cftools.kinds.base import EvalContext, Kind
 from cftools.release.layout import resolve_image
@@ -44,6 +45,7 @@ class Question:
     gold_option: Optional[str] = None
     references: Optional[list[str]] = None   # a judged question (MuCR Exp)
     facets: Optional[dict[str, str]] = None  # what a kind breaks its scores down by (category, style, input form)
+    choices: Optional[dict[str, str]] = None  # a multiple-choice question's options in its text, letter -> text
 
     @property
     def judged(self) -> bool:
@@ -118,7 +120,9 @@ def question_answer_type(record: dict[str, Any], which: str, gold: str, kind: Ki
     return infer_answer_type(gold)
 
 
-def derived_options(answer_type: str) -> Optional[list[str]]:
+def derived_options(answer_type: str, choices: Optional[dict[str, str]] = None) -> Optional[list[str]]:
+    if answer_type == CHOICE and choices:
+        return list(choices)  # rank the option letters the question offers
     if answer_type == "yes/no":
         return list(YES_NO_OPTIONS)
     if answer_type == "number":
@@ -128,6 +132,8 @@ def derived_options(answer_type: str) -> Optional[list[str]]:
 
 def gold_option_of(options: Sequence[str], gold: str, answer_type: str) -> Optional[str]:
     """The option that reads as the gold answer (None when no option does)."""
+    if answer_type == CHOICE:
+        return next((o for o in options if o == gold.strip().upper()), None)
     expected = extract_answer(gold, answer_type) or normalize_answer(gold)
     for option in options:
         if (extract_answer(option, answer_type) or normalize_answer(option)) == expected:
@@ -165,12 +171,17 @@ def pair_questions(record: dict[str, Any], ctx: EvalContext, kind: Kind) -> list
             continue
         gold = str(gold)
         answer_type = question_answer_type(record, which, gold, kind)
+        # A gold answer that is one of the option letters the question offers: a multiple-choice question
+        # (C-VQA-Synthetic), read for a letter or an option's text.
+        choices = choice_options(gold, question_options(text))
+        if choices:
+            answer_type = CHOICE
         options = options_by_which.get(which) if isinstance(options_by_which, dict) else None
         if options is not None:
             options = [str(o) for o in options]
         shown = options
         if mode == "rank" and options is None:
-            options = derived_options(answer_type)
+            options = derived_options(answer_type, choices)
             shown = None
         orders = [(which, options, shown)]
         if ctx.swap_options and options and len(options) > 1:  # the same question, options in reverse order
@@ -184,7 +195,7 @@ def pair_questions(record: dict[str, Any], ctx: EvalContext, kind: Kind) -> list
                 group=str(record.get("group") or ""), gold=gold, answer_type=answer_type,
                 prompt=Prompt(text=prompt_text, images=[image] if image else [], options=ordered,
                               max_new_tokens=max_new_tokens),
-                options=ordered, gold_option=gold_option))
+                options=ordered, gold_option=gold_option, choices=choices))
     if mode == "rank" and any(q.options is None for q in questions):
         ctx.skipped.no_options.append(str(record["id"]))
         return []

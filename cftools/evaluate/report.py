@@ -89,6 +89,21 @@ def csv_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def settings_lines(config: dict[str, Any], summary: dict[str, Any]) -> list[str]:
+    """Per kind: the settings of its paper's main table and whether this run used them."""
+    lines = []
+    for kind, section in kind_sections(summary):
+        if not kind.paper_settings:
+            continue
+        parts = []
+        for setting, paper in kind.paper_settings.items():
+            used = kind.setting_used(setting, config, section)
+            verdict = "as in the paper" if used == paper else "not the paper's"
+            parts.append(f"{setting} {paper} in the paper, {used or 'not set'} in this run ({verdict})")
+        lines.append(f"{kind.name} settings: " + "; ".join(parts))
+    return lines
+
+
 def _header_lines(config: dict[str, Any], summary: dict[str, Any]) -> list[str]:
     skipped = summary.get("skipped") or {}
     lines = [f"model `{config['model']}`, mode **{config['mode']}**"
@@ -104,7 +119,7 @@ def _header_lines(config: dict[str, Any], summary: dict[str, Any]) -> list[str]:
         lines.append("options: " + ", ".join(f"{k} = {v}" for k, v in sorted(config["kind_options"].items())))
     if config.get("judge"):
         lines.append(f"judge `{config['judge']}`, scores over the references: {config.get('judge_aggregate')}")
-    return lines
+    return lines + settings_lines(config, summary)
 
 
 def render_markdown(config: dict[str, Any], summary: dict[str, Any]) -> str:
@@ -113,7 +128,9 @@ def render_markdown(config: dict[str, Any], summary: dict[str, Any]) -> str:
     out.append("")
     out.append("Accuracies in %, with the 95% bootstrap interval; unknown = replies that could not be read "
                "(counted as wrong).")
-    for table in report_tables(summary):
+    fmt = ScoreFormat(pct=pct, rate=rate, points=points)
+    paper = [t for kind, section in kind_sections(summary) for t in kind.paper_tables(section, fmt)]
+    for table in report_tables(summary) + paper:
         out += ["", f"## {table.title}", "", "| " + " | ".join(table.columns) + " |",
                 "|" + "|".join("---" for _ in table.columns) + "|"]
         out += ["| " + " | ".join(row) + " |" for row in table.rows]

@@ -229,7 +229,17 @@ def position_bias(predictions: Sequence[dict[str, Any]]) -> dict[str, Any]:
             "same_option": same_option / n if n else None, "first_position": first / (2 * n) if n else None}
 
 
-def run_eval(release_dir: Path | str, model: str, mode: str = "generate", score: str = "mean-loss",
+def paper_mode(records: Sequence[dict], spec: ModelSpec) -> str:
+    """The answering method of the papers of the release's kinds (CFMM ranks the options by loss; C-VQA and MuCR
+    read generated answers); generate when they differ or the model cannot rank."""
+    kinds = all_kinds()
+    modes = {kinds[k].paper_settings.get("mode") for k in {str(r.get("kind")) for r in records} if k in kinds}
+    modes.discard(None)
+    mode = modes.pop() if len(modes) == 1 else "generate"
+    return mode if mode != "rank" or can_rank(spec) else "generate"
+
+
+def run_eval(release_dir: Path | str, model: str, mode: Optional[str] = None, score: str = "mean-loss",
              batch_size: int = 8, device: str = "auto", dtype: str = "auto", limit: Optional[int] = None,
              out_dir: Optional[Path] = None, template: Optional[str] = None, max_new_tokens: int = 16,
              judge: Optional[str] = None, workspace: Any = None, concurrency: int = 4,
@@ -243,7 +253,7 @@ def run_eval(release_dir: Path | str, model: str, mode: str = "generate", score:
     With SHARD, ask only that shard's share into its own predictions file and write no report: the result
     holds the share's predictions and an empty summary (`cftools.evaluate.merge` makes the run's)."""
     release_dir = Path(release_dir)
-    if mode not in MODES:
+    if mode is not None and mode not in MODES:
         raise CftoolsError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
     if score not in SCORES:
         raise CftoolsError(f"unknown score {score!r}; choose one of {', '.join(SCORES)}")
@@ -255,11 +265,13 @@ def run_eval(release_dir: Path | str, model: str, mode: str = "generate", score:
         raise CftoolsError(f"unknown judge aggregate {judge_aggregate!r}; choose one of {', '.join(JUDGE_AGGREGATES)}")
     options = {k: v for k, v in sorted((options or {}).items()) if v is not None}
     spec = parse_model_spec(model)
+    records = load_records(release_dir)
+    if mode is None:  # the paper's method for the release's kind
+        mode = paper_mode(records, spec)
     if mode == "rank" and not can_rank(spec):
         raise CftoolsError("rank mode needs token log-probabilities: use an hf: model, blind (the embedded "
                            "model), or --mode generate")
     check_prompt_variant(prompt_variant)
-    records = load_records(release_dir)
     if limit is not None:
         records = records[:max(0, limit)]
     present = {str(r.get("kind")) for r in records}

@@ -134,6 +134,9 @@ class Kind:
     prompt_variants: ClassVar[tuple[str, ...]] = ()  # `eval --prompt` values besides "plain" (see EvalContext)
     # A kind shipped in its own package keeps its templates there: TEMPLATE_ROOT/annotation/..., .../prompts/...
     template_root: ClassVar[Optional[Path]] = None
+    # The eval settings of the paper's main table (`mode`, or a kind option such as `mucr_input`) -> value; a run
+    # left to its defaults uses them, and the report says whether it did (`setting_used`).
+    paper_settings: ClassVar[dict[str, str]] = {}
 
     # -- fields ------------------------------------------------------------------------------------------------
 
@@ -288,6 +291,17 @@ class Kind:
     def csv_rows(self, section: dict[str, Any]) -> list[tuple[str, str, Any, Optional[int]]]:
         """(group, metric, score or value, n) rows of the flat CSV report."""
         return []
+
+    def paper_tables(self, section: dict[str, Any], fmt: "ScoreFormat") -> list[ReportTable]:
+        """The scores again in the layout of the paper's table, where it differs from `report_table`."""
+        return []
+
+    def setting_used(self, setting: str, config: dict[str, Any], section: dict[str, Any]) -> Optional[str]:
+        """What a run used for one of `paper_settings`: the run's `mode`, else its kind option."""
+        if setting in config:
+            return None if config[setting] is None else str(config[setting])
+        value = (config.get("kind_options") or {}).get(setting)
+        return None if value is None else str(value)
 
     def plot_series(self, section: dict[str, Any]) -> Optional[tuple[str, list[str], list[tuple[str, list]]]]:
         return None

@@ -48,6 +48,14 @@ class CfmmKind(Kind):
     def checks(self) -> tuple[Check, ...]:  # type: ignore[override]
         return declared_checks()
 
+    # The paper ranks the two options by generation loss (as SEED-Bench does), not by reading free text.
+    paper_settings = {"mode": "rank"}
+
+    def prepare_checks(self, config: dict[str, Any]) -> None:
+        from cftools.kinds.cfmm.checks import configure_blind_model
+
+        configure_blind_model(config)
+
     def answer_type(self, group: str, answer: Optional[str]) -> Optional[str]:
         return "other"  # always a choice between two written options
 

@@ -11,7 +11,8 @@ from typing import Any, Optional
 def export_row(record: dict[str, Any]) -> dict[str, Any]:
     options = record.get("options") or {}
     data = record.get("data") or {}
-    return {"id": record["id"], "image": record.get("image"), "type": data.get("type") or record["group"],
+    # An ingested pair keeps the id it came with (`release_id`), so ids survive any number of round trips.
+    return {"id": data.get("release_id") or record["id"], "image": record.get("image"), "type": data.get("type") or record["group"],
             "basic_question": record.get("original_question"), "basic_options": options.get("original"),
             "basic_answer": record.get("original_answer"), "cf_question": record.get("question"),
             "cf_options": options.get("counterfactual"), "cf_answer": record.get("answer")}

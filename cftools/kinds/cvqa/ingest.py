@@ -19,6 +19,7 @@ def read_cvqa(path: Path, bad: BadRecords, dataset: str | None = None) -> tuple[
     now = utcnow()
     sources: dict[str, dict] = {}
     items: dict[str, dict] = {}
+    repeats: dict[str, int] = {}
     for line, row in records(path, CSV_COLUMNS, bad):
         group = TYPE_TO_GROUP.get(row["type"].strip(), row["type"].strip())
         source_key = stable_key(row["img_path"], row["query"], row["answer"])
@@ -28,7 +29,12 @@ def read_cvqa(path: Path, bad: BadRecords, dataset: str | None = None) -> tuple[
             "answer": row["answer"], "answer_type": GROUP_ANSWER_TYPE.get(group, "other"),
             "answers": None, "meta": {"img_path": row["img_path"], "line": line}, "created_at": now,
         })
+        # A row repeated exactly is kept as often as the file has it (the published Real file has one such pair),
+        # so that an export gives the file back; its n-th repeat gets ":n" (stable on re-ingest).
         key = f"{dataset}:{stable_key(*(row[c] for c in CSV_COLUMNS))}"
+        repeat = repeats[key] = repeats.get(key, -1) + 1
+        if repeat:
+            key = f"{key}:{repeat}"
         items.setdefault(key, {
             "key": key, "kind": "cvqa", "group": group, "source_external_id": source_key,
             "question": row["new query"], "answer": row["new answer"], "status": DRAFT, "origin": "ingested",

@@ -31,6 +31,7 @@ class CvqaKind(Kind):
     export_formats = (ExportFormat("cvqa", "the C-VQA CSV columns as published (items with an original question)",
                                    write_csv, keeps=lambda r: bool(r.get("original_question"))),)
     metrics = ("original", "counterfactual", "drop", "unknown_original", "unknown_counterfactual")
+    paper_settings = {"mode": "generate"}  # the paper reads the models' generated answers
 
     @property
     def checks(self) -> tuple[Check, ...]:  # type: ignore[override]
@@ -84,6 +85,15 @@ class CvqaKind(Kind):
                 for r in section["rows"]]
         return ReportTable(self.name, "C-VQA accuracy (%), original vs counterfactual",
                            ["group", "n", "original", "unknown", "counterfactual", "unknown", "drop"], rows)
+
+    def paper_tables(self, section: dict[str, Any], fmt) -> list[ReportTable]:  # noqa: ANN001
+        """C-VQA's Table 1 layout: the groups as columns; original, counterfactual and the drop as rows."""
+        rows = section["rows"]
+        return [ReportTable(self.name, "C-VQA accuracy (%) in the paper's Table 1 layout",
+                            ["", *[r["group"] for r in rows]],
+                            [["original", *[fmt.pct(r["original"]) for r in rows]],
+                             ["counterfactual", *[fmt.pct(r["counterfactual"]) for r in rows]],
+                             ["drop", *[fmt.pct(r["drop"]) for r in rows]]])]
 
     def csv_rows(self, section: dict[str, Any]) -> list:
         out = []

@@ -1,4 +1,5 @@
-"""The MuCR kind's commands: `ingest captions`, `generate captions`, `generate context`, `generate images`."""
+"""The MuCR kind's commands: `ingest captions`, `ingest mucr`, `generate captions`, `generate context`, `generate
+images`, `generate cues`."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from cftools.commands.generation import llm_options, print_llm_report, run_with_
 from cftools.commands.ingest import file_ingest_options, ingest_licence, print_ingest, report_path
 from cftools.kinds.mucr.generate import (CAPTIONS_MAX_TOKENS, CONTEXT_MAX_TOKENS, CONTEXT_STOP_REGEX,
                                          LOCAL_CONTEXT_MAX_TOKENS, draft_captions, text_params, write_context)
-from cftools.kinds.mucr.ingest import ingest_captions
+from cftools.kinds.mucr.ingest import ingest_captions, ingest_mucr
 from cftools.workspace import Workspace
 
 
@@ -27,6 +28,19 @@ def ingest_captions_cmd(workspace: Workspace, file: Path, dataset: Optional[str]
     """Ingest MuCR caption pairs (CSV or JSONL: cause, effect, category, group; optional style, id)."""
     result = ingest_captions(workspace.store, file, skip_bad, report_path(workspace, report, file.name), dataset,
                              ingest_licence(workspace, licence))
+    print_ingest(result, as_json)
+
+
+@click.command("mucr")
+@file_ingest_options("mucr")
+@pass_workspace
+def ingest_mucr_cmd(workspace: Workspace, file: Path, dataset: Optional[str], images_dir: Optional[Path],
+                    licence: Optional[str], skip_bad: bool, report: Optional[Path], as_json: bool) -> None:
+    """Ingest MuCR records as published (JSONL: id, caption_0, caption_1, link_id, cue, false_cue, style, label,
+    causal_reason, and image_0/image_1, which are optional) as draft items that can be checked, annotated,
+    extended and released again. The pairs of a group are those its link_id names."""
+    result = ingest_mucr(workspace.store, file, images_dir, skip_bad, report_path(workspace, report, file.name),
+                         dataset, ingest_licence(workspace, licence))
     print_ingest(result, as_json)
 
 
@@ -163,14 +177,21 @@ def cues_cmd(workspace: Workspace, limit: Optional[int], groups: tuple[str, ...]
 def stage_options(command: str) -> list[click.Option]:
     """The MuCR options of `cftools export` and `cftools eval`."""
     if command == "export":
-        return [click.Option(["--mucr-schema"], type=click.Choice(["v1", "v2"]), default="v1", show_default=True,
-                             help="--format mucr: the record fields of MuCR's first release (v1) or its later one."),
+        from cftools.kinds.mucr.release import DEFAULT_SCHEMA, SCHEMA_ALIASES, SCHEMAS
+
+        return [click.Option(["--mucr-schema"], type=click.Choice([*SCHEMAS, *SCHEMA_ALIASES]), default=DEFAULT_SCHEMA,
+                             show_default=True,
+                             help="--format mucr: the record fields: those of MuCR's README since 2024-08-31 "
+                                  "(readme-2024-08-31, with image_0/image_1), of its README 2024-08-14 to 08-30 "
+                                  "(readme-2024-08-14, no images), or the cause/effect variant (cause-effect, "
+                                  "source unconfirmed). v1 and v2 are the old names of the first and the last."),
                 click.Option(["--mucr-seed"], type=int, default=0, show_default=True,
                              help="--format mucr: the seed that shuffles the choice sets (recorded)."),
                 click.Option(["--allow-small-groups"], is_flag=True,
                              help="--format mucr: keep groups of fewer than 4 pairs (fewer choices; the card says so).")]
     if command == "eval":
-        return [click.Option(["--mucr-input"], type=click.Choice(["split", "composite"]), default="split",
-                             show_default=True,
-                             help="MuCR: each picture as its own image (form 3) or one composite image (form 1).")]
+        return [click.Option(["--mucr-input"], type=click.Choice(["split", "composite"]), default=None,
+                             help="MuCR: each picture as its own image (form 3) or one composite image (form 1). "
+                                  "Default: composite, the paper's main setting, where the release has composites "
+                                  "(--format mucr), else split.")]
     return []

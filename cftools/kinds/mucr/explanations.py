@@ -2,9 +2,11 @@
 human references, S1 the cause-image part, S2 the effect-image part, S3 the causal-link part (0–10 each), and
 Exp = 0.25·S1 + 0.25·S2 + 0.5·S3.
 
-An explanation is split into its three parts at "In the first image …", "In the second image …" and the causal
-sentence ("The causal link is …", "The connection is …", "This is because …"); an explanation without those
-markers is split by sentences (first, second, the rest). The judge (prompts/eval/mucr_judge.j2) sees the
+An explanation is split into its three parts the way the published references are written: at "In the first
+image …" (or "The first image shows/depicts …", "Image 1 …", "In the left image …"), at "In the second image …" (or
+its variants) and at the causal sentence ("The causal link is …", "The connection is …", "The causal reasoning is
+…", "This is because …", "Therefore …"); an explanation without those markers is split by sentences (first,
+second, the rest). The judge (prompts/eval/mucr_judge.j2) sees the
 candidate's parts and one reference's parts and replies `S1: n, S2: n, S3: n`; one call per reference. A part's
 score over the references is the best-matching reference's (`best-match`, the default) or their mean (`mean`).
 """
@@ -21,24 +23,45 @@ PART_WEIGHTS = {"S1": 0.25, "S2": 0.25, "S3": 0.5}
 AGGREGATES = ("best-match", "mean")
 DEFAULT_AGGREGATE = "best-match"
 
-FIRST = re.compile(r"\bin the first (?:image|picture|panel)\b", re.IGNORECASE)
-SECOND = re.compile(r"\bin the second (?:image|picture|panel)\b", re.IGNORECASE)
-LINK = re.compile(r"\b(?:the (?:causal )?(?:link|connection|relationship|reasoning|reason)\b|this (?:is because|shows)"
-                  r"|therefore\b|as a result\b|so\b(?=[^.]*\bcaus))", re.IGNORECASE)
+# Where each part starts. The published references open with "In the first image, …" / "In the second image, …";
+# models as often write "The first image shows/depicts …", "In the first picture …", "Image 1 shows …", "In the
+# left image …" (the cause is shown first, on the left).
+_PICTURE = r"(?:image|picture|panel|photo|photograph)"
+
+
+def _opening(ordinal: str, number: str, side: str) -> re.Pattern:
+    return re.compile(rf"\b(?:(?:in|on)\s+)?the\s+(?:{ordinal}|{side})\s+{_PICTURE}\b"
+                      rf"|\b(?:(?:in|on)\s+)?{_PICTURE}\s*(?:{number}|#\s*{number[0]})\b", re.IGNORECASE)
+
+
+FIRST = _opening("first", "1|one", "left|cause|former")
+SECOND = _opening("second", "2|two", "right|effect|latter")
+LINK = re.compile(r"\b(?:the (?:causal )?(?:link|connection|relationship|reasoning|reason|relation)\b"
+                  r"|the cause (?:is|was)\b|this (?:is because|shows|suggests|indicates|implies|means)\b"
+                  r"|therefore\b|thus\b|hence\b|as a result\b|consequently\b|so\b(?=[^.]*\bcaus))",
+                  re.IGNORECASE)
 SENTENCE = re.compile(r"(?<=[.!?])\s+")
 JUDGE_LINE = re.compile(r"\bS\s*([123])\s*[:=\-–]?\s*(\d+(?:\.\d+)?)(?:\s*(?:/|out of)\s*10)?", re.IGNORECASE)
+
+
+def _markers(text: str) -> tuple[Optional[re.Match], Optional[re.Match], Optional[re.Match]]:
+    """Where the cause-image, effect-image and causal-link parts start: the first opening of each, each searched
+    after the one before it (the effect part may name "the first image" again)."""
+    first = FIRST.search(text)
+    second = SECOND.search(text, first.end() if first else 0)
+    link = LINK.search(text, second.end() if second else (first.end() if first else 0))
+    return first, second, link
 
 
 def split_parts(text: str) -> dict[str, str]:
     """{"S1": cause-image part, "S2": effect-image part, "S3": causal-link part}; a missing part is ""."""
     text = re.sub(r"\s+", " ", (text or "").strip().lstrip("'\""))
-    first, second = FIRST.search(text), SECOND.search(text)
+    first, second, link = _markers(text)
     if first is None and second is None:
         sentences = [s for s in SENTENCE.split(text) if s.strip()]
         return {"S1": sentences[0] if sentences else "", "S2": sentences[1] if len(sentences) > 1 else "",
                 "S3": " ".join(sentences[2:])}
     start2 = second.start() if second else None
-    link = LINK.search(text, second.end() if second else (first.end() if first else 0))
     start3 = link.start() if link else None
     s1_end = start2 if start2 is not None else (start3 if start3 is not None else len(text))
     s1 = text[first.start():s1_end] if first else ""
@@ -49,10 +72,7 @@ def split_parts(text: str) -> dict[str, str]:
 
 def missing_parts(text: str) -> list[str]:
     """The parts of the three-part form an explanation lacks (its markers), e.g. ["S3"]."""
-    text = text or ""
-    found = {"S1": FIRST.search(text), "S2": SECOND.search(text)}
-    after = found["S2"].end() if found["S2"] else (found["S1"].end() if found["S1"] else 0)
-    found["S3"] = LINK.search(text, after)
+    found = dict(zip(PARTS, _markers(text or "")))
     return [part for part in PARTS if not found[part]]
 
 

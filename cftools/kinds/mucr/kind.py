@@ -87,8 +87,9 @@ class MucrKind(Kind):
             Check("explanation_form", mucr_checks.check_explanation_form, mucr_checks.has_cues,
                   "MuCR selected pairs with an explanation draft or explanations"),
         )
-        self._formats = (ExportFormat("mucr", "the MuCR JSONL (--mucr-schema v1|v2), images, form-1 composites "
-                                      "beside the split images, recorded choice sets and the data card",
+        self._formats = (ExportFormat("mucr", "the MuCR JSONL (--mucr-schema readme-2024-08-31|readme-2024-08-14|"
+                                      "cause-effect), images, form-1 composites beside the split images, recorded "
+                                      "choice sets and the data card",
                                       mucr_release.write_mucr, keeps=mucr_release.keeps, takes_context=True),)
 
     @property
@@ -99,13 +100,20 @@ class MucrKind(Kind):
     def export_formats(self) -> tuple[ExportFormat, ...]:  # type: ignore[override]
         return self._formats
 
+    paper_settings = {"mucr_input": "composite"}  # the paper's main table: one composite image (form 1)
+
+    def setting_used(self, setting: str, config: dict[str, Any], section: dict[str, Any]) -> Optional[str]:
+        if setting == "mucr_input":
+            return section.get("input")  # decided per item: composite where the release has it
+        return super().setting_used(setting, config, section)
+
     def prepare_checks(self, config: dict[str, Any]) -> None:
         self.prompt_length.configure(config)
 
     def commands(self) -> dict[str, list]:
         from cftools.kinds.mucr import commands as mucr_commands
 
-        return {"ingest": [mucr_commands.ingest_captions_cmd],
+        return {"ingest": [mucr_commands.ingest_captions_cmd, mucr_commands.ingest_mucr_cmd],
                 "generate": [mucr_commands.captions_cmd, mucr_commands.context_cmd, mucr_commands.images_cmd,
                              mucr_commands.cues_cmd]}
 
@@ -188,7 +196,9 @@ class MucrKind(Kind):
 
         data = record.get("data") or {}
         item_id, group = str(record["id"]), str(record.get("group") or "")
-        form = str((ctx.options or {}).get("mucr_input") or "split")
+        # The paper's main table uses the composite input (form 1); a release without composites (not --format
+        # mucr) can only be asked with split images.
+        form = str((ctx.options or {}).get("mucr_input") or ("composite" if data.get("composites") else "split"))
         facets = {"category": str(data.get("category") or "-"), "style": str(data.get("style") or "-"),
                   "input": form}
         if not data.get("cause_image") or not data.get("effect_image"):

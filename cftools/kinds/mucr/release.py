@@ -1,9 +1,11 @@
-"""`cftools export NAME --version V --format mucr [--mucr-schema v1|v2]`: a MuCR release.
+"""`cftools export NAME --version V --format mucr [--mucr-schema readme-2024-08-31|readme-2024-08-14|cause-effect]`:
+a MuCR release.
 
 The folder holds
 
-    NAME.jsonl        one record per selected pair with exactly MuCR's fields (SCHEMAS), image_0 = cause, image_1 =
-                      effect; `label` is the pair's category; `link_id` lists the ids of the other pairs of its group
+    NAME.jsonl        one record per selected pair with exactly the schema's fields (SCHEMAS), image_0 = cause,
+                      image_1 = effect; `label` is the pair's category; `link_id` names the other pairs of its group
+                      as the README writes it, one string "[a,b,c]"
     choices.jsonl     per pair the choice sets every model sees: C2E (the right effect and the effects of the other
                       pairs of its group), E2C (the same for causes), Cue (the cue and its 3 false cues), positions
                       shuffled by the recorded seed (`--mucr-seed`, default 0)
@@ -34,11 +36,59 @@ import PIL.ImageDraw
 
 from cftools.errors import CftoolsError
 
+# MuCR's record fields, named after where they are published. The repository (github.com/Zhiyuan-Li-John/MuCR)
+# documents its JSONL under "Dataset Form" in README.md; that list changed once:
+#   readme-2024-08-14  the README from 2024-08-14 to 08-30: no image fields
+#   readme-2024-08-31  the README since 2024-08-31 (commit c8a3673): image_0 (cause) and image_1 (effect) added
+#   cause-effect       a variant with `cause`/`effect` for the captions, named in the project's notes as a later
+#                      form; it appears in no version of the repository, so its source is unconfirmed
 SCHEMAS = {
-    "v1": ("id", "caption_0", "caption_1", "link_id", "cue", "false_cue", "style", "label", "causal_reason",
-           "image_0", "image_1"),
-    "v2": ("id", "style", "cause", "effect", "cue", "false_cue", "label", "causal_reason", "image_0", "image_1"),
+    "readme-2024-08-31": ("id", "caption_0", "caption_1", "link_id", "cue", "false_cue", "style", "label",
+                          "causal_reason", "image_0", "image_1"),
+    "readme-2024-08-14": ("id", "caption_0", "caption_1", "link_id", "cue", "false_cue", "style", "label",
+                          "causal_reason"),
+    "cause-effect": ("id", "style", "cause", "effect", "cue", "false_cue", "label", "causal_reason", "image_0",
+                     "image_1"),
 }
+DEFAULT_SCHEMA = "readme-2024-08-31"
+# The names the schemas had before (v1 was called "MuCR's first release", which it is not).
+SCHEMA_ALIASES = {"v1": "readme-2024-08-31", "v2": "cause-effect"}
+# Where each field's value comes from (the data card lists it).
+FIELD_SOURCES = {
+    "id": "the item's key (an ingested MuCR record keeps its own id)",
+    "caption_0": "the cause caption", "caption_1": "the effect caption",
+    "cause": "the cause caption", "effect": "the effect caption",
+    "link_id": 'the ids of the other pairs of its group, written as the README shows it: one string "[a,b,c]"',
+    "cue": "the agreed cue", "false_cue": "the three false cues",
+    "style": "photograph or comic", "label": "the pair's category (the README does not define label)",
+    "causal_reason": "the three explanations by three people",
+    "image_0": "the cause image, images/<sha256>", "image_1": "the effect image, images/<sha256>",
+}
+
+
+def schema_name(name: Optional[str]) -> str:
+    """The schema NAME stands for (old names too); refuses an unknown one."""
+    name = SCHEMA_ALIASES.get(str(name or DEFAULT_SCHEMA), str(name or DEFAULT_SCHEMA))
+    if name not in SCHEMAS:
+        raise CftoolsError(f"unknown MuCR schema {name!r}; choose one of {', '.join(SCHEMAS)}")
+    return name
+
+
+def link_id_text(ids: Sequence[str]) -> str:
+    """link_id as the README writes it: `"link_id": "[a,b,c]"`, one string."""
+    return "[" + ",".join(str(i) for i in ids) + "]"
+
+
+def read_link_id(value: Any) -> list[str]:
+    """The ids of a link_id: the README's string "[a,b,c]" (quotes and spaces tolerated) or a JSON list."""
+    if isinstance(value, list):
+        return [str(v).strip() for v in value if str(v).strip()]
+    text = str(value or "").strip()
+    if text.startswith("[") and text.endswith("]"):
+        text = text[1:-1]
+    return [part.strip().strip("'\"").strip() for part in text.split(",") if part.strip().strip("'\"").strip()]
+
+
 GROUP_SIZE = 4  # MuCR: a group of four pairs, so each choice is among 4
 TILE = 256
 LABEL_HEIGHT = 24
@@ -150,10 +200,10 @@ def composites_of(folder: Path, data: dict[str, Any]) -> dict[str, str]:
 
 def mucr_record(entry: Any, link_ids: list[str], schema: str) -> dict[str, Any]:
     data = entry.record["data"]
-    values = {"id": entry.record["id"], "caption_0": data.get("cause_caption"), "caption_1": data.get("effect_caption"),
-              "cause": data.get("cause_caption"), "effect": data.get("effect_caption"), "link_id": link_ids,
+    values = {"id": data.get("mucr_id") or entry.record["id"], "caption_0": data.get("cause_caption"), "caption_1": data.get("effect_caption"),
+              "cause": data.get("cause_caption"), "effect": data.get("effect_caption"), "link_id": link_id_text(link_ids),
               "cue": data.get("cue"), "false_cue": list(data.get("false_cues") or []), "style": data.get("style"),
-              "label": data.get("category"), "causal_reason": list(data.get("explanations") or []),
+              "label": data.get("label") or data.get("category"), "causal_reason": list(data.get("explanations") or []),
               "image_0": data["cause_image"], "image_1": data["effect_image"]}
     return {field: values[field] for field in SCHEMAS[schema]}
 
@@ -170,9 +220,7 @@ def write_mucr(items: list, folder: Path, name: str, splits: dict[str, float], c
     from cftools.release.datacard import write_card
 
     options = context.options
-    schema = str(options.get("mucr_schema") or "v1")
-    if schema not in SCHEMAS:
-        raise CftoolsError(f"unknown MuCR schema {schema!r}; choose one of {', '.join(SCHEMAS)}")
+    schema = schema_name(options.get("mucr_schema"))
     seed = int(options.get("mucr_seed") or 0)
     groups = groups_of(items)
     small = small_groups(groups)
@@ -186,7 +234,8 @@ def write_mucr(items: list, folder: Path, name: str, splits: dict[str, float], c
             data = {**entry.record["data"], **{k: v for k, v in sets[entry.record["id"]].items() if v is not None}}
             data["composites"] = composites_of(folder, data)
             entry.record["data"] = data
-            rows.append(mucr_record(entry, [m.record["id"] for m in members if m is not entry], schema))
+            rows.append(mucr_record(entry, [(m.record["data"].get("mucr_id") or m.record["id"]) for m in members
+                                            if m is not entry], schema))
             choices.append({"id": entry.record["id"], "seed": seed,
                             "c2e": {"choices": data["c2e_choices"], "answer": data["c2e_answer"]},
                             "e2c": {"choices": data["e2c_choices"], "answer": data["e2c_answer"]},
@@ -236,11 +285,12 @@ def card_section(records: Sequence[dict], provenance: Sequence[dict], context: d
         return []
     lines = ["## MuCR", ""]
     if context.get("mucr_file"):
-        lines += [f"`{context['mucr_file']}` holds the records with MuCR's {context.get('mucr_schema')} fields "
-                  f"({', '.join(SCHEMAS[context.get('mucr_schema') or 'v1'])}). `label` is the pair's category "
-                  "(MuCR's README does not define it); `image_0` is the cause image and `image_1` the effect image; "
-                  "`link_id` lists the other pairs of the group. Each question's composite image (input form 1) "
-                  "is in `images/` beside the split images (form 3); `choices.jsonl` names them.", "",
+        schema = schema_name(context.get("mucr_schema"))
+        lines += [f"`{context['mucr_file']}` holds the records in MuCR's `{schema}` schema (see the cftools README "
+                  "for where each schema is published). Each field and where its value comes from:", ""]
+        lines += table(["field", "value"], [[f"`{f}`", FIELD_SOURCES[f]] for f in SCHEMAS[schema]])
+        lines += ["", "Each question's composite image (input form 1) is in `images/` beside the split images "
+                      "(form 3); `choices.jsonl` names them.", "",
                   f"Choice sets (C2E, E2C: the right image and the images of the other pairs of its group; Cue: the "
                   f"cue and its 3 false cues) were shuffled with seed {context.get('mucr_seed')}, so every model "
                   "sees the same question.", ""]

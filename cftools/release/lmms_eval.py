@@ -1,0 +1,2 @@
+"""placeholder replaced below"""
+def write_lmms_eval(*a, **k): raise NotImplementedError

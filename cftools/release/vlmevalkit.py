@@ -1,0 +1,1 @@
+def write_vlmevalkit(*a, **k): raise NotImplementedError

@@ -153,12 +153,17 @@ def image_file_sets(entries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             for ext in types]
 
 
+def plain_id(text: str) -> str:
+    """An @id part mlcroissant takes (no whitespace): other characters than letters, digits, . _ - become _."""
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in text)
+
+
 def column_field(record_set: str, name: str, file_id: str, data_type: str = "sc:Text",
                  description: str | None = None, json_path: str | None = None, column: str | None = None) -> dict:
     source: dict[str, Any] = {"fileObject": {"@id": file_id}, "extract": {"column": column or name}}
     if json_path:
         source["transform"] = {"jsonPath": json_path}
-    field: dict[str, Any] = {"@type": "cr:Field", "@id": f"{record_set}/{name}", "name": name,
+    field: dict[str, Any] = {"@type": "cr:Field", "@id": f"{record_set}/{plain_id(name)}", "name": name,
                              "dataType": data_type, "source": source}
     if description:
         field["description"] = description
@@ -173,14 +178,43 @@ def records_record_set(file_id: str = RECORDS_NAME) -> dict[str, Any]:
             "description": "Every item of the release, one per line of records.jsonl.", "field": fields}
 
 
-def kind_record_set(kind: str, data_fields: Iterable[str], file_id: str = RECORDS_NAME) -> dict[str, Any]:
-    """The fields of one kind's items: the id and the kind's own `data` fields (rows of other kinds have nulls)."""
+def value_type(values: Sequence[Any]) -> tuple[str, bool] | None:
+    """(Croissant data type, is an array) of a `data` field's values; None for nested objects (they stay in
+    records.jsonl's `data` only)."""
+    present = [v for v in values if v is not None]
+    array = bool(present) and all(isinstance(v, list) for v in present)
+    scalars = [x for v in present for x in (v if array else [v])]
+    if any(isinstance(x, (dict, list)) for x in scalars) or (not array and any(isinstance(v, list) for v in present)):
+        return None
+    if scalars and all(isinstance(x, bool) for x in scalars):
+        return "sc:Boolean", array
+    if scalars and all(isinstance(x, int) and not isinstance(x, bool) for x in scalars):
+        return "sc:Integer", array
+    if scalars and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in scalars):
+        return "sc:Float", array
+    return "sc:Text", array
+
+
+def kind_record_set(kind: str, records: Sequence[dict], file_id: str = RECORDS_NAME) -> dict[str, Any] | None:
+    """The fields of one kind's items: the id and the kind's own `data` fields that hold values or lists of values
+    (rows of other kinds have nulls)."""
     set_id = f"{kind}_data"
+    mine = [r for r in records if r.get("kind") == kind]
     fields = [column_field(set_id, "id", file_id, description="The item's id (records/id).")]
-    fields += [column_field(set_id, name, file_id, description=f"data.{name} of a {kind} item.",
-                            json_path=name, column="data") for name in data_fields]
+    for name in sorted({k for r in mine for k in (r.get("data") or {})}):
+        typed = value_type([(r.get("data") or {}).get(name) for r in mine])
+        if typed is None:
+            continue
+        field = column_field(set_id, name, file_id, typed[0], f"data.{name} of a {kind} item.", json_path=name,
+                             column="data")
+        if typed[1]:
+            field["isArray"] = True
+        fields.append(field)
+    if len(fields) == 1:
+        return None
     return {"@type": "cr:RecordSet", "@id": set_id, "name": set_id, "field": fields,
-            "description": f"The {kind} items' own fields (their `data` in records.jsonl)."}
+            "description": f"The {kind} items' own fields (their `data` in records.jsonl; nested objects are only "
+                           "there)."}
 
 
 def images_record_set(file_sets: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -198,16 +232,17 @@ def images_record_set(file_sets: Sequence[dict[str, Any]]) -> list[dict[str, Any
     return out
 
 
-def table_columns(path: Path) -> list[str]:
-    """The columns of a peer format's CSV/TSV header or of its first JSONL object."""
+def table_fields(path: Path) -> list[tuple[str, str, bool]]:
+    """(column, Croissant type, is an array) of a peer format's CSV/TSV header or JSONL objects; nested values
+    are left out (mlcroissant reads values and lists of values)."""
     with open(path, encoding="utf-8", newline="") as fh:
         if path.suffix in (".csv", ".tsv"):
-            return next(csv.reader(fh, delimiter="\t" if path.suffix == ".tsv" else ","), [])
-        for line in fh:
-            if line.strip():
-                value = json.loads(line)
-                return list(value) if isinstance(value, dict) else []
-    return []
+            return [(c, "sc:Text", False) for c in next(csv.reader(fh, delimiter="\t" if path.suffix == ".tsv" else ","), [])]
+        rows = [json.loads(line) for line in fh if line.strip()]
+    rows = [r for r in rows if isinstance(r, dict)]
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+    typed = [(c, value_type([r.get(c) for r in rows])) for c in columns]
+    return [(c, t[0], t[1]) for c, t in typed if t is not None]
 
 
 def peer_record_sets(folder: Path, entries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -217,12 +252,16 @@ def peer_record_sets(folder: Path, entries: Sequence[dict[str, Any]]) -> list[di
         rel = entry["path"]
         if rel == RECORDS_NAME or "/" in rel or Path(rel).suffix not in (".csv", ".tsv", ".jsonl"):
             continue
-        set_id = Path(rel).stem
-        columns = table_columns(folder / rel)
-        if columns:
+        set_id = plain_id(Path(rel).stem)
+        fields = []
+        for column, data_type, array in table_fields(folder / rel):
+            field = column_field(set_id, column, rel, data_type)
+            if array:
+                field["isArray"] = True
+            fields.append(field)
+        if fields:
             out.append({"@type": "cr:RecordSet", "@id": set_id, "name": set_id,
-                        "description": f"The rows of {rel} (the peer format's own columns).",
-                        "field": [column_field(set_id, c, rel) for c in columns]})
+                        "description": f"The rows of {rel} (the peer format's own columns).", "field": fields})
     return out
 
 
@@ -386,9 +425,9 @@ def croissant_document(folder: Path, entries: Sequence[dict[str, Any]], records:
         record_sets.append(records_record_set())
         kinds = all_kinds()
         for kind in sorted({str(r.get("kind")) for r in records} & set(kinds)):
-            data_fields = sorted({k for r in records if r.get("kind") == kind for k in (r.get("data") or {})})
-            if data_fields:
-                record_sets.append(kind_record_set(kind, data_fields))
+            record_set = kind_record_set(kind, records)
+            if record_set:
+                record_sets.append(record_set)
     record_sets += peer_record_sets(folder, entries)
     record_sets += images_record_set(file_sets)
     licence = getattr(licensing, "licence", None)

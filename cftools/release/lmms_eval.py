@@ -43,8 +43,7 @@ def task_name(name: str, kind: str) -> str:
 
 
 def metric_name(group: str, metric: str) -> str:
-    text = re.sub(r"[^a-z0-9]+", "_", f"{group}__{metric}".lower().replace("__", "\0")).replace("\0", "__")
-    text = text.strip("_")
+    text = re.sub(r"[^a-z0-9]+", "_", f"{group} {metric}".lower()).strip("_")
     return text if text[:1].isalpha() else f"m_{text}"
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import PIL.Image
 from sqlalchemy import select
 
-from test_export import ACCEPTED, LICENCE, item_keys, peer_rows, set_status, write_images
+from test_export import ACCEPTED, LICENCE, peer_rows, set_status, write_images
 from test_mucr_release import selected_pairs
 
 N_CVQA_ROWS = 12
@@ -63,16 +63,14 @@ def add_judgments(workspace, keys: list[str], disagree: str) -> None:
 
 
 def stock_every_kind(workspace, peer_cvqa_real: Path, folder: Path) -> dict[str, list[str]]:
+    """Accepted items of every kind; returns their keys per kind."""
     from cftools.kinds.cvqa.ingest import ingest_cvqa
+    from cftools.models import Item, SourceQuestion
 
     names = [row["img_path"] for row in peer_rows(peer_cvqa_real)[:N_CVQA_ROWS]]
     write_images(folder / "cvqa", names)
     ingest_cvqa(workspace.store, peer_cvqa_real, folder / "cvqa", licence=LICENCE)
-    cvqa = [k for k in item_keys(workspace)]
-    imaged = cvqa[:0]
-    from cftools.models import Item, SourceQuestion
-
-    with workspace.store.session() as session:
+    with workspace.store.session() as session:  # the C-VQA items whose image the sample has
         imaged = [i.key for i, s in session.execute(select(Item, SourceQuestion).join(
             SourceQuestion, SourceQuestion.id == Item.source_id)).all() if s.image_id is not None]
     set_status(workspace, ACCEPTED, imaged)

@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from release_stock import stock_every_kind
+from test_browser import browser_context, save_screenshot  # noqa: F401 (browser_context: a fixture)
 
 from cftools.release.export import export_release
 from cftools.release.layout import load_manifest, load_records, verify_release
@@ -121,7 +122,7 @@ def test_verify_names_a_croissant_file_that_no_longer_matches(stocked, tmp_path,
     report = verify_release(result.path)
     problems = " ".join(report.problems())
     assert "changed: croissant.json: size" in problems  # the manifest's own check
-    assert f"croissant.json: the SHA-256 of {doc['distribution'][0]['contentUrl']} differs" in problems
+    assert f"croissant.json: the SHA-256 it lists for {doc['distribution'][0]['contentUrl']} differs" in problems
     assert run_cli("verify", str(result.path)).exit_code == 1
 
 
@@ -259,31 +260,10 @@ def test_lmms_eval_runs_the_exported_task_and_agrees_with_cftools_eval(stocked, 
 # ---------------------------------------------------------------- browse
 
 
-@pytest.fixture
-def chromium(tmp_path_factory):
-    from test_browser import CHROMIUM, CHROMIUM_ARGS, missing_browser
-
-    reason = missing_browser()
-    if reason:
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(reason)
-        pytest.skip(reason)
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        context = playwright.chromium.launch_persistent_context(
-            str(tmp_path_factory.mktemp("chromium-profile")), executable_path=str(CHROMIUM), headless=True,
-            args=[*CHROMIUM_ARGS, "--allow-file-access-from-files"], viewport={"width": 1400, "height": 1000})
-        yield context
-        context.close()
-
-
-def test_browse_page_shows_items_and_filters_in_chromium(stocked, tmp_path, chromium):
-    from test_browser import save_screenshot
-
+def test_browse_page_shows_items_and_filters_in_chromium(stocked, tmp_path, browser_context):
     workspace, keys = stocked
     result = export(workspace, tmp_path)
-    page = chromium.new_page()
+    page = browser_context.new_page()
     page.goto((result.path / "browse.html").as_uri())
     total = sum(len(v) for v in keys.values())
     assert page.locator("article").count() == total

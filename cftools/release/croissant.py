@@ -25,8 +25,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from cftools.errors import CftoolsError, InputError
-from cftools.release.layout import IMAGES_DIR, MANIFEST_NAME, RECORDS_NAME, hash_file
+from cftools.release.layout import IMAGES_DIR, RECORDS_NAME, load_manifest
 
 CROISSANT_NAME = "croissant.json"
 CROISSANT_1_1 = "http://mlcommons.org/croissant/1.1"
@@ -489,9 +488,10 @@ def write_croissant(folder: Path, items: Sequence[Any], workspace: Any, name: st
 
 
 def check_croissant(release_dir: Path) -> list[str]:
-    """What is wrong with a release's croissant.json (empty: nothing): every file it lists must exist with its
-    SHA-256, and mlcroissant, when installed, must read it without errors. A release made before croissant.json
-    existed has none (the manifest check names it missing where the manifest lists it)."""
+    """What is wrong with a release's croissant.json (empty: nothing): every file it lists must be one the manifest
+    lists, with the manifest's SHA-256 (the manifest check compares those with the files), and mlcroissant, when
+    installed, must read it without errors. A release made before croissant.json existed has none (the manifest
+    check names it missing where the manifest lists it)."""
     path = Path(release_dir) / CROISSANT_NAME
     if not path.is_file():
         return []
@@ -499,16 +499,17 @@ def check_croissant(release_dir: Path) -> list[str]:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         return [f"{CROISSANT_NAME}: not valid JSON ({exc})"]
+    manifest = {entry.get("path"): entry.get("sha256") for entry in load_manifest(release_dir).get("files") or []
+                if isinstance(entry, dict)}
     problems = []
     for entry in doc.get("distribution") or []:
-        if entry.get("@type") != "cr:FileObject":
+        if not isinstance(entry, dict) or entry.get("@type") != "cr:FileObject":
             continue
         rel = str(entry.get("contentUrl") or "")
-        target = Path(release_dir) / rel
-        if rel == MANIFEST_NAME or not rel or ".." in Path(rel).parts or not target.is_file():
-            problems.append(f"{CROISSANT_NAME}: distribution lists {rel!r}, which is not a file of the release")
-        elif hash_file(target) != entry.get("sha256"):
-            problems.append(f"{CROISSANT_NAME}: the SHA-256 of {rel} differs from the file's")
+        if rel not in manifest:
+            problems.append(f"{CROISSANT_NAME}: distribution lists {rel!r}, which the manifest does not")
+        elif manifest[rel] != entry.get("sha256"):
+            problems.append(f"{CROISSANT_NAME}: the SHA-256 it lists for {rel} differs from the manifest's")
     problems += [f"{CROISSANT_NAME}: {issue}" for issue in mlcroissant_issues(path)]
     return problems
 
@@ -524,13 +525,3 @@ def mlcroissant_issues(path: Path) -> list[str]:
     except mlc.ValidationError as exc:
         return [line.strip() for line in str(exc).splitlines() if line.strip().startswith("-")] or [str(exc)]
     return []
-
-
-def load_croissant(release_dir: Path | str) -> dict[str, Any]:
-    path = Path(release_dir) / CROISSANT_NAME
-    if not path.is_file():
-        raise CftoolsError(f"{release_dir} has no {CROISSANT_NAME}")
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise InputError(path, f"not valid JSON: {exc}") from None

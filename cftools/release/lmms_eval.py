@@ -29,10 +29,6 @@ from typing import Any, Sequence
 
 from cftools.errors import CftoolsError
 
-GENERATION = {"max_new_tokens": None, "temperature": 0, "do_sample": False, "num_beams": 1}
-DOC_FIELDS = ("item_id", "which", "kind", "group", "gold", "answer_type", "prompt", "images", "options",
-              "gold_option", "facets", "max_new_tokens")
-
 
 # ---------------------------------------------------------------- names
 

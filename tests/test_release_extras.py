@@ -176,18 +176,24 @@ def test_vlmevalkit_tsvs_hold_base64_images_and_letters(stocked, tmp_path):
 def test_lmms_eval_task_folders(stocked, tmp_path):
     workspace, keys = stocked
     result = export(workspace, tmp_path, "lmms-eval")
-    for kind in ("cvqa", "cfmm", "mucr"):
-        task = result.path / f"bench_{kind}"
-        yaml_text = (task / f"bench_{kind}.yaml").read_text(encoding="utf-8")
-        assert f"task: bench_{kind}" in yaml_text and "process_results: !function utils.process_results" in yaml_text
-        docs = [json.loads(line) for line in (task / "test.jsonl").read_text(encoding="utf-8").splitlines()]
-        assert {d["item_id"] for d in docs} == set(keys[kind])
-        assert all((result.path / image).is_file() for d in docs for image in d["images"])
+    tasks = {"cvqa": ["bench_cvqa"], "cfmm": ["bench_cfmm"], "mucr": ["bench_mucr_c2e_e2c", "bench_mucr_cue"]}
+    assert sorted(p.name for p in result.path.iterdir() if p.is_dir() and p.name.startswith("bench")) == sorted(
+        t for names in tasks.values() for t in names)
+    for kind, names in tasks.items():
+        for name in names:
+            yaml_text = (result.path / name / f"{name}.yaml").read_text(encoding="utf-8")
+            assert f"task: {name}\n" in yaml_text and 'tag: "bench"' in yaml_text
+            assert "process_results: !function utils.process_results" in yaml_text
+            docs = [json.loads(line) for line in (result.path / name / "test.jsonl").read_text().splitlines()]
+            assert {d["item_id"] for d in docs} == set(keys[kind])
+            assert all((result.path / image).is_file() for d in docs for image in d["images"])
+    assert "max_new_tokens: 4\n" in (result.path / "bench_mucr_c2e_e2c" / "bench_mucr_c2e_e2c.yaml").read_text()
     metrics = (result.path / "bench_cfmm" / "bench_cfmm.yaml").read_text(encoding="utf-8")
     for name in ("color_acc_plus", "sum_of_types_acc_plus", "color_acc_b", "color_acc_c"):
         assert f"metric: {name}\n" in metrics
-    mucr = (result.path / "bench_mucr" / "bench_mucr.yaml").read_text(encoding="utf-8")
-    assert all(f"metric: total_{t}\n" in mucr for t in ("c2e", "e2c", "cue"))
+    mucr = (result.path / "bench_mucr_c2e_e2c" / "bench_mucr_c2e_e2c.yaml").read_text(encoding="utf-8")
+    assert all(f"metric: total_{t}\n" in mucr for t in ("c2e", "e2c")) and "metric: total_cue\n" not in mucr
+    assert "metric: total_cue\n" in (result.path / "bench_mucr_cue" / "bench_mucr_cue.yaml").read_text()
     cvqa = (result.path / "bench_cvqa" / "bench_cvqa.yaml").read_text(encoding="utf-8")
     assert "metric: numerical_direct_counterfactual\n" in cvqa and "metric: total_drop\n" in cvqa
 
@@ -214,47 +220,56 @@ def lmms_eval_python(root: Path) -> Path:
     return python
 
 
+COMPARED = {  # task -> the scores compared with cftools' own (group, metric)
+    "bench_cvqa": [("total", "original"), ("total", "counterfactual"), ("total", "unknown_original")],
+    "bench_cfmm": [("color", "acc_b"), ("color", "acc_c"), ("color", "acc_plus"), ("sum of types", "acc_plus")],
+    "bench_mucr_c2e_e2c": [("total", "c2e"), ("total", "e2c")],
+    "bench_mucr_cue": [("total", "cue")],
+}
+
+
 def test_lmms_eval_runs_the_exported_task_and_agrees_with_cftools_eval(stocked, tmp_path, tiny_llava_dir,
                                                                         run_cli):
+    from cftools.release.lmms_eval import kind_score, metric_name
+
     workspace, keys = stocked
     release = export(workspace, tmp_path, "lmms-eval").path
     python = lmms_eval_python(tmp_path / "lmms-venv")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
            "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent.parent),
                                           os.environ.get("PYTHONPATH", "")])}
-    limit = 8  # the first 4 C-VQA items: original and counterfactual question each
+    limit = 8  # per task: C-VQA and CFMM the first 4 items (original and counterfactual), MuCR a part
     done = subprocess.run([str(python), "-m", "lmms_eval", "eval", "--model", "llava_hf", "--model_args",
                            f"pretrained={tiny_llava_dir},device=cpu,device_map=cpu", "--include_path", str(release),
-                           "--tasks", "bench_cvqa", "--limit", str(limit), "--batch_size", "1",
+                           "--tasks", ",".join(COMPARED), "--limit", str(limit), "--batch_size", "1",
                            "--output_path", str(tmp_path / "lmms-out"), "--log_samples"],
                           capture_output=True, text=True, env=env, timeout=900, cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    results = json.loads(next((tmp_path / "lmms-out").rglob("*_results.json")).read_text())["results"]["bench_cvqa"]
-    samples = [json.loads(line) for line in next((tmp_path / "lmms-out").rglob("*_samples_bench_cvqa.jsonl"))
-               .read_text(encoding="utf-8").splitlines()]
-    assert len(samples) == limit
+    results = json.loads(next((tmp_path / "lmms-out").rglob("*_results.json")).read_text())["results"]
 
     out = tmp_path / "cftools-eval"
     assert run_cli("eval", str(release), "--model", f"hf:{tiny_llava_dir}", "--batch-size", "1", "--device", "cpu",
                    "--out", str(out), "--quiet").exit_code == 0
     predictions = {(p["id"], p["which"]): p for p in map(json.loads, (out / "predictions.jsonl").read_text(
         encoding="utf-8").splitlines())}
-    docs = [json.loads(line) for line in (release / "bench_cvqa" / "test.jsonl").read_text().splitlines()]
-    asked = []
-    for sample in samples:
-        doc = docs[sample["doc_id"]]
-        mine = predictions[(doc["item_id"], doc["which"])]
-        reply = sample["filtered_resps"]
-        reply = reply[0] if isinstance(reply, list) else reply
-        assert reply.strip() == mine["raw"], doc  # the same prompt, image and greedy decoding: the same reply
-        asked.append(mine)
-
-    from cftools.release.lmms_eval import kind_score, metric_name
-
-    assert {doc["item_id"] for doc in docs[:limit]} == {p["id"] for p in asked}
-    for group, metric in (("total", "original"), ("total", "counterfactual"), ("total", "unknown_original")):
-        expected = kind_score("cvqa", asked, group, metric)  # cftools' own score of the same items' predictions
-        assert results[f"{metric_name(group, metric)},none"] == pytest.approx(expected), (group, metric)
+    for task, scores in COMPARED.items():
+        samples = [json.loads(line) for line in next((tmp_path / "lmms-out").rglob(f"*_samples_{task}.jsonl"))
+                   .read_text(encoding="utf-8").splitlines()]
+        docs = [json.loads(line) for line in (release / task / "test.jsonl").read_text().splitlines()]
+        assert len(samples) == min(limit, len(docs))
+        asked = []
+        for sample in samples:
+            doc = docs[sample["doc_id"]]
+            mine = predictions[(doc["item_id"], doc["which"])]
+            reply = sample["filtered_resps"]
+            reply = reply[0] if isinstance(reply, list) else reply
+            assert reply.strip() == mine["raw"], doc  # the same prompt, images and greedy decoding: the same reply
+            asked.append(mine)
+        kind = task.split("_")[1]
+        for group, metric in scores:
+            expected = kind_score(kind, asked, group, metric)  # cftools' own score of the same questions' predictions
+            got = results[task][f"{metric_name(group, metric)},none"]
+            assert got == pytest.approx(expected, nan_ok=True), (task, group, metric)
 
 
 # ---------------------------------------------------------------- browse

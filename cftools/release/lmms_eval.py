@@ -8,6 +8,10 @@ The folder `NAME-V-lmms-eval/` holds
     NAME_KIND/utils.py             the task's functions, delegating to this module
     NAME_KIND/SPLIT.jsonl          one doc per question, in the order `cftools eval` asks them
 
+A kind whose questions are answered at different lengths gets a task per length (one lmms-eval task has one
+max_new_tokens), named by its questions: MuCR gives NAME_mucr_c2e_e2c (4 tokens) and NAME_mucr_cue (16). Every
+task has the tag NAME, so `--tasks NAME` runs them all.
+
 Run it with `lmms-eval --model llava_hf --model_args pretrained=MODEL --include_path FOLDER --tasks NAME_KIND`
 (lmms-eval resolves the YAML's data files against the YAML's folder). `utils.py` imports cftools, so install
 cftools beside lmms-eval: the docs carry the prompts `cftools eval` renders, and the replies are read and scored
@@ -140,7 +144,6 @@ def eval_questions(items: Sequence[Any], folder: Path, context: Any) -> dict[str
 
 def write_lmms_eval(items: list, folder: Path, name: str, splits: dict[str, float], context: Any) -> None:
     """The lmms-eval task folders of ITEMS (see the module's docstring)."""
-    from cftools.kinds import get_kind
     from cftools.release.export import write_records
 
     asked = eval_questions(items, folder, context)
@@ -149,22 +152,42 @@ def write_lmms_eval(items: list, folder: Path, name: str, splits: dict[str, floa
         raise CftoolsError("no question of this release can be asked (items need an image, and MuCR pairs both "
                            "images): nothing to write as lmms-eval tasks")
     for kind_name, pairs in asked.items():
-        if not pairs:
-            continue
-        task = task_name(name, kind_name)
-        task_dir = folder / task
-        task_dir.mkdir()
-        files = {}
-        for split in splits:
-            docs = [question_doc(q, folder) for q, s in pairs if s == split]
-            if docs:
-                files[split] = f"{split}.jsonl"
-                write_jsonl(task_dir / files[split], docs)
-        metrics = kind_metrics(get_kind(kind_name), [q for q, _ in pairs])
-        max_new = max(q.prompt.max_new_tokens for q, _ in pairs)
-        (task_dir / f"{task}.yaml").write_text(yaml_text(task, task_name(name, ""), files, metrics, max_new,
-                                                         context.version), encoding="utf-8")
-        (task_dir / "utils.py").write_text(utils_text(task, kind_name, metrics), encoding="utf-8")
+        for suffix, members in tasks_of(pairs).items():
+            write_task(folder, task_name(name, kind_name + suffix), task_name(name, ""), kind_name, members, splits,
+                       context.version)
+
+
+def tasks_of(pairs: Sequence[tuple[Any, str]]) -> dict[str, list[tuple[Any, str]]]:
+    """A kind's questions as tasks: one, or one per answer length where they differ (an lmms-eval task has one
+    max_new_tokens; MuCR answers C2E/E2C in 4 tokens, Cue in 16), named by its questions: `_c2e_e2c`, `_cue`."""
+    by_length: dict[int, list[tuple[Any, str]]] = defaultdict(list)
+    for pair in pairs:
+        by_length[pair[0].prompt.max_new_tokens].append(pair)
+    if len(by_length) <= 1:
+        return {"": list(pairs)}
+    out = {}
+    for members in by_length.values():
+        whichs = sorted({q.which.split(":", 1)[0] for q, _ in members})
+        out["_" + "_".join(whichs)] = members
+    return out
+
+
+def write_task(folder: Path, task: str, tag: str, kind_name: str, pairs: Sequence[tuple[Any, str]],
+               splits: dict[str, float], version: str) -> None:
+    from cftools.kinds import get_kind
+
+    task_dir = folder / task
+    task_dir.mkdir()
+    files = {}
+    for split in splits:
+        docs = [question_doc(q, folder) for q, s in pairs if s == split]
+        if docs:
+            files[split] = f"{split}.jsonl"
+            write_jsonl(task_dir / files[split], docs)
+    metrics = kind_metrics(get_kind(kind_name), [q for q, _ in pairs])
+    max_new = max(q.prompt.max_new_tokens for q, _ in pairs)
+    (task_dir / f"{task}.yaml").write_text(yaml_text(task, tag, files, metrics, max_new, version), encoding="utf-8")
+    (task_dir / "utils.py").write_text(utils_text(task, kind_name, metrics), encoding="utf-8")
 
 
 # ---------------------------------------------------------------- what utils.py calls, inside lmms-eval

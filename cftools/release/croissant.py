@@ -25,7 +25,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from cftools.release.layout import IMAGES_DIR, RECORDS_NAME, load_manifest
+from cftools.release.layout import IMAGES_DIR, RECORDS_NAME, hash_file, load_manifest
 
 CROISSANT_NAME = "croissant.json"
 CROISSANT_1_1 = "http://mlcommons.org/croissant/1.1"
@@ -469,15 +469,26 @@ def croissant_document(folder: Path, entries: Sequence[dict[str, Any]], records:
     return doc
 
 
+def described_files(folder: Path) -> list[dict[str, Any]]:
+    """The release's files with size and SHA-256, but the images by name only (a file set describes them; their
+    names are their SHA-256s): the images are hashed once per export (by the manifest), not twice."""
+    out = []
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        rel = path.relative_to(folder).as_posix()
+        image = rel.startswith(f"{IMAGES_DIR}/")
+        out.append({"path": rel} if image else {"path": rel, "size": path.stat().st_size, "sha256": hash_file(path)})
+    return out
+
+
 def write_croissant(folder: Path, items: Sequence[Any], workspace: Any, name: str, version: str, fmt: str,
                     licensing: Any) -> None:
     """croissant.json in FOLDER, describing every file already there (call it last but for the manifest)."""
-    from cftools.release.export import agreement_rows, file_entries
+    from cftools.release.export import agreement_rows
 
     records = [e.record for e in items]
     provenance = [e.provenance for e in items]
     agreement = agreement_rows(workspace.store, [r["id"] for r in records])
-    doc = croissant_document(folder, file_entries(folder), records, provenance, agreement, name=name,
+    doc = croissant_document(folder, described_files(folder), records, provenance, agreement, name=name,
                              version=version, fmt=fmt, licensing=licensing, section=workspace.section("release"),
                              data_as_of=max((e.updated_at for e in items), default=""))
     (folder / CROISSANT_NAME).write_text(json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n",

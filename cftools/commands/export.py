@@ -23,8 +23,9 @@ STAGE_LABELS = {"images": "Copying images", "records": "Writing records, Parquet
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               help="Folder that receives NAME-VERSION/ (default: WORKSPACE/releases).")
 @click.option("--format", "fmt", default="native", show_default=True,
-              help="native: records, Parquet, images, manifest and data card; or a kind's peer format "
-                   "(`cftools kinds` lists them, e.g. the C-VQA CSV).")
+              help="native: records, Parquet, images, manifest and data card; lmms-eval: a task folder per kind; "
+                   "vlmevalkit: VLMEvalKit TSVs; or a kind's peer format (`cftools kinds` lists them, e.g. the C-VQA "
+                   "CSV). Every release has croissant.json and browse.html.")
 @click.option("--include-unverified", is_flag=True,
               help="Also export draft and checked items, marked verified: false.")
 @click.option("--include-in-review", is_flag=True,
@@ -73,7 +74,8 @@ def export_cmd(workspace: Workspace, name: str, version: str, out_dir: Path | No
 @click.argument("release", type=click.Path(file_okay=False, exists=True, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def verify_cmd(release: Path, as_json: bool) -> None:
-    """Re-hash every file of RELEASE against its manifest; exit 1 naming each changed, missing or extra file."""
+    """Re-hash every file of RELEASE against its manifest, and check croissant.json (the SHA-256s it lists; mlcroissant
+    reads it, when installed); exit 1 naming each changed, missing or extra file."""
     report = verify_release(release)
     if as_json:
         print_json(report.as_dict())

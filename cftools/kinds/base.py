@@ -253,6 +253,10 @@ class Kind:
         """A native release record of this kind, finished by the kind (the shared fields are already filled)."""
         return record
 
+    def prepare_eval_items(self, items: Sequence[Any], options: dict[str, Any]) -> None:
+        """Finish the records of ITEMS (export items of this kind) so that `eval_questions` can ask them in a
+        format other than the kind's own (lmms-eval, VLMEvalKit): e.g. MuCR's choice sets. Default: nothing."""
+
     def card_tables(self, records: Sequence[dict[str, Any]]) -> list[ReportTable]:
         """Extra data card tables for the records of this kind in a release."""
         return []

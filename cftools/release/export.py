@@ -46,6 +46,7 @@ from cftools.release.layout import (
     DATA_DIR, DEFAULT_OUT_DIR, FORMAT_NATIVE, IMAGES_DIR, MANIFEST_NAME, RECORDS_NAME,
     SCHEMA_VERSION, hash_file, map_strings, parquet_name, release_dir_name,
 )
+from cftools.release.extras import shared_formats, write_release_extras
 from cftools.store import Store, in_chunks
 from cftools.workspace import Workspace
 
@@ -530,6 +531,7 @@ def export_formats() -> dict[str, Any]:
     for name, kind in sorted(all_kinds().items()):
         for spec in kind.export_formats:
             formats.setdefault(spec.name, (name, spec))
+    formats.update({spec.name: (None, spec) for spec in shared_formats()})  # lmms-eval, vlmevalkit: every kind
     return formats
 
 
@@ -569,7 +571,7 @@ def export_release(workspace: Workspace, name: str, version: str, out_dir: Path 
     peer = formats[fmt]
     if peer is not None:
         kind, spec = peer
-        kept = [e for e in items if e.record["kind"] == kind and spec.keeps(e.record)]
+        kept = [e for e in items if kind in (None, e.record["kind"]) and spec.keeps(e.record)]
         result.skipped = len(items) - len(kept)
     licensing = release_licensing(workspace, kept, licence)
 
@@ -584,6 +586,7 @@ def export_release(workspace: Workspace, name: str, version: str, out_dir: Path 
                 workspace, name, version, dict(options or {}), include_unverified, licensing))
         else:
             spec.write(kept, folder, name, splits)
+        write_release_extras(kept, folder, workspace, name, version, fmt, licensing)  # browse.html, croissant.json
         write_manifest(kept, folder, workspace, name, version, fmt, result.n_images, licensing)
         result.n_items = len(kept)
         result.n_verified = sum(e.record["verified"] for e in kept)

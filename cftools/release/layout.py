@@ -175,4 +175,7 @@ def verify_release(release_dir: Path | str) -> VerifyReport:
         rel = path.relative_to(release_dir).as_posix()
         if (path.is_file() or path.is_symlink()) and rel != MANIFEST_NAME and rel not in listed:
             report.extra.append(rel)
+    from cftools.release.croissant import check_croissant
+
+    report.mismatched += check_croissant(release_dir)
     return report

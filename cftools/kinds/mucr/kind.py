@@ -188,6 +188,11 @@ class MucrKind(Kind):
 
     # -- eval --------------------------------------------------------------------------------------------------
 
+    def prepare_eval_items(self, items: Sequence[Any], options: dict[str, Any]) -> None:
+        from cftools.kinds.mucr.release import add_choice_sets
+
+        add_choice_sets(items, int(options.get("mucr_seed") or 0))
+
     def eval_questions(self, record: dict, ctx) -> list:  # noqa: ANN001
         from cftools.errors import InputError
         from cftools.evaluate.questions import LETTER, LETTERS, Question

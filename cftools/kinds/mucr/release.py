@@ -150,6 +150,16 @@ def choice_sets(groups: dict[tuple[str, str], list[Any]], seed: int) -> dict[str
     return sets
 
 
+def add_choice_sets(items: Sequence[Any], seed: int) -> None:
+    """The C2E, E2C and Cue choice sets into the data of each selected pair of ITEMS (what `eval` asks), without
+    the MuCR format's files; the same sets `--format mucr` draws with the same seed."""
+    pairs = [entry for entry in items if keeps(entry.record)]
+    sets = choice_sets(groups_of(pairs), seed)
+    for entry in pairs:
+        extra = {k: v for k, v in sets[entry.record["id"]].items() if v is not None}
+        entry.record["data"] = {**entry.record["data"], **extra}
+
+
 # ---------------------------------------------------------------- composites (input form 1)
 
 

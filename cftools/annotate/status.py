@@ -10,7 +10,7 @@ from typing import Any, Iterable, Optional
 from sqlalchemy import func, insert, select
 from sqlmodel import Session
 
-from cftools.annotate.projects import DELETED, _delete, task_of
+from cftools.annotate.projects import DELETED, GONE, _delete, task_of
 from cftools.judgments import ADJUDICATE, VERIFY, Answer
 from cftools.annotate.rules import agreement, label_agreement
 from cftools.models import (
@@ -28,15 +28,16 @@ def verify_ratings(session: Session, item_keys: Optional[Iterable[str]] = None) 
                     Judgment.answer_correct, Judgment.flags)
              .join(AnnotationTask, AnnotationTask.id == Judgment.task_id)
              .join(Item, Item.id == AnnotationTask.item_id)
-             .where(AnnotationTask.purpose == VERIFY, AnnotationTask.state != DELETED)
+             .where(AnnotationTask.purpose == VERIFY, AnnotationTask.state.not_in(GONE))
              .order_by(Judgment.task_id, Judgment.ls_annotation_id))
     wanted = set(item_keys) if item_keys is not None else None
     ratings: dict[str, dict[int, dict[str, Answer]]] = defaultdict(dict)
     for kind, key, task_id, annotator, related, correct, flags in session.execute(query):
         if wanted is not None and key not in wanted:
             continue
-        ratings[kind].setdefault(task_id, {})[annotator] = Answer(related=related, answer_correct=correct,
-                                                                 flags=list(flags or []))
+        # By item: with assignment each person judges the item in a task of their own.
+        ratings[kind].setdefault(key, {}).setdefault(annotator, Answer(related=related, answer_correct=correct,
+                                                                      flags=list(flags or [])))
     return ratings
 
 
@@ -47,16 +48,16 @@ def agreement_project_name(kind: str) -> str:
 def _own_task_pairs(session: Session) -> dict[str, list[tuple[dict, dict]]]:
     """Per "KIND TASK" of the kinds' own tasks: the labels of the first two judgments of every live task."""
     rows = session.execute(
-        select(Item.kind, AnnotationTask.purpose, Judgment.task_id, Judgment.raw)
+        select(Item.kind, AnnotationTask.purpose, AnnotationTask.item_id, Judgment.raw)
         .join(AnnotationTask, AnnotationTask.id == Judgment.task_id)
         .join(Item, Item.id == AnnotationTask.item_id)
-        .where(AnnotationTask.purpose.not_in([VERIFY, ADJUDICATE]), AnnotationTask.state != DELETED)
-        .order_by(Judgment.task_id, Judgment.ls_annotation_id)).all()
-    per_task: dict[int, tuple[str, str, list[dict]]] = {}
-    for kind, purpose, task_id, raw in rows:
+        .where(AnnotationTask.purpose.not_in([VERIFY, ADJUDICATE]), AnnotationTask.state.not_in(GONE))
+        .order_by(AnnotationTask.item_id, Judgment.annotated_at, Judgment.ls_annotation_id)).all()
+    per_task: dict[tuple, tuple[str, str, list[dict]]] = {}
+    for kind, purpose, item_id, raw in rows:  # by item and purpose: one task per person with assignment
         task = task_of(purpose)[0]
         labels = get_kind(kind).agreement_labels(task, Answer(fields=(raw or {}).get("fields") or {}))
-        per_task.setdefault(task_id, (kind, task, []))[2].append(labels)
+        per_task.setdefault((item_id, purpose), (kind, task, []))[2].append(labels)
     pairs: dict[str, list[tuple[dict, dict]]] = defaultdict(list)
     for kind, task, found in per_task.values():
         if len(found) >= 2 and found[0] and found[1]:
@@ -121,6 +122,9 @@ def annotation_status(store: Store) -> dict[str, Any]:
             [IN_REVIEW, ACCEPTED, REJECTED, NEEDS_ADJUDICATION])).group_by(Item.status)).all())
     for p in projects.values():
         p["decisions"] = dict(p["decisions"])
+    from cftools.annotate.assign import assignment_status
+
     return {"projects": sorted(projects.values(), key=lambda p: (p["server"], p["project_id"])),
+            "queues": assignment_status(store),
             "agreement": dict(sorted(agreement_stats.items())),
             "annotators": dict(sorted(annotators.items())), "items_by_status": items}

@@ -20,17 +20,18 @@ ADJUDICATE = "adjudicate"
 PURPOSES = (VERIFY, ADJUDICATE)
 
 YES, NO = "yes", "no"
+# (code, what the annotator reads): the code is the stored answer (the choice's alias), the label is shown.
 FLAG_CHOICES = (
-    ("ambiguous", "the question or its answer is ambiguous"),
-    ("ungrammatical", "the question is not grammatical"),
-    ("not_counterfactual", "the presupposition is not counterfactual"),
+    ("ambiguous", "Ambiguous: two readings or answers are possible"),
+    ("ungrammatical", "Ungrammatical"),
+    ("not_counterfactual", "Not counterfactual: it supposes nothing contrary to the image"),
 )
 FLAG_CODES = tuple(code for code, _ in FLAG_CHOICES)
 ACCEPT, ACCEPT_CORRECTED, REJECT = "accept", "accept_corrected", "reject"
 DECISION_CHOICES = (
-    (ACCEPT, "accept the proposed answer"),
-    (ACCEPT_CORRECTED, "accept with the corrected answer below"),
-    (REJECT, "reject the item"),
+    (ACCEPT, "Accept the proposed answer"),
+    (ACCEPT_CORRECTED, "Accept with the corrected answer below"),
+    (REJECT, "Reject the item"),
 )
 # Control names of the two configs.
 CONTROLS = {"related": "related", "answer_correct": "answer_correct", "corrected_answer": "corrected_answer",
@@ -47,6 +48,7 @@ class Control:
     values: frozenset[str] = frozenset()
     single: bool = True
     required: bool = False
+    dynamic: bool = False  # choices built from the task's own data (`value="$field"`): checked by the kind at pull
 
 
 
@@ -56,10 +58,12 @@ def controls_of(label_config: str) -> dict[str, Control]:
     controls: dict[str, Control] = {}
     for element in ET.fromstring(label_config).iter():
         if element.tag == "Choices":
+            # A choice's alias, where it has one, is what the result holds (the value is the label people read).
             controls[element.get("name")] = Control(
                 name=element.get("name"), tag="Choices",
-                values=frozenset(c.get("value") for c in element.iter("Choice")),
-                single=element.get("choice", "single") != "multiple", required=element.get("required") == "true")
+                values=frozenset(c.get("alias") or c.get("value") for c in element.iter("Choice")),
+                single=element.get("choice", "single") != "multiple", required=element.get("required") == "true",
+                dynamic=(element.get("value") or "").startswith("$"))
         elif element.tag == "TextArea":
             controls[element.get("name")] = Control(name=element.get("name"), tag="TextArea")
     return controls
@@ -85,7 +89,7 @@ def read_result(controls: dict[str, Control], result: Any) -> dict[str, Any]:
             choices = value.get("choices")
             if not isinstance(choices, list) or not all(isinstance(c, str) for c in choices):
                 raise InvalidResult(f"{name!r} has no list of choices")
-            unknown = sorted(set(choices) - control.values)
+            unknown = [] if control.dynamic else sorted(set(choices) - control.values)
             if unknown:
                 raise InvalidResult(f"choice {unknown[0]!r} is not in the config of {name!r}")
             if control.single and len(choices) != 1:

@@ -190,6 +190,9 @@ def _judgment_text(judgment: Judgment) -> str:
     yes_no = {True: "yes", False: "no", None: "?"}
     text = (f"{judgment.annotator}: related={yes_no[judgment.related]}, "
             f"answer correct={yes_no[judgment.answer_correct]}")
+    for name, value in sorted(((judgment.raw or {}).get("fields") or {}).items()):  # a kind's own answers, as given
+        label = name.replace("_", " ").replace("cf ", "counterfactual ")
+        text += f", {label}={yes_no[value] if isinstance(value, bool) else repr(value)}"
     if judgment.corrected_answer:
         text += f", corrected answer={judgment.corrected_answer!r}"
     if judgment.flags:

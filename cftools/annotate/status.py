@@ -5,6 +5,7 @@ progress per project and counts per annotator (`annotate status`).
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from functools import partial
 from typing import Any, Iterable, Optional
 
 from sqlalchemy import func, insert, select
@@ -25,19 +26,19 @@ from cftools.store import Store
 def verify_ratings(session: Session, item_keys: Optional[Iterable[str]] = None) -> dict[str, dict[int, dict[str, Answer]]]:
     """Per item kind: every live verification task's judgments by annotator (only ITEM_KEYS' items when given)."""
     query = (select(Item.kind, Item.key, Judgment.task_id, Judgment.annotator, Judgment.related,
-                    Judgment.answer_correct, Judgment.flags)
+                    Judgment.answer_correct, Judgment.flags, Judgment.raw)
              .join(AnnotationTask, AnnotationTask.id == Judgment.task_id)
              .join(Item, Item.id == AnnotationTask.item_id)
              .where(AnnotationTask.purpose == VERIFY, AnnotationTask.state.not_in(GONE))
              .order_by(Judgment.task_id, Judgment.ls_annotation_id))
     wanted = set(item_keys) if item_keys is not None else None
     ratings: dict[str, dict[int, dict[str, Answer]]] = defaultdict(dict)
-    for kind, key, task_id, annotator, related, correct, flags in session.execute(query):
+    for kind, key, task_id, annotator, related, correct, flags, raw in session.execute(query):
         if wanted is not None and key not in wanted:
             continue
         # By item: with assignment each person judges the item in a task of their own.
-        ratings[kind].setdefault(key, {}).setdefault(annotator, Answer(related=related, answer_correct=correct,
-                                                                      flags=list(flags or [])))
+        ratings[kind].setdefault(key, {}).setdefault(annotator, Answer(
+            related=related, answer_correct=correct, flags=list(flags or []), fields=(raw or {}).get("fields") or {}))
     return ratings
 
 
@@ -69,7 +70,8 @@ def record_agreement(store: Store) -> dict[str, dict[str, dict[str, Any]]]:
     """Compute agreement per kind and question and store it (AgreementStat) for the data card; a kind's own
     tasks under the project name "KIND TASK"."""
     with store.session() as session:
-        stats = {agreement_project_name(kind): agreement(ratings) for kind, ratings in verify_ratings(session).items()}
+        stats = {agreement_project_name(kind): agreement(ratings, partial(get_kind(kind).agreement_labels, VERIFY))
+                 for kind, ratings in verify_ratings(session).items()}
         stats.update({name: label_agreement(pairs) for name, pairs in _own_task_pairs(session).items()})
     now = utcnow()
     with store.write() as session:

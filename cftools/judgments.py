@@ -49,23 +49,38 @@ class Control:
     single: bool = True
     required: bool = False
     dynamic: bool = False  # choices built from the task's own data (`value="$field"`): checked by the kind at pull
+    # Shown only while another control's choice is not ticked (a View's visibleWhen="choice-unselected"): required
+    # only then. (control name, the choice as stored)
+    unless: Optional[tuple[str, str]] = None
 
 
 
 @lru_cache(maxsize=None)
 def controls_of(label_config: str) -> dict[str, Control]:
     """The answerable controls of a rendered label config, read back from its XML."""
+    root = ET.fromstring(label_config)
+    stored = {(choices.get("name"), c.get("value")): c.get("alias") or c.get("value")
+              for choices in root.iter("Choices") for c in choices.iter("Choice")}
     controls: dict[str, Control] = {}
-    for element in ET.fromstring(label_config).iter():
+
+    def visit(element: ET.Element, unless: Optional[tuple[str, str]]) -> None:
+        if element.get("visibleWhen") == "choice-unselected" and element.get("whenTagName"):
+            name, value = element.get("whenTagName"), element.get("whenChoiceValue")
+            unless = (name, stored.get((name, value), value))
         if element.tag == "Choices":
             # A choice's alias, where it has one, is what the result holds (the value is the label people read).
             controls[element.get("name")] = Control(
                 name=element.get("name"), tag="Choices",
                 values=frozenset(c.get("alias") or c.get("value") for c in element.iter("Choice")),
                 single=element.get("choice", "single") != "multiple", required=element.get("required") == "true",
-                dynamic=(element.get("value") or "").startswith("$"))
+                dynamic=(element.get("value") or "").startswith("$"), unless=unless)
         elif element.tag == "TextArea":
-            controls[element.get("name")] = Control(name=element.get("name"), tag="TextArea")
+            controls[element.get("name")] = Control(name=element.get("name"), tag="TextArea",
+                                                    required=element.get("required") == "true", unless=unless)
+        for child in element:
+            visit(child, unless)
+
+    visit(root, None)
     return controls
 
 
@@ -102,9 +117,11 @@ def read_result(controls: dict[str, Control], result: Any) -> dict[str, Any]:
             if not isinstance(text, list) or not all(isinstance(t, str) for t in text):
                 raise InvalidResult(f"{name!r} has no text")
             answers[name] = "\n".join(t.strip() for t in text).strip() or None
-    missing = [c.name for c in controls.values() if c.required and c.name not in answers]
+    missing = [c.name for c in controls.values() if c.required and c.name not in answers
+               and not (c.unless and c.unless[1] in (answers.get(c.unless[0]) or []))]
     if missing:
-        raise InvalidResult(f"required choice {missing[0]!r} is missing")
+        what = "choice" if controls[missing[0]].tag == "Choices" else "answer"
+        raise InvalidResult(f"required {what} {missing[0]!r} is missing")
     return answers
 
 

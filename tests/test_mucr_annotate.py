@@ -89,13 +89,13 @@ def tasks_of(store, task: str) -> dict[int, int]:
 
 
 def pick(cause: int | None, effect: int | None = None) -> list[dict]:
+    """A selection of candidates CAUSE and EFFECT: by the numbers the task shows them under (1 = the best ranked;
+    here candidate k is ranked (k+1)-th)."""
     if cause is None:
-        return [{"from_name": "none_usable", "to_name": "cause_description", "type": "choices",
+        return [{"from_name": "none_usable", "to_name": "pairs", "type": "choices",
                  "value": {"choices": ["none usable"]}}]
-    return [{"from_name": "best_cause", "to_name": "cause_description", "type": "choices",
-             "value": {"choices": [str(cause)]}},
-            {"from_name": "best_effect", "to_name": "effect_description", "type": "choices",
-             "value": {"choices": [str(effect)]}}]
+    return [{"from_name": "best_cause", "to_name": "pairs", "type": "choices", "value": {"choices": [str(cause + 1)]}},
+            {"from_name": "best_effect", "to_name": "pairs", "type": "choices", "value": {"choices": [str(effect + 1)]}}]
 
 
 def explain(who: str, cue: str = "rain", false_cues: str = "bench\nblanket\npark") -> list[dict]:

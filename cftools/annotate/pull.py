@@ -530,11 +530,12 @@ def pull(workspace: Workspace, progress: Progress = _no_progress) -> PullReport:
 def pull_authoring_projects(workspace: Workspace, server: LabelStudioServer, settings: ServerSettings,
                             emails: dict[int, str], report: PullReport) -> None:
     """Submissions of every kind's authoring projects on this server become draft items (new ones only)."""
+    from cftools.annotate.authoring import authoring_projects
+
     for name, spec in sorted(all_kinds().items()):
         for task in spec.authoring_tasks:
-            project_id = server.find_project(project_title(settings, name, task))
-            if project_id is not None:
+            for person, project_id in authoring_projects(server, settings, name, task).items():
                 pull_authoring(workspace.store, server, project_id, name, task, emails, report.authoring,
-                               str(workspace.root))
+                               str(workspace.root), person)
 
 

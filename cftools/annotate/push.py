@@ -325,7 +325,7 @@ def push(workspace: Workspace, kind: Optional[str], limit: Optional[int] = None,
         report.project_id, report.project_url = project_id, server.project_url(project_id)
         if spec is None and purpose not in (VERIFY, ADJUDICATE):
             push_authoring(store, server, settings, project_id, kind, ImageLinks.from_config(workspace, data_uri),
-                           limit, report, progress)
+                           limit, report, progress, purpose, str(workspace.root))
             return report
         if spec is not None:
             report.reconciled = reconcile_own(store, server, project_id, kind, spec)

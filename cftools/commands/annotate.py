@@ -128,6 +128,11 @@ def pull_cmd(workspace: Workspace, as_json: bool) -> None:
         for bad in written.invalid:
             console.print(f"[red]rejected submission {bad['annotation']} of task {bad['task']} by "
                           f"{escape(bad['annotator'])}: {escape(bad['reason'])}[/]")
+        for bad in written.refused:
+            console.print(f"[red]{escape(bad['reason'])}[/]")
+        for person, entries in sorted(written.returned.items()):
+            console.print(f"[yellow]returned to {escape(person)}: {len(entries)} submissions, each as a new task "
+                          "saying why[/]")
     if report.ignored_same_annotator:
         console.print(f"[yellow]{report.ignored_same_annotator} extra annotations by the same person ignored.[/]")
     if report.ignored_extra_annotators:

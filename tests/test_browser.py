@@ -326,8 +326,6 @@ def close_instructions(page) -> str:
         return ""
     text = modal.first.inner_text()
     page.keyboard.press("Escape")
-    if modal.first.is_visible():
-        print(modal.first.evaluate("e => e.outerHTML")[:3000])
     modal.first.wait_for(state="hidden", timeout=10_000)
     return text
 
@@ -440,3 +438,90 @@ def test_cvqa_two_people_blind_then_a_third_adjudicates(pages, label_studio, tea
     assert report["decisions"] == {"adjudicated accepted": 1}, report
     with store.session() as session:
         assert session.get(Item, first.item_id).answer == "3"
+
+
+def submit_expecting_warning(panel, message: str) -> None:
+    """Submit with a required question unanswered: Label Studio refuses and says which question."""
+    from playwright.sync_api import expect
+
+    page = panel.page
+    page.locator("[data-testid=bottombar-submit-button]").click()
+    warning = page.get_by_text(message)
+    expect(warning.first).to_be_visible()
+    page.keyboard.press("Escape")
+    expect(warning.first).to_be_hidden()
+
+
+def test_cfmm_verify_offers_only_the_options_and_keeps_cannot_be_determined(pages, label_studio, team_workspace,
+                                                                             run_cli):
+    store = team_workspace.store
+    add_cfmm_item(run_cli, store, label_studio.media_root / f"browser-{uuid.uuid4().hex[:6]}")
+    push_json(run_cli, "--kind", "cfmm")
+    first, second = assigned(store)
+    headers = headers_of("cfmm", VERIFY)
+    page = pages[first.assignee]
+    with screenshot_on_failure(page, "cfmm-verify"):
+        panel = label_all(page, label_studio.url, first.ls_project_id)
+        assert loaded_image_widths(page, 1)[0] > 0
+        # the counterfactual answer is picked among the item's own options: nothing else can be given
+        assert choice_labels(panel, headers["cf_answer"]) == ["red", "blue", "cannot be determined"]
+        assert panel.locator("textarea[name=corrected_answer], input[name=corrected_answer]").count() == 0
+        save_screenshot(page, "cfmm-verify")
+        pick(panel, headers["related"], "Yes")
+        submit_expecting_warning(panel, "Please answer (ii)")  # the warning names the question, not the control
+        pick(panel, headers["basic_correct"], "Yes")
+        pick(panel, headers["cf_answer"], "cannot be determined")
+        submit(panel)
+    label_studio.client(second.assignee).annotations.create(id=second.ls_task_id, result=[
+        {"from_name": "related", "to_name": "image", "type": "choices", "value": {"choices": ["yes"]}},
+        {"from_name": "basic_correct", "to_name": "basic_question", "type": "choices", "value": {"choices": ["yes"]}},
+        {"from_name": "cf_answer", "to_name": "question", "type": "choices", "value": {"choices": ["blue"]}}])
+    report = pull_json(run_cli)
+    assert report["invalid"] == [] and item_status(store, first.item_id) == NEEDS_ADJUDICATION
+    status = json.loads(run_cli("annotate", "status", "--json").output)
+    assert status["agreement"]["cfmm verification"]["counterfactual_answer"]["n_items"] == 1
+    push_json(run_cli, "--kind", "cfmm", "--adjudicate")
+    [task] = assigned(store, "adjudicate")
+    page = pages[task.assignee]
+    with screenshot_on_failure(page, "cfmm-adjudicate"):
+        panel = label_all(page, label_studio.url, task.ls_project_id)
+        shown = panel.inner_text()
+        assert "counterfactual answer='cannot be determined'" in shown and "ambiguous" not in shown.lower().replace(
+            "ambiguous:", "")  # its own label, not relabelled
+        assert choice_labels(panel, "Corrected counterfactual answer (only for: accept with the corrected answer)") \
+            == ["red", "blue"]
+        save_screenshot(page, "cfmm-adjudicate")
+        pick(panel, "Your decision", DECISION_CHOICES[0][1])
+        submit(panel)
+    assert pull_json(run_cli)["decisions"] == {"adjudicated accepted": 1}
+
+
+def test_mucr_verify_an_edit_by_another_person_is_refused(pages, label_studio, team_workspace, run_cli):
+    store = team_workspace.store
+    add_mucr_item(store, label_studio.media_root / f"browser-{uuid.uuid4().hex[:6]}")
+    push_json(run_cli, "--kind", "mucr")
+    first, second = assigned(store)
+    headers = headers_of("mucr", VERIFY)
+    page = pages[first.assignee]
+    with screenshot_on_failure(page, "mucr-verify"):
+        panel = label_all(page, label_studio.url, first.ls_project_id)
+        assert loaded_image_widths(page, 2) and all(w > 0 for w in loaded_image_widths(page, 2))
+        save_screenshot(page, "mucr-verify")
+        pick(panel, headers["related"], "Yes")
+        pick(panel, headers["answer_correct"], "Yes")
+        submit(panel)
+    assert pull_json(run_cli)["judgments_added"] == 1
+    # another person opens the first one's task in the first one's project and changes the judgment (Update)
+    intruder = second.assignee
+    page = pages[intruder]
+    with screenshot_on_failure(page, "mucr-verify-intruder"):
+        panel = open_task(page, label_studio.url, first.ls_project_id, first.ls_task_id)
+        close_instructions(page)
+        pick(panel, headers["answer_correct"], "No")
+        with page.expect_response(lambda r: r.request.method == "PATCH" and "/annotations/" in r.url) as response:
+            page.get_by_text("Update", exact=True).filter(visible=True).last.click()
+        assert response.value.status == 200
+    report = pull_json(run_cli)
+    assert [r["reason"] for r in report["refused"]] == [
+        f"task {first.ls_task_id}: changed by {intruder} after {first.assignee} submitted it: not counted"]
+    assert report["judgments_removed"] == 1 and item_status(store, first.item_id) == IN_REVIEW

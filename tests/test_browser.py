@@ -525,3 +525,150 @@ def test_mucr_verify_an_edit_by_another_person_is_refused(pages, label_studio, t
     assert [r["reason"] for r in report["refused"]] == [
         f"task {first.ls_task_id}: changed by {intruder} after {first.assignee} submitted it: not counted"]
     assert report["judgments_removed"] == 1 and item_status(store, first.item_id) == IN_REVIEW
+
+
+def test_mucr_select_numbered_pairs_and_the_tiebreak_reaches_a_third_person(pages, label_studio, team_workspace,
+                                                                             run_cli):
+    from test_mucr_annotate import caption_pairs, pick as select_result
+
+    store = team_workspace.store
+    [pair_id] = caption_pairs(team_workspace, label_studio.media_root / f"select-{uuid.uuid4().hex[:6]}", 1,
+                              per_style=3)
+    push_json(run_cli, "--kind", "mucr", "--task", "select")
+    first, second = assigned(store, "select")
+    headers = headers_of("mucr", "select")
+    page = pages[first.assignee]
+    with screenshot_on_failure(page, "mucr-select"):
+        panel = label_all(page, label_studio.url, first.ls_project_id)
+        widths = loaded_image_widths(page, 6)
+        assert len(widths) == 6 and all(w > 0 for w in widths)  # three pairs, each cause beside its effect
+        pairs = panel.locator(".cf-cand")
+        assert pairs.count() == 3
+        assert [pairs.nth(n).locator("figcaption").all_inner_texts() for n in range(3)] == [
+            [f"cause {n}", f"effect {n}"] for n in (1, 2, 3)]
+        assert [pairs.nth(n).locator(".cf-num").all_inner_texts() for n in range(3)] == [[str(n)] * 2 for n in (1, 2, 3)]
+        # the choices are the numbers shown, one per candidate that exists
+        assert choice_labels(panel, headers["best_cause"]) == ["1", "2", "3"]
+        assert choice_labels(panel, headers["best_effect"]) == ["1", "2", "3"]
+        save_screenshot(page, "mucr-select")
+        pick(panel, headers["best_cause"], "2")
+        pick(panel, headers["best_effect"], "3")
+        submit(panel)
+    label_studio.client(second.assignee).annotations.create(id=second.ls_task_id, result=select_result(0, 0))
+    report = pull_json(run_cli)
+    assert report["invalid"] == [] and len(report["tiebreaks"]) == 1, report
+    [third_task] = [t for t in assigned(store, "select") if t.assignee not in (first.assignee, second.assignee)]
+    third = third_task.assignee
+    assert report["tiebreaks"][0]["sent_to"] == [third]
+    # the third person receives it: the server's /next hands it to them, and their "Label All Tasks" opens it
+    assert next_task_id(label_studio, third, third_task.ls_project_id) == third_task.ls_task_id
+    page = pages[third]
+    with screenshot_on_failure(page, "mucr-select-third"):
+        panel = label_all(page, label_studio.url, third_task.ls_project_id)
+        assert panel.locator(".cf-cand").count() == 3
+        pick(panel, headers["best_cause"], "2")
+        pick(panel, headers["best_effect"], "3")
+        submit(panel)
+    pull_json(run_cli)
+    with store.session() as session:
+        selection = session.get(Item, pair_id).data["selection"]["photograph"]
+    # shown as 2 and 3: the second and third best ranked candidates, k = 1 and 2
+    assert (selection["cause"], selection["effect"], sorted(selection["annotators"])) == (
+        1, 2, sorted([first.assignee, third]))
+
+
+def add_explain_item(store, folder: Path) -> int:
+    """A selected MuCR pair with its cue set and the model's explanation draft, checked: ready to explain."""
+    add_mucr_item(store, folder)
+    with store.write() as session:
+        item = session.execute(select(Item).where(Item.kind == "mucr").order_by(Item.id.desc())).scalars().first()
+        item.data = {**item.data, "explanation_draft": DRAFT}
+        session.add(item)
+        session.flush()
+        return item.id
+
+
+DRAFT = ("In the first image, a man looks at his phone while driving. In the second image, his car has hit a lamp "
+         "post. The causal link is that he did not watch the road.")
+
+
+def test_mucr_explain_a_copied_draft_is_not_counted_and_comes_back_with_the_reason(pages, label_studio,
+                                                                                   team_workspace, run_cli):
+    store = team_workspace.store
+    item_id = add_explain_item(store, label_studio.media_root / f"explain-{uuid.uuid4().hex[:6]}")
+    push_json(run_cli, "--kind", "mucr", "--task", "explain")
+    tasks = assigned(store, "explain")
+    assert len({t.assignee for t in tasks}) == 3  # three different people, a task each
+    first = tasks[0]
+    page = pages[first.assignee]
+    with screenshot_on_failure(page, "mucr-explain"):
+        panel = label_all(page, label_studio.url, first.ls_project_id)
+        field = panel.locator("textarea[name=explanation]")
+        assert field.input_value() == ""  # never pre-filled with the model's draft
+        assert "The causal link is that he did not watch the road." in panel.inner_text()  # shown as a reference
+        save_screenshot(page, "mucr-explain")
+        type_text(panel, "explanation", DRAFT.upper().replace(",", ""))  # the draft, copied (case and commas aside)
+        submit(panel)
+    report = pull_json(run_cli)
+    [returned] = report["returned"][first.assignee]
+    assert returned["reason"] == "the explanation is the model's draft: write your own explanation"
+    [again] = [t for t in assigned(store, "explain") if t.assignee == first.assignee]
+    assert again.id != first.id and again.ls_project_id == first.ls_project_id
+    with screenshot_on_failure(page, "mucr-explain-returned"):
+        panel = label_all(page, label_studio.url, first.ls_project_id)
+        assert "Returned to you" in panel.inner_text() and returned["reason"] in panel.inner_text()
+        save_screenshot(page, "mucr-explain-returned")
+        type_text(panel, "explanation", "In the first image a driver reads a message. In the second image the car "
+                                        "is against a post. The causal link is his distraction.")
+        submit(panel)
+    others = [t for t in assigned(store, "explain") if t.assignee != first.assignee]
+    for n, task in enumerate(others):
+        label_studio.client(task.assignee).annotations.create(id=task.ls_task_id, result=[
+            {"from_name": "explanation", "to_name": "cause_image", "type": "textarea",
+             "value": {"text": [f"In the first image person {n} sees a phone. In the second image a crash. The causal "
+                                f"link is distraction number {n}."]}},
+            {"from_name": "cue", "to_name": "cause_image", "type": "textarea", "value": {"text": ["phone"]}},
+            {"from_name": "false_cues", "to_name": "cause_image", "type": "textarea",
+             "value": {"text": ["lamp post\nsteering wheel\nstreet"]}}])
+    report = pull_json(run_cli)
+    assert report["invalid"] == [] and item_status(store, item_id) == "accepted", report
+    with store.session() as session:
+        explanations = session.get(Item, item_id).data["explanations"]
+    assert len(explanations) == 3 and DRAFT not in explanations
+
+
+def test_cfmm_author_an_invalid_submission_comes_back_to_its_author(pages, label_studio, team_workspace, run_cli):
+    store = team_workspace.store
+    folder = label_studio.media_root / f"author-{uuid.uuid4().hex[:6]}"
+    draw(folder / "bus.png", "red")
+    (folder / "basic.csv").write_text("image,question,answer\nbus.png,What colour is the bus?,red\n")
+    assert run_cli("ingest", "table", folder / "basic.csv", "--images", folder).exit_code == 0
+    pushed = push_json(run_cli, "--kind", "cfmm", "--task", "author")
+    [(author, project_id)] = pushed["project_ids"].items()
+    headers = headers_of("cfmm", "author")
+    page = pages[author]
+    with screenshot_on_failure(page, "cfmm-author"):
+        panel = label_all(page, label_studio.url, project_id)
+        assert loaded_image_widths(page, 1)[0] > 0
+        assert "Color" in choice_labels(panel, headers["type"])
+        save_screenshot(page, "cfmm-author")
+        pick(panel, headers["type"], "Color")
+        type_text(panel, "basic_question", "What colour is the bus?")  # and no options: not a usable pair
+        submit(panel)
+    report = pull_json(run_cli)["authoring"]
+    [returned] = report["returned"][author]
+    assert returned["reason"] == "'basic_option_a' is empty"
+    with screenshot_on_failure(page, "cfmm-author-returned"):
+        panel = label_all(page, label_studio.url, project_id)
+        assert "Returned to you" in panel.inner_text() and "'basic_option_a' is empty" in panel.inner_text()
+        pick(panel, headers["type"], "Color")
+        for name, text in (("basic_question", "What colour is the bus?"), ("basic_option_a", "red"),
+                           ("basic_option_b", "blue"), ("cf_question", "If the bus were painted like the sky, what "
+                                                                       "colour would it be?"),
+                           ("cf_option_a", "red"), ("cf_option_b", "blue")):
+            type_text(panel, name, text)
+        pick(panel, headers["basic_correct"], "A")
+        pick(panel, headers["cf_correct"], "B")
+        submit(panel)
+    report = pull_json(run_cli)["authoring"]
+    assert report["items_added"] == 1 and report["returned"] == {} and report["refused"] == []

@@ -118,7 +118,7 @@ def test_select_and_explain_end_in_a_mucr_release(label_studio, mucr_ws, run_cli
     shown = admin.tasks.get(id=select_tasks[pair_ids[0]]).data
     assert shown["style"] == "photograph" and len(shown["cause_candidates"]) == 2
     assert all(link.startswith("/data/local-files/?d=") for link in shown["cause_candidates"] + shown["effect_candidates"])
-    assert shown["ranking"].splitlines()[0] == "1. candidate 0: score 0.900, no flags"
+    assert shown["ranking"].splitlines()[0] == "candidate 1: score 0.900, no flags"  # numbered as shown
     assert json.loads(run_cli("annotate", "push", "--kind", "mucr", "--task", "select", "--json").output)[
         "pushed"] == 0
     plans = [(pick(1, 1), pick(1, 1)), (pick(0, 1), pick(0, 1)), (pick(1, 0), pick(1, 0)),

@@ -68,12 +68,12 @@ def ranked(data: dict[str, Any], style: str) -> list[int]:
 def ranking_text(data: dict[str, Any], style: str) -> str:
     checks = {int(r["k"]): r for r in ((data.get("candidate_checks") or {}).get(style) or [])}
     lines = []
-    for place, k in enumerate(ranked(data, style), start=1):
+    for place, k in enumerate(ranked(data, style), start=1):  # numbered as the task shows them: best first
         check = checks.get(k) or {}
         flags = ", ".join(f["code"] for f in check.get("flags") or []) or "no flags"
         score = check.get("score")
-        lines.append(f"{place}. candidate {k}: score {score:.3f}, {flags}" if isinstance(score, (int, float))
-                     else f"{place}. candidate {k}: not ranked")
+        lines.append(f"candidate {place}: score {score:.3f}, {flags}" if isinstance(score, (int, float))
+                     else f"candidate {place}: not ranked")
     return "\n".join(lines)
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import time
 import uuid
 import xml.etree.ElementTree as ET
 from contextlib import contextmanager
@@ -29,14 +28,13 @@ import pytest
 from sqlalchemy import select
 
 import httpx
-from fixtures_label_studio import ADJUDICATOR, ANNOTATORS
-from test_annotate import ls_workspace, make_items, mark_checked, task_map  # noqa: F401 (ls_workspace: fixture)
-from test_label_configs import text_elements
+from fixtures_label_studio import ADJUDICATOR, ANNOTATORS, verify_result
+from test_annotate import ls_workspace, make_items, mark_checked  # noqa: F401 (ls_workspace: fixture)
 
 from cftools.judgments import DECISION_CHOICES, FLAG_CHOICES, VERIFY
 from cftools.annotate.rules import render_label_config
 from cftools.images import read_image_file, register_image
-from cftools.models import CHECKED, IN_REVIEW, NEEDS_ADJUDICATION, AnnotationTask, Item, Judgment, SourceQuestion
+from cftools.models import CHECKED, IN_REVIEW, NEEDS_ADJUDICATION, AnnotationTask, Item, SourceQuestion
 
 CHROMIUM = Path(os.environ.get("CFTOOLS_CHROMIUM", "/usr/bin/chromium"))
 # Without the networking flags Chromium keeps dialling out, and a closed network refuses it many times over.
@@ -134,21 +132,6 @@ def loaded_image_widths(page, expected: int) -> list[int]:
     return widths.json_value()
 
 
-def expect_texts(panel, expected: list[str]) -> None:
-    """The task's visible text elements read EXPECTED, in order (whitespace-normalised; retried while the
-    app draws the panel)."""
-    from playwright.sync_api import expect
-
-    expect(panel.locator(".lsf-richtext").filter(visible=True)).to_have_text(expected, use_inner_text=True)
-
-
-def choose(panel, header: str, value: str) -> None:
-    """Tick VALUE among the choices under HEADER (Label Studio names each choice's input by its value)."""
-    heading = panel.get_by_role("heading", name=header, exact=True)
-    choices = heading.locator("xpath=following-sibling::div[contains(@class, 'lsf-choices')][1]")
-    choices.locator(f"input[name='{value}']").check()
-
-
 def type_text(panel, name: str, text: str) -> None:
     """Fill a TextArea and add it to the result as Label Studio asks: Enter in a one-line field, Shift+Enter in a
     larger one."""
@@ -176,10 +159,6 @@ def control_headers(config: str) -> dict[str, str]:
     return found
 
 
-def image_names(config: str) -> list[str]:
-    return [element.get("name") for element in ET.fromstring(config).iter("Image")]
-
-
 def save_screenshot(page, name: str) -> None:
     if ARTIFACTS:
         Path(ARTIFACTS).mkdir(parents=True, exist_ok=True)
@@ -196,15 +175,6 @@ def screenshot_on_failure(page, name: str) -> Iterator[None]:
 
 
 # ---------------------------------------------------------------- a task of each kind in Label Studio
-
-
-def pushed_cvqa_task(run_cli, ls_workspace, label_studio) -> tuple[int, int]:
-    """One checked C-VQA item with its image, pushed with `cftools annotate push`: (project id, task id)."""
-    make_items(run_cli, label_studio.media_root / f"browser-{uuid.uuid4().hex[:6]}", 1)
-    mark_checked(ls_workspace.store)
-    result = run_cli("annotate", "push", "--json")
-    assert result.exit_code == 0, result.output
-    return json.loads(result.output)["project_id"], next(iter(task_map(ls_workspace.store).values()))
 
 
 def draw(path: Path, colour: str, size: tuple[int, int] = (48, 32)) -> Path:
@@ -244,63 +214,6 @@ def add_mucr_item(store, folder: Path) -> None:
                              "explanations": ["In the first image the driver looks at his phone.",
                                               "In the second image the car has crashed.",
                                               "The causal link is that he did not watch the road."]}))
-
-
-def pushed_kind_task(run_cli, ls_workspace, label_studio, kind: str) -> tuple[int, int]:
-    """One checked KIND item with its images, pushed with `cftools annotate push --kind KIND`."""
-    folder = label_studio.media_root / f"browser-{uuid.uuid4().hex[:6]}"
-    if kind == "cfmm":
-        add_cfmm_item(run_cli, ls_workspace.store, folder)
-    else:
-        add_mucr_item(ls_workspace.store, folder)
-    result = run_cli("annotate", "push", "--kind", kind, "--json")
-    assert result.exit_code == 0, result.output
-    report = json.loads(result.output)
-    assert report["pushed"] == 1, report
-    return report["project_id"], next(iter(task_map(ls_workspace.store).values()))
-
-
-# ---------------------------------------------------------------- reading, answering, pulling back
-
-
-def read_and_answer(page, label_studio, kind: str, project_id: int, task_id: int) -> dict[str, float]:
-    """Open the task and check what the annotator sees: every image loaded, every text field shown as
-    text in the config's order; then answer (related, the marked answer wrong with a correction, one
-    flag) and submit. Returns the seconds spent opening and checking + answering."""
-    data = label_studio.client().tasks.get(id=task_id).data
-    config = render_label_config(kind, VERIFY)
-    started = time.monotonic()
-    with screenshot_on_failure(page, kind):
-        panel = open_task(page, label_studio.url, project_id, task_id)
-        opened = time.monotonic()
-        expected_images = len(image_names(config))
-        widths = loaded_image_widths(page, expected_images)
-        assert len(widths) == expected_images and all(width > 0 for width in widths), widths
-        expect_texts(panel, [" ".join(data[field].split()) for field in text_elements(config)])
-        save_screenshot(page, kind)
-        headers = control_headers(config)
-        choose(panel, headers["related"], "yes")
-        choose(panel, headers["answer_correct"], "no")
-        type_text(panel, "corrected_answer", "three")
-        choose(panel, headers["flags"], "ambiguous")
-        for extra in set(headers) - {"related", "answer_correct", "flags", "corrected_answer", "comment"}:
-            choose(panel, headers[extra], "yes")  # a kind's own required question (CFMM: can it be determined?)
-        submit(panel)
-    return {"open_s": opened - started, "check_and_answer_s": time.monotonic() - opened}
-
-
-def assert_pulled_back(run_cli, store, task_id: int, annotator: str) -> None:
-    """`annotate pull` turns the submitted annotation into the annotator's judgment of the item."""
-    result = run_cli("annotate", "pull", "--json")
-    assert result.exit_code == 0, result.output
-    report = json.loads(result.output)
-    assert report["invalid"] == [] and report["judgments_added"] == 1, report
-    with store.session() as session:
-        task = session.execute(select(AnnotationTask).where(AnnotationTask.ls_task_id == task_id)).scalar_one()
-        [judgment] = session.execute(select(Judgment).where(Judgment.task_id == task.id)).scalars()
-        assert (judgment.annotator, judgment.related, judgment.answer_correct, judgment.corrected_answer,
-                judgment.flags) == (annotator, True, False, "three", ["ambiguous"])
-        assert session.get(Item, task.item_id).status == IN_REVIEW  # one of two judgments
 
 
 # ---------------------------------------------------------------- people at work
@@ -525,6 +438,23 @@ def test_mucr_verify_an_edit_by_another_person_is_refused(pages, label_studio, t
     assert [r["reason"] for r in report["refused"]] == [
         f"task {first.ls_task_id}: changed by {intruder} after {first.assignee} submitted it: not counted"]
     assert report["judgments_removed"] == 1 and item_status(store, first.item_id) == IN_REVIEW
+    # the first person sets it back themselves: their own last change counts again
+    annotation = label_studio.client(first.assignee).annotations.list(id=first.ls_task_id)[0]
+    label_studio.client(first.assignee).annotations.update(id=annotation.id, result=annotation.result)
+    label_studio.client(second.assignee).annotations.create(id=second.ls_task_id, result=verify_result("no", "no"))
+    report = pull_json(run_cli)
+    assert report["refused"] == [] and item_status(store, first.item_id) == NEEDS_ADJUDICATION
+    push_json(run_cli, "--kind", "mucr", "--adjudicate")
+    [task] = assigned(store, "adjudicate")
+    assert task.assignee not in (first.assignee, second.assignee)
+    page = pages[task.assignee]
+    with screenshot_on_failure(page, "mucr-adjudicate"):
+        panel = label_all(page, label_studio.url, task.ls_project_id)
+        assert f"{first.assignee}: related=yes" in panel.inner_text()
+        save_screenshot(page, "mucr-adjudicate")
+        pick(panel, "Your decision", DECISION_CHOICES[2][1])
+        submit(panel)
+    assert pull_json(run_cli)["decisions"] == {"adjudicated rejected": 1}
 
 
 def test_mucr_select_numbered_pairs_and_the_tiebreak_reaches_a_third_person(pages, label_studio, team_workspace,
@@ -638,7 +568,6 @@ def test_mucr_explain_a_copied_draft_is_not_counted_and_comes_back_with_the_reas
 
 
 def test_cfmm_author_an_invalid_submission_comes_back_to_its_author(pages, label_studio, team_workspace, run_cli):
-    store = team_workspace.store
     folder = label_studio.media_root / f"author-{uuid.uuid4().hex[:6]}"
     draw(folder / "bus.png", "red")
     (folder / "basic.csv").write_text("image,question,answer\nbus.png,What colour is the bus?,red\n")

@@ -161,8 +161,6 @@ def import_for(store: Store, server: LabelStudioServer, project_id: int, kind: s
                batch: list[tuple[Item, dict]]) -> int:
     """Import BATCH into PERSON's project and record the links in one transaction; an import whose outcome is
     unknown is reconciled by the tasks' keys before the rest is sent again."""
-    from cftools.annotate.push import _link_tasks
-
     for attempt in range(server.retries + 1):
         try:
             task_ids = server.import_tasks(project_id, [task for _, task in batch])

@@ -200,6 +200,11 @@ class Kind:
         except TemplateNotFound:
             return ""
 
+    def record_problem(self, record: dict[str, Any]) -> Optional[str]:
+        """Why a release record breaks this kind's decision rules (an answer outside its options, too few
+        independent explanations…), None when it holds: `export` refuses such a record and `verify` reports it."""
+        return None
+
     def check_judgment(self, task: str, answer: Any, task_data: dict[str, Any]) -> None:
         """What only cftools can check of one judgment against the task it was made for (the choices that exist,
         an answer among the item's options): raise `cftools.judgments.InvalidResult` with the reason."""

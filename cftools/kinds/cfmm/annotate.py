@@ -104,3 +104,14 @@ def fit_adjudication(answer: Answer, task_data: dict[str, Any]) -> None:
 
 def cannot_determine(answer: Answer) -> bool:
     return (answer.fields or {}).get("cf_answer") == CANNOT_DETERMINE
+
+
+def record_problem(record: dict[str, Any]) -> Optional[str]:
+    """A CFMM release record whose answers are not among its options (an answer the verifiers could not give)."""
+    options = record.get("options") or (record.get("data") or {}).get("options") or {}
+    for which, answer in (("counterfactual", record.get("answer")), ("original", record.get("original_answer"))):
+        choices = options.get(which)
+        if choices and answer is not None and normalize_answer(str(answer)) not in {
+                normalize_answer(str(o)) for o in choices}:
+            return f"the {which} answer {answer!r} is not one of its options ({' / '.join(map(str, choices))})"
+    return None

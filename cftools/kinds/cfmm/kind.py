@@ -88,6 +88,11 @@ class CfmmKind(Kind):
             answers["corrected_answer"] = answers["corrected_answer"][0]
         return parse_answer(purpose, answers)
 
+    def record_problem(self, record: dict[str, Any]) -> Optional[str]:
+        from cftools.kinds.cfmm.annotate import record_problem
+
+        return record_problem(record)
+
     def check_judgment(self, task: str, answer: Any, task_data: dict[str, Any]) -> None:
         from cftools.judgments import ADJUDICATE, VERIFY
         from cftools.kinds.cfmm.annotate import fit_adjudication, fit_verify

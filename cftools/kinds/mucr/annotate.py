@@ -303,3 +303,25 @@ def agreement_labels(task: str, answer: Answer) -> dict[str, str]:
 
 
 CHECKED_OR_DRAFT = (DRAFT, CHECKED)
+
+
+def record_problem(record: dict[str, Any]) -> Optional[str]:
+    """A MuCR release record that breaks the select or explain rules: a selection of a candidate that does not
+    exist; a verified pair without three independent explanations (none the model's draft, no two the same)."""
+    data = record.get("data") or {}
+    for style, chosen in (data.get("selection") or {}).items():
+        known = ((data.get("candidates") or {}).get(style) or {})
+        for side in ("cause", "effect"):
+            if isinstance(chosen, dict) and chosen.get(side) is not None and known \
+                    and str(chosen[side]) not in known:
+                return f"its {style} selection names {side} candidate {chosen[side]}, which does not exist"
+    if record.get("verified") and data.get("cause_image") and data.get("effect_image") and "explanations" in data:
+        explanations = [str(e) for e in data.get("explanations") or []]
+        kept, copies = independent([("", Answer(fields={"explanation": e})) for e in explanations])
+        if len(kept) < 3:
+            return (f"{len(kept)} independent explanations, not 3"
+                    + (" (some are copies of each other)" if copies else ""))
+        draft = data.get("explanation_draft")
+        if draft and any(same_text(e, draft) for e in explanations):
+            return "an explanation is the model's draft, not a person's"
+    return None

@@ -156,6 +156,11 @@ class MucrKind(Kind):
             return mucr_annotate.read_explain(self.read_result(purpose, result, workspace_root))
         return super().read_judgment(purpose, result, workspace_root)
 
+    def record_problem(self, record: dict[str, Any]) -> Optional[str]:
+        from cftools.kinds.mucr.annotate import record_problem
+
+        return record_problem(record)
+
     def check_judgment(self, task: str, answer: Any, task_data: dict[str, Any]) -> None:
         from cftools.kinds.mucr import annotate as mucr_annotate
 

@@ -126,7 +126,7 @@ def test_a_judgment_by_someone_else_or_changed_by_someone_else_is_refused_by_nam
     pulled = pull_json(run_cli)
     assert pulled["judgments_added"] == 0
     assert [r["reason"] for r in pulled["refused"]] == [
-        f"task {first.ls_task_id}: annotated by {intruder}, assigned to {first.assignee}: not counted"]
+        f"task {first.ls_task_id}: made by {intruder}, assigned to {first.assignee}: not counted"]
     # the second person answers; then the intruder changes it (Update in the UI = PATCH)
     annotation = annotate_as(label_studio, second.assignee, second.ls_task_id, result("yes", "yes"))
     assert pull_json(run_cli)["judgments_added"] == 1

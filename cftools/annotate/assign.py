@@ -14,14 +14,13 @@ goes back to the same person as a new task whose text says why (`Sender.send(...
 
 from __future__ import annotations
 
-import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from sqlalchemy import func, select
 
-from cftools.annotate.label_studio import LabelStudioServer, ServerSettings, UncertainImport, backoff
+from cftools.annotate.label_studio import LabelStudioServer, ServerSettings
 from cftools.annotate.projects import (
     DELETED, GONE, ImageLinks, OPEN, Progress, _no_progress, ensure_project, own_task, purpose_of, task_of,
 )
@@ -159,23 +158,15 @@ class Sender:
 
 def import_for(store: Store, server: LabelStudioServer, project_id: int, kind: str, person: str,
                batch: list[tuple[Item, dict]]) -> int:
-    """Import BATCH into PERSON's project and record the links in one transaction; an import whose outcome is
-    unknown is reconciled by the tasks' keys before the rest is sent again."""
-    for attempt in range(server.retries + 1):
-        try:
-            task_ids = server.import_tasks(project_id, [task for _, task in batch])
-        except UncertainImport:
-            if attempt >= server.retries:
-                raise
-            time.sleep(backoff(attempt))
-            reconcile_person(store, server, project_id, kind, person)
-            batch = without_task(store, project_id, batch)
-            if not batch:
-                return 0
-            continue
+    """Import BATCH into PERSON's project and record the links in one transaction (see `import_reconciled`)."""
+    from cftools.annotate.push import import_reconciled
+
+    batch, task_ids = import_reconciled(server, project_id, batch,
+                                        lambda: reconcile_person(store, server, project_id, kind, person),
+                                        lambda rest: without_task(store, project_id, rest))
+    if batch:
         link_batch(store, server.url, project_id, person, batch, task_ids, "imported")
-        return len(batch)
-    return 0
+    return len(batch)
 
 
 def link_batch(store: Store, server_url: str, project_id: int, person: str, batch: list[tuple[Item, dict]],

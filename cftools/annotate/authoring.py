@@ -20,6 +20,7 @@ from typing import Any, Callable, Optional
 
 from sqlalchemy import select
 
+from cftools.annotate.attribution import email_of, refusal
 from cftools.annotate.label_studio import LabelStudioServer, ServerSettings
 from cftools.judgments import InvalidResult
 from cftools.errors import CftoolsError
@@ -48,12 +49,6 @@ class AuthoringPull:
 
     def as_dict(self) -> dict[str, Any]:
         return {**self.__dict__, "by_group": dict(self.by_group)}
-
-
-def _person(user: Any, emails: dict[int, str]) -> Optional[str]:
-    if isinstance(user, dict):
-        user = user.get("id")
-    return None if user is None else emails.get(user) or f"user:{user}"
 
 
 def image_key(sha256: str) -> str:
@@ -207,16 +202,11 @@ def pull_authoring(store: Store, server: LabelStudioServer, project_id: int, kin
                     report.cancelled += 1
                     continue
                 report.submissions += 1
-                annotator, editor = (_person(annotation.get(k), emails) for k in ("completed_by", "updated_by"))
+                annotator = email_of(annotation.get("completed_by"), emails)
                 where = {"project": project_id, "task": ls_task.get("id"), "annotation": annotation.get("id"),
                          "annotator": annotator}
-                if assignee and annotator != assignee:
-                    report.refused.append({**where, "reason": f"task {ls_task.get('id')}: written by {annotator}, "
-                                                              f"assigned to {assignee}: not counted"})
-                    continue
-                if editor is not None and editor != annotator:
-                    report.refused.append({**where, "reason": f"task {ls_task.get('id')}: changed by {editor} after "
-                                                              f"{annotator} submitted it: not counted"})
+                if (refused := refusal(annotation, ls_task.get("id"), emails, assignee)) is not None:
+                    report.refused.append({**where, "reason": refused})
                     continue
                 try:
                     fields = spec.authored_item(task, annotation.get("result"), workspace_root)

@@ -19,6 +19,7 @@ from sqlalchemy import bindparam, insert, select
 from sqlmodel import Session
 
 from cftools.annotate.projects import ANNOTATIONS_PER_TASK, DECIDED, DELETED, GONE, OPEN, RETURNED, Progress, STAGE, _delete, _no_progress, _update, own_task, task_of
+from cftools.annotate.attribution import email_of, refusal
 from cftools.annotate.push import _event, _open_task_filter
 from cftools.annotate.status import record_agreement
 from cftools.judgments import ADJUDICATE, VERIFY, Answer, Decision, InvalidResult, adjudicated, decide
@@ -85,12 +86,6 @@ def _parse_time(value: Any) -> Optional[datetime]:
         return None
 
 
-def _person(user: Any, emails: dict[int, str]) -> Optional[str]:
-    if isinstance(user, dict):
-        user = user.get("id")
-    return None if user is None else emails.get(user) or f"user:{user}"
-
-
 def choose_annotations(task: dict, kind: str, purpose: str, emails: dict[int, str], report: PullReport,
                        workspace_root: Optional[str] = None, assignee: Optional[str] = None) -> list[Chosen]:
     """The first valid annotation of each annotator, in annotation order, at most two annotators
@@ -109,17 +104,11 @@ def choose_annotations(task: dict, kind: str, purpose: str, emails: dict[int, st
         if annotation.get("was_cancelled"):
             report.cancelled += 1
             continue
-        annotator = _person(annotation.get("completed_by"), emails)
-        editor = _person(annotation.get("updated_by"), emails)
+        annotator = email_of(annotation.get("completed_by"), emails)
         where = {"project": task.get("project"), "task": task.get("id"), "annotation": annotation.get("id"),
                  "annotator": annotator}
-        if assignee and annotator != assignee:
-            report.refused.append({**where, "reason": f"task {task.get('id')}: annotated by {annotator}, "
-                                                      f"assigned to {assignee}: not counted"})
-            continue
-        if editor is not None and editor != annotator:
-            report.refused.append({**where, "reason": f"task {task.get('id')}: changed by {editor} after "
-                                                      f"{annotator} submitted it: not counted"})
+        if (refused := refusal(annotation, task.get("id"), emails, assignee)) is not None:
+            report.refused.append({**where, "reason": refused})
             continue
         try:
             answer = get_kind(kind).read_judgment(name, annotation.get("result"), workspace_root)

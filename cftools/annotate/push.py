@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from sqlalchemy import and_, insert, select
 from sqlmodel import Session
@@ -355,30 +355,46 @@ def push(workspace: Workspace, kind: Optional[str], limit: Optional[int] = None,
     return report
 
 
-def import_batch(store: Store, server: LabelStudioServer, project_id: int, kind: str, purpose: str, spec: Any,
-                 batch: list[tuple[Item, dict]], report: PushReport) -> None:
-    """Import BATCH and record its links in one transaction. An import whose outcome is unknown (the connection
-    dropped, its answer was lost) is not simply sent again: the project is reconciled first (the tasks the server
-    did create are linked by their keys) and only the items still without a task are imported."""
+Batch = list[tuple[Item, dict]]
+
+
+def import_reconciled(server: LabelStudioServer, project_id: int, batch: Batch, reconcile: Callable[[], int],
+                      remaining: Callable[[Batch], Batch]) -> tuple[Batch, list[int]]:
+    """Import BATCH into PROJECT_ID: (what was imported, its task ids). An import whose outcome is unknown (the
+    connection dropped, its answer was lost) is not simply sent again: RECONCILE first links the tasks the server
+    did create (by their keys), and only REMAINING(batch), the entries still without a task, is imported."""
     for attempt in range(server.retries + 1):
         try:
-            task_ids = server.import_tasks(project_id, [task for _, task in batch])
+            return batch, server.import_tasks(project_id, [task for _, task in batch])
         except UncertainImport:
             if attempt >= server.retries:
                 raise
             time.sleep(backoff(attempt))
-            report.reconciled += (reconcile_own(store, server, project_id, kind, spec) if spec is not None
-                                  else reconcile(store, server, project_id, purpose, kind)[0])
-            batch = _without_task(store, batch, purpose)
+            reconcile()
+            batch = remaining(batch)
             if not batch:
-                return
-            continue
-        with store.write() as session:
-            _link_tasks(session, server.url, project_id, purpose,
-                        [(item.id, task_id) for (item, _), task_id in zip(batch, task_ids, strict=True)], how="imported",
-                        purposes=[t["meta"].get("purpose", purpose) for _, t in batch], spec=spec)
-        report.pushed += len(batch)
+                break
+    return [], []
+
+
+def import_batch(store: Store, server: LabelStudioServer, project_id: int, kind: str, purpose: str, spec: Any,
+                 batch: Batch, report: PushReport) -> None:
+    """Import BATCH and record its links in one transaction (see `import_reconciled`)."""
+    def relink() -> int:
+        found = (reconcile_own(store, server, project_id, kind, spec) if spec is not None
+                 else reconcile(store, server, project_id, purpose, kind)[0])
+        report.reconciled += found
+        return found
+
+    batch, task_ids = import_reconciled(server, project_id, batch, relink,
+                                        lambda rest: _without_task(store, rest, purpose))
+    if not batch:
         return
+    with store.write() as session:
+        _link_tasks(session, server.url, project_id, purpose,
+                    [(item.id, task_id) for (item, _), task_id in zip(batch, task_ids, strict=True)], how="imported",
+                    purposes=[t["meta"].get("purpose", purpose) for _, t in batch], spec=spec)
+    report.pushed += len(batch)
 
 
 def _without_task(store: Store, batch: list[tuple[Item, dict]], purpose: str) -> list[tuple[Item, dict]]:

@@ -179,3 +179,18 @@ def test_an_invalid_submission_goes_back_to_its_author_with_the_reason(run_cli, 
     annotate_as(label_studio, first.assignee, again.ls_task_id, result("yes", "yes"))
     assert pull_json(run_cli)["judgments_added"] == 1
     assert statuses(ls_workspace.store)[first.item_id] in (IN_REVIEW, ACCEPTED)
+
+
+def test_an_explanation_equal_to_another_persons_is_not_independent_and_one_more_person_is_asked():
+    from cftools.judgments import Answer
+    from cftools.kinds.mucr.annotate import decide_explain
+
+    def wrote(text: str) -> Answer:
+        return Answer(fields={"explanation": text, "cue": "rain", "false_cues": ["a", "b", "c"]})
+
+    copied = [("a@x", wrote("In the first image rain.")), ("b@x", wrote("in the FIRST image, rain")),
+              ("c@x", wrote("Something else entirely."))]
+    outcome = decide_explain(None, copied)
+    assert outcome.status == IN_REVIEW and outcome.wants == 4 and "b@x" in outcome.rule
+    outcome = decide_explain(None, [*copied, ("d@x", wrote("A fourth, own explanation."))])
+    assert outcome.status == ACCEPTED and outcome.data["explanations_by_annotator"].keys() == {"a@x", "c@x", "d@x"}

@@ -537,6 +537,7 @@ def test_mucr_explain_a_copied_draft_is_not_counted_and_comes_back_with_the_reas
         assert field.input_value() == ""  # never pre-filled with the model's draft
         assert "The causal link is that he did not watch the road." in panel.inner_text()  # shown as a reference
         save_screenshot(page, "mucr-explain")
+        submit_expecting_warning(panel, "Please answer (i)")  # the form as it came: nothing of one's own to submit
         type_text(panel, "explanation", DRAFT.upper().replace(",", ""))  # the draft, copied (case and commas aside)
         submit(panel)
     report = pull_json(run_cli)

@@ -308,35 +308,29 @@ def main() -> None:
                           f"{spent.text()}", flush=True)
 
             template = linked_pull_workspace(server.url, media, scratch / "pull-ws", args.items, user_ids)
+            # (label, template, pull_workers) of each pull measured
+            setups = [(f"pull_workers={w}", template, w) for w in workers]
+            if args.assigned:
+                assigned_template = linked_assigned_workspace(server.url, media, scratch / "pull-assigned-ws",
+                                                              args.items, people)
+                setups.append((f"assigned, pull_workers={workers[-1]}", assigned_template, workers[-1]))
             preload_agreement_library()  # imported once here, as it is once per `cftools annotate pull`
             n = 2 * args.items
-            runs: dict[int, list[Spent]] = {w: [] for w in workers}
+            runs: dict[str, list[Spent]] = {label: [] for label, _, _ in setups}
             for repeat in range(args.repeat):
                 # interleaved, and in turn forwards and backwards, so that a drift of the host's load (or of the
-                # server) falls on all worker counts alike
-                for w in (workers if repeat % 2 == 0 else workers[::-1]):
-                    spent = pull_once(template, scratch / f"pull-{w}-{repeat}", w, server.proc.pid, args.items,
+                # server) falls on all set-ups alike
+                for number, (label, source, w) in enumerate(setups if repeat % 2 == 0 else setups[::-1]):
+                    spent = pull_once(source, scratch / f"pull-{repeat}-{number}", w, server.proc.pid, args.items,
                                       args.export_chunk)
-                    runs[w].append(spent)
-                    print(f"pull (pull_workers={w}) run {repeat + 1}: {n} annotations = {rate(n, spent):.0f} "
+                    runs[label].append(spent)
+                    print(f"pull ({label}) run {repeat + 1}: {n} annotations = {rate(n, spent):.0f} "
                           f"annotations/s; {spent.text()}", flush=True)
-            for w, spent_runs in runs.items():
+            for label, spent_runs in runs.items():
                 middle = median_of(spent_runs)
-                print(f"pull (pull_workers={w}), median of {len(spent_runs)}: {statistics.median(rate(n, s) for s in spent_runs):.0f} "
-                      f"annotations/s (target >= 1,000); {middle.text()}")
-            if args.assigned:
-                template = linked_assigned_workspace(server.url, media, scratch / "pull-assigned-ws", args.items,
-                                                     people)
-                assigned_runs = []
-                for repeat in range(args.repeat):
-                    spent = pull_once(template, scratch / f"pull-assigned-{repeat}", workers[-1], server.proc.pid,
-                                      args.items, args.export_chunk)
-                    assigned_runs.append(spent)
-                    print(f"pull (assigned, pull_workers={workers[-1]}) run {repeat + 1}: {n} annotations = "
-                          f"{rate(n, spent):.0f} annotations/s; {spent.text()}", flush=True)
-                print(f"pull (assigned), median of {len(assigned_runs)}: "
-                      f"{statistics.median(rate(n, s) for s in assigned_runs):.0f} annotations/s; "
-                      f"{median_of(assigned_runs).text()}")
+                print(f"pull ({label}), median of {len(spent_runs)}: "
+                      f"{statistics.median(rate(n, s) for s in spent_runs):.0f} annotations/s (target >= 1,000); "
+                      f"{middle.text()}")
             print(f"load average at the end {os.getloadavg()[0]:.2f}")
         finally:
             server.stop()

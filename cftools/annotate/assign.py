@@ -99,6 +99,7 @@ class Sender:
     data_uri: bool = False
     allow_missing_images: bool = False
     projects: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    folders: set = field(default_factory=set)  # image folders the last payloads need a LocalFiles storage for
 
     def project(self, kind: str, purpose: str, person: str) -> int:
         task = task_of(purpose)[0]
@@ -112,7 +113,7 @@ class Sender:
         """Per person: (item, task payload) of each (item, purpose, person) in WANTED."""
         from cftools.annotate.push import task_payloads
 
-        spec_names = {purpose: own_task(kind, purpose) for _, purpose, _ in wanted}
+        specs = {purpose: own_task(kind, purpose) for _, purpose, _ in wanted}
         images = ImageLinks.from_config(self.workspace, self.data_uri)
         per_person: dict[str, list] = defaultdict(list)
         by_purpose: dict[str, list[tuple[Item, str, str]]] = defaultdict(list)
@@ -120,17 +121,16 @@ class Sender:
             by_purpose[entry[1]].append(entry)
         with self.workspace.store.session() as session:
             for purpose, entries in by_purpose.items():
-                items = [item for item, _, _ in entries]
-                if spec_names[purpose] is not None:
+                items = list({item.id: item for item, _, _ in entries}.values())  # one payload per item, copied
+                if specs[purpose] is not None:
                     made = task_payloads(session, items, task_of(purpose)[0], images, self.allow_missing_images,
-                                         report, units=[task_of(purpose)[1] for _ in entries])
+                                         report, units=[task_of(purpose)[1] for _ in items])
                 else:
                     made = task_payloads(session, items, purpose, images, self.allow_missing_images, report)
-                made_by_id = defaultdict(list)
-                for item, payload in made:
-                    made_by_id[item.id].append(payload)
+                made_by_id = {item.id: payload for item, payload in made}
                 for item, _, person in entries:
-                    for payload in made_by_id.get(item.id, [])[:1]:
+                    if item.id in made_by_id:  # else left out for its image (counted in REPORT)
+                        payload = made_by_id[item.id]
                         task = {"data": dict(payload["data"]), "meta": {**payload["meta"], "purpose": purpose,
                                                                         "assignee": person}}
                         per_person[person].append((item, task))

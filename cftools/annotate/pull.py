@@ -20,7 +20,7 @@ from sqlmodel import Session
 
 from cftools.annotate.projects import ANNOTATIONS_PER_TASK, DECIDED, DELETED, GONE, OPEN, RETURNED, Progress, STAGE, _delete, _no_progress, _update, own_task, task_of
 from cftools.annotate.attribution import email_of, refusal
-from cftools.annotate.push import _event, _open_task_filter
+from cftools.annotate.push import PushReport, _event, _open_task_filter
 from cftools.annotate.status import record_agreement
 from cftools.judgments import ADJUDICATE, VERIFY, Answer, Decision, InvalidResult, adjudicated, decide
 from cftools.annotate.rules import preload_agreement_library
@@ -368,7 +368,7 @@ def mark_deleted(session: Session, tasks: list[Any], report: PullReport) -> None
 
 def pull_project(store: Store, server: LabelStudioServer, project_id: int, kind: str, purpose: str,
                  emails: dict[int, str], report: PullReport, progress: Progress,
-                 workspace_root: Optional[str] = None, sender: Any = None) -> None:
+                 workspace_root: Optional[str], sender: Any) -> None:
     """Read the project's tasks back; SENDER (with assignment) sends tiebreaks and returned submissions to the
     person they are for."""
     with store.session() as session:
@@ -409,11 +409,12 @@ def pull_project(store: Store, server: LabelStudioServer, project_id: int, kind:
             changed -= returned
             apply_decisions(session, tasks, changed, {**chosen, **sibling_picks(session, tasks, changed)}, report,
                             kind)
-        if sender is not None:
-            send_back(store, sender, kind, tasks, by_ls_id, returning, report.tiebreaks[asked:])
-        else:
-            for tiebreak in report.tiebreaks[asked:]:
-                server.set_task_overlap(tiebreak["task"], tiebreak["annotators"])
+        tiebreaks = report.tiebreaks[asked:]
+        shared = [t for t in tiebreaks if not by_ls_id[t["task"]].assignee]
+        for tiebreak in shared:  # a shared project: the server is to hand the task to one more person
+            server.set_task_overlap(tiebreak["task"], tiebreak["annotators"])
+        if returning or len(shared) < len(tiebreaks):
+            send_back(store, sender, kind, tasks, by_ls_id, returning, [t for t in tiebreaks if t not in shared])
         done += len(chunk)
         progress(f"pull project {project_id}", done, len(by_ls_id))
     unseen = [ls_id for ls_id in by_ls_id if ls_id not in seen]
@@ -473,13 +474,7 @@ def send_back(store: Store, sender: Any, kind: str, tasks: dict[int, Any], by_ls
                 wanted += [(items[task.item_id], task.purpose, person) for person in chosen]
                 tiebreak["sent_to"] = chosen
     if wanted:
-        sender.send(kind, wanted, PushReportSink(), notes)
-
-
-class PushReportSink:
-    """Counts a tiebreak's or return's push would add to a push report (skipped images), kept apart."""
-
-    skipped_no_image = skipped_outside_root = 0
+        sender.send(kind, wanted, PushReport(purpose="returns and tiebreaks", kind=kind), notes)
 
 
 def pull(workspace: Workspace, progress: Progress = _no_progress) -> PullReport:
@@ -500,11 +495,9 @@ def pull(workspace: Workspace, progress: Progress = _no_progress) -> PullReport:
                 .group_by(AnnotationTask.ls_project_id, Item.kind, AnnotationTask.purpose)
                 # verification first: an adjudication pulled in the same run must have the last word
                 .order_by(AnnotationTask.purpose.desc(), AnnotationTask.ls_project_id)).all()
-        sender = None
-        if settings.assigns:
-            from cftools.annotate.assign import Sender
+        from cftools.annotate.assign import Sender
 
-            sender = Sender(workspace, server, settings)
+        sender = Sender(workspace, server, settings)  # returns and tiebreaks to the person they are for
         for project_id, kind, purpose in projects:
             pull_project(workspace.store, server, project_id, kind, purpose, emails, report, progress,
                          str(workspace.root), sender)

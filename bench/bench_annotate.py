@@ -1,7 +1,7 @@
 """Benchmark: push 10,000 items to a local Label Studio server and pull 20,000 annotations back.
 
     LS_BIN=/path/to/label-studio .venv/bin/python bench/bench_annotate.py [--items 10000] [--repeat 3]
-        [--workers 1,2] [--export-chunk 1000] [--no-push]
+        [--workers 1,2] [--export-chunk 1000] [--no-push] [--assigned]
 
 Starts its own server (as the tests do, from LS_BIN or the venv of scripts/install-label-studio.sh) on a
 free loopback port, then:
@@ -12,6 +12,9 @@ free loopback port, then:
      `pull_workers` value in WORKERS (interleaved, so that the shared host's load falls on all alike), and
      the median is reported. `--workers 1` is the pull as it was before parallel snapshots (one snapshot
      fetched ahead while the previous chunk is stored).
+With --assigned the same runs follow, beside the shared-project ones, with cftools' assignment (`[label_studio]
+annotators`, three people): each item goes to two people's own projects, so the push imports 2N tasks and the pull
+reads 2N tasks of one annotation each; the figures are per task pushed and per annotation pulled, as above.
 Every figure stands beside the wall time, the CPU seconds of cftools (this process, all threads) and of the
 server (its process tree): the wall time moves with the host's load, the CPU seconds much less. The pull is
 bound by the server (Django, one process, one core at most): each task costs it about 1.6 ms of CPU to
@@ -189,6 +192,42 @@ def linked_pull_workspace(server_url: str, media: Path, root: Path, n: int, user
     return root
 
 
+def assign_to(ws_root: Path, people: list[str]) -> None:
+    set_option(ws_root, "annotators", "[" + ", ".join(f'"{p}"' for p in people) + "]")
+
+
+def linked_assigned_workspace(server_url: str, media: Path, root: Path, n: int, people: dict[str, int]) -> Path:
+    """As `linked_pull_workspace`, with assignment: each item's two tasks sit in two people's own projects, each
+    with that person's annotation."""
+    from cftools.annotate.projects import ensure_project
+
+    ws = make_workspace(root, server_url, media, "bench assigned")
+    assign_to(ws.root, list(people))
+    ws.close()
+    ws = load_workspace(root)
+    add_checked_items(ws, media, n, "pa2")
+    admin = LabelStudioServer(server_url, lsfix.ADMIN_TOKEN)
+    settings = server_settings(ws)
+    emails = list(people)
+    per_person: dict[str, list[dict]] = {email: [] for email in emails}
+    rng = random.Random(0)
+    for i, task in enumerate(annotated_tasks(ws, [0], rng)):
+        for person in (emails[i % 3], emails[(i + 1) % 3]):
+            copy = {"data": task["data"], "meta": {**task["meta"], "purpose": VERIFY, "assignee": person},
+                    "annotations": [{**task["annotations"][0], "completed_by": people[person]}]}
+            per_person[person].append(copy)
+    for person, tasks in per_person.items():
+        project_id = ensure_project(admin, settings, "cvqa", VERIFY, str(root), assignee=person)
+        for start_at in range(0, len(tasks), 1000):
+            admin.import_tasks(project_id, tasks[start_at:start_at + 1000])
+    admin.close()
+    del per_person
+    linked = push(ws, "cvqa")  # links the tasks already in each person's project, imports nothing
+    assert (linked.reconciled, linked.pushed) == (2 * n, 0), linked
+    ws.close()
+    return root
+
+
 def pull_once(template: Path, root: Path, workers: int, server_pid: int, n: int, chunk: int | None) -> Spent:
     """One pull of the annotations of TEMPLATE's tasks, on a fresh copy of it, with WORKERS snapshots at once
     (of CHUNK tasks each, when given)."""
@@ -223,6 +262,8 @@ def main() -> None:
                         help="comma-separated pull_workers values to compare (1: the pull before parallel snapshots)")
     parser.add_argument("--export-chunk", type=int, default=None, help="tasks per export snapshot (default 1000)")
     parser.add_argument("--no-push", action="store_true", help="measure the pull only")
+    parser.add_argument("--assigned", action="store_true",
+                        help="also measure push and pull with per-person projects ([label_studio] annotators)")
     args = parser.parse_args()
     workers = [int(w) for w in args.workers.split(",") if w.strip()]
     binary = lsfix.ls_bin()
@@ -237,7 +278,9 @@ def main() -> None:
         server = lsfix.start_server(binary, data, media, scratch / "server.log")
         try:
             os.environ[TOKEN_ENV] = lsfix.ADMIN_TOKEN
-            user_ids = [lsfix.signup(server.url, lsfix.ADMIN_TOKEN, email, pw)[0] for email, pw in lsfix.ANNOTATORS]
+            people = {email: lsfix.signup(server.url, lsfix.ADMIN_TOKEN, email, pw)[0]
+                      for email, pw in (*lsfix.ANNOTATORS, lsfix.ADJUDICATOR)}
+            user_ids = [people[email] for email, _ in lsfix.ANNOTATORS]
             print(f"Label Studio {lsfix.ls_version(binary)} at {server.url}; {args.items} items; "
                   f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}", flush=True)
 
@@ -250,24 +293,44 @@ def main() -> None:
                 assert report.pushed == args.items, report
                 print(f"push: {report.pushed} tasks = {report.pushed / spent.wall:.0f} tasks/s (target >= 500); "
                       f"{spent.text()}", flush=True)
+                if args.assigned:
+                    ws = make_workspace(scratch / "push-assigned-ws", server.url, media, "bench push assigned")
+                    assign_to(ws.root, list(people))
+                    ws.close()
+                    ws = load_workspace(scratch / "push-assigned-ws")
+                    add_checked_items(ws, media, args.items, "pa")
+                    with measured(server.proc.pid) as spent:
+                        report = push(ws, "cvqa")
+                    ws.close()
+                    assert report.pushed == 2 * args.items, report
+                    print(f"push (assigned, 3 people, 2 per item): {report.pushed} tasks = "
+                          f"{report.pushed / spent.wall:.0f} tasks/s, {args.items / spent.wall:.0f} items/s; "
+                          f"{spent.text()}", flush=True)
 
             template = linked_pull_workspace(server.url, media, scratch / "pull-ws", args.items, user_ids)
+            # (label, template, pull_workers) of each pull measured
+            setups = [(f"pull_workers={w}", template, w) for w in workers]
+            if args.assigned:
+                assigned_template = linked_assigned_workspace(server.url, media, scratch / "pull-assigned-ws",
+                                                              args.items, people)
+                setups.append((f"assigned, pull_workers={workers[-1]}", assigned_template, workers[-1]))
             preload_agreement_library()  # imported once here, as it is once per `cftools annotate pull`
             n = 2 * args.items
-            runs: dict[int, list[Spent]] = {w: [] for w in workers}
+            runs: dict[str, list[Spent]] = {label: [] for label, _, _ in setups}
             for repeat in range(args.repeat):
                 # interleaved, and in turn forwards and backwards, so that a drift of the host's load (or of the
-                # server) falls on all worker counts alike
-                for w in (workers if repeat % 2 == 0 else workers[::-1]):
-                    spent = pull_once(template, scratch / f"pull-{w}-{repeat}", w, server.proc.pid, args.items,
+                # server) falls on all set-ups alike
+                for number, (label, source, w) in enumerate(setups if repeat % 2 == 0 else setups[::-1]):
+                    spent = pull_once(source, scratch / f"pull-{repeat}-{number}", w, server.proc.pid, args.items,
                                       args.export_chunk)
-                    runs[w].append(spent)
-                    print(f"pull (pull_workers={w}) run {repeat + 1}: {n} annotations = {rate(n, spent):.0f} "
+                    runs[label].append(spent)
+                    print(f"pull ({label}) run {repeat + 1}: {n} annotations = {rate(n, spent):.0f} "
                           f"annotations/s; {spent.text()}", flush=True)
-            for w, spent_runs in runs.items():
+            for label, spent_runs in runs.items():
                 middle = median_of(spent_runs)
-                print(f"pull (pull_workers={w}), median of {len(spent_runs)}: {statistics.median(rate(n, s) for s in spent_runs):.0f} "
-                      f"annotations/s (target >= 1,000); {middle.text()}")
+                print(f"pull ({label}), median of {len(spent_runs)}: "
+                      f"{statistics.median(rate(n, s) for s in spent_runs):.0f} annotations/s (target >= 1,000); "
+                      f"{middle.text()}")
             print(f"load average at the end {os.getloadavg()[0]:.2f}")
         finally:
             server.stop()

@@ -20,17 +20,18 @@ ADJUDICATE = "adjudicate"
 PURPOSES = (VERIFY, ADJUDICATE)
 
 YES, NO = "yes", "no"
+# (code, what the annotator reads): the code is the stored answer (the choice's alias), the label is shown.
 FLAG_CHOICES = (
-    ("ambiguous", "the question or its answer is ambiguous"),
-    ("ungrammatical", "the question is not grammatical"),
-    ("not_counterfactual", "the presupposition is not counterfactual"),
+    ("ambiguous", "Ambiguous: two readings or answers are possible"),
+    ("ungrammatical", "Ungrammatical"),
+    ("not_counterfactual", "Not counterfactual: it supposes nothing contrary to the image"),
 )
 FLAG_CODES = tuple(code for code, _ in FLAG_CHOICES)
 ACCEPT, ACCEPT_CORRECTED, REJECT = "accept", "accept_corrected", "reject"
 DECISION_CHOICES = (
-    (ACCEPT, "accept the proposed answer"),
-    (ACCEPT_CORRECTED, "accept with the corrected answer below"),
-    (REJECT, "reject the item"),
+    (ACCEPT, "Accept the proposed answer"),
+    (ACCEPT_CORRECTED, "Accept with the corrected answer below"),
+    (REJECT, "Reject the item"),
 )
 # Control names of the two configs.
 CONTROLS = {"related": "related", "answer_correct": "answer_correct", "corrected_answer": "corrected_answer",
@@ -47,21 +48,39 @@ class Control:
     values: frozenset[str] = frozenset()
     single: bool = True
     required: bool = False
+    dynamic: bool = False  # choices built from the task's own data (`value="$field"`): checked by the kind at pull
+    # Shown only while another control's choice is not ticked (a View's visibleWhen="choice-unselected"): required
+    # only then. (control name, the choice as stored)
+    unless: Optional[tuple[str, str]] = None
 
 
 
 @lru_cache(maxsize=None)
 def controls_of(label_config: str) -> dict[str, Control]:
     """The answerable controls of a rendered label config, read back from its XML."""
+    root = ET.fromstring(label_config)
+    stored = {(choices.get("name"), c.get("value")): c.get("alias") or c.get("value")
+              for choices in root.iter("Choices") for c in choices.iter("Choice")}
     controls: dict[str, Control] = {}
-    for element in ET.fromstring(label_config).iter():
+
+    def visit(element: ET.Element, unless: Optional[tuple[str, str]]) -> None:
+        if element.get("visibleWhen") == "choice-unselected" and element.get("whenTagName"):
+            name, value = element.get("whenTagName"), element.get("whenChoiceValue")
+            unless = (name, stored.get((name, value), value))
         if element.tag == "Choices":
+            # A choice's alias, where it has one, is what the result holds (the value is the label people read).
             controls[element.get("name")] = Control(
                 name=element.get("name"), tag="Choices",
-                values=frozenset(c.get("value") for c in element.iter("Choice")),
-                single=element.get("choice", "single") != "multiple", required=element.get("required") == "true")
+                values=frozenset(c.get("alias") or c.get("value") for c in element.iter("Choice")),
+                single=element.get("choice", "single") != "multiple", required=element.get("required") == "true",
+                dynamic=(element.get("value") or "").startswith("$"), unless=unless)
         elif element.tag == "TextArea":
-            controls[element.get("name")] = Control(name=element.get("name"), tag="TextArea")
+            controls[element.get("name")] = Control(name=element.get("name"), tag="TextArea",
+                                                    required=element.get("required") == "true", unless=unless)
+        for child in element:
+            visit(child, unless)
+
+    visit(root, None)
     return controls
 
 
@@ -85,7 +104,7 @@ def read_result(controls: dict[str, Control], result: Any) -> dict[str, Any]:
             choices = value.get("choices")
             if not isinstance(choices, list) or not all(isinstance(c, str) for c in choices):
                 raise InvalidResult(f"{name!r} has no list of choices")
-            unknown = sorted(set(choices) - control.values)
+            unknown = [] if control.dynamic else sorted(set(choices) - control.values)
             if unknown:
                 raise InvalidResult(f"choice {unknown[0]!r} is not in the config of {name!r}")
             if control.single and len(choices) != 1:
@@ -98,9 +117,11 @@ def read_result(controls: dict[str, Control], result: Any) -> dict[str, Any]:
             if not isinstance(text, list) or not all(isinstance(t, str) for t in text):
                 raise InvalidResult(f"{name!r} has no text")
             answers[name] = "\n".join(t.strip() for t in text).strip() or None
-    missing = [c.name for c in controls.values() if c.required and c.name not in answers]
+    missing = [c.name for c in controls.values() if c.required and c.name not in answers
+               and not (c.unless and c.unless[1] in (answers.get(c.unless[0]) or []))]
     if missing:
-        raise InvalidResult(f"required choice {missing[0]!r} is missing")
+        what = "choice" if controls[missing[0]].tag == "Choices" else "answer"
+        raise InvalidResult(f"required {what} {missing[0]!r} is missing")
     return answers
 
 

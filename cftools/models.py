@@ -167,8 +167,10 @@ class AnnotationTask(SQLModel, table=True):
     server: str = ""  # server URL, without credentials
     ls_project_id: int
     ls_task_id: Optional[int] = None
-    state: str = "open"  # open | decided | deleted
+    state: str = "open"  # open | decided | deleted | returned (invalid: a new task went back to its assignee)
     decision: Optional[str] = None
+    # The one person whose judgment this task takes (`[label_studio] annotators`; None: a shared project of old)
+    assignee: Optional[str] = Field(default=None, index=True)
     pushed_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
 

@@ -1,18 +1,22 @@
-"""An annotator's view of each kind's verification task, in a real browser.
+"""What annotators see and do, in a real browser: every task of every kind, three people.
 
 Playwright for Python drives Debian's `chromium` (no browser download: `.ci/run` installs the package
-with apt-get) against the Label Studio test server (fixture `label_studio`): an annotator logs in on the
-login page, opens one task, sees its images loaded and its texts, answers through the UI and submits;
-`cftools annotate pull` then reads that annotation back as a judgment. Where no browser is installed the
-tests skip with the reason; under CI=true they fail instead. Set CFTOOLS_BROWSER_ARTIFACTS to a folder to
-keep a screenshot of each task as the annotator saw it (and of the page where a check failed).
+with apt-get) against the Label Studio test server (fixture `label_studio`): each person logs in on the
+login page in a browser context of their own, opens their task the documented way, sees its images loaded and
+its texts, answers through the UI and submits; `cftools annotate pull` then reads the annotations back and
+decides. The hostile cases of issue 23 are here too: the second person's path shows no first judgment, an edit
+by another user is refused at pull, an untouched model draft is not counted, a correction outside the options
+cannot be given, the third person receives the tiebreak, a returned submission comes back with its reason.
+Where no browser is installed the tests skip with the reason; under CI=true they fail instead. Set
+CFTOOLS_BROWSER_ARTIFACTS to a folder to keep a screenshot of each task type as its annotator saw it (and of
+the page where a check failed).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import time
+import re
 import uuid
 import xml.etree.ElementTree as ET
 from contextlib import contextmanager
@@ -23,14 +27,14 @@ import PIL.Image
 import pytest
 from sqlalchemy import select
 
-from fixtures_label_studio import ANNOTATORS
-from test_annotate import ls_workspace, make_items, mark_checked, task_map  # noqa: F401 (ls_workspace: fixture)
-from test_label_configs import text_elements
+import httpx
+from fixtures_label_studio import ADJUDICATOR, ANNOTATORS, verify_result
+from test_annotate import ls_workspace, make_items, mark_checked  # noqa: F401 (ls_workspace: fixture)
 
-from cftools.judgments import VERIFY
+from cftools.judgments import DECISION_CHOICES, FLAG_CHOICES, VERIFY
 from cftools.annotate.rules import render_label_config
 from cftools.images import read_image_file, register_image
-from cftools.models import CHECKED, IN_REVIEW, AnnotationTask, Item, Judgment, SourceQuestion
+from cftools.models import CHECKED, IN_REVIEW, NEEDS_ADJUDICATION, AnnotationTask, Item, SourceQuestion
 
 CHROMIUM = Path(os.environ.get("CFTOOLS_CHROMIUM", "/usr/bin/chromium"))
 # Without the networking flags Chromium keeps dialling out, and a closed network refuses it many times over.
@@ -53,8 +57,8 @@ def missing_browser() -> str | None:
 
 
 @pytest.fixture(scope="module")
-def browser_context(tmp_path_factory):
-    """A headless Chromium with a new, empty profile."""
+def browser(tmp_path_factory):
+    """A headless Chromium; each person gets a context (cookies, session) of their own."""
     reason = missing_browser()
     if reason:
         if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
@@ -63,27 +67,41 @@ def browser_context(tmp_path_factory):
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        context = playwright.chromium.launch_persistent_context(
-            str(tmp_path_factory.mktemp("chromium-profile")), executable_path=str(CHROMIUM), headless=True,
-            args=CHROMIUM_ARGS, viewport={"width": 1400, "height": 1000})
-        context.set_default_timeout(UI_TIMEOUT_MS)
-        yield context
-        context.close()
+        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+PASSWORDS = {email: password for email, password in (*ANNOTATORS, ADJUDICATOR)}
 
 
 @pytest.fixture(scope="module")
-def annotator_page(browser_context, label_studio):
-    """A page on which the first annotator has logged in through the login form."""
-    email, password = ANNOTATORS[0]
-    page = browser_context.new_page()
-    page.goto(label_studio.url + "/user/login/")
-    page.fill("input[name=email]", email)
-    page.fill("input[name=password]", password)
-    with page.expect_navigation():
-        page.keyboard.press("Enter")
-    assert "/user/login" not in page.url, f"{email} could not log in"
-    yield page
-    page.close()
+def pages(browser, label_studio):
+    """email -> a page on which that person has logged in through the login form (three people)."""
+    found = {}
+    for email, password in PASSWORDS.items():
+        context = browser.new_context(viewport={"width": 1400, "height": 1000})
+        context.set_default_timeout(UI_TIMEOUT_MS)
+        page = context.new_page()
+        page.goto(label_studio.url + "/user/login/")
+        page.fill("input[name=email]", email)
+        page.fill("input[name=password]", password)
+        with page.expect_navigation():
+            page.keyboard.press("Enter")
+        assert "/user/login" not in page.url, f"{email} could not log in"
+        found[email] = page
+    yield found
+    for page in found.values():
+        page.context.close()
+
+
+@pytest.fixture
+def team_workspace(ls_workspace, label_studio):
+    """A workspace whose tasks cftools assigns to the three people of the test server."""
+    from test_assignment import assign_to
+
+    assign_to(ls_workspace, [*label_studio.annotators, label_studio.adjudicator])
+    return ls_workspace
 
 
 # ---------------------------------------------------------------- the labeling UI
@@ -114,26 +132,12 @@ def loaded_image_widths(page, expected: int) -> list[int]:
     return widths.json_value()
 
 
-def expect_texts(panel, expected: list[str]) -> None:
-    """The task's visible text elements read EXPECTED, in order (whitespace-normalised; retried while the
-    app draws the panel)."""
-    from playwright.sync_api import expect
-
-    expect(panel.locator(".lsf-richtext").filter(visible=True)).to_have_text(expected, use_inner_text=True)
-
-
-def choose(panel, header: str, value: str) -> None:
-    """Tick VALUE among the choices under HEADER (Label Studio names each choice's input by its value)."""
-    heading = panel.get_by_role("heading", name=header, exact=True)
-    choices = heading.locator("xpath=following-sibling::div[contains(@class, 'lsf-choices')][1]")
-    choices.locator(f"input[name='{value}']").check()
-
-
 def type_text(panel, name: str, text: str) -> None:
-    """Fill a TextArea and press Enter, which is how Label Studio adds the text to the result."""
+    """Fill a TextArea and add it to the result as Label Studio asks: Enter in a one-line field, Shift+Enter in a
+    larger one."""
     field = panel.locator(f"input[name='{name}'], textarea[name='{name}']").first
     field.fill(text)
-    field.press("Enter")
+    field.press("Shift+Enter" if field.evaluate("e => e.tagName") == "TEXTAREA" else "Enter")
 
 
 def submit(panel) -> dict:
@@ -155,10 +159,6 @@ def control_headers(config: str) -> dict[str, str]:
     return found
 
 
-def image_names(config: str) -> list[str]:
-    return [element.get("name") for element in ET.fromstring(config).iter("Image")]
-
-
 def save_screenshot(page, name: str) -> None:
     if ARTIFACTS:
         Path(ARTIFACTS).mkdir(parents=True, exist_ok=True)
@@ -175,15 +175,6 @@ def screenshot_on_failure(page, name: str) -> Iterator[None]:
 
 
 # ---------------------------------------------------------------- a task of each kind in Label Studio
-
-
-def pushed_cvqa_task(run_cli, ls_workspace, label_studio) -> tuple[int, int]:
-    """One checked C-VQA item with its image, pushed with `cftools annotate push`: (project id, task id)."""
-    make_items(run_cli, label_studio.media_root / f"browser-{uuid.uuid4().hex[:6]}", 1)
-    mark_checked(ls_workspace.store)
-    result = run_cli("annotate", "push", "--json")
-    assert result.exit_code == 0, result.output
-    return json.loads(result.output)["project_id"], next(iter(task_map(ls_workspace.store).values()))
 
 
 def draw(path: Path, colour: str, size: tuple[int, int] = (48, 32)) -> Path:
@@ -225,76 +216,389 @@ def add_mucr_item(store, folder: Path) -> None:
                                               "The causal link is that he did not watch the road."]}))
 
 
-def pushed_kind_task(run_cli, ls_workspace, label_studio, kind: str) -> tuple[int, int]:
-    """One checked KIND item with its images, pushed with `cftools annotate push --kind KIND`."""
-    folder = label_studio.media_root / f"browser-{uuid.uuid4().hex[:6]}"
-    if kind == "cfmm":
-        add_cfmm_item(run_cli, ls_workspace.store, folder)
-    else:
-        add_mucr_item(ls_workspace.store, folder)
-    result = run_cli("annotate", "push", "--kind", kind, "--json")
-    assert result.exit_code == 0, result.output
-    report = json.loads(result.output)
-    assert report["pushed"] == 1, report
-    return report["project_id"], next(iter(task_map(ls_workspace.store).values()))
+# ---------------------------------------------------------------- people at work
 
 
-# ---------------------------------------------------------------- reading, answering, pulling back
+def label_all(page, url: str, project_id: int):
+    """The documented path: a person opens their project and presses "Label All Tasks" (the server's /next)."""
+    page.goto(f"{url}/projects/{project_id}/data?labeling=1")
+    page.wait_for_load_state("networkidle")
+    panel = page.locator(PANEL)
+    panel.locator(".lsf-choices, textarea").first.wait_for()
+    close_instructions(page)
+    return panel
 
 
-def read_and_answer(page, label_studio, kind: str, project_id: int, task_id: int) -> dict[str, float]:
-    """Open the task and check what the annotator sees: every image loaded, every text field shown as
-    text in the config's order; then answer (related, the marked answer wrong with a correction, one
-    flag) and submit. Returns the seconds spent opening and checking + answering."""
-    data = label_studio.client().tasks.get(id=task_id).data
-    config = render_label_config(kind, VERIFY)
-    started = time.monotonic()
-    with screenshot_on_failure(page, kind):
-        panel = open_task(page, label_studio.url, project_id, task_id)
-        opened = time.monotonic()
-        expected_images = len(image_names(config))
-        widths = loaded_image_widths(page, expected_images)
-        assert len(widths) == expected_images and all(width > 0 for width in widths), widths
-        expect_texts(panel, [" ".join(data[field].split()) for field in text_elements(config)])
-        save_screenshot(page, kind)
-        headers = control_headers(config)
-        choose(panel, headers["related"], "yes")
-        choose(panel, headers["answer_correct"], "no")
-        type_text(panel, "corrected_answer", "three")
-        choose(panel, headers["flags"], "ambiguous")
-        for extra in set(headers) - {"related", "answer_correct", "flags", "corrected_answer", "comment"}:
-            choose(panel, headers[extra], "yes")  # a kind's own required question (CFMM: can it be determined?)
-        submit(panel)
-    return {"open_s": opened - started, "check_and_answer_s": time.monotonic() - opened}
+def close_instructions(page) -> str:
+    """The project's instructions, which Label Studio shows before the first task; closed, and their text returned
+    ("" when none showed)."""
+    modal = page.locator(".lsf-modal-ls_visible, .ant-modal-content").filter(has_text="Labeling Instructions")
+    try:
+        modal.first.wait_for(timeout=5_000)
+    except Exception:  # noqa: BLE001 - playwright's TimeoutError: no instructions shown
+        return ""
+    text = modal.first.inner_text()
+    page.keyboard.press("Escape")
+    modal.first.wait_for(state="hidden", timeout=10_000)
+    return text
 
 
-def assert_pulled_back(run_cli, store, task_id: int, annotator: str) -> None:
-    """`annotate pull` turns the submitted annotation into the annotator's judgment of the item."""
-    result = run_cli("annotate", "pull", "--json")
-    assert result.exit_code == 0, result.output
-    report = json.loads(result.output)
-    assert report["invalid"] == [] and report["judgments_added"] == 1, report
+def choices_under(panel, header: str):
+    heading = panel.get_by_role("heading", name=header, exact=True)
+    return heading.locator("xpath=following::div[contains(@class, 'lsf-choices')][1]")
+
+
+HOTKEY = re.compile(r"\s*\[\w+\]$")  # Label Studio shows each choice's hotkey after its label: "Yes[1]"
+
+
+def pick(panel, header: str, label: str) -> None:
+    """Tick the choice that reads LABEL under HEADER, as a person does (by what it says on screen)."""
+    wanted = re.compile("^" + re.escape(label) + r"\s*(\[\w+\])?$")
+    choices_under(panel, header).locator("label").filter(has_text=wanted).first.click()
+
+
+def choice_labels(panel, header: str) -> list[str]:
+    return [HOTKEY.sub("", t.strip()) for t in choices_under(panel, header).locator("label").all_inner_texts()]
+
+
+def headers_of(kind: str, task: str) -> dict[str, str]:
+    return control_headers(render_label_config(kind, task))
+
+
+def assigned(store, purpose: str = VERIFY) -> list[AnnotationTask]:
     with store.session() as session:
-        task = session.execute(select(AnnotationTask).where(AnnotationTask.ls_task_id == task_id)).scalar_one()
-        [judgment] = session.execute(select(Judgment).where(Judgment.task_id == task.id)).scalars()
-        assert (judgment.annotator, judgment.related, judgment.answer_correct, judgment.corrected_answer,
-                judgment.flags) == (annotator, True, False, "three", ["ambiguous"])
-        assert session.get(Item, task.item_id).status == IN_REVIEW  # one of two judgments
+        rows = list(session.execute(select(AnnotationTask).where(AnnotationTask.purpose.like(f"{purpose}%"),
+                                                                 AnnotationTask.state == "open")
+                                    .order_by(AnnotationTask.id)).scalars())
+        for row in rows:
+            session.expunge(row)
+    return rows
 
 
-# ---------------------------------------------------------------- the tests
+def item_status(store, item_id: int) -> str:
+    with store.session() as session:
+        return session.get(Item, item_id).status
 
 
-def test_cvqa_task_in_the_browser(annotator_page, label_studio, ls_workspace, run_cli):
-    project_id, task_id = pushed_cvqa_task(run_cli, ls_workspace, label_studio)
-    timings = read_and_answer(annotator_page, label_studio, "cvqa", project_id, task_id)
-    assert_pulled_back(run_cli, ls_workspace.store, task_id, label_studio.annotators[0])
-    print(f"cvqa: {timings}")
+def push_json(run_cli, *args: str) -> dict:
+    out = run_cli("annotate", "push", *args, "--json")
+    assert out.exit_code == 0, out.output
+    return json.loads(out.output)
 
 
-@pytest.mark.parametrize("kind", ["cfmm", "mucr"])
-def test_kind_task_in_the_browser(kind, annotator_page, label_studio, ls_workspace, run_cli):
-    project_id, task_id = pushed_kind_task(run_cli, ls_workspace, label_studio, kind)
-    timings = read_and_answer(annotator_page, label_studio, kind, project_id, task_id)
-    assert_pulled_back(run_cli, ls_workspace.store, task_id, label_studio.annotators[0])
-    print(f"{kind}: {timings}")
+def pull_json(run_cli) -> dict:
+    out = run_cli("annotate", "pull", "--json")
+    assert out.exit_code == 0, out.output
+    return json.loads(out.output)
+
+
+def next_task_id(label_studio, email: str, project_id: int) -> int | None:
+    response = httpx.get(f"{label_studio.url}/api/projects/{project_id}/next",
+                         headers={"Authorization": f"Token {label_studio.token(email)}"}, timeout=30)
+    return response.json()["id"] if response.status_code == 200 else None
+
+
+def test_cvqa_two_people_blind_then_a_third_adjudicates(pages, label_studio, team_workspace, run_cli):
+    store = team_workspace.store
+    make_items(run_cli, label_studio.media_root / f"browser-{uuid.uuid4().hex[:6]}", 1)
+    mark_checked(store)
+    push_json(run_cli)
+    first, second = assigned(store)
+    headers = headers_of("cvqa", VERIFY)
+    page = pages[first.assignee]
+    with screenshot_on_failure(page, "cvqa-verify"):
+        panel = label_all(page, label_studio.url, first.ls_project_id)
+        assert loaded_image_widths(page, 1)[0] > 0
+        assert "cvqa_type" not in panel.inner_text() and "line 2" not in panel.inner_text()  # no internal fields
+        assert choice_labels(panel, headers["flags"]) == [label for _, label in FLAG_CHOICES]
+        save_screenshot(page, "cvqa-verify")
+        pick(panel, headers["related"], "Yes")
+        pick(panel, headers["answer_correct"], "No")
+        type_text(panel, "corrected_answer", "3")
+        pick(panel, headers["flags"], FLAG_CHOICES[0][1])
+        type_text(panel, "comment", "FIRST-PERSON-COMMENT")
+        submit(panel)
+    # the second person's documented path: their own project, their task, nothing of the first judgment
+    page = pages[second.assignee]
+    with screenshot_on_failure(page, "cvqa-verify-second"):
+        page.goto(f"{label_studio.url}/projects/{second.ls_project_id}/data")
+        page.wait_for_load_state("networkidle")
+        assert first.assignee not in page.inner_text("body")
+        panel = label_all(page, label_studio.url, second.ls_project_id)
+        shown = panel.inner_text()
+        assert "FIRST-PERSON-COMMENT" not in shown and first.assignee not in shown
+        assert not choices_under(panel, headers["related"]).locator("input:checked").count()
+        pick(panel, headers["related"], "Yes")
+        pick(panel, headers["answer_correct"], "Yes")
+        submit(panel)
+    report = pull_json(run_cli)
+    assert report["judgments_added"] == 2 and report["refused"] == [] and report["invalid"] == []
+    assert item_status(store, first.item_id) == NEEDS_ADJUDICATION
+    pushed = push_json(run_cli, "--adjudicate")
+    [third] = pushed["assigned"]
+    assert third not in (first.assignee, second.assignee)
+    [task] = assigned(store, "adjudicate")
+    assert next_task_id(label_studio, third, task.ls_project_id) == task.ls_task_id  # the third person receives it
+    page = pages[third]
+    with screenshot_on_failure(page, "cvqa-adjudicate"):
+        panel = label_all(page, label_studio.url, task.ls_project_id)
+        assert "FIRST-PERSON-COMMENT" in panel.inner_text()  # the adjudicator sees both judgments
+        save_screenshot(page, "cvqa-adjudicate")
+        pick(panel, "Your decision", DECISION_CHOICES[1][1])
+        type_text(panel, "corrected_answer", "3")
+        submit(panel)
+    report = pull_json(run_cli)
+    assert report["decisions"] == {"adjudicated accepted": 1}, report
+    with store.session() as session:
+        assert session.get(Item, first.item_id).answer == "3"
+
+
+def submit_expecting_warning(panel, message: str) -> None:
+    """Submit with a required question unanswered: Label Studio refuses and says which question."""
+    from playwright.sync_api import expect
+
+    page = panel.page
+    page.locator("[data-testid=bottombar-submit-button]").click()
+    warning = page.get_by_text(message)
+    expect(warning.first).to_be_visible()
+    page.keyboard.press("Escape")
+    expect(warning.first).to_be_hidden()
+
+
+def test_cfmm_verify_offers_only_the_options_and_keeps_cannot_be_determined(pages, label_studio, team_workspace,
+                                                                             run_cli):
+    store = team_workspace.store
+    add_cfmm_item(run_cli, store, label_studio.media_root / f"browser-{uuid.uuid4().hex[:6]}")
+    push_json(run_cli, "--kind", "cfmm")
+    first, second = assigned(store)
+    headers = headers_of("cfmm", VERIFY)
+    page = pages[first.assignee]
+    with screenshot_on_failure(page, "cfmm-verify"):
+        panel = label_all(page, label_studio.url, first.ls_project_id)
+        assert loaded_image_widths(page, 1)[0] > 0
+        # the counterfactual answer is picked among the item's own options: nothing else can be given
+        assert choice_labels(panel, headers["cf_answer"]) == ["red", "blue", "cannot be determined"]
+        assert panel.locator("textarea[name=corrected_answer], input[name=corrected_answer]").count() == 0
+        save_screenshot(page, "cfmm-verify")
+        pick(panel, headers["related"], "Yes")
+        submit_expecting_warning(panel, "Please answer (ii)")  # the warning names the question, not the control
+        pick(panel, headers["basic_correct"], "Yes")
+        pick(panel, headers["cf_answer"], "cannot be determined")
+        submit(panel)
+    label_studio.client(second.assignee).annotations.create(id=second.ls_task_id, result=[
+        {"from_name": "related", "to_name": "image", "type": "choices", "value": {"choices": ["yes"]}},
+        {"from_name": "basic_correct", "to_name": "basic_question", "type": "choices", "value": {"choices": ["yes"]}},
+        {"from_name": "cf_answer", "to_name": "question", "type": "choices", "value": {"choices": ["blue"]}}])
+    report = pull_json(run_cli)
+    assert report["invalid"] == [] and item_status(store, first.item_id) == NEEDS_ADJUDICATION
+    status = json.loads(run_cli("annotate", "status", "--json").output)
+    assert status["agreement"]["cfmm verification"]["counterfactual_answer"]["n_items"] == 1
+    push_json(run_cli, "--kind", "cfmm", "--adjudicate")
+    [task] = assigned(store, "adjudicate")
+    page = pages[task.assignee]
+    with screenshot_on_failure(page, "cfmm-adjudicate"):
+        panel = label_all(page, label_studio.url, task.ls_project_id)
+        shown = panel.inner_text()
+        assert "counterfactual answer='cannot be determined'" in shown and "ambiguous" not in shown.lower().replace(
+            "ambiguous:", "")  # its own label, not relabelled
+        assert choice_labels(panel, "Corrected counterfactual answer (only for: accept with the corrected answer)") \
+            == ["red", "blue"]
+        save_screenshot(page, "cfmm-adjudicate")
+        pick(panel, "Your decision", DECISION_CHOICES[0][1])
+        submit(panel)
+    assert pull_json(run_cli)["decisions"] == {"adjudicated accepted": 1}
+
+
+def test_mucr_verify_an_edit_by_another_person_is_refused(pages, label_studio, team_workspace, run_cli):
+    store = team_workspace.store
+    add_mucr_item(store, label_studio.media_root / f"browser-{uuid.uuid4().hex[:6]}")
+    push_json(run_cli, "--kind", "mucr")
+    first, second = assigned(store)
+    headers = headers_of("mucr", VERIFY)
+    page = pages[first.assignee]
+    with screenshot_on_failure(page, "mucr-verify"):
+        panel = label_all(page, label_studio.url, first.ls_project_id)
+        assert loaded_image_widths(page, 2) and all(w > 0 for w in loaded_image_widths(page, 2))
+        save_screenshot(page, "mucr-verify")
+        pick(panel, headers["related"], "Yes")
+        pick(panel, headers["answer_correct"], "Yes")
+        submit(panel)
+    assert pull_json(run_cli)["judgments_added"] == 1
+    # another person opens the first one's task in the first one's project and changes the judgment (Update)
+    intruder = second.assignee
+    page = pages[intruder]
+    with screenshot_on_failure(page, "mucr-verify-intruder"):
+        panel = open_task(page, label_studio.url, first.ls_project_id, first.ls_task_id)
+        close_instructions(page)
+        pick(panel, headers["answer_correct"], "No")
+        with page.expect_response(lambda r: r.request.method == "PATCH" and "/annotations/" in r.url) as response:
+            page.get_by_text("Update", exact=True).filter(visible=True).last.click()
+        assert response.value.status == 200
+    report = pull_json(run_cli)
+    assert [r["reason"] for r in report["refused"]] == [
+        f"task {first.ls_task_id}: changed by {intruder} after {first.assignee} submitted it: not counted"]
+    assert report["judgments_removed"] == 1 and item_status(store, first.item_id) == IN_REVIEW
+    # the first person sets it back themselves: their own last change counts again
+    annotation = label_studio.client(first.assignee).annotations.list(id=first.ls_task_id)[0]
+    label_studio.client(first.assignee).annotations.update(id=annotation.id, result=annotation.result)
+    label_studio.client(second.assignee).annotations.create(id=second.ls_task_id, result=verify_result("no", "no"))
+    report = pull_json(run_cli)
+    assert report["refused"] == [] and item_status(store, first.item_id) == NEEDS_ADJUDICATION
+    push_json(run_cli, "--kind", "mucr", "--adjudicate")
+    [task] = assigned(store, "adjudicate")
+    assert task.assignee not in (first.assignee, second.assignee)
+    page = pages[task.assignee]
+    with screenshot_on_failure(page, "mucr-adjudicate"):
+        panel = label_all(page, label_studio.url, task.ls_project_id)
+        assert f"{first.assignee}: related=yes" in panel.inner_text()
+        save_screenshot(page, "mucr-adjudicate")
+        pick(panel, "Your decision", DECISION_CHOICES[2][1])
+        submit(panel)
+    assert pull_json(run_cli)["decisions"] == {"adjudicated rejected": 1}
+
+
+def test_mucr_select_numbered_pairs_and_the_tiebreak_reaches_a_third_person(pages, label_studio, team_workspace,
+                                                                             run_cli):
+    from test_mucr_annotate import caption_pairs, pick as select_result
+
+    store = team_workspace.store
+    [pair_id] = caption_pairs(team_workspace, label_studio.media_root / f"select-{uuid.uuid4().hex[:6]}", 1,
+                              per_style=3)
+    push_json(run_cli, "--kind", "mucr", "--task", "select")
+    first, second = assigned(store, "select")
+    headers = headers_of("mucr", "select")
+    page = pages[first.assignee]
+    with screenshot_on_failure(page, "mucr-select"):
+        panel = label_all(page, label_studio.url, first.ls_project_id)
+        widths = loaded_image_widths(page, 6)
+        assert len(widths) == 6 and all(w > 0 for w in widths)  # three pairs, each cause beside its effect
+        pairs = panel.locator(".cf-cand")
+        assert pairs.count() == 3
+        assert [pairs.nth(n).locator("figcaption").all_inner_texts() for n in range(3)] == [
+            [f"cause {n}", f"effect {n}"] for n in (1, 2, 3)]
+        assert [pairs.nth(n).locator(".cf-num").all_inner_texts() for n in range(3)] == [[str(n)] * 2 for n in (1, 2, 3)]
+        # the choices are the numbers shown, one per candidate that exists
+        assert choice_labels(panel, headers["best_cause"]) == ["1", "2", "3"]
+        assert choice_labels(panel, headers["best_effect"]) == ["1", "2", "3"]
+        save_screenshot(page, "mucr-select")
+        pick(panel, headers["best_cause"], "2")
+        pick(panel, headers["best_effect"], "3")
+        submit(panel)
+    label_studio.client(second.assignee).annotations.create(id=second.ls_task_id, result=select_result(0, 0))
+    report = pull_json(run_cli)
+    assert report["invalid"] == [] and len(report["tiebreaks"]) == 1, report
+    [third_task] = [t for t in assigned(store, "select") if t.assignee not in (first.assignee, second.assignee)]
+    third = third_task.assignee
+    assert report["tiebreaks"][0]["sent_to"] == [third]
+    # the third person receives it: the server's /next hands it to them, and their "Label All Tasks" opens it
+    assert next_task_id(label_studio, third, third_task.ls_project_id) == third_task.ls_task_id
+    page = pages[third]
+    with screenshot_on_failure(page, "mucr-select-third"):
+        panel = label_all(page, label_studio.url, third_task.ls_project_id)
+        assert panel.locator(".cf-cand").count() == 3
+        pick(panel, headers["best_cause"], "2")
+        pick(panel, headers["best_effect"], "3")
+        submit(panel)
+    pull_json(run_cli)
+    with store.session() as session:
+        selection = session.get(Item, pair_id).data["selection"]["photograph"]
+    # shown as 2 and 3: the second and third best ranked candidates, k = 1 and 2
+    assert (selection["cause"], selection["effect"], sorted(selection["annotators"])) == (
+        1, 2, sorted([first.assignee, third]))
+
+
+def add_explain_item(store, folder: Path) -> int:
+    """A selected MuCR pair with its cue set and the model's explanation draft, checked: ready to explain."""
+    add_mucr_item(store, folder)
+    with store.write() as session:
+        item = session.execute(select(Item).where(Item.kind == "mucr").order_by(Item.id.desc())).scalars().first()
+        item.data = {**item.data, "explanation_draft": DRAFT}
+        session.add(item)
+        session.flush()
+        return item.id
+
+
+DRAFT = ("In the first image, a man looks at his phone while driving. In the second image, his car has hit a lamp "
+         "post. The causal link is that he did not watch the road.")
+
+
+def test_mucr_explain_a_copied_draft_is_not_counted_and_comes_back_with_the_reason(pages, label_studio,
+                                                                                   team_workspace, run_cli):
+    store = team_workspace.store
+    item_id = add_explain_item(store, label_studio.media_root / f"explain-{uuid.uuid4().hex[:6]}")
+    push_json(run_cli, "--kind", "mucr", "--task", "explain")
+    tasks = assigned(store, "explain")
+    assert len({t.assignee for t in tasks}) == 3  # three different people, a task each
+    first = tasks[0]
+    page = pages[first.assignee]
+    with screenshot_on_failure(page, "mucr-explain"):
+        panel = label_all(page, label_studio.url, first.ls_project_id)
+        field = panel.locator("textarea[name=explanation]")
+        assert field.input_value() == ""  # never pre-filled with the model's draft
+        assert "The causal link is that he did not watch the road." in panel.inner_text()  # shown as a reference
+        save_screenshot(page, "mucr-explain")
+        submit_expecting_warning(panel, "Please answer (i)")  # the form as it came: nothing of one's own to submit
+        type_text(panel, "explanation", DRAFT.upper().replace(",", ""))  # the draft, copied (case and commas aside)
+        submit(panel)
+    report = pull_json(run_cli)
+    [returned] = report["returned"][first.assignee]
+    assert returned["reason"] == "the explanation is the model's draft: write your own explanation"
+    [again] = [t for t in assigned(store, "explain") if t.assignee == first.assignee]
+    assert again.id != first.id and again.ls_project_id == first.ls_project_id
+    with screenshot_on_failure(page, "mucr-explain-returned"):
+        panel = label_all(page, label_studio.url, first.ls_project_id)
+        assert "Returned to you" in panel.inner_text() and returned["reason"] in panel.inner_text()
+        save_screenshot(page, "mucr-explain-returned")
+        type_text(panel, "explanation", "In the first image a driver reads a message. In the second image the car "
+                                        "is against a post. The causal link is his distraction.")
+        submit(panel)
+    others = [t for t in assigned(store, "explain") if t.assignee != first.assignee]
+    for n, task in enumerate(others):
+        label_studio.client(task.assignee).annotations.create(id=task.ls_task_id, result=[
+            {"from_name": "explanation", "to_name": "cause_image", "type": "textarea",
+             "value": {"text": [f"In the first image person {n} sees a phone. In the second image a crash. The causal "
+                                f"link is distraction number {n}."]}},
+            {"from_name": "cue", "to_name": "cause_image", "type": "textarea", "value": {"text": ["phone"]}},
+            {"from_name": "false_cues", "to_name": "cause_image", "type": "textarea",
+             "value": {"text": ["lamp post\nsteering wheel\nstreet"]}}])
+    report = pull_json(run_cli)
+    assert report["invalid"] == [] and item_status(store, item_id) == "accepted", report
+    with store.session() as session:
+        explanations = session.get(Item, item_id).data["explanations"]
+    assert len(explanations) == 3 and DRAFT not in explanations
+
+
+def test_cfmm_author_an_invalid_submission_comes_back_to_its_author(pages, label_studio, team_workspace, run_cli):
+    folder = label_studio.media_root / f"author-{uuid.uuid4().hex[:6]}"
+    draw(folder / "bus.png", "red")
+    (folder / "basic.csv").write_text("image,question,answer\nbus.png,What colour is the bus?,red\n")
+    assert run_cli("ingest", "table", folder / "basic.csv", "--images", folder).exit_code == 0
+    pushed = push_json(run_cli, "--kind", "cfmm", "--task", "author")
+    [(author, project_id)] = pushed["project_ids"].items()
+    headers = headers_of("cfmm", "author")
+    page = pages[author]
+    with screenshot_on_failure(page, "cfmm-author"):
+        panel = label_all(page, label_studio.url, project_id)
+        assert loaded_image_widths(page, 1)[0] > 0
+        assert "Color" in choice_labels(panel, headers["type"])
+        save_screenshot(page, "cfmm-author")
+        pick(panel, headers["type"], "Color")
+        type_text(panel, "basic_question", "What colour is the bus?")  # and no options: not a usable pair
+        submit(panel)
+    report = pull_json(run_cli)["authoring"]
+    [returned] = report["returned"][author]
+    assert returned["reason"] == "'basic_option_a' is empty"
+    with screenshot_on_failure(page, "cfmm-author-returned"):
+        panel = label_all(page, label_studio.url, project_id)
+        assert "Returned to you" in panel.inner_text() and "'basic_option_a' is empty" in panel.inner_text()
+        pick(panel, headers["type"], "Color")
+        for name, text in (("basic_question", "What colour is the bus?"), ("basic_option_a", "red"),
+                           ("basic_option_b", "blue"), ("cf_question", "If the bus were painted like the sky, what "
+                                                                       "colour would it be?"),
+                           ("cf_option_a", "red"), ("cf_option_b", "blue")):
+            type_text(panel, name, text)
+        pick(panel, headers["basic_correct"], "A")
+        pick(panel, headers["cf_correct"], "B")
+        submit(panel)
+    report = pull_json(run_cli)["authoring"]
+    assert report["items_added"] == 1 and report["returned"] == {} and report["refused"] == []

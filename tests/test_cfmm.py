@@ -268,26 +268,48 @@ def test_blind_answerable_does_not_decide_with_the_embedded_model_and_runs_the_c
 # ---------------------------------------------------------------- ambiguity is a judgment
 
 
-def test_ambiguity_votes_decide():
+def test_cannot_be_determined_votes_decide():
     from cftools.judgments import Answer
+    from cftools.kinds.cfmm.model import CANNOT_DETERMINE
 
     kind = get_kind("cfmm")
-    fine = Answer(related=True, answer_correct=True)
-    ambiguous = Answer(related=True, answer_correct=True, flags=["ambiguous"])
+    fine = Answer(related=True, answer_correct=True, fields={"basic_correct": True, "cf_answer": "blue"})
+    cannot = Answer(related=True, answer_correct=False, fields={"basic_correct": True, "cf_answer": CANNOT_DETERMINE})
     assert kind.decide(fine, fine).status == "accepted"
-    assert kind.decide(ambiguous, fine).status == "needs_adjudication"
-    assert kind.decide(ambiguous, ambiguous).status == "rejected"
+    assert kind.decide(cannot, fine).status == "needs_adjudication"
+    assert kind.decide(cannot, cannot).status == "rejected"
+    assert kind.agreement_labels("verify", cannot) == {"basic_correct": "yes",
+                                                       "counterfactual_answer": "cannot be determined"}
 
 
-def test_verify_config_asks_whether_the_answer_can_be_determined():
-    from cftools.annotate.rules import render_label_config
+def verify_result(related: str, basic: str, pick: str) -> list[dict]:
+    return [{"from_name": "related", "value": {"choices": [related]}},
+            {"from_name": "basic_correct", "value": {"choices": [basic]}},
+            {"from_name": "cf_answer", "value": {"choices": [pick]}}]
 
-    config = render_label_config("cfmm", "verify")
-    assert "Can the answer be determined from the image?" in config and 'name="determinable"' in config
-    result = [{"from_name": "related", "value": {"choices": ["yes"]}},
-              {"from_name": "answer_correct", "value": {"choices": ["yes"]}},
-              {"from_name": "determinable", "value": {"choices": ["no"]}}]
-    assert get_kind("cfmm").read_judgment("verify", result).flags == ["ambiguous"]
+
+def test_verify_reads_the_basic_and_the_counterfactual_answer_apart_among_the_options():
+    from cftools.judgments import InvalidResult
+    from cftools.kinds.cfmm.annotate import option_choices
+
+    kind = get_kind("cfmm")
+    task = {"proposed_answer": "blue", "cf_option_choices": option_choices(["red", "blue"], with_cannot=False)}
+
+    def judged(related, basic, pick):
+        answer = kind.read_judgment("verify", verify_result(related, basic, pick))
+        kind.check_judgment("verify", answer, task)
+        return answer
+
+    right = judged("yes", "yes", "blue")
+    assert (right.answer_correct, right.corrected_answer) == (True, None)
+    other = judged("yes", "yes", "Red")
+    assert (other.answer_correct, other.corrected_answer) == (False, "Red")
+    basic_wrong = judged("yes", "no", "blue")
+    assert (basic_wrong.answer_correct, basic_wrong.corrected_answer) == (False, None)
+    cannot = judged("yes", "yes", "cannot be determined")
+    assert cannot.fields["cf_answer"] == "cannot be determined" and "ambiguous" not in cannot.flags
+    with pytest.raises(InvalidResult, match="'green' is not one of the item's options"):
+        judged("yes", "yes", "green")
 
 
 # ---------------------------------------------------------------- drafting

@@ -89,13 +89,13 @@ def tasks_of(store, task: str) -> dict[int, int]:
 
 
 def pick(cause: int | None, effect: int | None = None) -> list[dict]:
+    """A selection of candidates CAUSE and EFFECT: by the numbers the task shows them under (1 = the best ranked;
+    here candidate k is ranked (k+1)-th)."""
     if cause is None:
-        return [{"from_name": "none_usable", "to_name": "cause_description", "type": "choices",
+        return [{"from_name": "none_usable", "to_name": "pairs", "type": "choices",
                  "value": {"choices": ["none usable"]}}]
-    return [{"from_name": "best_cause", "to_name": "cause_description", "type": "choices",
-             "value": {"choices": [str(cause)]}},
-            {"from_name": "best_effect", "to_name": "effect_description", "type": "choices",
-             "value": {"choices": [str(effect)]}}]
+    return [{"from_name": "best_cause", "to_name": "pairs", "type": "choices", "value": {"choices": [str(cause + 1)]}},
+            {"from_name": "best_effect", "to_name": "pairs", "type": "choices", "value": {"choices": [str(effect + 1)]}}]
 
 
 def explain(who: str, cue: str = "rain", false_cues: str = "bench\nblanket\npark") -> list[dict]:
@@ -118,7 +118,7 @@ def test_select_and_explain_end_in_a_mucr_release(label_studio, mucr_ws, run_cli
     shown = admin.tasks.get(id=select_tasks[pair_ids[0]]).data
     assert shown["style"] == "photograph" and len(shown["cause_candidates"]) == 2
     assert all(link.startswith("/data/local-files/?d=") for link in shown["cause_candidates"] + shown["effect_candidates"])
-    assert shown["ranking"].splitlines()[0] == "1. candidate 0: score 0.900, no flags"
+    assert shown["ranking"].splitlines()[0] == "candidate 1: score 0.900, no flags"  # numbered as shown
     assert json.loads(run_cli("annotate", "push", "--kind", "mucr", "--task", "select", "--json").output)[
         "pushed"] == 0
     plans = [(pick(1, 1), pick(1, 1)), (pick(0, 1), pick(0, 1)), (pick(1, 0), pick(1, 0)),

@@ -20,6 +20,7 @@ from typing import Any, Callable, Optional
 
 from sqlalchemy import select
 
+from cftools.annotate.attribution import email_of, refusal
 from cftools.annotate.label_studio import LabelStudioServer, ServerSettings
 from cftools.judgments import InvalidResult
 from cftools.errors import CftoolsError
@@ -42,6 +43,8 @@ class AuthoringPull:
     no_suitable_type: int = 0
     cancelled: int = 0
     invalid: list[dict] = field(default_factory=list)
+    refused: list[dict] = field(default_factory=list)  # by someone other than the assignee, or changed by another
+    returned: dict[str, list[dict]] = field(default_factory=dict)  # per author: submissions sent back, and why
     by_group: Counter = field(default_factory=Counter)
 
     def as_dict(self) -> dict[str, Any]:
@@ -65,29 +68,62 @@ def authoring_images(store: Store, pushed_keys: set[str], limit: Optional[int]) 
     return waiting[:limit] if limit is not None else waiting
 
 
+def authoring_projects(server: LabelStudioServer, settings: ServerSettings, kind: str, task: str,
+                       create: bool = False, workspace_root: Optional[str] = None) -> dict[Optional[str], int]:
+    """Assignee (None: the shared project) -> project id of KIND's authoring TASK on the server: one per person
+    with `[label_studio] annotators`, else the one shared project. CREATE makes the missing ones."""
+    from cftools.annotate.projects import ensure_project, project_title
+
+    people: list[Optional[str]] = list(settings.annotators) or [None]
+    found: dict[Optional[str], int] = {}
+    for person in people:
+        project_id = (ensure_project(server, settings, kind, task, workspace_root, assignee=person) if create
+                      else server.find_project(project_title(settings, kind, task, person)))
+        if project_id is not None:
+            found[person] = project_id
+    return found
+
+
 def push_authoring(store: Store, server: LabelStudioServer, settings: ServerSettings, project_id: int, kind: str,
-                   images_links: Any, limit: Optional[int], report: Any, progress: Progress) -> None:
-    """Send images without an authoring task as tasks of PROJECT_ID (batched)."""
+                   images_links: Any, limit: Optional[int], report: Any, progress: Progress,
+                   task: str = "", workspace_root: Optional[str] = None) -> None:
+    """Send images without an authoring task as tasks (batched): into PROJECT_ID, or with assignment each image to
+    the project of one person, the least loaded first."""
     spec = get_kind(kind)
-    pushed = {key for key in server.task_keys(project_id).values() if key}
+    projects = ({None: project_id} if not settings.assigns
+                else authoring_projects(server, settings, kind, task, create=True, workspace_root=workspace_root))
+    keys_by_project = {pid: [key for key in server.task_keys(pid).values() if key] for pid in projects.values()}
+    pushed = {key for keys in keys_by_project.values() for key in keys}
+    load = Counter({person: len(keys_by_project[pid]) for person, pid in projects.items()})
     waiting = authoring_images(store, pushed, limit)
     report.candidates = len(waiting)
-    tasks = []
+    per_project: dict[int, list[dict]] = {pid: [] for pid in projects.values()}
     for image, sources in waiting:
         link = images_links.link(image.path)
         if link is None:
             report.skipped_outside_root += 1
             continue
         key = image_key(image.sha256)
-        data = {"item_key": key, "kind": kind, **spec.author_task_data(link, sources)}
-        tasks.append({"data": data, "meta": {"item_key": key, "image_sha256": image.sha256}})
-    report.storages_created = server.ensure_local_storage(project_id, images_links.folders)
-    progress("push", 0, len(tasks))
-    for start in range(0, len(tasks), settings.batch_size):
-        batch = tasks[start:start + settings.batch_size]
-        server.import_tasks(project_id, batch)
-        report.pushed += len(batch)
-        progress("push", report.pushed, len(tasks))
+        person = min(projects, key=lambda p: (load[p], list(projects).index(p)))
+        load[person] += 1
+        data = {"item_key": key, "kind": kind, "returned": "", **spec.author_task_data(link, sources)}
+        meta = {"item_key": key, "image_sha256": image.sha256, **({"assignee": person} if person else {})}
+        per_project[projects[person]].append({"data": data, "meta": meta})
+    total = sum(len(tasks) for tasks in per_project.values())
+    progress("push", 0, total)
+    for person, pid in projects.items():
+        tasks = per_project[pid]
+        if not tasks:
+            continue
+        report.storages_created += server.ensure_local_storage(pid, images_links.folders)
+        for start in range(0, len(tasks), settings.batch_size):
+            batch = tasks[start:start + settings.batch_size]
+            server.import_tasks(pid, batch)
+            report.pushed += len(batch)
+            progress("push", report.pushed, total)
+        if person:
+            report.assigned[person] = report.assigned.get(person, 0) + len(tasks)
+            report.project_ids[person] = pid
 
 
 def submission_rows(kind: str, task: str, project_id: int, ls_task: dict, annotation: dict, annotator: str,
@@ -124,11 +160,28 @@ def store_submissions(store: Store, pairs: list[tuple[dict, dict]]) -> int:
         return insert_items(store, session, items, "annotate")
 
 
+def return_submission(server: LabelStudioServer, project_id: int, ls_task: dict, annotation: dict, annotator: str,
+                      reason: str, metas: dict[int, tuple[dict, dict]]) -> bool:
+    """Send an invalid submission's image back to its author: a new task in the same project whose text says why
+    (once: a task that already returns this annotation is not made again). True when a task was made."""
+    if any(meta.get("returns_annotation") == annotation.get("id") for meta, _ in metas.values()):
+        return False
+    data = dict(ls_task.get("data") or {})
+    data["returned"] = (f"Returned to you ({annotator}): your last submission (task {ls_task.get('id')}) could not "
+                        f"be used: {reason}. Please write the pair again.")
+    meta = {**(ls_task.get("meta") or {}), "returned_to": annotator, "returns_annotation": annotation.get("id")}
+    server.import_tasks(project_id, [{"data": data, "meta": meta}])
+    return True
+
+
 def pull_authoring(store: Store, server: LabelStudioServer, project_id: int, kind: str, task: str,
-                   emails: dict[int, str], report: AuthoringPull, workspace_root: Optional[str] = None) -> None:
-    """Every submitted annotation of the project becomes a draft item (new ones only)."""
+                   emails: dict[int, str], report: AuthoringPull, workspace_root: Optional[str] = None,
+                   assignee: Optional[str] = None) -> None:
+    """Every submitted annotation of the project becomes a draft item (new ones only). An invalid one goes back to
+    its author as a new task saying why; with an ASSIGNEE, a submission by anyone else is refused by name."""
     spec = get_kind(kind)
-    keys = server.task_keys(project_id)
+    metas = server.task_metas(project_id)
+    keys = {tid: meta.get("item_key") for tid, (meta, _) in metas.items()}
     report.projects += 1
     shas = {tid: key[len(KEY_PREFIX):] for tid, key in keys.items() if key and key.startswith(KEY_PREFIX)}
     with store.session() as session:
@@ -149,15 +202,18 @@ def pull_authoring(store: Store, server: LabelStudioServer, project_id: int, kin
                     report.cancelled += 1
                     continue
                 report.submissions += 1
-                user = annotation.get("completed_by")
-                user = user.get("id") if isinstance(user, dict) else user
-                annotator = emails.get(user) or f"user:{user}"
+                annotator = email_of(annotation.get("completed_by"), emails)
+                where = {"project": project_id, "task": ls_task.get("id"), "annotation": annotation.get("id"),
+                         "annotator": annotator}
+                if (refused := refusal(annotation, ls_task.get("id"), emails, assignee)) is not None:
+                    report.refused.append({**where, "reason": refused})
+                    continue
                 try:
                     fields = spec.authored_item(task, annotation.get("result"), workspace_root)
                 except InvalidResult as exc:
-                    report.invalid.append({"project": project_id, "task": ls_task.get("id"),
-                                           "annotation": annotation.get("id"), "annotator": annotator,
-                                           "reason": str(exc)})
+                    report.invalid.append({**where, "reason": str(exc)})
+                    if return_submission(server, project_id, ls_task, annotation, annotator, str(exc), metas):
+                        report.returned.setdefault(annotator, []).append({**where, "reason": str(exc)})
                     continue
                 if fields is None:
                     report.no_suitable_type += 1

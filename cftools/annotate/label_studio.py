@@ -155,6 +155,11 @@ class ServerSettings:
     retries: int = RETRIES
     pull_workers: int = PULL_WORKERS
     export_chunk: Optional[int] = None  # None: EXPORT_CHUNK
+    annotators: tuple[str, ...] = ()  # the people cftools assigns tasks to (emails); () = shared projects
+
+    @property
+    def assigns(self) -> bool:
+        return bool(self.annotators)
 
     @property
     def configured(self) -> bool:
@@ -178,7 +183,21 @@ def server_settings(workspace: Workspace) -> ServerSettings:
                           timeout=float(section.get("timeout") or TIMEOUT_S),
                           retries=int(section.get("retries", RETRIES)),
                           pull_workers=max(1, int(section.get("pull_workers") or PULL_WORKERS)),
-                          export_chunk=int(section["export_chunk"]) if section.get("export_chunk") else None)
+                          export_chunk=int(section["export_chunk"]) if section.get("export_chunk") else None,
+                          annotators=annotator_list(section.get("annotators")))
+
+
+def annotator_list(value: Any) -> tuple[str, ...]:
+    """`[label_studio] annotators`: a list of distinct emails (a config error names the setting)."""
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) and "@" in v for v in value):
+        raise CftoolsError("cftools.toml: [label_studio] annotators must be a list of emails, "
+                           'e.g. ["alice@example.org", "bob@example.org"]')
+    emails = tuple(v.strip().lower() for v in value)
+    if len(set(emails)) != len(emails):
+        raise CftoolsError("cftools.toml: [label_studio] annotators names someone twice")
+    return emails
 
 
 class LabelStudioServer:
@@ -312,11 +331,14 @@ class LabelStudioServer:
 
         return self._retrying(attempt)
 
-    def create_project(self, title: str, label_config: str, maximum_annotations: int, description: str) -> int:
+    def create_project(self, title: str, label_config: str, maximum_annotations: int, description: str,
+                       instructions: str = "") -> int:
+        """A project; INSTRUCTIONS (HTML) are shown to each annotator before their first task."""
         def create() -> int:
             return self.client.projects.create(
                 title=title, label_config=label_config, maximum_annotations=maximum_annotations,
-                overlap_cohort_percentage=100, show_overlap_first=True, description=description).id
+                overlap_cohort_percentage=100, show_overlap_first=True, description=description,
+                expert_instruction=instructions, show_instruction=bool(instructions)).id
 
         with self.errors(f"creating project {title!r}"):
             return self._create_once(lambda: self._project_id(title), create)
@@ -538,7 +560,8 @@ class LabelStudioServer:
         return len(doomed)
 
     def user_emails(self) -> dict[int, str]:
-        return self._call("listing users", lambda: {u.id: u.email for u in self.client.users.list() if u.email})
+        return self._call("listing users",
+                          lambda: {u.id: u.email.lower() for u in self.client.users.list() if u.email})
 
     def close(self) -> None:
         if self._http is not None:

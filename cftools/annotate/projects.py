@@ -6,6 +6,7 @@ explain, CFMM's author); `ensure_project` creates a project with the kind's labe
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,8 @@ from cftools.workspace import Workspace
 
 STAGE = "annotate"
 OPEN, DECIDED, DELETED = "open", "decided", "deleted"
+RETURNED = "returned"  # its submission was invalid: a new task went back to its assignee with the reason
+GONE = (DELETED, RETURNED)  # states of tasks that take no more judgments
 ANNOTATIONS_PER_TASK = 2
 MAX_TITLE = 50  # Label Studio refuses longer project titles
 Progress = Callable[[str, int, int], None]  # (what, done, total)
@@ -114,12 +117,23 @@ def own_task(kind: str, purpose: str):  # noqa: ANN201
 PROJECT_WHAT = {VERIFY: "verification", ADJUDICATE: "adjudication"}
 
 
-def project_title(settings: ServerSettings, kind: str, purpose: str) -> str:
+def person_label(email: str, room: int) -> str:
+    """How a project title names its assignee: the email, else its name part with a short hash, in ROOM chars."""
+    if len(email) <= room:
+        return email
+    digest = hashlib.sha1(email.encode()).hexdigest()[:6]
+    return f"{email.split('@', 1)[0][:max(1, room - 7)]}-{digest}"
+
+
+def project_title(settings: ServerSettings, kind: str, purpose: str, assignee: Optional[str] = None) -> str:
+    """"<prefix> <kind> <what>", and " for <person>" for a project that holds only ASSIGNEE's tasks."""
     what = PROJECT_WHAT.get(task_of(purpose)[0], task_of(purpose)[0])  # a kind's own task is named by itself
     title = f"{settings.project_prefix} {kind} {what}"
-    if len(title) > MAX_TITLE:
+    if len(title) > MAX_TITLE - (12 if assignee else 0):
         raise CftoolsError(f"Label Studio project title {title!r} is longer than {MAX_TITLE} characters: "
                            "shorten [label_studio] project_prefix")
+    if assignee:
+        title += f" for {person_label(assignee, MAX_TITLE - len(title) - 5)}"
     return title
 
 
@@ -127,18 +141,23 @@ PROJECT_DESCRIPTIONS = {VERIFY: "two annotators verify", ADJUDICATE: "one adjudi
 
 
 def ensure_project(server: LabelStudioServer, settings: ServerSettings, kind: str, purpose: str,
-                   workspace_root: Optional[str] = None) -> int:
-    title = project_title(settings, kind, purpose)
+                   workspace_root: Optional[str] = None, assignee: Optional[str] = None) -> int:
+    """The project of KIND's PURPOSE (for ASSIGNEE alone when given: one annotation per task), created once with
+    the kind's label config and instructions."""
+    title = project_title(settings, kind, purpose, assignee)
     project_id = server.find_project(title)
+    if project_id is not None:
+        return project_id
     spec = own_task(kind, purpose)
-    if project_id is None and spec is not None:
-        project_id = server.create_project(
-            title, render_label_config(kind, spec.name, workspace_root), spec.annotators,
-            description=f"cftools: {spec.description or spec.name} ({kind} items)")
-    if project_id is None:
-        project_id = server.create_project(
-            title, render_label_config(kind, purpose, workspace_root), ANNOTATIONS_PER_TASK if purpose == VERIFY else 1,
-            description=f"cftools: {PROJECT_DESCRIPTIONS.get(purpose, 'people write new')} {kind} items")
-    return project_id
-
-
+    name = spec.name if spec is not None else purpose
+    kind_spec = get_kind(kind)
+    if spec is not None:
+        overlap, about = spec.annotators, spec.description or spec.name
+    else:
+        overlap = ANNOTATIONS_PER_TASK if purpose == VERIFY else 1
+        about = f"{PROJECT_DESCRIPTIONS.get(purpose, 'people write new')}"
+    description = f"cftools: {about} ({kind} items)"
+    if assignee:
+        overlap, description = 1, f"cftools: {about} ({kind} items); the tasks of {assignee} only"
+    return server.create_project(title, render_label_config(kind, name, workspace_root), overlap,
+                                 description=description, instructions=kind_spec.instructions(name, workspace_root))

@@ -18,8 +18,9 @@ from typing import Any, Iterable, Optional
 from sqlalchemy import bindparam, insert, select
 from sqlmodel import Session
 
-from cftools.annotate.projects import ANNOTATIONS_PER_TASK, DECIDED, DELETED, OPEN, Progress, STAGE, _delete, _no_progress, _update, own_task, project_title, task_of
-from cftools.annotate.push import _event, _open_task_filter
+from cftools.annotate.projects import ANNOTATIONS_PER_TASK, DECIDED, DELETED, GONE, OPEN, RETURNED, Progress, STAGE, _delete, _no_progress, _update, own_task, task_of
+from cftools.annotate.attribution import email_of, refusal
+from cftools.annotate.push import PushReport, _event, _open_task_filter
 from cftools.annotate.status import record_agreement
 from cftools.judgments import ADJUDICATE, VERIFY, Answer, Decision, InvalidResult, adjudicated, decide
 from cftools.annotate.rules import preload_agreement_library
@@ -48,6 +49,9 @@ class PullReport:
     ignored_same_annotator: int = 0
     ignored_extra_annotators: int = 0
     invalid: list[dict] = field(default_factory=list)
+    # Annotations not counted: made or last changed by someone other than the person the task is for.
+    refused: list[dict] = field(default_factory=list)
+    returned: dict[str, list[dict]] = field(default_factory=dict)  # per person: submissions sent back, and why
     tiebreaks: list[dict] = field(default_factory=list)  # tasks of a kind's own task that now ask one more person
     items_made: int = 0  # items a kind's decisions made (a MuCR selection)
     mismatched: list[dict] = field(default_factory=list)
@@ -83,27 +87,36 @@ def _parse_time(value: Any) -> Optional[datetime]:
 
 
 def choose_annotations(task: dict, kind: str, purpose: str, emails: dict[int, str], report: PullReport,
-                       workspace_root: Optional[str] = None) -> list[Chosen]:
+                       workspace_root: Optional[str] = None, assignee: Optional[str] = None) -> list[Chosen]:
     """The first valid annotation of each annotator, in annotation order, at most two annotators
-    (one for adjudication); everything else is counted or reported."""
+    (one for adjudication; with an ASSIGNEE, only that person's); everything else is counted or reported. An
+    annotation made by someone other than the assignee, or changed by someone other than its author, is refused
+    by name: it is not that person's judgment as they left it."""
     chosen: list[Chosen] = []
     seen: set[str] = set()
     spec = own_task(kind, purpose)
     limit = (spec.annotators + spec.tiebreak) if spec is not None else ANNOTATIONS_PER_TASK if purpose == VERIFY else 1
+    if assignee:
+        limit = 1
+    name = task_of(purpose)[0]
     for annotation in sorted(task.get("annotations") or [], key=lambda a: a.get("id") or 0):
         report.annotations += 1
         if annotation.get("was_cancelled"):
             report.cancelled += 1
             continue
-        user = annotation.get("completed_by")
-        if isinstance(user, dict):
-            user = user.get("id")
-        annotator = emails.get(user) or f"user:{user}"
+        annotator = email_of(annotation.get("completed_by"), emails)
+        where = {"project": task.get("project"), "task": task.get("id"), "annotation": annotation.get("id"),
+                 "annotator": annotator}
+        if (refused := refusal(annotation, task.get("id"), emails, assignee)) is not None:
+            report.refused.append({**where, "reason": refused})
+            continue
         try:
-            answer = get_kind(kind).read_judgment(task_of(purpose)[0], annotation.get("result"), workspace_root)
+            answer = get_kind(kind).read_judgment(name, annotation.get("result"), workspace_root)
+            get_kind(kind).check_judgment(name, answer, task.get("data") or {})
         except InvalidResult as exc:
-            report.invalid.append({"project": task.get("project"), "task": task.get("id"),
-                                   "annotation": annotation.get("id"), "annotator": annotator, "reason": str(exc)})
+            report.invalid.append({**where, "reason": str(exc)})
+            if assignee:
+                report.returned.setdefault(annotator, []).append({**where, "purpose": purpose, "reason": str(exc)})
             continue
         if annotator in seen:
             report.ignored_same_annotator += 1
@@ -114,6 +127,28 @@ def choose_annotations(task: dict, kind: str, purpose: str, emails: dict[int, st
         seen.add(annotator)
         chosen.append(Chosen(annotator, annotation, answer))
     return chosen
+
+
+def sibling_picks(session: Session, tasks: dict[int, Any], changed: set[int]) -> dict[int, list[Chosen]]:
+    """For each changed assigned task: the judgments of every live task of its item and purpose (one per person's
+    project), in the order they were made: what decides the item."""
+    wanted = {(tasks[t].item_id, tasks[t].purpose): t for t in changed if tasks[t].assignee}
+    if not wanted:
+        return {}
+    found: dict[tuple[int, str], list[Chosen]] = defaultdict(list)
+    item_ids = sorted({item_id for item_id, _ in wanted})
+    for part in in_chunks(item_ids):
+        for item_id, purpose, j in session.execute(
+                select(AnnotationTask.item_id, AnnotationTask.purpose, Judgment)
+                .join(Judgment, Judgment.task_id == AnnotationTask.id)
+                .where(AnnotationTask.item_id.in_(part), AnnotationTask.state.not_in(GONE))
+                .order_by(Judgment.annotated_at, Judgment.ls_annotation_id)).all():
+            if (item_id, purpose) in wanted:
+                answer = Answer(related=j.related, answer_correct=j.answer_correct,
+                                corrected_answer=j.corrected_answer, flags=list(j.flags or []), comment=j.comment,
+                                decision=j.decision, fields=(j.raw or {}).get("fields") or {})
+                found[(item_id, purpose)].append(Chosen(j.annotator, {"id": j.ls_annotation_id}, answer))
+    return {t: found.get((tasks[t].item_id, tasks[t].purpose), []) for t in changed if tasks[t].assignee}
 
 
 def _judgment_row(task_id: int, chosen: Chosen) -> dict:
@@ -333,11 +368,14 @@ def mark_deleted(session: Session, tasks: list[Any], report: PullReport) -> None
 
 def pull_project(store: Store, server: LabelStudioServer, project_id: int, kind: str, purpose: str,
                  emails: dict[int, str], report: PullReport, progress: Progress,
-                 workspace_root: Optional[str] = None) -> None:
+                 workspace_root: Optional[str], sender: Any) -> None:
+    """Read the project's tasks back; SENDER (with assignment) sends tiebreaks and returned submissions to the
+    person they are for."""
     with store.session() as session:
         tasks = {t.id: t for t in session.execute(select(
             AnnotationTask.id, AnnotationTask.item_id, AnnotationTask.purpose, AnnotationTask.ls_project_id,
-            AnnotationTask.ls_task_id, AnnotationTask.decision, Item.kind).join(Item, Item.id == AnnotationTask.item_id)
+            AnnotationTask.ls_task_id, AnnotationTask.decision, AnnotationTask.assignee, Item.kind)
+            .join(Item, Item.id == AnnotationTask.item_id)
             .where(_open_task_filter(server.url, project_id, purpose)))}
         keys = dict(session.execute(select(Item.id, Item.key).where(Item.id.in_(
             select(AnnotationTask.item_id).where(_open_task_filter(server.url, project_id, purpose))))).all())
@@ -361,13 +399,22 @@ def pull_project(store: Store, server: LabelStudioServer, project_id: int, kind:
                                           "expected": keys.get(task.item_id), "found": carried})
                 continue
             report.tasks += 1
-            chosen[task.id] = choose_annotations(data, kind, purpose, emails, report, workspace_root)
+            chosen[task.id] = choose_annotations(data, kind, purpose, emails, report, workspace_root, task.assignee)
         asked = len(report.tiebreaks)
+        returning = [r for person in report.returned.values() for r in person if r.get("project") == project_id
+                     and not r.get("sent")]
         with store.write() as session:
             changed = store_judgments(session, chosen, report)
-            apply_decisions(session, tasks, changed, chosen, report, kind)
-        for tiebreak in report.tiebreaks[asked:]:
+            returned = mark_returned(session, by_ls_id, returning)
+            changed -= returned
+            apply_decisions(session, tasks, changed, {**chosen, **sibling_picks(session, tasks, changed)}, report,
+                            kind)
+        tiebreaks = report.tiebreaks[asked:]
+        shared = [t for t in tiebreaks if not by_ls_id[t["task"]].assignee]
+        for tiebreak in shared:  # a shared project: the server is to hand the task to one more person
             server.set_task_overlap(tiebreak["task"], tiebreak["annotators"])
+        if returning or len(shared) < len(tiebreaks):
+            send_back(store, sender, kind, tasks, by_ls_id, returning, [t for t in tiebreaks if t not in shared])
         done += len(chunk)
         progress(f"pull project {project_id}", done, len(by_ls_id))
     unseen = [ls_id for ls_id in by_ls_id if ls_id not in seen]
@@ -378,6 +425,56 @@ def pull_project(store: Store, server: LabelStudioServer, project_id: int, kind:
     if gone:
         with store.write() as session:
             mark_deleted(session, gone, report)
+
+
+def mark_returned(session: Session, by_ls_id: dict[int, Any], returning: list[dict]) -> set[int]:
+    """Tasks whose assignee's submission was invalid take no more judgments (a new task goes back to them)."""
+    now, ids = utcnow(), set()
+    for entry in returning:
+        task = by_ls_id[entry["task"]]
+        ids.add(task.id)
+        session.execute(_update(AnnotationTask).where(AnnotationTask.id == task.id)
+                        .values(state=RETURNED, updated_at=now))
+        session.execute(insert(ItemEvent.__table__), [_event(task.item_id, None, None, {
+            "returned_to": entry["annotator"], "task": entry["task"], "reason": entry["reason"]})])
+    return ids
+
+
+def send_back(store: Store, sender: Any, kind: str, tasks: dict[int, Any], by_ls_id: dict[int, Any],
+              returning: list[dict], tiebreaks: list[dict]) -> None:
+    """With assignment: each returned submission's item goes back to its author as a new task saying why, and
+    each tiebreak to one more person who has not judged the item (their own project: `/next` hands it to them)."""
+    from cftools.annotate.assign import choose_people, current_load, live_assignees
+
+    items: dict[int, Item] = {}
+    with store.session() as session:
+        ids = {by_ls_id[r["task"]].item_id for r in returning} | {by_ls_id[t["task"]].item_id for t in tiebreaks}
+        for item_id in ids:
+            item = session.get(Item, item_id)
+            session.expunge(item)
+            items[item_id] = item
+    wanted, notes = [], {}
+    for entry in returning:
+        task = by_ls_id[entry["task"]]
+        wanted.append((items[task.item_id], task.purpose, entry["annotator"]))
+        notes[(task.item_id, entry["annotator"])] = (
+            f"Returned to you: your last submission (task {entry['task']}) could not be used: {entry['reason']}. "
+            "Please answer again.")
+        entry["sent"] = True
+    if tiebreaks:
+        load = current_load(store)
+        assigned = live_assignees(store, sorted(items))
+        for tiebreak in tiebreaks:
+            task = by_ls_id[tiebreak["task"]]
+            people = [p for p in assigned.get((task.item_id, task.purpose), []) if p]
+            missing = tiebreak["annotators"] - len(people)
+            if missing > 0:
+                chosen = choose_people(sender.settings.annotators, load, missing, set(people),
+                                       f"the tiebreak of item {tiebreak['item']}")
+                wanted += [(items[task.item_id], task.purpose, person) for person in chosen]
+                tiebreak["sent_to"] = chosen
+    if wanted:
+        sender.send(kind, wanted, PushReport(purpose="returns and tiebreaks", kind=kind), notes)
 
 
 def pull(workspace: Workspace, progress: Progress = _no_progress) -> PullReport:
@@ -394,13 +491,16 @@ def pull(workspace: Workspace, progress: Progress = _no_progress) -> PullReport:
             projects = session.execute(
                 select(AnnotationTask.ls_project_id, Item.kind, AnnotationTask.purpose)
                 .join(Item, Item.id == AnnotationTask.item_id)
-                .where(AnnotationTask.server == server.url, AnnotationTask.state != DELETED)
+                .where(AnnotationTask.server == server.url, AnnotationTask.state.not_in(GONE))
                 .group_by(AnnotationTask.ls_project_id, Item.kind, AnnotationTask.purpose)
                 # verification first: an adjudication pulled in the same run must have the last word
                 .order_by(AnnotationTask.purpose.desc(), AnnotationTask.ls_project_id)).all()
+        from cftools.annotate.assign import Sender
+
+        sender = Sender(workspace, server, settings)  # returns and tiebreaks to the person they are for
         for project_id, kind, purpose in projects:
             pull_project(workspace.store, server, project_id, kind, purpose, emails, report, progress,
-                         str(workspace.root))
+                         str(workspace.root), sender)
         pull_authoring_projects(workspace, server, settings, emails, report)
     finally:
         server.close()
@@ -412,11 +512,12 @@ def pull(workspace: Workspace, progress: Progress = _no_progress) -> PullReport:
 def pull_authoring_projects(workspace: Workspace, server: LabelStudioServer, settings: ServerSettings,
                             emails: dict[int, str], report: PullReport) -> None:
     """Submissions of every kind's authoring projects on this server become draft items (new ones only)."""
+    from cftools.annotate.authoring import authoring_projects
+
     for name, spec in sorted(all_kinds().items()):
         for task in spec.authoring_tasks:
-            project_id = server.find_project(project_title(settings, name, task))
-            if project_id is not None:
+            for person, project_id in authoring_projects(server, settings, name, task).items():
                 pull_authoring(workspace.store, server, project_id, name, task, emails, report.authoring,
-                               str(workspace.root))
+                               str(workspace.root), person)
 
 

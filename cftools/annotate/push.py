@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from dataclasses import dataclass
-from typing import Any, Optional
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
 
 from sqlalchemy import and_, insert, select
 from sqlmodel import Session
 
 from cftools.judgments import ADJUDICATE, VERIFY
-from cftools.annotate.projects import DELETED, ImageLinks, OPEN, Progress, STAGE, _no_progress, _update, ensure_project, own_task, purpose_of
+from cftools.annotate.projects import DELETED, GONE, ImageLinks, OPEN, Progress, STAGE, _no_progress, _update, ensure_project, own_task, purpose_of
 from cftools.errors import CftoolsError
 from cftools.annotate.label_studio import LabelStudioServer, UncertainImport, backoff, server_settings
 from cftools.annotate.authoring import authoring_task, push_authoring
@@ -49,6 +49,8 @@ class PushReport:
     storages_created: int = 0
     configured: bool = True
     message: Optional[str] = None
+    assigned: dict[str, int] = field(default_factory=dict)  # tasks given to each person by this push
+    project_ids: dict[str, int] = field(default_factory=dict)  # each person's project of this task
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -56,7 +58,7 @@ class PushReport:
 
 def _open_task_filter(server_url: str, project_id: int, purpose: str):  # noqa: ANN202
     return and_(AnnotationTask.server == server_url, AnnotationTask.ls_project_id == project_id,
-                AnnotationTask.purpose == purpose, AnnotationTask.state != DELETED)
+                AnnotationTask.purpose == purpose, AnnotationTask.state.not_in(GONE))
 
 
 def _event(item_id: int, from_status: Optional[str], to_status: Optional[str], detail: dict) -> dict:
@@ -66,15 +68,20 @@ def _event(item_id: int, from_status: Optional[str], to_status: Optional[str], d
 
 def _link_tasks(session: Session, server_url: str, project_id: int, purpose: str,
                 links: list[tuple[int, int]], how: str, purposes: Optional[list[str]] = None,
-                spec: Any = None) -> None:
+                spec: Any = None, assignee: Optional[str] = None, moved: frozenset | set = frozenset()) -> None:
     """Record (item id, task id) links and move verified items to in_review, in the caller's transaction.
-    PURPOSES, when given, is each link's own purpose (a kind's task with units); SPEC is that task's spec."""
+    PURPOSES, when given, is each link's own purpose (a kind's task with units); SPEC is that task's spec;
+    ASSIGNEE the one person the tasks are for; MOVED the items an earlier link of theirs moved already."""
     now = utcnow()
     purposes = purposes or [purpose] * len(links)
     session.execute(insert(AnnotationTask.__table__), [
         {"item_id": item_id, "purpose": p, "server": server_url, "ls_project_id": project_id,
-         "ls_task_id": task_id, "state": OPEN, "pushed_at": now, "updated_at": now}
+         "ls_task_id": task_id, "state": OPEN, "assignee": assignee, "pushed_at": now, "updated_at": now}
         for (item_id, task_id), p in zip(links, purposes)])
+    kept = [(link, p) for link, p in zip(links, purposes) if link[0] not in moved]
+    links, purposes = [link for link, _ in kept], [p for _, p in kept]
+    if not links:
+        return
     item_ids = [item_id for item_id, _ in links]
     if spec is not None:
         if spec.to_status:
@@ -183,6 +190,9 @@ def _judgment_text(judgment: Judgment) -> str:
     yes_no = {True: "yes", False: "no", None: "?"}
     text = (f"{judgment.annotator}: related={yes_no[judgment.related]}, "
             f"answer correct={yes_no[judgment.answer_correct]}")
+    for name, value in sorted(((judgment.raw or {}).get("fields") or {}).items()):  # a kind's own answers, as given
+        label = name.replace("_", " ").replace("cf ", "counterfactual ")
+        text += f", {label}={yes_no[value] if isinstance(value, bool) else repr(value)}"
     if judgment.corrected_answer:
         text += f", corrected answer={judgment.corrected_answer!r}"
     if judgment.flags:
@@ -244,7 +254,7 @@ def task_payloads(session: Session, items: list[Item], purpose: str, images: Ima
         elif not allow_missing_images and not extra_images.get(item.id):
             report.skipped_no_image += 1
             continue
-        data = {"item_key": item.key, "kind": item.kind, "group": item.group,
+        data = {"item_key": item.key, "kind": item.kind, "group": item.group, "returned": "",
                 "check_flags": "\n".join(flags.get(item.id, [])) or "none",
                 **get_kind(item.kind).task_data(item, source, image_value, extra_images.get(item.id, {}))}
         if purpose == ADJUDICATE:
@@ -261,7 +271,7 @@ def _own_payloads(session: Session, items: list[Item], units: list[str], task: s
     extra_images = _extra_images(session, items, images)
     payloads = []
     for item, unit in zip(items, units):
-        data = {"item_key": item.key, "kind": item.kind, "group": item.group,
+        data = {"item_key": item.key, "kind": item.kind, "group": item.group, "returned": "",
                 "check_flags": "\n".join(flags.get(item.id, [])) or "none",
                 **get_kind(item.kind).task_payload(task, unit, item, None, "", extra_images.get(item.id, {}))}
         payloads.append((item, {"data": data, "meta": {"item_key": item.key, "item_id": item.id,
@@ -305,11 +315,17 @@ def push(workspace: Workspace, kind: Optional[str], limit: Optional[int] = None,
             return report
         get_kind(kind).task_template(purpose)  # an unknown kind or task is an error before anything is created
         spec = own_task(kind, purpose)
+        if settings.assigns and (spec is not None or purpose in (VERIFY, ADJUDICATE)):
+            from cftools.annotate.assign import push_assigned
+
+            push_assigned(workspace, server, settings, kind, purpose, limit, report, data_uri, allow_missing_images,
+                          progress)
+            return report
         project_id = ensure_project(server, settings, kind, purpose, str(workspace.root))
         report.project_id, report.project_url = project_id, server.project_url(project_id)
         if spec is None and purpose not in (VERIFY, ADJUDICATE):
             push_authoring(store, server, settings, project_id, kind, ImageLinks.from_config(workspace, data_uri),
-                           limit, report, progress)
+                           limit, report, progress, purpose, str(workspace.root))
             return report
         if spec is not None:
             report.reconciled = reconcile_own(store, server, project_id, kind, spec)
@@ -339,30 +355,46 @@ def push(workspace: Workspace, kind: Optional[str], limit: Optional[int] = None,
     return report
 
 
-def import_batch(store: Store, server: LabelStudioServer, project_id: int, kind: str, purpose: str, spec: Any,
-                 batch: list[tuple[Item, dict]], report: PushReport) -> None:
-    """Import BATCH and record its links in one transaction. An import whose outcome is unknown (the connection
-    dropped, its answer was lost) is not simply sent again: the project is reconciled first (the tasks the server
-    did create are linked by their keys) and only the items still without a task are imported."""
+Batch = list[tuple[Item, dict]]
+
+
+def import_reconciled(server: LabelStudioServer, project_id: int, batch: Batch, reconcile: Callable[[], int],
+                      remaining: Callable[[Batch], Batch]) -> tuple[Batch, list[int]]:
+    """Import BATCH into PROJECT_ID: (what was imported, its task ids). An import whose outcome is unknown (the
+    connection dropped, its answer was lost) is not simply sent again: RECONCILE first links the tasks the server
+    did create (by their keys), and only REMAINING(batch), the entries still without a task, is imported."""
     for attempt in range(server.retries + 1):
         try:
-            task_ids = server.import_tasks(project_id, [task for _, task in batch])
+            return batch, server.import_tasks(project_id, [task for _, task in batch])
         except UncertainImport:
             if attempt >= server.retries:
                 raise
             time.sleep(backoff(attempt))
-            report.reconciled += (reconcile_own(store, server, project_id, kind, spec) if spec is not None
-                                  else reconcile(store, server, project_id, purpose, kind)[0])
-            batch = _without_task(store, batch, purpose)
+            reconcile()
+            batch = remaining(batch)
             if not batch:
-                return
-            continue
-        with store.write() as session:
-            _link_tasks(session, server.url, project_id, purpose,
-                        [(item.id, task_id) for (item, _), task_id in zip(batch, task_ids, strict=True)], how="imported",
-                        purposes=[t["meta"].get("purpose", purpose) for _, t in batch], spec=spec)
-        report.pushed += len(batch)
+                break
+    return [], []
+
+
+def import_batch(store: Store, server: LabelStudioServer, project_id: int, kind: str, purpose: str, spec: Any,
+                 batch: Batch, report: PushReport) -> None:
+    """Import BATCH and record its links in one transaction (see `import_reconciled`)."""
+    def relink() -> int:
+        found = (reconcile_own(store, server, project_id, kind, spec) if spec is not None
+                 else reconcile(store, server, project_id, purpose, kind)[0])
+        report.reconciled += found
+        return found
+
+    batch, task_ids = import_reconciled(server, project_id, batch, relink,
+                                        lambda rest: _without_task(store, rest, purpose))
+    if not batch:
         return
+    with store.write() as session:
+        _link_tasks(session, server.url, project_id, purpose,
+                    [(item.id, task_id) for (item, _), task_id in zip(batch, task_ids, strict=True)], how="imported",
+                    purposes=[t["meta"].get("purpose", purpose) for _, t in batch], spec=spec)
+    report.pushed += len(batch)
 
 
 def _without_task(store: Store, batch: list[tuple[Item, dict]], purpose: str) -> list[tuple[Item, dict]]:

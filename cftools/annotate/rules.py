@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from cftools.judgments import FLAG_CODES, NO, YES, Answer
 
@@ -70,20 +70,16 @@ def _percent_agreement(labels_per_unit: list[list[str]]) -> Optional[float]:
 
 
 def _krippendorff_alpha(units: list[dict[str, str]], annotators: list[str]) -> Optional[float]:
-    """Nominal Krippendorff's alpha over every annotator (missing ratings allowed); None where undefined
-    (one label only, or fewer than two ratings per item)."""
-    import krippendorff
-    import numpy as np
+    """Nominal Krippendorff's alpha over every annotator (missing ratings allowed; nltk's AnnotationTask, Apache-2.0);
+    None where undefined (one label only, or fewer than two ratings per item)."""
+    from nltk.metrics.agreement import AnnotationTask
 
-    if not units:
+    data = [(annotator, str(n), label) for n, unit in enumerate(units) for annotator, label in unit.items()]
+    if not units or len({label for _, _, label in data}) < 2:
         return None
-    data = np.array([[(1.0 if unit[a] == YES else 0.0) if a in unit else np.nan for unit in units]
-                     for a in annotators])
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            value = float(krippendorff.alpha(reliability_data=data, level_of_measurement="nominal"))
-    except (ValueError, ZeroDivisionError):
+        value = float(AnnotationTask(data=data).alpha())
+    except ZeroDivisionError:
         return None
     return None if math.isnan(value) else value
 
@@ -98,21 +94,27 @@ def _cohen_kappa(units: list[dict[str, str]]) -> Optional[float]:
     first, second = next(iter(raters))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # one label only: kappa is undefined (nan)
-        kappa = float(cohen_kappa_score([u[first] for u in units], [u[second] for u in units], labels=[YES, NO]))
+        labels = sorted({u[first] for u in units} | {u[second] for u in units} | {YES, NO})
+        kappa = float(cohen_kappa_score([u[first] for u in units], [u[second] for u in units], labels=labels))
     return None if math.isnan(kappa) else kappa
 
 
-def agreement(ratings: dict[Any, dict[str, Answer]]) -> dict[str, dict[str, Any]]:
+def agreement(ratings: dict[Any, dict[str, Answer]],
+              kind_labels: Optional[Callable[[Answer], dict[str, str]]] = None) -> dict[str, dict[str, Any]]:
     """Per question, over the items rated by two or more annotators (RATINGS: item -> annotator -> Answer):
     n_items, n_pairs (pairs of annotators within an item), percent agreement (0-100), Krippendorff's alpha
-    (nominal, all annotators) and Cohen's kappa (only where the same two people rated every item)."""
+    (nominal, all annotators) and Cohen's kappa (only where the same two people rated every item). KIND_LABELS adds
+    a kind's own questions (CFMM: the counterfactual answer, "cannot be determined" among its labels)."""
     rated = {unit: by_annotator for unit, by_annotator in ratings.items() if len(by_annotator) >= 2}
     annotators = sorted({a for by_annotator in rated.values() for a in by_annotator})
     n_pairs = sum(len(b) * (len(b) - 1) // 2 for b in rated.values())
+    labelled = [{a: {**question_labels(answer), **(kind_labels(answer) if kind_labels else {})}
+                 for a, answer in by_annotator.items()} for by_annotator in rated.values()]
+    extra = sorted({q for unit in labelled for labels in unit.values() for q in labels} - set(AGREEMENT_QUESTIONS))
     stats: dict[str, dict[str, Any]] = {}
-    for question in AGREEMENT_QUESTIONS:
-        units = [{a: question_labels(answer)[question] for a, answer in by_annotator.items()}
-                 for by_annotator in rated.values()]
+    for question in (*AGREEMENT_QUESTIONS, *extra):
+        units = [{a: labels[question] for a, labels in unit.items() if question in labels} for unit in labelled]
+        units = [unit for unit in units if len(unit) >= 2]
         stats[question] = {"n_items": len(units), "n_pairs": n_pairs,
                            "percent_agreement": _percent_agreement([list(u.values()) for u in units]),
                            "krippendorff_alpha": _krippendorff_alpha(units, annotators),

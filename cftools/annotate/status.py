@@ -5,12 +5,13 @@ progress per project and counts per annotator (`annotate status`).
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from functools import partial
 from typing import Any, Iterable, Optional
 
 from sqlalchemy import func, insert, select
 from sqlmodel import Session
 
-from cftools.annotate.projects import DELETED, _delete, task_of
+from cftools.annotate.projects import DELETED, GONE, _delete, task_of
 from cftools.judgments import ADJUDICATE, VERIFY, Answer
 from cftools.annotate.rules import agreement, label_agreement
 from cftools.models import (
@@ -25,18 +26,19 @@ from cftools.store import Store
 def verify_ratings(session: Session, item_keys: Optional[Iterable[str]] = None) -> dict[str, dict[int, dict[str, Answer]]]:
     """Per item kind: every live verification task's judgments by annotator (only ITEM_KEYS' items when given)."""
     query = (select(Item.kind, Item.key, Judgment.task_id, Judgment.annotator, Judgment.related,
-                    Judgment.answer_correct, Judgment.flags)
+                    Judgment.answer_correct, Judgment.flags, Judgment.raw)
              .join(AnnotationTask, AnnotationTask.id == Judgment.task_id)
              .join(Item, Item.id == AnnotationTask.item_id)
-             .where(AnnotationTask.purpose == VERIFY, AnnotationTask.state != DELETED)
+             .where(AnnotationTask.purpose == VERIFY, AnnotationTask.state.not_in(GONE))
              .order_by(Judgment.task_id, Judgment.ls_annotation_id))
     wanted = set(item_keys) if item_keys is not None else None
     ratings: dict[str, dict[int, dict[str, Answer]]] = defaultdict(dict)
-    for kind, key, task_id, annotator, related, correct, flags in session.execute(query):
+    for kind, key, task_id, annotator, related, correct, flags, raw in session.execute(query):
         if wanted is not None and key not in wanted:
             continue
-        ratings[kind].setdefault(task_id, {})[annotator] = Answer(related=related, answer_correct=correct,
-                                                                 flags=list(flags or []))
+        # By item: with assignment each person judges the item in a task of their own.
+        ratings[kind].setdefault(key, {}).setdefault(annotator, Answer(
+            related=related, answer_correct=correct, flags=list(flags or []), fields=(raw or {}).get("fields") or {}))
     return ratings
 
 
@@ -47,16 +49,16 @@ def agreement_project_name(kind: str) -> str:
 def _own_task_pairs(session: Session) -> dict[str, list[tuple[dict, dict]]]:
     """Per "KIND TASK" of the kinds' own tasks: the labels of the first two judgments of every live task."""
     rows = session.execute(
-        select(Item.kind, AnnotationTask.purpose, Judgment.task_id, Judgment.raw)
+        select(Item.kind, AnnotationTask.purpose, AnnotationTask.item_id, Judgment.raw)
         .join(AnnotationTask, AnnotationTask.id == Judgment.task_id)
         .join(Item, Item.id == AnnotationTask.item_id)
-        .where(AnnotationTask.purpose.not_in([VERIFY, ADJUDICATE]), AnnotationTask.state != DELETED)
-        .order_by(Judgment.task_id, Judgment.ls_annotation_id)).all()
-    per_task: dict[int, tuple[str, str, list[dict]]] = {}
-    for kind, purpose, task_id, raw in rows:
+        .where(AnnotationTask.purpose.not_in([VERIFY, ADJUDICATE]), AnnotationTask.state.not_in(GONE))
+        .order_by(AnnotationTask.item_id, Judgment.annotated_at, Judgment.ls_annotation_id)).all()
+    per_task: dict[tuple, tuple[str, str, list[dict]]] = {}
+    for kind, purpose, item_id, raw in rows:  # by item and purpose: one task per person with assignment
         task = task_of(purpose)[0]
         labels = get_kind(kind).agreement_labels(task, Answer(fields=(raw or {}).get("fields") or {}))
-        per_task.setdefault(task_id, (kind, task, []))[2].append(labels)
+        per_task.setdefault((item_id, purpose), (kind, task, []))[2].append(labels)
     pairs: dict[str, list[tuple[dict, dict]]] = defaultdict(list)
     for kind, task, found in per_task.values():
         if len(found) >= 2 and found[0] and found[1]:
@@ -68,7 +70,8 @@ def record_agreement(store: Store) -> dict[str, dict[str, dict[str, Any]]]:
     """Compute agreement per kind and question and store it (AgreementStat) for the data card; a kind's own
     tasks under the project name "KIND TASK"."""
     with store.session() as session:
-        stats = {agreement_project_name(kind): agreement(ratings) for kind, ratings in verify_ratings(session).items()}
+        stats = {agreement_project_name(kind): agreement(ratings, partial(get_kind(kind).agreement_labels, VERIFY))
+                 for kind, ratings in verify_ratings(session).items()}
         stats.update({name: label_agreement(pairs) for name, pairs in _own_task_pairs(session).items()})
     now = utcnow()
     with store.write() as session:
@@ -121,6 +124,9 @@ def annotation_status(store: Store) -> dict[str, Any]:
             [IN_REVIEW, ACCEPTED, REJECTED, NEEDS_ADJUDICATION])).group_by(Item.status)).all())
     for p in projects.values():
         p["decisions"] = dict(p["decisions"])
+    from cftools.annotate.assign import assignment_status
+
     return {"projects": sorted(projects.values(), key=lambda p: (p["server"], p["project_id"])),
+            "queues": assignment_status(store),
             "agreement": dict(sorted(agreement_stats.items())),
             "annotators": dict(sorted(annotators.items())), "items_by_status": items}

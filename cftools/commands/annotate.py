@@ -87,7 +87,13 @@ def push_cmd(workspace: Workspace, kind: Optional[str], limit: Optional[int], ad
         return
     what = "adjudication" if adjudicate else "verification" if task in (None, "verify") else task
     pushed = "images" if task in get_kind(kind).authoring_tasks else f"{kind} items"
-    console.print(f"Pushed {report.pushed} {pushed} to the {kind} {what} project: [bold]{report.project_url}[/]")
+    if report.project_ids:
+        console.print(f"Pushed {report.pushed} {kind} {what} tasks to the projects of "
+                      f"{len(report.project_ids)} people:")
+        for person, n in sorted(report.assigned.items()):
+            console.print(f"  {escape(person)}: {n} new tasks")
+    else:
+        console.print(f"Pushed {report.pushed} {pushed} to the {kind} {what} project: [bold]{report.project_url}[/]")
     if report.reconciled:
         console.print(f"Recorded {report.reconciled} tasks already on the server from an interrupted push.")
     if report.duplicates_on_server:
@@ -122,6 +128,11 @@ def pull_cmd(workspace: Workspace, as_json: bool) -> None:
         for bad in written.invalid:
             console.print(f"[red]rejected submission {bad['annotation']} of task {bad['task']} by "
                           f"{escape(bad['annotator'])}: {escape(bad['reason'])}[/]")
+        for bad in written.refused:
+            console.print(f"[red]{escape(bad['reason'])}[/]")
+        for person, entries in sorted(written.returned.items()):
+            console.print(f"[yellow]returned to {escape(person)}: {len(entries)} submissions, each as a new task "
+                          "saying why[/]")
     if report.ignored_same_annotator:
         console.print(f"[yellow]{report.ignored_same_annotator} extra annotations by the same person ignored.[/]")
     if report.ignored_extra_annotators:
@@ -131,6 +142,13 @@ def pull_cmd(workspace: Workspace, as_json: bool) -> None:
     for bad in report.invalid:
         console.print(f"[red]rejected annotation {bad['annotation']} of task {bad['task']} by "
                       f"{escape(bad['annotator'])}: {escape(bad['reason'])}[/]")
+    for bad in report.refused:
+        console.print(f"[red]{escape(bad['reason'])}[/]")
+    for person, entries in sorted(report.returned.items()):
+        console.print(f"[yellow]returned to {escape(person)}: {len(entries)} submissions, each as a new task "
+                      f"saying why[/]")
+        for entry in entries:
+            console.print(f"  task {entry['task']}: {escape(entry['reason'])}")
     for bad in report.mismatched:
         console.print(f"[red]task {bad['task']} carries item {escape(repr(bad['found']))}, "
                       f"expected {escape(repr(bad['expected']))}; "
@@ -151,8 +169,8 @@ def _fmt(value: Optional[float], spec: str) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
 @pass_workspace
 def status_cmd(workspace: Workspace, as_json: bool) -> None:
-    """Progress per project, agreement per question (percent, Krippendorff's alpha, Cohen's kappa) and counts
-    per annotator."""
+    """Progress per project, agreement per question (percent, Krippendorff's alpha, Cohen's kappa), counts
+    per annotator and, with [label_studio] annotators, each person's queue (open, decided, returned tasks)."""
     status = annotation_status(workspace.store)
     if as_json:
         print_json(status)
@@ -181,3 +199,12 @@ def status_cmd(workspace: Workspace, as_json: bool) -> None:
         table.add_row(name, str(a["judgments"]), str(a["related_yes"]), str(a["correct_yes"]), str(a["corrections"]),
                       str(a["adjudications"]))
     console.print(table)
+    if status["queues"]:
+        table = Table(title="Queue per person (tasks assigned by cftools)", title_justify="left")
+        for column in ("person", "task", "open", "decided", "returned"):
+            table.add_column(column)
+        for person, counts in status["queues"].items():
+            for task in sorted({name.split(" ")[0] for name in counts}):
+                table.add_row(person, task, *(str(counts.get(f"{task} {state}", 0))
+                                              for state in ("open", "decided", "returned")))
+        console.print(table)

@@ -188,6 +188,31 @@ class Kind:
             yes_no=(YES, NO), flag_choices=FLAG_CHOICES, decision_choices=DECISION_CHOICES, groups=self.groups,
             **CONTROLS)
 
+    def instructions(self, task: str, workspace_root: Optional[str] = None) -> str:
+        """What an annotator reads before the first task of TASK (HTML, the project's instructions): the
+        template beside the task's label config (`<task>.instructions.html.j2`), "" where there is none."""
+        from jinja2 import TemplateNotFound
+
+        from cftools.resources import template_env
+
+        env = template_env("annotation", Path(workspace_root) if workspace_root else None, self.template_root,
+                           autoescape=False)
+        name = self.task_template(task).removesuffix(".xml.j2") + ".instructions.html.j2"
+        try:
+            return env.get_template(name).render().strip()
+        except TemplateNotFound:
+            return ""
+
+    def record_problem(self, record: dict[str, Any]) -> Optional[str]:
+        """Why a release record breaks this kind's decision rules (an answer outside its options, too few
+        independent explanations…), None when it holds: `export` refuses such a record and `verify` reports it."""
+        return None
+
+    def check_judgment(self, task: str, answer: Any, task_data: dict[str, Any]) -> None:
+        """What only cftools can check of one judgment against the task it was made for (the choices that exist,
+        an answer among the item's options): raise `cftools.judgments.InvalidResult` with the reason."""
+        return None
+
     def read_result(self, task: str, result: Any, workspace_root: Optional[str] = None) -> dict[str, Any]:
         """Control name -> answer of one submitted result of TASK, checked against the config it was made with
         (`cftools.judgments.InvalidResult` if it does not fit)."""

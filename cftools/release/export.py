@@ -540,6 +540,15 @@ def statuses_for(include_unverified: bool, include_in_review: bool = False) -> t
             + ((IN_REVIEW,) if include_in_review else ()))
 
 
+def refuse_invalid_records(records: list[dict[str, Any]]) -> None:
+    """The last guard of the decision rules: a release never holds a record its kind calls invalid."""
+    problems = [f"item {r['id']}: {problem}" for r in records
+                if (problem := get_kind(r["kind"]).record_problem(r)) is not None]
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise CftoolsError(f"export refused: {problems[0]}{more}; reject or re-verify the item")
+
+
 def export_release(workspace: Workspace, name: str, version: str, out_dir: Path | None = None,
                    fmt: str = FORMAT_NATIVE, include_unverified: bool = False,
                    splits: dict[str, float] | None = None, force: bool = False,
@@ -566,6 +575,7 @@ def export_release(workspace: Workspace, name: str, version: str, out_dir: Path 
 
     store = workspace.store
     items = collect_items(store, statuses_for(include_unverified, include_in_review), splits)
+    refuse_invalid_records([e.record for e in items])
     result = ExportResult(path=target.resolve(), format=fmt, n_items=0, n_verified=0, n_unverified=0, n_images=0)
     kept = items
     peer = formats[fmt]

@@ -175,6 +175,14 @@ def verify_release(release_dir: Path | str) -> VerifyReport:
         rel = path.relative_to(release_dir).as_posix()
         if (path.is_file() or path.is_symlink()) and rel != MANIFEST_NAME and rel not in listed:
             report.extra.append(rel)
+    records_intact = RECORDS_NAME in listed and not any(m.startswith(f"{RECORDS_NAME}:") for m in report.mismatched)
+    if records_intact and (release_dir / RECORDS_NAME).is_file():  # the kinds' decision rules hold of each record
+        from cftools.kinds import get_kind
+
+        for record in load_records(release_dir):
+            problem = get_kind(record.get("kind") or "").record_problem(record) if record.get("kind") else None
+            if problem:
+                report.mismatched.append(f"{RECORDS_NAME}: item {record.get('id')}: {problem}")
     from cftools.release.croissant import check_croissant
 
     report.mismatched += check_croissant(release_dir)

@@ -1,17 +1,22 @@
-"""The CFMM `author` task read back: one Label Studio submission -> the fields of a new draft pair.
+"""CFMM's Label Studio tasks read back.
 
-The annotator picks a type (or "none": the image suits no type and nothing is made), writes the basic and the
-counterfactual question, two options each, and marks the correct ones. A submission that misses a part, or whose
-two options are the same, is an `InvalidResult` (reported by the pull, nothing stored).
+author — one submission -> the fields of a new draft pair. The annotator picks a type (or "none": the image suits
+no type and nothing is made), writes the basic and the counterfactual question, two options each, and marks the
+correct ones. A submission that misses a part, or whose two options are the same, is an `InvalidResult`: the pull
+reports it and sends the image back to its author with the reason.
+
+verify — the basic and the counterfactual answer are judged apart: "is the marked basic answer correct?" and "the
+correct counterfactual answer" picked among the pair's own options (choices built from the task's data) or
+"cannot be determined". A pick that is not one of the options is an `InvalidResult` (the API takes any result).
 """
 
 from __future__ import annotations
 
 from typing import Any, Optional
 
-from cftools.judgments import InvalidResult
+from cftools.judgments import YES, Answer, InvalidResult
 from cftools.answers import normalize_answer
-from cftools.kinds.cfmm.model import NO_TYPE
+from cftools.kinds.cfmm.model import CANNOT_DETERMINE, NO_TYPE
 
 LETTERS = ("A", "B")
 
@@ -46,3 +51,67 @@ def authored_pair(answers: dict[str, Any]) -> Optional[dict[str, Any]]:
     if answers.get("comment"):
         data["author_comment"] = answers["comment"]
     return {"group": pair_type, "question": cf_question, "answer": cf_answer, "data": data}
+
+
+# ---------------------------------------------------------------- verify and adjudicate
+
+
+def option_choices(options: Optional[list[str]], with_cannot: bool) -> list[dict[str, str]]:
+    """Label Studio's dynamic choices (`value="$cf_choices"`): the counterfactual options, then "cannot be
+    determined" where the annotator may say so."""
+    values = [str(o) for o in options or []] + ([CANNOT_DETERMINE] if with_cannot else [])
+    return [{"value": v} for v in values]
+
+
+def task_options(task_data: dict[str, Any]) -> list[str]:
+    return [c["value"] for c in task_data.get("cf_option_choices") or [] if isinstance(c, dict)]
+
+
+def read_verify(answers: dict[str, Any]) -> Answer:
+    """One verification: related, the basic answer's verdict and the counterfactual pick (checked against the task's
+    options by `fit_verify`)."""
+    pick = (answers.get("cf_answer") or [None])[0]
+    if pick is None:
+        raise InvalidResult("the counterfactual answer is missing: pick one of its options or 'cannot be determined'")
+    return Answer(related=answers["related"] == [YES], answer_correct=None, flags=sorted(answers.get("flags", [])),
+                  comment=answers.get("comment"),
+                  fields={"basic_correct": answers["basic_correct"] == [YES], "cf_answer": pick})
+
+
+def fit_verify(answer: Answer, task_data: dict[str, Any]) -> None:
+    """The counterfactual pick is one of the item's options (or "cannot be determined"); the judgment then reads
+    as the shared rules want it: answer_correct when the basic verdict is yes and the pick is the proposed answer,
+    the pick as the correction otherwise."""
+    options = task_options(task_data)
+    pick = answer.fields.get("cf_answer")
+    if pick != CANNOT_DETERMINE and normalize_answer(str(pick)) not in {normalize_answer(o) for o in options}:
+        raise InvalidResult(f"the counterfactual answer {pick!r} is not one of the item's options "
+                            f"({' / '.join(options) or 'none'})")
+    proposed = str(task_data.get("proposed_answer") or "")
+    same = normalize_answer(str(pick)) == normalize_answer(proposed)
+    answer.answer_correct = bool(answer.fields.get("basic_correct")) and same
+    answer.corrected_answer = (str(pick) if answer.fields.get("basic_correct") and not same
+                               and pick != CANNOT_DETERMINE else None)
+
+
+def fit_adjudication(answer: Answer, task_data: dict[str, Any]) -> None:
+    options = task_options(task_data)
+    if answer.corrected_answer is not None and normalize_answer(answer.corrected_answer) not in {
+            normalize_answer(o) for o in options}:
+        raise InvalidResult(f"the corrected answer {answer.corrected_answer!r} is not one of the item's options "
+                            f"({' / '.join(options) or 'none'})")
+
+
+def cannot_determine(answer: Answer) -> bool:
+    return (answer.fields or {}).get("cf_answer") == CANNOT_DETERMINE
+
+
+def record_problem(record: dict[str, Any]) -> Optional[str]:
+    """A CFMM release record whose answers are not among its options (an answer the verifiers could not give)."""
+    options = record.get("options") or (record.get("data") or {}).get("options") or {}
+    for which, answer in (("counterfactual", record.get("answer")), ("original", record.get("original_answer"))):
+        choices = options.get(which)
+        if choices and answer is not None and normalize_answer(str(answer)) not in {
+                normalize_answer(str(o)) for o in choices}:
+            return f"the {which} answer {answer!r} is not one of its options ({' / '.join(map(str, choices))})"
+    return None

@@ -20,7 +20,7 @@ from typing import Any, Optional, Sequence
 
 from cftools.kinds.base import Check, ExportFormat, Generator, Kind, ReportTable
 from cftools.kinds.cfmm.checks import declared_checks
-from cftools.kinds.cfmm.model import AMBIGUOUS, PAPER_COUNTS, PROMPT_VARIANTS, TYPES, CfmmData, options_text
+from cftools.kinds.cfmm.model import PAPER_COUNTS, PROMPT_VARIANTS, TYPES, CfmmData, options_text
 from cftools.kinds.cfmm.release import has_pair, write_jsonl
 
 
@@ -67,6 +67,8 @@ class CfmmKind(Kind):
     # -- annotation ----------------------------------------------------------------------------------------------
 
     def task_data(self, item: Any, source: Any, image_value: str, extra_images: dict[str, str]) -> dict[str, Any]:
+        from cftools.kinds.cfmm.annotate import option_choices
+
         data = item.data or {}
         options = data.get("options") or {}
         basic_question = data.get("basic_question") or (source.question if source else "")
@@ -77,30 +79,58 @@ class CfmmKind(Kind):
                 "counterfactual_question": item.question,
                 "counterfactual_options": options_text(options.get("counterfactual"), item.answer),
                 "needs_image_check": "yes: drafted from text only" if data.get("needs_image_check") else "no",
-                "question": item.question, "proposed_answer": item.answer or ""}
+                "question": item.question, "proposed_answer": item.answer or "",
+                "cf_choices": option_choices(options.get("counterfactual"), with_cannot=True),
+                "cf_option_choices": option_choices(options.get("counterfactual"), with_cannot=False)}
 
     def read_judgment(self, purpose: str, result: Any, workspace_root: Optional[str] = None) -> Any:
-        """As for every kind, plus: "the answer cannot be determined from the image" is the `ambiguous` flag."""
-        from cftools.judgments import NO, VERIFY, parse_answer
+        """Verify: the basic verdict and the counterfactual pick apart (`cfmm.annotate.read_verify`); adjudicate:
+        as for every kind, the correction picked among the options."""
+        from cftools.judgments import VERIFY, parse_answer
+        from cftools.kinds.cfmm.annotate import read_verify
 
         answers = self.read_result(purpose, result, workspace_root)
-        answer = parse_answer(purpose, answers)
-        if purpose == VERIFY and answers.get("determinable") == [NO]:
-            answer.flags = sorted(set(answer.flags) | {AMBIGUOUS})
-        return answer
+        if purpose == VERIFY:
+            return read_verify(answers)
+        if isinstance(answers.get("corrected_answer"), list):  # picked among the options
+            answers["corrected_answer"] = answers["corrected_answer"][0]
+        return parse_answer(purpose, answers)
+
+    def record_problem(self, record: dict[str, Any]) -> Optional[str]:
+        from cftools.kinds.cfmm.annotate import record_problem
+
+        return record_problem(record)
+
+    def check_judgment(self, task: str, answer: Any, task_data: dict[str, Any]) -> None:
+        from cftools.judgments import ADJUDICATE, VERIFY
+        from cftools.kinds.cfmm.annotate import fit_adjudication, fit_verify
+
+        if task == VERIFY:
+            fit_verify(answer, task_data)
+        elif task == ADJUDICATE:
+            fit_adjudication(answer, task_data)
 
     def decide(self, first: Any, second: Any) -> Any:
-        """Ambiguity first: both annotators say the answer cannot be determined from the image -> rejected; one
-        says so -> adjudication; otherwise the shared rules."""
+        """"Cannot be determined" first: both annotators say so -> rejected; one -> adjudication; otherwise the
+        shared rules."""
         from cftools.judgments import Decision, decide
+        from cftools.kinds.cfmm.annotate import cannot_determine
         from cftools.models import NEEDS_ADJUDICATION, REJECTED
 
-        votes = sum(AMBIGUOUS in (a.flags or []) for a in (first, second))
+        votes = sum(cannot_determine(a) for a in (first, second))
         if votes == 2:
             return Decision(REJECTED, rule="both: the answer cannot be determined from the image")
         if votes == 1:
             return Decision(NEEDS_ADJUDICATION, rule="one annotator: the answer cannot be determined from the image")
         return decide(first, second)
+
+    def agreement_labels(self, task: str, answer: Any) -> dict[str, str]:
+        """Verify: the basic verdict and the counterfactual answer (an option, or "cannot be determined")."""
+        fields = answer.fields or {}
+        if task == "verify" and "cf_answer" in fields:
+            return {"basic_correct": "yes" if fields.get("basic_correct") else "no",
+                    "counterfactual_answer": str(fields["cf_answer"])}
+        return {}
 
     def author_task_data(self, image_value: str, sources: Sequence[Any]) -> dict[str, Any]:
         lines = [f"Q: {s.question}  A: {s.answer or '?'}" for s in sources]

@@ -18,6 +18,9 @@ PROMPT_VARIANTS = ("icl1", "cot1")
 EXPORT_FIELDS = ("id", "image", "type", "basic_question", "basic_options", "basic_answer", "cf_question",
                  "cf_options", "cf_answer")
 AMBIGUOUS = "ambiguous"
+# The verifier's own answer when the image does not settle the counterfactual question: kept as such (never
+# relabelled "ambiguous") through adjudication and agreement.
+CANNOT_DETERMINE = "cannot be determined"
 
 
 class CfmmData(ItemData):

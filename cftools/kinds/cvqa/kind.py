@@ -56,13 +56,11 @@ class CvqaKind(Kind):
                 "generate": [cvqa_commands.rewrite_cmd, cvqa_commands.reparse_cmd]}
 
     def task_data(self, item: Any, source: Any, image_value: str, extra_images: dict[str, str]) -> dict[str, Any]:
-        from cftools.annotate.tasks import details_text
-
+        # item.data (the source row's type and line) is cftools' record, not something to judge: not shown.
         return {"image": image_value,
                 "original_question": source.question if source else "",
                 "original_answer": (source.answer or "") if source else "",
-                "question": item.question, "proposed_answer": item.answer or "",
-                "details": details_text(item.data)}
+                "question": item.question, "proposed_answer": item.answer or ""}
 
     # -- eval --------------------------------------------------------------------------------------------------
 

@@ -15,6 +15,8 @@ annotation order (`data.explanations`, the release's `causal_reason`).
 
 from __future__ import annotations
 
+import html
+import re
 from collections import Counter
 from typing import Any, Optional, Sequence
 
@@ -66,27 +68,44 @@ def ranked(data: dict[str, Any], style: str) -> list[int]:
 def ranking_text(data: dict[str, Any], style: str) -> str:
     checks = {int(r["k"]): r for r in ((data.get("candidate_checks") or {}).get(style) or [])}
     lines = []
-    for place, k in enumerate(ranked(data, style), start=1):
+    for place, k in enumerate(ranked(data, style), start=1):  # numbered as the task shows them: best first
         check = checks.get(k) or {}
         flags = ", ".join(f["code"] for f in check.get("flags") or []) or "no flags"
         score = check.get("score")
-        lines.append(f"{place}. candidate {k}: score {score:.3f}, {flags}" if isinstance(score, (int, float))
-                     else f"{place}. candidate {k}: not ranked")
+        lines.append(f"candidate {place}: score {score:.3f}, {flags}" if isinstance(score, (int, float))
+                     else f"candidate {place}: not ranked")
     return "\n".join(lines)
 
 
+def pairs_html(causes: list[str], effects: list[str]) -> str:
+    """The candidate pairs as the annotator sees them: cause k beside effect k, each image numbered k (1, 2, …)."""
+    def figure(side: str, number: int, link: str) -> str:
+        return (f'<figure><span class="cf-num">{number}</span><img src="{html.escape(link, quote=True)}" '
+                f'alt="{side} {number}" style="max-width:256px"/><figcaption>{side} {number}</figcaption></figure>')
+
+    rows = [f'<div class="cf-cand" data-candidate="{n}">{figure("cause", n, cause)}{figure("effect", n, effect)}</div>'
+            for n, (cause, effect) in enumerate(zip(causes, effects), start=1)]
+    return '<div class="cf-cands">' + "".join(rows) + "</div>"
+
+
 def select_payload(unit: str, item: Any, extra_images: dict[str, str]) -> dict[str, Any]:
+    """One select task: the candidates that exist, best ranked first, shown and offered as choices by the same
+    numbers (1..n); `candidate_keys` maps each number back to its candidate."""
     data = item.data or {}
     style = unit_style(unit)
     context = data.get("context") or {}
     candidates = (data.get("candidates") or {}).get(style) or {}
     order = ranked(data, style)
+    causes = [extra_images.get(candidates[str(k)]["cause"], "") for k in order]
+    effects = [extra_images.get(candidates[str(k)]["effect"], "") for k in order]
     return {"style": style, "unit": unit,
             "captions": f"cause: {data.get('cause_caption')}\neffect: {data.get('effect_caption')}",
             "cause_description": str(context.get("cause_description") or data.get("cause_caption") or ""),
             "effect_description": str(context.get("effect_description") or data.get("effect_caption") or ""),
-            "cause_candidates": [extra_images.get(candidates[str(k)]["cause"], "") for k in order],
-            "effect_candidates": [extra_images.get(candidates[str(k)]["effect"], "") for k in order],
+            "cause_candidates": causes, "effect_candidates": effects,
+            "pairs": pairs_html(causes, effects),
+            "candidate_choices": [{"value": str(n)} for n in range(1, len(order) + 1)],
+            "candidate_keys": order,
             "ranking": ranking_text(data, style)}
 
 
@@ -95,7 +114,7 @@ def explain_payload(item: Any, extra_images: dict[str, str]) -> dict[str, Any]:
     return {"cause_image": extra_images.get(str(data.get("cause_image")), ""),
             "effect_image": extra_images.get(str(data.get("effect_image")), ""),
             "captions": f"cause: {data.get('cause_caption')}\neffect: {data.get('effect_caption')}",
-            "explanation_draft": str(data.get("explanation_draft") or ""),
+            "explanation_draft": str(data.get("explanation_draft") or "none"),
             "cue": str(data.get("cue") or ""), "false_cues": "\n".join(data.get("false_cues") or [])}
 
 
@@ -103,18 +122,59 @@ def explain_payload(item: Any, extra_images: dict[str, str]) -> dict[str, Any]:
 
 
 def read_select(answers: dict[str, Any]) -> Answer:
+    """One selection: "none usable" alone, or a cause and an effect number (checked against the task's candidates
+    by `fit_select`)."""
     comment = answers.get("comment")
+    picked = bool(answers.get("best_cause") or answers.get("best_effect"))
     if answers.get("none_usable") == [NONE_USABLE]:
+        if picked:
+            raise InvalidResult("'none usable' and a pick at once: either pick the best cause and effect, or mark the "
+                                "pair 'none usable'")
         return Answer(comment=comment, fields={"none_usable": True})
     if not answers.get("best_cause") or not answers.get("best_effect"):
         raise InvalidResult("pick the best cause and the best effect, or mark the pair 'none usable'")
-    return Answer(comment=comment, fields={"none_usable": False, "cause": int(answers["best_cause"][0]),
-                                           "effect": int(answers["best_effect"][0])})
+    try:
+        cause, effect = int(answers["best_cause"][0]), int(answers["best_effect"][0])
+    except ValueError:
+        raise InvalidResult("a pick is not a candidate number") from None
+    return Answer(comment=comment, fields={"none_usable": False, "cause": cause, "effect": effect})
+
+
+def fit_select(answer: Answer, task_data: dict[str, Any]) -> None:
+    """The picks name candidates the task showed (numbers 1..n), stored as the candidates they are. A task pushed
+    before the numbering (no `candidate_keys`) offered the candidate numbers themselves."""
+    fields = answer.fields
+    if fields.get("none_usable"):
+        return
+    keys = task_data.get("candidate_keys")
+    if keys is None:
+        shown = len(task_data.get("cause_candidates") or [])
+        if shown and not all(0 <= fields[side] < shown for side in ("cause", "effect")):
+            raise InvalidResult(f"a pick of a candidate that does not exist (only {shown} shown)")
+        return
+    for side in ("cause", "effect"):
+        number = fields[side]
+        if not 1 <= number <= len(keys):
+            raise InvalidResult(f"{side} {number} does not exist: the task shows {len(keys)} candidates")
+        fields[side] = int(keys[number - 1])
+        fields[f"{side}_shown_as"] = number
 
 
 def split_cues(text: Optional[str]) -> list[str]:
     parts = [p.strip(" .;,-•") for line in (text or "").splitlines() for p in line.split(";")]
     return [p for p in parts if p]
+
+
+def same_text(a: Optional[str], b: Optional[str]) -> bool:
+    """Equal after normalising case, spaces and punctuation: a copy, not an explanation of one's own."""
+    norm = lambda t: " ".join(re.sub(r"[^\w\s]", " ", str(t or "").lower()).split())  # noqa: E731
+    return bool(norm(a)) and norm(a) == norm(b)
+
+
+def fit_explain(answer: Answer, task_data: dict[str, Any]) -> None:
+    """An explanation that is the model's draft (shown as a reference) is not human work."""
+    if same_text(answer.fields.get("explanation"), task_data.get("explanation_draft")):
+        raise InvalidResult("the explanation is the model's draft: write your own explanation")
 
 
 def read_explain(answers: dict[str, Any]) -> Answer:
@@ -193,10 +253,28 @@ def cue_set(fields: dict[str, Any]) -> tuple[str, frozenset]:
     return norm(fields["cue"]), frozenset(norm(c) for c in fields["false_cues"])
 
 
+def independent(answers: Sequence[tuple[str, Answer]]) -> tuple[list[tuple[str, Answer]], list[str]]:
+    """The explanations in order, less any equal to an earlier person's (after normalising): (kept, copiers)."""
+    kept: list[tuple[str, Answer]] = []
+    copiers: list[str] = []
+    for name, answer in answers:
+        if any(same_text(answer.fields["explanation"], other.fields["explanation"]) for _, other in kept):
+            copiers.append(name)
+        else:
+            kept.append((name, answer))
+    return kept, copiers
+
+
 def decide_explain(item: Any, answers: Sequence[tuple[str, Answer]]) -> TaskOutcome:
-    if len(answers) < 3:
+    """Accepted with three independent explanations from three people whose cue sets agree; an explanation equal to
+    another person's does not count, and one more person is asked in its place."""
+    kept, copiers = independent(answers)
+    if len(kept) < 3:
+        if copiers:
+            return TaskOutcome(status=IN_REVIEW, wants=3 + len(copiers),
+                               rule=f"explanation of {', '.join(copiers)} equals another's: one more person is asked")
         return TaskOutcome(status=IN_REVIEW)
-    answers = list(answers[:3])
+    answers = list(kept[:3])
     sets = [cue_set(a.fields) for _, a in answers]
     if sets[0] == sets[1]:
         agreed, rule = 0, "three explanations; the cue sets agree"
@@ -225,3 +303,25 @@ def agreement_labels(task: str, answer: Answer) -> dict[str, str]:
 
 
 CHECKED_OR_DRAFT = (DRAFT, CHECKED)
+
+
+def record_problem(record: dict[str, Any]) -> Optional[str]:
+    """A MuCR release record that breaks the select or explain rules: a selection of a candidate that does not
+    exist; a verified pair without three independent explanations (none the model's draft, no two the same)."""
+    data = record.get("data") or {}
+    for style, chosen in (data.get("selection") or {}).items():
+        known = ((data.get("candidates") or {}).get(style) or {})
+        for side in ("cause", "effect"):
+            if isinstance(chosen, dict) and chosen.get(side) is not None and known \
+                    and str(chosen[side]) not in known:
+                return f"its {style} selection names {side} candidate {chosen[side]}, which does not exist"
+    if record.get("verified") and data.get("cause_image") and data.get("effect_image") and "explanations" in data:
+        explanations = [str(e) for e in data.get("explanations") or []]
+        kept, copies = independent([("", Answer(fields={"explanation": e})) for e in explanations])
+        if len(kept) < 3:
+            return (f"{len(kept)} independent explanations, not 3"
+                    + (" (some are copies of each other)" if copies else ""))
+        draft = data.get("explanation_draft")
+        if draft and any(same_text(e, draft) for e in explanations):
+            return "an explanation is the model's draft, not a person's"
+    return None

@@ -164,6 +164,19 @@ class MucrKind(Kind):
             return mucr_annotate.read_explain(self.read_result(purpose, result, workspace_root))
         return super().read_judgment(purpose, result, workspace_root)
 
+    def record_problem(self, record: dict[str, Any]) -> Optional[str]:
+        from cftools.kinds.mucr.annotate import record_problem
+
+        return record_problem(record)
+
+    def check_judgment(self, task: str, answer: Any, task_data: dict[str, Any]) -> None:
+        from cftools.kinds.mucr import annotate as mucr_annotate
+
+        if task == "select":
+            mucr_annotate.fit_select(answer, task_data)
+        elif task == "explain":
+            mucr_annotate.fit_explain(answer, task_data)
+
     def decide_task(self, task: str, unit: str, item: Any, answers: Sequence[tuple[str, Any]]) -> TaskOutcome:
         from cftools.kinds.mucr import annotate as mucr_annotate
 

@@ -1,0 +1,299 @@
+"""cftools owns assignment: who judges what, and the one place each person works in.
+
+Label Studio Community Edition has no per-annotator queues, so with `[label_studio] annotators` set every task is
+assigned by cftools: each item goes to as many different people as its task needs (two for verify, a kind's
+`TaskSpec.annotators` for its own tasks), the least loaded first (ties in the configured order), a tiebreak or an
+adjudication to someone who has not judged the item. Each person has their own project per kind and task
+("<prefix> <kind> <task> for <person>"), holding only their tasks with one annotation each: doing one's work the
+documented way (open one's project, label) never shows another person's judgment. The assignment is recorded on
+the task (`AnnotationTask.assignee`), and `pull` counts a judgment only from that person.
+
+A task whose submission cannot be used (`InvalidResult`) is not dropped: it is marked `returned` and the item
+goes back to the same person as a new task whose text says why (`Sender.send(..., note=...)`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from sqlalchemy import func, select
+
+from cftools.annotate.label_studio import LabelStudioServer, ServerSettings
+from cftools.annotate.projects import (
+    DELETED, GONE, ImageLinks, OPEN, Progress, _no_progress, ensure_project, own_task, purpose_of, task_of,
+)
+from cftools.errors import CftoolsError
+from cftools.judgments import ADJUDICATE, VERIFY
+from cftools.models import CHECKED, IN_REVIEW, NEEDS_ADJUDICATION, AnnotationTask, Item
+from cftools.store import Store, in_chunks
+from cftools.workspace import Workspace
+
+
+
+def people_needed(kind: str, purpose: str) -> int:
+    """How many different people judge one task of PURPOSE before a tiebreak."""
+    spec = own_task(kind, purpose)
+    if spec is not None:
+        return spec.annotators
+    return 2 if purpose == VERIFY else 1
+
+
+def choose_people(annotators: tuple[str, ...], load: Counter, n: int, exclude: set[str], what: str) -> list[str]:
+    """The N least loaded ANNOTATORS not in EXCLUDE (ties in configured order); LOAD is updated."""
+    free = [a for a in annotators if a not in exclude]
+    if len(free) < n:
+        raise CftoolsError(f"{what} needs {n} annotator(s) besides {', '.join(sorted(exclude)) or 'no one'}, "
+                           f"but [label_studio] annotators lists only {len(annotators)}: add people")
+    chosen = sorted(free, key=lambda a: (load[a], annotators.index(a)))[:n]
+    for person in chosen:
+        load[person] += 1
+    return chosen
+
+
+def current_load(store: Store) -> Counter:
+    """Live (not decided, deleted or returned) tasks per assignee."""
+    with store.session() as session:
+        return Counter(dict(session.execute(
+            select(AnnotationTask.assignee, func.count()).where(
+                AnnotationTask.assignee.is_not(None), AnnotationTask.state == OPEN)
+            .group_by(AnnotationTask.assignee)).all()))
+
+
+def live_assignees(store: Store, item_ids: list[int]) -> dict[tuple[int, str], list[str]]:
+    """(item id, purpose) -> the assignees of its live tasks."""
+    found: dict[tuple[int, str], list[str]] = defaultdict(list)
+    with store.session() as session:
+        for part in in_chunks(item_ids):
+            for item_id, purpose, assignee in session.execute(
+                    select(AnnotationTask.item_id, AnnotationTask.purpose, AnnotationTask.assignee)
+                    .where(AnnotationTask.item_id.in_(part), AnnotationTask.state.not_in(GONE))):
+                found[(item_id, purpose)].append(assignee)
+    return found
+
+
+def verify_judges(store: Store, item_ids: list[int]) -> dict[int, set[str]]:
+    """Per item: who was assigned or judged its verification (an adjudicator must be someone else)."""
+    from cftools.models import Judgment
+
+    found: dict[int, set[str]] = defaultdict(set)
+    with store.session() as session:
+        for part in in_chunks(item_ids):
+            for item_id, assignee, annotator in session.execute(
+                    select(AnnotationTask.item_id, AnnotationTask.assignee, Judgment.annotator)
+                    .outerjoin(Judgment, Judgment.task_id == AnnotationTask.id)
+                    .where(AnnotationTask.item_id.in_(part), AnnotationTask.purpose == VERIFY,
+                           AnnotationTask.state != DELETED)):
+                found[item_id].update(p for p in (assignee, annotator) if p)
+    return found
+
+
+@dataclass
+class Sender:
+    """Sends tasks to the projects of single people and records who each one is for."""
+
+    workspace: Workspace
+    server: LabelStudioServer
+    settings: ServerSettings
+    data_uri: bool = False
+    allow_missing_images: bool = False
+    projects: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    folders: set = field(default_factory=set)  # image folders the last payloads need a LocalFiles storage for
+
+    def project(self, kind: str, purpose: str, person: str) -> int:
+        task = task_of(purpose)[0]
+        key = (kind, task, person)
+        if key not in self.projects:
+            self.projects[key] = ensure_project(self.server, self.settings, kind, task, str(self.workspace.root),
+                                                assignee=person)
+        return self.projects[key]
+
+    def payloads(self, kind: str, wanted: list[tuple[Item, str, str]], report: Any) -> dict[str, list]:
+        """Per person: (item, task payload) of each (item, purpose, person) in WANTED."""
+        from cftools.annotate.push import task_payloads
+
+        specs = {purpose: own_task(kind, purpose) for _, purpose, _ in wanted}
+        images = ImageLinks.from_config(self.workspace, self.data_uri)
+        per_person: dict[str, list] = defaultdict(list)
+        by_purpose: dict[str, list[tuple[Item, str, str]]] = defaultdict(list)
+        for entry in wanted:
+            by_purpose[entry[1]].append(entry)
+        with self.workspace.store.session() as session:
+            for purpose, entries in by_purpose.items():
+                items = list({item.id: item for item, _, _ in entries}.values())  # one payload per item, copied
+                if specs[purpose] is not None:
+                    made = task_payloads(session, items, task_of(purpose)[0], images, self.allow_missing_images,
+                                         report, units=[task_of(purpose)[1] for _ in items])
+                else:
+                    made = task_payloads(session, items, purpose, images, self.allow_missing_images, report)
+                made_by_id = {item.id: payload for item, payload in made}
+                for item, _, person in entries:
+                    if item.id in made_by_id:  # else left out for its image (counted in REPORT)
+                        payload = made_by_id[item.id]
+                        task = {"data": dict(payload["data"]), "meta": {**payload["meta"], "purpose": purpose,
+                                                                        "assignee": person}}
+                        per_person[person].append((item, task))
+        self.folders = images.folders
+        return per_person
+
+    def send(self, kind: str, wanted: list[tuple[Item, str, str]], report: Any, notes: Optional[dict] = None,
+             progress: Progress = _no_progress) -> int:
+        """Import one task for each (item, purpose, person) of WANTED into that person's project; NOTES maps
+        (item id, person) to the text the task shows about why it came back. Returns the tasks sent."""
+        per_person = self.payloads(kind, wanted, report)
+        sent, total = 0, sum(len(v) for v in per_person.values())
+        progress("push", 0, total)
+        for person, batch in per_person.items():
+            for _, task in batch:
+                task["data"]["returned"] = (notes or {}).get((task["meta"]["item_id"], person), "")
+            project_id = self.project(kind, batch[0][1]["meta"]["purpose"], person)
+            self.server.ensure_local_storage(project_id, self.folders)
+            for start in range(0, len(batch), self.settings.batch_size):
+                part = batch[start:start + self.settings.batch_size]
+                sent += import_for(self.workspace.store, self.server, project_id, kind, person, part)
+                progress("push", sent, total)
+        return sent
+
+
+def import_for(store: Store, server: LabelStudioServer, project_id: int, kind: str, person: str,
+               batch: list[tuple[Item, dict]]) -> int:
+    """Import BATCH into PERSON's project and record the links in one transaction (see `import_reconciled`)."""
+    from cftools.annotate.push import import_reconciled
+
+    batch, task_ids = import_reconciled(server, project_id, batch,
+                                        lambda: reconcile_person(store, server, project_id, kind, person),
+                                        lambda rest: without_task(store, project_id, rest))
+    if batch:
+        link_batch(store, server.url, project_id, person, batch, task_ids, "imported")
+    return len(batch)
+
+
+def link_batch(store: Store, server_url: str, project_id: int, person: str, batch: list[tuple[Item, dict]],
+               task_ids: list[int], how: str) -> None:
+    from cftools.annotate.push import _link_tasks
+
+    by_purpose: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for (item, task), task_id in zip(batch, task_ids, strict=True):
+        by_purpose[task["meta"]["purpose"]].append((item.id, task_id))
+    with store.write() as session:
+        for purpose, links in by_purpose.items():
+            spec = own_task(batch[0][0].kind, purpose)
+            already = set(session.execute(select(AnnotationTask.item_id).where(
+                AnnotationTask.item_id.in_([i for i, _ in links]), AnnotationTask.purpose == purpose,
+                AnnotationTask.state.not_in(GONE))).scalars())
+            _link_tasks(session, server_url, project_id, purpose, links, how, spec=spec, assignee=person,
+                        moved=set() if spec is not None else already)
+
+
+def without_task(store: Store, project_id: int, batch: list[tuple[Item, dict]]) -> list[tuple[Item, dict]]:
+    """The entries of BATCH whose item has no live task of that purpose in PROJECT_ID yet."""
+    with store.session() as session:
+        linked = set(session.execute(select(AnnotationTask.item_id, AnnotationTask.purpose).where(
+            AnnotationTask.ls_project_id == project_id, AnnotationTask.state.not_in(GONE))).all())
+    return [(item, task) for item, task in batch if (item.id, task["meta"]["purpose"]) not in linked]
+
+
+def reconcile_person(store: Store, server: LabelStudioServer, project_id: int, kind: str, person: str) -> int:
+    """Link the tasks of PERSON's project that a killed push imported but did not record (by key and purpose)."""
+    metas = server.task_metas(project_id)
+    with store.session() as session:
+        known = set(session.execute(select(AnnotationTask.ls_task_id).where(
+            AnnotationTask.server == server.url, AnnotationTask.ls_project_id == project_id)).scalars())
+        unknown = {tid: meta for tid, (meta, _) in metas.items() if tid not in known and meta.get("item_key")}
+        items = {}
+        for part in in_chunks(sorted({m["item_key"] for m in unknown.values()})):
+            items.update({i.key: i for i in session.execute(
+                select(Item).where(Item.kind == kind, Item.key.in_(part))).scalars()})
+        for item in items.values():
+            session.expunge(item)
+    wanted = [(items[m["item_key"]], {"meta": m}, tid) for tid, m in sorted(unknown.items())
+              if m["item_key"] in items and m.get("purpose")]
+    batch = without_task(store, project_id, [(item, task) for item, task, _ in wanted])
+    keep = {(item.id, task["meta"]["purpose"]) for item, task in batch}
+    chosen = [(item, task, tid) for item, task, tid in wanted if (item.id, task["meta"]["purpose"]) in keep]
+    if chosen:
+        link_batch(store, server.url, project_id, person, [(i, t) for i, t, _ in chosen], [t for _, _, t in chosen],
+                   "reconciled")
+    return len(chosen)
+
+
+# ---------------------------------------------------------------- push
+
+
+def assigned_candidates(store: Store, kind: str, purpose: str, limit: Optional[int]) -> list[tuple[Item, str, int]]:
+    """(item, purpose, people still needed) of every task of KIND's PURPOSE with fewer live tasks than the people
+    it needs: new items, and items a killed push gave to some of their people only (already under review)."""
+    from cftools.kinds import get_kind
+
+    spec = own_task(kind, purpose)
+    need = people_needed(kind, purpose)
+    if spec is not None:
+        fresh, resumed = list(spec.statuses), [spec.to_status] if spec.to_status else []
+    else:
+        fresh, resumed = ([CHECKED], [IN_REVIEW]) if purpose == VERIFY else ([NEEDS_ADJUDICATION], [])
+    with store.session() as session:
+        items = list(session.execute(select(Item).where(Item.kind == kind, Item.status.in_(fresh + resumed))
+                                     .order_by(Item.id)).scalars())
+        if spec is not None:
+            pairs = [(item, purpose_of(spec.name, unit)) for item in items
+                     for unit in get_kind(kind).task_units(spec.name, item)]
+        else:
+            pairs = [(item, purpose) for item in items]
+        session.expunge_all()
+    assigned = live_assignees(store, sorted({item.id for item, _ in pairs}))
+    found = []
+    for item, task_purpose in pairs:
+        people = assigned.get((item.id, task_purpose), [])
+        if None in people:
+            continue  # in a shared project of old
+        if item.status in resumed and item.status not in fresh and not people:
+            continue  # under review by other means
+        if len(people) < need:
+            found.append((item, task_purpose, need - len(people)))
+    return found[:limit] if limit is not None else found
+
+
+def push_assigned(workspace: Workspace, server: LabelStudioServer, settings: ServerSettings, kind: str,
+                  purpose: str, limit: Optional[int], report: Any, data_uri: bool, allow_missing_images: bool,
+                  progress: Progress) -> None:
+    """Push KIND's PURPOSE with assignment: each item to the projects of the people chosen for it."""
+    store = workspace.store
+    sender = Sender(workspace, server, settings, data_uri, allow_missing_images)
+    for person in settings.annotators:  # a push killed after an import: its tasks are linked first
+        project_id = server.find_project(_title(settings, kind, purpose, person))
+        if project_id is not None:
+            sender.projects[(kind, task_of(purpose)[0], person)] = project_id
+            report.reconciled += reconcile_person(store, server, project_id, kind, person)
+    candidates = assigned_candidates(store, kind, purpose, limit)
+    report.candidates = len(candidates)
+    item_ids = sorted({item.id for item, _, _ in candidates})
+    assigned = live_assignees(store, item_ids)
+    judges = verify_judges(store, item_ids) if purpose == ADJUDICATE else {}
+    load = current_load(store)
+    wanted = []
+    for item, task_purpose, missing in candidates:
+        exclude = set(p for p in assigned.get((item.id, task_purpose), []) if p) | judges.get(item.id, set())
+        for person in choose_people(settings.annotators, load, missing, exclude, f"item {item.key}"):
+            wanted.append((item, task_purpose, person))
+    report.pushed += sender.send(kind, wanted, report, progress=progress)
+    report.assigned = dict(Counter(person for _, _, person in wanted))
+    report.project_ids = dict(sorted((person, pid) for (_, _, person), pid in sender.projects.items()))
+
+
+def _title(settings: ServerSettings, kind: str, purpose: str, person: str) -> str:
+    from cftools.annotate.projects import project_title
+
+    return project_title(settings, kind, task_of(purpose)[0], person)
+
+
+def assignment_status(store: Store) -> dict[str, dict[str, int]]:
+    """Per person: open, decided and returned tasks by task (`annotate status`)."""
+    queue: dict[str, Counter] = defaultdict(Counter)
+    with store.session() as session:
+        for person, purpose, state, n in session.execute(
+                select(AnnotationTask.assignee, AnnotationTask.purpose, AnnotationTask.state, func.count())
+                .where(AnnotationTask.assignee.is_not(None), AnnotationTask.state != DELETED)
+                .group_by(AnnotationTask.assignee, AnnotationTask.purpose, AnnotationTask.state)):
+            queue[person][f"{task_of(purpose)[0]} {state}"] += n
+    return {person: dict(sorted(counts.items())) for person, counts in sorted(queue.items())}

@@ -168,7 +168,8 @@ def _naive(value: Any) -> Any:
 
 
 def check_releases(workspace: Workspace, report: DoctorReport, repair: bool) -> None:
-    from cftools.release.export import DEFAULT_OUT_DIR, remove_stale_temporaries
+    from cftools.release.layout import DEFAULT_OUT_DIR
+    from cftools.release.swap import remove_stale_temporaries
     from cftools.release.layout import verify_release
 
     with workspace.store.session() as session:

@@ -9,9 +9,11 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from cftools.commands.common import console, err_console, pass_workspace, print_json
-from cftools.release.export import count_exportable, export_release, parse_splits
-from cftools.release.layout import verify_release
+from cftools.release.export import export_release
 from cftools.release.ingest import ingest_release
+from cftools.release.layout import verify_release
+from cftools.release.selection import count_exportable
+from cftools.release.splits import parse_splits
 from cftools.workspace import Workspace
 
 STAGE_LABELS = {"images": "Copying images", "records": "Writing records, Parquet and card"}

@@ -34,7 +34,9 @@ class CftoolsGroup(click.Group):
             if exc.is_warning:
                 click.secho(f"Warning: {exc}", fg="yellow", err=True)
                 ctx.exit(1)
-            raise click.ClickException(str(exc)) from None
+            error = click.ClickException(str(exc))
+            error.exit_code = exc.exit_code  # 3 or 4 for failed requests (cftools.commands.exit_codes)
+            raise error from None
         except OSError as exc:
             if exc.filename is None and exc.errno in OUT_OF_SPACE:
                 # a writer that does not name its file (see cftools.errors.naming_the_file): one line all the same

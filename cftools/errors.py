@@ -23,6 +23,7 @@ class CftoolsError(Exception):
 
     # A warning: nothing went wrong but nothing was done either; the CLI says "Warning:", still exits non-zero.
     is_warning = False
+    exit_code = 1  # the CLI's exit code for it (see cftools.commands.exit_codes)
 
 
 class WorkspaceError(CftoolsError):
@@ -31,6 +32,22 @@ class WorkspaceError(CftoolsError):
 
 class StoreError(CftoolsError):
     pass
+
+
+class ModelCallsFailed(CftoolsError):
+    """Model calls that failed after their retries: exit 4 when nothing new was stored, else 3 (partial failure)."""
+
+    def __init__(self, message: str, attempted: int, failed: int) -> None:
+        super().__init__(message)
+        self.attempted = attempted
+        self.failed = failed
+        self.nothing_stored = failed >= attempted
+
+    @property
+    def exit_code(self) -> int:  # type: ignore[override]
+        from cftools.commands.exit_codes import ALL_FAILED, PARTIAL_FAILURE
+
+        return ALL_FAILED if self.nothing_stored else PARTIAL_FAILURE
 
 
 class InputError(CftoolsError):

@@ -11,7 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from cftools.commands.common import console, err_console, pass_workspace, print_json
 from cftools.release.export import export_release
 from cftools.release.ingest import ingest_release
-from cftools.release.layout import verify_release
+from cftools.release.layout import verification_failure, verify_release
 from cftools.release.selection import count_exportable
 from cftools.release.splits import parse_splits
 from cftools.workspace import Workspace
@@ -88,7 +88,7 @@ def verify_cmd(release: Path, as_json: bool) -> None:
         return
     if as_json:
         raise SystemExit(1)
-    raise click.ClickException(f"{release}: {len(report.problems())} files do not match the manifest")
+    raise click.ClickException(verification_failure(report, limit=0))
 
 
 @click.command("release")

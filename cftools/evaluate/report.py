@@ -100,6 +100,8 @@ def _header_lines(config: dict[str, Any], summary: dict[str, Any]) -> list[str]:
              f"prompt variant **{config.get('prompt') or 'plain'}**"
              + (", every question with options asked again with the options swapped" if config.get("swap_options")
                 else "")]
+    if config.get("verified") is False:
+        lines.append("**not verified** (--no-verify): the release's files were not checked against its manifest")
     if config.get("kind_options"):
         lines.append("options: " + ", ".join(f"{k} = {v}" for k, v in sorted(config["kind_options"].items())))
     if config.get("judge"):

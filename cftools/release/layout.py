@@ -176,3 +176,30 @@ def verify_release(release_dir: Path | str) -> VerifyReport:
         if (path.is_file() or path.is_symlink()) and rel != MANIFEST_NAME and rel not in listed:
             report.extra.append(rel)
     return report
+
+
+def verification_failure(report: VerifyReport, limit: int = 3) -> str:
+    """One line for a release that fails `cftools verify`: how many files differ and the first LIMIT of them."""
+    problems = report.problems()
+    shown = "; ".join(problems[:limit]) + ("; …" if len(problems) > limit else "")
+    return f"{report.release}: {len(problems)} files do not match the manifest" + (f" ({shown})" if limit else "")
+
+
+def content_sha256(entries: list[tuple[str, str]]) -> str:
+    """SHA-256 of a release's content: its files (all but the manifest) as sorted (path, SHA-256) pairs."""
+    import hashlib
+
+    return hashlib.sha256(json.dumps(sorted(entries)).encode("utf-8")).hexdigest()
+
+
+def manifest_content_sha256(release_dir: Path | str) -> str:
+    """The content SHA-256 the manifest describes (equal to `files_content_sha256` for a release that verifies)."""
+    return content_sha256([(e["path"], e["sha256"]) for e in load_manifest(release_dir).get("files") or []])
+
+
+def files_content_sha256(release_dir: Path | str) -> str:
+    """The content SHA-256 of the files as they are now, each re-hashed (for a release that was not verified)."""
+    release_dir = Path(release_dir)
+    return content_sha256([(path.relative_to(release_dir).as_posix(), hash_file(path))
+                           for path in release_dir.rglob("*")
+                           if path.is_file() and path.relative_to(release_dir).as_posix() != MANIFEST_NAME])

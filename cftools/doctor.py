@@ -6,7 +6,8 @@ by dead workers; export temporaries a killed export left; tasks the store believ
 server no longer holds (when one is configured); releases that no longer verify.
 
 Repairs (only with `repair=True`, each listed): stuck items go back to the status they can be picked up from,
-dead claims are freed, dead tasks forgotten (their items back to `checked`), stale export temporaries removed.
+dead claims are freed, dead tasks forgotten (their items back to `checked`), stale export temporaries removed (or,
+for the `.old` folder of a killed replacing export whose release is missing, renamed back into place).
 Missing or changed images and releases that fail to verify are reported, never "fixed": only a person knows
 which copy is right.
 """
@@ -23,6 +24,7 @@ from cftools.errors import CftoolsError
 from cftools.generate.claims import FREE, LEASED, is_dead_local_worker
 from cftools.images import sha256_file
 from cftools.models import CHECKED, IN_REVIEW, AnnotationTask, Image, Item, ItemEvent, Release, WorkClaim, utcnow
+from cftools.release.swap import clear_stale_temporaries
 from cftools.workspace import Workspace
 
 STAGE = "doctor"
@@ -168,23 +170,23 @@ def _naive(value: Any) -> Any:
 
 
 def check_releases(workspace: Workspace, report: DoctorReport, repair: bool) -> None:
-    from cftools.release.layout import DEFAULT_OUT_DIR
-    from cftools.release.swap import remove_stale_temporaries
-    from cftools.release.layout import verify_release
+    """Every release the store recorded, in any format: there, verifying, and with the manifest the store recorded
+    (a release whose records and manifest were rewritten together verifies, but is not the one exported)."""
+    from cftools.release.layout import MANIFEST_NAME, hash_file, verify_release
 
     with workspace.store.session() as session:
-        releases = session.execute(select(Release.name, Release.version, Release.format, Release.path)).all()
+        releases = session.execute(select(Release.name, Release.version, Release.format, Release.path,
+                                          Release.manifest_sha256)).all()
     report.checked["releases"] = len(releases)
-    parents: set[Path] = set()
-    for name, version, fmt, path in releases:
+    stale = stale_release_folders(workspace, {Path(row.path).parent for row in releases})
+    for name, version, fmt, path, manifest_sha in releases:
         folder = Path(path)
-        parents.add(folder.parent)
         label = f"release {name} {version} ({fmt}) at {path}"
         if not folder.exists():
-            report.add("release_missing", f"{label} is gone", release=name, version=version, path=path)
-            continue
-        if fmt != "native":
-            continue
+            if not any(tmp.name.startswith(f".{folder.name}.pid") and tmp.name.endswith(".old")
+                       and tmp.parent == folder.parent for tmp in stale):
+                report.add("release_missing", f"{label} is gone", release=name, version=version, path=path)
+            continue  # else its only copy is in a .old folder (below)
         try:
             verified = verify_release(folder)
         except CftoolsError as exc:
@@ -193,16 +195,35 @@ def check_releases(workspace: Workspace, report: DoctorReport, repair: bool) -> 
         if not verified.ok:
             report.add("release_invalid", f"{label} no longer verifies: {'; '.join(verified.problems()[:5])}",
                        release=name, version=version, path=path, differences=verified.problems())
-    parents.add(workspace.path(DEFAULT_OUT_DIR))
-    for parent in sorted(parents):
+        elif manifest_sha and hash_file(folder / MANIFEST_NAME) != manifest_sha:
+            report.add("release_manifest_changed",
+                       f"{label}: its manifest is not the one exported (the store recorded SHA-256 "
+                       f"{manifest_sha[:12]}…, the file's is {hash_file(folder / MANIFEST_NAME)[:12]}…); its files "
+                       "were rewritten together with the manifest", release=name, version=version, path=path)
+    for tmp in stale:
+        target = tmp.parent / tmp.name[1:].split(".pid", 1)[0]
+        holds_only_copy = tmp.name.endswith(".old") and (tmp / "release").is_dir() and not target.exists()
+        message = (f"{tmp} holds the only copy of {target} (an export replacing it was killed)" if holds_only_copy
+                   else f"{tmp} is a half-written export left by a killed run")
+        finding = report.add("release_temporary", message, path=str(tmp))
+        if repair:
+            for path, action in clear_stale_temporaries(target):
+                if path == tmp:
+                    report.repaired(finding, f"{tmp}: {action}" + (f" as {target}" if action == "restored" else ""))
+
+
+def stale_release_folders(workspace: Workspace, parents: set[Path]) -> list[Path]:
+    """Export temporaries (`.NAME.pidN.*.tmp` / `.old`) of killed exports in PARENTS and the default release folder."""
+    from cftools.release.layout import DEFAULT_OUT_DIR
+    from cftools.release.swap import stale_temporaries
+
+    found: list[Path] = []
+    for parent in sorted(parents | {workspace.path(DEFAULT_OUT_DIR)}):
         for tmp in sorted(parent.glob(".*.pid*.tmp")) + sorted(parent.glob(".*.pid*.old")):
-            finding = report.add("release_temporary", f"{tmp} is a half-written export left by a killed run",
-                                 path=str(tmp))
-            if repair and tmp.is_dir():
-                target = parent / tmp.name[1:].split(".pid", 1)[0]
-                removed = remove_stale_temporaries(target)
-                if tmp in removed or not tmp.exists():
-                    report.repaired(finding, f"{tmp}: removed")
+            target = parent / tmp.name[1:].split(".pid", 1)[0]
+            if tmp in stale_temporaries(target):
+                found.append(tmp)
+    return found
 
 
 def check_tasks_on_server(workspace: Workspace, report: DoctorReport, repair: bool) -> None:

@@ -230,7 +230,7 @@ def test_an_eval_run_folder_that_fills_up_mid_run(workspace, run_cli, llm_server
     assert export_into(run_cli, "1", tmp_path / "releases").exit_code == 0
     configure_llm(workspace.root, llm_server.base_url)
     run = small_disk(tmp_path / "run")
-    filler = fill(run, 8 * 1024)  # a page for the run's config, one for some of its predictions
+    filler = fill(run, 12 * 1024)  # a page for the run's config, one for its lock's owner, one for some predictions
     # the request cache keeps the replies the model gave (the rerun need not ask again); nothing else may change
     before = store_bytes(workspace, but=("llm_cache",))
     command = ("eval", "run", tmp_path / "releases" / "r-1", "--model", "blind:openai:stub", "--out", run, "--quiet")

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from PIL import Image as PILImage
 
 from cftools.commands.exit_codes import ALL_FAILED, PARTIAL_FAILURE
 from fixtures_eval import cvqa_record, png_bytes, write_release
@@ -153,3 +154,110 @@ def test_a_second_eval_of_the_same_run_is_refused_naming_the_first(workspace, tm
     finally:
         api.shutdown()
         api.server_close()
+
+
+# ------------------------------------------------------------------ doctor on every format, against the store
+
+
+def doctor_codes(run_cli, *args: str) -> tuple[int, list[str], dict]:
+    out = run_cli("doctor", "--json", "--offline", *args)
+    report = json.loads(out.output)
+    return out.exit_code, sorted(p["code"] for p in report["problems"]), report
+
+
+def cfmm_release(workspace, tmp_path, run_cli) -> Path:
+    from test_cfmm import cfmm_lines
+
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    PILImage.new("RGB", (12, 9), "red").save(folder / "bus.png")
+    source = tmp_path / "pairs.jsonl"
+    source.write_text("".join(json.dumps(r) + "\n" for r in cfmm_lines("bus.png")))
+    assert run_cli("ingest", "cfmm", source, "--images", folder).exit_code == 0
+    out = run_cli("export", "pairs", "--version", "1", "--licence", "CC0-1.0", "--format", "cfmm",
+                  "--include-unverified")
+    assert out.exit_code == 0, out.output
+    return workspace.root / "releases" / "pairs-1-cfmm"
+
+
+def test_doctor_verifies_a_cfmm_release(workspace, tmp_path, run_cli):
+    release = cfmm_release(workspace, tmp_path, run_cli)
+    assert doctor_codes(run_cli)[:2] == (0, [])
+    records = release / "pairs.jsonl"
+    records.write_text(records.read_text().replace('"count"', '"color"', 1))
+    code, found, _ = doctor_codes(run_cli)
+    assert code == 1 and found == ["release_invalid"]
+
+
+def test_doctor_verifies_a_mucr_release(workspace, tmp_path, run_cli):
+    from test_mucr_release import export_mucr, selected_pairs
+
+    selected_pairs(workspace, tmp_path / "img", {"rain": 4, "sun": 4})
+    assert export_mucr(run_cli).exit_code == 0
+    release = workspace.root / "releases" / "mc-1-mucr"
+    assert doctor_codes(run_cli)[:2] == (0, [])
+    next(release.rglob("*.png")).unlink()
+    code, found, report = doctor_codes(run_cli)
+    assert code == 1 and found == ["release_invalid"] and "missing: " in report["problems"][0]["message"]
+
+
+def test_doctor_finds_records_and_manifest_rewritten_together(workspace, tmp_path, run_cli):
+    from cftools.release.layout import MANIFEST_NAME, hash_file
+
+    release = cfmm_release(workspace, tmp_path, run_cli)
+    records = release / "pairs.jsonl"
+    records.write_text(records.read_text().replace('"count"', '"color"', 1))
+    manifest = json.loads((release / MANIFEST_NAME).read_text())
+    for entry in manifest["files"]:
+        if entry["path"] == "pairs.jsonl":
+            entry.update(sha256=hash_file(records), size=records.stat().st_size)
+    (release / MANIFEST_NAME).write_text(json.dumps(manifest))
+    assert run_cli("verify", release).exit_code == 0  # it is self-consistent
+    code, found, report = doctor_codes(run_cli)
+    assert code == 1 and found == ["release_manifest_changed"]
+    assert "not the one exported" in report["problems"][0]["message"]
+
+
+# ------------------------------------------------------------------ export --force never deletes a user's files
+
+
+def test_export_force_refuses_a_folder_that_is_not_a_release_of_this_workspace(workspace, tmp_path, run_cli):
+    from test_annotate import make_items, mark_checked
+
+    make_items(run_cli, tmp_path / "imgs", 2)
+    mark_checked(workspace.store)
+    thesis = workspace.root / "releases" / "foo-1" / "thesis.tex"
+    thesis.parent.mkdir(parents=True)
+    thesis.write_text("\\chapter{Results}")
+    args = ("export", "foo", "--version", "1", "--licence", "CC0-1.0", "--include-unverified", "--force")
+    refused = run_cli(*args)
+    assert refused.exit_code == 1 and "not a release this workspace wrote" in refused.output
+    assert thesis.read_text() == "\\chapter{Results}"
+    # a release with a manifest that another workspace wrote is not this one's either
+    other = tmp_path / "other-out" / "foo-1"
+    other.mkdir(parents=True)
+    (other / "manifest.json").write_text("{}")
+    assert run_cli(*args, "--out", tmp_path / "other-out").exit_code == 1 and (other / "manifest.json").exists()
+    # its own release is replaced, as before
+    thesis.unlink()
+    assert run_cli(*args).exit_code == 0
+    assert run_cli(*args).exit_code == 0 and (workspace.root / "releases" / "foo-1" / "manifest.json").is_file()
+
+
+# ------------------------------------------------------------------ doctor --repair keeps the only copy
+
+
+def test_doctor_repair_restores_the_old_folder_when_the_release_is_missing(workspace, tmp_path, run_cli):
+    from test_doctor import dead_pid
+
+    release = cfmm_release(workspace, tmp_path, run_cli)
+    # a replacing export killed between its two renames: the release is only in .NAME.pidN.old/release
+    old = release.parent / f".{release.name}.pid{dead_pid()}.x1.old"
+    old.mkdir()
+    release.rename(old / "release")
+    code, found, report = doctor_codes(run_cli)
+    assert code == 1 and found == ["release_temporary"] and "only copy" in report["problems"][0]["message"]
+    code, found, report = doctor_codes(run_cli, "--repair")
+    assert code == 0 and report["changes"] == [f"{old}: restored as {release}"]
+    assert not old.exists() and run_cli("verify", release).exit_code == 0
+    assert doctor_codes(run_cli)[:2] == (0, [])

@@ -84,8 +84,10 @@ def export_release(workspace: Workspace, name: str, version: str, out_dir: Path 
     target = out_dir / dir_name
     if target.exists() and not force:
         raise CftoolsError(f"{target} already exists; pass --force to replace it")
-
     store = workspace.store
+    if force:
+        check_replaceable(store, target)
+
     items = collect_items(store, statuses_for(include_unverified, include_in_review), splits)
     result = ExportResult(path=target.resolve(), format=fmt, n_items=0, n_verified=0, n_unverified=0, n_images=0)
     kept = items
@@ -120,6 +122,21 @@ def export_release(workspace: Workspace, name: str, version: str, out_dir: Path 
 
     atomic_release(target, force, write)
     return result
+
+
+def is_own_release(store: Store, folder: Path) -> bool:
+    """FOLDER holds a release this workspace's store recorded writing there (by path), with its manifest."""
+    with store.session() as session:
+        recorded = session.execute(select(Release.id).where(Release.path == str(folder.resolve()))).first()
+    return recorded is not None and (folder / MANIFEST_NAME).is_file()
+
+
+def check_replaceable(store: Store, target: Path) -> None:
+    """`--force` replaces only a release this workspace wrote (or an empty folder): never a user's own files."""
+    if not target.exists() or (target.is_dir() and not any(target.iterdir())) or is_own_release(store, target):
+        return
+    raise CftoolsError(f"{target} is not a release this workspace wrote, so --force will not replace it (it would "
+                       "delete what is there); move it away or export under another name or --out")
 
 
 def record_release(store: Store, name: str, version: str, fmt: str, path: Path, result: ExportResult) -> None:

@@ -26,15 +26,32 @@ def _process_alive(pid: int) -> bool:
     return True
 
 
-def remove_stale_temporaries(target: Path) -> list[Path]:
+def stale_temporaries(target: Path) -> list[Path]:
     """Temporary folders of TARGET left by an export that was killed (its process is gone)."""
-    removed = []
+    stale = []
     for path in sorted(target.parent.glob(f".{target.name}.pid*")):
         match = re.match(rf"^\.{re.escape(target.name)}\.pid(\d+)\.", path.name)
         if match and path.is_dir() and not _process_alive(int(match.group(1))):
+            stale.append(path)
+    return stale
+
+
+def clear_stale_temporaries(target: Path) -> list[tuple[Path, str]]:
+    """Clear what a killed export of TARGET left: (folder, "removed" or "restored") for each. A `.old` folder holds
+    the previous release while a replacing export renames; when TARGET is missing it is the only copy, so it is
+    renamed back to TARGET, never removed."""
+    done = []
+    stale = stale_temporaries(target)
+    for path in sorted(stale, key=lambda p: not p.name.endswith(".old")):  # restore before removing
+        kept = path / "release"
+        if path.name.endswith(".old") and kept.is_dir() and not target.exists():
+            os.rename(kept, target)
             shutil.rmtree(path, ignore_errors=True)
-            removed.append(path)
-    return removed
+            done.append((path, "restored"))
+        else:
+            shutil.rmtree(path, ignore_errors=True)
+            done.append((path, "removed"))
+    return done
 
 
 def atomic_release(target: Path, force: bool, write: Callable[[Path], None]) -> None:
@@ -43,7 +60,7 @@ def atomic_release(target: Path, force: bool, write: Callable[[Path], None]) -> 
     if target.exists() and not force:
         raise CftoolsError(f"{target} already exists; pass --force to replace it")
     target.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_temporaries(target)
+    clear_stale_temporaries(target)
     prefix = f".{target.name}.pid{os.getpid()}."
     tmp = Path(tempfile.mkdtemp(prefix=prefix, suffix=".tmp", dir=target.parent))
     old = None

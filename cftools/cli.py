@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 from rich.markup import escape
-from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DatabaseError
 from rich.table import Table
 
 from cftools import __version__
@@ -18,7 +18,8 @@ from cftools.commands.ingest import json_option
 from cftools.errors import CftoolsError
 from cftools.overview import item_detail, store_counts
 from cftools.resources import copy_overridable
-from cftools.workspace import Workspace, init_workspace
+from cftools.store_health import DAMAGED_HINT, is_damage_error
+from cftools.workspace import Workspace, init_workspace, without_password
 
 
 OUT_OF_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
@@ -37,6 +38,12 @@ class CftoolsGroup(click.Group):
             error = click.ClickException(str(exc))
             error.exit_code = exc.exit_code  # 3 or 4 for failed requests (cftools.commands.exit_codes)
             raise error from None
+        except DatabaseError as exc:
+            if not is_damage_error(exc):
+                raise
+            # a damaged page the open check did not reach (a store above its size limit): one line all the same
+            raise click.ClickException(f"the store is damaged: {' '.join(str(exc.orig).split())}; "
+                                       f"{DAMAGED_HINT}") from None
         except OSError as exc:
             if exc.filename is None and exc.errno in OUT_OF_SPACE:
                 # a writer that does not name its file (see cftools.errors.naming_the_file): one line all the same
@@ -77,7 +84,7 @@ def init(directory: Path, db_url: str | None, password_env: str | None, with_pro
         console.print(f"{len(copied)} prompt and label-config files copied into {workspace.root} (prompts/, annotation/)")
     console.print(f"Workspace ready at [bold]{workspace.root}[/] (store: {workspace.store.safe_url}, "
                   f"schema {workspace.store.schema_version})")
-    if db_url and make_url(db_url).password is not None:
+    if db_url and without_password(db_url)[1] is not None:
         console.print(f"The password was not written to cftools.toml; set ${password_env or 'PGPASSWORD'} "
                       "when you use this workspace.")
     workspace.close()

@@ -18,7 +18,7 @@ from cftools.commands.ingest import json_option
 from cftools.errors import CftoolsError
 from cftools.overview import item_detail, store_counts
 from cftools.resources import copy_overridable
-from cftools.store_health import DAMAGED_HINT, is_damage_error
+from cftools.store_health import DAMAGED_HINT, is_damage_error, is_full_error
 from cftools.workspace import Workspace, init_workspace, without_password
 
 
@@ -39,6 +39,10 @@ class CftoolsGroup(click.Group):
             error.exit_code = exc.exit_code  # 3 or 4 for failed requests (cftools.commands.exit_codes)
             raise error from None
         except DatabaseError as exc:
+            if is_full_error(exc):  # the store's own disk filled up: its transaction was rolled back whole
+                raise click.ClickException(f"cannot write the store: {' '.join(str(exc.orig).split())} (is its disk "
+                                           "full? nothing of the failed step was recorded; free some space and "
+                                           "rerun)") from None
             if not is_damage_error(exc):
                 raise
             # a damaged page the open check did not reach (a store above its size limit): one line all the same

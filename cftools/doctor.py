@@ -1,12 +1,13 @@
 """`cftools doctor`: what a crash, a kill or a hand edit can leave wrong in a workspace, and the safe repairs.
 
-Checks: the store's integrity; image files missing or changed since they were registered; items and tasks stuck
+Checks: the store's integrity; image files missing or changed since they were registered; generated image files
+no row points to; items and tasks stuck
 in an intermediate state (an item under review with no open task, a task without a server id); work claims held
 by dead workers; export temporaries a killed export left; tasks the store believes pushed that the Label Studio
 server no longer holds (when one is configured); releases that no longer verify.
 
 Repairs (only with `repair=True`, each listed): stuck items go back to the status they can be picked up from,
-dead claims are freed, dead tasks forgotten (their items back to `checked`), stale export temporaries removed (or,
+dead claims are freed, generated image files no row points to removed, dead tasks forgotten (their items back to `checked`), stale export temporaries removed (or,
 for the `.old` folder of a killed replacing export whose release is missing, renamed back into place).
 Missing or changed images and releases that fail to verify are reported, never "fixed": only a person knows
 which copy is right.
@@ -104,6 +105,37 @@ def check_images(workspace: Workspace, report: DoctorReport) -> None:
         elif sha256_file(file) != sha:
             report.add("image_changed", f"image {image_id}: {path} changed since it was registered "
                                         f"(SHA-256 differs)", image=image_id, path=path)
+
+
+def check_generated_files(workspace: Workspace, report: DoctorReport, repair: bool) -> None:
+    """Generated image files no row points to (neither an image of the store nor the images request cache): what a
+    `generate images` killed or out of space between writing the files and recording them leaves."""
+    import json
+
+    from cftools.kinds.mucr_images import IMAGES_FOLDER, StoreImageCache
+    from cftools.models import CachedResponse
+
+    folder = workspace.path(*IMAGES_FOLDER.parts)
+    files = sorted(folder.glob("??/*.png")) if folder.is_dir() else []
+    if not files:
+        return
+    with workspace.store.session() as session:
+        known = set(session.execute(select(Image.sha256)).scalars())
+        for text_ in session.execute(select(CachedResponse.output).where(
+                CachedResponse.backend == StoreImageCache.backend)).scalars():
+            try:
+                known.update(json.loads(text_ or "[]"))
+            except (ValueError, TypeError):
+                continue
+    report.checked["generated_image_files"] = len(files)
+    for path in files:
+        if path.stem in known:
+            continue
+        finding = report.add("image_orphan", f"{path} is a generated image no row points to (a generate images run "
+                                             "stopped between writing it and recording it)", path=str(path))
+        if repair:
+            path.unlink(missing_ok=True)
+            report.repaired(finding, f"{path}: removed (generate images makes it again)")
 
 
 def check_stuck_items(workspace: Workspace, report: DoctorReport, repair: bool) -> None:
@@ -279,6 +311,7 @@ def diagnose(workspace: Workspace, repair: bool = False, server: Optional[bool] 
     if not check_integrity(workspace, report):
         return report  # a damaged file: reading further could mislead, and nothing is safe to repair
     check_images(workspace, report)
+    check_generated_files(workspace, report, repair)
     check_claims(workspace, report, repair)
     if server is not False:
         check_tasks_on_server(workspace, report, repair)

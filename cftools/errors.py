@@ -70,11 +70,18 @@ class NoRecordsError(InputError):
         super().__init__(path, "0 records; nothing was ingested")
 
 
-def scrub_secrets(text: str, secrets: Iterable[str] = ()) -> str:
-    """TEXT with every known secret and anything credential-shaped replaced by ***."""
+def scrub_known_secrets(text: str, secrets: Iterable[str]) -> str:
+    """TEXT with each of SECRETS replaced by ***: for outputs that are stored (a model's reply), where the
+    credential-shaped patterns of `scrub_secrets` would also change honest text."""
     for secret in secrets:
         if secret:
             text = text.replace(secret, "***")
+    return text
+
+
+def scrub_secrets(text: str, secrets: Iterable[str] = ()) -> str:
+    """TEXT with every known secret and anything credential-shaped replaced by ***."""
+    text = scrub_known_secrets(text, secrets)
     for pattern in CREDENTIAL_PATTERNS:
         text = pattern.sub(lambda m: f"{m.group(1)}{m.group(2)}{m.group(3) or ''}***", text)
     return text

@@ -112,6 +112,14 @@ def damage_message(path: Path, problems: list[str]) -> str:
     return f"the store {path} is damaged: SQLite's integrity check says: {first}{more}; {DAMAGED_HINT}"
 
 
+def is_full_error(exc: BaseException) -> bool:
+    """A driver error that means the store's disk is full (SQLITE_FULL) or cannot be written (SQLITE_IOERR: what a
+    full disk gives when SQLite maps its shared-memory file)."""
+    orig = getattr(exc, "orig", exc)
+    text = str(orig).lower()
+    return isinstance(orig, sqlite3.DatabaseError) and ("disk is full" in text or "disk i/o error" in text)
+
+
 def is_damage_error(exc: BaseException) -> bool:
     """A driver error that means the file is damaged (raised mid-command by a page the open check did not read)."""
     orig = getattr(exc, "orig", exc)

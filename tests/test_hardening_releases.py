@@ -261,3 +261,48 @@ def test_doctor_repair_restores_the_old_folder_when_the_release_is_missing(works
     assert code == 0 and report["changes"] == [f"{old}: restored as {release}"]
     assert not old.exists() and run_cli("verify", release).exit_code == 0
     assert doctor_codes(run_cli)[:2] == (0, [])
+
+
+# ------------------------------------------------------------------ what a newcomer sees
+
+
+def test_limit_takes_the_first_items_that_have_a_question(workspace, api_model, tmp_path):
+    from cftools.evaluate.run import run_eval
+
+    drafts = [{"id": f"a-mucr-{i}", "kind": "mucr", "group": "rain", "split": "test", "verified": False,
+               "status": "draft", "original_question": None, "original_answer": None, "answer_type": "other",
+               "question": f"a boy runs in the rain {i} -> a cold", "answer": None, "options": None,
+               "data": {"cause_caption": "a boy runs", "effect_caption": "a cold"}} for i in range(4)]
+    records = drafts + [cvqa_record(i, "boolean", "yes", "no", "yes/no") for i in range(3)]
+    release = write_release(tmp_path / "mixed-1", records, {r["id"]: png_bytes(n) for n, r in enumerate(records)})
+    result = run_eval(release, "openai:stub", workspace=workspace, limit=2)
+    assert result.config["items"] == 2 and result.asked == 4
+    assert {p["id"] for p in result.predictions} == {"cvqa-0", "cvqa-1"}
+
+
+@pytest.mark.parametrize("width", [80, 60])
+def test_the_cfmm_table_keeps_its_type_column_at_80_columns(width):
+    import io
+
+    from rich.console import Console
+
+    from cftools.evaluate.metrics import summarize
+    from cftools.evaluate.report import rich_tables
+    from cftools.kinds.cfmm import TYPES
+
+    outcomes = [{"id": f"{t}-{i}", "kind": "cfmm", "group": kind,
+                 "original": {"correct": i % 3 != 0, "unknown": i % 7 == 0},
+                 "counterfactual": {"correct": i % 4 == 0, "unknown": i % 5 == 0}}
+                for t, kind in enumerate(TYPES) for i in range(120)]
+    config = {"model": "blind", "mode": "rank", "score": "mean-loss", "score_rule": "lowest mean loss wins",
+              "release_name": "r", "items": 720, "questions": 1440, "template": "short_answer"}
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=width, force_terminal=False, color_system=None)  # a file or a pipe
+    for part in rich_tables(config, summarize(outcomes), width=width):
+        console.print(part)
+    text = buffer.getvalue()
+    rows = [line for line in text.splitlines() if line.startswith("│")]
+    assert all(len(line) <= width for line in text.splitlines())
+    for name in (*TYPES, "sum of types (of 600)"):
+        assert any(line.split("│")[1].strip() == name for line in rows), (name, text)
+    assert "per-type percentages added, of 600" in " ".join(text.split())

@@ -96,7 +96,8 @@ def parse_shard_option(ctx: click.Context, param: click.Parameter, text: Optiona
               help="hf: models: cuda when there is a GPU, else cpu.")
 @click.option("--dtype", type=click.Choice(DTYPES), default="auto", show_default=True,
               help="hf: models: auto = bf16 (fp16 without bf16 support) on CUDA, fp32 on CPU.")
-@click.option("--limit", type=int, help="Evaluate only the first N items of the release.")
+@click.option("--limit", type=int, help="Evaluate only the first N items of the release that have a question for "
+                                       "the model (items it cannot be asked are passed over).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               help="Run folder (default: WORKSPACE/runs/NAME, or ./runs/NAME without a workspace).")
 @click.option("--template", help="Prompt template: a packaged name (short_answer) or a .j2 file.")

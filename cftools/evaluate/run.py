@@ -207,6 +207,18 @@ def release_content(release_dir: Path, verify: bool) -> str:
     return manifest_content_sha256(release_dir)  # the files are as the manifest says: no second hashing
 
 
+def first_askable(records: list[dict[str, Any]], limit: int, questions_of: Callable[[list], list]) -> list[dict]:
+    """The first LIMIT records that have a question to ask this model: a release that mixes kinds may start with
+    records that ask none (MuCR drafts without a cue), and `--limit 4` must still ask something."""
+    chosen: list[dict[str, Any]] = []
+    for record in records:
+        if len(chosen) >= max(0, limit):
+            break
+        if questions_of([record]):
+            chosen.append(record)
+    return chosen
+
+
 def _rank_line(question: Question, scores: list[dict[str, float]], score: str) -> dict[str, Any]:
     index = best_option(scores, score)
     winner = question.options[index]
@@ -282,12 +294,14 @@ def run_eval(release_dir: Path | str, model: str, mode: str = "generate", score:
     check_prompt_variant(prompt_variant)
     content = release_content(release_dir, verify)
     records = load_records(release_dir)
+    templates = PromptTemplates(template, workspace.root if workspace is not None else None)
     if limit is not None:
-        records = records[:max(0, limit)]
+        records = first_askable(records, limit, lambda chosen: build_questions(
+            release_dir, chosen, templates, mode, spec.needs_image, max_new_tokens, prompt_variant=prompt_variant,
+            swap_options=swap_options, options=options)[0])
     present = {str(r.get("kind")) for r in records}
     # a kind's options are named after it: only those of the kinds in this release enter the run's identity
     options = {k: v for k, v in options.items() if k.split("_", 1)[0] in present}
-    templates = PromptTemplates(template, workspace.root if workspace is not None else None)
     questions, skipped = build_questions(release_dir, records, templates, mode, spec.needs_image, max_new_tokens,
                                          prompt_variant=prompt_variant, swap_options=swap_options,
                                          options=options)

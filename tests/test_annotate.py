@@ -54,7 +54,7 @@ def make_items(run_cli, folder: Path, n: int, with_images: bool = True) -> Path:
             PIL.Image.new("RGB", (8 + i, 8), COLOURS[i % len(COLOURS)]).save(folder / name)
         rows.append({"img_path": f"images/{name}", "query": f"How many squares are there in picture {i}?",
                      "answer": "1", "new query": f"How many squares would there be if one more was added ({i})?",
-                     "new answer": "2", "type": "Numerical direct"})
+                     "new answer": "2", "type": "direct"})
     table = folder / "items.csv"
     with open(table, "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
@@ -207,7 +207,7 @@ def test_push_pull_decide_and_agree(label_studio, ls_workspace, run_cli, request
     assert task.data["question"].startswith("How many squares would there be")
     assert task.data["original_question"].startswith("How many squares are there")
     assert task.data["proposed_answer"] == "2"
-    assert task.data["details"].splitlines() == ["cvqa_type: Numerical direct", "line: line 2"]
+    assert task.data["details"].splitlines() == ["cvqa_type: direct", "line: line 2"]
     assert task.data["image"].startswith("/data/local-files/?d=")
     image = httpx.get(label_studio.url + task.data["image"],
                       headers={"Authorization": f"Token {label_studio.admin_token}"})

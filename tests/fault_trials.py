@@ -688,11 +688,13 @@ def count_kinds(results: list[TrialResult]) -> Counter:
     return Counter(r.stage for r in results)
 
 
-def parse_stage_names(text: str) -> list[str]:
+def parse_stage_names(text: str, extra: dict | None = None) -> list[str]:
+    """Stage names from TEXT (commas or spaces); EXTRA: other names it may hold (the injected faults)."""
     names = [n for n in re.split(r"[,\s]+", text) if n]
-    unknown = [n for n in names if n not in STAGES]
+    known = [*STAGES, *(extra or {})]
+    unknown = [n for n in names if n not in known]
     if unknown:
-        raise SystemExit(f"unknown stages: {', '.join(unknown)}; known: {', '.join(STAGES)}")
+        raise SystemExit(f"unknown stages: {', '.join(unknown)}; known: {', '.join(known)}")
     return names
 
 

@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     mid_run: Counter = Counter()  # trials per stage whose kill landed while the stage was at work
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="cftools-soak-") as scratch, ExitStack() as stack:
-        if any(STAGES[name].needs_label_studio for name in names):
+        if any(name in STAGES and STAGES[name].needs_label_studio for name in names):
             stack.enter_context(label_studio_for_trials(Path(scratch)))
         clean = {name: clean_run(STAGES[name], Path(scratch) / f"clean-{name}") for name in names if name in STAGES}
         for n in range(args.trials):

@@ -17,6 +17,7 @@ from sqlalchemy.engine import URL, make_url
 
 from cftools.errors import StoreError, WorkspaceError
 
+LOCK_WAIT_S = 120  # as the store's own busy timeout
 QUICK_CHECK_MAX_BYTES = 512 * 1024 * 1024  # about 1.5 s of quick_check; larger stores: `cftools doctor`
 DAMAGED_HINT = "restore cftools.db from a backup (`cftools doctor` names the damage)"
 PASSWORD_QUERY_KEYS = ("password", "passwd", "pwd")
@@ -86,8 +87,12 @@ def sqlite_damage(path: Path, full: bool = False) -> list[str]:
     pragma = "integrity_check" if full else "quick_check"
     conn = None
     try:
-        conn = sqlite3.connect(str(path))
+        conn = sqlite3.connect(str(path), timeout=LOCK_WAIT_S)
         rows = [str(r[0]) for r in conn.execute(f"PRAGMA {pragma}(20)")]
+    except sqlite3.OperationalError as exc:
+        if "locked" in str(exc) or "busy" in str(exc):
+            return []  # another process holds the file a long while: not damage (the command itself will wait)
+        return [str(exc)]
     except sqlite3.DatabaseError as exc:  # not a database at all, or its first page is gone
         return [str(exc)]
     finally:

@@ -112,17 +112,17 @@ def check_generated_files(workspace: Workspace, report: DoctorReport, repair: bo
     `generate images` killed or out of space between writing the files and recording them leaves."""
     import json
 
-    from cftools.kinds.mucr_images import IMAGES_FOLDER, StoreImageCache
+    from cftools.images import GENERATED_IMAGES_FOLDER, IMAGE_CACHE_BACKEND
     from cftools.models import CachedResponse
 
-    folder = workspace.path(*IMAGES_FOLDER.parts)
+    folder = workspace.path(*GENERATED_IMAGES_FOLDER.parts)
     files = sorted(folder.glob("??/*.png")) if folder.is_dir() else []
     if not files:
         return
     with workspace.store.session() as session:
         known = set(session.execute(select(Image.sha256)).scalars())
         for text_ in session.execute(select(CachedResponse.output).where(
-                CachedResponse.backend == StoreImageCache.backend)).scalars():
+                CachedResponse.backend == IMAGE_CACHE_BACKEND)).scalars():
             try:
                 known.update(json.loads(text_ or "[]"))
             except (ValueError, TypeError):

@@ -29,12 +29,12 @@ from sqlalchemy import select
 
 from cftools.errors import naming_the_file
 from cftools.generate.claims import Claims
-from cftools.images import read_image_file, register_image
+from cftools.images import GENERATED_IMAGES_FOLDER, IMAGE_CACHE_BACKEND, read_image_file, register_image
 from cftools.models import CHECKED, DRAFT, Image, Item, ItemEvent, utcnow
 from cftools.store import Store
 
 KIND = "mucr"
-IMAGES_FOLDER = Path("images") / "generated"
+IMAGES_FOLDER = GENERATED_IMAGES_FOLDER
 GENERATOR = "mucr-images"  # the work claims' name for (pair, style, round) jobs
 CLAIM_WAIT_S = 0.5
 
@@ -128,7 +128,7 @@ class StoreImageCache:
     """The store's request cache for image APIs: a request key -> the SHA-256s of the images it returned (files
     under the workspace's generated images); an entry whose files are gone is a miss."""
 
-    backend = "images"
+    backend = IMAGE_CACHE_BACKEND
 
     def __init__(self, store: Store, folder: Path) -> None:
         self.store, self.folder = store, folder

@@ -1,14 +1,16 @@
 """`cftools doctor`: what a crash, a kill or a hand edit can leave wrong in a workspace, and the safe repairs.
 
-Checks: the store's integrity; image files missing or changed since they were registered; generated image files
-no row points to; items and tasks stuck
-in an intermediate state (an item under review with no open task, a task without a server id); work claims held
-by dead workers; export temporaries a killed export left; tasks the store believes pushed that the Label Studio
-server no longer holds (when one is configured); releases that no longer verify.
+Checks: the store's integrity (SQLite's full integrity check, on the file, before it is opened); image files
+missing or changed since they were registered; generated image files no row points to; items and tasks stuck in an
+intermediate state (an item under review with no open task, a task without a server id); work claims held by dead
+workers; export temporaries a killed export left; tasks the store believes pushed that the Label Studio server no
+longer holds (when one is configured); releases of every format that no longer verify, or whose manifest is not
+the one the store recorded at export.
 
 Repairs (only with `repair=True`, each listed): stuck items go back to the status they can be picked up from,
-dead claims are freed, generated image files no row points to removed, dead tasks forgotten (their items back to `checked`), stale export temporaries removed (or,
-for the `.old` folder of a killed replacing export whose release is missing, renamed back into place).
+dead claims are freed, generated image files no row points to removed, dead tasks forgotten (their items back to
+`checked`), stale export temporaries removed (or, for the `.old` folder of a killed replacing export whose release
+is missing, renamed back into place).
 Missing or changed images and releases that fail to verify are reported, never "fixed": only a person knows
 which copy is right.
 """
@@ -233,11 +235,12 @@ def check_releases(workspace: Workspace, report: DoctorReport, repair: bool) -> 
         if not verified.ok:
             report.add("release_invalid", f"{label} no longer verifies: {'; '.join(verified.problems()[:5])}",
                        release=name, version=version, path=path, differences=verified.problems())
-        elif manifest_sha and hash_file(folder / MANIFEST_NAME) != manifest_sha:
+        elif manifest_sha and (found := hash_file(folder / MANIFEST_NAME)) != manifest_sha:
             report.add("release_manifest_changed",
                        f"{label}: its manifest is not the one exported (the store recorded SHA-256 "
-                       f"{manifest_sha[:12]}…, the file's is {hash_file(folder / MANIFEST_NAME)[:12]}…); its files "
-                       "were rewritten together with the manifest", release=name, version=version, path=path)
+                       f"{manifest_sha[:12]}…, the file's is {found[:12]}…); its files were rewritten together "
+                       "with the manifest", release=name, version=version, path=path)
+    cleared: dict[Path, dict[Path, str]] = {}  # target -> what clearing its temporaries did (all at once)
     for tmp in stale:
         target = tmp.parent / tmp.name[1:].split(".pid", 1)[0]
         holds_only_copy = tmp.name.endswith(".old") and (tmp / "release").is_dir() and not target.exists()
@@ -245,9 +248,11 @@ def check_releases(workspace: Workspace, report: DoctorReport, repair: bool) -> 
                    else f"{tmp} is a half-written export left by a killed run")
         finding = report.add("release_temporary", message, path=str(tmp))
         if repair:
-            for path, action in clear_stale_temporaries(target):
-                if path == tmp:
-                    report.repaired(finding, f"{tmp}: {action}" + (f" as {target}" if action == "restored" else ""))
+            if target not in cleared:
+                cleared[target] = dict(clear_stale_temporaries(target))
+            action = cleared[target].get(tmp)
+            if action:
+                report.repaired(finding, f"{tmp}: {action}" + (f" as {target}" if action == "restored" else ""))
 
 
 def stale_release_folders(workspace: Workspace, parents: set[Path]) -> list[Path]:

@@ -306,3 +306,16 @@ def test_the_cfmm_table_keeps_its_type_column_at_80_columns(width):
     for name in (*TYPES, "sum of types (of 600)"):
         assert any(line.split("│")[1].strip() == name for line in rows), (name, text)
     assert "per-type percentages added, of 600" in " ".join(text.split())
+
+
+def test_doctor_repair_clears_every_temporary_of_one_release(workspace, tmp_path, run_cli):
+    from test_doctor import dead_pid
+
+    release = cfmm_release(workspace, tmp_path, run_cli)
+    pid = dead_pid()
+    leftovers = [release.parent / f".{release.name}.pid{pid}.{end}" for end in ("a1.tmp", "b2.old")]
+    for folder in leftovers:
+        folder.mkdir()
+    code, found, report = doctor_codes(run_cli, "--repair")
+    assert code == 0 and found == ["release_temporary", "release_temporary"] and len(report["changes"]) == 2
+    assert not any(folder.exists() for folder in leftovers) and run_cli("verify", release).exit_code == 0

@@ -49,7 +49,8 @@ import fixtures_label_studio as lsfix  # noqa: E402
 
 from cftools.annotate.projects import ImageLinks, project_title  # noqa: E402
 from cftools.annotate.pull import pull  # noqa: E402
-from cftools.annotate.push import PushReport, push, task_payloads  # noqa: E402
+from cftools.annotate.task_import import PushReport, task_payloads
+from cftools.annotate.push import push
 from cftools.judgments import VERIFY
 from cftools.annotate.rules import preload_agreement_library, render_label_config
 from cftools.annotate.label_studio import PULL_WORKERS, LabelStudioServer, server_settings  # noqa: E402

@@ -9,16 +9,17 @@ from pathlib import Path
 
 import click
 from rich.markup import escape
-from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DatabaseError
 from rich.table import Table
 
 from cftools import __version__
 from cftools.commands.common import console, pass_workspace, print_json
-from cftools.commands.ingest import json_option
+from cftools.commands.ingest import ingest, json_option
 from cftools.errors import CftoolsError
 from cftools.overview import item_detail, store_counts
 from cftools.resources import copy_overridable
-from cftools.workspace import Workspace, init_workspace
+from cftools.store_health import DAMAGED_HINT, is_damage_error, is_full_error
+from cftools.workspace import Workspace, init_workspace, without_password
 
 
 OUT_OF_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
@@ -34,7 +35,19 @@ class CftoolsGroup(click.Group):
             if exc.is_warning:
                 click.secho(f"Warning: {exc}", fg="yellow", err=True)
                 ctx.exit(1)
-            raise click.ClickException(str(exc)) from None
+            error = click.ClickException(str(exc))
+            error.exit_code = exc.exit_code  # 3 or 4 for failed requests (cftools.commands.exit_codes)
+            raise error from None
+        except DatabaseError as exc:
+            if is_full_error(exc):  # the store's own disk filled up: its transaction was rolled back whole
+                raise click.ClickException(f"cannot write the store: {' '.join(str(exc.orig).split())} (is its disk "
+                                           "full? nothing of the failed step was recorded; free some space and "
+                                           "rerun)") from None
+            if not is_damage_error(exc):
+                raise
+            # a damaged page the open check did not reach (a store above its size limit): one line all the same
+            raise click.ClickException(f"the store is damaged: {' '.join(str(exc.orig).split())}; "
+                                       f"{DAMAGED_HINT}") from None
         except OSError as exc:
             if exc.filename is None and exc.errno in OUT_OF_SPACE:
                 # a writer that does not name its file (see cftools.errors.naming_the_file): one line all the same
@@ -75,7 +88,7 @@ def init(directory: Path, db_url: str | None, password_env: str | None, with_pro
         console.print(f"{len(copied)} prompt and label-config files copied into {workspace.root} (prompts/, annotation/)")
     console.print(f"Workspace ready at [bold]{workspace.root}[/] (store: {workspace.store.safe_url}, "
                   f"schema {workspace.store.schema_version})")
-    if db_url and make_url(db_url).password is not None:
+    if db_url and without_password(db_url)[1] is not None:
         console.print(f"The password was not written to cftools.toml; set ${password_env or 'PGPASSWORD'} "
                       "when you use this workspace.")
     workspace.close()
@@ -194,12 +207,11 @@ def show(workspace: Workspace, item_id: int, as_json: bool) -> None:
 from cftools.commands.export import export_cmd, ingest_release_cmd, verify_cmd  # noqa: E402
 main.add_command(export_cmd)
 main.add_command(verify_cmd)
-from cftools.commands.ingest import ingest  # noqa: E402
 main.add_command(ingest)
 ingest.add_command(ingest_release_cmd)
 from cftools.commands.generate import generate  # noqa: E402
 main.add_command(generate)
-from cftools.commands.kinds import add_kind_commands, kinds_cmd  # noqa: E402
+from cftools.commands.kinds import add_kind_commands, add_kind_options, kinds_cmd
 main.add_command(kinds_cmd)
 add_kind_commands({"ingest": ingest, "generate": generate})
 from cftools.commands.check import check  # noqa: E402
@@ -210,7 +222,6 @@ from cftools.commands.annotate import annotate  # noqa: E402
 main.add_command(annotate)
 from cftools.commands.doctor import doctor_cmd  # noqa: E402
 main.add_command(doctor_cmd)
-from cftools.commands.kinds import add_kind_options  # noqa: E402
 add_kind_options({"export": export_cmd, "eval": eval_group.commands["run"]})
 
 

@@ -1,12 +1,16 @@
 """`cftools doctor`: what a crash, a kill or a hand edit can leave wrong in a workspace, and the safe repairs.
 
-Checks: the store's integrity; image files missing or changed since they were registered; items and tasks stuck
-in an intermediate state (an item under review with no open task, a task without a server id); work claims held
-by dead workers; export temporaries a killed export left; tasks the store believes pushed that the Label Studio
-server no longer holds (when one is configured); releases that no longer verify.
+Checks: the store's integrity (SQLite's full integrity check, on the file, before it is opened); image files
+missing or changed since they were registered; generated image files no row points to; items and tasks stuck in an
+intermediate state (an item under review with no open task, a task without a server id); work claims held by dead
+workers; export temporaries a killed export left; tasks the store believes pushed that the Label Studio server no
+longer holds (when one is configured); releases of every format that no longer verify, or whose manifest is not
+the one the store recorded at export.
 
 Repairs (only with `repair=True`, each listed): stuck items go back to the status they can be picked up from,
-dead claims are freed, dead tasks forgotten (their items back to `checked`), stale export temporaries removed.
+dead claims are freed, generated image files no row points to removed, dead tasks forgotten (their items back to
+`checked`), stale export temporaries removed (or, for the `.old` folder of a killed replacing export whose release
+is missing, renamed back into place).
 Missing or changed images and releases that fail to verify are reported, never "fixed": only a person knows
 which copy is right.
 """
@@ -23,6 +27,7 @@ from cftools.errors import CftoolsError
 from cftools.generate.claims import FREE, LEASED, is_dead_local_worker
 from cftools.images import sha256_file
 from cftools.models import CHECKED, IN_REVIEW, AnnotationTask, Image, Item, ItemEvent, Release, WorkClaim, utcnow
+from cftools.release.swap import clear_stale_temporaries
 from cftools.workspace import Workspace
 
 STAGE = "doctor"
@@ -67,14 +72,20 @@ class DoctorReport:
 
 
 def check_integrity(workspace: Workspace, report: DoctorReport) -> bool:
-    """False when the store is too damaged to look further."""
+    """False when the store is too damaged to look further. A SQLite file gets SQLite's full integrity check, on the
+    file itself before the store is opened (opening refuses a damaged file in one line: doctor names the damage)."""
+    from cftools.store_health import check_store_exists, damage_message, sqlite_damage, sqlite_file
+
+    path = sqlite_file(workspace.db_url)
+    if path is not None:
+        check_store_exists(workspace.db_url)
+        damage = sqlite_damage(path, full=True)
+        if damage:
+            report.add("store_integrity", damage_message(path, damage), path=str(path), damage=damage)
+            return False
     store = workspace.store
     with store.engine.connect() as conn:
         if store.is_sqlite:
-            rows = [r[0] for r in conn.execute(text("PRAGMA integrity_check"))]
-            if rows != ["ok"]:
-                report.add("store_integrity", f"the store fails its integrity check: {'; '.join(rows[:5])}")
-                return False
             broken = conn.execute(text("PRAGMA foreign_key_check")).fetchall()
             if broken:
                 report.add("store_foreign_keys", f"{len(broken)} rows point at rows that do not exist",
@@ -96,6 +107,37 @@ def check_images(workspace: Workspace, report: DoctorReport) -> None:
         elif sha256_file(file) != sha:
             report.add("image_changed", f"image {image_id}: {path} changed since it was registered "
                                         f"(SHA-256 differs)", image=image_id, path=path)
+
+
+def check_generated_files(workspace: Workspace, report: DoctorReport, repair: bool) -> None:
+    """Generated image files no row points to (neither an image of the store nor the images request cache): what a
+    `generate images` killed or out of space between writing the files and recording them leaves."""
+    import json
+
+    from cftools.images import GENERATED_IMAGES_FOLDER, IMAGE_CACHE_BACKEND
+    from cftools.models import CachedResponse
+
+    folder = workspace.path(*GENERATED_IMAGES_FOLDER.parts)
+    files = sorted(folder.glob("??/*.png")) if folder.is_dir() else []
+    if not files:
+        return
+    with workspace.store.session() as session:
+        known = set(session.execute(select(Image.sha256)).scalars())
+        for text_ in session.execute(select(CachedResponse.output).where(
+                CachedResponse.backend == IMAGE_CACHE_BACKEND)).scalars():
+            try:
+                known.update(json.loads(text_ or "[]"))
+            except (ValueError, TypeError):
+                continue
+    report.checked["generated_image_files"] = len(files)
+    for path in files:
+        if path.stem in known:
+            continue
+        finding = report.add("image_orphan", f"{path} is a generated image no row points to (a generate images run "
+                                             "stopped between writing it and recording it)", path=str(path))
+        if repair:
+            path.unlink(missing_ok=True)
+            report.repaired(finding, f"{path}: removed (generate images makes it again)")
 
 
 def check_stuck_items(workspace: Workspace, report: DoctorReport, repair: bool) -> None:
@@ -168,22 +210,24 @@ def _naive(value: Any) -> Any:
 
 
 def check_releases(workspace: Workspace, report: DoctorReport, repair: bool) -> None:
-    from cftools.release.export import DEFAULT_OUT_DIR, remove_stale_temporaries
-    from cftools.release.layout import verify_release
+    """Every release the store recorded, in any format: there, verifying, and with the manifest the store recorded
+    (a release whose records and manifest were rewritten together verifies, but is not the one exported)."""
+    from cftools.release.layout import MANIFEST_NAME, hash_file
+    from cftools.release.verify import verify_release
 
     with workspace.store.session() as session:
-        releases = session.execute(select(Release.name, Release.version, Release.format, Release.path)).all()
+        releases = session.execute(select(Release.name, Release.version, Release.format, Release.path,
+                                          Release.manifest_sha256)).all()
     report.checked["releases"] = len(releases)
-    parents: set[Path] = set()
-    for name, version, fmt, path in releases:
+    stale = stale_release_folders(workspace, {Path(row.path).parent for row in releases})
+    for name, version, fmt, path, manifest_sha in releases:
         folder = Path(path)
-        parents.add(folder.parent)
         label = f"release {name} {version} ({fmt}) at {path}"
         if not folder.exists():
-            report.add("release_missing", f"{label} is gone", release=name, version=version, path=path)
-            continue
-        if fmt != "native":
-            continue
+            if not any(tmp.name.startswith(f".{folder.name}.pid") and tmp.name.endswith(".old")
+                       and tmp.parent == folder.parent for tmp in stale):
+                report.add("release_missing", f"{label} is gone", release=name, version=version, path=path)
+            continue  # else its only copy is in a .old folder (below)
         try:
             verified = verify_release(folder)
         except CftoolsError as exc:
@@ -192,16 +236,38 @@ def check_releases(workspace: Workspace, report: DoctorReport, repair: bool) -> 
         if not verified.ok:
             report.add("release_invalid", f"{label} no longer verifies: {'; '.join(verified.problems()[:5])}",
                        release=name, version=version, path=path, differences=verified.problems())
-    parents.add(workspace.path(DEFAULT_OUT_DIR))
-    for parent in sorted(parents):
+        elif manifest_sha and (found := hash_file(folder / MANIFEST_NAME)) != manifest_sha:
+            report.add("release_manifest_changed",
+                       f"{label}: its manifest is not the one exported (the store recorded SHA-256 "
+                       f"{manifest_sha[:12]}…, the file's is {found[:12]}…); its files were rewritten together "
+                       "with the manifest", release=name, version=version, path=path)
+    cleared: dict[Path, dict[Path, str]] = {}  # target -> what clearing its temporaries did (all at once)
+    for tmp in stale:
+        target = tmp.parent / tmp.name[1:].split(".pid", 1)[0]
+        holds_only_copy = tmp.name.endswith(".old") and (tmp / "release").is_dir() and not target.exists()
+        message = (f"{tmp} holds the only copy of {target} (an export replacing it was killed)" if holds_only_copy
+                   else f"{tmp} is a half-written export left by a killed run")
+        finding = report.add("release_temporary", message, path=str(tmp))
+        if repair:
+            if target not in cleared:
+                cleared[target] = dict(clear_stale_temporaries(target))
+            action = cleared[target].get(tmp)
+            if action:
+                report.repaired(finding, f"{tmp}: {action}" + (f" as {target}" if action == "restored" else ""))
+
+
+def stale_release_folders(workspace: Workspace, parents: set[Path]) -> list[Path]:
+    """Export temporaries (`.NAME.pidN.*.tmp` / `.old`) of killed exports in PARENTS and the default release folder."""
+    from cftools.release.layout import DEFAULT_OUT_DIR
+    from cftools.release.swap import stale_temporaries
+
+    found: list[Path] = []
+    for parent in sorted(parents | {workspace.path(DEFAULT_OUT_DIR)}):
         for tmp in sorted(parent.glob(".*.pid*.tmp")) + sorted(parent.glob(".*.pid*.old")):
-            finding = report.add("release_temporary", f"{tmp} is a half-written export left by a killed run",
-                                 path=str(tmp))
-            if repair and tmp.is_dir():
-                target = parent / tmp.name[1:].split(".pid", 1)[0]
-                removed = remove_stale_temporaries(target)
-                if tmp in removed or not tmp.exists():
-                    report.repaired(finding, f"{tmp}: removed")
+            target = parent / tmp.name[1:].split(".pid", 1)[0]
+            if tmp in stale_temporaries(target):
+                found.append(tmp)
+    return found
 
 
 def check_tasks_on_server(workspace: Workspace, report: DoctorReport, repair: bool) -> None:
@@ -251,6 +317,7 @@ def diagnose(workspace: Workspace, repair: bool = False, server: Optional[bool] 
     if not check_integrity(workspace, report):
         return report  # a damaged file: reading further could mislead, and nothing is safe to repair
     check_images(workspace, report)
+    check_generated_files(workspace, report, repair)
     check_claims(workspace, report, repair)
     if server is not False:
         check_tasks_on_server(workspace, report, repair)

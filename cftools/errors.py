@@ -17,12 +17,17 @@ CREDENTIAL_PATTERNS = (
     re.compile(r"\b(sk|key|tok)(-)()[A-Za-z0-9_\-]{6,}"),
 )
 
+# Exit codes of requests that failed (documented with the others in cftools.commands.exit_codes).
+PARTIAL_FAILURE = 3  # some failed; what succeeded is stored
+ALL_FAILED = 4  # every one failed: nothing new was stored
+
 
 class CftoolsError(Exception):
     """Base class: the message is meant for a person and carries no secret."""
 
     # A warning: nothing went wrong but nothing was done either; the CLI says "Warning:", still exits non-zero.
     is_warning = False
+    exit_code = 1  # the CLI's exit code for it (see cftools.commands.exit_codes)
 
 
 class WorkspaceError(CftoolsError):
@@ -31,6 +36,20 @@ class WorkspaceError(CftoolsError):
 
 class StoreError(CftoolsError):
     pass
+
+
+class ModelCallsFailed(CftoolsError):
+    """Model calls that failed after their retries: exit 4 when nothing new was stored, else 3 (partial failure)."""
+
+    def __init__(self, message: str, attempted: int, failed: int) -> None:
+        super().__init__(message)
+        self.attempted = attempted
+        self.failed = failed
+        self.nothing_stored = failed >= attempted
+
+    @property
+    def exit_code(self) -> int:  # type: ignore[override]
+        return ALL_FAILED if self.nothing_stored else PARTIAL_FAILURE
 
 
 class InputError(CftoolsError):
@@ -53,11 +72,18 @@ class NoRecordsError(InputError):
         super().__init__(path, "0 records; nothing was ingested")
 
 
-def scrub_secrets(text: str, secrets: Iterable[str] = ()) -> str:
-    """TEXT with every known secret and anything credential-shaped replaced by ***."""
+def scrub_known_secrets(text: str, secrets: Iterable[str]) -> str:
+    """TEXT with each of SECRETS replaced by ***: for outputs that are stored (a model's reply), where the
+    credential-shaped patterns of `scrub_secrets` would also change honest text."""
     for secret in secrets:
         if secret:
             text = text.replace(secret, "***")
+    return text
+
+
+def scrub_secrets(text: str, secrets: Iterable[str] = ()) -> str:
+    """TEXT with every known secret and anything credential-shaped replaced by ***."""
+    text = scrub_known_secrets(text, secrets)
     for pattern in CREDENTIAL_PATTERNS:
         text = pattern.sub(lambda m: f"{m.group(1)}{m.group(2)}{m.group(3) or ''}***", text)
     return text

@@ -23,6 +23,11 @@ from cftools.store import Store
 STORE_IMAGE_REF = re.compile(r"^sha256:([0-9a-f]{64})$")
 
 HASH_CHUNK = 1 << 20
+# Generated images live in the workspace under their SHA-256 (`<folder>/<sha[:2]>/<sha>.png`); the images request
+# cache (llm_cache rows of this backend) lists the SHA-256s each request returned. Here, not in the kind that
+# generates them, so that doctor can check the files without importing a kind.
+GENERATED_IMAGES_FOLDER = Path("images") / "generated"
+IMAGE_CACHE_BACKEND = "images"
 
 
 @dataclass(frozen=True)

@@ -11,12 +11,15 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, event, insert
-from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import NoSuchModuleError
 from sqlalchemy.pool import NullPool
 from sqlmodel import Session
 
 from cftools.resources import packaged_dir
 from cftools.errors import StoreError, error_text
+from cftools.store_health import (DAMAGED_HINT, check_store_health, is_damage_error, parse_db_url, safe_url,
+                                  url_secrets)
 
 SQLITE_BUSY_TIMEOUT_MS = 120_000
 
@@ -42,14 +45,18 @@ def _tune_sqlite(engine: Engine) -> None:
 
 
 def make_engine(url: str) -> Engine:
-    parsed = make_url(url)
-    if parsed.get_backend_name() == "sqlite":
-        if parsed.database and parsed.database != ":memory:":
-            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url, poolclass=NullPool, connect_args={"check_same_thread": False})
-        _tune_sqlite(engine)
-        return engine
-    return create_engine(url, pool_pre_ping=True)
+    parsed = parse_db_url(url)
+    try:
+        if parsed.get_backend_name() == "sqlite":
+            if parsed.database and parsed.database != ":memory:":
+                Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+            engine = create_engine(url, poolclass=NullPool, connect_args={"check_same_thread": False})
+            _tune_sqlite(engine)
+            return engine
+        return create_engine(url, pool_pre_ping=True)
+    except (NoSuchModuleError, ImportError) as exc:  # an unknown dialect, or its driver is not installed
+        raise StoreError(f"cannot open the store at {safe_url(url)}: no driver for it is installed "
+                         f"({' '.join(str(exc).split())}); for PostgreSQL: pip install 'cftools[postgres]'") from None
 
 
 def alembic_config(engine: Engine) -> Config:
@@ -75,9 +82,12 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
 class Store:
     """Sessions over the workspace's database, brought to the newest schema on open."""
 
-    def __init__(self, url: str, migrate: bool = True) -> None:
+    def __init__(self, url: str, migrate: bool = True, check: bool = True) -> None:
+        """CHECK: refuse a damaged SQLite file in one line (`cftools.store_health`) before anything reads it."""
         self.url = url
         self.engine = make_engine(url)
+        if check:
+            check_store_health(url)
         self.is_sqlite = self.engine.dialect.name == "sqlite"
         if migrate:
             self.migrate()
@@ -88,12 +98,14 @@ class Store:
                 upgrade(self.engine)
         except Exception as exc:  # a broken or foreign database file, a server that cannot be reached
             # the driver's own message (SQLAlchemy's wrapper adds a second line), on one line
-            reason = error_text(str(getattr(exc, "orig", None) or exc), [str(make_url(self.url).password or "")])
+            reason = error_text(str(getattr(exc, "orig", None) or exc), url_secrets(self.url))
+            if is_damage_error(exc):
+                raise StoreError(f"the store at {self.safe_url} is damaged: {reason}; {DAMAGED_HINT}") from None
             raise StoreError(f"cannot open the store at {self.safe_url}: {reason}") from None
 
     @property
     def safe_url(self) -> str:
-        return make_url(self.url).render_as_string(hide_password=True)
+        return safe_url(self.url)
 
     @property
     def schema_version(self) -> str | None:

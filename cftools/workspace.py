@@ -13,6 +13,7 @@ import tomlkit
 
 from cftools.errors import WorkspaceError
 from cftools.store import Store
+from cftools.store_health import check_store_exists, parse_db_url, query_password, without_query_password
 
 CONFIG_NAME = "cftools.toml"
 CONFIG_TEMPLATE = "cftools.toml.j2"  # plain TOML since values are set with tomlkit (the name is kept)
@@ -25,24 +26,24 @@ DEFAULT_PASSWORD_ENV = "PGPASSWORD"
 
 def with_password(url: str, password_env: str) -> str:
     """URL with the password from $PASSWORD_ENV added, when it has none and the variable is set."""
-    from sqlalchemy.engine import make_url
-
     password = os.environ.get(password_env)
-    parsed = make_url(url)
-    if not password or parsed.password is not None or parsed.get_backend_name() == "sqlite":
+    parsed = parse_db_url(url)
+    if not password or parsed.password is not None or parsed.get_backend_name() == "sqlite" \
+            or query_password(parsed):
         return url
     return parsed.set(password=password).render_as_string(hide_password=False)
 
 
 def without_password(url: str) -> tuple[str, str | None]:
-    """(URL without its password, the password) — the password must not reach cftools.toml."""
-    from sqlalchemy.engine import make_url
-
-    parsed = make_url(url)
-    if parsed.password is None:
+    """(URL without its password, the password) — the password must not reach cftools.toml, whether it is in the
+    user part or in the query string (`?password=`)."""
+    parsed = parse_db_url(url)
+    password = parsed.password if parsed.password is not None else query_password(parsed)
+    if password is None:
         return url, None
     # URL.set(password=None) keeps the password (None there means "unchanged").
-    return parsed._replace(password=None).render_as_string(hide_password=False), str(parsed.password)
+    stripped = without_query_password(parsed._replace(password=None))
+    return stripped.render_as_string(hide_password=False), str(password)
 
 
 @dataclass
@@ -50,6 +51,8 @@ class Workspace:
     root: Path
     config: dict[str, Any] = field(default_factory=dict)
     _store: Store | None = field(default=None, repr=False)
+    # Only `init` may create the store: an existing workspace whose SQLite file is gone or empty is an error.
+    create_store: bool = field(default=False, repr=False)
 
     @property
     def config_path(self) -> Path:
@@ -68,6 +71,8 @@ class Workspace:
     @property
     def store(self) -> Store:
         if self._store is None:
+            if not self.create_store:
+                check_store_exists(self.db_url)
             self._store = Store(self.db_url)
         return self._store
 
@@ -106,6 +111,7 @@ def init_workspace(root: Path, db_url: str | None = None, password_env: str | No
     stored_url, password = without_password(db_url) if db_url else (None, None)
     if config_path.exists():
         workspace = load_workspace(root)
+        workspace.create_store = True
         if stored_url and workspace.config.get("store", {}).get("url") not in (None, stored_url):
             raise WorkspaceError(f"{config_path} already uses another store; edit [store] url to change it")
         open_store(workspace, db_url if password is not None else None)
@@ -116,6 +122,7 @@ def init_workspace(root: Path, db_url: str | None = None, password_env: str | No
     try:
         config_path.write_text(render_config(stored_url, password_env), encoding="utf-8")
         workspace = load_workspace(root)
+        workspace.create_store = True
         open_store(workspace, db_url if password is not None else None)
     except BaseException:
         # A store that cannot be reached leaves no half-made workspace: what this call made goes again.

@@ -77,7 +77,7 @@ def write_cvqa(folder: Path, n: int) -> Path:
         writer.writerow(["img_path", "query", "answer", "new query", "new answer", "type"])
         for i in range(n):
             writer.writerow([f"images/img{i}.png", f"How many squares are there in picture {i}?", "1",
-                             f"How many squares would there be if one more was added ({i})?", "2", "Numerical direct"])
+                             f"How many squares would there be if one more was added ({i})?", "2", "direct"])
     return table
 
 
@@ -184,7 +184,7 @@ def assert_doctor_finds_nothing(ws: Path) -> None:
 
 
 def assert_releases_verify(ws: Path) -> None:
-    from cftools.release.layout import verify_release
+    from cftools.release.verify import verify_release
 
     releases = ws / "releases"
     if releases.exists():
@@ -670,7 +670,7 @@ def rerun_to_the_end(command: list[str], finished_already: Optional[str]) -> Non
 def assert_invariants_after_kill(ws: Path) -> None:
     """Right after the kill, before any rerun: the store file is intact and nothing half-written sits under a
     release's final name (a release either verifies or is absent)."""
-    from cftools.release.layout import verify_release
+    from cftools.release.verify import verify_release
 
     db = sqlite3.connect(store_path(ws), timeout=60)
     try:
@@ -688,9 +688,146 @@ def count_kinds(results: list[TrialResult]) -> Counter:
     return Counter(r.stage for r in results)
 
 
-def parse_stage_names(text: str) -> list[str]:
+def parse_stage_names(text: str, extra: dict | None = None) -> list[str]:
+    """Stage names from TEXT (commas or spaces); EXTRA: other names it may hold (the injected faults)."""
     names = [n for n in re.split(r"[,\s]+", text) if n]
-    unknown = [n for n in names if n not in STAGES]
+    known = [*STAGES, *(extra or {})]
+    unknown = [n for n in names if n not in known]
     if unknown:
-        raise SystemExit(f"unknown stages: {', '.join(unknown)}; known: {', '.join(STAGES)}")
+        raise SystemExit(f"unknown stages: {', '.join(unknown)}; known: {', '.join(known)}")
     return names
+
+
+# ---------------------------------------------------------------- injected faults (issue 24)
+#
+# Not kills: damage a careless or unlucky user does to a workspace between commands. Each case makes a workspace,
+# injects its fault at a point SEED chooses, and checks that every command answers in one line, that nothing is
+# silently recreated, replaced or asked twice, and (where it applies) that doctor names the fault.
+
+
+def run_cli_process(ws: Path, *args: Any, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(cli(ws, *args), capture_output=True, text=True, timeout=timeout, env=cli_env())
+
+
+def assert_one_line_error(done: subprocess.CompletedProcess, *needles: str) -> str:
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode == 1 and len(lines) == 1 and "Traceback" not in done.stderr, (done.stdout, done.stderr)
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+def doctor_codes(ws: Path) -> list[str]:
+    done = run_cli_process(ws, "doctor", "--json", "--offline")
+    return sorted(p["code"] for p in json.loads(done.stdout)["problems"])
+
+
+def _damaged_pages(seed: int, scratch: Path) -> str:
+    ws = fresh_workspace(scratch)
+    _drafts_setup(ws, scratch)
+    db = store_path(ws)
+    con = sqlite3.connect(db)
+    try:
+        page_size, pages = (con.execute(f"pragma {p}").fetchone()[0] for p in ("page_size", "page_count"))
+    finally:
+        con.close()
+    rng = random.Random(f"damaged-pages:{seed}")
+    first = rng.randint(2, pages - 3)  # two neighbouring pages in the middle of the file, never the header
+    with open(db, "r+b") as fh:
+        for page in (first, first + 1):
+            fh.seek((page - 1) * page_size)
+            fh.write(bytes(rng.randrange(256) for _ in range(page_size)))
+    for args in (("status",), ("check", "--no-embeddings"), ("export", "r", "--version", "1", "--licence", "CC0-1.0",
+                                                             "--include-unverified")):
+        assert_one_line_error(run_cli_process(ws, *args), "is damaged", str(db))
+    assert doctor_codes(ws) == ["store_integrity"]
+    return f"pages {first}-{first + 1} of {pages}"
+
+
+def _deleted_store(seed: int, scratch: Path) -> str:
+    ws = fresh_workspace(scratch)
+    _drafts_setup(ws, scratch)
+    how = random.Random(f"deleted-store:{seed}").choice(["deleted", "emptied"])
+    if how == "deleted":
+        store_path(ws).unlink()
+    else:
+        store_path(ws).write_bytes(b"")
+    for args in (("status",), ("doctor", "--offline"), ("check", "--no-embeddings")):
+        assert_one_line_error(run_cli_process(ws, *args), str(store_path(ws)))
+    assert not store_path(ws).exists() or store_path(ws).stat().st_size == 0, "the store was recreated"
+    return how
+
+
+def _rewritten_manifest(seed: int, scratch: Path) -> str:
+    from cftools.release.layout import MANIFEST_NAME, RECORDS_NAME, hash_file
+
+    ws = fresh_workspace(scratch)
+    _drafts_setup(ws, scratch)
+    setup_cli(ws, "export", "r", "--version", "1", "--licence", "CC0-1.0", "--include-unverified")
+    release = ws / "releases" / "r-1"
+    lines = (release / RECORDS_NAME).read_text().splitlines()
+    index = random.Random(f"rewritten-manifest:{seed}").randrange(len(lines))
+    record = json.loads(lines[index])
+    record["answer"] = f"{record['answer']}0"
+    lines[index] = json.dumps(record, sort_keys=True)
+    (release / RECORDS_NAME).write_text("\n".join(lines) + "\n")
+    manifest = json.loads((release / MANIFEST_NAME).read_text())
+    for entry in manifest["files"]:
+        if entry["path"] == RECORDS_NAME:
+            entry.update(sha256=hash_file(release / RECORDS_NAME), size=(release / RECORDS_NAME).stat().st_size)
+    (release / MANIFEST_NAME).write_text(json.dumps(manifest))
+    assert run_cli_process(ws, "verify", release).returncode == 0  # self-consistent, so verify cannot tell
+    assert doctor_codes(ws) == ["release_manifest_changed"]
+    return f"record {index} rewritten with the manifest"
+
+
+def _foreign_force_target(seed: int, scratch: Path) -> str:
+    ws = fresh_workspace(scratch)
+    _drafts_setup(ws, scratch)
+    rng = random.Random(f"foreign-force-target:{seed}")
+    target = ws / "releases" / "r-1"
+    own = rng.random() < 0.5  # a folder that looks like a release (a manifest) but this workspace did not write
+    target.mkdir(parents=True)
+    (target / ("manifest.json" if own else "thesis.tex")).write_text("{}" if own else "\\chapter{Results}")
+    before = {p.name: p.read_bytes() for p in target.iterdir()}
+    assert_one_line_error(run_cli_process(ws, "export", "r", "--version", "1", "--licence", "CC0-1.0",
+                                          "--include-unverified", "--force"), "not a release this workspace wrote")
+    assert {p.name: p.read_bytes() for p in target.iterdir()} == before
+    return "a foreign manifest" if own else "a user's file"
+
+
+def _two_evals(seed: int, scratch: Path) -> str:
+    ws = fresh_workspace(scratch)
+    helpers = _eval_setup(ws, scratch)
+    try:
+        run = ws / "runs" / "blind"
+        command = cli(ws, "eval", "run", ws / "releases" / "r-1", "--model", "blind:openai:stub", "--concurrency",
+                      "2", "--out", run, "--quiet")
+        gap = random.Random(f"two-evals:{seed}").uniform(0.0, 1.5)
+        first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env())
+        time.sleep(gap)
+        second = subprocess.run(command, capture_output=True, text=True, timeout=300, env=cli_env())
+        out, err = first.communicate(timeout=300)
+        codes = sorted([first.returncode, second.returncode])
+        if codes == [0, 1]:  # they met: the one refused names the other
+            refused = second if second.returncode == 1 else subprocess.CompletedProcess([], 1, out, err)
+            assert_one_line_error(refused, "is in use by process")
+        else:
+            assert codes == [0, 0], (out, err, second.stdout, second.stderr)  # the first had finished already
+        assert_runs_answer_once((run,))
+        again = run_cli_process(ws, "eval", "run", ws / "releases" / "r-1", "--model", "blind:openai:stub", "--out",
+                                run, "--quiet")
+        assert again.returncode == 0 and "0 questions asked now" in " ".join(again.stdout.split()), again.stdout
+        assert_invariants(ws, (run,))
+        return "met (one refused)" if codes == [0, 1] else "one after the other"
+    finally:
+        stop_helpers(helpers)
+
+
+INJECTED_FAULTS: dict[str, Callable[[int, Path], str]] = {
+    "damaged-pages": _damaged_pages,
+    "deleted-store": _deleted_store,
+    "rewritten-manifest": _rewritten_manifest,
+    "foreign-force-target": _foreign_force_target,
+    "two-evals-at-once": _two_evals,
+}

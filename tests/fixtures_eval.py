@@ -99,7 +99,8 @@ def write_release(folder: Path, records: list[dict[str, Any]], images: dict[str,
     lines = [json.dumps(r, sort_keys=True) for r in records]
     (folder / "records.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     # Like an exported manifest, it lists every file's SHA-256: changed records give a changed manifest.
-    files = [{"path": path.relative_to(folder).as_posix(), "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+    files = [{"path": path.relative_to(folder).as_posix(), "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+              "size": path.stat().st_size}
              for path in sorted(folder.rglob("*")) if path.is_file() and path.name != "manifest.json"]
     (folder / "manifest.json").write_text(json.dumps({"name": folder.name, "counts": {"items": len(records)},
                                                       "files": files}), encoding="utf-8")

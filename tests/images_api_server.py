@@ -4,7 +4,7 @@ Run as a real process by the tests (`python tests/images_api_server.py` prints `
 Each image is a small PNG drawn from a hash of the prompt and its index, so replies are reproducible.
 
 Control (for tests only):
-- POST /control/script {"replies": ["429", "500", "bad_base64", "short", "slow", "ok", ...]} queues what the
+- POST /control/script {"replies": ["429", "500", "bad_base64", "short", "slow", "no_data", "ok", ...]} queues what the
   next generation requests get, one entry per request ("ok" once the queue is empty). "429" carries
   Retry-After (seconds, from "retry_after", default 0); "slow" sleeps "slow_s" seconds before answering.
 - GET /control/requests lists the generation requests received: their JSON bodies and whether an
@@ -93,6 +93,8 @@ class Handler(BaseHTTPRequestHandler):
                        {"Retry-After": str(retry_after)})
         elif reply == "500":
             self._send(500, {"error": {"message": "server error", "type": "server_error"}})
+        elif reply == "no_data":  # a 200 whose body has no data list
+            self._send(200, {"created": int(time.time())})
         elif reply == "400":
             self._send(400, {"error": {"message": "bad request", "type": "invalid_request_error"}})
         else:

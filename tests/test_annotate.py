@@ -20,7 +20,8 @@ from sqlalchemy import func, select, update
 from killed_runs import kill_after_progress
 
 from cftools.annotate.projects import ImageLinks
-from cftools.annotate.push import push, task_payloads, PushReport
+from cftools.annotate.push import push
+from cftools.annotate.task_import import task_payloads, PushReport
 from cftools.judgments import Answer, adjudicated, decide
 from cftools.annotate.rules import agreement
 from cftools.annotate.label_studio import LabelStudioServer, is_stale_snapshot, snapshot_title
@@ -55,7 +56,7 @@ def make_items(run_cli, folder: Path, n: int, with_images: bool = True) -> Path:
             PIL.Image.new("RGB", (8 + i, 8), COLOURS[i % len(COLOURS)]).save(folder / name)
         rows.append({"img_path": f"images/{name}", "query": f"How many squares are there in picture {i}?",
                      "answer": "1", "new query": f"How many squares would there be if one more was added ({i})?",
-                     "new answer": "2", "type": "Numerical direct"})
+                     "new answer": "2", "type": "direct"})
     table = folder / "items.csv"
     with open(table, "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]))

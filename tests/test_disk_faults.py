@@ -230,7 +230,7 @@ def test_an_eval_run_folder_that_fills_up_mid_run(workspace, run_cli, llm_server
     assert export_into(run_cli, "1", tmp_path / "releases").exit_code == 0
     configure_llm(workspace.root, llm_server.base_url)
     run = small_disk(tmp_path / "run")
-    filler = fill(run, 8 * 1024)  # a page for the run's config, one for some of its predictions
+    filler = fill(run, 12 * 1024)  # a page for the run's config, one for its lock's owner, one for some predictions
     # the request cache keeps the replies the model gave (the rerun need not ask again); nothing else may change
     before = store_bytes(workspace, but=("llm_cache",))
     command = ("eval", "run", tmp_path / "releases" / "r-1", "--model", "blind:openai:stub", "--out", run, "--quiet")
@@ -242,3 +242,35 @@ def test_an_eval_run_folder_that_fills_up_mid_run(workspace, run_cli, llm_server
     lines = [json.loads(line) for line in (run / "predictions.jsonl").read_text().splitlines()]
     keys = [(line["id"], line["which"]) for line in lines]
     assert len(keys) == len(set(keys)) == 60
+
+
+@pytest.mark.parametrize("left", [24 * 1024, 64 * 1024, 160 * 1024])
+def test_generate_images_when_the_workspace_disk_fills_mid_run(tmp_path, run_cli, context_stub, tmpfs,  # noqa: F811
+                                                              monkeypatch, left):
+    """The store and the images share one full disk: one line, no image file without its row (doctor finds none),
+    and once there is room the rerun makes the rest."""
+    from sqlalchemy import select
+
+    from cftools.models import Image
+    from cftools.workspace import init_workspace
+
+    root = tmpfs(tmp_path / "disk", "size=6m")
+    workspace = init_workspace(root / "ws")
+    monkeypatch.setenv("CFTOOLS_WORKSPACE", str(workspace.root))
+    drawable_workspace(workspace, run_cli, context_stub, limit=3)
+    workspace.close()
+    filler = fill(root, left)
+    command = ("generate", "images", "--per-prompt", "2", "--styles", "photograph")
+    out = run_cli(*command)
+    assert out.exit_code == 1, out.output
+    lines = out.output.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in out.output, out.output
+    filler.unlink()
+    with workspace.store.session() as session:
+        recorded = set(session.execute(select(Image.sha256)).scalars())
+    files = {p.stem for p in workspace.path("images", "generated").rglob("*.png")}
+    assert files <= recorded, "an image file no row points to"
+    doctor = json.loads(run_cli("doctor", "--json", "--offline").output)
+    assert doctor["ok"] and doctor["problems"] == [], doctor
+    assert run_cli(*command).exit_code == 0
+    workspace.close()

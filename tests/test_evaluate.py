@@ -297,10 +297,10 @@ def mucr_release(tmp_path):
                  "cue": "catch cold", "false_cues": ["wet", "rain", "run"],
                  "explanations": ["Rain made him ill.", "He got soaked and caught a cold.", "The rain led to a cold."]},
     }
-    folder = write_release(tmp_path / "mucr-1.0", [record])
-    for name, data in zip(names, pngs):
-        (folder / name).write_bytes(data)
-    return folder
+    (tmp_path / "mucr-1.0" / "images").mkdir(parents=True)
+    for name, data in zip(names, pngs):  # before the manifest is written, which lists them
+        (tmp_path / "mucr-1.0" / name).write_bytes(data)
+    return write_release(tmp_path / "mucr-1.0", [record])
 
 
 def test_mucr_questions_rank_and_judge(tiny_llava_dir, tmp_path, workspace, monkeypatch, llm_server):

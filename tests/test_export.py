@@ -12,11 +12,13 @@ from sqlalchemy import select, update
 
 from cftools.release.datacard import PLOT_SIZE_PIXELS
 from cftools.errors import CftoolsError
-from cftools.release.export import export_release, parse_splits
+from cftools.release.export import export_release
+from cftools.release.splits import parse_splits
 from cftools.ingest.readers import ingest_table
 from cftools.kinds.cvqa.ingest import ingest_cvqa
 from cftools.models import ACCEPTED, CHECKED, DRAFT, IN_REVIEW, Image, ImageName, Item, Release, SourceQuestion
-from cftools.release.layout import load_records, resolve_image, verify_release
+from cftools.release.layout import load_records, resolve_image
+from cftools.release.verify import verify_release
 from cftools.workspace import init_workspace
 
 N_IMAGED_ROWS = 60
@@ -505,7 +507,7 @@ def test_release_names_no_path_user_or_host(stocked, tmp_path):
     import socket
     from types import SimpleNamespace
 
-    from cftools.release.export import store_label
+    from cftools.release.manifest import store_label
 
     result = export_release(stocked, "bench", "1.0", tmp_path / "out", include_unverified=True)
     text = (result.path / "manifest.json").read_text() + (result.path / "README.md").read_text()

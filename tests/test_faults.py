@@ -12,6 +12,7 @@ from fault_trials import (
     LS_TOKEN_ENV,
     LS_URL_ENV,
     STAGES,
+    INJECTED_FAULTS,
     clean_run,
     run_trial,
 )
@@ -50,3 +51,10 @@ def test_a_label_studio_stage_killed_anywhere_finishes_as_a_clean_run(name, labe
     monkeypatch.setenv(LS_TOKEN_ENV, label_studio.admin_token)
     monkeypatch.setenv(LS_ANNOTATORS_ENV, ",".join(label_studio.token(email) for email in label_studio.annotators))
     test_a_stage_killed_anywhere_finishes_as_a_clean_run(name, clean_runs, tmp_path)
+
+
+@pytest.mark.parametrize("name", list(INJECTED_FAULTS))
+def test_an_injected_fault_is_reported_in_one_line_and_loses_nothing(name, tmp_path):
+    """Damaged pages, a deleted store, a rewritten manifest, a foreign --force target, two evals at once."""
+    for seed in range(2):
+        assert INJECTED_FAULTS[name](seed, tmp_path / f"trial{seed}")

@@ -27,7 +27,8 @@ from cftools.kinds.mucr.images import start_new_round
 from cftools.kinds.mucr.release import SCHEMAS
 from cftools.llm import make_backend
 from cftools.models import ACCEPTED, DRAFT, Item
-from cftools.release.layout import load_records, verify_release
+from cftools.release.layout import load_records
+from cftools.release.verify import verify_release
 from cftools.workspace import init_workspace
 from llm_stub import StubServer
 from loopback import running_server

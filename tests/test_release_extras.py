@@ -28,7 +28,8 @@ from release_stock import stock_every_kind
 from test_browser import browser_context, save_screenshot  # noqa: F401 (browser_context: a fixture)
 
 from cftools.release.export import export_release
-from cftools.release.layout import load_manifest, load_records, verify_release
+from cftools.release.layout import load_manifest, load_records
+from cftools.release.verify import verify_release
 
 NAME, VERSION = "bench", "1.0"
 RELEASE_SETTINGS = """

@@ -111,7 +111,7 @@ class Sender:
 
     def payloads(self, kind: str, wanted: list[tuple[Item, str, str]], report: Any) -> dict[str, list]:
         """Per person: (item, task payload) of each (item, purpose, person) in WANTED."""
-        from cftools.annotate.push import task_payloads
+        from cftools.annotate.task_import import task_payloads
 
         specs = {purpose: own_task(kind, purpose) for _, purpose, _ in wanted}
         images = ImageLinks.from_config(self.workspace, self.data_uri)
@@ -159,7 +159,7 @@ class Sender:
 def import_for(store: Store, server: LabelStudioServer, project_id: int, kind: str, person: str,
                batch: list[tuple[Item, dict]]) -> int:
     """Import BATCH into PERSON's project and record the links in one transaction (see `import_reconciled`)."""
-    from cftools.annotate.push import import_reconciled
+    from cftools.annotate.task_import import import_reconciled
 
     batch, task_ids = import_reconciled(server, project_id, batch,
                                         lambda: reconcile_person(store, server, project_id, kind, person),
@@ -171,7 +171,7 @@ def import_for(store: Store, server: LabelStudioServer, project_id: int, kind: s
 
 def link_batch(store: Store, server_url: str, project_id: int, person: str, batch: list[tuple[Item, dict]],
                task_ids: list[int], how: str) -> None:
-    from cftools.annotate.push import _link_tasks
+    from cftools.annotate.task_import import _link_tasks
 
     by_purpose: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for (item, task), task_id in zip(batch, task_ids, strict=True):

@@ -20,7 +20,7 @@ from sqlmodel import Session
 
 from cftools.annotate.projects import ANNOTATIONS_PER_TASK, DECIDED, DELETED, GONE, OPEN, RETURNED, Progress, STAGE, _delete, _no_progress, _update, own_task, task_of
 from cftools.annotate.attribution import email_of, refusal
-from cftools.annotate.push import PushReport, _event, _open_task_filter
+from cftools.annotate.task_import import PushReport, _event, _open_task_filter
 from cftools.annotate.status import record_agreement
 from cftools.judgments import ADJUDICATE, VERIFY, Answer, Decision, InvalidResult, adjudicated, decide
 from cftools.annotate.rules import preload_agreement_library

@@ -9,99 +9,26 @@ disagreements to the adjudication project; a kind's own tasks (`--task`) push th
 
 from __future__ import annotations
 
-import time
-from collections import defaultdict
-from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
-from sqlalchemy import and_, insert, select
+from sqlalchemy import select
 from sqlmodel import Session
 
 from cftools.judgments import ADJUDICATE, VERIFY
-from cftools.annotate.projects import DELETED, GONE, ImageLinks, OPEN, Progress, STAGE, _no_progress, _update, ensure_project, own_task, purpose_of
-from cftools.errors import CftoolsError
-from cftools.annotate.label_studio import LabelStudioServer, UncertainImport, backoff, server_settings
-from cftools.annotate.authoring import authoring_task, push_authoring
-from cftools.models import (
-    CHECKED, IN_REVIEW, NEEDS_ADJUDICATION, AnnotationTask, CheckFlag, Image,
-    Item, ItemEvent, Judgment, SourceQuestion, utcnow,
+from cftools.annotate.projects import (
+    DELETED, ImageLinks, Progress, _no_progress, ensure_project, own_task, purpose_of,
 )
-from cftools.images import data_image_shas
+from cftools.errors import CftoolsError
+from cftools.annotate.label_studio import LabelStudioServer, server_settings
+from cftools.annotate.task_import import (Batch, PushReport, _link_tasks, _open_task_filter, import_reconciled,
+                                         task_payloads)
+from cftools.annotate.authoring import authoring_task, push_authoring
+from cftools.models import CHECKED, NEEDS_ADJUDICATION, AnnotationTask, Item
 from cftools.kinds import get_kind
 from cftools.store import Store, in_chunks
 from cftools.workspace import Workspace
 
 # ---------------------------------------------------------------- push
-
-
-@dataclass
-class PushReport:
-    purpose: str
-    kind: str
-    project_id: Optional[int] = None
-    project_url: Optional[str] = None
-    candidates: int = 0
-    pushed: int = 0
-    reconciled: int = 0
-    duplicates_on_server: int = 0
-    skipped_no_image: int = 0
-    skipped_outside_root: int = 0
-    storages_created: int = 0
-    configured: bool = True
-    message: Optional[str] = None
-    assigned: dict[str, int] = field(default_factory=dict)  # tasks given to each person by this push
-    project_ids: dict[str, int] = field(default_factory=dict)  # each person's project of this task
-
-    def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-
-def _open_task_filter(server_url: str, project_id: int, purpose: str):  # noqa: ANN202
-    return and_(AnnotationTask.server == server_url, AnnotationTask.ls_project_id == project_id,
-                AnnotationTask.purpose == purpose, AnnotationTask.state.not_in(GONE))
-
-
-def _event(item_id: int, from_status: Optional[str], to_status: Optional[str], detail: dict) -> dict:
-    return {"item_id": item_id, "stage": STAGE, "from_status": from_status, "to_status": to_status,
-            "detail": detail, "created_at": utcnow()}
-
-
-def _link_tasks(session: Session, server_url: str, project_id: int, purpose: str,
-                links: list[tuple[int, int]], how: str, purposes: Optional[list[str]] = None,
-                spec: Any = None, assignee: Optional[str] = None, moved: frozenset | set = frozenset()) -> None:
-    """Record (item id, task id) links and move verified items to in_review, in the caller's transaction.
-    PURPOSES, when given, is each link's own purpose (a kind's task with units); SPEC is that task's spec;
-    ASSIGNEE the one person the tasks are for; MOVED the items an earlier link of theirs moved already."""
-    now = utcnow()
-    purposes = purposes or [purpose] * len(links)
-    session.execute(insert(AnnotationTask.__table__), [
-        {"item_id": item_id, "purpose": p, "server": server_url, "ls_project_id": project_id,
-         "ls_task_id": task_id, "state": OPEN, "assignee": assignee, "pushed_at": now, "updated_at": now}
-        for (item_id, task_id), p in zip(links, purposes)])
-    kept = [(link, p) for link, p in zip(links, purposes) if link[0] not in moved]
-    links, purposes = [link for link, _ in kept], [p for _, p in kept]
-    if not links:
-        return
-    item_ids = [item_id for item_id, _ in links]
-    if spec is not None:
-        if spec.to_status:
-            for start in range(0, len(item_ids), 900):
-                session.execute(_update(Item).where(Item.id.in_(item_ids[start:start + 900]))
-                                .values(status=spec.to_status, updated_at=now))
-        session.execute(insert(ItemEvent.__table__), [
-            _event(item_id, None, spec.to_status, {"pushed_to": p, "project": project_id, "task": task_id,
-                                                   "server": server_url, "how": how})
-            for (item_id, task_id), p in zip(links, purposes)])
-        return
-    from_status = CHECKED if purpose == VERIFY else NEEDS_ADJUDICATION
-    to_status = IN_REVIEW if purpose == VERIFY else NEEDS_ADJUDICATION
-    for part in in_chunks(item_ids):
-        session.execute(_update(Item).where(Item.id.in_(part))
-                        .values(status=to_status, updated_at=now))
-    session.execute(insert(ItemEvent.__table__), [
-        _event(item_id, from_status, to_status, {"pushed_to": purpose, "project": project_id, "task": task_id,
-                                                 "server": server_url, "how": how})
-        for item_id, task_id in links])
 
 
 def _candidates(session: Session, kind: str, purpose: str, limit: Optional[int]) -> list[Item]:
@@ -165,118 +92,6 @@ def reconcile(store: Store, server: LabelStudioServer, project_id: int, purpose:
         with store.write() as session:
             _link_tasks(session, server.url, project_id, purpose, links, how="reconciled")
     return len(links), duplicates
-
-
-def _flags_by_item(session: Session, item_ids: list[int]) -> dict[int, list[str]]:
-    flags: dict[int, list[str]] = defaultdict(list)
-    for part in in_chunks(item_ids):
-        for flag in session.execute(select(CheckFlag).where(CheckFlag.item_id.in_(part))
-                                    .order_by(CheckFlag.code)).scalars():
-            flags[flag.item_id].append(f"{flag.code}: {flag.reason}")
-    return flags
-
-
-def _sources_by_item(session: Session, items: list[Item]) -> dict[int, tuple[Optional[SourceQuestion], Optional[Image]]]:
-    source_ids = sorted({i.source_id for i in items if i.source_id})
-    sources: dict[int, tuple[SourceQuestion, Optional[Image]]] = {}
-    for part in in_chunks(source_ids):
-        rows = session.execute(select(SourceQuestion, Image).outerjoin(Image, Image.id == SourceQuestion.image_id)
-                               .where(SourceQuestion.id.in_(part))).all()
-        sources.update({s.id: (s, img) for s, img in rows})
-    return {i.id: sources.get(i.source_id, (None, None)) for i in items}
-
-
-def _judgment_text(judgment: Judgment) -> str:
-    yes_no = {True: "yes", False: "no", None: "?"}
-    text = (f"{judgment.annotator}: related={yes_no[judgment.related]}, "
-            f"answer correct={yes_no[judgment.answer_correct]}")
-    for name, value in sorted(((judgment.raw or {}).get("fields") or {}).items()):  # a kind's own answers, as given
-        label = name.replace("_", " ").replace("cf ", "counterfactual ")
-        text += f", {label}={yes_no[value] if isinstance(value, bool) else repr(value)}"
-    if judgment.corrected_answer:
-        text += f", corrected answer={judgment.corrected_answer!r}"
-    if judgment.flags:
-        text += f", flags={', '.join(judgment.flags)}"
-    if judgment.comment:
-        text += f", comment={judgment.comment!r}"
-    return text
-
-
-def _judgments_by_item(session: Session, item_ids: list[int]) -> dict[int, list[Judgment]]:
-    found: dict[int, list[Judgment]] = defaultdict(list)
-    for part in in_chunks(item_ids):
-        rows = session.execute(
-            select(AnnotationTask.item_id, Judgment).join(Judgment, Judgment.task_id == AnnotationTask.id)
-            .where(AnnotationTask.item_id.in_(part), AnnotationTask.purpose == VERIFY,
-                   AnnotationTask.state != DELETED)
-            .order_by(Judgment.ls_annotation_id)).all()
-        for item_id, judgment in rows:
-            found[item_id].append(judgment)
-    return found
-
-
-def _extra_images(session: Session, items: list[Item], images: ImageLinks) -> dict[int, dict[str, str]]:
-    """Per item: the further images its data names as `sha256:<hex>` (a MuCR pair), linked for Label Studio."""
-    wanted = {item.id: data_image_shas(item.data or {}) for item in items}
-    shas = sorted({sha for found in wanted.values() for sha in found})
-    stored = {img.sha256: img for part in in_chunks(shas)
-              for img in session.execute(select(Image).where(Image.sha256.in_(part))).scalars()}
-    linked: dict[int, dict[str, str]] = {}
-    for item_id, found in wanted.items():
-        links = {f"sha256:{sha}": images.link(stored[sha].path) for sha in found if sha in stored}
-        linked[item_id] = {ref: link for ref, link in links.items() if link}
-    return linked
-
-
-def task_payloads(session: Session, items: list[Item], purpose: str, images: ImageLinks,
-                  allow_missing_images: bool, report: PushReport,
-                  units: Optional[list[str]] = None) -> list[tuple[Item, dict]]:
-    """The Label Studio task of each item (data + meta with the item key); items without a usable image are
-    counted and left out unless ALLOW_MISSING_IMAGES. With UNITS (a kind's own task, one unit per item), the
-    kind lays out the task and shows its own images."""
-    if units is not None:
-        return _own_payloads(session, items, units, purpose, images)
-    item_ids = [i.id for i in items]
-    flags = _flags_by_item(session, item_ids)
-    sources = _sources_by_item(session, items)
-    judgments = _judgments_by_item(session, item_ids) if purpose == ADJUDICATE else {}
-    extra_images = _extra_images(session, items, images)
-    payloads: list[tuple[Item, dict]] = []
-    for item in items:
-        source, image = sources[item.id]
-        image_value = ""
-        if image is not None:
-            image_value = images.link(image.path)
-            if image_value is None:
-                report.skipped_outside_root += 1
-                continue
-        # An item may carry all its images in its data (a pair), with none on its source question.
-        elif not allow_missing_images and not extra_images.get(item.id):
-            report.skipped_no_image += 1
-            continue
-        data = {"item_key": item.key, "kind": item.kind, "group": item.group, "returned": "",
-                "check_flags": "\n".join(flags.get(item.id, [])) or "none",
-                **get_kind(item.kind).task_data(item, source, image_value, extra_images.get(item.id, {}))}
-        if purpose == ADJUDICATE:
-            found = judgments.get(item.id, [])
-            data["judgment_1"] = _judgment_text(found[0]) if len(found) > 0 else "none"
-            data["judgment_2"] = _judgment_text(found[1]) if len(found) > 1 else "none"
-        payloads.append((item, {"data": data, "meta": {"item_key": item.key, "item_id": item.id}}))
-    return payloads
-
-
-def _own_payloads(session: Session, items: list[Item], units: list[str], task: str,
-                  images: ImageLinks) -> list[tuple[Item, dict]]:
-    flags = _flags_by_item(session, [i.id for i in items])
-    extra_images = _extra_images(session, items, images)
-    payloads = []
-    for item, unit in zip(items, units):
-        data = {"item_key": item.key, "kind": item.kind, "group": item.group, "returned": "",
-                "check_flags": "\n".join(flags.get(item.id, [])) or "none",
-                **get_kind(item.kind).task_payload(task, unit, item, None, "", extra_images.get(item.id, {}))}
-        payloads.append((item, {"data": data, "meta": {"item_key": item.key, "item_id": item.id,
-                                                       "purpose": purpose_of(task, unit)}}))
-    return payloads
 
 
 def waiting_kind(store: Store, adjudicate: bool = False) -> Optional[str]:
@@ -353,28 +168,6 @@ def push(workspace: Workspace, kind: Optional[str], limit: Optional[int] = None,
     finally:
         server.close()
     return report
-
-
-Batch = list[tuple[Item, dict]]
-
-
-def import_reconciled(server: LabelStudioServer, project_id: int, batch: Batch, reconcile: Callable[[], int],
-                      remaining: Callable[[Batch], Batch]) -> tuple[Batch, list[int]]:
-    """Import BATCH into PROJECT_ID: (what was imported, its task ids). An import whose outcome is unknown (the
-    connection dropped, its answer was lost) is not simply sent again: RECONCILE first links the tasks the server
-    did create (by their keys), and only REMAINING(batch), the entries still without a task, is imported."""
-    for attempt in range(server.retries + 1):
-        try:
-            return batch, server.import_tasks(project_id, [task for _, task in batch])
-        except UncertainImport:
-            if attempt >= server.retries:
-                raise
-            time.sleep(backoff(attempt))
-            reconcile()
-            batch = remaining(batch)
-            if not batch:
-                break
-    return [], []
 
 
 def import_batch(store: Store, server: LabelStudioServer, project_id: int, kind: str, purpose: str, spec: Any,

@@ -14,13 +14,15 @@ from cftools.workspace import Workspace
 @click.option("--json", "as_json", is_flag=True, help="Print the findings and changes as JSON.")
 @click.option("--repair", is_flag=True,
               help="Fix what is safe to fix: re-queue stuck items, free dead work claims, forget tasks the server "
-                   "lacks, remove half-written exports. Every change is listed.")
+                   "lacks, remove half-written exports (restore a killed replacing export's .old folder when the "
+                   "release is missing) and generated image files no row points to. Every change is listed.")
 @click.option("--offline", is_flag=True, help="Do not ask the Label Studio server about pushed tasks.")
 @pass_workspace
 def doctor_cmd(workspace: Workspace, as_json: bool, repair: bool, offline: bool) -> None:
-    """Check a workspace: store integrity, missing or changed image files, items stuck in an intermediate state,
-    work claims of dead workers, tasks the store believes pushed but the server lacks (when Label Studio is
-    configured), releases that no longer verify.
+    """Check a workspace: store integrity (naming damaged pages), missing or changed image files, generated image
+    files no row points to, items stuck in an intermediate state, work claims of dead workers, tasks the store
+    believes pushed but the server lacks (when Label Studio is configured), releases of any format that no longer
+    verify or whose manifest is not the one exported.
 
     Exit codes: 0 nothing wrong (or everything found was repaired); 1 a problem is left (missing or changed
     images and releases that fail to verify are never changed: only a person knows which copy is right)."""

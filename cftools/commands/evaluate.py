@@ -98,7 +98,8 @@ def parse_shard_option(ctx: click.Context, param: click.Parameter, text: Optiona
               help="hf: models: cuda when there is a GPU, else cpu.")
 @click.option("--dtype", type=click.Choice(DTYPES), default="auto", show_default=True,
               help="hf: models: auto = bf16 (fp16 without bf16 support) on CUDA, fp32 on CPU.")
-@click.option("--limit", type=int, help="Evaluate only the first N items of the release.")
+@click.option("--limit", type=int, help="Evaluate only the first N items of the release that have a question for "
+                                       "the model (items it cannot be asked are passed over).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               help="Run folder (default: WORKSPACE/runs/NAME, or ./runs/NAME without a workspace).")
 @click.option("--template", help="Prompt template: a packaged name (short_answer) or a .j2 file.")
@@ -119,14 +120,21 @@ def parse_shard_option(ctx: click.Context, param: click.Parameter, text: Optiona
               help="Ask only shard I of N of the questions (I counted from 1), into the run folder's "
                    "predictions.shard-I-of-N.jsonl, and write no report; once all N have run, `cftools eval merge "
                    "RUN_DIR` makes the run. Not for `accelerate launch`, whose processes split the questions themselves.")
+@click.option("--no-verify", "no_verify", is_flag=True,
+              help="Score the release even if its files do not match its manifest (`cftools verify` fails); the "
+                   "report says it was not verified. By default such a release is refused.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.pass_context
 def eval_run(ctx: click.Context, release: Path, model: str, mode: str, score: str, batch_size: str, device: str,
              dtype: str, limit: Optional[int], out_dir: Optional[Path], template: Optional[str],
              max_new_tokens: int, judge: Optional[str], judge_aggregate: str, concurrency: int,
-             allow_downloads: bool, prompt_variant: str, swap_options: bool, shard: Optional[Shard], quiet: bool,
-             **kind_options: Any) -> None:
-    """Ask both questions of every item of RELEASE and print the report table."""
+             allow_downloads: bool, prompt_variant: str, swap_options: bool, shard: Optional[Shard], no_verify: bool,
+             quiet: bool, **kind_options: Any) -> None:
+    """Ask both questions of every item of RELEASE and print the report table.
+
+    RELEASE is verified first (every file against its manifest) and refused when it fails, unless --no-verify.
+    Exit codes: 0 done; 1 error or interrupted; 2 bad usage; 3 some model calls failed (the answers before them
+    are stored: rerun to ask the rest); 4 every model call failed (nothing new stored)."""
     workspace = optional_workspace(ctx)
     launched = launched_processes() > 1
     if launched and shard is not None:
@@ -144,7 +152,8 @@ def eval_run(ctx: click.Context, release: Path, model: str, mode: str, score: st
                          judge=judge, workspace=workspace, concurrency=concurrency, progress=progress,
                          judge_aggregate=judge_aggregate, options=kind_options,
                          notify=lambda note: err_console.print(f"[yellow]{escape(note)}[/]"),
-                         allow_downloads=allow_downloads, prompt_variant=prompt_variant, swap_options=swap_options)
+                         allow_downloads=allow_downloads, prompt_variant=prompt_variant, swap_options=swap_options,
+                         verify=not no_verify)
         if launched:
             from cftools.evaluate.merge import run_launched
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import click
 
+from cftools.errors import ALL_FAILED, PARTIAL_FAILURE
+
 OK = 0
 ERROR = 1
 USAGE = 2
-PARTIAL_FAILURE = 3
-ALL_FAILED = 4
 
 EXIT_CODES_HELP = ("Exit codes: 0 all done (or nothing to do); 1 error or interrupted; 2 bad usage; "
                    "3 partial failure (some requests failed, the rest stored; rerun to retry); "

@@ -9,9 +9,11 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from cftools.commands.common import console, err_console, pass_workspace, print_json
-from cftools.release.export import count_exportable, export_release, parse_splits
-from cftools.release.layout import verify_release
+from cftools.release.export import export_release
 from cftools.release.ingest import ingest_release
+from cftools.release.verify import verification_failure, verify_release
+from cftools.release.selection import count_exportable
+from cftools.release.splits import parse_splits
 from cftools.workspace import Workspace
 
 STAGE_LABELS = {"images": "Copying images", "records": "Writing records, Parquet and card"}
@@ -88,7 +90,7 @@ def verify_cmd(release: Path, as_json: bool) -> None:
         return
     if as_json:
         raise SystemExit(1)
-    raise click.ClickException(f"{release}: {len(report.problems())} files do not match the manifest")
+    raise click.ClickException(verification_failure(report, limit=0))
 
 
 @click.command("release")

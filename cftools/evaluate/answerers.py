@@ -17,7 +17,7 @@ from typing import Any, Optional, Sequence
 
 
 from cftools.answers import parse_number
-from cftools.errors import CftoolsError
+from cftools.errors import CftoolsError, ModelCallsFailed
 from cftools.evaluate.questions import PromptTemplates, Question
 from cftools.kinds import get_kind
 from cftools.evaluate.vlm import Prompt
@@ -115,7 +115,8 @@ class ChatAnswerer:
         missing = [i for i in range(len(prompts)) if i not in answers]
         if missing:
             reason = stats.errors[0] if stats.errors else "no answer"
-            raise CftoolsError(f"{len(missing)} model calls failed ({reason}); rerun to retry them")
+            raise ModelCallsFailed(f"{len(missing)} model calls failed ({reason}); rerun to retry them",
+                                   attempted=len(prompts), failed=len(missing))
         return [answers[i] for i in range(len(prompts))]
 
     def score_options(self, prompts: Sequence[Prompt]) -> list:

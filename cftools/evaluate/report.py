@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from rich.table import Table
+from rich.text import Text
 
 from cftools.kinds import all_kinds
 from cftools.kinds.base import ReportTable, ScoreFormat
@@ -20,6 +21,7 @@ REPORT_MD = "report.md"
 REPORT_CSV = "report.csv"
 REPORT_PNG = "report.png"
 TERMINAL_HEADERS = {"original": "orig", "counterfactual": "cf", "unknown": "unk"}
+LABEL_WIDTH = 24  # a terminal table's row names (group, type) keep this width at least
 CSV_FIELDS = ("section", "group", "metric", "value", "low", "high", "n")
 
 
@@ -115,6 +117,8 @@ def _header_lines(config: dict[str, Any], summary: dict[str, Any]) -> list[str]:
              f"prompt variant **{config.get('prompt') or 'plain'}**"
              + (", every question with options asked again with the options swapped" if config.get("swap_options")
                 else "")]
+    if config.get("verified") is False:
+        lines.append("**not verified** (--no-verify): the release's files were not checked against its manifest")
     if config.get("kind_options"):
         lines.append("options: " + ", ".join(f"{k} = {v}" for k, v in sorted(config["kind_options"].items())))
     if config.get("judge"):
@@ -224,11 +228,14 @@ def rich_tables(config: dict[str, Any], summary: dict[str, Any], width: int = 80
         if not fits:
             table = narrow
         note = ", 95% CI in ( )" if fits else " (95% CIs in report.md)"
-        rich = Table(title=table.title + note, title_justify="left")
+        items.append(Text(table.title + note))  # a line of its own: a table's title is cut at the table's width
+        rich = Table()
         for i, column in enumerate(table.columns):
+            # every column keeps its widest cell (the row names too: squeezed, rich drops that column whole);
+            # the row names wrap only past LABEL_WIDTH
+            widest = max([len(row[i]) for row in table.rows] or [len(column)])
             rich.add_column(TERMINAL_HEADERS.get(column, column), justify="left" if i == 0 else "right",
-                            no_wrap=i > 0, overflow="fold", min_width=max(len(row[i]) for row in table.rows) if i > 0 and table.rows
-                            else None)
+                            no_wrap=i > 0, overflow="fold", min_width=widest if i > 0 else min(widest, LABEL_WIDTH))
         for row in table.rows:
             rich.add_row(*row)
         items.append(rich)

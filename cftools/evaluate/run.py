@@ -15,7 +15,11 @@ A run can be split between processes (`shard=`, see `cftools.evaluate.shards`): 
 and writes its own predictions file in the run folder; `cftools.evaluate.merge` merges them into
 predictions.jsonl and writes the reports, so a merged run equals a single-process one.
 
-A run's identity is the SHA-256 of the release's manifest.json (which lists every file's SHA-256), the
+A release is verified before it is read (`cftools verify`: every file against its manifest) and refused when it
+fails; `verify=False` (`--no-verify`) reads it as it is and says so in the report.
+
+A run's identity is the SHA-256 of the release's manifest.json, the SHA-256 of its content (every file but the
+manifest, as it is on disk: an in-place edit that leaves the manifest alone still changes it), the
 model spec, the mode and score, the prompt template's hash and the generation settings (`IDENTITY_KEYS`).
 The default run folder's name ends with a short hash of that identity, so a release exported again with
 other content (`export --force`) starts a new run folder instead of reusing old predictions and old gold;
@@ -54,7 +58,7 @@ from typing import Any, Callable, Optional, Sequence
 
 
 from cftools import __version__
-from cftools.errors import CftoolsError, InputError, naming_the_file
+from cftools.errors import CftoolsError, InputError, ModelCallsFailed, naming_the_file
 from cftools.evaluate.answerers import ChatAnswerer, ModelSpec, judge_answer, load_answerer, parse_model_spec
 from cftools.evaluate.metrics import summarize
 from cftools.evaluate.predictions import (EvalResult, append_predictions, outcomes_from_predictions,
@@ -64,17 +68,21 @@ from cftools.evaluate.shards import (Shard, gather_predictions, shard_prediction
                                      write_text_atomically)
 from cftools.kinds import all_kinds
 from cftools.evaluate.vlm import SCORES, best_option
-from cftools.release.layout import MANIFEST_NAME, hash_file, load_records
+from cftools.evaluate.lock import predictions_lock
+from cftools.release.layout import (MANIFEST_NAME, files_content_sha256, hash_file, load_records,
+                                    manifest_content_sha256)
+from cftools.release.verify import verification_failure, verify_release
 
 MODES = ("generate", "rank")
 CONFIG_NAME = "config.json"
 PREDICTIONS_NAME = "predictions.jsonl"
 DEFAULT_RUNS_DIR = "runs"
 # What makes two runs the same run: a run folder refuses a different value of any of these.
-IDENTITY_KEYS = ("release_manifest_sha256", "model", "mode", "score", "template_sha256", "max_new_tokens", "dtype",
+IDENTITY_KEYS = ("release_manifest_sha256", "release_content_sha256", "model", "mode", "score", "template_sha256", "max_new_tokens", "dtype",
                  "judge", "prompt", "swap_options", "judge_aggregate", "kind_options")
 # How the differing identity keys are named when eval says why it starts a new run.
-IDENTITY_LABELS = {"release_manifest_sha256": "the release changed (manifest SHA-256)", "model": "model",
+IDENTITY_LABELS = {"release_manifest_sha256": "the release changed (manifest SHA-256)",
+                   "release_content_sha256": "the release's files changed (content SHA-256)", "model": "model",
                    "mode": "mode", "score": "score", "template_sha256": "the prompt template changed (SHA-256)",
                    "max_new_tokens": "max new tokens", "dtype": "dtype", "judge": "judge",
                    "prompt": "prompt variant", "swap_options": "swapped options",
@@ -188,6 +196,30 @@ def why_new_run(out_dir: Path, config: dict[str, Any]) -> list[str]:
     return notes
 
 
+def release_content(release_dir: Path, verify: bool) -> str:
+    """The release's content SHA-256, after checking every file against the manifest (unless not VERIFY); a release
+    that fails is refused with `cftools verify`'s message."""
+    if not verify:
+        return files_content_sha256(release_dir)
+    report = verify_release(release_dir)
+    if not report.ok:
+        raise CftoolsError(f"{verification_failure(report)}; `cftools verify {release_dir}` lists them all, "
+                           "--no-verify scores the release as it is")
+    return manifest_content_sha256(release_dir)  # the files are as the manifest says: no second hashing
+
+
+def first_askable(records: list[dict[str, Any]], limit: int, questions_of: Callable[[list], list]) -> list[dict]:
+    """The first LIMIT records that have a question to ask this model: a release that mixes kinds may start with
+    records that ask none (MuCR drafts without a cue), and `--limit 4` must still ask something."""
+    chosen: list[dict[str, Any]] = []
+    for record in records:
+        if len(chosen) >= max(0, limit):
+            break
+        if questions_of([record]):
+            chosen.append(record)
+    return chosen
+
+
 def _rank_line(question: Question, scores: list[dict[str, float]], score: str) -> dict[str, Any]:
     index = best_option(scores, score)
     winner = question.options[index]
@@ -247,8 +279,10 @@ def run_eval(release_dir: Path | str, model: str, mode: Optional[str] = None, sc
              answerer: Any = None, notify: Optional[Callable[[str], None]] = None,
              allow_downloads: bool = False, prompt_variant: str = PLAIN, swap_options: bool = False,
              judge_aggregate: str = "best-match", options: Optional[dict[str, Any]] = None,
-             shard: Optional[Shard] = None) -> EvalResult:
+             shard: Optional[Shard] = None, verify: bool = True) -> EvalResult:
     """Run (or resume) an evaluation; returns the run's configuration, summary and predictions.
+
+    The release is verified first and refused when it fails, unless not VERIFY (then the report says so).
 
     With SHARD, ask only that shard's share into its own predictions file and write no report: the result
     holds the share's predictions and an empty summary (`cftools.evaluate.merge` makes the run's)."""
@@ -265,6 +299,7 @@ def run_eval(release_dir: Path | str, model: str, mode: Optional[str] = None, sc
         raise CftoolsError(f"unknown judge aggregate {judge_aggregate!r}; choose one of {', '.join(JUDGE_AGGREGATES)}")
     options = {k: v for k, v in sorted((options or {}).items()) if v is not None}
     spec = parse_model_spec(model)
+    content = release_content(release_dir, verify)
     records = load_records(release_dir)
     if mode is None:  # the paper's method for the release's kind
         mode = paper_mode(records, spec)
@@ -272,12 +307,14 @@ def run_eval(release_dir: Path | str, model: str, mode: Optional[str] = None, sc
         raise CftoolsError("rank mode needs token log-probabilities: use an hf: model, blind (the embedded "
                            "model), or --mode generate")
     check_prompt_variant(prompt_variant)
+    templates = PromptTemplates(template, workspace.root if workspace is not None else None)
     if limit is not None:
-        records = records[:max(0, limit)]
+        records = first_askable(records, limit, lambda chosen: build_questions(
+            release_dir, chosen, templates, mode, spec.needs_image, max_new_tokens, prompt_variant=prompt_variant,
+            swap_options=swap_options, options=options)[0])
     present = {str(r.get("kind")) for r in records}
     # a kind's options are named after it: only those of the kinds in this release enter the run's identity
     options = {k: v for k, v in options.items() if k.split("_", 1)[0] in present}
-    templates = PromptTemplates(template, workspace.root if workspace is not None else None)
     questions, skipped = build_questions(release_dir, records, templates, mode, spec.needs_image, max_new_tokens,
                                          prompt_variant=prompt_variant, swap_options=swap_options,
                                          options=options)
@@ -290,7 +327,8 @@ def run_eval(release_dir: Path | str, model: str, mode: Optional[str] = None, sc
         device, dtype = "api", "n/a"
     config = {
         "release": str(release_dir.resolve()), "release_name": release_dir.resolve().name,
-        "release_manifest_sha256": hash_file(release_dir / MANIFEST_NAME),
+        "release_manifest_sha256": hash_file(release_dir / MANIFEST_NAME), "release_content_sha256": content,
+        "verified": verify,
         "model": str(spec), "mode": mode, "score": score if mode == "rank" else None,
         "score_rule": ("lowest mean token loss of the option wins" if score == "mean-loss"
                        else "highest summed log-probability of the option wins") if mode == "rank" else None,
@@ -313,54 +351,56 @@ def run_eval(release_dir: Path | str, model: str, mode: Optional[str] = None, sc
         if notify:
             notify(note)
     out_dir.mkdir(parents=True, exist_ok=True)
-    check_config(out_dir, config)
-    write_config(out_dir, config)
-    if shard is None:
-        predictions_path = out_dir / PREDICTIONS_NAME
-    else:
-        share = set(start_shard(out_dir, shard, identity_of(config), [q.key for q in questions]))
-        questions = [q for q in questions if q.key in share]
-        predictions_path = out_dir / shard.predictions_name
-    done = cached_predictions(out_dir, predictions_path)
-    todo = [q for q in questions if q.key not in done]
-    store = workspace.store if workspace is not None else None
-    llm_config = workspace.section("llm") if workspace is not None else None
-    judge_answerer = None
-    if todo:
-        answerer = answerer or load_answerer(spec, device, dtype, llm_config, store, concurrency,
-                                             allow_downloads=allow_downloads)
-        if judge and any(q.judged for q in todo):
-            judge_answerer = load_answerer(parse_model_spec(f"blind:{judge}"), device, dtype, llm_config, store,
-                                           concurrency)
-    asked = 0
-    if progress:
-        progress(len(questions) - len(todo), len(questions))
-    # Questions of like length share a batch: less padding for a batched model (predictions are keyed, not ordered).
-    todo = sorted(todo, key=lambda q: (len(q.prompt.images), len(q.prompt.text), len(q.prompt.options or ())))
-    start = 0
-    while start < len(todo):
-        batch = todo[start:start + batch_size]
-        try:
-            lines = ask_batch(answerer, batch, mode, score, templates, judge_answerer, judge_aggregate)
-        except Exception as exc:  # noqa: BLE001 (only an out-of-memory error is handled; the rest re-raised)
-            if not (is_out_of_memory(exc) and len(batch) > 1):
-                raise
-            batch_size = max(1, len(batch) // 2)  # the predictions already written stay; this batch is asked again
-            release_memory()
-            if notify:
-                notify(f"out of memory at batch size {len(batch)}: going on with {batch_size}")
-            continue
-        append_predictions(predictions_path, lines)
-        asked += len(batch)
-        start += len(batch)
+    predictions_path = out_dir / (PREDICTIONS_NAME if shard is None else shard.predictions_name)
+    with predictions_lock(predictions_path):  # one run at a time asks into a predictions file
+        check_config(out_dir, config)
+        write_config(out_dir, config)
+        if shard is not None:
+            share = set(start_shard(out_dir, shard, identity_of(config), [q.key for q in questions]))
+            questions = [q for q in questions if q.key in share]
+        done = cached_predictions(out_dir, predictions_path)
+        todo = [q for q in questions if q.key not in done]
+        store = workspace.store if workspace is not None else None
+        llm_config = workspace.section("llm") if workspace is not None else None
+        judge_answerer = None
+        if todo:
+            answerer = answerer or load_answerer(spec, device, dtype, llm_config, store, concurrency,
+                                                 allow_downloads=allow_downloads)
+            if judge and any(q.judged for q in todo):
+                judge_answerer = load_answerer(parse_model_spec(f"blind:{judge}"), device, dtype, llm_config, store,
+                                               concurrency)
+        asked = 0
         if progress:
-            progress(len(questions) - len(todo) + asked, len(questions))
-    done = cached_predictions(out_dir, predictions_path)
-    predictions = [done[key] for key in sorted(q.key for q in questions) if key in done]
-    if shard is not None:
-        return EvalResult(out_dir=out_dir, config=config, summary={}, predictions=predictions, asked=asked,
-                          notes=notes)
-    return finish_run(out_dir, config, predictions, asked=asked, notes=notes, workspace=workspace)
+            progress(len(questions) - len(todo), len(questions))
+        # Questions of like length share a batch: less padding for a batched model (predictions are keyed, not ordered).
+        todo = sorted(todo, key=lambda q: (len(q.prompt.images), len(q.prompt.text), len(q.prompt.options or ())))
+        start = 0
+        while start < len(todo):
+            batch = todo[start:start + batch_size]
+            try:
+                lines = ask_batch(answerer, batch, mode, score, templates, judge_answerer, judge_aggregate)
+            except ModelCallsFailed as exc:
+                exc.nothing_stored = exc.nothing_stored and not asked  # earlier batches' predictions are stored
+                raise
+            except Exception as exc:  # noqa: BLE001 (only an out-of-memory error is handled; the rest re-raised)
+                if not (is_out_of_memory(exc) and len(batch) > 1):
+                    raise
+                batch_size = max(1, len(batch) // 2)  # the predictions already written stay; this batch is asked again
+                release_memory()
+                if notify:
+                    notify(f"out of memory at batch size {len(batch)}: going on with {batch_size}")
+                continue
+            append_predictions(predictions_path, lines)
+            asked += len(batch)
+            start += len(batch)
+            if progress:
+                progress(len(questions) - len(todo) + asked, len(questions))
+        done = cached_predictions(out_dir, predictions_path)
+        predictions = [done[key] for key in sorted(q.key for q in questions) if key in done]
+        if shard is not None:
+            return EvalResult(out_dir=out_dir, config=config, summary={}, predictions=predictions, asked=asked,
+                              notes=notes)
+        return finish_run(out_dir, config, predictions, asked=asked, notes=notes, workspace=workspace)
 
 
 def cached_predictions(out_dir: Path, own: Path) -> dict[tuple[str, str], dict[str, Any]]:

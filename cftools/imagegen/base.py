@@ -112,6 +112,19 @@ def parse_size(size: str | tuple[int, int] | None, default: tuple[int, int]) -> 
     return int(match.group(1)), int(match.group(2))
 
 
+SIZE_GRID = 8  # Stable Diffusion pipelines' latent grid (VAE scale factor 8); the Images APIs' sizes are on it too
+
+
+def check_size(size: str) -> str:
+    """SIZE if it is WIDTHxHEIGHT, both positive multiples of SIZE_GRID; else why not (a command checks it before any
+    work, as bad usage)."""
+    width, height = parse_size(size, (0, 0))
+    if width <= 0 or height <= 0 or width % SIZE_GRID or height % SIZE_GRID:
+        raise ImageGenError(f"size {size!r}: width and height must be positive multiples of {SIZE_GRID} "
+                            "(e.g. 512x512)")
+    return size
+
+
 def size_text(width: int, height: int) -> str:
     return f"{width}x{height}"
 

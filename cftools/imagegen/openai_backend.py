@@ -31,13 +31,16 @@ from cftools.llm.base import LLMError
 from cftools.llm.openai_backend import DEFAULT_KEY_ENV, OpenAIBackend, is_retryable
 
 DEFAULT_SIZE = (1024, 1024)
+# The most pixels a reply's image may have ([images] max_pixels): its header is read first, so a 10000x10000 reply
+# is refused before it is decoded (3 bytes a pixel, and copies: gigabytes).
+DEFAULT_MAX_PIXELS = 4096 * 4096
 
 
 class ImageReplyError(Exception):
     """One image of a reply is unusable (invalid base64, not an image); its candidate fails, not the call."""
 
 
-def decode_image(b64: Any) -> PIL.Image.Image:
+def decode_image(b64: Any, max_pixels: int = DEFAULT_MAX_PIXELS) -> PIL.Image.Image:
     if not isinstance(b64, str) or not b64:
         raise ImageReplyError("the reply has no b64_json image")
     try:
@@ -45,7 +48,11 @@ def decode_image(b64: Any) -> PIL.Image.Image:
     except (binascii.Error, ValueError) as exc:
         raise ImageReplyError(f"invalid base64 in the reply ({exc})") from None
     try:
-        image = PIL.Image.open(io.BytesIO(data))
+        image = PIL.Image.open(io.BytesIO(data))  # reads the header only
+        width, height = image.size
+        if width * height > max_pixels:
+            raise ImageReplyError(f"the reply's image is {width}x{height} pixels, more than the {max_pixels} "
+                                  "allowed ([images] max_pixels)")
         image.load()
     except (OSError, PIL.Image.DecompressionBombError, SyntaxError, ValueError) as exc:
         raise ImageReplyError(f"the reply's base64 is not an image ({type(exc).__name__})") from None
@@ -65,7 +72,7 @@ class OpenAIImageBackend(OpenAIBackend):
                  timeout: float = 120.0, request_attempts: int = 6, backoff_initial: float = 1.0,
                  backoff_max: float = 60.0, sleep: Callable[[float], None] = time.sleep,
                  response_format: str | None = "b64_json", quality: str | None = None,
-                 default_size: str | tuple[int, int] | None = None) -> None:
+                 default_size: str | tuple[int, int] | None = None, max_pixels: int | None = None) -> None:
         super().__init__(model=model, base_url=base_url, api_key_env=api_key_env, timeout=timeout,
                          request_attempts=request_attempts, backoff_initial=backoff_initial,
                          backoff_max=backoff_max, sleep=sleep, max_connections=8)
@@ -73,6 +80,7 @@ class OpenAIImageBackend(OpenAIBackend):
         self.response_format = response_format
         self.quality = quality
         self.default_size = parse_size(default_size, DEFAULT_SIZE)
+        self.max_pixels = int(max_pixels or DEFAULT_MAX_PIXELS)
         # Optional request cache (`get(key)` -> images or None, `put(key, images)`), e.g. the store's: an
         # identical request (model, prompt, n, size, format) returns the stored images and makes no call.
         self.request_cache: Any = None
@@ -139,6 +147,8 @@ class OpenAIImageBackend(OpenAIBackend):
             data = retrying(self._images_once, prompt, n, size)
         except openai.APIError as exc:
             failure = LLMError(self.describe(exc), retryable=is_retryable(exc))
+        except LLMError as exc:  # our own reading of the reply: its message says it all already
+            failure = LLMError(self.describe_text(str(exc)))
         except Exception as exc:  # a body the SDK cannot read
             failure = LLMError("malformed images reply: " + self.describe(exc))
         if failure is not None:
@@ -146,7 +156,8 @@ class OpenAIImageBackend(OpenAIBackend):
         images: list[PIL.Image.Image | str] = []
         for i in range(n):
             try:
-                images.append(decode_image(getattr(data[i], "b64_json", None) if i < len(data) else None))
+                images.append(decode_image(getattr(data[i], "b64_json", None) if i < len(data) else None,
+                                           self.max_pixels))
             except ImageReplyError as exc:
                 images.append(self.describe_text(str(exc) if i < len(data) else
                                                  f"the reply holds {len(data)} images, not {n}"))

@@ -333,15 +333,35 @@ def image_path_problem(given: str, images_dir: Path | None) -> str | None:
     return None
 
 
+def repeated_id(seen: dict[str, str], row: dict, line: str) -> str | None:
+    """Why ROW repeats an `id` an earlier record of the same file gave (naming the line), or None. A repeated id
+    would silently keep only the first of the two records."""
+    given = row.get("id")
+    if given is None or not str(given).strip():
+        return None
+    key = str(given).strip()
+    if key in seen:
+        return f"id {key!r} is given twice in this file (first on {seen[key]})"
+    seen[key] = line
+    return None
+
+
+def outside_images(file: Path, images_dir: Path) -> Path | None:
+    """Where FILE really is when a link takes it outside IMAGES_DIR (its target would be read and stored), else None."""
+    real = file.resolve()
+    return None if real.is_relative_to(images_dir.resolve()) else real
+
+
 def read_table(path: Path, bad: BadRecords, dataset: str | None = None,
                images_dir: Path | None = None) -> tuple[str, list[dict]]:
     """A user's own `image, question, answer` records (CSV or JSONL; optional id and answer_type)."""
     dataset = dataset or f"table:{path.stem}"
     now = utcnow()
     rows: dict[str, dict] = {}
+    ids: dict[str, str] = {}
     for line, row in records(path, ("image", "question", "answer"), bad):
         image = str(row["image"]).strip()
-        problem = image_path_problem(image, images_dir)
+        problem = image_path_problem(image, images_dir) or repeated_id(ids, row, line)
         if problem:
             bad.add(InputError(path, problem, line))
             continue
@@ -408,6 +428,12 @@ def resolve_images(store: Store, dataset: str, sources: list[dict], images_dir: 
                 file = on_disk.by_rel[matches[0]]
                 break
         if file is None:
+            continue
+        real = outside_images(file, images_dir)
+        if real is not None:
+            reason = f"image {file} is a link to {real}, outside the --images folder {images_dir}"
+            bad.add(InputError(input_path, reason, record_of(source)) if source is not None and input_path
+                    else InputError(images_dir, reason, f"image {ref}"))
             continue
         try:
             found[ref] = read_image_file(file, record=f"image {ref}")

@@ -358,7 +358,7 @@ class ExportContext:
     version: str
     options: dict[str, Any] = field(default_factory=dict)
     include_unverified: bool = False
-    licensing: Any = None  # the release's licence and its sources' (cftools.release.export.Licensing)
+    licensing: Any = None  # the release's licence and its sources' (cftools.release.licensing.Licensing)
 
 
 @dataclass

@@ -17,7 +17,7 @@ import openai
 from tenacity import (RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential,
                       wait_random)
 
-from cftools.errors import error_text
+from cftools.errors import error_text, scrub_known_secrets
 from cftools.llm.base import Completion, LLMError, Message
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -134,7 +134,8 @@ class OpenAIBackend:
         if not isinstance(text, str):
             raise LLMError("malformed completion: the first choice has no text content")
         usage = getattr(response, "usage", None)
-        return Completion(text=text,
+        # a reply that repeats the key (an echoing proxy, a prompt injection) must not carry it into the store
+        return Completion(text=scrub_known_secrets(text, self._secrets),
                           prompt_tokens=getattr(usage, "prompt_tokens", None),
                           completion_tokens=getattr(usage, "completion_tokens", None),
                           extra={"finish_reason": getattr(choices[0], "finish_reason", None)})

@@ -483,7 +483,7 @@ def described_files(folder: Path) -> list[dict[str, Any]]:
 def write_croissant(folder: Path, items: Sequence[Any], workspace: Any, name: str, version: str, fmt: str,
                     licensing: Any) -> None:
     """croissant.json in FOLDER, describing every file already there (call it last but for the manifest)."""
-    from cftools.release.export import agreement_rows
+    from cftools.release.records import agreement_rows
 
     records = [e.record for e in items]
     provenance = [e.provenance for e in items]

@@ -29,17 +29,9 @@ from cftools.models import (
     SourceQuestion,
     utcnow,
 )
-from cftools.release.layout import (
-    MANIFEST_NAME,
-    RECORDS_NAME,
-    hash_file,
-    is_release_image_path,
-    load_manifest,
-    load_records,
-    map_strings,
-    resolve_image,
-    verify_release,
-)
+from cftools.release.layout import (MANIFEST_NAME, RECORDS_NAME, hash_file, is_release_image_path, load_manifest,
+                                    load_records, map_strings, resolve_image)
+from cftools.release.verify import verify_release
 from cftools.store import Store
 
 REQUIRED = {"id": str, "kind": str, "group": str, "status": str, "question": str}

@@ -22,8 +22,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 from cftools.errors import CftoolsError, InputError
@@ -118,72 +117,21 @@ def resolve_image(release_dir: Path | str, record: dict[str, Any]) -> Path | Non
     return Path(release_dir) / rel
 
 
-@dataclass
-class VerifyReport:
-    release: Path
-    checked: int = 0
-    mismatched: list[str] = field(default_factory=list)  # "PATH: what differs"
-    missing: list[str] = field(default_factory=list)
-    extra: list[str] = field(default_factory=list)
+def content_sha256(entries: list[tuple[str, str]]) -> str:
+    """SHA-256 of a release's content: its files (all but the manifest) as sorted (path, SHA-256) pairs."""
+    import hashlib
 
-    @property
-    def ok(self) -> bool:
-        return not (self.mismatched or self.missing or self.extra)
-
-    def problems(self) -> list[str]:
-        return ([f"changed: {m}" for m in self.mismatched] + [f"missing: {m}" for m in self.missing]
-                + [f"extra: {m}" for m in self.extra])
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"release": str(self.release), "ok": self.ok, "checked": self.checked,
-                "mismatched": self.mismatched, "missing": self.missing, "extra": self.extra}
+    return hashlib.sha256(json.dumps(sorted(entries)).encode("utf-8")).hexdigest()
 
 
-def _safe_relative(path: object) -> bool:
-    if not isinstance(path, str) or not path or "\\" in path:
-        return False
-    pure = PurePosixPath(path)
-    return not pure.is_absolute() and ".." not in pure.parts and pure.as_posix() == path
+def manifest_content_sha256(release_dir: Path | str) -> str:
+    """The content SHA-256 the manifest describes (equal to `files_content_sha256` for a release that verifies)."""
+    return content_sha256([(e["path"], e["sha256"]) for e in load_manifest(release_dir).get("files") or []])
 
 
-def verify_release(release_dir: Path | str) -> VerifyReport:
-    """Re-hash every file of a release against its manifest: changed, missing and extra files."""
+def files_content_sha256(release_dir: Path | str) -> str:
+    """The content SHA-256 of the files as they are now, each re-hashed (for a release that was not verified)."""
     release_dir = Path(release_dir)
-    manifest = load_manifest(release_dir)
-    entries = manifest.get("files")
-    if not isinstance(entries, list):
-        raise InputError(release_dir / MANIFEST_NAME, "no 'files' list")
-    report = VerifyReport(release=release_dir)
-    listed = set()
-    for index, entry in enumerate(entries):
-        rel = entry.get("path") if isinstance(entry, dict) else None
-        if not _safe_relative(rel):
-            report.mismatched.append(f"files[{index}]: path {rel!r} is not a plain relative path")
-            continue
-        listed.add(rel)
-        path = release_dir / rel
-        report.checked += 1
-        if not path.is_file():
-            report.missing.append(rel)
-            continue
-        size = path.stat().st_size
-        if size != entry.get("size"):
-            report.mismatched.append(f"{rel}: size {size}, manifest says {entry.get('size')}")
-        elif hash_file(path) != entry.get("sha256"):
-            report.mismatched.append(f"{rel}: SHA-256 differs from the manifest")
-    for path in sorted(release_dir.rglob("*")):
-        rel = path.relative_to(release_dir).as_posix()
-        if (path.is_file() or path.is_symlink()) and rel != MANIFEST_NAME and rel not in listed:
-            report.extra.append(rel)
-    records_intact = RECORDS_NAME in listed and not any(m.startswith(f"{RECORDS_NAME}:") for m in report.mismatched)
-    if records_intact and (release_dir / RECORDS_NAME).is_file():  # the kinds' decision rules hold of each record
-        from cftools.kinds import get_kind
-
-        for record in load_records(release_dir):
-            problem = get_kind(record.get("kind") or "").record_problem(record) if record.get("kind") else None
-            if problem:
-                report.mismatched.append(f"{RECORDS_NAME}: item {record.get('id')}: {problem}")
-    from cftools.release.croissant import check_croissant
-
-    report.mismatched += check_croissant(release_dir)
-    return report
+    return content_sha256([(path.relative_to(release_dir).as_posix(), hash_file(path))
+                           for path in release_dir.rglob("*")
+                           if path.is_file() and path.relative_to(release_dir).as_posix() != MANIFEST_NAME])

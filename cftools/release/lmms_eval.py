@@ -144,7 +144,7 @@ def eval_questions(items: Sequence[Any], folder: Path, context: Any) -> dict[str
 
 def write_lmms_eval(items: list, folder: Path, name: str, splits: dict[str, float], context: Any) -> None:
     """The lmms-eval task folders of ITEMS (see the module's docstring)."""
-    from cftools.release.export import write_records
+    from cftools.release.records import write_records
 
     asked = eval_questions(items, folder, context)
     write_records(sorted(items, key=lambda e: e.record["id"]), folder / "records.jsonl")

@@ -12,7 +12,8 @@ from typing import Any, Optional
 
 from cftools.errors import InputError
 from cftools.ingest.licences import LicenceChoice
-from cftools.ingest.readers import (BadRecords, IngestReport, finish, image_path_problem, records, stable_key)
+from cftools.ingest.readers import (BadRecords, IngestReport, finish, image_path_problem, records, repeated_id,
+                                    stable_key)
 from cftools.kinds.cfmm.model import TYPES
 from cftools.models import DRAFT, utcnow
 from cftools.store import Store
@@ -45,8 +46,9 @@ def read_cfmm(path: Path, bad: BadRecords, dataset: Optional[str] = None,
     now = utcnow()
     sources: dict[str, dict] = {}
     items: dict[str, dict] = {}
+    ids: dict[str, str] = {}
     for line, row in records(path, REQUIRED, bad):
-        problem = record_problem(row, images_dir)
+        problem = record_problem(row, images_dir) or repeated_id(ids, row, line)
         if problem:
             bad.add(InputError(path, problem, line))
             continue

@@ -73,16 +73,6 @@ def summarize(outcomes: Sequence[dict], types: Sequence[str]) -> dict[str, Any]:
                           "types), as the CFMM paper reports its totals; total = plain accuracy over all pairs"}
 
 
-def points(score: Optional[dict]) -> str:
-    """A summed total in points (percent per type summed), with its interval."""
-    if not score or score.get("value") is None:
-        return "–"
-    text = f"{100 * score['value']:.1f}"
-    if score.get("low") is not None:
-        text += f" [{100 * score['low']:.1f}, {100 * score['high']:.1f}]"
-    return text
-
-
 def table_rows(section: dict[str, Any], fmt: Any) -> list[list[str]]:
     def dash(value: Any) -> str:
         return "–" if value is None else str(value)
@@ -96,9 +86,9 @@ def table_rows(section: dict[str, Any], fmt: Any) -> list[list[str]]:
     summed = section.get("summed")
     if summed:
         full = 100 * section.get("summed_types", 0)
-        rows.append([f"{SUMMED} (of {full})", dash(summed["acc_b"]["n"]), points(summed["acc_b"]), "–",
-                     points(summed["acc_c"]), "–", points(summed["acc_plus"])])
+        rows.append([f"{SUMMED} (of {full})", dash(summed["acc_b"]["n"]), fmt.pct(summed["acc_b"]), "–",
+                     fmt.pct(summed["acc_c"]), "–", fmt.pct(summed["acc_plus"])])
         chance = section.get("random_summed") or {}
-        rows.append([f"{RANDOM} summed (of {full})", "–", points(chance.get("acc_b")), "–",
-                     points(chance.get("acc_c")), "–", points(chance.get("acc_plus"))])
+        rows.append([f"{RANDOM} summed (of {full})", "–", fmt.pct(chance.get("acc_b")), "–",
+                     fmt.pct(chance.get("acc_c")), "–", fmt.pct(chance.get("acc_plus"))])
     return rows

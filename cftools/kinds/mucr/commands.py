@@ -13,6 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from cftools.commands.common import console, err_console, pass_workspace, print_json
 from cftools.commands.exit_codes import document_exit_codes, exit_for_failures
 from cftools.commands.generation import llm_options, print_llm_report, run_with_llm
+from cftools.errors import CftoolsError
 from cftools.commands.ingest import file_ingest_options, ingest_licence, print_ingest, report_path
 from cftools.kinds.mucr.generate import (CAPTIONS_MAX_TOKENS, CONTEXT_MAX_TOKENS, CONTEXT_STOP_REGEX,
                                          LOCAL_CONTEXT_MAX_TOKENS, draft_captions, text_params, write_context)
@@ -80,6 +81,16 @@ def context_cmd(workspace: Workspace, limit: Optional[int], groups: tuple[str, .
     print_llm_report(report, as_json, "contextual descriptions")
 
 
+def size_option(value: Optional[str]) -> Optional[str]:
+    """--size checked before any work: a bad one is bad usage (exit 2)."""
+    from cftools.imagegen.base import check_size
+
+    try:
+        return check_size(value) if value is not None else None
+    except CftoolsError as exc:
+        raise click.BadParameter(str(exc), param_hint="--size") from None
+
+
 @click.command("images")
 @click.option("--backend", type=click.Choice(["diffusers", "openai"]),
               help="Image backend (default: [images] backend, else diffusers with the embedded tiny pipeline).")
@@ -91,7 +102,8 @@ def context_cmd(workspace: Workspace, limit: Optional[int], groups: tuple[str, .
 @click.option("--seed", type=int, default=0, show_default=True, help="Base seed (candidate seeds derive from it).")
 @click.option("--steps", type=click.IntRange(min=1), help="Denoising steps (default: the backend's).")
 @click.option("--guidance", type=float, help="Classifier-free guidance scale (default: the backend's).")
-@click.option("--size", help="WIDTHxHEIGHT (default: the backend's).")
+@click.option("--size", callback=lambda ctx, param, value: size_option(value),
+              help="WIDTHxHEIGHT, multiples of 8 (default: the backend's).")
 @click.option("--consistency", type=click.Choice(["seed", "img2img"]),
               help="seed: cause k and effect k share initial latents; img2img: effect k is made from cause k.")
 @click.option("--limit", type=click.IntRange(min=0), help="At most this many pairs.")

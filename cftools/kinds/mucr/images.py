@@ -29,12 +29,12 @@ from sqlalchemy import select
 
 from cftools.errors import naming_the_file
 from cftools.generate.claims import Claims
-from cftools.images import read_image_file, register_image
+from cftools.images import GENERATED_IMAGES_FOLDER, IMAGE_CACHE_BACKEND, read_image_file, register_image
 from cftools.models import CHECKED, DRAFT, Image, Item, ItemEvent, utcnow
 from cftools.store import Store
 
 KIND = "mucr"
-IMAGES_FOLDER = Path("images") / "generated"
+IMAGES_FOLDER = GENERATED_IMAGES_FOLDER
 GENERATOR = "mucr-images"  # the work claims' name for (pair, style, round) jobs
 CLAIM_WAIT_S = 0.5
 
@@ -98,8 +98,9 @@ def start_new_round(data: dict[str, Any], style: str) -> dict[str, Any]:
     return data
 
 
-def save_png(image: PIL.Image.Image, folder: Path) -> Path:
-    """Write IMAGE under its content hash (PNG bytes are deterministic for the same pixels)."""
+def save_png(image: PIL.Image.Image, folder: Path, made: Optional[list[Path]] = None) -> Path:
+    """Write IMAGE under its content hash (PNG bytes are deterministic for the same pixels); a file this call
+    created is added to MADE (to remove again if the store cannot record it)."""
     import hashlib
     import io
 
@@ -118,6 +119,8 @@ def save_png(image: PIL.Image.Image, folder: Path) -> Path:
             partial.unlink(missing_ok=True)  # a full disk: no partial file left behind either
             raise
         partial.replace(path)  # never a half-written file under the final name
+        if made is not None:
+            made.append(path)
     return path
 
 
@@ -125,7 +128,7 @@ class StoreImageCache:
     """The store's request cache for image APIs: a request key -> the SHA-256s of the images it returned (files
     under the workspace's generated images); an entry whose files are gone is a miss."""
 
-    backend = "images"
+    backend = IMAGE_CACHE_BACKEND
 
     def __init__(self, store: Store, folder: Path) -> None:
         self.store, self.folder = store, folder
@@ -170,17 +173,28 @@ def record_style(store: Store, item_id: int, style: str, results: list, folder: 
     """Store one pair's new candidates of STYLE (files first, then one transaction) and re-rank the style;
     FINISH(session, ok) closes the job's claim in that transaction."""
     new: dict[str, dict] = {}
-    files = []
-    for result in results:
-        if not result.ok:
-            report.failures.append({"item_id": item_id, "style": style, **result.as_dict()})
-            continue
-        cause, effect = save_png(result.cause, folder), save_png(result.effect, folder)
-        files += [cause, effect]
-        new[str(result.k)] = {"cause": f"sha256:{cause.stem}", "effect": f"sha256:{effect.stem}",
-                              "cause_provenance": result.cause_provenance.as_dict(),
-                              "effect_provenance": result.effect_provenance.as_dict()}
-        report.images_made += 2
+    files: list[Path] = []
+    made: list[Path] = []  # files this call created: no row points to them until the transaction below commits
+    try:
+        for result in results:
+            if not result.ok:
+                report.failures.append({"item_id": item_id, "style": style, **result.as_dict()})
+                continue
+            cause, effect = save_png(result.cause, folder, made), save_png(result.effect, folder, made)
+            files += [cause, effect]
+            new[str(result.k)] = {"cause": f"sha256:{cause.stem}", "effect": f"sha256:{effect.stem}",
+                                  "cause_provenance": result.cause_provenance.as_dict(),
+                                  "effect_provenance": result.effect_provenance.as_dict()}
+            report.images_made += 2
+        _store_style(store, item_id, style, files, new, seed, scorer, report, finish)
+    except BaseException:
+        for path in made:  # a full disk (or a kill of the transaction): no image file without its row
+            path.unlink(missing_ok=True)
+        raise
+
+
+def _store_style(store: Store, item_id: int, style: str, files: list[Path], new: dict[str, dict], seed: int,
+                 scorer: Any, report: ImagesReport, finish: Callable[[Any, bool], None]) -> None:
     measured = [read_image_file(path) for path in files]
     failures = [f for f in report.failures if f["item_id"] == item_id and f["style"] == style]
     with store.write() as session:
@@ -190,8 +204,12 @@ def record_style(store: Store, item_id: int, style: str, results: list, folder: 
         data = dict(item.data or {})
         candidates = {**((data.get("candidates") or {}).get(style) or {}), **new}
         data["candidates"] = {**(data.get("candidates") or {}), style: candidates}
-        if failures:
-            data["image_failures"] = [*(data.get("image_failures") or []), *failures]
+        # a candidate made now is no longer a failure: earlier failures of it go (a retry that worked)
+        earlier = [f for f in data.get("image_failures") or [] if (f.get("style"), str(f.get("k"))) not in
+                   {(style, k) for k in new}]
+        data["image_failures"] = [*earlier, *failures]
+        if not data["image_failures"]:
+            del data["image_failures"]
         session.flush()
         fresh = {f"sha256:{img.sha256}": img.path for img in measured}
         known = {ref for c in candidates.values() for ref in (c["cause"], c["effect"])}
@@ -204,7 +222,7 @@ def record_style(store: Store, item_id: int, style: str, results: list, folder: 
         session.add(ItemEvent(item_id=item_id, stage="generate images", from_status=item.status,
                               to_status=item.status, detail={"style": style, "new": sorted(new, key=int),
                                                              "failed": len(failures), "seed": seed}))
-        finish(session, all(result.ok for result in results))
+        finish(session, not failures)
 
 
 def _paths(session: Any, refs: set[str], fresh: dict[str, Path]) -> dict[str, Path]:

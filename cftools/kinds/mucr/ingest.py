@@ -13,7 +13,7 @@ from typing import Any, Optional
 
 from cftools.errors import InputError
 from cftools.ingest.licences import LicenceChoice
-from cftools.ingest.readers import BadRecords, IngestReport, finish, records, stable_key
+from cftools.ingest.readers import BadRecords, IngestReport, finish, records, repeated_id, stable_key
 from cftools.kinds.mucr.model import CATEGORIES
 from cftools.models import DRAFT, utcnow
 from cftools.store import Store
@@ -52,8 +52,9 @@ def record_problem(row: dict[str, Any]) -> Optional[str]:
 def read_captions(path: Path, bad: BadRecords, dataset: Optional[str] = None) -> tuple[str, list[dict]]:
     dataset = dataset or f"captions:{path.stem}"
     items: dict[str, dict] = {}
+    ids: dict[str, str] = {}
     for line, row in records(path, REQUIRED, bad):
-        problem = record_problem(row)
+        problem = record_problem(row) or repeated_id(ids, row, line)
         if problem:
             bad.add(InputError(path, problem, line))
             continue

@@ -226,7 +226,7 @@ def write_jsonl(path: Path, rows: list[dict]) -> None:
 
 def write_mucr(items: list, folder: Path, name: str, splits: dict[str, float], context: Any) -> None:
     """The MuCR release of ITEMS (see the module's docstring); refuses small groups unless allowed."""
-    from cftools.release.export import agreement_rows, write_records
+    from cftools.release.records import agreement_rows, write_records
     from cftools.release.datacard import write_card
 
     options = context.options

@@ -1,0 +1,44 @@
+"""The release's licence and the licences of the sources its items come from."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from cftools.errors import CftoolsError
+from cftools.ingest.licences import clean_licence, licence_conflicts, licences_of
+from cftools.release.selection import ExportItem
+from cftools.workspace import Workspace
+
+
+@dataclass
+class Licensing:
+    """The release's licence, whether the exporter gave it (--licence), and its sources' licences."""
+
+    licence: str | None
+    given: bool
+    sources: dict[str, str]  # dataset -> licence
+    items_per_source: dict[str, int]
+
+    def card_rows(self) -> list[dict[str, Any]]:
+        return [{"dataset": d, "licence": lic, "n_items": self.items_per_source[d]} for d, lic in self.sources.items()]
+
+
+def release_licensing(workspace: Workspace, items: list[ExportItem], licence: str | None) -> Licensing:
+    """The licences of the sources ITEMS come from, and the release licence; refuses (before anything is
+    written) to stamp the workspace's licence over sources under another or an unknown licence."""
+    given = clean_licence(licence)
+    section = workspace.section("release")
+    stamped = given or clean_licence(section.get("license") or section.get("licence"))
+    per_source = Counter(e.provenance["dataset"] for e in items if e.provenance.get("dataset"))
+    with workspace.store.session() as session:
+        sources = licences_of(session, per_source)
+    conflicts = licence_conflicts(stamped, sources) if stamped and not given else {}
+    if conflicts:
+        listed = ", ".join(f"{dataset} ({lic})" for dataset, lic in sorted(conflicts.items()))
+        raise CftoolsError(
+            f"will not stamp the licence {stamped} ([release] license in cftools.toml) over sources under other "
+            f"or unknown licences: {listed}; state a source's licence with `cftools ingest ... --licence`, or "
+            f"give the release's licence explicitly with `cftools export --licence LICENCE`")
+    return Licensing(stamped, given is not None, sources, dict(per_source))

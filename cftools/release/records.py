@@ -1,0 +1,158 @@
+"""Writing a release's files: images under their content hash, records.jsonl, Parquet, the native card.
+
+Deterministic: JSON is written with sorted keys, Parquet and PNG files carry no clock time. The release's own
+file names come from content hashes; names found in input data (image file names, paths) are never used as paths.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
+
+from sqlalchemy import select
+
+from cftools.errors import CftoolsError
+from cftools.images import HASH_CHUNK
+from cftools.models import Item
+from cftools.release.layout import DATA_DIR, IMAGES_DIR, RECORDS_NAME, parquet_name
+from cftools.release.selection import ExportItem, ImageRef
+from cftools.store import Store, in_chunks
+from cftools.workspace import Workspace
+
+if TYPE_CHECKING:
+    from cftools.release.licensing import Licensing
+
+PARQUET_BATCH = 1000
+
+Progress = Callable[[str, int, int], None]  # (stage, done, total)
+
+
+def json_line(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(", ", ": ")) + "\n"
+
+
+def read_chunks(ref: ImageRef, source: Path) -> Iterator[bytes]:
+    """The image file's bytes; one that cannot be read is named with its hash (a failed write is not this)."""
+    try:
+        with open(source, "rb") as src:
+            while chunk := src.read(HASH_CHUNK):
+                yield chunk
+    except OSError as exc:
+        raise CftoolsError(f"image {ref.sha256[:12]}… cannot be read from {source}: {exc.strerror or exc}") from None
+
+
+def copy_image(ref: ImageRef, release: Path) -> None:
+    """Copy one image under its content-addressed name, checking the bytes still have that hash."""
+    source = Path(ref.path)
+    target = release / ref.rel
+    if target.exists():
+        return
+    digest = hashlib.sha256()
+    with open(target, "wb") as dst:
+        for chunk in read_chunks(ref, source):
+            digest.update(chunk)
+            dst.write(chunk)
+    if digest.hexdigest() != ref.sha256:
+        raise CftoolsError(f"image file {source} has changed since it was ingested (its SHA-256 is no longer "
+                           f"{ref.sha256[:12]}…); re-ingest it")
+
+
+def copy_images(items: list[ExportItem], release: Path, progress: Progress | None) -> int:
+    (release / IMAGES_DIR).mkdir()
+    unique = sorted({ref.sha256: ref for entry in items for ref in entry.images}.values(), key=lambda r: r.sha256)
+    for done, ref in enumerate(unique, start=1):
+        copy_image(ref, release)
+        if progress:
+            progress("images", done, len(unique))
+    return len(unique)
+
+
+def write_records(items: list[ExportItem], path: Path) -> None:
+    with open(path, "w", encoding="utf-8", newline="\n") as fh:
+        for entry in items:
+            fh.write(json_line(entry.record))
+
+
+def release_features():  # noqa: ANN201
+    """The records' columns as `datasets` Features (the image column is a datasets Image)."""
+    from datasets import Features, Image as ImageFeature, List, Value
+
+    text = Value("string")
+    return Features({
+        "id": text, "kind": text, "group": text, "split": text, "verified": Value("bool"), "status": text,
+        "image": ImageFeature(), "image_sha256": text, "original_question": text, "original_answer": text,
+        "answer_type": text, "question": text, "answer": text,
+        "options": {"original": List(text), "counterfactual": List(text)},
+        "data": text,  # the item's shape-specific fields as a JSON object (sorted keys)
+    })
+
+
+def parquet_row(record: dict[str, Any], release: Path) -> dict[str, Any]:
+    row = dict(record)
+    if record["image"]:
+        row["image"] = {"bytes": (release / record["image"]).read_bytes(), "path": record["image"]}
+    row["data"] = json.dumps(record["data"], sort_keys=True, ensure_ascii=False)
+    return row
+
+
+def write_parquet(items: list[ExportItem], release: Path, splits: dict[str, float]) -> None:
+    """One Parquet file per split, HF `datasets` layout, image bytes embedded; written deterministically
+    (pyarrow writes no clock time; `created_by` names the pyarrow version)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = release_features().arrow_schema
+    (release / DATA_DIR).mkdir()
+    for split in splits:
+        rows = [entry for entry in items if entry.record["split"] == split]
+        if not rows:
+            continue
+        with pq.ParquetWriter(release / DATA_DIR / parquet_name(split), schema, compression="snappy") as writer:
+            for start in range(0, len(rows), PARQUET_BATCH):
+                batch = [parquet_row(entry.record, release) for entry in rows[start:start + PARQUET_BATCH]]
+                writer.write_table(pa.Table.from_pylist(batch, schema=schema))
+
+
+def write_native(items: list[ExportItem], folder: Path, splits: dict[str, float], workspace: Workspace,
+                 name: str, version: str, progress: Progress | None, licensing: Licensing) -> None:
+    from cftools.release.datacard import write_card
+
+    write_records(items, folder / RECORDS_NAME)
+    if progress:
+        progress("records", 1, 3)
+    write_parquet(items, folder, splits)
+    if progress:
+        progress("records", 2, 3)
+    agreement = agreement_rows(workspace.store, [e.record["id"] for e in items])
+    write_card(folder, [e.record for e in items], [e.provenance for e in items], agreement,
+               name=name, version=version, license=licensing.licence, license_given=licensing.given,
+               source_licences=licensing.card_rows(), splits=list(splits),
+               data_as_of=max((e.updated_at for e in items), default=""))
+    if progress:
+        progress("records", 3, 3)
+
+
+def agreement_rows(store: Store, item_keys: Iterable[str]) -> list[dict[str, Any]]:
+    """Inter-annotator agreement of the released items only (not of the whole store), per kind and question; and
+    of the released kinds' own tasks (a MuCR selection is made on the pair before the released item exists)."""
+    from cftools.annotate.rules import agreement, label_agreement
+    from cftools.annotate.status import _own_task_pairs, agreement_project_name, verify_ratings
+
+    item_keys = list(item_keys)
+    with store.session() as session:
+        ratings = verify_ratings(session, item_keys)
+        kinds = {kind for part in in_chunks(item_keys)
+                 for kind in session.execute(select(Item.kind).where(Item.key.in_(part)).distinct()).scalars()}
+        own = _own_task_pairs(session)
+    rows = []
+    for kind in sorted(ratings):
+        for question, s in agreement(ratings[kind]).items():
+            if s["n_items"]:
+                rows.append({"project": agreement_project_name(kind), "question": question, **s})
+    for name, pairs in sorted(own.items()):
+        if name.split(" ", 1)[0] in kinds:
+            rows += [{"project": name, "question": question, "n_items": s["n_pairs"], "krippendorff_alpha": None, **s}
+                     for question, s in label_agreement(pairs).items()]
+    return rows

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from release_stock import stock_every_kind
-from test_browser import browser_context, save_screenshot  # noqa: F401 (browser_context: a fixture)
+from test_browser import UI_TIMEOUT_MS, browser, save_screenshot  # noqa: F401 (browser: a fixture)
 
 from cftools.release.export import export_release
 from cftools.release.layout import load_manifest, load_records
@@ -276,10 +276,12 @@ def test_lmms_eval_runs_the_exported_task_and_agrees_with_cftools_eval(stocked, 
 # ---------------------------------------------------------------- browse
 
 
-def test_browse_page_shows_items_and_filters_in_chromium(stocked, tmp_path, browser_context):
+def test_browse_page_shows_items_and_filters_in_chromium(stocked, tmp_path, browser):
     workspace, keys = stocked
     result = export(workspace, tmp_path)
-    page = browser_context.new_page()
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    context.set_default_timeout(UI_TIMEOUT_MS)
+    page = context.new_page()
     page.goto((result.path / "browse.html").as_uri())
     total = sum(len(v) for v in keys.values())
     assert page.locator("article").count() == total
@@ -299,4 +301,4 @@ def test_browse_page_shows_items_and_filters_in_chromium(stocked, tmp_path, brow
     assert page.locator("#shown").inner_text() == f"{len(keys['cfmm'])} shown"
     page.select_option("select[data-facet=group]", "")
     save_screenshot(page, "browse-release")
-    page.close()
+    context.close()

@@ -354,6 +354,7 @@ def test_push_again_pushes_only_new_items(label_studio, ls_workspace, run_cli, r
     assert first["pushed"] == 2
     second = run_cli("annotate", "push")
     assert second.exit_code == 0 and "Pushed 3" in second.output and "/projects/" in second.output
+    assert "verification is not blind" in second.output  # one shared project: [label_studio] annotators unset
     third = json.loads(run_cli("annotate", "push", "--json").output)
     assert third["pushed"] == 0 and third["project_id"] == first["project_id"]
     admin = label_studio.client()

@@ -94,6 +94,10 @@ def push_cmd(workspace: Workspace, kind: Optional[str], limit: Optional[int], ad
             console.print(f"  {escape(person)}: {n} new tasks")
     else:
         console.print(f"Pushed {report.pushed} {pushed} to the {kind} {what} project: [bold]{report.project_url}[/]")
+        if pushed != "images":  # judgments, not authoring: in one shared project each annotator can see the others'
+            err_console.print("[yellow]Warning:[/] one shared project: verification is not blind (an annotator can "
+                              "open another's judgment). List the people in [label_studio] annotators and cftools "
+                              "gives each their own project.")
     if report.reconciled:
         console.print(f"Recorded {report.reconciled} tasks already on the server from an interrupted push.")
     if report.duplicates_on_server:

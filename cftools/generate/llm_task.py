@@ -1,8 +1,13 @@
 """One LLM generator run, whatever it writes: jobs, the request cache, retries of unparseable outputs, provenance.
 
 A generator (C-VQA rewriting, MuCR contextual descriptions and cues, CFMM pairs, ...) is an `LLMTask`: its name,
-its prompt template, `parse(text, job)` (raises `ParseError`) and `write(session, job, parsed, generation_id,
-attempt)` (creates or updates items). `run_llm_task` does the rest the same way for all of them:
+its prompt template, its output schema (`schema`, a `cftools.llm.structured.OutputSchema`) and `from_reply(reply,
+job)` (or, for free text, `parse(text, job)`, which raises `ParseError`), and `write(session, job, parsed,
+generation_id, attempt)` (creates or updates items). `run_llm_task` does the rest the same way for all of them:
+
+- the schema goes to the backend as its `structured_output` says (`response_format`, or into the prompt; the
+  embedded model decodes under it), every reply is validated against it, and the generation record's params
+  keep `output_schema` = {name, hash, mode, constrained};
 
 - every finished request is committed at once (cache entry, generation record, what `write` makes), so a killed
   run loses only what was in flight and the next run does only the jobs the task still selects;
@@ -25,6 +30,7 @@ from cftools.llm import Backend, Completion, LLMError, request_key
 from cftools.llm.base import render_messages
 from cftools.llm.cache import cached_completion, cached_completions, save_completions
 from cftools.llm.prompts import PromptTemplate
+from cftools.llm.structured import JSON_SCHEMA, PROMPT, OutputSchema, ReplyError, schema_provenance
 from cftools.generate.claims import DEFAULT_LEASE_S, Claims
 from cftools.llm.runner import JobResult, RunStats, run_jobs
 from cftools.models import DRAFT, Generation, Item, ItemEvent, utcnow
@@ -63,6 +69,8 @@ class LLMJob:
     context: dict[str, Any] = field(default_factory=dict)  # what `write` needs
     attempts: list[Attempt] = field(default_factory=list)
     first_missed: bool = False  # the bulk cache lookup found no response for attempt 1
+    params: dict[str, Any] = field(default_factory=dict)  # on top of the run's (the output schema)
+    provenance: dict[str, Any] = field(default_factory=dict)  # on top of the generation record's params
 
 
 @dataclass
@@ -80,8 +88,21 @@ class LLMTask:
 
     generator: str = ""
     template: PromptTemplate
+    schema: Optional[OutputSchema] = None
+
+    def schema_for(self, job: LLMJob) -> Optional[OutputSchema]:
+        """The job's output schema (a task whose choices depend on the job builds one per job)."""
+        return self.schema
 
     def parse(self, text: str, job: LLMJob) -> dict[str, Any]:
+        schema = self.schema_for(job)
+        if schema is None:
+            raise NotImplementedError
+        return self.from_reply(schema.read(text), job)
+
+    def from_reply(self, reply: Any, job: LLMJob) -> dict[str, Any]:
+        """What a validated reply (the schema's pydantic model) makes: the parsed dict `write` stores; raises
+        ParseError for what a schema cannot say (an answer that is not one of the options)."""
         raise NotImplementedError
 
     def write(self, store: Store, session: Session, job: LLMJob, parsed: dict[str, Any], generation_id: int,
@@ -135,7 +156,7 @@ class Attempts:
 
     def new_attempt(self, job: LLMJob) -> Attempt:
         number = len(job.attempts) + 1
-        params = attempt_params(self.base_params, number)
+        params = attempt_params({**self.base_params, **job.params}, number)
         return Attempt(number=number, params=params,
                        key=request_key(self.backend.cache_id, self.backend.model, job.messages, params))
 
@@ -143,7 +164,7 @@ class Attempts:
         try:
             attempt.parsed = self.task.parse(attempt.completion.text, job)
             return True
-        except ParseError as exc:
+        except (ParseError, ReplyError) as exc:
             attempt.parse_error = str(exc)
             return False
 
@@ -218,7 +239,9 @@ class Writer:
         return dict(
             source_id=job.source_id, generator=self.task.generator, group=job.group, backend=self.backend.name,
             model=self.backend.model, template_name=template.name, template_hash=template.hash,
-            params={**attempt.params, "cache_backend": self.backend.cache_id}, prompt=render_messages(job.messages),
+            params={**{k: v for k, v in attempt.params.items() if k != "response_format"},
+                    "cache_backend": self.backend.cache_id, **job.provenance},
+            prompt=render_messages(job.messages),
             raw_output=completion.text if completion else None, parsed=attempt.parsed,
             parse_error=attempt.parse_error, prompt_tokens=completion.prompt_tokens if completion else None,
             completion_tokens=completion.completion_tokens if completion else None,
@@ -248,6 +271,29 @@ def claimed_jobs(store: Store, jobs: list[LLMJob], attempts: Attempts, claims: C
             yield attempts.try_cached_first(job, cache) or job
 
 
+UNSTRUCTURED_ONLY = ("stop", "stop_regex")  # free-text stops could cut a JSON reply short
+
+
+def structure_jobs(task: LLMTask, jobs: list[LLMJob], backend: Backend) -> None:
+    """Give each job its output schema the way BACKEND takes it: `response_format` in the job's params (the
+    embedded model gets the full schema for its grammar), or the schema's instruction at the end of the prompt."""
+    mode = getattr(backend, "structured_output", JSON_SCHEMA)
+    for job in jobs:
+        schema = task.schema_for(job)
+        if schema is None:
+            continue
+        if mode == PROMPT:
+            last = dict(job.messages[-1])
+            if isinstance(last["content"], list):
+                last["content"] = [*last["content"], {"type": "text", "text": schema.instruction()}]
+            else:
+                last["content"] = f"{last['content'].rstrip()}\n\n{schema.instruction()}"
+            job.messages = [*job.messages[:-1], last]
+        else:
+            job.params = {**job.params, "response_format": schema.response_format(full=mode != JSON_SCHEMA)}
+        job.provenance = {**job.provenance, "output_schema": schema_provenance(schema, mode)}
+
+
 def run_llm_task(store: Store, backend: Backend, task: LLMTask, jobs: list[LLMJob], *, params: dict[str, Any],
                  group: Optional[str] = None, concurrency: int | None = None, refresh: bool = False,
                  max_attempts: int = DEFAULT_MAX_ATTEMPTS, console: Console | None = None,
@@ -257,6 +303,9 @@ def run_llm_task(store: Store, backend: Backend, task: LLMTask, jobs: list[LLMJo
     SELECTED_AT is when the caller started choosing the jobs. Returns what this worker did."""
     report = LLMReport(generator=task.generator, group=group, backend=backend.name, model=backend.model,
                        template=task.template.name, selected=len(jobs))
+    if any(task.schema_for(job) is not None for job in jobs[:1]):
+        params = {k: v for k, v in params.items() if k not in UNSTRUCTURED_ONLY}
+    structure_jobs(task, jobs, backend)
     attempts = Attempts(store, backend, task, params, max_attempts, refresh)
     workers = concurrency or DEFAULT_CONCURRENCY.get(backend.name, 4)
     claims = Claims(store, task.generator, [job_key(job) for job in jobs], lease_s, selected_at)

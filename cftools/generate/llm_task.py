@@ -30,7 +30,8 @@ from cftools.llm import Backend, Completion, LLMError, request_key
 from cftools.llm.base import render_messages
 from cftools.llm.cache import cached_completion, cached_completions, save_completions
 from cftools.llm.prompts import PromptTemplate
-from cftools.llm.structured import JSON_SCHEMA, PROMPT, OutputSchema, ReplyError, schema_provenance
+from cftools.llm.structured import (OutputSchema, ReplyError, backend_mode, schema_provenance,
+                                    structured_request)
 from cftools.generate.claims import DEFAULT_LEASE_S, Claims
 from cftools.llm.runner import JobResult, RunStats, run_jobs
 from cftools.models import DRAFT, Generation, Item, ItemEvent, utcnow
@@ -275,22 +276,13 @@ UNSTRUCTURED_ONLY = ("stop", "stop_regex")  # free-text stops could cut a JSON r
 
 
 def structure_jobs(task: LLMTask, jobs: list[LLMJob], backend: Backend) -> None:
-    """Give each job its output schema the way BACKEND takes it: `response_format` in the job's params (the
-    embedded model gets the full schema for its grammar), or the schema's instruction at the end of the prompt."""
-    mode = getattr(backend, "structured_output", JSON_SCHEMA)
+    """Give each job its output schema the way BACKEND takes it (`cftools.llm.structured.structured_request`)."""
+    mode = backend_mode(backend)
     for job in jobs:
         schema = task.schema_for(job)
         if schema is None:
             continue
-        if mode == PROMPT:
-            last = dict(job.messages[-1])
-            if isinstance(last["content"], list):
-                last["content"] = [*last["content"], {"type": "text", "text": schema.instruction()}]
-            else:
-                last["content"] = f"{last['content'].rstrip()}\n\n{schema.instruction()}"
-            job.messages = [*job.messages[:-1], last]
-        else:
-            job.params = {**job.params, "response_format": schema.response_format(full=mode != JSON_SCHEMA)}
+        job.messages, job.params = structured_request(backend, schema, job.messages, job.params)
         job.provenance = {**job.provenance, "output_schema": schema_provenance(schema, mode)}
 
 

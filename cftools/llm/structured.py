@@ -150,3 +150,24 @@ def schema_provenance(schema: OutputSchema, mode: str) -> dict[str, Any]:
     """What a generation record keeps of the schema: name, hash, how it was sent, whether decoding was
     constrained (by our grammar, or by the server through strict `response_format`)."""
     return {"name": schema.name, "hash": schema.hash, "mode": mode, "constrained": mode in (GRAMMAR, JSON_SCHEMA)}
+
+
+def backend_mode(backend: Any) -> str:
+    """How BACKEND takes a schema: its `structured_output` (the embedded model: grammar; a server: json_schema
+    unless configured "prompt")."""
+    return getattr(backend, "structured_output", JSON_SCHEMA)
+
+
+def structured_request(backend: Any, schema: OutputSchema, messages: list[dict[str, Any]],
+                       params: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """MESSAGES and PARAMS asking BACKEND for a reply of SCHEMA: `response_format` (the embedded model gets the
+    full schema for its grammar), or the schema's instruction at the end of the last message."""
+    mode = backend_mode(backend)
+    if mode != PROMPT:
+        return messages, {**params, "response_format": schema.response_format(full=mode != JSON_SCHEMA)}
+    last = dict(messages[-1])
+    if isinstance(last.get("content"), list):
+        last["content"] = [*last["content"], {"type": "text", "text": schema.instruction()}]
+    else:
+        last["content"] = f"{str(last.get('content') or '').rstrip()}\n\n{schema.instruction()}"
+    return [*messages[:-1], last], params

@@ -7,6 +7,10 @@ Two LLM tasks on the shared runner (`cftools.generate.llm_task`: cache, retries,
 2. draft (`prompts/cfmm/<type>.j2`, one per type, with checked in-context examples): the basic question, its
    counterfactual version with an if-condition, two options each and the correct ones.
 
+Each reply follows an output schema (`TypePick`, built per image from its allowed types, and `PairDraft`, whose
+correct options are given by number so that an answer is one of its options by construction); the embedded
+model decodes under it, a server gets it as `response_format`.
+
 The drafter sees no image, so every draft is marked `needs_image_check`. Item keys are `pairs:<image id>:<slot>`
 (slot 1..--per-image), so a rerun drafts only the slots still empty.
 
@@ -22,8 +26,9 @@ import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Annotated, Any, Literal, Optional
 
+from pydantic import Field, create_model
 from rich.console import Console
 from sqlalchemy import func, select
 from sqlmodel import Session
@@ -36,6 +41,7 @@ from cftools.kinds.cfmm.model import NO_TYPE, PAPER_COUNTS, TYPES
 from cftools.llm import Backend, text_message
 from cftools.llm.base import DEFAULT_PARAMS
 from cftools.llm.prompts import PromptTemplate, load_prompt
+from cftools.llm.structured import OutputSchema, Reply
 from cftools.models import DRAFT, Item, SourceQuestion, utcnow
 from cftools.store import Store
 
@@ -47,9 +53,32 @@ LABELS = {"basic_question": "basic question", "basic_options": "basic options", 
 LINE = re.compile(r"^\s*(basic question|basic options|basic answer|counterfactual question|counterfactual options|"
                   r"counterfactual answer)\s*:\s*(.*?)\s*$", re.IGNORECASE | re.MULTILINE)
 OPTION_SPLIT = re.compile(r"\s*\|\s*|\s*;\s*|\s+or\s+")
-LOCAL_MAX_TOKENS = 160
-# A model that goes on to invent another example stops there.
-STOP = ["\nFacts:"]
+LOCAL_MAX_TOKENS = 220
+PICK_MAX_TOKENS = 16
+Option = Annotated[str, Field(min_length=1, max_length=60)]
+
+
+class PairDraft(Reply):
+    """A basic question and its counterfactual version, two options each; the correct option by its number."""
+
+    basic_question: str = Field(min_length=1, max_length=160, description="Answerable from the facts")
+    basic_options: list[Option] = Field(min_length=2, max_length=2, description="Two options, one correct")
+    basic_correct: Literal[1, 2] = Field(description="The number of the correct basic option")
+    cf_question: str = Field(min_length=1, max_length=200,
+                             description="The basic question with an if-condition that changes the world")
+    cf_options: list[Option] = Field(min_length=2, max_length=2, description="Two options, one correct")
+    cf_correct: Literal[1, 2] = Field(description="The number of the correct counterfactual option")
+
+
+DRAFT_SCHEMA = OutputSchema("cfmm_pair", PairDraft)
+
+
+def pick_schema(allowed: list[str]) -> OutputSchema:
+    """The type of an image's pair among ALLOWED (its own enum, so a constrained model cannot pick another), or
+    "none"."""
+    choices = tuple(allowed) + (NO_TYPE,)
+    return OutputSchema("cfmm_type_pick", create_model("TypePick", __base__=Reply,
+                                                       type=(Literal[choices], Field(description="The pair's type"))))
 
 
 # -- the quota -------------------------------------------------------------------------------------------------
@@ -204,8 +233,11 @@ class PickTask(LLMTask):
     def __init__(self, template: PromptTemplate) -> None:
         self.template = template
 
-    def parse(self, text: str, job: LLMJob) -> dict[str, Any]:
-        return parse_pick(text, job.context["allowed"])
+    def schema_for(self, job: LLMJob) -> OutputSchema:
+        return pick_schema(job.context["allowed"])
+
+    def from_reply(self, reply: Any, job: LLMJob) -> dict[str, Any]:
+        return {"type": reply.type}
 
     def write(self, store: Store, session: Session, job: LLMJob, parsed: dict[str, Any], generation_id: int,
               attempt: int) -> int:
@@ -217,17 +249,31 @@ class DraftTask(LLMTask):
     """Step 2: the pair of one type, as a draft item that needs an image check."""
 
     generator = GENERATOR
+    schema = DRAFT_SCHEMA
 
     def __init__(self, pair_type: str, template: PromptTemplate) -> None:
         self.pair_type, self.template = pair_type, template
 
-    def parse(self, text: str, job: LLMJob) -> dict[str, Any]:
-        return parse_draft(text)
+    def from_reply(self, reply: Any, job: LLMJob) -> dict[str, Any]:
+        return draft_from_reply(reply)
 
     def write(self, store: Store, session: Session, job: LLMJob, parsed: dict[str, Any], generation_id: int,
               attempt: int) -> int:
         return insert_items(store, session, [draft_row(job.context["slot"], self.pair_type, parsed, generation_id,
                                                        attempt)], "generate")
+
+
+def draft_from_reply(reply: PairDraft) -> dict[str, Any]:
+    """The parsed draft (the shape `parse_draft` gives free text); two options that read the same are refused."""
+    parsed: dict[str, Any] = {"basic_question": " ".join(reply.basic_question.split()),
+                              "cf_question": " ".join(reply.cf_question.split())}
+    for which, what in (("basic", "basic"), ("cf", "counterfactual")):
+        options = [" ".join(o.split()) for o in getattr(reply, f"{which}_options")]
+        if normalize_answer(options[0]) == normalize_answer(options[1]):
+            raise ParseError(f"the {what} question's two options are the same: {options[0]!r}")
+        parsed[f"{which}_options"] = options
+        parsed[f"{which}_answer"] = options[getattr(reply, f"{which}_correct") - 1]
+    return parsed
 
 
 def draft_row(slot: Slot, pair_type: str, parsed: dict[str, Any], generation_id: int, attempt: int) -> dict[str, Any]:
@@ -273,7 +319,7 @@ class PairsReport:
 
 
 def llm_params(config: dict[str, Any], backend: Optional[str] = None) -> dict[str, Any]:
-    params = {**DEFAULT_PARAMS, "stop": STOP}
+    params = dict(DEFAULT_PARAMS)
     if (backend or config.get("backend") or "local") == "local":
         params["max_tokens"] = LOCAL_MAX_TOKENS
     for name in ("temperature", "max_tokens", "top_p"):
@@ -317,7 +363,7 @@ def generate_pairs(store: Store, backend: Backend, *, quota: Optional[dict[str, 
             prompt = pick_template.render(sources=slot.sources, types=allowed, taken=slot.taken)
             jobs.append(LLMJob(label=f"image {slot.image_id} slot {slot.slot}", messages=[text_message(prompt)],
                                source_id=slot.sources[0]["id"], context={"slot": slot, "allowed": allowed}))
-        report.add(run_llm_task(store, backend, PickTask(pick_template), jobs, params={**params, "max_tokens": 8},
+        report.add(run_llm_task(store, backend, PickTask(pick_template), jobs, params={**params, "max_tokens": PICK_MAX_TOKENS},
                                 concurrency=concurrency, refresh=refresh, max_attempts=max_attempts,
                                 console=console, quiet=quiet))
         by_type: dict[str, list[LLMJob]] = defaultdict(list)

@@ -21,7 +21,8 @@ from cftools.kinds import get_kind
 from cftools.kinds.mucr.annotate import select_units
 from cftools.kinds.mucr.checks import (check_cue_in_false_cues, check_cue_not_visible, check_explanation_form,
                                        check_false_cue_duplicate)
-from cftools.kinds.mucr.cues import draft_cues, parse_cues
+from cftools.kinds.mucr.cues import CUES_SCHEMA, cues_from_reply, draft_cues
+from cftools.llm.structured import ReplyError
 from cftools.kinds.mucr.explanations import (aggregate_parts, exp_score, judge_prompts, judge_result, missing_parts,
                                     parse_judge_parts, split_parts)
 from cftools.kinds.mucr.images import start_new_round
@@ -118,13 +119,14 @@ def test_mucr_summary_reports_parts_and_breakdowns():
 # ---------------------------------------------------------------- cues
 
 
-def test_cue_drafts_are_read_tolerantly():
-    parsed = parse_cues(" catch cold\nFalse cues: wet; rain; run\nExplanation: In the first image, a man runs. "
-                        "In the second image, he is ill. The causal link is the rain.\n\nCue: again")
+def test_cue_drafts_are_read_from_their_schema():
+    reply = CUES_SCHEMA.read('{"cue": " catch cold.", "false_cues": ["wet", "rain", "run"], "explanation": "In the first '
+                             'image, a man runs. In the second image, he is ill. The causal link is the rain."}')
+    parsed = cues_from_reply(reply)
     assert parsed["cue"] == "catch cold" and parsed["false_cues"] == ["wet", "rain", "run"]
     assert parsed["explanation_draft"].startswith("In the first image")
-    with pytest.raises(ParseError, match="no false cues"):
-        parse_cues("Cue: x\nExplanation: y")
+    with pytest.raises(ReplyError, match="false_cues: List should have at least 3 items"):
+        CUES_SCHEMA.read('{"cue": "x", "false_cues": ["wet"], "explanation": "y"}')
 
 
 @pytest.mark.parametrize("data, check, reason", [

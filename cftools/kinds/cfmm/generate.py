@@ -22,7 +22,6 @@ offered, and drafts beyond a type's target are left for a later run (counted as 
 from __future__ import annotations
 
 import math
-import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,12 +46,6 @@ from cftools.store import Store
 
 GENERATOR = "pairs"
 PICK = "pairs-pick"
-LABELS = {"basic_question": "basic question", "basic_options": "basic options", "basic_answer": "basic answer",
-          "cf_question": "counterfactual question", "cf_options": "counterfactual options",
-          "cf_answer": "counterfactual answer"}
-LINE = re.compile(r"^\s*(basic question|basic options|basic answer|counterfactual question|counterfactual options|"
-                  r"counterfactual answer)\s*:\s*(.*?)\s*$", re.IGNORECASE | re.MULTILINE)
-OPTION_SPLIT = re.compile(r"\s*\|\s*|\s*;\s*|\s+or\s+")
 LOCAL_MAX_TOKENS = 220
 PICK_MAX_TOKENS = 16
 Option = Annotated[str, Field(min_length=1, max_length=60)]
@@ -179,50 +172,6 @@ def select_slots(store: Store, per_image: int = 1, limit: Optional[int] = None,
     return slots
 
 
-# -- parsing ---------------------------------------------------------------------------------------------------
-
-def parse_pick(text: str, allowed: list[str]) -> dict[str, Any]:
-    """The picked type ("none" included) from the reply's first word that names one."""
-    for word in re.findall(r"[a-z]+", (text or "").lower()):
-        if word in allowed or word == NO_TYPE:
-            return {"type": word}
-        if word == "colour" and "color" in allowed:
-            return {"type": "color"}
-    raise ParseError(f"no type among {', '.join(allowed)} or 'none' in the reply")
-
-
-def split_options(text: str) -> list[str]:
-    return [o.strip().strip('"').strip() for o in OPTION_SPLIT.split(text.strip()) if o.strip()]
-
-
-def matching_option(answer: str, options: list[str], what: str) -> str:
-    for option in options:
-        if normalize_answer(option) == normalize_answer(answer):
-            return option
-    raise ParseError(f"the {what} answer {answer!r} is not one of its options {options}")
-
-
-def parse_draft(text: str) -> dict[str, Any]:
-    """The six labelled lines of a draft; each question has two options and its answer is one of them."""
-    if not re.match(r"\s*basic question\s*:", text or "", re.IGNORECASE):
-        text = "Basic question: " + (text or "").lstrip()  # the prompt ends with the first label
-    found: dict[str, str] = {}
-    for label, value in LINE.findall(text):
-        field_name = next(k for k, v in LABELS.items() if v == label.lower())
-        found.setdefault(field_name, value)
-    missing = [LABELS[k] for k in LABELS if not found.get(k)]
-    if missing:
-        raise ParseError(f"missing line(s): {', '.join(missing)}")
-    parsed: dict[str, Any] = {"basic_question": found["basic_question"], "cf_question": found["cf_question"]}
-    for which, what in (("basic", "basic"), ("cf", "counterfactual")):
-        options = split_options(found[f"{which}_options"])
-        if len(options) != 2:
-            raise ParseError(f"the {what} question needs two options, got {len(options)}")
-        parsed[f"{which}_options"] = options
-        parsed[f"{which}_answer"] = matching_option(found[f"{which}_answer"], options, what)
-    return parsed
-
-
 # -- the tasks -------------------------------------------------------------------------------------------------
 
 class PickTask(LLMTask):
@@ -264,7 +213,8 @@ class DraftTask(LLMTask):
 
 
 def draft_from_reply(reply: PairDraft) -> dict[str, Any]:
-    """The parsed draft (the shape `parse_draft` gives free text); two options that read the same are refused."""
+    """The parsed draft: questions, options, and the correct options' texts; two options that read the same are
+    refused."""
     parsed: dict[str, Any] = {"basic_question": " ".join(reply.basic_question.split()),
                               "cf_question": " ".join(reply.cf_question.split())}
     for which, what in (("basic", "basic"), ("cf", "counterfactual")):

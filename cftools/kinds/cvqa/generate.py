@@ -32,7 +32,7 @@ from cftools.llm import Backend, make_backend, text_message
 from cftools.llm.base import DEFAULT_PARAMS
 from cftools.llm.prompts import PromptTemplate, load_prompt
 from cftools.llm.structured import OutputSchema, Reply, ReplyError
-from cftools.generate.llm_task import (DEFAULT_MAX_ATTEMPTS, LLMJob, LLMReport as RewriteReport, LLMTask, ParseError,
+from cftools.generate.llm_task import (DEFAULT_MAX_ATTEMPTS, LLMJob, LLMReport as RewriteReport, LLMTask,
                                        ParsedOutput, insert_items, run_llm_task)
 from cftools.kinds.cvqa.model import BOOLEAN, GROUP_ANSWER_TYPE, GROUPS as CVQA_GROUPS
 from cftools.models import (DRAFT, Generation,

@@ -2,13 +2,12 @@
 visible cause, a short phrase), three false cues (visible and striking, not the cause) and one explanation in the
 three-part form, as one reply of the output schema `CuesReply` (constrained on the embedded model,
 `response_format` to a server). Runs on `cftools.generate.llm_task` (cache, retries of replies that do not fit,
-provenance, resume): a rerun drafts only pairs without a cue. `parse_cues` reads old free-text replies. The checks (`cue_in_false_cues`, `false_cue_duplicate`,
+provenance, resume): a rerun drafts only pairs without a cue. The checks (`cue_in_false_cues`, `false_cue_duplicate`,
 `cue_not_visible`, `explanation_form`) then flag what a person should look at in the explain task.
 """
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -17,7 +16,7 @@ from rich.console import Console
 from sqlalchemy import select
 from sqlmodel import Session
 
-from cftools.generate.llm_task import DEFAULT_MAX_ATTEMPTS, LLMJob, LLMReport, LLMTask, ParseError, run_llm_task
+from cftools.generate.llm_task import DEFAULT_MAX_ATTEMPTS, LLMJob, LLMReport, LLMTask, run_llm_task
 from cftools.kinds.mucr.generate import clean, render, text_params
 from cftools.llm import Backend, text_message
 from cftools.llm.prompts import PromptTemplate, load_prompt
@@ -46,32 +45,6 @@ CUES_SCHEMA = OutputSchema("mucr_cues", CuesReply)
 def cues_from_reply(reply: CuesReply) -> dict[str, Any]:
     return {"cue": clean(reply.cue).strip(" ."), "false_cues": [clean(c).strip(" .") for c in reply.false_cues],
             "explanation_draft": clean(reply.explanation)}
-LINE = re.compile(r"(?im)^\s*(?:[-•]\s*)?(cue|false cues?|explanation)\s*:\s*")
-
-
-def parse_cues(text: str) -> dict[str, Any]:
-    """`Cue: …` / `False cues: a; b; c` / `Explanation: …`; text before the first label is the cue (the prompt
-    ends with "Cue:")."""
-    if not text or not text.strip():
-        raise ParseError("empty output")
-    text = re.sub(r"[*_`#]+", "", text)
-    matches = list(LINE.finditer(text))
-    parts: dict[str, str] = {}
-    lead = clean(text[:matches[0].start()] if matches else text)
-    if lead:
-        parts["cue"] = lead
-    for i, match in enumerate(matches):
-        label = "false" if match.group(1).lower().startswith("false") else match.group(1).lower()
-        end = matches[i + 1].start() if i + 1 < len(matches) else len(text)
-        if label in parts:
-            break  # a second example the model invents
-        parts[label] = clean(text[match.end():end].split("\n\n")[0])
-    missing = [name for name, key in (("cue", "cue"), ("false cues", "false"), ("explanation", "explanation"))
-               if not parts.get(key)]
-    if missing:
-        raise ParseError(f"no {', no '.join(missing)}")
-    false_cues = [c.strip(" .") for c in re.split(r"[;,\n]", parts["false"]) if c.strip(" .")]
-    return {"cue": parts["cue"].strip(" ."), "false_cues": false_cues, "explanation_draft": parts["explanation"]}
 
 
 class CuesTask(LLMTask):

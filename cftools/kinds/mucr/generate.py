@@ -2,8 +2,7 @@
 
 Both run on `cftools.generate.llm_task` (request cache, retries of unparseable outputs, provenance, resume), with
 an output schema each (`ContextReply`, `CaptionPairs`): the reply is JSON of the schema, constrained on the
-embedded model, `response_format` to a server. `parse_context` and `parse_caption_pairs` read old free-text
-replies.
+embedded model, `response_format` to a server.
 
 - `draft_captions`: one call per seed line ("speeding -> pulled over") drafts a group of caption pairs (the
   group is the seed); each pair is a draft item like an ingested one, linked to its generation record.
@@ -25,7 +24,7 @@ from sqlalchemy import select
 from sqlmodel import Session
 
 from cftools.errors import InputError
-from cftools.generate.llm_task import DEFAULT_MAX_ATTEMPTS, LLMJob, LLMReport, LLMTask, ParseError, insert_items, run_llm_task
+from cftools.generate.llm_task import DEFAULT_MAX_ATTEMPTS, LLMJob, LLMReport, LLMTask, insert_items, run_llm_task
 from cftools.kinds.mucr.model import CATEGORIES
 from cftools.kinds.mucr.ingest import pair_item
 from cftools.llm import Backend, text_message
@@ -37,10 +36,7 @@ from cftools.store import Store
 
 KIND = "mucr"
 MARKUP = re.compile(r"[*_`#]+")
-LABEL = re.compile(r"(?im)^\s*(?:[-•]\s*)?(shared|cause|effect)\s*(?:description|image)?\s*[:\-–]\s*")
 SEED_ARROW = re.compile(r"\s*(?:->|→|=>|⇒)\s*")
-PAIR_LINE = re.compile(r"(?i)cause\s*:\s*(?P<cause>.+?)\s*\|\s*effect\s*:\s*(?P<effect>.+?)"
-                       r"(?:\s*\|\s*category\s*:\s*(?P<category>[a-z]+))?\s*$")
 CONTEXT_MAX_TOKENS = 220
 CAPTIONS_MAX_TOKENS = 320
 CAPTION_PAIR_TOKENS = 90  # what one pair of the captions schema's bounded length may take
@@ -83,33 +79,6 @@ def clean(text: str) -> str:
 
 
 # ------------------------------------------------------------------ contextual descriptions
-def parse_context(text: str) -> dict[str, str]:
-    """Shared / Cause / Effect parts; text before the first label is the shared part (the prompt ends with
-    "Shared:"). Anything after a repeated label (a second example the model invents) is dropped."""
-    if not text or not text.strip():
-        raise ParseError("empty output")
-    parts: dict[str, str] = {}
-    text = MARKUP.sub("", text)
-    matches = list(LABEL.finditer(text))
-    lead = text[:matches[0].start()] if matches else text
-    if clean(lead):
-        parts["shared"] = clean(lead)
-    for i, match in enumerate(matches):
-        label = match.group(1).lower()
-        end = matches[i + 1].start() if i + 1 < len(matches) else len(text)
-        value = clean(text[match.end():end].split("\n\n")[0])
-        if label in parts:
-            break
-        if value:
-            parts[label] = value
-    missing = [p for p in ("cause", "effect") if p not in parts]
-    if missing:
-        raise ParseError(f"no {' and no '.join(missing)} part")
-    shared = parts.setdefault("shared", "")  # a model may fold the shared part into both (the checks compare them)
-    return {**parts, "cause_description": f"{shared} {parts['cause']}".strip(),
-            "effect_description": f"{shared} {parts['effect']}".strip()}
-
-
 class ContextTask(LLMTask):
     generator = "context"
     schema = CONTEXT_SCHEMA
@@ -187,20 +156,6 @@ def write_context(store: Store, backend: Backend, *, limit: Optional[int] = None
 
 
 # ------------------------------------------------------------------ caption pairs from seeds
-def parse_caption_pairs(text: str) -> dict[str, Any]:
-    pairs = []
-    for line in (text or "").splitlines():
-        match = PAIR_LINE.search(clean(line))
-        if not match:
-            continue
-        category = (match.group("category") or "mixture").lower()
-        pairs.append({"cause": match.group("cause").strip(" ."), "effect": match.group("effect").strip(" ."),
-                      "category": category if category in CATEGORIES else "mixture"})
-    if not pairs:
-        raise ParseError("no 'Cause: ... | Effect: ...' line")
-    return {"pairs": pairs}
-
-
 def read_seeds(path: Path) -> list[tuple[int, str]]:
     """(line number, seed) for every non-empty line of the seeds file; a line without an arrow is an error."""
     seeds = []

@@ -16,7 +16,6 @@ from sqlalchemy import func, select
 from cftools.kinds.mucr.model import CATEGORIES
 from cftools.checks import ItemView
 from cftools.errors import InputError
-from cftools.generate.llm_task import ParseError
 from cftools.images import sha256_file
 from cftools.kinds import get_kind
 from cftools.kinds.mucr.checks import (PromptLength, check_context_inconsistent, check_context_missing_change,

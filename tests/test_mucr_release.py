@@ -15,7 +15,6 @@ from sqlalchemy import select
 
 from cftools.checks import ItemView
 from cftools.evaluate.run import run_eval
-from cftools.generate.llm_task import ParseError
 from cftools.images import read_image_file, register_image
 from cftools.kinds import get_kind
 from cftools.kinds.mucr.annotate import select_units
@@ -167,8 +166,10 @@ def test_none_usable_feeds_a_new_round_and_a_new_select_task():
 
 
 def cue_reply(request: dict, text: str) -> str:
-    return ("rain\nFalse cues: bench; hoodie; park\nExplanation: In the first image, a person runs in the rain. "
-            "In the second image, the person is ill. The causal link is that the rain caused a cold.")
+    assert request["response_format"]["json_schema"]["name"] == "mucr_cues"
+    return json.dumps({"cue": "rain", "false_cues": ["bench", "hoodie", "park"],
+                       "explanation": "In the first image, a person runs in the rain. In the second image, the person "
+                                      "is ill. The causal link is that the rain caused a cold."})
 
 
 @pytest.fixture

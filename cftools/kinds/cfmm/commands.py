@@ -8,10 +8,11 @@ import click
 from rich.markup import escape
 
 from cftools.commands.common import console, err_console, pass_workspace, print_json
+from cftools.commands.generation import rederive_drafts, rederive_option
 from cftools.commands.ingest import (images_option, ingest_licence, json_option, licence_option, print_ingest,
                                      report_option, report_path, skip_bad_option)
 from cftools.generate.llm_task import DEFAULT_MAX_ATTEMPTS
-from cftools.kinds.cfmm.generate import generate_pairs, llm_params, parse_quota
+from cftools.kinds.cfmm.generate import CFMM_REDERIVE, generate_pairs, llm_params, parse_quota
 from cftools.kinds.cfmm.ingest import ingest_cfmm
 from cftools.llm import BACKENDS, make_backend
 from cftools.workspace import Workspace
@@ -31,10 +32,11 @@ from cftools.workspace import Workspace
               help="Attempts per request when the output cannot be parsed.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.option("--json", "as_json", is_flag=True, help="Print the run's summary as JSON.")
+@rederive_option
 @pass_workspace
 def pairs_cmd(workspace: Workspace, types_text: str | None, per_image: int, limit: int | None, backend: str | None,
               model: str | None, concurrency: int | None, refresh: bool, max_attempts: int, quiet: bool,
-              as_json: bool) -> None:
+              as_json: bool, rederive: bool | None) -> None:
     """Draft CFMM basic/counterfactual pairs from the images' source questions (the LLM sees no image).
 
     The LLM picks a type per image (or none: the image is skipped and counted), then writes the pair with the
@@ -47,6 +49,7 @@ def pairs_cmd(workspace: Workspace, types_text: str | None, per_image: int, limi
                                 params=llm_params(config, llm.name), concurrency=concurrency, refresh=refresh,
                                 max_attempts=max_attempts, console=err_console, quiet=quiet or as_json,
                                 workspace_root=workspace.root)
+        rederive_drafts(workspace, llm, config, CFMM_REDERIVE, rederive, quiet, as_json)
     finally:
         llm.close()
     if as_json:

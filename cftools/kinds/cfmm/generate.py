@@ -34,6 +34,7 @@ from sqlmodel import Session
 
 from cftools.answers import normalize_answer
 from cftools.errors import CftoolsError
+from cftools.generate.rederive import RederiveSpec
 from cftools.generate.llm_task import (DEFAULT_MAX_ATTEMPTS, LLMJob, LLMTask, ParseError, insert_items,
                                        run_llm_task)
 from cftools.kinds.cfmm.model import NO_TYPE, PAPER_COUNTS, TYPES
@@ -236,6 +237,25 @@ def draft_row(slot: Slot, pair_type: str, parsed: dict[str, Any], generation_id:
                  "options": {"original": parsed["basic_options"], "counterfactual": parsed["cf_options"]},
                  "needs_image_check": True, "attempt": attempt},
     }
+
+
+# -- re-deriving the answer (answer_disputed) --------------------------------------------------------------------
+
+def rederive_variables(item: Any, source: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]:
+    data = item.data or {}
+    options = (data.get("options") or {}).get("counterfactual")
+    if not data.get("basic_question") or not options or not item.question:
+        return None
+    return {"original_question": data["basic_question"], "original_answer": data.get("basic_answer"),
+            "question": item.question, "options": list(options)}
+
+
+def rederive_answer_type(item: Any) -> Any:
+    """One of the counterfactual options, as written."""
+    return Literal[tuple((item.data or {}).get("options", {}).get("counterfactual") or [item.answer])]
+
+
+CFMM_REDERIVE = RederiveSpec("cfmm", rederive_variables, rederive_answer_type)
 
 
 # -- the run ---------------------------------------------------------------------------------------------------

@@ -32,6 +32,7 @@ from cftools.llm import Backend, make_backend, text_message
 from cftools.llm.base import DEFAULT_PARAMS
 from cftools.llm.prompts import PromptTemplate, load_prompt
 from cftools.llm.structured import OutputSchema, Reply, ReplyError
+from cftools.generate.rederive import RederiveSpec
 from cftools.generate.llm_task import (DEFAULT_MAX_ATTEMPTS, LLMJob, LLMReport as RewriteReport, LLMTask,
                                        ParsedOutput, insert_items, run_llm_task)
 from cftools.kinds.cvqa.model import BOOLEAN, GROUP_ANSWER_TYPE, GROUPS as CVQA_GROUPS
@@ -106,6 +107,28 @@ def render_prompt(template: PromptTemplate, source: dict[str, Any]) -> str:
         return template.render(question=source["question"], answer=source["answer"], source=source)
     except TemplateError as exc:
         raise InputError(template.name, f"cannot render for source question {source['id']}: {exc}") from None
+
+
+# ------------------------------------------------------------------ re-deriving the answer (answer_disputed)
+def rederive_variables(item: Any, source: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The original question and answer (a generated draft keeps them; an ingested one has its source question)."""
+    data = item.data or {}
+    question = data.get("original_question") or (source or {}).get("question")
+    answer = data.get("original_answer") if data.get("original_question") else (source or {}).get("answer")
+    if not question or answer is None or not item.question:
+        return None
+    return {"original_question": question, "original_answer": answer, "question": item.question}
+
+
+def rederive_answer_type(item: Any) -> Any:
+    """yes/no for a yes/no draft, a whole number for a count, else any short text."""
+    answer = (item.answer or "").strip().lower()
+    if item.group == BOOLEAN or answer in ("yes", "no"):
+        return Literal["yes", "no"]
+    return int if answer.isdigit() else str
+
+
+CVQA_REDERIVE = RederiveSpec("cvqa", rederive_variables, rederive_answer_type)
 
 
 # ------------------------------------------------------------------ selecting work

@@ -345,6 +345,7 @@ def test_eval_scores_c2e_e2c_cue_and_exp_against_a_judge_process(workspace, run_
     assert section["exp"]["value"] == pytest.approx(0.25 * 8 + 0.25 * 6 + 0.5 * 4)
     exp_line = next(p for p in result.predictions if p["which"] == "exp")
     assert exp_line["similarities"] == [[8.0, 6.0, 4.0]] * 3 and exp_line["aggregate"] == "best-match"
+    assert json.loads(exp_line["judge_replies"][0]) == {"S1": 8, "S2": 6, "S3": 4}  # the judge replied in its schema
     report = (tmp_path / "split" / "report.md").read_text()
     assert "split input" in report and "best-matching reference" in report and "Exp S3 (causal link" in report
     # form 1 through the command line: the report says which

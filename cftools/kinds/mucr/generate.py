@@ -40,7 +40,7 @@ SEED_ARROW = re.compile(r"\s*(?:->|→|=>|⇒)\s*")
 CONTEXT_MAX_TOKENS = 220
 CAPTIONS_MAX_TOKENS = 320
 CAPTION_PAIR_TOKENS = 90  # what one pair of the captions schema's bounded length may take
-LOCAL_CONTEXT_MAX_TOKENS = 200
+LOCAL_CONTEXT_MAX_TOKENS = 240
 
 
 # ------------------------------------------------------------------ output schemas

@@ -32,8 +32,11 @@ def cfmm_type(n: int) -> str:
 def cfmm_pairs(request: dict, text: str) -> str:
     """`generate pairs`: the pick prompt (schema cfmm_type_pick) gets the image's type, a draft prompt its pair."""
     n = _kind_number(text.rsplit("Facts:", 1)[-1])
-    if request["response_format"]["json_schema"]["name"] == "cfmm_type_pick":
+    schema = request["response_format"]["json_schema"]
+    if schema["name"] == "cfmm_type_pick":
         return json.dumps({"type": cfmm_type(n)})
+    if schema["name"] != "cfmm_pair":  # the answer's re-derivation after the drafts
+        return structured_reply(schema["schema"], text)
     if cfmm_type(n) == "count":
         count = _answer(text.rsplit("Facts:", 1)[-1])
         return json.dumps({"basic_question": f"How many things of kind {n} are there?",

@@ -295,7 +295,7 @@ def run_llm_task(store: Store, backend: Backend, task: LLMTask, jobs: list[LLMJo
     SELECTED_AT is when the caller started choosing the jobs. Returns what this worker did."""
     report = LLMReport(generator=task.generator, group=group, backend=backend.name, model=backend.model,
                        template=task.template.name, selected=len(jobs))
-    if any(task.schema_for(job) is not None for job in jobs[:1]):
+    if jobs and task.schema_for(jobs[0]) is not None:
         params = {k: v for k, v in params.items() if k not in UNSTRUCTURED_ONLY}
     structure_jobs(task, jobs, backend)
     attempts = Attempts(store, backend, task, params, max_attempts, refresh)

@@ -76,7 +76,7 @@ def print_llm_report(report: Any, as_json: bool, what: str) -> None:
         stats = report.stats
         console.print(f"[bold]{escape(what)}[/] with {escape(report.backend)}:{escape(report.model)}: "
                       f"{report.selected} selected, {report.items_created} written, {stats.failed} failed "
-                      f"({report.parse_failures} unparseable outputs, {report.call_errors} call errors), "
+                      f"({report.parse_failures} replies that did not parse, {report.call_errors} call errors), "
                       f"{stats.cached} from the cache, {stats.rate:.1f}/s")
         for error in stats.errors[:5]:
             console.print(f"  [yellow]{escape(str(error))}[/]")

@@ -198,7 +198,7 @@ class Attempts:
             if self.parse_into(attempt, job):
                 return JobResult(job=job, ok=True, cached=all(not a.fresh for a in job.attempts))
         return JobResult(job=job, ok=False, cached=all(not a.fresh for a in job.attempts),
-                         error=f"{job.label}: unparseable after {len(job.attempts)} attempts "
+                         error=f"{job.label}: no reply parsed in {len(job.attempts)} attempts "
                                f"({job.attempts[-1].parse_error})")
 
 

@@ -58,7 +58,8 @@ def pairs_cmd(workspace: Workspace, types_text: str | None, per_image: int, limi
         picked = ", ".join(f"{t} {n}" for t, n in sorted(report.picked.items())) or "none"
         console.print(f"pairs with {report.backend}:{report.model}: {report.selected} image slots, types picked: "
                       f"{picked}; {report.no_type} images suit no type, {report.over_quota} over quota, "
-                      f"{report.items_created} draft items created ({report.parse_failures} replies that did not parse, "
+                      f"{report.items_created} draft items created "
+                      f"({report.parse_failures} replies that did not parse, "
                       f"{report.call_errors} call errors, {report.cached} from the cache)")
         for error in report.errors[:5]:
             console.print(f"  [yellow]{escape(str(error))}[/]")

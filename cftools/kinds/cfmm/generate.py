@@ -333,7 +333,8 @@ def generate_pairs(store: Store, backend: Backend, *, quota: Optional[dict[str, 
             prompt = pick_template.render(sources=slot.sources, types=allowed, taken=slot.taken)
             jobs.append(LLMJob(label=f"image {slot.image_id} slot {slot.slot}", messages=[text_message(prompt)],
                                source_id=slot.sources[0]["id"], context={"slot": slot, "allowed": allowed}))
-        report.add(run_llm_task(store, backend, PickTask(pick_template), jobs, params={**params, "max_tokens": PICK_MAX_TOKENS},
+        report.add(run_llm_task(store, backend, PickTask(pick_template), jobs,
+                                params={**params, "max_tokens": PICK_MAX_TOKENS},
                                 concurrency=concurrency, refresh=refresh, max_attempts=max_attempts,
                                 console=console, quiet=quiet))
         by_type: dict[str, list[LLMJob]] = defaultdict(list)

@@ -14,8 +14,8 @@ from cftools.commands.exit_codes import document_exit_codes, exit_for_failures
 from cftools.commands.generation import llm_options, print_llm_report, run_with_llm
 from cftools.commands.ingest import (ingest_licence, json_option, licence_option, print_ingest, report_option,
                                      report_path, skip_bad_option)
-from cftools.kinds.mucr.generate import (CAPTION_PAIR_TOKENS, CAPTIONS_MAX_TOKENS, CONTEXT_MAX_TOKENS, LOCAL_CONTEXT_MAX_TOKENS,
-                                         draft_captions, text_params, write_context)
+from cftools.kinds.mucr.generate import (CAPTION_PAIR_TOKENS, CAPTIONS_MAX_TOKENS, CONTEXT_MAX_TOKENS,
+                                         LOCAL_CONTEXT_MAX_TOKENS, draft_captions, text_params, write_context)
 from cftools.kinds.mucr.ingest import ingest_captions
 from cftools.workspace import Workspace
 
@@ -50,7 +50,8 @@ def captions_cmd(workspace: Workspace, seeds: Path, per_group: int, backend: Opt
     annotated like any other item."""
     report = run_with_llm(workspace, backend, model, lambda llm, config: draft_captions(
         workspace.store, llm, seeds, per_group=per_group, template_path=template_path, workspace_root=workspace.root,
-        params=text_params(config, max(CAPTIONS_MAX_TOKENS, CAPTION_PAIR_TOKENS * per_group), llm.name), concurrency=concurrency, refresh=refresh,
+        params=text_params(config, max(CAPTIONS_MAX_TOKENS, CAPTION_PAIR_TOKENS * per_group), llm.name),
+        concurrency=concurrency, refresh=refresh,
         max_attempts=max_attempts, console=err_console, quiet=quiet or as_json))
     print_llm_report(report, as_json, "caption pairs")
 
@@ -67,7 +68,8 @@ def context_cmd(workspace: Workspace, limit: Optional[int], groups: tuple[str, .
     clothing, place, light; then what differs), so the two images cannot drift apart."""
     report = run_with_llm(workspace, backend, model, lambda llm, config: write_context(
         workspace.store, llm, limit=limit, groups=groups, template_path=template_path, workspace_root=workspace.root,
-        params=text_params(config, CONTEXT_MAX_TOKENS, llm.name, LOCAL_CONTEXT_MAX_TOKENS), concurrency=concurrency, refresh=refresh,
+        params=text_params(config, CONTEXT_MAX_TOKENS, llm.name, LOCAL_CONTEXT_MAX_TOKENS),
+        concurrency=concurrency, refresh=refresh,
         max_attempts=max_attempts, console=err_console, quiet=quiet or as_json))
     print_llm_report(report, as_json, "contextual descriptions")
 
@@ -161,7 +163,8 @@ def cues_cmd(workspace: Workspace, limit: Optional[int], groups: tuple[str, ...]
         err_console.print(f"{made} pairs selected by the candidates' ranking (unverified).")
     report = run_with_llm(workspace, backend, model, lambda llm, config: draft_cues(
         workspace.store, llm, limit=limit, groups=groups, template_path=template_path, workspace_root=workspace.root,
-        params=text_params(config, CUES_MAX_TOKENS, llm.name, LOCAL_CUES_MAX_TOKENS), concurrency=concurrency, refresh=refresh,
+        params=text_params(config, CUES_MAX_TOKENS, llm.name, LOCAL_CUES_MAX_TOKENS),
+        concurrency=concurrency, refresh=refresh,
         max_attempts=max_attempts, console=err_console, quiet=quiet or as_json))
     print_llm_report(report, as_json, "cue drafts")
 

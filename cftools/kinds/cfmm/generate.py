@@ -324,9 +324,14 @@ def generate_pairs(store: Store, backend: Backend, *, quota: Optional[dict[str, 
         report.selected += len(slots)
         remaining = type_targets(existing_types(store), len(slots), quota)
         jobs = []
+        offered: Counter = Counter()  # the types earlier slots of this round were offered first
         for slot in slots:
+            # most wanted first, counting what the slots before this one will likely take (a model tends to take
+            # the first type offered), so a round's slots spread over the quota instead of all asking for one type
             allowed = sorted((t for t in TYPES if remaining[t] > 0 and t not in slot.taken),
-                             key=lambda t: (-remaining[t], TYPES.index(t)))
+                             key=lambda t: (-(remaining[t] - offered[t]), TYPES.index(t)))
+            if allowed:
+                offered[allowed[0]] += 1
             if not allowed:
                 report.over_quota += 1
                 continue

@@ -104,6 +104,21 @@ def test_prompt_mode_puts_the_schema_in_the_prompt_and_validates_the_reply(sourc
     assert not any(g.params["output_schema"]["constrained"] for g in gens)
 
 
+def test_the_wire_schema_drops_bounds_not_fields_that_share_their_names():
+    from pydantic import Field
+
+    from cftools.llm.structured import OutputSchema, Reply
+
+    class Named(Reply):
+        title: str = Field(max_length=5)
+        default: int = Field(ge=0)
+
+    wire = OutputSchema("named", Named).wire_schema
+    assert wire["required"] == ["title", "default"] and wire["properties"]["title"] == {"type": "string"}
+    assert response_format_error({"type": "json_schema", "json_schema": {"name": "named", "strict": True,
+                                                                         "schema": wire}}) is None
+
+
 def test_an_unknown_structured_output_setting_is_refused():
     with pytest.raises(LLMError, match="structured_output"):
         make_backend({"backend": "openai", "model": "m", "structured_output": "grammar"})

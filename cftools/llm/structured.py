@@ -62,7 +62,8 @@ def _inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
 
 def _portable(node: Any) -> Any:
     if isinstance(node, dict):
-        out = {k: _portable(v) for k, v in node.items() if k not in UNPORTABLE}
+        out = {k: ({name: _portable(sub) for name, sub in v.items()} if k == "properties" else _portable(v))
+               for k, v in node.items() if k not in UNPORTABLE}
         if out.get("type") == "object":
             out["additionalProperties"] = False
             out["required"] = list(out.get("properties", {}))

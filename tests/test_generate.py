@@ -263,7 +263,7 @@ def test_a_killed_run_resumes_without_duplicates(workspace, tmp_path):
     try:
         configure_stub(workspace, base_url)
         command = [sys.executable, "-m", "cftools.cli", "-w", str(workspace.root), "generate", "rewrite",
-                   "--group", "numerical-direct", "--concurrency", "2", "--quiet"]
+                   "--group", "numerical-direct", "--concurrency", "2", "--no-rederive", "--quiet"]
         killed_at = kill_after_progress(command, workspace.root / "cftools.db",
                                         "select count(*) from items where origin = 'generated'", at_least=6)
         assert 6 <= killed_at < 40, "the run was not killed mid-way"

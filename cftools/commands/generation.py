@@ -50,6 +50,8 @@ def rederive_drafts(workspace: Any, llm: Any, config: dict[str, Any], spec: Any,
         return None
     report = rederive(workspace.store, llm, spec, console=err_console, quiet=quiet or as_json,
                       workspace_root=workspace.root)
+    if report.stats.interrupted:
+        raise click.ClickException("interrupted; what finished is stored, rerun the same command to continue")
     if not as_json:
         console.print(f"answers re-derived by {escape(report.backend)}:{escape(report.model)}: "
                       f"{report.items_created} of {report.selected} drafts ({report.stats.failed} failed); "

@@ -49,7 +49,8 @@ def pairs_cmd(workspace: Workspace, types_text: str | None, per_image: int, limi
                                 params=llm_params(config, llm.name), concurrency=concurrency, refresh=refresh,
                                 max_attempts=max_attempts, console=err_console, quiet=quiet or as_json,
                                 workspace_root=workspace.root)
-        rederive_drafts(workspace, llm, config, CFMM_REDERIVE, rederive, quiet, as_json)
+        if not report.interrupted:
+            rederive_drafts(workspace, llm, config, CFMM_REDERIVE, rederive, quiet, as_json)
     finally:
         llm.close()
     if as_json:

@@ -39,7 +39,8 @@ def rewrite_cmd(workspace: Workspace, group: str, limit: int | None, include_ing
                          concurrency=concurrency, refresh=refresh, max_attempts=max_attempts,
                          params=llm_params(config, llm.name), include_ingested=include_ingested,
                          console=err_console, quiet=quiet or as_json, workspace_root=workspace.root)
-        rederive_drafts(workspace, llm, config, CVQA_REDERIVE, rederive, quiet, as_json)
+        if not report.stats.interrupted:
+            rederive_drafts(workspace, llm, config, CVQA_REDERIVE, rederive, quiet, as_json)
         return report
 
     print_llm_report(run_with_llm(workspace, backend, model, run), as_json, f"{group} draft items")

@@ -29,9 +29,18 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from llm_stub import StubHandler, StubServer, chat_completion, last_user_text, load_reply_function, stub_reply  # noqa: E402
+from llm_stub import (StubHandler, StubServer, chat_completion, last_user_text, load_reply_function,  # noqa: E402
+                      structured_reply, stub_reply)
 
 DEFAULT_SETTINGS = {"hold": False, "fail_every": 0, "expire_after": 0, "line_delay": 0.0}
+
+
+def default_reply(request: dict, content: str) -> str:
+    """As the chat stub answers: in the request's schema when it sends one, else free text."""
+    response_format = request.get("response_format")
+    if response_format is not None:
+        return structured_reply(response_format["json_schema"]["schema"], content)
+    return stub_reply(content)
 
 
 class BatchHandler(StubHandler):
@@ -190,7 +199,7 @@ class BatchServer(StubServer):
                 counts = "failed"
             else:
                 content = last_user_text(request)
-                text = self.reply(request, content) if self.reply else stub_reply(content)
+                text = self.reply(request, content) if self.reply else default_reply(request, content)
                 outputs.append({"id": f"batch_req_{batch['id']}_{n}", "custom_id": line["custom_id"],
                                 "response": {"status_code": 200, "request_id": f"req_{n}",
                                              "body": chat_completion(request, content, text, n)}, "error": None})

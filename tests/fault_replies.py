@@ -4,9 +4,10 @@ prompt the same way, which is what lets a killed-and-rerun stage end as a clean 
 
 from __future__ import annotations
 
+import json
 import re
 
-from llm_stub import context_reply
+from llm_stub import structured_reply
 
 COLOURS = ("red", "green")
 
@@ -29,28 +30,35 @@ def cfmm_type(n: int) -> str:
 
 
 def cfmm_pairs(request: dict, text: str) -> str:
-    """`generate pairs`: the pick prompt (it ends with "Type:") gets the image's type, a draft prompt its pair."""
+    """`generate pairs`: the pick prompt (schema cfmm_type_pick) gets the image's type, a draft prompt its pair."""
     n = _kind_number(text.rsplit("Facts:", 1)[-1])
-    if text.rstrip().endswith("Type:"):
-        return f"Type: {cfmm_type(n)}"
+    schema = request["response_format"]["json_schema"]
+    if schema["name"] == "cfmm_type_pick":
+        return json.dumps({"type": cfmm_type(n)})
+    if schema["name"] != "cfmm_pair":  # the answer's re-derivation after the drafts
+        return structured_reply(schema["schema"], text)
     if cfmm_type(n) == "count":
         count = _answer(text.rsplit("Facts:", 1)[-1])
-        return (f"How many things of kind {n} are there?\nBasic options: {count} | {count + 1}\n"
-                f"Basic answer: {count}\nCounterfactual question: If one more thing of kind {n} were added, how many "
-                f"things of kind {n} would there be?\nCounterfactual options: {count} | {count + 1}\n"
-                f"Counterfactual answer: {count + 1}")
-    return (f"What colour are the things of kind {n}?\nBasic options: red | green\nBasic answer: red\n"
-            f"Counterfactual question: If the things of kind {n} were repainted the colour of grass, what colour "
-            f"would they be?\nCounterfactual options: red | green\nCounterfactual answer: green")
+        return json.dumps({"basic_question": f"How many things of kind {n} are there?",
+                           "basic_options": [str(count), str(count + 1)], "basic_correct": 1,
+                           "cf_question": f"If one more thing of kind {n} were added, how many things of kind {n} "
+                                          f"would there be?", "cf_options": [str(count), str(count + 1)],
+                           "cf_correct": 2})
+    return json.dumps({"basic_question": f"What colour are the things of kind {n}?", "basic_options": list(COLOURS),
+                       "basic_correct": 1, "cf_question": f"If the things of kind {n} were repainted the colour of "
+                                                          f"grass, what colour would they be?",
+                       "cf_options": list(COLOURS), "cf_correct": 2})
 
 
 def mucr_cues(request: dict, text: str) -> str:
-    """`generate cues` (the prompt ends with "Cue:"), else a contextual description (`generate context`). The cue
-    names the pair, so each pair's draft differs."""
-    if not text.rstrip().endswith("Cue:"):
-        return context_reply(text)
+    """`generate cues` (schema mucr_cues), else a contextual description (`generate context`). The cue names the
+    pair, so each pair's draft differs."""
+    schema = request["response_format"]["json_schema"]
+    if schema["name"] != "mucr_cues":
+        return structured_reply(schema["schema"], text)
     cause = text.rsplit("Cause image:", 1)[-1].split("\n")[0]
     words = re.findall(r"[a-z]+", cause.lower())
     cue = " ".join(words[-2:]) or "rain"
-    return (f"{cue}\nFalse cues: bench; hoodie; park\nExplanation: In the first image, {cause.strip()} "
-            f"In the second image, the person is ill. The causal link is that {cue} caused it.")
+    return json.dumps({"cue": cue, "false_cues": ["bench", "hoodie", "park"],
+                       "explanation": f"In the first image, {cause.strip()} In the second image, the person is ill. "
+                                      f"The causal link is that {cue} caused it."})

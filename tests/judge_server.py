@@ -3,7 +3,8 @@ real process for the eval tests:
 
     python tests/judge_server.py --scores 8,6,4     # prints "listening on http://127.0.0.1:PORT/v1"
 
-- a judge prompt (it shows a Reference and a Candidate, part by part) gets "S1: 8\nS2: 6\nS3: 4" (the --scores);
+- a judge prompt (it shows a Reference and a Candidate, part by part) gets {"S1": 8, "S2": 6, "S3": 4} (the
+  --scores) in the judge's schema when it asks for it (`response_format`), else "S1: 8\nS2: 6\nS3: 4";
 - an explain question gets a three-part explanation;
 - a choice among images gets "A"; a cue question gets its first option.
 """
@@ -11,6 +12,7 @@ real process for the eval tests:
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 from pathlib import Path
@@ -26,6 +28,9 @@ EXPLANATION = ("In the first image, a man runs through the rain. In the second i
 def reply_for(scores: list[str]):  # noqa: ANN201
     def reply(request: dict, text: str) -> str:
         if "Reference" in text and "Candidate" in text:
+            if request.get("response_format"):  # the judge's schema (cftools.kinds.mucr.judge): reply in it
+                assert request["response_format"]["json_schema"]["name"] == "mucr_judge_scores"
+                return json.dumps({f"S{n}": int(s) for n, s in enumerate(scores, start=1)})
             return "\n".join(f"S{n}: {s}" for n, s in enumerate(scores, start=1))
         if "Explain" in text:
             return EXPLANATION

@@ -7,6 +7,12 @@ flipped), in the format the rewrite prompts ask for, unless a reply function or 
     python tests/llm_stub.py --port 0 --delay 0.2    # prints "listening on http://127.0.0.1:PORT/v1"
     python tests/llm_stub.py --reply llm_replies:eval_answers   # a function of (request body, last user text)
 
+Structured output: a request with `response_format` is checked as OpenAI's strict mode checks it (type
+`json_schema`, a name, `strict: true`, every object with `additionalProperties: false` and all its properties
+required, only the keywords the strict subset takes); a malformed one is refused with HTTP 400, as OpenAI does.
+The default reply then follows the schema: a rewrite schema gets the structured rewrite of the prompt's last
+"Question/Answer" pair, a MuCR context schema the context reply, any other schema a generic instance of it.
+
 A reply (what a reply function returns, or one entry of a script) is a text (the completion), an HTTP status
 to fail with, or a dict scripting the whole exchange:
     {"status": 429, "headers": {"retry-after": "2"}, "body": {...}}   # any status, headers and JSON body
@@ -91,6 +97,85 @@ def chat_completion(request: dict, content: str, text: str, n: int) -> dict:
     }
 
 
+# What OpenAI's strict mode refuses in a schema (cftools sends the portable subset; its grammar keeps the rest).
+STRICT_REFUSED = ("maxLength", "minLength", "maximum", "minimum", "exclusiveMaximum", "exclusiveMinimum",
+                  "pattern", "$ref", "$defs", "default")
+
+
+def response_format_error(response_format: Any) -> str | None:
+    """Why a response_format would be refused (None: it is a well-formed strict json_schema)."""
+    if not isinstance(response_format, dict) or response_format.get("type") != "json_schema":
+        return "response_format.type must be 'json_schema'"
+    spec = response_format.get("json_schema") or {}
+    if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", str(spec.get("name") or "")):
+        return "response_format.json_schema.name must be 1-64 letters, digits, '_' or '-'"
+    if spec.get("strict") is not True:
+        return "response_format.json_schema.strict must be true"
+    return schema_error(spec.get("schema"), "schema")
+
+
+def schema_error(node: Any, where: str) -> str | None:
+    if not isinstance(node, dict):
+        return f"{where} is not an object"
+    for keyword in STRICT_REFUSED:
+        if keyword in node:
+            return f"{where}: '{keyword}' is not supported in strict mode"
+    if node.get("type") == "object":
+        properties = node.get("properties") or {}
+        if node.get("additionalProperties") is not False:
+            return f"{where}: additionalProperties must be false"
+        if sorted(node.get("required") or []) != sorted(properties):
+            return f"{where}: every property must be required"
+        for name, sub in properties.items():
+            found = schema_error(sub, f"{where}.{name}")
+            if found:
+                return found
+    if node.get("type") == "array":
+        return schema_error(node.get("items"), f"{where}[]")
+    return None
+
+
+def instance_of(schema: dict, name: str = "value") -> Any:
+    """A generic value of SCHEMA (the first enum value, 1, a short text, minItems items)."""
+    if "enum" in schema:
+        return schema["enum"][0]
+    kind = schema.get("type")
+    if kind == "object":
+        return {key: instance_of(sub, key) for key, sub in (schema.get("properties") or {}).items()}
+    if kind == "array":
+        return [instance_of(schema.get("items") or {}, f"{name} {i + 1}") for i in range(schema.get("minItems") or 1)]
+    if kind == "integer" or kind == "number":
+        return 1
+    if kind == "boolean":
+        return True
+    return f"stub {name}"
+
+
+def structured_reply(schema: dict, prompt: str) -> str:
+    """The default reply in SCHEMA: a rewrite of the prompt's last question, a context, or a generic instance."""
+    properties = schema.get("properties") or {}
+    if "new_question" in properties:
+        match = None
+        for match in re.finditer(r"Question:[ \t]*(.+)\nAnswer:[ \t]*(.+)", prompt):
+            pass
+        question, answer = (match.group(1).strip(), match.group(2).strip().lower()) if match else ("Is it?", "no")
+        stem = question.rstrip("?").strip()
+        if "flipped_answer" in properties:
+            flipped = "no" if answer == "yes" else "yes"
+            return json.dumps({"flipped_answer": flipped, "reasoning": "The opposite holds. Something changes.",
+                               "new_question": f"Would it still hold that {stem[0].lower() + stem[1:]} if everything "
+                                               f"changed?", "new_answer": flipped})
+        count = int(answer) if answer.isdigit() else 0
+        return json.dumps({"reasoning": f"The answer is {count}. Add one more. {count} + 1 = {count + 1}",
+                           "new_question": f"{stem} if one more were added?", "new_answer": count + 1})
+    if set(properties) == {"shared", "cause", "effect"} and "Cause caption:" in prompt:
+        cause = prompt.split("Cause caption:")[-1].split("\n")[0].strip()
+        effect = prompt.split("Effect caption:")[-1].split("\n")[0].strip()
+        return json.dumps({"shared": "A tall woman in a red raincoat and black boots, in a city park, grey light.",
+                           "cause": f"{cause}.", "effect": f"{effect}, tired eyes."})
+    return json.dumps(instance_of(schema))
+
+
 class StubHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True  # as real servers do: no 40 ms delayed-ACK stall between header and body
@@ -136,10 +221,20 @@ class StubHandler(BaseHTTPRequestHandler):
             scripted = self.server.script.popleft() if self.server.script else None
         time.sleep(self.server.delay)
         content = last_user_text(request)
+        response_format = request.get("response_format")
+        if response_format is not None and response_format_error(response_format):
+            self._send(400, {"error": {"message": f"Invalid schema for response_format: "
+                                                  f"{response_format_error(response_format)}",
+                                       "type": "invalid_request_error", "code": None}})
+            return
         if scripted is not None:
             reply = scripted
+        elif self.server.reply:
+            reply = self.server.reply(request, content)
+        elif response_format is not None:
+            reply = structured_reply(response_format["json_schema"]["schema"], content)
         else:
-            reply = self.server.reply(request, content) if self.server.reply else stub_reply(content)
+            reply = stub_reply(content)
         self._answer(reply, request, content, n)
 
     def _answer(self, reply: Reply, request: dict, content: str, n: int) -> None:
@@ -222,7 +317,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     reply = load_reply_function(args.reply)
     if args.context:
-        reply = lambda request, text: context_reply(text)  # noqa: E731
+        reply = lambda request, text: (structured_reply(request["response_format"]["json_schema"]["schema"], text)  # noqa: E731
+                                       if request.get("response_format") else context_reply(text))
     server = StubServer(args.port, args.delay, reply)
     print(f"listening on {server.base_url}", flush=True)
     try:

@@ -23,7 +23,8 @@ from cftools.evaluate.run import run_eval
 from cftools.kinds.cfmm import checks as c
 from cftools.kinds import get_kind
 from cftools.kinds.cfmm.model import EXPORT_FIELDS
-from cftools.kinds.cfmm.generate import generate_pairs, parse_draft, parse_quota, type_targets
+from cftools.kinds.cfmm.generate import DRAFT_SCHEMA, draft_from_reply, generate_pairs, parse_quota, type_targets
+from cftools.llm.structured import ReplyError
 from cftools.llm import make_backend
 from cftools.models import DRAFT, Generation, Item
 
@@ -320,19 +321,22 @@ FACTS = [("dogs.png", "How many dogs are on the grass?", "2"), ("bus.png", "What
 
 
 def draft_reply(request, prompt: str):  # noqa: ANN001, ANN201
-    """A scripted LLM: picks count for dogs, color for the bus, none for the blank picture; drafts accordingly."""
-    if prompt.rstrip().endswith("Type:"):
+    """A scripted LLM: picks count for dogs, color for the bus, none for the blank picture; drafts accordingly, in the
+    schema that arrived as response_format."""
+    schema = request["response_format"]["json_schema"]
+    if schema["name"] == "cfmm_type_pick":
         facts = prompt.split("Pick the type")[0]
-        if "dogs" in facts:
-            return "count"
-        return "Type: color" if "bus" in facts else "Type: none"
+        assert schema["schema"]["properties"]["type"]["enum"][-1] == "none"
+        picked = "count" if "dogs" in facts else "color" if "bus" in facts else "none"
+        return json.dumps({"type": picked})
+    assert schema["name"] == "cfmm_pair"
     if "dogs" in prompt.rsplit("Facts:", 1)[1]:
-        return ("How many dogs are on the grass?\nBasic options: 2 | 3\nBasic answer: 2\nCounterfactual question: "
-                "If one more dog ran onto the grass, how many dogs would be on the grass?\n"
-                "Counterfactual options: 2 | 3\nCounterfactual answer: 3")
-    return ("What color is the bus?\nBasic options: red | green\nBasic answer: red\nCounterfactual question: If the "
-            "bus were repainted in the colour of grass, what colour would it be?\nCounterfactual options: red | green\n"
-            "Counterfactual answer: green")
+        return json.dumps({"basic_question": "How many dogs are on the grass?", "basic_options": ["2", "3"],
+                           "basic_correct": 1, "cf_question": "If one more dog ran onto the grass, how many dogs "
+                           "would be on the grass?", "cf_options": ["2", "3"], "cf_correct": 2})
+    return json.dumps({"basic_question": "What color is the bus?", "basic_options": ["red", "green"], "basic_correct": 1,
+                       "cf_question": "If the bus were repainted in the colour of grass, what colour would it be?",
+                       "cf_options": ["red", "green"], "cf_correct": 2})
 
 
 @pytest.fixture
@@ -389,12 +393,17 @@ def test_the_quota_steers_and_caps_types(images_and_facts, scripted_llm):
         parse_quota("colour=1")
 
 
-def test_a_draft_whose_answer_is_not_an_option_is_unparseable():
+def test_a_draft_names_its_correct_options_by_number_and_two_same_options_are_refused():
     from cftools.generate.llm_task import ParseError
 
-    with pytest.raises(ParseError, match="not one of its options"):
-        parse_draft("Basic question: How many?\nBasic options: 1 | 2\nBasic answer: 1\nCounterfactual question: "
-                    "If one left, how many?\nCounterfactual options: 0 | 2\nCounterfactual answer: 1")
+    reply = DRAFT_SCHEMA.read(json.dumps({"basic_question": "How many?", "basic_options": ["1", "2"], "basic_correct": 1,
+                                          "cf_question": "If one left, how many?", "cf_options": ["0", "2"],
+                                          "cf_correct": 1}))
+    assert draft_from_reply(reply)["cf_answer"] == "0" and draft_from_reply(reply)["basic_answer"] == "1"
+    with pytest.raises(ReplyError, match="cf_correct"):
+        DRAFT_SCHEMA.read(json.dumps({**reply.model_dump(), "cf_correct": 3}))
+    with pytest.raises(ParseError, match="two options are the same"):
+        draft_from_reply(reply.model_copy(update={"cf_options": ["2", " 2"]}))
 
 
 def test_status_kind_shows_types_beside_the_quota(images_and_facts, scripted_llm, run_cli):

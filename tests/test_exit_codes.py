@@ -12,7 +12,7 @@ import pytest
 
 from cftools.commands.exit_codes import ALL_FAILED, PARTIAL_FAILURE
 from cftools.ingest.readers import ingest_table
-from llm_stub import StubServer, stub_reply
+from llm_stub import StubServer, structured_reply
 from test_generate import NUMBER_QUESTIONS, configure_stub, write_table
 
 
@@ -49,7 +49,8 @@ def test_every_request_failing_exits_4_and_some_failing_exits_3(numbers, run_cli
     assert "4 failed" in dead.output and "all 4 requests failed" in dead.output
 
     # one source question in four answers 500: the other three are stored
-    server = StubServer(delay=0.0, reply=lambda request, text: 500 if "cars" in text else stub_reply(text))
+    server = StubServer(delay=0.0, reply=lambda request, text: 500 if "cars" in text else structured_reply(
+        request["response_format"]["json_schema"]["schema"], text))
     server.start_in_thread()
     try:
         set_base_url(numbers, server.base_url)

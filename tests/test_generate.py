@@ -17,13 +17,13 @@ from sqlalchemy import delete, func, select
 
 from killed_runs import kill_after_progress
 
-from cftools.kinds.cvqa.generate import item_key, load_template, reparse, rewrite, select_sources
+from cftools.kinds.cvqa.generate import COUNT_REWRITE, item_key, load_template, reparse, rewrite, select_sources
 from cftools.ingest.readers import ingest_table
 from cftools.kinds.cvqa.ingest import ingest_cvqa
 from cftools.llm import make_backend
-from llm_stub import StubServer, start_process, stub_reply
+from llm_stub import StubServer, start_process, structured_reply, stub_reply
 from cftools.kinds.cvqa.model import BOOLEAN, NUMERICAL_DIRECT, NUMERICAL_INDIRECT
-from cftools.models import CachedResponse, Generation, Item, ItemEvent
+from cftools.models import CachedResponse, Generation, Item, ItemEvent, SourceQuestion
 NUMBER_QUESTIONS = [("a.jpg", "How many cats are there?", "2"), ("b.jpg", "How many cars are parked?", "5"),
                     ("c.jpg", "How many people are sitting?", "0"), ("d.jpg", "How many kites are flying?", "3")]
 YES_NO_QUESTIONS = [("e.jpg", "Is the man wearing a hat?", "yes"), ("f.jpg", "Is it raining?", "no")]
@@ -80,7 +80,11 @@ def test_rewrite_stores_draft_items_linked_to_source_and_generation(sources, stu
             gen = session.get(Generation, item.generation_id)
             assert gen.source_id == item.source_id and gen.backend == "openai" and gen.model == "stub"
             assert gen.template_name == "rewrite/numerical-direct.j2" and gen.template_hash == template.hash
-            assert item.data["original_question"] in gen.prompt and gen.raw_output.endswith(f"New answer: {item.answer}")
+            assert item.data["original_question"] in gen.prompt
+            assert json.loads(gen.raw_output)["new_answer"] == int(item.answer)
+            schema = COUNT_REWRITE
+            assert gen.params["output_schema"] == {"name": schema.name, "hash": schema.hash, "mode": "json_schema",
+                                                   "constrained": True}
             assert gen.params["temperature"] == 0.0 and gen.prompt_tokens > 0 and gen.latency_s >= 0
             assert gen.parse_error is None and gen.error is None and gen.attempt == 1
             assert item.answer == str(int(item.data["original_answer"]) + 1)  # what the stub writes
@@ -147,8 +151,8 @@ def test_unparseable_output_is_kept_retried_with_new_params_and_never_stops_the_
         if "How many cats" in prompt:
             return "I am not sure what you mean."
         if "How many cars" in prompt and request.get("temperature", 0) == 0:
-            return "New question: (none)"  # no answer on the first, greedy attempt
-        return stub_reply(prompt)
+            return '{"reasoning": "add one", "new_question": "How many cars?"}'  # no answer on the greedy attempt
+        return structured_reply(request["response_format"]["json_schema"]["schema"], prompt)
 
     server = StubServer(delay=0.0, reply=reply).start_in_thread()
     try:
@@ -162,8 +166,11 @@ def test_unparseable_output_is_kept_retried_with_new_params_and_never_stops_the_
         cats = session.execute(select(Generation).where(Generation.prompt.contains("How many cats"))
                                .order_by(Generation.attempt)).scalars().all()
         assert [g.attempt for g in cats] == [1, 2, 3]
-        assert all(g.raw_output == "I am not sure what you mean." and g.parse_error == "no new question found"
+        assert all(g.raw_output == "I am not sure what you mean." and g.parse_error.startswith("not a count_rewrite")
                    for g in cats)
+        first_cars = session.execute(select(Generation).where(Generation.prompt.contains("How many cars"),
+                                                              Generation.attempt == 1)).scalar_one()
+        assert first_cars.parse_error == "not a count_rewrite reply: new_answer: Field required"
         assert len({g.cache_key for g in cats}) == 3 and cats[1].params["seed"] == 2
         assert not session.execute(select(Item).where(Item.source_id == cats[0].source_id)).first()
         cars = session.execute(select(Item).where(Item.question.contains("cars"))).scalar_one()
@@ -206,6 +213,23 @@ def test_reparse_rebuilds_items_from_stored_outputs_without_model_calls(sources,
                                                 "items_updated": 0}
 
 
+def test_reparse_reads_old_free_text_generations_beside_structured_ones(sources, stub):
+    rewrite(sources.store, stub_backend(stub), NUMERICAL_DIRECT, quiet=True)  # structured replies
+    with sources.store.write() as session:
+        source = session.execute(select(SourceQuestion).where(SourceQuestion.question == "Is it raining?")).scalar_one()
+        # a generation from before structured output: free text, no output_schema in its params
+        session.add(Generation(source_id=source.id, generator="rewrite", group=BOOLEAN, backend="openai",
+                               model="stub", params={"temperature": 0.0}, raw_output=stub_reply(
+                                   "Question: Is it raining?\nAnswer: no"), parse_error="old parser failed"))
+    report = reparse(sources.store)
+    assert report.generations == 5 and report.changed == 1 and report.items_created == 1
+    with sources.store.session() as session:
+        item = session.execute(select(Item).where(Item.key == item_key(source.id, BOOLEAN))).scalar_one()
+        structured = session.execute(select(Item).where(Item.group == NUMERICAL_DIRECT)).scalars().all()
+    assert item.answer == "yes" and item.question.startswith("Would it still hold that")
+    assert len(structured) == 4 and all(i.answer.isdigit() for i in structured)
+
+
 def configure_stub(workspace, base_url: str) -> None:
     config = workspace.path("cftools.toml")
     text = config.read_text().replace('backend = "local"', f'backend = "openai"\nbase_url = "{base_url}"')
@@ -239,7 +263,7 @@ def test_a_killed_run_resumes_without_duplicates(workspace, tmp_path):
     try:
         configure_stub(workspace, base_url)
         command = [sys.executable, "-m", "cftools.cli", "-w", str(workspace.root), "generate", "rewrite",
-                   "--group", "numerical-direct", "--concurrency", "2", "--quiet"]
+                   "--group", "numerical-direct", "--concurrency", "2", "--no-rederive", "--quiet"]
         killed_at = kill_after_progress(command, workspace.root / "cftools.db",
                                         "select count(*) from items where origin = 'generated'", at_least=6)
         assert 6 <= killed_at < 40, "the run was not killed mid-way"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import sqlite3
 import sys
 from pathlib import Path
@@ -12,14 +13,16 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
+from cftools.kinds.mucr.model import CATEGORIES
 from cftools.checks import ItemView
 from cftools.errors import InputError
-from cftools.generate.llm_task import ParseError
 from cftools.images import sha256_file
 from cftools.kinds import get_kind
 from cftools.kinds.mucr.checks import (PromptLength, check_context_inconsistent, check_context_missing_change,
                                        estimated_clip_tokens)
-from cftools.kinds.mucr.generate import draft_captions, parse_caption_pairs, parse_context, write_context
+from cftools.kinds.mucr.generate import (CONTEXT_SCHEMA, captions_schema, context_from_reply, draft_captions,
+                                         write_context)
+from cftools.llm.structured import ReplyError
 from cftools.kinds.mucr.ingest import ingest_captions
 from cftools.llm import make_backend
 from cftools.models import Generation, Image, Item
@@ -41,10 +44,11 @@ def with_context(cause: str, effect: str, effect_caption: str = "") -> ItemView:
 
 
 def context_reply(request: dict, text: str) -> str:
+    assert request["response_format"]["json_schema"]["name"] == "mucr_context"  # a 500 if it did not arrive
     cause = text.split("Cause caption:")[-1].split("\n")[0].strip()
     effect = text.split("Effect caption:")[-1].split("\n")[0].strip()
-    return (f"A tall woman in a red raincoat and black boots, in a city park, grey light.\nCause: {cause}.\n"
-            f"Effect: {effect}, tired eyes.\n")
+    return json.dumps({"shared": "A tall woman in a red raincoat and black boots, in a city park, grey light.",
+                       "cause": f"{cause}.", "effect": f"{effect}, tired eyes."})
 
 
 @pytest.fixture
@@ -104,15 +108,17 @@ def test_a_bad_caption_record_names_file_and_line_and_changes_nothing(workspace,
 def test_caption_pairs_drafted_from_seeds_form_groups(workspace, tmp_path):
     seeds = tmp_path / "seeds.txt"
     seeds.write_text("speeding -> pulled over\n\nrain -> catch a cold\n")
-    replies = ("Cause: a man drives fast on a highway | Effect: a police car stops him | Category: human\n"
-               "Cause: a fox runs into a road | Effect: the fox hides | Category: animal\n"
-               "Cause: a woman speeds in a red car | Effect: she gets a ticket | Category: human\n")
+    replies = json.dumps({"pairs": [
+        {"cause": "a man drives fast on a highway", "effect": "a police car stops him", "category": "human"},
+        {"cause": "a fox runs into a road", "effect": "the fox hides", "category": "animal"}]})
     server = StubServer(delay=0.0, reply=lambda request, text: replies).start_in_thread()
     try:
         report = draft_captions(workspace.store, stub_llm(server), seeds, per_group=2, quiet=True)
         assert report.selected == 2 and report.items_created == 4 and server.requests == 2
         again = draft_captions(workspace.store, stub_llm(server), seeds, per_group=2, quiet=True)
         assert again.selected == 0 and server.requests == 2  # both groups are there
+        schema = server.received[0]["body"]["response_format"]["json_schema"]["schema"]
+        assert schema["properties"]["pairs"]["items"]["properties"]["category"]["enum"] == list(CATEGORIES)
     finally:
         server.shutdown()
         server.server_close()
@@ -128,40 +134,24 @@ def test_a_seed_without_an_arrow_names_its_line(workspace, tmp_path, context_stu
         draft_captions(workspace.store, stub_llm(context_stub), seeds, quiet=True)
 
 
-@pytest.mark.parametrize("text, pairs", [
-    ("Cause: a | Effect: b | Category: plant", 1),
-    ("**Cause:** a cat jumps | **Effect:** the vase falls\nnoise\nCause: x | Effect: y | Category: robot", 2),
+@pytest.mark.parametrize("reply, reason", [
+    ('{"pairs": []}', "pairs: List should have at least 1 item"),
+    ('{"pairs": [{"cause": "a", "effect": "b", "category": "robot"}]}', "pairs.0.category"),
+    ('I would rather not.', "not a mucr_caption_pairs reply"),
 ])
-def test_caption_pair_lines_are_read_tolerantly(text, pairs):
-    parsed = parse_caption_pairs(text)["pairs"]
-    assert len(parsed) == pairs and all(p["category"] in ("plant", "mixture", "human", "animal", "character")
-                                        for p in parsed)
+def test_a_caption_reply_outside_its_schema_is_refused_with_the_reason(reply, reason):
+    with pytest.raises(ReplyError, match=re.escape(reason)):
+        captions_schema(2).read(reply)
 
 
-def test_output_without_pairs_is_unparseable():
-    with pytest.raises(ParseError):
-        parse_caption_pairs("I would rather not.")
-
-
-# ---------------------------------------------------------------- contextual descriptions
-
-
-@pytest.mark.parametrize("text", [
-    "A man in a grey hoodie in a park.\nCause: He runs in the rain.\nEffect: He sits with a cold.",
-    "Shared: A man in a grey hoodie in a park.\nCause: He runs in the rain.\nEffect: He sits with a cold.\n\n"
-    "Cause caption: invented\nShared: another example",
-    "**Shared:** A man in a grey hoodie in a park.\n- **Cause:** He runs in the rain.\n- **Effect:** He sits with "
-    "a cold.",
-])
-def test_context_parts_are_read_tolerantly(text):
-    parsed = parse_context(text)
+def test_a_context_reply_is_read_from_its_schema():
+    reply = CONTEXT_SCHEMA.read('```json\n{"shared": "A man in a grey hoodie in a park.", "cause": "He runs in the '
+                                'rain.", "effect": "He sits with a cold."}\n```')
+    parsed = context_from_reply(reply)
     assert parsed["cause_description"] == "A man in a grey hoodie in a park. He runs in the rain."
     assert parsed["effect_description"] == "A man in a grey hoodie in a park. He sits with a cold."
-
-
-def test_context_without_both_parts_is_unparseable():
-    with pytest.raises(ParseError, match="no effect part"):
-        parse_context("Cause: he runs")
+    with pytest.raises(ReplyError, match="effect: Field required"):
+        CONTEXT_SCHEMA.read('{"shared": "x", "cause": "he runs"}')
 
 
 def test_context_for_every_pair_once_with_provenance(workspace, run_cli, context_stub):

@@ -39,8 +39,9 @@ def mucr_ws(workspace, label_studio, monkeypatch):
 
 @pytest.fixture
 def cue_stub():
-    reply = ("rain\nFalse cues: bench; blanket; park\nExplanation: In the first image, a person runs through the "
-             "rain. In the second image, the person sits on a bench with a cold. The causal link is the rain.")
+    reply = json.dumps({"cue": "rain", "false_cues": ["bench", "blanket", "park"],
+                        "explanation": "In the first image, a person runs through the rain. In the second image, the "
+                                       "person sits on a bench with a cold. The causal link is the rain."})
     server = StubServer(delay=0.0, reply=lambda request, text: reply).start_in_thread()
     yield server
     server.shutdown()

@@ -14,13 +14,13 @@ from sqlalchemy import select
 
 from cftools.checks import ItemView
 from cftools.evaluate.run import run_eval
-from cftools.generate.llm_task import ParseError
 from cftools.images import read_image_file, register_image
 from cftools.kinds import get_kind
 from cftools.kinds.mucr.annotate import select_units
 from cftools.kinds.mucr.checks import (check_cue_in_false_cues, check_cue_not_visible, check_explanation_form,
                                        check_false_cue_duplicate)
-from cftools.kinds.mucr.cues import draft_cues, parse_cues
+from cftools.kinds.mucr.cues import CUES_SCHEMA, cues_from_reply, draft_cues
+from cftools.llm.structured import ReplyError
 from cftools.kinds.mucr.explanations import (aggregate_parts, exp_score, judge_prompts, judge_result, missing_parts,
                                              parse_judge_parts, split_parts)
 from cftools.kinds.mucr.images import start_new_round
@@ -119,13 +119,14 @@ def test_mucr_summary_reports_parts_and_breakdowns():
 # ---------------------------------------------------------------- cues
 
 
-def test_cue_drafts_are_read_tolerantly():
-    parsed = parse_cues(" catch cold\nFalse cues: wet; rain; run\nExplanation: In the first image, a man runs. "
-                        "In the second image, he is ill. The causal link is the rain.\n\nCue: again")
+def test_cue_drafts_are_read_from_their_schema():
+    reply = CUES_SCHEMA.read('{"cue": " catch cold.", "false_cues": ["wet", "rain", "run"], "explanation": "In the first '
+                             'image, a man runs. In the second image, he is ill. The causal link is the rain."}')
+    parsed = cues_from_reply(reply)
     assert parsed["cue"] == "catch cold" and parsed["false_cues"] == ["wet", "rain", "run"]
     assert parsed["explanation_draft"].startswith("In the first image")
-    with pytest.raises(ParseError, match="no false cues"):
-        parse_cues("Cue: x\nExplanation: y")
+    with pytest.raises(ReplyError, match="false_cues: List should have at least 3 items"):
+        CUES_SCHEMA.read('{"cue": "x", "false_cues": ["wet"], "explanation": "y"}')
 
 
 @pytest.mark.parametrize("data, check, reason", [
@@ -166,8 +167,10 @@ def test_none_usable_feeds_a_new_round_and_a_new_select_task():
 
 
 def cue_reply(request: dict, text: str) -> str:
-    return ("rain\nFalse cues: bench; hoodie; park\nExplanation: In the first image, a person runs in the rain. "
-            "In the second image, the person is ill. The causal link is that the rain caused a cold.")
+    assert request["response_format"]["json_schema"]["name"] == "mucr_cues"
+    return json.dumps({"cue": "rain", "false_cues": ["bench", "hoodie", "park"],
+                       "explanation": "In the first image, a person runs in the rain. In the second image, the person "
+                                      "is ill. The causal link is that the rain caused a cold."})
 
 
 @pytest.fixture
@@ -344,6 +347,7 @@ def test_eval_scores_c2e_e2c_cue_and_exp_against_a_judge_process(workspace, run_
     assert section["exp"]["value"] == pytest.approx(0.25 * 8 + 0.25 * 6 + 0.5 * 4)
     exp_line = next(p for p in result.predictions if p["which"] == "exp")
     assert exp_line["similarities"] == [[8.0, 6.0, 4.0]] * 3 and exp_line["aggregate"] == "best-match"
+    assert json.loads(exp_line["judge_replies"][0]) == {"S1": 8, "S2": 6, "S3": 4}  # the judge replied in its schema
     report = (tmp_path / "split" / "report.md").read_text()
     assert "split input" in report and "best-matching reference" in report and "Exp S3 (causal link" in report
     # form 1 through the command line: the report says which

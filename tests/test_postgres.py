@@ -65,7 +65,8 @@ def generation_counts(ws) -> tuple[int, int, int]:
 
     with ws.store.session() as session:
         items = session.execute(select(func.count()).select_from(Item).where(Item.origin == "generated")).scalar_one()
-        gens = session.execute(select(func.count()).select_from(Generation)).scalar_one()
+        gens = session.execute(select(func.count()).select_from(Generation)
+                               .where(Generation.generator == "rewrite")).scalar_one()  # not the re-derivations
         distinct = session.execute(select(func.count(func.distinct(Item.source_id))).where(
             Item.origin == "generated")).scalar_one()
     return items, gens, distinct

@@ -165,3 +165,26 @@ def check_unchanged_answer(item: ItemView) -> Result:
         return Flag("unchanged_answer", f"the new answer {_fmt(new)} equals the original answer; "
                                         "the presupposition changes nothing that is counted")
     return None
+
+
+# ---------------------------------------------------------------- a model's second opinion
+
+REDERIVED_SCOPE = "drafts whose answer the configured model re-derived ([llm] rederive)"
+
+
+def rederived(item: ItemView) -> bool:
+    return bool((item.data or {}).get("rederived"))
+
+
+def check_answer_disputed(item: ItemView) -> Result:
+    """The model that re-derived the answer (cftools.generate.rederive) disagrees with the draft's answer. A
+    re-derivation of an earlier answer (the item was edited since) says nothing about this one."""
+    rederived = (item.data or {}).get("rederived") or {}
+    if rederived.get("for_answer") != item.answer or rederived.get("answer") is None:
+        return None
+    theirs, ours = str(rederived["answer"]), str(item.answer or "")
+    if normalize_answer(theirs) == normalize_answer(ours):
+        return None
+    reasoning = " ".join(str(rederived.get("reasoning") or "").split())
+    return Flag("answer_disputed", f"the model re-derived {theirs!r} where the draft says {ours!r}: "
+                                   f"{reasoning[:300]}")

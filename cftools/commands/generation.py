@@ -58,6 +58,32 @@ def llm_options(command: Callable) -> Callable:
     return document_exit_codes(command)
 
 
+rederive_option = click.option(
+    "--rederive/--no-rederive", default=None,
+    help="Then ask the model to re-derive each draft's answer (check answer_disputed); one call per draft "
+         "(default: [llm] rederive, else on for a real model, off for the embedded one).")
+
+
+def rederive_drafts(workspace: Any, llm: Any, config: dict[str, Any], spec: Any, wanted: bool | None,
+                    quiet: bool, as_json: bool) -> Any:
+    """Re-derive the answers of the kind's drafts when WANTED (None: `[llm] rederive`, see
+    cftools.generate.rederive); prints one line (not with --json) and returns the report, or None."""
+    from cftools.commands.common import err_console
+    from cftools.generate.rederive import rederive, rederive_enabled
+
+    if not (wanted if wanted is not None else rederive_enabled(config, llm.name)):
+        return None
+    report = rederive(workspace.store, llm, spec, console=err_console, quiet=quiet or as_json,
+                      workspace_root=workspace.root)
+    if report.stats.interrupted:
+        raise click.ClickException("interrupted; what finished is stored, rerun the same command to continue")
+    if not as_json:
+        console.print(f"answers re-derived by {escape(report.backend)}:{escape(report.model)}: "
+                      f"{report.items_created} of {report.selected} drafts ({report.stats.failed} failed); "
+                      f"`cftools check` flags the disagreements (answer_disputed)")
+    return report
+
+
 def run_with_llm(workspace: Any, backend: str | None, model: str | None,
                  run: Callable[[Any, dict[str, Any]], Any]) -> Any:
     """RUN(backend, [llm] config) with the configured backend, closed afterwards; the report gets the run's
@@ -106,7 +132,7 @@ def print_llm_report(report: Any, as_json: bool, what: str) -> None:
         stats = report.stats
         console.print(f"[bold]{escape(what)}[/] with {escape(report.backend)}:{escape(report.model)}: "
                       f"{report.selected} selected, {report.items_created} written, {stats.failed} failed "
-                      f"({report.parse_failures} unparseable outputs, {report.call_errors} call errors), "
+                      f"({report.parse_failures} replies that did not parse, {report.call_errors} call errors), "
                       f"{stats.cached} from the cache, {stats.rate:.1f}/s")
         if controls is not None:
             console.print(f"  {escape(controls.usage.summary())}")

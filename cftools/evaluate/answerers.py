@@ -70,7 +70,9 @@ class ChatAnswerer:
         self.concurrency = concurrency
         self.quiet = quiet
 
-    def generate(self, prompts: Sequence[Prompt]) -> list[str]:
+    def generate(self, prompts: Sequence[Prompt], schema: Any = None) -> list[str]:
+        """The replies to PROMPTS; with SCHEMA (an OutputSchema) the backend is asked for it the way it takes it
+        (`response_format`, constrained decoding, or the schema in the prompt)."""
         from cftools.llm import request_key
         from cftools.llm.runner import JobResult, run_jobs
 
@@ -78,6 +80,10 @@ class ChatAnswerer:
         for index, prompt in enumerate(prompts):
             messages = chat_messages(prompt, self.with_images)
             params = {"temperature": 0.0, "max_tokens": prompt.max_new_tokens}
+            if schema is not None:
+                from cftools.llm.structured import structured_request
+
+                messages, params = structured_request(self.backend, schema, messages, params)
             key = request_key(self.backend.cache_id, self.backend.model, messages, params)
             requests.append((index, messages, params, key))
         answers: dict[int, str] = {}
@@ -162,7 +168,8 @@ def parse_judge_score(text: str) -> Optional[float]:
     return float(value)
 
 
-JUDGE_MAX_TOKENS = 24
+JUDGE_MAX_TOKENS = 32
+
 
 
 def judge_answer(judge: ChatAnswerer, templates: PromptTemplates, question: Question, answer: str,
@@ -171,7 +178,22 @@ def judge_answer(judge: ChatAnswerer, templates: PromptTemplates, question: Ques
     kind = get_kind(question.kind)
     prompts = [Prompt(text, max_new_tokens=JUDGE_MAX_TOKENS)
                for text in kind.judge_prompts(question, answer, templates)]
-    replies = judge.generate(prompts) if prompts else []
-    return {**kind.judge_result(question, replies, aggregate), "judge_replies": replies}
+    schema = kind.judge_schema()
+    replies = judge.generate(prompts, schema=schema) if prompts else []
+    return {**kind.judge_result(question, [judge_reply_text(kind, schema, r) for r in replies], aggregate),
+            "judge_replies": replies}
+
+
+def judge_reply_text(kind: Any, schema: Any, reply: str) -> str:
+    """A judge reply as the kind's scoring reads it: validated against the judge's schema, else (a judge that
+    wrote free text) as it is, for the kind's own reader."""
+    if schema is None:
+        return reply
+    from cftools.llm.structured import ReplyError
+
+    try:
+        return kind.judge_reply(schema.read(reply))
+    except ReplyError:
+        return reply
 
 

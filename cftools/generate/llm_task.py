@@ -1,8 +1,13 @@
 """One LLM generator run, whatever it writes: jobs, the request cache, retries of unparseable outputs, provenance.
 
 A generator (C-VQA rewriting, MuCR contextual descriptions and cues, CFMM pairs, ...) is an `LLMTask`: its name,
-its prompt template, `parse(text, job)` (raises `ParseError`) and `write(session, job, parsed, generation_id,
-attempt)` (creates or updates items). `run_llm_task` does the rest the same way for all of them:
+its prompt template, its output schema (`schema`, a `cftools.llm.structured.OutputSchema`) and `from_reply(reply,
+job)` (or, for free text, `parse(text, job)`, which raises `ParseError`), and `write(session, job, parsed,
+generation_id, attempt)` (creates or updates items). `run_llm_task` does the rest the same way for all of them:
+
+- the schema goes to the backend as its `structured_output` says (`response_format`, or into the prompt; the
+  embedded model decodes under it), every reply is validated against it, and the generation record's params
+  keep `output_schema` = {name, hash, mode, constrained};
 
 - every finished request is committed at once (cache entry, generation record, what `write` makes), so a killed
   run loses only what was in flight and the next run does only the jobs the task still selects;
@@ -25,6 +30,8 @@ from cftools.llm import Backend, Completion, LLMError, request_key
 from cftools.llm.base import render_messages
 from cftools.llm.cache import cached_completion, cached_completions, save_completions
 from cftools.llm.prompts import PromptTemplate
+from cftools.llm.structured import (OutputSchema, ReplyError, backend_mode, schema_provenance,
+                                    structured_request)
 from cftools.generate.claims import DEFAULT_LEASE_S, Claims
 from cftools.llm.runner import JobResult, RunStats, run_jobs
 from cftools.models import DRAFT, Generation, Item, ItemEvent, utcnow
@@ -63,6 +70,8 @@ class LLMJob:
     context: dict[str, Any] = field(default_factory=dict)  # what `write` needs
     attempts: list[Attempt] = field(default_factory=list)
     first_missed: bool = False  # the bulk cache lookup found no response for attempt 1
+    params: dict[str, Any] = field(default_factory=dict)  # on top of the run's (the output schema)
+    provenance: dict[str, Any] = field(default_factory=dict)  # on top of the generation record's params
 
 
 @dataclass
@@ -80,8 +89,21 @@ class LLMTask:
 
     generator: str = ""
     template: PromptTemplate
+    schema: Optional[OutputSchema] = None
+
+    def schema_for(self, job: LLMJob) -> Optional[OutputSchema]:
+        """The job's output schema (a task whose choices depend on the job builds one per job)."""
+        return self.schema
 
     def parse(self, text: str, job: LLMJob) -> dict[str, Any]:
+        schema = self.schema_for(job)
+        if schema is None:
+            raise NotImplementedError
+        return self.from_reply(schema.read(text), job)
+
+    def from_reply(self, reply: Any, job: LLMJob) -> dict[str, Any]:
+        """What a validated reply (the schema's pydantic model) makes: the parsed dict `write` stores; raises
+        ParseError for what a schema cannot say (an answer that is not one of the options)."""
         raise NotImplementedError
 
     def write(self, store: Store, session: Session, job: LLMJob, parsed: dict[str, Any], generation_id: int,
@@ -135,7 +157,7 @@ class Attempts:
 
     def new_attempt(self, job: LLMJob) -> Attempt:
         number = len(job.attempts) + 1
-        params = attempt_params(self.base_params, number)
+        params = attempt_params({**self.base_params, **job.params}, number)
         return Attempt(number=number, params=params,
                        key=request_key(self.backend.cache_id, self.backend.model, job.messages, params))
 
@@ -143,7 +165,7 @@ class Attempts:
         try:
             attempt.parsed = self.task.parse(attempt.completion.text, job)
             return True
-        except ParseError as exc:
+        except (ParseError, ReplyError) as exc:
             attempt.parse_error = str(exc)
             return False
 
@@ -176,7 +198,7 @@ class Attempts:
             if self.parse_into(attempt, job):
                 return JobResult(job=job, ok=True, cached=all(not a.fresh for a in job.attempts))
         return JobResult(job=job, ok=False, cached=all(not a.fresh for a in job.attempts),
-                         error=f"{job.label}: unparseable after {len(job.attempts)} attempts "
+                         error=f"{job.label}: no reply parsed in {len(job.attempts)} attempts "
                                f"({job.attempts[-1].parse_error})")
 
 
@@ -220,7 +242,8 @@ class Writer:
         return dict(
             source_id=job.source_id, generator=self.task.generator, group=job.group, backend=self.backend.name,
             model=self.backend.model, template_name=template.name, template_hash=template.hash,
-            params={**attempt.params, "cache_backend": self.backend.cache_id, **batch_provenance(completion)},
+            params={**{k: v for k, v in attempt.params.items() if k != "response_format"},
+                    "cache_backend": self.backend.cache_id, **job.provenance, **batch_provenance(completion)},
             prompt=render_messages(job.messages),
             raw_output=completion.text if completion else None, parsed=attempt.parsed,
             parse_error=attempt.parse_error, prompt_tokens=completion.prompt_tokens if completion else None,
@@ -257,6 +280,20 @@ def claimed_jobs(store: Store, jobs: list[LLMJob], attempts: Attempts, claims: C
             yield attempts.try_cached_first(job, cache) or job
 
 
+UNSTRUCTURED_ONLY = ("stop", "stop_regex")  # free-text stops could cut a JSON reply short
+
+
+def structure_jobs(task: LLMTask, jobs: list[LLMJob], backend: Backend) -> None:
+    """Give each job its output schema the way BACKEND takes it (`cftools.llm.structured.structured_request`)."""
+    mode = backend_mode(backend)
+    for job in jobs:
+        schema = task.schema_for(job)
+        if schema is None:
+            continue
+        job.messages, job.params = structured_request(backend, schema, job.messages, job.params)
+        job.provenance = {**job.provenance, "output_schema": schema_provenance(schema, mode)}
+
+
 def run_llm_task(store: Store, backend: Backend, task: LLMTask, jobs: list[LLMJob], *, params: dict[str, Any],
                  group: Optional[str] = None, concurrency: int | None = None, refresh: bool = False,
                  max_attempts: int = DEFAULT_MAX_ATTEMPTS, console: Console | None = None,
@@ -266,6 +303,9 @@ def run_llm_task(store: Store, backend: Backend, task: LLMTask, jobs: list[LLMJo
     SELECTED_AT is when the caller started choosing the jobs. Returns what this worker did."""
     report = LLMReport(generator=task.generator, group=group, backend=backend.name, model=backend.model,
                        template=task.template.name, selected=len(jobs))
+    if jobs and task.schema_for(jobs[0]) is not None:
+        params = {k: v for k, v in params.items() if k not in UNSTRUCTURED_ONLY}
+    structure_jobs(task, jobs, backend)
     attempts = Attempts(store, backend, task, params, max_attempts, refresh)
     workers = concurrency or DEFAULT_CONCURRENCY.get(backend.name, 4)
     # --max-cost, --estimate, --batch-api: a ControlledBackend's (cftools.generate.run_controls, which imports this)

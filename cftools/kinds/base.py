@@ -307,6 +307,14 @@ class Kind:
         """The judge's prompts for a judged free-text ANSWER to QUESTION (one per reference, say)."""
         return []
 
+    def judge_schema(self) -> Any:
+        """The judge's output schema (a `cftools.llm.structured.OutputSchema`; None: free text)."""
+        return None
+
+    def judge_reply(self, reply: Any) -> str:
+        """A validated judge reply (the schema's model) as the text `judge_result` reads."""
+        return str(reply)
+
     def judge_result(self, question: Any, replies: Sequence[str], aggregate: str) -> dict[str, Any]:
         """What a prediction line keeps of the judge's REPLIES (`similarities` None: not judged)."""
         return {"similarities": None}

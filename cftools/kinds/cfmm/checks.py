@@ -260,6 +260,7 @@ def check_blind_answerable(item: Any) -> Result:
 
 
 def declared_checks() -> tuple[Check, ...]:
+
     from cftools.checks import rules
 
     every = "all CFMM items"
@@ -271,4 +272,5 @@ def declared_checks() -> tuple[Check, ...]:
         Check("subject_drift", check_subject_drift, lambda i: True, every),
         Check("blind_answerable", check_blind_answerable, lambda i: True,
               every + " (a text-only model ranks the counterfactual options)"),
+        Check("answer_disputed", rules.check_answer_disputed, rules.rederived, rules.REDERIVED_SCOPE),
     )

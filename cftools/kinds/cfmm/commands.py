@@ -8,9 +8,10 @@ import click
 from rich.markup import escape
 
 from cftools.commands.common import console, err_console, pass_workspace, print_json
+from cftools.commands.generation import rederive_drafts, rederive_option
 from cftools.commands.ingest import file_ingest_options, ingest_licence, print_ingest, report_path
 from cftools.generate.llm_task import DEFAULT_MAX_ATTEMPTS
-from cftools.kinds.cfmm.generate import generate_pairs, llm_params, parse_quota
+from cftools.kinds.cfmm.generate import CFMM_REDERIVE, generate_pairs, llm_params, parse_quota
 from cftools.kinds.cfmm.ingest import ingest_cfmm
 from cftools.llm import BACKENDS, make_backend
 from cftools.workspace import Workspace
@@ -30,10 +31,11 @@ from cftools.workspace import Workspace
               help="Attempts per request when the output cannot be parsed.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.option("--json", "as_json", is_flag=True, help="Print the run's summary as JSON.")
+@rederive_option
 @pass_workspace
 def pairs_cmd(workspace: Workspace, types_text: str | None, per_image: int, limit: int | None, backend: str | None,
               model: str | None, concurrency: int | None, refresh: bool, max_attempts: int, quiet: bool,
-              as_json: bool) -> None:
+              as_json: bool, rederive: bool | None) -> None:
     """Draft CFMM basic/counterfactual pairs from the images' source questions (the LLM sees no image).
 
     The LLM picks a type per image (or none: the image is skipped and counted), then writes the pair with the
@@ -46,6 +48,8 @@ def pairs_cmd(workspace: Workspace, types_text: str | None, per_image: int, limi
                                 params=llm_params(config, llm.name), concurrency=concurrency, refresh=refresh,
                                 max_attempts=max_attempts, console=err_console, quiet=quiet or as_json,
                                 workspace_root=workspace.root)
+        if not report.interrupted:
+            rederive_drafts(workspace, llm, config, CFMM_REDERIVE, rederive, quiet, as_json)
     finally:
         llm.close()
     if as_json:
@@ -54,7 +58,8 @@ def pairs_cmd(workspace: Workspace, types_text: str | None, per_image: int, limi
         picked = ", ".join(f"{t} {n}" for t, n in sorted(report.picked.items())) or "none"
         console.print(f"pairs with {report.backend}:{report.model}: {report.selected} image slots, types picked: "
                       f"{picked}; {report.no_type} images suit no type, {report.over_quota} over quota, "
-                      f"{report.items_created} draft items created ({report.parse_failures} unparseable outputs, "
+                      f"{report.items_created} draft items created "
+                      f"({report.parse_failures} replies that did not parse, "
                       f"{report.call_errors} call errors, {report.cached} from the cache)")
         for error in report.errors[:5]:
             console.print(f"  [yellow]{escape(str(error))}[/]")

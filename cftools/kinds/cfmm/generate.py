@@ -7,6 +7,10 @@ Two LLM tasks on the shared runner (`cftools.generate.llm_task`: cache, retries,
 2. draft (`prompts/cfmm/<type>.j2`, one per type, with checked in-context examples): the basic question, its
    counterfactual version with an if-condition, two options each and the correct ones.
 
+Each reply follows an output schema (`TypePick`, built per image from its allowed types, and `PairDraft`, whose
+correct options are given by number so that an answer is one of its options by construction); the embedded
+model decodes under it, a server gets it as `response_format`.
+
 The drafter sees no image, so every draft is marked `needs_image_check`. Item keys are `pairs:<image id>:<slot>`
 (slot 1..--per-image), so a rerun drafts only the slots still empty.
 
@@ -18,38 +22,57 @@ offered, and drafts beyond a type's target are left for a later run (counted as 
 from __future__ import annotations
 
 import math
-import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Annotated, Any, Literal, Optional
 
+from pydantic import Field, create_model
 from rich.console import Console
 from sqlalchemy import func, select
 from sqlmodel import Session
 
 from cftools.answers import normalize_answer
 from cftools.errors import CftoolsError
+from cftools.generate.rederive import RederiveSpec
 from cftools.generate.llm_task import (DEFAULT_MAX_ATTEMPTS, LLMJob, LLMTask, ParseError, insert_items,
                                        run_llm_task)
 from cftools.kinds.cfmm.model import NO_TYPE, PAPER_COUNTS, TYPES
 from cftools.llm import Backend, text_message
 from cftools.llm.base import DEFAULT_PARAMS
 from cftools.llm.prompts import PromptTemplate, load_prompt
+from cftools.llm.structured import OutputSchema, Reply
 from cftools.models import DRAFT, Item, SourceQuestion, utcnow
 from cftools.store import Store
 
 GENERATOR = "pairs"
 PICK = "pairs-pick"
-LABELS = {"basic_question": "basic question", "basic_options": "basic options", "basic_answer": "basic answer",
-          "cf_question": "counterfactual question", "cf_options": "counterfactual options",
-          "cf_answer": "counterfactual answer"}
-LINE = re.compile(r"^\s*(basic question|basic options|basic answer|counterfactual question|counterfactual options|"
-                  r"counterfactual answer)\s*:\s*(.*?)\s*$", re.IGNORECASE | re.MULTILINE)
-OPTION_SPLIT = re.compile(r"\s*\|\s*|\s*;\s*|\s+or\s+")
-LOCAL_MAX_TOKENS = 160
-# A model that goes on to invent another example stops there.
-STOP = ["\nFacts:"]
+LOCAL_MAX_TOKENS = 220
+PICK_MAX_TOKENS = 16
+Option = Annotated[str, Field(min_length=1, max_length=60)]
+
+
+class PairDraft(Reply):
+    """A basic question and its counterfactual version, two options each; the correct option by its number."""
+
+    basic_question: str = Field(min_length=1, max_length=160, description="Answerable from the facts")
+    basic_options: list[Option] = Field(min_length=2, max_length=2, description="Two options, one correct")
+    basic_correct: Literal[1, 2] = Field(description="The number of the correct basic option")
+    cf_question: str = Field(min_length=1, max_length=200,
+                             description="The basic question with an if-condition that changes the world")
+    cf_options: list[Option] = Field(min_length=2, max_length=2, description="Two options, one correct")
+    cf_correct: Literal[1, 2] = Field(description="The number of the correct counterfactual option")
+
+
+DRAFT_SCHEMA = OutputSchema("cfmm_pair", PairDraft)
+
+
+def pick_schema(allowed: list[str]) -> OutputSchema:
+    """The type of an image's pair among ALLOWED (its own enum, so a constrained model cannot pick another), or
+    "none"."""
+    choices = tuple(allowed) + (NO_TYPE,)
+    return OutputSchema("cfmm_type_pick", create_model("TypePick", __base__=Reply,
+                                                       type=(Literal[choices], Field(description="The pair's type"))))
 
 
 # -- the quota -------------------------------------------------------------------------------------------------
@@ -150,50 +173,6 @@ def select_slots(store: Store, per_image: int = 1, limit: Optional[int] = None,
     return slots
 
 
-# -- parsing ---------------------------------------------------------------------------------------------------
-
-def parse_pick(text: str, allowed: list[str]) -> dict[str, Any]:
-    """The picked type ("none" included) from the reply's first word that names one."""
-    for word in re.findall(r"[a-z]+", (text or "").lower()):
-        if word in allowed or word == NO_TYPE:
-            return {"type": word}
-        if word == "colour" and "color" in allowed:
-            return {"type": "color"}
-    raise ParseError(f"no type among {', '.join(allowed)} or 'none' in the reply")
-
-
-def split_options(text: str) -> list[str]:
-    return [o.strip().strip('"').strip() for o in OPTION_SPLIT.split(text.strip()) if o.strip()]
-
-
-def matching_option(answer: str, options: list[str], what: str) -> str:
-    for option in options:
-        if normalize_answer(option) == normalize_answer(answer):
-            return option
-    raise ParseError(f"the {what} answer {answer!r} is not one of its options {options}")
-
-
-def parse_draft(text: str) -> dict[str, Any]:
-    """The six labelled lines of a draft; each question has two options and its answer is one of them."""
-    if not re.match(r"\s*basic question\s*:", text or "", re.IGNORECASE):
-        text = "Basic question: " + (text or "").lstrip()  # the prompt ends with the first label
-    found: dict[str, str] = {}
-    for label, value in LINE.findall(text):
-        field_name = next(k for k, v in LABELS.items() if v == label.lower())
-        found.setdefault(field_name, value)
-    missing = [LABELS[k] for k in LABELS if not found.get(k)]
-    if missing:
-        raise ParseError(f"missing line(s): {', '.join(missing)}")
-    parsed: dict[str, Any] = {"basic_question": found["basic_question"], "cf_question": found["cf_question"]}
-    for which, what in (("basic", "basic"), ("cf", "counterfactual")):
-        options = split_options(found[f"{which}_options"])
-        if len(options) != 2:
-            raise ParseError(f"the {what} question needs two options, got {len(options)}")
-        parsed[f"{which}_options"] = options
-        parsed[f"{which}_answer"] = matching_option(found[f"{which}_answer"], options, what)
-    return parsed
-
-
 # -- the tasks -------------------------------------------------------------------------------------------------
 
 class PickTask(LLMTask):
@@ -204,8 +183,11 @@ class PickTask(LLMTask):
     def __init__(self, template: PromptTemplate) -> None:
         self.template = template
 
-    def parse(self, text: str, job: LLMJob) -> dict[str, Any]:
-        return parse_pick(text, job.context["allowed"])
+    def schema_for(self, job: LLMJob) -> OutputSchema:
+        return pick_schema(job.context["allowed"])
+
+    def from_reply(self, reply: Any, job: LLMJob) -> dict[str, Any]:
+        return {"type": reply.type}
 
     def write(self, store: Store, session: Session, job: LLMJob, parsed: dict[str, Any], generation_id: int,
               attempt: int) -> int:
@@ -217,17 +199,32 @@ class DraftTask(LLMTask):
     """Step 2: the pair of one type, as a draft item that needs an image check."""
 
     generator = GENERATOR
+    schema = DRAFT_SCHEMA
 
     def __init__(self, pair_type: str, template: PromptTemplate) -> None:
         self.pair_type, self.template = pair_type, template
 
-    def parse(self, text: str, job: LLMJob) -> dict[str, Any]:
-        return parse_draft(text)
+    def from_reply(self, reply: Any, job: LLMJob) -> dict[str, Any]:
+        return draft_from_reply(reply)
 
     def write(self, store: Store, session: Session, job: LLMJob, parsed: dict[str, Any], generation_id: int,
               attempt: int) -> int:
         return insert_items(store, session, [draft_row(job.context["slot"], self.pair_type, parsed, generation_id,
                                                        attempt)], "generate")
+
+
+def draft_from_reply(reply: PairDraft) -> dict[str, Any]:
+    """The parsed draft: questions, options, and the correct options' texts; two options that read the same are
+    refused."""
+    parsed: dict[str, Any] = {"basic_question": " ".join(reply.basic_question.split()),
+                              "cf_question": " ".join(reply.cf_question.split())}
+    for which, what in (("basic", "basic"), ("cf", "counterfactual")):
+        options = [" ".join(o.split()) for o in getattr(reply, f"{which}_options")]
+        if normalize_answer(options[0]) == normalize_answer(options[1]):
+            raise ParseError(f"the {what} question's two options are the same: {options[0]!r}")
+        parsed[f"{which}_options"] = options
+        parsed[f"{which}_answer"] = options[getattr(reply, f"{which}_correct") - 1]
+    return parsed
 
 
 def draft_row(slot: Slot, pair_type: str, parsed: dict[str, Any], generation_id: int, attempt: int) -> dict[str, Any]:
@@ -240,6 +237,25 @@ def draft_row(slot: Slot, pair_type: str, parsed: dict[str, Any], generation_id:
                  "options": {"original": parsed["basic_options"], "counterfactual": parsed["cf_options"]},
                  "needs_image_check": True, "attempt": attempt},
     }
+
+
+# -- re-deriving the answer (answer_disputed) --------------------------------------------------------------------
+
+def rederive_variables(item: Any, source: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]:
+    data = item.data or {}
+    options = (data.get("options") or {}).get("counterfactual")
+    if not data.get("basic_question") or not options or not item.question:
+        return None
+    return {"original_question": data["basic_question"], "original_answer": data.get("basic_answer"),
+            "question": item.question, "options": list(options)}
+
+
+def rederive_answer_type(item: Any) -> Any:
+    """One of the counterfactual options, as written."""
+    return Literal[tuple((item.data or {}).get("options", {}).get("counterfactual") or [item.answer])]
+
+
+CFMM_REDERIVE = RederiveSpec("cfmm", rederive_variables, rederive_answer_type)
 
 
 # -- the run ---------------------------------------------------------------------------------------------------
@@ -273,7 +289,7 @@ class PairsReport:
 
 
 def llm_params(config: dict[str, Any], backend: Optional[str] = None) -> dict[str, Any]:
-    params = {**DEFAULT_PARAMS, "stop": STOP}
+    params = dict(DEFAULT_PARAMS)
     if (backend or config.get("backend") or "local") == "local":
         params["max_tokens"] = LOCAL_MAX_TOKENS
     for name in ("temperature", "max_tokens", "top_p"):
@@ -308,16 +324,22 @@ def generate_pairs(store: Store, backend: Backend, *, quota: Optional[dict[str, 
         report.selected += len(slots)
         remaining = type_targets(existing_types(store), len(slots), quota)
         jobs = []
+        offered: Counter = Counter()  # the types earlier slots of this round were offered first
         for slot in slots:
+            # most wanted first, counting what the slots before this one will likely take (a model tends to take
+            # the first type offered), so a round's slots spread over the quota instead of all asking for one type
             allowed = sorted((t for t in TYPES if remaining[t] > 0 and t not in slot.taken),
-                             key=lambda t: (-remaining[t], TYPES.index(t)))
+                             key=lambda t: (-(remaining[t] - offered[t]), TYPES.index(t)))
+            if allowed:
+                offered[allowed[0]] += 1
             if not allowed:
                 report.over_quota += 1
                 continue
             prompt = pick_template.render(sources=slot.sources, types=allowed, taken=slot.taken)
             jobs.append(LLMJob(label=f"image {slot.image_id} slot {slot.slot}", messages=[text_message(prompt)],
                                source_id=slot.sources[0]["id"], context={"slot": slot, "allowed": allowed}))
-        report.add(run_llm_task(store, backend, PickTask(pick_template), jobs, params={**params, "max_tokens": 8},
+        report.add(run_llm_task(store, backend, PickTask(pick_template), jobs,
+                                params={**params, "max_tokens": PICK_MAX_TOKENS},
                                 concurrency=concurrency, refresh=refresh, max_attempts=max_attempts,
                                 console=console, quiet=quiet))
         by_type: dict[str, list[LLMJob]] = defaultdict(list)

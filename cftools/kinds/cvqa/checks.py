@@ -22,6 +22,7 @@ def declared_checks() -> tuple[Check, ...]:
         Check("leakage", rules.check_leakage, _is_count, "numerical and multiple-choice counts"),
         Check("two_questions", rules.check_two_questions, lambda i: True, "all C-VQA items"),
         Check("unchanged_answer", rules.check_unchanged_answer, _is_count, "numerical and multiple-choice counts"),
+        Check("answer_disputed", rules.check_answer_disputed, rules.rederived, rules.REDERIVED_SCOPE),
     )
 
 

@@ -7,8 +7,9 @@ from pathlib import Path
 import click
 
 from cftools.commands.common import console, err_console, pass_workspace, print_json
-from cftools.commands.generation import llm_options, print_llm_report, run_with_llm
-from cftools.kinds.cvqa.generate import llm_params, reparse, rewrite
+from cftools.commands.generation import (llm_options, print_llm_report, rederive_drafts, rederive_option,
+                                         run_with_llm)
+from cftools.kinds.cvqa.generate import CVQA_REDERIVE, llm_params, reparse, rewrite
 from cftools.commands.ingest import file_ingest_options, ingest_licence, print_ingest, report_path
 from cftools.kinds.cvqa.ingest import ingest_cvqa
 from cftools.kinds.cvqa.model import GROUPS as CVQA_GROUPS
@@ -21,21 +22,27 @@ from cftools.workspace import Workspace
 @click.option("--limit", type=click.IntRange(min=0), help="At most this many source questions.")
 @click.option("--include-ingested", is_flag=True,
               help="Also rewrite source questions that already have an ingested (not generated) item of the group.")
+@rederive_option
 @llm_options
 @pass_workspace
-def rewrite_cmd(workspace: Workspace, group: str, limit: int | None, include_ingested: bool, backend: str | None,
-                model: str | None, template_path: Path | None, concurrency: int | None, refresh: bool,
-                max_attempts: int, quiet: bool, as_json: bool) -> None:
+def rewrite_cmd(workspace: Workspace, group: str, limit: int | None, include_ingested: bool, rederive: bool | None,
+                backend: str | None, model: str | None, template_path: Path | None, concurrency: int | None,
+                refresh: bool, max_attempts: int, quiet: bool, as_json: bool) -> None:
     """Rewrite source questions into draft counterfactual items of one group (the C-VQA method).
 
     Picks source questions of the group's answer type (number, or yes/no for boolean) that have no item of
-    the group yet; a rerun does only what is left, and cached requests make no model call."""
-    report = run_with_llm(workspace, backend, model, lambda llm, config: rewrite(
-        workspace.store, llm, group, limit=limit, template_path=template_path, concurrency=concurrency,
-        refresh=refresh, max_attempts=max_attempts, params=llm_params(config, llm.name),
-        include_ingested=include_ingested, console=err_console, quiet=quiet or as_json,
-        workspace_root=workspace.root))
-    print_llm_report(report, as_json, f"{group} draft items")
+    the group yet; a rerun does only what is left, and cached requests make no model call. The reply follows
+    the group's output schema (reasoning first; the boolean group flips the answer first)."""
+    def run(llm, config):  # noqa: ANN001, ANN202
+        report = rewrite(workspace.store, llm, group, limit=limit, template_path=template_path,
+                         concurrency=concurrency, refresh=refresh, max_attempts=max_attempts,
+                         params=llm_params(config, llm.name), include_ingested=include_ingested,
+                         console=err_console, quiet=quiet or as_json, workspace_root=workspace.root)
+        if not report.stats.interrupted:
+            rederive_drafts(workspace, llm, config, CVQA_REDERIVE, rederive, quiet, as_json)
+        return report
+
+    print_llm_report(run_with_llm(workspace, backend, model, run), as_json, f"{group} draft items")
 
 
 @click.command("reparse")

@@ -1,5 +1,10 @@
 """Counterfactual rewriting, the C-VQA way: a source question and its answer, a group's chain-of-thought prompt,
-a model call, a tolerant parse, and a draft item linked to its source question and its generation record.
+a model call whose reply follows the group's output schema, and a draft item linked to its source question and
+its generation record.
+
+The schemas keep the chain of thought the method depends on: the reasoning comes before the new question and
+answer (`CountRewrite`), and the boolean group flips the answer first (`BooleanRewrite.flipped_answer`).
+`generate reparse` reads a stored reply with its schema, and an old free-text one with the tolerant parser.
 
     backend = make_backend(workspace.section("llm"))
     report = rewrite(workspace.store, backend, "numerical-direct", limit=10)
@@ -14,9 +19,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from jinja2 import TemplateError
+from pydantic import Field
 from rich.console import Console
 from sqlalchemy import and_, exists, select
 from sqlmodel import Session
@@ -25,9 +31,11 @@ from cftools.errors import CftoolsError, InputError
 from cftools.llm import Backend, make_backend, text_message
 from cftools.llm.base import DEFAULT_PARAMS
 from cftools.llm.prompts import PromptTemplate, load_prompt
-from cftools.generate.llm_task import (DEFAULT_MAX_ATTEMPTS, LLMJob, LLMReport as RewriteReport, LLMTask, ParseError,
+from cftools.llm.structured import OutputSchema, Reply, ReplyError
+from cftools.generate.rederive import RederiveSpec
+from cftools.generate.llm_task import (DEFAULT_MAX_ATTEMPTS, LLMJob, LLMReport as RewriteReport, LLMTask,
                                        ParsedOutput, insert_items, run_llm_task)
-from cftools.kinds.cvqa.model import GROUP_ANSWER_TYPE, GROUPS as CVQA_GROUPS
+from cftools.kinds.cvqa.model import BOOLEAN, GROUP_ANSWER_TYPE, GROUPS as CVQA_GROUPS
 from cftools.models import (DRAFT, Generation,
                             Item, ItemEvent, SourceQuestion, utcnow)
 from cftools.kinds.cvqa.parse import RewriteParseError, parse_rewrite
@@ -35,11 +43,53 @@ from cftools.store import Store
 from cftools.workspace import Workspace
 
 GENERATOR = "rewrite"
-# The prompts' examples start with "Question:"; a model that goes on to invent another example stops there.
-REWRITE_STOP = ["\nQuestion:"]
-# The embedded model also stops once its "New answer:" line is complete (OpenAI-compatible servers ignore this).
-REWRITE_STOP_REGEX = r"(?i)new answer\s*:[^\n]*\S[^\n]*\n"
-LOCAL_MAX_TOKENS = 160
+LOCAL_MAX_TOKENS = 200
+
+
+# ------------------------------------------------------------------ output schemas
+class CountRewrite(Reply):
+    """A numerical group's reply: the reasoning first (what changes, the sum), then the new question and answer."""
+
+    reasoning: str = Field(min_length=1, max_length=300,
+                           description="Steps 1-3: the count asked for, the change, the sum worked out")
+    new_question: str = Field(min_length=1, max_length=200, description="The would-question with an if-clause")
+    new_answer: int = Field(ge=0, le=100000, description="The new count, in digits")
+
+
+class BooleanRewrite(Reply):
+    """The boolean group's reply: the flipped answer FIRST, then the situation and action, the question."""
+
+    flipped_answer: Literal["yes", "no"] = Field(description="Step 1: the original answer flipped")
+    reasoning: str = Field(min_length=1, max_length=300,
+                           description="Steps 2-3: the situation where the flipped answer holds, the action")
+    new_question: str = Field(min_length=1, max_length=200, description="The would-question with an if-clause")
+    new_answer: Literal["yes", "no"] = Field(description="The new answer")
+
+
+COUNT_REWRITE = OutputSchema("count_rewrite", CountRewrite)
+BOOLEAN_REWRITE = OutputSchema("boolean_rewrite", BooleanRewrite)
+
+
+def rewrite_schema(group: str) -> OutputSchema:
+    return BOOLEAN_REWRITE if group == BOOLEAN else COUNT_REWRITE
+
+
+def rewrite_from_reply(reply: CountRewrite | BooleanRewrite) -> dict[str, Any]:
+    """The parsed rewrite a draft item is made of (the shape the free-text parser gives, plus the reasoning)."""
+    answer = reply.new_answer if isinstance(reply, BooleanRewrite) else str(reply.new_answer)
+    return {"question": " ".join(reply.new_question.split()), "answer": answer, "candidates": [answer],
+            "flipped_answer": getattr(reply, "flipped_answer", None), "reasoning": reply.reasoning}
+
+
+def parse_stored(text: str | None, group: str, structured: bool) -> dict[str, Any]:
+    """A stored rewrite reply, parsed again: with the group's schema when it was asked for, else (an old
+    free-text generation) with the tolerant parser. Raises RewriteParseError."""
+    if structured:
+        try:
+            return rewrite_from_reply(rewrite_schema(group).read(text))
+        except ReplyError as exc:
+            raise RewriteParseError(str(exc)) from None
+    return parse_rewrite(text, group).as_dict()
 
 
 def item_key(source_id: int, group: str) -> str:
@@ -57,6 +107,28 @@ def render_prompt(template: PromptTemplate, source: dict[str, Any]) -> str:
         return template.render(question=source["question"], answer=source["answer"], source=source)
     except TemplateError as exc:
         raise InputError(template.name, f"cannot render for source question {source['id']}: {exc}") from None
+
+
+# ------------------------------------------------------------------ re-deriving the answer (answer_disputed)
+def rederive_variables(item: Any, source: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The original question and answer (a generated draft keeps them; an ingested one has its source question)."""
+    data = item.data or {}
+    question = data.get("original_question") or (source or {}).get("question")
+    answer = data.get("original_answer") if data.get("original_question") else (source or {}).get("answer")
+    if not question or answer is None or not item.question:
+        return None
+    return {"original_question": question, "original_answer": answer, "question": item.question}
+
+
+def rederive_answer_type(item: Any) -> Any:
+    """yes/no for a yes/no draft, a whole number for a count, else any short text."""
+    answer = (item.answer or "").strip().lower()
+    if item.group == BOOLEAN or answer in ("yes", "no"):
+        return Literal["yes", "no"]
+    return int if answer.isdigit() else str
+
+
+CVQA_REDERIVE = RederiveSpec("cvqa", rederive_variables, rederive_answer_type)
 
 
 # ------------------------------------------------------------------ selecting work
@@ -88,12 +160,10 @@ class RewriteTask(LLMTask):
 
     def __init__(self, group: str, template: PromptTemplate) -> None:
         self.group, self.template = group, template
+        self.schema = rewrite_schema(group)
 
-    def parse(self, text: str, job: LLMJob) -> dict[str, Any]:
-        try:
-            return parse_rewrite(text, self.group).as_dict()
-        except RewriteParseError as exc:
-            raise ParseError(str(exc)) from None
+    def from_reply(self, reply: Any, job: LLMJob) -> dict[str, Any]:
+        return rewrite_from_reply(reply)
 
     def write(self, store: Store, session: Session, job: LLMJob, parsed: dict[str, Any], generation_id: int,
               attempt: int) -> int:
@@ -120,10 +190,11 @@ def item_row(source: dict[str, Any], group: str, parsed: dict[str, Any], generat
 
 # ------------------------------------------------------------------ the whole run
 def llm_params(config: dict[str, Any], backend: str | None = None) -> dict[str, Any]:
-    """Sampling parameters for rewriting: the defaults, the stops, and [llm] temperature/max_tokens/top_p."""
-    params = {**DEFAULT_PARAMS, "stop": REWRITE_STOP}
+    """Sampling parameters for rewriting: the defaults and [llm] temperature/max_tokens/top_p (the output schema
+    ends the reply; the embedded model gets a length its schema's bounds fit in)."""
+    params = dict(DEFAULT_PARAMS)
     if (backend or config.get("backend") or "local") == "local":
-        params.update(stop_regex=REWRITE_STOP_REGEX, max_tokens=LOCAL_MAX_TOKENS)
+        params.update(max_tokens=LOCAL_MAX_TOKENS)
     for name in ("temperature", "max_tokens", "top_p"):
         if config.get(name) is not None:
             params[name] = config[name]
@@ -174,7 +245,7 @@ def reparse(store: Store, group: str | None = None) -> ReparseReport:
         for gen in generations:
             report.generations += 1
             try:
-                parsed, error = parse_rewrite(gen.raw_output, gen.group).as_dict(), None
+                parsed, error = parse_stored(gen.raw_output, gen.group, "output_schema" in (gen.params or {})), None
             except RewriteParseError as exc:
                 parsed, error = None, str(exc)
             if parsed != gen.parsed or error != gen.parse_error:

@@ -15,7 +15,7 @@ from cftools.commands.exit_codes import document_exit_codes, exit_for_failures
 from cftools.commands.generation import llm_options, print_llm_report, run_with_llm
 from cftools.errors import CftoolsError
 from cftools.commands.ingest import file_ingest_options, ingest_licence, print_ingest, report_path
-from cftools.kinds.mucr.generate import (CAPTIONS_MAX_TOKENS, CONTEXT_MAX_TOKENS, CONTEXT_STOP_REGEX,
+from cftools.kinds.mucr.generate import (CAPTION_PAIR_TOKENS, CAPTIONS_MAX_TOKENS, CONTEXT_MAX_TOKENS,
                                          LOCAL_CONTEXT_MAX_TOKENS, draft_captions, text_params, write_context)
 from cftools.kinds.mucr.ingest import ingest_captions, ingest_mucr
 from cftools.workspace import Workspace
@@ -59,7 +59,8 @@ def captions_cmd(workspace: Workspace, seeds: Path, per_group: int, backend: Opt
     annotated like any other item."""
     report = run_with_llm(workspace, backend, model, lambda llm, config: draft_captions(
         workspace.store, llm, seeds, per_group=per_group, template_path=template_path, workspace_root=workspace.root,
-        params=text_params(config, CAPTIONS_MAX_TOKENS, llm.name), concurrency=concurrency, refresh=refresh,
+        params=text_params(config, max(CAPTIONS_MAX_TOKENS, CAPTION_PAIR_TOKENS * per_group), llm.name),
+        concurrency=concurrency, refresh=refresh,
         max_attempts=max_attempts, console=err_console, quiet=quiet or as_json))
     print_llm_report(report, as_json, "caption pairs")
 
@@ -76,7 +77,8 @@ def context_cmd(workspace: Workspace, limit: Optional[int], groups: tuple[str, .
     clothing, place, light; then what differs), so the two images cannot drift apart."""
     report = run_with_llm(workspace, backend, model, lambda llm, config: write_context(
         workspace.store, llm, limit=limit, groups=groups, template_path=template_path, workspace_root=workspace.root,
-        params=text_params(config, CONTEXT_MAX_TOKENS, llm.name, CONTEXT_STOP_REGEX, LOCAL_CONTEXT_MAX_TOKENS), concurrency=concurrency, refresh=refresh,
+        params=text_params(config, CONTEXT_MAX_TOKENS, llm.name, LOCAL_CONTEXT_MAX_TOKENS),
+        concurrency=concurrency, refresh=refresh,
         max_attempts=max_attempts, console=err_console, quiet=quiet or as_json))
     print_llm_report(report, as_json, "contextual descriptions")
 
@@ -174,14 +176,15 @@ def cues_cmd(workspace: Workspace, limit: Optional[int], groups: tuple[str, ...]
              max_attempts: int, quiet: bool, as_json: bool) -> None:
     """Draft the cue, three false cues and a three-part explanation of every selected pair (MuCR) from its two
     descriptions; the checks flag cue problems, and the explain task shows the draft to three people."""
-    from cftools.kinds.mucr.cues import CUES_MAX_TOKENS, draft_cues, select_from_ranking
+    from cftools.kinds.mucr.cues import CUES_MAX_TOKENS, LOCAL_CUES_MAX_TOKENS, draft_cues, select_from_ranking
 
     if from_ranking:
         made = select_from_ranking(workspace.store, limit, groups)
         err_console.print(f"{made} pairs selected by the candidates' ranking (unverified).")
     report = run_with_llm(workspace, backend, model, lambda llm, config: draft_cues(
         workspace.store, llm, limit=limit, groups=groups, template_path=template_path, workspace_root=workspace.root,
-        params=text_params(config, CUES_MAX_TOKENS, llm.name), concurrency=concurrency, refresh=refresh,
+        params=text_params(config, CUES_MAX_TOKENS, llm.name, LOCAL_CUES_MAX_TOKENS),
+        concurrency=concurrency, refresh=refresh,
         max_attempts=max_attempts, console=err_console, quiet=quiet or as_json))
     print_llm_report(report, as_json, "cue drafts")
 

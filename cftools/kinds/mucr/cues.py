@@ -1,65 +1,61 @@
 """MuCR cues: for each selected pair (`PAIR@style`), the LLM drafts from the two contextual descriptions the cue (the
 visible cause, a short phrase), three false cues (visible and striking, not the cause) and one explanation in the
-three-part form. Runs on `cftools.generate.llm_task` (cache, retries of unparseable outputs, provenance, resume):
-a rerun drafts only pairs without a cue. The checks (`cue_in_false_cues`, `false_cue_duplicate`,
+three-part form, as one reply of the output schema `CuesReply` (constrained on the embedded model,
+`response_format` to a server). Runs on `cftools.generate.llm_task` (cache, retries of replies that do not fit,
+provenance, resume): a rerun drafts only pairs without a cue. The checks (`cue_in_false_cues`, `false_cue_duplicate`,
 `cue_not_visible`, `explanation_form`) then flag what a person should look at in the explain task.
 """
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
-from typing import Any, Optional
+from typing import Annotated, Any, Optional
 
+from pydantic import Field
 from rich.console import Console
 from sqlalchemy import select
 from sqlmodel import Session
 
-from cftools.generate.llm_task import DEFAULT_MAX_ATTEMPTS, LLMJob, LLMReport, LLMTask, ParseError, run_llm_task
+from cftools.generate.llm_task import DEFAULT_MAX_ATTEMPTS, LLMJob, LLMReport, LLMTask, run_llm_task
 from cftools.kinds.mucr.generate import clean, render, text_params
 from cftools.llm import Backend, text_message
 from cftools.llm.prompts import PromptTemplate, load_prompt
+from cftools.llm.structured import OutputSchema, Reply
 from cftools.models import CHECKED, DRAFT, Item, ItemEvent, utcnow
 from cftools.store import Store
 
 KIND = "mucr"
-CUES_MAX_TOKENS = 200
-LINE = re.compile(r"(?im)^\s*(?:[-•]\s*)?(cue|false cues?|explanation)\s*:\s*")
+CUES_MAX_TOKENS = 320
+LOCAL_CUES_MAX_TOKENS = 260
 
 
-def parse_cues(text: str) -> dict[str, Any]:
-    """`Cue: …` / `False cues: a; b; c` / `Explanation: …`; text before the first label is the cue (the prompt
-    ends with "Cue:")."""
-    if not text or not text.strip():
-        raise ParseError("empty output")
-    text = re.sub(r"[*_`#]+", "", text)
-    matches = list(LINE.finditer(text))
-    parts: dict[str, str] = {}
-    lead = clean(text[:matches[0].start()] if matches else text)
-    if lead:
-        parts["cue"] = lead
-    for i, match in enumerate(matches):
-        label = "false" if match.group(1).lower().startswith("false") else match.group(1).lower()
-        end = matches[i + 1].start() if i + 1 < len(matches) else len(text)
-        if label in parts:
-            break  # a second example the model invents
-        parts[label] = clean(text[match.end():end].split("\n\n")[0])
-    missing = [name for name, key in (("cue", "cue"), ("false cues", "false"), ("explanation", "explanation"))
-               if not parts.get(key)]
-    if missing:
-        raise ParseError(f"no {', no '.join(missing)}")
-    false_cues = [c.strip(" .") for c in re.split(r"[;,\n]", parts["false"]) if c.strip(" .")]
-    return {"cue": parts["cue"].strip(" ."), "false_cues": false_cues, "explanation_draft": parts["explanation"]}
+class CuesReply(Reply):
+    """The cue first, then three false cues, then the explanation in MuCR's three-part form."""
+
+    cue: str = Field(min_length=1, max_length=40, description="The visible cause linking the images, 1-3 words")
+    false_cues: list[Annotated[str, Field(min_length=1, max_length=40)]] = Field(min_length=3, max_length=3,
+                                  description="Three visible, striking things that are not the cause")
+    explanation: str = Field(min_length=1, max_length=500, description=(
+        'In three parts: "In the first image, ... In the second image, ... The causal link is that ..."'))
+
+
+CUES_SCHEMA = OutputSchema("mucr_cues", CuesReply)
+
+
+def cues_from_reply(reply: CuesReply) -> dict[str, Any]:
+    return {"cue": clean(reply.cue).strip(" ."), "false_cues": [clean(c).strip(" .") for c in reply.false_cues],
+            "explanation_draft": clean(reply.explanation)}
 
 
 class CuesTask(LLMTask):
     generator = "cues"
+    schema = CUES_SCHEMA
 
     def __init__(self, template: PromptTemplate) -> None:
         self.template = template
 
-    def parse(self, text: str, job: LLMJob) -> dict[str, Any]:
-        return parse_cues(text)
+    def from_reply(self, reply: Any, job: LLMJob) -> dict[str, Any]:
+        return cues_from_reply(reply)
 
     def write(self, store: Store, session: Session, job: LLMJob, parsed: dict[str, Any], generation_id: int,
               attempt: int) -> int:

@@ -1,6 +1,8 @@
 """MuCR text generators: caption pairs drafted from seed causalities, and the contextual descriptions of a pair.
 
-Both run on `cftools.generate.llm_task` (request cache, retries of unparseable outputs, provenance, resume).
+Both run on `cftools.generate.llm_task` (request cache, retries of unparseable outputs, provenance, resume), with
+an output schema each (`ContextReply`, `CaptionPairs`): the reply is JSON of the schema, constrained on the
+embedded model, `response_format` to a server.
 
 - `draft_captions`: one call per seed line ("speeding -> pulled over") drafts a group of caption pairs (the
   group is the seed); each pair is a draft item like an ingested one, linked to its generation record.
@@ -13,34 +15,63 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 from jinja2 import TemplateError
+from pydantic import Field, create_model
 from rich.console import Console
 from sqlalchemy import select
 from sqlmodel import Session
 
 from cftools.errors import InputError
-from cftools.generate.llm_task import DEFAULT_MAX_ATTEMPTS, LLMJob, LLMReport, LLMTask, ParseError, insert_items, run_llm_task
+from cftools.generate.llm_task import DEFAULT_MAX_ATTEMPTS, LLMJob, LLMReport, LLMTask, insert_items, run_llm_task
 from cftools.kinds.mucr.model import CATEGORIES
 from cftools.kinds.mucr.ingest import pair_item
 from cftools.llm import Backend, text_message
 from cftools.llm.base import DEFAULT_PARAMS
 from cftools.llm.prompts import PromptTemplate, load_prompt
+from cftools.llm.structured import OutputSchema, Reply
 from cftools.models import DRAFT, Item, ItemEvent, utcnow
 from cftools.store import Store
 
 KIND = "mucr"
 MARKUP = re.compile(r"[*_`#]+")
-LABEL = re.compile(r"(?im)^\s*(?:[-•]\s*)?(shared|cause|effect)\s*(?:description|image)?\s*[:\-–]\s*")
 SEED_ARROW = re.compile(r"\s*(?:->|→|=>|⇒)\s*")
-PAIR_LINE = re.compile(r"(?i)cause\s*:\s*(?P<cause>.+?)\s*\|\s*effect\s*:\s*(?P<effect>.+?)"
-                       r"(?:\s*\|\s*category\s*:\s*(?P<category>[a-z]+))?\s*$")
 CONTEXT_MAX_TOKENS = 220
 CAPTIONS_MAX_TOKENS = 320
-# The embedded model stops once the effect line is complete (OpenAI-compatible servers ignore this).
-CONTEXT_STOP_REGEX = r"(?i)effect\s*:[^\n]*\S[^\n]*\n"
-LOCAL_CONTEXT_MAX_TOKENS = 140
+CAPTION_PAIR_TOKENS = 90  # what one pair of the captions schema's bounded length may take
+LOCAL_CONTEXT_MAX_TOKENS = 240
+
+
+# ------------------------------------------------------------------ output schemas
+class ContextReply(Reply):
+    """Both descriptions of a pair in one reply: the shared part first, so the two cannot drift apart."""
+
+    shared: str = Field(min_length=1, max_length=300, description="Who or what is shown, where, light, atmosphere")
+    cause: str = Field(min_length=1, max_length=200, description="What the cause image shows happening")
+    effect: str = Field(min_length=1, max_length=200, description="What the effect image shows, with time cues")
+
+
+class CaptionPair(Reply):
+    cause: str = Field(min_length=1, max_length=120, description="The cause caption: one drawable sentence")
+    effect: str = Field(min_length=1, max_length=120, description="The effect caption: one drawable sentence")
+    category: Literal[CATEGORIES] = Field(description="Who the pair is about")  # type: ignore[valid-type]
+
+
+def captions_schema(n: int) -> OutputSchema:
+    """One to N caption pairs (N: the pairs asked for per seed)."""
+    model = create_model("CaptionPairs", __base__=Reply,
+                         pairs=(list[CaptionPair], Field(min_length=1, max_length=max(1, n))))
+    return OutputSchema("mucr_caption_pairs", model)
+
+
+CONTEXT_SCHEMA = OutputSchema("mucr_context", ContextReply)
+
+
+def context_from_reply(reply: ContextReply) -> dict[str, str]:
+    shared, cause, effect = clean(reply.shared), clean(reply.cause), clean(reply.effect)
+    return {"shared": shared, "cause": cause, "effect": effect, "cause_description": f"{shared} {cause}".strip(),
+            "effect_description": f"{shared} {effect}".strip()}
 
 
 def clean(text: str) -> str:
@@ -48,41 +79,15 @@ def clean(text: str) -> str:
 
 
 # ------------------------------------------------------------------ contextual descriptions
-def parse_context(text: str) -> dict[str, str]:
-    """Shared / Cause / Effect parts; text before the first label is the shared part (the prompt ends with
-    "Shared:"). Anything after a repeated label (a second example the model invents) is dropped."""
-    if not text or not text.strip():
-        raise ParseError("empty output")
-    parts: dict[str, str] = {}
-    text = MARKUP.sub("", text)
-    matches = list(LABEL.finditer(text))
-    lead = text[:matches[0].start()] if matches else text
-    if clean(lead):
-        parts["shared"] = clean(lead)
-    for i, match in enumerate(matches):
-        label = match.group(1).lower()
-        end = matches[i + 1].start() if i + 1 < len(matches) else len(text)
-        value = clean(text[match.end():end].split("\n\n")[0])
-        if label in parts:
-            break
-        if value:
-            parts[label] = value
-    missing = [p for p in ("cause", "effect") if p not in parts]
-    if missing:
-        raise ParseError(f"no {' and no '.join(missing)} part")
-    shared = parts.setdefault("shared", "")  # a model may fold the shared part into both (the checks compare them)
-    return {**parts, "cause_description": f"{shared} {parts['cause']}".strip(),
-            "effect_description": f"{shared} {parts['effect']}".strip()}
-
-
 class ContextTask(LLMTask):
     generator = "context"
+    schema = CONTEXT_SCHEMA
 
     def __init__(self, template: PromptTemplate) -> None:
         self.template = template
 
-    def parse(self, text: str, job: LLMJob) -> dict[str, Any]:
-        return parse_context(text)
+    def from_reply(self, reply: Any, job: LLMJob) -> dict[str, Any]:
+        return context_from_reply(reply)
 
     def write(self, store: Store, session: Session, job: LLMJob, parsed: dict[str, Any], generation_id: int,
               attempt: int) -> int:
@@ -116,12 +121,12 @@ def render(template: PromptTemplate, what: str, **variables: Any) -> str:
 
 
 def text_params(config: dict[str, Any], max_tokens: int, backend: Optional[str] = None,
-                stop_regex: Optional[str] = None, local_max_tokens: Optional[int] = None) -> dict[str, Any]:
+                local_max_tokens: Optional[int] = None) -> dict[str, Any]:
     """Sampling parameters: the defaults, the generator's length, and [llm] temperature/max_tokens/top_p; the
-    embedded model also gets the generator's stop pattern and a shorter length."""
+    embedded model gets the length its schema's bounds fit in."""
     params = {**DEFAULT_PARAMS, "max_tokens": max_tokens}
-    if (backend or config.get("backend") or "local") == "local":
-        params.update({k: v for k, v in (("stop_regex", stop_regex), ("max_tokens", local_max_tokens)) if v})
+    if (backend or config.get("backend") or "local") == "local" and local_max_tokens:
+        params["max_tokens"] = local_max_tokens
     for name in ("temperature", "max_tokens", "top_p"):
         if config.get(name) is not None:
             params[name] = config[name]
@@ -151,20 +156,6 @@ def write_context(store: Store, backend: Backend, *, limit: Optional[int] = None
 
 
 # ------------------------------------------------------------------ caption pairs from seeds
-def parse_caption_pairs(text: str) -> dict[str, Any]:
-    pairs = []
-    for line in (text or "").splitlines():
-        match = PAIR_LINE.search(clean(line))
-        if not match:
-            continue
-        category = (match.group("category") or "mixture").lower()
-        pairs.append({"cause": match.group("cause").strip(" ."), "effect": match.group("effect").strip(" ."),
-                      "category": category if category in CATEGORIES else "mixture"})
-    if not pairs:
-        raise ParseError("no 'Cause: ... | Effect: ...' line")
-    return {"pairs": pairs}
-
-
 def read_seeds(path: Path) -> list[tuple[int, str]]:
     """(line number, seed) for every non-empty line of the seeds file; a line without an arrow is an error."""
     seeds = []
@@ -188,9 +179,11 @@ class CaptionsTask(LLMTask):
 
     def __init__(self, template: PromptTemplate, dataset: str, per_group: int) -> None:
         self.template, self.dataset, self.per_group = template, dataset, per_group
+        self.schema = captions_schema(per_group)
 
-    def parse(self, text: str, job: LLMJob) -> dict[str, Any]:
-        return parse_caption_pairs(text)
+    def from_reply(self, reply: Any, job: LLMJob) -> dict[str, Any]:
+        return {"pairs": [{"cause": clean(p.cause).strip(" ."), "effect": clean(p.effect).strip(" ."),
+                           "category": p.category} for p in reply.pairs]}
 
     def write(self, store: Store, session: Session, job: LLMJob, parsed: dict[str, Any], generation_id: int,
               attempt: int) -> int:
@@ -223,6 +216,7 @@ def draft_captions(store: Store, backend: Backend, seeds_path: Path, *, per_grou
                            key=f"{dataset}:{group}",
                            context={"line": line}))
     return run_llm_task(store, backend, CaptionsTask(template, dataset, per_group), jobs,
-                        params=params or text_params({}, CAPTIONS_MAX_TOKENS), concurrency=concurrency,
+                        params=params or text_params({}, max(CAPTIONS_MAX_TOKENS, CAPTION_PAIR_TOKENS * per_group)),
+                        concurrency=concurrency,
                         refresh=refresh, max_attempts=max_attempts, console=console, quiet=quiet,
                         selected_at=selected_at)

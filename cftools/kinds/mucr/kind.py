@@ -273,6 +273,16 @@ class MucrKind(Kind):
 
         return judge_prompts(templates.named("mucr_judge"), answer, question.references or [])
 
+    def judge_schema(self) -> Any:
+        from cftools.kinds.mucr.judge import JUDGE_SCHEMA
+
+        return JUDGE_SCHEMA
+
+    def judge_reply(self, reply: Any) -> str:
+        from cftools.kinds.mucr.judge import scores_line
+
+        return scores_line(reply)
+
     def judge_result(self, question: Any, replies: Sequence[str], aggregate: str) -> dict[str, Any]:
         from cftools.kinds.mucr.explanations import judge_result
 

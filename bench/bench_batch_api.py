@@ -36,7 +36,7 @@ from cftools.ingest.readers import ingest_table  # noqa: E402
 from cftools.workspace import init_workspace  # noqa: E402
 
 DEMO_PRICE = {"input_per_mtok": 0.15, "output_per_mtok": 0.60, "batch_discount": 0.5}
-REWRITE = ["generate", "rewrite", "--group", "numerical-direct", "--quiet"]
+REWRITE = ["generate", "rewrite", "--group", "numerical-direct", "--quiet", "--no-rederive"]
 
 
 def start_server(delay: float) -> tuple[subprocess.Popen, str]:

@@ -21,7 +21,7 @@ from killed_runs import kill_after_progress
 
 from cftools.errors import WorkspaceError
 from cftools.generate.batch_api import BatchRun, needed_requests
-from cftools.generate.llm_task import Attempts, LLMJob
+from cftools.generate.llm_task import Attempts, LLMJob, structure_jobs
 from cftools.ingest.readers import ingest_table
 from cftools.kinds.cvqa.generate import RewriteTask, llm_params, load_template, render_prompt, select_sources
 from cftools.llm import make_backend, text_message
@@ -109,7 +109,7 @@ def cli(workspace, *args: str, timeout: float = 300) -> subprocess.CompletedProc
                           capture_output=True, text=True, timeout=timeout, env={**os.environ, "COLUMNS": "200"})
 
 
-REWRITE = ("generate", "rewrite", "--group", "numerical-direct", "--quiet")
+REWRITE = ("generate", "rewrite", "--group", "numerical-direct", "--quiet", "--no-rederive")  # rewrites only
 
 
 def test_a_batch_run_stores_what_the_synchronous_run_stores(workspace, tmp_path, server):
@@ -230,6 +230,7 @@ def test_a_batch_whose_create_call_was_cut_off_is_found_by_its_file(workspace, t
     task = RewriteTask("numerical-direct", template)
     jobs = [LLMJob(label=str(s["id"]), messages=[text_message(render_prompt(template, s))], context={"source": s})
             for s in select_sources(workspace.store, "numerical-direct", None, False)]
+    structure_jobs(task, jobs, backend)  # each job's output schema, as run_llm_task gives it
     attempts = Attempts(workspace.store, backend, task, {"temperature": 0.0, "max_tokens": 320}, 3, False)
     run = BatchRun(workspace.store, backend, task.generator, poll_s=0.05, quiet=True)
     requests = [r for r, _ in needed_requests(workspace.store, jobs, attempts, run.results, False).values()]
@@ -257,6 +258,7 @@ def test_a_run_killed_after_its_batch_finished_stores_the_results_without_sendin
     task = RewriteTask("numerical-direct", template)
     jobs = [LLMJob(label=str(s["id"]), messages=[text_message(render_prompt(template, s))], context={"source": s})
             for s in select_sources(workspace.store, "numerical-direct", None, False)]
+    structure_jobs(task, jobs, backend)  # each job's output schema, as run_llm_task gives it
     attempts = Attempts(workspace.store, backend, task, {**llm_params({}, "openai")}, 3, False)
     BatchRun(workspace.store, backend, task.generator, poll_s=0.05, quiet=True).prepare(jobs, attempts, False)
     backend.close()

@@ -19,7 +19,7 @@ from cftools.kinds.cvqa.generate import BOOLEAN_REWRITE, COUNT_REWRITE, CVQA_RED
 from cftools.kinds.cvqa.model import BOOLEAN, NUMERICAL_DIRECT
 from cftools.kinds.mucr.cues import CUES_SCHEMA
 from cftools.kinds.mucr.generate import CONTEXT_SCHEMA, captions_schema
-from cftools.kinds.mucr.judge import JUDGE_SCHEMA
+from cftools.kinds.mucr.explanations import JUDGE_SCHEMA
 from cftools.llm import LLMError, make_backend
 from cftools.llm.structured import ReplyError
 from cftools.models import CheckFlag, Generation, Item

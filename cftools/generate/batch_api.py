@@ -18,10 +18,11 @@ from typing import Any, Callable, Iterable, Optional
 from rich.console import Console
 from sqlalchemy import select, update
 
-from cftools.generate.llm_task import Attempts, LLMJob, ParseError, attempt_params
+from cftools.generate.llm_task import Attempts, LLMJob, ParseError
 from cftools.llm.base import Completion, LLMError, request_key
 from cftools.llm.batch import DEFAULT_WINDOW, BatchClient, BatchRequest, BatchResults, BatchState
 from cftools.llm.cache import cached_completions
+from cftools.llm.structured import ReplyError
 from cftools.models import LLMBatch, utcnow
 from cftools.store import Store
 
@@ -167,8 +168,8 @@ def needed_requests(store: Store, jobs: Iterable[LLMJob], attempts: Attempts,
     reply, a failed request, or no attempts left."""
     backend = attempts.backend
     plans = [(job, [(params, request_key(backend.cache_id, backend.model, job.messages, params))
-                    for params in (attempt_params(attempts.base_params, n)
-                                   for n in range(1, attempts.max_attempts + 1))]) for job in jobs]
+                    for params in (attempts.params_of(job, n) for n in range(1, attempts.max_attempts + 1))])
+             for job in jobs]
     cache = {} if refresh else cached_completions(store, [key for _, plan in plans for _, key in plan])
     needed: dict[str, tuple[BatchRequest, list[LLMJob]]] = {}
     for job, plan in plans:
@@ -187,7 +188,7 @@ def needed_requests(store: Store, jobs: Iterable[LLMJob], attempts: Attempts,
 def parses(attempts: Attempts, text: str, job: LLMJob) -> bool:
     try:
         attempts.task.parse(text, job)
-    except ParseError:
+    except (ParseError, ReplyError):
         return False
     return True
 

@@ -155,9 +155,13 @@ class Attempts:
         self.max_attempts = max(1, max_attempts)
         self.refresh = refresh
 
+    def params_of(self, job: LLMJob, number: int) -> dict[str, Any]:
+        """The request parameters of JOB's attempt NUMBER (the run's, the job's own schema, the attempt's seed)."""
+        return attempt_params({**self.base_params, **job.params}, number)
+
     def new_attempt(self, job: LLMJob) -> Attempt:
         number = len(job.attempts) + 1
-        params = attempt_params({**self.base_params, **job.params}, number)
+        params = self.params_of(job, number)
         return Attempt(number=number, params=params,
                        key=request_key(self.backend.cache_id, self.backend.model, job.messages, params))
 

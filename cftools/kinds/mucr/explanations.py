@@ -15,7 +15,11 @@ from __future__ import annotations
 
 import re
 from statistics import mean
-from typing import Any, Optional, Sequence
+from typing import Any, Literal, Optional, Sequence
+
+from pydantic import Field
+
+from cftools.llm.structured import OutputSchema, Reply
 
 PARTS = ("S1", "S2", "S3")
 PART_NAMES = {"S1": "cause image", "S2": "effect image", "S3": "causal link"}
@@ -126,3 +130,23 @@ def judge_result(replies: Sequence[str], how: str = DEFAULT_AGGREGATE) -> dict[s
     parts = aggregate_parts(per_reference, how)
     return {"similarities": [[s[p] for p in PARTS] for s in per_reference], "parts": parts,
             "exp_score": exp_score(parts), "aggregate": how}
+
+
+# -- the judge's reply: one score per part, 0-10 (prompts/eval/mucr_judge.j2); validated against JudgeScores, read
+# by `judge_result` as the same "S1: n, S2: n, S3: n" line whichever way the judge wrote it
+
+Score = Literal[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10]  # an enum: the strict subset of the hosted APIs has no ranges
+
+
+class JudgeScores(Reply):
+    S1: Score = Field(description="How similar the cause-image parts are")
+    S2: Score = Field(description="How similar the effect-image parts are")
+    S3: Score = Field(description="How similar the causal-link parts are")
+
+
+JUDGE_SCHEMA = OutputSchema("mucr_judge_scores", JudgeScores)
+
+
+def scores_line(reply: JudgeScores) -> str:
+    """The validated reply as the scoring reads it."""
+    return f"S1: {reply.S1}, S2: {reply.S2}, S3: {reply.S3}"

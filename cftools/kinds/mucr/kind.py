@@ -274,12 +274,12 @@ class MucrKind(Kind):
         return judge_prompts(templates.named("mucr_judge"), answer, question.references or [])
 
     def judge_schema(self) -> Any:
-        from cftools.kinds.mucr.judge import JUDGE_SCHEMA
+        from cftools.kinds.mucr.explanations import JUDGE_SCHEMA
 
         return JUDGE_SCHEMA
 
     def judge_reply(self, reply: Any) -> str:
-        from cftools.kinds.mucr.judge import scores_line
+        from cftools.kinds.mucr.explanations import scores_line
 
         return scores_line(reply)
 

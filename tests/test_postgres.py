@@ -151,7 +151,7 @@ def test_a_batch_run_on_postgresql_collects_its_batch_after_a_kill(tmp_path, pos
         config = ws.root / "cftools.toml"
         config.write_text(config.read_text().replace("[llm]\n", "[llm]\nbatch_poll_s = 0.05\n", 1))
         httpx.post(root + "/control/batches", json={"hold": True}, timeout=10).raise_for_status()
-        command = worker_command(ws.root) + ["--batch-api"]
+        command = worker_command(ws.root) + ["--batch-api", "--no-rederive"]  # one batch: the rewrites
         run = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.time() + 120
         while time.time() < deadline and run.poll() is None:

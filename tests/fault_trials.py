@@ -757,9 +757,28 @@ def _deleted_store(seed: int, scratch: Path) -> str:
     assert not store_path(ws).exists() or store_path(ws).stat().st_size == 0, "the store was recreated"
     return how
 
+def restamp(release: Path, changed: list[str]) -> None:
+    """What a careful tamperer does after editing CHANGED files of RELEASE: croissant.json and manifest.json are
+    rewritten to match, so the release is self-consistent and `cftools verify` cannot tell."""
+    from cftools.release.layout import MANIFEST_NAME, hash_file
+
+    croissant = release / "croissant.json"
+    if croissant.is_file():
+        metadata = json.loads(croissant.read_text())
+        for entry in metadata.get("distribution", []):
+            if entry.get("contentUrl") in changed:
+                entry["sha256"] = hash_file(release / entry["contentUrl"])
+        croissant.write_text(json.dumps(metadata, indent=2))
+        changed = [*changed, croissant.name]
+    manifest = json.loads((release / MANIFEST_NAME).read_text())
+    for entry in manifest["files"]:
+        if entry["path"] in changed:
+            entry.update(sha256=hash_file(release / entry["path"]), size=(release / entry["path"]).stat().st_size)
+    (release / MANIFEST_NAME).write_text(json.dumps(manifest))
+
 
 def _rewritten_manifest(seed: int, scratch: Path) -> str:
-    from cftools.release.layout import MANIFEST_NAME, RECORDS_NAME, hash_file
+    from cftools.release.layout import RECORDS_NAME
 
     ws = fresh_workspace(scratch)
     _drafts_setup(ws, scratch)
@@ -771,11 +790,7 @@ def _rewritten_manifest(seed: int, scratch: Path) -> str:
     record["answer"] = f"{record['answer']}0"
     lines[index] = json.dumps(record, sort_keys=True)
     (release / RECORDS_NAME).write_text("\n".join(lines) + "\n")
-    manifest = json.loads((release / MANIFEST_NAME).read_text())
-    for entry in manifest["files"]:
-        if entry["path"] == RECORDS_NAME:
-            entry.update(sha256=hash_file(release / RECORDS_NAME), size=(release / RECORDS_NAME).stat().st_size)
-    (release / MANIFEST_NAME).write_text(json.dumps(manifest))
+    restamp(release, [RECORDS_NAME])
     assert run_cli_process(ws, "verify", release).returncode == 0  # self-consistent, so verify cannot tell
     assert doctor_codes(ws) == ["release_manifest_changed"]
     return f"record {index} rewritten with the manifest"

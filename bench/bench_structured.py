@@ -148,7 +148,7 @@ def run_judge(backend: Any, n: int, constrained: bool) -> dict[str, Any]:
     template = load_prompt("eval/mucr_judge.j2")
     schema = None
     if STRUCTURED:
-        from cftools.kinds.mucr.judge import JUDGE_SCHEMA, scores_line
+        from cftools.kinds.mucr.explanations import JUDGE_SCHEMA, scores_line
 
         schema = JUDGE_SCHEMA
     read, tokens, seconds = 0, 0, 0.0
@@ -206,7 +206,7 @@ def compile_times() -> dict[str, Any]:
     from cftools.kinds.cvqa.generate import BOOLEAN_REWRITE, COUNT_REWRITE
     from cftools.kinds.mucr.cues import CUES_SCHEMA
     from cftools.kinds.mucr.generate import CONTEXT_SCHEMA, captions_schema
-    from cftools.kinds.mucr.judge import JUDGE_SCHEMA
+    from cftools.kinds.mucr.explanations import JUDGE_SCHEMA
     from cftools.generate.rederive import rederive_schema
     from cftools.llm import constrained
     from cftools.llm.local import LocalBackend, converted_dir

@@ -7,9 +7,9 @@ its texts, answers through the UI and submits; `cftools annotate pull` then read
 decides. The hostile cases of issue 23 are here too: the second person's path shows no first judgment, an edit
 by another user is refused at pull, an untouched model draft is not counted, a correction outside the options
 cannot be given, the third person receives the tiebreak, a returned submission comes back with its reason.
-Where no browser is installed the tests skip with the reason; under CI=true they fail instead. Set
-CFTOOLS_BROWSER_ARTIFACTS to a folder to keep a screenshot of each task type as its annotator saw it (and of
-the page where a check failed).
+Where no browser is installed the tests skip with the reason; under CI=true they fail instead. A screenshot of
+each task type as its annotator saw it (and of the page where a check failed) is kept as a test artefact in
+test-artifacts/browser/ (CFTOOLS_BROWSER_ARTIFACTS names another folder; an empty value keeps none).
 """
 
 from __future__ import annotations
@@ -43,7 +43,8 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
 UI_TIMEOUT_MS = 60_000  # the labeling app is a large bundle; the shared 2-core host can be slow to run it
 PANEL = ".lsf-main-view__annotation"  # Label Studio's labeling area (the task list beside it has images too)
 IMAGE_LOAD_ERROR = "There was an issue loading URL"  # what Label Studio shows instead of a broken image
-ARTIFACTS = os.environ.get("CFTOOLS_BROWSER_ARTIFACTS")
+ARTIFACTS = os.environ.get("CFTOOLS_BROWSER_ARTIFACTS",
+                           str(Path(__file__).resolve().parent.parent / "test-artifacts" / "browser"))
 
 
 def missing_browser() -> str | None:

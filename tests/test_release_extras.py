@@ -38,8 +38,10 @@ data_use_cases = "Evaluating counterfactual reasoning of vision-language models;
 data_biases = "Images come from COCO-like photographs of everyday scenes."
 personal_sensitive_information = "Faces may appear in the photographs."
 """
-# lmms-eval's imports beyond what cftools' environment has (its declared requirements pull torch 2.14 with CUDA)
-LMMS_EVAL_PACKAGES = ["lmms-eval", "loguru", "evaluate", "sacrebleu", "pytablewriter", "DataProperty",
+# lmms-eval's imports beyond what cftools' environment has (its declared requirements pull torch 2.14 with CUDA).
+# lmms-eval 0.7.3 imports filelock's private filelock._api, which filelock 4.3 removed: the side venv keeps an
+# older filelock of its own (ahead of this environment's on its path).
+LMMS_EVAL_PACKAGES = ["lmms-eval", "filelock<4.3", "loguru", "evaluate", "sacrebleu", "pytablewriter", "DataProperty",
                       "mbstrdecoder", "tabledata", "tcolorpy", "typepy", "pathvalidate", "jsonlines", "zss",
                       "portalocker", "colorama", "tabulate", "python-dotenv", "pytz", "aiohttp", "multidict", "yarl",
                       "propcache", "aiohappyeyeballs", "aiosignal", "frozenlist", "decord", "chardet"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 import click
 from rich.markup import escape
@@ -129,30 +129,14 @@ def pull_cmd(workspace: Workspace, as_json: bool) -> None:
         console.print(f"Authoring: {written.submissions} submissions in {written.projects} projects: "
                       f"{written.items_added} new draft items, {written.already_pulled} pulled before, "
                       f"{written.no_suitable_type} images with no suitable type.")
-        for bad in written.invalid:
-            console.print(f"[red]rejected submission {bad['annotation']} of task {bad['task']} by "
-                          f"{escape(bad['annotator'])}: {escape(bad['reason'])}[/]")
-        for bad in written.refused:
-            console.print(f"[red]{escape(bad['reason'])}[/]")
-        for person, entries in sorted(written.returned.items()):
-            console.print(f"[yellow]returned to {escape(person)}: {len(entries)} submissions, each as a new task "
-                          "saying why[/]")
+        print_refusals(written, "submission")
     if report.ignored_same_annotator:
         console.print(f"[yellow]{report.ignored_same_annotator} extra annotations by the same person ignored.[/]")
     if report.ignored_extra_annotators:
         console.print(f"[yellow]{report.ignored_extra_annotators} annotations beyond the needed annotators ignored.[/]")
     if report.cancelled:
         console.print(f"{report.cancelled} skipped (cancelled) annotations.")
-    for bad in report.invalid:
-        console.print(f"[red]rejected annotation {bad['annotation']} of task {bad['task']} by "
-                      f"{escape(bad['annotator'])}: {escape(bad['reason'])}[/]")
-    for bad in report.refused:
-        console.print(f"[red]{escape(bad['reason'])}[/]")
-    for person, entries in sorted(report.returned.items()):
-        console.print(f"[yellow]returned to {escape(person)}: {len(entries)} submissions, each as a new task "
-                      f"saying why[/]")
-        for entry in entries:
-            console.print(f"  task {entry['task']}: {escape(entry['reason'])}")
+    print_refusals(report, "annotation")
     for bad in report.mismatched:
         console.print(f"[red]task {bad['task']} carries item {escape(repr(bad['found']))}, "
                       f"expected {escape(repr(bad['expected']))}; "
@@ -163,6 +147,21 @@ def pull_cmd(workspace: Workspace, as_json: bool) -> None:
     if report.deleted_tasks:
         console.print(f"[yellow]{len(report.deleted_tasks)} tasks were deleted in Label Studio; "
                       f"{sum(d['item_status'] == 'checked' for d in report.deleted_tasks)} items are back to checked.[/]")
+
+
+def print_refusals(report: Any, what: str) -> None:
+    """What pull did not count: invalid WHATs, judgments refused by name, and the submissions returned to each
+    person with the reason (the judgments' report and the authoring report carry the same three lists)."""
+    for bad in report.invalid:
+        console.print(f"[red]rejected {what} {bad['annotation']} of task {bad['task']} by "
+                      f"{escape(bad['annotator'])}: {escape(bad['reason'])}[/]")
+    for bad in report.refused:
+        console.print(f"[red]{escape(bad['reason'])}[/]")
+    for person, entries in sorted(report.returned.items()):
+        console.print(f"[yellow]returned to {escape(person)}: {len(entries)} submissions, each as a new task "
+                      "saying why[/]")
+        for entry in entries:
+            console.print(f"  task {entry['task']}: {escape(entry['reason'])}")
 
 
 def _fmt(value: Optional[float], spec: str) -> str:

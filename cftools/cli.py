@@ -99,7 +99,7 @@ def _count_table(title: str, counts: dict[str, int]) -> Table:
     table.add_column(title.split()[-1].capitalize())
     table.add_column("count", justify="right")
     for name, n in counts.items():
-        table.add_row(name, str(n))
+        table.add_row(escape(str(name)), str(n))  # dataset and group names come from the data
     return table
 
 
@@ -156,7 +156,7 @@ def print_cost(workspace: Workspace, as_json: bool) -> None:
                       money(row["cost"]) if row["priced"] else "no price")
     console.print(table)
     priced = [row["cost"] for row in rows if row["priced"]]
-    console.print(f"total {money(sum(priced))}" + (" (models without a [llm.prices] entry not counted)"
+    console.print(f"total {money(sum(priced))}" + (escape(" (models without a [llm.prices] entry not counted)")
                                                    if len(priced) < len(rows) else ""))
 
 

@@ -385,6 +385,19 @@ def test_status_cost_sums_per_generator_and_model(workspace, tmp_path, server):
     assert "rewrite" in table.stdout and "total $" in table.stdout
 
 
+def test_a_model_without_a_price_is_said_so_in_words(workspace, tmp_path, server):
+    """The config section's name in brackets survives the terminal's markup, in the estimate and in the table."""
+    questions(workspace, tmp_path, 2)
+    configure(workspace, server.base_url, price=None)
+    estimate = cli(workspace, *REWRITE, "--estimate")
+    assert "cost unknown (no [llm.prices] entry for the model)" in estimate.stdout
+    assert cli(workspace, *REWRITE).returncode == 0
+    (row,) = json.loads(cli(workspace, "status", "--cost", "--json").stdout)["cost"]
+    assert row["priced"] is False and row["requests"] == 2
+    table = cli(workspace, "status", "--cost")
+    assert "(models without a [llm.prices] entry not counted)" in " ".join(table.stdout.split())
+
+
 def test_local_model_estimate_counts_with_its_tokenizer(workspace, tmp_path):
     """The embedded model's own tokenizer counts the prompt tokens (exact, not an estimate)."""
     questions(workspace, tmp_path, 2)

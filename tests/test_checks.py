@@ -394,6 +394,7 @@ def test_json_lines_shape_and_summary(workspace, run_cli):
 def test_list_and_bad_code(workspace, run_cli):
     listing = run_cli("check", "--list")
     assert all(code in listing.stdout for code in CODES)
+    assert "[llm] rederive" in " ".join(listing.stdout.split())  # a config section's name survives the markup
     assert run_cli("check", "--only", "spelling").exit_code != 0
 
 

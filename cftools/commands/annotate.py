@@ -183,7 +183,8 @@ def status_cmd(workspace: Workspace, as_json: bool) -> None:
                    "decisions"):
         table.add_column(column)
     for p in status["projects"]:
-        table.add_row(p["server"], str(p["project_id"]), p["purpose"], p["kind"], str(p["tasks"]),
+        table.add_row(escape(str(p["server"])), str(p["project_id"]), escape(str(p["purpose"])), escape(str(p["kind"])),
+                      str(p["tasks"]),
                       str(p["annotations"]["0"]), str(p["annotations"]["1"]), str(p["annotations"]["2+"]),
                       str(p["deleted"]), ", ".join(f"{k}: {v}" for k, v in sorted(p["decisions"].items())))
     console.print(table)
@@ -192,14 +193,15 @@ def status_cmd(workspace: Workspace, as_json: bool) -> None:
         table.add_column(column)
     for project, questions in status["agreement"].items():
         for question, s in questions.items():
-            table.add_row(project, question, str(s["n_pairs"]), _fmt(s["percent_agreement"], ".1f"),
+            table.add_row(escape(str(project)), escape(str(question)), str(s["n_pairs"]), _fmt(s["percent_agreement"], ".1f"),
                           _fmt(s.get("krippendorff_alpha"), ".3f"), _fmt(s["cohen_kappa"], ".3f"))
     console.print(table)
     table = Table(title="Annotators", title_justify="left")
     for column in ("annotator", "judgments", "related: yes", "correct: yes", "corrections", "adjudications"):
         table.add_column(column)
     for name, a in status["annotators"].items():
-        table.add_row(name, str(a["judgments"]), str(a["related_yes"]), str(a["correct_yes"]), str(a["corrections"]),
+        table.add_row(escape(str(name)), str(a["judgments"]), str(a["related_yes"]), str(a["correct_yes"]),
+                      str(a["corrections"]),
                       str(a["adjudications"]))
     console.print(table)
     if status["queues"]:
@@ -208,6 +210,6 @@ def status_cmd(workspace: Workspace, as_json: bool) -> None:
             table.add_column(column)
         for person, counts in status["queues"].items():
             for task in sorted({name.split(" ")[0] for name in counts}):
-                table.add_row(person, task, *(str(counts.get(f"{task} {state}", 0))
+                table.add_row(escape(str(person)), escape(task), *(str(counts.get(f"{task} {state}", 0))
                                               for state in ("open", "decided", "returned")))
         console.print(table)

@@ -6,6 +6,7 @@ import json
 
 import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.markup import escape
 from rich.table import Table
 
 from cftools.checks import CheckReport, ItemResult, check_scopes, run_checks
@@ -35,7 +36,7 @@ def summary_table(report: CheckReport) -> Table:
                             ("could not decide", "right")):
         table.add_column(column, justify=justify)
     for code in report.codes:
-        table.add_row(code, str(report.applied[code]), str(report.flags[code]), str(report.notes[code]))
+        table.add_row(escape(code), str(report.applied[code]), str(report.flags[code]), str(report.notes[code]))
     return table
 
 
@@ -84,7 +85,7 @@ def check(workspace: Workspace, as_json: bool, recheck: bool, only: tuple[str, .
         table.add_column("code")
         table.add_column("applies to")
         for code, scope in check_scopes().items():
-            table.add_row(code, scope)
+            table.add_row(code, escape(scope))  # scopes name config sections: [llm] ...
         console.print(table)
         return
 

@@ -170,7 +170,7 @@ def print_estimate(controls: RunControls, as_json: bool, what: str) -> None:
         console.print(f"[bold]{escape(what)}[/] ({escape(str(estimate.get('generator', '')))}, estimate only, nothing "
                       f"called): {estimate['requests']} requests to send, {estimate['cached']} from the cache; "
                       f"{estimate['prompt_tokens']:,} prompt tokens "
-                      f"{escape(str(estimate.get('tokens_counted_by', '')))}; {cost}"
+                      f"{escape(str(estimate.get('tokens_counted_by', '')))}; {escape(cost)}"
                       + (" with the Batch API discount" if estimate.get("batch_api") else ""))
 
 

@@ -11,6 +11,7 @@ import io
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -237,7 +238,7 @@ def rich_tables(config: dict[str, Any], summary: dict[str, Any], width: int = 80
             rich.add_column(TERMINAL_HEADERS.get(column, column), justify="left" if i == 0 else "right",
                             no_wrap=i > 0, overflow="fold", min_width=widest if i > 0 else min(widest, LABEL_WIDTH))
         for row in table.rows:
-            rich.add_row(*row)
+            rich.add_row(*(escape(str(cell)) for cell in row))  # group names come from the data
         items.append(rich)
     if "blind_correct" in summary:
         items.append(f"{len(summary['blind_correct'])} questions answered right without the image "
@@ -249,7 +250,8 @@ def compare_table(a: Any, b: Any) -> Table:
     """Two runs side by side: every metric of either, A, B and B - A (in points)."""
     rows_a = {(r["section"], r["group"], r["metric"]): r for r in csv_rows(a.summary)}
     rows_b = {(r["section"], r["group"], r["metric"]): r for r in csv_rows(b.summary)}
-    table = Table(title=f"A: {a.config['model']} ({a.config['mode']})   B: {b.config['model']} ({b.config['mode']})",
+    title = f"A: {a.config['model']} ({a.config['mode']})   B: {b.config['model']} ({b.config['mode']})"
+    table = Table(title=escape(title),
                   title_justify="left")
     for column in ("section", "group", "metric", "A", "B", "B - A"):
         table.add_column(column, justify="left" if column in ("section", "group", "metric") else "right")
@@ -259,5 +261,5 @@ def compare_table(a: Any, b: Any) -> Table:
         scale = 1 if key[2] == "exp" else 100
         fmt = (lambda v: "–" if v is None else f"{scale * v:.1f}")
         diff = "–" if va is None or vb is None else f"{scale * (vb - va):+.1f}"
-        table.add_row(*key, fmt(va), fmt(vb), diff)
+        table.add_row(*(escape(str(part)) for part in key), fmt(va), fmt(vb), diff)
     return table

@@ -7,7 +7,8 @@
   (lmms-eval's own requirements would replace torch with a CUDA build), installs lmms-eval and the few pure-Python
   packages it imports into it without their dependencies, and runs the exported task against the tiny LLaVA built
   from configs; its replies and scores are compared with `cftools eval` on the same release and model.
-- browse.html is opened in Chromium (Playwright), filtered, and screenshotted into test-artifacts/browser/ (as test_browser.py does).
+- browse.html is opened in Chromium (Playwright), filtered, and screenshotted into test-artifacts/browser/ (as
+  test_browser.py does).
 """
 
 from __future__ import annotations

@@ -81,7 +81,8 @@ def pairs_html(causes: list[str], effects: list[str]) -> str:
     """The candidate pairs as the annotator sees them: cause k beside effect k, each image numbered k (1, 2, …)."""
     def figure(side: str, number: int, link: str) -> str:
         return (f'<figure><span class="cf-num">{number}</span><img src="{html.escape(link, quote=True)}" '
-                f'alt="{side} {number}" style="max-width:256px"/><figcaption>{side} {number}</figcaption></figure>')
+                f'alt="{side} {number}" style="width:256px;height:auto"/><figcaption>{side} {number}</figcaption>'
+                '</figure>')  # one size for every candidate: a small image is not hidden under its number
 
     rows = [f'<div class="cf-cand" data-candidate="{n}">{figure("cause", n, cause)}{figure("effect", n, effect)}</div>'
             for n, (cause, effect) in enumerate(zip(causes, effects), start=1)]

@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
+from llm_stub import StubServer
 from loopback import running_server
 
 STUB = Path(__file__).resolve().parent / "llm_stub.py"
@@ -55,3 +56,12 @@ def llm_server(llm_stub_process) -> ScriptedLLM:
     server = ScriptedLLM(llm_stub_process)
     server.reset()
     return server
+
+
+@pytest.fixture
+def stub() -> StubServer:
+    """The chat stub in a thread of this process, answering at once (for tests that read its state directly)."""
+    server = StubServer(delay=0.0).start_in_thread()
+    yield server
+    server.shutdown()
+    server.server_close()

@@ -221,16 +221,22 @@ def test_a_killed_run_collects_its_batch_instead_of_submitting_again(workspace, 
     assert json.loads(cli(workspace, "generate", "status", "--json").stdout) == {"batches": []}
 
 
+def rewrite_jobs(workspace, backend) -> tuple[RewriteTask, list[LLMJob]]:
+    """The numerical-direct rewrite's task and jobs, each with its output schema, as run_llm_task gives them."""
+    template = load_template("numerical-direct", None, workspace.root)
+    task = RewriteTask("numerical-direct", template)
+    jobs = [LLMJob(label=str(s["id"]), messages=[text_message(render_prompt(template, s))], context={"source": s})
+            for s in select_sources(workspace.store, "numerical-direct", None, False)]
+    structure_jobs(task, jobs, backend)
+    return task, jobs
+
+
 def test_a_batch_whose_create_call_was_cut_off_is_found_by_its_file(workspace, tmp_path, server):
     """A kill after the API made the batch but before its id was stored: the rerun finds it, makes no other."""
     questions(workspace, tmp_path, 5)
     configure(workspace, server.base_url)
     backend = make_backend(workspace.section("llm"))
-    template = load_template("numerical-direct", None, workspace.root)
-    task = RewriteTask("numerical-direct", template)
-    jobs = [LLMJob(label=str(s["id"]), messages=[text_message(render_prompt(template, s))], context={"source": s})
-            for s in select_sources(workspace.store, "numerical-direct", None, False)]
-    structure_jobs(task, jobs, backend)  # each job's output schema, as run_llm_task gives it
+    task, jobs = rewrite_jobs(workspace, backend)
     attempts = Attempts(workspace.store, backend, task, {"temperature": 0.0, "max_tokens": 320}, 3, False)
     run = BatchRun(workspace.store, backend, task.generator, poll_s=0.05, quiet=True)
     requests = [r for r, _ in needed_requests(workspace.store, jobs, attempts, run.results, False).values()]
@@ -254,11 +260,7 @@ def test_a_run_killed_after_its_batch_finished_stores_the_results_without_sendin
     questions(workspace, tmp_path, 6)
     configure(workspace, server.base_url)
     backend = make_backend(workspace.section("llm"))
-    template = load_template("numerical-direct", None, workspace.root)
-    task = RewriteTask("numerical-direct", template)
-    jobs = [LLMJob(label=str(s["id"]), messages=[text_message(render_prompt(template, s))], context={"source": s})
-            for s in select_sources(workspace.store, "numerical-direct", None, False)]
-    structure_jobs(task, jobs, backend)  # each job's output schema, as run_llm_task gives it
+    task, jobs = rewrite_jobs(workspace, backend)
     attempts = Attempts(workspace.store, backend, task, {**llm_params({}, "openai")}, 3, False)
     BatchRun(workspace.store, backend, task.generator, poll_s=0.05, quiet=True).prepare(jobs, attempts, False)
     backend.close()

@@ -43,14 +43,6 @@ def sources(workspace, tmp_path):
     return workspace
 
 
-@pytest.fixture
-def stub():
-    server = StubServer(delay=0.0).start_in_thread()
-    yield server
-    server.shutdown()
-    server.server_close()
-
-
 def stub_backend(server: StubServer, **options):
     return make_backend({"backend": "openai", "model": "stub", "base_url": server.base_url,
                          "backoff_initial": 0.01, "backoff_max": 0.05, **options})

@@ -13,7 +13,7 @@ from cftools.kinds.cvqa.generate import rewrite
 from cftools.models import Generation, Item
 from cftools.resources import packaged_dir
 from cftools.workspace import load_workspace
-from test_generate import NUMBER_QUESTIONS, stub, stub_backend, write_table  # noqa: F401 (stub is a fixture)
+from test_generate import NUMBER_QUESTIONS, stub_backend, write_table
 
 
 def test_with_prompts_copies_the_templates(tmp_path, run_cli):
@@ -29,7 +29,7 @@ def test_with_prompts_copies_the_templates(tmp_path, run_cli):
     assert edited.read_text() == "mine"  # a second run keeps the user's edits
 
 
-def test_an_edited_prompt_wins_and_show_names_its_file(tmp_path, run_cli, stub, monkeypatch):  # noqa: F811
+def test_an_edited_prompt_wins_and_show_names_its_file(tmp_path, run_cli, stub, monkeypatch):
     assert run_cli("init", tmp_path / "ws", "--with-prompts").exit_code == 0
     monkeypatch.setenv("CFTOOLS_WORKSPACE", str(tmp_path / "ws"))
     edited = tmp_path / "ws" / "prompts" / "rewrite" / f"{NUMERICAL_DIRECT}.j2"

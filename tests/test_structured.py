@@ -23,19 +23,11 @@ from cftools.kinds.mucr.explanations import JUDGE_SCHEMA
 from cftools.llm import LLMError, make_backend
 from cftools.llm.structured import ReplyError
 from cftools.models import CheckFlag, Generation, Item
-from llm_stub import StubServer, response_format_error, structured_reply
+from llm_stub import response_format_error, structured_reply
 
 SCHEMAS = [COUNT_REWRITE, BOOLEAN_REWRITE, CONTEXT_SCHEMA, captions_schema(2), CUES_SCHEMA,
            pick_schema(["count", "color"]), DRAFT_SCHEMA, JUDGE_SCHEMA, rederive_schema(int),
            rederive_schema(Literal["the dog", "the cat"])]
-
-
-@pytest.fixture
-def stub():
-    server = StubServer(delay=0.0).start_in_thread()
-    yield server
-    server.shutdown()
-    server.server_close()
 
 
 def stub_backend(server, **options):

@@ -20,7 +20,6 @@ from sqlalchemy import func, select, update
 from killed_runs import kill_after_progress
 
 from cftools.annotate.projects import ImageLinks
-from cftools.annotate.push import push
 from cftools.annotate.task_import import task_payloads, PushReport
 from cftools.judgments import Answer, adjudicated, decide
 from cftools.annotate.rules import agreement

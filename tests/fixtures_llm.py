@@ -65,3 +65,11 @@ def stub() -> StubServer:
     yield server
     server.shutdown()
     server.server_close()
+
+
+def stub_backend(server: StubServer, **options: Any) -> Any:
+    """An openai backend on SERVER with short back-offs (tests of retries need not wait)."""
+    from cftools.llm import make_backend
+
+    return make_backend({"backend": "openai", "model": "stub", "base_url": server.base_url,
+                         "backoff_initial": 0.01, "backoff_max": 0.05, **options})

@@ -20,7 +20,7 @@ from killed_runs import kill_after_progress
 from cftools.kinds.cvqa.generate import COUNT_REWRITE, item_key, load_template, reparse, rewrite, select_sources
 from cftools.ingest.readers import ingest_table
 from cftools.kinds.cvqa.ingest import ingest_cvqa
-from cftools.llm import make_backend
+from fixtures_llm import stub_backend
 from llm_stub import StubServer, start_process, structured_reply, stub_reply
 from cftools.kinds.cvqa.model import BOOLEAN, NUMERICAL_DIRECT, NUMERICAL_INDIRECT
 from cftools.models import CachedResponse, Generation, Item, ItemEvent, SourceQuestion
@@ -41,11 +41,6 @@ def write_table(path: Path, rows) -> Path:
 def sources(workspace, tmp_path):
     ingest_table(workspace.store, write_table(tmp_path / "mine.csv", NUMBER_QUESTIONS + YES_NO_QUESTIONS))
     return workspace
-
-
-def stub_backend(server: StubServer, **options):
-    return make_backend({"backend": "openai", "model": "stub", "base_url": server.base_url,
-                         "backoff_initial": 0.01, "backoff_max": 0.05, **options})
 
 
 def count(store, model, *where) -> int:

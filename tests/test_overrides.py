@@ -13,7 +13,8 @@ from cftools.kinds.cvqa.generate import rewrite
 from cftools.models import Generation, Item
 from cftools.resources import packaged_dir
 from cftools.workspace import load_workspace
-from test_generate import NUMBER_QUESTIONS, stub_backend, write_table
+from fixtures_llm import stub_backend
+from test_generate import NUMBER_QUESTIONS, write_table
 
 
 def test_with_prompts_copies_the_templates(tmp_path, run_cli):

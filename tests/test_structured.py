@@ -23,16 +23,12 @@ from cftools.kinds.mucr.explanations import JUDGE_SCHEMA
 from cftools.llm import LLMError, make_backend
 from cftools.llm.structured import ReplyError
 from cftools.models import CheckFlag, Generation, Item
+from fixtures_llm import stub_backend
 from llm_stub import response_format_error, structured_reply
 
 SCHEMAS = [COUNT_REWRITE, BOOLEAN_REWRITE, CONTEXT_SCHEMA, captions_schema(2), CUES_SCHEMA,
            pick_schema(["count", "color"]), DRAFT_SCHEMA, JUDGE_SCHEMA, rederive_schema(int),
            rederive_schema(Literal["the dog", "the cat"])]
-
-
-def stub_backend(server, **options):
-    return make_backend({"backend": "openai", "model": "stub", "base_url": server.base_url,
-                         "backoff_initial": 0.01, "backoff_max": 0.05, **options})
 
 
 @pytest.fixture

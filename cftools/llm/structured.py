@@ -118,7 +118,7 @@ class OutputSchema:
     def instruction(self) -> str:
         """What a prompt says when the server cannot take `response_format`."""
         return ("Reply with one JSON object and nothing else. It must follow this JSON Schema:\n"
-                + json.dumps(self.wire_schema, separators=(",", ":")))
+                + json.dumps(self._built()["wire"], separators=(",", ":")))
 
     def read(self, text: Optional[str]) -> BaseModel:
         """The reply as the model; raises ReplyError with a short reason. A fenced block (```json … ```) or text

@@ -56,6 +56,8 @@ def export_cmd(workspace: Workspace, name: str, version: str, out_dir: Path | No
 
         result = export_release(workspace, name, version, out_dir, fmt, include_unverified, splits, force, report,
                                 include_in_review=include_in_review, licence=licence, options=kind_options)
+    for warning in result.warnings:  # on stderr, so --json output stays one document
+        err_console.print(f"[yellow]warning: {escape(warning)}[/]", soft_wrap=True)
     if as_json:
         print_json(result.as_dict())
         return

@@ -9,10 +9,22 @@ RAI: what cftools recorded while it made the release is written out, never inven
 `rai:dataCollection` (origins, source datasets and their licences, the generators), `rai:dataAnnotationProtocol`
 (two annotators per item, adjudication of disagreements, the kinds' own tasks), `rai:dataAnnotationPlatform`
 (Label Studio), `rai:dataAnnotationAnalysis` (inter-annotator agreement of the released items),
-`rai:dataLimitations` (unverified items, items without an image, check flags) and `prov:wasGeneratedBy` (one
-activity per generator, backend, model and prompt template, and the annotation). What only people know (use
-cases, biases, personal information, annotator demographics, maintenance, authors, citation) comes from
-`[release]` in cftools.toml (RELEASE_FIELDS).
+`rai:annotationsPerItem` (the judgments the released items received; absent when none was annotated),
+`rai:dataLimitations` (unverified items, items without any image, check flags), `rai:hasSyntheticData`,
+`rai:machineAnnotationTools` (the models that drafted, cftools' automatic checks), `rai:dataCollectionTimeframe`
+(the items' first creation and last change in the store), `rai:dataPreprocessingProtocol` (each ingest: format,
+file, records read and skipped), `prov:wasDerivedFrom` (the source datasets, their licences and ingested files)
+and `prov:wasGeneratedBy` (one activity per generator, backend, model and prompt template, and the annotation).
+What only people know (use cases, biases, personal information, annotator demographics, maintenance, authors,
+citation) comes from `[release]` in cftools.toml (RELEASE_FIELDS); export warns, naming them, when the texts of
+PEOPLE_ONLY are empty.
+
+`license` is the SPDX URL of a licence with an SPDX id, the licence itself when it is a URL, else absent (an
+unknown or free-text licence is named in `rai:dataCollection`, never turned into a URL that does not exist).
+
+Per-kind record sets must return only their kind's rows, and Croissant has no row filter: a release whose
+records.jsonl holds several kinds gets `kinds/<kind>.jsonl` too (the same lines, one file per kind), which the
+per-kind record sets read.
 
 The file is written before the manifest (which then lists it) and after every other file (which it lists).
 """
@@ -22,10 +34,11 @@ from __future__ import annotations
 import csv
 import json
 from collections import Counter
+from dataclasses import dataclass, field as dataclass_field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from cftools.release.layout import IMAGES_DIR, RECORDS_NAME, hash_file, load_manifest
+from cftools.release.layout import IMAGES_DIR, RECORDS_NAME, hash_file, load_manifest, record_image_paths
 
 CROISSANT_NAME = "croissant.json"
 CROISSANT_1_1 = "http://mlcommons.org/croissant/1.1"
@@ -91,6 +104,12 @@ RELEASE_FIELDS = {
     "data_release_maintenance_plan": "rai:dataReleaseMaintenancePlan",
     "data_collection": "rai:dataCollection",
 }
+# The RAI texts no store can know: export warns, naming them, when [release] leaves them empty.
+PEOPLE_ONLY = {"data_biases": "rai:dataBiases", "data_use_cases": "rai:dataUseCases",
+               "personal_sensitive_information": "rai:personalSensitiveInformation",
+               "data_social_impact": "rai:dataSocialImpact"}
+KINDS_DIR = "kinds"  # kinds/<kind>.jsonl: one kind's lines of records.jsonl, for its record set
+SPDX_URL = "https://spdx.org/licenses/{}.html"
 CREATORS_KEY = "creators"  # [release] creators = ["Name <email>", ...] or [{name=..., url=...}]
 
 MEDIA_TYPES = {".jsonl": "application/jsonlines", ".json": "application/json", ".csv": "text/csv",
@@ -195,8 +214,8 @@ def value_type(values: Sequence[Any]) -> tuple[str, bool] | None:
 
 
 def kind_record_set(kind: str, records: Sequence[dict], file_id: str = RECORDS_NAME) -> dict[str, Any] | None:
-    """The fields of one kind's items: the id and the kind's own `data` fields that hold values or lists of values
-    (rows of other kinds have nulls)."""
+    """The fields of one kind's items, read from FILE_ID (which holds that kind's rows only): the id and the kind's
+    own `data` fields that hold values or lists of values."""
     set_id = f"{kind}_data"
     mine = [r for r in records if r.get("kind") == kind]
     fields = [column_field(set_id, "id", file_id, description="The item's id (records/id).")]
@@ -271,30 +290,56 @@ def _count_text(counts: Iterable[tuple[str, int]]) -> str:
     return ", ".join(f"{name} {n}" for name, n in counts)
 
 
+def source_datasets(provenance: Sequence[dict]) -> list[tuple[str, int]]:
+    """(dataset, items) of the datasets the items come from: a source question's dataset, else the item's own (a
+    MuCR record ingested as it was published has no source question, but its dataset)."""
+    return sorted(Counter(str(p["dataset"]) for p in provenance if p.get("dataset")).items())
+
+
 def data_collection(records: Sequence[dict], provenance: Sequence[dict], licensing: Any) -> str:
     from cftools.release.datacard import provenance_summary
 
     summary = provenance_summary(list(provenance))
     parts = [f"{len(records)} items ({_count_text(sorted(Counter(r['kind'] for r in records).items()))}) "
              f"made with cftools. By origin: {_count_text(summary['origins'])}."]
-    sources = [(d, n) for d, n in summary["datasets"] if d != "(none)"]
+    sources = source_datasets(provenance)
     if sources:
         licences = getattr(licensing, "sources", {}) or {}
         parts.append("Source datasets (items, licence): " + "; ".join(
-            f"{d} ({n}, {licences.get(d) or 'licence unknown'})" for d, n in sources) + ".")
+            f"{d} ({n} items, licence {licences.get(d) or 'unknown'})" for d, n in sources) + ".")
     if summary["generators"]:
         parts.append("Generated with: " + "; ".join(
             f"{g['generator']} on {g['backend']}:{g['model']}"
             + (f" with prompt {g['template_name']} ({g['template_hash']})" if g["template_name"] else "")
             + f" ({g['n_items']} items)" for g in summary["generators"]) + ".")
+    image_models = image_generators(records)
+    if image_models:
+        parts.append("Images generated with: " + _count_text(image_models) + " (items).")
     if summary["corrected"]:
         parts.append(f"Annotators corrected the proposed answer of {summary['corrected']} items.")
     return " ".join(parts)
 
 
+def model_mentions(value: Any) -> Iterable[str]:
+    """backend:model of every object in an item's data that names both (a MuCR pair's image provenance)."""
+    if isinstance(value, dict):
+        if isinstance(value.get("backend"), str) and isinstance(value.get("model"), str):
+            yield f"{value['backend']}:{value['model']}"
+        for v in value.values():
+            yield from model_mentions(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from model_mentions(v)
+
+
+def image_generators(records: Sequence[dict]) -> list[tuple[str, int]]:
+    """(backend:model, items) of the image models an item's data names."""
+    return sorted(Counter(m for r in records for m in set(model_mentions(r.get("data") or {}))).items())
+
+
 def collection_types(provenance: Sequence[dict]) -> list[str]:
     types = []
-    if any(p.get("source") for p in provenance):
+    if any(p.get("dataset") for p in provenance):
         types.append("Secondary Data analysis")
     if any(p.get("generation") for p in provenance):
         types.append("Software Collection")  # the RAI vocabulary's term for data produced by programs
@@ -308,12 +353,17 @@ def annotation_protocol(records: Sequence[dict], provenance: Sequence[dict]) -> 
     from cftools.release.datacard import provenance_summary
 
     summary = provenance_summary(list(provenance))
-    text = (f"Each item is verified in Label Studio by two annotators who judge whether the question is related to "
-            f"the image and whether the proposed answer is correct (correcting it when not); when the two disagree, "
-            f"a third person adjudicates. Automatic checks (cftools check) run first and their flags are shown to "
-            f"the annotators. In this release {summary['annotated']} of {len(records)} items went through annotation: "
-            f"{summary['with_two_judgments']} with two judgments, of which {summary['agreed']} agreed, and "
-            f"{summary['adjudicated']} were adjudicated. Decisions: {_count_text(summary['decisions'])}.")
+    if summary["annotated"]:
+        text = (f"Each item is verified in Label Studio by two annotators who judge whether the question is related "
+                f"to the image and whether the proposed answer is correct (correcting it when not); when the two "
+                f"disagree, a third person adjudicates. Automatic checks (cftools check) run first and their flags "
+                f"are shown to the annotators. In this release {summary['annotated']} of {len(records)} items went "
+                f"through annotation: {summary['with_two_judgments']} with two judgments, of which "
+                f"{summary['agreed']} agreed, and {summary['adjudicated']} were adjudicated. Decisions: "
+                f"{_count_text(summary['decisions'])}.")
+    else:
+        text = (f"No item of this release went through annotation in cftools ({len(records)} items; no judgment "
+                f"recorded).")
     kinds = all_kinds()
     extra = []
     for name in sorted({str(r.get("kind")) for r in records} & set(kinds)):
@@ -323,12 +373,24 @@ def annotation_protocol(records: Sequence[dict], provenance: Sequence[dict]) -> 
                 extra.append(f"{name} {task}: {spec.annotators} annotators"
                              + (f" (+{spec.tiebreak} when they disagree)" if spec.tiebreak else "")
                              + (f", {spec.description}" if spec.description else ""))
-    if extra:
+    if extra and summary["annotated"]:
         text += " The kinds' own tasks: " + "; ".join(extra) + "."
     unverified = sum(1 for r in records if not r.get("verified"))
     if unverified:
         text += f" {unverified} items are unverified (no person accepted them; verified: false)."
     return text
+
+
+def annotations_per_item(provenance: Sequence[dict]) -> str | None:
+    """What the released items' verification actually got: judgments per annotated item (None: none annotated)."""
+    annotated = [p["annotation"] for p in provenance if p.get("annotation")]
+    if not annotated:
+        return None
+    per_item = Counter(int(a.get("judgments") or 0) for a in annotated)
+    adjudicated = sum(1 for a in annotated if a.get("adjudicated"))
+    text = (f"{len(annotated)} of {len(provenance)} items annotated; verification judgments per annotated item: "
+            + ", ".join(f"{n} ({count} items)" for n, count in sorted(per_item.items())))
+    return text + (f"; {adjudicated} adjudicated by a third person" if adjudicated else "")
 
 
 def annotation_analysis(agreement: Sequence[dict[str, Any]]) -> list[str]:
@@ -347,7 +409,7 @@ def data_limitations(records: Sequence[dict], provenance: Sequence[dict]) -> str
 
     summary = provenance_summary(list(provenance))
     unverified = sum(1 for r in records if not r.get("verified"))
-    without_image = sum(1 for r in records if r.get("image") is None)
+    without_image = sum(1 for r in records if not record_image_paths(r))  # a MuCR pair's images are in its data
     parts = []
     if unverified:
         parts.append(f"{unverified} of {len(records)} items are unverified (drafts or checked items no person "
@@ -360,6 +422,51 @@ def data_limitations(records: Sequence[dict], provenance: Sequence[dict]) -> str
     if summary["generators"]:
         parts.append("Counterfactual questions were drafted by language models and may carry their phrasing.")
     return " ".join(parts) or "cftools found no limitation to report; see [release] data_limitations."
+
+
+def has_synthetic_data(records: Sequence[dict], provenance: Sequence[dict]) -> bool:
+    """Some item's text was drafted by a model, or some image was generated."""
+    return any(p.get("generation") or p.get("origin") == "generated" for p in provenance) \
+        or bool(image_generators(records))
+
+
+def machine_annotation_tools(provenance: Sequence[dict]) -> list[str]:
+    """The programs that annotated items: the models that drafted questions and answers, cftools' checks."""
+    from cftools import __version__
+
+    tools = sorted({f"{g['backend']}:{g['model']} (cftools generator {g['generator']})"
+                    for p in provenance if (g := p.get("generation"))})
+    checks = sorted({code for p in provenance for code in [*(p.get("checks_passed") or {}), *p.get("check_flags", [])]})
+    if checks:
+        versions = sorted({str(v) for p in provenance for v in (p.get("checks_passed") or {}).values() if v})
+        tools.append(f"cftools check {', '.join(versions) or __version__} (automatic checks: {', '.join(checks)})")
+    return tools
+
+
+def preprocessing_protocol(ingests: Sequence[dict[str, Any]]) -> str:
+    parts = [f"cftools ingest {i['format']} read {i['file']} (SHA-256 {(i['file_sha256'] or 'not recorded')[:12]}…) on "
+             f"{i['date']}: {i['n_records']} records, {i['n_skipped']} skipped as unreadable, into dataset "
+             f"{i['dataset']}" for i in ingests]
+    text = ("; ".join(parts) + ". ") if parts else "No ingest of the source datasets is recorded in the store. "
+    return text + ("Images are kept byte for byte and named by the SHA-256 of their bytes; text fields are stored as "
+                   "read (stripped of surrounding white space); records are released sorted by id, with splits "
+                   "decided by a hash of their image.")
+
+
+def derived_from(provenance: Sequence[dict], licensing: Any, ingests: Sequence[dict[str, Any]]) -> list[dict]:
+    """PROV-O entities: each source dataset with its licence and the files ingested into it."""
+    licences = getattr(licensing, "sources", {}) or {}
+    out = []
+    for dataset, n in source_datasets(provenance):
+        entity: dict[str, Any] = {"@type": "prov:Entity", "@id": f"source/{plain_id(dataset)}",
+                                  "prov:label": f"{dataset} ({n} items of this release)",
+                                  "license": licences.get(dataset) or "unknown"}
+        files = [f"{i['file']} (SHA-256 {i['file_sha256']})" if i["file_sha256"] else i["file"]
+                 for i in ingests if i["dataset"] == dataset]
+        if files:
+            entity["prov:value"] = files
+        out.append(entity)
+    return out
 
 
 def generated_by(provenance: Sequence[dict], n_annotated: int) -> list[dict[str, Any]]:
@@ -382,6 +489,29 @@ def generated_by(provenance: Sequence[dict], n_annotated: int) -> list[dict[str,
                            "prov:wasAssociatedWith": {"@type": "prov:SoftwareAgent",
                                                       "prov:label": ANNOTATION_PLATFORM}})
     return activities
+
+
+def licence_url(licence: str | None) -> str | None:
+    """The URL `license` takes: an SPDX id's page on spdx.org, a URL as given; None for anything else (unknown,
+    a free-text licence, an expression of several licences, a LicenseRef- of one's own)."""
+    if not licence:
+        return None
+    if licence.startswith(("https://", "http://")) and " " not in licence:
+        return licence
+    from packaging.licenses import InvalidLicenseExpression, canonicalize_license_expression
+
+    try:
+        canonical = canonicalize_license_expression(licence)
+    except InvalidLicenseExpression:
+        return None
+    if " " in canonical or "(" in canonical or "+" in canonical or canonical.startswith("LicenseRef-"):
+        return None
+    return SPDX_URL.format(canonical)
+
+
+def missing_people_texts(section: dict[str, Any]) -> list[str]:
+    """The RAI texts only people can write that [release] leaves empty, as `[release] key (property)`."""
+    return [f"{key} ({prop})" for key, prop in PEOPLE_ONLY.items() if not str(section.get(key) or "").strip()]
 
 
 # ---------------------------------------------------------------- people's fields
@@ -413,23 +543,27 @@ def citation_key(name: str, version: str) -> str:
 
 def croissant_document(folder: Path, entries: Sequence[dict[str, Any]], records: Sequence[dict],
                        provenance: Sequence[dict], agreement: Sequence[dict], *, name: str, version: str,
-                       fmt: str, licensing: Any, section: dict[str, Any], data_as_of: str) -> dict[str, Any]:
+                       fmt: str, licensing: Any, section: dict[str, Any], data_as_of: str,
+                       kind_files: dict[str, str] | None = None, store_facts: StoreFacts | None = None
+                       ) -> dict[str, Any]:
+    """KIND_FILES: kind -> the file of that kind's rows (write_kind_files); STORE_FACTS: what only the store knows
+    (ingests, the items' timeframe)."""
     from cftools import __version__
     from cftools.kinds import all_kinds
 
+    facts = store_facts or StoreFacts()
     file_sets = image_file_sets(entries)
     record_sets: list[dict[str, Any]] = []
     paths = {e["path"] for e in entries}
     if RECORDS_NAME in paths:
         record_sets.append(records_record_set())
         kinds = all_kinds()
-        for kind in sorted({str(r.get("kind")) for r in records} & set(kinds)):
-            record_set = kind_record_set(kind, records)
+        for kind, file_id in sorted((kind_files or {}).items()):
+            record_set = kind_record_set(kind, records, file_id) if kind in kinds and file_id in paths else None
             if record_set:
                 record_sets.append(record_set)
     record_sets += peer_record_sets(folder, entries)
     record_sets += images_record_set(file_sets)
-    licence = getattr(licensing, "licence", None)
     n_annotated = sum(1 for p in provenance if p.get("annotation"))
     doc: dict[str, Any] = {
         "@context": CONTEXT,
@@ -449,12 +583,21 @@ def croissant_document(folder: Path, entries: Sequence[dict[str, Any]], records:
         "rai:dataAnnotationPlatform": ANNOTATION_PLATFORM if n_annotated else "none (no item of this release was "
                                                                                  "annotated)",
         "rai:dataAnnotationAnalysis": annotation_analysis(agreement) or ["no two judgments of one item"],
-        "rai:annotationsPerItem": "2 verification judgments per item; a third person adjudicates a disagreement",
         "rai:dataLimitations": data_limitations(records, provenance),
+        "rai:hasSyntheticData": has_synthetic_data(records, provenance),
+        "rai:machineAnnotationTools": machine_annotation_tools(provenance),
+        "rai:dataPreprocessingProtocol": preprocessing_protocol(facts.ingests),
+        "prov:wasDerivedFrom": derived_from(provenance, licensing, facts.ingests),
         "prov:wasGeneratedBy": generated_by(provenance, n_annotated),
     }
+    per_item = annotations_per_item(provenance)
+    if per_item:
+        doc["rai:annotationsPerItem"] = per_item
+    if facts.timeframe:
+        doc["rai:dataCollectionTimeframe"] = list(facts.timeframe)
+    licence = licence_url(getattr(licensing, "licence", None))
     if licence:
-        doc["license"] = f"https://spdx.org/licenses/{licence}.html" if " " not in licence else licence
+        doc["license"] = licence
     if data_as_of:
         doc["datePublished"] = data_as_of[:10]
     doc["citeAs"] = (f"@misc{{{citation_key(name, version)}, title = {{{name} {version}}}, "
@@ -469,6 +612,62 @@ def croissant_document(folder: Path, entries: Sequence[dict[str, Any]], records:
     return doc
 
 
+@dataclass
+class StoreFacts:
+    """What croissant.json says that the records do not carry: the ingests of the released items' datasets, and
+    the items' timeframe in the store (first creation, last change; ISO dates)."""
+
+    ingests: list[dict[str, Any]] = dataclass_field(default_factory=list)
+    timeframe: tuple[str, str] | None = None
+
+
+def store_facts(store: Any, records: Sequence[dict], provenance: Sequence[dict]) -> StoreFacts:
+    from sqlalchemy import func, select
+
+    from cftools.models import IngestRun, Item
+    from cftools.store import in_chunks
+
+    datasets = sorted({str(p["dataset"]) for p in provenance if p.get("dataset")})
+    keys = [str(r["id"]) for r in records]
+    ingests = []
+    starts, ends = [], []
+    with store.session() as session:
+        for part in in_chunks(datasets):
+            for run in session.execute(select(IngestRun).where(IngestRun.dataset.in_(part))
+                                       .order_by(IngestRun.created_at, IngestRun.id)).scalars():
+                ingests.append({"format": run.format, "file": Path(run.path).name, "file_sha256": run.file_sha256,
+                                "n_records": run.n_records, "n_skipped": run.n_skipped, "dataset": run.dataset,
+                                "date": run.created_at.date().isoformat() if run.created_at else "?"})
+        for part in in_chunks(keys):
+            first, last = session.execute(select(func.min(Item.created_at), func.max(Item.updated_at))
+                                          .where(Item.key.in_(part))).one()
+            starts += [first] if first else []
+            ends += [last] if last else []
+    ingests.sort(key=lambda i: (i["date"], i["dataset"], i["file"]))
+    timeframe = (min(starts).date().isoformat(), max(ends).date().isoformat()) if starts and ends else None
+    return StoreFacts(ingests, timeframe)
+
+
+def write_kind_files(folder: Path) -> dict[str, str]:
+    """kind -> the file holding that kind's records: records.jsonl itself when it holds one kind; else
+    kinds/<kind>.jsonl, written here with records.jsonl's own lines (Croissant cannot filter rows)."""
+    source = folder / RECORDS_NAME
+    if not source.is_file():
+        return {}
+    lines: dict[str, list[str]] = {}
+    with open(source, encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                lines.setdefault(str(json.loads(line).get("kind")), []).append(line)
+    if len(lines) <= 1:
+        return {kind: RECORDS_NAME for kind in lines}
+    (folder / KINDS_DIR).mkdir(exist_ok=True)
+    for kind, rows in lines.items():
+        with open(folder / KINDS_DIR / f"{plain_id(kind)}.jsonl", "w", encoding="utf-8", newline="\n") as fh:
+            fh.writelines(rows)
+    return {kind: f"{KINDS_DIR}/{plain_id(kind)}.jsonl" for kind in lines}
+
+
 def described_files(folder: Path) -> list[dict[str, Any]]:
     """The release's files with size and SHA-256, but the images by name only (a file set describes them; their
     names are their SHA-256s): the images are hashed once per export (by the manifest), not twice."""
@@ -481,18 +680,32 @@ def described_files(folder: Path) -> list[dict[str, Any]]:
 
 
 def write_croissant(folder: Path, items: Sequence[Any], workspace: Any, name: str, version: str, fmt: str,
-                    licensing: Any) -> None:
-    """croissant.json in FOLDER, describing every file already there (call it last but for the manifest)."""
+                    licensing: Any) -> list[str]:
+    """croissant.json in FOLDER, describing every file already there (call it last but for the manifest); returns
+    its warnings (the RAI texts only people can write that are empty)."""
     from cftools.release.records import agreement_rows
 
     records = [e.record for e in items]
     provenance = [e.provenance for e in items]
     agreement = agreement_rows(workspace.store, [r["id"] for r in records])
+    section = workspace.section("release")
+    kind_files = write_kind_files(folder)
     doc = croissant_document(folder, described_files(folder), records, provenance, agreement, name=name,
-                             version=version, fmt=fmt, licensing=licensing, section=workspace.section("release"),
-                             data_as_of=max((e.updated_at for e in items), default=""))
+                             version=version, fmt=fmt, licensing=licensing, section=section,
+                             data_as_of=max((e.updated_at for e in items), default=""), kind_files=kind_files,
+                             store_facts=store_facts(workspace.store, records, provenance))
     (folder / CROISSANT_NAME).write_text(json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n",
                                          encoding="utf-8")
+    warnings = []
+    missing = missing_people_texts(section)
+    if missing:
+        warnings.append(f"{CROISSANT_NAME}: the Responsible-AI texts only people can write are empty: "
+                        f"{', '.join(missing)}; write them under [release] in cftools.toml")
+    licence = getattr(licensing, "licence", None)
+    if licence and licence_url(licence) is None:
+        warnings.append(f"{CROISSANT_NAME}: the licence {licence!r} is neither an SPDX id nor a URL, so its "
+                        "`license` is left out (rai:dataCollection names the sources' licences)")
+    return warnings
 
 
 # ---------------------------------------------------------------- verify

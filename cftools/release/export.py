@@ -48,6 +48,7 @@ class ExportResult:
     by_split: dict[str, int] = field(default_factory=dict)
     skipped: int = 0
     manifest_sha256: str = ""
+    warnings: list[str] = field(default_factory=list)  # what the exporter should fix (empty RAI texts, ...)
 
     def as_dict(self) -> dict[str, Any]:
         return {**self.__dict__, "path": str(self.path)}
@@ -121,7 +122,7 @@ def export_release(workspace: Workspace, name: str, version: str, out_dir: Path 
                 workspace, name, version, dict(options or {}), include_unverified, licensing))
         else:
             spec.write(kept, folder, name, splits)
-        write_release_extras(kept, folder, workspace, name, version, fmt, licensing)  # browse.html, croissant.json
+        result.warnings = write_release_extras(kept, folder, workspace, name, version, fmt, licensing)  # browse.html, croissant.json
         write_manifest(kept, folder, workspace, name, version, fmt, result.n_images, licensing)
         result.n_items = len(kept)
         result.n_verified = sum(e.record["verified"] for e in kept)

@@ -49,6 +49,30 @@ def is_release_image_path(value: object) -> bool:
     return isinstance(value, str) and bool(_IMAGE_PATH.match(value))
 
 
+def data_image_paths(value: Any, label: str = "") -> list[tuple[str, str]]:
+    """(where in the value, path) of every release image path in VALUE (an item's data), at any depth."""
+    if isinstance(value, str):
+        return [(label, value)] if is_release_image_path(value) else []
+    if isinstance(value, list):
+        return [found for n, v in enumerate(value) for found in data_image_paths(v, f"{label}[{n}]")]
+    if isinstance(value, dict):
+        return [found for key in sorted(value)
+                for found in data_image_paths(value[key], f"{label}.{key}" if label else str(key))]
+    return []
+
+
+def record_image_paths(record: dict[str, Any]) -> list[tuple[str, str]]:
+    """(label, path) of every image a record names, once each: its `image`, then those in its data (a MuCR pair's
+    cause and effect images)."""
+    found = [("image", record["image"])] if record.get("image") else []
+    seen = {path for _, path in found}
+    for label, path in data_image_paths(record.get("data") or {}):
+        if path not in seen:
+            found.append((label, path))
+            seen.add(path)
+    return found
+
+
 def map_strings(value: Any, fn) -> Any:  # noqa: ANN001
     """VALUE with FN applied to every string in it (through lists and dict values)."""
     if isinstance(value, str):

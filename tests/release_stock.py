@@ -78,3 +78,20 @@ def stock_every_kind(workspace, peer_cvqa_real: Path, folder: Path) -> dict[str,
     mucr = selected_pairs(workspace, folder / "mucr", {"rain": 4})
     add_judgments(workspace, imaged[:4] + cfmm, disagree=cfmm[0])
     return {"cvqa": imaged, "cfmm": cfmm, "mucr": mucr}
+
+
+def add_published_mucr(workspace, folder: Path) -> list[str]:
+    """The four MuCR records of the peer figure, ingested as published with their images under the MIT licence (the
+    MuCR repository's), and accepted: items whose dataset and images come with no source question."""
+    from cftools.kinds.mucr.ingest import ingest_mucr
+    from cftools.models import Item
+    from test_mucr_ingest import draw_images, published_records, write_jsonl
+
+    folder.mkdir(parents=True, exist_ok=True)
+    source = write_jsonl(folder / "human.jsonl", published_records(style="Photograph", images=True))
+    draw_images(folder / "pics")
+    ingest_mucr(workspace.store, source, folder / "pics", licence="MIT")
+    with workspace.store.session() as session:
+        keys = list(session.execute(select(Item.key).where(Item.key.like("mucr:human:%"))).scalars())
+    set_status(workspace, ACCEPTED, keys)
+    return keys

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from release_stock import stock_every_kind
+from release_stock import add_published_mucr, stock_every_kind
 from test_browser import UI_TIMEOUT_MS, browser, save_screenshot  # noqa: F401 (browser: a fixture)
 
 from cftools.release.export import export_release
@@ -132,7 +132,7 @@ def test_verify_names_a_croissant_file_that_no_longer_matches(stocked, tmp_path,
 
 @pytest.mark.parametrize("fmt", ["cvqa", "cfmm", "mucr", "vlmevalkit", "lmms-eval"])
 def test_every_format_carries_a_croissant_file_mlcroissant_reads(stocked, tmp_path, fmt):
-    workspace, _ = stocked
+    workspace, keys = stocked
     result = export(workspace, tmp_path, fmt)
     sets = croissant_records(result.path)
     tables = [p for p in result.path.iterdir() if p.suffix in (".csv", ".tsv", ".jsonl")]
@@ -145,7 +145,79 @@ def test_every_format_carries_a_croissant_file_mlcroissant_reads(stocked, tmp_pa
             else:
                 rows = len(list(csv.DictReader(fh, delimiter="\t" if table.suffix == ".tsv" else ",")))
         assert len(sets[table.stem]) == rows, table.name
+    for kind, kind_keys in keys.items():  # a per-kind record set (where records.jsonl holds several kinds)
+        if f"{kind}_data" in sets:
+            assert sorted(r[f"{kind}_data/id"].decode() for r in sets[f"{kind}_data"]) == sorted(kind_keys)
     assert verify_release(result.path).ok
+
+
+def test_croissant_fields_a_reviewer_can_trust(stocked, tmp_path, run_cli):
+    """Issue 38's croissant rows: the MuCR source and its MIT licence, a licence URL or none, images in data counted,
+    annotationsPerItem from the judgments, per-kind record sets of their kind only, a warning naming the empty
+    people-only texts, and the fields the store knows filled."""
+    workspace, keys = stocked
+    keys["mucr"] += add_published_mucr(workspace, tmp_path / "published")
+    toml = workspace.root / "cftools.toml"  # the CLI reads [release] from the file
+    toml.write_text(toml.read_text(encoding="utf-8").replace("[release]\n", "[release]" + RELEASE_SETTINGS, 1),
+                    encoding="utf-8")
+    out = run_cli("export", NAME, "--version", VERSION, "--out", str(tmp_path / "out"), "--licence", "CC-BY-4.0",
+                  "--json")
+    assert out.exit_code == 0, out.output
+    warning = [line for line in out.stderr.splitlines() if line.startswith("warning: croissant.json")]
+    assert len(warning) == 1 and "data_social_impact (rai:dataSocialImpact)" in warning[0]
+    assert "data_biases" not in warning[0]  # [release] gives it
+    result = json.loads(out.stdout)
+    assert result["warnings"] == [warning[0].removeprefix("warning: ")]
+    path = Path(result["path"])
+    doc = json.loads((path / "croissant.json").read_text(encoding="utf-8"))
+
+    assert "mucr:human (4 items, licence MIT)" in doc["rai:dataCollection"]
+    assert doc["license"] == "https://spdx.org/licenses/CC-BY-4.0.html"
+    assert "no image" not in doc["rai:dataLimitations"]  # a MuCR pair's images are in its data
+    assert doc["rai:annotationsPerItem"].startswith(f"8 of {len(load_records(path))} items annotated")
+    assert "2 (8 items)" in doc["rai:annotationsPerItem"]
+    assert doc["rai:hasSyntheticData"] is True  # the CFMM pairs were drafted by a model
+    assert any(t.startswith("openai:stub-model") for t in doc["rai:machineAnnotationTools"])
+    start, end = doc["rai:dataCollectionTimeframe"]
+    assert len(start) == len(end) == 10 and start <= end
+    protocol = doc["rai:dataPreprocessingProtocol"]
+    assert "cftools ingest cvqa read C-VQA-Real_questions.csv" in protocol and "cftools ingest mucr read human.jsonl" \
+        in protocol
+    derived = {e["prov:label"].split(" ")[0]: e for e in doc["prov:wasDerivedFrom"]}
+    assert derived["mucr:human"]["license"] == "MIT" and derived["cvqa:C-VQA-Real_questions"]["license"] == "CC-BY-4.0"
+    assert any(f.startswith("human.jsonl (SHA-256 ") for f in derived["mucr:human"]["prov:value"])
+
+    sets = croissant_records(path)  # mlcroissant validates the document and reads every record set
+    for kind, kind_keys in keys.items():
+        rows = sets[f"{kind}_data"]
+        assert sorted(r[f"{kind}_data/id"].decode() for r in rows) == sorted(kind_keys), kind
+    assert {r["mucr_data/cue"] for r in sets["mucr_data"]} == {b"catch cold"}
+
+
+@pytest.mark.parametrize(("licence", "url"), [
+    ("cc-by-4.0", "https://spdx.org/licenses/CC-BY-4.0.html"), ("MIT", "https://spdx.org/licenses/MIT.html"),
+    ("https://example.org/terms", "https://example.org/terms"), ("unknown", None), ("our own terms", None),
+    ("MIT OR Apache-2.0", None), ("LicenseRef-mine", None), (None, None)])
+def test_croissant_licence_is_an_spdx_url_a_given_url_or_absent(licence, url):
+    from cftools.release.croissant import licence_url
+
+    assert licence_url(licence) == url
+
+
+def test_croissant_of_an_unannotated_release_with_an_unknown_licence(stocked, tmp_path):
+    workspace, keys = stocked
+    result = export_release(
+        workspace, NAME, VERSION, tmp_path / "out", fmt="mucr", licence="unknown",
+        options={"allow_small_groups": True})
+    doc = json.loads((result.path / "croissant.json").read_text(encoding="utf-8"))
+    assert "license" not in doc  # never https://spdx.org/licenses/unknown.html
+    assert any("'unknown' is neither an SPDX id nor a URL" in w for w in result.warnings)
+    assert "rai:annotationsPerItem" not in doc  # no MuCR item was annotated
+    assert doc["rai:dataAnnotationPlatform"].startswith("none")
+    assert doc["rai:dataAnnotationProtocol"].startswith("No item of this release went through annotation")
+    assert "no image" not in doc["rai:dataLimitations"]
+    assert doc["rai:hasSyntheticData"] is True  # the pairs' images came from an image model
+    assert "Images generated with: diffusers:tiny" in doc["rai:dataCollection"]
 
 
 # ---------------------------------------------------------------- vlmevalkit

@@ -351,29 +351,123 @@ def test_lmms_eval_runs_the_exported_task_and_agrees_with_cftools_eval(stocked, 
 # ---------------------------------------------------------------- browse
 
 
-def test_browse_page_shows_items_and_filters_in_chromium(stocked, tmp_path, browser):
-    workspace, keys = stocked
-    result = export(workspace, tmp_path)
+HOSTILE = '</script><img src=x onerror="window.pwned=1">&amp; <!-- {"a": 1}'
+
+
+def open_browse(browser, release: Path):
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     context.set_default_timeout(UI_TIMEOUT_MS)
     page = context.new_page()
-    page.goto((result.path / "browse.html").as_uri())
-    total = sum(len(v) for v in keys.values())
-    assert page.locator("article").count() == total
-    assert page.locator("#shown").inner_text() == f"{total} shown"
-    broken = page.evaluate("[...document.images].filter(i => !(i.complete && i.naturalWidth > 0)).length")
-    assert broken == 0 and page.evaluate("document.images.length") >= total
-    page.select_option("select[data-facet=kind]", "mucr")
-    assert page.locator("article:visible").count() == len(keys["mucr"])
-    first = page.locator("article:visible").first
-    assert "catch cold" in first.inner_text() and "false cues" in first.inner_text()
-    assert first.locator("img").count() == 2  # the cause and the effect image
+    dialogs = []
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    page.goto((release / "browse.html").as_uri())
+    page.locator("article").first.wait_for()
+    return page, dialogs
+
+
+def loaded_images(page) -> list[dict]:
+    """Every image of the page once loaded (each scrolled to: they load lazily): natural and rendered size, place."""
+    for image in page.locator("article img").all():
+        image.scroll_into_view_if_needed()
+    page.evaluate("() => window.scrollTo(0, 0)")
+    page.wait_for_function("() => [...document.querySelectorAll('article img')].every(i => i.complete)")
+    return page.evaluate("""[...document.querySelectorAll('article img')].map(i => {
+        const box = i.getBoundingClientRect();
+        return {natural: i.naturalWidth, width: box.width, height: box.height, x: box.x, y: box.y,
+                caption: i.parentElement.querySelector('figcaption').textContent, src: i.getAttribute('src')};
+    })""")
+
+
+def test_browse_page_lets_a_person_judge_items_in_chromium(stocked, tmp_path, browser):
+    from cftools.models import Item
+
+    workspace, keys = stocked
+    with workspace.store.write() as session:  # hostile text in a question and a group name stays text
+        from sqlalchemy import select
+
+        item = session.execute(select(Item).where(Item.key == keys["cfmm"][1])).scalar_one()
+        item.question, item.group = HOSTILE, "color"
+        session.add(item)
+    result = export(workspace, tmp_path)
+    records = {r["id"]: r for r in load_records(result.path)}
+    total = len(records)
+    page, dialogs = open_browse(browser, result.path)
+    assert page.locator("#shown").inner_text() == f"{total} of {total} shown"
+    assert page.locator("article").count() == min(24, total)  # a page of cards, not every item at once
+
+    # the release's order: the C-VQA rows as the peer CSV lists them (their ids are hashes), then the rest by id
+    page.select_option("#per-page", "96")
+    order = page.eval_on_selector_all("article", "cards => cards.map(c => c.dataset.id)")
+    assert sorted(order) == sorted(records)
+    cvqa = [i for i in order if records[i]["kind"] == "cvqa"]
+    lines = [int(records[i]["data"]["line"].split()[-1]) for i in cvqa]
+    assert lines == sorted(lines) and cvqa != sorted(cvqa)
+    assert order[:len(cvqa)] == cvqa
+
+    # images large enough to judge by, each loaded; a MuCR pair's cause beside its effect
+    images = loaded_images(page)
+    assert len(images) == total + len(keys["mucr"])  # one each, two for a MuCR pair
+    assert all(i["natural"] > 0 and i["width"] >= 256 and i["height"] >= 256 for i in images)
+    mucr = page.locator("article", has=page.locator("h2", has_text=keys["mucr"][0]))
+    pair = [i for i in images if i["src"] in mucr.locator("img").evaluate_all("l => l.map(i => i.getAttribute('src'))")]
+    assert [i["caption"] for i in pair] == ["cause", "effect"]
+    assert pair[0]["y"] == pair[1]["y"] and pair[0]["x"] + pair[0]["width"] <= pair[1]["x"]
+
+    # fields as labelled text, each explanation a paragraph of its own, no JSON anywhere
+    labels = mucr.locator("dt").all_inner_texts()
+    assert {"question", "cue", "false cues", "explanations", "cause caption", "effect caption"} <= set(labels)
+    explanations = mucr.locator("dt:text-is('explanations') + dd p")
+    assert explanations.count() == 3 and explanations.first.inner_text().startswith("In the first image")
+    assert "selection · cause provenance · model" in labels
+    assert not [t for t in page.locator("dd").all_inner_texts() if t.lstrip().startswith(("{", "["))]
+
+    # hostile text shown as it is, nothing run, no image made of it
+    hostile = page.locator("article", has=page.locator("h2", has_text=keys["cfmm"][1]))
+    assert hostile.locator("dt:text-is('question') + dd").inner_text() == HOSTILE
+    assert hostile.locator("img").count() == 1 and not page.evaluate("window.pwned") and not dialogs
+
+    # click to enlarge; Escape closes
+    first = page.locator("article img").first
+    first.click()
+    big = page.locator("#lightbox img")
+    assert page.locator("#lightbox").is_visible() and big.evaluate("i => i.src") == first.evaluate("i => i.src")
+    assert big.evaluate("i => i.getBoundingClientRect().width") > first.evaluate("i => i.getBoundingClientRect().width")
+    save_screenshot(page, "browse-lightbox")
+    page.keyboard.press("Escape")
+    assert page.locator("#lightbox").is_hidden()
+
+    # search by id and by text; facets; pages
+    page.fill("#search", keys["cfmm"][2])
+    page.wait_for_function("() => document.querySelectorAll('article').length === 1")
+    assert page.locator("#shown").inner_text() == f"1 of {total} shown"
+    page.fill("#search", "CATCH COLD")
+    page.wait_for_function(f"() => document.getElementById('shown').textContent === '{len(keys['mucr'])} of {total} shown'")
+    page.fill("#search", "")
+    page.wait_for_function(f"() => document.getElementById('shown').textContent === '{total} of {total} shown'")
     page.select_option("select[data-facet=kind]", "cfmm")
-    assert page.locator("article:visible").count() == len(keys["cfmm"])
-    assert "yellow | blue | red | black" in page.locator("article:visible").first.inner_text()
+    assert page.locator("article").count() == len(keys["cfmm"])
+    assert "yellow" in page.locator("article").first.locator("dt:text-is('options') + dd").inner_text()
     page.select_option("select[data-facet=kind]", "")
-    page.select_option("select[data-facet=group]", "color")
-    assert page.locator("#shown").inner_text() == f"{len(keys['cfmm'])} shown"
-    page.select_option("select[data-facet=group]", "")
+    page.select_option("#per-page", "12")
+    first_page = page.eval_on_selector_all("article", "cards => cards.map(c => c.dataset.id)")
+    page.click("#next")
+    assert page.locator("#page").inner_text() == f"page 2 of {-(-total // 12)}"
+    second_page = page.eval_on_selector_all("article", "cards => cards.map(c => c.dataset.id)")
+    assert first_page + second_page == order[:len(first_page) + len(second_page)]
+    page.click("#prev")
     save_screenshot(page, "browse-release")
-    context.close()
+    page.context.close()
+
+
+@pytest.mark.parametrize("fmt", ["cvqa", "cfmm", "mucr", "vlmevalkit", "lmms-eval"])
+def test_browse_page_shows_the_images_of_every_format(stocked, tmp_path, browser, fmt):
+    workspace, keys = stocked
+    result = export(workspace, tmp_path, fmt)
+    page, _ = open_browse(browser, result.path)
+    page.select_option("#per-page", "96")
+    images = loaded_images(page)
+    shown = int(page.locator("#shown").inner_text().split()[0])
+    assert images and len(images) >= shown
+    assert all(i["natural"] > 0 and i["width"] >= 256 for i in images), [i["src"] for i in images if not i["natural"]]
+    save_screenshot(page, f"browse-{fmt}")
+    page.context.close()

@@ -1,45 +1,73 @@
-"""`browse.html`: one static page per release to look through its items (no server, no script from elsewhere).
+"""`browse.html`: one static page per release to judge its items in (no server, no network, works from file://).
 
-Each item shows its image(s), questions, answers, options, cues, explanations, check flags and the annotators'
-judgments; selects filter by kind, group, split and status (a few lines of inline JavaScript; without it every
-item shows). Image paths are relative to the release folder, so the page works where the release is opened.
+Each card shows the item's images large enough to check its answer against (click one to see it full size; a
+MuCR pair's cause beside its effect), its fields as labelled text (nested data flattened to labels, never a JSON
+blob), each explanation as a paragraph of its own, its check flags and the annotators' judgments.
+
+The items are embedded in the page as one JSON document (characters that could end the script element are
+escaped) and drawn a page at a time by a few lines of inline JavaScript, with DOM text nodes only (so no text from
+the data is ever parsed as HTML): a release of 10,000 items opens as fast as one of ten. A search box matches ids
+and text; selects filter by kind, group, split and status; cards keep the release's order (`source_order`: the
+order the source files listed the items in, then the items made here by id).
+
+Image paths are relative to the release folder. A format that renames its images (the C-VQA CSV names each by the
+file name its input gave) leaves the content-addressed path empty: the page then points at the file of the same
+SHA-256 in `images/`.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
+from markupsafe import Markup
 
-from cftools.release.layout import is_release_image_path
+from cftools.release.layout import IMAGES_DIR, data_image_paths, record_image_paths
+from cftools.release.selection import source_order
 
 BROWSE_NAME = "browse.html"
 FACETS = ("kind", "group", "split", "status")
-# data keys shown as their own rows, in this order (the rest are shown as JSON under "data")
-DATA_ROWS = (("cue", "cue"), ("false_cues", "false cues"), ("explanations", "explanations"),
-             ("cue_choices", "cue choices"))
+# data keys shown right after the questions, in this order, with these labels; the rest follow by name
+DATA_ROWS = (("cue", "cue"), ("false_cues", "false cues"), ("cue_choices", "cue choices"),
+             ("cause_caption", "cause caption"), ("effect_caption", "effect caption"))
+FIRST_IMAGES = ("image", "cause", "effect")  # shown first, in this order (a MuCR pair: cause beside effect)
+PARAGRAPHS = {"explanations"}  # data keys whose list items are each a paragraph of prose
+# forms of a row's value, read by the page's script
+TEXT, LIST, PARAGRAPH, FLAG = "t", "l", "p", "f"
+# what would end or open markup inside <script>: written as JSON escapes, which JSON.parse reads back unchanged
+SCRIPT_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
 
 
-def data_images(value: Any, label: str = "") -> Iterator[tuple[str, str]]:
-    """(where in data, path) of every release image an item's data names."""
-    if isinstance(value, str) and is_release_image_path(value):
-        yield label, value
-    elif isinstance(value, list):
-        for n, v in enumerate(value):
-            yield from data_images(v, f"{label}[{n}]")
-    elif isinstance(value, dict):
-        for key in sorted(value):
-            yield from data_images(value[key], f"{label}.{key}" if label else key)
+def image_label(where: str) -> str:
+    """`image`, `cause_image`, `choices[2]` -> `image`, `cause`, `choices 3`: the caption under a picture."""
+    label = where.replace("_image", "").replace("_", " ").replace(".", " · ")
+    if label.endswith("]") and "[" in label:
+        head, _, index = label[:-1].rpartition("[")
+        label = f"{head} {int(index) + 1}" if index.isdigit() else label
+    return label or "image"
 
 
-def text(value: Any) -> str:
-    if isinstance(value, list):
-        return " | ".join(str(v) for v in value)
+def scalar_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return "" if value is None else str(value)
+
+
+def flattened(value: Any, label: str) -> list[list[Any]]:
+    """Rows [label, value, form] of a data value: nested objects become labels joined by ' · ', lists of plain
+    values one list row; release image paths are left out (the pictures show them)."""
     if isinstance(value, dict):
-        return json.dumps(value, ensure_ascii=False, sort_keys=True)
-    return str(value)
+        return [row for key in sorted(value) for row in flattened(value[key], f"{label} · {key}".replace("_", " "))]
+    if isinstance(value, list):
+        if all(not isinstance(v, (dict, list)) for v in value):
+            shown = [scalar_text(v) for v in value if not data_image_paths(v)]
+            return [[label, shown, LIST]] if shown else []
+        return [row for n, v in enumerate(value, start=1) for row in flattened(v, f"{label} {n}")]
+    if data_image_paths(value) or value in (None, ""):
+        return []
+    return [[label, scalar_text(value), TEXT]]
 
 
 def judgment_text(annotation: dict[str, Any] | None) -> str | None:
@@ -50,19 +78,18 @@ def judgment_text(annotation: dict[str, Any] | None) -> str | None:
             f"{', adjudicated' if annotation.get('adjudicated') else ''})")
 
 
-def item_view(record: dict[str, Any], provenance: dict[str, Any]) -> dict[str, Any]:
+def item_rows(record: dict[str, Any], provenance: dict[str, Any]) -> list[list[Any]]:
+    """The card's labelled fields, [label, value, form], in reading order."""
     data = dict(record.get("data") or {})
-    images = [("image", record["image"])] if record.get("image") else []
-    seen = {path for _, path in images}
-    for label, path in data_images(data):
-        if path not in seen:
-            images.append((label, path))
-            seen.add(path)
-    rows: list[tuple[str, str]] = []
+    rows: list[list[Any]] = []
 
-    def add(label: str, value: Any) -> None:
-        if value not in (None, "", [], {}):
-            rows.append((label, text(value)))
+    def add(label: str, value: Any, form: str = TEXT) -> None:
+        if value in (None, "", [], {}):
+            return
+        if isinstance(value, list):  # a list is shown item by item: paragraphs, flags or a list
+            rows.append([label, [scalar_text(v) for v in value], LIST if form == TEXT else form])
+        else:
+            rows.append([label, scalar_text(value), form])
 
     add("original question", record.get("original_question"))
     add("original answer", record.get("original_answer"))
@@ -72,30 +99,67 @@ def item_view(record: dict[str, Any], provenance: dict[str, Any]) -> dict[str, A
     add("original options", options.get("original"))
     add("options", options.get("counterfactual"))
     for key, label in DATA_ROWS:
-        add(label, data.pop(key, None))
-    add("flags", provenance.get("check_flags"))
+        if not isinstance(data.get(key), dict):  # an object is flattened with the rest
+            add(label, data.pop(key, None))
+    for key in sorted(PARAGRAPHS & set(data)):
+        value = data.pop(key)
+        add(key, value if isinstance(value, list) else [value], PARAGRAPH)
+    add("answer type", record.get("answer_type"))
+    add("flags", provenance.get("check_flags"), FLAG)
     add("judgments", judgment_text(provenance.get("annotation")))
     add("corrected from", provenance.get("corrected_from"))
     generation = provenance.get("generation") or {}
     if generation:
         add("generated by", f"{generation.get('generator')} on {generation.get('backend')}:{generation.get('model')}")
-    rest = {k: v for k, v in data.items() if not list(data_images(v))}
-    add("data", rest)
-    return {**{f: str(record.get(f) or "-") for f in FACETS}, "id": record["id"],
-            "verified": bool(record.get("verified")), "images": images, "rows": rows}
+    source = provenance.get("source") or {}
+    add("source", " · ".join(str(source[k]) for k in ("dataset", "external_id") if source.get(k)) or None)
+    for key in sorted(data):
+        rows += flattened(data[key], key.replace("_", " "))
+    return rows
 
 
-def render_browse(records: Sequence[dict], provenance: Sequence[dict], name: str, version: str, fmt: str) -> str:
+def item_view(record: dict[str, Any], provenance: dict[str, Any], image_src: dict[str, str]) -> dict[str, Any]:
+    """What the page draws of one item (short keys: a release of 10,000 items is one JSON document)."""
+    images = [[image_label(where), image_src.get(path, path)] for where, path in record_image_paths(record)]
+    images.sort(key=lambda image: FIRST_IMAGES.index(image[0]) if image[0] in FIRST_IMAGES else len(FIRST_IMAGES))
+    return {"id": str(record["id"]), **{f: scalar_text(record.get(f)) or "-" for f in FACETS},
+            "verified": bool(record.get("verified")), "images": images, "rows": item_rows(record, provenance)}
+
+
+def image_sources(folder: Path, records: Sequence[dict[str, Any]]) -> dict[str, str]:
+    """Content-addressed path -> the file the release holds it as, for the paths a format left empty (it renamed
+    the file): found by hashing the other files under images/ (only when some path is missing)."""
+    from cftools.images import sha256_file
+
+    missing = {path for r in records for _, path in record_image_paths(r) if not (folder / path).is_file()}
+    if not missing or not (folder / IMAGES_DIR).is_dir():
+        return {}
+    by_sha = {}
+    for path in sorted(p for p in (folder / IMAGES_DIR).rglob("*") if p.is_file()):
+        rel = path.relative_to(folder).as_posix()
+        if rel not in missing:
+            by_sha.setdefault(sha256_file(path), rel)
+    return {path: by_sha[sha] for path in missing if (sha := Path(path).stem) in by_sha}
+
+
+def script_json(value: Any) -> Markup:
+    """VALUE as JSON that can sit inside <script> (no `</script>`, no `<!--`), marked safe for the template."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    for char, escape in SCRIPT_ESCAPES.items():
+        text = text.replace(char, escape)
+    return Markup(text)
+
+
+def render_browse(views: Sequence[dict[str, Any]], name: str, version: str, fmt: str) -> str:
     env = Environment(loader=PackageLoader("cftools.release", "."), autoescape=True, undefined=StrictUndefined,
                       trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
-    items = [item_view(r, p) for r, p in zip(records, provenance)]
-    facets = [(facet, sorted({item[facet] for item in items})) for facet in FACETS]
-    return env.get_template("browse.html.j2").render(name=name, version=version, fmt=fmt, items=items,
-                                                     facets=facets)
+    return env.get_template("browse.html.j2").render(name=name, version=version, fmt=fmt, n_items=len(views),
+                                                     items_json=script_json(list(views)),
+                                                     facets_json=script_json(list(FACETS)))
 
 
 def write_browse(folder: Path, items: Sequence[Any], name: str, version: str, fmt: str) -> None:
-    records = sorted((e.record for e in items), key=lambda r: r["id"])
-    by_id = {e.record["id"]: e.provenance for e in items}
-    (folder / BROWSE_NAME).write_text(render_browse(records, [by_id[r["id"]] for r in records], name, version, fmt),
-                                      encoding="utf-8")
+    ordered = sorted(items, key=source_order)
+    sources = image_sources(folder, [e.record for e in ordered])
+    views = [item_view(e.record, e.provenance, sources) for e in ordered]
+    (folder / BROWSE_NAME).write_text(render_browse(views, name, version, fmt), encoding="utf-8")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -218,6 +219,15 @@ def collect_items(store: Store, statuses: Iterable[str], splits: dict[str, float
         items.append(ExportItem(record, refs, provenance, _iso(item.updated_at)))
     assign_splits(items, splits)
     return items
+
+
+def source_order(entry: ExportItem) -> tuple:
+    """The release's own order: ingested items as their source files list them (by dataset and line), then the
+    items made here in id order (ids of ingested C-VQA rows are hashes: their id order means nothing to a reader)."""
+    line = re.search(r"\d+", str((entry.record.get("data") or {}).get("line") or ""))
+    if line is None or entry.provenance.get("origin") != "ingested":
+        return (1, "", 0, entry.record["id"])
+    return (0, str(entry.provenance.get("dataset") or ""), int(line.group(0)), entry.record["id"])
 
 
 def _iso(value: Any) -> str:

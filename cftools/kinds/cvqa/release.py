@@ -10,14 +10,11 @@ from __future__ import annotations
 
 import csv
 import os
-import re
 import shutil
 from pathlib import Path
 from typing import Any, Optional
 
 from cftools.kinds.cvqa.model import CSV_COLUMNS, GROUP_TO_TYPE
-
-LINE_NUMBER = re.compile(r"\d+")
 
 
 def csv_type(record: dict[str, Any]) -> str:
@@ -43,10 +40,9 @@ def csv_img_path(entry: Any) -> str:
 
 def file_order(entry: Any) -> tuple:
     """Ingested items by their file (dataset) and line, then the others in id order."""
-    line = LINE_NUMBER.search(str((entry.record.get("data") or {}).get("line") or ""))
-    if line is None or entry.provenance.get("origin") != "ingested":
-        return (1, "", 0, entry.record["id"])
-    return (0, str(entry.provenance.get("dataset") or ""), int(line.group(0)), entry.record["id"])
+    from cftools.release.selection import source_order
+
+    return source_order(entry)
 
 
 def name_images(rows: list, folder: Path) -> None:

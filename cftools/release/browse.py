@@ -156,7 +156,8 @@ def packed(views: Sequence[dict[str, Any]]) -> dict[str, Any]:
     items = []
     for view in views:
         images = [[label(caption), path.removeprefix(f"{IMAGES_DIR}/")] for caption, path in view["images"]]
-        rows = [[label(name), value] + ([form] if form in (PARAGRAPH, FLAG) else []) for name, value, form in view["rows"]]
+        rows = [[label(name), value] + ([form] if form in (PARAGRAPH, FLAG) else [])
+                for name, value, form in view["rows"]]
         items.append([view["id"], *(facets[f].setdefault(view[f], len(facets[f])) for f in FACETS),
                       int(view["verified"]), images, rows])
     return {"labels": list(labels), "facets": {f: list(values) for f, values in facets.items()}, "items": items}

@@ -444,9 +444,9 @@ def machine_annotation_tools(provenance: Sequence[dict]) -> list[str]:
 
 
 def preprocessing_protocol(ingests: Sequence[dict[str, Any]]) -> str:
-    parts = [f"cftools ingest {i['format']} read {i['file']} (SHA-256 {(i['file_sha256'] or 'not recorded')[:12]}…) on "
-             f"{i['date']}: {i['n_records']} records, {i['n_skipped']} skipped as unreadable, into dataset "
-             f"{i['dataset']}" for i in ingests]
+    parts = [f"cftools ingest {i['format']} read {i['file']} "
+             f"(SHA-256 {(i['file_sha256'] or 'not recorded')[:12]}…) on {i['date']}: {i['n_records']} records, "
+             f"{i['n_skipped']} skipped as unreadable, into dataset {i['dataset']}" for i in ingests]
     text = ("; ".join(parts) + ". ") if parts else "No ingest of the source datasets is recorded in the store. "
     return text + ("Images are kept byte for byte and named by the SHA-256 of their bytes; text fields are stored as "
                    "read (stripped of surrounding white space); records are released sorted by id, with splits "

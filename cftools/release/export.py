@@ -122,7 +122,8 @@ def export_release(workspace: Workspace, name: str, version: str, out_dir: Path 
                 workspace, name, version, dict(options or {}), include_unverified, licensing))
         else:
             spec.write(kept, folder, name, splits)
-        result.warnings = write_release_extras(kept, folder, workspace, name, version, fmt, licensing)  # browse.html, croissant.json
+        # browse.html, croissant.json
+        result.warnings = write_release_extras(kept, folder, workspace, name, version, fmt, licensing)
         write_manifest(kept, folder, workspace, name, version, fmt, result.n_images, licensing)
         result.n_items = len(kept)
         result.n_verified = sum(e.record["verified"] for e in kept)

@@ -56,11 +56,11 @@ def export_cmd(workspace: Workspace, name: str, version: str, out_dir: Path | No
 
         result = export_release(workspace, name, version, out_dir, fmt, include_unverified, splits, force, report,
                                 include_in_review=include_in_review, licence=licence, options=kind_options)
-    for warning in result.warnings:  # on stderr, so --json output stays one document
-        err_console.print(f"[yellow]warning: {escape(warning)}[/]", soft_wrap=True)
     if as_json:
-        print_json(result.as_dict())
+        print_json(result.as_dict())  # its `warnings` list them
         return
+    for warning in result.warnings:
+        err_console.print(f"[yellow]warning: {escape(warning)}[/]", soft_wrap=True)
     console.print(f"Release written to [bold]{result.path}[/]: {result.n_items} items "
                   f"({result.n_verified} verified, {result.n_unverified} unverified), {result.n_images} images; "
                   f"splits {', '.join(f'{k} {v}' for k, v in result.by_split.items()) or '-'}.", soft_wrap=True)

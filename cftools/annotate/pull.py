@@ -284,7 +284,7 @@ def apply_decisions(session: Session, tasks: dict[int, Any], changed: set[int], 
         item = items[task.item_id]
         if task.purpose == ADJUDICATE:
             if found:
-                decision = adjudicated(found[0].answer)
+                decision = (get_kind(kind).adjudicated if kind else adjudicated)(found[0].answer)
                 _set_item_decision(writes, item, decision, task, [found[0].annotator])
                 report.decisions[f"adjudicated {decision.status}"] += 1
             continue

@@ -242,6 +242,12 @@ class Kind:
         """The outcome of a task of a `task_spec` task from its (annotator, judgment) pairs, in annotation order."""
         return TaskOutcome()
 
+    def adjudicated(self, answer: Any) -> Any:
+        """The decision of one adjudication judgment (default: `cftools.judgments.adjudicated`)."""
+        from cftools.judgments import adjudicated
+
+        return adjudicated(answer)
+
     def agreement_labels(self, task: str, answer: Any) -> dict[str, str]:
         """Question -> label of one judgment of TASK, for inter-annotator agreement (beside verify's)."""
         return {}

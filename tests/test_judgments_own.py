@@ -1,0 +1,94 @@
+"""Issue 32, every judgment a person's own and nothing stuck, on a real Label Studio server (fixture
+`label_studio`) through the real CLI: options stay options, a Skip or a refused annotation comes back, the
+status counts each person's work, a MuCR release needs three people's explanations and a cue one of them chose."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import PIL.Image
+import pytest
+from sqlalchemy import select
+
+from cftools.kinds import get_kind
+from cftools.models import ACCEPTED, CHECKED, AnnotationTask, Item, SourceQuestion
+from test_annotate import ls_workspace  # noqa: F401 (fixture)
+from test_assignment import assign_to
+
+BLUE = "the blue one"
+
+
+@pytest.fixture
+def team(ls_workspace, label_studio):  # noqa: F811
+    """A workspace whose tasks cftools assigns to the three people of the test server."""
+    assign_to(ls_workspace, [*label_studio.annotators, label_studio.adjudicator])
+    return ls_workspace
+
+
+def cli_json(run_cli, *args: str) -> dict:
+    out = run_cli(*args, "--json")
+    assert out.exit_code == 0, out.output
+    return json.loads(out.output)
+
+
+def open_tasks(store, purpose: str = "verify") -> list[AnnotationTask]:
+    with store.session() as session:
+        rows = list(session.execute(select(AnnotationTask).where(AnnotationTask.purpose == purpose,
+                                                                 AnnotationTask.state == "open")
+                                    .order_by(AnnotationTask.id)).scalars())
+        for row in rows:
+            session.expunge(row)
+    return rows
+
+
+def cfmm_item(run_cli, store, folder: Path, options: list[str], answer: str) -> int:
+    folder.mkdir(parents=True, exist_ok=True)
+    PIL.Image.new("RGB", (20, 14), "red").save(folder / "bus.png")
+    (folder / "basic.csv").write_text("image,question,answer\nbus.png,What colour is the bus?,red\n")
+    assert run_cli("ingest", "table", folder / "basic.csv", "--images", folder, "--licence", "CC0-1.0").exit_code == 0
+    with store.write() as session:
+        source = session.execute(select(SourceQuestion).order_by(SourceQuestion.id.desc())).scalars().first()
+        item = Item(key=f"cfmm:{uuid.uuid4().hex[:8]}", kind="cfmm", group="color", source_id=source.id,
+                    question="If the bus were painted like the sky, which bus would it be?", answer=answer,
+                    status=CHECKED, data={"type": "color", "basic_question": "What colour is the bus?",
+                                          "basic_answer": "red",
+                                          "options": {"original": ["red", "blue"], "counterfactual": options}})
+        session.add(item)
+        session.flush()
+        return item.id
+
+
+def cfmm_verify(pick: str) -> list[dict]:
+    return [{"from_name": "related", "to_name": "image", "type": "choices", "value": {"choices": ["yes"]}},
+            {"from_name": "basic_correct", "to_name": "basic_question", "type": "choices",
+             "value": {"choices": ["yes"]}},
+            {"from_name": "cf_answer", "to_name": "question", "type": "choices", "value": {"choices": [pick]}}]
+
+
+def test_cfmm_an_option_picked_by_both_is_stored_and_released_as_its_exact_text(team, label_studio, run_cli,
+                                                                                tmp_path):
+    store = team.store
+    item_id = cfmm_item(run_cli, store, label_studio.media_root / f"cfmm-{uuid.uuid4().hex[:6]}",
+                        ["the red one", BLUE], "the red one")
+    cli_json(run_cli, "annotate", "push", "--kind", "cfmm")
+    for task in open_tasks(store):
+        label_studio.client(task.assignee).annotations.create(id=task.ls_task_id, result=cfmm_verify(BLUE))
+    report = cli_json(run_cli, "annotate", "pull")
+    assert report["invalid"] == [] and report["refused"] == []
+    with store.session() as session:
+        item = session.get(Item, item_id)
+        assert (item.status, item.answer) == (ACCEPTED, BLUE)  # not "blue 1"
+    out = cli_json(run_cli, "export", "opts", "--version", "1", "--licence", "CC0-1.0", "--format", "cfmm")
+    [row] = [json.loads(line) for line in Path(out["path"], "opts.jsonl").read_text().splitlines()]
+    assert row["cf_answer"] == BLUE and row["cf_answer"] in row["cf_options"]
+    assert run_cli("verify", out["path"]).exit_code == 0
+
+
+def test_cfmm_a_release_compares_exact_option_text():
+    kind = get_kind("cfmm")
+    record = {"kind": "cfmm", "answer": "blue 1", "options": {"counterfactual": ["the red one", BLUE]}}
+    assert kind.record_problem(record) == ("the counterfactual answer 'blue 1' is not one of its options "
+                                           "(the red one / the blue one)")
+    assert kind.record_problem({**record, "answer": BLUE}) is None

@@ -116,7 +116,9 @@ def explain_payload(item: Any, extra_images: dict[str, str]) -> dict[str, Any]:
             "effect_image": extra_images.get(str(data.get("effect_image")), ""),
             "captions": f"cause: {data.get('cause_caption')}\neffect: {data.get('effect_caption')}",
             "explanation_draft": str(data.get("explanation_draft") or "none"),
-            "cue": str(data.get("cue") or ""), "false_cues": "\n".join(data.get("false_cues") or [])}
+            # the model's cue set, shown as a reference only: the cue fields start empty
+            "model_cue": "cue: " + str(data.get("cue") or "none"),
+            "model_false_cues": "false cues: " + ("; ".join(data.get("false_cues") or []) or "none")}
 
 
 # ---------------------------------------------------------------- reading a judgment

@@ -289,6 +289,11 @@ def independent(answers: Sequence[tuple[str, Answer]], draft: Optional[str] = No
     return kept, copiers
 
 
+def cue_sets_of(answers: Sequence[tuple[str, Answer]]) -> dict[str, dict[str, Any]]:
+    """Each person's cue set as they wrote it (a release's cue must be one of these)."""
+    return {name: {"cue": a.fields["cue"], "false_cues": list(a.fields["false_cues"])} for name, a in answers}
+
+
 def decide_explain(item: Any, answers: Sequence[tuple[str, Answer]]) -> TaskOutcome:
     """Accepted with three independent explanations from three people whose cue sets agree; an explanation equal to
     another person's does not count, and one more person is asked in its place."""
@@ -311,6 +316,7 @@ def decide_explain(item: Any, answers: Sequence[tuple[str, Answer]]) -> TaskOutc
     data = {"explanations": [a.fields["explanation"] for _, a in answers],
             "explanations_by_annotator": {name: a.fields["explanation"] for name, a in answers},
             "cue": fields["cue"], "false_cues": list(fields["false_cues"]),
+            "cue_sets_by_annotator": cue_sets_of(answers),
             "cue_agreement": {"rule": rule, "annotators": [name for name, _ in answers]}}
     return TaskOutcome(status=ACCEPTED, decided=True, rule=rule, data=data)
 
@@ -340,13 +346,29 @@ def record_problem(record: dict[str, Any]) -> Optional[str]:
             if isinstance(chosen, dict) and chosen.get(side) is not None and known \
                     and str(chosen[side]) not in known:
                 return f"its {style} selection names {side} candidate {chosen[side]}, which does not exist"
-    if record.get("verified") and data.get("cause_image") and data.get("effect_image") and "explanations" in data:
-        explanations = [str(e) for e in data.get("explanations") or []]
-        kept, copies = independent([("", Answer(fields={"explanation": e})) for e in explanations])
-        if len(kept) < 3:
-            return (f"{len(kept)} independent explanations, not 3"
-                    + (" (some are copies of each other)" if copies else ""))
-        draft = data.get("explanation_draft")
-        if draft and any(same_text(e, draft) for e in explanations):
-            return "an explanation is the model's draft, not a person's"
+    if record.get("verified") and data.get("cause_image") and data.get("effect_image"):
+        return explanation_problem(data)
+    return None
+
+
+def explanation_problem(data: dict[str, Any]) -> Optional[str]:
+    """Why a verified pair's explanations and cue set are not three people's own work: fewer than three
+    independent explanations (none a near copy of the model's draft or of another's), fewer than three people
+    behind them, or a cue that no person chose."""
+    explanations = [str(e) for e in data.get("explanations") or []]
+    draft = data.get("explanation_draft")
+    if draft and any(same_text(e, draft) for e in explanations):
+        return "an explanation is the model's draft, not a person's"
+    kept, copies = independent([("", Answer(fields={"explanation": e})) for e in explanations])
+    if len(kept) < 3:
+        return (f"{len(kept)} independent explanations, not 3"
+                + (" (some are copies of each other)" if copies else ""))
+    people = data.get("explanations_by_annotator")
+    if people is not None and len(people) < 3:
+        return f"explanations of {len(people)} people, not 3"
+    chosen = data.get("cue_sets_by_annotator")
+    if chosen is not None:
+        norm = lambda s: " ".join(str(s).lower().split())  # noqa: E731
+        if norm(data.get("cue")) not in {norm(c.get("cue")) for c in chosen.values()}:
+            return f"the cue {data.get('cue')!r} is no person's choice"
     return None

@@ -270,6 +270,7 @@ def run_checks(store: Store, codes: Optional[Sequence[str]] = None, *, recheck: 
     workspace's configuration, for kinds whose checks depend on it (`Kind.prepare_checks`)."""
     for kind in all_kinds().values():
         kind.prepare_checks(config or {})
+        kind.use_store(store)
     known = check_codes()
     unknown = [c for c in codes or () if c not in known]
     if unknown:

@@ -160,6 +160,9 @@ class Kind:
     def prepare_checks(self, config: dict[str, Any]) -> None:
         """Called before a check run with the workspace's configuration (e.g. an image model's tokenizer)."""
 
+    def use_store(self, store: Any) -> None:
+        """Called before a check run with the store, for checks that read stored files (a pair's images)."""
+
     # -- command line ------------------------------------------------------------------------------------------
 
     def commands(self) -> dict[str, list["click.Command"]]:

@@ -67,6 +67,7 @@ class MucrKind(Kind):
         from cftools.kinds.mucr import checks as mucr_checks, release as mucr_release
 
         self.prompt_length = mucr_checks.PromptLength()
+        self.identical_images = mucr_checks.IdenticalImages()
         self._checks = (
             Check("context_missing", mucr_checks.check_context_missing, mucr_checks.is_caption_pair,
                   "every MuCR caption pair"),
@@ -86,6 +87,8 @@ class MucrKind(Kind):
                   "MuCR selected pairs with cues"),
             Check("explanation_form", mucr_checks.check_explanation_form, mucr_checks.has_cues,
                   "MuCR selected pairs with an explanation draft or explanations"),
+            Check("identical_images", self.identical_images, mucr_checks.has_pair_images,
+                  "MuCR pairs with a cause and an effect image"),
         )
         self._formats = (ExportFormat("mucr", "the MuCR JSONL (--mucr-schema readme-2024-08-31|readme-2024-08-14|"
                                       "cause-effect), images, form-1 composites beside the split images, recorded "
@@ -109,6 +112,9 @@ class MucrKind(Kind):
 
     def prepare_checks(self, config: dict[str, Any]) -> None:
         self.prompt_length.configure(config)
+
+    def use_store(self, store: Any) -> None:
+        self.identical_images.use_store(store)
 
     def commands(self) -> dict[str, list]:
         from cftools.kinds.mucr import commands as mucr_commands

@@ -92,3 +92,61 @@ def test_cfmm_a_release_compares_exact_option_text():
     assert kind.record_problem(record) == ("the counterfactual answer 'blue 1' is not one of its options "
                                            "(the red one / the blue one)")
     assert kind.record_problem({**record, "answer": BLUE}) is None
+
+
+# ---------------------------------------------------------------- nothing stuck
+
+
+def test_a_skip_a_refused_annotation_and_a_deleted_task_come_back_and_status_counts_them(team, label_studio,
+                                                                                        run_cli):
+    from fixtures_label_studio import verify_result
+    from test_annotate import make_items, mark_checked
+
+    store = team.store
+    make_items(run_cli, label_studio.media_root / f"stuck-{uuid.uuid4().hex[:6]}", 2)
+    mark_checked(store)
+    cli_json(run_cli, "annotate", "push")
+    tasks = open_tasks(store)
+    assert len(tasks) == 4
+    skipped, intruded, deleted, answered = tasks  # items 1 (two tasks) and 2 (two tasks)
+    everyone = [*label_studio.annotators, label_studio.adjudicator]
+    intruder = next(p for p in everyone if p not in (intruded.assignee,))
+    label_studio.client(skipped.assignee).annotations.create(id=skipped.ls_task_id, result=[], was_cancelled=True)
+    label_studio.client(intruder).annotations.create(id=intruded.ls_task_id, result=verify_result("yes", "yes"))
+    label_studio.client().tasks.delete(id=str(deleted.ls_task_id))
+    label_studio.client(answered.assignee).annotations.create(id=answered.ls_task_id,
+                                                              result=verify_result("yes", "yes"))
+    report = cli_json(run_cli, "annotate", "pull")
+    assert [s["task"] for s in report["skipped"]] == [skipped.ls_task_id]
+    assert [r["task"] for r in report["refused"]] == [intruded.ls_task_id]
+    assert [d.get("sent_back_to") for d in report["deleted_tasks"]] == [deleted.assignee]
+    # each comes back to its assignee as a new task that says why
+    again = {(t.item_id, t.assignee): t for t in open_tasks(store) if t.id not in {x.id for x in tasks}}
+    assert set(again) == {(skipped.item_id, skipped.assignee), (intruded.item_id, intruded.assignee),
+                          (deleted.item_id, deleted.assignee)}
+    notes = {key: label_studio.client().tasks.get(id=t.ls_task_id).data["returned"] for key, t in again.items()}
+    assert notes[(skipped.item_id, skipped.assignee)].startswith(f"Returned to you: you skipped task "
+                                                                 f"{skipped.ls_task_id}")
+    assert f"made by {intruder}, assigned to {intruded.assignee}" in notes[(intruded.item_id, intruded.assignee)]
+    assert f"your task {deleted.ls_task_id} was deleted on the server" in notes[(deleted.item_id, deleted.assignee)]
+
+    status = cli_json(run_cli, "annotate", "status")
+    assert status["in_review_without_open_task"] == 0
+    people = status["people"]
+    assert people[skipped.assignee]["skipped"] == 1 and people[intruded.assignee]["refused"] == 1
+    assert people[deleted.assignee]["returned"] >= 1 and people[answered.assignee]["submitted"] == 1
+    assert sum(p["open"] for p in people.values()) == 3  # the three new tasks, none submitted yet
+    assert sum(p["submitted"] for p in people.values()) == 1
+    plain = run_cli("annotate", "status")
+    assert "Items in review with no open task: 0" in plain.output
+
+    # an item left with no open task (a task returned by hand, nothing sent): status and doctor name it
+    with store.write() as session:
+        for task in session.execute(select(AnnotationTask).where(AnnotationTask.item_id == skipped.item_id,
+                                                                 AnnotationTask.state == "open")).scalars():
+            task.state = "returned"
+            session.add(task)
+    assert cli_json(run_cli, "annotate", "status")["in_review_without_open_task"] == 1
+    out = run_cli("doctor", "--offline", "--json")
+    assert out.exit_code == 1
+    assert [f["item"] for f in json.loads(out.output)["problems"] if f["code"] == "item_stuck"] == [skipped.item_id]

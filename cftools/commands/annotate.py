@@ -173,7 +173,8 @@ def _fmt(value: Optional[float], spec: str) -> str:
 @pass_workspace
 def status_cmd(workspace: Workspace, as_json: bool) -> None:
     """Progress per project, agreement per question (percent, Krippendorff's alpha, Cohen's kappa), counts
-    per annotator and, with [label_studio] annotators, each person's queue (open, decided, returned tasks)."""
+    per annotator and, with [label_studio] annotators, each person's tasks: open (not yet submitted), submitted,
+    returned, skipped, refused; and the number of items in review with no open task (must be 0)."""
     status = annotation_status(workspace.store)
     if as_json:
         print_json(status)
@@ -204,12 +205,14 @@ def status_cmd(workspace: Workspace, as_json: bool) -> None:
                       str(a["corrections"]),
                       str(a["adjudications"]))
     console.print(table)
-    if status["queues"]:
-        table = Table(title="Queue per person (tasks assigned by cftools)", title_justify="left")
-        for column in ("person", "task", "open", "decided", "returned"):
+    if status["people"]:
+        table = Table(title="Per person (tasks assigned by cftools)", title_justify="left")
+        for column in ("person", "open", "submitted", "returned", "skipped", "refused"):
             table.add_column(column)
-        for person, counts in status["queues"].items():
-            for task in sorted({name.split(" ")[0] for name in counts}):
-                table.add_row(escape(str(person)), escape(task), *(str(counts.get(f"{task} {state}", 0))
-                                              for state in ("open", "decided", "returned")))
+        for person, counts in status["people"].items():
+            table.add_row(escape(str(person)), *(str(counts[what]) for what in
+                                                 ("open", "submitted", "returned", "skipped", "refused")))
         console.print(table)
+    stuck = status["in_review_without_open_task"]
+    console.print(f"Items in review with no open task: {stuck}"
+                  + (" [red](nothing will decide them: run `cftools doctor`)[/]" if stuck else ""))

@@ -150,3 +150,98 @@ def test_a_skip_a_refused_annotation_and_a_deleted_task_come_back_and_status_cou
     out = run_cli("doctor", "--offline", "--json")
     assert out.exit_code == 1
     assert [f["item"] for f in json.loads(out.output)["problems"] if f["code"] == "item_stuck"] == [skipped.item_id]
+
+
+# ---------------------------------------------------------------- adjudication that can decide
+
+FOURTH = ("ann4@example.com", "Annot4-pass-123")
+
+
+@pytest.fixture
+def four(ls_workspace, label_studio):  # noqa: F811
+    """Four people: three can explain a pair and a fourth, who did not, can adjudicate it."""
+    from fixtures_label_studio import signup
+
+    if FOURTH[0] not in label_studio.users:
+        user_id, token = signup(label_studio.url, label_studio.admin_token, *FOURTH)
+        label_studio.users[FOURTH[0]] = {"id": user_id, "token": token}
+    assign_to(ls_workspace, [*label_studio.annotators, label_studio.adjudicator, FOURTH[0]])
+    return ls_workspace
+
+
+def explained(text: str, cue: str, false_cues: str) -> list[dict]:
+    area = lambda name, value: {"from_name": name, "to_name": "cause_image", "type": "textarea",  # noqa: E731
+                                "value": {"text": [value]}}
+    return [area("explanation", text), area("cue", cue), area("false_cues", false_cues)]
+
+
+OWN_WORDS = ["In the first image a man stares at his phone at the wheel. In the second image his car is bent "
+             "around a lamp post. The causal link is that he looked away from the road.",
+             "In the first image the driver is texting. In the second image there is a crash on the pavement. The "
+             "causal link is distraction by the message.",
+             "In the first image a screen glows in a moving car. In the second image the front of the car is "
+             "smashed. The causal link is that reading it made him miss the bend."]
+CUE_SETS = [("phone", "lamp post\nsteering wheel\nstreet"), ("texting", "lamp post\nroad\nnight"),
+            ("screen", "car\npavement\nbend")]
+
+
+def test_a_cue_set_disagreement_goes_to_someone_who_did_not_explain_and_sees_all_three(four, label_studio,
+                                                                                       run_cli):
+    from test_browser import add_explain_item
+
+    store = four.store
+    item_id = add_explain_item(store, label_studio.media_root / f"adj-{uuid.uuid4().hex[:6]}")
+    cli_json(run_cli, "annotate", "push", "--kind", "mucr", "--task", "explain")
+    tasks = open_tasks(store, "explain")
+    explainers = [t.assignee for t in tasks]
+    for task, text, (cue, false_cues) in zip(tasks, OWN_WORDS, CUE_SETS):
+        label_studio.client(task.assignee).annotations.create(id=task.ls_task_id,
+                                                              result=explained(text, cue, false_cues))
+    assert cli_json(run_cli, "annotate", "pull")["invalid"] == []
+    with store.session() as session:
+        assert session.get(Item, item_id).status == "needs_adjudication"
+    pushed = cli_json(run_cli, "annotate", "push", "--kind", "mucr", "--adjudicate")
+    [task] = open_tasks(store, "adjudicate")
+    assert task.assignee == FOURTH[0] and task.assignee not in explainers and pushed["pushed"] == 1
+    shown = label_studio.client().tasks.get(id=task.ls_task_id).data
+    assert all(text in shown["people_judgments"] for text in OWN_WORDS)  # all three explanations and cue sets
+    assert "cue: texting; false cues: lamp post; road; night" in shown["people_judgments"]
+    assert [c["value"] for c in shown["cue_set_choices"]] == ["1", "2", "3"]
+    # accepting without saying whose cue set: back to the adjudicator with the reason
+    accept = [{"from_name": "decision", "to_name": "cue", "type": "choices", "value": {"choices": ["accept"]}}]
+    label_studio.client(task.assignee).annotations.create(id=task.ls_task_id, result=accept)
+    report = cli_json(run_cli, "annotate", "pull")
+    assert report["returned"][FOURTH[0]][0]["reason"].startswith("pick the person whose cue set you accept")
+    [again] = open_tasks(store, "adjudicate")
+    label_studio.client(task.assignee).annotations.create(id=again.ls_task_id, result=accept + [
+        {"from_name": "cue_set", "to_name": "cue", "type": "choices", "value": {"choices": ["2"]}}])
+    report = cli_json(run_cli, "annotate", "pull")
+    assert report["invalid"] == [] and report["decisions"] == {"adjudicated accepted": 1}, report
+    with store.session() as session:
+        data = session.get(Item, item_id).data
+        assert session.get(Item, item_id).status == ACCEPTED
+    assert (data["cue"], data["false_cues"]) == ("texting", ["lamp post", "road", "night"])  # a person's, not "phone"
+    assert data["explanations"] == OWN_WORDS and len(data["cue_sets_by_annotator"]) == 3
+    assert get_kind("mucr").record_problem({"verified": True, "data": data}) is None
+
+
+def test_a_three_way_select_disagreement_reaches_an_adjudicator(four, label_studio, run_cli):
+    from test_mucr_annotate import caption_pairs, pick
+
+    store = four.store
+    [pair_id] = caption_pairs(four, label_studio.media_root / f"sel-{uuid.uuid4().hex[:6]}", 1, per_style=3)
+    cli_json(run_cli, "annotate", "push", "--kind", "mucr", "--task", "select")
+    picks = iter([pick(0, 0), pick(1, 1), pick(2, 2), pick(1, 2)])
+    judged: list[str] = []
+    for _ in range(3):  # two disagree, a third differs again, then an adjudicator who judged nothing yet
+        for task in open_tasks(store, "select:photograph"):
+            if task.assignee not in judged:
+                label_studio.client(task.assignee).annotations.create(id=task.ls_task_id, result=next(picks))
+                judged.append(task.assignee)
+        report = cli_json(run_cli, "annotate", "pull")
+    assert len(judged) == 4 and judged[3] == FOURTH[0]
+    assert report["items_made"] == 1, report
+    with store.session() as session:
+        selection = session.get(Item, pair_id).data["selection"]["photograph"]
+    # the adjudicator's pick (shown as 2 and 3: candidates 1 and 2) decides
+    assert (selection["cause"], selection["effect"], selection["annotators"]) == (1, 2, [FOURTH[0]])

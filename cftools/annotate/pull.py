@@ -26,6 +26,7 @@ from cftools.judgments import ADJUDICATE, VERIFY, Answer, Decision, InvalidResul
 from cftools.annotate.rules import preload_agreement_library
 from cftools.annotate.label_studio import LabelStudioServer, ServerSettings, server_settings
 from cftools.annotate.authoring import AuthoringPull, pull_authoring
+from cftools.errors import CftoolsError
 from cftools.models import (
     CHECKED, IN_REVIEW, AnnotationTask, Item, ItemEvent, Judgment, utcnow,
 )
@@ -266,8 +267,11 @@ def _set_item_decision(writes: PendingWrites, item: Any, decision: Decision, tas
         # An earlier correction no longer holds (an annotation was edited): back to the proposed answer.
         values.update(answer=item.proposed_answer, proposed_answer=None)
         detail.update(restored_answer=item.proposed_answer)
+    if decision.data:  # a kind's adjudication settles fields of the item's data (MuCR: the accepted cue set)
+        values["data"] = merged(getattr(item, "data", None) or {}, decision.data)
+        detail.update(settled={k: decision.data[k] for k in ("cue", "false_cues") if k in decision.data})
     unchanged = (item.status == decision.status and task.decision == decision.status
-                 and values.get("answer", item.answer) == item.answer)
+                 and values.get("answer", item.answer) == item.answer and "data" not in values)
     if unchanged:
         return
     writes.items.append(values)
@@ -295,7 +299,7 @@ def apply_decisions(session: Session, tasks: dict[int, Any], changed: set[int], 
     adjudicated_items: set[int] = set()
     for part in in_chunks(item_ids):
         items.update({i.id: i for i in session.execute(
-            select(Item.id, Item.status, Item.answer, Item.proposed_answer).where(Item.id.in_(part)))})
+            select(Item.id, Item.status, Item.answer, Item.proposed_answer, Item.data).where(Item.id.in_(part)))})
         adjudicated_items.update(session.execute(select(AnnotationTask.item_id).where(
             AnnotationTask.item_id.in_(part), AnnotationTask.purpose == ADJUDICATE,
             AnnotationTask.state == DECIDED)).scalars())
@@ -305,7 +309,8 @@ def apply_decisions(session: Session, tasks: dict[int, Any], changed: set[int], 
         item = items[task.item_id]
         if task.purpose == ADJUDICATE:
             if found:
-                decision = (get_kind(kind).adjudicated if kind else adjudicated)(found[0].answer)
+                decision = (get_kind(kind).adjudicated(found[0].answer, item.data, found[0].annotator) if kind
+                            else adjudicated(found[0].answer))
                 _set_item_decision(writes, item, decision, task, [found[0].annotator])
                 report.decisions[f"adjudicated {decision.status}"] += 1
             continue
@@ -517,8 +522,12 @@ def send_back(store: Store, sender: Any, kind: str, tasks: dict[int, Any], by_ls
             people = [p for p in assigned.get((task.item_id, task.purpose), []) if p]
             missing = tiebreak["annotators"] - len(people)
             if missing > 0:
-                chosen = choose_people(sender.settings.annotators, load, missing, set(people),
-                                       f"the tiebreak of item {tiebreak['item']}")
+                try:
+                    chosen = choose_people(sender.settings.annotators, load, missing, set(people),
+                                           f"the tiebreak of item {tiebreak['item']}")
+                except CftoolsError as exc:  # too few people: said, and the rest of the pull goes on
+                    tiebreak["unassigned"] = str(exc)
+                    continue
                 wanted += [(items[task.item_id], task.purpose, person) for person in chosen]
                 tiebreak["sent_to"] = chosen
     if wanted:

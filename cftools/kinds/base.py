@@ -245,8 +245,9 @@ class Kind:
         """The outcome of a task of a `task_spec` task from its (annotator, judgment) pairs, in annotation order."""
         return TaskOutcome()
 
-    def adjudicated(self, answer: Any) -> Any:
-        """The decision of one adjudication judgment (default: `cftools.judgments.adjudicated`)."""
+    def adjudicated(self, answer: Any, item_data: Optional[dict] = None, adjudicator: Optional[str] = None) -> Any:
+        """The decision of one adjudication judgment by ADJUDICATOR on an item with ITEM_DATA (default:
+        `cftools.judgments.adjudicated`)."""
         from cftools.judgments import adjudicated
 
         return adjudicated(answer)

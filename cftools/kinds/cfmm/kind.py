@@ -128,7 +128,7 @@ class CfmmKind(Kind):
             decision = replace(decision, corrected_answer=first.corrected_answer)
         return decision
 
-    def adjudicated(self, answer: Any) -> Any:
+    def adjudicated(self, answer: Any, item_data: Optional[dict] = None, adjudicator: Optional[str] = None) -> Any:
         """The adjudicator's corrected answer is the option they picked, by its exact text."""
         from cftools.judgments import adjudicated
 

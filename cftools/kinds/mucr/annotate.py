@@ -2,8 +2,8 @@
 and the cue set).
 
 select — one task per caption pair and style (unit = the style, `style@round` after a regeneration). Two
-annotators; when they disagree a third is asked and the majority holds (three different answers: the style is
-marked for adjudication by a person, nothing is chosen). The chosen pair becomes its own item (`PAIR-KEY@style`, a
+annotators; when they disagree a third is asked and the majority holds; three different answers go to an
+adjudicator (a fourth person, who has not judged it, gets the same task at the next pull) whose pick decides. The chosen pair becomes its own item (`PAIR-KEY@style`, a
 draft with the two images, the captions and descriptions) that cues and explanations are made for; "none usable"
 is recorded in the pair's `data.selection[style]`, which `generate images --regenerate-rejected` reads.
 
@@ -249,10 +249,13 @@ def decide_select(unit: str, item: Any, answers: Sequence[tuple[str, Answer]]) -
         return TaskOutcome(wants=3, rule="the two annotators disagree: a third is asked")
     else:
         top, count = Counter(keys[:3]).most_common(1)[0]
-        if count < 2:
-            return TaskOutcome(decided=True, rule="three different choices",
+        if count >= 2:
+            winner, rule = top, "a third annotator settled it"
+        elif len(answers) < 4:  # three different choices: an adjudicator, a fourth person, is asked
+            return TaskOutcome(wants=4, rule="three different choices: an adjudicator decides",
                                data={"selection": {style: {"needs_adjudication": True, "unit": unit}}})
-        winner, rule = top, "a third annotator settled it"
+        else:
+            winner, rule = keys[3], "three different choices: the adjudicator decided"
     names = [name for name, a in answers if select_key(a.fields) == winner]
     if winner == ("none",):
         return TaskOutcome(decided=True, rule=rule,
@@ -305,20 +308,82 @@ def decide_explain(item: Any, answers: Sequence[tuple[str, Answer]]) -> TaskOutc
                                     "person is asked")
         return TaskOutcome(status=IN_REVIEW)
     answers = list(kept[:3])
+    people = {"explanations": [a.fields["explanation"] for _, a in answers],
+              "explanations_by_annotator": {name: a.fields["explanation"] for name, a in answers},
+              "cue_sets_by_annotator": cue_sets_of(answers)}
     sets = [cue_set(a.fields) for _, a in answers]
     if sets[0] == sets[1]:
         agreed, rule = 0, "three explanations; the cue sets agree"
     elif sets[2] in (sets[0], sets[1]):
         agreed, rule = (0 if sets[2] == sets[0] else 1), "three explanations; a third person settled the cue set"
     else:
-        return TaskOutcome(status=NEEDS_ADJUDICATION, decided=True, rule="the three cue sets differ")
+        # the adjudicator sees all three explanations and cue sets and accepts one of them (or writes their own):
+        # the model's cue set stays a reference, never the answer
+        return TaskOutcome(status=NEEDS_ADJUDICATION, decided=True, rule="the three cue sets differ",
+                           data={**people, "cue_adjudication": {"annotators": [name for name, _ in answers]}})
     fields = answers[agreed][1].fields
-    data = {"explanations": [a.fields["explanation"] for _, a in answers],
-            "explanations_by_annotator": {name: a.fields["explanation"] for name, a in answers},
-            "cue": fields["cue"], "false_cues": list(fields["false_cues"]),
-            "cue_sets_by_annotator": cue_sets_of(answers),
+    data = {**people, "cue": fields["cue"], "false_cues": list(fields["false_cues"]),
             "cue_agreement": {"rule": rule, "annotators": [name for name, _ in answers]}}
     return TaskOutcome(status=ACCEPTED, decided=True, rule=rule, data=data)
+
+
+# ---------------------------------------------------------------- adjudicating the cue set
+
+
+def cue_adjudication_data(data: dict[str, Any]) -> dict[str, Any]:
+    """What the adjudicator of a cue-set disagreement sees: each person's explanation and cue set, numbered, and
+    the numbers as choices; empty fields for any other adjudication."""
+    waiting = data.get("cue_adjudication")
+    sets = data.get("cue_sets_by_annotator") or {}
+    if not waiting or not sets:
+        return {"people_judgments": "", "cue_set_choices": [], "cue_set_people": []}
+    names = [n for n in waiting.get("annotators") or sets if n in sets]
+    explained = data.get("explanations_by_annotator") or {}
+    blocks = [f"Person {n}: {explained.get(name, '')}\n  cue: {sets[name]['cue']}; false cues: "
+              f"{'; '.join(sets[name]['false_cues'])}" for n, name in enumerate(names, start=1)]
+    return {"people_judgments": "\n\n".join(blocks),
+            "cue_set_choices": [{"value": str(n)} for n in range(1, len(names) + 1)], "cue_set_people": names}
+
+
+def read_adjudication(answers: dict[str, Any]) -> dict[str, Any]:
+    """The cue-set part of a MuCR adjudication: the person whose set is accepted, or the adjudicator's own."""
+    return {"cue_set": (answers.get("cue_set") or [None])[0],
+            "own_false_cues": split_cues(answers.get("own_false_cues"))}
+
+
+def fit_adjudication(answer: Answer, task_data: dict[str, Any]) -> None:
+    """A cue-set adjudication accepts one person's cue set (accept, with its number) or the adjudicator's own (accept
+    with the corrected cue and three false cues of their own); the accepted set is put in the answer's fields."""
+    people = task_data.get("cue_set_people") or []
+    if not people or answer.decision == "reject":
+        return
+    fields = answer.fields
+    if answer.decision == "accept_corrected":
+        if len(fields.get("own_false_cues") or []) != FALSE_CUES:
+            raise InvalidResult(f"your own cue set needs {FALSE_CUES} false cues, one per line")
+        fields.update(cue=answer.corrected_answer, false_cues=fields["own_false_cues"], chosen_from="adjudicator")
+    else:
+        number = fields.get("cue_set")
+        if number is None or not str(number).isdigit() or not 1 <= int(number) <= len(people):
+            raise InvalidResult("pick the person whose cue set you accept (or write your own and accept it corrected)")
+        fields.update(chosen_from=people[int(number) - 1])
+    answer.corrected_answer = None  # the cue set goes into the item's data, not its answer
+
+
+def adjudicated_cue_set(answer: Answer, item_data: dict[str, Any], adjudicator: str) -> dict[str, Any]:
+    """The item's data after a cue-set adjudication: the accepted person's set (or the adjudicator's own)."""
+    fields = answer.fields or {}
+    sets = dict(item_data.get("cue_sets_by_annotator") or {})
+    chosen = fields.get("chosen_from")
+    if chosen == "adjudicator":
+        sets[adjudicator] = {"cue": fields["cue"], "false_cues": list(fields["false_cues"])}
+        chosen = adjudicator
+    picked = sets[chosen]
+    return {"cue": picked["cue"], "false_cues": list(picked["false_cues"]), "cue_sets_by_annotator": sets,
+            "cue_agreement": {"rule": "adjudicated: the cue set of " + ("the adjudicator" if chosen == adjudicator
+                                                                       else "one of the three people"),
+                              "annotators": list((item_data.get("cue_adjudication") or {}).get("annotators") or []),
+                              "adjudicator": adjudicator, "accepted": chosen}}
 
 
 def agreement_labels(task: str, answer: Answer) -> dict[str, str]:

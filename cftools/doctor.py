@@ -32,7 +32,6 @@ from cftools.workspace import Workspace
 
 STAGE = "doctor"
 DELETED = "deleted"
-VERIFY = "verify"
 
 
 @dataclass

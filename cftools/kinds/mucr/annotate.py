@@ -300,7 +300,7 @@ def cue_sets_of(answers: Sequence[tuple[str, Answer]]) -> dict[str, dict[str, An
 def decide_explain(item: Any, answers: Sequence[tuple[str, Answer]]) -> TaskOutcome:
     """Accepted with three independent explanations from three people whose cue sets agree; an explanation equal to
     another person's does not count, and one more person is asked in its place."""
-    kept, copiers = independent(answers, (item.data or {}).get("explanation_draft"))
+    kept, copiers = independent(answers, (getattr(item, "data", None) or {}).get("explanation_draft"))
     if len(kept) < 3:
         if copiers:
             return TaskOutcome(status=IN_REVIEW, wants=3 + len(copiers),

@@ -146,7 +146,11 @@ def pull_cmd(workspace: Workspace, as_json: bool) -> None:
                       "on the server; they are left as they were and read again by the next pull.[/]")
     if report.deleted_tasks:
         console.print(f"[yellow]{len(report.deleted_tasks)} tasks were deleted in Label Studio; "
-                      f"{sum(d['item_status'] == 'checked' for d in report.deleted_tasks)} items are back to checked.[/]")
+                      f"{sum(d['item_status'] == 'checked' for d in report.deleted_tasks)} items are back to checked, "
+                      f"{sum(bool(d.get('sent_back_to')) for d in report.deleted_tasks)} sent again as a new task.[/]")
+    for tiebreak in report.tiebreaks:
+        if tiebreak.get("unassigned"):
+            console.print(f"[red]item {escape(tiebreak['item'])}: {escape(tiebreak['unassigned'])}[/]")
 
 
 def print_refusals(report: Any, what: str) -> None:
@@ -158,8 +162,8 @@ def print_refusals(report: Any, what: str) -> None:
     for bad in report.refused:
         console.print(f"[red]{escape(bad['reason'])}[/]")
     for person, entries in sorted(report.returned.items()):
-        console.print(f"[yellow]returned to {escape(person)}: {len(entries)} submissions, each as a new task "
-                      "saying why[/]")
+        console.print(f"[yellow]returned to {escape(person)}: {len(entries)} tasks, each as a new task saying "
+                      "why[/]")
         for entry in entries:
             console.print(f"  task {entry['task']}: {escape(entry['reason'])}")
 

@@ -8,7 +8,7 @@ from collections import Counter, defaultdict
 from functools import partial
 from typing import Any, Iterable, Optional
 
-from sqlalchemy import func, insert, select
+from sqlalchemy import and_, func, insert, select
 from sqlmodel import Session
 
 from cftools.annotate.projects import DELETED, GONE, OPEN, RETURNED, _delete, task_of
@@ -91,14 +91,15 @@ def people_status(store: Store) -> dict[str, dict[str, int]]:
     """Per person, their assigned tasks: open (not yet submitted), submitted (their judgment is in), returned (an
     unusable submission, or a task deleted on the server, came back as a new task), skipped and refused (an edit
     by someone else): each returned task counts once, under why it came back."""
-    submitted = select(Judgment.task_id).where(Judgment.task_id == AnnotationTask.id,
-                                               Judgment.annotator == AnnotationTask.assignee).exists()
     people: dict[str, Counter] = defaultdict(Counter)
     with store.session() as session:
-        for person, state, why, done, n in session.execute(
-                select(AnnotationTask.assignee, AnnotationTask.state, AnnotationTask.decision, submitted, func.count())
-                .where(AnnotationTask.assignee.is_not(None), AnnotationTask.state != DELETED)
-                .group_by(AnnotationTask.assignee, AnnotationTask.state, AnnotationTask.decision, submitted)):
+        # one row per task (grouping by a correlated EXISTS is not portable: PostgreSQL refuses it)
+        judged = set(session.execute(select(Judgment.task_id).join(AnnotationTask, and_(
+            AnnotationTask.id == Judgment.task_id, AnnotationTask.assignee == Judgment.annotator))).scalars())
+        for task_id, person, state, why in session.execute(
+                select(AnnotationTask.id, AnnotationTask.assignee, AnnotationTask.state, AnnotationTask.decision)
+                .where(AnnotationTask.assignee.is_not(None), AnnotationTask.state != DELETED)):
+            done, n = task_id in judged, 1
             if state == RETURNED:
                 people[person][why if why in ("skipped", "refused") else "returned"] += n
             else:

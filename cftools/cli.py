@@ -222,6 +222,8 @@ from cftools.commands.annotate import annotate  # noqa: E402
 main.add_command(annotate)
 from cftools.commands.doctor import doctor_cmd  # noqa: E402
 main.add_command(doctor_cmd)
+from cftools.commands.flags import flags_group  # noqa: E402
+main.add_command(flags_group)
 add_kind_options({"export": export_cmd, "eval": eval_group.commands["run"]})
 
 

@@ -32,7 +32,6 @@ from cftools.workspace import Workspace
 
 STAGE = "doctor"
 DELETED = "deleted"
-VERIFY = "verify"
 
 
 @dataclass
@@ -141,14 +140,13 @@ def check_generated_files(workspace: Workspace, report: DoctorReport, repair: bo
 
 
 def check_stuck_items(workspace: Workspace, report: DoctorReport, repair: bool) -> None:
-    """Items under review with no open verify task (nothing will ever decide them), and tasks without a server id."""
+    """Items under review that no open task waits on (nothing will ever decide them: a skipped, refused or deleted
+    task that did not come back), and tasks without a server id."""
+    from cftools.annotate.status import items_without_open_task
+
     store = workspace.store
-    open_verify = select(AnnotationTask.item_id).where(AnnotationTask.purpose == VERIFY,
-                                                       AnnotationTask.state != DELETED,
-                                                       AnnotationTask.ls_task_id.is_not(None))
+    stuck = items_without_open_task(store)
     with store.session() as session:
-        stuck = session.execute(select(Item.id, Item.key).where(Item.status == IN_REVIEW,
-                                                                Item.id.not_in(open_verify))).all()
         no_id = session.execute(select(AnnotationTask.id, AnnotationTask.item_id).where(
             AnnotationTask.state != DELETED, AnnotationTask.ls_task_id.is_(None))).all()
     for task_id, item_id in no_id:
@@ -160,11 +158,9 @@ def check_stuck_items(workspace: Workspace, report: DoctorReport, repair: bool) 
                                 .values(state=DELETED, updated_at=utcnow()))
             report.repaired(finding, f"annotation task {task_id}: forgotten (no server task id)")
     if no_id and repair:  # their items may be stuck now: look again
-        with store.session() as session:
-            stuck = session.execute(select(Item.id, Item.key).where(Item.status == IN_REVIEW,
-                                                                    Item.id.not_in(open_verify))).all()
+        stuck = items_without_open_task(store)
     for item_id, key in stuck:
-        finding = report.add("item_stuck", f"item {item_id} ({key}) is in review but has no open annotation task",
+        finding = report.add("item_stuck", f"item {item_id} ({key}) is in review but no open annotation task waits on it",
                              item=item_id, key=key)
         if repair:
             requeue_item(workspace, item_id, {"reason": "in review without an open task"})

@@ -157,6 +157,7 @@ class Decision:
     status: str
     corrected_answer: Optional[str] = None  # set when accepted with a corrected answer
     rule: str = ""
+    data: dict[str, Any] = field(default_factory=dict)  # keys merged into the item's data (a kind's adjudication)
 
 
 # Flags that say the item cannot be used as it is: both annotators raising one rejects it.

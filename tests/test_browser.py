@@ -439,9 +439,12 @@ def test_mucr_verify_an_edit_by_another_person_is_refused(pages, label_studio, t
     assert [r["reason"] for r in report["refused"]] == [
         f"task {first.ls_task_id}: changed by {intruder} after {first.assignee} submitted it: not counted"]
     assert report["judgments_removed"] == 1 and item_status(store, first.item_id) == IN_REVIEW
-    # the first person sets it back themselves: their own last change counts again
-    annotation = label_studio.client(first.assignee).annotations.list(id=first.ls_task_id)[0]
-    label_studio.client(first.assignee).annotations.update(id=annotation.id, result=annotation.result)
+    # nothing stuck (issue 32): the item comes back to the first person as a new task that says why
+    [again] = [t for t in assigned(store) if t.assignee == first.assignee]
+    assert again.id != first.id and report["returned"][first.assignee][0]["task"] == first.ls_task_id
+    shown = label_studio.client().tasks.get(id=again.ls_task_id).data["returned"]
+    assert shown.startswith("Returned to you") and f"changed by {intruder}" in shown
+    label_studio.client(first.assignee).annotations.create(id=again.ls_task_id, result=verify_result("yes", "yes"))
     label_studio.client(second.assignee).annotations.create(id=second.ls_task_id, result=verify_result("no", "no"))
     report = pull_json(run_cli)
     assert report["refused"] == [] and item_status(store, first.item_id) == NEEDS_ADJUDICATION
@@ -523,6 +526,12 @@ DRAFT = ("In the first image, a man looks at his phone while driving. In the sec
          "post. The causal link is that he did not watch the road.")
 
 
+def write_cues(panel) -> None:
+    """The cue set in one's own words: the fields start empty (issue 32)."""
+    type_text(panel, "cue", "phone")
+    type_text(panel, "false_cues", "lamp post\nsteering wheel\nstreet")
+
+
 def test_mucr_explain_a_copied_draft_is_not_counted_and_comes_back_with_the_reason(pages, label_studio,
                                                                                    team_workspace, run_cli):
     store = team_workspace.store
@@ -540,6 +549,7 @@ def test_mucr_explain_a_copied_draft_is_not_counted_and_comes_back_with_the_reas
         save_screenshot(page, "mucr-explain")
         submit_expecting_warning(panel, "Please answer (i)")  # the form as it came: nothing of one's own to submit
         type_text(panel, "explanation", DRAFT.upper().replace(",", ""))  # the draft, copied (case and commas aside)
+        write_cues(panel)
         submit(panel)
     report = pull_json(run_cli)
     [returned] = report["returned"][first.assignee]
@@ -552,13 +562,17 @@ def test_mucr_explain_a_copied_draft_is_not_counted_and_comes_back_with_the_reas
         save_screenshot(page, "mucr-explain-returned")
         type_text(panel, "explanation", "In the first image a driver reads a message. In the second image the car "
                                         "is against a post. The causal link is his distraction.")
+        write_cues(panel)
         submit(panel)
     others = [t for t in assigned(store, "explain") if t.assignee != first.assignee]
+    own_words = ["In the first image someone texts at the wheel. In the second image the bonnet is crumpled against "
+                 "a pole. The causal link is that his eyes were on the screen.",
+                 "In the first image the phone lights up in his hand. In the second image there is a crash at the "
+                 "roadside. The causal link is the distraction."]  # each person's own (near copies do not count)
     for n, task in enumerate(others):
         label_studio.client(task.assignee).annotations.create(id=task.ls_task_id, result=[
             {"from_name": "explanation", "to_name": "cause_image", "type": "textarea",
-             "value": {"text": [f"In the first image person {n} sees a phone. In the second image a crash. The causal "
-                                f"link is distraction number {n}."]}},
+             "value": {"text": [own_words[n]]}},
             {"from_name": "cue", "to_name": "cause_image", "type": "textarea", "value": {"text": ["phone"]}},
             {"from_name": "false_cues", "to_name": "cause_image", "type": "textarea",
              "value": {"text": ["lamp post\nsteering wheel\nstreet"]}}])

@@ -303,8 +303,10 @@ def test_verify_reads_the_basic_and_the_counterfactual_answer_apart_among_the_op
 
     right = judged("yes", "yes", "blue")
     assert (right.answer_correct, right.corrected_answer) == (True, None)
-    other = judged("yes", "yes", "Red")
-    assert (other.answer_correct, other.corrected_answer) == (False, "Red")
+    other = judged("yes", "yes", "red")
+    assert (other.answer_correct, other.corrected_answer) == (False, "red")
+    with pytest.raises(InvalidResult, match="'Red' is not one of the item's options"):  # options by exact text
+        judged("yes", "yes", "Red")
     basic_wrong = judged("yes", "no", "blue")
     assert (basic_wrong.answer_correct, basic_wrong.corrected_answer) == (False, None)
     cannot = judged("yes", "yes", "cannot be determined")

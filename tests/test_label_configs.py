@@ -27,7 +27,8 @@ KINDS_WITH_OWN_CONFIG = tuple(TASK_FIELDS)
 
 # Fields a verification task shows that its adjudication task leaves out, and the other way round.
 VERIFY_ONLY = {"cfmm": {"needs_image_check", "cf_choices"}}
-ADJUDICATE_ONLY = {"cfmm": {"cf_option_choices"}}
+# MuCR's adjudication shows the three people's explanations and cue sets of a cue-set disagreement (issue 32).
+ADJUDICATE_ONLY = {"cfmm": {"cf_option_choices"}, "mucr": {"people_judgments", "cue_set_choices"}}
 # Controls a kind asks in its own way: CFMM judges the basic and the counterfactual answer apart, the latter
 # picked among the item's options (so a correction is always one of them).
 OWN_CONTROLS = {("cfmm", VERIFY): {"answer_correct", "corrected_answer"}, ("cfmm", ADJUDICATE): {"corrected_answer"}}

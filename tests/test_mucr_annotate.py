@@ -22,8 +22,14 @@ from llm_stub import StubServer
 from test_annotate import TOKEN_ENV, configure, pull_json
 
 COLOURS = ["red", "green", "blue", "yellow", "purple", "orange", "white", "black", "grey", "pink", "brown", "navy"]
-EXPLANATION = ("In the first image, {who} runs through the rain. In the second image, {who} sits on a bench with a "
-               "cold. The causal link is that the rain made {who} catch a cold.")
+# Each person's own words: near copies of each other or of the model's draft would not count (issue 32).
+EXPLANATIONS = {
+    "the man": "In the first image, the man runs through the rain. In the second image, he sits on a bench with a "
+               "cold. The causal link is that the rain made him catch a cold.",
+    "the woman": "In the first image, a woman is soaked by a downpour without an umbrella. In the second image, she "
+                 "is wrapped in a blanket and sneezing. The causal link is being chilled and wet.",
+    "the child": "In the first image, a child splashes home in a storm. In the second image, the kid lies ill on a "
+                 "park bench. The causal link is that wet clothes all day gave the child a cold."}
 
 
 @pytest.fixture
@@ -102,7 +108,7 @@ def pick(cause: int | None, effect: int | None = None) -> list[dict]:
 def explain(who: str, cue: str = "rain", false_cues: str = "bench\nblanket\npark") -> list[dict]:
     text = lambda name, value: {"from_name": name, "to_name": "cause_image", "type": "textarea",  # noqa: E731
                                 "value": {"text": [value]}}
-    return [text("explanation", EXPLANATION.format(who=who)), text("cue", cue), text("false_cues", false_cues)]
+    return [text("explanation", EXPLANATIONS[who]), text("cue", cue), text("false_cues", false_cues)]
 
 
 def test_select_and_explain_end_in_a_mucr_release(label_studio, mucr_ws, run_cli, cue_stub, tmp_path, request):
@@ -158,8 +164,8 @@ def test_select_and_explain_end_in_a_mucr_release(label_studio, mucr_ws, run_cli
     assert pushed["pushed"] == 4
     explain_tasks = tasks_of(store, "explain")
     shown = admin.tasks.get(id=next(iter(explain_tasks.values()))).data
-    assert shown["explanation_draft"].startswith("In the first image") and shown["cue"] == "rain"
-    assert shown["false_cues"].splitlines() == ["bench", "blanket", "park"]
+    assert shown["explanation_draft"].startswith("In the first image") and "cue" not in shown  # nothing pre-filled
+    assert (shown["model_cue"], shown["model_false_cues"]) == ("cue: rain", "false cues: bench; blanket; park")
     people = [(one, "the man"), (two, "the woman"), (third, "the child")]
     for n, (item_id, task_id) in enumerate(sorted(explain_tasks.items())):
         for m, (client, who) in enumerate(people):
@@ -180,7 +186,7 @@ def test_select_and_explain_end_in_a_mucr_release(label_studio, mucr_ws, run_cli
     assert first.data["cue_agreement"]["rule"].endswith("a third person settled the cue set")
     assert sorted(first.data["explanations_by_annotator"]) == sorted([*label_studio.annotators,
                                                                      label_studio.adjudicator])
-    assert first.data["explanations"][1] == EXPLANATION.format(who="the woman")
+    assert first.data["explanations"][1] == EXPLANATIONS["the woman"]
     assert judgments[0].raw["fields"]["explanation"].startswith("In the first image")
 
     # -- the release: exactly the v1 fields, all three explanations

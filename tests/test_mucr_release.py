@@ -205,8 +205,11 @@ def selected_pairs(workspace, folder: Path, groups: dict[str, int], status: str 
             data = {"cause_image": cause, "effect_image": effect, "cause_caption": f"person {n} runs in the rain",
                     "effect_caption": f"person {n} has a cold", "category": "human" if k % 2 else "animal",
                     "link_id": group, "style": style, "cue": "catch cold", "false_cues": ["wet", "rain", "run"],
+                    # three people's own words (near copies of each other would not count: issue 32)
                     "explanations": [f"In the first image, person {n} runs. In the second image, person {n} is "
-                                     f"ill. The causal link is the rain ({a})." for a in "abc"],
+                                     f"ill. The causal link is the rain ({a})." for a in (
+                                         "being soaked gave them a chill", "cold water on the skin for an hour",
+                                         "no umbrella, no coat, wet clothes all the way home")],
                     "selection": {"cause": 1, "effect": 2, "candidates": 4, "rounds": 1,
                                   "cause_provenance": {"backend": "diffusers", "model": "tiny", "seed": 11 + n},
                                   "effect_provenance": {"backend": "diffusers", "model": "tiny", "seed": 11 + n}}}

@@ -70,3 +70,26 @@ def test_mucr_records_need_three_independent_explanations_and_existing_candidate
     assert kind.record_problem(drafted) == "an explanation is the model's draft, not a person's"
     selected = {"data": {"candidates": {"photo": {"0": {}, "1": {}}}, "selection": {"photo": {"cause": 5, "effect": 1}}}}
     assert kind.record_problem(selected) == "its photo selection names cause candidate 5, which does not exist"
+
+
+def test_mucr_records_need_three_peoples_explanations_and_a_cue_one_of_them_chose():
+    kind = get_kind("mucr")
+    pair = {"cause_image": "images/a.png", "effect_image": "images/b.png", "cue": "rain",
+            "explanation_draft": "In the first image a man runs in the rain. In the second image he is ill. The "
+                                 "causal link is the rain."}
+    by = {"ann1": "One way.", "ann2": "Another way.", "ann3": "A third way."}
+    cues = {name: {"cue": "rain", "false_cues": ["a", "b", "c"]} for name in by}
+    good = {"verified": True, "data": {**pair, "explanations": list(by.values()), "explanations_by_annotator": by,
+                                       "cue_sets_by_annotator": cues}}
+    assert kind.record_problem(good) is None
+    # an adjudication that kept the model's cue and no explanation (issue 32)
+    assert kind.record_problem({"verified": True, "data": {**pair, "cue": "rain"}}) == (
+        "0 independent explanations, not 3")
+    model_cue = {"verified": True, "data": {**good["data"], "cue": "umbrella"}}
+    assert kind.record_problem(model_cue) == "the cue 'umbrella' is no person's choice"
+    two = {"verified": True, "data": {**good["data"], "explanations_by_annotator": {"ann1": "One way.",
+                                                                                   "ann2": "Another way."}}}
+    assert kind.record_problem(two) == "explanations of 2 people, not 3"
+    indeed = {"verified": True, "data": {**good["data"], "explanations": [
+        "One way.", "Another way.", pair["explanation_draft"] + " Indeed."]}}
+    assert kind.record_problem(indeed) == "an explanation is the model's draft, not a person's"

@@ -74,7 +74,8 @@ def live_assignees(store: Store, item_ids: list[int]) -> dict[tuple[int, str], l
 
 
 def verify_judges(store: Store, item_ids: list[int]) -> dict[int, set[str]]:
-    """Per item: who was assigned or judged its verification (an adjudicator must be someone else)."""
+    """Per item: who was assigned or judged any of its tasks but an adjudication (its verification, a kind's own
+    task such as MuCR's explain): an adjudicator must be someone else."""
     from cftools.models import Judgment
 
     found: dict[int, set[str]] = defaultdict(set)
@@ -83,7 +84,7 @@ def verify_judges(store: Store, item_ids: list[int]) -> dict[int, set[str]]:
             for item_id, assignee, annotator in session.execute(
                     select(AnnotationTask.item_id, AnnotationTask.assignee, Judgment.annotator)
                     .outerjoin(Judgment, Judgment.task_id == AnnotationTask.id)
-                    .where(AnnotationTask.item_id.in_(part), AnnotationTask.purpose == VERIFY,
+                    .where(AnnotationTask.item_id.in_(part), AnnotationTask.purpose != ADJUDICATE,
                            AnnotationTask.state != DELETED)):
                 found[item_id].update(p for p in (assignee, annotator) if p)
     return found

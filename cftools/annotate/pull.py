@@ -26,6 +26,7 @@ from cftools.judgments import ADJUDICATE, VERIFY, Answer, Decision, InvalidResul
 from cftools.annotate.rules import preload_agreement_library
 from cftools.annotate.label_studio import LabelStudioServer, ServerSettings, server_settings
 from cftools.annotate.authoring import AuthoringPull, pull_authoring
+from cftools.errors import CftoolsError
 from cftools.models import (
     CHECKED, IN_REVIEW, AnnotationTask, Item, ItemEvent, Judgment, utcnow,
 )
@@ -34,6 +35,13 @@ from cftools.store import Store, in_chunks
 from cftools.workspace import Workspace
 
 # ---------------------------------------------------------------- pull
+
+# Why a task was returned (its `decision` while its state is `returned`): `annotate status` counts each apart.
+INVALID, SKIPPED, REFUSED, TASK_DELETED = "invalid", "skipped", "refused", "deleted"
+WHY_BACK = {INVALID: "your last submission (task {task}) could not be used: {reason}",
+            SKIPPED: "{reason}; every task needs your answer (write in the comment why it is hard)",
+            REFUSED: "{reason}: your judgment must be yours as you left it",
+            TASK_DELETED: "your task {task} was deleted on the server"}
 
 
 @dataclass
@@ -46,6 +54,7 @@ class PullReport:
     judgments_unchanged: int = 0
     judgments_removed: int = 0
     cancelled: int = 0
+    skipped: list[dict] = field(default_factory=list)  # assigned tasks their assignee skipped: sent back to them
     ignored_same_annotator: int = 0
     ignored_extra_annotators: int = 0
     invalid: list[dict] = field(default_factory=list)
@@ -99,16 +108,21 @@ def choose_annotations(task: dict, kind: str, purpose: str, emails: dict[int, st
     if assignee:
         limit = 1
     name = task_of(purpose)[0]
+    unusable: list[dict] = []  # skips and refusals of an assigned task: it comes back unless a judgment counts
     for annotation in sorted(task.get("annotations") or [], key=lambda a: a.get("id") or 0):
         report.annotations += 1
-        if annotation.get("was_cancelled"):
-            report.cancelled += 1
-            continue
         annotator = email_of(annotation.get("completed_by"), emails)
         where = {"project": task.get("project"), "task": task.get("id"), "annotation": annotation.get("id"),
                  "annotator": annotator}
+        if annotation.get("was_cancelled"):
+            report.cancelled += 1
+            if assignee and annotator == assignee:
+                unusable.append({**where, "why": SKIPPED, "reason": f"you skipped task {task.get('id')}"})
+            continue
         if (refused := refusal(annotation, task.get("id"), emails, assignee)) is not None:
             report.refused.append({**where, "reason": refused})
+            if assignee:
+                unusable.append({**where, "why": REFUSED, "reason": refused})
             continue
         try:
             answer = get_kind(kind).read_judgment(name, annotation.get("result"), workspace_root)
@@ -116,7 +130,8 @@ def choose_annotations(task: dict, kind: str, purpose: str, emails: dict[int, st
         except InvalidResult as exc:
             report.invalid.append({**where, "reason": str(exc)})
             if assignee:
-                report.returned.setdefault(annotator, []).append({**where, "purpose": purpose, "reason": str(exc)})
+                report.returned.setdefault(annotator, []).append({**where, "purpose": purpose, "why": INVALID,
+                                                                  "reason": str(exc)})
             continue
         if annotator in seen:
             report.ignored_same_annotator += 1
@@ -126,6 +141,13 @@ def choose_annotations(task: dict, kind: str, purpose: str, emails: dict[int, st
             continue
         seen.add(annotator)
         chosen.append(Chosen(annotator, annotation, answer))
+    returned = report.returned.get(assignee or "", [])
+    if assignee and unusable and not chosen and not any(r["task"] == task.get("id") for r in returned):
+        last = unusable[-1]  # the task goes back to its assignee as a new one that says why (nothing stuck)
+        entry = {**last, "annotator": assignee, "purpose": purpose}
+        report.returned.setdefault(assignee, []).append(entry)
+        if last["why"] == SKIPPED:
+            report.skipped.append({k: v for k, v in entry.items() if k != "why"})
     return chosen
 
 
@@ -245,8 +267,11 @@ def _set_item_decision(writes: PendingWrites, item: Any, decision: Decision, tas
         # An earlier correction no longer holds (an annotation was edited): back to the proposed answer.
         values.update(answer=item.proposed_answer, proposed_answer=None)
         detail.update(restored_answer=item.proposed_answer)
+    if decision.data:  # a kind's adjudication settles fields of the item's data (MuCR: the accepted cue set)
+        values["data"] = merged(getattr(item, "data", None) or {}, decision.data)
+        detail.update(settled={k: decision.data[k] for k in ("cue", "false_cues") if k in decision.data})
     unchanged = (item.status == decision.status and task.decision == decision.status
-                 and values.get("answer", item.answer) == item.answer)
+                 and values.get("answer", item.answer) == item.answer and "data" not in values)
     if unchanged:
         return
     writes.items.append(values)
@@ -274,7 +299,7 @@ def apply_decisions(session: Session, tasks: dict[int, Any], changed: set[int], 
     adjudicated_items: set[int] = set()
     for part in in_chunks(item_ids):
         items.update({i.id: i for i in session.execute(
-            select(Item.id, Item.status, Item.answer, Item.proposed_answer).where(Item.id.in_(part)))})
+            select(Item.id, Item.status, Item.answer, Item.proposed_answer, Item.data).where(Item.id.in_(part)))})
         adjudicated_items.update(session.execute(select(AnnotationTask.item_id).where(
             AnnotationTask.item_id.in_(part), AnnotationTask.purpose == ADJUDICATE,
             AnnotationTask.state == DECIDED)).scalars())
@@ -284,7 +309,8 @@ def apply_decisions(session: Session, tasks: dict[int, Any], changed: set[int], 
         item = items[task.item_id]
         if task.purpose == ADJUDICATE:
             if found:
-                decision = adjudicated(found[0].answer)
+                decision = (get_kind(kind).adjudicated(found[0].answer, item.data, found[0].annotator) if kind
+                            else adjudicated(found[0].answer))
                 _set_item_decision(writes, item, decision, task, [found[0].annotator])
                 report.decisions[f"adjudicated {decision.status}"] += 1
             continue
@@ -349,11 +375,27 @@ def apply_own_decisions(session: Session, tasks: dict[int, Any], ids: list[int],
                 report.items_made += 1
 
 
-def mark_deleted(session: Session, tasks: list[Any], report: PullReport) -> None:
-    """Tasks gone from the server: marked deleted; items still under review go back to `checked`."""
+def mark_deleted(session: Session, tasks: list[Any], report: PullReport, resend: bool = False) -> list[dict]:
+    """Tasks gone from the server: marked deleted; items still under review go back to `checked`. With RESEND, an
+    assigned task not yet decided is instead returned (a new task goes to its assignee, saying why: see
+    `send_back`); the entries to send are returned."""
     now = utcnow()
+    entries = []
     for task in tasks:
         item = session.get(Item, task.item_id)
+        if resend and task.assignee and getattr(task, "state", OPEN) == OPEN and item.status == IN_REVIEW:
+            session.execute(_update(AnnotationTask).where(AnnotationTask.id == task.id)
+                            .values(state=RETURNED, decision=TASK_DELETED, updated_at=now))
+            reason = f"task {task.ls_task_id} was deleted on the server"
+            session.execute(insert(ItemEvent.__table__), [_event(item.id, item.status, item.status, {
+                "task_deleted": task.ls_task_id, "project": task.ls_project_id, "purpose": task.purpose,
+                "returned_to": task.assignee, "why": TASK_DELETED, "reason": reason})])
+            entries.append({"project": task.ls_project_id, "task": task.ls_task_id, "annotator": task.assignee,
+                            "purpose": task.purpose, "why": TASK_DELETED, "reason": reason})
+            report.deleted_tasks.append({"item": item.key, "project": task.ls_project_id, "task": task.ls_task_id,
+                                         "purpose": task.purpose, "item_status": item.status,
+                                         "sent_back_to": task.assignee})
+            continue
         back = task.purpose == VERIFY and item.status == IN_REVIEW
         session.execute(_update(AnnotationTask).where(AnnotationTask.id == task.id)
                         .values(state=DELETED, updated_at=now))
@@ -364,6 +406,7 @@ def mark_deleted(session: Session, tasks: list[Any], report: PullReport) -> None
             {"task_deleted": task.ls_task_id, "project": task.ls_project_id, "purpose": task.purpose})])
         report.deleted_tasks.append({"item": item.key, "project": task.ls_project_id, "task": task.ls_task_id,
                                      "purpose": task.purpose, "item_status": CHECKED if back else item.status})
+    return entries
 
 
 def pull_project(store: Store, server: LabelStudioServer, project_id: int, kind: str, purpose: str,
@@ -374,7 +417,8 @@ def pull_project(store: Store, server: LabelStudioServer, project_id: int, kind:
     with store.session() as session:
         tasks = {t.id: t for t in session.execute(select(
             AnnotationTask.id, AnnotationTask.item_id, AnnotationTask.purpose, AnnotationTask.ls_project_id,
-            AnnotationTask.ls_task_id, AnnotationTask.decision, AnnotationTask.assignee, Item.kind)
+            AnnotationTask.ls_task_id, AnnotationTask.decision, AnnotationTask.assignee, AnnotationTask.state,
+            Item.kind)
             .join(Item, Item.id == AnnotationTask.item_id)
             .where(_open_task_filter(server.url, project_id, purpose)))}
         keys = dict(session.execute(select(Item.id, Item.key).where(Item.id.in_(
@@ -424,7 +468,9 @@ def pull_project(store: Store, server: LabelStudioServer, project_id: int, kind:
     gone = [by_ls_id[ls_id] for ls_id in unseen if ls_id in confirmed]
     if gone:
         with store.write() as session:
-            mark_deleted(session, gone, report)
+            back = mark_deleted(session, gone, report, resend=True)
+        if back:  # an assigned task deleted on the server: a new one goes to its assignee (or another person)
+            send_back(store, sender, kind, tasks, by_ls_id, back, [])
 
 
 def mark_returned(session: Session, by_ls_id: dict[int, Any], returning: list[dict]) -> set[int]:
@@ -434,9 +480,10 @@ def mark_returned(session: Session, by_ls_id: dict[int, Any], returning: list[di
         task = by_ls_id[entry["task"]]
         ids.add(task.id)
         session.execute(_update(AnnotationTask).where(AnnotationTask.id == task.id)
-                        .values(state=RETURNED, updated_at=now))
+                        .values(state=RETURNED, decision=entry.get("why") or INVALID, updated_at=now))
         session.execute(insert(ItemEvent.__table__), [_event(task.item_id, None, None, {
-            "returned_to": entry["annotator"], "task": entry["task"], "reason": entry["reason"]})])
+            "returned_to": entry["annotator"], "task": entry["task"], "why": entry.get("why") or INVALID,
+            "reason": entry["reason"]})])
     return ids
 
 
@@ -454,23 +501,33 @@ def send_back(store: Store, sender: Any, kind: str, tasks: dict[int, Any], by_ls
             session.expunge(item)
             items[item_id] = item
     wanted, notes = [], {}
+    load = current_load(store)
+    assigned = live_assignees(store, sorted(items))
     for entry in returning:
         task = by_ls_id[entry["task"]]
-        wanted.append((items[task.item_id], task.purpose, entry["annotator"]))
-        notes[(task.item_id, entry["annotator"])] = (
-            f"Returned to you: your last submission (task {entry['task']}) could not be used: {entry['reason']}. "
-            "Please answer again.")
+        person = entry["annotator"]
+        if person not in sender.settings.annotators:  # the assignee is gone: someone who has not judged the item
+            taken = {p for p in assigned.get((task.item_id, task.purpose), []) if p} | {person}
+            person = choose_people(sender.settings.annotators, load, 1, taken, f"item {task.item_id}")[0]
+            entry["sent_to"] = person
+        wanted.append((items[task.item_id], task.purpose, person))
+        why = WHY_BACK.get(entry.get("why") or INVALID, WHY_BACK[INVALID]).format(task=entry["task"],
+                                                                                 reason=entry["reason"])
+        notes[(task.item_id, person)] = (f"Returned to you: {why}. Please answer again." if person == entry["annotator"]
+                                         else f"Sent to you: the person who had it left the team ({why}).")
         entry["sent"] = True
     if tiebreaks:
-        load = current_load(store)
-        assigned = live_assignees(store, sorted(items))
         for tiebreak in tiebreaks:
             task = by_ls_id[tiebreak["task"]]
             people = [p for p in assigned.get((task.item_id, task.purpose), []) if p]
             missing = tiebreak["annotators"] - len(people)
             if missing > 0:
-                chosen = choose_people(sender.settings.annotators, load, missing, set(people),
-                                       f"the tiebreak of item {tiebreak['item']}")
+                try:
+                    chosen = choose_people(sender.settings.annotators, load, missing, set(people),
+                                           f"the tiebreak of item {tiebreak['item']}")
+                except CftoolsError as exc:  # too few people: said, and the rest of the pull goes on
+                    tiebreak["unassigned"] = str(exc)
+                    continue
                 wanted += [(items[task.item_id], task.purpose, person) for person in chosen]
                 tiebreak["sent_to"] = chosen
     if wanted:

@@ -8,10 +8,10 @@ from collections import Counter, defaultdict
 from functools import partial
 from typing import Any, Iterable, Optional
 
-from sqlalchemy import func, insert, select
+from sqlalchemy import and_, func, insert, select
 from sqlmodel import Session
 
-from cftools.annotate.projects import DELETED, GONE, _delete, task_of
+from cftools.annotate.projects import DELETED, GONE, OPEN, RETURNED, _delete, task_of
 from cftools.judgments import ADJUDICATE, VERIFY, Answer
 from cftools.annotate.rules import agreement, label_agreement
 from cftools.models import (
@@ -84,6 +84,43 @@ def record_agreement(store: Store) -> dict[str, dict[str, dict[str, Any]]]:
     return stats
 
 
+PERSON_COUNTS = ("open", "submitted", "returned", "skipped", "refused")
+
+
+def people_status(store: Store) -> dict[str, dict[str, int]]:
+    """Per person, their assigned tasks: open (not yet submitted), submitted (their judgment is in), returned (an
+    unusable submission, or a task deleted on the server, came back as a new task), skipped and refused (an edit
+    by someone else): each returned task counts once, under why it came back."""
+    people: dict[str, Counter] = defaultdict(Counter)
+    with store.session() as session:
+        # one row per task (grouping by a correlated EXISTS is not portable: PostgreSQL refuses it)
+        judged = set(session.execute(select(Judgment.task_id).join(AnnotationTask, and_(
+            AnnotationTask.id == Judgment.task_id, AnnotationTask.assignee == Judgment.annotator))).scalars())
+        for task_id, person, state, why in session.execute(
+                select(AnnotationTask.id, AnnotationTask.assignee, AnnotationTask.state, AnnotationTask.decision)
+                .where(AnnotationTask.assignee.is_not(None), AnnotationTask.state != DELETED)):
+            done, n = task_id in judged, 1
+            if state == RETURNED:
+                people[person][why if why in ("skipped", "refused") else "returned"] += n
+            else:
+                people[person]["submitted" if done or state != OPEN else "open"] += n
+    return {person: {what: counts[what] for what in PERSON_COUNTS} for person, counts in sorted(people.items())}
+
+
+def items_without_open_task(store: Store) -> list[tuple[int, str]]:
+    """(id, key) of items in review that no open task waits on (no live task without its assignee's judgment, or
+    in a shared project without two judgments): nothing will ever decide them. Must be none."""
+    judged = select(func.count()).where(Judgment.task_id == AnnotationTask.id).scalar_subquery()
+    waiting = select(AnnotationTask.item_id).where(
+        AnnotationTask.state == OPEN, AnnotationTask.ls_task_id.is_not(None),
+        ((AnnotationTask.assignee.is_not(None) & ~select(Judgment.id).where(
+            Judgment.task_id == AnnotationTask.id, Judgment.annotator == AnnotationTask.assignee).exists())
+         | (AnnotationTask.assignee.is_(None) & (judged < 2))))
+    with store.session() as session:
+        return [tuple(row) for row in session.execute(
+            select(Item.id, Item.key).where(Item.status == IN_REVIEW, Item.id.not_in(waiting)).order_by(Item.id))]
+
+
 def annotation_status(store: Store) -> dict[str, Any]:
     """Progress per project, agreement per question (also stored) and counts per annotator, from the store."""
     agreement_stats = record_agreement(store)
@@ -102,6 +139,8 @@ def annotation_status(store: Store) -> dict[str, Any]:
             if state == DELETED:
                 p["deleted"] += 1
                 continue
+            if state == RETURNED:  # its `decision` says why it came back, not what was decided
+                decision = None
             p["tasks"] += 1
             p["annotations"]["0" if n == 0 else "1" if n == 1 else "2+"] += 1
             if decision:
@@ -128,5 +167,7 @@ def annotation_status(store: Store) -> dict[str, Any]:
 
     return {"projects": sorted(projects.values(), key=lambda p: (p["server"], p["project_id"])),
             "queues": assignment_status(store),
+            "people": people_status(store),
+            "in_review_without_open_task": len(items_without_open_task(store)),
             "agreement": dict(sorted(agreement_stats.items())),
             "annotators": dict(sorted(annotators.items())), "items_by_status": items}

@@ -21,6 +21,7 @@ from cftools.findings import Flag, Note
 from cftools.kinds import all_kinds, get_kind
 from cftools.errors import CftoolsError
 from cftools.models import CHECKED, DRAFT, CheckFlag, Item, ItemEvent, SourceQuestion, utcnow
+from cftools.flags import waived_codes
 from cftools.store import Store
 
 DUPLICATE = "duplicate"
@@ -245,7 +246,8 @@ def write_results(store: Store, results: list[ItemResult], codes: Sequence[str],
             before = {c: why for c, why in old[r.item.id].items() if c in codes}
             after = {f.code: f.reason for f in r.flags}
             r.kept = [Flag(c, why) for c, why in old[r.item.id].items() if c not in codes]
-            remaining = set(after) | {f.code for f in r.kept}
+            # a flag a person waived (`cftools flags waive`) no longer blocks the item
+            remaining = (set(after) | {f.code for f in r.kept}) - waived_codes(r.item.data)
             to_status = CHECKED if promote and not remaining else DRAFT
             if to_status == CHECKED:
                 promoted.append(r.item.id)
@@ -270,6 +272,7 @@ def run_checks(store: Store, codes: Optional[Sequence[str]] = None, *, recheck: 
     workspace's configuration, for kinds whose checks depend on it (`Kind.prepare_checks`)."""
     for kind in all_kinds().values():
         kind.prepare_checks(config or {})
+        kind.use_store(store)
     known = check_codes()
     unknown = [c for c in codes or () if c not in known]
     if unknown:

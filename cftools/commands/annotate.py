@@ -146,7 +146,11 @@ def pull_cmd(workspace: Workspace, as_json: bool) -> None:
                       "on the server; they are left as they were and read again by the next pull.[/]")
     if report.deleted_tasks:
         console.print(f"[yellow]{len(report.deleted_tasks)} tasks were deleted in Label Studio; "
-                      f"{sum(d['item_status'] == 'checked' for d in report.deleted_tasks)} items are back to checked.[/]")
+                      f"{sum(d['item_status'] == 'checked' for d in report.deleted_tasks)} items are back to checked, "
+                      f"{sum(bool(d.get('sent_back_to')) for d in report.deleted_tasks)} sent again as a new task.[/]")
+    for tiebreak in report.tiebreaks:
+        if tiebreak.get("unassigned"):
+            console.print(f"[red]item {escape(tiebreak['item'])}: {escape(tiebreak['unassigned'])}[/]")
 
 
 def print_refusals(report: Any, what: str) -> None:
@@ -158,8 +162,8 @@ def print_refusals(report: Any, what: str) -> None:
     for bad in report.refused:
         console.print(f"[red]{escape(bad['reason'])}[/]")
     for person, entries in sorted(report.returned.items()):
-        console.print(f"[yellow]returned to {escape(person)}: {len(entries)} submissions, each as a new task "
-                      "saying why[/]")
+        console.print(f"[yellow]returned to {escape(person)}: {len(entries)} tasks, each as a new task saying "
+                      "why[/]")
         for entry in entries:
             console.print(f"  task {entry['task']}: {escape(entry['reason'])}")
 
@@ -173,7 +177,8 @@ def _fmt(value: Optional[float], spec: str) -> str:
 @pass_workspace
 def status_cmd(workspace: Workspace, as_json: bool) -> None:
     """Progress per project, agreement per question (percent, Krippendorff's alpha, Cohen's kappa), counts
-    per annotator and, with [label_studio] annotators, each person's queue (open, decided, returned tasks)."""
+    per annotator and, with [label_studio] annotators, each person's tasks: open (not yet submitted), submitted,
+    returned, skipped, refused; and the number of items in review with no open task (must be 0)."""
     status = annotation_status(workspace.store)
     if as_json:
         print_json(status)
@@ -204,12 +209,14 @@ def status_cmd(workspace: Workspace, as_json: bool) -> None:
                       str(a["corrections"]),
                       str(a["adjudications"]))
     console.print(table)
-    if status["queues"]:
-        table = Table(title="Queue per person (tasks assigned by cftools)", title_justify="left")
-        for column in ("person", "task", "open", "decided", "returned"):
+    if status["people"]:
+        table = Table(title="Per person (tasks assigned by cftools)", title_justify="left")
+        for column in ("person", "open", "submitted", "returned", "skipped", "refused"):
             table.add_column(column)
-        for person, counts in status["queues"].items():
-            for task in sorted({name.split(" ")[0] for name in counts}):
-                table.add_row(escape(str(person)), escape(task), *(str(counts.get(f"{task} {state}", 0))
-                                              for state in ("open", "decided", "returned")))
+        for person, counts in status["people"].items():
+            table.add_row(escape(str(person)), *(str(counts[what]) for what in
+                                                 ("open", "submitted", "returned", "skipped", "refused")))
         console.print(table)
+    stuck = status["in_review_without_open_task"]
+    console.print(f"Items in review with no open task: {stuck}"
+                  + (" [red](nothing will decide them: run `cftools doctor`)[/]" if stuck else ""))

@@ -160,6 +160,9 @@ class Kind:
     def prepare_checks(self, config: dict[str, Any]) -> None:
         """Called before a check run with the workspace's configuration (e.g. an image model's tokenizer)."""
 
+    def use_store(self, store: Any) -> None:
+        """Called before a check run with the store, for checks that read stored files (a pair's images)."""
+
     # -- command line ------------------------------------------------------------------------------------------
 
     def commands(self) -> dict[str, list["click.Command"]]:
@@ -241,6 +244,13 @@ class Kind:
     def decide_task(self, task: str, unit: str, item: Any, answers: Sequence[tuple[str, Any]]) -> TaskOutcome:
         """The outcome of a task of a `task_spec` task from its (annotator, judgment) pairs, in annotation order."""
         return TaskOutcome()
+
+    def adjudicated(self, answer: Any, item_data: Optional[dict] = None, adjudicator: Optional[str] = None) -> Any:
+        """The decision of one adjudication judgment by ADJUDICATOR on an item with ITEM_DATA (default:
+        `cftools.judgments.adjudicated`)."""
+        from cftools.judgments import adjudicated
+
+        return adjudicated(answer)
 
     def agreement_labels(self, task: str, answer: Any) -> dict[str, str]:
         """Question -> label of one judgment of TASK, for inter-annotator agreement (beside verify's)."""

@@ -96,6 +96,8 @@ def provenance_summary(provenance: list[dict]) -> dict[str, Any]:
         "with_two_judgments": sum(1 for a in annotated if a.get("agreed") is not None),
         "flags": sorted(flags.items()),
         "flagged_items": sum(1 for p in provenance if p.get("check_flags")),
+        "waived_flags": sum(len(p.get("waived_flags") or []) for p in provenance),
+        "waived_items": sum(1 for p in provenance if p.get("waived_flags")),
         "corrected": sum(1 for p in provenance if p.get("corrected_from") is not None),
     }
 

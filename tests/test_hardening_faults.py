@@ -6,6 +6,7 @@ control characters in terminal output)."""
 from __future__ import annotations
 
 import csv
+import os
 import json
 from pathlib import Path
 
@@ -140,3 +141,75 @@ def test_a_check_flags_a_word_answer_that_ingest_did_not_see(workspace):
     item = replace(item, answer_style=kind.answer_style(item))
     flag = check_answer_type(item)
     assert flag is not None and "not a count written in digits" in flag.reason
+
+
+# ------------------------------------------------------------------ 2. release copies verified before a restore
+
+
+def killed_copy(release: Path, pid: int, tag: str, mtime: float) -> Path:
+    """A copy of RELEASE as a replacing export killed between its renames leaves it: .NAME.pidN.TAG.old/release."""
+    import shutil
+
+    old = release.parent / f".{release.name}.pid{pid}.{tag}.old"
+    old.mkdir()
+    shutil.copytree(release, old / "release")
+    os.utime(old / "release", (mtime, mtime))
+    return old
+
+
+def test_doctor_repair_restores_the_intact_copy_of_two_and_deletes_neither(workspace, tmp_path, run_cli):
+    from test_doctor import dead_pid
+    from test_hardening_releases import cfmm_release, doctor_codes
+
+    release = cfmm_release(workspace, tmp_path, run_cli)
+    pid = dead_pid()
+    intact = killed_copy(release, pid, "a1", 1_000_000)
+    tampered = killed_copy(release, pid, "b2", 2_000_000)  # the newer one
+    listed = json.loads((tampered / "release" / "manifest.json").read_text())["files"][0]["path"]
+    with open(tampered / "release" / listed, "ab") as fh:
+        fh.write(b" ")
+    os.utime(tampered / "release", (2_000_000, 2_000_000))
+    import shutil
+
+    shutil.rmtree(release)
+    code, found, report = doctor_codes(run_cli, "--repair")
+    assert found == ["release_temporary", "release_temporary"], report
+    changes = sorted(report["changes"])
+    assert changes[0] == f"{intact}: restored as {release}"
+    aside = release.parent / f"{release.name}.unverified-pid{pid}"
+    assert changes[1].startswith(f"{tampered}: moved aside to {aside}") and "does not verify" in changes[1]
+    assert run_cli("verify", release).exit_code == 0 and aside.is_dir() and not intact.exists()
+
+
+def test_a_verifying_copy_beside_a_release_is_moved_aside_never_deleted(workspace, tmp_path, run_cli):
+    from test_doctor import dead_pid
+    from test_hardening_releases import cfmm_release, doctor_codes
+
+    release = cfmm_release(workspace, tmp_path, run_cli)
+    pid = dead_pid()
+    old = killed_copy(release, pid, "c3", 1_000_000)
+    code, found, report = doctor_codes(run_cli)
+    assert found == ["release_temporary"] and "an earlier copy" in report["problems"][0]["message"]
+    # the export's own clean-up does as doctor --repair does, and says where
+    out = run_cli("export", "pairs", "--version", "1", "--licence", "CC0-1.0", "--format", "cfmm",
+                  "--include-unverified", "--force")
+    assert out.exit_code == 0, out.output
+    kept = release.parent / f"{release.name}.kept-pid{pid}"
+    assert f"moved aside to {kept}" in out.output.replace("\n", ""), out.output
+    assert not old.exists() and run_cli("verify", kept).exit_code == 0
+
+
+def test_an_export_that_finds_only_a_killed_copy_restores_it_and_asks_for_force(workspace, tmp_path, run_cli):
+    import shutil
+
+    from test_doctor import dead_pid
+    from test_hardening_releases import cfmm_release
+
+    release = cfmm_release(workspace, tmp_path, run_cli)
+    old = killed_copy(release, dead_pid(), "d4", 1_000_000)
+    shutil.rmtree(release)
+    args = ("export", "pairs", "--version", "1", "--licence", "CC0-1.0", "--format", "cfmm", "--include-unverified")
+    out = run_cli(*args)
+    assert out.exit_code == 1 and "was restored from the copy a killed export left" in out.output, out.output
+    assert run_cli("verify", release).exit_code == 0 and not old.exists()
+    assert run_cli(*args, "--force").exit_code == 0

@@ -213,3 +213,43 @@ def test_an_export_that_finds_only_a_killed_copy_restores_it_and_asks_for_force(
     assert out.exit_code == 1 and "was restored from the copy a killed export left" in out.output, out.output
     assert run_cli("verify", release).exit_code == 0 and not old.exists()
     assert run_cli(*args, "--force").exit_code == 0
+
+
+# ------------------------------------------------------------------ 3. eval of a release rewritten with its manifest
+
+
+from test_hardening_releases import api_model  # noqa: E402,F401 (a fixture)
+
+
+def runs_left(workspace) -> list[Path]:  # noqa: ANN001
+    runs = workspace.root / "runs"
+    return sorted(runs.iterdir()) if runs.exists() else []
+
+
+def test_eval_refuses_a_release_rewritten_with_its_manifest_unless_no_verify(workspace, api_model, tmp_path, run_cli):
+    from fault_trials import restamp, write_cvqa
+
+    assert run_cli("ingest", "cvqa", write_cvqa(tmp_path / "in", 3), "--images", tmp_path / "in").exit_code == 0
+    assert run_cli("export", "r", "--version", "1", "--licence", "CC0-1.0", "--include-unverified").exit_code == 0
+    release = workspace.root / "releases" / "r-1"
+    records = release / "records.jsonl"
+    records.write_text(records.read_text().replace('"answer": "2"', '"answer": "20"', 1))
+    restamp(release, ["records.jsonl"])
+    assert run_cli("verify", release).exit_code == 0  # self-consistent: only the store knows
+    refused = run_cli("eval", release, "--model", "openai:stub", "--quiet")
+    text = " ".join(refused.output.split())
+    assert refused.exit_code == 1 and "release_manifest_changed" in text and "--no-verify" in text, refused.output
+    assert runs_left(workspace) == []
+    forced = run_cli("eval", release, "--model", "openai:stub", "--quiet", "--no-verify")
+    assert forced.exit_code == 0, forced.output
+    (run_dir,) = runs_left(workspace)
+    assert "**not verified** (--no-verify)" in (run_dir / "report.md").read_text()
+
+
+def test_an_eval_that_stores_nothing_leaves_no_run_folder(workspace, api_model, tmp_path, run_cli):
+    from test_hardening_releases import colour_release
+
+    release = colour_release(tmp_path / "colours-1")
+    api_model.reply = lambda request, text: 500
+    assert run_cli("eval", release, "--model", "openai:stub", "--quiet").exit_code != 0
+    assert runs_left(workspace) == []

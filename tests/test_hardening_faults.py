@@ -253,3 +253,56 @@ def test_an_eval_that_stores_nothing_leaves_no_run_folder(workspace, api_model, 
     api_model.reply = lambda request, text: 500
     assert run_cli("eval", release, "--model", "openai:stub", "--quiet").exit_code != 0
     assert runs_left(workspace) == []
+
+
+# ------------------------------------------------------------------ 4. other tools' formats written by their serializers
+
+
+HOSTILE = 'He said: "no", then\n- item # not a comment, a,b; \'q\' {x} [y] &z *w ---'
+HOSTILE_ID = 'p: "1", #2 - [x]'
+HOSTILE_LICENCE = "a: b"
+CREATOR = 'Eve "E" Smith: PhD'
+
+
+def test_hostile_strings_round_trip_through_datasets_mlcroissant_and_pandas(workspace, tmp_path, run_cli):
+    import datasets
+    import mlcroissant
+    import pandas
+    import yaml
+
+    from fault_trials import write_cvqa
+    from test_cfmm import cfmm_lines
+
+    images = tmp_path / "in"
+    table = write_cvqa(images, 2)
+    rows = list(csv.reader(table.open()))
+    rows[1][1], rows[1][3] = HOSTILE + "?", HOSTILE + " if one more came?"
+    write_csv(table, CVQA_COLUMNS, [tuple(r) for r in rows[1:]])
+    pairs = cfmm_lines("images/img0.png")
+    pairs[0].update(id=HOSTILE_ID, cf_question=HOSTILE + " (counterfactual)?")
+    source = write_jsonl(tmp_path / "pairs.jsonl", pairs)
+    for args in (("cvqa", table), ("cfmm", source)):
+        out = run_cli("ingest", *args, "--images", images, "--licence", HOSTILE_LICENCE)
+        assert out.exit_code == 0, out.output
+    config = workspace.root / "cftools.toml"
+    config.write_text(config.read_text().replace('# creators = ["Your Name"]', f"creators = {json.dumps(CREATOR)}"))
+    for fmt in ("native", "cvqa"):
+        out = run_cli("export", "h", "--version", "1", "--licence", HOSTILE_LICENCE, "--include-unverified",
+                      "--format", fmt)
+        assert out.exit_code == 0, out.output
+    release = workspace.root / "releases" / "h-1"
+
+    header = (release / "README.md").read_text().split("---\n")[1]
+    assert yaml.safe_load(header)["license"] == HOSTILE_LICENCE
+    loaded = datasets.load_dataset(str(release))
+    questions = {q for split in loaded.values() for q in split["question"]}
+    ids = {i for split in loaded.values() for i in split["id"]}
+    assert {HOSTILE + " if one more came?", HOSTILE + " (counterfactual)?"} <= questions
+    assert any(i.endswith(HOSTILE_ID) for i in ids), ids
+
+    metadata = mlcroissant.Dataset(jsonld=release / "croissant.json").metadata
+    assert [c.name for c in metadata.creators] == [CREATOR]
+
+    (csv_file,) = (workspace.root / "releases" / "h-1-cvqa").glob("*.csv")
+    frame = pandas.read_csv(csv_file, keep_default_na=False)
+    assert HOSTILE + "?" in set(frame["query"]) and HOSTILE + " if one more came?" in set(frame["new query"])

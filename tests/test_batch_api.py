@@ -409,3 +409,19 @@ def test_local_model_estimate_counts_with_its_tokenizer(workspace, tmp_path):
     assert first["prompt_tokens_exact"] is True and first["requests"] == 2 and first["prompt_tokens"] > 20
     assert first["tokens_counted_by"] == "counted with the tokenizer of smollm2-135m-instruct"
     assert first["cost_max"] is None
+
+
+def test_repeated_unknown_and_unreadable_result_lines_are_reported_and_the_first_answer_kept(workspace, tmp_path,
+                                                                                              server):
+    questions(workspace, tmp_path, 6)
+    configure(workspace, server.base_url)
+    server.set(repeat_every=2, unknown_ids=2, garbage_lines=1)
+    run = cli(workspace, *REWRITE, "--batch-api")
+    assert run.returncode == 0, run.stderr
+    said = " ".join(run.stderr.split())
+    assert "3 repeated custom_ids, 2 unknown custom_ids, 1 unreadable lines" in said, run.stderr
+    assert "line 3: custom_id" in said and "repeated (first on output file" in said and "first valid answer kept" in said
+    assert "was not sent in this batch" in said and "unreadable" in said
+    outputs = [o for (o,) in rows(workspace, "select raw_output from generations")]
+    assert len(outputs) == 6 and not any("a later, different answer" in o for o in outputs)
+    assert len(rows(workspace, "select key from items")) == 6

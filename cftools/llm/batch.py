@@ -54,6 +54,12 @@ class BatchResults:
 
     completions: dict[str, Completion] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
+    # What the result files held that is no request's answer, one line each naming the file's line: a custom_id
+    # answered again (the first valid answer is kept), a custom_id the batch never sent, a line that cannot be read.
+    problems: list[str] = field(default_factory=list)
+    repeated: int = 0
+    unknown: int = 0
+    unreadable: int = 0
 
 
 def request_body(model: str, messages: list[Message], params: dict[str, Any]) -> dict[str, Any]:
@@ -119,10 +125,24 @@ class BatchClient:
     def results(self, state: BatchState) -> BatchResults:
         """The finished batch's output and error files read into completions and errors by request key."""
         results = BatchResults()
-        for file_id in (state.output_file_id, state.error_file_id):
+        sent = sent_keys(self.file_text(state.input_file_id)) if state.input_file_id else None
+        seen: dict[str, str] = {}
+        for file_id, name in ((state.output_file_id, "output"), (state.error_file_id, "error")):
             if file_id:
-                read_result_lines(self.file_text(file_id), state.batch_id, self.backend, results)
+                read_result_lines(self.file_text(file_id), state.batch_id, self.backend, results, sent=sent,
+                                  seen=seen, file_name=f"{name} file {file_id}")
         return results
+
+
+def sent_keys(input_text: str) -> set[str]:
+    """The custom_ids of a batch's input file (the requests it was sent)."""
+    keys = set()
+    for line in input_text.splitlines():
+        try:
+            keys.add(json.loads(line)["custom_id"])
+        except (ValueError, KeyError, TypeError):
+            continue
+    return keys
 
 
 def state_of(batch: Any) -> BatchState:
@@ -134,19 +154,42 @@ def state_of(batch: Any) -> BatchState:
                       expires_at=getattr(batch, "expires_at", None), input_file_id=getattr(batch, "input_file_id", None))
 
 
-def read_result_lines(text: str, batch_id: str, backend: OpenAIBackend, into: BatchResults) -> None:
+def read_result_lines(text: str, batch_id: str, backend: OpenAIBackend, into: BatchResults,
+                      sent: Optional[set[str]] = None, seen: Optional[dict[str, str]] = None,
+                      file_name: str = "results") -> None:
     """Result lines: a chat completion body with status 200, or an error (a request's own, or the batch's, such
-    as `batch_expired`). A line that cannot be read is an error of that request, never a guess."""
+    as `batch_expired`). A line that cannot be read is an error of that request, never a guess. A custom_id given
+    again keeps the first valid answer (a paid answer is never replaced); the repeat, an id the batch never sent
+    (not in SENT) and a line with no readable custom_id are counted and reported by line in INTO.problems."""
     from openai.types.chat import ChatCompletion
 
+    seen = {} if seen is None else seen
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
+        where = f"batch {batch_id} {file_name} line {number}"
         try:
             record = json.loads(line)
             key = record["custom_id"]
-        except (ValueError, KeyError, TypeError):
-            continue  # no custom_id: nothing can be tied to a request
+            if not isinstance(key, str):
+                raise TypeError("custom_id is not a string")
+        except (ValueError, KeyError, TypeError) as exc:
+            into.unreadable += 1
+            into.problems.append(f"{where}: unreadable ({type(exc).__name__}: {str(exc)[:80]}); no request can "
+                                 "be tied to it")
+            continue
+        if sent is not None and key not in sent:
+            into.unknown += 1
+            into.problems.append(f"{where}: custom_id {key[:40]!r} was not sent in this batch; left out")
+            continue
+        if key in seen:
+            into.repeated += 1
+            kept = "the first valid answer kept" if key in into.completions else "the first valid answer taken"
+            into.problems.append(f"{where}: custom_id {key[:40]!r} repeated (first on {seen[key]}); {kept}")
+            if key in into.completions:
+                continue
+        else:
+            seen[key] = f"{file_name} line {number}"
         response = record.get("response") or {}
         body = response.get("body")
         if response.get("status_code") == 200 and isinstance(body, dict):

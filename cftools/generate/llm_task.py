@@ -28,6 +28,7 @@ from sqlmodel import Session
 
 from cftools.llm import Backend, Completion, LLMError, request_key
 from cftools.llm.base import render_messages
+from cftools.llm.cost import BudgetReached
 from cftools.llm.cache import cached_completion, cached_completions, save_completions
 from cftools.llm.prompts import PromptTemplate
 from cftools.llm.structured import (OutputSchema, ReplyError, backend_mode, schema_provenance,
@@ -197,6 +198,9 @@ class Attempts:
                     attempt.completion = self.backend.complete(job.messages, attempt.params)
                     attempt.fresh = True
                 except LLMError as exc:
+                    if isinstance(exc, BudgetReached):  # never sent: nothing to record, a rerun does it
+                        job.attempts.pop()
+                        return JobResult(job=job, ok=False, not_started=True)
                     attempt.error = str(exc)
                     return JobResult(job=job, ok=False, error=f"{job.label}: {exc}")
             if self.parse_into(attempt, job):
@@ -231,7 +235,8 @@ class Writer:
                 ok = result.ok and final is not None and bool(final.parsed)
                 if ok:
                     outputs.append(ParsedOutput(job, final.parsed, generation_ids[-1], final.number))
-                finished[ok].append(job_key(job))
+                if not result.not_started:  # a job the budget did not start stays claimed until close() frees it
+                    finished[ok].append(job_key(job))
             if outputs:
                 self.report.items_created += self.task.write_many(self.store, session, outputs)
             if self.claims is not None:

@@ -306,3 +306,84 @@ def test_hostile_strings_round_trip_through_datasets_mlcroissant_and_pandas(work
     (csv_file,) = (workspace.root / "releases" / "h-1-cvqa").glob("*.csv")
     frame = pandas.read_csv(csv_file, keep_default_na=False)
     assert HOSTILE + "?" in set(frame["query"]) and HOSTILE + " if one more came?" in set(frame["new query"])
+
+
+# ------------------------------------------------------------------ 7. replies bounded, stored once, shown inert
+
+
+@pytest.fixture
+def chat_stub(workspace):
+    """The workspace's [llm] pointed at an in-thread chat stub (tests set its reply)."""
+    from llm_stub import StubServer
+    from test_exit_codes import fast_retries
+    from test_generate import configure_stub
+
+    server = StubServer(delay=0.0).start_in_thread()
+    configure_stub(workspace, server.base_url)
+    fast_retries(workspace)
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def number_questions(workspace, tmp_path, n: int = 2) -> None:  # noqa: ANN001
+    from cftools.ingest.readers import ingest_table
+
+    table = tmp_path / "q.csv"
+    table.write_text("image,question,answer\n" + "".join(f"img{i}.jpg,How many cats are in room {i}?,{i + 1}\n"
+                                                         for i in range(n)))
+    ingest_table(workspace.store, table)
+
+
+REWRITE = ("generate", "rewrite", "--group", "numerical-direct", "--no-rederive", "--quiet")
+
+
+def stored(workspace, sql: str) -> list[tuple]:  # noqa: ANN001
+    from sqlalchemy import text
+
+    with workspace.store.session() as session:
+        return [tuple(row) for row in session.execute(text(sql)).all()]
+
+
+def test_a_reply_past_max_reply_bytes_is_a_recorded_failure_never_stored(workspace, chat_stub, tmp_path, run_cli):
+    number_questions(workspace, tmp_path)
+    chat_stub.reply = lambda request, text: "x" * (10 * 1024 * 1024)  # 10 MB, past the 8 MiB default
+    out = run_cli(*REWRITE)
+    assert out.exit_code != 0, out.output
+    errors = stored(workspace, "select error, raw_output from generations")
+    assert len(errors) == 2 and all("max_reply_bytes" in e and raw is None for e, raw in errors), errors
+    assert stored(workspace, "select count(*) from llm_cache") == [(0,)]
+    # a smaller cap set in [llm] holds too, and a reply under it goes through
+    config = workspace.root / "cftools.toml"
+    config.write_text(config.read_text().replace("[llm]\n", "[llm]\nmax_reply_bytes = 100\n", 1))
+    chat_stub.reply = lambda request, text: "y" * 200
+    run_cli(*REWRITE)
+    assert stored(workspace, "select count(*) from generations where error like '%max_reply_bytes = 100%'") == [(2,)]
+
+
+def test_an_unparseable_reply_is_stored_once(workspace, chat_stub, tmp_path, run_cli):
+    number_questions(workspace, tmp_path, 1)
+    chat_stub.reply = lambda request, text: "not the reply the schema asks for " * 100
+    run_cli(*REWRITE)
+    rows = stored(workspace, "select raw_output, parse_error from generations")
+    assert rows and all(raw and reason for raw, reason in rows)
+    assert stored(workspace, "select count(*) from llm_cache") == [(0,)]
+
+
+HOSTILE_TEXT = "How many cats\x1b[2J\x1b]0;pwned\x07 are there\x00?\u202e [red]x[/red]"
+
+
+def test_show_and_status_print_control_characters_from_the_data_escaped(workspace, tmp_path, run_cli):
+    from cftools.kinds.mucr.ingest import ingest_captions
+
+    rows = [{"id": "c1", "cause": HOSTILE_TEXT, "effect": "the boy has a cold", "category": "human",
+             "group": "rain\x1b[31m"}]
+    ingest_captions(workspace.store, write_jsonl(tmp_path / "c.jsonl", rows))
+    with workspace.store.session() as session:
+        item_id = session.execute(select(Item.id)).scalar_one()
+    for args in (("show", item_id), ("status",)):
+        out = run_cli(*args)
+        assert out.exit_code == 0, out.output
+        assert not any(c in out.output for c in "\x1b\x00\x07\u202e"), repr(out.output)
+    shown = run_cli("show", item_id).output
+    assert "\\x1b[2J" in shown and "\\x00" in shown and "\\u202e" in shown and "[red]x[/red]" in shown

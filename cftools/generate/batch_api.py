@@ -16,7 +16,7 @@ import time
 from typing import Any, Callable, Iterable, Optional
 
 from rich.console import Console
-from rich.markup import escape
+from cftools.terminal import escape
 from sqlalchemy import select, update
 
 from cftools.generate.llm_task import Attempts, LLMJob, ParseError

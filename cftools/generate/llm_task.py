@@ -12,8 +12,9 @@ generation_id, attempt)` (creates or updates items). `run_llm_task` does the res
 - every finished request is committed at once (cache entry, generation record, what `write` makes), so a killed
   run loses only what was in flight and the next run does only the jobs the task still selects;
 - a job's first attempt is looked up in the cache in bulk; a cached, parseable reply needs no thread;
-- an unparseable output is kept (raw text + reason) and retried with a new attempt number, which changes the
-  sampling parameters (temperature, seed) and so the cache key.
+- an unparseable output is kept (raw text + reason, in its generation record only: the request cache holds only
+  replies that parsed) and retried with a new attempt number, which changes the sampling parameters (temperature,
+  seed) and so the cache key; a reply past `[llm] max_reply_bytes` is a failed call, never stored.
 """
 
 from __future__ import annotations
@@ -219,7 +220,10 @@ class Writer:
 
     def __call__(self, results: list[JobResult]) -> None:
         with self.store.write() as session:
-            fresh = [(a.key, a.completion) for r in results for a in r.job.attempts if a.fresh and a.completion]
+            # an unparseable reply is stored once, in its generation record (raw output and reason), not also in
+            # the request cache: only replies a run can use are cached
+            fresh = [(a.key, a.completion) for r in results for a in r.job.attempts
+                     if a.fresh and a.completion and not a.parse_error]
             save_completions(session, self.backend.cache_id, self.backend.model, fresh)
             rows = [self.generation_row(r.job, a) for r in results for a in r.job.attempts]
             ids = iter(session.execute(insert(Generation).returning(Generation.id, sort_by_parameter_order=True),

@@ -55,7 +55,7 @@ class RunControls:
 
     def __post_init__(self) -> None:
         self.usage.price = self.price
-        self._lock = threading.Lock()
+        self._settled = threading.Condition()
 
     @property
     def left(self) -> int:
@@ -75,16 +75,21 @@ class RunControls:
         return self.price.cost(self.counter.count(messages), most_out)
 
     def reserve(self, backend: Any, messages: list[Message], params: dict[str, Any]) -> float:
-        """Reserve a call's worst-case cost before it is sent (0 without a budget); raise BudgetReached, and stop
-        dispatching, when it does not fit in what the spending and the calls in flight leave of the budget."""
+        """Reserve a call's worst-case cost before it is sent (0 without a budget). When it does not fit in what
+        the spending and the calls in flight leave of the budget, wait for calls in flight to settle; when none is
+        left and it still does not fit, raise BudgetReached and stop dispatching."""
         if self.max_cost is None or self.price is None:
             return 0.0
         most = self.worst_case(backend, messages, params)
-        with self._lock:
-            if self.stopped or self.spent + self.reserved + most > self.max_cost:
-                self.stopped = True
+        with self._settled:
+            while not self.stopped and self.spent + self.reserved + most > self.max_cost:
+                if self.reserved <= 0:  # nothing in flight will free any of the budget
+                    self.stopped = True
+                    break
+                self._settled.wait()  # a call in flight will settle below its worst case: then it may fit
+            if self.stopped:
                 raise BudgetReached(f"not sent: at most ${most:.6f} would take the spending past --max-cost "
-                                    f"${self.max_cost:.6f} (${self.spent:.6f} spent, ${self.reserved:.6f} in flight)")
+                                    f"${self.max_cost:.6f} (${self.spent:.6f} spent)")
             self.reserved += most
         return most
 
@@ -99,9 +104,10 @@ class RunControls:
             cost = reservation
         else:
             cost = self.price.cost(completion.prompt_tokens, completion.completion_tokens)
-        with self._lock:
+        with self._settled:
             self.reserved -= reservation
             self.spent += cost
+            self._settled.notify_all()
 
     # ------------------------------------------------------------------ hooks of run_llm_task
     def start(self, store: Store, backend: "ControlledBackend", task: Any, jobs: list[Any], attempts: Any,

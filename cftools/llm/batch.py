@@ -11,13 +11,16 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+import httpx
 import openai
 from tenacity import Retrying, retry_if_exception, stop_after_attempt
 
 from cftools.llm.base import Completion, LLMError, Message
 from cftools.llm.openai_backend import SDK_PARAMS, OpenAIBackend, is_retryable
+from cftools.llm.reply_cap import capped_client
 
 ENDPOINT = "/v1/chat/completions"
+BATCH_MAX_REQUESTS = 50_000  # the Batch API's own limit of requests in one batch
 DEFAULT_WINDOW = "24h"
 FINAL_STATUSES = ("completed", "failed", "expired", "cancelled")
 
@@ -81,6 +84,11 @@ class BatchClient:
     def __init__(self, backend: OpenAIBackend) -> None:
         self.backend = backend
         self._client = backend._client  # the backend's SDK client: same endpoint, key and connection limits
+        # a results file holds a batch's every reply: its download is capped per reply times the batch's size
+        # (BATCH_MAX_REQUESTS), and each line is checked against max_reply_bytes as it is read
+        self._files = backend._client.copy(http_client=capped_client(
+            backend.max_reply_bytes * BATCH_MAX_REQUESTS, httpx.Timeout(backend._client.timeout),
+            httpx.Limits(max_connections=4)))
 
     def _call(self, what: str, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         retrying = Retrying(stop=stop_after_attempt(self.backend.request_attempts), wait=self.backend._wait,
@@ -120,7 +128,7 @@ class BatchClient:
         return None
 
     def file_text(self, file_id: str) -> str:
-        return self._call(f"downloading file {file_id}", self._client.files.content, file_id).text
+        return self._call(f"downloading file {file_id}", self._files.files.content, file_id).text
 
     def results(self, state: BatchState) -> BatchResults:
         """The finished batch's output and error files read into completions and errors by request key."""
@@ -132,6 +140,14 @@ class BatchClient:
                 read_result_lines(self.file_text(file_id), state.batch_id, self.backend, results, sent=sent,
                                   seen=seen, file_name=f"{name} file {file_id}")
         return results
+
+
+def sent_key_of(line: str) -> Optional[str]:
+    """The custom_id of a result line too large to parse whole (it comes first in the API's lines)."""
+    import re
+
+    match = re.search(r'"custom_id"\s*:\s*"([^"\\]{1,200})"', line[:4096])
+    return match.group(1) if match else None
 
 
 def sent_keys(input_text: str) -> set[str]:
@@ -168,6 +184,15 @@ def read_result_lines(text: str, batch_id: str, backend: OpenAIBackend, into: Ba
         if not line.strip():
             continue
         where = f"batch {batch_id} {file_name} line {number}"
+        if len(line) > backend.max_reply_bytes:  # one reply past the cap: a failure of its request, not stored
+            key = sent_key_of(line)
+            if key is not None and key not in into.completions:
+                into.errors[key] = f"batch {batch_id}: the reply is larger than max_reply_bytes = " \
+                                   f"{backend.max_reply_bytes}; not stored"
+            else:
+                into.unreadable += 1
+                into.problems.append(f"{where}: a line larger than max_reply_bytes; left out")
+            continue
         try:
             record = json.loads(line)
             key = record["custom_id"]

@@ -52,6 +52,7 @@ class RunControls:
     estimated_keys: set[str] = field(default_factory=set)
     spent: float = 0.0  # what the model calls that came back cost (as they come back, before they are stored)
     reserved: float = 0.0  # the worst-case cost of the calls in flight
+    in_flight: int = 0  # calls holding a reservation
 
     def __post_init__(self) -> None:
         self.usage.price = self.price
@@ -83,7 +84,7 @@ class RunControls:
         most = self.worst_case(backend, messages, params)
         with self._settled:
             while not self.stopped and self.spent + self.reserved + most > self.max_cost:
-                if self.reserved <= 0:  # nothing in flight will free any of the budget
+                if self.in_flight == 0:  # nothing in flight will free any of the budget
                     self.stopped = True
                     break
                 self._settled.wait()  # a call in flight will settle below its worst case: then it may fit
@@ -91,6 +92,7 @@ class RunControls:
                 raise BudgetReached(f"not sent: at most ${most:.6f} would take the spending past --max-cost "
                                     f"${self.max_cost:.6f} (${self.spent:.6f} spent)")
             self.reserved += most
+            self.in_flight += 1
         return most
 
     def settle(self, reservation: float, completion: Optional[Completion]) -> None:
@@ -105,7 +107,9 @@ class RunControls:
         else:
             cost = self.price.cost(completion.prompt_tokens, completion.completion_tokens)
         with self._settled:
-            self.reserved -= reservation
+            self.in_flight -= 1
+            # counted, not compared: sums of float costs need not come back to exactly 0
+            self.reserved = self.reserved - reservation if self.in_flight else 0.0
             self.spent += cost
             self._settled.notify_all()
 

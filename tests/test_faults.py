@@ -55,6 +55,8 @@ def test_a_label_studio_stage_killed_anywhere_finishes_as_a_clean_run(name, labe
 
 @pytest.mark.parametrize("name", list(INJECTED_FAULTS))
 def test_an_injected_fault_is_reported_in_one_line_and_loses_nothing(name, tmp_path):
-    """Damaged pages, a deleted store, a rewritten manifest, a foreign --force target, two evals at once."""
+    """Damaged pages, a deleted store, a rewritten manifest, a foreign --force target, two evals at once; issue
+    39: symlinked MuCR images, repeated MuCR ids, two .old copies one tampered, a rewritten release under eval,
+    repeated batch custom_ids, a 10 MB reply, a hostile config."""
     for seed in range(2):
         assert INJECTED_FAULTS[name](seed, tmp_path / f"trial{seed}")

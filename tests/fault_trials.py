@@ -917,7 +917,7 @@ def _two_old_copies(seed: int, scratch: Path) -> str:
     """A replacing export killed twice left two .old copies, one tampered, and no release: doctor --repair
     restores the intact one whichever is newer, and deletes neither."""
     ws = fresh_workspace(scratch)
-    _drafts_setup(ws, scratch)
+    setup_cli(ws, "ingest", "cvqa", write_cvqa(scratch / "in", 4), "--images", scratch / "in")
     setup_cli(ws, "export", "r", "--version", "1", "--licence", "CC0-1.0", "--include-unverified")
     release = ws / "releases" / "r-1"
     rng = random.Random(f"two-old-copies:{seed}")
@@ -1020,7 +1020,7 @@ def _hostile_config(seed: int, scratch: Path) -> str:
     return text.strip().replace("\n", " ")
 
 
-INJECTED_FAULTS.update({
+ISSUE_39_FAULTS: dict[str, Callable[[int, Path], str]] = {
     "symlinked-mucr-images": _symlinked_mucr_images,
     "repeated-mucr-ids": _repeated_mucr_ids,
     "two-old-copies": _two_old_copies,
@@ -1028,4 +1028,5 @@ INJECTED_FAULTS.update({
     "repeated-batch-ids": _repeated_batch_ids,
     "ten-megabyte-reply": _ten_megabyte_reply,
     "hostile-config": _hostile_config,
-})
+}
+INJECTED_FAULTS.update(ISSUE_39_FAULTS)

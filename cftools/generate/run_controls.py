@@ -53,6 +53,7 @@ class RunControls:
     spent: float = 0.0  # what the model calls that came back cost (as they come back, before they are stored)
     reserved: float = 0.0  # the worst-case cost of the calls in flight
     in_flight: int = 0  # calls holding a reservation
+    refused: bool = False  # a call did not fit in the budget: no more are started (a batch's answers are still served)
 
     def __post_init__(self) -> None:
         self.usage.price = self.price
@@ -65,7 +66,7 @@ class RunControls:
 
     @property
     def exhausted(self) -> bool:
-        return self.max_cost is not None and (self.stopped or max(self.usage.cost, self.spent) >= self.max_cost)
+        return self.max_cost is not None and (self.refused or max(self.usage.cost, self.spent) >= self.max_cost)
 
     # ------------------------------------------------------------------ reservations (--max-cost)
     def worst_case(self, backend: Any, messages: list[Message], params: dict[str, Any]) -> float:
@@ -83,12 +84,12 @@ class RunControls:
             return 0.0
         most = self.worst_case(backend, messages, params)
         with self._settled:
-            while not self.stopped and self.spent + self.reserved + most > self.max_cost:
+            while not self.refused and self.spent + self.reserved + most > self.max_cost:
                 if self.in_flight == 0:  # nothing in flight will free any of the budget
-                    self.stopped = True
+                    self.refused = self.stopped = True
                     break
                 self._settled.wait()  # a call in flight will settle below its worst case: then it may fit
-            if self.stopped:
+            if self.refused:
                 raise BudgetReached(f"not sent: at most ${most:.6f} would take the spending past --max-cost "
                                     f"${self.max_cost:.6f} (${self.spent:.6f} spent)")
             self.reserved += most

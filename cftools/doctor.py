@@ -9,8 +9,9 @@ the one the store recorded at export.
 
 Repairs (only with `repair=True`, each listed): stuck items go back to the status they can be picked up from,
 dead claims are freed, generated image files no row points to removed, dead tasks forgotten (their items back to
-`checked`), stale export temporaries removed (or, for the `.old` folder of a killed replacing export whose release
-is missing, renamed back into place).
+`checked`), stale export temporaries removed; the `.old` copies a killed replacing export left are verified
+against their own manifests: the newest that verifies is renamed back into place when the release is missing, and
+every other one is moved aside (never deleted).
 Missing or changed images and releases that fail to verify are reported, never "fixed": only a person knows
 which copy is right.
 """
@@ -240,9 +241,9 @@ def check_releases(workspace: Workspace, report: DoctorReport, repair: bool) -> 
     cleared: dict[Path, dict[Path, str]] = {}  # target -> what clearing its temporaries did (all at once)
     for tmp in stale:
         target = tmp.parent / tmp.name[1:].split(".pid", 1)[0]
-        holds_only_copy = tmp.name.endswith(".old") and (tmp / "release").is_dir() and not target.exists()
-        message = (f"{tmp} holds the only copy of {target} (an export replacing it was killed)" if holds_only_copy
-                   else f"{tmp} is a half-written export left by a killed run")
+        holds_copy = tmp.name.endswith(".old") and (tmp / "release").is_dir()
+        message = (f"{tmp} holds {'an earlier' if target.exists() else 'the only'} copy of {target} (an export "
+                   "replacing it was killed)" if holds_copy else f"{tmp} is a half-written export left by a killed run")
         finding = report.add("release_temporary", message, path=str(tmp))
         if repair:
             if target not in cleared:

@@ -11,7 +11,9 @@ Endpoints: POST /v1/files (multipart, purpose=batch), GET /v1/files/ID/content, 
 Control, for tests (over HTTP):
 - POST /control/batches {"hold": true|false, "fail_every": N, "expire_after": K, "line_delay": S}: batches wait
   in_progress while held; every Nth line of a batch fails (HTTP 500 in the error file); a batch expires after K
-  lines (the rest go to the error file as `batch_expired`); each line takes S seconds.
+  lines (the rest go to the error file as `batch_expired`); each line takes S seconds. Faults of a results file:
+  {"repeat_every": N} answers every Nth line twice (the repeat later, with another text), {"unknown_ids": K}
+  adds K answers to custom_ids never sent, {"garbage_lines": K} adds K lines that are not JSON.
 - GET /control/batches: {"batches": [...], "lines": requests received in batch files, "files": uploads}.
 - POST /control/reset: also forgets batches and files and restores the batch settings.
 """
@@ -32,7 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from llm_stub import (StubHandler, StubServer, chat_completion, last_user_text, load_reply_function,  # noqa: E402
                       structured_reply, stub_reply)
 
-DEFAULT_SETTINGS = {"hold": False, "fail_every": 0, "expire_after": 0, "line_delay": 0.0}
+DEFAULT_SETTINGS = {"hold": False, "fail_every": 0, "expire_after": 0, "line_delay": 0.0, "repeat_every": 0,
+                    "unknown_ids": 0, "garbage_lines": 0}
 
 
 def default_reply(request: dict, content: str) -> str:
@@ -203,14 +206,25 @@ class BatchServer(StubServer):
                 outputs.append({"id": f"batch_req_{batch['id']}_{n}", "custom_id": line["custom_id"],
                                 "response": {"status_code": 200, "request_id": f"req_{n}",
                                              "body": chat_completion(request, content, text, n)}, "error": None})
+                if settings["repeat_every"] and n % settings["repeat_every"] == 0:
+                    repeat = {**outputs[-1], "id": f"batch_req_{batch['id']}_{n}_again"}
+                    repeat["response"] = {"status_code": 200, "request_id": f"req_{n}_again",
+                                          "body": chat_completion(request, content, "a later, different answer", n)}
+                    outputs.append(repeat)
                 counts = "completed"
             with self.lock:
                 batch["request_counts"][counts] += 1
+        extra = [json.dumps({"id": f"batch_req_unknown_{i}", "custom_id": f"never-sent-{i}",
+                             "response": {"status_code": 200, "request_id": f"req_unknown_{i}",
+                                          "body": chat_completion({"model": "stub"}, "", "an answer to nothing", i)},
+                             "error": None}) for i in range(settings["unknown_ids"])]
+        extra += ["{not json at all" for _ in range(settings["garbage_lines"])]
         with self.lock:
             for name, records in (("output_file_id", outputs), ("error_file_id", errors)):
-                if records:
+                lines_out = [json.dumps(r) for r in records] + (extra if name == "output_file_id" else [])
+                if lines_out:
                     file_id = f"file-{next(self.ids)}"
-                    self.files[file_id] = "".join(json.dumps(r) + "\n" for r in records).encode()
+                    self.files[file_id] = "".join(line + "\n" for line in lines_out).encode()
                     batch[name] = file_id
             if final == "expired":
                 batch["request_counts"]["failed"] += len(lines) - batch["request_counts"]["completed"] \

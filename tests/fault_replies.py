@@ -62,3 +62,8 @@ def mucr_cues(request: dict, text: str) -> str:
     return json.dumps({"cue": cue, "false_cues": ["bench", "hoodie", "park"],
                        "explanation": f"In the first image, {cause.strip()} In the second image, the person is ill. "
                                       f"The causal link is that {cue} caused it."})
+
+
+def ten_megabytes(request: dict, text: str) -> str:
+    """A 10 MB reply (issue 39: past the default [llm] max_reply_bytes, it is a failed call, never stored)."""
+    return "x" * (10 * 1024 * 1024)

@@ -846,3 +846,187 @@ INJECTED_FAULTS: dict[str, Callable[[int, Path], str]] = {
     "foreign-force-target": _foreign_force_target,
     "two-evals-at-once": _two_evals,
 }
+
+
+# ---------------------------------------------------------------- injected faults (issue 39)
+
+
+def mucr_records(n: int, images: bool = True) -> list[dict[str, Any]]:
+    return [{"id": f"m{i}", "caption_0": f"a boy runs in the rain {i}", "caption_1": f"he catches a cold {i}",
+             "cue": "rain", "false_cue": ["sun"], "style": "photograph", "label": "human",
+             "causal_reason": ["rain makes one cold"],
+             **({"image_0": f"img{i}.png", "image_1": f"img{(i + 1) % n}.png"} if images else {})}
+            for i in range(n)]
+
+
+def write_jsonl_records(path: Path, rows: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def count_rows(ws: Path, table: str) -> int:
+    con = sqlite3.connect(store_path(ws))
+    try:
+        return con.execute(f"select count(*) from {table}").fetchone()[0]
+    finally:
+        con.close()
+
+
+def _symlinked_mucr_images(seed: int, scratch: Path) -> str:
+    """A link inside --images (to a file, or a folder on the way) that leaves it: refused, nothing stored."""
+    ws = fresh_workspace(scratch)
+    images, outside = scratch / "images", scratch / "private"
+    write_images(images, 6)
+    write_images(outside, 1)
+    rng = random.Random(f"symlinked-mucr-images:{seed}")
+    rows = mucr_records(6)
+    index = rng.randrange(len(rows))
+    if rng.random() < 0.5:
+        (images / "link.png").symlink_to(outside / "img0.png")
+        rows[index]["image_0"], how = "link.png", "a file link"
+    else:
+        (images / "elsewhere").symlink_to(outside)
+        rows[index]["image_1"], how = "elsewhere/img0.png", "a folder link"
+    source = write_jsonl_records(scratch / "m.jsonl", rows)
+    assert_one_line_error(run_cli_process(ws, "ingest", "mucr", source, "--images", images),
+                          f"line {index + 1}", "outside the --images folder")
+    assert count_rows(ws, "items") == 0 and count_rows(ws, "images") == 0
+    return f"{how} on line {index + 1}"
+
+
+def _repeated_mucr_ids(seed: int, scratch: Path) -> str:
+    ws = fresh_workspace(scratch)
+    rows = mucr_records(6, images=False)
+    rng = random.Random(f"repeated-mucr-ids:{seed}")
+    first, again = sorted(rng.sample(range(len(rows)), 2))
+    rows[again]["id"] = rows[first]["id"]
+    source = write_jsonl_records(scratch / "m.jsonl", rows)
+    assert_one_line_error(run_cli_process(ws, "ingest", "mucr", source), f"line {again + 1}",
+                          f"given twice in this file (first on line {first + 1})")
+    assert count_rows(ws, "items") == 0
+    return f"line {again + 1} repeats line {first + 1}"
+
+
+def dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def _two_old_copies(seed: int, scratch: Path) -> str:
+    """A replacing export killed twice left two .old copies, one tampered, and no release: doctor --repair
+    restores the intact one whichever is newer, and deletes neither."""
+    ws = fresh_workspace(scratch)
+    setup_cli(ws, "ingest", "cvqa", write_cvqa(scratch / "in", 4), "--images", scratch / "in")
+    setup_cli(ws, "export", "r", "--version", "1", "--licence", "CC0-1.0", "--include-unverified")
+    release = ws / "releases" / "r-1"
+    rng = random.Random(f"two-old-copies:{seed}")
+    pid = dead_pid()
+    copies = []
+    for tag in ("a1", "b2"):
+        old = release.parent / f".{release.name}.pid{pid}.{tag}.old"
+        old.mkdir()
+        shutil.copytree(release, old / "release")
+        copies.append(old)
+    tampered_newer = rng.random() < 0.5
+    intact, tampered = (copies[0], copies[1]) if tampered_newer else (copies[1], copies[0])
+    with open(tampered / "release" / "records.jsonl", "a") as fh:
+        fh.write("\n")
+    for old, when in ((intact, 1_000_000), (tampered, 2_000_000 if tampered_newer else 500_000)):
+        os.utime(old / "release", (when, when))
+    shutil.rmtree(release)
+    done = run_cli_process(ws, "doctor", "--repair", "--json", "--offline")
+    changes = json.loads(done.stdout)["changes"]
+    assert f"{intact}: restored as {release}" in changes, changes
+    assert run_cli_process(ws, "verify", release).returncode == 0
+    aside = release.parent / f"{release.name}.unverified-pid{pid}"
+    assert aside.is_dir() and not intact.exists() and not tampered.exists()
+    return "the tampered copy newer" if tampered_newer else "the tampered copy older"
+
+
+def _rewritten_release_under_eval(seed: int, scratch: Path) -> str:
+    """Records and manifest rewritten together: eval refuses it in one line and leaves no run folder."""
+    what = _rewritten_manifest(seed, scratch)
+    ws = scratch / "ws"
+    assert_one_line_error(run_cli_process(ws, "eval", ws / "releases" / "r-1", "--model", "openai:stub", "--quiet"),
+                          "release_manifest_changed", "--no-verify")
+    assert not (ws / "runs").exists() or not any((ws / "runs").iterdir())
+    return what
+
+
+def _repeated_batch_ids(seed: int, scratch: Path) -> str:
+    """A batch results file repeating custom_ids (plus lines for ids never sent, and garbage): the first answer is
+    kept, every odd line is reported by line, nothing is lost."""
+    from loopback import start_server
+
+    ws = fresh_workspace(scratch)
+    setup_cli(ws, "ingest", "table", write_number_table(scratch / "in", 8), "--images", scratch / "in")
+    proc, url = start_server("batch_stub.py", "--port", "0")
+    try:
+        configure_llm(ws, url)
+        config = ws / "cftools.toml"
+        config.write_text(config.read_text().replace("[llm]\n", "[llm]\nbatch_poll_s = 0.05\n", 1))
+        every = random.Random(f"repeated-batch-ids:{seed}").randint(1, 4)
+        import httpx
+
+        httpx.post(url.removesuffix("/v1") + "/control/batches",
+                   json={"repeat_every": every, "unknown_ids": 1, "garbage_lines": 1}, timeout=10).raise_for_status()
+        done = run_ok(cli(ws, "generate", "rewrite", "--group", "numerical-direct", "--no-rederive", "--quiet",
+                          "--batch-api"))
+        said = " ".join(done.stderr.split())
+        assert f"{8 // every} repeated custom_ids, 1 unknown custom_ids, 1 unreadable lines" in said, said
+        con = sqlite3.connect(store_path(ws))
+        try:
+            outputs = [o for (o,) in con.execute("select raw_output from generations")]
+        finally:
+            con.close()
+        assert len(outputs) == 8 and not any("a later, different answer" in o for o in outputs)
+        assert count_rows(ws, "items") == 8
+        return f"every {every} repeated"
+    finally:
+        stop_helpers([proc])
+
+
+def _ten_megabyte_reply(seed: int, scratch: Path) -> str:
+    """A 10 MB reply: a failed call, recorded, stored nowhere (not in the generation row, not in the cache)."""
+    ws = fresh_workspace(scratch)
+    setup_cli(ws, "ingest", "table", write_number_table(scratch / "in", 2), "--images", scratch / "in")
+    stub, url = start_stub(delay=0.0, reply="fault_replies:ten_megabytes")
+    try:
+        configure_llm(ws, url)
+        done = run_cli_process(ws, "generate", "rewrite", "--group", "numerical-direct", "--no-rederive", "--quiet")
+        assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
+        con = sqlite3.connect(store_path(ws))
+        try:
+            rows = con.execute("select error, length(raw_output) from generations").fetchall()
+        finally:
+            con.close()
+        assert len(rows) == 2 and all("max_reply_bytes" in e and n is None for e, n in rows), rows
+        assert count_rows(ws, "llm_cache") == 0 and count_rows(ws, "items") == 0
+        return "refused, recorded, not stored"
+    finally:
+        stop_helpers([stub])
+
+
+HOSTILE_CONFIGS = ("[store]\nurl = [1, 2]\n", "[llm]\nmax_cost = \"a lot\"\n", "[llm]\nconcurrency = {a = 1}\n")
+
+
+def _hostile_config(seed: int, scratch: Path) -> str:
+    """cftools.toml with a value of the wrong type: one line naming it, no traceback (the config schema, issue 39)."""
+    ws = fresh_workspace(scratch)
+    text = HOSTILE_CONFIGS[random.Random(f"hostile-config:{seed}").randrange(len(HOSTILE_CONFIGS))]
+    (ws / "cftools.toml").write_text(text)
+    assert_one_line_error(run_cli_process(ws, "status"), "cftools.toml")
+    return text.strip().replace("\n", " ")
+
+
+ISSUE_39_FAULTS: dict[str, Callable[[int, Path], str]] = {
+    "symlinked-mucr-images": _symlinked_mucr_images,
+    "repeated-mucr-ids": _repeated_mucr_ids,
+    "two-old-copies": _two_old_copies,
+    "rewritten-release-under-eval": _rewritten_release_under_eval,
+    "repeated-batch-ids": _repeated_batch_ids,
+    "ten-megabyte-reply": _ten_megabyte_reply,
+    "hostile-config": _hostile_config,
+}
+INJECTED_FAULTS.update(ISSUE_39_FAULTS)

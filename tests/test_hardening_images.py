@@ -111,3 +111,16 @@ def test_doctor_reports_and_removes_generated_files_no_row_points_to(workspace, 
     with workspace.store.session() as session:
         assert session.execute(select(CachedResponse)).first() is None
     assert re.search("removed", json.loads(out.output)["changes"][0])
+
+
+def test_an_images_reply_past_max_reply_bytes_is_a_failed_candidate_not_retried(images_api, monkeypatch):  # noqa: F811
+    backend = image_backend(images_api, monkeypatch, max_reply_bytes=300)
+    backend.request_attempts = 3
+    try:
+        script(images_api, [])
+        before = len(received(images_api))
+        result = backend.generate_pair(CAUSE, EFFECT, n=1, size="96x64", generator_key="p")[0]
+        assert not result.ok and "larger than max_reply_bytes = 300" in result.reason, result.reason
+        assert len(received(images_api)) - before == 1  # the same request would get the same reply: asked once
+    finally:
+        backend.close()

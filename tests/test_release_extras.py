@@ -251,6 +251,17 @@ def test_vlmevalkit_tsvs_hold_base64_images_and_letters(stocked, tmp_path):
 # ---------------------------------------------------------------- lmms-eval
 
 
+def task_yaml(path: Path) -> dict:
+    """An lmms-eval task YAML read as lmms-eval reads it (`!function NAME` -> ("function", NAME))."""
+    import yaml
+
+    class TaskLoader(yaml.SafeLoader):
+        pass
+
+    TaskLoader.add_constructor("!function", lambda loader, node: ("function", loader.construct_scalar(node)))
+    return yaml.load(path.read_text(encoding="utf-8"), Loader=TaskLoader)
+
+
 def test_lmms_eval_task_folders(stocked, tmp_path):
     workspace, keys = stocked
     result = export(workspace, tmp_path, "lmms-eval")
@@ -259,21 +270,22 @@ def test_lmms_eval_task_folders(stocked, tmp_path):
         t for names in tasks.values() for t in names)
     for kind, names in tasks.items():
         for name in names:
-            yaml_text = (result.path / name / f"{name}.yaml").read_text(encoding="utf-8")
-            assert f"task: {name}\n" in yaml_text and 'tag: "bench"' in yaml_text
-            assert "process_results: !function utils.process_results" in yaml_text
+            task = task_yaml(result.path / name / f"{name}.yaml")
+            assert task["task"] == name and task["tag"] == "bench"
+            assert task["process_results"] == ("function", "utils.process_results")
             docs = [json.loads(line) for line in (result.path / name / "test.jsonl").read_text().splitlines()]
             assert {d["item_id"] for d in docs} == set(keys[kind])
             assert all((result.path / image).is_file() for d in docs for image in d["images"])
-    assert "max_new_tokens: 4\n" in (result.path / "bench_mucr_c2e_e2c" / "bench_mucr_c2e_e2c.yaml").read_text()
-    metrics = (result.path / "bench_cfmm" / "bench_cfmm.yaml").read_text(encoding="utf-8")
-    for name in ("color_acc_plus", "sum_of_types_acc_plus", "color_acc_b", "color_acc_c"):
-        assert f"metric: {name}\n" in metrics
-    mucr = (result.path / "bench_mucr_c2e_e2c" / "bench_mucr_c2e_e2c.yaml").read_text(encoding="utf-8")
-    assert all(f"metric: total_{t}\n" in mucr for t in ("c2e", "e2c")) and "metric: total_cue\n" not in mucr
-    assert "metric: total_cue\n" in (result.path / "bench_mucr_cue" / "bench_mucr_cue.yaml").read_text()
-    cvqa = (result.path / "bench_cvqa" / "bench_cvqa.yaml").read_text(encoding="utf-8")
-    assert "metric: numerical_direct_counterfactual\n" in cvqa and "metric: total_drop\n" in cvqa
+    mucr = task_yaml(result.path / "bench_mucr_c2e_e2c" / "bench_mucr_c2e_e2c.yaml")
+    assert mucr["generation_kwargs"]["max_new_tokens"] == 4
+
+    def metric_names(name: str) -> set[str]:
+        return {m["metric"] for m in task_yaml(result.path / name / f"{name}.yaml")["metric_list"]}
+
+    assert {"color_acc_plus", "sum_of_types_acc_plus", "color_acc_b", "color_acc_c"} <= metric_names("bench_cfmm")
+    assert {"total_c2e", "total_e2c"} <= metric_names("bench_mucr_c2e_e2c")
+    assert "total_cue" not in metric_names("bench_mucr_c2e_e2c") and "total_cue" in metric_names("bench_mucr_cue")
+    assert {"numerical_direct_counterfactual", "total_drop"} <= metric_names("bench_cvqa")
 
 
 def lmms_eval_python(root: Path) -> Path:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import click
-from rich.markup import escape
+from cftools.terminal import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 

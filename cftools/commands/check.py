@@ -6,7 +6,7 @@ import json
 
 import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.markup import escape
+from cftools.terminal import escape
 from rich.table import Table
 
 from cftools.checks import CheckReport, ItemResult, check_scopes, run_checks

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import click
-from rich.markup import escape
+from cftools.terminal import escape
 
 from cftools.commands.common import console, pass_workspace, print_json
 from cftools.doctor import diagnose

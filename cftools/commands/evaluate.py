@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import click
-from rich.markup import escape
+from cftools.terminal import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from cftools.commands.common import console, err_console, get_workspace

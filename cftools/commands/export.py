@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
-from rich.markup import escape
+from cftools.terminal import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from cftools.commands.common import console, err_console, pass_workspace, print_json
@@ -64,6 +64,8 @@ def export_cmd(workspace: Workspace, name: str, version: str, out_dir: Path | No
     console.print(f"Release written to [bold]{result.path}[/]: {result.n_items} items "
                   f"({result.n_verified} verified, {result.n_unverified} unverified), {result.n_images} images; "
                   f"splits {', '.join(f'{k} {v}' for k, v in result.by_split.items()) or '-'}.", soft_wrap=True)
+    for line in result.cleared:
+        console.print(f"[yellow]a killed export's copy: {escape(line)}[/]", soft_wrap=True)
     if result.skipped:
         console.print(f"[yellow]{result.skipped} items do not fit the {fmt} format and were left out of it.[/]")
     if result.n_items == 0:

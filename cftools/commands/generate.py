@@ -16,7 +16,7 @@ def generate_status(as_json: bool) -> None:
     """List the Batch API batches in flight (`generate … --batch-api`): submitted, or finished but not yet stored.
 
     A rerun of the command that submitted a batch collects it; nothing is submitted twice."""
-    from rich.markup import escape
+    from cftools.terminal import escape
     from rich.table import Table
 
     from cftools.commands.common import console, get_workspace, print_json

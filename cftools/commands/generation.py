@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import click
-from rich.markup import escape
+from cftools.terminal import escape
 
 from cftools.commands.common import console, print_json
 from cftools.commands.exit_codes import PARTIAL_FAILURE, document_exit_codes, exit_for_failures

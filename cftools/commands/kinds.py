@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import click
-from rich.markup import escape
+from cftools.terminal import escape
 from rich.table import Table
 
 from cftools.commands.common import console, print_json

@@ -50,11 +50,13 @@ Each kind builds its own questions and metrics (`cftools.kinds`); see its module
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
+import shutil
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 
 from cftools import __version__
@@ -71,7 +73,7 @@ from cftools.evaluate.vlm import SCORES, best_option
 from cftools.evaluate.lock import predictions_lock
 from cftools.release.layout import (MANIFEST_NAME, files_content_sha256, hash_file, load_records,
                                     manifest_content_sha256)
-from cftools.release.verify import verification_failure, verify_release
+from cftools.release.verify import recorded_manifest_change, verification_failure, verify_release
 
 MODES = ("generate", "rank")
 CONFIG_NAME = "config.json"
@@ -196,15 +198,19 @@ def why_new_run(out_dir: Path, config: dict[str, Any]) -> list[str]:
     return notes
 
 
-def release_content(release_dir: Path, verify: bool) -> str:
-    """The release's content SHA-256, after checking every file against the manifest (unless not VERIFY); a release
-    that fails is refused with `cftools verify`'s message."""
+def release_content(release_dir: Path, verify: bool, workspace: Any = None) -> str:
+    """The release's content SHA-256, after checking every file against the manifest and, in a workspace, the
+    manifest against the one its store recorded at export (unless not VERIFY); a release that fails is refused with
+    `cftools verify`'s (or `doctor`'s) message."""
     if not verify:
         return files_content_sha256(release_dir)
     report = verify_release(release_dir)
     if not report.ok:
         raise CftoolsError(f"{verification_failure(report)}; `cftools verify {release_dir}` lists them all, "
                            "--no-verify scores the release as it is")
+    changed = recorded_manifest_change(workspace.store, release_dir) if workspace is not None else None
+    if changed:
+        raise CftoolsError(f"{changed}; --no-verify scores the release as it is")
     return manifest_content_sha256(release_dir)  # the files are as the manifest says: no second hashing
 
 
@@ -299,7 +305,7 @@ def run_eval(release_dir: Path | str, model: str, mode: Optional[str] = None, sc
         raise CftoolsError(f"unknown judge aggregate {judge_aggregate!r}; choose one of {', '.join(JUDGE_AGGREGATES)}")
     options = {k: v for k, v in sorted((options or {}).items()) if v is not None}
     spec = parse_model_spec(model)
-    content = release_content(release_dir, verify)
+    content = release_content(release_dir, verify, workspace)
     records = load_records(release_dir)
     if mode is None:  # the paper's method for the release's kind
         mode = paper_mode(records, spec)
@@ -350,9 +356,11 @@ def run_eval(release_dir: Path | str, model: str, mode: Optional[str] = None, sc
     for note in notes:
         if notify:
             notify(note)
+    created = not out_dir.exists()
     out_dir.mkdir(parents=True, exist_ok=True)
     predictions_path = out_dir / (PREDICTIONS_NAME if shard is None else shard.predictions_name)
-    with predictions_lock(predictions_path):  # one run at a time asks into a predictions file
+    # one run at a time asks into a predictions file; a run refused before it stored anything leaves no folder
+    with removed_unless_stored(out_dir, predictions_path, created), predictions_lock(predictions_path):
         check_config(out_dir, config)
         write_config(out_dir, config)
         if shard is not None:
@@ -401,6 +409,24 @@ def run_eval(release_dir: Path | str, model: str, mode: Optional[str] = None, sc
             return EvalResult(out_dir=out_dir, config=config, summary={}, predictions=predictions, asked=asked,
                               notes=notes)
         return finish_run(out_dir, config, predictions, asked=asked, notes=notes, workspace=workspace)
+
+
+@contextlib.contextmanager
+def removed_unless_stored(out_dir: Path, predictions_path: Path, created: bool) -> Iterator[None]:
+    """On an error, remove OUT_DIR when this run CREATED it and it holds nothing but this run's config and lock
+    (another shard's files, or any prediction, keep it): a refused or failed run leaves no run folder behind."""
+    try:
+        yield
+    except BaseException:
+        if created:
+            from cftools.evaluate.lock import lock_path, owner_path
+
+            ours = {out_dir / CONFIG_NAME, lock_path(predictions_path), owner_path(predictions_path), predictions_path}
+            held = [p for p in out_dir.rglob("*") if not p.is_dir()]
+            stored = predictions_path.is_file() and predictions_path.stat().st_size > 0
+            if not stored and all(p in ours for p in held):
+                shutil.rmtree(out_dir, ignore_errors=True)
+        raise
 
 
 def cached_predictions(out_dir: Path, own: Path) -> dict[tuple[str, str], dict[str, Any]]:

@@ -16,6 +16,7 @@ import time
 from typing import Any, Callable, Iterable, Optional
 
 from rich.console import Console
+from cftools.terminal import escape
 from sqlalchemy import select, update
 
 from cftools.generate.llm_task import Attempts, LLMJob, ParseError
@@ -114,10 +115,27 @@ class BatchRun:
             if key not in self.results.completions:
                 self.results.errors[key] = error
         for key, completion in results.completions.items():
+            if key in self.results.completions:  # an answer already held was paid for first: it stays
+                continue
             self.results.completions[key] = completion
             self.results.errors.pop(key, None)
+        self.report_problems(results)
         self.update(row_id, state, state=FINISHED)
         self.used.append(row_id)
+
+    def report_problems(self, results: BatchResults) -> None:
+        """Say what a batch's result files held besides answers (shown even with --quiet: it may be paid for)."""
+        self.results.problems += results.problems
+        self.results.repeated += results.repeated
+        self.results.unknown += results.unknown
+        self.results.unreadable += results.unreadable
+        if results.problems:
+            self.console.print(f"[yellow]batch results: {results.repeated} repeated custom_ids, {results.unknown} "
+                               f"unknown custom_ids, {results.unreadable} unreadable lines[/]")
+            for problem in results.problems[:20]:
+                self.console.print(f"[yellow]  {escape(problem)}[/]", soft_wrap=True)
+            if len(results.problems) > 20:
+                self.console.print(f"[yellow]  … and {len(results.problems) - 20} more[/]")
 
     def wait(self, row_id: int, batch_id: str) -> BatchState:
         """Poll until the batch is finished, showing its status and window."""

@@ -12,8 +12,9 @@ generation_id, attempt)` (creates or updates items). `run_llm_task` does the res
 - every finished request is committed at once (cache entry, generation record, what `write` makes), so a killed
   run loses only what was in flight and the next run does only the jobs the task still selects;
 - a job's first attempt is looked up in the cache in bulk; a cached, parseable reply needs no thread;
-- an unparseable output is kept (raw text + reason) and retried with a new attempt number, which changes the
-  sampling parameters (temperature, seed) and so the cache key.
+- an unparseable output is kept (raw text + reason, in its generation record only: the request cache holds only
+  replies that parsed) and retried with a new attempt number, which changes the sampling parameters (temperature,
+  seed) and so the cache key; a reply past `[llm] max_reply_bytes` is a failed call, never stored.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from sqlmodel import Session
 
 from cftools.llm import Backend, Completion, LLMError, request_key
 from cftools.llm.base import render_messages
+from cftools.llm.cost import BudgetReached
 from cftools.llm.cache import cached_completion, cached_completions, save_completions
 from cftools.llm.prompts import PromptTemplate
 from cftools.llm.structured import (OutputSchema, ReplyError, backend_mode, schema_provenance,
@@ -197,6 +199,9 @@ class Attempts:
                     attempt.completion = self.backend.complete(job.messages, attempt.params)
                     attempt.fresh = True
                 except LLMError as exc:
+                    if isinstance(exc, BudgetReached):  # never sent: nothing to record, a rerun does it
+                        job.attempts.pop()
+                        return JobResult(job=job, ok=False, not_started=True)
                     attempt.error = str(exc)
                     return JobResult(job=job, ok=False, error=f"{job.label}: {exc}")
             if self.parse_into(attempt, job):
@@ -215,7 +220,10 @@ class Writer:
 
     def __call__(self, results: list[JobResult]) -> None:
         with self.store.write() as session:
-            fresh = [(a.key, a.completion) for r in results for a in r.job.attempts if a.fresh and a.completion]
+            # an unparseable reply is stored once, in its generation record (raw output and reason), not also in
+            # the request cache: only replies a run can use are cached
+            fresh = [(a.key, a.completion) for r in results for a in r.job.attempts
+                     if a.fresh and a.completion and not a.parse_error]
             save_completions(session, self.backend.cache_id, self.backend.model, fresh)
             rows = [self.generation_row(r.job, a) for r in results for a in r.job.attempts]
             ids = iter(session.execute(insert(Generation).returning(Generation.id, sort_by_parameter_order=True),
@@ -231,7 +239,8 @@ class Writer:
                 ok = result.ok and final is not None and bool(final.parsed)
                 if ok:
                     outputs.append(ParsedOutput(job, final.parsed, generation_ids[-1], final.number))
-                finished[ok].append(job_key(job))
+                if not result.not_started:  # a job the budget did not start stays claimed until close() frees it
+                    finished[ok].append(job_key(job))
             if outputs:
                 self.report.items_created += self.task.write_many(self.store, session, outputs)
             if self.claims is not None:

@@ -5,13 +5,18 @@ The command wraps its backend in a `ControlledBackend` (`cftools.commands.genera
 `run_llm_task` of the command finds the controls on it, so each generator gets them without code of its own:
 - `start` before a run: an estimate instead of the run (`--estimate`), or the batches sent and collected
   (`--batch-api`), whose results the backend then hands out instead of calling the model;
-- `gate` on the jobs: no job is dispatched once the spending reached `max_cost` (those in flight finish and are
-  stored);
+- `reserve` before each model call: with `max_cost`, the call's worst-case cost (its prompt tokens and its
+  `max_tokens` at the model's price) is reserved first, and a call whose reservation would take spending plus what
+  is reserved past the budget is never started; the difference is released when the reply comes back. So spending
+  never exceeds the budget by more than the requests in flight could cost at worst (by nothing, when the prompt
+  tokens are counted exactly and the API keeps to `max_tokens`);
+- `gate` on the jobs: no job is dispatched once a call was refused (those in flight finish and are stored);
 - `record` in the writer: tokens and cost of what was stored.
 """
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Optional
 
@@ -19,7 +24,7 @@ from rich.console import Console
 from sqlalchemy import func, select
 
 from cftools.llm.base import DEFAULT_PARAMS, Completion, Message, request_key
-from cftools.llm.cost import Price, TokenCounter, Usage, token_counter
+from cftools.llm.cost import BudgetReached, Price, TokenCounter, Usage, token_counter
 from cftools.llm.runner import JobResult
 from cftools.models import Generation
 from cftools.store import Store
@@ -45,9 +50,14 @@ class RunControls:
     batches: list[Any] = field(default_factory=list)  # this command's BatchRuns
     counter: Optional[TokenCounter] = None
     estimated_keys: set[str] = field(default_factory=set)
+    spent: float = 0.0  # what the model calls that came back cost (as they come back, before they are stored)
+    reserved: float = 0.0  # the worst-case cost of the calls in flight
+    in_flight: int = 0  # calls holding a reservation
+    refused: bool = False  # a call did not fit in the budget: no more are started (a batch's answers are still served)
 
     def __post_init__(self) -> None:
         self.usage.price = self.price
+        self._settled = threading.Condition()
 
     @property
     def left(self) -> int:
@@ -56,7 +66,53 @@ class RunControls:
 
     @property
     def exhausted(self) -> bool:
-        return self.max_cost is not None and self.usage.cost >= self.max_cost
+        return self.max_cost is not None and (self.refused or max(self.usage.cost, self.spent) >= self.max_cost)
+
+    # ------------------------------------------------------------------ reservations (--max-cost)
+    def worst_case(self, backend: Any, messages: list[Message], params: dict[str, Any]) -> float:
+        """The most a call may cost: its prompt tokens and its whole `max_tokens` at the model's price."""
+        if self.counter is None:
+            self.counter = token_counter(backend, self.config)
+        most_out = int(params.get("max_tokens") or DEFAULT_PARAMS["max_tokens"])
+        return self.price.cost(self.counter.count(messages), most_out)
+
+    def reserve(self, backend: Any, messages: list[Message], params: dict[str, Any]) -> float:
+        """Reserve a call's worst-case cost before it is sent (0 without a budget). When it does not fit in what
+        the spending and the calls in flight leave of the budget, wait for calls in flight to settle; when none is
+        left and it still does not fit, raise BudgetReached and stop dispatching."""
+        if self.max_cost is None or self.price is None:
+            return 0.0
+        most = self.worst_case(backend, messages, params)
+        with self._settled:
+            while not self.refused and self.spent + self.reserved + most > self.max_cost:
+                if self.in_flight == 0:  # nothing in flight will free any of the budget
+                    self.refused = self.stopped = True
+                    break
+                self._settled.wait()  # a call in flight will settle below its worst case: then it may fit
+            if self.refused:
+                raise BudgetReached(f"not sent: at most ${most:.6f} would take the spending past --max-cost "
+                                    f"${self.max_cost:.6f} (${self.spent:.6f} spent)")
+            self.reserved += most
+            self.in_flight += 1
+        return most
+
+    def settle(self, reservation: float, completion: Optional[Completion]) -> None:
+        """A call came back (or failed): its reservation is released and what it cost is spent. A reply without
+        token counts is taken at its worst case."""
+        if self.max_cost is None or self.price is None:
+            return
+        if completion is None:
+            cost = 0.0
+        elif completion.prompt_tokens is None or completion.completion_tokens is None:
+            cost = reservation
+        else:
+            cost = self.price.cost(completion.prompt_tokens, completion.completion_tokens)
+        with self._settled:
+            self.in_flight -= 1
+            # counted, not compared: sums of float costs need not come back to exactly 0
+            self.reserved = self.reserved - reservation if self.in_flight else 0.0
+            self.spent += cost
+            self._settled.notify_all()
 
     # ------------------------------------------------------------------ hooks of run_llm_task
     def start(self, store: Store, backend: "ControlledBackend", task: Any, jobs: list[Any], attempts: Any,
@@ -189,7 +245,13 @@ class ControlledBackend:
     def complete(self, messages: list[Message], params: dict[str, Any]) -> Completion:
         if self.serving is not None:
             return self.serving.serve(request_key(self.cache_id, self.model, messages, params))
-        return self.inner.complete(messages, params)
+        reservation = self.controls.reserve(self.inner, messages, params)
+        completion = None
+        try:
+            completion = self.inner.complete(messages, params)
+            return completion
+        finally:
+            self.controls.settle(reservation, completion)
 
     def close(self) -> None:
         self.inner.close()

@@ -64,7 +64,7 @@ __all__ = [
 
 DIFFUSERS_OPTIONS = ("device", "dtype", "consistency", "strength", "attention_slicing", "cpu_offload")
 OPENAI_OPTIONS = ("timeout", "request_attempts", "backoff_initial", "backoff_max", "response_format", "quality",
-                  "max_pixels")
+                  "max_pixels", "max_reply_bytes")
 
 
 def make_image_backend(config: dict[str, Any] | None = None, backend: str | None = None, model: str | None = None,

@@ -29,6 +29,7 @@ from cftools.imagegen.base import (
 from cftools.imagegen.styles import Style, as_style
 from cftools.llm.base import LLMError
 from cftools.llm.openai_backend import DEFAULT_KEY_ENV, OpenAIBackend, is_retryable
+from cftools.llm.reply_cap import DEFAULT_MAX_IMAGES_REPLY_BYTES, too_large
 
 DEFAULT_SIZE = (1024, 1024)
 # The most pixels a reply's image may have ([images] max_pixels): its header is read first, so a 10000x10000 reply
@@ -72,10 +73,11 @@ class OpenAIImageBackend(OpenAIBackend):
                  timeout: float = 120.0, request_attempts: int = 6, backoff_initial: float = 1.0,
                  backoff_max: float = 60.0, sleep: Callable[[float], None] = time.sleep,
                  response_format: str | None = "b64_json", quality: str | None = None,
-                 default_size: str | tuple[int, int] | None = None, max_pixels: int | None = None) -> None:
+                 default_size: str | tuple[int, int] | None = None, max_pixels: int | None = None,
+                 max_reply_bytes: int = DEFAULT_MAX_IMAGES_REPLY_BYTES) -> None:
         super().__init__(model=model, base_url=base_url, api_key_env=api_key_env, timeout=timeout,
                          request_attempts=request_attempts, backoff_initial=backoff_initial,
-                         backoff_max=backoff_max, sleep=sleep, max_connections=8)
+                         backoff_max=backoff_max, sleep=sleep, max_connections=8, max_reply_bytes=max_reply_bytes)
         # gpt-image models always answer in base64 and refuse the parameter; older and compatible ones need it
         self.response_format = response_format
         self.quality = quality
@@ -146,7 +148,8 @@ class OpenAIImageBackend(OpenAIBackend):
         try:
             data = retrying(self._images_once, prompt, n, size)
         except openai.APIError as exc:
-            failure = LLMError(self.describe(exc), retryable=is_retryable(exc))
+            capped = too_large(exc)
+            failure = LLMError(str(capped) if capped else self.describe(exc), retryable=is_retryable(exc))
         except LLMError as exc:  # our own reading of the reply: its message says it all already
             failure = LLMError(self.describe_text(str(exc)))
         except Exception as exc:  # a body the SDK cannot read

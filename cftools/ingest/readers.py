@@ -328,22 +328,43 @@ def image_path_problem(given: str, images_dir: Path | None) -> str | None:
         return f"image path {given!r} leaves the --images folder"
     if images_dir is not None:
         target = images_dir / given
+        real = outside_images(target, images_dir) if os.path.lexists(target) else None
+        if real is not None:  # a link (to a file, or a folder on the way) would store a file from elsewhere
+            return f"image path {given!r} is a link to {real}, outside the --images folder {images_dir}"
         if target.exists() and not target.is_file():
             return f"image path {given!r} is {'a folder' if target.is_dir() else 'not a regular file'}, not an image"
     return None
 
 
-def repeated_id(seen: dict[str, str], row: dict, line: str) -> str | None:
+def repeated_id(seen: dict[str, str], row: dict, line: str, field: str = "id") -> str | None:
     """Why ROW repeats an `id` an earlier record of the same file gave (naming the line), or None. A repeated id
     would silently keep only the first of the two records."""
-    given = row.get("id")
+    given = row.get(field)
     if given is None or not str(given).strip():
         return None
     key = str(given).strip()
     if key in seen:
-        return f"id {key!r} is given twice in this file (first on {seen[key]})"
+        return f"{field} {key!r} is given twice in this file (first on {seen[key]})"
     seen[key] = line
     return None
+
+
+def checked_records(path: Path, required: tuple[str, ...], bad: BadRecords, images_dir: Path | None = None,
+                    image_fields: tuple[str, ...] = (), id_field: str | None = "id") -> Iterator[tuple[str, dict]]:
+    """The records every reader reads: those of `records` whose image paths (IMAGE_FIELDS) stay inside
+    IMAGES_DIR (no '..', no absolute path elsewhere, no link out of it) and whose ID_FIELD no earlier record
+    gave; the others are bad records naming their line (and, for a repeated id, the first one's). Every reader
+    goes through here, so a new one cannot forget either check."""
+    seen: dict[str, str] = {}
+    for line, row in records(path, required, bad):
+        problem = next((p for f in image_fields if row.get(f) is not None and str(row[f]).strip()
+                        for p in [image_path_problem(str(row[f]).strip(), images_dir)] if p), None)
+        if problem is None and id_field is not None:
+            problem = repeated_id(seen, row, line, id_field)
+        if problem:
+            bad.add(InputError(path, problem, line))
+            continue
+        yield line, row
 
 
 def outside_images(file: Path, images_dir: Path) -> Path | None:
@@ -358,13 +379,8 @@ def read_table(path: Path, bad: BadRecords, dataset: str | None = None,
     dataset = dataset or f"table:{path.stem}"
     now = utcnow()
     rows: dict[str, dict] = {}
-    ids: dict[str, str] = {}
-    for line, row in records(path, ("image", "question", "answer"), bad):
+    for line, row in checked_records(path, ("image", "question", "answer"), bad, images_dir, ("image",)):
         image = str(row["image"]).strip()
-        problem = image_path_problem(image, images_dir) or repeated_id(ids, row, line)
-        if problem:
-            bad.add(InputError(path, problem, line))
-            continue
         answer = str(row["answer"]).strip()
         external_id = str(row.get("id") or stable_key(row["image"], row["question"], answer))
         rows.setdefault(external_id, {

@@ -49,7 +49,7 @@ def make_backend(config: dict[str, Any] | None = None, backend: str | None = Non
         if not chosen:
             raise LLMError("the openai backend needs a model: --model NAME or [llm] model")
         options = {k: config[k] for k in ("timeout", "request_attempts", "backoff_initial", "backoff_max",
-                                          "max_connections") if k in config}
+                                          "max_connections", "max_reply_bytes") if k in config}
         from cftools.llm.structured import JSON_SCHEMA, STRUCTURED_MODES
 
         structured = config.get("structured_output") or JSON_SCHEMA

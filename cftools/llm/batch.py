@@ -11,13 +11,16 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+import httpx
 import openai
 from tenacity import Retrying, retry_if_exception, stop_after_attempt
 
 from cftools.llm.base import Completion, LLMError, Message
 from cftools.llm.openai_backend import SDK_PARAMS, OpenAIBackend, is_retryable
+from cftools.llm.reply_cap import capped_client
 
 ENDPOINT = "/v1/chat/completions"
+BATCH_MAX_REQUESTS = 50_000  # the Batch API's own limit of requests in one batch
 DEFAULT_WINDOW = "24h"
 FINAL_STATUSES = ("completed", "failed", "expired", "cancelled")
 
@@ -54,6 +57,12 @@ class BatchResults:
 
     completions: dict[str, Completion] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
+    # What the result files held that is no request's answer, one line each naming the file's line: a custom_id
+    # answered again (the first valid answer is kept), a custom_id the batch never sent, a line that cannot be read.
+    problems: list[str] = field(default_factory=list)
+    repeated: int = 0
+    unknown: int = 0
+    unreadable: int = 0
 
 
 def request_body(model: str, messages: list[Message], params: dict[str, Any]) -> dict[str, Any]:
@@ -75,6 +84,11 @@ class BatchClient:
     def __init__(self, backend: OpenAIBackend) -> None:
         self.backend = backend
         self._client = backend._client  # the backend's SDK client: same endpoint, key and connection limits
+        # a results file holds a batch's every reply: its download is capped per reply times the batch's size
+        # (BATCH_MAX_REQUESTS), and each line is checked against max_reply_bytes as it is read
+        self._files = backend._client.copy(http_client=capped_client(
+            backend.max_reply_bytes * BATCH_MAX_REQUESTS, httpx.Timeout(backend._client.timeout),
+            httpx.Limits(max_connections=4)))
 
     def _call(self, what: str, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         retrying = Retrying(stop=stop_after_attempt(self.backend.request_attempts), wait=self.backend._wait,
@@ -114,15 +128,37 @@ class BatchClient:
         return None
 
     def file_text(self, file_id: str) -> str:
-        return self._call(f"downloading file {file_id}", self._client.files.content, file_id).text
+        return self._call(f"downloading file {file_id}", self._files.files.content, file_id).text
 
     def results(self, state: BatchState) -> BatchResults:
         """The finished batch's output and error files read into completions and errors by request key."""
         results = BatchResults()
-        for file_id in (state.output_file_id, state.error_file_id):
+        sent = sent_keys(self.file_text(state.input_file_id)) if state.input_file_id else None
+        seen: dict[str, str] = {}
+        for file_id, name in ((state.output_file_id, "output"), (state.error_file_id, "error")):
             if file_id:
-                read_result_lines(self.file_text(file_id), state.batch_id, self.backend, results)
+                read_result_lines(self.file_text(file_id), state.batch_id, self.backend, results, sent=sent,
+                                  seen=seen, file_name=f"{name} file {file_id}")
         return results
+
+
+def sent_key_of(line: str) -> Optional[str]:
+    """The custom_id of a result line too large to parse whole (it comes first in the API's lines)."""
+    import re
+
+    match = re.search(r'"custom_id"\s*:\s*"([^"\\]{1,200})"', line[:4096])
+    return match.group(1) if match else None
+
+
+def sent_keys(input_text: str) -> set[str]:
+    """The custom_ids of a batch's input file (the requests it was sent)."""
+    keys = set()
+    for line in input_text.splitlines():
+        try:
+            keys.add(json.loads(line)["custom_id"])
+        except (ValueError, KeyError, TypeError):
+            continue
+    return keys
 
 
 def state_of(batch: Any) -> BatchState:
@@ -134,19 +170,51 @@ def state_of(batch: Any) -> BatchState:
                       expires_at=getattr(batch, "expires_at", None), input_file_id=getattr(batch, "input_file_id", None))
 
 
-def read_result_lines(text: str, batch_id: str, backend: OpenAIBackend, into: BatchResults) -> None:
+def read_result_lines(text: str, batch_id: str, backend: OpenAIBackend, into: BatchResults,
+                      sent: Optional[set[str]] = None, seen: Optional[dict[str, str]] = None,
+                      file_name: str = "results") -> None:
     """Result lines: a chat completion body with status 200, or an error (a request's own, or the batch's, such
-    as `batch_expired`). A line that cannot be read is an error of that request, never a guess."""
+    as `batch_expired`). A line that cannot be read is an error of that request, never a guess. A custom_id given
+    again keeps the first valid answer (a paid answer is never replaced); the repeat, an id the batch never sent
+    (not in SENT) and a line with no readable custom_id are counted and reported by line in INTO.problems."""
     from openai.types.chat import ChatCompletion
 
+    seen = {} if seen is None else seen
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
+            continue
+        where = f"batch {batch_id} {file_name} line {number}"
+        if len(line) > backend.max_reply_bytes:  # one reply past the cap: a failure of its request, not stored
+            key = sent_key_of(line)
+            if key is not None and key not in into.completions:
+                into.errors[key] = f"batch {batch_id}: the reply is larger than max_reply_bytes = " \
+                                   f"{backend.max_reply_bytes}; not stored"
+            else:
+                into.unreadable += 1
+                into.problems.append(f"{where}: a line larger than max_reply_bytes; left out")
             continue
         try:
             record = json.loads(line)
             key = record["custom_id"]
-        except (ValueError, KeyError, TypeError):
-            continue  # no custom_id: nothing can be tied to a request
+            if not isinstance(key, str):
+                raise TypeError("custom_id is not a string")
+        except (ValueError, KeyError, TypeError) as exc:
+            into.unreadable += 1
+            into.problems.append(f"{where}: unreadable ({type(exc).__name__}: {str(exc)[:80]}); no request can "
+                                 "be tied to it")
+            continue
+        if sent is not None and key not in sent:
+            into.unknown += 1
+            into.problems.append(f"{where}: custom_id {key[:40]!r} was not sent in this batch; left out")
+            continue
+        if key in seen:
+            into.repeated += 1
+            kept = "the first valid answer kept" if key in into.completions else "the first valid answer taken"
+            into.problems.append(f"{where}: custom_id {key[:40]!r} repeated (first on {seen[key]}); {kept}")
+            if key in into.completions:
+                continue
+        else:
+            seen[key] = f"{file_name} line {number}"
         response = record.get("response") or {}
         body = response.get("body")
         if response.get("status_code") == 200 and isinstance(body, dict):

@@ -13,11 +13,15 @@ from typing import Any, Callable, Optional
 from sqlalchemy import select
 
 from cftools.errors import WorkspaceError
-from cftools.llm.base import Completion, Message, render_messages
+from cftools.llm.base import Completion, LLMError, Message, render_messages
 from cftools.models import Generation
 
 PRICE_FIELDS = ("input_per_mtok", "output_per_mtok", "batch_discount")
 CHARS_PER_TOKEN = 4  # the usual rule of thumb for English text with BPE tokenizers, used only when no tokenizer is here
+
+
+class BudgetReached(LLMError):
+    """A model call not started: its worst-case cost would take the spending past --max-cost."""
 
 
 @dataclass(frozen=True)

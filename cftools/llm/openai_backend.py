@@ -19,6 +19,7 @@ from tenacity import (RetryCallState, Retrying, retry_if_exception, stop_after_a
 
 from cftools.errors import error_text, scrub_known_secrets
 from cftools.llm.base import Completion, LLMError, Message
+from cftools.llm.reply_cap import DEFAULT_MAX_REPLY_BYTES, capped_client, too_large
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
@@ -55,6 +56,8 @@ def retry_after_seconds(exc: BaseException) -> float | None:
 def is_retryable(exc: BaseException) -> bool:
     if isinstance(exc, LLMError):
         return exc.retryable
+    if too_large(exc) is not None:  # the same request would get the same reply
+        return False
     return isinstance(exc, (openai.RateLimitError, openai.InternalServerError, openai.APIConnectionError))
 
 
@@ -64,7 +67,7 @@ class OpenAIBackend:
     def __init__(self, model: str, base_url: str | None = None, api_key_env: str = DEFAULT_KEY_ENV,
                  timeout: float = 120.0, request_attempts: int = 6, backoff_initial: float = 1.0,
                  backoff_max: float = 60.0, sleep: Callable[[float], None] = time.sleep,
-                 max_connections: int = 128) -> None:
+                 max_connections: int = 128, max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES) -> None:
         self.model = model
         self.base_url = (base_url or DEFAULT_BASE_URL).rstrip("/")
         self._cache_id = f"openai@{_without_userinfo(self.base_url)}"  # asked per request: parsed once
@@ -79,9 +82,9 @@ class OpenAIBackend:
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
         self._sleep = sleep
-        http = httpx.Client(timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
-                            limits=httpx.Limits(max_connections=max_connections,
-                                                max_keepalive_connections=max_connections))
+        self.max_reply_bytes = max_reply_bytes
+        http = capped_client(max_reply_bytes, httpx.Timeout(timeout, connect=min(timeout, 10.0)),
+                             httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections))
         self._client = openai.OpenAI(api_key=key, base_url=self.base_url, max_retries=0, timeout=timeout,
                                      http_client=http)
 
@@ -113,7 +116,8 @@ class OpenAIBackend:
         except LLMError as exc:
             failure = LLMError(self.describe_text(str(exc)), retryable=exc.retryable)
         except openai.APIError as exc:
-            failure = LLMError(self.describe(exc), retryable=is_retryable(exc))
+            capped = too_large(exc)
+            failure = LLMError(str(capped) if capped else self.describe(exc), retryable=is_retryable(exc))
         except Exception as exc:  # a body the SDK cannot read
             failure = LLMError("malformed completion: " + self.describe(exc))
         if failure is not None:

@@ -26,6 +26,7 @@ class JobResult:
     cached: bool = False
     value: Any = None
     error: str | None = None
+    not_started: bool = False  # refused before its model call (a budget): left for a rerun, not a failure
 
 
 @dataclass
@@ -87,7 +88,7 @@ def run_jobs(jobs: Iterable[Any], work: Callable[[Any], JobResult], write: Calla
             write(batch)
             for result in batch:
                 stats.done += result.ok
-                stats.failed += not result.ok
+                stats.failed += not result.ok and not result.not_started
                 stats.cached += result.cached
                 if result.error and len(stats.errors) < 20:
                     stats.errors.append(result.error)

@@ -519,7 +519,10 @@ def missing_people_texts(section: dict[str, Any]) -> list[str]:
 
 def creators(section: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
-    for creator in section.get(CREATORS_KEY) or []:
+    given = section.get(CREATORS_KEY) or []
+    if isinstance(given, (str, dict)):  # `creators = "Eve Smith"` is one creator, not one per letter
+        given = [given]
+    for creator in given:
         if isinstance(creator, dict) and creator.get("name"):
             out.append({"@type": "sc:Person", **{k: str(v) for k, v in creator.items() if k in ("name", "url", "email")}})
         elif isinstance(creator, str) and creator.strip():

@@ -226,10 +226,22 @@ def kind_tables(records: list[dict]) -> list[Any]:
     return tables
 
 
+def card_header(license: str | None, parquet_files: list[str]) -> str:
+    """The card's YAML header (the Hub's dataset-card metadata), written by a YAML library: a licence like
+    `a: b` or a name with quotes stays one string that `datasets` reads back."""
+    import yaml
+
+    header: dict[str, Any] = {"license": license.lower()} if license else {}
+    header["configs"] = [{"config_name": "default", "data_files": [
+        {"split": path.split("/")[-1].split("-00000-of-")[0], "path": path} for path in parquet_files]}]
+    return yaml.safe_dump(header, sort_keys=False, allow_unicode=True, default_flow_style=False)
+
+
 def render_card(context: dict[str, Any]) -> str:
     env = Environment(loader=PackageLoader("cftools.release", "."), keep_trailing_newline=True,
                       undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    return env.get_template("datacard.md.j2").render(**context)
+    header = card_header(context.get("license"), context["parquet_files"])
+    return env.get_template("datacard.md.j2").render(card_header=header, **context)
 
 
 def kind_sections(records: list[dict], provenance: list[dict], context: dict[str, Any]) -> str:

@@ -49,6 +49,7 @@ class ExportResult:
     skipped: int = 0
     manifest_sha256: str = ""
     warnings: list[str] = field(default_factory=list)  # what the exporter should fix (empty RAI texts, ...)
+    cleared: list[str] = field(default_factory=list)  # what clearing a killed export's temporaries did
 
     def as_dict(self) -> dict[str, Any]:
         return {**self.__dict__, "path": str(self.path)}
@@ -135,7 +136,7 @@ def export_release(workspace: Workspace, name: str, version: str, out_dir: Path 
         result.manifest_sha256 = hash_file(folder / MANIFEST_NAME)
         record_release(store, name, version, fmt, target, result)
 
-    atomic_release(target, force, write)
+    result.cleared = atomic_release(target, force, write)
     return result
 
 

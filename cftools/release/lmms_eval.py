@@ -84,23 +84,39 @@ def kind_metrics(kind: Any, questions: Sequence[Any]) -> list[tuple[str, str]]:
 # ---------------------------------------------------------------- files
 
 
+class Function(str):
+    """A value lmms-eval reads as a Python function of the task's utils.py (YAML tag `!function`)."""
+
+
+def _function_representer(dumper: Any, value: Function) -> Any:
+    return dumper.represent_scalar("!function", str(value))
+
+
 def yaml_text(task: str, tag: str, splits: dict[str, str], metrics: Sequence[tuple[str, str]],
               max_new_tokens: int, version: str) -> str:
-    """The task YAML (written by hand: lmms-eval's `!function` tags are not plain YAML)."""
+    """The task YAML, written by PyYAML (lmms-eval's `!function` values are a tag of their own: `Function`)."""
+    import yaml
+
+    class TaskDumper(yaml.SafeDumper):
+        pass
+
+    TaskDumper.add_representer(Function, _function_representer)
     test_split = "test" if "test" in splits else next(iter(splits))
-    lines = [f"task: {task}", f"tag: {json.dumps(tag)}", "dataset_path: json", "dataset_kwargs:", "  data_files:"]
-    lines += [f"    {split}: {json.dumps(path)}" for split, path in splits.items()]
-    lines += [f"test_split: {test_split}", "output_type: generate_until",
-              "doc_to_visual: !function utils.doc_to_visual", "doc_to_text: !function utils.doc_to_text",
-              "doc_to_messages: !function utils.doc_to_messages", "doc_to_target: gold", "generation_kwargs:",
-              f"  max_new_tokens: {max_new_tokens}", "  temperature: 0", "  do_sample: false", "  num_beams: 1",
-              "process_results: !function utils.process_results", "metric_list:"]
-    for group, metric in metrics:
-        name = metric_name(group, metric)
-        lines += [f"  - metric: {name}", f"    aggregation: !function utils.{name}", "    higher_is_better: "
-                  + ("false" if metric.startswith("unknown") or metric == "drop" else "true")]
-    lines += ["metadata:", f"  version: {json.dumps(version)}", "  made_by: cftools export --format lmms-eval"]
-    return "\n".join(lines) + "\n"
+    document = {
+        "task": task, "tag": tag, "dataset_path": "json", "dataset_kwargs": {"data_files": dict(splits)},
+        "test_split": test_split, "output_type": "generate_until",
+        "doc_to_visual": Function("utils.doc_to_visual"), "doc_to_text": Function("utils.doc_to_text"),
+        "doc_to_messages": Function("utils.doc_to_messages"), "doc_to_target": "gold",
+        "generation_kwargs": {"max_new_tokens": max_new_tokens, "temperature": 0, "do_sample": False,
+                              "num_beams": 1},
+        "process_results": Function("utils.process_results"),
+        "metric_list": [{"metric": metric_name(group, metric),
+                         "aggregation": Function(f"utils.{metric_name(group, metric)}"),
+                         "higher_is_better": not (metric.startswith("unknown") or metric == "drop")}
+                        for group, metric in metrics],
+        "metadata": {"version": version, "made_by": "cftools export --format lmms-eval"},
+    }
+    return yaml.dump(document, Dumper=TaskDumper, sort_keys=False, allow_unicode=True, default_flow_style=False)
 
 
 def utils_text(task: str, kind: str, metrics: Sequence[tuple[str, str]]) -> str:

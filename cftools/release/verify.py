@@ -84,3 +84,26 @@ def verification_failure(report: VerifyReport, limit: int = 3) -> str:
     problems = report.problems()
     shown = "; ".join(problems[:limit]) + ("; …" if len(problems) > limit else "")
     return f"{report.release}: {len(problems)} files do not match the manifest" + (f" ({shown})" if limit else "")
+
+
+def recorded_manifest_change(store: Any, release_dir: Path) -> str | None:
+    """Why RELEASE_DIR is not the release the store recorded writing there, or None: its manifest differs from the
+    one recorded at export (`doctor`'s release_manifest_changed; files and manifest rewritten together verify)."""
+    from sqlalchemy import select
+
+    from cftools.models import Release
+
+    folder = Path(release_dir).resolve()
+    with store.session() as session:
+        recorded = session.execute(select(Release.name, Release.version, Release.manifest_sha256)
+                                   .where(Release.path == str(folder))).all()
+    recorded = [row for row in recorded if row.manifest_sha256]
+    if not recorded or not (folder / MANIFEST_NAME).is_file():
+        return None
+    found = hash_file(folder / MANIFEST_NAME)
+    if any(row.manifest_sha256 == found for row in recorded):
+        return None
+    row = recorded[-1]
+    return (f"{release_dir}: its manifest is not the one exported as {row.name} {row.version} (the store recorded "
+            f"SHA-256 {row.manifest_sha256[:12]}…, the file's is {found[:12]}…): its files were rewritten together "
+            "with the manifest (release_manifest_changed)")

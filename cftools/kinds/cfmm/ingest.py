@@ -12,8 +12,7 @@ from typing import Any, Optional
 
 from cftools.errors import InputError
 from cftools.ingest.licences import LicenceChoice
-from cftools.ingest.readers import (BadRecords, IngestReport, finish, image_path_problem, records, repeated_id,
-                                    stable_key)
+from cftools.ingest.readers import BadRecords, IngestReport, checked_records, finish, stable_key
 from cftools.kinds.cfmm.model import TYPES
 from cftools.models import DRAFT, utcnow
 from cftools.store import Store
@@ -30,14 +29,14 @@ def two_options(row: dict[str, Any], field: str) -> Optional[str]:
     return None
 
 
-def record_problem(row: dict[str, Any], images_dir: Optional[Path]) -> Optional[str]:
+def record_problem(row: dict[str, Any]) -> Optional[str]:
     if str(row["type"]).strip() not in TYPES:
         return f"unknown type {row['type']!r}; use one of {', '.join(TYPES)}"
     for field in ("basic_options", "cf_options"):
         problem = two_options(row, field)
         if problem:
             return problem
-    return image_path_problem(str(row["image"]).strip(), images_dir)
+    return None
 
 
 def read_cfmm(path: Path, bad: BadRecords, dataset: Optional[str] = None,
@@ -46,9 +45,8 @@ def read_cfmm(path: Path, bad: BadRecords, dataset: Optional[str] = None,
     now = utcnow()
     sources: dict[str, dict] = {}
     items: dict[str, dict] = {}
-    ids: dict[str, str] = {}
-    for line, row in records(path, REQUIRED, bad):
-        problem = record_problem(row, images_dir) or repeated_id(ids, row, line)
+    for line, row in checked_records(path, REQUIRED, bad, images_dir, ("image",)):
+        problem = record_problem(row)
         if problem:
             bad.add(InputError(path, problem, line))
             continue

@@ -9,7 +9,7 @@ from pathlib import Path
 from cftools.errors import InputError
 from cftools.images import image_ref_path
 from cftools.ingest.licences import LicenceChoice
-from cftools.ingest.readers import BadRecords, IngestReport, finish, image_path_problem, records, stable_key
+from cftools.ingest.readers import BadRecords, IngestReport, checked_records, finish, stable_key
 from cftools.kinds.cvqa.model import COUNT_GROUPS, CSV_COLUMNS, GROUP_ANSWER_TYPE, TYPE_TO_GROUP
 from cftools.models import DRAFT, utcnow
 from cftools.store import Store
@@ -17,21 +17,71 @@ from cftools.store import Store
 # C-VQA-Synthetic's `type` column: six counting types, each its own group (answers are a letter of the choices).
 SYNTHETIC_TYPES = tuple(f"abs_counting_{n}" for n in range(1, 7))
 KNOWN_TYPES = (*TYPE_TO_GROUP, *SYNTHETIC_TYPES)
-NUMBER = re.compile(r"^-?\d+(\.\d+)?$")
+DIGITS = re.compile(r"^\d+$")
+# The question each answer column answers (a multiple-choice answer is a letter of that question's options).
+ANSWERED = {"answer": "query", "new answer": "new query"}
 
 
-def record_problem(row: dict, group: str, images_dir: Path | None) -> str | None:
-    """Why a C-VQA row cannot be ingested: an image path that leaves --images, an unknown type, or an answer that
-    is not a number in a counting group (checked as `ingest table` checks its rows)."""
-    problem = image_path_problem(str(row["img_path"]).strip(), images_dir)
-    if problem:
-        return problem
+def counting_group(group: str) -> bool:
+    """A group whose answers are counts: the numerical C-VQA groups and C-VQA-Synthetic's abs_counting_* types."""
+    return group in COUNT_GROUPS or group in SYNTHETIC_TYPES
+
+
+def number_word_value(text: str) -> str | None:
+    """Digits for an answer written wholly in number words ("zero" -> "0", "twenty-one" -> "21"), else None."""
+    from cftools.answers import NUMBER_JOINERS, NUMBER_WORDS, parse_count
+
+    words = text.lower().replace("-", " ").split()
+    if not words or not all(w in NUMBER_WORDS or w in NUMBER_JOINERS for w in words) or words[0] in NUMBER_JOINERS:
+        return None
+    value = parse_count(text)
+    return None if value is None else str(value)
+
+
+def count_answer(row: dict, column: str, group: str) -> tuple[str | None, str | None]:
+    """(the answer to store, why it cannot be) for a counting group's COLUMN: digits as given, a letter of the
+    question's offered options as given, or number words converted to digits."""
+    from cftools.item_view import options
+
+    given = str(row[column]).strip()
+    offered = options(str(row[ANSWERED[column]]))
+    if offered:
+        if given.upper() in offered:
+            return given, None
+        return None, (f"{column} {row[column]!r} is not one of the options {', '.join(sorted(offered))} "
+                      f"its question offers, as a {group} answer must be")
+    if DIGITS.match(given):
+        return given, None
+    converted = number_word_value(given)
+    if converted is not None:
+        return converted, None
+    return None, f"{column} {row[column]!r} is not a number (digits, or number words), as a {group} answer must be"
+
+
+def converted_answers(row: dict, group: str) -> dict[str, list[str]]:
+    """Counting answers written in number words, converted to digits in place: column -> [as given, as stored]
+    (recorded with the item, so the conversion is never silent)."""
+    converted = {}
+    if counting_group(group):
+        for column in ANSWERED:
+            stored, _ = count_answer(row, column, group)
+            if stored is not None and stored != str(row[column]).strip():
+                converted[column] = [str(row[column]), stored]
+                row[column] = stored
+    return converted
+
+
+def record_problem(row: dict, group: str) -> str | None:
+    """Why a C-VQA row cannot be ingested: an unknown type, or an answer that is not a count in a counting group
+    (digits, number words, or a letter of the options its question offers). The image path is checked by
+    `checked_records`."""
     if row["type"].strip() not in KNOWN_TYPES:
         return f"unknown type {row['type'].strip()!r}; use one of {', '.join(KNOWN_TYPES)}"
-    if group in COUNT_GROUPS:  # C-VQA-Synthetic answers a letter of its choices
-        for column in ("answer", "new answer"):
-            if not NUMBER.match(str(row[column]).strip()):
-                return f"{column} {row[column]!r} is not a number, as a {group} answer must be"
+    if counting_group(group):
+        for column in ANSWERED:
+            _, problem = count_answer(row, column, group)
+            if problem:
+                return problem
     return None
 
 
@@ -43,12 +93,14 @@ def read_cvqa(path: Path, bad: BadRecords, dataset: str | None = None,
     sources: dict[str, dict] = {}
     items: dict[str, dict] = {}
     repeats: dict[str, int] = {}
-    for line, row in records(path, CSV_COLUMNS, bad):
+    # no id column; a row repeated exactly is kept (below)
+    for line, row in checked_records(path, CSV_COLUMNS, bad, images_dir, ("img_path",), id_field=None):
         group = TYPE_TO_GROUP.get(row["type"].strip(), row["type"].strip())
-        problem = record_problem(row, group, images_dir)
+        problem = record_problem(row, group)
         if problem:
             bad.add(InputError(path, problem, line))
             continue
+        converted = converted_answers(row, group)
         source_key = stable_key(row["img_path"], row["query"], row["answer"])
         image_ref = image_ref_path(row["img_path"])  # relative path: same-named files in two folders differ
         sources.setdefault(source_key, {
@@ -65,7 +117,9 @@ def read_cvqa(path: Path, bad: BadRecords, dataset: str | None = None,
         items.setdefault(key, {
             "key": key, "kind": "cvqa", "group": group, "source_external_id": source_key,
             "question": row["new query"], "answer": row["new answer"], "status": DRAFT, "origin": "ingested",
-            "data": {"cvqa_type": row["type"], "line": line}, "created_at": now, "updated_at": now,
+            "data": {"cvqa_type": row["type"], "line": line,
+                     **({"converted_answers": converted} if converted else {})},
+            "created_at": now, "updated_at": now,
         })
     return dataset, list(sources.values()), list(items.values())
 

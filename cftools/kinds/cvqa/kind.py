@@ -47,7 +47,10 @@ class CvqaKind(Kind):
             return "count"
         if item.group == BOOLEAN:
             return "yes/no"
-        return "choice" if options(item.question) else None
+        if options(item.question):
+            return "choice"
+        # a counting type without options (abs_counting_*) still takes a count: the check flags "zero"
+        return "count" if (item.group or "").startswith("abs_counting_") else None
 
     def commands(self) -> dict[str, list]:
         from cftools.kinds.cvqa import commands as cvqa_commands

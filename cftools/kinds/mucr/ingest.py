@@ -13,7 +13,7 @@ from typing import Any, Optional
 
 from cftools.errors import InputError
 from cftools.ingest.licences import LicenceChoice
-from cftools.ingest.readers import BadRecords, IngestReport, finish, records, repeated_id, stable_key
+from cftools.ingest.readers import BadRecords, IngestReport, checked_records, finish, stable_key
 from cftools.kinds.mucr.model import CATEGORIES
 from cftools.models import DRAFT, utcnow
 from cftools.store import Store
@@ -52,9 +52,8 @@ def record_problem(row: dict[str, Any]) -> Optional[str]:
 def read_captions(path: Path, bad: BadRecords, dataset: Optional[str] = None) -> tuple[str, list[dict]]:
     dataset = dataset or f"captions:{path.stem}"
     items: dict[str, dict] = {}
-    ids: dict[str, str] = {}
-    for line, row in records(path, REQUIRED, bad):
-        problem = record_problem(row) or repeated_id(ids, row, line)
+    for line, row in checked_records(path, REQUIRED, bad):
+        problem = record_problem(row)
         if problem:
             bad.add(InputError(path, problem, line))
             continue
@@ -166,13 +165,14 @@ def ingest_mucr(store: Store, path: Path, images_dir: Optional[Path] = None, ski
     bad = BadRecords(skip_bad)
     dataset = dataset or f"mucr:{path.stem}"
     rows = []
-    for line, row in records(path, PUBLISHED_REQUIRED, bad):
+    images = Path(images_dir) if images_dir else None
+    for line, row in checked_records(path, PUBLISHED_REQUIRED, bad, images, ("image_0", "image_1")):
         problem = published_problem(row)
         if problem:
             bad.add(InputError(path, problem, line))
             continue
         rows.append((line, row))
-    read = read_published_images(path, rows, Path(images_dir) if images_dir else None, bad)
+    read = read_published_images(path, rows, images, bad)
     bad_lines = {str(getattr(b, "record", "")) for b in bad.items}
     rows = [(line, row) for line, row in rows if line not in bad_lines]
     if read and rows:

@@ -18,7 +18,7 @@ from cftools.commands.ingest import ingest, json_option
 from cftools.errors import CftoolsError
 from cftools.overview import item_detail, store_counts
 from cftools.resources import copy_overridable
-from cftools.store_health import DAMAGED_HINT, is_damage_error, is_full_error
+from cftools.store_health import DAMAGED_HINT, is_damage_error, is_full_error, is_read_only_error
 from cftools.workspace import Workspace, init_workspace, without_password
 
 
@@ -43,6 +43,9 @@ class CftoolsGroup(click.Group):
                 raise click.ClickException(f"cannot write the store: {' '.join(str(exc.orig).split())} (is its disk "
                                            "full? nothing of the failed step was recorded; free some space and "
                                            "rerun)") from None
+            if is_read_only_error(exc):  # made read-only after the open check (or a read-only file system)
+                raise click.ClickException(f"cannot write the store: it is read-only "
+                                           f"({' '.join(str(exc.orig).split())})") from None
             if not is_damage_error(exc):
                 raise
             # a damaged page the open check did not reach (a store above its size limit): one line all the same

@@ -18,8 +18,8 @@ from sqlmodel import Session
 
 from cftools.resources import packaged_dir
 from cftools.errors import StoreError, error_text
-from cftools.store_health import (DAMAGED_HINT, check_store_health, is_damage_error, parse_db_url, safe_url,
-                                  url_secrets)
+from cftools.store_health import (DAMAGED_HINT, check_store_health, is_damage_error, is_read_only_error, parse_db_url,
+                                  safe_url, url_secrets)
 
 SQLITE_BUSY_TIMEOUT_MS = 120_000
 
@@ -99,6 +99,8 @@ class Store:
         except Exception as exc:  # a broken or foreign database file, a server that cannot be reached
             # the driver's own message (SQLAlchemy's wrapper adds a second line), on one line
             reason = error_text(str(getattr(exc, "orig", None) or exc), url_secrets(self.url))
+            if is_read_only_error(exc):
+                raise StoreError(f"the store at {self.safe_url} is read-only: {reason}") from None
             if is_damage_error(exc):
                 raise StoreError(f"the store at {self.safe_url} is damaged: {reason}; {DAMAGED_HINT}") from None
             raise StoreError(f"cannot open the store at {self.safe_url}: {reason}") from None

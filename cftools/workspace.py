@@ -11,6 +11,7 @@ from typing import Any
 
 import tomlkit
 
+from cftools.config import check_config
 from cftools.errors import WorkspaceError
 from cftools.store import Store
 from cftools.store_health import check_store_exists, parse_db_url, query_password, without_query_password
@@ -51,6 +52,8 @@ class Workspace:
     root: Path
     config: dict[str, Any] = field(default_factory=dict)
     _store: Store | None = field(default=None, repr=False)
+    # What the config check found that is not an error: unknown keys, each with the closest known one.
+    config_warnings: list[str] = field(default_factory=list, repr=False)
     # Only `init` may create the store: an existing workspace whose SQLite file is gone or empty is an error.
     create_store: bool = field(default=False, repr=False)
 
@@ -165,14 +168,29 @@ def _remove_made(root: Path, before: set[Path], made: list[Path]) -> None:
 
 
 def load_workspace(root: Path) -> Workspace:
+    """The workspace at ROOT, its cftools.toml read and checked against the schema (cftools.config): a file that
+    is not TOML or a value of the wrong type is one error line; unknown keys are `config_warnings`."""
     config_path = Path(root) / CONFIG_NAME
+    config = read_config(config_path, root)
+    warnings = check_config(config, str(config_path))
+    return Workspace(root=Path(root).resolve(), config=config, config_warnings=warnings)
+
+
+def read_config(config_path: Path, root: Path) -> dict[str, Any]:
     try:
-        config = tomllib.loads(config_path.read_text(encoding="utf-8"))
+        return tomllib.loads(config_path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise WorkspaceError(f"no cftools workspace at {root} (no {CONFIG_NAME}); run 'cftools init DIR'") from None
     except tomllib.TOMLDecodeError as exc:
-        raise WorkspaceError(f"{config_path}: not valid TOML: {exc}") from None
-    return Workspace(root=Path(root).resolve(), config=config)
+        raise WorkspaceError(f"{config_path}: not valid TOML: {' '.join(str(exc).split())}") from None
+    except RecursionError:  # tomllib parses nested arrays and inline tables recursively
+        raise WorkspaceError(f"{config_path}: not valid TOML: arrays or tables nested too deeply") from None
+    except UnicodeDecodeError as exc:
+        raise WorkspaceError(f"{config_path}: not valid TOML: not UTF-8 text (byte {exc.start})") from None
+    except IsADirectoryError:
+        raise WorkspaceError(f"{config_path} is a folder, not a file") from None
+    except PermissionError:
+        raise WorkspaceError(f"{config_path} cannot be read (permission denied)") from None
 
 
 def find_workspace(explicit: str | os.PathLike | None = None) -> Workspace:

@@ -20,6 +20,8 @@ def get_workspace(ctx: click.Context) -> Workspace:
     workspace = root.meta.get("cftools.workspace")
     if workspace is None:
         workspace = find_workspace(root.params.get("workspace"))
+        for warning in workspace.config_warnings:
+            click.secho(f"Warning: {warning}", fg="yellow", err=True)
         root.meta["cftools.workspace"] = workspace
         root.call_on_close(workspace.close)
     return workspace

@@ -37,14 +37,14 @@ def environment() -> dict[str, str]:
 
 def timed_run() -> float:
     start = time.perf_counter()
-    subprocess.run(command(), check=True, stdout=subprocess.DEVNULL, env=environment())
+    subprocess.run(command(), check=True, stdout=subprocess.DEVNULL, env=environment(), cwd=ROOT)
     return time.perf_counter() - start
 
 
 def heavy_imports() -> list[tuple[str, float]]:
     """(top-level heavy package, cumulative import seconds) that `cftools --help` loaded."""
     result = subprocess.run([sys.executable, "-X", "importtime", *command()[1:]], capture_output=True, text=True,
-                            check=True, env=environment())
+                            check=True, env=environment(), cwd=ROOT)
     found: dict[str, float] = {}
     for line in result.stderr.splitlines():
         if not line.startswith("import time:") or "|" not in line:

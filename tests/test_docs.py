@@ -24,8 +24,9 @@ def commands(command: click.Command, path: tuple[str, ...] = ("cftools",)):
     if not isinstance(command, click.Group) or len(path) == 1:
         yield path, command
     if isinstance(command, click.Group):
-        for name, sub in sorted(command.commands.items()):
-            yield from commands(sub, path + (name,))
+        ctx = click.Context(command)
+        for name in command.list_commands(ctx):  # the lazily imported commands too
+            yield from commands(command.get_command(ctx, name), path + (name,))
 
 
 def long_options(command: click.Command) -> list[str]:

@@ -11,6 +11,7 @@ from rich.console import Console
 
 from cftools.workspace import Workspace, find_workspace
 
+json_option = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False)
 

@@ -26,8 +26,9 @@ demo: install
 	PATH="$(CURDIR)/$(BIN):$$PATH" bash examples/quickstart.sh
 
 # The annotation tests start a real Label Studio server from its own venv (scripts/install-label-studio.sh).
+# --durations=20: every run lists its slowest tests, to keep .ci/run inside its 45 minutes.
 test: install-test
-	LS_BIN="$$(bash scripts/install-label-studio.sh | tail -n 1)" $(BIN)/python -m pytest
+	LS_BIN="$$(bash scripts/install-label-studio.sh | tail -n 1)" $(BIN)/python -m pytest --durations=20
 	$(MAKE) test-lowest
 
 # The lower bounds of pyproject.toml, tested: a separate venv with the lowest allowed versions

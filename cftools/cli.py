@@ -4,25 +4,29 @@ from __future__ import annotations
 
 import errno
 import gc
+import importlib
 import os
+import sys
 from pathlib import Path
+from typing import Callable
 
 import click
 from cftools.terminal import escape
-from sqlalchemy.exc import DatabaseError
 from rich.table import Table
 
 from cftools import __version__
-from cftools.commands.common import console, pass_workspace, print_json
-from cftools.commands.ingest import ingest, json_option
+from cftools.commands.common import console, json_option, pass_workspace, print_json
 from cftools.errors import CftoolsError
-from cftools.overview import item_detail, store_counts
-from cftools.resources import copy_overridable
-from cftools.store_health import DAMAGED_HINT, is_damage_error, is_full_error
 from cftools.workspace import Workspace, init_workspace, without_password
 
 
 OUT_OF_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def database_error(exc: BaseException) -> bool:
+    """EXC is SQLAlchemy's DatabaseError (looked up only once SQLAlchemy is loaded: none can be raised before)."""
+    errors = sys.modules.get("sqlalchemy.exc")
+    return errors is not None and isinstance(exc, errors.DatabaseError)
 
 
 class CftoolsGroup(click.Group):
@@ -38,16 +42,6 @@ class CftoolsGroup(click.Group):
             error = click.ClickException(str(exc))
             error.exit_code = exc.exit_code  # 3 or 4 for failed requests (cftools.commands.exit_codes)
             raise error from None
-        except DatabaseError as exc:
-            if is_full_error(exc):  # the store's own disk filled up: its transaction was rolled back whole
-                raise click.ClickException(f"cannot write the store: {' '.join(str(exc.orig).split())} (is its disk "
-                                           "full? nothing of the failed step was recorded; free some space and "
-                                           "rerun)") from None
-            if not is_damage_error(exc):
-                raise
-            # a damaged page the open check did not reach (a store above its size limit): one line all the same
-            raise click.ClickException(f"the store is damaged: {' '.join(str(exc.orig).split())}; "
-                                       f"{DAMAGED_HINT}") from None
         except OSError as exc:
             if exc.filename is None and exc.errno in OUT_OF_SPACE:
                 # a writer that does not name its file (see cftools.errors.naming_the_file): one line all the same
@@ -56,9 +50,48 @@ class CftoolsGroup(click.Group):
                 raise
             # a read-only or full target folder: one line naming the file; the writer left the store unchanged
             raise click.ClickException(f"cannot write {exc.filename}: {exc.strerror}") from None
+        except Exception as exc:
+            if not database_error(exc):
+                raise
+            from cftools.store_health import DAMAGED_HINT, is_damage_error, is_full_error, is_read_only_error
+
+            if is_full_error(exc):  # the store's own disk filled up: its transaction was rolled back whole
+                raise click.ClickException(f"cannot write the store: {' '.join(str(exc.orig).split())} (is its disk "
+                                           "full? nothing of the failed step was recorded; free some space and "
+                                           "rerun)") from None
+            if is_read_only_error(exc):  # made read-only after the open check (or a read-only file system)
+                raise click.ClickException(f"cannot write the store: it is read-only "
+                                           f"({' '.join(str(exc.orig).split())})") from None
+            if not is_damage_error(exc):
+                raise
+            # a damaged page the open check did not reach (a store above its size limit): one line all the same
+            raise click.ClickException(f"the store is damaged: {' '.join(str(exc.orig).split())}; "
+                                       f"{DAMAGED_HINT}") from None
 
 
-@click.group(cls=CftoolsGroup)
+class LazyGroup(CftoolsGroup):
+    """The stages' commands imported when one is used (LAZY_COMMANDS, below), not to list them."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *LAZY_COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in LAZY_COMMANDS:
+            return lazy_command(cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The list of commands, without importing the lazy ones (their line is LAZY_COMMANDS')."""
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max(len(name) for name in names)
+        listed = {name: click.Command(name, help=LAZY_COMMANDS[name][1]) if name in LAZY_COMMANDS
+                  else self.commands[name] for name in names}  # a stand-in carries a lazy command's line
+        rows = [(name, command.get_short_help_str(limit)) for name, command in listed.items()]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup)
 @click.version_option(__version__, prog_name="cftools")
 @click.option("-w", "--workspace", type=click.Path(file_okay=False, path_type=Path),
               help="Workspace folder (default: $CFTOOLS_WORKSPACE, then the current folder).")
@@ -84,6 +117,8 @@ def init(directory: Path, db_url: str | None, password_env: str | None, with_pro
     """Create a workspace in DIRECTORY: cftools.toml and the item store."""
     workspace = init_workspace(directory, db_url, password_env)
     if with_prompts:
+        from cftools.resources import copy_overridable
+
         copied = copy_overridable(workspace.root)
         console.print(f"{len(copied)} prompt and label-config files copied into {workspace.root} (prompts/, annotation/)")
     console.print(f"Workspace ready at [bold]{workspace.root}[/] (store: {workspace.store.safe_url}, "
@@ -112,6 +147,7 @@ def _count_table(title: str, counts: dict[str, int]) -> Table:
 def status(workspace: Workspace, kind: str | None, cost: bool, as_json: bool) -> None:
     """Counts of items by source, group and status."""
     from cftools.kinds import get_kind
+    from cftools.overview import store_counts
 
     if cost:
         print_cost(workspace, as_json)
@@ -166,6 +202,8 @@ def print_cost(workspace: Workspace, as_json: bool) -> None:
 @pass_workspace
 def show(workspace: Workspace, item_id: int, as_json: bool) -> None:
     """Show one item with its source question, image, flags and history."""
+    from cftools.overview import item_detail
+
     detail = item_detail(workspace.store, item_id)
     if detail is None:
         raise click.ClickException(f"no item with id {item_id}")
@@ -204,28 +242,82 @@ def show(workspace: Workspace, item_id: int, as_json: bool) -> None:
     console.print(table)
 
 
-# The later stages' commands live in cftools.commands.<area>, registered here.
-from cftools.commands.export import export_cmd, ingest_release_cmd, verify_cmd  # noqa: E402
-main.add_command(export_cmd)
-main.add_command(verify_cmd)
-main.add_command(ingest)
-ingest.add_command(ingest_release_cmd)
-from cftools.commands.generate import generate  # noqa: E402
-main.add_command(generate)
-from cftools.commands.kinds import add_kind_commands, add_kind_options, kinds_cmd
-main.add_command(kinds_cmd)
-add_kind_commands({"ingest": ingest, "generate": generate})
-from cftools.commands.check import check  # noqa: E402
-main.add_command(check)
-from cftools.commands.evaluate import eval_group  # noqa: E402
-main.add_command(eval_group)
-from cftools.commands.annotate import annotate  # noqa: E402
-main.add_command(annotate)
-from cftools.commands.doctor import doctor_cmd  # noqa: E402
-main.add_command(doctor_cmd)
-from cftools.commands.flags import flags_group  # noqa: E402
-main.add_command(flags_group)
-add_kind_options({"export": export_cmd, "eval": eval_group.commands["run"]})
+# The later stages' commands live in cftools.commands.<area> and are imported when one of them runs (or its help
+# is asked for): `cftools --help` and the commands above do not pay for the stages' libraries (SQLAlchemy models,
+# numpy, HTTP clients, the kinds), see bench/bench_startup.py. What `cftools --help` lists for each is below;
+# tests/test_cli.py checks it is the command's own first help line.
+def _ingest() -> click.Command:
+    from cftools.commands.export import ingest_release_cmd
+    from cftools.commands.ingest import ingest
+    from cftools.commands.kinds import add_kind_commands
+
+    ingest.add_command(ingest_release_cmd)
+    add_kind_commands({"ingest": ingest})
+    return ingest
+
+
+def _generate() -> click.Command:
+    from cftools.commands.generate import generate
+    from cftools.commands.kinds import add_kind_commands
+
+    add_kind_commands({"generate": generate})
+    return generate
+
+
+def _export() -> click.Command:
+    from cftools.commands.export import export_cmd
+    from cftools.commands.kinds import add_kind_options
+
+    add_kind_options({"export": export_cmd})
+    return export_cmd
+
+
+def _eval() -> click.Command:
+    from cftools.commands.evaluate import eval_group
+    from cftools.commands.kinds import add_kind_options
+
+    add_kind_options({"eval": eval_group.commands["run"]})
+    return eval_group
+
+
+def _attribute(module: str, name: str) -> Callable[[], click.Command]:
+    return lambda: getattr(importlib.import_module(module), name)
+
+
+LAZY_COMMANDS: dict[str, tuple[Callable[[], click.Command], str]] = {
+    "annotate": (_attribute("cftools.commands.annotate", "annotate"),
+                 "Verify items in Label Studio: two annotators per item, then adjudication of disagreements."),
+    "check": (_attribute("cftools.commands.check", "check"),
+              "Run the automatic checks on draft items; clean items move to 'checked'."),
+    "doctor": (_attribute("cftools.commands.doctor", "doctor_cmd"),
+               "Check a workspace: store integrity (naming damaged pages), missing or changed image files, generated "
+               "image files no row points to, items stuck in an intermediate state, work claims of dead workers, "
+               "tasks the store believes pushed but the server lacks (when Label Studio is configured), releases of "
+               "any format that no longer verify or whose manifest is not the one exported."),
+    "eval": (_eval, "Score a model on a release: `cftools eval RELEASE --model SPEC [options]`."),
+    "export": (_export, "Export the accepted items as the release NAME-VERSION (a verifiable, byte-reproducible "
+                        "folder)."),
+    "flags": (_attribute("cftools.commands.flags", "flags_group"),
+              "List check flags, and waive one a person has looked at (recorded with who and when in the item's "
+              "history; a waived flag no longer blocks the item: the next `cftools check` moves it on)."),
+    "generate": (_generate, "Generate counterfactual items with an LLM (the embedded offline model by default) or an "
+                            "image model."),
+    "ingest": (_ingest, "Read source questions, images and existing items into the store."),
+    "kinds": (_attribute("cftools.commands.kinds", "kinds_cmd"),
+              "List the registered kinds with their generators, checks, task configs, export formats and metrics."),
+    "verify": (_attribute("cftools.commands.export", "verify_cmd"),
+               "Re-hash every file of RELEASE against its manifest, and check croissant.json (the SHA-256s it lists; "
+               "mlcroissant reads it, when installed); exit 1 naming each changed, missing or extra file."),
+}
+_loaded: dict[str, click.Command] = {}
+
+
+def lazy_command(name: str) -> click.Command:
+    """The command NAME of LAZY_COMMANDS, imported and wired to the kinds once."""
+    if name not in _loaded:
+        _loaded[name] = LAZY_COMMANDS[name][0]()
+    return _loaded[name]
+
 
 
 

@@ -4,12 +4,8 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, event, insert
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import NoSuchModuleError
@@ -17,9 +13,12 @@ from sqlalchemy.pool import NullPool
 from sqlmodel import Session
 
 from cftools.resources import packaged_dir
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 from cftools.errors import StoreError, error_text
-from cftools.store_health import (DAMAGED_HINT, check_store_health, is_damage_error, parse_db_url, safe_url,
-                                  url_secrets)
+from cftools.store_health import (DAMAGED_HINT, check_store_health, is_damage_error, is_read_only_error, parse_db_url,
+                                  safe_url, url_secrets)
 
 SQLITE_BUSY_TIMEOUT_MS = 120_000
 
@@ -59,7 +58,11 @@ def make_engine(url: str) -> Engine:
                          f"({' '.join(str(exc).split())}); for PostgreSQL: pip install 'cftools[postgres]'") from None
 
 
+# alembic is imported where the migrations run, not with this module: every command imports the store, and
+# alembic is a good part of what `cftools --help` would otherwise load (bench/bench_startup.py).
 def alembic_config(engine: Engine) -> Config:
+    from alembic.config import Config
+
     cfg = Config()
     cfg.set_main_option("script_location", str(packaged_dir("db")))
     cfg.attributes["engine"] = engine
@@ -67,15 +70,21 @@ def alembic_config(engine: Engine) -> Config:
 
 
 def head_revision(engine: Engine) -> str:
+    from alembic.script import ScriptDirectory
+
     return ScriptDirectory.from_config(alembic_config(engine)).get_current_head()
 
 
 def current_revision(engine: Engine) -> str | None:
+    from alembic.runtime.migration import MigrationContext
+
     with engine.connect() as conn:
         return MigrationContext.configure(conn).get_current_revision()
 
 
 def upgrade(engine: Engine, revision: str = "head") -> None:
+    from alembic import command
+
     command.upgrade(alembic_config(engine), revision)
 
 
@@ -99,6 +108,8 @@ class Store:
         except Exception as exc:  # a broken or foreign database file, a server that cannot be reached
             # the driver's own message (SQLAlchemy's wrapper adds a second line), on one line
             reason = error_text(str(getattr(exc, "orig", None) or exc), url_secrets(self.url))
+            if is_read_only_error(exc):
+                raise StoreError(f"the store at {self.safe_url} is read-only: {reason}") from None
             if is_damage_error(exc):
                 raise StoreError(f"the store at {self.safe_url} is damaged: {reason}; {DAMAGED_HINT}") from None
             raise StoreError(f"cannot open the store at {self.safe_url}: {reason}") from None

@@ -4,12 +4,15 @@
   QUICK_CHECK_MAX_BYTES; a larger one is checked by `cftools doctor`, which runs the full `integrity_check`): a
   file with damaged pages is refused in one line by every command instead of read as if it were fine.
 - A SQLite file of an existing workspace that is gone or empty is refused, not silently recreated empty.
+- A SQLite file (or its folder) that cannot be written is named read-only, not taken for a damaged one (SQLite
+  reports both from its checks).
 - A URL is parsed once, with one line for a malformed one or a driver that is not installed; its password, in
   the user part or in the query string (`?password=`), is never shown nor written.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from pathlib import Path
 
@@ -82,8 +85,32 @@ def check_store_exists(url: str) -> None:
                          "an empty store")
 
 
+def check_store_writable(path: Path) -> None:
+    """Refuse, naming it read-only, a SQLite store whose file or folder cannot be written: every command records
+    what it did, and SQLite keeps its journal (or WAL) files in the folder beside the store."""
+    if not path.is_file():
+        return
+    folder = path.parent
+    if not os.access(path, os.W_OK):
+        raise StoreError(read_only_message(path, f"the file {path} cannot be written"))
+    if not os.access(folder, os.W_OK):
+        raise StoreError(read_only_message(path, f"its folder {folder} cannot be written"))
+
+
+def read_only_message(path: Path, why: str) -> str:
+    return (f"the store {path} is read-only ({why}; SQLite writes its journal beside the store); make it writable, "
+            "or copy the workspace to a folder you can write")
+
+
+def is_read_only_error(exc: BaseException) -> bool:
+    """A driver error that means the store cannot be written (a read-only file, folder or file system)."""
+    text = str(getattr(exc, "orig", exc)).lower()
+    return "readonly database" in text or "read-only file system" in text
+
+
 def sqlite_damage(path: Path, full: bool = False) -> list[str]:
-    """SQLite's own verdict on the file at PATH (`quick_check`, or with FULL `integrity_check`): [] when fine."""
+    """SQLite's own verdict on the file at PATH (`quick_check`, or with FULL `integrity_check`): [] when fine.
+    A file that cannot be written raises StoreError naming it read-only (SQLite's check fails on it too)."""
     pragma = "integrity_check" if full else "quick_check"
     conn = None
     try:
@@ -92,6 +119,8 @@ def sqlite_damage(path: Path, full: bool = False) -> list[str]:
     except sqlite3.OperationalError as exc:
         if "locked" in str(exc) or "busy" in str(exc):
             return []  # another process holds the file a long while: not damage (the command itself will wait)
+        if is_read_only_error(exc):
+            raise StoreError(read_only_message(path, f"SQLite says: {exc}")) from None
         return [str(exc)]
     except sqlite3.DatabaseError as exc:  # not a database at all, or its first page is gone
         return [str(exc)]
@@ -104,7 +133,10 @@ def sqlite_damage(path: Path, full: bool = False) -> list[str]:
 def check_store_health(url: str) -> None:
     """Refuse, in one line, a SQLite store whose pages are damaged (before a command reads wrong data or crashes)."""
     path = sqlite_file(url)
-    if path is None or not path.is_file() or path.stat().st_size > QUICK_CHECK_MAX_BYTES:
+    if path is None or not path.is_file():
+        return
+    check_store_writable(path)
+    if path.stat().st_size > QUICK_CHECK_MAX_BYTES:
         return
     problems = sqlite_damage(path)
     if problems:

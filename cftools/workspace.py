@@ -7,13 +7,14 @@ import tomllib
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
-
-import tomlkit
+from typing import TYPE_CHECKING, Any
 
 from cftools.errors import WorkspaceError
-from cftools.store import Store
-from cftools.store_health import check_store_exists, parse_db_url, query_password, without_query_password
+
+# The store (SQLAlchemy), the config schema (pydantic) and tomlkit are imported where they are used: every command
+# imports this module, `cftools --help` included, and needs none of them (bench/bench_startup.py).
+if TYPE_CHECKING:
+    from cftools.store import Store
 
 CONFIG_NAME = "cftools.toml"
 CONFIG_TEMPLATE = "cftools.toml.j2"  # plain TOML since values are set with tomlkit (the name is kept)
@@ -26,6 +27,8 @@ DEFAULT_PASSWORD_ENV = "PGPASSWORD"
 
 def with_password(url: str, password_env: str) -> str:
     """URL with the password from $PASSWORD_ENV added, when it has none and the variable is set."""
+    from cftools.store_health import parse_db_url, query_password
+
     password = os.environ.get(password_env)
     parsed = parse_db_url(url)
     if not password or parsed.password is not None or parsed.get_backend_name() == "sqlite" \
@@ -37,6 +40,8 @@ def with_password(url: str, password_env: str) -> str:
 def without_password(url: str) -> tuple[str, str | None]:
     """(URL without its password, the password) — the password must not reach cftools.toml, whether it is in the
     user part or in the query string (`?password=`)."""
+    from cftools.store_health import parse_db_url, query_password, without_query_password
+
     parsed = parse_db_url(url)
     password = parsed.password if parsed.password is not None else query_password(parsed)
     if password is None:
@@ -51,6 +56,8 @@ class Workspace:
     root: Path
     config: dict[str, Any] = field(default_factory=dict)
     _store: Store | None = field(default=None, repr=False)
+    # What the config check found that is not an error: unknown keys, each with the closest known one.
+    config_warnings: list[str] = field(default_factory=list, repr=False)
     # Only `init` may create the store: an existing workspace whose SQLite file is gone or empty is an error.
     create_store: bool = field(default=False, repr=False)
 
@@ -71,6 +78,9 @@ class Workspace:
     @property
     def store(self) -> Store:
         if self._store is None:
+            from cftools.store import Store
+            from cftools.store_health import check_store_exists
+
             if not self.create_store:
                 check_store_exists(self.db_url)
             self._store = Store(self.db_url)
@@ -92,6 +102,8 @@ def render_config(db_url: str | None, password_env: str | None = None) -> str:
     """The commented default cftools.toml with the store URL (its password left out) and the password variable
     set. tomlkit writes the values (quoting and escaping them) and keeps the template's comments; a URL pasted into
     the text could break the file."""
+    import tomlkit
+
     template = resources.files("cftools").joinpath("templates", CONFIG_TEMPLATE).read_text(encoding="utf-8")
     config = tomlkit.parse(template)
     if db_url:
@@ -134,6 +146,8 @@ def init_workspace(root: Path, db_url: str | None = None, password_env: str | No
 def open_store(workspace: Workspace, url_with_password: str | None) -> None:
     """Create and migrate the store (with the password given on the command line, this once, when there is one)."""
     if url_with_password:
+        from cftools.store import Store
+
         workspace._store = Store(url_with_password)
     try:
         workspace.store  # noqa: B018  (creates and migrates the database)
@@ -165,14 +179,31 @@ def _remove_made(root: Path, before: set[Path], made: list[Path]) -> None:
 
 
 def load_workspace(root: Path) -> Workspace:
+    """The workspace at ROOT, its cftools.toml read and checked against the schema (cftools.config): a file that
+    is not TOML or a value of the wrong type is one error line; unknown keys are `config_warnings`."""
+    from cftools.config import check_config
+
     config_path = Path(root) / CONFIG_NAME
+    config = read_config(config_path, root)
+    warnings = check_config(config, str(config_path))
+    return Workspace(root=Path(root).resolve(), config=config, config_warnings=warnings)
+
+
+def read_config(config_path: Path, root: Path) -> dict[str, Any]:
     try:
-        config = tomllib.loads(config_path.read_text(encoding="utf-8"))
+        return tomllib.loads(config_path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise WorkspaceError(f"no cftools workspace at {root} (no {CONFIG_NAME}); run 'cftools init DIR'") from None
     except tomllib.TOMLDecodeError as exc:
-        raise WorkspaceError(f"{config_path}: not valid TOML: {exc}") from None
-    return Workspace(root=Path(root).resolve(), config=config)
+        raise WorkspaceError(f"{config_path}: not valid TOML: {' '.join(str(exc).split())}") from None
+    except RecursionError:  # tomllib parses nested arrays and inline tables recursively
+        raise WorkspaceError(f"{config_path}: not valid TOML: arrays or tables nested too deeply") from None
+    except UnicodeDecodeError as exc:
+        raise WorkspaceError(f"{config_path}: not valid TOML: not UTF-8 text (byte {exc.start})") from None
+    except IsADirectoryError:
+        raise WorkspaceError(f"{config_path} is a folder, not a file") from None
+    except PermissionError:
+        raise WorkspaceError(f"{config_path} cannot be read (permission denied)") from None
 
 
 def find_workspace(explicit: str | os.PathLike | None = None) -> Workspace:

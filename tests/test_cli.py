@@ -6,7 +6,10 @@ from cftools.models import Item, utcnow
 
 
 def all_commands(group: click.Group, prefix=()):
-    for name, command in group.commands.items():
+    """Every command below GROUP, the lazily imported ones included (list_commands/get_command, not .commands)."""
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
         yield prefix + (name,), command
         if isinstance(command, click.Group):
             yield from all_commands(command, prefix + (name,))
@@ -88,3 +91,27 @@ def test_eval_help_shows_the_run_options(run_cli):
     for option in ("--model", "--mode", "--score", "--batch-size", "--out", "--template", "--judge"):
         assert option in output
     assert "compare" in output
+
+
+def test_cftools_help_lists_each_lazy_command_with_its_own_help_line():
+    """`cftools --help` shows the stages' commands without importing them (cftools.cli.LAZY_COMMANDS): each line
+    must be the command's own."""
+    from cftools.cli import LAZY_COMMANDS, lazy_command
+
+    for name, (_, short_help) in LAZY_COMMANDS.items():
+        assert lazy_command(name).get_short_help_str(10**6) == short_help, name
+
+
+def test_cftools_help_imports_no_stage_library():
+    """Issue 39: `cftools --help` starts fast because it loads neither the store's libraries nor numpy, the HTTP
+    clients, the model libraries or the kinds (bench/bench_startup.py measures the time)."""
+    import subprocess
+    import sys
+
+    probe = ("import sys; from cftools.cli import main\n"
+             "try:\n    main(['--help'], prog_name='cftools')\nexcept SystemExit:\n    pass\n"
+             "heavy = ('sqlalchemy', 'sqlmodel', 'alembic', 'numpy', 'torch', 'transformers', 'httpx', 'openai', "
+             "'PIL', 'pandas', 'label_studio_sdk', 'pydantic', 'cftools.kinds')\n"
+             "print(sorted(m for m in heavy if m in sys.modules), file=sys.stderr)")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert result.stderr.strip().splitlines()[-1] == "[]", result.stderr

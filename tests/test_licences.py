@@ -167,9 +167,9 @@ def test_a_store_from_before_licences_is_upgraded_and_its_sources_are_unknown(tm
 
 def test_every_ingest_command_takes_a_licence():
     """The kinds' own ingests (cvqa, captions, cfmm, ...) record a licence like the shared ones."""
-    from cftools.cli import main
+    from cftools.cli import lazy_command
 
-    ingest = main.commands["ingest"]
+    ingest = lazy_command("ingest")
     missing = [name for name, command in ingest.commands.items()
                if "--licence" not in {opt for param in command.params for opt in getattr(param, "opts", [])}]
     assert missing == []

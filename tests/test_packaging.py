@@ -63,3 +63,18 @@ def test_no_declared_dependency_is_never_imported():
         imported = re.search(rf"^\s*(?:import|from) {re.escape(module.get(name, name).replace('-', '_'))}\b",
                              SOURCE, re.MULTILINE)
         assert imported or name in indirect, f"{name} is declared but never imported"
+
+
+def test_every_folder_that_ships_is_a_declared_package():
+    """setuptools warns at `pip install` about a folder it can import but was not told of ('Package would be
+    ignored'): the data folders (prompts/rewrite, annotation/cfmm, db/versions, cftools/templates) count too."""
+    setup = PYPROJECT["tool"]["setuptools"]
+    roots = {"cftools": ROOT / "cftools", **{name: ROOT / folder for name, folder in setup["package-dir"].items()}}
+    found = set()
+    for name, folder in roots.items():
+        found.add(name)
+        for sub in folder.rglob("*"):
+            if sub.is_dir() and "__pycache__" not in sub.parts and any(f.is_file() for f in sub.iterdir()):
+                found.add(".".join([name, *sub.relative_to(folder).parts]))
+    assert found == set(setup["packages"]), (f"not declared: {sorted(found - set(setup['packages']))}; "
+                                             f"declared but absent: {sorted(set(setup['packages']) - found)}")

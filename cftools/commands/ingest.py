@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from cftools.commands.common import console, pass_workspace, print_json
+from cftools.commands.common import console, json_option, pass_workspace, print_json
 from cftools.ingest.licences import licence_choice
 from cftools.ingest.readers import IngestReport, ingest_table, ingest_vqav2
 from cftools.workspace import Workspace
@@ -40,7 +40,6 @@ report_option = click.option("--report", type=click.Path(dir_okay=False, path_ty
                              help="Where --skip-bad lists the skipped records (default: WORKSPACE/reports/).")
 images_option = click.option("--images", "images_dir", type=click.Path(file_okay=False, path_type=Path),
                              help="Folder of the images; without it records are kept as missing an image.")
-json_option = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 licence_option = click.option(
     "--licence", "licence", metavar="LICENCE",
     help="The source's licence, e.g. CC-BY-4.0 (default: [sources] in cftools.toml, else what the store has for "

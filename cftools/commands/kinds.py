@@ -11,10 +11,10 @@ from cftools.kinds import all_kinds
 
 
 def add_kind_commands(groups: dict[str, click.Group]) -> None:
-    """Add every registered kind's commands to their parent groups (ingest, generate)."""
+    """Add every registered kind's commands to those of their parent groups (ingest, generate) given."""
     for kind in all_kinds().values():
         for parent, commands in kind.commands().items():
-            for command in commands:
+            for command in commands if parent in groups else ():
                 groups[parent].add_command(command)
 
 

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequence
 
-import numpy as np
+if TYPE_CHECKING:  # numpy is imported where it is used, not at `cftools --help`
+    import numpy as np
+
 
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 0
@@ -38,6 +40,8 @@ def bootstrap_ci(values: Sequence[float], statistic: Callable[[np.ndarray], np.n
                  resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED,
                  confidence: float = CONFIDENCE) -> tuple[Optional[float], Optional[float]]:
     """Percentile bootstrap interval of the mean (or of `statistic` over rows) of per-item values."""
+    import numpy as np
+
     data = np.asarray(values, dtype=np.float64)
     if len(data) == 0:
         return None, None
@@ -51,6 +55,8 @@ def bootstrap_ci(values: Sequence[float], statistic: Callable[[np.ndarray], np.n
 
 
 def mean_score(values: Sequence[float]) -> Score:
+    import numpy as np
+
     data = np.asarray(values, dtype=np.float64)
     if len(data) == 0:
         return Score(None, None, None, 0)
@@ -64,6 +70,8 @@ def accuracy(correct: Sequence[bool]) -> Score:
 
 
 def rate(flags: Sequence[bool]) -> Optional[float]:
+    import numpy as np
+
     return float(np.mean(flags)) if len(flags) else None
 
 
@@ -83,6 +91,8 @@ def by_group(outcomes: Iterable[dict]) -> dict[str, list[dict]]:
 
 
 def pair_row(name: str, outcomes: Sequence[dict], a: str, b: str) -> dict[str, Any]:
+    import numpy as np
+
     pairs = paired(outcomes, a, b)
     ca = np.array([1.0 if o[a]["correct"] else 0.0 for o in pairs])
     cb = np.array([1.0 if o[b]["correct"] else 0.0 for o in pairs])

@@ -17,13 +17,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import imagehash
-import numpy as np
 import PIL.Image
 
 from cftools.imagegen.base import CAUSE, EFFECT, ImageGenError
+
+if TYPE_CHECKING:  # numpy is imported where it is used, not at `cftools --help`
+    import numpy as np
 
 BLANK_IMAGE = "blank_image"
 DUPLICATE_CANDIDATE = "duplicate_candidate"
@@ -57,6 +59,8 @@ class CandidateReport:
 
 
 def grey_std(image: PIL.Image.Image) -> float:
+    import numpy as np
+
     return float(np.asarray(image.convert("L"), dtype=np.float32).std())
 
 

@@ -137,6 +137,8 @@ class Kind:
     # The eval settings of the paper's main table (`mode`, or a kind option such as `mucr_input`) -> value; a run
     # left to its defaults uses them, and the report says whether it did (`setting_used`).
     paper_settings: ClassVar[dict[str, str]] = {}
+    # The kind's own `[<name>]` section of cftools.toml (a pydantic model; cftools.config checks it), if any.
+    config_section: ClassVar[Optional[type[BaseModel]]] = None
 
     # -- fields ------------------------------------------------------------------------------------------------
 

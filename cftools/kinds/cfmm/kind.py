@@ -19,16 +19,25 @@ from collections import Counter
 from dataclasses import replace
 from typing import Any, Optional, Sequence
 
+from pydantic import BaseModel, ConfigDict
+
 from cftools.kinds.base import Check, ExportFormat, Generator, Kind, ReportTable
 from cftools.kinds.cfmm.checks import declared_checks
 from cftools.kinds.cfmm.model import PAPER_COUNTS, PROMPT_VARIANTS, TYPES, CfmmData, options_text
 from cftools.kinds.cfmm.release import has_pair, write_jsonl
 
 
+class CfmmSettings(BaseModel):
+    """`[cfmm]` in cftools.toml."""
+    model_config = ConfigDict(strict=True, extra="allow")
+    types: Optional[str] = None  # the drafting quota of `generate pairs` (as --types)
+
+
 class CfmmKind(Kind):
     name = "cfmm"
     title = "CFMM: basic/counterfactual question pairs with two options each"
     data_model = CfmmData
+    config_section = CfmmSettings
     groups = TYPES
     generators = (
         Generator("pairs", "an LLM picks a type for an image from its source questions (or none), then writes the "

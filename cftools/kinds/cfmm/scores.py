@@ -13,11 +13,12 @@ percentages summed.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Sequence
 
 from cftools.evaluate.metrics import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, CONFIDENCE, TOTAL, by_group, pair_row
+
+if TYPE_CHECKING:  # numpy is imported where it is used, not at `cftools --help`
+    import numpy as np
 
 SUMMED = "sum of types"
 RANDOM = "random"
@@ -33,6 +34,8 @@ def type_row(name: str, outcomes: Sequence[dict]) -> dict[str, Any]:
 
 def correctness(outcomes: Sequence[dict]) -> dict[str, np.ndarray]:
     """Per metric: one 0/1 value per pair with both questions answered."""
+    import numpy as np
+
     pairs = [o for o in outcomes if isinstance(o.get("original"), dict) and isinstance(o.get("counterfactual"), dict)]
     basic = np.array([1.0 if o["original"]["correct"] else 0.0 for o in pairs])
     cf = np.array([1.0 if o["counterfactual"]["correct"] else 0.0 for o in pairs])
@@ -42,6 +45,8 @@ def correctness(outcomes: Sequence[dict]) -> dict[str, np.ndarray]:
 def summed_score(per_type: dict[str, dict[str, np.ndarray]], metric: str) -> dict[str, Any]:
     """The sum over types of each type's accuracy (a fraction per type: 6.0 = 600 points), with a stratified
     bootstrap interval."""
+    import numpy as np
+
     present = {t: values[metric] for t, values in per_type.items() if len(values[metric])}
     if not present:
         return {"value": None, "low": None, "high": None, "n": 0, "types": 0}

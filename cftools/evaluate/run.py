@@ -373,10 +373,10 @@ def run_eval(release_dir: Path | str, model: str, mode: Optional[str] = None, sc
         if progress:
             progress(len(questions) - len(todo), len(questions))
         # Questions of like length share a batch: less padding for a batched model (predictions are keyed, not ordered).
-        todo = sorted(todo, key=lambda q: (len(q.prompt.images), len(q.prompt.text), len(q.prompt.options or ())))
+        todo = sorted(todo, key=batch_order)
         start = 0
         while start < len(todo):
-            batch = todo[start:start + batch_size]
+            batch = next_batch(todo, start, batch_size)
             try:
                 lines = ask_batch(answerer, batch, mode, score, templates, judge_answerer, judge_aggregate)
             except ModelCallsFailed as exc:
@@ -401,6 +401,24 @@ def run_eval(release_dir: Path | str, model: str, mode: Optional[str] = None, sc
             return EvalResult(out_dir=out_dir, config=config, summary={}, predictions=predictions, asked=asked,
                               notes=notes)
         return finish_run(out_dir, config, predictions, asked=asked, notes=notes, workspace=workspace)
+
+
+def batch_order(question: Question) -> tuple:
+    """Questions answered at one length together, then those of like prompt length (less padding)."""
+    prompt = question.prompt
+    return (prompt.max_new_tokens, len(prompt.images), len(prompt.text), len(prompt.options or ()))
+
+
+def next_batch(todo: Sequence[Question], start: int, batch_size: int) -> list[Question]:
+    """Up to BATCH_SIZE questions from START that share one `max_new_tokens` (one generation call each batch;
+    the model also splits a mixed batch, so a reply never depends on its batch either way)."""
+    limit = todo[start].prompt.max_new_tokens
+    batch = []
+    for question in todo[start:start + batch_size]:
+        if question.prompt.max_new_tokens != limit:
+            break
+        batch.append(question)
+    return batch
 
 
 def cached_predictions(out_dir: Path, own: Path) -> dict[tuple[str, str], dict[str, Any]]:

@@ -111,3 +111,24 @@ def test_doctor_reports_and_removes_generated_files_no_row_points_to(workspace, 
     with workspace.store.session() as session:
         assert session.execute(select(CachedResponse)).first() is None
     assert re.search("removed", json.loads(out.output)["changes"][0])
+
+
+def test_a_short_api_key_does_not_blank_letters_out_of_stored_replies(workspace, monkeypatch):
+    """A one-character key ("x" for a local server) is no secret to keep: the stored reply keeps its letters
+    ("six" stayed "si***"); an error text still scrubs it."""
+    from cftools.errors import scrub_secrets
+    from cftools.llm import make_backend
+    from llm_stub import StubServer
+
+    monkeypatch.setenv("STUB_KEY", "x")
+    server = StubServer(delay=0.0, reply=lambda request, text: "six boxes")
+    server.start_in_thread()
+    try:
+        backend = make_backend({"backend": "openai", "model": "stub", "base_url": server.base_url,
+                                "api_key_env": "STUB_KEY"})
+        completion = backend.complete([{"role": "user", "content": "hi"}], {})
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert completion.text == "six boxes"
+    assert scrub_secrets("failed: six", ["x"]) == "failed: si***"

@@ -12,7 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from cftools.commands.common import console, err_console, get_workspace
 from cftools.errors import CftoolsError, WorkspaceError
-from cftools.evaluate.predictions import EvalResult
+from cftools.evaluate.predictions import READINGS, STRICT, EvalResult
 from cftools.evaluate.report import compare_table, rich_tables
 from cftools.evaluate.run import MODES, load_run, run_eval
 from cftools.evaluate.shards import Shard, is_main_process, launched_processes, parse_shard
@@ -116,6 +116,11 @@ def parse_shard_option(ctx: click.Context, param: click.Parameter, text: Optiona
                    "its reasoning; added to the counterfactual question only, as in the CFMM paper).")
 @click.option("--swap-options", is_flag=True,
               help="Ask every question with options twice, options swapped, and report the position bias.")
+@click.option("--reading", type=click.Choice(READINGS), default=STRICT, show_default=True,
+              help="How replies are read: strict (cftools' reading: hedges, two candidates and negative counts are "
+                   "unknown) or paper (as each paper's own scripts read them, to reproduce its table: C-VQA's "
+                   "format_response.py + calc_acc.py; other kinds keep the strict reading). The report lists where "
+                   "the two differ.")
 @click.option("--shard", callback=parse_shard_option, metavar="I/N",
               help="Ask only shard I of N of the questions (I counted from 1), into the run folder's "
                    "predictions.shard-I-of-N.jsonl, and write no report; once all N have run, `cftools eval merge "
@@ -128,8 +133,8 @@ def parse_shard_option(ctx: click.Context, param: click.Parameter, text: Optiona
 def eval_run(ctx: click.Context, release: Path, model: str, mode: str, score: str, batch_size: str, device: str,
              dtype: str, limit: Optional[int], out_dir: Optional[Path], template: Optional[str],
              max_new_tokens: int, judge: Optional[str], judge_aggregate: str, concurrency: int,
-             allow_downloads: bool, prompt_variant: str, swap_options: bool, shard: Optional[Shard], no_verify: bool,
-             quiet: bool, **kind_options: Any) -> None:
+             allow_downloads: bool, prompt_variant: str, swap_options: bool, reading: str, shard: Optional[Shard],
+             no_verify: bool, quiet: bool, **kind_options: Any) -> None:
     """Ask both questions of every item of RELEASE and print the report table.
 
     RELEASE is verified first (every file against its manifest) and refused when it fails, unless --no-verify.
@@ -153,7 +158,7 @@ def eval_run(ctx: click.Context, release: Path, model: str, mode: str, score: st
                          judge_aggregate=judge_aggregate, options=kind_options,
                          notify=lambda note: err_console.print(f"[yellow]{escape(note)}[/]"),
                          allow_downloads=allow_downloads, prompt_variant=prompt_variant, swap_options=swap_options,
-                         verify=not no_verify)
+                         verify=not no_verify, reading=reading)
         if launched:
             from cftools.evaluate.merge import run_launched
 

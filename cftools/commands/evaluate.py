@@ -39,6 +39,7 @@ class EvalGroup(click.Group):
         formatter.write_usage(ctx.command_path, "RELEASE --model SPEC [OPTIONS]")
         formatter.write_usage(ctx.command_path, "merge RUN_DIR [--partial]", prefix="   or: ")
         formatter.write_usage(ctx.command_path, "compare RUN_A RUN_B", prefix="   or: ")
+        formatter.write_usage(ctx.command_path, "import RELEASE FILE... --out RUN_DIR", prefix="   or: ")
 
     def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         run = self.commands[self.default_command]
@@ -60,7 +61,8 @@ def eval_group() -> None:
     Asks both questions of every item of RELEASE and prints the report table; `cftools eval run` is the
     same command. Split between processes: `accelerate launch -m cftools eval RELEASE --model SPEC`, or
     `--shard I/N` per process and then `cftools eval merge RUN_DIR`. `cftools eval compare RUN_A RUN_B` puts
-    two run folders side by side.
+    two run folders side by side. `cftools eval import RELEASE FILE... --out RUN_DIR` scores lmms-eval's or
+    VLMEvalKit's predictions on the release's exports as cftools does.
     """
 
 
@@ -199,6 +201,32 @@ def eval_merge(ctx: click.Context, run_dir: Path, partial: bool) -> None:
     result = merge_run(run_dir, workspace=optional_workspace(ctx), partial=partial)
     print_result(result)
     console.print(f"{len(result.predictions)} predictions merged{' (partial)' if partial else ''}; run folder "
+                  f"[bold]{result.out_dir}[/] (config.json, predictions.jsonl, report.md, report.csv, report.png)")
+
+
+@eval_group.command("import")
+@click.argument("release", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Run folder to write (config.json, predictions.jsonl, report.md, report.csv, report.png).")
+@click.option("--model", "model", default="imported", show_default=True,
+              help="The model's name, as the report shows it.")
+@click.option("--reading", type=click.Choice(READINGS), default=STRICT, show_default=True,
+              help="How generated replies are read: strict (cftools) or paper (each paper's own scripts).")
+@click.pass_context
+def eval_import(ctx: click.Context, release: Path, files: tuple[Path, ...], out_dir: Path, model: str,
+                reading: str) -> None:
+    """Score a harness's predictions on RELEASE with the kinds' own metrics, into an ordinary run folder.
+
+    FILES: lmms-eval's --log_samples files (*_samples_TASK.jsonl) of the `--format lmms-eval` export, or
+    VLMEvalKit's prediction files (MODEL_DATASET.xlsx, .tsv, .csv, .json) of the `--format vlmevalkit` export.
+    RELEASE is the exported folder (or any release holding the same records)."""
+    from cftools.evaluate.harness_import import import_predictions
+
+    result = import_predictions(release, files, out_dir, model=model, reading=reading,
+                                workspace=optional_workspace(ctx))
+    print_result(result)
+    console.print(f"{len(result.predictions)} predictions imported from {len(files)} files; run folder "
                   f"[bold]{result.out_dir}[/] (config.json, predictions.jsonl, report.md, report.csv, report.png)")
 
 

@@ -118,6 +118,11 @@ def _header_lines(config: dict[str, Any], summary: dict[str, Any]) -> list[str]:
              f"prompt variant **{config.get('prompt') or 'plain'}**"
              + (", every question with options asked again with the options swapped" if config.get("swap_options")
                 else "")]
+    if config.get("imported_from"):
+        harnesses = sorted({source["harness"] for source in config["imported_from"]})
+        lines.append(f"predictions imported from {len(config['imported_from'])} {'/'.join(harnesses)} files "
+                     f"(`cftools eval import`); {(config.get('skipped') or {}).get('not_answered', 0)} questions "
+                     "of the release not answered in them")
     if config.get("verified") is False:
         lines.append("**not verified** (--no-verify): the release's files were not checked against its manifest")
     if config.get("kind_options"):

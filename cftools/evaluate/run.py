@@ -221,7 +221,7 @@ def first_askable(records: list[dict[str, Any]], limit: int, questions_of: Calla
     return chosen
 
 
-def _rank_line(question: Question, scores: list[dict[str, float]], score: str) -> dict[str, Any]:
+def rank_line(question: Question, scores: list[dict[str, float]], score: str) -> dict[str, Any]:
     index = best_option(scores, score)
     winner = question.options[index]
     correct = question.gold_option is not None and winner == question.gold_option
@@ -444,7 +444,7 @@ def summarize_run(config: dict[str, Any], predictions: Sequence[dict[str, Any]])
         summary["position_bias"] = position_bias(predictions)
     if config.get("reading") == PAPER:
         summary["reading_differences"] = reading_differences(predictions)
-    if parse_model_spec(config["model"]).kind == "blind":
+    if not config.get("imported_from") and parse_model_spec(config["model"]).kind == "blind":
         summary["blind_correct"] = sorted(
             [{"id": p["id"], "which": p["which"], "raw": p["raw"] if p["raw"] is not None else p.get("parsed"),
               "gold": p["gold"]}
@@ -475,7 +475,7 @@ def ask_batch(answerer: Any, batch: list[Question], mode: str, score: str, templ
     lines: dict[tuple[str, str], dict[str, Any]] = {}
     if rank:
         for question, scores in zip(rank, answerer.score_options([q.prompt for q in rank])):
-            lines[question.key] = _rank_line(question, scores, score)
+            lines[question.key] = rank_line(question, scores, score)
     if generate:
         for question, raw in zip(generate, answerer.generate([q.prompt for q in generate])):
             if question.judged:

@@ -28,6 +28,7 @@ import pytest
 from release_stock import stock_every_kind
 from test_browser import UI_TIMEOUT_MS, browser, save_screenshot  # noqa: F401 (browser: a fixture)
 
+from cftools.evaluate.run import load_run, run_eval
 from cftools.release.export import export_release
 from cftools.release.layout import load_manifest, load_records
 from cftools.release.verify import verify_release
@@ -151,129 +152,155 @@ def test_every_format_carries_a_croissant_file_mlcroissant_reads(stocked, tmp_pa
 # ---------------------------------------------------------------- vlmevalkit
 
 
-def test_vlmevalkit_tsvs_hold_base64_images_and_letters(stocked, tmp_path):
+VLMEVALKIT_FILES = ["CF_bench_cfmm_MCQ.tsv", "CF_bench_cvqa_OpenEnded.tsv", "CF_bench_cvqa_YN.tsv",
+                    "CF_bench_mucr_MCQ.tsv", "CF_bench_mucr_OpenEnded.tsv"]
+
+
+def tsv_rows(path: Path) -> list[dict]:
+    csv.field_size_limit(sys.maxsize)
+    with open(path, encoding="utf-8", newline="") as fh:
+        return list(csv.DictReader(fh, delimiter="\t"))
+
+
+@pytest.fixture
+def stocked_booleans(stocked, peer_cvqa_real, tmp_path):
+    """The stock plus three C-VQA boolean items with images (the stock's C-VQA rows are all counts)."""
+    from sqlalchemy import select
+
+    from test_export import peer_rows, set_status, write_images
+
+    from cftools.kinds.cvqa.ingest import ingest_cvqa
+    from cftools.models import Item, SourceQuestion
+
     workspace, keys = stocked
+    names = [row["img_path"] for row in peer_rows(peer_cvqa_real) if row["type"] == "boolean"][:3]
+    write_images(tmp_path / "in" / "cvqa", names)
+    ingest_cvqa(workspace.store, peer_cvqa_real, tmp_path / "in" / "cvqa", licence="CC-BY-4.0")
+    with workspace.store.session() as session:
+        booleans = [i.key for i, s in session.execute(select(Item, SourceQuestion).join(
+            SourceQuestion, SourceQuestion.id == Item.source_id)).all()
+            if s.image_id is not None and i.group == "boolean"]
+    assert booleans
+    set_status(workspace, "accepted", booleans)
+    return workspace, {**keys, "cvqa": keys["cvqa"] + booleans}
+
+
+def test_vlmevalkit_files_in_the_types_vlmevalkit_scores(stocked_booleans, tmp_path):
+    workspace, keys = stocked_booleans
     result = export(workspace, tmp_path, "vlmevalkit")
     names = sorted(p.name for p in result.path.glob("*.tsv"))
-    assert names == ["CF_bench_cfmm_MCQ.tsv", "CF_bench_cvqa_VQA.tsv", "CF_bench_mucr_MCQ.tsv",
-                     "CF_bench_mucr_VQA.tsv"]
+    assert names == VLMEVALKIT_FILES
     assert all(not n.upper().startswith("CVQA") for n in names)  # VLMEvalKit's own CVQA is another benchmark
-    csv.field_size_limit(sys.maxsize)
-    with open(result.path / "CF_bench_cfmm_MCQ.tsv", encoding="utf-8", newline="") as fh:
-        rows = list(csv.DictReader(fh, delimiter="\t"))
+    # "openended" in the name: VLMEvalKit's DATASET_TYPE prompts them as open questions, not multiple choice
+    assert all("openended" in n.lower() for n in names if not n.endswith(("_MCQ.tsv", "_YN.tsv")))
+    config = json.loads((result.path / "vlmevalkit_config.json").read_text())["data"]
+    assert {d: c["class"] for d, c in config.items()} == {
+        "CF_bench_cfmm_MCQ": "CustomMCQDataset", "CF_bench_cvqa_OpenEnded": "CustomVQADataset",
+        "CF_bench_cvqa_YN": "ImageYORNDataset", "CF_bench_mucr_MCQ": "CustomMCQDataset",
+        "CF_bench_mucr_OpenEnded": "CustomVQADataset"}
+    rows = tsv_rows(result.path / "CF_bench_cfmm_MCQ.tsv")
     assert len(rows) == 2 * len(keys["cfmm"]) and [r["index"] for r in rows] == [str(n) for n in range(len(rows))]
     for row in rows:
         picture = base64.b64decode(row["image"])
         assert (result.path / "images" / f"{hashlib.sha256(picture).hexdigest()}.png").is_file()
         options = [row[letter] for letter in "ABCD" if row[letter]]
         gold = "blue" if row["l2-category"] == "counterfactual" else "red"
-        assert options[ord(row["answer"]) - ord("A")] == gold
-    with open(result.path / "CF_bench_mucr_VQA.tsv", encoding="utf-8", newline="") as fh:
-        choice_rows = list(csv.DictReader(fh, delimiter="\t"))
+        assert options[ord(row["answer"]) - ord("A")] == gold and "Options" not in row["question"]
+    cue = tsv_rows(result.path / "CF_bench_mucr_MCQ.tsv")
+    assert {r["l2-category"] for r in cue} == {"cue"}
+    for row in cue:  # the options once, as VLMEvalKit lists them: not in the question text too
+        assert not any(row[letter] in row["question"] for letter in "ABCD" if row[letter]), row["question"]
+        assert "cue" in row["question"] and row[row["answer"]] == "catch cold"
+    assert {r["answer"] for r in tsv_rows(result.path / "CF_bench_cvqa_YN.tsv")} <= {"Yes", "No"}
+    choice_rows = tsv_rows(result.path / "CF_bench_mucr_OpenEnded.tsv")
     assert {r["l2-category"] for r in choice_rows} == {"c2e", "e2c"}
     assert all(len(json.loads(r["image"])) == 5 and r["answer"] in "ABCD" for r in choice_rows)
+    card = (result.path / "README.md").read_text(encoding="utf-8")
+    assert "cftools eval import" in card and "acc+" in card and "--config vlmevalkit_config.json" in card
+    assert load_records(result.path)  # the release's records, which eval import reads
 
 
-# ---------------------------------------------------------------- lmms-eval
+class ReplayModel:
+    """Answers each question with the reply chosen for it (by its prompt text and images), as a model that can
+    see the images would be asked; records what it was asked."""
+
+    needs_image = True
+
+    def __init__(self, replies: dict):
+        self.replies = replies
+
+    def generate(self, prompts):
+        # a judged explanation (MuCR Exp) is in no harness file: any text
+        return [self.replies.get((p.text, tuple(str(i) for i in p.images)), "An explanation.") for p in prompts]
+
+    def score_options(self, prompts):
+        raise AssertionError("generate mode only")
+
+    def close(self):
+        pass
 
 
-def test_lmms_eval_task_folders(stocked, tmp_path):
-    workspace, keys = stocked
-    result = export(workspace, tmp_path, "lmms-eval")
-    tasks = {"cvqa": ["bench_cvqa"], "cfmm": ["bench_cfmm"], "mucr": ["bench_mucr_c2e_e2c", "bench_mucr_cue"]}
-    assert sorted(p.name for p in result.path.iterdir() if p.is_dir() and p.name.startswith("bench")) == sorted(
-        t for names in tasks.values() for t in names)
-    for kind, names in tasks.items():
-        for name in names:
-            yaml_text = (result.path / name / f"{name}.yaml").read_text(encoding="utf-8")
-            assert f"task: {name}\n" in yaml_text and 'tag: "bench"' in yaml_text
-            assert "process_results: !function utils.process_results" in yaml_text
-            docs = [json.loads(line) for line in (result.path / name / "test.jsonl").read_text().splitlines()]
-            assert {d["item_id"] for d in docs} == set(keys[kind])
-            assert all((result.path / image).is_file() for d in docs for image in d["images"])
-    assert "max_new_tokens: 4\n" in (result.path / "bench_mucr_c2e_e2c" / "bench_mucr_c2e_e2c.yaml").read_text()
-    metrics = (result.path / "bench_cfmm" / "bench_cfmm.yaml").read_text(encoding="utf-8")
-    for name in ("color_acc_plus", "sum_of_types_acc_plus", "color_acc_b", "color_acc_c"):
-        assert f"metric: {name}\n" in metrics
-    mucr = (result.path / "bench_mucr_c2e_e2c" / "bench_mucr_c2e_e2c.yaml").read_text(encoding="utf-8")
-    assert all(f"metric: total_{t}\n" in mucr for t in ("c2e", "e2c")) and "metric: total_cue\n" not in mucr
-    assert "metric: total_cue\n" in (result.path / "bench_mucr_cue" / "bench_mucr_cue.yaml").read_text()
-    cvqa = (result.path / "bench_cvqa" / "bench_cvqa.yaml").read_text(encoding="utf-8")
-    assert "metric: numerical_direct_counterfactual\n" in cvqa and "metric: total_drop\n" in cvqa
+def scripted_reply(question, n: int) -> str:
+    """Right, wrong or unreadable in turn: the gold option or answer, another one, or a hedge."""
+    if n % 3 == 2:
+        return "Maybe."
+    if question.options:
+        right = question.gold_option or question.gold
+        return right if n % 3 == 0 else next(o for o in question.options if o != right)
+    if question.answer_type == "yes/no":
+        return question.gold if n % 3 == 0 else ("no" if question.gold == "yes" else "yes")
+    if question.answer_type == "number":
+        return question.gold if n % 3 == 0 else str(int(question.gold) + 1)
+    return question.gold if n % 3 == 0 else "something else"
 
 
-def lmms_eval_python(root: Path) -> Path:
-    """A venv that sees this environment's packages, with lmms-eval and its pure-Python imports installed into it
-    from the package index (no dependencies: lmms-eval's own would replace torch)."""
-    import site
+def test_eval_import_scores_vlmevalkit_prediction_files_as_cftools_eval(stocked_booleans, tmp_path, run_cli):
+    """VLMEvalKit's prediction files (its dataset rows with a `prediction` column, in xlsx and tsv as it writes
+    them) read back by `cftools eval import` give the scores `cftools eval` gives the same replies."""
+    import pandas as pd
 
-    python = root / "bin" / "python"
-    if python.exists():
-        return python
-    venv.EnvBuilder(with_pip=True).create(root)
-    own = Path(subprocess.check_output([str(python), "-c", "import site; print(site.getsitepackages()[0])"],
-                                       text=True).strip())
-    (own / "cftools_env.pth").write_text("\n".join(site.getsitepackages()) + "\n", encoding="utf-8")
-    done = subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--no-deps", *LMMS_EVAL_PACKAGES],
-                          capture_output=True, text=True)
-    if done.returncode != 0:
-        message = f"lmms-eval could not be installed: {done.stderr.strip().splitlines()[-1:]}"
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(message)
-        pytest.skip(message)
-    return python
+    from cftools.evaluate.harness_import import release_questions
+    from cftools.evaluate.questions import PromptTemplates, build_questions
 
+    workspace, keys = stocked_booleans
+    release = export(workspace, tmp_path, "vlmevalkit").path
+    asked, _ = build_questions(release, load_records(release), PromptTemplates(), "generate", True)
+    asked = [q for q in asked if not q.judged]
+    reply_of = {q.key: scripted_reply(q, n) for n, q in enumerate(sorted(asked, key=lambda q: q.key))}
+    replies = {(q.prompt.text, tuple(str(i) for i in q.prompt.images)): reply_of[q.key] for q in asked}
+    assert len(replies) == len(asked)  # every question has its own prompt
+    direct = run_eval(release, "hf:replayed", mode="generate", out_dir=tmp_path / "direct", answerer=ReplayModel(
+        replies), device="cpu")
 
-COMPARED = {  # task -> the scores compared with cftools' own (group, metric)
-    "bench_cvqa": [("total", "original"), ("total", "counterfactual"), ("total", "unknown_original")],
-    "bench_cfmm": [("color", "acc_b"), ("color", "acc_c"), ("color", "acc_plus"), ("sum of types", "acc_plus")],
-    "bench_mucr_c2e_e2c": [("total", "c2e"), ("total", "e2c")],
-    "bench_mucr_cue": [("total", "cue")],
-}
+    files = []
+    for n, name in enumerate(VLMEVALKIT_FILES):
+        frame = pd.DataFrame(tsv_rows(release / name)).drop(columns=["image"])  # as VLMEvalKit's inference drops it
+        frame["prediction"] = [reply_of[(r["item_id"], r["l2-category"])] for r in frame.to_dict("records")]
+        path = tmp_path / "vlmevalkit-out" / f"tiny_{name[:-4]}{'.xlsx' if n % 2 == 0 else '.tsv'}"
+        path.parent.mkdir(exist_ok=True)
+        frame.to_excel(path, index=False) if path.suffix == ".xlsx" else frame.to_csv(path, sep="\t", index=False)
+        assert path.is_file()
+        files.append(path)
+    out = run_cli("eval", "import", str(release), *map(str, files), "--out", str(tmp_path / "imported"),
+                  "--model", "tiny")
+    assert out.exit_code == 0, out.output
+    imported = load_run(tmp_path / "imported")
+    assert len(imported.predictions) == len(asked) == len(release_questions(release))
+    for kind in ("cvqa", "cfmm", "mucr"):  # every score but MuCR's judged explanations (in no harness file)
+        mine = {k: v for k, v in imported.summary[kind].items() if not k.startswith("exp")}
+        theirs = {k: v for k, v in direct.summary[kind].items() if not k.startswith("exp")}
+        assert mine == theirs, (kind, [k for k in theirs if mine.get(k) != theirs[k]])
+    cfmm = {r["type"]: r for r in imported.summary["cfmm"]["rows"]}
+    assert cfmm["total"]["acc_plus"]["value"] is not None  # the both-right score, which VLMEvalKit does not give
+    report = (tmp_path / "imported" / "report.md").read_text(encoding="utf-8")
+    assert "imported from 5 vlmevalkit files" in report
 
-
-def test_lmms_eval_runs_the_exported_task_and_agrees_with_cftools_eval(stocked, tmp_path, tiny_llava_dir,
-                                                                        run_cli):
-    from cftools.release.lmms_eval import kind_score, metric_name
-
-    workspace, keys = stocked
-    release = export(workspace, tmp_path, "lmms-eval").path
-    python = lmms_eval_python(tmp_path / "lmms-venv")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-           "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent.parent),
-                                          os.environ.get("PYTHONPATH", "")])}
-    limit = 8  # per task: C-VQA and CFMM the first 4 items (original and counterfactual), MuCR a part
-    done = subprocess.run([str(python), "-m", "lmms_eval", "eval", "--model", "llava_hf", "--model_args",
-                           f"pretrained={tiny_llava_dir},device=cpu,device_map=cpu", "--include_path", str(release),
-                           "--tasks", ",".join(COMPARED), "--limit", str(limit), "--batch_size", "1",
-                           "--output_path", str(tmp_path / "lmms-out"), "--log_samples"],
-                          capture_output=True, text=True, env=env, timeout=900, cwd=tmp_path)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    results = json.loads(next((tmp_path / "lmms-out").rglob("*_results.json")).read_text())["results"]
-
-    out = tmp_path / "cftools-eval"
-    assert run_cli("eval", str(release), "--model", f"hf:{tiny_llava_dir}", "--batch-size", "1", "--device", "cpu",
-                   "--out", str(out), "--quiet").exit_code == 0
-    predictions = {(p["id"], p["which"]): p for p in map(json.loads, (out / "predictions.jsonl").read_text(
-        encoding="utf-8").splitlines())}
-    for task, scores in COMPARED.items():
-        samples = [json.loads(line) for line in next((tmp_path / "lmms-out").rglob(f"*_samples_{task}.jsonl"))
-                   .read_text(encoding="utf-8").splitlines()]
-        docs = [json.loads(line) for line in (release / task / "test.jsonl").read_text().splitlines()]
-        assert len(samples) == min(limit, len(docs))
-        asked = []
-        for sample in samples:
-            doc = docs[sample["doc_id"]]
-            mine = predictions[(doc["item_id"], doc["which"])]
-            reply = sample["filtered_resps"]
-            reply = reply[0] if isinstance(reply, list) else reply
-            assert reply.strip() == mine["raw"], doc  # the same prompt, images and greedy decoding: the same reply
-            asked.append(mine)
-        kind = task.split("_")[1]
-        for group, metric in scores:
-            expected = kind_score(kind, asked, group, metric)  # cftools' own score of the same questions' predictions
-            got = results[task][f"{metric_name(group, metric)},none"]
-            assert got == pytest.approx(expected, nan_ok=True), (task, group, metric)
+    bad = tmp_path / "vlmevalkit-out" / "bad.tsv"
+    pd.DataFrame([{"item_id": "nope", "l2-category": "original", "prediction": "3"}]).to_csv(bad, sep="\t",
+                                                                                            index=False)
+    out = run_cli("eval", "import", str(release), str(bad), "--out", str(tmp_path / "bad-run"))
+    assert out.exit_code == 1 and "bad.tsv, row 2: item nope question original is not a question" in " ".join(
+        out.output.split())
 
 
 # ---------------------------------------------------------------- browse

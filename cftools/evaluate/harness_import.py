@@ -20,8 +20,10 @@ question of the release, or a question answered twice, is an error naming the fi
 
 from __future__ import annotations
 
+import csv
 import json
 import math
+import sys
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
@@ -79,24 +81,40 @@ def lmms_eval_rows(path: Path) -> Iterator[tuple[str, dict[str, Any], Any]]:
 
 
 def vlmevalkit_table(path: Path) -> list[dict[str, Any]]:
-    """The rows of a VLMEvalKit prediction file, as VLMEvalKit writes it (pandas: xlsx, tsv, csv, json)."""
-    import pandas as pd
-
+    """The rows of a VLMEvalKit prediction file as VLMEvalKit writes it (xlsx, tsv, csv or a JSON list of rows),
+    every cell as text."""
     try:
-        if path.suffix.lower() == ".xlsx":
-            frame = pd.read_excel(path, dtype=str, keep_default_na=False)
-        elif path.suffix.lower() == ".json":
-            frame = pd.read_json(path, dtype=False).astype(str)
-        else:
-            frame = pd.read_csv(path, sep="\t" if path.suffix.lower() == ".tsv" else ",", dtype=str,
-                                keep_default_na=False)
-    except (OSError, ValueError, ImportError) as exc:
+        rows = read_table(path)
+    except (OSError, ValueError, KeyError, TypeError, csv.Error) as exc:
         raise InputError(path, f"cannot read the prediction file ({str(exc).splitlines()[0][:200]})") from None
-    missing = [c for c in ("item_id", "l2-category", "prediction") if c not in frame.columns]
+    columns = set(rows[0]) if rows else set()
+    missing = [c for c in ("item_id", "l2-category", "prediction") if c not in columns]
     if missing:
         raise InputError(path, f"no {', '.join(missing)} column: not a prediction file of a cftools VLMEvalKit "
                                "export")
-    return frame.to_dict(orient="records")
+    return rows
+
+
+def read_table(path: Path) -> list[dict[str, Any]]:
+    suffix = path.suffix.lower()
+    if suffix == ".xlsx":
+        from openpyxl import load_workbook
+
+        book = load_workbook(path, read_only=True, data_only=True)
+        try:
+            cells = [["" if v is None else str(v) for v in row] for row in book.worksheets[0].iter_rows(values_only=True)]
+        finally:
+            book.close()
+        return [dict(zip(cells[0], row)) for row in cells[1:]] if cells else []
+    if suffix == ".json":  # pandas' to_json as VLMEvalKit dumps it: a list of rows, or columns of index -> value
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(data, dict):
+            keys = list(next(iter(data.values()), {}))
+            data = [{column: values.get(key) for column, values in data.items()} for key in keys]
+        return [{k: "" if v is None else str(v) for k, v in row.items()} for row in data]
+    csv.field_size_limit(sys.maxsize)
+    with open(path, encoding="utf-8", newline="") as fh:
+        return list(csv.DictReader(fh, delimiter="\t" if suffix == ".tsv" else ","))
 
 
 def chosen_option(question: Question, row: dict[str, Any]) -> tuple[Optional[str], Optional[int]]:

@@ -303,6 +303,146 @@ def test_eval_import_scores_vlmevalkit_prediction_files_as_cftools_eval(stocked_
         out.output.split())
 
 
+# ---------------------------------------------------------------- lmms-eval
+
+
+def test_lmms_eval_task_folders(stocked, tmp_path):
+    workspace, keys = stocked
+    result = export(workspace, tmp_path, "lmms-eval")
+    tasks = {"cvqa": ["bench_cvqa"], "cfmm": ["bench_cfmm"], "mucr": ["bench_mucr_c2e_e2c", "bench_mucr_cue"]}
+    assert sorted(p.name for p in result.path.iterdir() if p.is_dir() and p.name.startswith("bench")) == sorted(
+        t for names in tasks.values() for t in names)
+    group = (result.path / "bench.yaml").read_text(encoding="utf-8")  # a group with an overall score, not a tag
+    assert group.startswith("group: bench\n") and all(f"  - {t}\n" in group for n in tasks.values() for t in n)
+    assert "aggregate_metric_list:\n  - metric: accuracy\n    aggregation: mean\n    weight_by_size: true" in group
+    for kind, names in tasks.items():
+        for name in names:
+            yaml_text = (result.path / name / f"{name}.yaml").read_text(encoding="utf-8")
+            assert f"task: {name}\n" in yaml_text and "tag:" not in yaml_text
+            assert "process_results: !function utils.process_results" in yaml_text
+            assert "lmms_eval_specific_kwargs:\n  default:" in yaml_text  # prompts per model
+            assert "random" not in yaml_text and "unknown" not in yaml_text  # only the kind's scores
+            docs = [json.loads(line) for line in (result.path / name / "test.jsonl").read_text().splitlines()]
+            assert {d["item_id"] for d in docs} == set(keys[kind])
+            assert all((result.path / image).is_file() for d in docs for image in d["images"])
+    assert "max_new_tokens: 4\n" in (result.path / "bench_mucr_c2e_e2c" / "bench_mucr_c2e_e2c.yaml").read_text()
+    metrics = (result.path / "bench_cfmm" / "bench_cfmm.yaml").read_text(encoding="utf-8")
+    assert "output_type: multiple_choice\n" in metrics and "doc_to_choice: !function utils.doc_to_choice" in metrics
+    for name in ("color_acc_plus", "sum_of_types_acc_plus", "color_acc_b", "color_acc_c"):
+        assert f"metric: {name}\n" in metrics
+    mucr = (result.path / "bench_mucr_c2e_e2c" / "bench_mucr_c2e_e2c.yaml").read_text(encoding="utf-8")
+    assert all(f"metric: total_{t}\n" in mucr for t in ("c2e", "e2c")) and "metric: total_cue\n" not in mucr
+    assert "output_type: generate_until\n" in mucr
+    assert "metric: total_cue\n" in (result.path / "bench_mucr_cue" / "bench_mucr_cue.yaml").read_text()
+    cvqa = (result.path / "bench_cvqa" / "bench_cvqa.yaml").read_text(encoding="utf-8")
+    assert "metric: numerical_direct_counterfactual\n" in cvqa and "metric: total_drop\n" in cvqa
+
+    from cftools.release.lmms_eval import TaskFunctions
+
+    doc = json.loads((result.path / "bench_cvqa" / "test.jsonl").read_text().splitlines()[0])
+    functions = TaskFunctions(result.path, "cvqa", [])
+    assert functions.doc_to_text(doc, {"pre_prompt": "", "post_prompt": ""}) == doc["prompt"]
+    assert functions.doc_to_text(doc, {"pre_prompt": "<q> ", "post_prompt": " Think."}) == f"<q> {doc['prompt']} Think."
+
+
+def lmms_eval_python(root: Path) -> Path:
+    """A venv that sees this environment's packages, with lmms-eval and its pure-Python imports installed into it
+    from the package index (no dependencies: lmms-eval's own would replace torch). CFTOOLS_LMMS_EVAL_VENV names
+    one to keep between runs."""
+    import site
+
+    root = Path(os.environ.get("CFTOOLS_LMMS_EVAL_VENV") or root)
+    python = root / "bin" / "python"
+    if python.exists():
+        return python
+    venv.EnvBuilder(with_pip=True).create(root)
+    own = Path(subprocess.check_output([str(python), "-c", "import site; print(site.getsitepackages()[0])"],
+                                       text=True).strip())
+    (own / "cftools_env.pth").write_text("\n".join(site.getsitepackages()) + "\n", encoding="utf-8")
+    done = subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--no-deps", *LMMS_EVAL_PACKAGES],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        message = f"lmms-eval could not be installed: {done.stderr.strip().splitlines()[-1:]}"
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return python
+
+
+COMPARED = {  # generated tasks -> the scores compared with cftools' own (group, metric)
+    "bench_cvqa": [("total", "original"), ("total", "counterfactual"), ("total", "drop")],
+    "bench_mucr_c2e_e2c": [("total", "c2e"), ("total", "e2c")],
+    "bench_mucr_cue": [("total", "cue")],
+}
+RANKED = {"bench_cfmm": [("color", "acc_b"), ("color", "acc_c"), ("color", "acc_plus"), ("sum of types", "acc_plus")]}
+
+
+def test_lmms_eval_runs_the_exported_group_and_eval_import_agrees(stocked, tmp_path, tiny_llava_dir, run_cli):
+    """lmms-eval runs the group (an overall score; CFMM ranked by likelihood); its generated replies are cftools
+    eval's at batch size 8, and `cftools eval import` of its samples gives lmms-eval's own scores and cftools'."""
+    from cftools.release.lmms_eval import kind_score, metric_name
+
+    workspace, keys = stocked
+    release = export(workspace, tmp_path, "lmms-eval").path
+    python = lmms_eval_python(tmp_path / "lmms-venv")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+           "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent.parent),
+                                          os.environ.get("PYTHONPATH", "")])}
+    limit = 8  # per task: C-VQA and CFMM the first 4 items (original and counterfactual), MuCR a part
+    done = subprocess.run([str(python), "-m", "lmms_eval", "eval", "--model", "llava_hf", "--model_args",
+                           f"pretrained={tiny_llava_dir},device=cpu,device_map=cpu", "--include_path", str(release),
+                           "--tasks", "bench", "--limit", str(limit), "--batch_size", "1",
+                           "--output_path", str(tmp_path / "lmms-out"), "--log_samples"],
+                          capture_output=True, text=True, env=env, timeout=900, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    output = json.loads(next((tmp_path / "lmms-out").rglob("*_results.json")).read_text())
+    results = output["results"]
+    group = output.get("groups", {}).get("bench") or results["bench"]
+    assert 0 <= group["accuracy,none"] <= 1  # the group's overall score
+    assert all(not isinstance(v, float) or v == v for task in results.values() for v in task.values())  # no NaN
+
+    out = tmp_path / "cftools-eval"
+    assert run_cli("eval", str(release), "--model", f"hf:{tiny_llava_dir}", "--batch-size", "8", "--device", "cpu",
+                   "--out", str(out), "--quiet").exit_code == 0
+    mine = {(p["id"], p["which"]): p for p in load_run(out).predictions}
+    samples = {task: [json.loads(line) for line in next((tmp_path / "lmms-out").rglob(f"*_samples_{task}.jsonl"))
+                      .read_text(encoding="utf-8").splitlines()] for task in [*COMPARED, *RANKED]}
+    for task, scores in COMPARED.items():
+        asked = []
+        for sample in samples[task]:
+            doc = sample["doc"]
+            reply = sample["filtered_resps"][0]
+            assert reply.strip() == mine[(doc["item_id"], doc["which"])]["raw"], doc  # same prompt, same reply
+            asked.append(mine[(doc["item_id"], doc["which"])])
+        for group_name, metric in scores:
+            expected = kind_score(task.split("_")[1], asked, group_name, metric)
+            got = results[task][f"{metric_name(group_name, metric)},none"]
+            assert got == pytest.approx(expected, nan_ok=True), (task, group_name, metric)
+    for sample in samples["bench_cfmm"]:  # ranked: one (loss, is_greedy) per option, the lowest loss chosen
+        assert len(sample["filtered_resps"]) == len(json.loads(sample["doc"]["options"]))
+
+    files = [str(next((tmp_path / "lmms-out").rglob(f"*_samples_{task}.jsonl"))) for task in samples]
+    imported_dir = tmp_path / "imported"
+    outcome = run_cli("eval", "import", str(release), *files, "--out", str(imported_dir), "--model", "tiny")
+    assert outcome.exit_code == 0, outcome.output
+    imported = load_run(imported_dir)
+    assert len(imported.predictions) == sum(len(v) for v in samples.values())
+    assert imported.config["mode"] == "mixed"
+    lines = {(p["id"], p["which"]): p for p in imported.predictions}
+    for task, scores in {**COMPARED, **RANKED}.items():
+        task_lines = [lines[(s["doc"]["item_id"], s["doc"]["which"])] for s in samples[task]]
+        for group_name, metric in scores:  # the import scores as lmms-eval did
+            got = results[task][f"{metric_name(group_name, metric)},none"]
+            assert kind_score(task.split("_")[1], task_lines, group_name, metric) == pytest.approx(got, nan_ok=True)
+    for key, line in lines.items():
+        if line.get("raw") is not None:
+            assert line["raw"] == mine[key]["raw"] and line["correct"] == mine[key]["correct"]
+        else:  # ranked: the option of lowest loss
+            losses = [s["mean_loss"] for s in line["scores"]]
+            assert line["parsed"] == line["scores"][losses.index(min(losses))]["option"]
+    assert imported.summary["cfmm"]["rows"][-1]["acc_plus"]["value"] is not None
+
+
 # ---------------------------------------------------------------- browse
 
 

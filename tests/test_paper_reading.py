@@ -17,7 +17,7 @@ from collections import defaultdict
 import pytest
 
 from cftools.evaluate.run import run_eval
-from cftools.kinds.cvqa.paper_reading import script_count, script_yes_no
+from cftools.kinds.cvqa.scores import script_count, script_yes_no
 
 WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"]
 

@@ -70,8 +70,8 @@ class CvqaKind(Kind):
         return pair_questions(record, ctx, self)
 
     def read_as_paper(self, question: Any, raw: Optional[str]) -> Optional[tuple[Optional[str], bool]]:
-        """The C-VQA scripts' reading (format_response.py + calc_acc.py; see cftools.kinds.cvqa.paper_reading)."""
-        from cftools.kinds.cvqa.paper_reading import read_as_scripts
+        """The C-VQA scripts' reading (format_response.py + calc_acc.py; see cftools.kinds.cvqa.scores)."""
+        from cftools.kinds.cvqa.scores import read_as_scripts
 
         return read_as_scripts(question, raw)
 

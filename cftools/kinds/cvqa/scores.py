@@ -1,4 +1,4 @@
-"""C-VQA replies read the way the paper's own scripts read them (`cftools eval --reading paper`).
+"""C-VQA scores the paper's way: replies read as the paper's own scripts read them (`cftools eval --reading paper`).
 
 The C-VQA repository scores a model in two steps (scripts/format_response.py, then scripts/calc_acc.py, at commit
 8a1bf38 of github.com/Letian2003/C-VQA). What they do, restated (their code is not copied):

@@ -377,70 +377,131 @@ COMPARED = {  # generated tasks -> the scores compared with cftools' own (group,
 RANKED = {"bench_cfmm": [("color", "acc_b"), ("color", "acc_c"), ("color", "acc_plus"), ("sum of types", "acc_plus")]}
 
 
+def run_lmms_eval(python: Path, release: Path, model_dir: Path, tasks: str, out: Path, limit: int,
+                  *extra: str) -> dict:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+           "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent.parent),
+                                          os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([str(python), "-m", "lmms_eval", "eval", "--model", "llava_hf", "--model_args",
+                           f"pretrained={model_dir},device=cpu,device_map=cpu", "--include_path", str(release),
+                           "--tasks", tasks, "--limit", str(limit), "--batch_size", "1", "--output_path", str(out),
+                           "--log_samples", *extra], capture_output=True, text=True, env=env, timeout=900,
+                          cwd=out.parent)
+    written = list(out.rglob("*_results.json"))
+    assert done.returncode == 0 and written, done.stdout[-3000:] + done.stderr[-3000:]
+    return json.loads(written[0].read_text())
+
+
+def samples_of(out: Path, task: str) -> list[dict]:
+    return [json.loads(line) for line in next(out.rglob(f"*_samples_{task}.jsonl")).read_text(
+        encoding="utf-8").splitlines()]
+
+
 def test_lmms_eval_runs_the_exported_group_and_eval_import_agrees(stocked, tmp_path, tiny_llava_dir, run_cli):
-    """lmms-eval runs the group (an overall score; CFMM ranked by likelihood); its generated replies are cftools
-    eval's at batch size 8, and `cftools eval import` of its samples gives lmms-eval's own scores and cftools'."""
+    """lmms-eval runs the exported generated tasks with its llava_hf, whose replies are cftools eval's at batch
+    size 8, and `cftools eval import` of its samples reads and scores them as cftools eval does; lmms-eval's task
+    loader reads the group (an overall score) and the CFMM task as multiple_choice (one request per option), and
+    ranked samples import as lmms-eval scores them."""
     from cftools.release.lmms_eval import kind_score, metric_name
 
     workspace, keys = stocked
     release = export(workspace, tmp_path, "lmms-eval").path
     python = lmms_eval_python(tmp_path / "lmms-venv")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-           "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent.parent),
-                                          os.environ.get("PYTHONPATH", "")])}
-    limit = 8  # per task: C-VQA and CFMM the first 4 items (original and counterfactual), MuCR a part
-    done = subprocess.run([str(python), "-m", "lmms_eval", "eval", "--model", "llava_hf", "--model_args",
-                           f"pretrained={tiny_llava_dir},device=cpu,device_map=cpu", "--include_path", str(release),
-                           "--tasks", "bench", "--limit", str(limit), "--batch_size", "1",
-                           "--output_path", str(tmp_path / "lmms-out"), "--log_samples"],
-                          capture_output=True, text=True, env=env, timeout=900, cwd=tmp_path)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    output = json.loads(next((tmp_path / "lmms-out").rglob("*_results.json")).read_text())
-    results = output["results"]
-    group = output.get("groups", {}).get("bench") or results["bench"]
-    assert 0 <= group["accuracy,none"] <= 1  # the group's overall score
-    assert all(not isinstance(v, float) or v == v for task in results.values() for v in task.values())  # no NaN
+    chat_out, group_out = tmp_path / "lmms-chat", tmp_path / "lmms-ranked"
+    results = run_lmms_eval(python, release, tiny_llava_dir, ",".join(COMPARED), chat_out, 8)["results"]
 
     out = tmp_path / "cftools-eval"
     assert run_cli("eval", str(release), "--model", f"hf:{tiny_llava_dir}", "--batch-size", "8", "--device", "cpu",
                    "--out", str(out), "--quiet").exit_code == 0
     mine = {(p["id"], p["which"]): p for p in load_run(out).predictions}
-    samples = {task: [json.loads(line) for line in next((tmp_path / "lmms-out").rglob(f"*_samples_{task}.jsonl"))
-                      .read_text(encoding="utf-8").splitlines()] for task in [*COMPARED, *RANKED]}
     for task, scores in COMPARED.items():
         asked = []
-        for sample in samples[task]:
-            doc = sample["doc"]
-            reply = sample["filtered_resps"][0]
+        docs = [json.loads(line) for line in (release / task / "test.jsonl").read_text().splitlines()]
+        for sample in samples_of(chat_out, task):
+            doc = docs[sample["doc_id"]]
+            reply = sample["filtered_resps"]
+            reply = reply[0] if isinstance(reply, list) else reply
             assert reply.strip() == mine[(doc["item_id"], doc["which"])]["raw"], doc  # same prompt, same reply
             asked.append(mine[(doc["item_id"], doc["which"])])
         for group_name, metric in scores:
             expected = kind_score(task.split("_")[1], asked, group_name, metric)
             got = results[task][f"{metric_name(group_name, metric)},none"]
             assert got == pytest.approx(expected, nan_ok=True), (task, group_name, metric)
-    for sample in samples["bench_cfmm"]:  # ranked: one (loss, is_greedy) per option, the lowest loss chosen
-        assert len(sample["filtered_resps"]) == len(json.loads(sample["doc"]["options"]))
+    imported = import_samples(run_cli, release, chat_out, COMPARED, tmp_path / "imported-chat")
+    for key, line in imported.items():  # the same replies, read and scored the same
+        assert (line["raw"], line["parsed"], line["correct"]) == (mine[key]["raw"], mine[key]["parsed"],
+                                                                  mine[key]["correct"])
 
-    files = [str(next((tmp_path / "lmms-out").rglob(f"*_samples_{task}.jsonl"))) for task in samples]
-    imported_dir = tmp_path / "imported"
-    outcome = run_cli("eval", "import", str(release), *files, "--out", str(imported_dir), "--model", "tiny")
+    # The group and the ranked CFMM task, as lmms-eval's own task loader reads them. (lmms-eval 0.7.3 cannot rank
+    # with llava_hf here: its chat tasks refuse multiple_choice, and its simple llava_hf's loglikelihood passes
+    # the processor an <image> token without the image, which transformers 5 refuses.)
+    probe = subprocess.run([str(python), "-c", LMMS_EVAL_PROBE, str(release)], capture_output=True, text=True,
+                           env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}, timeout=600)
+    assert probe.returncode == 0, probe.stderr[-3000:]
+    loaded = json.loads(probe.stdout.strip().splitlines()[-1])
+    assert loaded["group"] == {"tasks": sorted([*COMPARED, *RANKED]), "metric": "accuracy", "weight_by_size": True}
+    assert loaded["bench_cfmm"]["output_type"] == "multiple_choice"
+    assert loaded["bench_cfmm"]["requests"] == [len(json.loads(d["options"])) for d in cfmm_docs(release)]
+    assert loaded["bench_cvqa"]["output_type"] == "generate_until"
+
+    # Ranked samples as lmms-eval logs them (per option: loss, is_greedy): the import takes the lowest loss and
+    # scores as the task's own process_results and aggregations (what lmms-eval reports) do.
+    from cftools.release.lmms_eval import TaskFunctions
+
+    functions = TaskFunctions(release, "cfmm", RANKED["bench_cfmm"], ranked=True)
+    group_out.mkdir()
+    processed = []
+    with open(group_out / "20260101_samples_bench_cfmm.jsonl", "w", encoding="utf-8") as fh:
+        for n, doc in enumerate(cfmm_docs(release)):
+            losses = [[1.0 + ((n + k) * 7 % 5) / 10, False] for k in range(len(json.loads(doc["options"])))]
+            result = functions.process_results(doc, [tuple(loss) for loss in losses])
+            processed.append(result)
+            fh.write(json.dumps({"doc_id": n, "target": doc["gold_option"], "filtered_resps": losses,
+                                 **result}) + "\n")
+    lines = import_samples(run_cli, release, group_out, RANKED, tmp_path / "imported-ranked")
+    for group_name, metric in RANKED["bench_cfmm"]:
+        name = metric_name(group_name, metric)
+        reported = functions.aggregation(group_name, metric)([p[name] for p in processed])
+        assert kind_score("cfmm", list(lines.values()), group_name, metric) == pytest.approx(reported)
+    assert all(line["parsed"] == min(line["scores"], key=lambda s: s["mean_loss"])["option"]
+               for line in lines.values())  # the option of lowest loss
+    assert load_run(tmp_path / "imported-ranked").summary["cfmm"]["rows"][-1]["acc_plus"]["value"] is not None
+
+
+def cfmm_docs(release: Path) -> list[dict]:
+    return [json.loads(line) for line in (release / "bench_cfmm" / "test.jsonl").read_text().splitlines()]
+
+
+LMMS_EVAL_PROBE = """
+import json, sys
+from lmms_eval.tasks import TaskManager, get_task_dict
+manager = TaskManager(include_path=sys.argv[1])
+out = {}
+tasks = get_task_dict(["bench"], manager, "simple")
+for key, value in tasks.items():
+    config = dict(getattr(key, "config", None) or {})
+    if config.get("group") == "bench":
+        agg = dict(config["aggregate_metric_list"][0])
+        out["group"] = {"tasks": sorted(value), "metric": agg["metric"], "weight_by_size": bool(agg["weight_by_size"])}
+        for name, task in value.items():
+            entry = {"output_type": task.OUTPUT_TYPE}
+            if task.OUTPUT_TYPE == "multiple_choice":
+                split = task.config.test_split
+                meta = {"split": split, "task": name, "repeats": 1}
+                entry["requests"] = [len(task.construct_requests(doc_id=i, ctx="q", metadata={**meta, "doc_id": i}))
+                                     for i in range(len(task.dataset[split]))]
+            out[name] = entry
+print(json.dumps(out))
+"""
+
+
+def import_samples(run_cli, release: Path, out: Path, tasks: dict, run_dir: Path) -> dict:
+    files = [str(next(out.rglob(f"*_samples_{task}.jsonl"))) for task in tasks]
+    outcome = run_cli("eval", "import", str(release), *files, "--out", str(run_dir), "--model", "tiny")
     assert outcome.exit_code == 0, outcome.output
-    imported = load_run(imported_dir)
-    assert len(imported.predictions) == sum(len(v) for v in samples.values())
-    assert imported.config["mode"] == "mixed"
-    lines = {(p["id"], p["which"]): p for p in imported.predictions}
-    for task, scores in {**COMPARED, **RANKED}.items():
-        task_lines = [lines[(s["doc"]["item_id"], s["doc"]["which"])] for s in samples[task]]
-        for group_name, metric in scores:  # the import scores as lmms-eval did
-            got = results[task][f"{metric_name(group_name, metric)},none"]
-            assert kind_score(task.split("_")[1], task_lines, group_name, metric) == pytest.approx(got, nan_ok=True)
-    for key, line in lines.items():
-        if line.get("raw") is not None:
-            assert line["raw"] == mine[key]["raw"] and line["correct"] == mine[key]["correct"]
-        else:  # ranked: the option of lowest loss
-            losses = [s["mean_loss"] for s in line["scores"]]
-            assert line["parsed"] == line["scores"][losses.index(min(losses))]["option"]
-    assert imported.summary["cfmm"]["rows"][-1]["acc_plus"]["value"] is not None
+    imported = load_run(run_dir)
+    assert len(imported.predictions) == sum(len(samples_of(out, task)) for task in tasks)
+    return {(p["id"], p["which"]): p for p in imported.predictions}
 
 
 # ---------------------------------------------------------------- browse

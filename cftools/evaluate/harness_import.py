@@ -65,19 +65,48 @@ def harness_of(path: Path) -> str:
                            ".csv or .json)")
 
 
-def lmms_eval_rows(path: Path) -> Iterator[tuple[str, dict[str, Any], Any]]:
-    """(where, doc, filtered_resps) of each sample line."""
+def lmms_eval_rows(path: Path, release_dir: Path) -> Iterator[tuple[str, dict[str, Any], Any]]:
+    """(where, doc, filtered_resps) of each sample line. lmms-eval logs the doc itself, or (0.7.3) only its
+    doc_id: then the doc is the one the prediction line under a metric's name names (the exported task's
+    process_results puts it there), else line doc_id of the task's docs file (the task named by the file name)."""
+    docs: Optional[list[dict[str, Any]]] = None
     with open(path, encoding="utf-8") as fh:
         for number, text in enumerate(fh, start=1):
             if not text.strip():
                 continue
             try:
                 sample = json.loads(text)
-                doc = sample["doc"]
                 replies = sample["filtered_resps"]
             except (json.JSONDecodeError, KeyError, TypeError):
-                raise InputError(path, "not an lmms-eval sample line (doc and filtered_resps)", f"line {number}") from None
+                raise InputError(path, "not an lmms-eval sample line (no filtered_resps)", f"line {number}") from None
+            doc = sample.get("doc") if isinstance(sample.get("doc"), dict) else logged_line(sample)
+            if doc is None:
+                docs = docs if docs is not None else task_docs(path, release_dir)
+                try:
+                    doc = docs[int(sample["doc_id"])]
+                except (KeyError, IndexError, TypeError, ValueError):
+                    raise InputError(path, "its doc_id names no doc of the task", f"line {number}") from None
             yield f"line {number}", doc, replies
+
+
+def logged_line(sample: dict[str, Any]) -> Optional[dict[str, Any]]:
+    """The question a sample's metrics name: {item_id, which} of the first prediction line among them."""
+    for value in sample.values():
+        if isinstance(value, dict) and "id" in value and "which" in value:
+            return {"item_id": value["id"], "which": value["which"]}
+    return None
+
+
+def task_docs(path: Path, release_dir: Path) -> list[dict[str, Any]]:
+    """The docs of the task a samples file (`..._samples_TASK.jsonl`) is of, in the release's task folder."""
+    task = path.stem.rsplit("_samples_", 1)[-1]
+    config = release_dir / task / f"{task}.yaml"
+    if "_samples_" not in path.stem or not config.is_file():
+        raise InputError(path, f"its samples name no doc and no task folder {task!r} of the release holds them")
+    split = next((line.split(":", 1)[1].strip() for line in config.read_text(encoding="utf-8").splitlines()
+                  if line.startswith("test_split:")), "test")
+    docs_file = release_dir / task / f"{split}.jsonl"
+    return [json.loads(line) for line in docs_file.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 def vlmevalkit_table(path: Path) -> list[dict[str, Any]]:
@@ -142,7 +171,7 @@ def vlmevalkit_line(question: Question, row: dict[str, Any], reading: str) -> di
 def lmms_eval_line(question: Question, replies: Any, reading: str) -> dict[str, Any]:
     from cftools.evaluate.run import generated_line, rank_line
 
-    if isinstance(replies, list) and replies and isinstance(replies[0], list):  # multiple_choice: (loss, greedy)
+    if isinstance(replies, list) and replies and isinstance(replies[0], (list, tuple)):  # multiple_choice
         if len(replies) != len(question.options or []):
             raise CftoolsError(f"{len(replies)} option scores for {len(question.options or [])} options")
         losses = [float(r[0]) if r and r[0] is not None else math.inf for r in replies]
@@ -151,11 +180,12 @@ def lmms_eval_line(question: Question, replies: Any, reading: str) -> dict[str, 
     return generated_line(question, str(reply if reply is not None else "").strip(), reading)
 
 
-def read_file_lines(path: Path, questions: dict[tuple[str, str], Question], reading: str) -> list[dict[str, Any]]:
+def read_file_lines(path: Path, questions: dict[tuple[str, str], Question], reading: str,
+                    release_dir: Path) -> list[dict[str, Any]]:
     harness = harness_of(path)
     rows: Sequence[tuple[str, dict[str, Any], Any]]
     if harness == LMMS_EVAL:
-        rows = list(lmms_eval_rows(path))
+        rows = list(lmms_eval_rows(path, release_dir))
     else:
         rows = [(f"row {n}", row, row) for n, row in enumerate(vlmevalkit_table(path), start=2)]
     lines = []
@@ -192,7 +222,7 @@ def import_predictions(release_dir: Path | str, files: Sequence[Path | str], out
     by_key: dict[tuple[str, str], dict[str, Any]] = {}
     sources = []
     for path in map(Path, files):
-        for line in read_file_lines(path, questions, reading):
+        for line in read_file_lines(path, questions, reading, release_dir):
             key = (line["id"], line["which"])
             if key in by_key:
                 raise InputError(path, f"item {key[0]} question {key[1]} is answered twice (here and in an "

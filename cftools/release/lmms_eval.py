@@ -113,8 +113,10 @@ def yaml_text(task: str, splits: dict[str, str], metrics: Sequence[tuple[str, st
     lines = [f"task: {task}", "dataset_path: json", "dataset_kwargs:", "  data_files:"]
     lines += [f"    {split}: {json.dumps(path)}" for split, path in splits.items()]
     lines += [f"test_split: {test_split}", "doc_to_visual: !function utils.doc_to_visual",
-              "doc_to_text: !function utils.doc_to_text", "doc_to_messages: !function utils.doc_to_messages",
-              "lmms_eval_specific_kwargs:", "  default:", '    pre_prompt: ""', '    post_prompt: ""']
+              "doc_to_text: !function utils.doc_to_text"]
+    if not ranked:  # lmms-eval takes chat messages for generation only
+        lines += ["doc_to_messages: !function utils.doc_to_messages"]
+    lines += ["lmms_eval_specific_kwargs:", "  default:", '    pre_prompt: ""', '    post_prompt: ""']
     if ranked:  # the options scored as replies; lmms-eval puts target_delimiter before each
         lines += ["output_type: multiple_choice", "doc_to_choice: !function utils.doc_to_choice",
                   "doc_to_target: gold_option", 'target_delimiter: ""']

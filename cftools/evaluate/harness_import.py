@@ -131,7 +131,8 @@ def read_table(path: Path) -> list[dict[str, Any]]:
 
         book = load_workbook(path, read_only=True, data_only=True)
         try:
-            cells = [["" if v is None else str(v) for v in row] for row in book.worksheets[0].iter_rows(values_only=True)]
+            sheet = book.worksheets[0].iter_rows(values_only=True)
+            cells = [["" if v is None else str(v) for v in row] for row in sheet]
         finally:
             book.close()
         return [dict(zip(cells[0], row)) for row in cells[1:]] if cells else []

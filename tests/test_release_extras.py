@@ -409,6 +409,8 @@ def test_lmms_eval_runs_the_exported_group_and_eval_import_agrees(stocked, tmp_p
     python = lmms_eval_python(tmp_path / "lmms-venv")
     chat_out, group_out = tmp_path / "lmms-chat", tmp_path / "lmms-ranked"
     results = run_lmms_eval(python, release, tiny_llava_dir, ",".join(COMPARED), chat_out, 8)["results"]
+    assert all(not isinstance(v, float) or v == v for task in results.values() for v in task.values())  # no NaN
+    assert all("accuracy,none" in results[task] for task in COMPARED)  # what the group averages
 
     out = tmp_path / "cftools-eval"
     assert run_cli("eval", str(release), "--model", f"hf:{tiny_llava_dir}", "--batch-size", "8", "--device", "cpu",

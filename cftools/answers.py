@@ -22,7 +22,9 @@ Which part of a reply holds the answer (`answer_segment`):
    different numbers and no marker -> unknown.
 
 A reply that hedges ("Roughly 5 or 6", "maybe", "I guess"), names two candidates ("5 or 6", "5-6") or
-says it cannot tell is unknown, never credited. yes/no follows negation scope: "sure", "certainly",
+says it cannot tell is unknown, never credited; so is a yes/no reply that hedges between the two ("not
+necessarily, but ...", "Yes, but it would not.", "No, but it could be.", "it depends"). yes/no follows
+negation scope: "sure", "certainly",
 "right", "correct" say yes only when nothing in the reply negates ("Sure not." -> no; "No doubt, yes." ->
 yes); a reply that says both yes and no is unknown. An option letter is read only where it is used as
 one: "A dog is on the left." is not option A, "A." or "Answer: (A)" is.
@@ -102,7 +104,13 @@ HEDGE_PATTERNS = (
     r"\bmaybe\b", r"\bperhaps\b", r"\bpossibly\b", r"\bprobably\b", r"\broughly\b", r"\bapproximately\b",
     r"\bapprox\b", r"\bguess(?:ing|ed)?\b", r"\bestimated?\b", r"\bpresumably\b", r"\bor so\b",
     r"\bgive or take\b", r"\bmore or less\b", r"\beither\b.*\bor\b",
+    # "not necessarily" neither affirms nor denies; "it depends" names no answer
+    r"\bnot necessarily\b", r"\bit depends\b", r"\bdepends on\b", r"\bnot always\b",
 )
+# A clause opening with one of these qualifies the answer before it: "Yes, but it would not" says both.
+CONTRAST_WORDS = frozenset({"but", "although", "though", "however", "yet", "except", "unless"})
+# Words of mere possibility: "No, but it could be" leaves the question open.
+POSSIBILITY_WORDS = frozenset({"could", "might", "may", "possibly", "can"})
 # Words that make the number after them an approximation or a bound, not an answer.
 APPROXIMATORS = ("about", "around", "nearly", "almost", "over", "under", "above", "below", "more than",
                  "less than", "fewer than", "at least", "at most", "up to", "close to", "some", "roughly")
@@ -346,6 +354,8 @@ def _read_yes_no_segment(segment: str, where: str) -> object:
         said.update("no" for token in clause if token in STRONG_NO)
     if len(said) > 1:
         return UNKNOWN  # "Yes and no."
+    if said and qualified(said.copy().pop(), clauses):
+        return UNKNOWN  # "Yes, but it would not.", "No, but it could be."
     if said:
         return said.pop()
     if where == FINAL_LINE:
@@ -355,6 +365,18 @@ def _read_yes_no_segment(segment: str, where: str) -> object:
     if any(token in WEAK_YES and len(clause) <= WEAK_YES_CLAUSE_TOKENS for clause in clauses for token in clause):
         return "yes"
     return NOT_FOUND
+
+
+def qualified(answer: str, clauses: list[list[str]]) -> bool:
+    """Whether a contrast clause takes ANSWER back: after yes, one that negates; after either, one that says it
+    could be otherwise."""
+    for clause in clauses:
+        if clause[0] not in CONTRAST_WORDS:
+            continue
+        negates = any(token in NEGATORS or token.endswith("n't") for token in clause)
+        if (answer == "yes" and negates) or any(token in POSSIBILITY_WORDS for token in clause):
+            return True
+    return False
 
 
 def parse_yes_no(text: Optional[str]) -> Optional[str]:

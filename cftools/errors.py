@@ -72,18 +72,24 @@ class NoRecordsError(InputError):
         super().__init__(path, "0 records; nothing was ingested")
 
 
-def scrub_known_secrets(text: str, secrets: Iterable[str]) -> str:
-    """TEXT with each of SECRETS replaced by ***: for outputs that are stored (a model's reply), where the
-    credential-shaped patterns of `scrub_secrets` would also change honest text."""
+# The shortest secret scrubbed out of stored text. A shorter "key" (a local server's "x" or "abc") protects
+# nothing that its length does not already give away, and it occurs inside ordinary words: replacing it blanked
+# letters out of every stored reply ("six" -> "si***" for the key "x"). Error texts scrub every length.
+MIN_STORED_SECRET_LENGTH = 8
+
+
+def scrub_known_secrets(text: str, secrets: Iterable[str], min_length: int = MIN_STORED_SECRET_LENGTH) -> str:
+    """TEXT with each of SECRETS of at least MIN_LENGTH characters replaced by ***: for outputs that are stored (a
+    model's reply), where the credential-shaped patterns of `scrub_secrets` would also change honest text."""
     for secret in secrets:
-        if secret:
+        if secret and len(secret) >= min_length:
             text = text.replace(secret, "***")
     return text
 
 
 def scrub_secrets(text: str, secrets: Iterable[str] = ()) -> str:
     """TEXT with every known secret and anything credential-shaped replaced by ***."""
-    text = scrub_known_secrets(text, secrets)
+    text = scrub_known_secrets(text, secrets, min_length=1)  # in an error text a blanked letter costs nothing
     for pattern in CREDENTIAL_PATTERNS:
         text = pattern.sub(lambda m: f"{m.group(1)}{m.group(2)}{m.group(3) or ''}***", text)
     return text

@@ -16,11 +16,14 @@ from typing import Any
 import pytest
 
 SPECIALS = ["<pad>", "<s>", "</s>", "<unk>", "<image>"]
+# Content is a list of parts, or (as lmms-eval's simple models send it) one string.
 CHAT_TEMPLATE = (
     "{% for m in messages %}"
     "{% if m['role'] == 'user' %}USER: "
+    "{% if m['content'] is string %}{{ m['content'] }}{% else %}"
     "{% for c in m['content'] %}{% if c['type'] == 'image' %}<image>\n{% else %}{{ c['text'] }}{% endif %}{% endfor %}"
-    " {% else %}ASSISTANT: {% for c in m['content'] %}{{ c['text'] }}{% endfor %}</s>{% endif %}"
+    "{% endif %} {% else %}ASSISTANT: {% if m['content'] is string %}{{ m['content'] }}{% else %}"
+    "{% for c in m['content'] %}{{ c['text'] }}{% endfor %}{% endif %}</s>{% endif %}"
     "{% endfor %}{% if add_generation_prompt %}ASSISTANT:{% endif %}"
 )
 

@@ -108,6 +108,10 @@ YES_NO_REPLIES = [
     # both, hedged, unsure, no reading
     ("Yes and no.", None), ("Yes! Actually, no.", None), ("Probably yes.", None), ("Maybe.", None),
     ("I'm not sure.", None), ("It would.", None), ("The bird on the right is red.", None),
+    # hedging between yes and no: says both, or takes the answer back
+    ("Not necessarily, but yes.", None), ("Not necessarily.", None), ("Not necessarily, but it could be.", None),
+    ("Yes, but it would not.", None), ("Yes, although it might not.", None), ("No, but it could be.", None),
+    ("It depends on the light.", None), ("Yes, but only on the left.", "yes"), ("No, but there is a cat.", "no"),
     # chain of thought
     ("Let me think. The cat is not there.\nAnswer: No", "no"), ("The lamp is off, so the room is dark.\nAnswer: yes", "yes"),
     ("Yes\nThe bird is not on the left.", "yes"),

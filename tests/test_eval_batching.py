@@ -50,3 +50,34 @@ def test_other_errors_are_not_taken_for_out_of_memory(mixed_release, tmp_path):
     with pytest.raises(ValueError):
         run_eval(mixed_release, "blind", batch_size="auto", out_dir=tmp_path / "run", answerer=Broken(1))
     assert is_out_of_memory(MemoryError("out of memory")) and not is_out_of_memory(RuntimeError("shape mismatch"))
+
+
+# ---------------------------------------------------------------- batch invariance with a real model
+
+
+@pytest.fixture
+def every_kind_release(workspace, peer_cvqa_real, tmp_path):
+    """A release holding every kind's question types: C-VQA counts and booleans, CFMM option questions, MuCR
+    C2E/E2C (4 tokens), Cue (16) and Exp (128, unjudged). The lmms-eval format's records carry MuCR's choice
+    sets, which `cftools eval` asks."""
+    from release_stock import stock_every_kind
+
+    from cftools.release.export import export_release
+
+    stock_every_kind(workspace, peer_cvqa_real, tmp_path / "in")
+    return export_release(workspace, "mix", "1.0", tmp_path / "out", fmt="lmms-eval", licence="CC-BY-4.0",
+                          options={"allow_small_groups": True}).path
+
+
+def test_replies_do_not_depend_on_the_batch(every_kind_release, tiny_llava_dir, tmp_path):
+    """Greedy replies are the same whatever questions share the batch: at batch size 1, 3, 8 and auto a question
+    gets the same reply, read the same way (a 16-token MuCR cue batched with 128-token explanations included)."""
+    runs = {}
+    for size in (1, 3, 8, "auto"):
+        result = run_eval(every_kind_release, f"hf:{tiny_llava_dir}", mode="generate", batch_size=size,
+                          device="cpu", out_dir=tmp_path / f"run-{size}")
+        runs[size] = {(p["id"], p["which"]): (p["raw"], p["parsed"], p["correct"]) for p in result.predictions}
+    whichs = {which for _, which in runs[1]}
+    assert {"original", "counterfactual", "c2e", "e2c", "cue", "exp"} <= whichs
+    for size in (3, 8, "auto"):
+        assert runs[size] == runs[1], size

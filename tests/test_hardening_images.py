@@ -124,3 +124,24 @@ def test_an_images_reply_past_max_reply_bytes_is_a_failed_candidate_not_retried(
         assert len(received(images_api)) - before == 1  # the same request would get the same reply: asked once
     finally:
         backend.close()
+
+
+def test_a_short_api_key_does_not_blank_letters_out_of_stored_replies(workspace, monkeypatch):
+    """A one-character key ("x" for a local server) is no secret to keep: the stored reply keeps its letters
+    ("six" stayed "si***"); an error text still scrubs it."""
+    from cftools.errors import scrub_secrets
+    from cftools.llm import make_backend
+    from llm_stub import StubServer
+
+    monkeypatch.setenv("STUB_KEY", "x")
+    server = StubServer(delay=0.0, reply=lambda request, text: "six boxes")
+    server.start_in_thread()
+    try:
+        backend = make_backend({"backend": "openai", "model": "stub", "base_url": server.base_url,
+                                "api_key_env": "STUB_KEY"})
+        completion = backend.complete([{"role": "user", "content": "hi"}], {})
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert completion.text == "six boxes"
+    assert scrub_secrets("failed: six", ["x"]) == "failed: si***"

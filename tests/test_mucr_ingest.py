@@ -54,6 +54,7 @@ def test_published_records_without_images_become_one_group_of_drafts(workspace, 
     out = run_cli("ingest", "mucr", source, "--json")
     assert out.exit_code == 0, out.output
     assert json.loads(out.output)["items_added"] == 4
+    assert (json.loads(out.output)["images_attached"], json.loads(out.output)["missing_images"]) == (0, 4)
     assert json.loads(run_cli("ingest", "mucr", source, "--json").output)["items_added"] == 0  # rerun adds nothing
     items = items_of(workspace)
     assert sorted(items) == [f"mucr:human:{i}" for i in IDS]
@@ -84,6 +85,10 @@ def test_published_records_with_images_release_as_they_came(workspace, run_cli, 
     out = run_cli("ingest", "mucr", source, "--images", tmp_path / "pics", "--licence", "MIT", "--json")
     assert out.exit_code == 0, out.output
     assert json.loads(out.output)["images_added"] == 8
+    # the records' images ride in their items: the report counts them (it said "0 records got an image")
+    assert json.loads(out.output)["images_attached"] == 4 and json.loads(out.output)["missing_images"] == 0
+    again = run_cli("ingest", "mucr", source, "--images", tmp_path / "pics", "--licence", "MIT")
+    assert "4 records got an image, 0 still without an image" in " ".join(again.output.split())
     out = run_cli("export", "human", "--version", "1", "--format", "mucr", "--include-unverified", "--licence", "MIT",
                   "--json")
     assert out.exit_code == 0, out.output

@@ -437,3 +437,13 @@ def test_published_explanations_rewritten_the_way_models_open_them_keep_their_ca
                 assert parts["S3"] == published["S3"] and missing_parts(variant) == []
                 prompt = judge_prompts(template, variant, [reference])[0]
                 assert "(missing)" not in prompt and f"S1 (cause image): {parts['S1']}" in prompt
+
+
+@pytest.mark.parametrize("form", ["split", "composite"])
+def test_choice_prompts_use_the_right_article(form):
+    from cftools.evaluate.questions import PromptTemplates
+
+    template = PromptTemplates().named("mucr_choice")
+    c2e = template.render(task="c2e", letters=["A", "B"], form=form)
+    e2c = template.render(task="e2c", letters=["A", "B"], form=form)
+    assert "shows a cause." in c2e and "shows an effect." in e2c and " a effect" not in e2c

@@ -28,6 +28,7 @@ import pytest
 from release_stock import add_published_mucr, stock_every_kind
 from test_browser import UI_TIMEOUT_MS, browser, save_screenshot  # noqa: F401 (browser: a fixture)
 
+from cftools.evaluate.run import load_run, run_eval
 from cftools.release.export import export_release
 from cftools.release.layout import load_manifest, load_records
 from cftools.release.verify import verify_release
@@ -225,27 +226,155 @@ def test_croissant_of_an_unannotated_release_with_an_unknown_licence(stocked, tm
 # ---------------------------------------------------------------- vlmevalkit
 
 
-def test_vlmevalkit_tsvs_hold_base64_images_and_letters(stocked, tmp_path):
+VLMEVALKIT_FILES = ["CF_bench_cfmm_MCQ.tsv", "CF_bench_cvqa_OpenEnded.tsv", "CF_bench_cvqa_YN.tsv",
+                    "CF_bench_mucr_MCQ.tsv", "CF_bench_mucr_OpenEnded.tsv"]
+
+
+def tsv_rows(path: Path) -> list[dict]:
+    csv.field_size_limit(sys.maxsize)
+    with open(path, encoding="utf-8", newline="") as fh:
+        return list(csv.DictReader(fh, delimiter="\t"))
+
+
+@pytest.fixture
+def stocked_booleans(stocked, peer_cvqa_real, tmp_path):
+    """The stock plus three C-VQA boolean items with images (the stock's C-VQA rows are all counts)."""
+    from sqlalchemy import select
+
+    from test_export import peer_rows, set_status, write_images
+
+    from cftools.kinds.cvqa.ingest import ingest_cvqa
+    from cftools.models import Item, SourceQuestion
+
     workspace, keys = stocked
+    names = [row["img_path"] for row in peer_rows(peer_cvqa_real) if row["type"] == "boolean"][:3]
+    write_images(tmp_path / "in" / "cvqa", names)
+    ingest_cvqa(workspace.store, peer_cvqa_real, tmp_path / "in" / "cvqa", licence="CC-BY-4.0")
+    with workspace.store.session() as session:
+        booleans = [i.key for i, s in session.execute(select(Item, SourceQuestion).join(
+            SourceQuestion, SourceQuestion.id == Item.source_id)).all()
+            if s.image_id is not None and i.group == "boolean"]
+    assert booleans
+    set_status(workspace, "accepted", booleans)
+    return workspace, {**keys, "cvqa": keys["cvqa"] + booleans}
+
+
+def test_vlmevalkit_files_in_the_types_vlmevalkit_scores(stocked_booleans, tmp_path):
+    workspace, keys = stocked_booleans
     result = export(workspace, tmp_path, "vlmevalkit")
     names = sorted(p.name for p in result.path.glob("*.tsv"))
-    assert names == ["CF_bench_cfmm_MCQ.tsv", "CF_bench_cvqa_VQA.tsv", "CF_bench_mucr_MCQ.tsv",
-                     "CF_bench_mucr_VQA.tsv"]
+    assert names == VLMEVALKIT_FILES
     assert all(not n.upper().startswith("CVQA") for n in names)  # VLMEvalKit's own CVQA is another benchmark
-    csv.field_size_limit(sys.maxsize)
-    with open(result.path / "CF_bench_cfmm_MCQ.tsv", encoding="utf-8", newline="") as fh:
-        rows = list(csv.DictReader(fh, delimiter="\t"))
+    # "openended" in the name: VLMEvalKit's DATASET_TYPE prompts them as open questions, not multiple choice
+    assert all("openended" in n.lower() for n in names if not n.endswith(("_MCQ.tsv", "_YN.tsv")))
+    config = json.loads((result.path / "vlmevalkit_config.json").read_text())["data"]
+    assert {d: c["class"] for d, c in config.items()} == {
+        "CF_bench_cfmm_MCQ": "CustomMCQDataset", "CF_bench_cvqa_OpenEnded": "CustomVQADataset",
+        "CF_bench_cvqa_YN": "ImageYORNDataset", "CF_bench_mucr_MCQ": "CustomMCQDataset",
+        "CF_bench_mucr_OpenEnded": "CustomVQADataset"}
+    rows = tsv_rows(result.path / "CF_bench_cfmm_MCQ.tsv")
     assert len(rows) == 2 * len(keys["cfmm"]) and [r["index"] for r in rows] == [str(n) for n in range(len(rows))]
     for row in rows:
         picture = base64.b64decode(row["image"])
         assert (result.path / "images" / f"{hashlib.sha256(picture).hexdigest()}.png").is_file()
         options = [row[letter] for letter in "ABCD" if row[letter]]
         gold = "blue" if row["l2-category"] == "counterfactual" else "red"
-        assert options[ord(row["answer"]) - ord("A")] == gold
-    with open(result.path / "CF_bench_mucr_VQA.tsv", encoding="utf-8", newline="") as fh:
-        choice_rows = list(csv.DictReader(fh, delimiter="\t"))
+        assert options[ord(row["answer"]) - ord("A")] == gold and "Options" not in row["question"]
+    cue = tsv_rows(result.path / "CF_bench_mucr_MCQ.tsv")
+    assert {r["l2-category"] for r in cue} == {"cue"}
+    for row in cue:  # the options once, as VLMEvalKit lists them: not in the question text too
+        assert not any(row[letter] in row["question"] for letter in "ABCD" if row[letter]), row["question"]
+        assert "cue" in row["question"] and row[row["answer"]] == "catch cold"
+    assert {r["answer"] for r in tsv_rows(result.path / "CF_bench_cvqa_YN.tsv")} <= {"Yes", "No"}
+    choice_rows = tsv_rows(result.path / "CF_bench_mucr_OpenEnded.tsv")
     assert {r["l2-category"] for r in choice_rows} == {"c2e", "e2c"}
     assert all(len(json.loads(r["image"])) == 5 and r["answer"] in "ABCD" for r in choice_rows)
+    card = (result.path / "README.md").read_text(encoding="utf-8")
+    assert "cftools eval import" in card and "acc+" in card and "--config vlmevalkit_config.json" in card
+    assert load_records(result.path)  # the release's records, which eval import reads
+
+
+class ReplayModel:
+    """Answers each question with the reply chosen for it (by its prompt text and images), as a model that can
+    see the images would be asked; records what it was asked."""
+
+    needs_image = True
+
+    def __init__(self, replies: dict):
+        self.replies = replies
+
+    def generate(self, prompts):
+        # a judged explanation (MuCR Exp) is in no harness file: any text
+        return [self.replies.get((p.text, tuple(str(i) for i in p.images)), "An explanation.") for p in prompts]
+
+    def score_options(self, prompts):
+        raise AssertionError("generate mode only")
+
+    def close(self):
+        pass
+
+
+def scripted_reply(question, n: int) -> str:
+    """Right, wrong or unreadable in turn: the gold option or answer, another one, or a hedge."""
+    if n % 3 == 2:
+        return "Maybe."
+    if question.options:
+        right = question.gold_option or question.gold
+        return right if n % 3 == 0 else next(o for o in question.options if o != right)
+    if question.answer_type == "yes/no":
+        return question.gold if n % 3 == 0 else ("no" if question.gold == "yes" else "yes")
+    if question.answer_type == "number":
+        return question.gold if n % 3 == 0 else str(int(question.gold) + 1)
+    return question.gold if n % 3 == 0 else "something else"
+
+
+def test_eval_import_scores_vlmevalkit_prediction_files_as_cftools_eval(stocked_booleans, tmp_path, run_cli):
+    """VLMEvalKit's prediction files (its dataset rows with a `prediction` column, in xlsx and tsv as it writes
+    them) read back by `cftools eval import` give the scores `cftools eval` gives the same replies."""
+    import pandas as pd
+
+    from cftools.evaluate.harness_import import release_questions
+    from cftools.evaluate.questions import PromptTemplates, build_questions
+
+    workspace, keys = stocked_booleans
+    release = export(workspace, tmp_path, "vlmevalkit").path
+    asked, _ = build_questions(release, load_records(release), PromptTemplates(), "generate", True)
+    asked = [q for q in asked if not q.judged]
+    reply_of = {q.key: scripted_reply(q, n) for n, q in enumerate(sorted(asked, key=lambda q: q.key))}
+    replies = {(q.prompt.text, tuple(str(i) for i in q.prompt.images)): reply_of[q.key] for q in asked}
+    assert len(replies) == len(asked)  # every question has its own prompt
+    direct = run_eval(release, "hf:replayed", mode="generate", out_dir=tmp_path / "direct", answerer=ReplayModel(
+        replies), device="cpu")
+
+    files = []
+    for n, name in enumerate(VLMEVALKIT_FILES):
+        frame = pd.DataFrame(tsv_rows(release / name)).drop(columns=["image"])  # as VLMEvalKit's inference drops it
+        frame["prediction"] = [reply_of[(r["item_id"], r["l2-category"])] for r in frame.to_dict("records")]
+        path = tmp_path / "vlmevalkit-out" / f"tiny_{name[:-4]}{'.xlsx' if n % 2 == 0 else '.tsv'}"
+        path.parent.mkdir(exist_ok=True)
+        frame.to_excel(path, index=False) if path.suffix == ".xlsx" else frame.to_csv(path, sep="\t", index=False)
+        assert path.is_file()
+        files.append(path)
+    out = run_cli("eval", "import", str(release), *map(str, files), "--out", str(tmp_path / "imported"),
+                  "--model", "tiny")
+    assert out.exit_code == 0, out.output
+    imported = load_run(tmp_path / "imported")
+    assert len(imported.predictions) == len(asked) == len(release_questions(release))
+    for kind in ("cvqa", "cfmm", "mucr"):  # every score but MuCR's judged explanations (in no harness file)
+        mine = {k: v for k, v in imported.summary[kind].items() if not k.startswith("exp")}
+        theirs = {k: v for k, v in direct.summary[kind].items() if not k.startswith("exp")}
+        assert mine == theirs, (kind, [k for k in theirs if mine.get(k) != theirs[k]])
+    cfmm = {r["type"]: r for r in imported.summary["cfmm"]["rows"]}
+    assert cfmm["total"]["acc_plus"]["value"] is not None  # the both-right score, which VLMEvalKit does not give
+    report = (tmp_path / "imported" / "report.md").read_text(encoding="utf-8")
+    assert "imported from 5 vlmevalkit files" in report
+
+    bad = tmp_path / "vlmevalkit-out" / "bad.tsv"
+    pd.DataFrame([{"item_id": "nope", "l2-category": "original", "prediction": "3"}]).to_csv(bad, sep="\t",
+                                                                                            index=False)
+    out = run_cli("eval", "import", str(release), str(bad), "--out", str(tmp_path / "bad-run"))
+    assert out.exit_code == 1 and "bad.tsv, row 2: item nope question original is not a question" in " ".join(
+        out.output.split())
 
 
 # ---------------------------------------------------------------- lmms-eval
@@ -268,16 +397,24 @@ def test_lmms_eval_task_folders(stocked, tmp_path):
     tasks = {"cvqa": ["bench_cvqa"], "cfmm": ["bench_cfmm"], "mucr": ["bench_mucr_c2e_e2c", "bench_mucr_cue"]}
     assert sorted(p.name for p in result.path.iterdir() if p.is_dir() and p.name.startswith("bench")) == sorted(
         t for names in tasks.values() for t in names)
+    group = task_yaml(result.path / "bench.yaml")  # a group with an overall score, not a tag
+    assert group["group"] == "bench" and group["task"] == [t for n in tasks.values() for t in n]
+    assert group["aggregate_metric_list"] == [{"metric": "accuracy", "aggregation": "mean", "weight_by_size": True}]
     for kind, names in tasks.items():
         for name in names:
             task = task_yaml(result.path / name / f"{name}.yaml")
-            assert task["task"] == name and task["tag"] == "bench"
+            assert task["task"] == name and "tag" not in task
             assert task["process_results"] == ("function", "utils.process_results")
+            assert task["lmms_eval_specific_kwargs"]["default"] == {"pre_prompt": "", "post_prompt": ""}
+            text = (result.path / name / f"{name}.yaml").read_text(encoding="utf-8")
+            assert "random" not in text and "unknown" not in text  # only the kind's scores
             docs = [json.loads(line) for line in (result.path / name / "test.jsonl").read_text().splitlines()]
             assert {d["item_id"] for d in docs} == set(keys[kind])
             assert all((result.path / image).is_file() for d in docs for image in d["images"])
     mucr = task_yaml(result.path / "bench_mucr_c2e_e2c" / "bench_mucr_c2e_e2c.yaml")
-    assert mucr["generation_kwargs"]["max_new_tokens"] == 4
+    assert mucr["generation_kwargs"]["max_new_tokens"] == 4 and mucr["output_type"] == "generate_until"
+    cfmm = task_yaml(result.path / "bench_cfmm" / "bench_cfmm.yaml")
+    assert cfmm["output_type"] == "multiple_choice" and cfmm["doc_to_choice"] == ("function", "utils.doc_to_choice")
 
     def metric_names(name: str) -> set[str]:
         return {m["metric"] for m in task_yaml(result.path / name / f"{name}.yaml")["metric_list"]}
@@ -287,12 +424,21 @@ def test_lmms_eval_task_folders(stocked, tmp_path):
     assert "total_cue" not in metric_names("bench_mucr_c2e_e2c") and "total_cue" in metric_names("bench_mucr_cue")
     assert {"numerical_direct_counterfactual", "total_drop"} <= metric_names("bench_cvqa")
 
+    from cftools.release.lmms_eval import TaskFunctions
+
+    doc = json.loads((result.path / "bench_cvqa" / "test.jsonl").read_text().splitlines()[0])
+    functions = TaskFunctions(result.path, "cvqa", [])
+    assert functions.doc_to_text(doc, {"pre_prompt": "", "post_prompt": ""}) == doc["prompt"]
+    assert functions.doc_to_text(doc, {"pre_prompt": "<q> ", "post_prompt": " Think."}) == f"<q> {doc['prompt']} Think."
+
 
 def lmms_eval_python(root: Path) -> Path:
     """A venv that sees this environment's packages, with lmms-eval and its pure-Python imports installed into it
-    from the package index (no dependencies: lmms-eval's own would replace torch)."""
+    from the package index (no dependencies: lmms-eval's own would replace torch). CFTOOLS_LMMS_EVAL_VENV names
+    one to keep between runs."""
     import site
 
+    root = Path(os.environ.get("CFTOOLS_LMMS_EVAL_VENV") or root)
     python = root / "bin" / "python"
     if python.exists():
         return python
@@ -310,56 +456,141 @@ def lmms_eval_python(root: Path) -> Path:
     return python
 
 
-COMPARED = {  # task -> the scores compared with cftools' own (group, metric)
-    "bench_cvqa": [("total", "original"), ("total", "counterfactual"), ("total", "unknown_original")],
-    "bench_cfmm": [("color", "acc_b"), ("color", "acc_c"), ("color", "acc_plus"), ("sum of types", "acc_plus")],
+COMPARED = {  # generated tasks -> the scores compared with cftools' own (group, metric)
+    "bench_cvqa": [("total", "original"), ("total", "counterfactual"), ("total", "drop")],
     "bench_mucr_c2e_e2c": [("total", "c2e"), ("total", "e2c")],
     "bench_mucr_cue": [("total", "cue")],
 }
+RANKED = {"bench_cfmm": [("color", "acc_b"), ("color", "acc_c"), ("color", "acc_plus"), ("sum of types", "acc_plus")]}
 
 
-def test_lmms_eval_runs_the_exported_task_and_agrees_with_cftools_eval(stocked, tmp_path, tiny_llava_dir,
-                                                                        run_cli):
+def run_lmms_eval(python: Path, release: Path, model_dir: Path, tasks: str, out: Path, limit: int,
+                  *extra: str) -> dict:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+           "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent.parent),
+                                          os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([str(python), "-m", "lmms_eval", "eval", "--model", "llava_hf", "--model_args",
+                           f"pretrained={model_dir},device=cpu,device_map=cpu", "--include_path", str(release),
+                           "--tasks", tasks, "--limit", str(limit), "--batch_size", "1", "--output_path", str(out),
+                           "--log_samples", *extra], capture_output=True, text=True, env=env, timeout=900,
+                          cwd=out.parent)
+    written = list(out.rglob("*_results.json"))
+    assert done.returncode == 0 and written, done.stdout[-3000:] + done.stderr[-3000:]
+    return json.loads(written[0].read_text())
+
+
+def samples_of(out: Path, task: str) -> list[dict]:
+    return [json.loads(line) for line in next(out.rglob(f"*_samples_{task}.jsonl")).read_text(
+        encoding="utf-8").splitlines()]
+
+
+def test_lmms_eval_runs_the_exported_group_and_eval_import_agrees(stocked, tmp_path, tiny_llava_dir, run_cli):
+    """lmms-eval runs the exported generated tasks with its llava_hf, whose replies are cftools eval's at batch
+    size 8, and `cftools eval import` of its samples reads and scores them as cftools eval does; lmms-eval's task
+    loader reads the group (an overall score) and the CFMM task as multiple_choice (one request per option), and
+    ranked samples import as lmms-eval scores them."""
     from cftools.release.lmms_eval import kind_score, metric_name
 
     workspace, keys = stocked
     release = export(workspace, tmp_path, "lmms-eval").path
     python = lmms_eval_python(tmp_path / "lmms-venv")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-           "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent.parent),
-                                          os.environ.get("PYTHONPATH", "")])}
-    limit = 8  # per task: C-VQA and CFMM the first 4 items (original and counterfactual), MuCR a part
-    done = subprocess.run([str(python), "-m", "lmms_eval", "eval", "--model", "llava_hf", "--model_args",
-                           f"pretrained={tiny_llava_dir},device=cpu,device_map=cpu", "--include_path", str(release),
-                           "--tasks", ",".join(COMPARED), "--limit", str(limit), "--batch_size", "1",
-                           "--output_path", str(tmp_path / "lmms-out"), "--log_samples"],
-                          capture_output=True, text=True, env=env, timeout=900, cwd=tmp_path)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    results = json.loads(next((tmp_path / "lmms-out").rglob("*_results.json")).read_text())["results"]
+    chat_out, group_out = tmp_path / "lmms-chat", tmp_path / "lmms-ranked"
+    results = run_lmms_eval(python, release, tiny_llava_dir, ",".join(COMPARED), chat_out, 8)["results"]
+    assert all(not isinstance(v, float) or v == v for task in results.values() for v in task.values())  # no NaN
+    assert all("accuracy,none" in results[task] for task in COMPARED)  # what the group averages
 
     out = tmp_path / "cftools-eval"
-    assert run_cli("eval", str(release), "--model", f"hf:{tiny_llava_dir}", "--batch-size", "1", "--device", "cpu",
+    assert run_cli("eval", str(release), "--model", f"hf:{tiny_llava_dir}", "--batch-size", "8", "--device", "cpu",
                    "--out", str(out), "--quiet").exit_code == 0
-    predictions = {(p["id"], p["which"]): p for p in map(json.loads, (out / "predictions.jsonl").read_text(
-        encoding="utf-8").splitlines())}
+    mine = {(p["id"], p["which"]): p for p in load_run(out).predictions}
     for task, scores in COMPARED.items():
-        samples = [json.loads(line) for line in next((tmp_path / "lmms-out").rglob(f"*_samples_{task}.jsonl"))
-                   .read_text(encoding="utf-8").splitlines()]
-        docs = [json.loads(line) for line in (release / task / "test.jsonl").read_text().splitlines()]
-        assert len(samples) == min(limit, len(docs))
         asked = []
-        for sample in samples:
+        docs = [json.loads(line) for line in (release / task / "test.jsonl").read_text().splitlines()]
+        for sample in samples_of(chat_out, task):
             doc = docs[sample["doc_id"]]
-            mine = predictions[(doc["item_id"], doc["which"])]
             reply = sample["filtered_resps"]
             reply = reply[0] if isinstance(reply, list) else reply
-            assert reply.strip() == mine["raw"], doc  # the same prompt, images and greedy decoding: the same reply
-            asked.append(mine)
-        kind = task.split("_")[1]
-        for group, metric in scores:
-            expected = kind_score(kind, asked, group, metric)  # cftools' own score of the same questions' predictions
-            got = results[task][f"{metric_name(group, metric)},none"]
-            assert got == pytest.approx(expected, nan_ok=True), (task, group, metric)
+            assert reply.strip() == mine[(doc["item_id"], doc["which"])]["raw"], doc  # same prompt, same reply
+            asked.append(mine[(doc["item_id"], doc["which"])])
+        for group_name, metric in scores:
+            expected = kind_score(task.split("_")[1], asked, group_name, metric)
+            got = results[task][f"{metric_name(group_name, metric)},none"]
+            assert got == pytest.approx(expected, nan_ok=True), (task, group_name, metric)
+    imported = import_samples(run_cli, release, chat_out, COMPARED, tmp_path / "imported-chat")
+    for key, line in imported.items():  # the same replies, read and scored the same
+        assert (line["raw"], line["parsed"], line["correct"]) == (mine[key]["raw"], mine[key]["parsed"],
+                                                                  mine[key]["correct"])
+
+    # The group and the ranked CFMM task, as lmms-eval's own task loader reads them. (lmms-eval 0.7.3 cannot rank
+    # with llava_hf here: its chat tasks refuse multiple_choice, and its simple llava_hf's loglikelihood passes
+    # the processor an <image> token without the image, which transformers 5 refuses.)
+    probe = subprocess.run([str(python), "-c", LMMS_EVAL_PROBE, str(release)], capture_output=True, text=True,
+                           env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}, timeout=600)
+    assert probe.returncode == 0, probe.stderr[-3000:]
+    loaded = json.loads(probe.stdout.strip().splitlines()[-1])
+    assert loaded["group"] == {"tasks": sorted([*COMPARED, *RANKED]), "metric": "accuracy", "weight_by_size": True}
+    assert loaded["bench_cfmm"]["output_type"] == "multiple_choice"
+    assert loaded["bench_cfmm"]["requests"] == [len(json.loads(d["options"])) for d in cfmm_docs(release)]
+    assert loaded["bench_cvqa"]["output_type"] == "generate_until"
+
+    # Ranked samples as lmms-eval logs them (per option: loss, is_greedy): the import takes the lowest loss and
+    # scores as the task's own process_results and aggregations (what lmms-eval reports) do.
+    from cftools.release.lmms_eval import TaskFunctions
+
+    functions = TaskFunctions(release, "cfmm", RANKED["bench_cfmm"], ranked=True)
+    group_out.mkdir()
+    processed = []
+    with open(group_out / "20260101_samples_bench_cfmm.jsonl", "w", encoding="utf-8") as fh:
+        for n, doc in enumerate(cfmm_docs(release)):
+            losses = [[1.0 + ((n + k) * 7 % 5) / 10, False] for k in range(len(json.loads(doc["options"])))]
+            result = functions.process_results(doc, [tuple(loss) for loss in losses])
+            processed.append(result)
+            fh.write(json.dumps({"doc_id": n, "target": doc["gold_option"], "filtered_resps": losses,
+                                 **result}) + "\n")
+    lines = import_samples(run_cli, release, group_out, RANKED, tmp_path / "imported-ranked")
+    for group_name, metric in RANKED["bench_cfmm"]:
+        name = metric_name(group_name, metric)
+        reported = functions.aggregation(group_name, metric)([p[name] for p in processed])
+        assert kind_score("cfmm", list(lines.values()), group_name, metric) == pytest.approx(reported)
+    assert all(line["parsed"] == min(line["scores"], key=lambda s: s["mean_loss"])["option"]
+               for line in lines.values())  # the option of lowest loss
+    assert load_run(tmp_path / "imported-ranked").summary["cfmm"]["rows"][-1]["acc_plus"]["value"] is not None
+
+
+def cfmm_docs(release: Path) -> list[dict]:
+    return [json.loads(line) for line in (release / "bench_cfmm" / "test.jsonl").read_text().splitlines()]
+
+
+LMMS_EVAL_PROBE = """
+import json, sys
+from lmms_eval.tasks import TaskManager, get_task_dict
+manager = TaskManager(include_path=sys.argv[1])
+out = {}
+tasks = get_task_dict(["bench"], manager, "simple")
+for key, value in tasks.items():
+    config = dict(getattr(key, "config", None) or {})
+    if config.get("group") == "bench":
+        agg = dict(config["aggregate_metric_list"][0])
+        out["group"] = {"tasks": sorted(value), "metric": agg["metric"], "weight_by_size": bool(agg["weight_by_size"])}
+        for name, task in value.items():
+            entry = {"output_type": task.OUTPUT_TYPE}
+            if task.OUTPUT_TYPE == "multiple_choice":
+                split = task.config.test_split
+                meta = {"split": split, "task": name, "repeats": 1}
+                entry["requests"] = [len(task.construct_requests(doc_id=i, ctx="q", metadata={**meta, "doc_id": i}))
+                                     for i in range(len(task.dataset[split]))]
+            out[name] = entry
+print(json.dumps(out))
+"""
+
+
+def import_samples(run_cli, release: Path, out: Path, tasks: dict, run_dir: Path) -> dict:
+    files = [str(next(out.rglob(f"*_samples_{task}.jsonl"))) for task in tasks]
+    outcome = run_cli("eval", "import", str(release), *files, "--out", str(run_dir), "--model", "tiny")
+    assert outcome.exit_code == 0, outcome.output
+    imported = load_run(run_dir)
+    assert len(imported.predictions) == sum(len(samples_of(out, task)) for task in tasks)
+    return {(p["id"], p["which"]): p for p in imported.predictions}
 
 
 # ---------------------------------------------------------------- browse

@@ -12,7 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from cftools.commands.common import console, err_console, get_workspace
 from cftools.errors import CftoolsError, WorkspaceError
-from cftools.evaluate.predictions import EvalResult
+from cftools.evaluate.predictions import READINGS, STRICT, EvalResult
 from cftools.evaluate.report import compare_table, rich_tables
 from cftools.evaluate.run import MODES, load_run, run_eval
 from cftools.evaluate.shards import Shard, is_main_process, launched_processes, parse_shard
@@ -39,6 +39,7 @@ class EvalGroup(click.Group):
         formatter.write_usage(ctx.command_path, "RELEASE --model SPEC [OPTIONS]")
         formatter.write_usage(ctx.command_path, "merge RUN_DIR [--partial]", prefix="   or: ")
         formatter.write_usage(ctx.command_path, "compare RUN_A RUN_B", prefix="   or: ")
+        formatter.write_usage(ctx.command_path, "import RELEASE FILE... --out RUN_DIR", prefix="   or: ")
 
     def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         run = self.commands[self.default_command]
@@ -60,7 +61,8 @@ def eval_group() -> None:
     Asks both questions of every item of RELEASE and prints the report table; `cftools eval run` is the
     same command. Split between processes: `accelerate launch -m cftools eval RELEASE --model SPEC`, or
     `--shard I/N` per process and then `cftools eval merge RUN_DIR`. `cftools eval compare RUN_A RUN_B` puts
-    two run folders side by side.
+    two run folders side by side. `cftools eval import RELEASE FILE... --out RUN_DIR` scores lmms-eval's or
+    VLMEvalKit's predictions on the release's exports as cftools does.
     """
 
 
@@ -116,6 +118,11 @@ def parse_shard_option(ctx: click.Context, param: click.Parameter, text: Optiona
                    "its reasoning; added to the counterfactual question only, as in the CFMM paper).")
 @click.option("--swap-options", is_flag=True,
               help="Ask every question with options twice, options swapped, and report the position bias.")
+@click.option("--reading", type=click.Choice(READINGS), default=STRICT, show_default=True,
+              help="How replies are read: strict (cftools' reading: hedges, two candidates and negative counts are "
+                   "unknown) or paper (as each paper's own scripts read them, to reproduce its table: C-VQA's "
+                   "format_response.py + calc_acc.py; other kinds keep the strict reading). The report lists where "
+                   "the two differ.")
 @click.option("--shard", callback=parse_shard_option, metavar="I/N",
               help="Ask only shard I of N of the questions (I counted from 1), into the run folder's "
                    "predictions.shard-I-of-N.jsonl, and write no report; once all N have run, `cftools eval merge "
@@ -128,8 +135,8 @@ def parse_shard_option(ctx: click.Context, param: click.Parameter, text: Optiona
 def eval_run(ctx: click.Context, release: Path, model: str, mode: str, score: str, batch_size: str, device: str,
              dtype: str, limit: Optional[int], out_dir: Optional[Path], template: Optional[str],
              max_new_tokens: int, judge: Optional[str], judge_aggregate: str, concurrency: int,
-             allow_downloads: bool, prompt_variant: str, swap_options: bool, shard: Optional[Shard], no_verify: bool,
-             quiet: bool, **kind_options: Any) -> None:
+             allow_downloads: bool, prompt_variant: str, swap_options: bool, reading: str, shard: Optional[Shard],
+             no_verify: bool, quiet: bool, **kind_options: Any) -> None:
     """Ask both questions of every item of RELEASE and print the report table.
 
     RELEASE is verified first (every file against its manifest) and refused when it fails, unless --no-verify.
@@ -153,7 +160,7 @@ def eval_run(ctx: click.Context, release: Path, model: str, mode: str, score: st
                          judge_aggregate=judge_aggregate, options=kind_options,
                          notify=lambda note: err_console.print(f"[yellow]{escape(note)}[/]"),
                          allow_downloads=allow_downloads, prompt_variant=prompt_variant, swap_options=swap_options,
-                         verify=not no_verify)
+                         verify=not no_verify, reading=reading)
         if launched:
             from cftools.evaluate.merge import run_launched
 
@@ -194,6 +201,32 @@ def eval_merge(ctx: click.Context, run_dir: Path, partial: bool) -> None:
     result = merge_run(run_dir, workspace=optional_workspace(ctx), partial=partial)
     print_result(result)
     console.print(f"{len(result.predictions)} predictions merged{' (partial)' if partial else ''}; run folder "
+                  f"[bold]{result.out_dir}[/] (config.json, predictions.jsonl, report.md, report.csv, report.png)")
+
+
+@eval_group.command("import")
+@click.argument("release", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Run folder to write (config.json, predictions.jsonl, report.md, report.csv, report.png).")
+@click.option("--model", "model", default="imported", show_default=True,
+              help="The model's name, as the report shows it.")
+@click.option("--reading", type=click.Choice(READINGS), default=STRICT, show_default=True,
+              help="How generated replies are read: strict (cftools) or paper (each paper's own scripts).")
+@click.pass_context
+def eval_import(ctx: click.Context, release: Path, files: tuple[Path, ...], out_dir: Path, model: str,
+                reading: str) -> None:
+    """Score a harness's predictions on RELEASE with the kinds' own metrics, into an ordinary run folder.
+
+    FILES: lmms-eval's --log_samples files (*_samples_TASK.jsonl) of the `--format lmms-eval` export, or
+    VLMEvalKit's prediction files (MODEL_DATASET.xlsx, .tsv, .csv, .json) of the `--format vlmevalkit` export.
+    RELEASE is the exported folder (or any release holding the same records)."""
+    from cftools.evaluate.harness_import import import_predictions
+
+    result = import_predictions(release, files, out_dir, model=model, reading=reading,
+                                workspace=optional_workspace(ctx))
+    print_result(result)
+    console.print(f"{len(result.predictions)} predictions imported from {len(files)} files; run folder "
                   f"[bold]{result.out_dir}[/] (config.json, predictions.jsonl, report.md, report.csv, report.png)")
 
 

@@ -27,8 +27,38 @@ class EvalResult:
     notes: list[str] = field(default_factory=list)  # why an earlier run folder was not reused
 
 
+# How replies are read: cftools' own careful reading, or as each paper's own scripts read them (where the kind has
+# such a reading: C-VQA's format_response.py + calc_acc.py); `cftools eval --reading`.
+STRICT, PAPER = "strict", "paper"
+READINGS = (STRICT, PAPER)
+
+
+def read_reply(question: Question, raw: str, reading: str = STRICT) -> tuple[Optional[str], bool, dict[str, Any]]:
+    """(parsed answer, correct, what the line adds) for a generated reply under READING. Read the paper's way, a
+    line also keeps cftools' strict reading where it differs (`strict_parsed`, `strict_correct`)."""
+    parsed, correct = read_generated(question, raw)
+    if reading != PAPER:
+        return parsed, correct, {}
+    from cftools.kinds import get_kind
+
+    paper = get_kind(question.kind).read_as_paper(question, raw)
+    if paper is None:
+        return parsed, correct, {}
+    extra = {"strict_parsed": parsed, "strict_correct": correct} if paper != (parsed, correct) else {}
+    return paper[0], paper[1], extra
+
+
+def reading_differences(predictions: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The questions a paper-reading run reads otherwise than cftools' strict reading would: id, which, raw,
+    gold, and both readings."""
+    return sorted(({"id": p["id"], "which": p["which"], "raw": p.get("raw"), "gold": p.get("gold"),
+                    "paper": p.get("parsed"), "paper_correct": p.get("correct"), "strict": p.get("strict_parsed"),
+                    "strict_correct": p.get("strict_correct")}
+                   for p in predictions if "strict_correct" in p), key=lambda d: (str(d["id"]), str(d["which"])))
+
+
 def read_generated(question: Question, raw: str) -> tuple[Optional[str], bool]:
-    """(parsed answer, correct) for a generated reply."""
+    """(parsed answer, correct) for a generated reply, read as cftools reads it (`cftools.answers`)."""
     if question.answer_type == LETTER:
         parsed = extract_option_letter(raw, question.options or [])
         return parsed, parsed == question.gold

@@ -118,10 +118,19 @@ def _header_lines(config: dict[str, Any], summary: dict[str, Any]) -> list[str]:
              f"prompt variant **{config.get('prompt') or 'plain'}**"
              + (", every question with options asked again with the options swapped" if config.get("swap_options")
                 else "")]
+    if config.get("imported_from"):
+        harnesses = sorted({source["harness"] for source in config["imported_from"]})
+        lines.append(f"predictions imported from {len(config['imported_from'])} {'/'.join(harnesses)} files "
+                     f"(`cftools eval import`); {(config.get('skipped') or {}).get('not_answered', 0)} questions "
+                     "of the release not answered in them")
     if config.get("verified") is False:
         lines.append("**not verified** (--no-verify): the release's files were not checked against its manifest")
     if config.get("kind_options"):
         lines.append("options: " + ", ".join(f"{k} = {v}" for k, v in sorted(config["kind_options"].items())))
+    if config.get("reading") == "paper":
+        differing = summary.get("reading_differences") or []
+        lines.append("replies read **the papers' way** (--reading paper: C-VQA as its format_response.py and "
+                     f"calc_acc.py read them); cftools' strict reading differs on {len(differing)} questions")
     if config.get("judge"):
         lines.append(f"judge `{config['judge']}`, scores over the references: {config.get('judge_aggregate')}")
     return lines + settings_lines(config, summary)
@@ -147,12 +156,26 @@ def render_markdown(config: dict[str, Any], summary: dict[str, Any]) -> str:
                 "|---|---|---|---|",
                 f"| {bias['pairs']} | {rate(bias['follows_position'])} | {rate(bias['same_option'])} | "
                 f"{rate(bias['first_position'])} |"]
+    if summary.get("reading_differences"):
+        out += ["", "## Where cftools' strict reading differs (--reading paper)", "",
+                "| id | question | reply | gold | paper | strict |", "|---|---|---|---|---|---|"]
+        out += [f"| `{d['id']}` | {d['which']} | {cell(d['raw'])} | {cell(d['gold'])} | "
+                f"{cell(d['paper'])} ({'right' if d['paper_correct'] else 'wrong'}) | "
+                f"{cell(d['strict'])} ({'right' if d['strict_correct'] else 'wrong'}) |"
+                for d in summary["reading_differences"]]
     if "blind_correct" in summary:
         right = summary["blind_correct"]
         out += ["", f"## Answered right without the image ({len(right)})", ""]
         out += [f"- `{p['id']}` {p['which']}: {p['raw']!r} (gold {p['gold']!r})" for p in right] or ["- none"]
     out.append("")
     return "\n".join(out)
+
+
+def cell(value: Any) -> str:
+    """A value as one Markdown table cell: unread shown as –, pipes and line breaks escaped."""
+    if value is None:
+        return "–"
+    return repr(str(value)).replace("|", "\\|").replace("\n", " ")
 
 
 def render_csv(summary: dict[str, Any]) -> str:

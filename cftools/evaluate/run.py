@@ -63,8 +63,9 @@ from cftools import __version__
 from cftools.errors import CftoolsError, InputError, ModelCallsFailed, naming_the_file
 from cftools.evaluate.answerers import ChatAnswerer, ModelSpec, judge_answer, load_answerer, parse_model_spec
 from cftools.evaluate.metrics import summarize
-from cftools.evaluate.predictions import (EvalResult, append_predictions, outcomes_from_predictions,
-                                          prediction_line, read_generated, read_predictions, record_eval_run)
+from cftools.evaluate.predictions import (PAPER, READINGS, STRICT, EvalResult, append_predictions,
+                                          outcomes_from_predictions, prediction_line, read_predictions, read_reply,
+                                          reading_differences, record_eval_run)
 from cftools.evaluate.questions import SWAPPED, PromptTemplates, Question, build_questions
 from cftools.evaluate.shards import (Shard, gather_predictions, shard_prediction_files, start_shard,
                                      write_text_atomically)
@@ -81,14 +82,14 @@ PREDICTIONS_NAME = "predictions.jsonl"
 DEFAULT_RUNS_DIR = "runs"
 # What makes two runs the same run: a run folder refuses a different value of any of these.
 IDENTITY_KEYS = ("release_manifest_sha256", "release_content_sha256", "model", "mode", "score", "template_sha256", "max_new_tokens", "dtype",
-                 "judge", "prompt", "swap_options", "judge_aggregate", "kind_options")
+                 "judge", "prompt", "swap_options", "judge_aggregate", "kind_options", "reading")
 # How the differing identity keys are named when eval says why it starts a new run.
 IDENTITY_LABELS = {"release_manifest_sha256": "the release changed (manifest SHA-256)",
                    "release_content_sha256": "the release's files changed (content SHA-256)", "model": "model",
                    "mode": "mode", "score": "score", "template_sha256": "the prompt template changed (SHA-256)",
                    "max_new_tokens": "max new tokens", "dtype": "dtype", "judge": "judge",
                    "prompt": "prompt variant", "swap_options": "swapped options",
-                   "judge_aggregate": "judge aggregate", "kind_options": "kind options"}
+                   "judge_aggregate": "judge aggregate", "kind_options": "kind options", "reading": "reading"}
 PLAIN = "plain"
 AUTO = "auto"
 AUTO_START_BATCH = 64  # --batch-size auto starts here and halves on every out-of-memory error
@@ -226,7 +227,7 @@ def first_askable(records: list[dict[str, Any]], limit: int, questions_of: Calla
     return chosen
 
 
-def _rank_line(question: Question, scores: list[dict[str, float]], score: str) -> dict[str, Any]:
+def rank_line(question: Question, scores: list[dict[str, float]], score: str) -> dict[str, Any]:
     index = best_option(scores, score)
     winner = question.options[index]
     correct = question.gold_option is not None and winner == question.gold_option
@@ -285,10 +286,11 @@ def run_eval(release_dir: Path | str, model: str, mode: Optional[str] = None, sc
              answerer: Any = None, notify: Optional[Callable[[str], None]] = None,
              allow_downloads: bool = False, prompt_variant: str = PLAIN, swap_options: bool = False,
              judge_aggregate: str = "best-match", options: Optional[dict[str, Any]] = None,
-             shard: Optional[Shard] = None, verify: bool = True) -> EvalResult:
+             shard: Optional[Shard] = None, verify: bool = True, reading: str = STRICT) -> EvalResult:
     """Run (or resume) an evaluation; returns the run's configuration, summary and predictions.
 
     The release is verified first and refused when it fails, unless not VERIFY (then the report says so).
+    READING: how generated replies are read, cftools' strict reading or the papers' own scripts' (`paper`).
 
     With SHARD, ask only that shard's share into its own predictions file and write no report: the result
     holds the share's predictions and an empty summary (`cftools.evaluate.merge` makes the run's)."""
@@ -301,6 +303,8 @@ def run_eval(release_dir: Path | str, model: str, mode: Optional[str] = None, sc
     batch_size = AUTO_START_BATCH if auto_batch else int(batch_size)
     if batch_size < 1:
         raise CftoolsError("--batch-size must be at least 1 (or auto)")
+    if reading not in READINGS:
+        raise CftoolsError(f"unknown reading {reading!r}; choose one of {', '.join(READINGS)}")
     if judge_aggregate not in JUDGE_AGGREGATES:
         raise CftoolsError(f"unknown judge aggregate {judge_aggregate!r}; choose one of {', '.join(JUDGE_AGGREGATES)}")
     options = {k: v for k, v in sorted((options or {}).items()) if v is not None}
@@ -344,6 +348,7 @@ def run_eval(release_dir: Path | str, model: str, mode: Optional[str] = None, sc
         "items": len(records), "questions": len(questions), "skipped": skipped.as_dict(),
         # None when not asked for, so run folders made before these options still match
         "prompt": prompt_variant if prompt_variant != PLAIN else None, "swap_options": True if swap_options else None,
+        "reading": reading if reading != STRICT else None,
         "cftools_version": __version__,
     }
     notes: list[str] = []
@@ -381,12 +386,12 @@ def run_eval(release_dir: Path | str, model: str, mode: Optional[str] = None, sc
         if progress:
             progress(len(questions) - len(todo), len(questions))
         # Questions of like length share a batch: less padding for a batched model (predictions are keyed, not ordered).
-        todo = sorted(todo, key=lambda q: (len(q.prompt.images), len(q.prompt.text), len(q.prompt.options or ())))
+        todo = sorted(todo, key=batch_order)
         start = 0
         while start < len(todo):
-            batch = todo[start:start + batch_size]
+            batch = next_batch(todo, start, batch_size)
             try:
-                lines = ask_batch(answerer, batch, mode, score, templates, judge_answerer, judge_aggregate)
+                lines = ask_batch(answerer, batch, mode, score, templates, judge_answerer, judge_aggregate, reading)
             except ModelCallsFailed as exc:
                 exc.nothing_stored = exc.nothing_stored and not asked  # earlier batches' predictions are stored
                 raise
@@ -429,6 +434,24 @@ def removed_unless_stored(out_dir: Path, predictions_path: Path, created: bool) 
         raise
 
 
+def batch_order(question: Question) -> tuple:
+    """Questions answered at one length together, then those of like prompt length (less padding)."""
+    prompt = question.prompt
+    return (prompt.max_new_tokens, len(prompt.images), len(prompt.text), len(prompt.options or ()))
+
+
+def next_batch(todo: Sequence[Question], start: int, batch_size: int) -> list[Question]:
+    """Up to BATCH_SIZE questions from START that share one `max_new_tokens` (one generation call each batch;
+    the model also splits a mixed batch, so a reply never depends on its batch either way)."""
+    limit = todo[start].prompt.max_new_tokens
+    batch = []
+    for question in todo[start:start + batch_size]:
+        if question.prompt.max_new_tokens != limit:
+            break
+        batch.append(question)
+    return batch
+
+
 def cached_predictions(out_dir: Path, own: Path) -> dict[tuple[str, str], dict[str, Any]]:
     """What is already answered for a run writing to OWN: OWN, predictions.jsonl, and the files of shards not
     merged yet (a question is never asked twice)."""
@@ -445,7 +468,9 @@ def summarize_run(config: dict[str, Any], predictions: Sequence[dict[str, Any]])
     summary["answered"] = len(predictions)
     if config.get("swap_options"):
         summary["position_bias"] = position_bias(predictions)
-    if parse_model_spec(config["model"]).kind == "blind":
+    if config.get("reading") == PAPER:
+        summary["reading_differences"] = reading_differences(predictions)
+    if not config.get("imported_from") and parse_model_spec(config["model"]).kind == "blind":
         summary["blind_correct"] = sorted(
             [{"id": p["id"], "which": p["which"], "raw": p["raw"] if p["raw"] is not None else p.get("parsed"),
               "gold": p["gold"]}
@@ -468,14 +493,15 @@ def finish_run(out_dir: Path, config: dict[str, Any], predictions: Sequence[dict
 
 
 def ask_batch(answerer: Any, batch: list[Question], mode: str, score: str, templates: PromptTemplates,
-              judge: Optional[ChatAnswerer] = None, judge_aggregate: str = "best-match") -> list[dict[str, Any]]:
+              judge: Optional[ChatAnswerer] = None, judge_aggregate: str = "best-match",
+              reading: str = STRICT) -> list[dict[str, Any]]:
     """Ask one batch of questions; one prediction line per question."""
     rank = [q for q in batch if mode == "rank" and q.options is not None]
     generate = [q for q in batch if q not in rank]
     lines: dict[tuple[str, str], dict[str, Any]] = {}
     if rank:
         for question, scores in zip(rank, answerer.score_options([q.prompt for q in rank])):
-            lines[question.key] = _rank_line(question, scores, score)
+            lines[question.key] = rank_line(question, scores, score)
     if generate:
         for question, raw in zip(generate, answerer.generate([q.prompt for q in generate])):
             if question.judged:
@@ -483,11 +509,16 @@ def ask_batch(answerer: Any, batch: list[Question], mode: str, score: str, templ
                            else {"similarities": None})
                 lines[question.key] = prediction_line(question, raw, None, None, extra=verdict)
             else:
-                parsed, correct = read_generated(question, raw)
-                position = question.options.index(parsed) if question.options and parsed in question.options else None
-                lines[question.key] = prediction_line(question, raw, parsed, correct,
-                                                      extra={"position": position} if question.options else None)
+                lines[question.key] = generated_line(question, raw, reading)
     return [lines[q.key] for q in batch]
+
+
+def generated_line(question: Question, raw: str, reading: str = STRICT) -> dict[str, Any]:
+    """The prediction line of a generated, unjudged reply read under READING."""
+    parsed, correct, extra = read_reply(question, raw, reading)
+    if question.options:
+        extra["position"] = question.options.index(parsed) if parsed in question.options else None
+    return prediction_line(question, raw, parsed, correct, extra=extra or None)
 
 
 def load_run(run_dir: Path | str) -> EvalResult:

@@ -8,8 +8,10 @@ for the process: other libraries in it keep their own setting.
 
 - Every question is its own conversation: the processor's chat template renders one user turn with
   one image placeholder per image and the prompt text, plus the generation prompt.
-- **generate**: real batches, LEFT padding (so every row's last token is its own last prompt token),
-  greedy decoding, `torch.inference_mode`.
+- **generate**: real batches, LEFT padding (so every row's last token is its own last prompt token) with the
+  attention mask and positions generate() derives from it, greedy decoding, `torch.inference_mode`. A batch's
+  questions of different `max_new_tokens` are generated apart and each reply is cut at its own limit and end of
+  turn, so a reply does not depend on which questions share its batch.
 - **rank**: each option is scored as the assistant's reply. The reply text is what the chat template
   renders for an assistant turn holding the option, cut at the end of the option (the template's
   leading space or newline is kept, the end-of-turn marker is not); its tokens are those that
@@ -51,6 +53,14 @@ class Prompt:
     images: list[Path] = field(default_factory=list)
     options: Optional[list[str]] = None
     max_new_tokens: int = 16
+
+
+def by_answer_length(prompts: Sequence[Prompt]) -> dict[int, list[int]]:
+    """Indices of PROMPTS per `max_new_tokens`, in order: the groups one generation call each can take."""
+    groups: dict[int, list[int]] = {}
+    for index, prompt in enumerate(prompts):
+        groups.setdefault(prompt.max_new_tokens, []).append(index)
+    return groups
 
 
 def crop_to(cache: Any, length: int) -> None:
@@ -225,22 +235,47 @@ class HFVisionModel:
     # -- generation ------------------------------------------------------------------------------------
 
     def generate(self, prompts: Sequence[Prompt]) -> list[str]:
-        """Greedy answers to a batch of questions (left padded), one string each."""
+        """Greedy answers to a batch of questions (left padded), one string each.
+
+        A reply never depends on the other questions of the batch: questions of different `max_new_tokens` are
+        generated apart (a batch runs to one length, so a 16-token question beside a 128-token one would be
+        answered in 128), and each reply is cut at its own limit and at its own end of turn."""
+        replies: list[str] = [""] * len(prompts)
+        for limit, indices in by_answer_length(prompts).items():
+            texts = self._generate_same_length([prompts[i] for i in indices], limit)
+            for index, text in zip(indices, texts):
+                replies[index] = text
+        return replies
+
+    def _generate_same_length(self, prompts: Sequence[Prompt], max_new: int) -> list[str]:
         import torch
 
         if not prompts:
             return []
         encoded = self._encode([self.prefix_text(p) for p in prompts], prompts)
-        max_new = max(p.max_new_tokens for p in prompts)
         # Some tokenizers add token_type_ids, which generate() of vision-language models refuses before
         # transformers 4.57 and ignores after; the model never uses them.
         encoded.pop("token_type_ids", None)
         with torch.inference_mode():
             output = self.model.generate(**encoded, max_new_tokens=max_new, do_sample=False, num_beams=1,
                                          pad_token_id=self.tokenizer.pad_token_id)
-        new_tokens = output[:, encoded["input_ids"].shape[1]:]
-        texts = self.tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
-        return [text.strip() for text in texts]
+        new_tokens = output[:, encoded["input_ids"].shape[1]:].tolist()
+        return [self.tokenizer.decode(self._own_reply(row, max_new), skip_special_tokens=True).strip()
+                for row in new_tokens]
+
+    def end_of_turn_ids(self) -> set[int]:
+        """The tokens that end a reply: the tokenizer's end of sequence and the model's generation config's."""
+        configured = getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)
+        ids = set(configured) if isinstance(configured, (list, tuple)) else {configured}
+        return (ids | {self.tokenizer.eos_token_id}) - {None}
+
+    def _own_reply(self, tokens: list[int], limit: int) -> list[int]:
+        """A row's reply tokens up to its own limit and its first end-of-turn token (a finished row is padded
+        while the batch goes on; the padding is not part of its reply)."""
+        tokens = tokens[:limit]
+        stops = self.end_of_turn_ids()
+        end = next((n for n, token in enumerate(tokens) if token in stops), len(tokens))
+        return tokens[:end]
 
     # -- ranking ---------------------------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ A kind is one module with one `Kind` subclass, registered under the `cftools.kin
 | export    | `export_formats` (peer formats beside the native release), `answer_type`,        |
 |           | `export_record` (a record's final fields), `card_tables` (data card sections)    |
 | eval      | `eval_questions`, `summarize`, `report_table`, `csv_rows`, `plot_series`,        |
-|           | `prompt_variants` (`eval --prompt`)                                              |
+|           | `prompt_variants` (`eval --prompt`), `read_as_paper` (`eval --reading paper`)    |
 """
 
 from __future__ import annotations
@@ -314,6 +314,11 @@ class Kind:
     def eval_questions(self, record: dict, ctx: "EvalContext") -> list:
         """The questions a model is asked about RECORD (a release record)."""
         return []
+
+    def read_as_paper(self, question: Any, raw: Optional[str]) -> Optional[tuple[Optional[str], bool]]:
+        """(parsed, correct) of a generated reply read as the paper's own scripts read it (`eval --reading
+        paper`); None where the kind has no such reading for QUESTION (cftools' reading is used)."""
+        return None
 
     def judge_prompts(self, question: Any, answer: str, templates: Any) -> list[str]:
         """The judge's prompts for a judged free-text ANSWER to QUESTION (one per reference, say)."""

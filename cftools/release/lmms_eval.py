@@ -1,25 +1,36 @@
-"""`cftools export NAME --version V --format lmms-eval`: the release as lmms-eval tasks, one per kind.
+"""`cftools export NAME --version V --format lmms-eval`: the release as an lmms-eval group of tasks, one per kind.
 
 The folder `NAME-V-lmms-eval/` holds
 
     images/                        the images (named by SHA-256), as in every release
     records.jsonl                  the native records (what `cftools eval` reads, so both score the same questions)
-    NAME_KIND/NAME_KIND.yaml       the task: a local JSON dataset, generate_until, the kind's own metrics
+    NAME.yaml                      the group NAME: every task below, and its overall score
+    NAME_KIND/NAME_KIND.yaml       the task: a local JSON dataset, the kind's paper's way of asking, its metrics
     NAME_KIND/utils.py             the task's functions, delegating to this module
     NAME_KIND/SPLIT.jsonl          one doc per question, in the order `cftools eval` asks them
 
-A kind whose questions are answered at different lengths gets a task per length (one lmms-eval task has one
-max_new_tokens), named by its questions: MuCR gives NAME_mucr_c2e_e2c (4 tokens) and NAME_mucr_cue (16). Every
-task has the tag NAME, so `--tasks NAME` runs them all.
+A kind is asked as its paper asks it: C-VQA and MuCR generate answers (`output_type: generate_until`); CFMM ranks
+its options by likelihood (`output_type: multiple_choice`: lmms-eval scores each option as the reply and takes the
+lowest mean token loss, as `cftools eval --mode rank --score mean-loss`). A kind whose questions are answered at
+different lengths gets a task per length (one lmms-eval task has one max_new_tokens), named by its questions:
+MuCR gives NAME_mucr_c2e_e2c (4 tokens) and NAME_mucr_cue (16).
 
-Run it with `lmms-eval --model llava_hf --model_args pretrained=MODEL --include_path FOLDER --tasks NAME_KIND`
-(lmms-eval resolves the YAML's data files against the YAML's folder). `utils.py` imports cftools, so install
-cftools beside lmms-eval: the docs carry the prompts `cftools eval` renders, and the replies are read and scored
-by cftools' own readers and the kind's own `summarize` (C-VQA per group, original and counterfactual; CFMM acc_b,
-acc_c, acc+ per type and the paper's 600-point sums; MuCR C2E, E2C and Cue), so a score from lmms-eval is the
-score `cftools eval --mode generate` gives the same model. Each metric is one row of the kind's flat CSV report
-(`Kind.csv_rows`), named GROUP__METRIC. Free-text questions scored by a judge (MuCR Exp) are left out: lmms-eval
+`--tasks NAME` runs the group: lmms-eval reports every task's scores and the group's `accuracy`, the share of all
+its questions answered right (each task's `accuracy` weighted by its size). Each task reports only its kind's own
+metrics, one per row of the kind's paper table (C-VQA per group original, counterfactual and drop; CFMM acc_b,
+acc_c, acc+ per type and the paper's 600-point sums; MuCR C2E, E2C and Cue overall and per facet), named
+GROUP__METRIC, read and scored by cftools' own readers and the kind's own `summarize`; so a score from lmms-eval
+is the score `cftools eval` gives the same replies (and `cftools eval import` reads lmms-eval's `--log_samples`
+files back into a cftools run folder). Free-text questions scored by a judge (MuCR Exp) are left out: lmms-eval
 runs no cftools judge.
+
+Prompts: each doc holds the prompt `cftools eval` renders; `doc_to_text` wraps it in the model's
+`lmms_eval_specific_kwargs` (`pre_prompt`, `post_prompt`; `default` adds nothing), so a prompt can be set per
+model in the YAML, as lmms-eval's own tasks do.
+
+Run it with `lmms-eval --model llava_hf --model_args pretrained=MODEL --include_path FOLDER --tasks NAME`
+(lmms-eval resolves the YAML's data files against the YAML's folder). `utils.py` imports cftools, so install
+cftools beside lmms-eval.
 """
 
 from __future__ import annotations
@@ -68,15 +79,26 @@ def gold_line(question: Any) -> dict[str, Any]:
     return prediction_line(question, question.gold, question.gold_option or question.gold, True)
 
 
+# The task-level score the group averages: the share of questions answered right.
+ACCURACY = "accuracy"
+# Rows of a kind's flat report that are no score of the model: chance baselines, and the share of unread replies.
+NOT_SCORES = ("random", "unknown")
+
+
+def is_score(group: str, metric: str) -> bool:
+    return not (group.startswith(NOT_SCORES) or metric.startswith(NOT_SCORES))
+
+
 def kind_metrics(kind: Any, questions: Sequence[Any]) -> list[tuple[str, str]]:
-    """(group, metric) of every score the kind reports for these questions (its flat CSV rows with a value)."""
+    """(group, metric) of every score the kind reports for these questions: its flat CSV rows that have a value
+    and are scores (no chance baseline, no unknown rate)."""
     from cftools.evaluate.predictions import outcomes_from_predictions
 
     section = kind.summarize(outcomes_from_predictions([gold_line(q) for q in questions]))
     out = []
     for group, metric, value, _ in kind.csv_rows(section):
         number = value.get("value") if isinstance(value, dict) else value
-        if number is not None and (str(group), str(metric)) not in out:
+        if number is not None and is_score(str(group), str(metric)) and (str(group), str(metric)) not in out:
             out.append((str(group), str(metric)))
     return out
 
@@ -92,43 +114,61 @@ def _function_representer(dumper: Any, value: Function) -> Any:
     return dumper.represent_scalar("!function", str(value))
 
 
-def yaml_text(task: str, tag: str, splits: dict[str, str], metrics: Sequence[tuple[str, str]],
-              max_new_tokens: int, version: str) -> str:
-    """The task YAML, written by PyYAML (lmms-eval's `!function` values are a tag of their own: `Function`)."""
+def dump_yaml(document: dict[str, Any]) -> str:
+    """DOCUMENT as YAML, written by PyYAML (lmms-eval's `!function` values are a tag of their own: `Function`)."""
     import yaml
 
     class TaskDumper(yaml.SafeDumper):
         pass
 
     TaskDumper.add_representer(Function, _function_representer)
-    test_split = "test" if "test" in splits else next(iter(splits))
-    document = {
-        "task": task, "tag": tag, "dataset_path": "json", "dataset_kwargs": {"data_files": dict(splits)},
-        "test_split": test_split, "output_type": "generate_until",
-        "doc_to_visual": Function("utils.doc_to_visual"), "doc_to_text": Function("utils.doc_to_text"),
-        "doc_to_messages": Function("utils.doc_to_messages"), "doc_to_target": "gold",
-        "generation_kwargs": {"max_new_tokens": max_new_tokens, "temperature": 0, "do_sample": False,
-                              "num_beams": 1},
-        "process_results": Function("utils.process_results"),
-        "metric_list": [{"metric": metric_name(group, metric),
-                         "aggregation": Function(f"utils.{metric_name(group, metric)}"),
-                         "higher_is_better": not (metric.startswith("unknown") or metric == "drop")}
-                        for group, metric in metrics],
-        "metadata": {"version": version, "made_by": "cftools export --format lmms-eval"},
-    }
     return yaml.dump(document, Dumper=TaskDumper, sort_keys=False, allow_unicode=True, default_flow_style=False)
 
 
-def utils_text(task: str, kind: str, metrics: Sequence[tuple[str, str]]) -> str:
+def yaml_text(task: str, splits: dict[str, str], metrics: Sequence[tuple[str, str]], max_new_tokens: int,
+              version: str, ranked: bool) -> str:
+    """The task YAML: generation, or (RANKED) the options scored by likelihood as lmms-eval's multiple_choice."""
+    test_split = "test" if "test" in splits else next(iter(splits))
+    document: dict[str, Any] = {
+        "task": task, "dataset_path": "json", "dataset_kwargs": {"data_files": dict(splits)},
+        "test_split": test_split, "doc_to_visual": Function("utils.doc_to_visual"),
+        "doc_to_text": Function("utils.doc_to_text")}
+    if not ranked:  # lmms-eval takes chat messages for generation only
+        document["doc_to_messages"] = Function("utils.doc_to_messages")
+    document["lmms_eval_specific_kwargs"] = {"default": {"pre_prompt": "", "post_prompt": ""}}
+    if ranked:  # the options scored as replies; lmms-eval puts target_delimiter before each
+        document.update({"output_type": "multiple_choice", "doc_to_choice": Function("utils.doc_to_choice"),
+                         "doc_to_target": "gold_option", "target_delimiter": ""})
+    else:
+        document.update({"output_type": "generate_until", "doc_to_target": "gold",
+                         "generation_kwargs": {"max_new_tokens": max_new_tokens, "temperature": 0,
+                                               "do_sample": False, "num_beams": 1}})
+    document["process_results"] = Function("utils.process_results")
+    document["metric_list"] = [{"metric": ACCURACY, "aggregation": "mean", "higher_is_better": True}] + [
+        {"metric": metric_name(group, metric), "aggregation": Function(f"utils.{metric_name(group, metric)}"),
+         "higher_is_better": metric != "drop"} for group, metric in metrics]
+    document["metadata"] = {"version": version, "made_by": "cftools export --format lmms-eval"}
+    return dump_yaml(document)
+
+
+def group_yaml_text(group: str, tasks: Sequence[str], version: str) -> str:
+    """The group: its tasks and its overall score (the tasks' accuracy, weighted by their number of questions)."""
+    return dump_yaml({"group": group, "task": list(tasks),
+                      "aggregate_metric_list": [{"metric": ACCURACY, "aggregation": "mean", "weight_by_size": True}],
+                      "metadata": {"version": version, "made_by": "cftools export --format lmms-eval"}})
+
+
+def utils_text(task: str, kind: str, metrics: Sequence[tuple[str, str]], ranked: bool) -> str:
     lines = [f'"""lmms-eval functions of the task {task}, written by `cftools export --format lmms-eval`.',
              "",
              "The docs hold the questions as `cftools eval` asks them; replies are read and scored by cftools (install",
-             'it beside lmms-eval), so the scores are those of `cftools eval --mode generate`."""', "",
+             'it beside lmms-eval), so the scores are those of `cftools eval` on the same replies."""', "",
              "from pathlib import Path", "", "from cftools.release.lmms_eval import TaskFunctions", "",
              f"_task = TaskFunctions(Path(__file__).resolve().parent.parent, {kind!r}, [",
-             *[f"    ({group!r}, {metric!r})," for group, metric in metrics], "])",
+             *[f"    ({group!r}, {metric!r})," for group, metric in metrics], f"], ranked={ranked!r})",
              "doc_to_visual = _task.doc_to_visual", "doc_to_text = _task.doc_to_text",
-             "doc_to_messages = _task.doc_to_messages", "process_results = _task.process_results"]
+             "doc_to_messages = _task.doc_to_messages", "doc_to_choice = _task.doc_to_choice",
+             "process_results = _task.process_results"]
     lines += [f"{metric_name(g, m)} = _task.aggregation({g!r}, {m!r})" for g, m in metrics]
     return "\n".join(lines) + "\n"
 
@@ -139,8 +179,15 @@ def write_jsonl(path: Path, rows: Sequence[dict[str, Any]]) -> None:
             fh.write(json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n")
 
 
-def eval_questions(items: Sequence[Any], folder: Path, context: Any) -> dict[str, list[tuple[Any, str]]]:
-    """Per kind: (question, split) of every question `cftools eval --mode generate` asks, but judged ones."""
+def paper_mode(kind: Any) -> str:
+    """How the kind's paper asks: rank the options (CFMM) or generate."""
+    return "rank" if kind.paper_settings.get("mode") == "rank" else "generate"
+
+
+def eval_questions(items: Sequence[Any], folder: Path, context: Any,
+                   mode_of: Any = None) -> dict[str, list[tuple[Any, str]]]:
+    """Per kind: (question, split) of every question `cftools eval` asks, but judged ones; asked as MODE_OF(kind)
+    gives (default: generate)."""
     from cftools.evaluate.questions import PromptTemplates, build_questions
     from cftools.kinds import get_kind
 
@@ -153,7 +200,8 @@ def eval_questions(items: Sequence[Any], folder: Path, context: Any) -> dict[str
         get_kind(kind_name).prepare_eval_items(entries, context.options)
         records = sorted((e.record for e in entries), key=lambda r: r["id"])
         split_of = {r["id"]: r["split"] for r in records}
-        questions, _ = build_questions(folder, records, templates, "generate", True, options=context.options)
+        mode = mode_of(get_kind(kind_name)) if mode_of else "generate"
+        questions, _ = build_questions(folder, records, templates, mode, True, options=context.options)
         out[kind_name] = [(q, split_of[q.item_id]) for q in questions if not q.judged]
     return out
 
@@ -162,15 +210,18 @@ def write_lmms_eval(items: list, folder: Path, name: str, splits: dict[str, floa
     """The lmms-eval task folders of ITEMS (see the module's docstring)."""
     from cftools.release.records import write_records
 
-    asked = eval_questions(items, folder, context)
+    asked = eval_questions(items, folder, context, paper_mode)
     write_records(sorted(items, key=lambda e: e.record["id"]), folder / "records.jsonl")
     if not any(asked.values()):
         raise CftoolsError("no question of this release can be asked (items need an image, and MuCR pairs both "
                            "images): nothing to write as lmms-eval tasks")
+    tasks = []
     for kind_name, pairs in asked.items():
         for suffix, members in tasks_of(pairs).items():
-            write_task(folder, task_name(name, kind_name + suffix), task_name(name, ""), kind_name, members, splits,
-                       context.version)
+            tasks.append(task_name(name, kind_name + suffix))
+            write_task(folder, tasks[-1], kind_name, members, splits, context.version)
+    group = task_name(name, "")
+    (folder / f"{group}.yaml").write_text(group_yaml_text(group, tasks, context.version), encoding="utf-8")
 
 
 def tasks_of(pairs: Sequence[tuple[Any, str]]) -> dict[str, list[tuple[Any, str]]]:
@@ -188,7 +239,7 @@ def tasks_of(pairs: Sequence[tuple[Any, str]]) -> dict[str, list[tuple[Any, str]
     return out
 
 
-def write_task(folder: Path, task: str, tag: str, kind_name: str, pairs: Sequence[tuple[Any, str]],
+def write_task(folder: Path, task: str, kind_name: str, pairs: Sequence[tuple[Any, str]],
                splits: dict[str, float], version: str) -> None:
     from cftools.kinds import get_kind
 
@@ -200,10 +251,13 @@ def write_task(folder: Path, task: str, tag: str, kind_name: str, pairs: Sequenc
         if docs:
             files[split] = f"{split}.jsonl"
             write_jsonl(task_dir / files[split], docs)
-    metrics = kind_metrics(get_kind(kind_name), [q for q, _ in pairs])
+    kind = get_kind(kind_name)
+    metrics = kind_metrics(kind, [q for q, _ in pairs])
     max_new = max(q.prompt.max_new_tokens for q, _ in pairs)
-    (task_dir / f"{task}.yaml").write_text(yaml_text(task, tag, files, metrics, max_new, version), encoding="utf-8")
-    (task_dir / "utils.py").write_text(utils_text(task, kind_name, metrics), encoding="utf-8")
+    ranked = paper_mode(kind) == "rank" and all(q.options for q, _ in pairs)
+    (task_dir / f"{task}.yaml").write_text(yaml_text(task, files, metrics, max_new, version, ranked),
+                                           encoding="utf-8")
+    (task_dir / "utils.py").write_text(utils_text(task, kind_name, metrics, ranked), encoding="utf-8")
 
 
 # ---------------------------------------------------------------- what utils.py calls, inside lmms-eval
@@ -213,10 +267,11 @@ class TaskFunctions:
     """The functions an exported task's YAML names: docs to prompts and images, replies to prediction lines
     (cftools' readers), prediction lines to the kind's scores."""
 
-    def __init__(self, release_dir: Path, kind: str, metrics: Sequence[tuple[str, str]]) -> None:
+    def __init__(self, release_dir: Path, kind: str, metrics: Sequence[tuple[str, str]], ranked: bool = False) -> None:
         self.release_dir = Path(release_dir)
         self.kind = kind
         self.metrics = [metric_name(g, m) for g, m in metrics]
+        self.ranked = ranked
 
     def doc_to_visual(self, doc: dict[str, Any]) -> list:
         from cftools.evaluate.vlm import load_image
@@ -226,12 +281,17 @@ class TaskFunctions:
                 for rel in doc["images"]]
 
     def doc_to_text(self, doc: dict[str, Any], lmms_eval_specific_kwargs: Any = None) -> str:
-        return doc["prompt"]
+        """cftools' prompt within the model's pre_prompt and post_prompt (`lmms_eval_specific_kwargs`)."""
+        kwargs = lmms_eval_specific_kwargs or {}
+        return f"{kwargs.get('pre_prompt') or ''}{doc['prompt']}{kwargs.get('post_prompt') or ''}"
 
     def doc_to_messages(self, doc: dict[str, Any], lmms_eval_specific_kwargs: Any = None) -> list[dict[str, Any]]:
         content = [{"type": "image", "url": image} for image in self.doc_to_visual(doc)]
-        content.append({"type": "text", "text": doc["prompt"]})
+        content.append({"type": "text", "text": self.doc_to_text(doc, lmms_eval_specific_kwargs)})
         return [{"role": "user", "content": content}]
+
+    def doc_to_choice(self, doc: dict[str, Any]) -> list[str]:
+        return json.loads(doc["options"]) if doc.get("options") else []
 
     def question(self, doc: dict[str, Any]) -> Any:
         from cftools.evaluate.questions import Question
@@ -244,15 +304,10 @@ class TaskFunctions:
                         gold_option=doc.get("gold_option"), facets=json.loads(doc.get("facets") or "{}") or None)
 
     def process_results(self, doc: dict[str, Any], results: Sequence[Any]) -> dict[str, Any]:
-        """The reply read as `cftools eval` reads it: the same prediction line under every metric's name."""
-        from cftools.evaluate.predictions import prediction_line, read_generated
-
-        reply = results[0] if results else ""
-        raw = str(getattr(reply, "text", reply) or "").strip()
-        question = self.question(doc)
-        parsed, correct = read_generated(question, raw)
-        line = prediction_line(question, raw, parsed, correct)
-        return {name: line for name in self.metrics}
+        """The reply read as `cftools eval` reads it (a ranked question: the option of lowest loss): the question's
+        `accuracy` and the same prediction line under every metric's name."""
+        line = harness_line(self.question(doc), results, self.ranked)
+        return {ACCURACY: 1.0 if line["correct"] else 0.0, **{name: line for name in self.metrics}}
 
     def aggregation(self, group: str, metric: str):  # noqa: ANN201
         def aggregate(lines: Sequence[dict[str, Any]]) -> float:
@@ -260,6 +315,24 @@ class TaskFunctions:
 
         aggregate.__name__ = metric_name(group, metric)
         return aggregate
+
+
+def harness_line(question: Any, results: Sequence[Any], ranked: bool) -> dict[str, Any]:
+    """The prediction line of lmms-eval's RESULTS for QUESTION: a generated reply read by cftools, or (RANKED)
+    the option lmms-eval's multiple_choice picks: per option a (loss, is_greedy) pair, the lowest loss wins (its
+    models return the mean token loss of the option as the reply; lmms-eval takes the argmin)."""
+    from cftools.evaluate.run import generated_line, rank_line
+
+    if ranked:
+        losses = [float(result[0] if isinstance(result, (list, tuple)) else result) for result in results]
+        if len(losses) != len(question.options or []):
+            raise CftoolsError(f"{question.item_id} {question.which}: {len(losses)} option scores for "
+                               f"{len(question.options or [])} options")
+        return rank_line(question, [{"mean_loss": loss} for loss in losses], "mean-loss")
+    reply = results[0] if results else ""
+    if isinstance(reply, list):  # a sample file's filtered_resps
+        reply = reply[0] if reply else ""
+    return generated_line(question, str(getattr(reply, "text", reply) or "").strip())
 
 
 def kind_score(kind: str, lines: Sequence[dict[str, Any]], group: str, metric: str) -> float:

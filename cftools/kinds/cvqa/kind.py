@@ -72,6 +72,12 @@ class CvqaKind(Kind):
 
         return pair_questions(record, ctx, self)
 
+    def read_as_paper(self, question: Any, raw: Optional[str]) -> Optional[tuple[Optional[str], bool]]:
+        """The C-VQA scripts' reading (format_response.py + calc_acc.py; see cftools.kinds.cvqa.scores)."""
+        from cftools.kinds.cvqa.scores import read_as_scripts
+
+        return read_as_scripts(question, raw)
+
     def summarize(self, outcomes: Sequence[dict]) -> dict[str, Any]:
         """Per group and in total: original and counterfactual accuracy, their drop, unknown rates."""
         from cftools.evaluate.metrics import TOTAL, by_group, pair_row

@@ -188,4 +188,11 @@ def ingest_mucr(store: Store, path: Path, images_dir: Optional[Path] = None, ski
     report = finish(store, "mucr", path, dataset, [], list(items.values()), None, bad, report_path, len(items),
                     licence=licence)
     report.images_added = len(read) if rows else 0
+    # a MuCR record's images ride in its item (not in a source question): count them there
+    report.images_attached = sum(1 for item in items.values() if has_both_images(item))
+    report.missing_images = sum(1 for item in items.values() if not has_both_images(item))
     return report
+
+
+def has_both_images(item: dict[str, Any]) -> bool:
+    return bool(item["data"].get("cause_image") and item["data"].get("effect_image"))

@@ -46,9 +46,10 @@ def llm_options(command: Callable) -> Callable:
                      help="Attempts per request when the output cannot be parsed."),
         click.option("--quiet", is_flag=True, help="No progress bar."),
         click.option("--json", "as_json", is_flag=True, help="Print the run's summary as JSON."),
-        run_option("--max-cost", type=click.FloatRange(min=0), help="Stop dispatching requests once this much is "
-                   "spent (default: [llm] max_cost; needs a [llm.prices.\"MODEL\"] entry); what finished is stored "
-                   "and the command exits 3."),
+        run_option("--max-cost", type=click.FloatRange(min=0), help="Spend at most this much: each call reserves "
+                   "its worst-case cost before it is sent, and one that would cross the budget is not started "
+                   "(default: [llm] max_cost; needs a [llm.prices.\"MODEL\"] entry); what finished is stored and the "
+                   "command exits 3."),
         run_option("--estimate", is_flag=True, help="Dry run: print the prompt tokens and the cost estimate of the "
                    "requests the run would send, and call nothing."),
         run_option("--batch-api", is_flag=True, help="Send the requests through the Files and Batches API of the "

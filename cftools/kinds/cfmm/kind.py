@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Optional, Sequence
 
-from cftools.kinds.base import Check, ExportFormat, Generator, Kind, ReportTable
+from cftools.kinds.base import Check, EditSubject, ExportFormat, Generator, Kind, ReportTable
 from cftools.kinds.cfmm.checks import declared_checks
 from cftools.kinds.cfmm.model import PAPER_COUNTS, PROMPT_VARIANTS, TYPES, CfmmData, options_text
 from cftools.kinds.cfmm.release import has_pair, write_jsonl
@@ -58,6 +58,17 @@ class CfmmKind(Kind):
 
     def answer_type(self, group: str, answer: Optional[str]) -> Optional[str]:
         return "other"  # always a choice between two written options
+
+    def edit_subject(self, item: Any, source: Any) -> Optional[EditSubject]:
+        """The basic question about the edited image must get the counterfactual answer; both are asked with the
+        options of both questions (the counterfactual answer is among them)."""
+        data = item.data or {}
+        if not data.get("basic_question") or not data.get("basic_answer") or not item.answer:
+            return None
+        options = data.get("options") or {}
+        choices = list(dict.fromkeys([*options.get("original", []), *options.get("counterfactual", [])]))
+        question = data["basic_question"] + (f" Options: {', '.join(choices)}." if choices else "")
+        return EditSubject(question, str(data["basic_answer"]), item.question, str(item.answer), "other")
 
     def commands(self) -> dict[str, list]:
         from cftools.kinds.cfmm import commands as cfmm_commands

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-from cftools.kinds.base import Check, ExportFormat, Generator, Kind, ReportTable
+from cftools.kinds.base import Check, EditSubject, ExportFormat, Generator, Kind, ReportTable
 from cftools.kinds.cvqa.checks import declared_checks
 from cftools.kinds.cvqa.model import BOOLEAN, COUNT_GROUPS, GROUP_ANSWER_TYPE, GROUPS, CvqaData
 from cftools.kinds.cvqa.release import write_csv
@@ -39,6 +39,15 @@ class CvqaKind(Kind):
 
     def answer_type(self, group: str, answer: Optional[str]) -> Optional[str]:
         return GROUP_ANSWER_TYPE.get(group)
+
+    def edit_subject(self, item: Any, source: Any) -> Optional[EditSubject]:
+        """The source question about the edited image must get the rewritten question's answer."""
+        data = item.data or {}
+        question = data.get("original_question") or (source.question if source else None)
+        answer = data.get("original_answer") if data.get("original_question") else (source.answer if source else None)
+        if not question or answer is None or not item.question or item.answer is None:
+            return None
+        return EditSubject(question, str(answer), item.question, str(item.answer), GROUP_ANSWER_TYPE.get(item.group))
 
     def answer_style(self, item) -> Optional[str]:  # noqa: ANN001
         from cftools.item_view import options

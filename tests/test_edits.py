@@ -203,3 +203,82 @@ def test_cli_generate_edits(items_ws, stub, run_cli, cache_dir):
     assert summary["licence"] == "Apache-2.0"
     again = run_cli("generate", "edits", "--kind", "cvqa", "--per-item", "1")
     assert again.exit_code == 0 and "0 edits made" in again.output and "1 kept" not in again.output
+
+
+# ------------------------------------------------------------------ scored: the paired score on a scripted model
+
+
+def test_eval_asks_the_original_question_about_the_edited_image_and_computes_the_paired_score(tmp_path):
+    from fixtures_eval import cvqa_record, png_bytes, write_release
+
+    from cftools.evaluate.predictions import outcomes_from_predictions, prediction_line, read_generated
+    from cftools.evaluate.questions import PromptTemplates, build_questions
+    from cftools.evaluate.report import csv_rows
+    from cftools.kinds import get_kind
+
+    records = [cvqa_record(i, "numerical-direct", "2", "5", "number") for i in range(4)]
+    records.append(cvqa_record(4, "numerical-direct", "2", "5", "number"))  # no edited image: not in the table
+    edits = {}
+    for i, record in enumerate(records[:4]):
+        blob = png_bytes(100 + i)
+        edits[record["id"]] = blob
+    release = write_release(tmp_path / "rel", records, {r["id"]: png_bytes(i) for i, r in enumerate(records)})
+    import hashlib
+
+    for record in records[:4]:
+        sha = hashlib.sha256(edits[record["id"]]).hexdigest()
+        (release / "images" / f"{sha}.png").write_bytes(edits[record["id"]])
+        record["data"] = {"edited_image": f"images/{sha}.png"}
+    (release / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    questions, _ = build_questions(release, records, PromptTemplates(), "generate", needs_image=True)
+    edited = [q for q in questions if q.which == "edited"]
+    assert len(edited) == 4 and all(q.gold == "5" and q.prompt.images[0].name != Path(records[0]["image"]).name
+                                    for q in edited)
+    assert edited[0].prompt.text.startswith(records[0]["original_question"])
+    blind, _ = build_questions(release, records, PromptTemplates(), "generate", needs_image=False)
+    assert not [q for q in blind if q.which == "edited"]
+    # the scripted model: items 0 and 1 right on both images; item 2 right on the original only; item 3 right on
+    # the edited only; every counterfactual (text-only) question right on items 0-2
+    script = {("cvqa-0", "original"): "2", ("cvqa-0", "edited"): "5", ("cvqa-1", "original"): "2",
+              ("cvqa-1", "edited"): "5", ("cvqa-2", "original"): "2", ("cvqa-2", "edited"): "2",
+              ("cvqa-3", "original"): "7", ("cvqa-3", "edited"): "5"}
+    lines = []
+    for q in questions:
+        raw = script.get((q.item_id, q.which), "5" if q.which == "counterfactual" and q.item_id != "cvqa-3" else "0")
+        parsed, correct = read_generated(q, raw)
+        lines.append(prediction_line(q, raw, parsed, correct))
+    section = get_kind("cvqa").summarize(outcomes_from_predictions(lines))
+    total = section["edited"][-1]
+    assert total["group"] == "total" and total["n"] == 4
+    assert total["original"]["value"] == 0.75 and total["edited"]["value"] == 0.75
+    assert total["paired"]["value"] == 0.5 and total["counterfactual"]["value"] == 0.75
+    rows = csv_rows({"cvqa": section})
+    assert {"edited_paired", "edited_edited", "edited_counterfactual"} <= {r["metric"] for r in rows}
+
+
+# ------------------------------------------------------------------ released: the edit travels with its item
+
+
+def test_the_release_carries_the_chosen_edit_beside_the_original_and_verifies(items_ws, tiny, run_cli):
+    store = items_ws.store
+    with store.write() as session:
+        for item in session.execute(select(Item)).scalars():
+            item.data = {**(item.data or {}), "edit": {"instruction": "erase one box", "condition": "one box fewer"}}
+            item.status = "accepted"
+            session.add(item)
+    generate_edits(store, items_ws.root, tiny, editable_items(store, ("cvqa",)), per_item=2)
+    result = run_cli("export", "edits", "--version", "1.0", "--licence", "CC-BY-4.0", "--json")
+    assert result.exit_code == 0, result.output
+    folder = Path(json.loads(result.output)["path"])
+    records = [json.loads(line) for line in (folder / "records.jsonl").read_text().splitlines()]
+    assert len(records) == 2
+    for record in records:
+        edited = record["data"]["edited_image"]
+        best = record["data"]["edit_checks"][0]["k"]
+        assert edited == record["data"]["edit_candidates"][str(best)]["image"] and (folder / edited).is_file()
+        assert edited != record["image"] and record["data"]["edited_image_licence"] == "Apache-2.0"
+        assert record["data"]["edited_image_verified"] is False
+    croissant = json.loads((folder / "croissant.json").read_text())
+    fields = [f["name"] for rs in croissant["recordSet"] for f in rs.get("field", [])]
+    assert "edited_image" in fields
+    assert run_cli("verify", str(folder)).exit_code == 0

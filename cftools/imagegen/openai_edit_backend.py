@@ -9,7 +9,7 @@ from typing import Any, Optional
 import PIL.Image
 
 from cftools.imagegen.base import image_request_key, parse_size, size_text
-from cftools.imagegen.edits import EditCandidate, EditFailure, EditResult, EditSettings, png_bytes
+from cftools.imagegen.edit_base import EditCandidate, EditFailure, EditResult, EditSettings, png_bytes
 from cftools.imagegen.openai_backend import OpenAIImageBackend
 from cftools.llm.base import LLMError
 

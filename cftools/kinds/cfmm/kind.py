@@ -177,7 +177,9 @@ class CfmmKind(Kind):
             record["original_question"] = data["basic_question"]
         if data.get("basic_answer") is not None:
             record["original_answer"] = data["basic_answer"]
-        return record
+        from cftools.release.edited import with_edited_image
+
+        return with_edited_image(record)
 
     def card_tables(self, records: Sequence[dict[str, Any]]) -> list[ReportTable]:
         counts = Counter((r.get("data") or {}).get("type") or r["group"] for r in records)
@@ -206,9 +208,11 @@ class CfmmKind(Kind):
     def summarize(self, outcomes: Sequence[dict]) -> dict[str, Any]:
         """Per type: acc_b, acc_c, acc+; the paper's totals (the sum of the per-type percentages, of 600) and the
         plain overall accuracy; the random baselines. See `cftools.kinds.cfmm.scores`."""
+        from cftools.evaluate.edited import edited_section
         from cftools.kinds.cfmm.scores import summarize
 
-        return summarize(outcomes, TYPES)
+        edited = edited_section(outcomes)
+        return {**summarize(outcomes, TYPES), **({"edited": edited} if edited else {})}
 
     def report_table(self, section: dict[str, Any], fmt) -> ReportTable:  # noqa: ANN001
         from cftools.kinds.cfmm.scores import table_rows
@@ -216,6 +220,12 @@ class CfmmKind(Kind):
         return ReportTable(self.name, "CFMM accuracy (%) per type: basic, counterfactual, both (acc+); summed as the "
                            "paper does (per-type percentages added, of 600)",
                            ["type", "n", "acc_b", "unknown", "acc_c", "unknown", "acc+"], table_rows(section, fmt))
+
+    def paper_tables(self, section: dict[str, Any], fmt) -> list[ReportTable]:  # noqa: ANN001
+        """The edited-image table when the run asked about edited images (`cftools.evaluate.edited`)."""
+        from cftools.evaluate.edited import edited_tables
+
+        return edited_tables(self.name, section, fmt)
 
     def csv_rows(self, section: dict[str, Any]) -> list:
         from cftools.kinds.cfmm.scores import METRICS, RANDOM, SUMMED
@@ -229,7 +239,9 @@ class CfmmKind(Kind):
         for metric in METRICS:
             if section.get("random"):
                 out.append((RANDOM, metric, section["random"][metric]["value"], None))
-        return out
+        from cftools.evaluate.edited import edited_csv_rows
+
+        return out + edited_csv_rows(section.get("edited"))
 
     def plot_series(self, section: dict[str, Any]):  # noqa: ANN201
         rows = section["rows"]

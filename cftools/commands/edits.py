@@ -10,7 +10,7 @@ from rich.markup import escape
 
 from cftools.commands.common import console, err_console, pass_workspace, print_json
 from cftools.commands.exit_codes import exit_for_failures
-from cftools.commands.generation import llm_options, run_with_llm
+from cftools.commands.generation import llm_options, print_estimate, run_with_llm
 from cftools.errors import CftoolsError
 from cftools.workspace import Workspace
 
@@ -66,6 +66,10 @@ def edits_cmd(workspace: Workspace, kinds: tuple[str, ...], groups: tuple[str, .
         workspace.store, llm, items, params=text_params(config, 200, llm.name, LOCAL_MAX_TOKENS),
         template_path=template_path, workspace_root=workspace.root, concurrency=concurrency, refresh=refresh,
         max_attempts=max_attempts, console=err_console, quiet=quiet or as_json))
+    controls = getattr(instructions, "controls", None)
+    if controls is not None and controls.estimate:  # --estimate: nothing called, no image made either
+        print_estimate(controls, as_json, "edit instructions")
+        return
     if not as_json:
         stats = instructions.stats
         console.print(f"edit instructions with {escape(instructions.backend)}:{escape(instructions.model)}: "

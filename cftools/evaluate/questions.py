@@ -199,9 +199,7 @@ def pair_questions(record: dict[str, Any], ctx: EvalContext, kind: Kind) -> list
     if mode == "rank" and any(q.options is None for q in questions):
         ctx.skipped.no_options.append(str(record["id"]))
         return []
-    from cftools.evaluate.edited import edited_questions  # the original question about the edited image
-
-    return questions + edited_questions(record, ctx, kind, questions)
+    return questions
 
 
 def build_questions(release_dir: Path, records: Iterable[dict[str, Any]], templates: PromptTemplates, mode: str,

@@ -203,7 +203,9 @@ class CfmmKind(Kind):
                 if question.which.startswith("counterfactual"):
                     question.prompt.text = template.render(question=question.prompt.text,
                                                            options=question.options or []).strip()
-        return questions
+        from cftools.evaluate.edited import edited_questions  # the basic question about the edited image
+
+        return questions + edited_questions(record, ctx, self, questions)
 
     def summarize(self, outcomes: Sequence[dict]) -> dict[str, Any]:
         """Per type: acc_b, acc_c, acc+; the paper's totals (the sum of the per-type percentages, of 600) and the

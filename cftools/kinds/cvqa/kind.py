@@ -79,9 +79,11 @@ class CvqaKind(Kind):
     # -- eval --------------------------------------------------------------------------------------------------
 
     def eval_questions(self, record: dict, ctx) -> list:  # noqa: ANN001
+        from cftools.evaluate.edited import edited_questions  # the original question about the edited image
         from cftools.evaluate.questions import pair_questions
 
-        return pair_questions(record, ctx, self)
+        questions = pair_questions(record, ctx, self)
+        return questions + edited_questions(record, ctx, self, questions)
 
     def summarize(self, outcomes: Sequence[dict]) -> dict[str, Any]:
         """Per group and in total: original and counterfactual accuracy, their drop, unknown rates."""

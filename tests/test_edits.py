@@ -236,7 +236,8 @@ def test_eval_asks_the_original_question_about_the_edited_image_and_computes_the
                                     for q in edited)
     assert edited[0].prompt.text.startswith(records[0]["original_question"])
     blind, _ = build_questions(release, records, PromptTemplates(), "generate", needs_image=False)
-    assert not [q for q in blind if q.which == "edited"]
+    blind_edited = [q for q in blind if q.which == "edited"]
+    assert len(blind_edited) == 4 and all(not q.prompt.images for q in blind_edited)  # the same text, no image
     # the scripted model: items 0 and 1 right on both images; item 2 right on the original only; item 3 right on
     # the edited only; every counterfactual (text-only) question right on items 0-2
     script = {("cvqa-0", "original"): "2", ("cvqa-0", "edited"): "5", ("cvqa-1", "original"): "2",

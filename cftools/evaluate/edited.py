@@ -2,7 +2,9 @@
 
 A record with an edited image (`data.edited_image`, see `cftools.release.edited`) gets a third question,
 `edited`: the original question's text about the edited image, whose gold answer is the counterfactual answer
-(a multiple-choice item shows the counterfactual question's options). A text-only (blind) run does not ask it.
+(a multiple-choice item shows the counterfactual question's options). A text-only (blind) run asks it too, with
+no image: its text is the original question's, so a blind model answers both alike and its paired score is the
+floor the images have to lift.
 
 Per kind and group, `edited_section` reports on the items asked all three:
 
@@ -26,13 +28,13 @@ EDITED = "edited"
 
 
 def edited_questions(record: dict[str, Any], ctx: Any, kind: Any, asked: Sequence[Any]) -> list[Any]:
-    """The `edited` question of RECORD, built from its asked `original` question; none without an edited
-    image or in a blind run."""
+    """The `edited` question of RECORD, built from its asked `original` question; none without an edited image.
+    A blind run gets it without the image."""
     from cftools.evaluate.questions import gold_option_of, question_answer_type
 
     path = edited_image_of(record)
     original = next((q for q in asked if q.which == "original"), None)
-    if path is None or original is None or not ctx.needs_image or record.get("answer") is None:
+    if path is None or original is None or record.get("answer") is None:
         return []
     image = ctx.release_dir / path
     if not image.is_file():
@@ -45,7 +47,7 @@ def edited_questions(record: dict[str, Any], ctx: Any, kind: Any, asked: Sequenc
     options = shown if shown is not None else original.options  # rank mode: the derived options, as asked
     text = ctx.templates.question(question=record.get("original_question"), options=shown, mode=ctx.mode,
                                   kind=record.get("kind"), which="original", answer_type=answer_type)
-    prompt = replace(original.prompt, text=text, images=[image], options=options)
+    prompt = replace(original.prompt, text=text, images=[image] if ctx.needs_image else [], options=options)
     return [replace(original, which=EDITED, gold=gold, answer_type=answer_type, prompt=prompt, options=options,
                     gold_option=gold_option_of(options, gold, answer_type) if options else None, choices=None)]
 

@@ -96,6 +96,30 @@ class ImageSettings(Section):
     score_model: Optional[str] = None
 
 
+class EditSettingsSection(Section):
+    """`[edits]`: the edit model of `cftools generate edits` (cftools.imagegen.edits)."""
+    backend: Optional[str] = None
+    model: Optional[str] = None
+    licence: Optional[str] = None
+    allow_non_commercial: Optional[bool] = None
+    allow_downloads: Optional[bool] = None
+    base_url: Optional[str] = None
+    api_key_env: Optional[str] = None
+    size: Optional[str] = None
+    steps: Optional[int] = Field(None, ge=1)
+    guidance: Optional[float] = None
+    image_guidance: Optional[float] = None
+    cache_dir: Optional[str] = None
+    device: Optional[str] = None
+    dtype: Optional[str] = None
+    timeout: Optional[float] = Field(None, gt=0)
+    request_attempts: Optional[int] = Field(None, ge=1)
+    backoff_initial: Optional[float] = Field(None, ge=0)
+    backoff_max: Optional[float] = Field(None, ge=0)
+    response_format: Optional[str] = None
+    max_pixels: Optional[int] = Field(None, ge=1)
+
+
 class Person(Section):
     """`[label_studio.people."EMAIL"]`: one annotator's own server and token variable."""
     url: Optional[str] = None
@@ -147,7 +171,7 @@ class CheckSettings(Section):
 
 # The sections of every workspace; each kind may add `[<kind name>]` (Kind.config_section).
 SECTIONS: dict[str, type[Section]] = {
-    "store": StoreSettings, "llm": LlmSettings, "images": ImageSettings, "label_studio": LabelStudioSettings,
+    "store": StoreSettings, "llm": LlmSettings, "images": ImageSettings, "edits": EditSettingsSection, "label_studio": LabelStudioSettings,
     "sources": SourceSettings, "release": ReleaseSettings, "checks": CheckSettings,
 }
 

@@ -53,3 +53,6 @@ cftools status
 
 step "CFMM question pairs, in their own workspace ${ws}-cfmm (examples/cfmm/quickstart.sh)"
 WORKSPACE="${ws}-cfmm" bash "$here/cfmm/quickstart.sh"
+
+step "Edited images of the C-VQA drawn-shape items, in their own workspace ${ws}-edits (examples/edits/quickstart.sh)"
+WORKSPACE="${ws}-edits" bash "$here/edits/quickstart.sh"

@@ -1,4 +1,5 @@
-"""A loopback HTTP server that speaks the OpenAI Images API (POST /v1/images/generations, b64_json replies).
+"""A loopback HTTP server that speaks the OpenAI Images API (POST /v1/images/generations, b64_json replies; POST
+/v1/images/edits, multipart with the original image, logged with `"edit": true` and the image's size in bytes).
 
 Run as a real process by the tests (`python tests/images_api_server.py` prints `listening on URL` once listening).
 Each image is a small PNG drawn from a hash of the prompt and its index, so replies are reproducible.
@@ -71,7 +72,29 @@ class Handler(BaseHTTPRequestHandler):
         else:
             self._send(404, {"error": {"message": "not found", "type": "invalid_request_error"}})
 
+    def _multipart(self) -> tuple[dict, int]:
+        """The form fields of a multipart edit request, and the size of its image part."""
+        from email.parser import BytesParser
+        from email.policy import default
+
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length)
+        message = BytesParser(policy=default).parsebytes(
+            f"Content-Type: {self.headers.get('Content-Type')}\r\n\r\n".encode() + raw)
+        fields, image_bytes = {}, 0
+        for part in message.iter_parts():
+            name = part.get_param("name", header="content-disposition")
+            if part.get_filename():
+                image_bytes += len(part.get_payload(decode=True) or b"")
+            else:
+                fields[name] = part.get_content().strip()
+        return fields, image_bytes
+
     def do_POST(self) -> None:  # noqa: N802
+        if self.path.rstrip("/") == "/v1/images/edits":
+            body, image_bytes = self._multipart()
+            self._answer_images(body, {"edit": True, "image_bytes": image_bytes})
+            return
         body = self._body()
         if self.path == "/control/script":
             with STATE_LOCK:
@@ -84,8 +107,11 @@ class Handler(BaseHTTPRequestHandler):
         if self.path.rstrip("/") != "/v1/images/generations":
             self._send(404, {"error": {"message": "not found", "type": "invalid_request_error"}})
             return
+        self._answer_images(body, {})
+
+    def _answer_images(self, body: dict, logged: dict) -> None:
         with STATE_LOCK:
-            STATE["requests"].append({"body": body, "authorized": bool(self.headers.get("Authorization"))})
+            STATE["requests"].append({"body": body, "authorized": bool(self.headers.get("Authorization")), **logged})
             reply = STATE["replies"].pop(0) if STATE["replies"] else "ok"
             retry_after, slow_s = STATE["retry_after"], STATE["slow_s"]
         if reply == "429":

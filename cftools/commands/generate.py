@@ -37,3 +37,8 @@ def generate_status(as_json: bool) -> None:
                       escape(b["model"]), escape(b["status"] or b["state"]), str(b["requests"]), str(b["completed"]),
                       str(b["failed"]), b["window"], str(b["submitted_at"])[:19])
     console.print(table)
+
+
+from cftools.commands.edits import edits_cmd  # noqa: E402  (every kind that declares edits shares it)
+
+generate.add_command(edits_cmd)

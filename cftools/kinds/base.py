@@ -7,6 +7,7 @@ A kind is one module with one `Kind` subclass, registered under the `cftools.kin
 |-----------|----------------------------------------------------------------------------------|
 | ingest    | `validate` (the typed model of `item.data`), `commands()` for its own ingests    |
 | generate  | `generators` (names and descriptions), `commands()` for their CLI                |
+| generate  | `edit_subject` (items with an image and a counterfactual condition: edits)       |
 | check     | `checks` (one `Check` per code) and `answer_style` of an item                    |
 | annotate  | `tasks` (label config per task), `task_data` (what the annotator sees)           |
 | annotate  | `authoring_tasks` (tasks on images whose submissions become draft items),        |
@@ -108,6 +109,18 @@ class TaskOutcome:
     new_items: list[dict[str, Any]] = field(default_factory=list)  # items the decision makes (rows for `items`)
 
 
+@dataclass(frozen=True)
+class EditSubject:
+    """What `generate edits` needs of an item whose image can be edited into its counterfactual world: the
+    original question and answer, the counterfactual question (its presupposition is the edit) and answer."""
+
+    original_question: str
+    original_answer: str
+    counterfactual_question: str
+    counterfactual_answer: str
+    answer_type: Optional[str] = None  # number | yes/no | other (None: read from the answers)
+
+
 @dataclass
 class ReportTable:
     section: str
@@ -141,6 +154,11 @@ class Kind:
     config_section: ClassVar[Optional[type[BaseModel]]] = None
 
     # -- fields ------------------------------------------------------------------------------------------------
+
+    def edit_subject(self, item: Any, source: Any) -> Optional[EditSubject]:
+        """The item's edit subject when the kind's items have an image and a counterfactual condition (C-VQA,
+        CFMM); None (the default) when its items cannot be edited. SOURCE is the item's source question."""
+        return None
 
     def validate(self, data: Optional[dict], item: object = "?") -> ItemData:
         """The typed model of DATA; a bad field raises ItemDataError naming ITEM and the field."""

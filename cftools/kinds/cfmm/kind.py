@@ -21,7 +21,7 @@ from typing import Any, Optional, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
-from cftools.kinds.base import Check, ExportFormat, Generator, Kind, ReportTable
+from cftools.kinds.base import Check, EditSubject, ExportFormat, Generator, Kind, ReportTable
 from cftools.kinds.cfmm.checks import declared_checks
 from cftools.kinds.cfmm.model import PAPER_COUNTS, PROMPT_VARIANTS, TYPES, CfmmData, options_text
 from cftools.kinds.cfmm.release import has_pair, write_jsonl
@@ -68,6 +68,17 @@ class CfmmKind(Kind):
 
     def answer_type(self, group: str, answer: Optional[str]) -> Optional[str]:
         return "other"  # always a choice between two written options
+
+    def edit_subject(self, item: Any, source: Any) -> Optional[EditSubject]:
+        """The basic question about the edited image must get the counterfactual answer; both are asked with the
+        options of both questions (the counterfactual answer is among them)."""
+        data = item.data or {}
+        if not data.get("basic_question") or not data.get("basic_answer") or not item.answer:
+            return None
+        options = data.get("options") or {}
+        choices = list(dict.fromkeys([*options.get("original", []), *options.get("counterfactual", [])]))
+        question = data["basic_question"] + (f" Options: {', '.join(choices)}." if choices else "")
+        return EditSubject(question, str(data["basic_answer"]), item.question, str(item.answer), "other")
 
     def commands(self) -> dict[str, list]:
         from cftools.kinds.cfmm import commands as cfmm_commands
@@ -188,7 +199,9 @@ class CfmmKind(Kind):
             record["original_question"] = data["basic_question"]
         if data.get("basic_answer") is not None:
             record["original_answer"] = data["basic_answer"]
-        return record
+        from cftools.release.edited import with_edited_image
+
+        return with_edited_image(record)
 
     def card_tables(self, records: Sequence[dict[str, Any]]) -> list[ReportTable]:
         counts = Counter((r.get("data") or {}).get("type") or r["group"] for r in records)
@@ -212,14 +225,18 @@ class CfmmKind(Kind):
                 if question.which.startswith("counterfactual"):
                     question.prompt.text = template.render(question=question.prompt.text,
                                                            options=question.options or []).strip()
-        return questions
+        from cftools.evaluate.edited import edited_questions  # the basic question about the edited image
+
+        return questions + edited_questions(record, ctx, self, questions)
 
     def summarize(self, outcomes: Sequence[dict]) -> dict[str, Any]:
         """Per type: acc_b, acc_c, acc+; the paper's totals (the sum of the per-type percentages, of 600) and the
         plain overall accuracy; the random baselines. See `cftools.kinds.cfmm.scores`."""
+        from cftools.evaluate.edited import edited_section
         from cftools.kinds.cfmm.scores import summarize
 
-        return summarize(outcomes, TYPES)
+        edited = edited_section(outcomes)
+        return {**summarize(outcomes, TYPES), **({"edited": edited} if edited else {})}
 
     def report_table(self, section: dict[str, Any], fmt) -> ReportTable:  # noqa: ANN001
         from cftools.kinds.cfmm.scores import table_rows
@@ -227,6 +244,12 @@ class CfmmKind(Kind):
         return ReportTable(self.name, "CFMM accuracy (%) per type: basic, counterfactual, both (acc+); summed as the "
                            "paper does (per-type percentages added, of 600)",
                            ["type", "n", "acc_b", "unknown", "acc_c", "unknown", "acc+"], table_rows(section, fmt))
+
+    def paper_tables(self, section: dict[str, Any], fmt) -> list[ReportTable]:  # noqa: ANN001
+        """The edited-image table when the run asked about edited images (`cftools.evaluate.edited`)."""
+        from cftools.evaluate.edited import edited_tables
+
+        return edited_tables(self.name, section, fmt)
 
     def csv_rows(self, section: dict[str, Any]) -> list:
         from cftools.kinds.cfmm.scores import METRICS, RANDOM, SUMMED
@@ -240,7 +263,9 @@ class CfmmKind(Kind):
         for metric in METRICS:
             if section.get("random"):
                 out.append((RANDOM, metric, section["random"][metric]["value"], None))
-        return out
+        from cftools.evaluate.edited import edited_csv_rows
+
+        return out + edited_csv_rows(section.get("edited"))
 
     def plot_series(self, section: dict[str, Any]):  # noqa: ANN201
         rows = section["rows"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-from cftools.kinds.base import Check, ExportFormat, Generator, Kind, ReportTable
+from cftools.kinds.base import Check, EditSubject, ExportFormat, Generator, Kind, ReportTable
 from cftools.kinds.cvqa.checks import declared_checks
 from cftools.kinds.cvqa.model import BOOLEAN, COUNT_GROUPS, GROUP_ANSWER_TYPE, GROUPS, CvqaData
 from cftools.kinds.cvqa.release import write_csv
@@ -40,6 +40,20 @@ class CvqaKind(Kind):
     def answer_type(self, group: str, answer: Optional[str]) -> Optional[str]:
         return GROUP_ANSWER_TYPE.get(group)
 
+    def export_record(self, record: dict[str, Any]) -> dict[str, Any]:
+        from cftools.release.edited import with_edited_image
+
+        return with_edited_image(record)
+
+    def edit_subject(self, item: Any, source: Any) -> Optional[EditSubject]:
+        """The source question about the edited image must get the rewritten question's answer."""
+        data = item.data or {}
+        question = data.get("original_question") or (source.question if source else None)
+        answer = data.get("original_answer") if data.get("original_question") else (source.answer if source else None)
+        if not question or answer is None or not item.question or item.answer is None:
+            return None
+        return EditSubject(question, str(answer), item.question, str(item.answer), GROUP_ANSWER_TYPE.get(item.group))
+
     def answer_style(self, item) -> Optional[str]:  # noqa: ANN001
         from cftools.item_view import options
 
@@ -68,9 +82,11 @@ class CvqaKind(Kind):
     # -- eval --------------------------------------------------------------------------------------------------
 
     def eval_questions(self, record: dict, ctx) -> list:  # noqa: ANN001
+        from cftools.evaluate.edited import edited_questions  # the original question about the edited image
         from cftools.evaluate.questions import pair_questions
 
-        return pair_questions(record, ctx, self)
+        questions = pair_questions(record, ctx, self)
+        return questions + edited_questions(record, ctx, self, questions)
 
     def read_as_paper(self, question: Any, raw: Optional[str]) -> Optional[tuple[Optional[str], bool]]:
         """The C-VQA scripts' reading (format_response.py + calc_acc.py; see cftools.kinds.cvqa.scores)."""
@@ -84,7 +100,10 @@ class CvqaKind(Kind):
 
         rows = [pair_row(group, items, "original", "counterfactual") for group, items in by_group(outcomes).items()]
         rows.append(pair_row(TOTAL, outcomes, "original", "counterfactual"))
-        return {"rows": rows}
+        from cftools.evaluate.edited import edited_section
+
+        edited = edited_section(outcomes)
+        return {"rows": rows, **({"edited": edited} if edited else {})}
 
     def report_table(self, section: dict[str, Any], fmt) -> ReportTable:  # noqa: ANN001
         rows = [[r["group"], str(r["n"]), fmt.pct(r["original"]), fmt.rate(r["unknown_original"]),
@@ -94,13 +113,17 @@ class CvqaKind(Kind):
                            ["group", "n", "original", "unknown", "counterfactual", "unknown", "drop"], rows)
 
     def paper_tables(self, section: dict[str, Any], fmt) -> list[ReportTable]:  # noqa: ANN001
-        """C-VQA's Table 1 layout: the groups as columns; original, counterfactual and the drop as rows."""
+        """C-VQA's Table 1 layout: the groups as columns; original, counterfactual and the drop as rows (and the
+        edited-image table when the run asked about edited images)."""
+        from cftools.evaluate.edited import edited_tables
+
         rows = section["rows"]
         return [ReportTable(self.name, "C-VQA accuracy (%) in the paper's Table 1 layout",
                             ["", *[r["group"] for r in rows]],
                             [["original", *[fmt.pct(r["original"]) for r in rows]],
                              ["counterfactual", *[fmt.pct(r["counterfactual"]) for r in rows]],
-                             ["drop", *[fmt.pct(r["drop"]) for r in rows]]])]
+                             ["drop", *[fmt.pct(r["drop"]) for r in rows]]]),
+                *edited_tables(self.name, section, fmt)]
 
     def csv_rows(self, section: dict[str, Any]) -> list:
         out = []
@@ -108,7 +131,9 @@ class CvqaKind(Kind):
             out += [(r["group"], metric, r[metric], None) for metric in ("original", "counterfactual", "drop")]
             out += [(r["group"], "unknown_original", r["unknown_original"], r["n"]),
                     (r["group"], "unknown_counterfactual", r["unknown_counterfactual"], r["n"])]
-        return out
+        from cftools.evaluate.edited import edited_csv_rows
+
+        return out + edited_csv_rows(section.get("edited"))
 
     def plot_series(self, section: dict[str, Any]):  # noqa: ANN201
         rows = section["rows"]

@@ -1,0 +1,107 @@
+"""`cftools generate edits`: edit instructions by the LLM, then edited candidates by an edit model, checked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import click
+from rich.markup import escape
+
+from cftools.commands.common import console, err_console, pass_workspace, print_json
+from cftools.commands.exit_codes import exit_for_failures
+from cftools.commands.generation import llm_options, print_estimate, run_with_llm
+from cftools.errors import CftoolsError
+from cftools.workspace import Workspace
+
+
+def size_option(ctx: click.Context, param: click.Parameter, value: Optional[str]) -> Optional[str]:
+    from cftools.imagegen.base import check_size
+
+    try:
+        return check_size(value) if value is not None else None
+    except CftoolsError as exc:
+        raise click.BadParameter(str(exc), param_hint="--size") from None
+
+
+@click.command("edits")
+@click.option("--kind", "kinds", multiple=True, help="Only items of this kind (repeatable; default: every kind "
+              "that declares edits: cvqa, cfmm).")
+@click.option("--group", "groups", multiple=True, help="Only items of this group (repeatable).")
+@click.option("--limit", type=click.IntRange(min=0), help="At most this many items.")
+@click.option("--edit-backend", type=click.Choice(["diffusers", "openai"]),
+              help="Edit backend (default: [edits] backend, else diffusers with the embedded tiny pipeline).")
+@click.option("--edit-model", help="A diffusers edit pipeline folder or hub id, or an images API model (default: "
+              "[edits] model, else the embedded tiny pipeline).")
+@click.option("--licence", help="The edit model's licence, when its folder's model card does not say it.")
+@click.option("--allow-non-commercial", is_flag=True, default=None,
+              help="Use an edit model whose licence is not for commercial use (recorded with every edit).")
+@click.option("--per-item", type=click.IntRange(min=1), default=4, show_default=True, help="Candidates per item.")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Base seed: candidate k of every item uses seed + k.")
+@click.option("--steps", type=click.IntRange(min=1), help="Denoising steps (default: the backend's).")
+@click.option("--guidance", type=float, help="Guidance scale (default: the backend's).")
+@click.option("--size", callback=size_option, help="WIDTHxHEIGHT, multiples of 8 (default: the original's, "
+              "or the embedded pipeline's 64x64).")
+@click.option("--answerer", help="Run the answer check with this eval answerer (hf:PATH_OR_ID or openai:MODEL): "
+              "the original question about the original and each edited image.")
+@llm_options
+@pass_workspace
+def edits_cmd(workspace: Workspace, kinds: tuple[str, ...], groups: tuple[str, ...], limit: Optional[int],
+              edit_backend: Optional[str], edit_model: Optional[str], licence: Optional[str],
+              allow_non_commercial: Optional[bool], per_item: int, seed: int, steps: Optional[int],
+              guidance: Optional[float], size: Optional[str], answerer: Optional[str], backend: Optional[str],
+              model: Optional[str], template_path: Optional[Path], concurrency: Optional[int], refresh: bool,
+              max_attempts: int, quiet: bool, as_json: bool) -> None:
+    """Make edited images that show each item's presupposition (items with an image and a counterfactual
+    condition: C-VQA, CFMM). The LLM writes an edit instruction per item; the edit model makes --per-item
+    candidates with recorded seeds; the edit checks rank them, best first. A rerun does only what is missing."""
+    from cftools.generate.edits import editable_items, generate_edits, write_instructions
+    from cftools.imagegen.edits import make_edit_backend
+    from cftools.kinds.mucr.generate import text_params
+    from cftools.generate.edits import LOCAL_MAX_TOKENS
+
+    items = editable_items(workspace.store, kinds, groups, limit)
+    instructions = run_with_llm(workspace, backend, model, lambda llm, config: write_instructions(
+        workspace.store, llm, items, params=text_params(config, 200, llm.name, LOCAL_MAX_TOKENS),
+        template_path=template_path, workspace_root=workspace.root, concurrency=concurrency, refresh=refresh,
+        max_attempts=max_attempts, console=err_console, quiet=quiet or as_json))
+    controls = getattr(instructions, "controls", None)
+    if controls is not None and controls.estimate:  # --estimate: nothing called, no image made either
+        print_estimate(controls, as_json, "edit instructions")
+        return
+    if not as_json:
+        stats = instructions.stats
+        console.print(f"edit instructions with {escape(instructions.backend)}:{escape(instructions.model)}: "
+                      f"{instructions.selected} asked, {instructions.items_created} written, {stats.failed} failed, "
+                      f"{stats.cached} from the cache")
+    if instructions.stats.interrupted:
+        raise click.ClickException("interrupted; what finished is stored, rerun the same command to continue")
+    config = workspace.section("edits")
+    edit = make_edit_backend(config, edit_backend, edit_model, licence=licence,
+                             allow_non_commercial=allow_non_commercial)
+    checker = None
+    try:
+        if answerer:
+            from cftools.evaluate.answerers import load_answerer, parse_model_spec
+
+            checker = load_answerer(parse_model_spec(answerer), "auto", "auto", workspace.section("llm"),
+                                    store=workspace.store)
+        report = generate_edits(workspace.store, workspace.root, edit, items, per_item=per_item, seed=seed,
+                                steps=steps, guidance=guidance, size=size, answerer=checker)
+    finally:
+        edit.close()
+        if checker is not None and hasattr(checker, "close"):
+            checker.close()
+    report.instructions = instructions.as_dict()
+    if as_json:
+        print_json(report.as_dict())
+    else:
+        console.print(f"{report.items} items with {escape(report.backend)}:{escape(report.model)} (licence "
+                      f"{escape(str(report.licence))}): {report.images_made} edits made ({report.rate:.2f} images/s), "
+                      f"{report.candidates_kept} kept from earlier runs, {len(report.failures)} failed, "
+                      f"{report.without_instruction} without an instruction; {report.flagged} items whose best "
+                      f"candidate is flagged. Images are in {escape(report.folder)}", soft_wrap=True)
+        for failure in report.failures[:5]:
+            console.print(f"  [yellow]item {failure['item_id']} k={failure['k']}: {escape(str(failure['reason']))}[/]")
+    exit_for_failures(report.images_made + len(report.failures), len(report.failures), "edit calls")

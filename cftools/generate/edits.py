@@ -1,0 +1,308 @@
+"""`generate edits`: edited images that show each item's presupposition, for every kind that declares an edit
+subject (`Kind.edit_subject`: C-VQA, CFMM).
+
+Two steps, each resumable:
+
+1. An LLM writes the edit instruction that realises the presupposition (output schema `EditInstruction`, prompt
+   `prompts/edits/instruction.j2`); it goes into `item.data["edit"]` = {condition, instruction, generation_id,
+   template}. Items that have one are not asked again.
+2. An edit backend (`cftools.imagegen.edits`) makes N candidates of the item's image with shared, recorded
+   seeds; each is stored by SHA-256 under the workspace's generated images, with its provenance (model, licence,
+   seed, steps, ...):
+
+       edit_candidates[k]   {"image": "sha256:…", "provenance": {…}}
+       edit_checks          the candidates ranked best first, with their flags (`cftools.imagegen.edit_checks`)
+       edit_failures        failed calls, with k and the reason
+
+   Files first, then the item in one transaction per item; a rerun makes only the missing candidates, and
+   several processes on one store share the items (`cftools.generate.claims`).
+
+With an answerer (`answerer`, any eval answerer: `hf:`, `openai:`), the answer check runs too: the original question
+about the original image and about each candidate (`edit_answer_not_flipped`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import PIL.Image
+from pydantic import Field
+from rich.console import Console
+from sqlalchemy import select
+from sqlmodel import Session
+
+from cftools.errors import CftoolsError
+from cftools.generate.claims import Claims
+from cftools.generate.llm_task import DEFAULT_MAX_ATTEMPTS, LLMJob, LLMReport, LLMTask, run_llm_task
+from cftools.images import GENERATED_IMAGES_FOLDER, read_image_file, register_image
+from cftools.imagegen.edit_checks import answer_flip_flag, check_edit, rank_edits
+from cftools.imagegen.edits import EditSettings
+from cftools.kinds import get_kind
+from cftools.kinds.base import EditSubject
+from cftools.kinds.mucr.images import save_png
+from cftools.llm import Backend, text_message
+from cftools.llm.prompts import PromptTemplate, load_prompt
+from cftools.llm.structured import OutputSchema, Reply
+from cftools.models import REJECTED, Image, Item, ItemEvent, SourceQuestion, utcnow
+from cftools.store import Store
+
+GENERATOR = "edit-instruction"
+IMAGES_GENERATOR = "edit-images"  # the work claims' name for (item, round) image jobs
+TEMPLATE = "edits/instruction.j2"
+CLAIM_WAIT_S = 0.5
+LOCAL_MAX_TOKENS = 160
+
+
+class EditInstruction(Reply):
+    """The reply: the presupposition as a fact about the edited image, then the instruction for the editor."""
+
+    condition: str = Field(min_length=1, max_length=200, description="The supposition as a plain fact about the "
+                           "edited image")
+    instruction: str = Field(min_length=1, max_length=250, description="One imperative sentence: the smallest "
+                             "visible change that makes the condition true")
+
+
+EDIT_INSTRUCTION = OutputSchema("edit_instruction", EditInstruction)
+
+
+@dataclass
+class EditableItem:
+    id: int
+    key: str
+    kind: str
+    group: str
+    subject: EditSubject
+    image_path: Optional[Path]
+    data: dict[str, Any]
+
+
+def editable_items(store: Store, kinds: tuple[str, ...] = (), groups: tuple[str, ...] = (),
+                   limit: Optional[int] = None) -> list[EditableItem]:
+    """Items (not rejected) of kinds that declare an edit subject and whose source image is in the store."""
+    with store.session() as session:
+        query = (select(Item, SourceQuestion, Image.path).join(SourceQuestion, Item.source_id == SourceQuestion.id)
+                 .join(Image, SourceQuestion.image_id == Image.id).where(Item.status != REJECTED)
+                 .order_by(Item.id))
+        if kinds:
+            query = query.where(Item.kind.in_(list(kinds)))
+        if groups:
+            query = query.where(Item.group.in_(list(groups)))
+        found = []
+        for item, source, path in session.execute(query):
+            try:
+                subject = get_kind(item.kind).edit_subject(item, source)
+            except CftoolsError:  # a kind no longer installed: its items cannot be edited here
+                continue
+            if subject is not None:
+                found.append(EditableItem(item.id, item.key, item.kind, item.group, subject, Path(path),
+                                          dict(item.data or {})))
+    return found[:limit] if limit is not None else found
+
+
+# ------------------------------------------------------------------ step 1: the instruction
+class EditInstructionTask(LLMTask):
+    generator = GENERATOR
+    schema = EDIT_INSTRUCTION
+
+    def __init__(self, template: PromptTemplate) -> None:
+        self.template = template
+
+    def from_reply(self, reply: Any, job: LLMJob) -> dict[str, Any]:
+        return {"condition": " ".join(reply.condition.split()), "instruction": " ".join(reply.instruction.split())}
+
+    def write(self, store: Store, session: Session, job: LLMJob, parsed: dict[str, Any], generation_id: int,
+              attempt: int) -> int:
+        item = session.get(Item, job.context["item_id"])
+        if item is None or (item.data or {}).get("edit"):
+            return 0  # deleted meanwhile, or another run wrote it first
+        item.data = {**(item.data or {}), "edit": {**parsed, "generation_id": generation_id,
+                                                    "template": self.template.name}}
+        item.updated_at = utcnow()
+        session.add(item)
+        session.add(ItemEvent(item_id=item.id, stage="generate edits", from_status=item.status,
+                              to_status=item.status, detail={"generation_id": generation_id}))
+        return 1
+
+
+def instruction_prompt(template: PromptTemplate, item: EditableItem) -> str:
+    from cftools.kinds.mucr.generate import render
+
+    s = item.subject
+    return render(template, f"item {item.key}", original_question=s.original_question,
+                  original_answer=s.original_answer, question=s.counterfactual_question,
+                  answer=s.counterfactual_answer)
+
+
+def write_instructions(store: Store, llm: Backend, items: list[EditableItem], *, params: dict[str, Any],
+                       template_path: Optional[Path] = None, workspace_root: Optional[Path] = None,
+                       concurrency: Optional[int] = None, refresh: bool = False,
+                       max_attempts: int = DEFAULT_MAX_ATTEMPTS, console: Optional[Console] = None,
+                       quiet: bool = False) -> LLMReport:
+    """An edit instruction for each of ITEMS that has none."""
+    template = load_prompt(TEMPLATE, template_path, workspace_root)
+    selected_at = utcnow()
+    jobs = [LLMJob(label=f"item {i.key}", key=f"{GENERATOR}:{i.key}", group=i.group,
+                   messages=[text_message(instruction_prompt(template, i))], context={"item_id": i.id})
+            for i in items if not (i.data.get("edit") or {}).get("instruction")]
+    return run_llm_task(store, llm, EditInstructionTask(template), jobs, params=params, concurrency=concurrency,
+                        refresh=refresh, max_attempts=max_attempts, console=console, quiet=quiet,
+                        selected_at=selected_at)
+
+
+# ------------------------------------------------------------------ step 2: the candidates
+@dataclass
+class EditsReport:
+    backend: str
+    model: str
+    licence: Optional[str]
+    items: int = 0
+    without_instruction: int = 0
+    images_made: int = 0
+    candidates_kept: int = 0  # already there from an earlier run
+    failures: list[dict[str, Any]] = field(default_factory=list)
+    flagged: int = 0  # items whose best candidate still has a flag
+    seconds: float = 0.0
+    folder: str = ""
+    instructions: Optional[dict[str, Any]] = None
+
+    @property
+    def rate(self) -> float:
+        return self.images_made / self.seconds if self.seconds else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**self.__dict__, "images_per_s": round(self.rate, 3)}
+
+
+def missing_candidates(data: dict[str, Any], per_item: int) -> list[int]:
+    have = data.get("edit_candidates") or {}
+    return [k for k in range(per_item) if str(k) not in have]
+
+
+def ask_about_images(answerer: Any, question: str, paths: list[Path]) -> list[Optional[str]]:
+    """The answerer's replies to QUESTION about each image (one fresh conversation each)."""
+    from cftools.evaluate.vlm import Prompt
+
+    return list(answerer.generate([Prompt(text=f"{question}\nAnswer with a single word or number.",
+                                          images=[p]) for p in paths]))
+
+
+def check_candidates(item: EditableItem, candidates: dict[str, dict], paths: dict[str, Path],
+                     answerer: Any = None) -> list[dict[str, Any]]:
+    """The edit checks of an item's candidates, best first; with ANSWERER the answer check too."""
+    original = PIL.Image.open(item.image_path).convert("RGB")
+    ks = sorted(candidates, key=int)
+    files = [paths[candidates[k]["image"]] for k in ks]
+    reports = [check_edit(original, PIL.Image.open(f).convert("RGB"), int(k)) for k, f in zip(ks, files)]
+    if answerer is not None:
+        s = item.subject
+        replies = ask_about_images(answerer, s.original_question, [item.image_path, *files])
+        for report, reply in zip(reports, replies[1:]):
+            flag = answer_flip_flag(reply, replies[0], s.counterfactual_answer, s.original_answer, s.answer_type)
+            if flag:
+                report.flags.append(flag)
+    return [r.as_dict() for r in rank_edits(reports)]
+
+
+def record_candidates(store: Store, item: EditableItem, results: list, folder: Path, seed: int, answerer: Any,
+                      report: EditsReport, finish: Callable[[Any, bool], None]) -> None:
+    """Store one item's new candidates (files first, then one transaction) and rank all of its candidates."""
+    new: dict[str, dict] = {}
+    made: list[Path] = []
+    failures = []
+    try:
+        for result in results:
+            if not result.ok:
+                failures.append({"item_id": item.id, **result.as_dict()})
+                continue
+            path = save_png(result.image, folder, made)
+            new[str(result.k)] = {"image": f"sha256:{path.stem}", "provenance": result.provenance, "_path": path}
+            report.images_made += 1
+        measured = [read_image_file(c.pop("_path")) for c in new.values()]
+        with store.write() as session:
+            for image in measured:
+                register_image(store, session, image)
+            stored = session.get(Item, item.id)
+            data = dict(stored.data or {})
+            candidates = {**(data.get("edit_candidates") or {}), **new}
+            data["edit_candidates"] = candidates
+            earlier = [f for f in data.get("edit_failures") or [] if str(f.get("k")) not in new]
+            data["edit_failures"] = [*earlier, *failures]
+            if not data["edit_failures"]:
+                del data["edit_failures"]
+            session.flush()
+            shas = [c["image"].removeprefix("sha256:") for c in candidates.values()]
+            rows = session.execute(select(Image.sha256, Image.path).where(Image.sha256.in_(shas))).all()
+            paths = {f"sha256:{sha}": Path(p) for sha, p in rows} | {f"sha256:{m.sha256}": Path(m.path)
+                                                                     for m in measured}
+            if candidates:
+                data["edit_checks"] = check_candidates(item, candidates, paths, answerer)
+                report.flagged += bool(data["edit_checks"][0]["flags"])
+            stored.data, stored.updated_at = data, utcnow()
+            session.add(stored)
+            session.add(ItemEvent(item_id=item.id, stage="generate edits", from_status=stored.status,
+                                  to_status=stored.status, detail={"new": sorted(new, key=int),
+                                                                   "failed": len(failures), "seed": seed}))
+            finish(session, not failures)
+        report.failures += failures
+    except BaseException:
+        for path in made:  # no image file without its row
+            path.unlink(missing_ok=True)
+        raise
+
+
+def generate_edits(store: Store, workspace_root: Path, backend: Any, items: list[EditableItem], *,
+                   per_item: int = 4, seed: int = 0, steps: Optional[int] = None, guidance: Optional[float] = None,
+                   size: Optional[str] = None, answerer: Any = None,
+                   progress: Optional[Callable[[int, int, int], None]] = None) -> EditsReport:
+    """The missing candidates of every item of ITEMS that has an edit instruction; returns what happened."""
+    folder = Path(workspace_root) / GENERATED_IMAGES_FOLDER
+    report = EditsReport(backend=backend.name, model=backend.model, licence=getattr(backend, "licence", None),
+                         items=len(items), folder=str(folder))
+    if hasattr(backend, "request_cache"):
+        from cftools.kinds.mucr.images import StoreImageCache
+
+        backend.request_cache = StoreImageCache(store, folder)
+    selected_at = utcnow()
+    fresh = fresh_data(store, [i.id for i in items])
+    todo: dict[str, tuple[EditableItem, str, list[int]]] = {}
+    for item in items:
+        item.data = fresh.get(item.id, item.data)
+        instruction = (item.data.get("edit") or {}).get("instruction")
+        if not instruction:
+            report.without_instruction += 1
+            continue
+        missing = missing_candidates(item.data, per_item)
+        report.candidates_kept += per_item - len(missing)
+        if missing:
+            todo[f"{item.key}:{seed}"] = (item, instruction, missing)
+    total = sum(len(m) for _, _, m in todo.values())
+    started = time.perf_counter()
+    claims = Claims(store, IMAGES_GENERATOR, list(todo), selected_at=selected_at)
+    try:
+        for keys in claims.batches(1):
+            if keys is None:  # the rest is held by other workers: wait for them to finish or die
+                time.sleep(CLAIM_WAIT_S)
+                continue
+            for job in keys:
+                item, instruction, missing = todo[job]
+                original = PIL.Image.open(item.image_path).convert("RGB")
+                results = backend.edit(original, instruction, EditSettings(
+                    n=per_item, seed=seed, steps=steps, guidance=guidance, size=size, candidates=missing))
+                record_candidates(store, item, results, folder, seed, answerer, report,
+                                  finish=lambda session, ok, job=job: claims.finish(session, [job], ok))
+                report.seconds = time.perf_counter() - started
+                if progress:
+                    progress(report.images_made, total, len(report.failures))
+    finally:
+        claims.close()
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def fresh_data(store: Store, ids: list[int]) -> dict[int, dict[str, Any]]:
+    """The items' data as stored now (the instruction step may have written to it since they were selected)."""
+    with store.session() as session:
+        return {i: dict(d or {}) for i, d in session.execute(select(Item.id, Item.data).where(Item.id.in_(ids)))}

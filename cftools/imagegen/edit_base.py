@@ -1,0 +1,122 @@
+"""What every edit backend shares: a candidate, a failure, the settings of one call, the seeds, model licences
+(see `cftools.imagegen.edits`)."""
+
+from __future__ import annotations
+
+import io
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Union
+
+import PIL.Image
+
+from cftools.imagegen.base import ImageGenError
+
+EDIT_BACKENDS = ("diffusers", "openai")
+EMBEDDED = "embedded"
+# Apache-2.0 instruction-based edit models diffusers loads (FLUX.2 [klein] 4B since 0.36, LongCat-Image-Edit and
+# Qwen-Image-Edit-2509 since 0.37 / 0.35); the recommended real default is the first.
+DEFAULT_EDIT_MODEL = "black-forest-labs/FLUX.2-klein-4B"
+KNOWN_LICENCES = {
+    "black-forest-labs/FLUX.2-klein-4B": "Apache-2.0",
+    "meituan-longcat/LongCat-Image-Edit": "Apache-2.0",
+    "Qwen/Qwen-Image-Edit-2509": "Apache-2.0",
+    "timbrooks/instruct-pix2pix": "MIT",
+    "black-forest-labs/FLUX.1-Kontext-dev": "FLUX.1-dev-non-commercial",
+    "black-forest-labs/FLUX.2-klein-9B": "FLUX-non-commercial",
+}
+NON_COMMERCIAL = re.compile(r"non[-_ ]?commercial|\bnc\b|-nc-|cc-by-nc", re.IGNORECASE)
+DEFAULT_STEPS = 28
+DEFAULT_GUIDANCE = 4.0
+FRONT_MATTER_LICENCE = re.compile(r"^license:\s*['\"]?([^'\"\n]+)", re.MULTILINE)
+
+
+@dataclass
+class EditCandidate:
+    """Candidate k of one item's edit and how it was made (`provenance` is what the store keeps)."""
+
+    k: int
+    image: PIL.Image.Image
+    provenance: dict[str, Any]
+
+    @property
+    def ok(self) -> bool:
+        return True
+
+
+@dataclass
+class EditFailure:
+    """Candidate k could not be made (API error, invalid base64, NaN image); the run goes on."""
+
+    k: int
+    reason: str
+    backend: str
+    model: str
+
+    @property
+    def ok(self) -> bool:
+        return False
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+EditResult = Union[EditCandidate, EditFailure]
+
+
+def candidate_seeds(ks: list[int], seed: int = 0) -> list[int]:
+    """The seed of candidate k: `seed + k`, the same for every item (see the module docstring)."""
+    return [int(seed) + int(k) for k in ks]
+
+
+def is_non_commercial(licence: Optional[str]) -> bool:
+    return bool(licence) and bool(NON_COMMERCIAL.search(str(licence)))
+
+
+def folder_licence(folder: Optional[Path]) -> Optional[str]:
+    """The `license:` of a pipeline folder's model card (the Hugging Face README front matter), if any."""
+    card = Path(folder) / "README.md" if folder else None
+    if card is None or not card.is_file():
+        return None
+    text = card.read_text(encoding="utf-8", errors="replace")
+    if not text.startswith("---"):
+        return None
+    match = FRONT_MATTER_LICENCE.search(text.split("---", 2)[1] if text.count("---") >= 2 else "")
+    return match.group(1).strip() if match else None
+
+
+def model_licence(model: str, folder: Optional[Path], given: Optional[str]) -> Optional[str]:
+    """What the model's licence is: the user's word first, then the model card, then the known table."""
+    return given or folder_licence(folder) or KNOWN_LICENCES.get(model.rstrip("/"))
+
+
+def check_licence(model: str, licence: Optional[str], allow_non_commercial: bool) -> None:
+    if is_non_commercial(licence) and not allow_non_commercial:
+        raise ImageGenError(f"{model}: its licence ({licence}) is not for commercial use; pass "
+                            "--allow-non-commercial (or [edits] allow_non_commercial = true) to use it anyway, and "
+                            "the licence is recorded with every edit and shown in the data card")
+
+
+@dataclass
+class EditSettings:
+    """What one item's edit call takes besides the image and the instruction."""
+
+    n: int = 4
+    seed: int = 0
+    steps: Optional[int] = None
+    guidance: Optional[float] = None
+    size: Optional[str] = None
+    candidates: Optional[list[int]] = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def ks(self) -> list[int]:
+        return list(range(self.n)) if self.candidates is None else sorted(set(self.candidates))
+
+
+def png_bytes(image: PIL.Image.Image) -> bytes:
+    buffer = io.BytesIO()
+    image.convert("RGB").save(buffer, format="PNG")
+    return buffer.getvalue()
+
+

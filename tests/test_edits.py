@@ -1,0 +1,285 @@
+"""generate edits (issue 34): instructions by the LLM (the loopback chat stub), candidates by the embedded tiny
+InstructPix2Pix pipeline and by an `images.edit` endpoint on a loopback server, the edit checks on crafted images."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import numpy as np
+import PIL.Image
+import PIL.ImageDraw
+import pytest
+from sqlalchemy import select
+
+from fixtures_llm import stub_backend
+from loopback import running_server
+from cftools.generate.edits import EDIT_INSTRUCTION, editable_items, generate_edits, write_instructions
+from cftools.imagegen.base import ImageGenError
+from cftools.imagegen.edit_checks import (EDIT_ANSWER_NOT_FLIPPED, EDIT_IDENTICAL, EDIT_NOT_PRESERVED,
+                                          EDIT_REGION_TOO_LARGE, answer_flip_flag, check_edit, rank_edits)
+from cftools.imagegen.edits import EditSettings, make_edit_backend
+from cftools.kinds.cvqa.ingest import ingest_cvqa
+from cftools.models import Generation, Image, Item
+
+KEY = "sk-edits-secret-0123456789"
+ROWS = [("a.png", "How many circles are there?", "3", "How many circles would there be if 2 more were drawn?", "5",
+         "direct"),
+        ("b.png", "Is there a square?", "yes", "Would there be a square if the square was erased?", "no", "boolean")]
+
+
+def scene(boxes: int = 3, size: int = 64, shade: int = 0) -> PIL.Image.Image:
+    """A flat background with dark boxes; SHADE shifts every pixel (a global change)."""
+    image = PIL.Image.new("RGB", (size, size), (200 + shade, 180 + shade, 160 + shade))
+    draw = PIL.ImageDraw.Draw(image)
+    for i in range(boxes):
+        draw.rectangle([4 + 20 * i, 20, 14 + 20 * i, 34], fill=(20, 40, 90))
+    for x in range(0, size, 4):  # texture, so that SSIM has structure to compare
+        draw.line([x, 50, x, size], fill=(120 + shade, 100 + shade, 90 + shade))
+    return image
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("edit-cache")
+
+
+@pytest.fixture(scope="module")
+def tiny(cache_dir):
+    backend = make_edit_backend({"cache_dir": str(cache_dir)})
+    yield backend
+    backend.close()
+
+
+@pytest.fixture
+def items_ws(workspace, tmp_path):
+    images = tmp_path / "images"
+    images.mkdir()
+    scene(3).save(images / "a.png")
+    scene(1).save(images / "b.png")
+    csv = tmp_path / "cvqa.csv"
+    csv.write_text("img_path,query,answer,new query,new answer,type\n"
+                   + "".join(",".join(row) + "\n" for row in ROWS), encoding="utf-8")
+    ingest_cvqa(workspace.store, csv, images)
+    return workspace
+
+
+# ------------------------------------------------------------------ the checks on crafted images
+
+
+def test_each_edit_check_fires_on_its_crafted_failure_and_stays_silent_on_a_good_edit():
+    original = scene(3)
+    good = scene(2)  # one box erased: a local change, the rest untouched
+    assert check_edit(original, good).codes == []
+    assert check_edit(original, original.copy()).codes == [EDIT_IDENTICAL]
+    assert EDIT_REGION_TOO_LARGE in check_edit(original, scene(3, shade=50)).codes  # a global change
+    noisy = np.asarray(scene(2), dtype=np.int16) + np.random.default_rng(0).integers(-20, 21, (64, 64, 3))
+    report = check_edit(original, PIL.Image.fromarray(np.clip(noisy, 0, 255).astype(np.uint8)))
+    assert EDIT_NOT_PRESERVED in report.codes and report.ssim_outside < 0.9  # the rest altered below the diff level
+    ranked = rank_edits([check_edit(original, original.copy(), 0), check_edit(original, good, 1)])
+    assert [r.k for r in ranked] == [1, 0]
+
+
+def test_answer_check_flags_an_edit_that_does_not_flip_the_answer():
+    assert answer_flip_flag("5", "3", "5", "3", "number") is None
+    assert answer_flip_flag("3", "3", "5", "3", "number").code == EDIT_ANSWER_NOT_FLIPPED  # not flipped
+    assert answer_flip_flag("5", "4", "5", "3", "number").code == EDIT_ANSWER_NOT_FLIPPED  # original wrong
+    assert answer_flip_flag("maybe 5 or 6", "3", "5", "3", "number").code == EDIT_ANSWER_NOT_FLIPPED  # unknown
+
+
+# ------------------------------------------------------------------ backends
+
+
+def test_tiny_pipeline_makes_n_candidates_with_shared_recorded_seeds_and_licence(tiny):
+    results = tiny.edit(scene(3), "erase one box", EditSettings(n=3, seed=7))
+    assert [r.k for r in results] == [0, 1, 2] and all(r.ok for r in results)
+    assert [r.provenance["seed"] for r in results] == [7, 8, 9]
+    prov = results[0].provenance
+    assert prov["licence"] == "Apache-2.0" and prov["pipeline"] == "StableDiffusionInstructPix2PixPipeline"
+    assert prov["instruction"] == "erase one box" and prov["size"] == "64x64" and results[0].image.size == (64, 64)
+    again = tiny.edit(scene(3), "erase one box", EditSettings(n=3, seed=7, candidates=[1]))
+    assert again[0].k == 1 and again[0].provenance["seed"] == 8
+
+
+def test_a_non_commercial_model_is_used_only_when_asked(cache_dir, tmp_path):
+    from cftools.imagegen.tiny_edit import embedded_edit_pipeline_folder
+
+    folder = tmp_path / "kontext"
+    import shutil
+
+    shutil.copytree(embedded_edit_pipeline_folder(cache_dir), folder)
+    (folder / "README.md").write_text("---\nlicense: flux-1-dev-non-commercial-license\n---\n# a model\n")
+    with pytest.raises(ImageGenError, match="not for commercial use.*--allow-non-commercial"):
+        make_edit_backend({}, model=str(folder))
+    backend = make_edit_backend({"allow_non_commercial": True}, model=str(folder))
+    assert backend.licence == "flux-1-dev-non-commercial-license"
+    backend.close()
+
+
+@pytest.fixture(scope="module")
+def images_api():
+    with running_server("images_api_server.py", "--port", "0") as url:
+        yield url
+
+
+def test_images_api_edit_posts_the_original_and_returns_n_candidates(images_api, monkeypatch):
+    monkeypatch.setenv("MY_EDIT_KEY", KEY)
+    httpx.post(f"{images_api}/control/script", json={"replies": ["ok", "500"]}).raise_for_status()
+    backend = make_edit_backend({"backend": "openai", "model": "edit-model-1", "base_url": f"{images_api}/v1",
+                                 "api_key_env": "MY_EDIT_KEY", "request_attempts": 1, "licence": "proprietary"})
+    try:
+        results = backend.edit(scene(3), "erase one box", EditSettings(n=2, size="64x64"))
+        assert [r.ok for r in results] == [True, True] and results[0].image.size == (64, 64)
+        assert results[0].provenance["licence"] == "proprietary" and results[0].provenance["seed"] is None
+        failed = backend.edit(scene(1), "erase one box", EditSettings(n=2, size="64x64"))
+        assert [r.ok for r in failed] == [False, False] and KEY not in failed[0].reason
+    finally:
+        backend.close()
+    edits = [r for r in httpx.get(f"{images_api}/control/requests").json()["requests"] if r.get("edit")]
+    assert edits[0]["body"]["prompt"] == "erase one box" and edits[0]["body"]["n"] == "2"
+    assert edits[0]["image_bytes"] > 0 and edits[0]["authorized"]
+
+
+# ------------------------------------------------------------------ the store: instructions, candidates, resume
+
+
+class ScriptedAnswerer:
+    """Answers the original question: 5 about an image that is not the original, 3 about the original."""
+
+    def __init__(self, original: Path, on_edit: str = "5") -> None:
+        self.original, self.on_edit = Path(original), on_edit
+
+    def generate(self, prompts):
+        return ["3" if Path(p.images[0]).read_bytes() == self.original.read_bytes() else self.on_edit
+                for p in prompts]
+
+
+def test_generate_edits_stores_instructions_then_seeded_candidates_ranked_and_resumes(items_ws, stub, tiny,
+                                                                                      tmp_path):
+    store = items_ws.store
+    items = editable_items(store, ("cvqa",))
+    assert len(items) == 2 and items[0].subject.original_answer == "3" and items[0].subject.counterfactual_answer == "5"
+    report = write_instructions(store, stub_backend(stub), items, params={"temperature": 0.0}, quiet=True)
+    assert report.items_created == 2
+    with store.session() as session:
+        item = session.execute(select(Item).where(Item.group == "numerical-direct")).scalar_one()
+        gen = session.get(Generation, item.data["edit"]["generation_id"])
+        assert gen.params["output_schema"]["name"] == EDIT_INSTRUCTION.name
+        assert item.data["edit"]["instruction"] and item.data["edit"]["template"] == "edits/instruction.j2"
+    items = editable_items(store, ("cvqa",), ("numerical-direct",))
+    answerer = ScriptedAnswerer(items[0].image_path, on_edit="3")  # never flips
+    made = generate_edits(store, items_ws.root, tiny, items, per_item=2, seed=3, answerer=answerer)
+    assert made.images_made == 2 and made.failures == [] and made.licence == "Apache-2.0"
+    with store.session() as session:
+        item = session.execute(select(Item).where(Item.group == "numerical-direct")).scalar_one()
+        candidates = item.data["edit_candidates"]
+        assert sorted(candidates) == ["0", "1"] and [candidates[k]["provenance"]["seed"] for k in "01"] == [3, 4]
+        for c in candidates.values():
+            sha = c["image"].removeprefix("sha256:")
+            assert Path(session.execute(select(Image.path).where(Image.sha256 == sha)).scalar_one()).is_file()
+        checks = item.data["edit_checks"]
+        assert sorted(c["k"] for c in checks) == [0, 1] and checks[0]["score"] >= checks[1]["score"]
+        assert all(EDIT_ANSWER_NOT_FLIPPED in [f["code"] for f in c["flags"]] for c in checks)
+    # a rerun makes nothing; one more candidate is made alone, with its own seed
+    assert generate_edits(store, items_ws.root, tiny, items, per_item=2, seed=3).images_made == 0
+    more = generate_edits(store, items_ws.root, tiny, editable_items(store, ("cvqa",), ("numerical-direct",)),
+                          per_item=3, seed=3)
+    assert more.images_made == 1 and more.candidates_kept == 2
+    with store.session() as session:
+        item = session.execute(select(Item).where(Item.group == "numerical-direct")).scalar_one()
+        assert item.data["edit_candidates"]["2"]["provenance"]["seed"] == 5
+
+
+def test_cli_generate_edits(items_ws, stub, run_cli, cache_dir):
+    config = items_ws.path("cftools.toml")
+    text = config.read_text().replace('backend = "local"', f'backend = "openai"\nbase_url = "{stub.base_url}"')
+    config.write_text(text.replace('model = "smollm2-135m-instruct"', 'model = "stub"')
+                      + f'\n[edits]\ncache_dir = "{cache_dir}"\n')
+    result = run_cli("generate", "edits", "--kind", "cvqa", "--per-item", "1", "--json")
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.output)
+    assert summary["images_made"] == 2 and summary["instructions"]["items_created"] == 2
+    assert summary["licence"] == "Apache-2.0"
+    again = run_cli("generate", "edits", "--kind", "cvqa", "--per-item", "1")
+    assert again.exit_code == 0 and "0 edits made" in again.output and "1 kept" not in again.output
+
+
+# ------------------------------------------------------------------ scored: the paired score on a scripted model
+
+
+def test_eval_asks_the_original_question_about_the_edited_image_and_computes_the_paired_score(tmp_path):
+    from fixtures_eval import cvqa_record, png_bytes, write_release
+
+    from cftools.evaluate.predictions import outcomes_from_predictions, prediction_line, read_generated
+    from cftools.evaluate.questions import PromptTemplates, build_questions
+    from cftools.evaluate.report import csv_rows
+    from cftools.kinds import get_kind
+
+    records = [cvqa_record(i, "numerical-direct", "2", "5", "number") for i in range(4)]
+    records.append(cvqa_record(4, "numerical-direct", "2", "5", "number"))  # no edited image: not in the table
+    edits = {}
+    for i, record in enumerate(records[:4]):
+        blob = png_bytes(100 + i)
+        edits[record["id"]] = blob
+    release = write_release(tmp_path / "rel", records, {r["id"]: png_bytes(i) for i, r in enumerate(records)})
+    import hashlib
+
+    for record in records[:4]:
+        sha = hashlib.sha256(edits[record["id"]]).hexdigest()
+        (release / "images" / f"{sha}.png").write_bytes(edits[record["id"]])
+        record["data"] = {"edited_image": f"images/{sha}.png"}
+    (release / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    questions, _ = build_questions(release, records, PromptTemplates(), "generate", needs_image=True)
+    edited = [q for q in questions if q.which == "edited"]
+    assert len(edited) == 4 and all(q.gold == "5" and q.prompt.images[0].name != Path(records[0]["image"]).name
+                                    for q in edited)
+    assert edited[0].prompt.text.startswith(records[0]["original_question"])
+    blind, _ = build_questions(release, records, PromptTemplates(), "generate", needs_image=False)
+    blind_edited = [q for q in blind if q.which == "edited"]
+    assert len(blind_edited) == 4 and all(not q.prompt.images for q in blind_edited)  # the same text, no image
+    # the scripted model: items 0 and 1 right on both images; item 2 right on the original only; item 3 right on
+    # the edited only; every counterfactual (text-only) question right on items 0-2
+    script = {("cvqa-0", "original"): "2", ("cvqa-0", "edited"): "5", ("cvqa-1", "original"): "2",
+              ("cvqa-1", "edited"): "5", ("cvqa-2", "original"): "2", ("cvqa-2", "edited"): "2",
+              ("cvqa-3", "original"): "7", ("cvqa-3", "edited"): "5"}
+    lines = []
+    for q in questions:
+        raw = script.get((q.item_id, q.which), "5" if q.which == "counterfactual" and q.item_id != "cvqa-3" else "0")
+        parsed, correct = read_generated(q, raw)
+        lines.append(prediction_line(q, raw, parsed, correct))
+    section = get_kind("cvqa").summarize(outcomes_from_predictions(lines))
+    total = section["edited"][-1]
+    assert total["group"] == "total" and total["n"] == 4
+    assert total["original"]["value"] == 0.75 and total["edited"]["value"] == 0.75
+    assert total["paired"]["value"] == 0.5 and total["counterfactual"]["value"] == 0.75
+    rows = csv_rows({"cvqa": section})
+    assert {"edited_paired", "edited_edited", "edited_counterfactual"} <= {r["metric"] for r in rows}
+
+
+# ------------------------------------------------------------------ released: the edit travels with its item
+
+
+def test_the_release_carries_the_chosen_edit_beside_the_original_and_verifies(items_ws, tiny, run_cli):
+    store = items_ws.store
+    with store.write() as session:
+        for item in session.execute(select(Item)).scalars():
+            item.data = {**(item.data or {}), "edit": {"instruction": "erase one box", "condition": "one box fewer"}}
+            item.status = "accepted"
+            session.add(item)
+    generate_edits(store, items_ws.root, tiny, editable_items(store, ("cvqa",)), per_item=2)
+    result = run_cli("export", "edits", "--version", "1.0", "--licence", "CC-BY-4.0", "--json")
+    assert result.exit_code == 0, result.output
+    folder = Path(json.loads(result.output)["path"])
+    records = [json.loads(line) for line in (folder / "records.jsonl").read_text().splitlines()]
+    assert len(records) == 2
+    for record in records:
+        edited = record["data"]["edited_image"]
+        best = record["data"]["edit_checks"][0]["k"]
+        assert edited == record["data"]["edit_candidates"][str(best)]["image"] and (folder / edited).is_file()
+        assert edited != record["image"] and record["data"]["edited_image_licence"] == "Apache-2.0"
+        assert record["data"]["edited_image_verified"] is False
+    croissant = json.loads((folder / "croissant.json").read_text())
+    fields = [f["name"] for rs in croissant["recordSet"] for f in rs.get("field", [])]
+    assert "edited_image" in fields
+    assert run_cli("verify", str(folder)).exit_code == 0

@@ -91,10 +91,11 @@ def verify_judges(store: Store, item_ids: list[int]) -> dict[int, set[str]]:
 
 @dataclass
 class Sender:
-    """Sends tasks to the projects of single people and records who each one is for."""
+    """Sends tasks to the projects of single people (each on their server: `Servers.for_person`) and records who
+    each one is for."""
 
     workspace: Workspace
-    server: LabelStudioServer
+    servers: Any  # cftools.annotate.servers.Servers
     settings: ServerSettings
     data_uri: bool = False
     allow_missing_images: bool = False
@@ -102,11 +103,12 @@ class Sender:
     folders: set = field(default_factory=set)  # image folders the last payloads need a LocalFiles storage for
 
     def project(self, kind: str, purpose: str, person: str) -> int:
+        """PERSON's project of KIND's task on their server, created once."""
         task = task_of(purpose)[0]
         key = (kind, task, person)
         if key not in self.projects:
-            self.projects[key] = ensure_project(self.server, self.settings, kind, task, str(self.workspace.root),
-                                                assignee=person)
+            self.projects[key] = ensure_project(self.servers.for_person(person), self.settings, kind, task,
+                                                str(self.workspace.root), assignee=person)
         return self.projects[key]
 
     def payloads(self, kind: str, wanted: list[tuple[Item, str, str]], report: Any) -> dict[str, list]:
@@ -147,12 +149,14 @@ class Sender:
         for person, batch in per_person.items():
             for _, task in batch:
                 task["data"]["returned"] = (notes or {}).get((task["meta"]["item_id"], person), "")
+            server = self.servers.for_person(person)
             project_id = self.project(kind, batch[0][1]["meta"]["purpose"], person)
-            self.server.ensure_local_storage(project_id, self.folders)
+            server.ensure_local_storage(project_id, self.folders)
             for start in range(0, len(batch), self.settings.batch_size):
                 part = batch[start:start + self.settings.batch_size]
-                sent += import_for(self.workspace.store, self.server, project_id, kind, person, part)
+                sent += import_for(self.workspace.store, server, project_id, kind, person, part)
                 progress("push", sent, total)
+            server.hide_data_columns(project_id, {key for _, task in batch for key in task["data"]})
         return sent
 
 
@@ -254,13 +258,15 @@ def assigned_candidates(store: Store, kind: str, purpose: str, limit: Optional[i
     return found[:limit] if limit is not None else found
 
 
-def push_assigned(workspace: Workspace, server: LabelStudioServer, settings: ServerSettings, kind: str,
+def push_assigned(workspace: Workspace, servers: Any, settings: ServerSettings, kind: str,
                   purpose: str, limit: Optional[int], report: Any, data_uri: bool, allow_missing_images: bool,
                   progress: Progress) -> None:
-    """Push KIND's PURPOSE with assignment: each item to the projects of the people chosen for it."""
+    """Push KIND's PURPOSE with assignment: plan (who gets which task), then each person's tasks to their project
+    on their server (`Sender.send`: payload, import, link)."""
     store = workspace.store
-    sender = Sender(workspace, server, settings, data_uri, allow_missing_images)
+    sender = Sender(workspace, servers, settings, data_uri, allow_missing_images)
     for person in settings.annotators:  # a push killed after an import: its tasks are linked first
+        server = servers.for_person(person)
         project_id = server.find_project(_title(settings, kind, purpose, person))
         if project_id is not None:
             sender.projects[(kind, task_of(purpose)[0], person)] = project_id
@@ -279,6 +285,8 @@ def push_assigned(workspace: Workspace, server: LabelStudioServer, settings: Ser
     report.pushed += sender.send(kind, wanted, report, progress=progress)
     report.assigned = dict(Counter(person for _, _, person in wanted))
     report.project_ids = dict(sorted((person, pid) for (_, _, person), pid in sender.projects.items()))
+    report.project_urls = {person: servers.for_person(person).project_url(pid)
+                           for person, pid in report.project_ids.items()}
 
 
 def _title(settings: ServerSettings, kind: str, purpose: str, person: str) -> str:

@@ -19,7 +19,8 @@ from cftools.annotate.projects import (
     DELETED, ImageLinks, Progress, _no_progress, ensure_project, own_task, purpose_of,
 )
 from cftools.errors import CftoolsError
-from cftools.annotate.label_studio import LabelStudioServer, server_settings
+from cftools.annotate.label_studio import LabelStudioError, LabelStudioServer, server_settings
+from cftools.annotate.servers import Servers
 from cftools.annotate.task_import import (Batch, PushReport, _link_tasks, _open_task_filter, import_reconciled,
                                          task_payloads)
 from cftools.annotate.authoring import authoring_task, push_authoring
@@ -111,7 +112,12 @@ def push(workspace: Workspace, kind: Optional[str], limit: Optional[int] = None,
          progress: Progress = _no_progress, task: Optional[str] = None) -> PushReport:
     """Push `checked` items (or, with ADJUDICATE, `needs_adjudication` ones) of KIND to Label Studio. TASK names one
     of the kind's own tasks instead: a task on items (`Kind.task_spec`, e.g. MuCR's select, explain) or an
-    authoring task on images, whose submissions become new items (`Kind.authoring_tasks`, e.g. CFMM's author)."""
+    authoring task on images, whose submissions become new items (`Kind.authoring_tasks`, e.g. CFMM's author).
+
+    The path, top to bottom: plan (who gets which task: `assign.plan`), route (each person's server and their
+    project there, created once: `Servers`, `Sender.project`), payload (`task_import.task_payloads`), import
+    (batched, reconciled by item key: `import_reconciled`), link (one transaction per batch: `link_batch`). Without
+    `[label_studio] annotators` the tasks go to one shared project of the shared server instead."""
     purpose = ADJUDICATE if adjudicate else VERIFY
     if task is not None and task != purpose and kind is not None:
         purpose = task if get_kind(kind).task_spec(task) is not None else authoring_task(kind, task)
@@ -121,53 +127,65 @@ def push(workspace: Workspace, kind: Optional[str], limit: Optional[int] = None,
         report.configured = False
         report.message = settings.how_to_configure()
         return report
-    server = LabelStudioServer.from_settings(settings)
+    if not settings.configured:
+        raise LabelStudioError(settings.how_to_configure())
+    servers = Servers(settings)
+    report.verification = servers.verification
     try:
-        server.check()
-        store = workspace.store
+        servers.check()
         if kind is None:
             report.message = "nothing to push: the store holds no items yet"
             return report
         get_kind(kind).task_template(purpose)  # an unknown kind or task is an error before anything is created
         spec = own_task(kind, purpose)
-        if settings.assigns and (spec is not None or purpose in (VERIFY, ADJUDICATE)):
+        if spec is None and purpose not in (VERIFY, ADJUDICATE):
+            push_authoring(workspace.store, servers, settings, kind, ImageLinks.from_config(workspace, data_uri),
+                           limit, report, progress, purpose, str(workspace.root))
+        elif settings.assigns:
             from cftools.annotate.assign import push_assigned
 
-            push_assigned(workspace, server, settings, kind, purpose, limit, report, data_uri, allow_missing_images,
+            push_assigned(workspace, servers, settings, kind, purpose, limit, report, data_uri, allow_missing_images,
                           progress)
-            return report
-        project_id = ensure_project(server, settings, kind, purpose, str(workspace.root))
-        report.project_id, report.project_url = project_id, server.project_url(project_id)
-        if spec is None and purpose not in (VERIFY, ADJUDICATE):
-            push_authoring(store, server, settings, project_id, kind, ImageLinks.from_config(workspace, data_uri),
-                           limit, report, progress, purpose, str(workspace.root))
-            return report
-        if spec is not None:
-            report.reconciled = reconcile_own(store, server, project_id, kind, spec)
         else:
-            report.reconciled, report.duplicates_on_server = reconcile(store, server, project_id, purpose, kind)
-        with store.session() as session:
-            images = ImageLinks.from_config(workspace, data_uri)
-            if spec is not None:
-                pairs = _own_candidates(session, kind, spec, limit)
-                items = [item for item, _ in pairs]
-                payloads = task_payloads(session, items, purpose, images, allow_missing_images, report,
-                                         units=[unit for _, unit in pairs])
-            else:
-                items = _candidates(session, kind, purpose, limit)
-                payloads = task_payloads(session, items, purpose, images, allow_missing_images, report)
-            report.candidates = len(items)
-        report.storages_created = server.ensure_local_storage(project_id, images.folders)
-        progress("push", 0, len(payloads))
-        done = 0
-        for start in range(0, len(payloads), settings.batch_size):
-            batch = payloads[start:start + settings.batch_size]
-            import_batch(store, server, project_id, kind, purpose, spec, batch, report)
-            done += len(batch)
-            progress("push", done, len(payloads))
+            push_shared(workspace, servers.shared(), settings, kind, purpose, spec, limit, report, data_uri,
+                        allow_missing_images, progress)
     finally:
-        server.close()
+        servers.close()
     return report
+
+
+def push_shared(workspace: Workspace, server: LabelStudioServer, settings: Any, kind: str, purpose: str, spec: Any,
+                limit: Optional[int], report: PushReport, data_uri: bool, allow_missing_images: bool,
+                progress: Progress) -> None:
+    """Without assignment: every task into the one shared project of KIND's PURPOSE (not blind)."""
+    store = workspace.store
+    project_id = ensure_project(server, settings, kind, purpose, str(workspace.root))
+    report.project_id, report.project_url = project_id, server.project_url(project_id)
+    if spec is not None:
+        report.reconciled = reconcile_own(store, server, project_id, kind, spec)
+    else:
+        report.reconciled, report.duplicates_on_server = reconcile(store, server, project_id, purpose, kind)
+    with store.session() as session:
+        images = ImageLinks.from_config(workspace, data_uri)
+        if spec is not None:
+            pairs = _own_candidates(session, kind, spec, limit)
+            items = [item for item, _ in pairs]
+            payloads = task_payloads(session, items, purpose, images, allow_missing_images, report,
+                                     units=[unit for _, unit in pairs])
+        else:
+            items = _candidates(session, kind, purpose, limit)
+            payloads = task_payloads(session, items, purpose, images, allow_missing_images, report)
+        report.candidates = len(items)
+    report.storages_created = server.ensure_local_storage(project_id, images.folders)
+    progress("push", 0, len(payloads))
+    done = 0
+    for start in range(0, len(payloads), settings.batch_size):
+        batch = payloads[start:start + settings.batch_size]
+        import_batch(store, server, project_id, kind, purpose, spec, batch, report)
+        done += len(batch)
+        progress("push", done, len(payloads))
+    if payloads:
+        server.hide_data_columns(project_id, {key for _, task in payloads for key in task["data"]})
 
 
 def import_batch(store: Store, server: LabelStudioServer, project_id: int, kind: str, purpose: str, spec: Any,

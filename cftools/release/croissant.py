@@ -122,6 +122,14 @@ RECORD_FIELD_TEXT = {
     "question": "The counterfactual question.",
     "answer": "The gold answer of the counterfactual question.",
 }
+# The per-item account of its verification (records' `verification` object), one field each.
+VERIFICATION_FIELDS = (
+    ("people", "sc:Integer", False, "How many different people judged the item."),
+    ("annotators", "sc:Text", True, "The pseudonymous ids of the people who judged it (a stable hash; no emails)."),
+    ("separate_servers", "sc:Boolean", False, "True when each person judged it on a Label Studio server of their "
+                                              "own (no one could see another's judgment)."),
+    ("how", "sc:Text", False, "'separate servers', 'shared server: not blind' or 'not annotated'."),
+)
 
 
 # ---------------------------------------------------------------- core
@@ -173,6 +181,12 @@ def records_record_set(file_id: str = RECORDS_NAME) -> dict[str, Any]:
     """Every item, its shared fields (the kind's own are in the per-kind record sets)."""
     fields = [column_field("records", name, file_id, data_type, RECORD_FIELD_TEXT[name])
               for name, data_type in RECORD_FIELD_TYPES.items()]
+    for name, data_type, array, text in VERIFICATION_FIELDS:
+        field = column_field("records", f"verification_{name}", file_id, data_type, text, json_path=name,
+                             column="verification")
+        if array:
+            field["isArray"] = True
+        fields.append(field)
     return {"@type": "cr:RecordSet", "@id": "records", "name": "records", "key": {"@id": "records/id"},
             "description": "Every item of the release, one per line of records.jsonl.", "field": fields}
 
@@ -313,7 +327,8 @@ def annotation_protocol(records: Sequence[dict], provenance: Sequence[dict]) -> 
             f"a third person adjudicates. Automatic checks (cftools check) run first and their flags are shown to "
             f"the annotators. In this release {summary['annotated']} of {len(records)} items went through annotation: "
             f"{summary['with_two_judgments']} with two judgments, of which {summary['agreed']} agreed, and "
-            f"{summary['adjudicated']} were adjudicated. Decisions: {_count_text(summary['decisions'])}.")
+            f"{summary['adjudicated']} were adjudicated. Decisions: {_count_text(summary['decisions'])}. "
+            f"{summary['verification_words']}")
     kinds = all_kinds()
     extra = []
     for name in sorted({str(r.get("kind")) for r in records} & set(kinds)):

@@ -77,3 +77,21 @@ def release_words(verifications: list[dict[str, Any]]) -> str:
     if separate:
         text += f"; {separate} on {SEPARATE} (each person on a server of their own)"
     return text + "."
+
+
+def items_by_verification(store: Any) -> dict[str, int]:
+    """`annotate status`: how many judged items were judged on separate servers, how many on a shared server."""
+    from collections import Counter
+
+    from sqlalchemy import select
+
+    from cftools.models import AnnotationTask, Judgment
+
+    judged: dict[int, list[tuple[str, Optional[str], str]]] = defaultdict(list)
+    with store.session() as session:
+        for item_id, server, assignee, annotator in session.execute(
+                select(AnnotationTask.item_id, AnnotationTask.server, AnnotationTask.assignee, Judgment.annotator)
+                .join(Judgment, Judgment.task_id == AnnotationTask.id).where(AnnotationTask.state != "deleted")):
+            judged[item_id].append((server, assignee, annotator))
+    counts = Counter(item_verification(rows)["how"] for rows in judged.values())
+    return {how: counts[how] for how in (SEPARATE, SHARED) if counts[how]}

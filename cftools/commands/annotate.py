@@ -101,7 +101,7 @@ def push_cmd(workspace: Workspace, kind: Optional[str], limit: Optional[int], ad
     if report.verification == SHARED and pushed != "images":
         err_console.print(f"[yellow]Warning:[/] {SHARED}: every annotator of one Label Studio Community server can "
                           "open the others' projects and judgments. Give each person a server of their own "
-                          '([label_studio.people."EMAIL"], `cftools annotate serve`).')
+                          + escape('([label_studio.people."EMAIL"], `cftools annotate serve`).'))
     if report.reconciled:
         console.print(f"Recorded {report.reconciled} tasks already on the server from an interrupted push.")
     if report.duplicates_on_server:

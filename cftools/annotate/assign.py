@@ -167,7 +167,7 @@ def import_for(store: Store, server: LabelStudioServer, project_id: int, kind: s
 
     batch, task_ids = import_reconciled(server, project_id, batch,
                                         lambda: reconcile_person(store, server, project_id, kind, person),
-                                        lambda rest: without_task(store, project_id, rest))
+                                        lambda rest: without_task(store, project_id, rest, server.url))
     if batch:
         link_batch(store, server.url, project_id, person, batch, task_ids, "imported")
     return len(batch)
@@ -190,11 +190,15 @@ def link_batch(store: Store, server_url: str, project_id: int, person: str, batc
                         moved=set() if spec is not None else already)
 
 
-def without_task(store: Store, project_id: int, batch: list[tuple[Item, dict]]) -> list[tuple[Item, dict]]:
-    """The entries of BATCH whose item has no live task of that purpose in PROJECT_ID yet."""
+def without_task(store: Store, project_id: int, batch: list[tuple[Item, dict]],
+                 server_url: Optional[str] = None) -> list[tuple[Item, dict]]:
+    """The entries of BATCH whose item has no live task of that purpose in PROJECT_ID (of SERVER_URL: project ids
+    repeat across people's servers) yet."""
+    where = [AnnotationTask.ls_project_id == project_id, AnnotationTask.state.not_in(GONE)]
+    if server_url is not None:
+        where.append(AnnotationTask.server == server_url)
     with store.session() as session:
-        linked = set(session.execute(select(AnnotationTask.item_id, AnnotationTask.purpose).where(
-            AnnotationTask.ls_project_id == project_id, AnnotationTask.state.not_in(GONE))).all())
+        linked = set(session.execute(select(AnnotationTask.item_id, AnnotationTask.purpose).where(*where)).all())
     return [(item, task) for item, task in batch if (item.id, task["meta"]["purpose"]) not in linked]
 
 
@@ -217,7 +221,7 @@ def reconcile_person(store: Store, server: LabelStudioServer, project_id: int, k
         unknown = {tid: {**m, "purpose": m.get("purpose") or purpose} for tid, m in unknown.items()}
     wanted = [(items[m["item_key"]], {"meta": m}, tid) for tid, m in sorted(unknown.items())
               if m["item_key"] in items and m.get("purpose")]
-    batch = without_task(store, project_id, [(item, task) for item, task, _ in wanted])
+    batch = without_task(store, project_id, [(item, task) for item, task, _ in wanted], server.url)
     keep = {(item.id, task["meta"]["purpose"]) for item, task in batch}
     chosen = [(item, task, tid) for item, task, tid in wanted if (item.id, task["meta"]["purpose"]) in keep]
     if chosen:

@@ -116,11 +116,11 @@ def push_authoring(store: Store, servers: Any, settings: ServerSettings, kind: s
     for person, (server, pid) in projects.items():
         if person is None:
             report.project_id, report.project_url = pid, server.project_url(pid)
-        else:
-            report.project_ids[person], report.project_urls[person] = pid, server.project_url(pid)
         tasks = per_person[person]
         if not tasks:
             continue
+        if person is not None:  # the projects this push sent images to
+            report.project_ids[person], report.project_urls[person] = pid, server.project_url(pid)
         report.storages_created += server.ensure_local_storage(pid, images_links.folders)
         for start in range(0, len(tasks), settings.batch_size):
             batch = tasks[start:start + settings.batch_size]

@@ -1,7 +1,7 @@
 """Benchmark: push 10,000 items to a local Label Studio server and pull 20,000 annotations back.
 
     LS_BIN=/path/to/label-studio .venv/bin/python bench/bench_annotate.py [--items 10000] [--repeat 3]
-        [--workers 1,2] [--export-chunk 1000] [--no-push] [--assigned]
+        [--workers 1,2] [--export-chunk 1000] [--no-push] [--assigned] [--people]
 
 Starts its own server (as the tests do, from LS_BIN or the venv of scripts/install-label-studio.sh) on a
 free loopback port, then:
@@ -15,6 +15,9 @@ free loopback port, then:
 With --assigned the same runs follow, beside the shared-project ones, with cftools' assignment (`[label_studio]
 annotators`, three people): each item goes to two people's own projects, so the push imports 2N tasks and the pull
 reads 2N tasks of one annotation each; the figures are per task pushed and per annotation pulled, as above.
+With --people (implies --assigned) the same push and pull run again through three per-person servers (one
+Label Studio per person, each its person's alone, `[label_studio.people."EMAIL"]`), beside the one-server assigned
+path in the same run, and each per-person server's resident memory is printed idle and after the push.
 Every figure stands beside the wall time, the CPU seconds of cftools (this process, all threads) and of the
 server (its process tree): the wall time moves with the host's load, the CPU seconds much less. The pull is
 bound by the server (Django, one process, one core at most): each task costs it about 1.6 ms of CPU to
@@ -229,6 +232,118 @@ def linked_assigned_workspace(server_url: str, media: Path, root: Path, n: int, 
     return root
 
 
+def rss_mib(pid: int) -> float:
+    """Resident memory of process PID and its descendants (MiB)."""
+    total = 0
+    pids = [pid]
+    while pids:
+        current = pids.pop()
+        try:
+            with open(f"/proc/{current}/status") as fh:
+                total += next(int(line.split()[1]) for line in fh if line.startswith("VmRSS:"))
+            with open(f"/proc/{current}/task/{current}/children") as fh:
+                pids += [int(c) for c in fh.read().split()]
+        except (OSError, StopIteration):
+            continue
+    return total / 1024
+
+
+PEOPLE_TOKEN_ENV = "CFTOOLS_BENCH_PERSON_TOKEN_{}"
+
+
+def start_people_servers(binary: Path, scratch: Path, media: Path) -> dict[str, tuple]:
+    """One server per person (the people of the shared server's bench), each its person's alone, started at once
+    from a migrated template with no user: email -> (RunningServer, token, user id)."""
+    template = lsfix.migrated_template(binary, scratch, empty=True)
+    launched = {}
+    for n, (email, password) in enumerate((*lsfix.ANNOTATORS, lsfix.ADJUDICATOR)):
+        data = scratch / f"person-{n}"
+        shutil.copytree(template, data)
+        token = f"cftools-bench-person-{n}-token-0123456789"
+        launched[email] = (lsfix.launch_server(binary, data, media, scratch / f"person-{n}.log",
+                                               (email, password, token)), token)
+    found = {}
+    for email, (running, token) in launched.items():
+        lsfix.wait_until_up(running)
+        os.environ[PEOPLE_TOKEN_ENV.format(len(found))] = token
+        found[email] = (running, token, LabelStudioServer(running.url, token).check()["id"])
+    return found
+
+
+def people_workspace(root: Path, media: Path, servers: dict[str, tuple], prefix: str):  # noqa: ANN201
+    ws = init_workspace(root)
+    config = ws.root / "cftools.toml"
+    config.write_text(config.read_text().replace("[label_studio]\n", f'[label_studio]\ndocument_root = "{media}"\n'
+                                                 f'project_prefix = "{prefix}"\n', 1) + "".join(
+        f'\n[label_studio.people."{email}"]\nurl = "{running.url}"\ntoken_env = "{PEOPLE_TOKEN_ENV.format(n)}"\n'
+        for n, (email, (running, _, _)) in enumerate(servers.items())))
+    ws.close()
+    return load_workspace(root)
+
+
+def linked_people_workspace(media: Path, root: Path, n: int, servers: dict[str, tuple]) -> Path:
+    """As `linked_assigned_workspace`, each person's project on their own server."""
+    from cftools.annotate.projects import ensure_project
+
+    ws = people_workspace(root, media, servers, "bench people pull")
+    add_checked_items(ws, media, n, "pp")
+    settings = server_settings(ws)
+    emails = list(servers)
+    per_person: dict[str, list[dict]] = {email: [] for email in emails}
+    for i, task in enumerate(annotated_tasks(ws, [0], random.Random(0))):
+        for person in (emails[i % 3], emails[(i + 1) % 3]):
+            per_person[person].append({"data": task["data"], "meta": {**task["meta"], "purpose": VERIFY,
+                                                                      "assignee": person},
+                                       "annotations": [{**task["annotations"][0], "completed_by": servers[person][2]}]})
+    for person, tasks in per_person.items():
+        own = LabelStudioServer(servers[person][0].url, servers[person][1])
+        project_id = ensure_project(own, settings, "cvqa", VERIFY, str(root), assignee=person)
+        for start_at in range(0, len(tasks), 1000):
+            own.import_tasks(project_id, tasks[start_at:start_at + 1000])
+        own.close()
+    linked = push(ws, "cvqa")
+    assert (linked.reconciled, linked.pushed) == (2 * n, 0), linked
+    ws.close()
+    return root
+
+
+def people_mode(binary: Path, scratch: Path, media: Path, items: int, shared_pid: int, shared_assigned: Path) -> None:
+    """Push and pull through three per-person servers beside the one-server (assigned) path, and each person's
+    server's resident memory (idle, then holding its share of 2 x ITEMS tasks)."""
+    servers = start_people_servers(binary, scratch, media)
+    try:
+        pids = [running.proc.pid for running, _, _ in servers.values()]
+        time.sleep(2)
+        idle = [rss_mib(pid) for pid in pids]
+        print(f"per-person servers: resident memory idle {', '.join(f'{m:.0f}' for m in idle)} MiB", flush=True)
+        ws = people_workspace(scratch / "people-push-ws", media, servers, "bench people push")
+        add_checked_items(ws, media, items, "pu")  # tags of <= 4 characters: the fake hashes stay distinct
+        start = time.perf_counter()
+        report = push(ws, "cvqa")
+        wall = time.perf_counter() - start
+        ws.close()
+        assert report.pushed == 2 * items, report
+        print(f"push (3 per-person servers, 2 per item): {report.pushed} tasks = {report.pushed / wall:.0f} tasks/s, "
+              f"{items / wall:.0f} items/s; {wall:.1f} s", flush=True)
+        after = [rss_mib(pid) for pid in pids]
+        print(f"per-person servers after the push ({2 * items // 3} tasks each): resident memory "
+              f"{', '.join(f'{m:.0f}' for m in after)} MiB", flush=True)
+        template = linked_people_workspace(media, scratch / "people-pull-ws", items, servers)
+        preload_agreement_library()
+        n = 2 * items
+        for repeat in range(2):
+            for label, source in (("one server, assigned", shared_assigned), ("3 per-person servers", template)):
+                spent = pull_once(source, scratch / f"people-pull-{repeat}-{label[:3]}", PULL_WORKERS, shared_pid,
+                                  items, None)
+                print(f"pull ({label}) run {repeat + 1}: {n} annotations = {rate(n, spent):.0f} annotations/s; "
+                      f"{spent.wall:.1f} s", flush=True)
+        print(f"per-person servers at the end: resident memory "
+              f"{', '.join(f'{rss_mib(pid):.0f}' for pid in pids)} MiB", flush=True)
+    finally:
+        for running, _, _ in servers.values():
+            running.stop()
+
+
 def pull_once(template: Path, root: Path, workers: int, server_pid: int, n: int, chunk: int | None) -> Spent:
     """One pull of the annotations of TEMPLATE's tasks, on a fresh copy of it, with WORKERS snapshots at once
     (of CHUNK tasks each, when given)."""
@@ -265,7 +380,11 @@ def main() -> None:
     parser.add_argument("--no-push", action="store_true", help="measure the pull only")
     parser.add_argument("--assigned", action="store_true",
                         help="also measure push and pull with per-person projects ([label_studio] annotators)")
+    parser.add_argument("--people", action="store_true",
+                        help="also push and pull through three per-person servers (one server per person) beside "
+                             "the one-server assigned path, and measure a per-person server's resident memory")
     args = parser.parse_args()
+    args.assigned = args.assigned or args.people
     workers = [int(w) for w in args.workers.split(",") if w.strip()]
     binary = lsfix.ls_bin()
     if not binary.exists():
@@ -332,6 +451,8 @@ def main() -> None:
                 print(f"pull ({label}), median of {len(spent_runs)}: "
                       f"{statistics.median(rate(n, s) for s in spent_runs):.0f} annotations/s (target >= 1,000); "
                       f"{middle.text()}")
+            if args.people:
+                people_mode(binary, scratch, media, args.items, server.proc.pid, assigned_template)
             print(f"load average at the end {os.getloadavg()[0]:.2f}")
         finally:
             server.stop()

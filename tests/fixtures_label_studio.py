@@ -83,16 +83,29 @@ class RunningServer:
                 self.proc.wait(timeout=10)
 
 
-def start_server(binary: Path, data_dir: Path, media_root: Path, log: Path) -> RunningServer:
+def launch_server(binary: Path, data_dir: Path, media_root: Path, log: Path,
+                  account: tuple[str, str, str] | None = (ADMIN_EMAIL, ADMIN_PASSWORD, ADMIN_TOKEN)) -> RunningServer:
+    """Start a server on a free port; ACCOUNT (email, password, token) becomes its admin on a fresh database
+    (None: no user at all, for a template that people's servers are copied from)."""
     port = free_port()
+    command = [str(binary), "start", "--no-browser", "--internal-host", "127.0.0.1", "--port", str(port)]
+    if account is not None:
+        command += ["--username", account[0], "--password", account[1], "--user-token", account[2],
+                    "--enable-legacy-api-token"]
     with open(log, "w") as out:
-        proc = subprocess.Popen(
-            [str(binary), "start", "--no-browser", "--internal-host", "127.0.0.1", "--port", str(port),
-             "--username", ADMIN_EMAIL, "--password", ADMIN_PASSWORD, "--user-token", ADMIN_TOKEN,
-             "--enable-legacy-api-token"],
-            env=server_env(data_dir, media_root), stdout=out, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, start_new_session=True)
-    server = RunningServer(proc=proc, url=f"http://127.0.0.1:{port}", log=log)
+        proc = subprocess.Popen(command, env=server_env(data_dir, media_root), stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+    return RunningServer(proc=proc, url=f"http://127.0.0.1:{port}", log=log)
+
+
+def start_server(binary: Path, data_dir: Path, media_root: Path, log: Path,
+                 account: tuple[str, str, str] | None = (ADMIN_EMAIL, ADMIN_PASSWORD, ADMIN_TOKEN)) -> RunningServer:
+    return wait_until_up(launch_server(binary, data_dir, media_root, log, account))
+
+
+def wait_until_up(server: RunningServer) -> RunningServer:
+    proc, log = server.proc, server.log
+    port = int(server.url.rsplit(":", 1)[1])
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -112,9 +125,10 @@ def start_server(binary: Path, data_dir: Path, media_root: Path, log: Path) -> R
     return server
 
 
-def migrated_template(binary: Path, scratch: Path) -> Path:
-    """A data dir migrated once per Label Studio version; built under a lock, then only copied."""
-    template = CACHE / "ls-template" / ls_version(binary)
+def migrated_template(binary: Path, scratch: Path, empty: bool = False) -> Path:
+    """A data dir migrated once per Label Studio version; built under a lock, then only copied. EMPTY: with no user
+    and no organization (a person's own server is a copy whose first user, its admin, is that person)."""
+    template = CACHE / "ls-template" / (ls_version(binary) + ("-empty" if empty else ""))
     template.parent.mkdir(parents=True, exist_ok=True)
     with open(template.parent / f"{template.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -124,7 +138,8 @@ def migrated_template(binary: Path, scratch: Path) -> Path:
             building.mkdir(parents=True)
             media = scratch / "ls-template-media"
             media.mkdir(exist_ok=True)
-            start_server(binary, building, media, scratch / "ls-template.log").stop()
+            start_server(binary, building, media, scratch / "ls-template.log",
+                         None if empty else (ADMIN_EMAIL, ADMIN_PASSWORD, ADMIN_TOKEN)).stop()
             staging = template.with_name(template.name + ".tmp")
             shutil.rmtree(staging, ignore_errors=True)
             shutil.copytree(building, staging, ignore=shutil.ignore_patterns("media", "export", "upload"))
@@ -174,9 +189,8 @@ class LabelStudioServer:
         return LabelStudio(base_url=self.url, api_key=self.token(email) if email else self.admin_token)
 
 
-@pytest.fixture(scope="session")
-def label_studio(tmp_path_factory) -> LabelStudioServer:
-    """A real Label Studio server on 127.0.0.1 with an admin, two annotators and an adjudicator."""
+def found_ls_bin() -> Path:
+    """LS_BIN, or a skip (a failure in CI) naming how to install it."""
     binary = ls_bin()
     if not binary.exists():
         message = (f"Label Studio server not found at {binary}: run scripts/install-label-studio.sh "
@@ -184,6 +198,13 @@ def label_studio(tmp_path_factory) -> LabelStudioServer:
         if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
             pytest.fail(message)
         pytest.skip(message)
+    return binary
+
+
+@pytest.fixture(scope="session")
+def label_studio(tmp_path_factory) -> LabelStudioServer:
+    """A real Label Studio server on 127.0.0.1 with an admin, two annotators and an adjudicator."""
+    binary = found_ls_bin()
     scratch = tmp_path_factory.mktemp("label-studio")
     template = migrated_template(binary, scratch)
     data_dir = scratch / "data"
@@ -214,3 +235,69 @@ def verify_result(related: str, correct: str, corrected: str | None = None,
     if flags:
         result.append({"from_name": "flags", "to_name": "question", "type": "choices", "value": {"choices": flags}})
     return result
+
+
+# ---------------------------------------------------------------- one server per person
+
+PEOPLE = (("ann1@example.com", "Annot1-pass-123"), ("ann2@example.com", "Annot2-pass-123"),
+          ("adj@example.com", "Adjud1-pass-123"))
+OUTSIDER = ("outsider@example.com", "Outsider-pass-123")  # in no list: has no account on anyone's server
+
+
+@dataclass
+class PersonServer:
+    email: str
+    password: str
+    token: str
+    url: str
+    data_dir: Path
+
+    @property
+    def token_env(self) -> str:
+        return "CFTOOLS_TEST_LS_TOKEN_" + self.email.split("@")[0].upper()
+
+
+@dataclass
+class PeopleServers:
+    """One Label Studio per person (each person the only user and admin of theirs), one media root for all."""
+
+    people: dict[str, PersonServer]
+    media_root: Path
+
+    def config(self, extra: str = "") -> str:
+        """cftools.toml's people tables for these servers."""
+        return "".join(f'[label_studio.people."{p.email}"]\nurl = "{p.url}"\ntoken_env = "{p.token_env}"\n'
+                       for p in self.people.values()) + extra
+
+    def client(self, email: str, server_of: str | None = None):  # noqa: ANN201
+        """The SDK client of EMAIL's token, on SERVER_OF's server (default: their own)."""
+        from label_studio_sdk import LabelStudio
+
+        return LabelStudio(base_url=self.people[server_of or email].url, api_key=self.people[email].token,
+                           max_retries=0)
+
+
+@pytest.fixture(scope="session")
+def people_servers(tmp_path_factory) -> PeopleServers:
+    """Three people, each with their own Label Studio server (copies of one migrated template with no user, all
+    started at once); the outsider has none."""
+    binary = found_ls_bin()
+    scratch = tmp_path_factory.mktemp("people-servers")
+    template = migrated_template(binary, scratch, empty=True)
+    media_root = scratch / "media"
+    media_root.mkdir()
+    launched: list[tuple[PersonServer, RunningServer]] = []
+    try:
+        for email, password in PEOPLE:
+            name = email.split("@")[0]
+            data_dir = scratch / name
+            shutil.copytree(template, data_dir)
+            token = f"cftools-test-{name}-token-0123456789"
+            running = launch_server(binary, data_dir, media_root, scratch / f"{name}.log", (email, password, token))
+            launched.append((PersonServer(email, password, token, running.url, data_dir), running))
+        for _, running in launched:
+            wait_until_up(running)
+        yield PeopleServers({p.email: p for p, _ in launched}, media_root)
+    finally:
+        for _, running in launched:
+            running.stop()

@@ -353,7 +353,7 @@ def test_push_again_pushes_only_new_items(label_studio, ls_workspace, run_cli, r
     assert first["pushed"] == 2
     second = run_cli("annotate", "push")
     assert second.exit_code == 0 and "Pushed 3" in second.output and "/projects/" in second.output
-    assert "verification is not blind" in second.output  # one shared project: [label_studio] annotators unset
+    assert "shared server: not blind" in second.output  # one shared server: never called blind
     third = json.loads(run_cli("annotate", "push", "--json").output)
     assert third["pushed"] == 0 and third["project_id"] == first["project_id"]
     admin = label_studio.client()
@@ -547,7 +547,7 @@ def test_pull_cleans_up_its_export_views_and_snapshots(label_studio, ls_workspac
     assert pull_json(run_cli)["judgments_added"] == 4
     assert set(statuses(ls_workspace.store).values()) == {ACCEPTED}
     views = http.get("/api/dm/views/", params={"project": project_id}).json()
-    assert sorted(v["data"]["title"] for v in views) == sorted([running, "my own tab"])
+    assert sorted(v["data"]["title"] for v in views) == sorted([running, "my own tab", "Tasks"])  # "Tasks": the tab cftools sets up
     assert [e["title"] for e in http.get(f"/api/projects/{project_id}/exports/").json()] == [running]
     http.close()
 

@@ -92,22 +92,24 @@ def verify_judges(store: Store, item_ids: list[int]) -> dict[int, set[str]]:
 
 @dataclass
 class Sender:
-    """Sends tasks to the projects of single people and records who each one is for."""
+    """Sends tasks to the projects of single people (each on their server: `Servers.for_person`) and records who
+    each one is for."""
 
     workspace: Workspace
-    server: LabelStudioServer
+    servers: Any  # cftools.annotate.servers.Servers
     settings: ServerSettings
     data_uri: bool = False
     allow_missing_images: bool = False
     projects: dict[tuple[str, str, str], int] = field(default_factory=dict)
     folders: set = field(default_factory=set)  # image folders the last payloads need a LocalFiles storage for
 
-    def project(self, kind: str, purpose: str, person: str) -> int:
+    def project(self, kind: str, purpose: str, person: Optional[str]) -> int:
+        """PERSON's project of KIND's task on their server (None: the shared project), created once."""
         task = task_of(purpose)[0]
         key = (kind, task, person)
         if key not in self.projects:
-            self.projects[key] = ensure_project(self.server, self.settings, kind, task, str(self.workspace.root),
-                                                assignee=person)
+            self.projects[key] = ensure_project(self.servers.for_person(person), self.settings, kind, task,
+                                                str(self.workspace.root), assignee=person)
         return self.projects[key]
 
     def payloads(self, kind: str, wanted: list[tuple[Item, str, str]], report: Any) -> dict[str, list]:
@@ -133,7 +135,7 @@ class Sender:
                     if item.id in made_by_id:  # else left out for its image (counted in REPORT)
                         payload = made_by_id[item.id]
                         task = {"data": dict(payload["data"]), "meta": {**payload["meta"], "purpose": purpose,
-                                                                        "assignee": person}}
+                                                                        **({"assignee": person} if person else {})}}
                         per_person[person].append((item, task))
         self.folders = images.folders
         return per_person
@@ -148,12 +150,14 @@ class Sender:
         for person, batch in per_person.items():
             for _, task in batch:
                 task["data"]["returned"] = (notes or {}).get((task["meta"]["item_id"], person), "")
+            server = self.servers.for_person(person)
             project_id = self.project(kind, batch[0][1]["meta"]["purpose"], person)
-            self.server.ensure_local_storage(project_id, self.folders)
+            server.ensure_local_storage(project_id, self.folders)
             for start in range(0, len(batch), self.settings.batch_size):
                 part = batch[start:start + self.settings.batch_size]
-                sent += import_for(self.workspace.store, self.server, project_id, kind, person, part)
+                sent += import_for(self.workspace.store, server, project_id, kind, person, part)
                 progress("push", sent, total)
+            server.hide_data_columns(project_id, {key for _, task in batch for key in task["data"]})
         return sent
 
 
@@ -164,7 +168,7 @@ def import_for(store: Store, server: LabelStudioServer, project_id: int, kind: s
 
     batch, task_ids = import_reconciled(server, project_id, batch,
                                         lambda: reconcile_person(store, server, project_id, kind, person),
-                                        lambda rest: without_task(store, project_id, rest))
+                                        lambda rest: without_task(store, project_id, rest, server.url))
     if batch:
         link_batch(store, server.url, project_id, person, batch, task_ids, "imported")
     return len(batch)
@@ -187,16 +191,22 @@ def link_batch(store: Store, server_url: str, project_id: int, person: str, batc
                         moved=set() if spec is not None else already)
 
 
-def without_task(store: Store, project_id: int, batch: list[tuple[Item, dict]]) -> list[tuple[Item, dict]]:
-    """The entries of BATCH whose item has no live task of that purpose in PROJECT_ID yet."""
+def without_task(store: Store, project_id: int, batch: list[tuple[Item, dict]],
+                 server_url: Optional[str] = None) -> list[tuple[Item, dict]]:
+    """The entries of BATCH whose item has no live task of that purpose in PROJECT_ID (of SERVER_URL: project ids
+    repeat across people's servers) yet."""
+    where = [AnnotationTask.ls_project_id == project_id, AnnotationTask.state.not_in(GONE)]
+    if server_url is not None:
+        where.append(AnnotationTask.server == server_url)
     with store.session() as session:
-        linked = set(session.execute(select(AnnotationTask.item_id, AnnotationTask.purpose).where(
-            AnnotationTask.ls_project_id == project_id, AnnotationTask.state.not_in(GONE))).all())
+        linked = set(session.execute(select(AnnotationTask.item_id, AnnotationTask.purpose).where(*where)).all())
     return [(item, task) for item, task in batch if (item.id, task["meta"]["purpose"]) not in linked]
 
 
-def reconcile_person(store: Store, server: LabelStudioServer, project_id: int, kind: str, person: str) -> int:
-    """Link the tasks of PERSON's project that a killed push imported but did not record (by key and purpose)."""
+def reconcile_person(store: Store, server: LabelStudioServer, project_id: int, kind: str, person: Optional[str],
+                     purpose: Optional[str] = None) -> int:
+    """Link the tasks of PERSON's project (None: the shared project) that a killed push imported but did not
+    record (by key and purpose; PURPOSE for a task that names none, as tasks pushed before purposes were)."""
     metas = server.task_metas(project_id)
     with store.session() as session:
         known = set(session.execute(select(AnnotationTask.ls_task_id).where(
@@ -208,9 +218,11 @@ def reconcile_person(store: Store, server: LabelStudioServer, project_id: int, k
                 select(Item).where(Item.kind == kind, Item.key.in_(part))).scalars()})
         for item in items.values():
             session.expunge(item)
+    if purpose is not None:
+        unknown = {tid: {**m, "purpose": m.get("purpose") or purpose} for tid, m in unknown.items()}
     wanted = [(items[m["item_key"]], {"meta": m}, tid) for tid, m in sorted(unknown.items())
               if m["item_key"] in items and m.get("purpose")]
-    batch = without_task(store, project_id, [(item, task) for item, task, _ in wanted])
+    batch = without_task(store, project_id, [(item, task) for item, task, _ in wanted], server.url)
     keep = {(item.id, task["meta"]["purpose"]) for item, task in batch}
     chosen = [(item, task, tid) for item, task, tid in wanted if (item.id, task["meta"]["purpose"]) in keep]
     if chosen:
@@ -222,13 +234,15 @@ def reconcile_person(store: Store, server: LabelStudioServer, project_id: int, k
 # ---------------------------------------------------------------- push
 
 
-def assigned_candidates(store: Store, kind: str, purpose: str, limit: Optional[int]) -> list[tuple[Item, str, int]]:
-    """(item, purpose, people still needed) of every task of KIND's PURPOSE with fewer live tasks than the people
-    it needs: new items, and items a killed push gave to some of their people only (already under review)."""
+def assigned_candidates(store: Store, kind: str, purpose: str, limit: Optional[int],
+                        shared: bool = False) -> list[tuple[Item, str, int]]:
+    """(item, purpose, tasks still needed) of every task of KIND's PURPOSE with fewer live tasks than it needs: new
+    items, and items a killed push gave to some of their people only (already under review). SHARED: one task per
+    item in the shared project (the server hands it to as many people as the project's overlap)."""
     from cftools.kinds import get_kind
 
     spec = own_task(kind, purpose)
-    need = people_needed(kind, purpose)
+    need = 1 if shared else people_needed(kind, purpose)
     if spec is not None:
         fresh, resumed = list(spec.statuses), [spec.to_status] if spec.to_status else []
     else:
@@ -246,7 +260,7 @@ def assigned_candidates(store: Store, kind: str, purpose: str, limit: Optional[i
     found = []
     for item, task_purpose in pairs:
         people = assigned.get((item.id, task_purpose), [])
-        if None in people:
+        if None in people and not shared:
             continue  # in a shared project of old
         if item.status in resumed and item.status not in fresh and not people:
             continue  # under review by other means
@@ -255,19 +269,14 @@ def assigned_candidates(store: Store, kind: str, purpose: str, limit: Optional[i
     return found[:limit] if limit is not None else found
 
 
-def push_assigned(workspace: Workspace, server: LabelStudioServer, settings: ServerSettings, kind: str,
-                  purpose: str, limit: Optional[int], report: Any, data_uri: bool, allow_missing_images: bool,
-                  progress: Progress) -> None:
-    """Push KIND's PURPOSE with assignment: each item to the projects of the people chosen for it."""
-    store = workspace.store
-    sender = Sender(workspace, server, settings, data_uri, allow_missing_images)
-    for person in settings.annotators:  # a push killed after an import: its tasks are linked first
-        project_id = server.find_project(_title(settings, kind, purpose, person))
-        if project_id is not None:
-            sender.projects[(kind, task_of(purpose)[0], person)] = project_id
-            report.reconciled += reconcile_person(store, server, project_id, kind, person)
-    candidates = assigned_candidates(store, kind, purpose, limit)
-    report.candidates = len(candidates)
+def plan(store: Store, settings: ServerSettings, kind: str, purpose: str,
+         limit: Optional[int]) -> list[tuple[Item, str, Optional[str]]]:
+    """Who gets which task: (item, purpose, person) of each task to push. With `[label_studio] annotators`, each
+    item goes to as many different people as its task needs, the least loaded first; an adjudication to someone
+    who did not judge the item. Without, one task per item for the shared project (person None)."""
+    candidates = assigned_candidates(store, kind, purpose, limit, shared=not settings.assigns)
+    if not settings.assigns:
+        return [(item, task_purpose, None) for item, task_purpose, _ in candidates]
     item_ids = sorted({item.id for item, _, _ in candidates})
     assigned = live_assignees(store, item_ids)
     judges = verify_judges(store, item_ids) if purpose == ADJUDICATE else {}
@@ -277,9 +286,45 @@ def push_assigned(workspace: Workspace, server: LabelStudioServer, settings: Ser
         exclude = set(p for p in assigned.get((item.id, task_purpose), []) if p) | judges.get(item.id, set())
         for person in choose_people(settings.annotators, load, missing, exclude, f"item {item.key}"):
             wanted.append((item, task_purpose, person))
+    return wanted
+
+
+def push_tasks(workspace: Workspace, servers: Any, settings: ServerSettings, kind: str, purpose: str,
+               limit: Optional[int], report: Any, data_uri: bool, allow_missing_images: bool,
+               progress: Progress) -> None:
+    """Push KIND's PURPOSE (verify, adjudicate or a kind's own task on items), one path for every set-up:
+
+    1. resume: tasks a killed push imported but did not record are linked first (`reconcile_person`);
+    2. plan: who gets which task (`plan`);
+    3. route: each person's project on their server, created once (`Sender.project`; the shared project of the
+       shared server without annotators);
+    4. payload: what each task shows (`task_import.task_payloads`);
+    5. import: batched, reconciled by item key when an answer is lost (`import_for`);
+    6. link: each batch's links and status moves in one transaction (`link_batch`)."""
+    store = workspace.store
+    sender = Sender(workspace, servers, settings, data_uri, allow_missing_images)
+    people: tuple[Optional[str], ...] = settings.annotators or (None,)
+    fallback = purpose if own_task(kind, purpose) is None else None
+    for person in people:
+        server = servers.for_person(person)
+        project_id = (sender.project(kind, purpose, None) if person is None
+                      else server.find_project(_title(settings, kind, purpose, person)))
+        if project_id is not None:
+            sender.projects[(kind, task_of(purpose)[0], person)] = project_id
+            report.reconciled += reconcile_person(store, server, project_id, kind, person, fallback)
+    wanted = plan(store, settings, kind, purpose, limit)
+    report.candidates = len({(item.id, task_purpose) for item, task_purpose, _ in wanted})
     report.pushed += sender.send(kind, wanted, report, progress=progress)
-    report.assigned = dict(Counter(person for _, _, person in wanted))
-    report.project_ids = dict(sorted((person, pid) for (_, _, person), pid in sender.projects.items()))
+    report.assigned = dict(Counter(person for _, _, person in wanted if person))
+    for (_, _, person), project_id in sorted(sender.projects.items(), key=lambda entry: str(entry[0][2])):
+        url = servers.for_person(person).project_url(project_id)
+        if person is None:
+            report.project_id, report.project_url = project_id, url
+        else:
+            report.project_ids[person], report.project_urls[person] = project_id, url
+
+
+push_assigned = push_tasks  # the name it had before the shared path was folded in
 
 
 def _title(settings: ServerSettings, kind: str, purpose: str, person: str) -> str:

@@ -68,36 +68,38 @@ def authoring_images(store: Store, pushed_keys: set[str], limit: Optional[int]) 
     return waiting[:limit] if limit is not None else waiting
 
 
-def authoring_projects(server: LabelStudioServer, settings: ServerSettings, kind: str, task: str,
-                       create: bool = False, workspace_root: Optional[str] = None) -> dict[Optional[str], int]:
-    """Assignee (None: the shared project) -> project id of KIND's authoring TASK on the server: one per person
-    with `[label_studio] annotators`, else the one shared project. CREATE makes the missing ones."""
+def authoring_projects(servers: Any, settings: ServerSettings, kind: str, task: str, create: bool = False,
+                       workspace_root: Optional[str] = None) -> dict[Optional[str], tuple[LabelStudioServer, int]]:
+    """Assignee (None: the shared project) -> (server, project id) of KIND's authoring TASK: one per person, on
+    their own server when they have one, with `[label_studio] annotators`; else the one shared project. CREATE
+    makes the missing ones."""
     from cftools.annotate.projects import ensure_project, project_title
 
     people: list[Optional[str]] = list(settings.annotators) or [None]
-    found: dict[Optional[str], int] = {}
+    found: dict[Optional[str], tuple[LabelStudioServer, int]] = {}
     for person in people:
+        server = servers.for_person(person)
         project_id = (ensure_project(server, settings, kind, task, workspace_root, assignee=person) if create
                       else server.find_project(project_title(settings, kind, task, person)))
         if project_id is not None:
-            found[person] = project_id
+            found[person] = (server, project_id)
     return found
 
 
-def push_authoring(store: Store, server: LabelStudioServer, settings: ServerSettings, project_id: int, kind: str,
-                   images_links: Any, limit: Optional[int], report: Any, progress: Progress,
-                   task: str = "", workspace_root: Optional[str] = None) -> None:
-    """Send images without an authoring task as tasks (batched): into PROJECT_ID, or with assignment each image to
-    the project of one person, the least loaded first."""
+def push_authoring(store: Store, servers: Any, settings: ServerSettings, kind: str, images_links: Any,
+                   limit: Optional[int], report: Any, progress: Progress, task: str = "",
+                   workspace_root: Optional[str] = None) -> None:
+    """Send images without an authoring task as tasks (batched): into the shared project, or with assignment each
+    image to the project of one person (on their server), the least loaded first."""
     spec = get_kind(kind)
-    projects = ({None: project_id} if not settings.assigns
-                else authoring_projects(server, settings, kind, task, create=True, workspace_root=workspace_root))
-    keys_by_project = {pid: [key for key in server.task_keys(pid).values() if key] for pid in projects.values()}
-    pushed = {key for keys in keys_by_project.values() for key in keys}
-    load = Counter({person: len(keys_by_project[pid]) for person, pid in projects.items()})
+    projects = authoring_projects(servers, settings, kind, task, create=True, workspace_root=workspace_root)
+    keys_by_person = {person: [key for key in server.task_keys(pid).values() if key]
+                      for person, (server, pid) in projects.items()}
+    pushed = {key for keys in keys_by_person.values() for key in keys}
+    load = Counter({person: len(keys) for person, keys in keys_by_person.items()})
     waiting = authoring_images(store, pushed, limit)
     report.candidates = len(waiting)
-    per_project: dict[int, list[dict]] = {pid: [] for pid in projects.values()}
+    per_person: dict[Optional[str], list[dict]] = {person: [] for person in projects}
     for image, sources in waiting:
         link = images_links.link(image.path)
         if link is None:
@@ -108,22 +110,26 @@ def push_authoring(store: Store, server: LabelStudioServer, settings: ServerSett
         load[person] += 1
         data = {"item_key": key, "kind": kind, "returned": "", **spec.author_task_data(link, sources)}
         meta = {"item_key": key, "image_sha256": image.sha256, **({"assignee": person} if person else {})}
-        per_project[projects[person]].append({"data": data, "meta": meta})
-    total = sum(len(tasks) for tasks in per_project.values())
+        per_person[person].append({"data": data, "meta": meta})
+    total = sum(len(tasks) for tasks in per_person.values())
     progress("push", 0, total)
-    for person, pid in projects.items():
-        tasks = per_project[pid]
+    for person, (server, pid) in projects.items():
+        if person is None:
+            report.project_id, report.project_url = pid, server.project_url(pid)
+        tasks = per_person[person]
         if not tasks:
             continue
+        if person is not None:  # the projects this push sent images to
+            report.project_ids[person], report.project_urls[person] = pid, server.project_url(pid)
         report.storages_created += server.ensure_local_storage(pid, images_links.folders)
         for start in range(0, len(tasks), settings.batch_size):
             batch = tasks[start:start + settings.batch_size]
             server.import_tasks(pid, batch)
             report.pushed += len(batch)
             progress("push", report.pushed, total)
+        server.hide_data_columns(pid, {key for task in tasks for key in task["data"]})
         if person:
             report.assigned[person] = report.assigned.get(person, 0) + len(tasks)
-            report.project_ids[person] = pid
 
 
 def submission_rows(kind: str, task: str, project_id: int, ls_task: dict, annotation: dict, annotator: str,

@@ -28,7 +28,7 @@ from datetime import datetime, timezone
 from functools import partial
 from itertools import islice
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Optional, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -42,6 +42,7 @@ DEFAULT_BATCH = 1000
 LIST_PAGE = 1000  # tasks per page of a task listing
 EXPORT_CHUNK = 1000  # tasks per export snapshot: small enough to store one while the next is built
 SNAPSHOT_TITLE = "cftools pull (temporary)"
+TASKS_VIEW = "Tasks"  # the Data Manager tab cftools sets up in each project (internal columns hidden)
 SNAPSHOT_TIME = "%Y-%m-%dT%H:%M:%SZ"
 STALE_AFTER_S = 3600  # a pull's view or snapshot lives for one chunk; one this old was left by a killed pull
 # Annotators as ids (cftools maps them to e-mails once per pull); drafts and predictions are not needed.
@@ -156,16 +157,32 @@ class ServerSettings:
     pull_workers: int = PULL_WORKERS
     export_chunk: Optional[int] = None  # None: EXPORT_CHUNK
     annotators: tuple[str, ...] = ()  # the people cftools assigns tasks to (emails); () = shared projects
+    # `[label_studio.people."EMAIL"]`: each person's own server (email -> PersonServer); () = one shared server
+    people: tuple["PersonServer", ...] = ()
 
     @property
     def assigns(self) -> bool:
         return bool(self.annotators)
 
     @property
+    def separate_servers(self) -> bool:
+        """One server per person (no one can reach another's work); else one shared server, not blind."""
+        return bool(self.people)
+
+    def person(self, email: str) -> Optional["PersonServer"]:
+        return next((p for p in self.people if p.email == email), None)
+
+    @property
     def configured(self) -> bool:
+        if self.people:
+            return all(p.token for p in self.people)
         return bool(self.url and self.token)
 
     def how_to_configure(self) -> str:
+        if self.people:
+            missing = [p for p in self.people if not p.token]
+            return "no Label Studio token for " + ", ".join(
+                f"{p.email} (put the token of {p.url} in ${p.token_env})" for p in missing)
         if not self.url:
             return (f"no Label Studio server configured: set [label_studio] url in cftools.toml (or ${URL_ENV}) "
                     f"and put the token in ${self.token_env}; start one with "
@@ -173,9 +190,55 @@ class ServerSettings:
         return f"no Label Studio token: put the API token of {public_url(self.url)} in ${self.token_env}"
 
 
+@dataclass(frozen=True)
+class PersonServer:
+    """One person's own Label Studio server (`[label_studio.people."EMAIL"]`): its URL and the environment
+    variable that holds the person's token there (the token itself is never written anywhere)."""
+
+    email: str
+    url: str
+    token_env: str
+    token: Optional[str] = None
+
+    def __repr__(self) -> str:  # never the token
+        return f"PersonServer({self.email!r}, {self.url!r}, ${self.token_env})"
+
+
+def people_servers(value: Any) -> tuple[PersonServer, ...]:
+    """`[label_studio.people."EMAIL"]` tables, each with `url` and `token_env` (a config error names the person)."""
+    if value is None:
+        return ()
+    if not isinstance(value, dict):
+        raise CftoolsError('cftools.toml: [label_studio.people] must hold one table per person, e.g. '
+                           '[label_studio.people."alice@example.org"] with url and token_env')
+    found = []
+    for email, table in value.items():
+        where = f'cftools.toml: [label_studio.people."{email}"]'
+        if "@" not in email:
+            raise CftoolsError(f"{where}: the table's name must be the person's email")
+        if not isinstance(table, dict) or not table.get("url") or not table.get("token_env"):
+            raise CftoolsError(f"{where} needs url (the person's server) and token_env (the environment "
+                               "variable holding the person's token there)")
+        env = str(table["token_env"])
+        found.append(PersonServer(email.strip().lower(), public_url(str(table["url"])), env,
+                                  os.environ.get(env) or None))
+    if len({p.email for p in found}) != len(found):
+        raise CftoolsError("cftools.toml: [label_studio.people] names someone twice")
+    return tuple(found)
+
+
 def server_settings(workspace: Workspace) -> ServerSettings:
     section = workspace.section("label_studio")
     token_env = section.get("token_env") or DEFAULT_TOKEN_ENV
+    people = people_servers(section.get("people"))
+    annotators = annotator_list(section.get("annotators"))
+    if people:
+        listed = {p.email for p in people}
+        if not annotators:
+            annotators = tuple(p.email for p in people)
+        elif missing := [a for a in annotators if a not in listed]:
+            raise CftoolsError(f"cftools.toml: [label_studio] annotators lists {', '.join(missing)} with no "
+                               '[label_studio.people."EMAIL"] table (each person needs their own server)')
     return ServerSettings(url=section.get("url") or os.environ.get(URL_ENV) or None, token_env=token_env,
                           token=os.environ.get(token_env) or None,
                           project_prefix=section.get("project_prefix") or "cftools",
@@ -184,7 +247,7 @@ def server_settings(workspace: Workspace) -> ServerSettings:
                           retries=int(section.get("retries", RETRIES)),
                           pull_workers=max(1, int(section.get("pull_workers") or PULL_WORKERS)),
                           export_chunk=int(section["export_chunk"]) if section.get("export_chunk") else None,
-                          annotators=annotator_list(section.get("annotators")))
+                          annotators=annotators, people=people)
 
 
 def annotator_list(value: Any) -> tuple[str, ...]:
@@ -342,6 +405,29 @@ class LabelStudioServer:
 
         with self.errors(f"creating project {title!r}"):
             return self._create_once(lambda: self._project_id(title), create)
+
+    def hide_data_columns(self, project_id: int, keys: Iterable[str]) -> None:
+        """The project's Data Manager tab shows no column of the task data KEYS (item key, kind, choice lists as
+        JSON, HTML, image URLs): the annotator opens a task and sees it laid out by the label config. Label
+        Studio's views API (`data.hiddenColumns`) on the project's first tab, made when there is none."""
+        columns = sorted(f"tasks:data.{key}" for key in set(keys))
+        hidden = {"explore": columns, "labeling": columns}
+
+        def views() -> list[dict]:
+            return self._http_client().get("/api/dm/views/", params={"project": project_id}).raise_for_status().json()
+
+        def ours(found: list[dict]) -> Optional[dict]:
+            return next((v for v in found if (v.get("data") or {}).get("title") == TASKS_VIEW), None)
+
+        with self.errors(f"hiding internal columns of project {project_id}"):
+            view = self._create_once(lambda: ours(self._retrying(views)), lambda: ours(views()) or self._http_client().post(
+                "/api/dm/views/", json={"project": project_id, "data": {"title": TASKS_VIEW, "hiddenColumns": hidden}})
+                .raise_for_status().json())
+            data = dict(view.get("data") or {})
+            if data.get("hiddenColumns") != hidden:
+                data["hiddenColumns"] = hidden
+                self._retrying(lambda: self._http_client().patch(f"/api/dm/views/{view['id']}/", json={
+                    "project": project_id, "data": data}).raise_for_status())
 
     def set_task_overlap(self, task_id: int, overlap: int) -> None:
         """Ask OVERLAP annotators in all for one task (a tiebreak: the server hands it to one more person)."""

@@ -160,4 +160,5 @@ def ensure_project(server: LabelStudioServer, settings: ServerSettings, kind: st
     if assignee:
         overlap, description = 1, f"cftools: {about} ({kind} items); the tasks of {assignee} only"
     return server.create_project(title, render_label_config(kind, name, workspace_root), overlap,
-                                 description=description, instructions=kind_spec.instructions(name, workspace_root))
+                                 description=description,
+                                 instructions=kind_spec.instructions(name, workspace_root, settings.separate_servers))

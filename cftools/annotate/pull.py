@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter, defaultdict
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Iterable, Optional
@@ -24,7 +25,8 @@ from cftools.annotate.task_import import PushReport, _event, _open_task_filter
 from cftools.annotate.status import record_agreement
 from cftools.judgments import ADJUDICATE, VERIFY, Answer, Decision, InvalidResult, adjudicated, decide
 from cftools.annotate.rules import preload_agreement_library
-from cftools.annotate.label_studio import LabelStudioServer, ServerSettings, server_settings
+from cftools.annotate.label_studio import LabelStudioError, LabelStudioServer, ServerSettings, server_settings
+from cftools.annotate.servers import Servers
 from cftools.annotate.authoring import AuthoringPull, pull_authoring
 from cftools.errors import CftoolsError
 from cftools.models import (
@@ -69,6 +71,8 @@ class PullReport:
     missing_from_export: list[dict] = field(default_factory=list)
     decisions: Counter = field(default_factory=Counter)
     authoring: AuthoringPull = field(default_factory=AuthoringPull)
+    # Servers the store says hold live tasks, but no longer in cftools.toml: their tasks were not read.
+    servers_not_configured: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         out = dict(self.__dict__)
@@ -411,9 +415,9 @@ def mark_deleted(session: Session, tasks: list[Any], report: PullReport, resend:
 
 def pull_project(store: Store, server: LabelStudioServer, project_id: int, kind: str, purpose: str,
                  emails: dict[int, str], report: PullReport, progress: Progress,
-                 workspace_root: Optional[str], sender: Any) -> None:
+                 workspace_root: Optional[str], sender: Any, fetched: Optional[list[list[dict]]] = None) -> None:
     """Read the project's tasks back; SENDER (with assignment) sends tiebreaks and returned submissions to the
-    person they are for."""
+    person they are for. FETCHED: the project's export chunks, already read (`fetch_projects`)."""
     with store.session() as session:
         tasks = {t.id: t for t in session.execute(select(
             AnnotationTask.id, AnnotationTask.item_id, AnnotationTask.purpose, AnnotationTask.ls_project_id,
@@ -427,7 +431,9 @@ def pull_project(store: Store, server: LabelStudioServer, project_id: int, kind:
     report.projects += 1
     seen: set[int] = set()
     chunks: Iterable[list[dict]] = ()
-    if server.project_exists(project_id):
+    if fetched is not None:
+        chunks = fetched
+    elif server.project_exists(project_id):
         chunks = server.export_tasks(project_id, sorted(by_ls_id))
     done = 0
     for chunk in chunks:  # each chunk is written in its own transaction while the server exports the next ones
@@ -534,47 +540,115 @@ def send_back(store: Store, sender: Any, kind: str, tasks: dict[int, Any], by_ls
         sender.send(kind, wanted, PushReport(purpose="returns and tiebreaks", kind=kind), notes)
 
 
+@dataclass(frozen=True)
+class ProjectJob:
+    """One project to read back: where it is, what it holds, and the task ids the store links to it."""
+
+    server_url: str
+    project_id: int
+    kind: str
+    purpose: str
+    task_ids: tuple[int, ...]
+
+
+def project_jobs(store: Store) -> list[ProjectJob]:
+    """Every project with live tasks, on every server: verification first (an adjudication pulled in the same run
+    must have the last word), then by server and project."""
+    with store.session() as session:
+        rows = session.execute(
+            select(AnnotationTask.server, AnnotationTask.ls_project_id, Item.kind, AnnotationTask.purpose,
+                   AnnotationTask.ls_task_id)
+            .join(Item, Item.id == AnnotationTask.item_id)
+            .where(AnnotationTask.state.not_in(GONE))).all()
+    tasks: dict[tuple, list[int]] = defaultdict(list)
+    for url, project_id, kind, purpose, task_id in rows:
+        tasks[(url, project_id, kind, purpose)].append(task_id)
+    order = sorted(tasks, key=lambda key: (key[0], key[1], key[2]))
+    order.sort(key=lambda key: key[3], reverse=True)  # stable: purposes descending, then server and project
+    return [ProjectJob(url, pid, kind, purpose, tuple(sorted(tasks[(url, pid, kind, purpose)])))
+            for url, pid, kind, purpose in order]
+
+
+def fetch_project(server: LabelStudioServer, job: ProjectJob) -> list[list[dict]]:
+    """The export chunks of JOB's project (none when the project is gone: its tasks are then confirmed gone)."""
+    if not server.project_exists(job.project_id):
+        return []
+    return list(server.export_tasks(job.project_id, list(job.task_ids)))
+
+
+def fetch_projects(servers: Servers, jobs: list[ProjectJob]) -> dict[ProjectJob, Future]:
+    """Start reading every project: one thread per server, so all servers export at once (each person's server is
+    a single-process Label Studio: its serializer bounds its own pull, not the others'); a server's projects are
+    read one after another, in JOBS' order. Each future gives (server, its user emails, chunks); a job on a server
+    no longer configured gives (None, {}, [])."""
+    pools: dict[str, ThreadPoolExecutor] = {}
+    futures: dict[ProjectJob, Future] = {}
+
+    def read(job: ProjectJob) -> tuple[Optional[LabelStudioServer], dict[int, str], list[list[dict]]]:
+        server = servers.for_url(job.server_url)
+        if server is None:
+            return None, {}, []
+        return server, servers.emails(server), fetch_project(server, job)
+
+    for job in jobs:
+        if job.server_url not in pools:
+            pools[job.server_url] = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cftools-pull")
+        futures[job] = pools[job.server_url].submit(read, job)
+    for pool in pools.values():
+        pool.shutdown(wait=False)  # the submitted reads run on; the pools go when they are done
+    return futures
+
+
 def pull(workspace: Workspace, progress: Progress = _no_progress) -> PullReport:
-    """Fetch the annotations of every task this workspace pushed to the configured server."""
+    """Fetch the annotations of every task this workspace pushed, from every configured server at once, then decide
+    project by project as the chunks come in."""
     settings = server_settings(workspace)
-    server = LabelStudioServer.from_settings(settings)
+    if not settings.configured:
+        raise LabelStudioError(settings.how_to_configure())
+    servers = Servers(settings)
     report = PullReport()
     preload = threading.Thread(target=preload_agreement_library, daemon=True)
-    preload.start()  # while the server builds the first export snapshot
+    preload.start()  # while the servers build the first export snapshots
+    futures: dict[ProjectJob, Future] = {}
     try:
-        server.check()
-        emails = server.user_emails()
-        with workspace.store.session() as session:
-            projects = session.execute(
-                select(AnnotationTask.ls_project_id, Item.kind, AnnotationTask.purpose)
-                .join(Item, Item.id == AnnotationTask.item_id)
-                .where(AnnotationTask.server == server.url, AnnotationTask.state.not_in(GONE))
-                .group_by(AnnotationTask.ls_project_id, Item.kind, AnnotationTask.purpose)
-                # verification first: an adjudication pulled in the same run must have the last word
-                .order_by(AnnotationTask.purpose.desc(), AnnotationTask.ls_project_id)).all()
+        servers.check()
         from cftools.annotate.assign import Sender
 
-        sender = Sender(workspace, server, settings)  # returns and tiebreaks to the person they are for
-        for project_id, kind, purpose in projects:
-            pull_project(workspace.store, server, project_id, kind, purpose, emails, report, progress,
-                         str(workspace.root), sender)
-        pull_authoring_projects(workspace, server, settings, emails, report)
+        sender = Sender(workspace, servers, settings)  # returns and tiebreaks to the person they are for
+        jobs = project_jobs(workspace.store)
+        futures = fetch_projects(servers, jobs)
+        for job in jobs:
+            server, emails, chunks = futures[job].result()
+            if server is None:
+                if job.server_url not in report.servers_not_configured:
+                    report.servers_not_configured.append(job.server_url)
+                continue
+            pull_project(workspace.store, server, job.project_id, job.kind, job.purpose, emails, report, progress,
+                         str(workspace.root), sender, fetched=chunks)
+        pull_authoring_projects(workspace, servers, settings, report)
     finally:
-        server.close()
+        for future in futures.values():
+            future.cancel()
+        for future in futures.values():
+            if not future.cancelled():
+                try:
+                    future.result()  # a read still running uses its server's connection: let it end first
+                except Exception:  # noqa: BLE001 - raised in the loop above already, or moot after another error
+                    pass
+        servers.close()
     preload.join()
     record_agreement(workspace.store)
     return report
 
 
-def pull_authoring_projects(workspace: Workspace, server: LabelStudioServer, settings: ServerSettings,
-                            emails: dict[int, str], report: PullReport) -> None:
-    """Submissions of every kind's authoring projects on this server become draft items (new ones only)."""
+def pull_authoring_projects(workspace: Workspace, servers: Servers, settings: ServerSettings,
+                            report: PullReport) -> None:
+    """Submissions of every kind's authoring projects (each person's, on their server) become draft items (new
+    ones only)."""
     from cftools.annotate.authoring import authoring_projects
 
     for name, spec in sorted(all_kinds().items()):
         for task in spec.authoring_tasks:
-            for person, project_id in authoring_projects(server, settings, name, task).items():
-                pull_authoring(workspace.store, server, project_id, name, task, emails, report.authoring,
-                               str(workspace.root), person)
-
-
+            for person, (server, project_id) in authoring_projects(servers, settings, name, task).items():
+                pull_authoring(workspace.store, server, project_id, name, task, servers.emails(server),
+                               report.authoring, str(workspace.root), person)

@@ -41,6 +41,8 @@ class PushReport:
     message: Optional[str] = None
     assigned: dict[str, int] = field(default_factory=dict)  # tasks given to each person by this push
     project_ids: dict[str, int] = field(default_factory=dict)  # each person's project of this task
+    project_urls: dict[str, str] = field(default_factory=dict)  # each person's project, on their server
+    verification: str = ""  # "separate servers" or "shared server: not blind" (cftools.annotate.verification)
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)

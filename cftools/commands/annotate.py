@@ -11,7 +11,9 @@ from rich.table import Table
 
 from cftools.annotate.pull import pull
 from cftools.annotate.push import push, waiting_kind
+from cftools.annotate.serve import serve, servers_status, stop
 from cftools.annotate.status import annotation_status
+from cftools.annotate.verification import SHARED
 from cftools.kinds import get_kind
 from cftools.commands.common import console, err_console, pass_workspace, print_json
 from cftools.workspace import Workspace
@@ -89,15 +91,17 @@ def push_cmd(workspace: Workspace, kind: Optional[str], limit: Optional[int], ad
     pushed = "images" if task in get_kind(kind).authoring_tasks else f"{kind} items"
     if report.project_ids:
         console.print(f"Pushed {report.pushed} {kind} {what} tasks to the projects of "
-                      f"{len(report.project_ids)} people:")
-        for person, n in sorted(report.assigned.items()):
-            console.print(f"  {escape(person)}: {n} new tasks")
+                      f"{len(report.project_ids)} people (verification: {report.verification}):")
+        for person in sorted(report.project_ids):
+            console.print(f"  {escape(person)}: {report.assigned.get(person, 0)} new tasks in "
+                          f"{escape(report.project_urls.get(person, ''))}")
     else:
-        console.print(f"Pushed {report.pushed} {pushed} to the {kind} {what} project: [bold]{report.project_url}[/]")
-        if pushed != "images":  # judgments, not authoring: in one shared project each annotator can see the others'
-            err_console.print("[yellow]Warning:[/] one shared project: verification is not blind (an annotator can "
-                              "open another's judgment). List the people in [label_studio] annotators and cftools "
-                              "gives each their own project.")
+        console.print(f"Pushed {report.pushed} {pushed} to the {kind} {what} project: [bold]{report.project_url}[/] "
+                      f"(verification: {report.verification})")
+    if report.verification == SHARED and pushed != "images":
+        err_console.print(f"[yellow]Warning:[/] {SHARED}: every annotator of one Label Studio Community server can "
+                          "open the others' projects and judgments. Give each person a server of their own "
+                          + escape('([label_studio.people."EMAIL"], `cftools annotate serve`).'))
     if report.reconciled:
         console.print(f"Recorded {report.reconciled} tasks already on the server from an interrupted push.")
     if report.duplicates_on_server:
@@ -144,6 +148,9 @@ def pull_cmd(workspace: Workspace, as_json: bool) -> None:
     if report.missing_from_export:
         console.print(f"[yellow]{len(report.missing_from_export)} tasks were missing from the export but are still "
                       "on the server; they are left as they were and read again by the next pull.[/]")
+    for url in report.servers_not_configured:
+        console.print(f"[yellow]tasks on {escape(url)} were not read: no server in cftools.toml is there any "
+                      "more[/]")
     if report.deleted_tasks:
         console.print(f"[yellow]{len(report.deleted_tasks)} tasks were deleted in Label Studio; "
                       f"{sum(d['item_status'] == 'checked' for d in report.deleted_tasks)} items are back to checked, "
@@ -168,6 +175,12 @@ def print_refusals(report: Any, what: str) -> None:
             console.print(f"  task {entry['task']}: {escape(entry['reason'])}")
 
 
+def verification_counts(store: Any) -> dict[str, int]:
+    from cftools.annotate.verification import items_by_verification
+
+    return items_by_verification(store)
+
+
 def _fmt(value: Optional[float], spec: str) -> str:
     return "–" if value is None else format(value, spec)
 
@@ -180,9 +193,12 @@ def status_cmd(workspace: Workspace, as_json: bool) -> None:
     per annotator and, with [label_studio] annotators, each person's tasks: open (not yet submitted), submitted,
     returned, skipped, refused; and the number of items in review with no open task (must be 0)."""
     status = annotation_status(workspace.store)
+    status["verification"] = verification_counts(workspace.store)
     if as_json:
         print_json(status)
         return
+    console.print("Verification: " + (", ".join(f"{n} items on {how}" for how, n in status["verification"].items())
+                                      or "no item judged yet"))
     table = Table(title="Projects (as of the last pull)", title_justify="left")
     for column in ("server", "project", "purpose", "kind", "tasks", "0 ann.", "1 ann.", "2+ ann.", "deleted",
                    "decisions"):
@@ -220,3 +236,65 @@ def status_cmd(workspace: Workspace, as_json: bool) -> None:
     stuck = status["in_review_without_open_task"]
     console.print(f"Items in review with no open task: {stuck}"
                   + (" [red](nothing will decide them: run `cftools doctor`)[/]" if stuck else ""))
+
+
+@annotate.command("serve")
+@click.option("--ls-bin", help="The label-studio binary (default: $LS_BIN, else label-studio on the PATH).")
+@click.option("--person", "people", multiple=True, help="Only this person's server (repeatable). Default: everyone "
+                                                        'in [label_studio.people."EMAIL"].')
+@click.option("--stop", "stop_them", is_flag=True, help="Stop the servers instead (as `annotate stop`).")
+@pass_workspace
+def serve_cmd(workspace: Workspace, ls_bin: Optional[str], people: tuple[str, ...], stop_them: bool) -> None:
+    """Start one loopback Label Studio per person: own data dir (label-studio/<email>/ in the workspace), own port
+    (from the person's url), that person's account its only user. Prints each URL and how each person logs in; a
+    password or token made here is shown this once and never written down by cftools."""
+    if stop_them:
+        _print_stopped(stop(workspace, people))
+        return
+    for s in serve(workspace, ls_bin, people):
+        if s.already_running:
+            console.print(f"{escape(s.email)}: already running at [bold]{s.url}[/] (pid {s.pid})")
+            continue
+        console.print(f"{escape(s.email)}: [bold]{s.url}[/] (pid {s.pid})")
+        if not s.new_account:
+            console.print("  log in with the email and the password given when this server was first started")
+            continue
+        if s.password:
+            console.print(f"  log in as {escape(s.email)} with password [bold]{escape(s.password)}[/] "
+                          "(shown once: pass it on to them)")
+        else:
+            console.print(f"  log in as {escape(s.email)} with the password in ${s.password_env}")
+        if s.token:
+            console.print(f"  API token (shown once): export {s.token_env}={s.token}")
+
+
+@annotate.command("stop")
+@click.option("--person", "people", multiple=True, help="Only this person's server (repeatable).")
+@pass_workspace
+def stop_cmd(workspace: Workspace, people: tuple[str, ...]) -> None:
+    """Stop the Label Studio servers `annotate serve` started (their data stays for the next `serve`)."""
+    _print_stopped(stop(workspace, people))
+
+
+def _print_stopped(stopped: list[str]) -> None:
+    console.print(f"Stopped {len(stopped)} server(s)" + (": " + ", ".join(escape(e) for e in stopped) if stopped
+                                                          else "."))
+
+
+@annotate.command("servers")
+@click.option("--json", "as_json", is_flag=True, help="Print the table as JSON.")
+@pass_workspace
+def servers_cmd(workspace: Workspace, as_json: bool) -> None:
+    """Each person's Label Studio server: its URL, whether `annotate serve` runs it here, whether it answers, and
+    whether their token is set."""
+    rows = servers_status(workspace)
+    if as_json:
+        print_json(rows)
+        return
+    table = Table(title="One server per person", title_justify="left")
+    for column in ("person", "url", "running here", "answers", "token"):
+        table.add_column(column)
+    for r in rows:
+        table.add_row(escape(r["person"]), escape(r["url"]), f"pid {r['pid']}" if r["pid"] else "no",
+                      "yes" if r["answers"] else "no", f"${r['token_env']}" + ("" if r["token_set"] else " (unset)"))
+    console.print(table)

@@ -211,9 +211,10 @@ class Kind:
             yes_no=(YES, NO), flag_choices=FLAG_CHOICES, decision_choices=DECISION_CHOICES, groups=self.groups,
             **CONTROLS)
 
-    def instructions(self, task: str, workspace_root: Optional[str] = None) -> str:
+    def instructions(self, task: str, workspace_root: Optional[str] = None, separate_servers: bool = False) -> str:
         """What an annotator reads before the first task of TASK (HTML, the project's instructions): the
-        template beside the task's label config (`<task>.instructions.html.j2`), "" where there is none."""
+        template beside the task's label config (`<task>.instructions.html.j2`), "" where there is none.
+        SEPARATE_SERVERS: the project is on a server of the annotator's own (the text says so only then)."""
         from jinja2 import TemplateNotFound
 
         from cftools.resources import template_env
@@ -222,7 +223,7 @@ class Kind:
                            autoescape=False)
         name = self.task_template(task).removesuffix(".xml.j2") + ".instructions.html.j2"
         try:
-            return env.get_template(name).render().strip()
+            return env.get_template(name).render(separate_servers=separate_servers).strip()
         except TemplateNotFound:
             return ""
 

@@ -141,6 +141,14 @@ RECORD_FIELD_TEXT = {
     "question": "The counterfactual question.",
     "answer": "The gold answer of the counterfactual question.",
 }
+# The per-item account of its verification (records' `verification` object), one field each.
+VERIFICATION_FIELDS = (
+    ("people", "sc:Integer", False, "How many different people judged the item."),
+    ("annotators", "sc:Text", True, "The pseudonymous ids of the people who judged it (a stable hash; no emails)."),
+    ("separate_servers", "sc:Boolean", False, "True when each person judged it on a Label Studio server of their "
+                                              "own (no one could see another's judgment)."),
+    ("how", "sc:Text", False, "'separate servers', 'shared server: not blind' or 'not annotated'."),
+)
 
 
 # ---------------------------------------------------------------- core
@@ -192,6 +200,12 @@ def records_record_set(file_id: str = RECORDS_NAME) -> dict[str, Any]:
     """Every item, its shared fields (the kind's own are in the per-kind record sets)."""
     fields = [column_field("records", name, file_id, data_type, RECORD_FIELD_TEXT[name])
               for name, data_type in RECORD_FIELD_TYPES.items()]
+    for name, data_type, array, text in VERIFICATION_FIELDS:
+        field = column_field("records", f"verification_{name}", file_id, data_type, text, json_path=name,
+                             column="verification")
+        if array:
+            field["isArray"] = True
+        fields.append(field)
     return {"@type": "cr:RecordSet", "@id": "records", "name": "records", "key": {"@id": "records/id"},
             "description": "Every item of the release, one per line of records.jsonl.", "field": fields}
 
@@ -360,7 +374,7 @@ def annotation_protocol(records: Sequence[dict], provenance: Sequence[dict]) -> 
                 f"are shown to the annotators. In this release {summary['annotated']} of {len(records)} items went "
                 f"through annotation: {summary['with_two_judgments']} with two judgments, of which "
                 f"{summary['agreed']} agreed, and {summary['adjudicated']} were adjudicated. Decisions: "
-                f"{_count_text(summary['decisions'])}.")
+                f"{_count_text(summary['decisions'])}. {summary['verification_words']}")
     else:
         text = (f"No item of this release went through annotation in cftools ({len(records)} items; no judgment "
                 f"recorded).")

@@ -6,6 +6,8 @@ are the same bytes for the same store (matplotlib's Agg canvas, fixed size, no S
 
 from __future__ import annotations
 
+from cftools.annotate.verification import SEPARATE, SHARED, release_words
+
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -84,6 +86,7 @@ def provenance_summary(provenance: list[dict]) -> dict[str, Any]:
     decisions = Counter((p.get("annotation") or {}).get("decision") or "none" for p in provenance)
     annotated = [p["annotation"] for p in provenance if p.get("annotation")]
     flags = Counter(code for p in provenance for code in p.get("check_flags", []))
+    verifications = [p.get("verification") or {} for p in provenance]
     return {
         "origins": sorted(Counter(p.get("origin") or "unknown" for p in provenance).items()),
         "datasets": sorted(Counter((p.get("source") or {}).get("dataset") or "(none)" for p in provenance).items()),
@@ -99,6 +102,9 @@ def provenance_summary(provenance: list[dict]) -> dict[str, Any]:
         "waived_flags": sum(len(p.get("waived_flags") or []) for p in provenance),
         "waived_items": sum(1 for p in provenance if p.get("waived_flags")),
         "corrected": sum(1 for p in provenance if p.get("corrected_from") is not None),
+        "separate_servers": sum(1 for v in verifications if v.get("people") and v.get("separate_servers")),
+        "shared_server": sum(1 for v in verifications if v.get("people") and not v.get("separate_servers")),
+        "verification_words": release_words(verifications), "separate_words": SEPARATE, "shared_words": SHARED,
     }
 
 

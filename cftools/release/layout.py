@@ -39,7 +39,7 @@ FORMAT_NATIVE = "native"
 
 RECORD_FIELDS = (
     "id", "kind", "group", "split", "verified", "status", "image", "image_sha256",
-    "original_question", "original_answer", "answer_type", "question", "answer", "options", "data",
+    "original_question", "original_answer", "answer_type", "question", "answer", "options", "data", "verification",
 )
 
 _IMAGE_PATH = re.compile(r"^images/[0-9a-f]{64}\.[a-z0-9]{1,5}$")

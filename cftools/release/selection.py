@@ -10,6 +10,7 @@ from typing import Any, Iterable
 
 from sqlalchemy import func, select
 
+from cftools.annotate.verification import item_verification
 from cftools.errors import CftoolsError
 from cftools.images import data_image_shas
 from cftools.ingest.readers import infer_answer_type
@@ -182,6 +183,8 @@ def collect_items(store: Store, statuses: Iterable[str], splits: dict[str, float
             data = map_strings(data, lambda text: paths.get(text, text))
         item_tasks = [row[1] for row in tasks.get(item.id, [])]
         item_judgments = [j for t in item_tasks for j in judgments.get(t.id, [])]
+        verification = item_verification([(t.server, t.assignee, j.annotator) for t in item_tasks
+                                          if t.state != "deleted" for j in judgments.get(t.id, [])])
         gen = generations.get(item.generation_id)
         record = {
             "id": item.key,
@@ -199,6 +202,7 @@ def collect_items(store: Store, statuses: Iterable[str], splits: dict[str, float
             "answer": item.answer,
             "options": options,
             "data": data,
+            "verification": {k: verification[k] for k in ("people", "annotators", "separate_servers", "how")},
         }
         record = get_kind(item.kind).export_record(record)
         provenance = {
@@ -215,6 +219,7 @@ def collect_items(store: Store, statuses: Iterable[str], splits: dict[str, float
             "waived_flags": sorted(((item.data or {}).get("waived_flags") or {})),  # overruled by a person
             "checks_passed": checks_passed(check_events.get(item.id, []), {row[1] for row in flags.get(item.id, [])}),
             "annotation": annotation_summary(item_tasks, item_judgments),
+            "verification": verification,
             "corrected_from": item.proposed_answer if item.proposed_answer not in (None, item.answer) else None,
         }
         items.append(ExportItem(record, refs, provenance, _iso(item.updated_at)))

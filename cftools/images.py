@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import mimetypes
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import PIL.Image
 from sqlalchemy import select
 from sqlmodel import Session
 
-from cftools.errors import InputError
+from cftools.errors import InputError, naming_the_file
 from cftools.models import Image, ImageName, SourceQuestion, utcnow
 from cftools.store import Store
 
@@ -159,3 +160,58 @@ def data_uri(path: Path) -> str:
     """The file as a `data:` URI (images embedded in a Label Studio task or an API request)."""
     mime = mimetypes.guess_type(Path(path).name)[0] or "image/png"
     return f"data:{mime};base64,{base64.b64encode(Path(path).read_bytes()).decode('ascii')}"
+
+
+def save_png(image: PIL.Image.Image, folder: Path, made: Optional[list[Path]] = None) -> Path:
+    """Write IMAGE under its content hash (PNG bytes are deterministic for the same pixels); a file this call
+    created is added to MADE (to remove again if the store cannot record it)."""
+    import hashlib
+    import io
+
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    blob = buffer.getvalue()
+    sha = hashlib.sha256(blob).hexdigest()
+    path = folder / sha[:2] / f"{sha}.png"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(".partial")
+        try:
+            with naming_the_file(path):
+                partial.write_bytes(blob)
+        except OSError:
+            partial.unlink(missing_ok=True)  # a full disk: no partial file left behind either
+            raise
+        partial.replace(path)  # never a half-written file under the final name
+        if made is not None:
+            made.append(path)
+    return path
+
+
+class StoreImageCache:
+    """The store's request cache for image APIs: a request key -> the SHA-256s of the images it returned (files
+    under the workspace's generated images); an entry whose files are gone is a miss."""
+
+    backend = IMAGE_CACHE_BACKEND
+
+    def __init__(self, store: Store, folder: Path) -> None:
+        self.store, self.folder = store, folder
+
+    def get(self, key: str) -> Optional[list]:
+        from cftools.llm.cache import cached_completions
+
+        hit = cached_completions(self.store, [key]).get(key)
+        if hit is None:
+            return None
+        paths = [self.folder / sha[:2] / f"{sha}.png" for sha in json.loads(hit.text)]
+        if not all(p.is_file() for p in paths):
+            return None
+        return [PIL.Image.open(p).convert("RGB") for p in paths]
+
+    def put(self, key: str, images: list) -> None:
+        from cftools.llm.base import Completion
+        from cftools.llm.cache import save_completions
+
+        shas = [save_png(image, self.folder).stem for image in images]
+        with self.store.write() as session:
+            save_completions(session, self.backend, "images", [(key, Completion(text=json.dumps(shas)))])

@@ -82,7 +82,9 @@ def stock_every_kind(workspace, peer_cvqa_real: Path, folder: Path) -> dict[str,
 
 def add_published_mucr(workspace, folder: Path) -> list[str]:
     """The four MuCR records of the peer figure, ingested as published with their images under the MIT licence (the
-    MuCR repository's), and accepted: items whose dataset and images come with no source question."""
+    MuCR repository's), and accepted: items whose dataset and images come with no source question. The fourth
+    panel stays a draft: two of its published explanations differ by three words, a near copy by cftools' rule, so
+    no release may call it verified."""
     from cftools.kinds.mucr.ingest import ingest_mucr
     from cftools.models import Item
     from test_mucr_ingest import draw_images, published_records, write_jsonl
@@ -93,5 +95,6 @@ def add_published_mucr(workspace, folder: Path) -> list[str]:
     ingest_mucr(workspace.store, source, folder / "pics", licence="MIT")
     with workspace.store.session() as session:
         keys = list(session.execute(select(Item.key).where(Item.key.like("mucr:human:%"))).scalars())
+    keys = [key for key in keys if key != "mucr:human:h4"]
     set_status(workspace, ACCEPTED, keys)
     return keys

@@ -42,7 +42,7 @@ from cftools.imagegen.edit_checks import answer_flip_flag, check_edit, rank_edit
 from cftools.imagegen.edits import EditSettings
 from cftools.kinds import get_kind
 from cftools.kinds.base import EditSubject
-from cftools.kinds.mucr.images import save_png
+from cftools.images import save_png
 from cftools.llm import Backend, text_message
 from cftools.llm.prompts import PromptTemplate, load_prompt
 from cftools.llm.structured import OutputSchema, Reply
@@ -262,7 +262,7 @@ def generate_edits(store: Store, workspace_root: Path, backend: Any, items: list
     report = EditsReport(backend=backend.name, model=backend.model, licence=getattr(backend, "licence", None),
                          items=len(items), folder=str(folder))
     if hasattr(backend, "request_cache"):
-        from cftools.kinds.mucr.images import StoreImageCache
+        from cftools.images import StoreImageCache
 
         backend.request_cache = StoreImageCache(store, folder)
     selected_at = utcnow()

@@ -58,7 +58,7 @@ def edits_cmd(workspace: Workspace, kinds: tuple[str, ...], groups: tuple[str, .
     candidates with recorded seeds; the edit checks rank them, best first. A rerun does only what is missing."""
     from cftools.generate.edits import editable_items, generate_edits, write_instructions
     from cftools.imagegen.edits import make_edit_backend
-    from cftools.kinds.mucr.generate import text_params
+    from cftools.generate.llm_task import text_params
     from cftools.generate.edits import LOCAL_MAX_TOKENS
 
     items = editable_items(workspace.store, kinds, groups, limit)

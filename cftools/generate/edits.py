@@ -128,7 +128,7 @@ class EditInstructionTask(LLMTask):
 
 
 def instruction_prompt(template: PromptTemplate, item: EditableItem) -> str:
-    from cftools.kinds.mucr.generate import render
+    from cftools.generate.llm_task import render
 
     s = item.subject
     return render(template, f"item {item.key}", original_question=s.original_question,

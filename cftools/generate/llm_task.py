@@ -23,12 +23,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Iterator, Optional
 
+from jinja2 import TemplateError
 from rich.console import Console
 from sqlalchemy import insert, select
 from sqlmodel import Session
 
+from cftools.errors import InputError
 from cftools.llm import Backend, Completion, LLMError, request_key
-from cftools.llm.base import render_messages
+from cftools.llm.base import DEFAULT_PARAMS, render_messages
 from cftools.llm.cost import BudgetReached
 from cftools.llm.cache import cached_completion, cached_completions, save_completions
 from cftools.llm.prompts import PromptTemplate
@@ -358,3 +360,23 @@ def insert_items(store: Store, session: Session, items: list[dict[str, Any]], st
             {"item_id": item_id, "stage": stage, "to_status": DRAFT, "detail": None, "created_at": utcnow()}
             for item_id in new_ids])
     return len(new_ids)
+
+
+def render(template: PromptTemplate, what: str, **variables: Any) -> str:
+    try:
+        return template.render(**variables)
+    except TemplateError as exc:
+        raise InputError(template.name, f"cannot render for {what}: {exc}") from None
+
+
+def text_params(config: dict[str, Any], max_tokens: int, backend: Optional[str] = None,
+                local_max_tokens: Optional[int] = None) -> dict[str, Any]:
+    """Sampling parameters: the defaults, the generator's length, and [llm] temperature/max_tokens/top_p; the
+    embedded model gets the length its schema's bounds fit in."""
+    params = {**DEFAULT_PARAMS, "max_tokens": max_tokens}
+    if (backend or config.get("backend") or "local") == "local" and local_max_tokens:
+        params["max_tokens"] = local_max_tokens
+    for name in ("temperature", "max_tokens", "top_p"):
+        if config.get(name) is not None:
+            params[name] = config[name]
+    return params

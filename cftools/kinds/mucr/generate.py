@@ -17,18 +17,17 @@ import re
 from pathlib import Path
 from typing import Any, Literal, Optional
 
-from jinja2 import TemplateError
 from pydantic import Field, create_model
 from rich.console import Console
 from sqlalchemy import select
 from sqlmodel import Session
 
 from cftools.errors import InputError
-from cftools.generate.llm_task import DEFAULT_MAX_ATTEMPTS, LLMJob, LLMReport, LLMTask, insert_items, run_llm_task
+from cftools.generate.llm_task import (DEFAULT_MAX_ATTEMPTS, LLMJob, LLMReport, LLMTask, insert_items, render,
+                                      run_llm_task, text_params)
 from cftools.kinds.mucr.model import CATEGORIES
 from cftools.kinds.mucr.ingest import pair_item
 from cftools.llm import Backend, text_message
-from cftools.llm.base import DEFAULT_PARAMS
 from cftools.llm.prompts import PromptTemplate, load_prompt
 from cftools.llm.structured import OutputSchema, Reply
 from cftools.models import DRAFT, Item, ItemEvent, utcnow
@@ -111,26 +110,6 @@ def pairs_without_context(store: Store, limit: Optional[int] = None, groups: tup
             query = query.where(Item.group.in_(list(groups)))
         found = [i for i in session.execute(query).scalars() if not (i.data or {}).get("context")]
     return found[:limit] if limit is not None else found
-
-
-def render(template: PromptTemplate, what: str, **variables: Any) -> str:
-    try:
-        return template.render(**variables)
-    except TemplateError as exc:
-        raise InputError(template.name, f"cannot render for {what}: {exc}") from None
-
-
-def text_params(config: dict[str, Any], max_tokens: int, backend: Optional[str] = None,
-                local_max_tokens: Optional[int] = None) -> dict[str, Any]:
-    """Sampling parameters: the defaults, the generator's length, and [llm] temperature/max_tokens/top_p; the
-    embedded model gets the length its schema's bounds fit in."""
-    params = {**DEFAULT_PARAMS, "max_tokens": max_tokens}
-    if (backend or config.get("backend") or "local") == "local" and local_max_tokens:
-        params["max_tokens"] = local_max_tokens
-    for name in ("temperature", "max_tokens", "top_p"):
-        if config.get(name) is not None:
-            params[name] = config[name]
-    return params
 
 
 def write_context(store: Store, backend: Backend, *, limit: Optional[int] = None, groups: tuple[str, ...] = (),

@@ -239,6 +239,10 @@ def test_a_three_way_select_disagreement_reaches_an_adjudicator(four, label_stud
                 label_studio.client(task.assignee).annotations.create(id=task.ls_task_id, result=next(picks))
                 judged.append(task.assignee)
         report = cli_json(run_cli, "annotate", "pull")
+        if len(judged) == 3:  # the tiebreak went out at pull: push --adjudicate has nothing, and says so plainly
+            said = run_cli("annotate", "push", "--kind", "mucr", "--adjudicate")
+            assert said.exit_code == 0 and "Nothing to push" in said.output, said.output
+            assert "None" not in said.output and "not blind" not in said.output + said.stderr
     assert len(judged) == 4 and judged[3] == FOURTH[0]
     assert report["items_made"] == 1, report
     with store.session() as session:

@@ -89,6 +89,10 @@ def push_cmd(workspace: Workspace, kind: Optional[str], limit: Optional[int], ad
         return
     what = "adjudication" if adjudicate else "verification" if task in (None, "verify") else task
     pushed = "images" if task in get_kind(kind).authoring_tasks else f"{kind} items"
+    if not report.pushed and not report.project_ids and not report.project_url:
+        # nothing waits (a MuCR select tiebreak, say, goes out at pull): no project to name, no warning to give
+        console.print(f"Nothing to push: no {escape(kind)} items wait for {escape(what)}.")
+        return
     if report.project_ids:
         console.print(f"Pushed {report.pushed} {kind} {what} tasks to the projects of "
                       f"{len(report.project_ids)} people (verification: {report.verification}):")

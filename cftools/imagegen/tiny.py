@@ -44,20 +44,26 @@ def byte_level_clip_tokenizer(folder: Path):  # noqa: ANN202
     return CLIPTokenizer(str(folder / "vocab.json"), str(folder / "merges.txt"), model_max_length=TINY_TOKENS)
 
 
+def tiny_text_encoder(tokenizer):  # noqa: ANN001, ANN201
+    """A 2-layer CLIP text encoder sized for TOKENIZER (random weights from the caller's seeded RNG)."""
+    from transformers import CLIPTextConfig, CLIPTextModel
+
+    return CLIPTextModel(CLIPTextConfig(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=37, num_attention_heads=4,
+        num_hidden_layers=2, max_position_embeddings=TINY_TOKENS, projection_dim=32,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id))
+
+
 def build_tiny_pipeline(workdir: Path):  # noqa: ANN201
     """A StableDiffusionPipeline of a few thousand random weights; WORKDIR receives the tokenizer files."""
     import torch
     from diffusers import AutoencoderKL, DDIMScheduler, StableDiffusionPipeline, UNet2DConditionModel
-    from transformers import CLIPTextConfig, CLIPTextModel
 
     with torch.random.fork_rng(devices=[]):  # seeded weights without disturbing the caller's RNG
         torch.manual_seed(BUILD_SEED)
         tokenizer = byte_level_clip_tokenizer(Path(workdir))
-        text_encoder = CLIPTextModel(CLIPTextConfig(
-            vocab_size=len(tokenizer), hidden_size=32, intermediate_size=37, num_attention_heads=4,
-            num_hidden_layers=2, max_position_embeddings=TINY_TOKENS, projection_dim=32,
-            bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-            pad_token_id=tokenizer.pad_token_id))
+        text_encoder = tiny_text_encoder(tokenizer)
         unet = UNet2DConditionModel(
             sample_size=TINY_SIZE // VAE_SCALE, in_channels=4, out_channels=4, layers_per_block=1, block_out_channels=(8, 16),
             down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"),

@@ -15,7 +15,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from cftools.imagegen.tiny import BUILD_SEED, TINY_SIZE, TINY_TOKENS, VAE_SCALE, byte_level_clip_tokenizer, default_cache_dir
+from cftools.imagegen.tiny import (BUILD_SEED, TINY_SIZE, VAE_SCALE, byte_level_clip_tokenizer,
+                                  default_cache_dir, tiny_text_encoder)
 
 TINY_EDIT_NAME = "tiny-ip2p-v1"  # bump when the configs below change, so old caches are not reused
 TINY_EDIT_STEPS = 4
@@ -30,16 +31,11 @@ def build_tiny_edit_pipeline(workdir: Path):  # noqa: ANN201
     import torch
     from diffusers import (AutoencoderKL, EulerAncestralDiscreteScheduler, StableDiffusionInstructPix2PixPipeline,
                            UNet2DConditionModel)
-    from transformers import CLIPTextConfig, CLIPTextModel
 
     with torch.random.fork_rng(devices=[]):  # seeded weights without disturbing the caller's RNG
         torch.manual_seed(BUILD_SEED)
         tokenizer = byte_level_clip_tokenizer(Path(workdir))
-        text_encoder = CLIPTextModel(CLIPTextConfig(
-            vocab_size=len(tokenizer), hidden_size=32, intermediate_size=37, num_attention_heads=4,
-            num_hidden_layers=2, max_position_embeddings=TINY_TOKENS, projection_dim=32,
-            bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-            pad_token_id=tokenizer.pad_token_id))
+        text_encoder = tiny_text_encoder(tokenizer)
         # 8 input channels: the noisy latent and the original image's latent, as InstructPix2Pix
         unet = UNet2DConditionModel(
             sample_size=TINY_SIZE // VAE_SCALE, in_channels=8, out_channels=4, layers_per_block=1,

@@ -31,6 +31,7 @@ import httpx
 
 from cftools.annotate.label_studio import PersonServer, server_settings
 from cftools.errors import CftoolsError
+from cftools.processes import is_running
 from cftools.workspace import Workspace
 
 LS_BIN_ENV = "LS_BIN"
@@ -119,20 +120,6 @@ def write_state(workspace: Workspace, state: dict[str, Served]) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps({email: asdict(s) for email, s in sorted(state.items())}, indent=2), encoding="utf-8")
     tmp.replace(path)
-
-
-def is_running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie (our own child not yet reaped) is not running
-        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
-            return fh.read().split(") ", 1)[1][:1] != "Z"
-    except OSError:
-        return True
 
 
 def answers(url: str) -> bool:

@@ -23,6 +23,7 @@ from sqlalchemy import and_, func, or_, select, update
 from sqlmodel import Session
 
 from cftools.models import WorkClaim, utcnow
+from cftools.processes import is_running
 from cftools.store import Store, in_chunks
 
 DEFAULT_LEASE_S = 60.0  # renewed by a heartbeat every third of it while the worker lives
@@ -41,12 +42,8 @@ def is_dead_local_worker(worker: Optional[str]) -> bool:
     pid = rest.partition(":")[0]
     if host != socket.gethostname() or not pid.isdigit():
         return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
+    if not is_running(int(pid)):
         return True
-    except PermissionError:
-        return False
     return int(pid) == os.getpid() and worker != CURRENT.get(int(pid))
 
 

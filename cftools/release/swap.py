@@ -14,16 +14,7 @@ from pathlib import Path
 from typing import Callable
 
 from cftools.errors import CftoolsError, naming_the_file
-
-
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+from cftools.processes import is_running
 
 
 def stale_temporaries(target: Path) -> list[Path]:
@@ -31,7 +22,7 @@ def stale_temporaries(target: Path) -> list[Path]:
     stale = []
     for path in sorted(target.parent.glob(f".{target.name}.pid*")):
         match = re.match(rf"^\.{re.escape(target.name)}\.pid(\d+)\.", path.name)
-        if match and path.is_dir() and not _process_alive(int(match.group(1))):
+        if match and path.is_dir() and not is_running(int(match.group(1))):
             stale.append(path)
     return stale
 

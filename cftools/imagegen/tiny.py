@@ -16,6 +16,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any, Callable
 
 TINY_NAME = "tiny-sd-v2"  # bump when the configs below change, so old caches are not reused
 TINY_SIZE = 64
@@ -96,19 +97,23 @@ def save_tiny_pipeline(folder: Path) -> Path:
 
 
 def embedded_pipeline_folder(cache_dir: Path | None = None) -> Path:
-    """The embedded default's pipeline folder, built and saved on first use.
+    """The embedded default's pipeline folder, built and saved on first use."""
+    return built_once(Path(cache_dir) if cache_dir else default_cache_dir(), TINY_NAME, save_tiny_pipeline)
+
+
+def built_once(cache: Path, name: str, save: Callable[[Path], Any]) -> Path:
+    """CACHE/NAME, a pipeline folder SAVE writes, saved on first use.
 
     Built in a temporary sibling and renamed into place, so a run killed mid-save or two runs at once never
     leave a half-written folder behind.
     """
-    cache = Path(cache_dir) if cache_dir else default_cache_dir()
-    folder = cache / TINY_NAME
+    folder = cache / name
     if (folder / "model_index.json").is_file():
         return folder
     cache.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{TINY_NAME}-", dir=cache))
+    staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=cache))
     try:
-        save_tiny_pipeline(staging / "pipe")
+        save(staging / "pipe")
         try:
             os.replace(staging / "pipe", folder)
         except OSError:

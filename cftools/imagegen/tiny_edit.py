@@ -10,13 +10,11 @@ any other pipeline folder, so the embedded default runs the code path of a real 
 
 from __future__ import annotations
 
-import os
-import shutil
 import tempfile
 from pathlib import Path
 
-from cftools.imagegen.tiny import (BUILD_SEED, TINY_SIZE, VAE_SCALE, byte_level_clip_tokenizer,
-                                  default_cache_dir, tiny_text_encoder)
+from cftools.imagegen.tiny import (BUILD_SEED, TINY_SIZE, VAE_SCALE, built_once,
+                                  byte_level_clip_tokenizer, default_cache_dir, tiny_text_encoder)
 
 TINY_EDIT_NAME = "tiny-ip2p-v1"  # bump when the configs below change, so old caches are not reused
 TINY_EDIT_STEPS = 4
@@ -55,24 +53,15 @@ def build_tiny_edit_pipeline(workdir: Path):  # noqa: ANN201
 
 
 def embedded_edit_pipeline_folder(cache_dir: Path | None = None) -> Path:
-    """The embedded edit pipeline's folder, built and saved on first use (in a temporary sibling renamed into
-    place, so a killed run or two runs at once never leave a half-written folder)."""
+    """The embedded edit pipeline's folder, built and saved on first use (see `built_once`)."""
+    return built_once(Path(cache_dir) if cache_dir else default_cache_dir(), TINY_EDIT_NAME, save_tiny_edit_pipeline)
+
+
+def save_tiny_edit_pipeline(folder: Path) -> Path:
+    """Build the tiny edit pipeline and save it to FOLDER (a diffusers pipeline folder)."""
     from cftools.imagegen.diffusers_backend import quiet_libraries
 
-    cache = Path(cache_dir) if cache_dir else default_cache_dir()
-    folder = cache / TINY_EDIT_NAME
-    if (folder / "model_index.json").is_file():
-        return folder
-    cache.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{TINY_EDIT_NAME}-", dir=cache))
-    try:
-        quiet_libraries()
-        build_tiny_edit_pipeline(staging).save_pretrained(str(staging / "pipe"))
-        try:
-            os.replace(staging / "pipe", folder)
-        except OSError:
-            if not (folder / "model_index.json").is_file():  # not a concurrent build that won the race
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    quiet_libraries()
+    with tempfile.TemporaryDirectory() as work:
+        build_tiny_edit_pipeline(Path(work)).save_pretrained(str(folder))
     return folder

@@ -180,8 +180,8 @@ def test_in_chromium_ann2_sees_only_their_own_projects(people_ws, people_servers
         page.goto(ann1.url + "/user/login/")  # ann2's login on ann1's server fails
         page.fill("input[name=email]", ann2.email)
         page.fill("input[name=password]", ann2.password)
-        page.keyboard.press("Enter")
-        page.wait_for_load_state()
+        with page.expect_navigation():  # the form is posted and the login page comes back: wait for it, so the
+            page.keyboard.press("Enter")  # next goto is not cut off by this navigation (net::ERR_ABORTED)
         assert "/user/login" in page.url
         page.goto(ann2.url + "/user/login/")
         page.fill("input[name=email]", ann2.email)

@@ -128,8 +128,18 @@ def run_launched(release_dir: Path | str, model: str, device: str = "auto", work
                       progress=progress if main else None, notify=notify if main else None, shard=shard, **options)
     asked = gather_object([result.asked])  # waits for every process: all shards are written
     state.wait_for_everyone()
+    end_process_group()  # nothing more is said between processes; a group left open can abort one at exit
     if not main:
         return None
     merged = merge_run(result.out_dir, workspace=workspace)
     merged.asked, merged.notes = sum(asked), result.notes
     return merged
+
+
+def end_process_group() -> None:
+    """Close torch.distributed's process group, so no process exits with gloo's threads still running (which
+    aborted a launched process: "terminate called without an active exception")."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()

@@ -1008,7 +1008,7 @@ def _ten_megabyte_reply(seed: int, scratch: Path) -> str:
         stop_helpers([stub])
 
 
-HOSTILE_CONFIGS = ("[store]\nurl = [1, 2]\n", "[llm]\nmax_cost = \"a lot\"\n", "[llm]\nconcurrency = {a = 1}\n")
+HOSTILE_CONFIGS = ("[store]\nurl = [1, 2]\n", "[llm]\nmax_cost = \"a lot\"\n", "[llm]\nmax_tokens = {a = 1}\n")
 
 
 def _hostile_config(seed: int, scratch: Path) -> str:

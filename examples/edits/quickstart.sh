@@ -27,4 +27,5 @@ cftools verify "$ws/releases/edits-0.1.0"
 step "Blind (text-only) baseline: the paired score is its floor"
 cftools eval "$ws/releases/edits-0.1.0" --model blind
 # the console shows the kind's main table; the paired score is in the run's report.md
-sed -n '/about the edited image/,/^$/p' "$ws"/runs/edits-0.1.0--blind--*/report.md
+awk '/about the edited image/ {show = 1} show && /^$/ && table {exit} show {print; if (/^\|/) table = 1}' \
+  "$ws"/runs/edits-0.1.0--blind--*/report.md

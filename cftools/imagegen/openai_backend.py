@@ -130,9 +130,7 @@ class OpenAIImageBackend(OpenAIBackend):
     def generate_images(self, prompt: str, n: int, size: str) -> list[PIL.Image.Image | str]:
         """N images for PROMPT (an unusable one is its failure reason instead); a failed call raises LLMError.
         With a request cache, an identical earlier request's images come back without a call."""
-        key = image_request_key(self.cache_id, self.model, None, prompt, None,
-                                {"n": n, "size": size, "response_format": self.response_format,
-                                 "quality": self.quality})
+        key = image_request_key(self.cache_id, self.model, None, prompt, None, self.request_params(n, size))
         cached = self.request_cache.get(key) if self.request_cache is not None else None
         if cached is not None:
             return list(cached)
@@ -140,6 +138,10 @@ class OpenAIImageBackend(OpenAIBackend):
         if self.request_cache is not None and all(not isinstance(i, str) for i in images):
             self.request_cache.put(key, images)
         return images
+
+    def request_params(self, n: int, size: str) -> dict[str, Any]:
+        """What besides model and prompt makes two requests the same request (the request cache's key)."""
+        return {"n": n, "size": size, "response_format": self.response_format, "quality": self.quality}
 
     def _call_images(self, prompt: str, n: int, size: str) -> list[PIL.Image.Image | str]:
         retrying = Retrying(stop=stop_after_attempt(self.request_attempts), wait=self._wait,

@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 import PIL.Image
 
-from cftools.imagegen.base import image_request_key, parse_size, size_text
+from cftools.imagegen.base import parse_size, size_text
 from cftools.imagegen.edit_base import EditCandidate, EditFailure, EditResult, EditSettings, png_bytes
 from cftools.imagegen.openai_backend import OpenAIImageBackend
 from cftools.llm.base import LLMError
@@ -49,18 +49,10 @@ class OpenAIEditBackend(OpenAIImageBackend):
                 "endpoint": self.cache_id, "requested_size": size}))
         return results
 
-    def generate_images(self, prompt: str, n: int, size: str) -> list:
-        # the request cache key includes the original image: the same instruction on another image differs
-        key = image_request_key(self.cache_id, self.model, None, prompt, None,
-                                {"n": n, "size": size, "response_format": self.response_format,
-                                 "edit_of": hashlib.sha256(self._source_png).hexdigest()})
-        cached = self.request_cache.get(key) if self.request_cache is not None else None
-        if cached is not None:
-            return list(cached)
-        images = self._call_images(prompt, n, size)
-        if self.request_cache is not None and all(not isinstance(i, str) for i in images):
-            self.request_cache.put(key, images)
-        return images
+    def request_params(self, n: int, size: str) -> dict[str, Any]:
+        # the original image is part of the request: the same instruction on another image differs
+        return {"n": n, "size": size, "response_format": self.response_format,
+                "edit_of": hashlib.sha256(self._source_png).hexdigest()}
 
     def _images_once(self, prompt: str, n: int, size: str) -> list[Any]:
         from cftools.llm.base import LLMError

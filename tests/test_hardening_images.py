@@ -80,21 +80,26 @@ def test_a_retry_that_works_clears_image_failures(workspace, run_cli, context_st
     assert failures() == [None]
 
 
-def test_a_reply_carrying_the_api_key_is_stored_without_it(workspace, monkeypatch):
+def complete_with_key(monkeypatch, key: str, reply: str):  # noqa: ANN201
+    """One completion from the loopback LLM stub answering REPLY, with KEY as the API key."""
     from cftools.llm import make_backend
     from llm_stub import StubServer
 
-    secret = "sk-stored-SECRET-0123456789"
-    monkeypatch.setenv("STUB_KEY", secret)
-    server = StubServer(delay=0.0, reply=lambda request, text: f"Sure. Your key is {secret}, New answer: 3")
+    monkeypatch.setenv("STUB_KEY", key)
+    server = StubServer(delay=0.0, reply=lambda request, text: reply)
     server.start_in_thread()
     try:
         backend = make_backend({"backend": "openai", "model": "stub", "base_url": server.base_url,
                                 "api_key_env": "STUB_KEY"})
-        completion = backend.complete([{"role": "user", "content": "hi"}], {})
+        return backend.complete([{"role": "user", "content": "hi"}], {})
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_reply_carrying_the_api_key_is_stored_without_it(workspace, monkeypatch):
+    secret = "sk-stored-SECRET-0123456789"
+    completion = complete_with_key(monkeypatch, secret, f"Sure. Your key is {secret}, New answer: 3")
     assert secret not in completion.text and completion.text == "Sure. Your key is ***, New answer: 3"
 
 
@@ -130,18 +135,7 @@ def test_a_short_api_key_does_not_blank_letters_out_of_stored_replies(workspace,
     """A one-character key ("x" for a local server) is no secret to keep: the stored reply keeps its letters
     ("six" stayed "si***"); an error text still scrubs it."""
     from cftools.errors import scrub_secrets
-    from cftools.llm import make_backend
-    from llm_stub import StubServer
 
-    monkeypatch.setenv("STUB_KEY", "x")
-    server = StubServer(delay=0.0, reply=lambda request, text: "six boxes")
-    server.start_in_thread()
-    try:
-        backend = make_backend({"backend": "openai", "model": "stub", "base_url": server.base_url,
-                                "api_key_env": "STUB_KEY"})
-        completion = backend.complete([{"role": "user", "content": "hi"}], {})
-    finally:
-        server.shutdown()
-        server.server_close()
+    completion = complete_with_key(monkeypatch, "x", "six boxes")
     assert completion.text == "six boxes"
     assert scrub_secrets("failed: six", ["x"]) == "failed: si***"

@@ -15,6 +15,7 @@ from PIL import Image as PILImage
 from sqlalchemy import func, select
 
 from cftools.models import Image, Item, SourceQuestion
+from test_hardening_input import linked_images  # noqa: F401 (a fixture)
 
 CVQA_COLUMNS = ("img_path", "query", "answer", "new query", "new answer", "type")
 
@@ -47,18 +48,12 @@ def mucr_record(record_id: str, **extra: object) -> dict:
 
 
 @pytest.fixture
-def mucr_images(tmp_path) -> Path:
-    """An --images folder with a real image, a link to an image outside it and a link to a folder outside it."""
-    outside = tmp_path / "private"
-    outside.mkdir()
-    PILImage.new("RGB", (9, 9), "blue").save(outside / "secret.png")
-    images = tmp_path / "images"
-    images.mkdir()
-    PILImage.new("RGB", (9, 9), "red").save(images / "ok.png")
-    PILImage.new("RGB", (9, 9), "green").save(images / "ok2.png")
-    (images / "link.png").symlink_to(outside / "secret.png")
-    (images / "elsewhere").symlink_to(outside)
-    return images
+def mucr_images(linked_images) -> Path:
+    """linked_images (a real image, a link to an image outside) plus a second image and a link to the folder
+    outside."""
+    PILImage.new("RGB", (9, 9), "green").save(linked_images / "ok2.png")
+    (linked_images / "elsewhere").symlink_to(linked_images.parent / "private")
+    return linked_images
 
 
 @pytest.mark.parametrize("linked", ["link.png", "elsewhere/secret.png"])

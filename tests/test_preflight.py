@@ -15,31 +15,9 @@ import pytest
 from cftools.evaluate.paired import (Paired, clustered_bootstrap, clustered_mcnemar, mcnemar,
                                      minimum_detectable_difference, paired_test, power_of, weighted_cluster_size)
 from cftools.release.licensing import licence_compatibility
+from power_simulation import simulated_detection_rate
 
 # -- the power figures against a simulation ------------------------------------------------------------------------
-
-
-def simulated_detection_rate(sizes: np.ndarray, psi: float, rho: float, delta: float, reps: int,
-                             seed: int) -> float:
-    """Two scripted models whose per-question difference D is +1 with probability (ψ+δ)/2, −1 with (ψ−δ)/2, and
-    whose questions of one image share D with probability √ρ (so two of them correlate by ρ); the share of REPS
-    releases in which the clustered McNemar test finds the difference at α = 0.05."""
-    from scipy import stats
-
-    rng = np.random.default_rng(seed)
-    clusters = np.repeat(np.arange(len(sizes)), sizes)
-    cuts = np.array([(psi - delta) / 2, 1 - (psi + delta) / 2])  # below the first: -1; above the second: +1
-
-    def draw(shape: tuple[int, int]) -> np.ndarray:
-        return np.searchsorted(cuts, rng.random(shape)).astype(np.int8) - 1
-
-    d = draw((reps, len(clusters)))
-    if rho > 0:
-        d = np.where(rng.random((reps, len(clusters))) < rho ** 0.5, draw((reps, len(sizes)))[:, clusters], d)
-    d = d.astype(np.int64)
-    sums = np.add.reduceat(d, np.concatenate([[0], np.cumsum(sizes)[:-1]]), axis=1)  # per image (contiguous)
-    statistic = d.sum(axis=1) ** 2 / (sums ** 2).sum(axis=1)
-    return float((stats.chi2.sf(statistic, 1) < 0.05).mean())
 
 
 @pytest.mark.parametrize("sizes, psi, rho", [

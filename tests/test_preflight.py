@@ -151,7 +151,8 @@ def scripted_runs(release: Path, folder: Path) -> list[Path]:
 
 def test_preflight_passes_on_a_release_built_like_the_demos(exported, run_cli, tmp_path):
     from cftools.release.layout import load_records
-    from cftools.release.preflight import preflight_figures, release_provenance, stored_runs
+    from cftools.release.preflight import preflight_figures, release_provenance
+    from cftools.release.preflight_check import stored_runs
 
     workspace, release = exported
     card = (release / "README.md").read_text(encoding="utf-8")

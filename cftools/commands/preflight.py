@@ -27,7 +27,8 @@ def preflight_cmd(ctx: click.Context, release: Path, run_dirs: tuple[Path, ...],
     between two models it detects (80% power, alpha 0.05, paired test clustered by image); the human ceiling with
     its Wilson interval; chance and the blind floor. Then the reviewer's checks: croissant, rai_fields, licence,
     sha256, images. Exit 1 naming each check that failed."""
-    from cftools.release.preflight import render_json, render_markdown, run_preflight
+    from cftools.release.preflight import render_json, render_markdown
+    from cftools.release.preflight_check import run_preflight
 
     workspace = optional_workspace(ctx)
     report = run_preflight(release, workspace.store if workspace is not None else None, run_dirs)

@@ -100,14 +100,29 @@ def chance_of(question: Any) -> Optional[float]:
     return None
 
 
+class QuestionShapes:
+    """Stands in for the eval prompt templates (`cftools.evaluate.questions.PromptTemplates`): the figures need which
+    questions a model is asked and their answers to choose from, not the prompts' text, whose rendering would be most
+    of an export's time here."""
+
+    def question(self, **_: Any) -> str:
+        return ""
+
+    def named(self, _: str) -> "QuestionShapes":
+        return self
+
+    def render(self, **_: Any) -> str:
+        return ""
+
+
 def release_units(release_dir: Path, records: Sequence[dict[str, Any]]) -> list[Unit]:
     """Every question `cftools eval` asks of the release's records (generate mode, judged questions left out);
     a record whose questions cannot be built (a missing image file: the `images` check names it) is left out."""
     from cftools.errors import CftoolsError
     from cftools.evaluate.compare import image_of
-    from cftools.evaluate.questions import PromptTemplates, build_questions
+    from cftools.evaluate.questions import build_questions
 
-    templates = PromptTemplates()
+    templates = QuestionShapes()
     images = {str(r.get("id")): image_of(r) for r in records if "id" in r}
 
     def build(chosen: Sequence[dict[str, Any]]) -> list[Any]:
@@ -365,6 +380,11 @@ def release_provenance(release_dir: Path) -> dict[str, dict[str, Any]]:
 
 # -- Markdown ------------------------------------------------------------------------------------------------------
 
+def cell(text: str) -> str:
+    """A name from the data as one Markdown table cell (a group may hold a pipe or a line break)."""
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
 def pts(value: Optional[float]) -> str:
     return "–" if value is None else f"{100 * value:.1f}"
 
@@ -410,7 +430,7 @@ def figures_markdown(report: PreflightReport, heading: str = "##") -> list[str]:
     lines += [header, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for s in report.scopes:
         blind = s.blind or {}
-        lines.append(f"| {s.kind} | {s.group} | {s.items} | {s.questions} | {s.images} | {mdd_cell(s)} | "
+        lines.append(f"| {cell(s.kind)} | {cell(s.group)} | {s.items} | {s.questions} | {s.images} | {mdd_cell(s)} | "
                      f"{interval(s.ceiling)} | {pts(s.chance)} | {pts(blind.get('accuracy'))} | "
                      f"{pts(blind.get('share_items_right'))} |")
     if any(s.controls for s in report.scopes):

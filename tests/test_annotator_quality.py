@@ -76,14 +76,33 @@ def test_predicted_error_of_agreeing_judges_and_of_an_adjudicator():
     assert predicted_error([0.8]) == pytest.approx(0.2)
 
 
-def test_release_error_rate_with_an_audit_uses_prediction_powered_inference_and_covers_the_truth():
-    items, wrong, audit = _release(2000, seed=1, audit_share=0.1)
-    rate = release_error_rate(items, audit)
-    truth = sum(wrong.values()) / len(wrong)
+def test_release_error_rate_with_an_audit_is_prediction_powered_and_narrower_with_a_telling_predictor():
+    # Wrong items were decided by an adjudicator who failed every control, right ones by two who passed every one:
+    # the predictor tells them apart, so the audit needs to correct it little and the interval is narrow.
+    good, bad = (Decider("a", 30, 30), Decider("b", 30, 30)), (Decider("c", 0, 30),)
+    wrong = {f"i{i}": i % 20 == 0 for i in range(2000)}  # 5%
+    items = [ItemEvidence(key, bad if w else good, adjudicated=w) for key, w in wrong.items()]
+    audited = sorted(wrong)[::10]  # 200 items, 10 of them wrong
+    rate = release_error_rate(items, {key: not wrong[key] for key in audited})
     assert "prediction-powered inference" in rate.interval.method and not rate.model_based
-    assert rate.audited == 200 and rate.audited_wrong == sum(1 for right in audit.values() if not right)
-    assert rate.interval.low <= truth <= rate.interval.high
-    assert rate.interval.low <= rate.interval.estimate <= rate.interval.high
+    assert (rate.audited, rate.audited_wrong) == (200, 10)
+    assert rate.interval.low <= 0.05 <= rate.interval.high
+    audit_alone = wilson_interval(10, 200)
+    assert rate.interval.high - rate.interval.low < (audit_alone.high - audit_alone.low) / 2
+
+
+def test_with_a_predictor_that_tells_nothing_the_audit_interval_is_wilsons_of_the_audit():
+    same = (Decider("a", 27, 30), Decider("b", 27, 30))
+    wrong = {f"i{i}": i % 25 == 0 for i in range(20000)}  # 4%
+    items = [ItemEvidence(key, same) for key in wrong]
+    audited = sorted(wrong)[::50]  # 400 items
+    found = sum(wrong[key] for key in audited)
+    rate = release_error_rate(items, {key: not wrong[key] for key in audited}).interval
+    classical = wilson_interval(found, len(audited))
+    share_of_rest = (rate.estimate * 20000 - found) / (20000 - len(audited))
+    assert share_of_rest == pytest.approx(classical.estimate)
+    # the interval of the release's own items: Wilson's, a little wider for the items not audited (1/n + 1/m)
+    assert rate.low == pytest.approx(classical.low, abs=0.002) and rate.high == pytest.approx(classical.high, abs=0.002)
 
 
 def test_release_error_rate_without_controls_falls_back_to_the_audit_alone():

@@ -19,8 +19,8 @@ The release: each item goes to two people of the team at random; equal verdicts 
 ones go to a third person, whose verdict is released. An item is wrong when both judges were wrong the same way or
 the adjudicator was wrong. Each person's control accuracy comes from ~1 control per 10 of their tasks.
 
-    .venv/bin/python bench/bench_annotators.py [--runs 2000] [--release-runs 300] [--items 2000] [--audit 0.1]
-                                               [--plot naming.png]
+    .venv/bin/python bench/bench_annotators.py [--runs 2000] [--release-runs 150] [--items 2000] [--audit 0.1]
+                                               [--workers 2] [--plot naming.png]
 """
 
 from __future__ import annotations
@@ -141,7 +141,7 @@ def one_release(people: list, n_items: int, audit_share: float, rng: random.Rand
         wrong[key] = released != truth
     audited = rng.sample(sorted(wrong), int(round(audit_share * n_items)))
     with_audit = release_error_rate(evidence, {key: not wrong[key] for key in audited})
-    model = release_error_rate(evidence, draws=1000, seed=rng.randrange(2**31))
+    model = release_error_rate(evidence, draws=500, seed=rng.randrange(2**31))
     truth = sum(wrong.values()) / n_items
     return {"truth": truth, "audit": with_audit.interval, "model": model.interval,
             "clt": clt_interval(evidence, wrong, audited)}
@@ -168,16 +168,25 @@ def clt_interval(evidence: list, wrong: dict, audited: list) -> tuple[float, flo
             (found + len(rest) * min(float(high[0]), 1.0)) / total)
 
 
-def releases(runs: int, n_items: int, audit_share: float, progress: Progress, seed: int) -> dict[str, list[dict]]:
-    out: dict[str, list[dict]] = {}
+def release_run(label: str, run: int, n_items: int, audit_share: float, seed: int) -> tuple[str, dict]:
+    rng = random.Random(f"release:{label}:{seed}:{run}")
+    return label, one_release(MIXES[label](seed * 100_000 + run), n_items, audit_share, rng)
+
+
+def releases(runs: int, n_items: int, audit_share: float, progress: Progress, seed: int,
+             workers: int) -> dict[str, list[dict]]:
+    """RUNS simulated releases per team, in WORKERS processes (each run seeded by its team and number alone)."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    out: dict[str, list[dict]] = {label: [] for label in MIXES}
     job = progress.add_task("releases", total=runs * len(MIXES))
-    for label, make in MIXES.items():
-        results = []
-        for run in range(runs):
-            rng = random.Random(f"release:{label}:{seed}:{run}")
-            results.append(one_release(make(seed * 100_000 + run), n_items, audit_share, rng))
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        jobs = [(label, run) for label in MIXES for run in range(runs)]
+        for label, result in pool.map(release_run, [j[0] for j in jobs], [j[1] for j in jobs],
+                                      [n_items] * len(jobs), [audit_share] * len(jobs), [seed] * len(jobs),
+                                      chunksize=8):
+            out[label].append(result)
             progress.advance(job)
-        out[label] = results
     return out
 
 
@@ -220,17 +229,18 @@ def plot(path: Path, named_runs: dict[str, list[tuple[int, int]]]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=2000, help="runs per scripted person (naming)")
-    parser.add_argument("--release-runs", type=int, default=300, help="simulated releases per team mix")
+    parser.add_argument("--release-runs", type=int, default=150, help="simulated releases per team mix")
+    parser.add_argument("--workers", type=int, default=2, help="processes simulating releases")
     parser.add_argument("--items", type=int, default=2000, help="items per release")
     parser.add_argument("--audit", type=float, default=0.1, help="share of the items audited")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--plot", type=Path, help="write a PNG of the share named against controls judged")
     args = parser.parse_args()
-    console = Console()
+    console = Console(width=150)
     start = time.perf_counter()
     with Progress(console=console, transient=True) as progress:
         named_runs = naming(args.runs, progress, args.seed)
-        release_runs = releases(args.release_runs, args.items, args.audit, progress, args.seed)
+        release_runs = releases(args.release_runs, args.items, args.audit, progress, args.seed, args.workers)
 
     table = Table(title=f"Naming: min_accuracy {DEFAULT_MIN_ACCURACY:g}, Wilson 95%, from the "
                         f"{DEFAULT_MIN_CONTROLS}th control, control rate {DEFAULT_CONTROL_RATE:g}; "

@@ -10,7 +10,7 @@ import pytest
 
 from cftools.annotate.quality import (
     DEFAULT_CONTROL_RATE, DEFAULT_MIN_ACCURACY, DEFAULT_MIN_CONTROLS, ControlScore, Decider, ItemEvidence,
-    analysis_croissant, analysis_markdown, annotation_analysis, lead_times, named_below, overturn_rates, pair_kappas,
+    analysis_croissant, analysis_markdown, annotation_analysis, item_evidence, lead_times, named_below, overturn_rates, pair_kappas,
     predicted_error, release_error_rate, wilson_interval,
 )
 from cftools.annotate.verification import pseudonym
@@ -217,6 +217,16 @@ def test_the_analysis_uses_release_pseudonyms_and_renders_for_the_card_and_crois
     assert "| annotator | controls |" in card and "Cohen's kappa" in card
     assert all(isinstance(s, str) for s in sentences)
     assert analysis.as_dict()["error_rate"]["model_based"] is True
+
+
+def test_item_evidence_names_the_adjudicator_or_the_agreeing_judges(store):
+    controls = {"ann1@x": ControlScore(9, 10), "ann3@x": ControlScore(10, 10)}
+    with store.store.session() as session:
+        evidence = {e.item: e for e in item_evidence(session, controls, ["q1", "q2", "q9"])}
+    assert [d.person for d in evidence["q1"].deciders] == ["ann1@x", "ann2@x"] and not evidence["q1"].adjudicated
+    assert evidence["q1"].deciders[1].controls == 0  # ann2 judged no control
+    assert evidence["q2"].adjudicated and evidence["q2"].deciders == (Decider("ann3@x", 10, 10),)
+    assert evidence["q9"].deciders == ()  # nobody judged it
 
 
 # ---------------------------------------------------------------- scripted annotators

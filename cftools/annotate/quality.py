@@ -357,6 +357,39 @@ class ErrorRate:
                 "audited_wrong": self.audited_wrong, "model_based": self.model_based}
 
 
+def item_evidence(session: Any, controls: Mapping[str, ControlScore], item_keys: Collection[str],
+                  kind: Optional[str] = None) -> list[ItemEvidence]:
+    """How each of ITEM_KEYS' items was decided, from the store: its adjudicator when a decided adjudication
+    settled it, else the people whose counted verify judgments decided it; CONTROLS (email -> ControlScore) give
+    their control counts (none judged: 0 of 0). An item nobody judged has no deciders."""
+    from sqlalchemy import select
+
+    from cftools.models import AnnotationTask
+
+    rows = counted_judgments(session, kind, item_keys)
+    decided = set(session.execute(select(AnnotationTask.item_id).where(
+        AnnotationTask.purpose == ADJUDICATE, AnnotationTask.state == DECIDED)).scalars())
+    adjudicator: dict[str, str] = {}
+    judges: dict[str, list[str]] = defaultdict(list)
+    for row in rows:
+        if row.purpose == ADJUDICATE and row.item_id in decided:
+            adjudicator.setdefault(row.item_key, row.person)
+        elif row.purpose == VERIFY and row.person not in judges[row.item_key]:
+            judges[row.item_key].append(row.person)
+
+    def decider(person: str) -> Decider:
+        score = controls.get(person) or ControlScore(0, 0)
+        return Decider(person, score.correct, score.n)
+
+    out = []
+    for key in sorted(set(item_keys)):
+        if key in adjudicator:
+            out.append(ItemEvidence(key, (decider(adjudicator[key]),), adjudicated=True))
+        else:
+            out.append(ItemEvidence(key, tuple(decider(p) for p in judges.get(key, [])[:2])))
+    return out
+
+
 def predictor_available(items: Sequence[ItemEvidence]) -> bool:
     """Every item has deciders and every decider judged at least one control."""
     return bool(items) and all(e.deciders and all(d.controls > 0 for d in e.deciders) for e in items)

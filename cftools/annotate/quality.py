@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import combinations
 from typing import Any, Collection, Mapping, Optional, Sequence
 
@@ -43,6 +43,7 @@ from cftools.annotate.rules import label_agreement
 from cftools.annotate.verification import pseudonym
 from cftools.judgments import ADJUDICATE, VERIFY, Answer, Decision, normal_correction
 from cftools.models import NEEDS_ADJUDICATION
+from cftools.store import in_chunks
 
 CONFIDENCE = 0.95
 # Chosen by bench/bench_annotators.py (exact sequential figures in docs/annotate.md): a person is named once the
@@ -169,7 +170,7 @@ def counted_judgments(session: Any, kind: Optional[str] = None,
 
     from cftools.models import AnnotationTask, Item, Judgment
 
-    query = (select(Item.kind, Item.id, Item.key, Item.data, AnnotationTask.purpose, Judgment)
+    query = (select(Item.kind, Item.id, Item.key, AnnotationTask.purpose, Judgment)
              .join(AnnotationTask, AnnotationTask.id == Judgment.task_id)
              .join(Item, Item.id == AnnotationTask.item_id)
              .where(AnnotationTask.state.not_in(GONE),
@@ -179,13 +180,18 @@ def counted_judgments(session: Any, kind: Optional[str] = None,
         query = query.where(Item.kind == kind)
     wanted = set(item_keys) if item_keys is not None else None
     rows = []
-    for item_kind, item_id, key, data, purpose, j in session.execute(query):
+    for item_kind, item_id, key, purpose, j in session.execute(query):
         if wanted is not None and key not in wanted:
             continue
         lead = (j.raw or {}).get("lead_time")
         rows.append(JudgmentRow(item_kind, item_id, key, purpose, j.annotator, answer_of(j),
-                                float(lead) if isinstance(lead, (int, float)) else None, data))
-    return rows
+                                float(lead) if isinstance(lead, (int, float)) else None))
+    # An adjudication's decision may read its item's data (a MuCR cue set): only those items' data is read.
+    adjudicated = sorted({row.item_id for row in rows if row.purpose == ADJUDICATE})
+    data: dict[int, Optional[dict]] = {}
+    for part in in_chunks(adjudicated):
+        data.update(session.execute(select(Item.id, Item.data).where(Item.id.in_(part))).all())
+    return [replace(row, item_data=data.get(row.item_id)) if row.purpose == ADJUDICATE else row for row in rows]
 
 
 # ---------------------------------------------------------------- agreement per pair
@@ -638,8 +644,9 @@ def error_rate_sentence(rate: Optional[ErrorRate]) -> str:
     if rate is None:
         return ("Release error rate: not estimated (no audit, and not every judge of the released items judged "
                 "control items).")
-    return (f"Release error rate: {_interval_text(rate.interval)} of {rate.items} released items have a wrong "
-            f"answer; method: {rate.interval.method}.")
+    interval = rate.interval
+    return (f"Release error rate: {100 * interval.estimate:.1f}% of the {rate.items} released items have a wrong "
+            f"answer (interval {100 * interval.low:.1f}% to {100 * interval.high:.1f}%); method: {interval.method}.")
 
 
 def analysis_markdown(analysis: AnnotationAnalysis) -> str:

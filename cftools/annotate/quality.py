@@ -558,17 +558,18 @@ class AnnotationAnalysis:
     pairs: list[PairKappa] = field(default_factory=list)  # under pseudonymous ids
     error_rate: Optional[ErrorRate] = None
     min_accuracy: float = DEFAULT_MIN_ACCURACY
+    min_controls: int = DEFAULT_MIN_CONTROLS
 
     def as_dict(self) -> dict[str, Any]:
         return {"people": [p.as_dict() for p in self.people], "pairs": [p.as_dict() for p in self.pairs],
                 "error_rate": self.error_rate.as_dict() if self.error_rate else None,
-                "min_accuracy": self.min_accuracy}
+                "min_accuracy": self.min_accuracy, "min_controls": self.min_controls}
 
 
 def analysis_of(controls: Mapping[str, ControlScore], pairs: Sequence[PairKappa],
                 overturns: Sequence[OverturnRate], speeds: Sequence[LeadTime],
                 error_rate: Optional[ErrorRate] = None, min_accuracy: float = DEFAULT_MIN_ACCURACY,
-                task: str = VERIFY) -> AnnotationAnalysis:
+                task: str = VERIFY, min_controls: int = DEFAULT_MIN_CONTROLS) -> AnnotationAnalysis:
     """Gather per-person figures under pseudonymous ids (CONTROLS, PAIRS, OVERTURNS and SPEEDS by email, as the
     readers return them; lead times of TASK only, pooled over kinds)."""
     people: dict[str, PersonFigures] = {}
@@ -580,7 +581,7 @@ def analysis_of(controls: Mapping[str, ControlScore], pairs: Sequence[PairKappa]
         figures = person(email)
         figures.controls, figures.controls_correct = score.n, score.correct
         figures.accuracy = wilson_interval(score.correct, score.n)
-        figures.named = named_below(score.correct, score.n, min_accuracy)
+        figures.named = named_below(score.correct, score.n, min_accuracy, min_controls=min_controls)
     hidden = []
     for pair in pairs:
         a, b = person(pair.first), person(pair.second)
@@ -607,12 +608,13 @@ def analysis_of(controls: Mapping[str, ControlScore], pairs: Sequence[PairKappa]
         figures.lead_time_p90_s = max(s.p90_s for s in found)
     return AnnotationAnalysis(sorted(people.values(), key=lambda p: p.id),
                               sorted(hidden, key=lambda p: (p.kind, p.task, p.first, p.second)), error_rate,
-                              min_accuracy)
+                              min_accuracy, min_controls)
 
 
 def annotation_analysis(session: Any, controls: Mapping[str, ControlScore], error_rate: Optional[ErrorRate] = None,
                         kind: Optional[str] = None, item_keys: Optional[Collection[str]] = None,
-                        min_accuracy: float = DEFAULT_MIN_ACCURACY) -> AnnotationAnalysis:
+                        min_accuracy: float = DEFAULT_MIN_ACCURACY,
+                        min_controls: int = DEFAULT_MIN_CONTROLS) -> AnnotationAnalysis:
     """The analysis from the store (judgments of KIND's items, only ITEM_KEYS' when given) and the CONTROLS
     scored per person (email -> ControlScore)."""
     from sqlalchemy import select
@@ -623,7 +625,7 @@ def annotation_analysis(session: Any, controls: Mapping[str, ControlScore], erro
     decided = set(session.execute(select(AnnotationTask.item_id).where(
         AnnotationTask.purpose == ADJUDICATE, AnnotationTask.state == DECIDED)).scalars())
     return analysis_of(controls, kappas_of(rows), overturns_of(rows, decided), lead_times_of(rows), error_rate,
-                       min_accuracy)
+                       min_accuracy, min_controls=min_controls)
 
 
 # ---------------------------------------------------------------- renderers
@@ -657,7 +659,7 @@ def analysis_markdown(analysis: AnnotationAnalysis) -> str:
         return "\n".join(lines + ["No person judged the items of this release.", ""])
     lines += [f"Accuracy on control items (items with a settled answer) with Wilson 95% intervals; a person is "
               f"named when the interval lies wholly below {analysis.min_accuracy:g} (after at least "
-              f"{DEFAULT_MIN_CONTROLS} controls). Overturned: share of their adjudicated items decided otherwise. "
+              f"{analysis.min_controls} controls). Overturned: share of their adjudicated items decided otherwise. "
               "Lead time: seconds a task was open (median, 90th percentile).", "",
               "| annotator | controls | accuracy (95% CI) | named | adjudicated | overturned (95% CI) | "
               "lead time median / p90 (s) |",

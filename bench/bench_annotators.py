@@ -72,7 +72,8 @@ def right(person, rng: random.Random, yes_no_share: float = 0.5) -> bool:  # noq
 # ---------------------------------------------------------------- naming
 
 
-def controls_until_named(person, rng: random.Random, tasks: int, yes_no_share: float = 0.5) -> tuple[int, int]:  # noqa: ANN001
+def controls_until_named(person, rng: random.Random, tasks: int,  # noqa: ANN001
+                         yes_no_share: float = 0.5) -> tuple[int, int]:
     """Work through TASKS tasks (each a control with DEFAULT_CONTROL_RATE), checking the rule after each control;
     (controls judged when named or at the end, 1 if named else 0)."""
     correct = n = 0

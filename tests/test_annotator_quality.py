@@ -10,8 +10,8 @@ import pytest
 
 from cftools.annotate.quality import (
     DEFAULT_CONTROL_RATE, DEFAULT_MIN_ACCURACY, DEFAULT_MIN_CONTROLS, ControlScore, Decider, ItemEvidence,
-    analysis_croissant, analysis_markdown, annotation_analysis, item_evidence, lead_times, named_below, overturn_rates, pair_kappas,
-    predicted_error, release_error_rate, wilson_interval,
+    analysis_croissant, analysis_markdown, annotation_analysis, item_evidence, lead_times, named_below,
+    overturn_rates, pair_kappas, predicted_error, release_error_rate, wilson_interval,
 )
 from cftools.annotate.verification import pseudonym
 from cftools.models import ACCEPTED, IN_REVIEW, AnnotationTask, Item, Judgment
@@ -139,7 +139,7 @@ def test_an_audit_of_items_not_released_is_refused():
 def store(tmp_path_factory):
     """Three cvqa items: item 1 judged alike by ann1 and ann2; item 2 judged apart and adjudicated by ann3 (for
     ann1's verdict); item 3 judged by ann1 and ann2 with a correction each, the same; a deleted task's judgment
-    and someone else's judgment of an assigned task do not count."""
+    and someone else's judgment of an assigned task do not count; a MuCR pair's select task judged apart."""
     from cftools.workspace import init_workspace
 
     ws = init_workspace(tmp_path_factory.mktemp("quality") / "ws")
@@ -154,7 +154,8 @@ def store(tmp_path_factory):
                                   ls_task_id=None, state=state, assignee=assignee or person)
             session.add(task)
             session.flush()
-            session.add(Judgment(task_id=task.id, annotator=person, raw={"lead_time": lead}, **answer))
+            raw = {"lead_time": lead, "fields": answer.pop("raw_fields", None)}
+            session.add(Judgment(task_id=task.id, annotator=person, raw=raw, **answer))
 
         yes = dict(related=True, answer_correct=True)
         no = dict(related=True, answer_correct=False)
@@ -169,15 +170,22 @@ def store(tmp_path_factory):
         judged(items[2], "ann2@x", state="deleted", lead=999.0, **yes)  # a deleted task: not counted
         judged(items[2], "intruder@x", assignee="ann1@x", lead=999.0, **yes)  # not the assignee's: not counted
         items[2].status = IN_REVIEW
+        pair = Item(key="m1", kind="mucr", group="pair", question="cause and effect", status=IN_REVIEW)
+        session.add(pair)
+        session.flush()
+        for person, effect in (("ann1@x", 2), ("ann2@x", 3)):  # a kind's own task: one unit (style) each
+            judged(pair, person, purpose="select:photo", raw_fields={"cause": 1, "effect": effect})
     yield ws
     ws.close()
 
 
 def test_pair_kappas_compare_the_verdicts_of_the_items_both_judged(store):
     with store.store.session() as session:
-        pairs = pair_kappas(session)
-        assert pair_kappas(session, kind="mucr") == []
+        pairs = pair_kappas(session, kind="cvqa")
+        own = pair_kappas(session, kind="mucr")
     assert [(p.kind, p.task, p.first, p.second, p.n) for p in pairs] == [("cvqa", "verify", "ann1@x", "ann2@x", 3)]
+    # a kind's own task: its agreement labels together (MuCR select: the picks), per task, not per unit
+    assert [(p.task, p.n, p.percent_agreement) for p in own] == [("select", 1, 0.0)]
     # verdicts: accepted/accepted, accepted/accepted: 3, accepted: 4/accepted: 4 (the corrections' normal form)
     assert pairs[0].percent_agreement == pytest.approx(200 / 3)
     assert pairs[0].kappa == pytest.approx(0.5)  # sklearn: po 2/3, pe 1/3 (labels: accepted, accepted: 3, ...: 4)

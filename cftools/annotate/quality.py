@@ -24,9 +24,9 @@ The figures, in words (docs/annotate.md, "Annotator quality: the figures", says 
   on a yes/no question); an adjudicated item is wrong when its adjudicator is (1 - p). With an audited random
   sample (`annotate audit`): prediction-powered inference (the PPI++ estimate, with a score interval: see
   `_ppi_interval`) of the share of wrong items among those not audited, the audited ones counting as the audit
-  found them; without predictor, the Wilson interval of the audit alone. Without an audit: a model-based estimate whose interval comes from a parametric bootstrap over
-  each person's accuracy (Beta(correct + 1/2, wrong + 1/2), Jeffreys) and the items' outcomes: it holds only as
-  far as the model does, and says so.
+  found them; without predictor, the Wilson interval of the audit alone. Without an audit: a model-based
+  estimate whose interval comes from a parametric bootstrap over each person's accuracy (Beta(correct + 1/2,
+  wrong + 1/2), Jeffreys) and the items' outcomes: it holds only as far as the model does, and says so.
 """
 
 from __future__ import annotations

@@ -4,8 +4,9 @@
 ranking under `data.edit_checks` (best first). The released edit is the one the verifiers chose
 (`data.edit_selected`, a candidate number), else the best-ranked candidate; its path (images/<sha256>.png, like
 `image`) goes into `data.edited_image`, so croissant.json describes it as a field of the kind's record set, and
-`data.edited_image_verified` says which of the two it is. A candidate people rejected (`data.edit_verification[k]
-.decision` = rejected, see `cftools.kinds.edit_task`) is never released.
+`data.edited_image_verified` says which of the two it is. An item whose edits people judged without accepting one
+(`data.edit_verification`, see `cftools.kinds.edit_task`) releases no edited image: their word wins over the
+automatic ranking.
 
 `data.edited_answer` is the answer to the original question about the edited image: the answer the two verifiers
 (or the adjudicator) gave for a verified edit (`data.edit_answer`), else the counterfactual answer. An item without
@@ -21,12 +22,12 @@ EDITED_IMAGE = "edited_image"
 
 def chosen_candidate(data: dict[str, Any]) -> Optional[str]:
     """The number (as a string) of the edit that is released, or None."""
-    verdicts = data.get("edit_verification") or {}
-    candidates = {k: c for k, c in (data.get("edit_candidates") or {}).items()
-                  if (verdicts.get(k) or {}).get("decision") != "rejected"}
+    candidates = data.get("edit_candidates") or {}
     selected = data.get("edit_selected")
     if selected is not None and str(selected) in candidates:
         return str(selected)
+    if data.get("edit_verification"):  # people judged its edits and accepted none (yet): their word wins
+        return None
     ranked = [str(c.get("k")) for c in data.get("edit_checks") or [] if str(c.get("k")) in candidates]
     return ranked[0] if ranked else (min(candidates, key=int) if candidates else None)
 

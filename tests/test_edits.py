@@ -262,7 +262,7 @@ def test_eval_asks_the_original_question_about_the_edited_image_and_computes_the
 # ------------------------------------------------------------------ released: the edit travels with its item
 
 
-def test_the_release_carries_the_chosen_edit_beside_the_original_and_verifies(items_ws, tiny, run_cli):
+def test_the_release_carries_the_chosen_edit_beside_the_original_and_verifies(items_ws, tiny, run_cli, tmp_path):
     store = items_ws.store
     with store.write() as session:
         for item in session.execute(select(Item)).scalars():
@@ -283,8 +283,68 @@ def test_the_release_carries_the_chosen_edit_beside_the_original_and_verifies(it
         assert record["data"]["edited_image_verified"] is False
     croissant = json.loads((folder / "croissant.json").read_text())
     fields = [f["name"] for rs in croissant["recordSet"] for f in rs.get("field", [])]
-    assert "edited_image" in fields
+    assert {"edited_image", "edited_answer", "edited_image_model", "edited_image_licence"} <= set(fields)
     assert run_cli("verify", str(folder)).exit_code == 0
+    from cftools.release.browse import item_view
+
+    assert [label for label, _ in item_view(records[0], {}, {})["images"][:2]] == ["image", "edited"]  # side by side
+    card = (folder / "README.md").read_text()
+    assert "## Edited images" in card and "| Apache-2.0 | 2 | 0 |" in card and "commercial" not in card
+    harness_formats_ask_about_the_edited_image(items_ws, run_cli, tmp_path)
+
+
+def harness_formats_ask_about_the_edited_image(items_ws, run_cli, tmp_path) -> None:
+    """lmms-eval docs and VLMEvalKit rows hold the original question about the edited image (its gold: the edited
+    image's answer), paired with the original image's; predictions read back by `cftools eval import` give the
+    paired score."""
+    import base64
+    import csv
+    import sys
+
+    from cftools.evaluate.run import load_run
+    from cftools.release.lmms_eval import metric_name
+
+    with items_ws.store.write() as session:  # people verified the count edit's best candidate and counted 4
+        item = session.execute(select(Item).where(Item.group == "numerical-direct")).scalar_one()
+        item.data = {**item.data, "edit_selected": item.data["edit_checks"][0]["k"], "edit_answer": "4"}
+    folders = {}
+    for fmt in ("lmms-eval", "vlmevalkit"):
+        result = run_cli("export", "edits", "--version", "1.0", "--licence", "CC-BY-4.0", "--format", fmt, "--json")
+        assert result.exit_code == 0, result.output
+        folders[fmt] = Path(json.loads(result.output)["path"])
+    records = {r["id"]: r for r in map(json.loads, (folders["lmms-eval"] / "records.jsonl").read_text().splitlines())}
+    docs = [json.loads(line) for line in (folders["lmms-eval"] / "edits_cvqa" / "test.jsonl").read_text().splitlines()]
+    edited = {d["item_id"]: d for d in docs if d["which"] == "edited"}
+    assert len(edited) == 2
+    for item_id, doc in edited.items():
+        data = records[item_id]["data"]
+        assert doc["images"] == [data["edited_image"]] and doc["gold"] == data["edited_answer"]
+        assert doc["prompt"].startswith(records[item_id]["original_question"])
+    assert sorted(d["gold"] for d in edited.values()) == ["4", "no"]  # the verified answer; else the counterfactual
+    task = (folders["lmms-eval"] / "edits_cvqa" / "edits_cvqa.yaml").read_text()
+    assert metric_name("total", "edited_paired") in task
+    csv.field_size_limit(sys.maxsize)
+    files = []
+    for tsv in sorted(folders["vlmevalkit"].glob("*.tsv")):
+        with open(tsv, encoding="utf-8", newline="") as fh:
+            rows = list(csv.DictReader(fh, delimiter="\t"))
+        by_role = {r["l2-category"]: r for r in rows}
+        assert by_role["original"]["pair_index"] == by_role["edited"]["index"]
+        assert by_role["edited"]["pair_index"] == by_role["original"]["index"]
+        assert by_role["counterfactual"]["pair_index"] == ""
+        data = records[by_role["edited"]["item_id"]]["data"]
+        assert base64.b64decode(by_role["edited"]["image"]) == (folders["vlmevalkit"] / data["edited_image"]).read_bytes()
+        predictions = tmp_path / f"model_{tsv.name}"
+        with open(predictions, "w", encoding="utf-8", newline="") as fh:  # a model that answers every row right
+            writer = csv.DictWriter(fh, fieldnames=[*rows[0], "prediction"], delimiter="\t")
+            writer.writeheader()
+            writer.writerows({**r, "prediction": r["answer"]} for r in rows)
+        files.append(str(predictions))
+    out = run_cli("eval", "import", str(folders["vlmevalkit"]), *files, "--out", str(tmp_path / "run"))
+    assert out.exit_code == 0, out.output
+    total = load_run(tmp_path / "run").summary["cvqa"]["edited"][-1]
+    assert total["group"] == "total" and total["n"] == 2 and total["paired"]["value"] == 1.0
+    assert "paired" in (tmp_path / "run" / "report.md").read_text()
 
 
 # ------------------------------------------------------------------ verified by two people (the edit task)

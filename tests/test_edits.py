@@ -117,6 +117,14 @@ def test_a_non_commercial_model_is_used_only_when_asked(cache_dir, tmp_path):
     backend = make_edit_backend({"allow_non_commercial": True}, model=str(folder))
     assert backend.licence == "flux-1-dev-non-commercial-license"
     backend.close()
+    # as the FLUX.1 [dev] cards write it: `license: other` and the licence's name beside it
+    (folder / "README.md").write_text("---\nlicense: other\nlicense_name: flux-1-dev-non-commercial-license\n---\n")
+    with pytest.raises(ImageGenError, match="not for commercial use"):
+        make_edit_backend({}, model=str(folder))
+    (folder / "README.md").unlink()  # no card: a folder named as a known model takes the table's licence
+    named = folder.rename(tmp_path / "FLUX.1-Kontext-dev")
+    with pytest.raises(ImageGenError, match=r"FLUX.1 \[dev\] Non-Commercial License"):
+        make_edit_backend({}, model=str(named))
 
 
 @pytest.fixture(scope="module")

@@ -341,7 +341,8 @@ def harness_formats_ask_about_the_edited_image(items_ws, run_cli, tmp_path) -> N
         assert by_role["edited"]["pair_index"] == by_role["original"]["index"]
         assert by_role["counterfactual"]["pair_index"] == ""
         data = records[by_role["edited"]["item_id"]]["data"]
-        assert base64.b64decode(by_role["edited"]["image"]) == (folders["vlmevalkit"] / data["edited_image"]).read_bytes()
+        edited_file = folders["vlmevalkit"] / data["edited_image"]
+        assert base64.b64decode(by_role["edited"]["image"]) == edited_file.read_bytes()  # base64 like the others
         predictions = tmp_path / f"model_{tsv.name}"
         with open(predictions, "w", encoding="utf-8", newline="") as fh:  # a model that answers every row right
             writer = csv.DictWriter(fh, fieldnames=[*rows[0], "prediction"], delimiter="\t")
@@ -385,7 +386,8 @@ def test_edit_task_decides_by_two_people_and_an_adjudicator_and_shows_only_check
     third = decide_edit("2", [("a", edit_judgment(candidate="2")), ("b", edit_judgment(changed=True, what="sky",
                                                                                        candidate="2")),
                               ("c", edit_judgment(answer="three", candidate="2"))], free_text_answer)
-    assert third.decided and third.data["edit_answer"] == "3" and third.data["edit_verification"]["2"]["annotators"] == ["c"]
+    assert third.decided and third.data["edit_answer"] == "3"
+    assert third.data["edit_verification"]["2"]["annotators"] == ["c"]
     rejected = decide_edit("2", [("a", edit_judgment(shows=False, candidate="2")),
                                  ("b", edit_judgment(changed=True, what="the sky", candidate="2"))], free_text_answer)
     assert rejected.decided and "edit_selected" not in rejected.data

@@ -2,14 +2,14 @@
 
 A record with an edited image (`data.edited_image`, see `cftools.release.edited`) gets a third question,
 `edited`: the original question's text about the edited image, whose gold answer is `data.edited_answer` (the
-verifiers' answer for a verified edit, else the counterfactual answer; a multiple-choice item shows the counterfactual question's options). A text-only (blind) run asks it too, with
-no image: its text is the original question's, so a blind model answers both alike and its paired score is the
-floor the images have to lift.
+verifiers' answer for a verified edit, else the counterfactual answer; a multiple-choice item shows the
+counterfactual question's options). A text-only (blind) run asks it too, with no image: its text is the original
+question's, so a blind model answers both alike and its paired score is the floor the images have to lift.
 
 Per kind and group, `edited_section` reports on the items asked all three:
 
 - `original`: accuracy of the original question about the original image;
-- `edited`: accuracy of the original question about the edited image (gold: the counterfactual answer);
+- `edited`: accuracy of the original question about the edited image (gold: `data.edited_answer`);
 - `paired`: the share of items with both of those right (NaturalBench's group score over the image pair: a model
   that answers without looking at the image cannot get both);
 - `counterfactual`: accuracy of the text-only counterfactual question (about the original image), beside them;

@@ -163,7 +163,3 @@ def edit_agreement_labels(answer: Answer) -> dict[str, str]:
     return {"edit_shows_condition": YES if fields.get("shows_condition") else NO,
             "edit_other_change": YES if fields.get("other_change") else NO}
 
-
-def edit_record_answer(data: dict[str, Any]) -> Optional[str]:
-    """The answer people gave for the selected edit, if they verified it."""
-    return data.get("edit_answer") if data.get("edit_selected") is not None else None

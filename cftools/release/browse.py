@@ -1,8 +1,8 @@
 """`browse.html`: one static page per release to judge its items in (no server, no network, works from file://).
 
 Each card shows the item's images large enough to check its answer against (click one to see it full size; a
-MuCR pair's cause beside its effect; an item's edited image, `data.edited_image`, beside its original), its fields as labelled text (nested data flattened to labels, never a JSON
-blob), each explanation as a paragraph of its own, its check flags and the annotators' judgments.
+MuCR pair's cause beside its effect; an item's edited image, `data.edited_image`, beside its original), its
+fields as labelled text (nested data flattened to labels, never a JSON blob), each explanation as a paragraph of its own, its check flags and the annotators' judgments.
 
 The items are embedded in the page as one JSON document (characters that could end the script element are
 escaped) and drawn a page at a time by a few lines of inline JavaScript, with DOM text nodes only (so no text from
@@ -30,7 +30,8 @@ from cftools.release.selection import source_order
 BROWSE_NAME = "browse.html"
 FACETS = ("kind", "group", "split", "status")
 # data keys shown right after the questions, in this order, with these labels; the rest follow by name
-DATA_ROWS = (("edited_answer", "answer about the edited image"), ("cue", "cue"), ("false_cues", "false cues"), ("cue_choices", "cue choices"),
+DATA_ROWS = (("edited_answer", "answer about the edited image"), ("cue", "cue"), ("false_cues", "false cues"),
+             ("cue_choices", "cue choices"),
              ("cause_caption", "cause caption"), ("effect_caption", "effect caption"))
 # shown first, in this order (an edit beside its original; a MuCR pair: cause beside effect)
 FIRST_IMAGES = ("image", "edited", "cause", "effect")

@@ -368,7 +368,7 @@ def edit_judgment(shows: bool = True, changed: bool = False, answer: str = "2", 
 
 def test_edit_task_decides_by_two_people_and_an_adjudicator_and_shows_only_checked_candidates():
     from cftools.judgments import InvalidResult
-    from cftools.kinds.edit_task import (decide_edit, edit_units, exact_option, fit_edit, free_text_answer,
+    from cftools.annotate.edit_task import (decide_edit, edit_units, exact_option, fit_edit, free_text_answer,
                                          read_edit)
 
     data = {"edit_candidates": {"0": {"image": "sha256:a"}, "1": {"image": "sha256:b"}, "2": {"image": "sha256:c"}},

@@ -2,7 +2,8 @@
 
 Each card shows the item's images large enough to check its answer against (click one to see it full size; a
 MuCR pair's cause beside its effect; an item's edited image, `data.edited_image`, beside its original), its
-fields as labelled text (nested data flattened to labels, never a JSON blob), each explanation as a paragraph of its own, its check flags and the annotators' judgments.
+fields as labelled text (nested data flattened to labels, never a JSON blob), each explanation as a paragraph of
+its own, its check flags and the annotators' judgments.
 
 The items are embedded in the page as one JSON document (characters that could end the script element are
 escaped) and drawn a page at a time by a few lines of inline JavaScript, with DOM text nodes only (so no text from

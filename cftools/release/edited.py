@@ -4,9 +4,9 @@
 ranking under `data.edit_checks` (best first). The released edit is the one the verifiers chose
 (`data.edit_selected`, a candidate number), else the best-ranked candidate; its path (images/<sha256>.png, like
 `image`) goes into `data.edited_image`, so croissant.json describes it as a field of the kind's record set, and
-`data.edited_image_verified` says which of the two it is. An item whose edits people judged without accepting one
-(`data.edit_verification`, see `cftools.kinds.edit_task`) releases no edited image: their word wins over the
-automatic ranking.
+`data.edited_image_verified` says which of the two it is. An item whose edits people judged without accepting
+one (`data.edit_verification`, see `cftools.annotate.edit_task`) releases no edited image: their word wins over
+the automatic ranking.
 
 `data.edited_answer` is the answer to the original question about the edited image: the answer the two verifiers
 (or the adjudicator) gave for a verified edit (`data.edit_answer`), else the counterfactual answer. An item without

@@ -114,7 +114,7 @@ class CfmmKind(Kind):
         answers = self.read_result(purpose, result, workspace_root)
         if purpose == VERIFY:
             return read_verify(answers)
-        from cftools.kinds.edit_task import EDIT, read_edit
+        from cftools.annotate.edit_task import EDIT, read_edit
 
         if purpose == EDIT:
             return read_edit(answers)
@@ -136,7 +136,7 @@ class CfmmKind(Kind):
         elif task == ADJUDICATE:
             fit_adjudication(answer, task_data)
         else:
-            from cftools.kinds.edit_task import EDIT, fit_edit
+            from cftools.annotate.edit_task import EDIT, fit_edit
 
             if task == EDIT:
                 fit_edit(answer, task_data)
@@ -173,26 +173,26 @@ class CfmmKind(Kind):
         if task == "verify" and "cf_answer" in fields:
             return {"basic_correct": "yes" if fields.get("basic_correct") else "no",
                     "counterfactual_answer": str(fields["cf_answer"])}
-        from cftools.kinds.edit_task import EDIT, edit_agreement_labels
+        from cftools.annotate.edit_task import EDIT, edit_agreement_labels
 
         return edit_agreement_labels(answer) if task == EDIT else {}
 
-    # -- the edit task (cftools.kinds.edit_task) ---------------------------------------------------------------
+    # -- the edit task (cftools.annotate.edit_task) ------------------------------------------------------------
 
     def task_spec(self, task: str):  # noqa: ANN201
-        from cftools.kinds.edit_task import EDIT, edit_spec
+        from cftools.annotate.edit_task import EDIT, edit_spec
 
         return edit_spec(self.name) if task == EDIT else None
 
     def task_units(self, task: str, item: Any) -> list[str]:
-        from cftools.kinds.edit_task import edit_units
+        from cftools.annotate.edit_task import edit_units
 
         return edit_units(item.data or {})
 
     def task_payload(self, task: str, unit: str, item: Any, source: Any, image_value: str,
                      extra_images: dict[str, str]) -> dict[str, Any]:
         """The basic question about the edited image, answered by picking one of the pair's options."""
-        from cftools.kinds.edit_task import edit_payload
+        from cftools.annotate.edit_task import edit_payload
 
         data = item.data or {}
         options = data.get("options") or {}
@@ -201,7 +201,7 @@ class CfmmKind(Kind):
         return edit_payload(unit, item, question, image_value, extra_images, choices)
 
     def decide_task(self, task: str, unit: str, item: Any, answers: Sequence[tuple[str, Any]]):  # noqa: ANN201
-        from cftools.kinds.edit_task import decide_edit, exact_option
+        from cftools.annotate.edit_task import decide_edit, exact_option
 
         return decide_edit(unit, answers, exact_option)
 

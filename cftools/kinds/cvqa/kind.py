@@ -79,45 +79,45 @@ class CvqaKind(Kind):
                 "original_answer": (source.answer or "") if source else "",
                 "question": item.question, "proposed_answer": item.answer or ""}
 
-    # -- the edit task (cftools.kinds.edit_task) ---------------------------------------------------------------
+    # -- the edit task (cftools.annotate.edit_task) ------------------------------------------------------------
 
     def task_spec(self, task: str):  # noqa: ANN201
-        from cftools.kinds.edit_task import EDIT, edit_spec
+        from cftools.annotate.edit_task import EDIT, edit_spec
 
         return edit_spec(self.name) if task == EDIT else None
 
     def task_units(self, task: str, item: Any) -> list[str]:
-        from cftools.kinds.edit_task import edit_units
+        from cftools.annotate.edit_task import edit_units
 
         return edit_units(item.data or {})
 
     def task_payload(self, task: str, unit: str, item: Any, source: Any, image_value: str,
                      extra_images: dict[str, str]) -> dict[str, Any]:
-        from cftools.kinds.edit_task import edit_payload
+        from cftools.annotate.edit_task import edit_payload
 
         subject = self.edit_subject(item, source)
         return edit_payload(unit, item, subject.original_question if subject else "", image_value, extra_images)
 
     def read_judgment(self, purpose: str, result: Any, workspace_root: Optional[str] = None) -> Any:
-        from cftools.kinds.edit_task import EDIT, read_edit
+        from cftools.annotate.edit_task import EDIT, read_edit
 
         if purpose == EDIT:
             return read_edit(self.read_result(purpose, result, workspace_root))
         return super().read_judgment(purpose, result, workspace_root)
 
     def check_judgment(self, task: str, answer: Any, task_data: dict[str, Any]) -> None:
-        from cftools.kinds.edit_task import EDIT, fit_edit
+        from cftools.annotate.edit_task import EDIT, fit_edit
 
         if task == EDIT:
             fit_edit(answer, task_data)
 
     def decide_task(self, task: str, unit: str, item: Any, answers: Sequence[tuple[str, Any]]):  # noqa: ANN201
-        from cftools.kinds.edit_task import decide_edit, free_text_answer
+        from cftools.annotate.edit_task import decide_edit, free_text_answer
 
         return decide_edit(unit, answers, free_text_answer)
 
     def agreement_labels(self, task: str, answer: Any) -> dict[str, str]:
-        from cftools.kinds.edit_task import EDIT, edit_agreement_labels
+        from cftools.annotate.edit_task import EDIT, edit_agreement_labels
 
         return edit_agreement_labels(answer) if task == EDIT else {}
 

@@ -399,6 +399,19 @@ def test_edit_task_decides_by_two_people_and_an_adjudicator_and_shows_only_check
         fit_edit(judged, {"edit_candidate": "1", "answer_choices": [{"value": "red"}, {"value": "green"}]})
     fit_edit(judged, {"edit_candidate": "1", "answer_choices": [{"value": "red"}, {"value": "blue"}]})
     assert judged.fields["candidate"] == "1"
+    # CFMM's task: the basic question about the edited image, answered by picking one of the pair's options
+    from types import SimpleNamespace
+
+    from cftools.kinds import get_kind
+
+    item = SimpleNamespace(question="If the bus were blue?", answer="blue", data={
+        **data, "basic_question": "What colour is the bus?", "edit": {"condition": "the bus is blue"},
+        "options": {"original": ["red", "blue"], "counterfactual": ["blue", "green"]}})
+    payload = get_kind("cfmm").task_payload("edit", "2", item, None, "/img/bus.png", {"sha256:c": "/img/c.png"})
+    assert (payload["image"], payload["edited_image"], payload["question"]) == ("/img/bus.png", "/img/c.png",
+                                                                              "What colour is the bus?")
+    assert [c["value"] for c in payload["answer_choices"]] == ["red", "blue", "green"]
+    assert "proposed_answer" not in payload and "If the bus" not in str(payload)  # nor the counterfactual answer
 
 
 KONTEXT = "black-forest-labs/FLUX.1-Kontext-dev"

@@ -305,6 +305,10 @@ LAZY_COMMANDS: dict[str, tuple[Callable[[], click.Command], str]] = {
     "ingest": (_ingest, "Read source questions, images and existing items into the store."),
     "kinds": (_attribute("cftools.commands.kinds", "kinds_cmd"),
               "List the registered kinds with their generators, checks, task configs, export formats and metrics."),
+    "preflight": (_attribute("cftools.commands.preflight", "preflight_cmd"),
+                  "What RELEASE can show, per kind and group: items, questions and images; the smallest accuracy "
+                  "difference between two models it detects (80% power, alpha 0.05, paired test clustered by image); "
+                  "the human ceiling with its Wilson interval; chance and the blind floor."),
     "verify": (_attribute("cftools.commands.export", "verify_cmd"),
                "Re-hash every file of RELEASE against its manifest, and check croissant.json (the SHA-256s it lists; "
                "mlcroissant reads it, when installed); exit 1 naming each changed, missing or extra file."),

@@ -450,7 +450,7 @@ def test_data_images_options_annotation_and_agreement(workspace, tmp_path, run_c
     assert manifest["provenance"]["cfmm:1"]["corrected_from"] == "3"
     card = (result.path / "README.md").read_text(encoding="utf-8")
     assert "| cfmm verification | answer_correct | 1 | 100.0 | – | – |" in card
-    assert "50.0" not in card
+    assert "50.0" not in card.split("## What this release can show")[0]  # no agreement of 50% (chance may be 50)
 
     other = init_workspace(tmp_path / "other")
     try:

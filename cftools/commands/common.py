@@ -28,6 +28,16 @@ def get_workspace(ctx: click.Context) -> Workspace:
     return workspace
 
 
+def optional_workspace(ctx: click.Context) -> Workspace | None:
+    """The workspace when there is one (eval, preflight and the like also work on a release folder alone)."""
+    from cftools.errors import WorkspaceError
+
+    try:
+        return get_workspace(ctx)
+    except WorkspaceError:
+        return None
+
+
 def pass_workspace(func: Callable) -> Callable:
     """Give the command the workspace found from --workspace, $CFTOOLS_WORKSPACE or the current folder."""
 

@@ -10,8 +10,8 @@ import click
 from cftools.terminal import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from cftools.commands.common import console, err_console, get_workspace
-from cftools.errors import CftoolsError, WorkspaceError
+from cftools.commands.common import console, err_console, optional_workspace
+from cftools.errors import CftoolsError
 from cftools.evaluate.predictions import READINGS, STRICT, EvalResult
 from cftools.evaluate.report import compare_table, rich_tables
 from cftools.evaluate.run import MODES, load_run, run_eval
@@ -45,13 +45,6 @@ class EvalGroup(click.Group):
         run = self.commands[self.default_command]
         run.format_options(click.Context(run, info_name=self.default_command, parent=ctx), formatter)
         self.format_commands(ctx, formatter)
-
-
-def optional_workspace(ctx: click.Context) -> Any:
-    try:
-        return get_workspace(ctx)
-    except WorkspaceError:
-        return None
 
 
 @click.group("eval", cls=EvalGroup)
@@ -233,6 +226,30 @@ def eval_import(ctx: click.Context, release: Path, files: tuple[Path, ...], out_
 @eval_group.command("compare")
 @click.argument("run_a", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.argument("run_b", type=click.Path(exists=True, file_okay=False, path_type=Path))
-def eval_compare(run_a: Path, run_b: Path) -> None:
-    """Put two run folders side by side: every metric, A, B and the difference."""
-    console.print(compare_table(load_run(run_a), load_run(run_b)))
+@click.option("--resamples", type=click.IntRange(min=100), default=2000, show_default=True,
+              help="Resamples of the paired bootstrap clustered by image.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the paired bootstrap.")
+@click.option("--json", "as_json", is_flag=True, help="Print the paired test as JSON (no table).")
+def eval_compare(run_a: Path, run_b: Path, resamples: int, seed: int, as_json: bool) -> None:
+    """Put two run folders side by side: every metric, A, B and the difference; then the paired test of the
+    questions both answered (McNemar, the clustered McNemar, a bootstrap clustered by image), overall and per kind,
+    and whether the difference is within the smallest one the release can detect (80% power, alpha 0.05)."""
+    from rich.table import Table
+
+    from cftools.commands.common import print_json
+    from cftools.evaluate.compare import PAIRED_COLUMNS, compare_runs, paired_rows
+
+    a, b = load_run(run_a), load_run(run_b)
+    comparison = compare_runs(a, b, resamples=resamples, seed=seed)
+    if as_json:
+        print_json(comparison)
+        return
+    console.print(compare_table(a, b))
+    table = Table(title=f"Paired test of the {comparison['shared']} questions both runs answered (points; clustered "
+                        f"by {escape(comparison['clustered_by'])}; MDD: the smallest difference detected with 80% "
+                        "power at alpha 0.05)", title_justify="left")
+    for i, column in enumerate(PAIRED_COLUMNS):
+        table.add_column(column, justify="left" if i in (0, len(PAIRED_COLUMNS) - 1) else "right")
+    for row in paired_rows(comparison):
+        table.add_row(*(escape(cell) for cell in row))
+    console.print(table)

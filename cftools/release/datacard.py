@@ -274,8 +274,9 @@ def kind_sections(records: list[dict], provenance: list[dict], context: dict[str
 def write_card(release: Path, records: list[dict], provenance: list[dict], agreement: list[dict], *, name: str,
                version: str, license: str | None, splits: list[str], data_as_of: str, license_given: bool = False,
                source_licences: list[dict[str, Any]] | None = None,
-               kind_context: dict[str, Any] | None = None) -> None:
-    """Plots under plots/ and README.md in RELEASE; KIND_CONTEXT reaches the kinds' own sections."""
+               kind_context: dict[str, Any] | None = None, preflight: list[str] | None = None) -> None:
+    """Plots under plots/ and README.md in RELEASE; KIND_CONTEXT reaches the kinds' own sections; PREFLIGHT is the
+    section of what the release can show (`cftools.release.preflight.figures_markdown`), last."""
     (release / PLOTS_DIR).mkdir()
     plot_answer_distribution(records, release / PLOTS_DIR / ANSWER_PLOT)
     plot_question_lengths(records, release / PLOTS_DIR / LENGTH_PLOT)
@@ -291,4 +292,5 @@ def write_card(release: Path, records: list[dict], provenance: list[dict], agree
         "kind_tables": kind_tables(records),
     }
     sections = kind_sections(records, provenance, {"agreement": agreement, **(kind_context or {})})
-    (release / CARD_NAME).write_text(render_card(context) + sections, encoding="utf-8")
+    shown = "\n" + "\n".join(preflight) + "\n" if preflight else ""
+    (release / CARD_NAME).write_text(render_card(context) + sections + shown, encoding="utf-8")

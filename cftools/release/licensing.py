@@ -42,3 +42,37 @@ def release_licensing(workspace: Workspace, items: list[ExportItem], licence: st
             f"or unknown licences: {listed}; state a source's licence with `cftools ingest ... --licence`, or "
             f"give the release's licence explicitly with `cftools export --licence LICENCE`")
     return Licensing(stamped, given is not None, sources, dict(per_source))
+
+
+# What a source's licence lets a release stamp over it. Creative Commons licences carry restrictions (NC: no
+# commercial use, ND: no derivatives, SA: share alike under the same licence); a release keeps every restriction of
+# its sources or it is incompatible. Public-domain dedications and permissive licences restrict nothing a release
+# could drop (their attribution is the card's source table). Anything else cannot be judged here.
+PERMISSIVE = {"cc0-1.0", "pddl-1.0", "cc-pdm-1.0", "mit", "apache-2.0", "bsd-2-clause", "bsd-3-clause", "isc",
+              "unlicense", "odc-by-1.0"}
+COMPATIBLE, INCOMPATIBLE, UNKNOWN_COMPATIBILITY = "compatible", "incompatible", "unknown"
+
+
+def cc_restrictions(licence: str) -> set[str] | None:
+    """{"nc", "nd", "sa"} ∩ the elements of a Creative Commons licence id (CC-BY-NC-SA-4.0); None if not one."""
+    parts = licence.strip().lower().split("-")
+    if parts[:2] != ["cc", "by"]:
+        return None
+    return {part for part in parts[2:] if part in ("nc", "nd", "sa")}
+
+
+def licence_compatibility(release: str | None, source: str | None) -> str:
+    """Whether a release under RELEASE may hold material of a source under SOURCE: compatible, incompatible, or
+    unknown (either licence not stated, or not one this rule knows)."""
+    from cftools.ingest.licences import UNKNOWN, same_licence
+
+    if not release or not source or UNKNOWN in (release.strip().lower(), source.strip().lower()):
+        return UNKNOWN_COMPATIBILITY
+    if same_licence(release, source) or source.strip().lower() in PERMISSIVE:
+        return COMPATIBLE
+    kept, needed = cc_restrictions(release), cc_restrictions(source)
+    if needed is None:
+        return UNKNOWN_COMPATIBILITY
+    if kept is None or not needed <= kept or ("sa" in needed and not same_licence(release, source)):
+        return INCOMPATIBLE
+    return COMPATIBLE

@@ -132,9 +132,21 @@ def write_native(items: list[ExportItem], folder: Path, splits: dict[str, float]
     write_card(folder, [e.record for e in items], [e.provenance for e in items], agreement,
                name=name, version=version, license=licensing.licence, license_given=licensing.given,
                source_licences=licensing.card_rows(), splits=list(splits),
-               data_as_of=max((e.updated_at for e in items), default=""))
+               data_as_of=max((e.updated_at for e in items), default=""),
+               preflight=card_preflight(items, folder, workspace, name, version))
     if progress:
         progress("records", 3, 3)
+
+
+def card_preflight(items: list[ExportItem], folder: Path, workspace: Workspace, name: str, version: str) -> list[str]:
+    """The data card's "What this release can show" section (`cftools preflight`'s figures, from the store's
+    judgments; no run of a release exists before it is written, so the detectable difference rests on assumptions)."""
+    from cftools.release.preflight import figures_markdown, preflight_figures
+
+    report = preflight_figures(folder, [e.record for e in items], {e.record["id"]: e.provenance for e in items},
+                               workspace.store, name=name, version=version)
+    return figures_markdown(report) + ["", "`cftools preflight` on this folder adds the runs stored since, and the "
+                                           "reviewer's checks."]
 
 
 def agreement_rows(store: Store, item_keys: Iterable[str]) -> list[dict[str, Any]]:

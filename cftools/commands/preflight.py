@@ -1,0 +1,41 @@
+"""`cftools preflight RELEASE`: thin over cftools.release.preflight (the figures) and cftools.release.review (the
+reviewer's checks)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import click
+
+from cftools.commands.common import optional_workspace
+
+
+@click.command("preflight")
+@click.argument("release", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--run", "run_dirs", multiple=True, type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="An eval run folder of RELEASE to use (repeatable): the first two that are not text-only give the "
+                   "MDD's discordance and intra-image correlation, a blind one the blind floor. Default: the runs "
+                   "of RELEASE the workspace's store recorded, newest first.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON instead of Markdown.")
+@click.option("--out", "out_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write the report (Markdown, or JSON with --json) to this file.")
+@click.pass_context
+def preflight_cmd(ctx: click.Context, release: Path, run_dirs: tuple[Path, ...], as_json: bool,
+                  out_file: Optional[Path]) -> None:
+    """What RELEASE can show, per kind and group: items, questions and images; the smallest accuracy difference
+    between two models it detects (80% power, alpha 0.05, paired test clustered by image); the human ceiling with
+    its Wilson interval; chance and the blind floor. Then the reviewer's checks: croissant, rai_fields, licence,
+    sha256, images. Exit 1 naming each check that failed."""
+    from cftools.release.preflight import render_json, render_markdown
+    from cftools.release.preflight_check import run_preflight
+
+    workspace = optional_workspace(ctx)
+    report = run_preflight(release, workspace.store if workspace is not None else None, run_dirs)
+    text = render_json(report) if as_json else render_markdown(report)
+    click.echo(text, nl=False)
+    if out_file is not None:
+        out_file.write_text(text, encoding="utf-8")
+    if report.failed:
+        names = ", ".join(f"{c.name} ({c.detail})" for c in report.failed)
+        raise click.ClickException(f"preflight failed: {names}")

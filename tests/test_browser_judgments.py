@@ -91,3 +91,49 @@ def test_mucr_cue_set_adjudicator_sees_all_three_and_accepts_a_persons_set(brows
 
         data = session.get(Item, item_id).data
     assert (data["cue"], data["false_cues"]) == ("screen", ["car", "pavement", "bend"])
+
+
+def test_edit_task_shows_both_images_and_the_condition_and_pull_stores_the_answer(pages, label_studio,  # noqa: F811
+                                                                                 team_workspace, run_cli):
+    """Issue 34: a person opens the edit task, sees the original beside the edited image with the condition, the
+    instruction and the original question (not the counterfactual one, not its answer), answers and submits; with
+    a second person's judgment, pull accepts the edit with their answer."""
+    from sqlalchemy import select, update
+
+    from test_annotate import make_items
+    from test_browser import headers_of, loaded_image_widths, pick, pull_json
+    from test_edits import add_edit, edit_result
+
+    from cftools.models import Item
+
+    store = team_workspace.store
+    folder = label_studio.media_root / f"edit-{uuid.uuid4().hex[:6]}"
+    make_items(run_cli, folder, 1)
+    with store.write() as session:
+        session.execute(update(Item).values(status="accepted"))
+        item_id = session.execute(select(Item.id)).scalar_one()
+    add_edit(store, item_id, folder / "edit")
+    push_json(run_cli, "--kind", "cvqa", "--task", "edit")
+    first, second = assigned(store, "edit")
+    headers = headers_of("cvqa", "edit")
+    page = pages[first.assignee]
+    with screenshot_on_failure(page, "cvqa-edit"):
+        panel = label_all(page, label_studio.url, first.ls_project_id)
+        widths = loaded_image_widths(page, 2)
+        assert len(widths) == 2 and all(widths)  # the original and the edited image, both loaded
+        shown = panel.inner_text()
+        assert "Original image" in shown and "Edited image" in shown
+        assert "there are two squares" in shown and "add one more square" in shown  # condition, instruction
+        assert "How many squares are there in picture 0?" in shown and "one more was added" not in shown
+        save_screenshot(page, "cvqa-edit")
+        pick(panel, headers["shows_condition"], "Yes")
+        pick(panel, headers["other_change"], "No")
+        type_text(panel, "edited_answer", "two")
+        annotation = submit(panel)
+    assert {r["from_name"] for r in annotation["result"]} == {"shows_condition", "other_change", "edited_answer"}
+    label_studio.client(second.assignee).annotations.create(id=second.ls_task_id, result=edit_result(answer="2"))
+    report = pull_json(run_cli)
+    assert report["judgments_added"] == 2 and report["invalid"] == [] and report["refused"] == []
+    with store.session() as session:
+        data = session.get(Item, item_id).data
+    assert data["edit_selected"] == 1 and data["edit_answer"] == "2"

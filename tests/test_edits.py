@@ -15,6 +15,8 @@ from sqlalchemy import select
 
 from fixtures_llm import stub_backend
 from loopback import running_server
+from test_annotate import ls_workspace  # noqa: F401 (fixture of team_workspace)
+from test_browser import team_workspace  # noqa: F401 (fixture: a workspace whose tasks go to three people)
 from cftools.generate.edits import EDIT_INSTRUCTION, editable_items, generate_edits, write_instructions
 from cftools.imagegen.base import ImageGenError
 from cftools.imagegen.edit_checks import (EDIT_ANSWER_NOT_FLIPPED, EDIT_IDENTICAL, EDIT_NOT_PRESERVED,
@@ -115,6 +117,14 @@ def test_a_non_commercial_model_is_used_only_when_asked(cache_dir, tmp_path):
     backend = make_edit_backend({"allow_non_commercial": True}, model=str(folder))
     assert backend.licence == "flux-1-dev-non-commercial-license"
     backend.close()
+    # as the FLUX.1 [dev] cards write it: `license: other` and the licence's name beside it
+    (folder / "README.md").write_text("---\nlicense: other\nlicense_name: flux-1-dev-non-commercial-license\n---\n")
+    with pytest.raises(ImageGenError, match="not for commercial use"):
+        make_edit_backend({}, model=str(folder))
+    (folder / "README.md").unlink()  # no card: a folder named as a known model takes the table's licence
+    named = folder.rename(tmp_path / "FLUX.1-Kontext-dev")
+    with pytest.raises(ImageGenError, match=r"FLUX.1 \[dev\] Non-Commercial License"):
+        make_edit_backend({}, model=str(named))
 
 
 @pytest.fixture(scope="module")
@@ -260,7 +270,7 @@ def test_eval_asks_the_original_question_about_the_edited_image_and_computes_the
 # ------------------------------------------------------------------ released: the edit travels with its item
 
 
-def test_the_release_carries_the_chosen_edit_beside_the_original_and_verifies(items_ws, tiny, run_cli):
+def test_the_release_carries_the_chosen_edit_beside_the_original_and_verifies(items_ws, tiny, run_cli, tmp_path):
     store = items_ws.store
     with store.write() as session:
         for item in session.execute(select(Item)).scalars():
@@ -281,5 +291,219 @@ def test_the_release_carries_the_chosen_edit_beside_the_original_and_verifies(it
         assert record["data"]["edited_image_verified"] is False
     croissant = json.loads((folder / "croissant.json").read_text())
     fields = [f["name"] for rs in croissant["recordSet"] for f in rs.get("field", [])]
-    assert "edited_image" in fields
+    assert {"edited_image", "edited_answer", "edited_image_model", "edited_image_licence"} <= set(fields)
     assert run_cli("verify", str(folder)).exit_code == 0
+    from cftools.release.browse import item_view
+
+    assert [label for label, _ in item_view(records[0], {}, {})["images"][:2]] == ["image", "edited"]  # side by side
+    card = (folder / "README.md").read_text()
+    assert "## Edited images" in card and "| Apache-2.0 | 2 | 0 |" in card and "commercial" not in card
+    harness_formats_ask_about_the_edited_image(items_ws, run_cli, tmp_path)
+
+
+def harness_formats_ask_about_the_edited_image(items_ws, run_cli, tmp_path) -> None:
+    """lmms-eval docs and VLMEvalKit rows hold the original question about the edited image (its gold: the edited
+    image's answer), paired with the original image's; predictions read back by `cftools eval import` give the
+    paired score."""
+    import base64
+    import csv
+    import sys
+
+    from cftools.evaluate.run import load_run
+    from cftools.release.lmms_eval import metric_name
+
+    with items_ws.store.write() as session:  # people verified the count edit's best candidate and counted 4
+        item = session.execute(select(Item).where(Item.group == "numerical-direct")).scalar_one()
+        item.data = {**item.data, "edit_selected": item.data["edit_checks"][0]["k"], "edit_answer": "4"}
+    folders = {}
+    for fmt in ("lmms-eval", "vlmevalkit"):
+        result = run_cli("export", "edits", "--version", "1.0", "--licence", "CC-BY-4.0", "--format", fmt, "--json")
+        assert result.exit_code == 0, result.output
+        folders[fmt] = Path(json.loads(result.output)["path"])
+    records = {r["id"]: r for r in map(json.loads, (folders["lmms-eval"] / "records.jsonl").read_text().splitlines())}
+    docs = [json.loads(line) for line in (folders["lmms-eval"] / "edits_cvqa" / "test.jsonl").read_text().splitlines()]
+    edited = {d["item_id"]: d for d in docs if d["which"] == "edited"}
+    assert len(edited) == 2
+    for item_id, doc in edited.items():
+        data = records[item_id]["data"]
+        assert doc["images"] == [data["edited_image"]] and doc["gold"] == data["edited_answer"]
+        assert doc["prompt"].startswith(records[item_id]["original_question"])
+    assert sorted(d["gold"] for d in edited.values()) == ["4", "no"]  # the verified answer; else the counterfactual
+    task = (folders["lmms-eval"] / "edits_cvqa" / "edits_cvqa.yaml").read_text()
+    assert metric_name("total", "edited_paired") in task
+    csv.field_size_limit(sys.maxsize)
+    files = []
+    for tsv in sorted(folders["vlmevalkit"].glob("*.tsv")):
+        with open(tsv, encoding="utf-8", newline="") as fh:
+            rows = list(csv.DictReader(fh, delimiter="\t"))
+        by_role = {r["l2-category"]: r for r in rows}
+        assert by_role["original"]["pair_index"] == by_role["edited"]["index"]
+        assert by_role["edited"]["pair_index"] == by_role["original"]["index"]
+        assert by_role["counterfactual"]["pair_index"] == ""
+        data = records[by_role["edited"]["item_id"]]["data"]
+        edited_file = folders["vlmevalkit"] / data["edited_image"]
+        assert base64.b64decode(by_role["edited"]["image"]) == edited_file.read_bytes()  # base64 like the others
+        predictions = tmp_path / f"model_{tsv.name}"
+        with open(predictions, "w", encoding="utf-8", newline="") as fh:  # a model that answers every row right
+            writer = csv.DictWriter(fh, fieldnames=[*rows[0], "prediction"], delimiter="\t")
+            writer.writeheader()
+            writer.writerows({**r, "prediction": r["answer"]} for r in rows)
+        files.append(str(predictions))
+    out = run_cli("eval", "import", str(folders["vlmevalkit"]), *files, "--out", str(tmp_path / "run"))
+    assert out.exit_code == 0, out.output
+    total = load_run(tmp_path / "run").summary["cvqa"]["edited"][-1]
+    assert total["group"] == "total" and total["n"] == 2 and total["paired"]["value"] == 1.0
+    assert "paired" in (tmp_path / "run" / "report.md").read_text()
+
+
+# ------------------------------------------------------------------ verified by two people (the edit task)
+
+
+def edit_judgment(shows: bool = True, changed: bool = False, answer: str = "2", what=None, candidate: str = "1"):
+    from cftools.judgments import Answer
+
+    return Answer(fields={"shows_condition": shows, "other_change": changed, "other_change_what": what,
+                          "edited_answer": answer, "candidate": candidate})
+
+
+def test_edit_task_decides_by_two_people_and_an_adjudicator_and_shows_only_checked_candidates():
+    from cftools.judgments import InvalidResult
+    from cftools.annotate.edit_task import (decide_edit, edit_units, exact_option, fit_edit, free_text_answer,
+                                         read_edit)
+
+    data = {"edit_candidates": {"0": {"image": "sha256:a"}, "1": {"image": "sha256:b"}, "2": {"image": "sha256:c"}},
+            "edit_checks": [{"k": 2, "flags": []}, {"k": 1, "flags": []},
+                            {"k": 0, "flags": [{"code": EDIT_IDENTICAL}]}]}
+    assert edit_units(data) == ["2"]  # the best-ranked candidate without a flag
+    agreed = decide_edit("2", [("a", edit_judgment(answer="Two", candidate="2")),
+                               ("b", edit_judgment(answer="2", candidate="2"))], free_text_answer)
+    assert agreed.decided and agreed.data["edit_selected"] == 2 and agreed.data["edit_answer"] == "2"
+    assert edit_units({**data, **agreed.data}) == []
+    # CFMM compares the exact option: "Two" and "2" are different answers, so the adjudicator (a third) decides
+    split = decide_edit("2", [("a", edit_judgment(answer="Two", candidate="2")),
+                              ("b", edit_judgment(answer="2", candidate="2"))], exact_option)
+    assert not split.decided and split.wants == 3
+    third = decide_edit("2", [("a", edit_judgment(candidate="2")), ("b", edit_judgment(changed=True, what="sky",
+                                                                                       candidate="2")),
+                              ("c", edit_judgment(answer="three", candidate="2"))], free_text_answer)
+    assert third.decided and third.data["edit_answer"] == "3"
+    assert third.data["edit_verification"]["2"]["annotators"] == ["c"]
+    rejected = decide_edit("2", [("a", edit_judgment(shows=False, candidate="2")),
+                                 ("b", edit_judgment(changed=True, what="the sky", candidate="2"))], free_text_answer)
+    assert rejected.decided and "edit_selected" not in rejected.data
+    assert edit_units({**data, **rejected.data}) == ["1"]  # the next checked candidate becomes a task of its own
+    with pytest.raises(InvalidResult, match="write what changed"):
+        read_edit({"shows_condition": ["yes"], "other_change": ["yes"], "edited_answer": "2"})
+    judged = read_edit({"shows_condition": ["yes"], "other_change": ["no"], "edited_answer": ["blue"]})
+    with pytest.raises(InvalidResult, match="not one of the options"):
+        fit_edit(judged, {"edit_candidate": "1", "answer_choices": [{"value": "red"}, {"value": "green"}]})
+    fit_edit(judged, {"edit_candidate": "1", "answer_choices": [{"value": "red"}, {"value": "blue"}]})
+    assert judged.fields["candidate"] == "1"
+    # CFMM's task: the basic question about the edited image, answered by picking one of the pair's options
+    from types import SimpleNamespace
+
+    from cftools.kinds import get_kind
+
+    item = SimpleNamespace(question="If the bus were blue?", answer="blue", data={
+        **data, "basic_question": "What colour is the bus?", "edit": {"condition": "the bus is blue"},
+        "options": {"original": ["red", "blue"], "counterfactual": ["blue", "green"]}})
+    payload = get_kind("cfmm").task_payload("edit", "2", item, None, "/img/bus.png", {"sha256:c": "/img/c.png"})
+    assert (payload["image"], payload["edited_image"], payload["question"]) == ("/img/bus.png", "/img/c.png",
+                                                                              "What colour is the bus?")
+    assert [c["value"] for c in payload["answer_choices"]] == ["red", "blue", "green"]
+    assert "proposed_answer" not in payload and "If the bus" not in str(payload)  # nor the counterfactual answer
+
+
+KONTEXT = "black-forest-labs/FLUX.1-Kontext-dev"
+
+
+def add_edit(store, item_id: int, folder: Path, model: str = KONTEXT) -> None:
+    """Two stored candidates of the item's edit under FOLDER (a Label Studio media root): candidate 1 ranked best
+    without a flag, candidate 0 (identical to the original) flagged."""
+    from cftools.images import read_image_file, register_image
+    from cftools.imagegen.edit_base import KNOWN_LICENCES
+
+    folder.mkdir(parents=True, exist_ok=True)
+    refs = {}
+    with store.write() as session:
+        for k, boxes in (("0", 3), ("1", 2)):
+            scene(boxes).save(folder / f"edit-{k}.png")
+            image = read_image_file(folder / f"edit-{k}.png")
+            register_image(store, session, image)
+            refs[k] = {"image": f"sha256:{image.sha256}", "provenance": {
+                "backend": "diffusers", "model": model, "licence": KNOWN_LICENCES[model], "seed": int(k)}}
+        item = session.get(Item, item_id)
+        item.data = {**(item.data or {}), "edit": {"condition": "there are two squares", "instruction":
+                                                   "add one more square"},
+                     "edit_candidates": refs, "edit_checks": [
+                         {"k": 1, "flags": [], "score": 0.97},
+                         {"k": 0, "flags": [{"code": EDIT_IDENTICAL, "reason": "same bytes"}], "score": 0.1}]}
+        session.add(item)
+
+
+def edit_result(shows: str = "yes", changed: str = "no", answer: str = "2") -> list[dict]:
+    return [{"from_name": "shows_condition", "to_name": "edited_image", "type": "choices",
+             "value": {"choices": [shows]}},
+            {"from_name": "other_change", "to_name": "edited_image", "type": "choices",
+             "value": {"choices": [changed]}},
+            *([{"from_name": "other_change_what", "to_name": "edited_image", "type": "textarea",
+                "value": {"text": ["the colours"]}}] if changed == "yes" else []),
+            {"from_name": "edited_answer", "to_name": "question", "type": "textarea", "value": {"text": [answer]}}]
+
+
+def test_two_people_verify_an_edit_through_label_studio_and_it_is_released_with_both_images(
+        label_studio, team_workspace, run_cli):
+    import uuid
+
+    from test_annotate import make_items
+    from test_browser import assigned, pull_json, push_json
+
+    store = team_workspace.store
+    folder = label_studio.media_root / f"edits-{uuid.uuid4().hex[:6]}"
+    make_items(run_cli, folder, 2)
+    with store.write() as session:
+        ids = []
+        for item in session.execute(select(Item).order_by(Item.id)).scalars():
+            item.status = "accepted"  # the text verified already: the edit is judged apart from it
+            ids.append(item.id)
+    for item_id in ids:
+        add_edit(store, item_id, folder / str(item_id))
+    pushed = push_json(run_cli, "--kind", "cvqa", "--task", "edit")
+    assert pushed["pushed"] == 4 and sum(pushed["assigned"].values()) == 4  # two people per item
+    tasks = assigned(store, "edit")
+    assert {t.purpose for t in tasks} == {"edit:1"}  # the checked candidate only, not the flagged one
+    people = {item_id: [t for t in tasks if t.item_id == item_id] for item_id in ids}
+    agree, split = ids
+    for task in people[agree]:
+        label_studio.client(task.assignee).annotations.create(id=task.ls_task_id, result=edit_result(answer="two"))
+    first, second = people[split]
+    label_studio.client(first.assignee).annotations.create(id=first.ls_task_id, result=edit_result(answer="2"))
+    label_studio.client(second.assignee).annotations.create(id=second.ls_task_id, result=edit_result(answer="3"))
+    report = pull_json(run_cli)
+    assert report["invalid"] == [] and report["refused"] == []
+    [tiebreak] = report["tiebreaks"]
+    [third] = tiebreak["sent_to"]
+    assert third not in (first.assignee, second.assignee)  # the adjudicator has not judged the edit
+    [adjudication] = [t for t in assigned(store, "edit") if t.assignee == third]
+    label_studio.client(third).annotations.create(id=adjudication.ls_task_id,
+                                                  result=edit_result(changed="yes", answer="2"))
+    pull_json(run_cli)
+    with store.session() as session:
+        accepted, rejected = session.get(Item, agree).data, session.get(Item, split).data
+    assert accepted["edit_selected"] == 1 and accepted["edit_answer"] == "2"  # "two" in the normal form
+    assert "edit_selected" not in rejected and rejected["edit_verification"]["1"]["decision"] == "rejected"
+    result = run_cli("export", "edits", "--version", "1.0", "--licence", "CC-BY-4.0", "--json")
+    assert result.exit_code == 0, result.output
+    release = Path(json.loads(result.output)["path"])
+    records = {r["id"]: r for r in map(json.loads, (release / "records.jsonl").read_text().splitlines())}
+    verified = [r for r in records.values() if r["data"].get("edited_image")]
+    assert len(verified) == 1  # people rejected the other item's edit: it has none (not its flagged candidate 0)
+    record = verified[0]
+    assert record["data"]["edited_image_verified"] is True and record["data"]["edited_answer"] == "2"
+    assert (release / record["image"]).is_file() and (release / record["data"]["edited_image"]).is_file()
+    assert record["data"]["edited_image"] != record["image"]
+    card = (release / "README.md").read_text()
+    assert "Not for commercial use: edited images" in card and f"`{KONTEXT}`" in card
+    croissant = json.loads((release / "croissant.json").read_text())
+    assert "NOT FOR COMMERCIAL USE" in croissant["rai:dataLimitations"]
+    assert run_cli("verify", str(release)).exit_code == 0

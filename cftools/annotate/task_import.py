@@ -189,11 +189,15 @@ def _own_payloads(session: Session, items: list[Item], units: list[str], task: s
                   images: ImageLinks) -> list[tuple[Item, dict]]:
     flags = _flags_by_item(session, [i.id for i in items])
     extra_images = _extra_images(session, items, images)
+    sources = _sources_by_item(session, items)  # a task on an item's own image (an edit beside its original)
     payloads = []
     for item, unit in zip(items, units):
+        source, image = sources[item.id]
+        image_value = (images.link(image.path) or "") if image is not None else ""
         data = {"item_key": item.key, "kind": item.kind, "group": item.group, "returned": "",
                 "check_flags": "\n".join(flags.get(item.id, [])) or "none",
-                **get_kind(item.kind).task_payload(task, unit, item, None, "", extra_images.get(item.id, {}))}
+                **get_kind(item.kind).task_payload(task, unit, item, source, image_value,
+                                                   extra_images.get(item.id, {}))}
         payloads.append((item, {"data": data, "meta": {"item_key": item.key, "item_id": item.id,
                                                        "purpose": purpose_of(task, unit)}}))
     return payloads

@@ -56,8 +56,9 @@ def annotate() -> None:
 @click.option("--adjudicate", is_flag=True,
               help="Push needs_adjudication items to the adjudication project (with both judgments).")
 @click.option("--task", help="One of the kind's own tasks (`cftools kinds` lists them): a task on its items (e.g. "
-                              "mucr's select, explain) or an authoring task on images whose submissions `pull` turns "
-                              "into drafts (e.g. cfmm's author). Default: verify. Needs --kind.")
+                              "mucr's select, explain; cvqa's and cfmm's edit) or an authoring task on images whose "
+                              "submissions `pull` turns into drafts (e.g. cfmm's author). Default: verify. Needs "
+                              "--kind.")
 @click.option("--data-uri", is_flag=True,
               help="Embed images in the tasks as data URIs (small sets only; they land in Label Studio's database).")
 @click.option("--allow-missing-images", is_flag=True, help="Push items whose source has no image too.")

@@ -1,15 +1,15 @@
 """Scoring edited images (issue 34): the original question asked about the item's edited image.
 
 A record with an edited image (`data.edited_image`, see `cftools.release.edited`) gets a third question,
-`edited`: the original question's text about the edited image, whose gold answer is the counterfactual answer
-(a multiple-choice item shows the counterfactual question's options). A text-only (blind) run asks it too, with
-no image: its text is the original question's, so a blind model answers both alike and its paired score is the
-floor the images have to lift.
+`edited`: the original question's text about the edited image, whose gold answer is `data.edited_answer` (the
+verifiers' answer for a verified edit, else the counterfactual answer; a multiple-choice item shows the
+counterfactual question's options). A text-only (blind) run asks it too, with no image: its text is the original
+question's, so a blind model answers both alike and its paired score is the floor the images have to lift.
 
 Per kind and group, `edited_section` reports on the items asked all three:
 
 - `original`: accuracy of the original question about the original image;
-- `edited`: accuracy of the original question about the edited image (gold: the counterfactual answer);
+- `edited`: accuracy of the original question about the edited image (gold: `data.edited_answer`);
 - `paired`: the share of items with both of those right (NaturalBench's group score over the image pair: a model
   that answers without looking at the image cannot get both);
 - `counterfactual`: accuracy of the text-only counterfactual question (about the original image), beside them;
@@ -22,7 +22,7 @@ from dataclasses import replace
 from typing import Any, Optional, Sequence
 
 from cftools.errors import InputError
-from cftools.release.edited import edited_image_of
+from cftools.release.edited import edited_answer_of, edited_image_of
 
 EDITED = "edited"
 
@@ -34,12 +34,12 @@ def edited_questions(record: dict[str, Any], ctx: Any, kind: Any, asked: Sequenc
 
     path = edited_image_of(record)
     original = next((q for q in asked if q.which == "original"), None)
-    if path is None or original is None or record.get("answer") is None:
+    gold = edited_answer_of(record)
+    if path is None or original is None or gold is None:
         return []
     image = ctx.release_dir / path
     if not image.is_file():
         raise InputError(image, "edited image listed in the release is missing", f"id {record.get('id')}")
-    gold = str(record["answer"])
     answer_type = question_answer_type(record, "counterfactual", gold, kind)
     record_options = record.get("options") if isinstance(record.get("options"), dict) else {}
     shown = record_options.get("counterfactual")

@@ -18,18 +18,26 @@ EMBEDDED = "embedded"
 # Apache-2.0 instruction-based edit models diffusers loads (FLUX.2 [klein] 4B since 0.36, LongCat-Image-Edit and
 # Qwen-Image-Edit-2509 since 0.37 / 0.35); the recommended real default is the first.
 DEFAULT_EDIT_MODEL = "black-forest-labs/FLUX.2-klein-4B"
+# The licences their model cards state (checked against the cards and the publishers' pages; the model card of a
+# local folder, when it has one, wins): FLUX.2 [klein] 4B apache-2.0 and 9B the FLUX Non-Commercial License (the
+# black-forest-labs/flux2 README's model table); LongCat-Image-Edit apache-2.0 (its model card); Qwen-Image-Edit-2509
+# apache-2.0; timbrooks/instruct-pix2pix mit (its model card); FLUX.1 Kontext [dev] the FLUX.1 [dev] Non-Commercial
+# License (its model card).
 KNOWN_LICENCES = {
     "black-forest-labs/FLUX.2-klein-4B": "Apache-2.0",
     "meituan-longcat/LongCat-Image-Edit": "Apache-2.0",
     "Qwen/Qwen-Image-Edit-2509": "Apache-2.0",
     "timbrooks/instruct-pix2pix": "MIT",
-    "black-forest-labs/FLUX.1-Kontext-dev": "FLUX.1-dev-non-commercial",
-    "black-forest-labs/FLUX.2-klein-9B": "FLUX-non-commercial",
+    "black-forest-labs/FLUX.1-Kontext-dev": "FLUX.1 [dev] Non-Commercial License",
+    "black-forest-labs/FLUX.2-klein-9B": "FLUX Non-Commercial License",
 }
 NON_COMMERCIAL = re.compile(r"non[-_ ]?commercial|\bnc\b|-nc-|cc-by-nc", re.IGNORECASE)
 DEFAULT_STEPS = 28
 DEFAULT_GUIDANCE = 4.0
 FRONT_MATTER_LICENCE = re.compile(r"^license:\s*['\"]?([^'\"\n]+)", re.MULTILINE)
+# A card whose licence is not an SPDX one says `license: other` and names it in `license_name:` (the FLUX.1 [dev]
+# models: flux-1-dev-non-commercial-license).
+FRONT_MATTER_LICENCE_NAME = re.compile(r"^license_name:\s*['\"]?([^'\"\n]+)", re.MULTILINE)
 
 
 @dataclass
@@ -82,13 +90,26 @@ def folder_licence(folder: Optional[Path]) -> Optional[str]:
     text = card.read_text(encoding="utf-8", errors="replace")
     if not text.startswith("---"):
         return None
-    match = FRONT_MATTER_LICENCE.search(text.split("---", 2)[1] if text.count("---") >= 2 else "")
-    return match.group(1).strip() if match else None
+    front = text.split("---", 2)[1] if text.count("---") >= 2 else ""
+    match, named = FRONT_MATTER_LICENCE.search(front), FRONT_MATTER_LICENCE_NAME.search(front)
+    licence = match.group(1).strip() if match else None
+    if named and (licence is None or licence.lower() == "other"):
+        return named.group(1).strip()
+    return licence
 
 
 def model_licence(model: str, folder: Optional[Path], given: Optional[str]) -> Optional[str]:
     """What the model's licence is: the user's word first, then the model card, then the known table."""
-    return given or folder_licence(folder) or KNOWN_LICENCES.get(model.rstrip("/"))
+    return given or folder_licence(folder) or known_licence(model)
+
+
+def known_licence(model: str) -> Optional[str]:
+    """The table's licence of a hub id, or of a local folder named as a known model (…/FLUX.1-Kontext-dev)."""
+    model = model.rstrip("/")
+    if model in KNOWN_LICENCES:
+        return KNOWN_LICENCES[model]
+    by_name = {known.rsplit("/", 1)[-1].lower(): licence for known, licence in KNOWN_LICENCES.items()}
+    return by_name.get(model.replace("\\", "/").rsplit("/", 1)[-1].lower())
 
 
 def check_licence(model: str, licence: Optional[str], allow_non_commercial: bool) -> None:

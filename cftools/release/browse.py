@@ -1,8 +1,9 @@
 """`browse.html`: one static page per release to judge its items in (no server, no network, works from file://).
 
 Each card shows the item's images large enough to check its answer against (click one to see it full size; a
-MuCR pair's cause beside its effect), its fields as labelled text (nested data flattened to labels, never a JSON
-blob), each explanation as a paragraph of its own, its check flags and the annotators' judgments.
+MuCR pair's cause beside its effect; an item's edited image, `data.edited_image`, beside its original), its
+fields as labelled text (nested data flattened to labels, never a JSON blob), each explanation as a paragraph of
+its own, its check flags and the annotators' judgments.
 
 The items are embedded in the page as one JSON document (characters that could end the script element are
 escaped) and drawn a page at a time by a few lines of inline JavaScript, with DOM text nodes only (so no text from
@@ -30,9 +31,12 @@ from cftools.release.selection import source_order
 BROWSE_NAME = "browse.html"
 FACETS = ("kind", "group", "split", "status")
 # data keys shown right after the questions, in this order, with these labels; the rest follow by name
-DATA_ROWS = (("cue", "cue"), ("false_cues", "false cues"), ("cue_choices", "cue choices"),
+DATA_ROWS = (("edited_answer", "answer about the edited image"), ("cue", "cue"), ("false_cues", "false cues"),
+             ("cue_choices", "cue choices"),
              ("cause_caption", "cause caption"), ("effect_caption", "effect caption"))
-FIRST_IMAGES = ("image", "cause", "effect")  # shown first, in this order (a MuCR pair: cause beside effect)
+# shown first, in this order (an edit beside its original; a MuCR pair: cause beside effect)
+FIRST_IMAGES = ("image", "edited", "cause", "effect")
+EDITED_LABEL = "edited"
 PARAGRAPHS = {"explanations"}  # data keys whose list items are each a paragraph of prose
 # forms of a row's value, read by the page's script
 TEXT, LIST, PARAGRAPH, FLAG = "t", "l", "p", "f"
@@ -120,7 +124,9 @@ def item_rows(record: dict[str, Any], provenance: dict[str, Any]) -> list[list[A
 
 def item_view(record: dict[str, Any], provenance: dict[str, Any], image_src: dict[str, str]) -> dict[str, Any]:
     """What the page draws of one item (short keys: a release of 10,000 items is one JSON document)."""
-    images = [[image_label(where), image_src.get(path, path)] for where, path in record_image_paths(record)]
+    edited = (record.get("data") or {}).get("edited_image")  # the released edit, whichever candidate it is
+    images = [[EDITED_LABEL if edited and path == edited else image_label(where), image_src.get(path, path)]
+              for where, path in record_image_paths(record)]
     images.sort(key=lambda image: FIRST_IMAGES.index(image[0]) if image[0] in FIRST_IMAGES else len(FIRST_IMAGES))
     return {"id": str(record["id"]), **{f: scalar_text(record.get(f)) or "-" for f in FACETS},
             "verified": bool(record.get("verified")), "images": images, "rows": item_rows(record, provenance)}

@@ -329,6 +329,12 @@ def data_collection(records: Sequence[dict], provenance: Sequence[dict], licensi
     image_models = image_generators(records)
     if image_models:
         parts.append("Images generated with: " + _count_text(image_models) + " (items).")
+    from cftools.release.edited import edit_models
+
+    for m in edit_models(list(records)):
+        parts.append(f"Edited images (data.edited_image) made with {m['model']} under licence {m['licence']}"
+                     + (" (NOT FOR COMMERCIAL USE: its terms bind these images)" if m["non_commercial"] else "")
+                     + f": {m['n_items']} items, {m['verified']} verified by two people.")
     if summary["corrected"]:
         parts.append(f"Annotators corrected the proposed answer of {summary['corrected']} items.")
     return " ".join(parts)
@@ -435,6 +441,15 @@ def data_limitations(records: Sequence[dict], provenance: Sequence[dict]) -> str
                      f"({_count_text(summary['flags'])}); see the manifest's provenance.")
     if summary["generators"]:
         parts.append("Counterfactual questions were drafted by language models and may carry their phrasing.")
+    from cftools.release.edited import edit_models
+
+    for m in (m for m in edit_models(list(records)) if m["non_commercial"]):
+        parts.append(f"{m['n_items']} edited images were made with {m['model']}, licence {m['licence']}: NOT FOR "
+                     "COMMERCIAL USE.")
+    unverified_edits = sum(m["n_items"] - m["verified"] for m in edit_models(list(records)))
+    if unverified_edits:
+        parts.append(f"{unverified_edits} edited images are unverified (ranked best by the automatic edit checks, "
+                     "not verified by people; data.edited_image_verified false).")
     return " ".join(parts) or "cftools found no limitation to report; see [release] data_limitations."
 
 

@@ -108,6 +108,12 @@ def provenance_summary(provenance: list[dict]) -> dict[str, Any]:
     }
 
 
+def edit_models(records: list[dict]) -> list[dict[str, Any]]:
+    from cftools.release.edited import edit_models as models
+
+    return models(records)
+
+
 def card_stats(records: list[dict], provenance: list[dict]) -> dict[str, Any]:
     return {
         "n_items": len(records),
@@ -121,6 +127,7 @@ def card_stats(records: list[dict], provenance: list[dict]) -> dict[str, Any]:
         "lengths": question_lengths(records),
         "yes_no": yes_no_balance(records),
         "provenance": provenance_summary(provenance),
+        "edit_models": edit_models(records),
     }
 
 

@@ -24,6 +24,11 @@ is the score `cftools eval` gives the same replies (and `cftools eval import` re
 files back into a cftools run folder). Free-text questions scored by a judge (MuCR Exp) are left out: lmms-eval
 runs no cftools judge.
 
+An item with an edited image (`data.edited_image`, C-VQA and CFMM) has a third doc beside its original and
+counterfactual ones, `which: edited`: the original question about the edited image, its target the edited image's
+answer (`data.edited_answer`); the task's metrics then include the kind's edited-image rows (`total_edited_paired`:
+both the original and the edited image answered right), and `cftools eval import` reports them.
+
 Prompts: each doc holds the prompt `cftools eval` renders; `doc_to_text` wraps it in the model's
 `lmms_eval_specific_kwargs` (`pre_prompt`, `post_prompt`; `default` adds nothing), so a prompt can be set per
 model in the YAML, as lmms-eval's own tasks do.

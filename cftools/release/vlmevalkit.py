@@ -20,8 +20,10 @@ dataset type VLMEvalKit can score where it has one:
 README.md says how to run it and what VLMEvalKit scores itself. The kinds' own metrics (C-VQA per group, the
 CFMM both-right score acc+, MuCR C2E/E2C/Cue) come from `cftools eval import FOLDER PREDICTION_FILES...`, which
 reads VLMEvalKit's prediction files back: besides VLMEvalKit's columns each row has `l2-category` (which question
-of the item: original, counterfactual, c2e, ...), `split`, `item_id` and `answer_type`, and the folder holds the
-native `records.jsonl`. Names start with `CF_`, so none collides with VLMEvalKit's own datasets (its `CVQA` is
+of the item: original, counterfactual, c2e, ..., and `edited`: the original question about the item's edited image,
+whose answer is the edited image's, `data.edited_answer`), `split`, `item_id`, `answer_type` and `pair_index` (the
+`original` and the `edited` row of an item name each other's index), and the folder holds the native
+`records.jsonl`. Names start with `CF_`, so none collides with VLMEvalKit's own datasets (its `CVQA` is
 the unrelated cultural VQA). Free-text questions scored by a judge (MuCR Exp) are left out.
 """
 
@@ -37,7 +39,11 @@ from typing import Any, Sequence
 from cftools.errors import CftoolsError
 
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-BASE_COLUMNS = ("index", "image", "question", "answer", "category", "l2-category", "split", "item_id", "answer_type")
+BASE_COLUMNS = ("index", "image", "question", "answer", "category", "l2-category", "split", "item_id", "answer_type",
+                "pair_index")
+# The question asked about both images of an item with an edit: the original image's row and the edited image's
+# row name each other's index (`pair_index`; empty for every other row, or where the two are in different files).
+IMAGE_PAIR = ("original", "edited")
 PAIR_TEXT = {"original": "original_question", "counterfactual": "question"}
 MCQ, YES_NO, OPEN = "MCQ", "YN", "OpenEnded"
 # The VLMEvalKit class that loads each file (`--config`): its custom MCQ and VQA classes, its Y/N class.
@@ -96,6 +102,15 @@ def tsv_row(index: int, question: Any, record: dict[str, Any], n_letters: int, c
     return row
 
 
+def pair_rows(rows: list[dict[str, Any]]) -> None:
+    """Each row's `pair_index`: the index of the row that asks the same question about the item's other image."""
+    where = {(r["item_id"], r["l2-category"]): r["index"] for r in rows}
+    for row in rows:
+        role = row["l2-category"]
+        other = IMAGE_PAIR[1 - IMAGE_PAIR.index(role)] if role in IMAGE_PAIR else None
+        row["pair_index"] = where.get((row["item_id"], other), "") if other else ""
+
+
 def write_tsv(path: Path, rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> None:
     with open(path, "w", encoding="utf-8", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(columns), delimiter="\t", lineterminator="\n",
@@ -127,6 +142,7 @@ def write_vlmevalkit(items: list, folder: Path, name: str, splits: dict[str, flo
                 raise CftoolsError(f"{kind_name}: a question has {n_letters} options; VLMEvalKit takes at most 26")
             dataset = dataset_name(name, kind_name, shape)
             rows = [tsv_row(n, q, records[q.item_id], n_letters, context) for n, q in enumerate(members)]
+            pair_rows(rows)
             write_tsv(folder / f"{dataset}.tsv", rows, [*BASE_COLUMNS, *LETTERS[:n_letters]])
             datasets[dataset] = shape
     config = {"data": {d: {"class": DATASET_CLASSES[shape], "dataset": d} for d, shape in sorted(datasets.items())}}
@@ -156,4 +172,7 @@ def card_text(name: str, version: str, datasets: dict[str, str]) -> str:
         "CFMM both-right score acc+ and the paper's sums; MuCR C2E, E2C and Cue). Run "
         "`cftools eval import THIS_FOLDER PREDICTION_FILES... --out RUN_DIR` on VLMEvalKit's prediction files "
         "(`MODEL_DATASET.xlsx`, or .tsv/.json under its PRED_FORMAT): each row carries its `item_id` and "
-        "`l2-category` (which question of the item), and this folder holds the release's `records.jsonl`.", ""])
+        "`l2-category` (which question of the item), and this folder holds the release's `records.jsonl`.", "",
+        "An item with an edited image has an `edited` row beside its `original` row: the original question about the "
+        "edited image, whose answer is the edited image's; the two rows name each other in `pair_index`. "
+        "`cftools eval import` reports the paired score (both right) of such items.", ""])

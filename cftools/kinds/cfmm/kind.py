@@ -46,7 +46,8 @@ class CfmmKind(Kind):
                   outputs=("type", "basic_question", "options", "question", "answer"),
                   templates=("cfmm/pick.j2", *(f"cfmm/{t}.j2" for t in TYPES))),
     )
-    tasks = {"verify": "cfmm/verify.xml.j2", "adjudicate": "cfmm/adjudicate.xml.j2", "author": "cfmm/author.xml.j2"}
+    tasks = {"verify": "cfmm/verify.xml.j2", "adjudicate": "cfmm/adjudicate.xml.j2", "author": "cfmm/author.xml.j2",
+             "edit": "cfmm/edit.xml.j2"}
     authoring_tasks = ("author",)
     export_formats = (ExportFormat("cfmm", "JSONL: id, image, type, basic_question, basic_options, basic_answer, "
                                    "cf_question, cf_options, cf_answer", write_jsonl, keeps=has_pair),)
@@ -113,6 +114,10 @@ class CfmmKind(Kind):
         answers = self.read_result(purpose, result, workspace_root)
         if purpose == VERIFY:
             return read_verify(answers)
+        from cftools.annotate.edit_task import EDIT, read_edit
+
+        if purpose == EDIT:
+            return read_edit(answers)
         if isinstance(answers.get("corrected_answer"), list):  # picked among the options
             answers["corrected_answer"] = answers["corrected_answer"][0]
         return parse_answer(purpose, answers)
@@ -130,6 +135,11 @@ class CfmmKind(Kind):
             fit_verify(answer, task_data)
         elif task == ADJUDICATE:
             fit_adjudication(answer, task_data)
+        else:
+            from cftools.annotate.edit_task import EDIT, fit_edit
+
+            if task == EDIT:
+                fit_edit(answer, task_data)
 
     def decide(self, first: Any, second: Any) -> Any:
         """"Cannot be determined" first: both annotators say so -> rejected; one -> adjudication; otherwise the
@@ -163,7 +173,37 @@ class CfmmKind(Kind):
         if task == "verify" and "cf_answer" in fields:
             return {"basic_correct": "yes" if fields.get("basic_correct") else "no",
                     "counterfactual_answer": str(fields["cf_answer"])}
-        return {}
+        from cftools.annotate.edit_task import EDIT, edit_agreement_labels
+
+        return edit_agreement_labels(answer) if task == EDIT else {}
+
+    # -- the edit task (cftools.annotate.edit_task) ------------------------------------------------------------
+
+    def task_spec(self, task: str):  # noqa: ANN201
+        from cftools.annotate.edit_task import EDIT, edit_spec
+
+        return edit_spec(self.name) if task == EDIT else None
+
+    def task_units(self, task: str, item: Any) -> list[str]:
+        from cftools.annotate.edit_task import edit_units
+
+        return edit_units(item.data or {})
+
+    def task_payload(self, task: str, unit: str, item: Any, source: Any, image_value: str,
+                     extra_images: dict[str, str]) -> dict[str, Any]:
+        """The basic question about the edited image, answered by picking one of the pair's options."""
+        from cftools.annotate.edit_task import edit_payload
+
+        data = item.data or {}
+        options = data.get("options") or {}
+        choices = list(dict.fromkeys([*options.get("original", []), *options.get("counterfactual", [])]))
+        question = data.get("basic_question") or (source.question if source else "")
+        return edit_payload(unit, item, question, image_value, extra_images, choices)
+
+    def decide_task(self, task: str, unit: str, item: Any, answers: Sequence[tuple[str, Any]]):  # noqa: ANN201
+        from cftools.annotate.edit_task import decide_edit, exact_option
+
+        return decide_edit(unit, answers, exact_option)
 
     def author_task_data(self, image_value: str, sources: Sequence[Any]) -> dict[str, Any]:
         lines = [f"Q: {s.question}  A: {s.answer or '?'}" for s in sources]

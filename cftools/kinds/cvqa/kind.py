@@ -27,7 +27,7 @@ class CvqaKind(Kind):
         Generator("reparse", "the rewrite parser over stored outputs again, no model call",
                   inputs=("stored outputs",), outputs=("question", "answer")),
     )
-    tasks = {"verify": "cvqa/verify.xml.j2", "adjudicate": "cvqa/adjudicate.xml.j2"}
+    tasks = {"verify": "cvqa/verify.xml.j2", "adjudicate": "cvqa/adjudicate.xml.j2", "edit": "cvqa/edit.xml.j2"}
     export_formats = (ExportFormat("cvqa", "the C-VQA CSV columns as published (items with an original question)",
                                    write_csv, keeps=lambda r: bool(r.get("original_question"))),)
     metrics = ("original", "counterfactual", "drop", "unknown_original", "unknown_counterfactual")
@@ -78,6 +78,48 @@ class CvqaKind(Kind):
                 "original_question": source.question if source else "",
                 "original_answer": (source.answer or "") if source else "",
                 "question": item.question, "proposed_answer": item.answer or ""}
+
+    # -- the edit task (cftools.annotate.edit_task) ------------------------------------------------------------
+
+    def task_spec(self, task: str):  # noqa: ANN201
+        from cftools.annotate.edit_task import EDIT, edit_spec
+
+        return edit_spec(self.name) if task == EDIT else None
+
+    def task_units(self, task: str, item: Any) -> list[str]:
+        from cftools.annotate.edit_task import edit_units
+
+        return edit_units(item.data or {})
+
+    def task_payload(self, task: str, unit: str, item: Any, source: Any, image_value: str,
+                     extra_images: dict[str, str]) -> dict[str, Any]:
+        from cftools.annotate.edit_task import edit_payload
+
+        subject = self.edit_subject(item, source)
+        return edit_payload(unit, item, subject.original_question if subject else "", image_value, extra_images)
+
+    def read_judgment(self, purpose: str, result: Any, workspace_root: Optional[str] = None) -> Any:
+        from cftools.annotate.edit_task import EDIT, read_edit
+
+        if purpose == EDIT:
+            return read_edit(self.read_result(purpose, result, workspace_root))
+        return super().read_judgment(purpose, result, workspace_root)
+
+    def check_judgment(self, task: str, answer: Any, task_data: dict[str, Any]) -> None:
+        from cftools.annotate.edit_task import EDIT, fit_edit
+
+        if task == EDIT:
+            fit_edit(answer, task_data)
+
+    def decide_task(self, task: str, unit: str, item: Any, answers: Sequence[tuple[str, Any]]):  # noqa: ANN201
+        from cftools.annotate.edit_task import decide_edit, free_text_answer
+
+        return decide_edit(unit, answers, free_text_answer)
+
+    def agreement_labels(self, task: str, answer: Any) -> dict[str, str]:
+        from cftools.annotate.edit_task import EDIT, edit_agreement_labels
+
+        return edit_agreement_labels(answer) if task == EDIT else {}
 
     # -- eval --------------------------------------------------------------------------------------------------
 

@@ -1,0 +1,166 @@
+"""The `edit` Label Studio task that the kinds with edited images share (C-VQA, CFMM; see `Kind.edit_subject`);
+the kinds declare it (`task_spec`, `read_judgment`, `decide_task`, ...) by calling these functions.
+
+One task per item and candidate (unit = the candidate number, purpose `edit:<k>`): the original image beside the
+edited one, the condition (the presupposition as a fact about the edited image) and the edit instruction. Each
+person answers: (i) does the edited image show the condition, (ii) is anything else changed (and what), (iii) the
+original question about the edited image, in the kind's answer form (C-VQA: free text; CFMM: one of the pair's
+options). The counterfactual answer is not shown: each person's answer is their own reading of the image.
+
+Only a checked candidate goes to people: the best-ranked candidate without an `edit_*` flag that people have not
+rejected (`edit_units`). Two people decide it (`decide_edit`):
+
+- both say it shows the condition, nothing else changed, and give the same answer (compared as the kind compares
+  answers: C-VQA's normal form, CFMM's exact option) -> accepted: `data.edit_selected` = k (what the release
+  prefers, `cftools.release.edited`) and `data.edit_answer` = their answer (the edited image's answer in the
+  release);
+- both say the edit fails (it does not show the condition, or changes something else) -> rejected: the next
+  checked candidate, if any, becomes a task of its own;
+- otherwise an adjudicator, a third person who has not judged the item, gets the same task; their judgment
+  decides (accepted only when they say it shows the condition and nothing else changed).
+
+Every decision is recorded under `data.edit_verification[k]` (decision, rule, annotators, answer).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional, Sequence
+
+from cftools.answers import normalize_answer
+from cftools.judgments import NO, YES, Answer, InvalidResult
+from cftools.kinds.base import TaskOutcome, TaskSpec
+from cftools.models import ACCEPTED, CHECKED, IN_REVIEW, NEEDS_ADJUDICATION
+
+EDIT = "edit"
+ACCEPTED_EDIT, REJECTED_EDIT = "accepted", "rejected"
+# The item's text may be anywhere in its own verification: the edit is judged apart from it.
+EDIT_STATUSES = (CHECKED, IN_REVIEW, NEEDS_ADJUDICATION, ACCEPTED)
+
+
+def edit_spec(kind: str) -> TaskSpec:
+    return TaskSpec(EDIT, f"{kind}/edit.xml.j2", annotators=2, tiebreak=1, statuses=EDIT_STATUSES,
+                    description="two people verify an edited image; a third adjudicates a disagreement")
+
+
+# ---------------------------------------------------------------- which candidate
+
+
+def edit_units(data: dict[str, Any]) -> list[str]:
+    """The candidate people are to verify: the best-ranked one without an edit_* flag that people have not rejected;
+    none once an edit is accepted."""
+    if data.get("edit_selected") is not None:
+        return []
+    candidates = data.get("edit_candidates") or {}
+    verdicts = data.get("edit_verification") or {}
+    for check in data.get("edit_checks") or []:
+        k = str(check.get("k"))
+        if k not in candidates or check.get("flags"):
+            continue
+        if (verdicts.get(k) or {}).get("decision") == REJECTED_EDIT:
+            continue
+        return [k]
+    return []
+
+
+# ---------------------------------------------------------------- what people see
+
+
+def edit_payload(unit: str, item: Any, original_question: str, image_value: str, extra_images: dict[str, str],
+                 answer_choices: Optional[list[str]] = None) -> dict[str, Any]:
+    data = item.data or {}
+    candidate = (data.get("edit_candidates") or {}).get(unit) or {}
+    edit = data.get("edit") or {}
+    payload = {"image": image_value, "edited_image": extra_images.get(str(candidate.get("image")), ""),
+               "condition": str(edit.get("condition") or ""), "instruction": str(edit.get("instruction") or ""),
+               "question": original_question, "edit_candidate": unit}
+    if answer_choices is not None:
+        payload["answer_choices"] = [{"value": str(v)} for v in answer_choices]
+    return payload
+
+
+# ---------------------------------------------------------------- reading a judgment
+
+
+def read_edit(answers: dict[str, Any]) -> Answer:
+    """One edit judgment. Saying something else changed needs the what (an empty field is not an answer)."""
+    shows, changed = answers.get("shows_condition") == [YES], answers.get("other_change") == [YES]
+    what = (answers.get("other_change_what") or "").strip() or None
+    if changed and not what:
+        raise InvalidResult("you said something else changed: write what changed in (iii)")
+    answer = answers.get("edited_answer")
+    if isinstance(answer, list):  # picked among the options
+        answer = answer[0] if answer else None
+    if not (answer or "").strip():
+        raise InvalidResult("no answer to the question about the edited image")
+    return Answer(comment=answers.get("comment"),
+                  fields={"shows_condition": shows, "other_change": changed, "other_change_what": what,
+                          "edited_answer": answer.strip()})
+
+
+def fit_edit(answer: Answer, task_data: dict[str, Any]) -> None:
+    """The judgment is of the candidate the task showed; a pick must be one of the task's options."""
+    answer.fields["candidate"] = str(task_data.get("edit_candidate") or "")
+    choices = [c["value"] for c in task_data.get("answer_choices") or [] if isinstance(c, dict)]
+    if choices and answer.fields["edited_answer"] not in choices:
+        raise InvalidResult(f"answer {answer.fields['edited_answer']!r} is not one of the options")
+
+
+# ---------------------------------------------------------------- decisions
+
+
+def free_text_answer(text: Optional[str]) -> Optional[str]:
+    """C-VQA's comparison: the normal form model answers are read in ("Three" -> "3")."""
+    return normalize_answer(text) or None
+
+
+def exact_option(text: Optional[str]) -> Optional[str]:
+    """CFMM's comparison: the option as written."""
+    return text or None
+
+
+def edit_ok(fields: dict[str, Any]) -> bool:
+    return bool(fields.get("shows_condition")) and not fields.get("other_change")
+
+
+def verdict(unit: str, decision: str, rule: str, annotators: list[str], answer: Optional[str] = None,
+            selected: bool = False) -> dict[str, Any]:
+    data: dict[str, Any] = {"edit_verification": {unit: {"decision": decision, "rule": rule,
+                                                         "annotators": annotators,
+                                                         **({"answer": answer} if answer is not None else {})}}}
+    if selected:
+        data.update(edit_selected=int(unit), edit_answer=answer)
+    return data
+
+
+def decide_edit(unit: str, answers: Sequence[tuple[str, Answer]],
+                same: Callable[[Optional[str]], Optional[str]]) -> TaskOutcome:
+    """The outcome of one edit task from its (annotator, judgment) pairs in annotation order; SAME is how the
+    kind compares answers (see the module docstring)."""
+    mine = [(name, a) for name, a in answers if str(a.fields.get("candidate", unit)) == unit]
+    if len(mine) < 2:
+        return TaskOutcome()
+    (first_name, first), (second_name, second) = mine[0], mine[1]
+    names = [first_name, second_name]
+    if len(mine) >= 3:  # the adjudicator's judgment decides
+        name, third = mine[2]
+        if edit_ok(third.fields):
+            answer = same(third.fields["edited_answer"])
+            return TaskOutcome(decided=True, rule="adjudicated: accepted",
+                               data=verdict(unit, ACCEPTED_EDIT, "adjudicated: accepted", [name], answer, True))
+        return TaskOutcome(decided=True, rule="adjudicated: rejected",
+                           data=verdict(unit, REJECTED_EDIT, "adjudicated: rejected", [name]))
+    a, b = same(first.fields.get("edited_answer")), same(second.fields.get("edited_answer"))
+    if edit_ok(first.fields) and edit_ok(second.fields) and a is not None and a == b:
+        rule = "both: shows the condition, nothing else changed, same answer"
+        return TaskOutcome(decided=True, rule=rule, data=verdict(unit, ACCEPTED_EDIT, rule, names, a, True))
+    if not edit_ok(first.fields) and not edit_ok(second.fields):
+        rule = "both: the edit does not show the condition or changes something else"
+        return TaskOutcome(decided=True, rule=rule, data=verdict(unit, REJECTED_EDIT, rule, names))
+    return TaskOutcome(wants=3, rule="the two judgments of the edit disagree: an adjudicator decides")
+
+
+def edit_agreement_labels(answer: Answer) -> dict[str, str]:
+    fields = answer.fields or {}
+    return {"edit_shows_condition": YES if fields.get("shows_condition") else NO,
+            "edit_other_change": YES if fields.get("other_change") else NO}
+

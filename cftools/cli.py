@@ -305,6 +305,8 @@ LAZY_COMMANDS: dict[str, tuple[Callable[[], click.Command], str]] = {
     "ingest": (_ingest, "Read source questions, images and existing items into the store."),
     "kinds": (_attribute("cftools.commands.kinds", "kinds_cmd"),
               "List the registered kinds with their generators, checks, task configs, export formats and metrics."),
+    "release": (_attribute("cftools.commands.release", "release_group"),
+                "Compare releases: `cftools release diff A B` lists what changed and traces the stored runs' scores."),
     "verify": (_attribute("cftools.commands.export", "verify_cmd"),
                "Re-hash every file of RELEASE against its manifest, and check croissant.json (the SHA-256s it lists; "
                "mlcroissant reads it, when installed); exit 1 naming each changed, missing or extra file."),

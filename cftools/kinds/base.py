@@ -309,6 +309,15 @@ class Kind:
         """A native release record of this kind, finished by the kind (the shared fields are already filled)."""
         return record
 
+    def diff_fields(self, record: dict[str, Any]) -> dict[str, Any]:
+        """What `cftools release diff` compares of one release record, by what a change means: `question` (the text
+        the model is asked: a change makes a stored prediction stale), `answer` (the gold the kind scores against)
+        and `options` (the exact option texts offered): a change of either relabels the item, and stored predictions
+        are rescored against the new gold. Images are compared apart from these, by SHA-256."""
+        return {"question": [record.get("original_question"), record.get("question")],
+                "answer": [record.get("original_answer"), record.get("answer")],
+                "options": record.get("options")}
+
     def prepare_eval_items(self, items: Sequence[Any], options: dict[str, Any]) -> None:
         """Finish the records of ITEMS (export items of this kind) so that `eval_questions` can ask them in a
         format other than the kind's own (lmms-eval, VLMEvalKit): e.g. MuCR's choice sets. Default: nothing."""

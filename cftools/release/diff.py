@@ -220,9 +220,11 @@ def diff_releases(a: Path | str, b: Path | str) -> ReleaseDiff:
 
 
 def diff_with_records(a: Path | str, name: str, version: str, records: Iterable[dict[str, Any]]) -> ReleaseDiff:
-    """A's changes into the records of a release being written (`export --previous`): B is not on disk yet."""
+    """A's changes into the records of a release being written (`export --previous`): B is not on disk yet. Each
+    record goes through the JSON records.jsonl will hold, so B compares as `release diff` will read it (a tuple
+    in the store's data is the list A's file gives back)."""
     side = ReleaseSide(path=Path("."), name=name, version=version, manifest_sha256="",
-                       records={str(r["id"]): r for r in records})
+                       records={str(r["id"]): json.loads(json.dumps(r, default=str)) for r in records})
     return diff_sides(read_release(a), side)
 
 

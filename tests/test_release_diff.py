@@ -200,6 +200,10 @@ def test_stored_runs_are_rescored_on_b_and_the_parts_add_up(releases):
     generate = next(q for q in traced["a-generate"].questions if (q.kind, q.which) == ("cfmm", "counterfactual"))
     assert generate.parts()["relabelled"] < 0 and generate.parts()["stale"] is not None
     assert any("new images" in note for note in traced["a-generate"].notes)
+    # the same runs read from their folders (predictions.jsonl) instead of the store trace the same
+    folders = score_changes(diff, None, [releases["runs"][m].out_dir for m in ("generate", "rank")])
+    assert [q.as_dict() for run in folders for q in run.questions] == \
+        [q.as_dict() for name in ("a-generate", "a-rank") for q in traced[name].questions]
 
 
 def test_changelog_is_in_the_card_and_croissant_and_b_still_verifies(releases):

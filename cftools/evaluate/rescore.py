@@ -145,32 +145,40 @@ def stored_runs(store: Any, manifest_sha256: str, run_dirs: Iterable[Path] = ())
 
 
 def run_predictions(store: Any, run: StoredRun) -> list[dict[str, Any]]:
-    """The run's prediction lines: its folder's predictions.jsonl, else the store's Prediction rows."""
+    """The run's prediction lines: the store's Prediction rows of its EvalRun (the run's predictions, replaced whole
+    at each finish), else its folder's predictions.jsonl (a run folder named with --run that the store lacks)."""
     from cftools.evaluate.predictions import read_predictions
     from cftools.evaluate.run import PREDICTIONS_NAME
 
+    if store is not None and run.run_id is not None:
+        return stored_lines(store, run.run_id)
     path = run.out_dir / PREDICTIONS_NAME
-    if path.is_file():
-        return list(read_predictions(path, truncate=False).values())
-    if store is None or run.run_id is None:
+    if not path.is_file():
         raise CftoolsError(f"{path}: missing, and the store holds no predictions of this run")
+    return list(read_predictions(path, truncate=False).values())
+
+
+def stored_lines(store: Any, run_id: int) -> list[dict[str, Any]]:
+    """A run's Prediction rows as the lines they were stored from (`predictions.prediction_row`), with what rescoring
+    needs only: the database reads the JSON `scores` (whether there are option scores, the kind), so a ranking
+    run's option scores are never parsed here. A row without `correct` is a judged answer."""
     from sqlalchemy import select
 
     from cftools.models import Prediction
 
+    ranked = Prediction.scores["options"].as_string().is_not(None)
+    query = select(Prediction.item_key, Prediction.which, Prediction.correct, Prediction.parsed, Prediction.raw,
+                   ranked, Prediction.scores["kind"].as_string()).where(Prediction.run_id == run_id)
     with store.session() as session:
-        rows = session.execute(select(Prediction).where(Prediction.run_id == run.run_id)).scalars().all()
-        return [line_of_row(row) for row in rows]
-
-
-def line_of_row(row: Any) -> dict[str, Any]:
-    """A Prediction row as the prediction line it was stored from (`predictions.prediction_row`)."""
-    scores = row.scores or {}
-    line = {"id": row.item_key, "which": row.which, "raw": row.raw, "parsed": row.parsed, "correct": row.correct,
-            "scores": scores.get("options"), "kind": scores.get("kind"), "group": scores.get("group")}
-    if "similarities" in scores:
-        line["similarities"] = scores["similarities"]
-    return line
+        rows = session.execute(query).all()
+    lines = []
+    for item, which, correct, parsed, raw, has_scores, kind in rows:
+        line = {"id": item, "which": which, "correct": correct, "parsed": parsed, "raw": raw,
+                "scores": [] if has_scores else None, "kind": kind}
+        if correct is None:
+            line["similarities"] = None
+        lines.append(line)
+    return lines
 
 
 # -- B's questions, as each run would ask them ---------------------------------------------------------------------
@@ -251,7 +259,10 @@ def trace_run(run: StoredRun, lines: list[dict[str, Any]], diff: ReleaseDiff, ca
     not_in_a = judged = not_rescorable = dropped = 0
 
     def change_of(kind: str, which: str) -> QuestionChange:
-        return changes.setdefault((kind, which), QuestionChange(kind, which))
+        found = changes.get((kind, which))
+        if found is None:
+            found = changes[(kind, which)] = QuestionChange(kind, which)
+        return found
 
     for line in lines:
         item, which = str(line["id"]), str(line["which"])

@@ -14,7 +14,9 @@ Markdown report, end to end (reading both releases, the join, rescoring the 20 r
 from __future__ import annotations
 
 import argparse
+import os
 import random
+import resource
 import shutil
 import sys
 import time
@@ -133,14 +135,18 @@ def main() -> None:
     print(f"B: edits {edits}, exported with --previous in {time.perf_counter() - start:.1f} s", flush=True)
     workspace.close()
 
-    out = args.dir / "diff.json"
-    command = ["--workspace", str(ws_root), "release", "diff", str(a), str(b), "--json", "--out", str(out)]
-    seconds, peak = timed_child(command)
-    print(f"cftools {' '.join(command)}")
-    print(f"release diff (JSON): {seconds:.1f} s, peak memory {peak:.0f} MiB (target: under 60 s)")
-    command = ["--workspace", str(ws_root), "release", "diff", str(a), str(b), "--out", str(args.dir / "diff.md")]
-    seconds, peak = timed_child(command)
-    print(f"release diff (Markdown): {seconds:.1f} s, peak memory {peak:.0f} MiB")
+    print(f"load average now: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs (other work on the machine stretches "
+          "the wall-clock figure; the CPU figure is this command's own)")
+    for label, extra in (("JSON", ["--json", "--out", str(args.dir / "diff.json")]),
+                         ("Markdown", ["--out", str(args.dir / "diff.md")])):
+        command = ["--workspace", str(ws_root), "release", "diff", str(a), str(b), *extra]
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        seconds, peak = timed_child(command)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        print(f"cftools {' '.join(command)}")
+        print(f"release diff ({label}): {seconds:.1f} s wall, {cpu:.1f} s CPU, peak memory {peak:.0f} MiB "
+              "(target: under 60 s)", flush=True)
 
 
 if __name__ == "__main__":

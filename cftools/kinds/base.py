@@ -15,6 +15,7 @@ A kind is one module with one `Kind` subclass, registered under the `cftools.kin
 | status    | `status_table` (`cftools status --kind K`)                                       |
 | export    | `export_formats` (peer formats beside the native release), `answer_type`,        |
 |           | `export_record` (a record's final fields), `card_tables` (data card sections)    |
+| release   | `diff_fields` (what `release diff` compares: question, answer, options)          |
 | eval      | `eval_questions`, `summarize`, `report_table`, `csv_rows`, `plot_series`,        |
 |           | `prompt_variants` (`eval --prompt`), `read_as_paper` (`eval --reading paper`)    |
 """

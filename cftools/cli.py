@@ -309,6 +309,8 @@ LAZY_COMMANDS: dict[str, tuple[Callable[[], click.Command], str]] = {
                   "What RELEASE can show, per kind and group: items, questions and images; the smallest accuracy "
                   "difference between two models it detects (80% power, alpha 0.05, paired test clustered by image); "
                   "the human ceiling with its Wilson interval; chance and the blind floor."),
+    "release": (_attribute("cftools.commands.release", "release_group"),
+                "Compare releases: `cftools release diff A B` lists what changed and traces the stored runs' scores."),
     "verify": (_attribute("cftools.commands.export", "verify_cmd"),
                "Re-hash every file of RELEASE against its manifest, and check croissant.json (the SHA-256s it lists; "
                "mlcroissant reads it, when installed); exit 1 naming each changed, missing or extra file."),

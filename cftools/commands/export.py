@@ -38,13 +38,22 @@ STAGE_LABELS = {"images": "Copying images", "records": "Writing records, Parquet
               help="The release's licence, stamped even over sources under other or unknown licences (without "
                    "it: [release] license, refused over such sources). The card lists every source's licence.")
 @click.option("--force", is_flag=True, help="Replace an existing release of this name and version.")
+@click.option("--previous", metavar="RELEASE",
+              help="The release this one follows (a native release folder or NAME@VERSION): the changes since it "
+                   "(items added, removed, relabelled, with new images) go into the card's 'Changes since' section "
+                   "and croissant.json's prov:wasRevisionOf.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @pass_workspace
 def export_cmd(workspace: Workspace, name: str, version: str, out_dir: Path | None, fmt: str,
                include_unverified: bool, include_in_review: bool, split_spec: str | None, licence: str | None,
-               force: bool, as_json: bool, **kind_options: object) -> None:
+               force: bool, previous: str | None, as_json: bool, **kind_options: object) -> None:
     """Export the accepted items as the release NAME-VERSION (a verifiable, byte-reproducible folder)."""
     splits = parse_splits(split_spec)
+    previous_dir = None
+    if previous:
+        from cftools.release.diff import release_folder
+
+        previous_dir = release_folder(previous, workspace.store)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err_console, transient=True, disable=as_json) as progress:
         tasks: dict[str, int] = {}
@@ -55,7 +64,8 @@ def export_cmd(workspace: Workspace, name: str, version: str, out_dir: Path | No
             progress.update(tasks[stage], completed=done, total=total)
 
         result = export_release(workspace, name, version, out_dir, fmt, include_unverified, splits, force, report,
-                                include_in_review=include_in_review, licence=licence, options=kind_options)
+                                include_in_review=include_in_review, licence=licence, options=kind_options,
+                                previous=previous_dir)
     if as_json:
         print_json(result.as_dict())  # its `warnings` list them
         return
@@ -64,6 +74,9 @@ def export_cmd(workspace: Workspace, name: str, version: str, out_dir: Path | No
     console.print(f"Release written to [bold]{result.path}[/]: {result.n_items} items "
                   f"({result.n_verified} verified, {result.n_unverified} unverified), {result.n_images} images; "
                   f"splits {', '.join(f'{k} {v}' for k, v in result.by_split.items()) or '-'}.", soft_wrap=True)
+    if result.changes:
+        console.print("Changes since the previous release: " + ", ".join(
+            f"{n} {category.replace('_', ' ')}" for category, n in result.changes.items()) + ".")
     for line in result.cleared:
         console.print(f"[yellow]a killed export's copy: {escape(line)}[/]", soft_wrap=True)
     if result.skipped:

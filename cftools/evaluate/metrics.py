@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import asdict, dataclass
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequence
 
 if TYPE_CHECKING:  # numpy is imported where it is used, not at `cftools --help`
@@ -67,6 +68,12 @@ def mean_score(values: Sequence[float]) -> Score:
 def accuracy(correct: Sequence[bool]) -> Score:
     """Share of questions answered right, with its 95% bootstrap interval."""
     return mean_score([1.0 if c else 0.0 for c in correct])
+
+
+def exact_accuracy(n_correct: int, n: int) -> Optional[Fraction]:
+    """The share of questions answered right (`accuracy`'s value) as an exact fraction, None of no question: the
+    parts `cftools release diff` splits a score change into add up exactly."""
+    return Fraction(n_correct, n) if n else None
 
 
 def rate(flags: Sequence[bool]) -> Optional[float]:

@@ -227,10 +227,16 @@ def first_askable(records: list[dict[str, Any]], limit: int, questions_of: Calla
     return chosen
 
 
+def rank_correct(question: Question, winner: Optional[str]) -> bool:
+    """A ranked answer is right when the winning option is the one that reads as the gold answer (also how
+    `cftools release diff` rescores a stored ranking against a relabelled item)."""
+    return question.gold_option is not None and winner == question.gold_option
+
+
 def rank_line(question: Question, scores: list[dict[str, float]], score: str) -> dict[str, Any]:
     index = best_option(scores, score)
     winner = question.options[index]
-    correct = question.gold_option is not None and winner == question.gold_option
+    correct = rank_correct(question, winner)
     return prediction_line(question, None, winner, correct,
                            scores=[{"option": o, **s} for o, s in zip(question.options, scores)],
                            extra={"position": index})

@@ -15,6 +15,7 @@ A kind is one module with one `Kind` subclass, registered under the `cftools.kin
 | status    | `status_table` (`cftools status --kind K`)                                       |
 | export    | `export_formats` (peer formats beside the native release), `answer_type`,        |
 |           | `export_record` (a record's final fields), `card_tables` (data card sections)    |
+| release   | `diff_fields` (what `release diff` compares: question, answer, options)          |
 | eval      | `eval_questions`, `summarize`, `report_table`, `csv_rows`, `plot_series`,        |
 |           | `prompt_variants` (`eval --prompt`), `read_as_paper` (`eval --reading paper`)    |
 """
@@ -308,6 +309,15 @@ class Kind:
     def export_record(self, record: dict[str, Any]) -> dict[str, Any]:
         """A native release record of this kind, finished by the kind (the shared fields are already filled)."""
         return record
+
+    def diff_fields(self, record: dict[str, Any]) -> dict[str, Any]:
+        """What `cftools release diff` compares of one release record, by what a change means: `question` (the text
+        the model is asked: a change makes a stored prediction stale), `answer` (the gold the kind scores against)
+        and `options` (the exact option texts offered): a change of either relabels the item, and stored predictions
+        are rescored against the new gold. Images are compared apart from these, by SHA-256."""
+        return {"question": [record.get("original_question"), record.get("question")],
+                "answer": [record.get("original_answer"), record.get("answer")],
+                "options": record.get("options")}
 
     def prepare_eval_items(self, items: Sequence[Any], options: dict[str, Any]) -> None:
         """Finish the records of ITEMS (export items of this kind) so that `eval_questions` can ask them in a

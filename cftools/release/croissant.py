@@ -576,10 +576,11 @@ def citation_key(name: str, version: str) -> str:
 def croissant_document(folder: Path, entries: Sequence[dict[str, Any]], records: Sequence[dict],
                        provenance: Sequence[dict], agreement: Sequence[dict], *, name: str, version: str,
                        fmt: str, licensing: Any, section: dict[str, Any], data_as_of: str,
-                       kind_files: dict[str, str] | None = None, store_facts: StoreFacts | None = None
-                       ) -> dict[str, Any]:
+                       kind_files: dict[str, str] | None = None, store_facts: StoreFacts | None = None,
+                       revision: dict[str, Any] | None = None) -> dict[str, Any]:
     """KIND_FILES: kind -> the file of that kind's rows (write_kind_files); STORE_FACTS: what only the store knows
-    (ingests, the items' timeframe)."""
+    (ingests, the items' timeframe); REVISION: the release this one revises and the changes since it
+    (`cftools.release.diff.revision_entries`, from `export --previous`)."""
     from cftools import __version__
     from cftools.kinds import all_kinds
 
@@ -622,6 +623,9 @@ def croissant_document(folder: Path, entries: Sequence[dict[str, Any]], records:
         "prov:wasDerivedFrom": derived_from(provenance, licensing, facts.ingests),
         "prov:wasGeneratedBy": generated_by(provenance, n_annotated),
     }
+    if revision:
+        doc["prov:wasRevisionOf"] = revision["prov:wasRevisionOf"]
+        doc["prov:wasGeneratedBy"].append(revision["activity"])
     per_item = annotations_per_item(provenance)
     if per_item:
         doc["rai:annotationsPerItem"] = per_item
@@ -712,7 +716,7 @@ def described_files(folder: Path) -> list[dict[str, Any]]:
 
 
 def write_croissant(folder: Path, items: Sequence[Any], workspace: Any, name: str, version: str, fmt: str,
-                    licensing: Any) -> list[str]:
+                    licensing: Any, revision: dict[str, Any] | None = None) -> list[str]:
     """croissant.json in FOLDER, describing every file already there (call it last but for the manifest); returns
     its warnings (the RAI texts only people can write that are empty)."""
     from cftools.release.records import agreement_rows
@@ -725,7 +729,7 @@ def write_croissant(folder: Path, items: Sequence[Any], workspace: Any, name: st
     doc = croissant_document(folder, described_files(folder), records, provenance, agreement, name=name,
                              version=version, fmt=fmt, licensing=licensing, section=section,
                              data_as_of=max((e.updated_at for e in items), default=""), kind_files=kind_files,
-                             store_facts=store_facts(workspace.store, records, provenance))
+                             store_facts=store_facts(workspace.store, records, provenance), revision=revision)
     (folder / CROISSANT_NAME).write_text(json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n",
                                          encoding="utf-8")
     warnings = []

@@ -274,9 +274,12 @@ def kind_sections(records: list[dict], provenance: list[dict], context: dict[str
 def write_card(release: Path, records: list[dict], provenance: list[dict], agreement: list[dict], *, name: str,
                version: str, license: str | None, splits: list[str], data_as_of: str, license_given: bool = False,
                source_licences: list[dict[str, Any]] | None = None,
-               kind_context: dict[str, Any] | None = None, preflight: list[str] | None = None) -> None:
-    """Plots under plots/ and README.md in RELEASE; KIND_CONTEXT reaches the kinds' own sections; PREFLIGHT is the
-    section of what the release can show (`cftools.release.preflight.figures_markdown`), last."""
+               kind_context: dict[str, Any] | None = None, preflight: list[str] | None = None,
+               changes: str = "") -> None:
+    """Plots under plots/ and README.md in RELEASE; KIND_CONTEXT reaches the kinds' own sections; CHANGES is the
+    "Changes since" section (Markdown, `cftools.release.diff.changelog_markdown`), when there is a previous
+    release; PREFLIGHT is the section of what the release can show (`cftools.release.preflight.figures_markdown`),
+    last."""
     (release / PLOTS_DIR).mkdir()
     plot_answer_distribution(records, release / PLOTS_DIR / ANSWER_PLOT)
     plot_question_lengths(records, release / PLOTS_DIR / LENGTH_PLOT)
@@ -289,7 +292,7 @@ def write_card(release: Path, records: list[dict], provenance: list[dict], agree
         "parquet_files": [f"{DATA_DIR}/{parquet_name(s)}" for s in splits if s in present],
         "answer_plot": f"{PLOTS_DIR}/{ANSWER_PLOT}", "length_plot": f"{PLOTS_DIR}/{LENGTH_PLOT}",
         "paper_words": PAPER_QUESTION_WORDS, "paper_no_share": PAPER_NO_SHARE,
-        "kind_tables": kind_tables(records),
+        "kind_tables": kind_tables(records), "changes": changes,
     }
     sections = kind_sections(records, provenance, {"agreement": agreement, **(kind_context or {})})
     shown = "\n" + "\n".join(preflight) + "\n" if preflight else ""

@@ -50,6 +50,7 @@ class ExportResult:
     manifest_sha256: str = ""
     warnings: list[str] = field(default_factory=list)  # what the exporter should fix (empty RAI texts, ...)
     cleared: list[str] = field(default_factory=list)  # what clearing a killed export's temporaries did
+    changes: dict[str, int] = field(default_factory=dict)  # with a previous release: items per category of change
 
     def as_dict(self) -> dict[str, Any]:
         return {**self.__dict__, "path": str(self.path)}
@@ -78,12 +79,16 @@ def export_release(workspace: Workspace, name: str, version: str, out_dir: Path 
                    fmt: str = FORMAT_NATIVE, include_unverified: bool = False,
                    splits: dict[str, float] | None = None, force: bool = False,
                    progress: Progress | None = None, include_in_review: bool = False,
-                   options: dict[str, Any] | None = None, licence: str | None = None) -> ExportResult:
+                   options: dict[str, Any] | None = None, licence: str | None = None,
+                   previous: Path | None = None) -> ExportResult:
     """Write the release NAME-VERSION (the accepted items; with include_unverified also drafts and checked
     items, with include_in_review also items under review, marked unverified) and record it in the store.
 
     The release's licence is LICENCE, else the workspace's `[release] license`; the latter is refused over
-    source datasets under another or an unknown licence (an explicit LICENCE is the exporter's decision)."""
+    source datasets under another or an unknown licence (an explicit LICENCE is the exporter's decision).
+
+    With PREVIOUS (an earlier native release's folder), the changes since it (`cftools.release.diff`) go into the
+    card's "Changes since" section and croissant.json's `prov:wasRevisionOf`, before the manifest is written."""
     check_plain_name(name, "release name")
     check_plain_name(version, "version")
     formats = export_formats()
@@ -111,11 +116,18 @@ def export_release(workspace: Workspace, name: str, version: str, out_dir: Path 
         kept = [e for e in items if kind in (None, e.record["kind"]) and spec.keeps(e.record)]
         result.skipped = len(items) - len(kept)
     licensing = release_licensing(workspace, kept, licence)
+    changes, revision = "", None
+    if previous is not None:
+        from cftools.release.diff import changelog_markdown, diff_with_records, revision_entries
+
+        diff = diff_with_records(previous, name, version, [e.record for e in kept])
+        changes, revision = changelog_markdown(diff), revision_entries(diff)
+        result.changes = diff.counts()
 
     def write(folder: Path) -> None:
         result.n_images = copy_images(kept, folder, progress)
         if fmt == FORMAT_NATIVE:
-            write_native(kept, folder, splits, workspace, name, version, progress, licensing)
+            write_native(kept, folder, splits, workspace, name, version, progress, licensing, changes)
         elif spec.takes_context:
             from cftools.kinds.base import ExportContext
 
@@ -124,7 +136,7 @@ def export_release(workspace: Workspace, name: str, version: str, out_dir: Path 
         else:
             spec.write(kept, folder, name, splits)
         # browse.html, croissant.json
-        result.warnings = write_release_extras(kept, folder, workspace, name, version, fmt, licensing)
+        result.warnings = write_release_extras(kept, folder, workspace, name, version, fmt, licensing, revision)
         write_manifest(kept, folder, workspace, name, version, fmt, result.n_images, licensing)
         result.n_items = len(kept)
         result.n_verified = sum(e.record["verified"] for e in kept)

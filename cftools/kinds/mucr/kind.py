@@ -183,6 +183,16 @@ class MucrKind(Kind):
 
         return record_problem(record)
 
+    def diff_fields(self, record: dict[str, Any]) -> dict[str, Any]:
+        """A MuCR item's questions are fixed by the templates; its answer is the selected cause/effect pair, the
+        right choice of each choice task, the cue and the explanations (the references of Exp); its options the
+        choice images and the cue's false cues (a changed pair or choice image is also a new image)."""
+        data = record.get("data") or {}
+        return {"question": None,
+                "answer": {k: data.get(k) for k in ("cause_image", "effect_image", "c2e_answer", "e2c_answer", "cue",
+                                                   "explanations")},
+                "options": {k: data.get(k) for k in ("c2e_choices", "e2c_choices", "cue_choices", "false_cues")}}
+
     def check_judgment(self, task: str, answer: Any, task_data: dict[str, Any]) -> None:
         from cftools.kinds.mucr import annotate as mucr_annotate
 

@@ -286,14 +286,19 @@ def run_eval(release_dir: Path | str, model: str, mode: Optional[str] = None, sc
              answerer: Any = None, notify: Optional[Callable[[str], None]] = None,
              allow_downloads: bool = False, prompt_variant: str = PLAIN, swap_options: bool = False,
              judge_aggregate: str = "best-match", options: Optional[dict[str, Any]] = None,
-             shard: Optional[Shard] = None, verify: bool = True, reading: str = STRICT) -> EvalResult:
+             shard: Optional[Shard] = None, verify: bool = True, reading: str = STRICT,
+             ray: Optional[str] = None, ray_config: Optional[dict[str, Any]] = None) -> EvalResult:
     """Run (or resume) an evaluation; returns the run's configuration, summary and predictions.
 
     The release is verified first and refused when it fails, unless not VERIFY (then the report says so).
     READING: how generated replies are read, cftools' strict reading or the papers' own scripts' (`paper`).
 
     With SHARD, ask only that shard's share into its own predictions file and write no report: the result
-    holds the share's predictions and an empty summary (`cftools.evaluate.merge` makes the run's)."""
+    holds the share's predictions and an empty summary (`cftools.evaluate.merge` makes the run's).
+
+    With RAY (a cluster address, or `local`), an `hf:` model answers on Ray workers, several batches at once
+    (`cftools.evaluate.remote`); this process still writes every prediction, as it comes back. API and blind
+    answerers run here as always (their calls go through the store's request cache)."""
     release_dir = Path(release_dir)
     if mode is not None and mode not in MODES:
         raise CftoolsError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
@@ -328,10 +333,15 @@ def run_eval(release_dir: Path | str, model: str, mode: Optional[str] = None, sc
     questions, skipped = build_questions(release_dir, records, templates, mode, spec.needs_image, max_new_tokens,
                                          prompt_variant=prompt_variant, swap_options=swap_options,
                                          options=options)
+    on_ray = ray is not None and spec.kind == "hf" and answerer is None
     if spec.kind == "hf":
         from cftools.evaluate.vlm import resolve_device, resolve_dtype
 
-        device = resolve_device(device)
+        if on_ray:
+            from cftools.evaluate.remote import cluster_device
+
+            device = cluster_device(device, ray)
+        device = resolve_device(device) if not on_ray else device
         dtype = resolve_dtype(dtype, device)
     else:
         device, dtype = "api", "n/a"
@@ -376,6 +386,10 @@ def run_eval(release_dir: Path | str, model: str, mode: Optional[str] = None, sc
         store = workspace.store if workspace is not None else None
         llm_config = workspace.section("llm") if workspace is not None else None
         judge_answerer = None
+        if todo and on_ray:
+            from cftools.evaluate.remote import remote_answerer
+
+            answerer = remote_answerer(str(spec), device, dtype, ray, allow_downloads, ray_config)
         if todo:
             answerer = answerer or load_answerer(spec, device, dtype, llm_config, store, concurrency,
                                                  allow_downloads=allow_downloads)
@@ -388,6 +402,15 @@ def run_eval(release_dir: Path | str, model: str, mode: Optional[str] = None, sc
         # Questions of like length share a batch: less padding for a batched model (predictions are keyed, not ordered).
         todo = sorted(todo, key=batch_order)
         start = 0
+        if getattr(answerer, "in_flight", 1) > 1:  # workers of a cluster: batches side by side, written as they come
+            try:
+                asked = ask_side_by_side(answerer, todo, batch_size, predictions_path, lambda batch: ask_batch(
+                    answerer, batch, mode, score, templates, judge_answerer, judge_aggregate, reading),
+                    lambda n: progress and progress(len(questions) - len(todo) + n, len(questions)))
+            finally:
+                if on_ray:
+                    answerer.close()
+            start = len(todo)
         while start < len(todo):
             batch = next_batch(todo, start, batch_size)
             try:
@@ -414,6 +437,25 @@ def run_eval(release_dir: Path | str, model: str, mode: Optional[str] = None, sc
             return EvalResult(out_dir=out_dir, config=config, summary={}, predictions=predictions, asked=asked,
                               notes=notes)
         return finish_run(out_dir, config, predictions, asked=asked, notes=notes, workspace=workspace)
+
+
+def ask_side_by_side(answerer: Any, todo: Sequence[Question], batch_size: int, predictions_path: Path,
+                     ask: Callable[[list[Question]], list[dict[str, Any]]],
+                     progress: Callable[[int], Any]) -> int:
+    """TODO's batches asked ANSWERER.in_flight at a time (`cftools.distributed.as_completed`); each batch's lines
+    are appended as soon as it comes back. Returns how many questions were asked."""
+    from cftools.distributed import as_completed
+
+    batches, start = [], 0
+    while start < len(todo):
+        batches.append(next_batch(todo, start, batch_size))
+        start += len(batches[-1])
+    asked = 0
+    for batch, lines in as_completed(batches, ask, answerer.in_flight):
+        append_predictions(predictions_path, lines)
+        asked += len(batch)
+        progress(asked)
+    return asked
 
 
 @contextlib.contextmanager

@@ -48,12 +48,18 @@ RAY_HELP = ("Run the work on a Ray cluster: ADDRESS (ray://HOST:10001, HOST:6379
             "(needs cftools[ray]; see docs/ray.md).")
 
 
-def ray_option(*, expose: bool = True, **kwargs: Any) -> Callable:
-    """--ray [ADDRESS]: the value `local` when given without an address; None when not given."""
-    from cftools.distributed import LOCAL
+def ray_option(*, expose: bool = True, keep: Callable | None = None) -> Callable:
+    """--ray [ADDRESS]: the value `local` when given without an address; None when not given. Without Ray
+    installed, giving it is one line naming the extra, before anything else is read."""
+    from cftools.distributed import LOCAL, require_ray
+
+    def given(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        if value is not None:
+            require_ray()
+        return keep(ctx, param, value) if keep is not None else value
 
     return click.option("--ray", "ray_address", is_flag=False, flag_value=LOCAL, default=None, metavar="[ADDRESS]",
-                        help=RAY_HELP, expose_value=expose, **kwargs)
+                        help=RAY_HELP, expose_value=expose, callback=given)
 
 
 def ray_address(ctx: click.Context, given: str | None) -> str | None:

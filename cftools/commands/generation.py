@@ -53,7 +53,7 @@ def llm_options(command: Callable) -> Callable:
                    "command exits 3."),
         run_option("--estimate", is_flag=True, help="Dry run: print the prompt tokens and the cost estimate of the "
                    "requests the run would send, and call nothing."),
-        ray_option(expose=False, callback=_keep_run_option),
+        ray_option(expose=False, keep=_keep_run_option),
         run_option("--batch-api", is_flag=True, help="Send the requests through the Files and Batches API of the "
                    "openai backend (cheaper, done within the batch window); a rerun collects a submitted batch."),
     )):

@@ -27,7 +27,6 @@ Ray is optional (`pip install 'cftools[ray]'`): nothing imports it until `--ray`
 
 from __future__ import annotations
 
-import asyncio
 import os
 import threading
 import time
@@ -67,6 +66,9 @@ def connect(address: Optional[str]) -> Any:
         try:
             ray.init(address=None if address in (None, "", LOCAL) else address, logging_level="ERROR",
                      log_to_driver=False, configure_logging=False)
+        except ImportError as exc:  # ray:// is Ray Client, which is not in Ray's core install
+            raise RayError(f"cannot connect to {address}: Ray Client is not installed (pip install 'ray[client]'), "
+                           f"or connect with HOST:6379 from a node of the cluster ({exc.name or exc})") from None
         except (ConnectionError, RuntimeError, ValueError) as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise RayError(f"cannot connect to the Ray cluster at {address or 'this machine'}: {first}") from None
@@ -143,6 +145,8 @@ class CftoolsApiWorker:
         self.pool = Pool(max_workers=max(1, spec.concurrency), thread_name_prefix="cftools-api")
 
     async def call(self, method: str, args: tuple, kwargs: dict[str, Any]) -> Any:
+        import asyncio
+
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.pool, lambda: self.hosted.call(method, args, kwargs))
 

@@ -14,6 +14,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -176,12 +177,15 @@ def drafts(ws: Path) -> list[tuple]:
     return [tuple(row) for row in items], calls, open_claims
 
 
-def wait_until(condition, what: str, proc: subprocess.Popen | None = None, limit: float = 120.0) -> None:
+def wait_until(condition, what: str, proc: subprocess.Popen | None = None, alive=None,  # noqa: ANN001
+               limit: float = 300.0) -> None:
     """Poll CONDITION (a state of the store or of the server, never a duration) until it holds."""
     deadline = time.monotonic() + limit
     while not condition():
         if proc is not None and proc.poll() is not None:
             raise AssertionError(f"the run ended before {what}: {proc.stderr.read()[-2000:]}")
+        if alive is not None and not alive():
+            raise AssertionError(f"the run ended before {what}")
         if time.monotonic() > deadline:
             raise AssertionError(f"never saw {what}")
         time.sleep(0.1)
@@ -206,7 +210,7 @@ def api_worker_processes() -> list:
 
 
 def test_rewrite_on_ray_with_a_worker_killed_mid_run_makes_the_items_of_a_local_run(two_nodes, stub, tmp_path):
-    from fault_trials import cli, cli_env, setup_cli
+    from fault_trials import setup_cli
 
     stub.reset()
     local = rewrite_workspace(tmp_path / "local", stub)
@@ -214,21 +218,22 @@ def test_rewrite_on_ray_with_a_worker_killed_mid_run_makes_the_items_of_a_local_
     ws = rewrite_workspace(tmp_path / "ray", stub)
     stub.reset()
     stub.script({"hold": 0}, HOLD, HOLD)  # the first call answers at once, the next two are held
-    driver = subprocess.Popen(cli(ws, *REWRITE, "--ray", two_nodes.address), stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE, text=True, env=cli_env())
+    # the driver is this process (connected already), its run on a thread: the main thread kills the workers
+    outcome: list = []
+    driver = threading.Thread(target=lambda: outcome.append(run_catching(setup_cli, ws, *REWRITE, "--ray",
+                                                                         two_nodes.address)))
+    driver.start()
     try:
         # one result written, and both workers holding a call: kill every API worker process
         wait_until(lambda: calls_stored(ws) >= 1 and len(stub.requests()) >= 3, "a result and two held calls",
-                   driver)
+                   alive=driver.is_alive)
         victims = api_worker_processes()
         assert victims
         for victim in victims:
             victim.send_signal(signal.SIGKILL)
-        assert driver.wait(timeout=180) == 0, driver.stderr.read()[-2000:]
     finally:
-        if driver.poll() is None:
-            driver.kill()
-            driver.wait()
+        driver.join(timeout=300)
+    assert outcome == [None], outcome
     items, calls, open_claims = drafts(ws)
     assert items == drafts(local)[0] and len(items) == 6
     assert calls == 6 and open_claims == 0  # the held calls were sent again, and written once
@@ -238,8 +243,17 @@ def test_rewrite_on_ray_with_a_worker_killed_mid_run_makes_the_items_of_a_local_
     assert drafts(ws) == (items, 6, 0) and len(stub.requests()) == sent
 
 
+def run_catching(function, *args) -> BaseException | None:  # noqa: ANN001
+    try:
+        function(*args)
+    except BaseException as exc:  # noqa: BLE001 (handed to the test's thread)
+        return exc
+    return None
+
+
 def test_a_driver_killed_mid_run_is_finished_by_the_rerun_without_duplicates(two_nodes, stub, tmp_path):
     from fault_trials import cli, cli_env, setup_cli
+
 
     stub.reset()
     ws = rewrite_workspace(tmp_path, stub)
@@ -286,13 +300,14 @@ def test_images_on_ray_are_the_images_of_a_local_run(two_nodes, stub, tmp_path):
     setup_cli(ws, "ingest", "captions", EXAMPLE_CAPTIONS)
     configure_llm(ws, stub.base_url)
     setup_cli(ws, "generate", "context", "--limit", "2", "--quiet")
-    shutil.copytree(ws, tmp_path / "ray")  # two pairs with their descriptions, twice
+    shutil.copytree(ws, tmp_path / "ray" / "ws")  # two pairs with their descriptions, twice
     before = torch.get_num_threads()
     torch.set_num_threads(1)  # as the workers compute (Ray gives each one CPU's thread): the same floats, bytes
     try:
         for where, extra in (("local", ()), ("ray", ("--ray", two_nodes.address))):
-            setup_cli(tmp_path / where, "generate", "images", "--per-prompt", "2", "--styles", "photograph", *extra)
-            made[where] = candidate_images(tmp_path / where)
+            setup_cli(tmp_path / where / "ws", "generate", "images", "--per-prompt", "2", "--styles", "photograph",
+                      *extra)
+            made[where] = candidate_images(tmp_path / where / "ws")
     finally:
         torch.set_num_threads(before)
     assert made["ray"] == made["local"]

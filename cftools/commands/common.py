@@ -48,7 +48,7 @@ RAY_HELP = ("Run the work on a Ray cluster: ADDRESS (ray://HOST:10001, HOST:6379
             "(needs cftools[ray]; see docs/ray.md).")
 
 
-def ray_option(*, expose: bool = True, keep: Callable | None = None) -> Callable:
+def ray_option(*, expose: bool = True, keep: Callable | None = None, name: str = "ray_address") -> Callable:
     """--ray [ADDRESS]: the value `local` when given without an address; None when not given. Without Ray
     installed, giving it is one line naming the extra, before anything else is read."""
     from cftools.distributed import LOCAL, require_ray
@@ -58,7 +58,7 @@ def ray_option(*, expose: bool = True, keep: Callable | None = None) -> Callable
             require_ray()
         return keep(ctx, param, value) if keep is not None else value
 
-    return click.option("--ray", "ray_address", is_flag=False, flag_value=LOCAL, default=None, metavar="[ADDRESS]",
+    return click.option("--ray", name, is_flag=False, flag_value=LOCAL, default=None, metavar="[ADDRESS]",
                         help=RAY_HELP, expose_value=expose, callback=given)
 
 

@@ -92,14 +92,7 @@ def run_with_llm(workspace: Any, backend: str | None, model: str | None,
     """RUN(backend, [llm] config) with the configured backend, closed afterwards; the report gets the run's
     controls (tokens, cost, budget, estimate) as `report.controls`."""
     config = workspace.section("llm")
-    address = ray_run_address()
-    if address is not None:
-        from cftools.llm.remote import remote_backend
-
-        concurrency = click.get_current_context().params.get("concurrency")
-        llm = remote_backend(config, backend, model, address, workspace.section("ray"), concurrency)
-    else:
-        llm = make_backend(config, backend, model)
+    llm = backend_for_run(workspace, backend, model, ray_run_address())
     try:
         controls = run_controls(config, llm)
         report = run(ControlledBackend(llm, controls), config)
@@ -107,6 +100,18 @@ def run_with_llm(workspace: Any, backend: str | None, model: str | None,
         return report
     finally:
         llm.close()
+
+
+def backend_for_run(workspace: Any, backend: str | None, model: str | None, address: str | None) -> Any:
+    """The configured LLM backend; with a Ray ADDRESS (`--ray`), one whose calls run on the cluster's workers
+    (`cftools.llm.remote`), each taking the command's --concurrency calls at once."""
+    config = workspace.section("llm")
+    if address is None:
+        return make_backend(config, backend, model)
+    from cftools.llm.remote import remote_backend
+
+    concurrency = click.get_current_context().params.get("concurrency")
+    return remote_backend(config, backend, model, address, workspace.section("ray"), concurrency)
 
 
 def ray_run_address() -> str | None:

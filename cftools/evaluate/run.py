@@ -334,6 +334,8 @@ def run_eval(release_dir: Path | str, model: str, mode: Optional[str] = None, sc
                                          prompt_variant=prompt_variant, swap_options=swap_options,
                                          options=options)
     on_ray = ray is not None and spec.kind == "hf" and answerer is None
+    if ray is not None and not on_ray and notify:
+        notify(f"--ray: {spec} is asked from this process (only hf: models run on Ray workers)")
     if spec.kind == "hf":
         from cftools.evaluate.vlm import resolve_device, resolve_dtype
 

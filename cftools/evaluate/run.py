@@ -404,35 +404,38 @@ def run_eval(release_dir: Path | str, model: str, mode: Optional[str] = None, sc
         # Questions of like length share a batch: less padding for a batched model (predictions are keyed, not ordered).
         todo = sorted(todo, key=batch_order)
         start = 0
-        if getattr(answerer, "in_flight", 1) > 1:  # workers of a cluster: batches side by side, written as they come
-            try:
+        try:
+            if getattr(answerer, "in_flight", 1) > 1:  # a cluster's workers: batches side by side, each written
+                # as it comes back
                 asked = ask_side_by_side(answerer, todo, batch_size, predictions_path, lambda batch: ask_batch(
                     answerer, batch, mode, score, templates, judge_answerer, judge_aggregate, reading),
                     lambda n: progress and progress(len(questions) - len(todo) + n, len(questions)))
-            finally:
-                if on_ray:
-                    answerer.close()
-            start = len(todo)
-        while start < len(todo):
-            batch = next_batch(todo, start, batch_size)
-            try:
-                lines = ask_batch(answerer, batch, mode, score, templates, judge_answerer, judge_aggregate, reading)
-            except ModelCallsFailed as exc:
-                exc.nothing_stored = exc.nothing_stored and not asked  # earlier batches' predictions are stored
-                raise
-            except Exception as exc:  # noqa: BLE001 (only an out-of-memory error is handled; the rest re-raised)
-                if not (is_out_of_memory(exc) and len(batch) > 1):
+                start = len(todo)
+            while start < len(todo):
+                batch = next_batch(todo, start, batch_size)
+                try:
+                    lines = ask_batch(answerer, batch, mode, score, templates, judge_answerer, judge_aggregate,
+                                      reading)
+                except ModelCallsFailed as exc:
+                    exc.nothing_stored = exc.nothing_stored and not asked  # earlier batches' predictions are stored
                     raise
-                batch_size = max(1, len(batch) // 2)  # the predictions already written stay; this batch is asked again
-                release_memory()
-                if notify:
-                    notify(f"out of memory at batch size {len(batch)}: going on with {batch_size}")
-                continue
-            append_predictions(predictions_path, lines)
-            asked += len(batch)
-            start += len(batch)
-            if progress:
-                progress(len(questions) - len(todo) + asked, len(questions))
+                except Exception as exc:  # noqa: BLE001 (only an out-of-memory error is handled; the rest re-raised)
+                    if not (is_out_of_memory(exc) and len(batch) > 1):
+                        raise
+                    # the predictions already written stay; this batch is asked again
+                    batch_size = max(1, len(batch) // 2)
+                    release_memory()
+                    if notify:
+                        notify(f"out of memory at batch size {len(batch)}: going on with {batch_size}")
+                    continue
+                append_predictions(predictions_path, lines)
+                asked += len(batch)
+                start += len(batch)
+                if progress:
+                    progress(len(questions) - len(todo) + asked, len(questions))
+        finally:
+            if on_ray and answerer is not None:  # its workers end with the run
+                answerer.close()
         done = cached_predictions(out_dir, predictions_path)
         predictions = [done[key] for key in sorted(q.key for q in questions) if key in done]
         if shard is not None:

@@ -133,7 +133,8 @@ def images_cmd(workspace: Workspace, backend: Optional[str], model: Optional[str
         from cftools.imagegen.remote import remote_images
 
         image_backend = remote_images(make_image_backend, (config, backend, model), {"consistency": consistency},
-                                      address, workspace.section("ray"), backend or config.get("backend") or "diffusers")
+                                      address, workspace.section("ray"),
+                                      backend or config.get("backend") or "diffusers")
     else:
         image_backend = make_image_backend(config, backend, model, consistency=consistency)
     scorer = ClipScorer(config["score_model"]) if config.get("score_model") else None

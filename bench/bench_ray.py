@@ -84,7 +84,7 @@ def rewrite_run(scratch: Path, stub_url: str, items: int, concurrency: int, addr
 
 
 def images_run(base: Path, scratch: Path, pairs: int, address: str | None, actors: int | None) -> dict:
-    shutil.copytree(base, scratch)
+    shutil.copytree(base, scratch)  # the same pairs and descriptions for every run
     set_actors(scratch, actors)
     args = ["generate", "images", "--per-prompt", "2", "--styles", "photograph"] + (["--ray", address] if address
                                                                                       else [])
@@ -142,8 +142,7 @@ def main() -> None:
         setup_cli(base, "generate", "context", "--limit", str(args.pairs), "--quiet")
         for name, address, actors in (("local", None, None), ("ray, 1 worker", cluster.address, 1),
                                       ("ray, 2 workers", cluster.address, 2)):
-            rows.append(("images", name, images_run(scratch / "img-base", scratch / f"img-{actors}", args.pairs,
-                                                    address, actors)))
+            rows.append(("images", name, images_run(base, scratch / f"img-{actors}", args.pairs, address, actors)))
         ray.shutdown()
         cluster.shutdown()
     finally:

@@ -102,8 +102,10 @@ def main() -> None:
     parser.add_argument("--items", type=int, default=240)
     parser.add_argument("--delay", type=float, default=0.2)
     parser.add_argument("--concurrency", type=int, default=4)
-    parser.add_argument("--pairs", type=int, default=6)
+    parser.add_argument("--pairs", type=int, default=6, help="At most 8 (examples/mucr/captions.csv).")
+    parser.add_argument("--stages", default="rewrite,images", help="Which stages to measure (comma-separated).")
     args = parser.parse_args()
+    stages = args.stages.split(",")
     import ray
     from ray.cluster_utils import Cluster
 
@@ -113,6 +115,7 @@ def main() -> None:
     scratch = Path(tempfile.mkdtemp(prefix="bench-ray-"))
     stub, url = start_process(args.delay, "--context")
     figures: dict[str, float] = {}
+    cluster = None
     try:
         t = time.perf_counter()
         cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
@@ -134,18 +137,28 @@ def main() -> None:
         rows = []
         for name, address, actors in (("local", None, None), ("ray, 1 worker", cluster.address, 1),
                                       ("ray, 2 workers", cluster.address, 2)):
+            if "rewrite" not in stages:
+                break
             rows.append(("rewrite", name, rewrite_run(scratch / f"rw-{actors}", url, args.items, args.concurrency,
                                                      address, actors)))
+        # the local run computes on one thread, as each Ray worker does (Ray gives it its one CPU's thread): on two
+        # shared cores more threads in the driver only fight the other processes for them
+        import torch
+
+        torch.set_num_threads(1)
         base = fresh_workspace(scratch / "img-base")
         setup_cli(base, "ingest", "captions", EXAMPLE_CAPTIONS)
         configure_llm(base, url)
         setup_cli(base, "generate", "context", "--limit", str(args.pairs), "--quiet")
         for name, address, actors in (("local", None, None), ("ray, 1 worker", cluster.address, 1),
                                       ("ray, 2 workers", cluster.address, 2)):
+            if "images" not in stages:
+                break
             rows.append(("images", name, images_run(base, scratch / f"img-{actors}", args.pairs, address, actors)))
-        ray.shutdown()
-        cluster.shutdown()
     finally:
+        ray.shutdown()
+        if cluster is not None:
+            cluster.shutdown()
         stub.kill()
         stub.wait()
         shutil.rmtree(scratch, ignore_errors=True)
@@ -157,7 +170,7 @@ def main() -> None:
     print(f"{'stage':8} {'run':16} {'work phase':>14} {'vs local':>9} {'vs 1 worker':>12} {'end to end':>14} "
           f"{'wall s':>7}")
     unit = {"rewrite": "items/s", "images": "images/s"}
-    for stage in ("rewrite", "images"):
+    for stage in stages:
         chosen = {name: run for s, name, run in rows if s == stage}
         for name, run in chosen.items():
             print(f"{stage:8} {name:16} {run['work']:8.1f} {unit[stage]:<5} "

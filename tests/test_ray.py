@@ -23,7 +23,7 @@ from sqlalchemy import func, select
 
 ray = pytest.importorskip("ray")
 
-from cftools.distributed import LOCAL, RayError, RayWorkers, WorkerSpec, as_completed  # noqa: E402
+from cftools.distributed import LOCAL, RayWorkers, WorkerSpec, as_completed  # noqa: E402
 from cftools.models import Generation, Item, WorkClaim  # noqa: E402
 
 pytestmark = pytest.mark.slow

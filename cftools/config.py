@@ -165,6 +165,12 @@ class ReleaseSettings(Section):
     data_collection: Optional[str] = None
 
 
+class RaySettings(Section):
+    address: Optional[str] = None  # what --ray without a value connects to (else this machine's cluster)
+    actors: Optional[int] = Field(None, ge=1)  # a fixed number of workers (else one per GPU, or per node)
+    cpus_per_actor: Optional[float] = Field(None, gt=0)  # CPUs a model worker asks Ray for
+
+
 class CheckSettings(Section):
     blind_answerable_model: Optional[str] = None
 
@@ -172,7 +178,7 @@ class CheckSettings(Section):
 # The sections of every workspace; each kind may add `[<kind name>]` (Kind.config_section).
 SECTIONS: dict[str, type[Section]] = {
     "store": StoreSettings, "llm": LlmSettings, "images": ImageSettings, "edits": EditSettingsSection, "label_studio": LabelStudioSettings,
-    "sources": SourceSettings, "release": ReleaseSettings, "checks": CheckSettings,
+    "sources": SourceSettings, "release": ReleaseSettings, "checks": CheckSettings, "ray": RaySettings,
 }
 
 

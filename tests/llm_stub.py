@@ -18,6 +18,7 @@ to fail with, or a dict scripting the whole exchange:
     {"status": 429, "headers": {"retry-after": "2"}, "body": {...}}   # any status, headers and JSON body
     {"raw": "<html>proxy error</html>"}                                # a body that is not JSON
     {"text": "late", "delay": 1.0}                                     # answer after DELAY seconds (time-outs)
+    {"hold": 120.0}                          # the default answer after HOLD seconds (a call kept in flight)
 
 Control, for tests (the tests run it as a process and drive it over HTTP):
 - POST /control/script {"replies": [reply, ...]} queues what the next chat requests get, one entry each, in
@@ -220,6 +221,9 @@ class StubHandler(BaseHTTPRequestHandler):
                                          "body": request})
             scripted = self.server.script.popleft() if self.server.script else None
         time.sleep(self.server.delay)
+        if isinstance(scripted, dict) and "hold" in scripted:
+            time.sleep(float(scripted["hold"]))
+            scripted = None
         content = last_user_text(request)
         response_format = request.get("response_format")
         if response_format is not None and response_format_error(response_format):

@@ -51,3 +51,34 @@ def pass_workspace(func: Callable) -> Callable:
 
 def print_json(obj: Any) -> None:
     click.echo(json.dumps(obj, indent=2, ensure_ascii=False, default=str))
+
+
+RAY_HELP = ("Run the work on a Ray cluster: ADDRESS (ray://HOST:10001, HOST:6379 or auto), or none for this "
+            "machine's cluster (a new local one when there is none); this process alone reads and writes the store "
+            "(needs cftools[ray]; see docs/ray.md).")
+
+
+def ray_option(*, expose: bool = True, keep: Callable | None = None, name: str = "ray_address") -> Callable:
+    """--ray [ADDRESS]: the value `local` when given without an address; None when not given. Without Ray
+    installed, giving it is one line naming the extra, before anything else is read."""
+    from cftools.distributed import LOCAL, require_ray
+
+    def given(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        if value is not None:
+            require_ray()
+        return keep(ctx, param, value) if keep is not None else value
+
+    return click.option("--ray", name, is_flag=False, flag_value=LOCAL, default=None, metavar="[ADDRESS]",
+                        help=RAY_HELP, expose_value=expose, callback=given)
+
+
+def ray_address(ctx: click.Context, given: str | None) -> str | None:
+    """The command's --ray, else [ray] address of the workspace (None: run here)."""
+    if given is not None:
+        return given
+    from cftools.errors import WorkspaceError
+
+    try:
+        return get_workspace(ctx).section("ray").get("address") or None
+    except WorkspaceError:  # no workspace: no [ray] section either
+        return None

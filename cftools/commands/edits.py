@@ -10,7 +10,7 @@ from rich.markup import escape
 
 from cftools.commands.common import console, err_console, pass_workspace, print_json
 from cftools.commands.exit_codes import exit_for_failures
-from cftools.commands.generation import llm_options, print_estimate, run_with_llm
+from cftools.commands.generation import llm_options, print_estimate, ray_run_address, run_with_llm
 from cftools.errors import CftoolsError
 from cftools.workspace import Workspace
 
@@ -78,8 +78,16 @@ def edits_cmd(workspace: Workspace, kinds: tuple[str, ...], groups: tuple[str, .
     if instructions.stats.interrupted:
         raise click.ClickException("interrupted; what finished is stored, rerun the same command to continue")
     config = workspace.section("edits")
-    edit = make_edit_backend(config, edit_backend, edit_model, licence=licence,
-                             allow_non_commercial=allow_non_commercial)
+    address = ray_run_address()
+    if address is not None:  # the edit model on the cluster's workers; this process writes what they make
+        from cftools.imagegen.remote import remote_images
+
+        edit = remote_images(make_edit_backend, (config, edit_backend, edit_model),
+                             dict(licence=licence, allow_non_commercial=allow_non_commercial), address,
+                             workspace.section("ray"), edit_backend or config.get("backend") or "diffusers")
+    else:
+        edit = make_edit_backend(config, edit_backend, edit_model, licence=licence,
+                                 allow_non_commercial=allow_non_commercial)
     checker = None
     try:
         if answerer:

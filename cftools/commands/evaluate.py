@@ -10,7 +10,8 @@ import click
 from cftools.terminal import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from cftools.commands.common import console, err_console, optional_workspace
+from cftools.commands.common import console, err_console, optional_workspace, ray_option
+from cftools.commands.common import ray_address as ray_address_of
 from cftools.errors import CftoolsError
 from cftools.evaluate.predictions import READINGS, STRICT, EvalResult
 from cftools.evaluate.report import compare_table, rich_tables
@@ -124,12 +125,13 @@ def parse_shard_option(ctx: click.Context, param: click.Parameter, text: Optiona
               help="Score the release even if its files do not match its manifest (`cftools verify` fails); the "
                    "report says it was not verified. By default such a release is refused.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
+@ray_option()
 @click.pass_context
 def eval_run(ctx: click.Context, release: Path, model: str, mode: str, score: str, batch_size: str, device: str,
              dtype: str, limit: Optional[int], out_dir: Optional[Path], template: Optional[str],
              max_new_tokens: int, judge: Optional[str], judge_aggregate: str, concurrency: int,
              allow_downloads: bool, prompt_variant: str, swap_options: bool, reading: str, shard: Optional[Shard],
-             no_verify: bool, quiet: bool, **kind_options: Any) -> None:
+             no_verify: bool, quiet: bool, ray_address: Optional[str], **kind_options: Any) -> None:
     """Ask both questions of every item of RELEASE and print the report table.
 
     RELEASE is verified first (every file against its manifest) and refused when it fails, unless --no-verify.
@@ -154,6 +156,12 @@ def eval_run(ctx: click.Context, release: Path, model: str, mode: str, score: st
                          notify=lambda note: err_console.print(f"[yellow]{escape(note)}[/]"),
                          allow_downloads=allow_downloads, prompt_variant=prompt_variant, swap_options=swap_options,
                          verify=not no_verify, reading=reading)
+        address = ray_address_of(ctx, ray_address)
+        if address is not None:
+            if launched or shard is not None:
+                raise click.UsageError("--ray splits the questions between the cluster's workers: not with --shard "
+                                       "or accelerate launch")
+            arguments.update(ray=address, ray_config=workspace.section("ray") if workspace is not None else None)
         if launched:
             from cftools.evaluate.merge import run_launched
 

@@ -11,7 +11,7 @@ from typing import Any, Callable
 import click
 from cftools.terminal import escape
 
-from cftools.commands.common import console, print_json
+from cftools.commands.common import console, print_json, ray_address, ray_option
 from cftools.commands.exit_codes import PARTIAL_FAILURE, document_exit_codes, exit_for_failures
 from cftools.errors import WorkspaceError
 from cftools.generate.llm_task import DEFAULT_MAX_ATTEMPTS
@@ -33,7 +33,8 @@ def run_option(*names: str, **kwargs: Any) -> Callable:
 
 
 def llm_options(command: Callable) -> Callable:
-    """--backend, --model, --template, --concurrency, --refresh, --max-attempts, --quiet, --json."""
+    """--backend, --model, --template, --concurrency, --refresh, --max-attempts, --quiet, --json, and the run
+    options (--max-cost, --estimate, --ray, --batch-api)."""
     for option in reversed((
         click.option("--backend", type=click.Choice(BACKENDS), help="LLM backend (default: [llm] backend, else local)."),
         click.option("--model", help="Model name (default: [llm] model)."),
@@ -52,6 +53,7 @@ def llm_options(command: Callable) -> Callable:
                    "command exits 3."),
         run_option("--estimate", is_flag=True, help="Dry run: print the prompt tokens and the cost estimate of the "
                    "requests the run would send, and call nothing."),
+        ray_option(expose=False, keep=_keep_run_option),
         run_option("--batch-api", is_flag=True, help="Send the requests through the Files and Batches API of the "
                    "openai backend (cheaper, done within the batch window); a rerun collects a submitted batch."),
     )):
@@ -90,7 +92,7 @@ def run_with_llm(workspace: Any, backend: str | None, model: str | None,
     """RUN(backend, [llm] config) with the configured backend, closed afterwards; the report gets the run's
     controls (tokens, cost, budget, estimate) as `report.controls`."""
     config = workspace.section("llm")
-    llm = make_backend(config, backend, model)
+    llm = backend_for_run(workspace, backend, model, ray_run_address())
     try:
         controls = run_controls(config, llm)
         report = run(ControlledBackend(llm, controls), config)
@@ -98,6 +100,26 @@ def run_with_llm(workspace: Any, backend: str | None, model: str | None,
         return report
     finally:
         llm.close()
+
+
+def backend_for_run(workspace: Any, backend: str | None, model: str | None, address: str | None) -> Any:
+    """The configured LLM backend; with a Ray ADDRESS (`--ray`), one whose calls run on the cluster's workers
+    (`cftools.llm.remote`), each taking the command's --concurrency calls at once."""
+    config = workspace.section("llm")
+    if address is None:
+        return make_backend(config, backend, model)
+    from cftools.llm.remote import remote_backend
+
+    concurrency = click.get_current_context().params.get("concurrency")
+    return remote_backend(config, backend, model, address, workspace.section("ray"), concurrency)
+
+
+def ray_run_address() -> str | None:
+    """The command's --ray (or [ray] address); None: the run's calls are made here."""
+    context = click.get_current_context(silent=True)
+    if context is None:
+        return None
+    return ray_address(context, context.meta.get(RUN_OPTIONS, {}).get("ray_address"))
 
 
 def run_controls(config: dict[str, Any], llm: Any) -> RunControls:

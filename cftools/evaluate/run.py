@@ -292,14 +292,19 @@ def run_eval(release_dir: Path | str, model: str, mode: Optional[str] = None, sc
              answerer: Any = None, notify: Optional[Callable[[str], None]] = None,
              allow_downloads: bool = False, prompt_variant: str = PLAIN, swap_options: bool = False,
              judge_aggregate: str = "best-match", options: Optional[dict[str, Any]] = None,
-             shard: Optional[Shard] = None, verify: bool = True, reading: str = STRICT) -> EvalResult:
+             shard: Optional[Shard] = None, verify: bool = True, reading: str = STRICT,
+             ray: Optional[str] = None, ray_config: Optional[dict[str, Any]] = None) -> EvalResult:
     """Run (or resume) an evaluation; returns the run's configuration, summary and predictions.
 
     The release is verified first and refused when it fails, unless not VERIFY (then the report says so).
     READING: how generated replies are read, cftools' strict reading or the papers' own scripts' (`paper`).
 
     With SHARD, ask only that shard's share into its own predictions file and write no report: the result
-    holds the share's predictions and an empty summary (`cftools.evaluate.merge` makes the run's)."""
+    holds the share's predictions and an empty summary (`cftools.evaluate.merge` makes the run's).
+
+    With RAY (a cluster address, or `local`), an `hf:` model answers on Ray workers, several batches at once
+    (`cftools.evaluate.remote`); this process still writes every prediction, as it comes back. API and blind
+    answerers run here as always (their calls go through the store's request cache)."""
     release_dir = Path(release_dir)
     if mode is not None and mode not in MODES:
         raise CftoolsError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
@@ -334,10 +339,17 @@ def run_eval(release_dir: Path | str, model: str, mode: Optional[str] = None, sc
     questions, skipped = build_questions(release_dir, records, templates, mode, spec.needs_image, max_new_tokens,
                                          prompt_variant=prompt_variant, swap_options=swap_options,
                                          options=options)
+    on_ray = ray is not None and spec.kind == "hf" and answerer is None
+    if ray is not None and not on_ray and notify:
+        notify(f"--ray: {spec} is asked from this process (only hf: models run on Ray workers)")
     if spec.kind == "hf":
         from cftools.evaluate.vlm import resolve_device, resolve_dtype
 
-        device = resolve_device(device)
+        if on_ray:
+            from cftools.evaluate.remote import cluster_device
+
+            device = cluster_device(device, ray)
+        device = resolve_device(device) if not on_ray else device
         dtype = resolve_dtype(dtype, device)
     else:
         device, dtype = "api", "n/a"
@@ -382,6 +394,10 @@ def run_eval(release_dir: Path | str, model: str, mode: Optional[str] = None, sc
         store = workspace.store if workspace is not None else None
         llm_config = workspace.section("llm") if workspace is not None else None
         judge_answerer = None
+        if todo and on_ray:
+            from cftools.evaluate.remote import remote_answerer
+
+            answerer = remote_answerer(str(spec), device, dtype, ray, allow_downloads, ray_config)
         if todo:
             answerer = answerer or load_answerer(spec, device, dtype, llm_config, store, concurrency,
                                                  allow_downloads=allow_downloads)
@@ -394,32 +410,63 @@ def run_eval(release_dir: Path | str, model: str, mode: Optional[str] = None, sc
         # Questions of like length share a batch: less padding for a batched model (predictions are keyed, not ordered).
         todo = sorted(todo, key=batch_order)
         start = 0
-        while start < len(todo):
-            batch = next_batch(todo, start, batch_size)
-            try:
-                lines = ask_batch(answerer, batch, mode, score, templates, judge_answerer, judge_aggregate, reading)
-            except ModelCallsFailed as exc:
-                exc.nothing_stored = exc.nothing_stored and not asked  # earlier batches' predictions are stored
-                raise
-            except Exception as exc:  # noqa: BLE001 (only an out-of-memory error is handled; the rest re-raised)
-                if not (is_out_of_memory(exc) and len(batch) > 1):
+        try:
+            if getattr(answerer, "in_flight", 1) > 1:  # a cluster's workers: batches side by side, each written
+                # as it comes back
+                asked = ask_side_by_side(answerer, todo, batch_size, predictions_path, lambda batch: ask_batch(
+                    answerer, batch, mode, score, templates, judge_answerer, judge_aggregate, reading),
+                    lambda n: progress and progress(len(questions) - len(todo) + n, len(questions)))
+                start = len(todo)
+            while start < len(todo):
+                batch = next_batch(todo, start, batch_size)
+                try:
+                    lines = ask_batch(answerer, batch, mode, score, templates, judge_answerer, judge_aggregate,
+                                      reading)
+                except ModelCallsFailed as exc:
+                    exc.nothing_stored = exc.nothing_stored and not asked  # earlier batches' predictions are stored
                     raise
-                batch_size = max(1, len(batch) // 2)  # the predictions already written stay; this batch is asked again
-                release_memory()
-                if notify:
-                    notify(f"out of memory at batch size {len(batch)}: going on with {batch_size}")
-                continue
-            append_predictions(predictions_path, lines)
-            asked += len(batch)
-            start += len(batch)
-            if progress:
-                progress(len(questions) - len(todo) + asked, len(questions))
+                except Exception as exc:  # noqa: BLE001 (only an out-of-memory error is handled; the rest re-raised)
+                    if not (is_out_of_memory(exc) and len(batch) > 1):
+                        raise
+                    # the predictions already written stay; this batch is asked again
+                    batch_size = max(1, len(batch) // 2)
+                    release_memory()
+                    if notify:
+                        notify(f"out of memory at batch size {len(batch)}: going on with {batch_size}")
+                    continue
+                append_predictions(predictions_path, lines)
+                asked += len(batch)
+                start += len(batch)
+                if progress:
+                    progress(len(questions) - len(todo) + asked, len(questions))
+        finally:
+            if on_ray and answerer is not None:  # its workers end with the run
+                answerer.close()
         done = cached_predictions(out_dir, predictions_path)
         predictions = [done[key] for key in sorted(q.key for q in questions) if key in done]
         if shard is not None:
             return EvalResult(out_dir=out_dir, config=config, summary={}, predictions=predictions, asked=asked,
                               notes=notes)
         return finish_run(out_dir, config, predictions, asked=asked, notes=notes, workspace=workspace)
+
+
+def ask_side_by_side(answerer: Any, todo: Sequence[Question], batch_size: int, predictions_path: Path,
+                     ask: Callable[[list[Question]], list[dict[str, Any]]],
+                     progress: Callable[[int], Any]) -> int:
+    """TODO's batches asked ANSWERER.in_flight at a time (`cftools.distributed.as_completed`); each batch's lines
+    are appended as soon as it comes back. Returns how many questions were asked."""
+    from cftools.distributed import as_completed
+
+    batches, start = [], 0
+    while start < len(todo):
+        batches.append(next_batch(todo, start, batch_size))
+        start += len(batches[-1])
+    asked = 0
+    for batch, lines in as_completed(batches, ask, answerer.in_flight):
+        append_predictions(predictions_path, lines)
+        asked += len(batch)
+        progress(asked)
+    return asked
 
 
 @contextlib.contextmanager

@@ -35,6 +35,7 @@ from sqlalchemy import select
 from sqlmodel import Session
 
 from cftools.errors import CftoolsError
+from cftools.distributed import as_completed
 from cftools.generate.claims import Claims
 from cftools.generate.llm_task import DEFAULT_MAX_ATTEMPTS, LLMJob, LLMReport, LLMTask, run_llm_task
 from cftools.images import GENERATED_IMAGES_FOLDER, read_image_file, register_image
@@ -281,16 +282,22 @@ def generate_edits(store: Store, workspace_root: Path, backend: Any, items: list
     total = sum(len(m) for _, _, m in todo.values())
     started = time.perf_counter()
     claims = Claims(store, IMAGES_GENERATOR, list(todo), selected_at=selected_at)
+
+    def edit(job: str) -> list:
+        item, instruction, missing = todo[job]
+        original = PIL.Image.open(item.image_path).convert("RGB")
+        return backend.edit(original, instruction, EditSettings(
+            n=per_item, seed=seed, steps=steps, guidance=guidance, size=size, candidates=missing))
+
+    # a backend on a Ray cluster (`--ray`) edits as many items at once as it has workers; this process writes each
+    in_flight = getattr(backend, "in_flight", 1)
     try:
-        for keys in claims.batches(1):
+        for keys in claims.batches(in_flight):
             if keys is None:  # the rest is held by other workers: wait for them to finish or die
                 time.sleep(CLAIM_WAIT_S)
                 continue
-            for job in keys:
-                item, instruction, missing = todo[job]
-                original = PIL.Image.open(item.image_path).convert("RGB")
-                results = backend.edit(original, instruction, EditSettings(
-                    n=per_item, seed=seed, steps=steps, guidance=guidance, size=size, candidates=missing))
+            for job, results in as_completed(keys, edit, in_flight):
+                item = todo[job][0]
                 record_candidates(store, item, results, folder, seed, answerer, report,
                                   finish=lambda session, ok, job=job: claims.finish(session, [job], ok))
                 report.seconds = time.perf_counter() - started

@@ -323,6 +323,8 @@ def run_llm_task(store: Store, backend: Backend, task: LLMTask, jobs: list[LLMJo
     structure_jobs(task, jobs, backend)
     attempts = Attempts(store, backend, task, params, max_attempts, refresh)
     workers = concurrency or DEFAULT_CONCURRENCY.get(backend.name, 4)
+    # on a Ray cluster (`--ray`) each worker answers CONCURRENCY calls at once: keep every one of them busy
+    workers *= max(1, int(getattr(backend, "ray_workers", 1) or 1))
     # --max-cost, --estimate, --batch-api: a ControlledBackend's (cftools.generate.run_controls, which imports this)
     controls = getattr(backend, "controls", None)
     if controls is not None:

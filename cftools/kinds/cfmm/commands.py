@@ -7,13 +7,13 @@ from pathlib import Path
 import click
 from rich.markup import escape
 
-from cftools.commands.common import console, err_console, pass_workspace, print_json
-from cftools.commands.generation import rederive_drafts, rederive_option
+from cftools.commands.common import console, err_console, pass_workspace, print_json, ray_address, ray_option
+from cftools.commands.generation import backend_for_run, rederive_drafts, rederive_option
 from cftools.commands.ingest import file_ingest_options, ingest_licence, print_ingest, report_path
 from cftools.generate.llm_task import DEFAULT_MAX_ATTEMPTS
 from cftools.kinds.cfmm.generate import CFMM_REDERIVE, generate_pairs, llm_params, parse_quota
 from cftools.kinds.cfmm.ingest import ingest_cfmm
-from cftools.llm import BACKENDS, make_backend
+from cftools.llm import BACKENDS
 from cftools.workspace import Workspace
 
 
@@ -32,17 +32,18 @@ from cftools.workspace import Workspace
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.option("--json", "as_json", is_flag=True, help="Print the run's summary as JSON.")
 @rederive_option
+@ray_option(name="ray_address_given")
 @pass_workspace
 def pairs_cmd(workspace: Workspace, types_text: str | None, per_image: int, limit: int | None, backend: str | None,
               model: str | None, concurrency: int | None, refresh: bool, max_attempts: int, quiet: bool,
-              as_json: bool, rederive: bool | None) -> None:
+              as_json: bool, rederive: bool | None, ray_address_given: str | None) -> None:
     """Draft CFMM basic/counterfactual pairs from the images' source questions (the LLM sees no image).
 
     The LLM picks a type per image (or none: the image is skipped and counted), then writes the pair with the
     type's prompt. Drafts are marked needs_image_check. A rerun drafts only empty slots."""
     quota = parse_quota(types_text or workspace.section("cfmm").get("types"))
     config = workspace.section("llm")
-    llm = make_backend(config, backend, model)
+    llm = backend_for_run(workspace, backend, model, ray_address(click.get_current_context(), ray_address_given))
     try:
         report = generate_pairs(workspace.store, llm, quota=quota, per_image=per_image, limit=limit,
                                 params=llm_params(config, llm.name), concurrency=concurrency, refresh=refresh,

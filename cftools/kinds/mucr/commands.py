@@ -10,7 +10,8 @@ import click
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from cftools.commands.common import console, err_console, pass_workspace, print_json
+from cftools.commands.common import console, err_console, pass_workspace, print_json, ray_option
+from cftools.commands.common import ray_address as ray_address_of
 from cftools.commands.exit_codes import document_exit_codes, exit_for_failures
 from cftools.commands.generation import llm_options, print_llm_report, run_with_llm
 from cftools.errors import CftoolsError
@@ -113,12 +114,13 @@ def size_option(value: Optional[str]) -> Optional[str]:
 @click.option("--regenerate-rejected", is_flag=True,
               help="New candidates, with new seeds, for the styles an annotator marked 'none usable'.")
 @click.option("--json", "as_json", is_flag=True, help="Print the run's summary as JSON.")
+@ray_option()
 @document_exit_codes
 @pass_workspace
 def images_cmd(workspace: Workspace, backend: Optional[str], model: Optional[str], styles: str, per_prompt: int,
                seed: int, steps: Optional[int], guidance: Optional[float], size: Optional[str],
                consistency: Optional[str], limit: Optional[int], groups: tuple[str, ...], regenerate_rejected: bool,
-               as_json: bool) -> None:
+               as_json: bool, ray_address: Optional[str]) -> None:
     """Make candidate cause/effect images for pairs with contextual descriptions (siamese: candidate k of the
     cause and of the effect start from the same latents). A rerun makes only what is missing."""
     from cftools.imagegen import ClipScorer, make_image_backend, parse_styles
@@ -126,7 +128,15 @@ def images_cmd(workspace: Workspace, backend: Optional[str], model: Optional[str
 
     config = workspace.section("images")
     chosen = parse_styles(styles, Path(config["styles_dir"]) if config.get("styles_dir") else None)
-    image_backend = make_image_backend(config, backend, model, consistency=consistency)
+    address = ray_address_of(click.get_current_context(), ray_address)
+    if address is not None:  # the pipeline on the cluster's workers; this process writes what they make
+        from cftools.imagegen.remote import remote_images
+
+        image_backend = remote_images(make_image_backend, (config, backend, model), {"consistency": consistency},
+                                      address, workspace.section("ray"),
+                                      backend or config.get("backend") or "diffusers")
+    else:
+        image_backend = make_image_backend(config, backend, model, consistency=consistency)
     scorer = ClipScorer(config["score_model"]) if config.get("score_model") else None
     columns = (TextColumn("images"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rate]}"),
                TimeElapsedColumn())

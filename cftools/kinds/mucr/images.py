@@ -26,6 +26,7 @@ from typing import Any, Callable, Optional
 import PIL.Image
 from sqlalchemy import select
 
+from cftools.distributed import as_completed
 from cftools.generate.claims import Claims
 from cftools.images import (GENERATED_IMAGES_FOLDER, StoreImageCache, read_image_file,
                             register_image, save_png)
@@ -208,17 +209,24 @@ def generate_images(store: Store, workspace_root: Path, backend: Any, *, styles:
     # other `generate images` processes on the store share the jobs: each (pair, style, round) is drawn once
     jobs = {f"{item.key}:{style.name}:{round_}": (item, style, missing, round_) for item, style, missing, round_ in todo}
     claims = Claims(store, GENERATOR, list(jobs), selected_at=selected_at)
+
+    def draw(job: str) -> list:
+        item, style, missing, round_ = jobs[job]
+        cause, effect = context_descriptions(item)
+        key = item.key if round_ == 0 else f"{item.key}#round{round_}"
+        return backend.generate_pair(cause, effect, style=style, n=per_prompt, seed=seed, steps=steps,
+                                     guidance=guidance, size=size, generator_key=key, candidates=missing)
+
+    # a backend on a Ray cluster (`--ray`) draws as many jobs at once as it has workers; this process writes each
+    in_flight = getattr(backend, "in_flight", 1)
     try:
-        for keys in claims.batches(1):
+        for keys in claims.batches(in_flight):
             if keys is None:  # the rest is held by other workers: wait for them to finish or die
                 time.sleep(CLAIM_WAIT_S)
                 continue
-            for job in keys:
-                item, style, missing, round_ = jobs[job]
-                cause, effect = context_descriptions(item)
-                key = item.key if round_ == 0 else f"{item.key}#round{round_}"
-                results = backend.generate_pair(cause, effect, style=style, n=per_prompt, seed=seed, steps=steps,
-                                                guidance=guidance, size=size, generator_key=key, candidates=missing)
+            for job, results in as_completed(keys, draw, in_flight):
+                item = jobs[job][0]
+                style = jobs[job][1]
                 record_style(store, item.id, style.name, results, folder, per_prompt, seed, scorer, report,
                              finish=lambda session, ok, job=job: claims.finish(session, [job], ok))
                 report.seconds = time.perf_counter() - started

@@ -14,6 +14,7 @@ from cftools.annotate.push import push, waiting_kind
 from cftools.annotate.serve import serve, servers_status, stop
 from cftools.annotate.status import annotation_status
 from cftools.annotate.verification import SHARED
+from cftools.commands.annotate_quality import controls_cmd, requeue_cmd, resume_cmd
 from cftools.kinds import get_kind
 from cftools.commands.common import console, err_console, pass_workspace, print_json
 from cftools.workspace import Workspace
@@ -106,6 +107,11 @@ def push_cmd(workspace: Workspace, kind: Optional[str], limit: Optional[int], ad
         err_console.print(f"[yellow]Warning:[/] {SHARED}: every annotator of one Label Studio Community server can "
                           "open the others' projects and judgments. Give each person a server of their own "
                           + escape('([label_studio.people."EMAIL"], `cftools annotate serve`).'))
+    if report.controls:
+        console.print(f"{report.controls} of them are control items (mixed in at [annotate] control_rate).")
+    for paused in report.paused:
+        console.print(f"[yellow]Paused {escape(paused['person'])}[/]: {escape(paused['reason'])}; they get no new "
+                      f"tasks until `cftools annotate resume {escape(paused['person'])}`.")
     if report.reconciled:
         console.print(f"Recorded {report.reconciled} tasks already on the server from an interrupted push.")
     if report.duplicates_on_server:
@@ -302,3 +308,8 @@ def servers_cmd(workspace: Workspace, as_json: bool) -> None:
         table.add_row(escape(r["person"]), escape(r["url"]), f"pid {r['pid']}" if r["pid"] else "no",
                       "yes" if r["answers"] else "no", f"${r['token_env']}" + ("" if r["token_set"] else " (unset)"))
     console.print(table)
+
+
+annotate.add_command(controls_cmd)
+annotate.add_command(resume_cmd)
+annotate.add_command(requeue_cmd)

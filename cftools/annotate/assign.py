@@ -146,7 +146,9 @@ class Sender:
                         # A control's task is a verification task to its server and person: only "_purpose"
                         # (kept here, never imported) says what the store records it as.
                         task = {"data": dict(payload["data"]),
-                                "meta": {**payload["meta"], "purpose": shown_purpose(purpose),
+                                # no item id: ids grow with time, and a control's item is older than the rest
+                                "meta": {**{k: v for k, v in payload["meta"].items() if k != "item_id"},
+                                         "purpose": shown_purpose(purpose),
                                          **({"assignee": person} if person else {})},
                                 "_purpose": purpose}
                         per_person[person].append((item, task))
@@ -162,8 +164,8 @@ class Sender:
         sent, total = 0, sum(len(v) for v in per_person.values())
         progress("push", 0, total)
         for person, batch in per_person.items():
-            for _, task in batch:
-                task["data"]["returned"] = (notes or {}).get((task["meta"]["item_id"], person), "")
+            for item, task in batch:
+                task["data"]["returned"] = (notes or {}).get((item.id, person), "")
             server = self.servers.for_person(person)
             project_id = self.project(kind, batch[0][1]["meta"]["purpose"], person)
             server.ensure_local_storage(project_id, self.folders)

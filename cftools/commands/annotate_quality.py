@@ -50,8 +50,9 @@ def resume_cmd(workspace: Workspace, person: str) -> None:
     from cftools.annotate.pauses import resume
 
     pause = resume(workspace.store, person)
-    console.print(f"{escape(person)} resumed by {escape(str(pause.resumed_by))} (paused {pause.paused_at:%Y-%m-%d "
-                  f"%H:%M}: {escape(pause.reason)}).")
+    when = pause.paused_at.strftime("%Y-%m-%d %H:%M")
+    console.print(f"{escape(person)} resumed by {escape(str(pause.resumed_by))} (paused {when}: "
+                  f"{escape(pause.reason)}).")
 
 
 def _date(value: Optional[datetime]) -> Optional[datetime]:

@@ -146,6 +146,7 @@ class AnnotateSettings(Section):
     """`[annotate]`: control items and what is done about a person's accuracy on them."""
     control_rate: Optional[float] = Field(None, ge=0, lt=1)
     min_accuracy: Optional[float] = Field(None, ge=0, le=1)
+    min_controls: Optional[int] = Field(None, ge=1)
 
 
 class SourceSettings(Section):

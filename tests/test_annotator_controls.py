@@ -36,8 +36,9 @@ from cftools.workspace import init_workspace, load_workspace
 ANN1, ANN2, ADJ = "ann1@example.com", "ann2@example.com", "adj@example.com"
 OPTIONS = ("1", "2", "3", "4")
 TRUTH = "2"  # the right answer of every item and control here
-N_CONTROLS = 14  # 4 whose proposed answer is right, 10 whose is wrong: always agreeing scores at most 4 of 12
-N_ITEMS = 6  # 4 verification tasks per person; at control_rate 3/4, 12 controls each
+N_CONTROLS = 8  # 1 whose proposed answer is right, 7 whose is wrong: always agreeing scores at most 1 of 4
+N_RIGHT = 1
+N_ITEMS = 3  # 2 verification tasks per person; at control_rate 2/3, 4 controls each (min_controls: 4)
 
 
 class World:
@@ -115,7 +116,7 @@ def write_controls(folder: Path) -> Path:
     for i in range(N_CONTROLS):
         name = f"pic{i}.png"
         PIL.Image.new("RGB", (9 + i, 9), (20 * i % 255, 90, 160)).save(folder / name)
-        right = i < 4
+        right = i < N_RIGHT
         rows.append({"image": name, "question": f"How many circles would there be if two were removed ({i})?",
                      "answer": "2" if right else "4", "group": "direct", "original_question":
                      f"How many circles are there ({i})?", "original_answer": "4",
@@ -137,7 +138,7 @@ def world(people_servers, tmp_path_factory):
     config = root / "cftools.toml"
     text = config.read_text().replace("[label_studio]\n", f'[label_studio]\ndocument_root = "{people_servers.media_root}"'
                                       f'\nproject_prefix = "{prefix}"\n', 1)
-    config.write_text(text + "\n[annotate]\ncontrol_rate = 0.75\nmin_accuracy = 0.8\n\n" + people_servers.config())
+    config.write_text(text + "\n[annotate]\ncontrol_rate = 0.6667\nmin_accuracy = 0.8\nmin_controls = 4\n\n" + people_servers.config())
     monkeypatch.setenv("CFTOOLS_WORKSPACE", str(root))
     monkeypatch.delenv("LOCAL_FILES_DOCUMENT_ROOT", raising=False)
     monkeypatch.delenv("LABEL_STUDIO_URL", raising=False)
@@ -157,10 +158,10 @@ def world(people_servers, tmp_path_factory):
 def test_controls_are_served_like_any_other_task(world):
     controls = world.tasks(purpose=CONTROL)
     verify = world.tasks(purpose="verify")
-    assert world.first_push["controls"] == len(controls) == 3 * 12
+    assert world.first_push["controls"] == len(controls) == 3 * 4
     for person in (ANN1, ANN2, ADJ):
         mine = [t for t in controls if t.assignee == person]
-        assert len(mine) == 12 and len({t.item_id for t in mine}) == 12  # never the same control twice
+        assert len(mine) == 4 and len({t.item_id for t in mine}) == 4  # never the same control twice
         own = {t.ls_project_id for t in verify if t.assignee == person}
         assert {t.ls_project_id for t in mine} == own  # in their verification project, on their server
     client = world.people_servers.client(ANN1)
@@ -185,15 +186,15 @@ def test_controls_are_served_like_any_other_task(world):
 
 def test_controls_are_scored_and_never_count_toward_their_item(world):
     done = world.work({ANN1: careful(accuracy=1.0, seed=1), ANN2: always_agrees(), ADJ: careful(accuracy=1.0, seed=2)})
-    assert done == {ANN1: 16, ANN2: 16, ADJ: 16}
+    assert done == {ANN1: 6, ANN2: 6, ADJ: 6}
     pulled = world.json("annotate", "pull")
-    assert pulled["decisions"]["control scored"] == 36
+    assert pulled["decisions"]["control scored"] == 12
     ws = world.ws()
     try:
         with ws.store.session() as session:
             outcomes = list(session.execute(select(TaskOutcome)).scalars())
             right = {p: sum(o.correct for o in outcomes if o.person == p) for p in (ANN1, ANN2, ADJ)}
-            assert right[ANN1] == right[ADJ] == 12 and right[ANN2] <= 4
+            assert right[ANN1] == right[ADJ] == 4 and right[ANN2] <= N_RIGHT
             control_ids = set(session.execute(select(ControlItem.item_id)).scalars())
             statuses = set(session.execute(select(Item.status).where(Item.id.in_(control_ids))).scalars())
             assert statuses == {CONTROL_STATUS}  # no decision, no status change
@@ -202,19 +203,19 @@ def test_controls_are_scored_and_never_count_toward_their_item(world):
             assert not [e for e in events if (e.detail or {}).get("decision")]
             judged = session.execute(select(Judgment.id).join(AnnotationTask, AnnotationTask.id == Judgment.task_id)
                                      .where(AnnotationTask.purpose == CONTROL)).all()
-            assert len(judged) == 36  # their judgments are on record
+            assert len(judged) == 12  # their judgments are on record
             real = session.execute(select(Item.status).where(Item.id.not_in(control_ids))).scalars().all()
             assert set(real) == {ACCEPTED}  # decided by the two verification judgments alone
     finally:
         ws.close()
     status = world.json("annotate", "status")
     figures = status["quality"]["people"]
-    assert figures[ANN1]["controls"] == 12 and figures[ANN1]["accuracy"]["estimate"] == 1.0
+    assert figures[ANN1]["controls"] == 4 and figures[ANN1]["accuracy"]["estimate"] == 1.0
     assert figures[ANN2]["accuracy"]["high"] < 0.8 and figures[ANN2]["named"]
 
 
 def test_a_paused_person_gets_no_new_tasks_until_resume(world):
-    world.add_checked_items(3, "second")
+    world.add_checked_items(1, "second")
     pushed = world.json("annotate", "push", "--kind", "cvqa")
     assert [p["person"] for p in pushed["paused"]] == [ANN2]
     assert ANN2 not in pushed["assigned"] and pushed["assigned"]
@@ -229,14 +230,21 @@ def test_a_paused_person_gets_no_new_tasks_until_resume(world):
     world.work({ANN1: careful(accuracy=1.0, seed=3), ADJ: careful(accuracy=1.0, seed=4)})
     world.json("annotate", "pull")
     world.cli("annotate", "resume", ANN2)
-    world.add_checked_items(2, "third")
+    world.add_checked_items(1, "third")
     again = world.json("annotate", "push", "--kind", "cvqa")
     assert not again["paused"] and again["assigned"].get(ANN2)  # the old evidence was weighed: not paused again
 
 
 def test_requeued_items_reach_other_people_and_old_judgments_stay_uncounted(world):
-    before = {t.item_id for t in world.tasks(purpose="verify", assignee=ANN2, state="decided")}
-    assert before
+    ws = world.ws()
+    try:
+        with ws.store.session() as session:
+            before = set(session.execute(select(AnnotationTask.item_id).join(
+                Judgment, Judgment.task_id == AnnotationTask.id).where(
+                AnnotationTask.purpose == "verify", Judgment.annotator == ANN2)).scalars())
+    finally:
+        ws.close()
+    assert len(before) == 2
     report = world.json("annotate", "requeue", "--by", ANN2)
     assert report["tasks"] == len(before) and ANN2 not in report["assigned"]
     requeued = world.tasks(purpose="verify", assignee=ANN2, state="requeued")
@@ -273,7 +281,7 @@ def test_the_release_carries_the_figures(world, tmp_path):
     assert "Release error rate" in card and "prediction-powered inference" in card
     croissant = json.loads((release / "croissant.json").read_text())
     analysis = " ".join(croissant["rai:dataAnnotationAnalysis"])
-    assert pseudonym(ANN2) in analysis and "accuracy on 12 control items" in analysis and ANN2 not in analysis
+    assert pseudonym(ANN2) in analysis and "accuracy on 4 control items" in analysis and ANN2 not in analysis
     verified = json.loads(world.cli("verify", release, "--json").output)
     assert verified["ok"] and verified["annotation"]["error_rate"]["audited"] == 3
 

@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import select
 
 from cftools.annotate.controls import CONTROL
-from cftools.annotate.pauses import control_results, min_accuracy, pause_history, paused_people
+from cftools.annotate.pauses import control_results, min_accuracy, min_controls, pause_history, paused_people
 from cftools.models import TaskOutcome
 
 
@@ -55,7 +55,8 @@ def quality_status(workspace: Any) -> dict[str, Any]:
         entry.update(_accuracy(sum(r for r, _ in kinds.values()), sum(n for _, n in kinds.values())))
         entry["by_kind"] = {kind: _accuracy(r, n) for kind, (r, n) in sorted(kinds.items())}
     for email, results in current.items():
-        person(email)["named"] = named_below(sum(results), len(results), minimum)
+        person(email)["named"] = named_below(sum(results), len(results), minimum,
+                                             min_controls=min_controls(workspace))
     for email, pause in paused.items():
         person(email)["paused"] = {"since": pause.paused_at.isoformat(), "by": pause.paused_by, "why": pause.reason}
     for pair in pairs:

@@ -37,6 +37,14 @@ def min_accuracy(workspace: Any) -> float:
     return float(DEFAULT_MIN_ACCURACY if value is None else value)
 
 
+def min_controls(workspace: Any) -> int:
+    """How many controls a person judges before their accuracy can name them (`[annotate] min_controls`)."""
+    from cftools.annotate.quality import DEFAULT_MIN_CONTROLS
+
+    value = workspace.section("annotate").get("min_controls")
+    return int(DEFAULT_MIN_CONTROLS if value is None else value)
+
+
 def paused_people(store: Store) -> dict[str, PersonPause]:
     """Person -> their pause now in force."""
     with store.session() as session:
@@ -79,12 +87,13 @@ def pause_the_named(workspace: Any) -> list[dict]:
     """Pause each person `quality.named_below` names (not paused yet); returns who was paused and why."""
     from cftools.annotate.quality import named_below, wilson_interval
 
-    store, minimum = workspace.store, min_accuracy(workspace)
+    store, minimum, at_least = workspace.store, min_accuracy(workspace), min_controls(workspace)
     results = control_results(store)
     already = paused_people(store)
     paused = []
     for person in sorted(results):
-        if person in already or not named_below(sum(results[person]), len(results[person]), minimum):
+        if person in already or not named_below(sum(results[person]), len(results[person]), minimum,
+                                                min_controls=at_least):
             continue
         right, n = sum(results[person]), len(results[person])
         interval = wilson_interval(right, n)

@@ -15,7 +15,7 @@ from cftools.annotate.push import push, waiting_kind
 from cftools.annotate.serve import serve, servers_status, stop
 from cftools.annotate.status import annotation_status
 from cftools.annotate.verification import SHARED
-from cftools.commands.annotate_quality import controls_cmd, requeue_cmd, resume_cmd
+from cftools.commands.annotate_quality import audit_cmd, controls_cmd, requeue_cmd, resume_cmd
 from cftools.kinds import get_kind
 from cftools.commands.common import console, err_console, pass_workspace, print_json
 from cftools.workspace import Workspace
@@ -356,3 +356,4 @@ def servers_cmd(workspace: Workspace, as_json: bool) -> None:
 annotate.add_command(controls_cmd)
 annotate.add_command(resume_cmd)
 annotate.add_command(requeue_cmd)
+annotate.add_command(audit_cmd)

@@ -75,3 +75,25 @@ def requeue_cmd(workspace: Workspace, person: str, since: Optional[datetime], as
         return
     console.print(f"{report.tasks} judgments of {escape(person)} no longer count; {len(report.items)} items sent "
                   "to " + (", ".join(f"{escape(p)} ({n})" for p, n in sorted(report.assigned.items())) or "no one"))
+
+
+@click.command("audit")
+@click.option("--sample", "sample", required=True, type=click.IntRange(min=1),
+              help="How many accepted items to audit (a seeded random sample).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the sample.")
+@click.option("--person", help="The auditor (default: the configured person who judged the fewest accepted items). "
+                               "The sample holds only items they had no task of.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@pass_workspace
+def audit_cmd(workspace: Workspace, sample: int, seed: int, person: Optional[str], as_json: bool) -> None:
+    """Push a seeded random sample of accepted items to an auditor as verification tasks; `annotate pull` stores
+    their verdicts as audit outcomes, from which the release's error rate is estimated (data card, croissant.json,
+    `cftools verify`)."""
+    from cftools.annotate.audit import audit
+
+    report = audit(workspace, sample, seed, person)
+    if as_json:
+        print_json(report.as_dict())
+        return
+    console.print(f"Pushed {report.pushed} audit tasks (seed {report.seed}, {report.eligible} accepted items "
+                  f"eligible) to {escape(report.person)}'s verification projects.")

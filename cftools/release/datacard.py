@@ -267,7 +267,7 @@ def kind_sections(records: list[dict], provenance: list[dict], context: dict[str
 def write_card(release: Path, records: list[dict], provenance: list[dict], agreement: list[dict], *, name: str,
                version: str, license: str | None, splits: list[str], data_as_of: str, license_given: bool = False,
                source_licences: list[dict[str, Any]] | None = None,
-               kind_context: dict[str, Any] | None = None) -> None:
+               kind_context: dict[str, Any] | None = None, analysis: Any = None) -> None:
     """Plots under plots/ and README.md in RELEASE; KIND_CONTEXT reaches the kinds' own sections."""
     (release / PLOTS_DIR).mkdir()
     plot_answer_distribution(records, release / PLOTS_DIR / ANSWER_PLOT)
@@ -284,4 +284,8 @@ def write_card(release: Path, records: list[dict], provenance: list[dict], agree
         "kind_tables": kind_tables(records),
     }
     sections = kind_sections(records, provenance, {"agreement": agreement, **(kind_context or {})})
+    if analysis is not None:  # each person's figures and the release's error rate (cftools.annotate.quality)
+        from cftools.annotate.quality import analysis_markdown
+
+        sections += "\n" + analysis_markdown(analysis)
     (release / CARD_NAME).write_text(render_card(context) + sections, encoding="utf-8")

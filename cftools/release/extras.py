@@ -27,10 +27,10 @@ def shared_formats() -> tuple[ExportFormat, ...]:
 
 
 def write_release_extras(items: Sequence[Any], folder: Path, workspace: Any, name: str, version: str, fmt: str,
-                         licensing: Any) -> list[str]:
+                         licensing: Any, analysis: Any = None) -> list[str]:
     """browse.html and croissant.json; returns the warnings to show the exporter."""
     from cftools.release.browse import write_browse
     from cftools.release.croissant import write_croissant
 
     write_browse(folder, items, name, version, fmt)
-    return write_croissant(folder, items, workspace, name, version, fmt, licensing)
+    return write_croissant(folder, items, workspace, name, version, fmt, licensing, analysis)

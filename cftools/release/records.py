@@ -119,7 +119,8 @@ def write_parquet(items: list[ExportItem], release: Path, splits: dict[str, floa
 
 
 def write_native(items: list[ExportItem], folder: Path, splits: dict[str, float], workspace: Workspace,
-                 name: str, version: str, progress: Progress | None, licensing: Licensing) -> None:
+                 name: str, version: str, progress: Progress | None, licensing: Licensing,
+                 analysis: Any = None) -> None:
     from cftools.release.datacard import write_card
 
     write_records(items, folder / RECORDS_NAME)
@@ -132,7 +133,7 @@ def write_native(items: list[ExportItem], folder: Path, splits: dict[str, float]
     write_card(folder, [e.record for e in items], [e.provenance for e in items], agreement,
                name=name, version=version, license=licensing.licence, license_given=licensing.given,
                source_licences=licensing.card_rows(), splits=list(splits),
-               data_as_of=max((e.updated_at for e in items), default=""))
+               data_as_of=max((e.updated_at for e in items), default=""), analysis=analysis)
     if progress:
         progress("records", 3, 3)
 

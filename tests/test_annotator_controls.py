@@ -275,14 +275,15 @@ def test_the_release_carries_the_figures(world, tmp_path):
     world.work({ANN2: careful(accuracy=1.0, seed=8)})
     world.json("annotate", "pull")
     out = tmp_path / "releases"
-    world.cli("export", "ctl", "--version", "1.0", "--out", out)
+    world.cli("export", "ctl", "--version", "1.0", "--out", out, "--licence", "CC-BY-4.0")
     release = next(out.iterdir())
     card = (release / "README.md").read_text()
     assert "## Annotator quality" in card and pseudonym(ANN1) in card and ANN1 not in card
     assert "Release error rate" in card and "prediction-powered inference" in card
     croissant = json.loads((release / "croissant.json").read_text())
     analysis = " ".join(croissant["rai:dataAnnotationAnalysis"])
-    assert pseudonym(ANN2) in analysis and "accuracy on 4 control items" in analysis and ANN2 not in analysis
+    assert ANN2 not in analysis and "@" not in analysis, analysis
+    assert all(f"{pseudonym(p)}: accuracy on" in analysis for p in (ANN1, ANN2, ADJ)), analysis
     verified = json.loads(world.cli("verify", release, "--json").output)
     assert verified["ok"] and verified["annotation"]["error_rate"]["audited"] == 2
 

@@ -22,6 +22,7 @@ from sqlalchemy import select
 
 from simulated_annotators import always_agrees, careful
 from simulated_people_ls import work_through
+from test_browser import PANEL, browser, open_task  # noqa: F401 (fixture)
 
 from cftools.annotate.controls import CONTROL, controls_due, load_controls
 from cftools.annotate.verification import pseudonym
@@ -182,6 +183,31 @@ def test_controls_are_served_like_any_other_task(world):
     # Task ids say nothing: controls and ordinary tasks are interleaved in each person's project.
     order = [t.purpose for t in sorted(controls + verify, key=lambda t: t.ls_task_id) if t.assignee == ANN1]
     assert order != sorted(order) and order != sorted(order, reverse=True)
+
+
+def form_of(panel) -> tuple:
+    """What a person can answer on a task's page: the choices offered, the text fields, the images."""
+    return (tuple(panel.locator(".lsf-choices").all_inner_texts()), panel.locator("textarea").count(),
+            panel.locator("img").count())
+
+
+def test_a_control_has_the_same_page_as_an_ordinary_task(world, browser):  # noqa: F811
+    ann1 = world.people_servers.people[ANN1]
+    control = next(t for t in world.tasks(purpose=CONTROL, assignee=ANN1))
+    ordinary = next(t for t in world.tasks(purpose="verify", assignee=ANN1))
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    context.set_default_timeout(60_000)
+    page = context.new_page()
+    try:
+        page.goto(ann1.url + "/user/login/")
+        page.fill("input[name=email]", ann1.email)
+        page.fill("input[name=password]", ann1.password)
+        with page.expect_navigation():
+            page.keyboard.press("Enter")
+        forms = [form_of(open_task(page, ann1.url, t.ls_project_id, t.ls_task_id)) for t in (control, ordinary)]
+    finally:
+        context.close()
+    assert forms[0] == forms[1] and forms[0][0]
 
 
 def test_controls_are_scored_and_never_count_toward_their_item(world):

@@ -119,7 +119,7 @@ def write_controls(folder: Path) -> Path:
         PIL.Image.new("RGB", (9 + i, 9), (20 * i % 255, 90, 160)).save(folder / name)
         right = i < N_RIGHT
         rows.append({"image": name, "question": f"How many circles would there be if two were removed ({i})?",
-                     "answer": "2" if right else "4", "group": "direct", "original_question":
+                     "answer": "2" if right else "4", "group": "numerical-direct", "original_question":
                      f"How many circles are there ({i})?", "original_answer": "4",
                      "answer_correct": "yes" if right else "no", "corrected_answer": "" if right else "2"})
     path = folder / "controls.csv"
@@ -325,8 +325,21 @@ def test_controls_due_keeps_the_rate_over_pushes():
 
 def test_a_bad_controls_file_names_its_file_and_line(workspace, tmp_path):
     path = tmp_path / "c.csv"
-    path.write_text("image,question,answer,group,answer_correct\na.png,How many?,2,direct,perhaps\n")
+    path.write_text("image,question,answer,group,answer_correct\na.png,How many?,2,numerical-direct,perhaps\n")
     with pytest.raises(InputError, match=r"c\.csv, line 2: 'answer_correct' is 'perhaps': write yes or no"):
         load_controls(workspace.store, path, "cvqa")
     with workspace.store.session() as session:
         assert not session.execute(select(Item)).first()
+
+
+def test_a_controls_source_question_is_never_rewritten_into_an_item(workspace, tmp_path):
+    from cftools.kinds.cvqa.generate import select_sources
+
+    path = tmp_path / "c.jsonl"
+    path.write_text(json.dumps({"image": "a.png", "question": "How many cats would there be if one left?",
+                                "answer": "1", "group": "numerical-direct", "original_question": "How many cats are there?",
+                                "original_answer": "2", "answer_correct": "yes"}) + "\n")
+    assert load_controls(workspace.store, path, "cvqa").controls_added == 1
+    with workspace.store.session() as session:
+        assert session.execute(select(Item.status)).scalar_one() == CONTROL_STATUS
+    assert select_sources(workspace.store, "numerical-indirect") == []

@@ -107,6 +107,9 @@ def _data_of(row: dict, path: Path, line: str) -> Optional[dict]:
 def read_controls(path: Path, kind: str, dataset: str, images_dir: Optional[Path], bad: Any) -> tuple[list, list, dict]:
     """(source questions, control items, item key -> settled answer) of a controls FILE."""
     from cftools.ingest.readers import checked_records, image_ref_path, infer_answer_type, stable_key
+    from cftools.kinds import get_kind
+
+    groups = get_kind(kind).groups
 
     now = utcnow()
     sources: dict[str, dict] = {}
@@ -117,6 +120,9 @@ def read_controls(path: Path, kind: str, dataset: str, images_dir: Optional[Path
             answer_correct = _yes_no(row, "answer_correct", path, line)
             related = _yes_no(row, "related", path, line, default=True)
             data = _data_of(row, path, line)
+            if groups and str(row["group"]).strip() not in groups:
+                raise InputError(path, f"group {str(row['group']).strip()!r} is not one of {kind}'s: "
+                                       f"{', '.join(groups)}", line)
         except InputError as exc:
             bad.add(exc)
             continue

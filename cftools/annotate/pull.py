@@ -21,6 +21,7 @@ from sqlmodel import Session
 
 from cftools.annotate.projects import ANNOTATIONS_PER_TASK, DECIDED, DELETED, GONE, OPEN, RETURNED, Progress, STAGE, _delete, _no_progress, _update, own_task, task_of
 from cftools.annotate.attribution import email_of, refusal
+from cftools.annotate.controls import MEASURING, record_outcomes, shown_purpose
 from cftools.annotate.task_import import PushReport, _event, _open_task_filter
 from cftools.annotate.status import record_agreement
 from cftools.judgments import ADJUDICATE, VERIFY, Answer, Decision, InvalidResult, adjudicated, decide
@@ -111,7 +112,7 @@ def choose_annotations(task: dict, kind: str, purpose: str, emails: dict[int, st
     limit = (spec.annotators + spec.tiebreak) if spec is not None else ANNOTATIONS_PER_TASK if purpose == VERIFY else 1
     if assignee:
         limit = 1
-    name = task_of(purpose)[0]
+    name = task_of(shown_purpose(purpose))[0]  # a control or audit task was made with the verify config
     unusable: list[dict] = []  # skips and refusals of an assigned task: it comes back unless a judgment counts
     for annotation in sorted(task.get("annotations") or [], key=lambda a: a.get("id") or 0):
         report.annotations += 1
@@ -457,8 +458,11 @@ def pull_project(store: Store, server: LabelStudioServer, project_id: int, kind:
             changed = store_judgments(session, chosen, report)
             returned = mark_returned(session, by_ls_id, returning)
             changed -= returned
-            apply_decisions(session, tasks, changed, {**chosen, **sibling_picks(session, tasks, changed)}, report,
-                            kind)
+            if purpose in MEASURING:  # scored against the settled answer; never counted toward its item
+                record_outcomes(session, tasks, changed, chosen, report)
+            else:
+                apply_decisions(session, tasks, changed, {**chosen, **sibling_picks(session, tasks, changed)},
+                                report, kind)
         tiebreaks = report.tiebreaks[asked:]
         shared = [t for t in tiebreaks if not by_ls_id[t["task"]].assignee]
         for tiebreak in shared:  # a shared project: the server is to hand the task to one more person

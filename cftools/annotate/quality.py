@@ -38,6 +38,7 @@ from dataclasses import dataclass, field, replace
 from itertools import combinations
 from typing import Any, Collection, Mapping, Optional, Sequence
 
+from cftools.annotate.controls import MEASURING
 from cftools.annotate.projects import DECIDED, GONE, task_of
 from cftools.annotate.rules import label_agreement
 from cftools.annotate.verification import pseudonym
@@ -163,8 +164,9 @@ def answer_of(judgment: Any) -> Answer:
 
 def counted_judgments(session: Any, kind: Optional[str] = None,
                       item_keys: Optional[Collection[str]] = None) -> list[JudgmentRow]:
-    """Every judgment that counts: on a live task (not deleted, not returned), made by the task's assignee (or in
-    a shared project of old, by anyone); only KIND's items and ITEM_KEYS' items when given. The one place that
+    """Every judgment that counts: on a live task (not deleted, returned or requeued) that judges its item (not a
+    control or audit task, which measure their person), made by the task's assignee (or in a shared project of old,
+    by anyone); only KIND's items and ITEM_KEYS' items when given. The one place that
     says which judgments the quality figures read."""
     from sqlalchemy import or_, select
 
@@ -173,7 +175,7 @@ def counted_judgments(session: Any, kind: Optional[str] = None,
     query = (select(Item.kind, Item.id, Item.key, AnnotationTask.purpose, Judgment)
              .join(AnnotationTask, AnnotationTask.id == Judgment.task_id)
              .join(Item, Item.id == AnnotationTask.item_id)
-             .where(AnnotationTask.state.not_in(GONE),
+             .where(AnnotationTask.state.not_in(GONE), AnnotationTask.purpose.not_in(MEASURING),
                     or_(AnnotationTask.assignee.is_(None), AnnotationTask.assignee == Judgment.annotator))
              .order_by(Judgment.annotated_at, Judgment.ls_annotation_id, Judgment.id))
     if kind is not None:

@@ -11,6 +11,7 @@ from typing import Any, Iterable, Optional
 from sqlalchemy import and_, func, insert, select
 from sqlmodel import Session
 
+from cftools.annotate.controls import MEASURING
 from cftools.annotate.projects import DELETED, GONE, OPEN, RETURNED, _delete, task_of
 from cftools.judgments import ADJUDICATE, VERIFY, Answer
 from cftools.annotate.rules import agreement, label_agreement
@@ -52,7 +53,7 @@ def _own_task_pairs(session: Session) -> dict[str, list[tuple[dict, dict]]]:
         select(Item.kind, AnnotationTask.purpose, AnnotationTask.item_id, Judgment.raw)
         .join(AnnotationTask, AnnotationTask.id == Judgment.task_id)
         .join(Item, Item.id == AnnotationTask.item_id)
-        .where(AnnotationTask.purpose.not_in([VERIFY, ADJUDICATE]), AnnotationTask.state.not_in(GONE))
+        .where(AnnotationTask.purpose.not_in([VERIFY, ADJUDICATE, *MEASURING]), AnnotationTask.state.not_in(GONE))
         .order_by(AnnotationTask.item_id, Judgment.annotated_at, Judgment.ls_annotation_id)).all()
     per_task: dict[tuple, tuple[str, str, list[dict]]] = {}
     for kind, purpose, item_id, raw in rows:  # by item and purpose: one task per person with assignment
@@ -154,6 +155,8 @@ def annotation_status(store: Store) -> dict[str, Any]:
                                                   "correct_yes": 0, "corrections": 0})
             if purpose == ADJUDICATE:
                 a["adjudications"] += 1
+                continue
+            if purpose in MEASURING:  # measures the person, says nothing of the item
                 continue
             a["judgments"] += 1
             a["related_yes"] += bool(related)

@@ -43,6 +43,8 @@ class PushReport:
     project_ids: dict[str, int] = field(default_factory=dict)  # each person's project of this task
     project_urls: dict[str, str] = field(default_factory=dict)  # each person's project, on their server
     verification: str = ""  # "separate servers" or "shared server: not blind" (cftools.annotate.verification)
+    controls: int = 0  # control items mixed into the people's queues by this push
+    paused: list[dict] = field(default_factory=list)  # people this push paused (accuracy wholly below the minimum)
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -211,7 +213,9 @@ def import_reconciled(server: LabelStudioServer, project_id: int, batch: Batch, 
     did create (by their keys), and only REMAINING(batch), the entries still without a task, is imported."""
     for attempt in range(server.retries + 1):
         try:
-            return batch, server.import_tasks(project_id, [task for _, task in batch])
+            # keys starting with "_" are cftools' own notes on a task (its stored purpose): never sent
+            return batch, server.import_tasks(project_id, [{k: v for k, v in task.items() if not k.startswith("_")}
+                                                           for _, task in batch])
         except UncertainImport:
             if attempt >= server.retries:
                 raise

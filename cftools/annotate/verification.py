@@ -91,7 +91,9 @@ def items_by_verification(store: Any) -> dict[str, int]:
     with store.session() as session:
         for item_id, server, assignee, annotator in session.execute(
                 select(AnnotationTask.item_id, AnnotationTask.server, AnnotationTask.assignee, Judgment.annotator)
-                .join(Judgment, Judgment.task_id == AnnotationTask.id).where(AnnotationTask.state != "deleted")):
+                .join(Judgment, Judgment.task_id == AnnotationTask.id)
+                .where(AnnotationTask.state.not_in(("deleted", "requeued")),
+                       AnnotationTask.purpose.not_in(("control", "audit")))):
             judged[item_id].append((server, assignee, annotator))
     counts = Counter(item_verification(rows)["how"] for rows in judged.values())
     return {how: counts[how] for how in (SEPARATE, SHARED) if counts[how]}

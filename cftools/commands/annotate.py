@@ -9,11 +9,13 @@ from cftools.terminal import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from cftools.annotate.figures import quality_status
 from cftools.annotate.pull import pull
 from cftools.annotate.push import push, waiting_kind
 from cftools.annotate.serve import serve, servers_status, stop
 from cftools.annotate.status import annotation_status
 from cftools.annotate.verification import SHARED
+from cftools.commands.annotate_quality import audit_cmd, controls_cmd, requeue_cmd, resume_cmd
 from cftools.kinds import get_kind
 from cftools.commands.common import console, err_console, pass_workspace, print_json
 from cftools.workspace import Workspace
@@ -107,6 +109,11 @@ def push_cmd(workspace: Workspace, kind: Optional[str], limit: Optional[int], ad
         err_console.print(f"[yellow]Warning:[/] {SHARED}: every annotator of one Label Studio Community server can "
                           "open the others' projects and judgments. Give each person a server of their own "
                           + escape('([label_studio.people."EMAIL"], `cftools annotate serve`).'))
+    if report.controls:
+        console.print(f"{report.controls} of them are control items (mixed in at [annotate] control_rate).")
+    for paused in report.paused:
+        console.print(f"[yellow]Paused {escape(paused['person'])}[/]: {escape(paused['reason'])}; they get no new "
+                      f"tasks until `cftools annotate resume {escape(paused['person'])}`.")
     if report.reconciled:
         console.print(f"Recorded {report.reconciled} tasks already on the server from an interrupted push.")
     if report.duplicates_on_server:
@@ -199,6 +206,7 @@ def status_cmd(workspace: Workspace, as_json: bool) -> None:
     returned, skipped, refused; and the number of items in review with no open task (must be 0)."""
     status = annotation_status(workspace.store)
     status["verification"] = verification_counts(workspace.store)
+    status["quality"] = quality_status(workspace)
     if as_json:
         print_json(status)
         return
@@ -238,9 +246,50 @@ def status_cmd(workspace: Workspace, as_json: bool) -> None:
             table.add_row(escape(str(person)), *(str(counts[what]) for what in
                                                  ("open", "submitted", "returned", "skipped", "refused")))
         console.print(table)
+    print_quality(status["quality"])
     stuck = status["in_review_without_open_task"]
     console.print(f"Items in review with no open task: {stuck}"
                   + (" [red](nothing will decide them: run `cftools doctor`)[/]" if stuck else ""))
+
+
+def _interval(figure: Optional[dict]) -> str:
+    if not figure:
+        return "–"
+    return f"{figure['estimate']:.2f} ({figure['low']:.2f}–{figure['high']:.2f})"
+
+
+def print_quality(quality: dict[str, Any]) -> None:
+    """Each person's accuracy on controls, κ with each other judge, overturn rate and speed, per kind and task."""
+    if not quality["people"]:
+        return
+    table = Table(title=f"Annotator quality (min_accuracy {quality['min_accuracy']:g})", title_justify="left")
+    for column in ("person", "kind / task", "controls", "accuracy (95% CI)", "Cohen's κ with", "overturned",
+                   "lead time median / p90 (s)"):
+        table.add_column(column)
+    for person, p in quality["people"].items():
+        table.add_row(escape(person) + (" [red](named)[/]" if p["named"] else ""), "all", str(p["controls"]),
+                      _interval(p["accuracy"]), "", "", "")
+        keys = sorted({(k["kind"], k["task"]) for k in p["kappa"] + p["lead_time"]}
+                      | {(o["kind"], "verify") for o in p["overturn"]} | {(k, "verify") for k in p["by_kind"]})
+        for kind, task in keys:
+            by_kind = p["by_kind"].get(kind) if task == "verify" else None
+            kappas = ", ".join(f"{escape(k['with'])} {_fmt(k['kappa'], '.2f')}" for k in p["kappa"]
+                               if (k["kind"], k["task"]) == (kind, task))
+            over = next((o for o in p["overturn"] if o["kind"] == kind and task == "verify"), None)
+            speed = next((s for s in p["lead_time"] if (s["kind"], s["task"]) == (kind, task)), None)
+            table.add_row("", escape(f"{kind} {task}"), str(by_kind["controls"]) if by_kind else "",
+                          _interval(by_kind["accuracy"]) if by_kind else "", kappas,
+                          f"{over['overturned']}/{over['adjudicated']}" if over else "",
+                          f"{speed['median_s']:.1f} / {speed['p90_s']:.1f}" if speed else "")
+    console.print(table)
+    for person, p in quality["people"].items():
+        if p["paused"]:
+            console.print(f"[yellow]Paused {escape(person)}[/] since {p['paused']['since'][:16]} "
+                          f"({escape(p['paused']['by'])}): {escape(p['paused']['why'])}; "
+                          f"`cftools annotate resume {escape(person)}` gives them work again.")
+        elif p["named"]:
+            console.print(f"[yellow]{escape(person)}[/]: accuracy on controls wholly below "
+                          f"{quality['min_accuracy']:g}; the next push pauses them.")
 
 
 @annotate.command("serve")
@@ -303,3 +352,9 @@ def servers_cmd(workspace: Workspace, as_json: bool) -> None:
         table.add_row(escape(r["person"]), escape(r["url"]), f"pid {r['pid']}" if r["pid"] else "no",
                       "yes" if r["answers"] else "no", f"${r['token_env']}" + ("" if r["token_set"] else " (unset)"))
     console.print(table)
+
+
+annotate.add_command(controls_cmd)
+annotate.add_command(resume_cmd)
+annotate.add_command(requeue_cmd)
+annotate.add_command(audit_cmd)

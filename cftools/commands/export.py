@@ -100,6 +100,10 @@ def verify_cmd(release: Path, as_json: bool) -> None:
         print_json(report.as_dict())
     elif report.ok:
         console.print(f"[green]OK[/]: {report.checked} files in {release} match the manifest.", soft_wrap=True)
+        from cftools.release.annotator_analysis import summary_words
+
+        if (words := summary_words(report.annotation)):
+            console.print(f"Annotation: {escape(words)}.", soft_wrap=True)
     else:
         for problem in report.problems():
             err_console.print(f"[red]{escape(problem)}[/]", soft_wrap=True)

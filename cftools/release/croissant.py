@@ -424,6 +424,15 @@ def annotation_analysis(agreement: Sequence[dict[str, Any]]) -> list[str]:
             for row in agreement]
 
 
+def people_analysis(analysis: Any) -> list[str]:
+    """Each annotator's figures under their pseudonymous id and the release's error rate (issue 33)."""
+    if analysis is None:
+        return []
+    from cftools.annotate.quality import analysis_croissant
+
+    return analysis_croissant(analysis)
+
+
 def data_limitations(records: Sequence[dict], provenance: Sequence[dict]) -> str:
     from cftools.release.datacard import provenance_summary
 
@@ -577,7 +586,7 @@ def croissant_document(folder: Path, entries: Sequence[dict[str, Any]], records:
                        provenance: Sequence[dict], agreement: Sequence[dict], *, name: str, version: str,
                        fmt: str, licensing: Any, section: dict[str, Any], data_as_of: str,
                        kind_files: dict[str, str] | None = None, store_facts: StoreFacts | None = None,
-                       revision: dict[str, Any] | None = None) -> dict[str, Any]:
+                       revision: dict[str, Any] | None = None, analysis: Any = None) -> dict[str, Any]:
     """KIND_FILES: kind -> the file of that kind's rows (write_kind_files); STORE_FACTS: what only the store knows
     (ingests, the items' timeframe); REVISION: the release this one revises and the changes since it
     (`cftools.release.diff.revision_entries`, from `export --previous`)."""
@@ -615,7 +624,8 @@ def croissant_document(folder: Path, entries: Sequence[dict[str, Any]], records:
         "rai:dataAnnotationProtocol": annotation_protocol(records, provenance),
         "rai:dataAnnotationPlatform": ANNOTATION_PLATFORM if n_annotated else "none (no item of this release was "
                                                                                  "annotated)",
-        "rai:dataAnnotationAnalysis": annotation_analysis(agreement) or ["no two judgments of one item"],
+        "rai:dataAnnotationAnalysis": ((annotation_analysis(agreement) or ["no two judgments of one item"])
+                                       + people_analysis(analysis)),
         "rai:dataLimitations": data_limitations(records, provenance),
         "rai:hasSyntheticData": has_synthetic_data(records, provenance),
         "rai:machineAnnotationTools": machine_annotation_tools(provenance),
@@ -716,7 +726,7 @@ def described_files(folder: Path) -> list[dict[str, Any]]:
 
 
 def write_croissant(folder: Path, items: Sequence[Any], workspace: Any, name: str, version: str, fmt: str,
-                    licensing: Any, revision: dict[str, Any] | None = None) -> list[str]:
+                    licensing: Any, revision: dict[str, Any] | None = None, analysis: Any = None) -> list[str]:
     """croissant.json in FOLDER, describing every file already there (call it last but for the manifest); returns
     its warnings (the RAI texts only people can write that are empty)."""
     from cftools.release.records import agreement_rows
@@ -729,7 +739,8 @@ def write_croissant(folder: Path, items: Sequence[Any], workspace: Any, name: st
     doc = croissant_document(folder, described_files(folder), records, provenance, agreement, name=name,
                              version=version, fmt=fmt, licensing=licensing, section=section,
                              data_as_of=max((e.updated_at for e in items), default=""), kind_files=kind_files,
-                             store_facts=store_facts(workspace.store, records, provenance), revision=revision)
+                             store_facts=store_facts(workspace.store, records, provenance), revision=revision,
+                             analysis=analysis)
     (folder / CROISSANT_NAME).write_text(json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n",
                                          encoding="utf-8")
     warnings = []

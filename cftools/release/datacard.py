@@ -275,11 +275,11 @@ def write_card(release: Path, records: list[dict], provenance: list[dict], agree
                version: str, license: str | None, splits: list[str], data_as_of: str, license_given: bool = False,
                source_licences: list[dict[str, Any]] | None = None,
                kind_context: dict[str, Any] | None = None, preflight: list[str] | None = None,
-               changes: str = "") -> None:
+               changes: str = "", analysis: Any = None) -> None:
     """Plots under plots/ and README.md in RELEASE; KIND_CONTEXT reaches the kinds' own sections; CHANGES is the
     "Changes since" section (Markdown, `cftools.release.diff.changelog_markdown`), when there is a previous
-    release; PREFLIGHT is the section of what the release can show (`cftools.release.preflight.figures_markdown`),
-    last."""
+    release; ANALYSIS: each person's figures and the release's error rate (`cftools.annotate.quality`); PREFLIGHT
+    is the section of what the release can show (`cftools.release.preflight.figures_markdown`), last."""
     (release / PLOTS_DIR).mkdir()
     plot_answer_distribution(records, release / PLOTS_DIR / ANSWER_PLOT)
     plot_question_lengths(records, release / PLOTS_DIR / LENGTH_PLOT)
@@ -295,5 +295,9 @@ def write_card(release: Path, records: list[dict], provenance: list[dict], agree
         "kind_tables": kind_tables(records), "changes": changes,
     }
     sections = kind_sections(records, provenance, {"agreement": agreement, **(kind_context or {})})
+    if analysis is not None:
+        from cftools.annotate.quality import analysis_markdown
+
+        sections += "\n" + analysis_markdown(analysis)
     shown = "\n" + "\n".join(preflight) + "\n" if preflight else ""
     (release / CARD_NAME).write_text(render_card(context) + sections + shown, encoding="utf-8")

@@ -28,6 +28,7 @@ from cftools.models import Release, utcnow
 from cftools.release.layout import DEFAULT_OUT_DIR, FORMAT_NATIVE, MANIFEST_NAME, hash_file, release_dir_name
 from cftools.release.extras import shared_formats, write_release_extras
 from cftools.release.licensing import release_licensing
+from cftools.release.annotator_analysis import release_analysis, write_analysis
 from cftools.release.manifest import counts_of, write_manifest
 from cftools.release.records import Progress, copy_images, write_native
 from cftools.release.selection import collect_items, statuses_for
@@ -126,8 +127,12 @@ def export_release(workspace: Workspace, name: str, version: str, out_dir: Path 
 
     def write(folder: Path) -> None:
         result.n_images = copy_images(kept, folder, progress)
+        analysis = release_analysis(workspace, [e.record for e in kept])
+        if analysis is not None:  # each person's figures under pseudonymous ids, the release's error rate
+            write_analysis(folder, analysis)
         if fmt == FORMAT_NATIVE:
-            write_native(kept, folder, splits, workspace, name, version, progress, licensing, changes)
+            write_native(kept, folder, splits, workspace, name, version, progress, licensing, changes=changes,
+                         analysis=analysis)
         elif spec.takes_context:
             from cftools.kinds.base import ExportContext
 
@@ -136,7 +141,8 @@ def export_release(workspace: Workspace, name: str, version: str, out_dir: Path 
         else:
             spec.write(kept, folder, name, splits)
         # browse.html, croissant.json
-        result.warnings = write_release_extras(kept, folder, workspace, name, version, fmt, licensing, revision)
+        result.warnings = write_release_extras(kept, folder, workspace, name, version, fmt, licensing,
+                                               revision=revision, analysis=analysis)
         write_manifest(kept, folder, workspace, name, version, fmt, result.n_images, licensing)
         result.n_items = len(kept)
         result.n_verified = sum(e.record["verified"] for e in kept)

@@ -27,11 +27,12 @@ def shared_formats() -> tuple[ExportFormat, ...]:
 
 
 def write_release_extras(items: Sequence[Any], folder: Path, workspace: Any, name: str, version: str, fmt: str,
-                         licensing: Any, revision: dict[str, Any] | None = None) -> list[str]:
-    """browse.html and croissant.json (with REVISION: the previous release and the changes since it); returns the
-    warnings to show the exporter."""
+                         licensing: Any, revision: dict[str, Any] | None = None, analysis: Any = None) -> list[str]:
+    """browse.html and croissant.json (with REVISION: the previous release and the changes since it; ANALYSIS: the
+    annotators' figures); returns the warnings to show the exporter."""
     from cftools.release.browse import write_browse
     from cftools.release.croissant import write_croissant
 
     write_browse(folder, items, name, version, fmt)
-    return write_croissant(folder, items, workspace, name, version, fmt, licensing, revision)
+    return write_croissant(folder, items, workspace, name, version, fmt, licensing, revision=revision,
+                           analysis=analysis)

@@ -120,8 +120,9 @@ def write_parquet(items: list[ExportItem], release: Path, splits: dict[str, floa
 
 def write_native(items: list[ExportItem], folder: Path, splits: dict[str, float], workspace: Workspace,
                  name: str, version: str, progress: Progress | None, licensing: Licensing,
-                 changes: str = "") -> None:
-    """The records, Parquet and the card (CHANGES: the card's "Changes since" section, Markdown)."""
+                 changes: str = "", analysis: Any = None) -> None:
+    """The records, Parquet and the card (CHANGES: the card's "Changes since" section, Markdown; ANALYSIS: the
+    annotators' figures)."""
     from cftools.release.datacard import write_card
 
     write_records(items, folder / RECORDS_NAME)
@@ -134,7 +135,7 @@ def write_native(items: list[ExportItem], folder: Path, splits: dict[str, float]
     write_card(folder, [e.record for e in items], [e.provenance for e in items], agreement,
                name=name, version=version, license=licensing.licence, license_given=licensing.given,
                source_licences=licensing.card_rows(), splits=list(splits),
-               data_as_of=max((e.updated_at for e in items), default=""), changes=changes,
+               data_as_of=max((e.updated_at for e in items), default=""), changes=changes, analysis=analysis,
                preflight=card_preflight(items, folder, workspace, name, version))
     if progress:
         progress("records", 3, 3)

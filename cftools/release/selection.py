@@ -10,6 +10,8 @@ from typing import Any, Iterable
 
 from sqlalchemy import func, select
 
+from cftools.annotate.controls import MEASURING
+from cftools.annotate.projects import REQUEUED
 from cftools.annotate.verification import item_verification
 from cftools.errors import CftoolsError
 from cftools.images import data_image_shas
@@ -149,7 +151,8 @@ def collect_items(store: Store, statuses: Iterable[str], splits: dict[str, float
                          item_ids)
         tasks = _by_item(session,
                          lambda part: select(AnnotationTask.item_id, AnnotationTask)
-                         .where(AnnotationTask.item_id.in_(part)).order_by(AnnotationTask.id), item_ids)
+                         .where(AnnotationTask.item_id.in_(part), AnnotationTask.purpose.not_in(MEASURING))
+                         .order_by(AnnotationTask.id), item_ids)
         check_events = _by_item(session, lambda part: select(ItemEvent.item_id, ItemEvent.detail).where(
             ItemEvent.item_id.in_(part), ItemEvent.stage == CHECK_STAGE).order_by(ItemEvent.id), item_ids)
         task_ids = [row[1].id for rows_ in tasks.values() for row in rows_]
@@ -184,7 +187,7 @@ def collect_items(store: Store, statuses: Iterable[str], splits: dict[str, float
         item_tasks = [row[1] for row in tasks.get(item.id, [])]
         item_judgments = [j for t in item_tasks for j in judgments.get(t.id, [])]
         verification = item_verification([(t.server, t.assignee, j.annotator) for t in item_tasks
-                                          if t.state != "deleted" for j in judgments.get(t.id, [])])
+                                          if t.state not in ("deleted", REQUEUED) for j in judgments.get(t.id, [])])
         gen = generations.get(item.generation_id)
         record = {
             "id": item.key,

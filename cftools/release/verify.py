@@ -18,6 +18,7 @@ class VerifyReport:
     mismatched: list[str] = field(default_factory=list)  # "PATH: what differs"
     missing: list[str] = field(default_factory=list)
     extra: list[str] = field(default_factory=list)
+    annotation: dict[str, Any] | None = None  # annotation_analysis.json's summary: annotators, error rate
 
     @property
     def ok(self) -> bool:
@@ -29,7 +30,8 @@ class VerifyReport:
 
     def as_dict(self) -> dict[str, Any]:
         return {"release": str(self.release), "ok": self.ok, "checked": self.checked,
-                "mismatched": self.mismatched, "missing": self.missing, "extra": self.extra}
+                "mismatched": self.mismatched, "missing": self.missing, "extra": self.extra,
+                "annotation": self.annotation}
 
 def _safe_relative(path: object) -> bool:
     if not isinstance(path, str) or not path or "\\" in path:
@@ -77,6 +79,9 @@ def verify_release(release_dir: Path | str) -> VerifyReport:
     from cftools.release.croissant import check_croissant
 
     report.mismatched += check_croissant(release_dir)
+    from cftools.release.annotator_analysis import verify_summary
+
+    report.annotation = verify_summary(release_dir)
     return report
 
 def verification_failure(report: VerifyReport, limit: int = 3) -> str:

@@ -37,7 +37,7 @@ from cftools.generate.llm_task import (DEFAULT_MAX_ATTEMPTS, LLMJob, LLMReport a
                                        ParsedOutput, insert_items, run_llm_task)
 from cftools.kinds.cvqa.model import BOOLEAN, GROUP_ANSWER_TYPE, GROUPS as CVQA_GROUPS
 from cftools.models import (DRAFT, Generation,
-                            Item, ItemEvent, SourceQuestion, utcnow)
+                            CONTROL, Item, ItemEvent, SourceQuestion, utcnow)
 from cftools.kinds.cvqa.parse import RewriteParseError, parse_rewrite
 from cftools.store import Store
 from cftools.workspace import Workspace
@@ -144,7 +144,9 @@ def select_sources(store: Store, group: str, limit: int | None = None,
         condition = and_(condition, Item.origin == "generated")
     query = (select(SourceQuestion.id, SourceQuestion.question, SourceQuestion.answer, SourceQuestion.image_ref)
              .where(SourceQuestion.answer_type == GROUP_ANSWER_TYPE[group], SourceQuestion.answer.is_not(None),
-                    ~exists().where(condition))
+                    ~exists().where(condition),
+                    # a control's source question (the lead's controls file) is never rewritten into an item
+                    ~exists().where(Item.source_id == SourceQuestion.id, Item.status == CONTROL))
              .order_by(SourceQuestion.image_id.is_(None), SourceQuestion.id))  # questions with an image first
     if limit is not None:
         query = query.limit(limit)

@@ -1,0 +1,371 @@
+"""Control items: items with a settled answer, mixed into each person's queue to measure them.
+
+A control comes from an adjudicated item (its adjudicator settled the answer) or from the lead's `controls` file
+(`cftools annotate controls FILE --kind K`). `annotate push` gives each person controls at `[annotate]
+control_rate` among their new verification tasks, never one they judged or were shown before; a control task is
+laid out, keyed and ordered like every other task of that person's verification project (the server and the person
+see a verification task: its stored purpose `control` never leaves the store). `annotate pull` scores a control's
+judgment against the settled answer (`TaskOutcome`); it never counts toward the item it shows.
+
+What is scored is the verdict every verification asks for: the question is about the image and the proposed answer
+shown is right (`verdict_ok`). An item accepted as proposed shows its answer (right); one accepted with a correction
+shows the answer that was corrected (wrong); a rejected one shows its answer (wrong).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Optional
+
+from sqlalchemy import insert, select, update
+
+from cftools.errors import CftoolsError, InputError
+from cftools.judgments import ACCEPT, ACCEPT_CORRECTED, ADJUDICATE, REJECT, VERIFY, Answer
+from cftools.models import (
+    ACCEPTED, CONTROL as CONTROL_STATUS, REJECTED, AnnotationTask, ControlItem, Item, ItemEvent, Judgment,
+    TaskOutcome, utcnow,
+)
+from cftools.store import Store, in_chunks
+
+CONTROL, AUDIT = "control", "audit"  # purposes of tasks that measure a person and never count toward their item
+MEASURING = (CONTROL, AUDIT)
+FROM_FILE, ADJUDICATED = "file", "adjudicated"
+YES_NO = {"yes": True, "y": True, "true": True, "1": True, "no": False, "n": False, "false": False, "0": False}
+# The controls file: the columns of `cftools ingest table` (image, question, answer: the question and the proposed
+# answer the task shows) and the settled answer.
+CONTROL_COLUMNS = ("image", "question", "answer", "group", "answer_correct")
+
+
+def shown_purpose(purpose: str) -> str:
+    """The purpose a task shows to its server and person: a control or audit task is a verification task there."""
+    return VERIFY if purpose in MEASURING else purpose
+
+
+def verdict_ok(answer: Answer) -> bool:
+    """One verification judgment's verdict: the question is about the image and the proposed answer is right."""
+    return bool(answer.related) and bool(answer.answer_correct)
+
+
+def control_rate(workspace: Any) -> float:
+    from cftools.annotate.quality import DEFAULT_CONTROL_RATE
+
+    value = workspace.section("annotate").get("control_rate")
+    return float(DEFAULT_CONTROL_RATE if value is None else value)
+
+
+# ---------------------------------------------------------------- the lead's controls file
+
+
+@dataclass
+class ControlsReport:
+    path: str
+    kind: str
+    dataset: str
+    n_records: int = 0
+    controls_added: int = 0
+    already_known: int = 0
+    images_added: int = 0
+    missing_images: int = 0
+    skipped: list[dict] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _yes_no(row: dict, column: str, path: Path, line: str, default: Optional[bool] = None) -> Optional[bool]:
+    value = row.get(column)
+    if value is None or not str(value).strip():
+        if default is None:
+            raise InputError(path, f"{column!r} is empty: write yes or no", line)
+        return default
+    found = YES_NO.get(str(value).strip().lower())
+    if found is None:
+        raise InputError(path, f"{column!r} is {value!r}: write yes or no", line)
+    return found
+
+
+def _data_of(row: dict, path: Path, line: str) -> Optional[dict]:
+    value = row.get("data")
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise InputError(path, f"'data' is not JSON: {exc.msg}", line) from None
+    if not isinstance(value, dict):
+        raise InputError(path, "'data' must be a JSON object (the kind's item fields)", line)
+    return value
+
+
+def read_controls(path: Path, kind: str, dataset: str, images_dir: Optional[Path], bad: Any) -> tuple[list, list, dict]:
+    """(source questions, control items, item key -> settled answer) of a controls FILE."""
+    from cftools.ingest.readers import checked_records, image_ref_path, infer_answer_type, stable_key
+    from cftools.kinds import get_kind
+
+    groups = get_kind(kind).groups
+
+    now = utcnow()
+    sources: dict[str, dict] = {}
+    items: dict[str, dict] = {}
+    settled: dict[str, dict] = {}
+    for line, row in checked_records(path, CONTROL_COLUMNS, bad, images_dir, ("image",)):
+        try:
+            answer_correct = _yes_no(row, "answer_correct", path, line)
+            related = _yes_no(row, "related", path, line, default=True)
+            data = _data_of(row, path, line)
+            if groups and str(row["group"]).strip() not in groups:
+                raise InputError(path, f"group {str(row['group']).strip()!r} is not one of {kind}'s: "
+                                       f"{', '.join(groups)}", line)
+        except InputError as exc:
+            bad.add(exc)
+            continue
+        image, question, answer = (str(row[c]).strip() for c in ("image", "question", "answer"))
+        original_q = str(row.get("original_question") or question).strip()
+        original_a = str(row.get("original_answer") or "").strip() or None
+        external = str(row.get("id") or stable_key(image, original_q, original_a or ""))
+        sources.setdefault(external, {
+            "dataset": dataset, "external_id": external, "image_ref": image_ref_path(image), "question": original_q,
+            "answer": original_a, "answer_type": infer_answer_type(original_a or answer), "answers": None,
+            "meta": {"line": line, "image": image}, "created_at": now})
+        # An ingested item's key shape (dataset:hash): nothing in it tells a control from another item.
+        key = f"{dataset}:{stable_key(kind, image, question, answer, str(row['group']).strip())}"
+        items.setdefault(key, {"key": key, "kind": kind, "group": str(row["group"]).strip(), "question": question,
+                               "answer": answer, "status": CONTROL_STATUS, "origin": "ingested", "data": data,
+                               "source_external_id": external, "created_at": now, "updated_at": now})
+        corrected = str(row.get("corrected_answer") or "").strip() or None
+        settled[key] = {"related": related, "answer_correct": answer_correct, "corrected_answer": corrected}
+    return list(sources.values()), list(items.values()), settled
+
+
+def load_controls(store: Store, path: Path, kind: str, images_dir: Optional[Path] = None,
+                  dataset: Optional[str] = None, skip_bad: bool = False) -> ControlsReport:
+    """Read the lead's controls FILE for KIND: each record an item (status `control`: never pushed as an item,
+    never released) with its settled answer. Loading the same file again adds nothing."""
+    from cftools.ingest.readers import BadRecords, finish
+    from cftools.kinds import get_kind
+
+    get_kind(kind)
+    path = Path(path)
+    dataset = dataset or f"table:{kind}"
+    bad = BadRecords(skip_bad)
+    sources, items, settled = read_controls(path, kind, dataset, Path(images_dir) if images_dir else None, bad)
+    ingest = finish(store, "controls", path, dataset, sources, items, Path(images_dir) if images_dir else None, bad,
+                    None, len(sources))
+    report = ControlsReport(str(path), kind, dataset, n_records=len(items), images_added=ingest.images_added,
+                            missing_images=ingest.missing_images, skipped=[b.__dict__ for b in ingest.bad])
+    with store.write() as session:
+        ids: dict[str, tuple[int, str]] = {}
+        for part in in_chunks(sorted(settled)):
+            ids.update({key: (item_id, status) for key, item_id, status in session.execute(
+                select(Item.key, Item.id, Item.status).where(Item.key.in_(part)))})
+        known = set(session.execute(select(ControlItem.item_id)).scalars())
+        rows = []
+        for key, answer in settled.items():
+            item_id, status = ids[key]
+            if item_id in known or status != CONTROL_STATUS:
+                report.already_known += 1
+                continue
+            expected = answer["related"] and answer["answer_correct"]
+            rows.append({"item_id": item_id, "kind": kind, "origin": FROM_FILE, "shown_answer": None,
+                         "expected_ok": expected, "settled": answer, "created_at": utcnow()})
+        if rows:
+            session.execute(insert(ControlItem.__table__), rows)
+            session.execute(update(ItemEvent).where(ItemEvent.item_id.in_([r["item_id"] for r in rows]),
+                                                    ItemEvent.stage == "ingest").values(to_status=CONTROL_STATUS))
+        report.controls_added = len(rows)
+    return report
+
+
+# ---------------------------------------------------------------- adjudicated items
+
+
+def settle_adjudicated(store: Store, kind: str) -> int:
+    """Make a control of every adjudicated KIND item whose adjudicator accepted, corrected or rejected it (and
+    that is not one yet). Returns how many were added."""
+    with store.session() as session:
+        known = set(session.execute(select(ControlItem.item_id)).scalars())
+        rows = session.execute(
+            select(Item.id, Item.status, Item.answer, Item.proposed_answer, Judgment.decision,
+                   Judgment.corrected_answer)
+            .join(AnnotationTask, AnnotationTask.item_id == Item.id)
+            .join(Judgment, Judgment.task_id == AnnotationTask.id)
+            .where(Item.kind == kind, Item.status.in_([ACCEPTED, REJECTED]), AnnotationTask.purpose == ADJUDICATE,
+                   AnnotationTask.state == "decided")
+            .order_by(AnnotationTask.id)).all()
+    latest = {row.id: row for row in rows}  # the last adjudication of an item is what settled it
+    new = []
+    for item_id, row in sorted(latest.items()):
+        if item_id in known:
+            continue
+        if row.decision == ACCEPT and row.status == ACCEPTED:
+            shown, expected = row.answer, True
+        elif row.decision == ACCEPT_CORRECTED and row.status == ACCEPTED and row.proposed_answer is not None:
+            shown, expected = row.proposed_answer, False
+        elif row.decision == REJECT and row.status == REJECTED:
+            shown, expected = row.answer, False
+        else:
+            continue  # a kind's own adjudication (MuCR's cue sets): no verdict on one shown answer
+        new.append({"item_id": item_id, "kind": kind, "origin": ADJUDICATED, "shown_answer": shown,
+                    "expected_ok": expected, "created_at": utcnow(),
+                    "settled": {"decision": row.decision, "answer": row.answer}})
+    if new:
+        with store.write() as session:
+            session.execute(insert(ControlItem.__table__), new)
+    return len(new)
+
+
+# ---------------------------------------------------------------- push
+
+
+def seen_items(store: Store, people: list[str]) -> dict[str, set[int]]:
+    """Per person: every item they were given or judged a task of (any purpose, any state)."""
+    seen: dict[str, set[int]] = defaultdict(set)
+    with store.session() as session:
+        for item_id, assignee, annotator in session.execute(
+                select(AnnotationTask.item_id, AnnotationTask.assignee, Judgment.annotator)
+                .outerjoin(Judgment, Judgment.task_id == AnnotationTask.id)):
+            for person in (assignee, annotator):
+                if person in people:
+                    seen[person].add(item_id)
+    return seen
+
+
+def _tasks_per_person(store: Store, purpose: str) -> Counter:
+    from sqlalchemy import func
+
+    with store.session() as session:
+        return Counter(dict(session.execute(
+            select(AnnotationTask.assignee, func.count()).where(
+                AnnotationTask.assignee.is_not(None), AnnotationTask.purpose == purpose,
+                AnnotationTask.state != "deleted").group_by(AnnotationTask.assignee)).all()))
+
+
+def controls_due(given: int, real: int, rate: float) -> int:
+    """How many more controls a person with REAL verification tasks (the new ones included) and GIVEN controls is
+    owed, so that controls make RATE of all their tasks over time."""
+    if rate <= 0:
+        return 0
+    return max(0, math.floor(real * rate / (1 - rate) + 0.5) - given)
+
+
+def plan_controls(store: Store, kind: str, wanted: list[tuple[Item, str, Optional[str]]],
+                  rate: float) -> list[tuple[Item, str, str]]:
+    """(control item, CONTROL, person) for the people WANTED gives new verification tasks of KIND: each gets
+    `controls_due` controls, drawn at random among the kind's controls they never saw."""
+    new = Counter(person for _, purpose, person in wanted if purpose == VERIFY and person)
+    if not new or rate <= 0:
+        return []
+    settle_adjudicated(store, kind)
+    with store.session() as session:
+        pool = list(session.execute(select(ControlItem.item_id).where(ControlItem.kind == kind)
+                                    .order_by(ControlItem.item_id)).scalars())
+    if not pool:
+        return []
+    real, given = _tasks_per_person(store, VERIFY), _tasks_per_person(store, CONTROL)
+    seen = seen_items(store, sorted(new))
+    picks: dict[str, list[int]] = {}
+    for person in sorted(new):
+        due = controls_due(given[person], real[person] + new[person], rate)
+        mine = seen[person] | {item.id for item, _, p in wanted if p == person}
+        free = [item_id for item_id in pool if item_id not in mine]
+        chosen = random.Random(f"{person}:{given[person]}:{len(pool)}").sample(free, min(due, len(free)))
+        if chosen:
+            picks[person] = chosen
+    items = control_items(store, sorted({i for chosen in picks.values() for i in chosen}))
+    return [(items[item_id], CONTROL, person) for person, chosen in picks.items() for item_id in chosen]
+
+
+def control_items(store: Store, item_ids: list[int]) -> dict[int, Item]:
+    """Detached copies of control items as their tasks show them (the shown answer in place of the settled one)."""
+    found: dict[int, Item] = {}
+    with store.session() as session:
+        for part in in_chunks(item_ids):
+            for item, shown in session.execute(
+                    select(Item, ControlItem.shown_answer).join(ControlItem, ControlItem.item_id == Item.id)
+                    .where(Item.id.in_(part))):
+                copy = Item(**{c: getattr(item, c) for c in Item.model_fields})
+                if shown is not None:
+                    copy.answer = shown
+                found[item.id] = copy
+    return found
+
+
+def shuffled_batches(per_person: dict[Any, list], seed: str) -> None:
+    """Shuffle each person's tasks in place when controls are among them: import order (and so task ids) then says
+    nothing about which task is a control."""
+    for person, batch in per_person.items():
+        if any(task.get("_purpose") in MEASURING for _, task in batch):
+            random.Random(f"{seed}:{person}:{len(batch)}").shuffle(batch)
+
+
+# ---------------------------------------------------------------- pull
+
+
+def _parse_time(value: Any) -> Optional[datetime]:
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def record_outcomes(session: Any, tasks: dict[int, Any], changed: set[int], chosen: dict[int, list],
+                    report: Any) -> None:
+    """Score the changed control and audit tasks (their assignee's judgment) and mark them decided; their items are
+    left as they are."""
+    ids = sorted(t for t in changed if tasks[t].purpose in MEASURING)
+    if not ids:
+        return
+    expected = dict(session.execute(select(ControlItem.item_id, ControlItem.expected_ok).where(
+        ControlItem.item_id.in_(sorted({tasks[t].item_id for t in ids})))).all())
+    existing = dict(session.execute(select(TaskOutcome.task_id, TaskOutcome.id)
+                                    .where(TaskOutcome.task_id.in_(ids))).all())
+    now = utcnow()
+    for task_id in ids:
+        task, picks = tasks[task_id], chosen.get(task_id) or []
+        if not picks:
+            if task_id in existing:
+                session.execute(TaskOutcome.__table__.delete().where(TaskOutcome.id == existing[task_id]))
+            session.execute(update(AnnotationTask).where(AnnotationTask.id == task_id)
+                            .values(state="open", decision=None, updated_at=now))
+            continue
+        pick = picks[0]
+        given = verdict_ok(pick.answer)
+        want = expected.get(task.item_id) if task.purpose == CONTROL else None
+        row = {"task_id": task_id, "item_id": task.item_id, "kind": task.kind, "role": task.purpose,
+               "person": pick.annotator, "expected_ok": want, "given_ok": given,
+               "correct": None if want is None else given == want, "lead_time": pick.annotation.get("lead_time"),
+               "judged_at": _parse_time(pick.annotation.get("updated_at") or pick.annotation.get("created_at")),
+               "updated_at": now}
+        if task_id in existing:
+            session.execute(TaskOutcome.__table__.update().where(TaskOutcome.id == existing[task_id]).values(**row))
+        else:
+            session.execute(insert(TaskOutcome.__table__), [row])
+        session.execute(update(AnnotationTask).where(AnnotationTask.id == task_id)
+                        .values(state="decided", decision="scored", updated_at=now))
+        report.decisions[f"{task.purpose} scored"] += 1
+
+
+def outcomes(store: Store, role: str = CONTROL, kind: Optional[str] = None) -> list[TaskOutcome]:
+    """Every stored outcome of ROLE (of KIND's items when given), oldest first."""
+    with store.session() as session:
+        query = select(TaskOutcome).where(TaskOutcome.role == role)
+        if kind is not None:
+            query = query.where(TaskOutcome.kind == kind)
+        found = list(session.execute(query.order_by(TaskOutcome.judged_at, TaskOutcome.id)).scalars())
+        session.expunge_all()
+    return found
+
+
+def require_kind(kind: Optional[str]) -> str:
+    if not kind:
+        raise CftoolsError("--kind is required")
+    return kind

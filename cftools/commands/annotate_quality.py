@@ -1,0 +1,99 @@
+"""`cftools annotate controls | resume | requeue | audit`: measuring the people who verify, and acting on it."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Optional
+
+import click
+
+from cftools.commands.common import console, pass_workspace, print_json
+from cftools.terminal import escape
+from cftools.workspace import Workspace
+
+
+@click.command("controls")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--kind", required=True, help="The kind whose verification tasks these controls look like.")
+@click.option("--images", "images_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Folder of the images (a record's image path is taken relative to it).")
+@click.option("--name", "dataset", help="Dataset name of the controls in the store (default: table:KIND). It is "
+                                        "part of each control's item key, which the task carries: keep it plain.")
+@click.option("--skip-bad", is_flag=True, help="Skip bad records (listed in the result) instead of stopping.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@pass_workspace
+def controls_cmd(workspace: Workspace, file: Path, kind: str, images_dir: Optional[Path], dataset: Optional[str],
+                 skip_bad: bool, as_json: bool) -> None:
+    """Load the lead's controls FILE (CSV or JSONL): the columns of `ingest table` (image, question, answer: the
+    question and the proposed answer its task shows) with group, and the settled answer (answer_correct yes/no;
+    related, default yes; corrected_answer). Controls are mixed into people's queues; they are never released."""
+    from cftools.annotate.controls import load_controls
+
+    report = load_controls(workspace.store, file, kind, images_dir, dataset, skip_bad)
+    if as_json:
+        print_json(report.as_dict())
+        return
+    console.print(f"[bold]{escape(str(file))}[/]: {report.n_records} records, {report.controls_added} {kind} "
+                  f"controls added ({report.already_known} known already), {report.images_added} images added, "
+                  f"{report.missing_images} without an image.")
+    if report.skipped:
+        console.print(f"[yellow]{len(report.skipped)} bad records skipped[/]")
+
+
+@click.command("resume")
+@click.argument("person")
+@pass_workspace
+def resume_cmd(workspace: Workspace, person: str) -> None:
+    """Give PERSON new work again after `annotate push` paused them (their accuracy on controls lay wholly below
+    [annotate] min_accuracy); only controls they judge from now on can pause them again."""
+    from cftools.annotate.pauses import resume
+
+    pause = resume(workspace.store, person)
+    when = pause.paused_at.strftime("%Y-%m-%d %H:%M")
+    console.print(f"{escape(person)} resumed by {escape(str(pause.resumed_by))} (paused {when}: "
+                  f"{escape(pause.reason)}).")
+
+
+def _date(value: Optional[datetime]) -> Optional[datetime]:
+    return value.replace(tzinfo=timezone.utc) if value is not None and value.tzinfo is None else value
+
+
+@click.command("requeue")
+@click.option("--by", "person", required=True, help="The person whose judged items go to others.")
+@click.option("--since", type=click.DateTime(), help="Only items they judged on or after this date (UTC).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@pass_workspace
+def requeue_cmd(workspace: Workspace, person: str, since: Optional[datetime], as_json: bool) -> None:
+    """Send the items PERSON judged (since DATE) to other people as new verification tasks; their judgments stay on
+    record but no longer count, and each item's history says so."""
+    from cftools.annotate.requeue import requeue
+
+    report = requeue(workspace, person, _date(since))
+    if as_json:
+        print_json(report.as_dict())
+        return
+    console.print(f"{report.tasks} judgments of {escape(person)} no longer count; {len(report.items)} items sent "
+                  "to " + (", ".join(f"{escape(p)} ({n})" for p, n in sorted(report.assigned.items())) or "no one"))
+
+
+@click.command("audit")
+@click.option("--sample", "sample", required=True, type=click.IntRange(min=1),
+              help="How many accepted items to audit (a seeded random sample).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the sample.")
+@click.option("--person", help="The auditor (default: the configured person who judged the fewest accepted items). "
+                               "The sample holds only items they had no task of.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@pass_workspace
+def audit_cmd(workspace: Workspace, sample: int, seed: int, person: Optional[str], as_json: bool) -> None:
+    """Push a seeded random sample of accepted items to an auditor as verification tasks; `annotate pull` stores
+    their verdicts as audit outcomes, from which the release's error rate is estimated (data card, croissant.json,
+    `cftools verify`)."""
+    from cftools.annotate.audit import audit
+
+    report = audit(workspace, sample, seed, person)
+    if as_json:
+        print_json(report.as_dict())
+        return
+    console.print(f"Pushed {report.pushed} audit tasks (seed {report.seed}, {report.eligible} accepted items "
+                  f"eligible) to {escape(report.person)}'s verification projects.")

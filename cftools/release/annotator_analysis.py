@@ -1,0 +1,115 @@
+"""The release's account of its annotators (issue 33): each person's figures under their pseudonymous id (accuracy on
+controls, kappa per pair, overturn rate, lead time) and the release's own error rate (`quality.release_error_rate`:
+prediction-powered inference over the audited sample of `annotate audit`, else the audit alone, else a model-based
+estimate), written as `annotation_analysis.json`, a data-card section and croissant.json's
+`rai:dataAnnotationAnalysis`; `cftools verify` reports it. Emails never leave the store: every person is named by
+`cftools.annotate.verification.pseudonym`, as the records' `verification` names them."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from sqlalchemy import select
+
+ANALYSIS_NAME = "annotation_analysis.json"
+
+
+def audited(store: Any, keys: set[str]) -> dict[str, bool]:
+    """Item key -> the audit found its released answer right (the last audit of each released item)."""
+    from cftools.models import Item, TaskOutcome
+
+    found: dict[str, bool] = {}
+    with store.session() as session:
+        for key, given in session.execute(select(Item.key, TaskOutcome.given_ok).join(Item, Item.id == TaskOutcome.item_id)
+                                          .where(TaskOutcome.role == "audit").order_by(TaskOutcome.id)):
+            if key in keys:
+                found[key] = bool(given)
+    return found
+
+
+def evidence(session: Any, keys: set[str], scores: dict[str, Any]) -> list[Any]:
+    """How each released item was decided: its adjudicator, else the people whose verification judgments count."""
+    from cftools.annotate.quality import Decider, ItemEvidence, counted_judgments
+    from cftools.judgments import ADJUDICATE, VERIFY
+
+    judges: dict[str, list[str]] = defaultdict(list)
+    adjudicators: dict[str, str] = {}
+    for row in counted_judgments(session, item_keys=keys):
+        if row.purpose == ADJUDICATE:
+            adjudicators[row.item_key] = row.person
+        elif row.purpose == VERIFY and row.person not in judges[row.item_key]:
+            judges[row.item_key].append(row.person)
+
+    def decider(person: str) -> Any:
+        score = scores.get(person)
+        return Decider(person, score.correct if score else 0, score.n if score else 0)
+
+    found = []
+    for key in sorted(keys):
+        if key in adjudicators:
+            found.append(ItemEvidence(key, (decider(adjudicators[key]),), adjudicated=True))
+        elif judges.get(key):
+            found.append(ItemEvidence(key, tuple(decider(p) for p in sorted(judges[key]))))
+    return found
+
+
+def release_analysis(workspace: Any, records: Sequence[dict]) -> Optional[Any]:
+    """The AnnotationAnalysis of the released RECORDS' verified items; None when no person judged any of them."""
+    from cftools.annotate.figures import control_counts
+    from cftools.annotate.pauses import min_accuracy, min_controls
+    from cftools.annotate.quality import ControlScore, annotation_analysis, release_error_rate
+
+    keys = {r["id"] for r in records if r.get("verified")}
+    if not keys:
+        return None
+    store = workspace.store
+    scores = {person: ControlScore(sum(r for r, _ in kinds.values()), sum(n for _, n in kinds.values()))
+              for person, kinds in control_counts(store).items()}
+    with store.session() as session:
+        items = evidence(session, keys, scores)
+        if not items:
+            return None
+        audit = {key: right for key, right in audited(store, keys).items() if key in {e.item for e in items}}
+        error = release_error_rate(items, audit)
+        return annotation_analysis(session, scores, error, item_keys=keys, min_accuracy=min_accuracy(workspace),
+                                   min_controls=min_controls(workspace))
+
+
+def write_analysis(folder: Path, analysis: Any) -> None:
+    (Path(folder) / ANALYSIS_NAME).write_text(json.dumps(analysis.as_dict(), indent=2, sort_keys=True) + "\n",
+                                              encoding="utf-8")
+
+
+def read_analysis(folder: Path) -> Optional[dict[str, Any]]:
+    """A release's annotation_analysis.json (None for a release without one)."""
+    path = Path(folder) / ANALYSIS_NAME
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def verify_summary(folder: Path) -> Optional[dict[str, Any]]:
+    """What `cftools verify` says of a release's annotators: how many, and its error rate."""
+    analysis = read_analysis(folder)
+    if analysis is None:
+        return None
+    return {"people": len(analysis.get("people") or []),
+            "named": sum(1 for p in analysis.get("people") or [] if p.get("named")),
+            "error_rate": analysis.get("error_rate")}
+
+
+def summary_words(summary: Optional[dict[str, Any]]) -> Optional[str]:
+    if not summary:
+        return None
+    rate = summary.get("error_rate")
+    text = f"{summary['people']} annotators ({summary['named']} named below the minimum accuracy)"
+    if not rate:
+        return text + "; release error rate not estimated"
+    return (text + f"; release error rate {100 * rate['estimate']:.1f}% ({100 * rate['low']:.1f} to "
+            f"{100 * rate['high']:.1f}%, {rate['method']})")

@@ -1,0 +1,375 @@
+"""Control items and acting on a person's accuracy, against real Label Studio servers (issue 33): controls are served
+like any other task, scored at pull and never counted toward their item; a person whose accuracy lies wholly below
+the minimum is paused until `annotate resume`; `annotate requeue` sends their items to others, keeping their
+judgments on record uncounted; the release carries the figures.
+
+One module-scoped world on the session's `people_servers` (three people, each on their own server), worked through
+by simulated people (tests/simulated_annotators.py) over the real API (tests/simulated_people_ls.py): ann1 is
+careful, ann2 always agrees with the proposed answer, adj is careful. The tests run in order on that world."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import uuid
+from pathlib import Path
+
+import PIL.Image
+import pytest
+from click.testing import CliRunner
+from sqlalchemy import select
+
+from simulated_annotators import always_agrees, careful
+from simulated_people_ls import work_through
+from test_browser import PANEL, browser, open_task  # noqa: F401 (fixture)
+
+from cftools.annotate.controls import CONTROL, controls_due, load_controls
+from cftools.annotate.verification import pseudonym
+from cftools.cli import main
+from cftools.errors import InputError
+from cftools.models import (
+    ACCEPTED, CHECKED, CONTROL as CONTROL_STATUS, AnnotationTask, ControlItem, Item, ItemEvent, Judgment,
+    PersonPause, TaskOutcome,
+)
+from cftools.workspace import init_workspace, load_workspace
+
+ANN1, ANN2, ADJ = "ann1@example.com", "ann2@example.com", "adj@example.com"
+OPTIONS = ("1", "2", "3", "4")
+TRUTH = "2"  # the right answer of every item and control here
+N_CONTROLS = 8  # 1 whose proposed answer is right, 7 whose is wrong: always agreeing scores at most 1 of 4
+N_RIGHT = 1
+N_ITEMS = 3  # 2 verification tasks per person; at control_rate 2/3, 4 controls each (min_controls: 4)
+
+
+class World:
+    def __init__(self, root: Path, people_servers, prefix: str) -> None:
+        self.root, self.people_servers, self.prefix = root, people_servers, prefix
+        self.runner = CliRunner()
+
+    def cli(self, *args: str):
+        result = self.runner.invoke(main, [str(a) for a in args], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        return result
+
+    def json(self, *args: str) -> dict:
+        return json.loads(self.cli(*args, "--json").output)
+
+    def ws(self):
+        return load_workspace(self.root)
+
+    def work(self, people: dict) -> dict[str, int]:
+        return work_through(self.people_servers, people, self.prefix, lambda data: TRUTH, OPTIONS)
+
+    def tasks(self, **where) -> list[AnnotationTask]:
+        ws = self.ws()
+        try:
+            with ws.store.session() as session:
+                query = select(AnnotationTask)
+                for name, value in where.items():
+                    query = query.where(getattr(AnnotationTask, name) == value)
+                found = list(session.execute(query.order_by(AnnotationTask.id)).scalars())
+                session.expunge_all()
+            return found
+        finally:
+            ws.close()
+
+    def add_checked_items(self, n: int, tag: str) -> list[str]:
+        before = set(self.item_keys())
+        folder = self.people_servers.media_root / f"items-{tag}-{uuid.uuid4().hex[:6]}"
+        folder.mkdir()
+        rows = []
+        for i in range(n):
+            PIL.Image.new("RGB", (8 + i, 8), (200, 30 * i % 255, 40)).save(folder / f"img{i}.png")
+            rows.append({"img_path": f"images/img{i}.png", "query": f"How many squares are there ({tag} {i})?",
+                         "answer": "1", "new query": f"How many squares would there be if one more was added "
+                                                     f"({tag} {i})?", "new answer": TRUTH, "type": "direct"})
+        table = folder / "items.csv"
+        with open(table, "w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+        self.cli("ingest", "cvqa", table, "--images", folder)
+        ws = self.ws()
+        try:
+            with ws.store.write() as session:
+                new = [i for i in session.execute(select(Item)).scalars() if i.key not in before]
+                for item in new:
+                    assert item.answer == TRUTH
+                    item.status = CHECKED
+                return [i.key for i in new]
+        finally:
+            ws.close()
+
+    def item_keys(self) -> list[str]:
+        ws = self.ws()
+        try:
+            with ws.store.session() as session:
+                return list(session.execute(select(Item.key)).scalars())
+        finally:
+            ws.close()
+
+
+def write_controls(folder: Path) -> Path:
+    """The lead's controls file: `ingest table` columns, group, and the settled answer."""
+    folder.mkdir(parents=True)
+    rows = []
+    for i in range(N_CONTROLS):
+        name = f"pic{i}.png"
+        PIL.Image.new("RGB", (9 + i, 9), (20 * i % 255, 90, 160)).save(folder / name)
+        right = i < N_RIGHT
+        rows.append({"image": name, "question": f"How many circles would there be if two were removed ({i})?",
+                     "answer": "2" if right else "4", "group": "numerical-direct", "original_question":
+                     f"How many circles are there ({i})?", "original_answer": "4",
+                     "answer_correct": "yes" if right else "no", "corrected_answer": "" if right else "2"})
+    path = folder / "controls.csv"
+    with open(path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+@pytest.fixture(scope="module")
+def world(people_servers, tmp_path_factory):
+    monkeypatch = pytest.MonkeyPatch()
+    root = tmp_path_factory.mktemp("controls") / "ws"
+    init_workspace(root).close()
+    prefix = f"q-{uuid.uuid4().hex[:8]}"
+    config = root / "cftools.toml"
+    text = config.read_text().replace("[label_studio]\n", f'[label_studio]\ndocument_root = "{people_servers.media_root}"'
+                                      f'\nproject_prefix = "{prefix}"\n', 1)
+    config.write_text(text + "\n[annotate]\ncontrol_rate = 0.6667\nmin_accuracy = 0.8\nmin_controls = 4\n\n" + people_servers.config())
+    monkeypatch.setenv("CFTOOLS_WORKSPACE", str(root))
+    monkeypatch.delenv("LOCAL_FILES_DOCUMENT_ROOT", raising=False)
+    monkeypatch.delenv("LABEL_STUDIO_URL", raising=False)
+    for person in people_servers.people.values():
+        monkeypatch.setenv(person.token_env, person.token)
+    w = World(root, people_servers, prefix)
+    controls = write_controls(people_servers.media_root / f"pics-{uuid.uuid4().hex[:6]}")
+    loaded = w.json("annotate", "controls", controls, "--kind", "cvqa", "--images", controls.parent)
+    assert loaded["controls_added"] == N_CONTROLS
+    assert w.json("annotate", "controls", controls, "--kind", "cvqa", "--images", controls.parent)["controls_added"] == 0
+    w.add_checked_items(N_ITEMS, "first")
+    w.first_push = w.json("annotate", "push", "--kind", "cvqa")
+    yield w
+    monkeypatch.undo()
+
+
+def test_controls_are_served_like_any_other_task(world):
+    controls = world.tasks(purpose=CONTROL)
+    verify = world.tasks(purpose="verify")
+    assert world.first_push["controls"] == len(controls) == 3 * 4
+    for person in (ANN1, ANN2, ADJ):
+        mine = [t for t in controls if t.assignee == person]
+        assert len(mine) == 4 and len({t.item_id for t in mine}) == 4  # never the same control twice
+        own = {t.ls_project_id for t in verify if t.assignee == person}
+        assert {t.ls_project_id for t in mine} == own  # in their verification project, on their server
+    client = world.people_servers.client(ANN1)
+    control = client.tasks.get(id=next(t.ls_task_id for t in controls if t.assignee == ANN1))
+    ordinary = client.tasks.get(id=next(t.ls_task_id for t in verify if t.assignee == ANN1))
+
+    def shape(value):
+        if isinstance(value, dict):
+            return {k: shape(v) for k, v in value.items()}
+        return type(value).__name__
+
+    assert shape(control.data) == shape(ordinary.data)
+    assert shape(control.meta) == shape(ordinary.meta) and control.meta["purpose"] == "verify"
+    assert re.fullmatch(r"[\w-]+:[\w-]+:[0-9a-f]{16}", control.data["item_key"])
+    assert re.fullmatch(r"[\w-]+:[\w-]+:[0-9a-f]{16}", ordinary.data["item_key"])
+    shown = json.dumps({"data": control.data, "meta": control.meta}).lower()
+    assert "control" not in shown and "settled" not in shown and "item_id" not in shown
+    # Task ids say nothing: controls and ordinary tasks are interleaved in each person's project.
+    order = [t.purpose for t in sorted(controls + verify, key=lambda t: t.ls_task_id) if t.assignee == ANN1]
+    assert order != sorted(order) and order != sorted(order, reverse=True)
+
+
+def form_of(panel) -> tuple:
+    """What a person can answer on a task's page: the choices offered, the text fields, the images."""
+    return (tuple(panel.locator(".lsf-choices").all_inner_texts()), panel.locator("textarea").count(),
+            panel.locator("img").count())
+
+
+def test_a_control_has_the_same_page_as_an_ordinary_task(world, browser):  # noqa: F811
+    ann1 = world.people_servers.people[ANN1]
+    control = next(t for t in world.tasks(purpose=CONTROL, assignee=ANN1))
+    ordinary = next(t for t in world.tasks(purpose="verify", assignee=ANN1))
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    context.set_default_timeout(60_000)
+    page = context.new_page()
+    try:
+        page.goto(ann1.url + "/user/login/")
+        page.fill("input[name=email]", ann1.email)
+        page.fill("input[name=password]", ann1.password)
+        with page.expect_navigation():
+            page.keyboard.press("Enter")
+        forms = [form_of(open_task(page, ann1.url, t.ls_project_id, t.ls_task_id)) for t in (control, ordinary)]
+    finally:
+        context.close()
+    assert forms[0] == forms[1] and forms[0][0]
+
+
+def test_controls_are_scored_and_never_count_toward_their_item(world):
+    done = world.work({ANN1: careful(accuracy=1.0, seed=1), ANN2: always_agrees(), ADJ: careful(accuracy=1.0, seed=2)})
+    assert done == {ANN1: 6, ANN2: 6, ADJ: 6}
+    pulled = world.json("annotate", "pull")
+    assert pulled["decisions"]["control scored"] == 12
+    ws = world.ws()
+    try:
+        with ws.store.session() as session:
+            outcomes = list(session.execute(select(TaskOutcome)).scalars())
+            right = {p: sum(o.correct for o in outcomes if o.person == p) for p in (ANN1, ANN2, ADJ)}
+            assert right[ANN1] == right[ADJ] == 4 and right[ANN2] <= N_RIGHT
+            control_ids = set(session.execute(select(ControlItem.item_id)).scalars())
+            statuses = set(session.execute(select(Item.status).where(Item.id.in_(control_ids))).scalars())
+            assert statuses == {CONTROL_STATUS}  # no decision, no status change
+            events = session.execute(select(ItemEvent).where(ItemEvent.item_id.in_(control_ids),
+                                                             ItemEvent.stage == "annotate")).scalars().all()
+            assert not [e for e in events if (e.detail or {}).get("decision")]
+            judged = session.execute(select(Judgment.id).join(AnnotationTask, AnnotationTask.id == Judgment.task_id)
+                                     .where(AnnotationTask.purpose == CONTROL)).all()
+            assert len(judged) == 12  # their judgments are on record
+            real = session.execute(select(Item.status).where(Item.id.not_in(control_ids))).scalars().all()
+            assert set(real) == {ACCEPTED}  # decided by the two verification judgments alone
+    finally:
+        ws.close()
+    status = world.json("annotate", "status")
+    figures = status["quality"]["people"]
+    assert figures[ANN1]["controls"] == 4 and figures[ANN1]["accuracy"]["estimate"] == 1.0
+    assert figures[ANN2]["accuracy"]["high"] < 0.8 and figures[ANN2]["named"]
+
+
+def test_a_paused_person_gets_no_new_tasks_until_resume(world):
+    world.add_checked_items(2, "second")  # ann1 and adj alone: ann2 audits them later
+    pushed = world.json("annotate", "push", "--kind", "cvqa")
+    assert [p["person"] for p in pushed["paused"]] == [ANN2]
+    assert ANN2 not in pushed["assigned"] and pushed["assigned"]
+    ws = world.ws()
+    try:
+        with ws.store.session() as session:
+            pause = session.execute(select(PersonPause)).scalar_one()
+            assert pause.person == ANN2 and "below [annotate] min_accuracy" in pause.reason and pause.resumed_at is None
+    finally:
+        ws.close()
+    assert "Paused" in world.cli("annotate", "status").output
+    world.work({ANN1: careful(accuracy=1.0, seed=3), ADJ: careful(accuracy=1.0, seed=4)})
+    world.json("annotate", "pull")
+    world.cli("annotate", "resume", ANN2)
+    world.add_checked_items(1, "third")
+    again = world.json("annotate", "push", "--kind", "cvqa")
+    assert not again["paused"] and again["assigned"].get(ANN2)  # the old evidence was weighed: not paused again
+
+
+def test_requeued_items_reach_other_people_and_old_judgments_stay_uncounted(world):
+    ws = world.ws()
+    try:
+        with ws.store.session() as session:
+            before = set(session.execute(select(AnnotationTask.item_id).join(
+                Judgment, Judgment.task_id == AnnotationTask.id).where(
+                AnnotationTask.purpose == "verify", Judgment.annotator == ANN2)).scalars())
+    finally:
+        ws.close()
+    assert len(before) == 2
+    report = world.json("annotate", "requeue", "--by", ANN2)
+    assert report["tasks"] == len(before) and ANN2 not in report["assigned"]
+    requeued = world.tasks(purpose="verify", assignee=ANN2, state="requeued")
+    assert {t.item_id for t in requeued} == before
+    new = [t for t in world.tasks(purpose="verify", state="open") if t.item_id in before]
+    assert {t.item_id for t in new} == before and ANN2 not in {t.assignee for t in new}
+    world.work({ANN1: careful(accuracy=1.0, seed=5), ADJ: careful(accuracy=1.0, seed=6)})
+    world.json("annotate", "pull")
+    ws = world.ws()
+    try:
+        with ws.store.session() as session:
+            kept = session.execute(select(Judgment.id).where(Judgment.task_id.in_([t.id for t in requeued]))).all()
+            assert len(kept) == len(requeued)  # on record
+            for item_id in before:
+                events = session.execute(select(ItemEvent.detail).where(ItemEvent.item_id == item_id)
+                                         .order_by(ItemEvent.id)).scalars().all()
+                assert any(d and d.get("requeued") == ANN2 and d.get("counted") is False for d in events)
+                last = [d for d in events if d and d.get("decision")][-1]
+                assert last["decision"] == ACCEPTED and ANN2 not in last["annotators"]
+    finally:
+        ws.close()
+
+
+def test_the_release_carries_the_figures(world, tmp_path):
+    audit = world.json("annotate", "audit", "--sample", "2", "--seed", "7", "--person", ANN2)
+    assert audit["pushed"] == 2 and audit["eligible"] == 3  # the accepted items ann2 had no task of
+    assert {t.purpose for t in world.tasks(assignee=ANN2, state="open")} >= {"audit"}
+    world.work({ANN2: careful(accuracy=1.0, seed=8)})
+    world.json("annotate", "pull")
+    out = tmp_path / "releases"
+    world.cli("export", "ctl", "--version", "1.0", "--out", out, "--licence", "CC-BY-4.0")
+    release = next(out.iterdir())
+    card = (release / "README.md").read_text()
+    assert "## Annotator quality" in card and pseudonym(ANN1) in card and ANN1 not in card
+    assert "Release error rate" in card and "prediction-powered inference" in card
+    croissant = json.loads((release / "croissant.json").read_text())
+    analysis = " ".join(croissant["rai:dataAnnotationAnalysis"])
+    assert ANN2 not in analysis and "@" not in analysis, analysis
+    assert all(f"{pseudonym(p)}: accuracy on" in analysis for p in (ANN1, ANN2, ADJ)), analysis
+    verified = json.loads(world.cli("verify", release, "--json").output)
+    assert verified["ok"] and verified["annotation"]["error_rate"]["audited"] == 2
+
+
+# ---------------------------------------------------------------- without a server
+
+
+def test_controls_due_keeps_the_rate_over_pushes():
+    assert controls_due(0, 9, 0.1) == 1 and controls_due(1, 9, 0.1) == 0 and controls_due(1, 18, 0.1) == 1
+    assert controls_due(0, 100, 0.0) == 0
+    assert sum(controls_due(given, real, 0.1) for given, real in ((0, 5), (1, 10), (1, 15), (2, 20))) <= 3
+
+
+def test_a_bad_controls_file_names_its_file_and_line(workspace, tmp_path):
+    path = tmp_path / "c.csv"
+    path.write_text("image,question,answer,group,answer_correct\na.png,How many?,2,numerical-direct,perhaps\n")
+    with pytest.raises(InputError, match=r"c\.csv, line 2: 'answer_correct' is 'perhaps': write yes or no"):
+        load_controls(workspace.store, path, "cvqa")
+    with workspace.store.session() as session:
+        assert not session.execute(select(Item)).first()
+
+
+def test_a_controls_source_question_is_never_rewritten_into_an_item(workspace, tmp_path):
+    from cftools.kinds.cvqa.generate import select_sources
+
+    path = tmp_path / "c.jsonl"
+    path.write_text(json.dumps({"image": "a.png", "question": "How many cats would there be if one left?",
+                                "answer": "1", "group": "numerical-direct", "original_question": "How many cats are there?",
+                                "original_answer": "2", "answer_correct": "yes"}) + "\n")
+    assert load_controls(workspace.store, path, "cvqa").controls_added == 1
+    with workspace.store.session() as session:
+        assert session.execute(select(Item.status)).scalar_one() == CONTROL_STATUS
+    assert select_sources(workspace.store, "numerical-indirect") == []
+
+
+def test_adjudicated_items_become_controls_that_show_the_answer_that_was_settled(workspace):
+    from cftools.annotate.controls import control_items, settle_adjudicated
+    from cftools.models import REJECTED
+
+    cases = {"kept": (ACCEPTED, "accept", "3", None), "fixed": (ACCEPTED, "accept_corrected", "3", "5"),
+             "gone": (REJECTED, "reject", "7", None), "open": ("needs_adjudication", None, "1", None)}
+    with workspace.store.write() as session:
+        for key, (status, decision, answer, proposed) in cases.items():
+            item = Item(key=f"t:{key}", kind="cvqa", group="numerical-direct", question="How many?", answer=answer,
+                        proposed_answer=proposed, status=status)
+            session.add(item)
+            session.flush()
+            if decision:
+                task = AnnotationTask(item_id=item.id, purpose="adjudicate", ls_project_id=1, ls_task_id=item.id,
+                                      state="decided", decision=status, assignee=ADJ)
+                session.add(task)
+                session.flush()
+                session.add(Judgment(task_id=task.id, annotator=ADJ, decision=decision,
+                                     corrected_answer=answer if decision == "accept_corrected" else None))
+    assert settle_adjudicated(workspace.store, "cvqa") == 3
+    assert settle_adjudicated(workspace.store, "cvqa") == 0  # once
+    with workspace.store.session() as session:
+        rows = {key: (ok, item_id) for key, ok, item_id in session.execute(
+            select(Item.key, ControlItem.expected_ok, ControlItem.item_id).join(ControlItem,
+                                                                               ControlItem.item_id == Item.id))}
+    assert {k: ok for k, (ok, _) in rows.items()} == {"t:kept": True, "t:fixed": False, "t:gone": False}
+    shown = control_items(workspace.store, [item_id for _, item_id in rows.values()])
+    assert sorted(i.answer for i in shown.values()) == ["3", "5", "7"]  # the corrected item shows its old answer

@@ -17,6 +17,8 @@ from cftools.models import ACCEPTED, NEEDS_ADJUDICATION, REJECTED
 
 VERIFY = "verify"
 ADJUDICATE = "adjudicate"
+CONTROL, AUDIT = "control", "audit"  # purposes of tasks that measure a person and never count toward their item
+MEASURING = (CONTROL, AUDIT)
 PURPOSES = (VERIFY, ADJUDICATE)
 
 YES, NO = "yes", "no"

@@ -26,15 +26,15 @@ from typing import Any, Optional
 from sqlalchemy import insert, select, update
 
 from cftools.errors import CftoolsError, InputError
-from cftools.judgments import ACCEPT, ACCEPT_CORRECTED, ADJUDICATE, REJECT, VERIFY, Answer
+from cftools.judgments import (  # noqa: F401 (CONTROL, AUDIT, MEASURING: read from here by the annotate modules)
+    ACCEPT, ACCEPT_CORRECTED, ADJUDICATE, AUDIT, CONTROL, MEASURING, REJECT, VERIFY, Answer,
+)
 from cftools.models import (
     ACCEPTED, CONTROL as CONTROL_STATUS, REJECTED, AnnotationTask, ControlItem, Item, ItemEvent, Judgment,
     TaskOutcome, utcnow,
 )
 from cftools.store import Store, in_chunks
 
-CONTROL, AUDIT = "control", "audit"  # purposes of tasks that measure a person and never count toward their item
-MEASURING = (CONTROL, AUDIT)
 FROM_FILE, ADJUDICATED = "file", "adjudicated"
 YES_NO = {"yes": True, "y": True, "true": True, "1": True, "no": False, "n": False, "false": False, "0": False}
 # The controls file: the columns of `cftools ingest table` (image, question, answer: the question and the proposed

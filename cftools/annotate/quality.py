@@ -38,11 +38,10 @@ from dataclasses import dataclass, field, replace
 from itertools import combinations
 from typing import Any, Collection, Mapping, Optional, Sequence
 
-from cftools.annotate.controls import MEASURING
 from cftools.annotate.projects import DECIDED, GONE, task_of
 from cftools.annotate.rules import label_agreement
 from cftools.annotate.verification import pseudonym
-from cftools.judgments import ADJUDICATE, VERIFY, Answer, Decision, normal_correction
+from cftools.judgments import ADJUDICATE, MEASURING, VERIFY, Answer, Decision, normal_correction
 from cftools.models import NEEDS_ADJUDICATION
 from cftools.store import in_chunks
 

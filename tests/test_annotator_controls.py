@@ -312,6 +312,10 @@ def test_the_release_carries_the_figures(world, tmp_path):
     assert all(f"{pseudonym(p)}: accuracy on" in analysis for p in (ANN1, ANN2, ADJ)), analysis
     verified = json.loads(world.cli("verify", release, "--json").output)
     assert verified["ok"] and verified["annotation"]["error_rate"]["audited"] == 2
+    # preflight's human ceiling: the control record, per kind, beside the first-round judgments
+    shown = world.runner.invoke(main, ["preflight", str(release), "--json"], catch_exceptions=False)
+    whole = next(s for s in json.loads(shown.output)["scopes"] if s["group"] == "(all)")
+    assert whole["controls"]["total"] >= 1 and 0 <= whole["controls"]["value"] <= 1
 
 
 # ---------------------------------------------------------------- without a server

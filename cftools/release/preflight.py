@@ -194,14 +194,13 @@ def scope_power(scope: Scope, units: Sequence[Unit], pair: Optional[tuple[Any, A
 # -- the human ceiling ---------------------------------------------------------------------------------------------
 
 def wilson(agree: int, total: int) -> dict[str, Any]:
-    """AGREE of TOTAL with its Wilson interval (scipy.stats.binomtest(...).proportion_ci, method wilson)."""
-    from scipy import stats
+    """AGREE of TOTAL with its Wilson interval (`cftools.annotate.quality.wilson_interval`)."""
+    from cftools.annotate.quality import wilson_interval
 
-    if total == 0:
+    interval = wilson_interval(agree, total, CONFIDENCE)
+    if interval is None:
         return {"agree": 0, "total": 0, "value": None, "low": None, "high": None}
-    interval = stats.binomtest(agree, total).proportion_ci(CONFIDENCE, method="wilson")
-    return {"agree": agree, "total": total, "value": agree / total, "low": float(interval.low),
-            "high": float(interval.high)}
+    return {"agree": agree, "total": total, "value": interval.estimate, "low": interval.low, "high": interval.high}
 
 
 def same_answer(a: Any, b: Any) -> bool:
@@ -254,9 +253,27 @@ def manifest_judgments(provenance: dict[str, dict[str, Any]]) -> dict[str, list[
 
 
 def control_judgments(store: Any, records: Sequence[dict[str, Any]]) -> Optional[dict[str, list[bool]]]:
-    """Item id -> whether each person's answer to a control item was right. The store keeps no control record yet
-    (issue 33 adds control items): None until it does."""
-    return None
+    """Scope key (`control_scope`) -> whether each scored answer to a control item of that kind and group was right
+    (`annotate pull`'s control outcomes); None when the store holds none of the released kinds'."""
+    from sqlalchemy import select
+
+    from cftools.judgments import CONTROL
+    from cftools.models import Item, TaskOutcome
+
+    kinds = sorted({str(r.get("kind")) for r in records if r.get("kind")})
+    found: dict[str, list[bool]] = defaultdict(list)
+    with store.session() as session:
+        rows = session.execute(
+            select(Item.kind, Item.group, TaskOutcome.correct).join(Item, Item.id == TaskOutcome.item_id)
+            .where(TaskOutcome.role == CONTROL, TaskOutcome.correct.is_not(None), Item.kind.in_(kinds)))
+        for kind, group, correct in rows:
+            for scope in scope_keys(kind, group or "-"):
+                found[control_scope(*scope)].append(bool(correct))
+    return dict(found) or None
+
+
+def control_scope(kind: str, group: str) -> str:
+    return f"{kind}\t{group}"
 
 
 def human_ceiling(records: Sequence[dict[str, Any]], provenance: dict[str, dict[str, Any]], store: Any = None
@@ -355,7 +372,7 @@ def preflight_figures(release_dir: Path, records: Sequence[dict[str, Any]], prov
                       chance=sum(chances) / len(chances) if chances else None)
         scope_power(scope, mine, pair)
         scope.ceiling = ceiling_of(items, judged, source)
-        scope.controls = ceiling_of(items, controls, CONTROL_SOURCE)
+        scope.controls = ceiling_of([control_scope(kind, group)], controls, CONTROL_SOURCE)
         scope.blind = blind_of(mine, blind) if blind is not None else None
         scopes.append(scope)
     return PreflightReport(str(release_dir), name, version, scopes, source if judged else None,

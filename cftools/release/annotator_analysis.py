@@ -8,7 +8,6 @@ estimate), written as `annotation_analysis.json`, a data-card section and croiss
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
@@ -19,40 +18,15 @@ ANALYSIS_NAME = "annotation_analysis.json"
 
 def audited(store: Any, keys: set[str]) -> dict[str, bool]:
     """Item key -> the audit found its released answer right (the last audit of each released item)."""
+    from cftools.judgments import AUDIT
     from cftools.models import Item, TaskOutcome
 
     found: dict[str, bool] = {}
     with store.session() as session:
         for key, given in session.execute(select(Item.key, TaskOutcome.given_ok).join(Item, Item.id == TaskOutcome.item_id)
-                                          .where(TaskOutcome.role == "audit").order_by(TaskOutcome.id)):
+                                          .where(TaskOutcome.role == AUDIT).order_by(TaskOutcome.id)):
             if key in keys:
                 found[key] = bool(given)
-    return found
-
-
-def evidence(session: Any, keys: set[str], scores: dict[str, Any]) -> list[Any]:
-    """How each released item was decided: its adjudicator, else the people whose verification judgments count."""
-    from cftools.annotate.quality import Decider, ItemEvidence, counted_judgments
-    from cftools.judgments import ADJUDICATE, VERIFY
-
-    judges: dict[str, list[str]] = defaultdict(list)
-    adjudicators: dict[str, str] = {}
-    for row in counted_judgments(session, item_keys=keys):
-        if row.purpose == ADJUDICATE:
-            adjudicators[row.item_key] = row.person
-        elif row.purpose == VERIFY and row.person not in judges[row.item_key]:
-            judges[row.item_key].append(row.person)
-
-    def decider(person: str) -> Any:
-        score = scores.get(person)
-        return Decider(person, score.correct if score else 0, score.n if score else 0)
-
-    found = []
-    for key in sorted(keys):
-        if key in adjudicators:
-            found.append(ItemEvidence(key, (decider(adjudicators[key]),), adjudicated=True))
-        elif judges.get(key):
-            found.append(ItemEvidence(key, tuple(decider(p) for p in sorted(judges[key]))))
     return found
 
 
@@ -60,7 +34,7 @@ def release_analysis(workspace: Any, records: Sequence[dict]) -> Optional[Any]:
     """The AnnotationAnalysis of the released RECORDS' verified items; None when no person judged any of them."""
     from cftools.annotate.figures import control_counts
     from cftools.annotate.pauses import min_accuracy, min_controls
-    from cftools.annotate.quality import ControlScore, annotation_analysis, release_error_rate
+    from cftools.annotate.quality import ControlScore, annotation_analysis, item_evidence, release_error_rate
 
     keys = {r["id"] for r in records if r.get("verified")}
     if not keys:
@@ -69,7 +43,8 @@ def release_analysis(workspace: Any, records: Sequence[dict]) -> Optional[Any]:
     scores = {person: ControlScore(sum(r for r, _ in kinds.values()), sum(n for _, n in kinds.values()))
               for person, kinds in control_counts(store).items()}
     with store.session() as session:
-        items = evidence(session, keys, scores)
+        # the items people decided (a kind's own tasks, such as MuCR's, have no verify judgments to weigh)
+        items = [e for e in item_evidence(session, scores, keys) if e.deciders]
         if not items:
             return None
         audit = {key: right for key, right in audited(store, keys).items() if key in {e.item for e in items}}

@@ -48,6 +48,9 @@ cftools verify "$ws/releases/example-0.1.0"
 step "Blind (text-only) baseline on the release"
 cftools eval "$ws/releases/example-0.1.0" --model blind --limit "${EVAL_LIMIT:-4}"
 
+step "What the release can show, and a reviewer's checks (preflight; exits non-zero when a check fails)"
+cftools preflight "$ws/releases/example-0.1.0"
+
 step "What the store holds"
 cftools status
 

@@ -19,12 +19,12 @@ import math
 import random
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any, Optional
 
 from sqlalchemy import insert, select, update
 
+from cftools.annotate.label_studio import parse_time
 from cftools.errors import CftoolsError, InputError
 from cftools.judgments import (  # noqa: F401 (CONTROL, AUDIT, MEASURING: read from here by the annotate modules)
     ACCEPT, ACCEPT_CORRECTED, ADJUDICATE, AUDIT, CONTROL, MEASURING, REJECT, VERIFY, Answer,
@@ -308,15 +308,6 @@ def shuffled_batches(per_person: dict[Any, list], seed: str) -> None:
 # ---------------------------------------------------------------- pull
 
 
-def _parse_time(value: Any) -> Optional[datetime]:
-    if not value:
-        return None
-    try:
-        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
 def record_outcomes(session: Any, tasks: dict[int, Any], changed: set[int], chosen: dict[int, list],
                     report: Any) -> None:
     """Score the changed control and audit tasks (their assignee's judgment) and mark them decided; their items are
@@ -343,7 +334,7 @@ def record_outcomes(session: Any, tasks: dict[int, Any], changed: set[int], chos
         row = {"task_id": task_id, "item_id": task.item_id, "kind": task.kind, "role": task.purpose,
                "person": pick.annotator, "expected_ok": want, "given_ok": given,
                "correct": None if want is None else given == want, "lead_time": pick.annotation.get("lead_time"),
-               "judged_at": _parse_time(pick.annotation.get("updated_at") or pick.annotation.get("created_at")),
+               "judged_at": parse_time(pick.annotation.get("updated_at") or pick.annotation.get("created_at")),
                "updated_at": now}
         if task_id in existing:
             session.execute(TaskOutcome.__table__.update().where(TaskOutcome.id == existing[task_id]).values(**row))

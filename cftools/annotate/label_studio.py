@@ -670,3 +670,13 @@ def in_parallel(work: Callable[[Any], T], inputs: list, workers: int) -> Iterato
         finally:
             for future in running:
                 future.cancel()
+
+
+def parse_time(value: Any) -> Optional[datetime]:
+    """A timestamp of Label Studio's API (ISO 8601, "Z" for UTC) as a datetime; None when absent or unreadable."""
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        return None

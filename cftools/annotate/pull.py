@@ -13,7 +13,6 @@ import threading
 from collections import Counter, defaultdict
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any, Iterable, Optional
 
 from sqlalchemy import bindparam, insert, select
@@ -26,7 +25,7 @@ from cftools.annotate.task_import import PushReport, _event, _open_task_filter
 from cftools.annotate.status import record_agreement
 from cftools.judgments import ADJUDICATE, VERIFY, Answer, Decision, InvalidResult, adjudicated, decide
 from cftools.annotate.rules import preload_agreement_library
-from cftools.annotate.label_studio import LabelStudioError, LabelStudioServer, ServerSettings, server_settings
+from cftools.annotate.label_studio import LabelStudioError, LabelStudioServer, ServerSettings, parse_time, server_settings
 from cftools.annotate.servers import Servers
 from cftools.annotate.authoring import AuthoringPull, pull_authoring
 from cftools.errors import CftoolsError
@@ -89,15 +88,6 @@ class Chosen:
     annotator: str
     annotation: dict
     answer: Answer
-
-
-def _parse_time(value: Any) -> Optional[datetime]:
-    if not value:
-        return None
-    try:
-        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 def choose_annotations(task: dict, kind: str, purpose: str, emails: dict[int, str], report: PullReport,
@@ -187,7 +177,7 @@ def _judgment_row(task_id: int, chosen: Chosen) -> dict:
             "raw": {"result": a.get("result"), "completed_by": a.get("completed_by"), "fields": answer.fields or None,
                     "created_at": a.get("created_at"), "updated_at": a.get("updated_at"),
                     "lead_time": a.get("lead_time")},
-            "annotated_at": _parse_time(a.get("updated_at") or a.get("created_at")), "updated_at": utcnow()}
+            "annotated_at": parse_time(a.get("updated_at") or a.get("created_at")), "updated_at": utcnow()}
 
 
 def store_judgments(session: Session, chosen: dict[int, list[Chosen]], report: PullReport) -> set[int]:

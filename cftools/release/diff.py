@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from cftools.errors import CftoolsError, InputError
+from cftools.release import layout
 from cftools.release.layout import MANIFEST_NAME, RECORDS_NAME, hash_file, load_manifest, record_image_paths
 
 ADDED, REMOVED, NEW_IMAGES, REWORDED, RELABELLED, UNCHANGED = (
@@ -148,18 +149,11 @@ def checked_records_file(folder: Path, manifest: dict[str, Any]) -> Path:
 
 
 def stream_records(path: Path) -> Iterable[tuple[int, dict[str, Any]]]:
-    """(line number, record) of a records.jsonl, one line at a time."""
-    with open(path, encoding="utf-8") as fh:
-        for number, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(path, f"malformed JSON: {exc.msg}", f"line {number}") from None
-            if not isinstance(record, dict) or not isinstance(record.get("id"), str) or not record.get("kind"):
-                raise InputError(path, "expected a JSON object with an 'id' and a 'kind'", f"line {number}")
-            yield number, record
+    """(line number, record) of a records.jsonl, one line at a time; each with a string 'id' and a 'kind'."""
+    for number, record in layout.stream_records(path):
+        if not isinstance(record.get("id"), str) or not record.get("kind"):
+            raise InputError(path, "expected a JSON object with an 'id' and a 'kind'", f"line {number}")
+        yield number, record
 
 
 def read_release(folder: Path | str) -> ReleaseSide:

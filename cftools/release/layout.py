@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from cftools.errors import CftoolsError, InputError
 
@@ -115,7 +115,12 @@ def load_records(release_dir: Path | str) -> list[dict[str, Any]]:
     path = release_dir / RECORDS_NAME
     if not path.is_file():
         raise CftoolsError(f"{release_dir} has no {RECORDS_NAME} (is it a native release?)")
-    records = []
+    return [record for _, record in stream_records(path)]
+
+
+def stream_records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, record) of a records.jsonl, one line at a time; a line that is no JSON object with an 'id' is
+    an error naming the file and line."""
     with open(path, encoding="utf-8") as fh:
         for number, line in enumerate(fh, start=1):
             if not line.strip():
@@ -126,8 +131,7 @@ def load_records(release_dir: Path | str) -> list[dict[str, Any]]:
                 raise InputError(path, f"malformed JSON: {exc.msg}", f"line {number}") from None
             if not isinstance(record, dict) or "id" not in record:
                 raise InputError(path, "expected a JSON object with an 'id'", f"line {number}")
-            records.append(record)
-    return records
+            yield number, record
 
 
 def resolve_image(release_dir: Path | str, record: dict[str, Any]) -> Path | None:

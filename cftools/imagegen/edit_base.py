@@ -12,6 +12,7 @@ from typing import Any, Optional, Union
 import PIL.Image
 
 from cftools.imagegen.base import ImageGenError
+from cftools.ingest.licences import is_non_commercial
 
 EDIT_BACKENDS = ("diffusers", "openai")
 EMBEDDED = "embedded"
@@ -31,7 +32,6 @@ KNOWN_LICENCES = {
     "black-forest-labs/FLUX.1-Kontext-dev": "FLUX.1 [dev] Non-Commercial License",
     "black-forest-labs/FLUX.2-klein-9B": "FLUX Non-Commercial License",
 }
-NON_COMMERCIAL = re.compile(r"non[-_ ]?commercial|\bnc\b|-nc-|cc-by-nc", re.IGNORECASE)
 DEFAULT_STEPS = 28
 DEFAULT_GUIDANCE = 4.0
 FRONT_MATTER_LICENCE = re.compile(r"^license:\s*['\"]?([^'\"\n]+)", re.MULTILINE)
@@ -76,10 +76,6 @@ EditResult = Union[EditCandidate, EditFailure]
 def candidate_seeds(ks: list[int], seed: int = 0) -> list[int]:
     """The seed of candidate k: `seed + k`, the same for every item (see the module docstring)."""
     return [int(seed) + int(k) for k in ks]
-
-
-def is_non_commercial(licence: Optional[str]) -> bool:
-    return bool(licence) and bool(NON_COMMERCIAL.search(str(licence)))
 
 
 def folder_licence(folder: Optional[Path]) -> Optional[str]:

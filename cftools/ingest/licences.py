@@ -13,6 +13,7 @@ An ingest with no licence keeps what the store already has for its dataset, else
 
 from __future__ import annotations
 
+import re
 from typing import Any, Callable, Iterable, Mapping, Optional, Union
 
 from sqlalchemy import select
@@ -21,6 +22,7 @@ from cftools.errors import CftoolsError
 from cftools.models import DatasetLicence, utcnow
 
 UNKNOWN = "unknown"
+NON_COMMERCIAL = re.compile(r"non[-_ ]?commercial|\bnc\b|-nc-|cc-by-nc", re.IGNORECASE)
 
 # What an ingest is given: a licence, none, or a choice by dataset name (the name is known only once read).
 LicenceChoice = Union[str, Callable[[str], Optional[str]], None]
@@ -34,6 +36,11 @@ def clean_licence(value: Optional[str]) -> Optional[str]:
     if "\n" in text or "\r" in text:
         raise CftoolsError(f"a licence is one line, not {text!r}")
     return text or None
+
+
+def is_non_commercial(licence: Optional[str]) -> bool:
+    """The licence says its work is not for commercial use (CC BY-NC, the FLUX Non-Commercial licences, ...)."""
+    return bool(licence) and bool(NON_COMMERCIAL.search(str(licence)))
 
 
 def configured_licence(config: Mapping[str, Any], dataset: str) -> Optional[str]:

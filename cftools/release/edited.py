@@ -78,7 +78,7 @@ def edit_models(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     is not for commercial use (the data card and croissant.json show them; a non-commercial one prominently)."""
     from collections import defaultdict
 
-    from cftools.imagegen.edit_base import is_non_commercial
+    from cftools.ingest.licences import is_non_commercial  # not through cftools.imagegen: export needs no images extra
 
     found: dict[tuple, dict[str, Any]] = defaultdict(lambda: {"n_items": 0, "verified": 0})
     for record in records:

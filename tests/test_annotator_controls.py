@@ -442,7 +442,8 @@ def stored_items(store) -> list[Item]:
     ({"answer": "-2"}, r"line 3: answer: the answer '-2' is a negative count"),
     ({"group": "boolean", "question": "Would there be a cat if one left?", "answer": "7"},
      r"line 3: answer: the answer '7' is not yes or no"),
-    ({"answer_correct": "no", "corrected_answer": "lots"}, r"line 3: corrected_answer: the answer 'lots' is not a count"),
+    ({"answer_correct": "no", "corrected_answer": "lots"},
+     r"line 3: corrected_answer: the answer 'lots' is not a count"),
     ({"image": "missing.png"}, r"line 3: image 'missing.png' is not a file in "),
     ({"id": "c0"}, r"line 3: id 'c0' is given twice in this file \(first on line 2\)"),
 ])

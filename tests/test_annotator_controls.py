@@ -512,3 +512,14 @@ def test_a_control_image_never_replaces_a_real_file(workspace, run_cli, tmp_path
         load_controls(workspace.store, path, "cvqa")
     assert PIL.Image.open(real / "real0.png").size == (10, 10)
     assert not [i for i in stored_items(workspace.store) if i.status == CONTROL_STATUS]
+
+
+def test_a_control_without_an_id_is_known_by_its_content(workspace, tmp_path):
+    path = controls_file(tmp_path / "ctl", [{"id": ""}])
+    assert load_controls(workspace.store, path, "cvqa").controls_added == 1
+    assert load_controls(workspace.store, path, "cvqa").already_known == 1
+    settled_otherwise = controls_file(tmp_path / "ctl", [{"id": "", "answer_correct": "no"}], name="other.csv")
+    with pytest.raises(InputError, match=r"other\.csv, line 2: control of image 'ctl0.png' was loaded before"):
+        load_controls(workspace.store, settled_otherwise, "cvqa")
+    another = controls_file(tmp_path / "ctl", [{"id": "", "answer": "5", "answer_correct": "no"}], name="new.csv")
+    assert load_controls(workspace.store, another, "cvqa").controls_added == 1  # another answer: another control

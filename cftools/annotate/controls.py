@@ -264,8 +264,9 @@ def sort_out_reloads(store: Store, path: Path, dataset: str, sources: list, item
             problem = (f"id {source['external_id']!r} is the id of a real source question (dataset "
                        f"{real[source['external_id']]}): give the control an id of its own")
         elif (given_id and earlier and not same) or (same and same[0].settled not in (None, settled[item["key"]])):
-            problem = (f"control {source['external_id']!r} was loaded before with another image, question, answer "
-                       "or settled answer: a control cannot change; give the changed one a new id")
+            named = repr(given_id) if given_id else f"of image {source['meta']['image']!r}"
+            problem = (f"control {named} was loaded before with another image, question, answer or settled "
+                       "answer: a control cannot change; give the changed one a new id")
         if problem:
             bad.add(InputError(path, problem, line))
             refused.add(item["key"])

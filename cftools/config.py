@@ -121,9 +121,11 @@ class EditSettingsSection(Section):
 
 
 class Person(Section):
-    """`[label_studio.people."EMAIL"]`: one annotator's own server and token variable."""
+    """`[label_studio.people."EMAIL"]`: one annotator's own server, token variable and (for `annotate serve`)
+    password variable."""
     url: Optional[str] = None
     token_env: Optional[str] = None
+    password_env: Optional[str] = None
 
 
 class LabelStudioSettings(Section):

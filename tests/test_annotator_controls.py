@@ -22,7 +22,7 @@ from sqlalchemy import select
 
 from simulated_annotators import always_agrees, careful
 from simulated_people_ls import work_through
-from test_browser import PANEL, browser, open_task  # noqa: F401 (fixture)
+from test_browser import PANEL, browser, loaded_image_widths, open_task  # noqa: F401 (fixture)
 
 from cftools.annotate.controls import CONTROL, controls_due, load_controls
 from cftools.annotate.verification import pseudonym
@@ -146,11 +146,11 @@ def world(people_servers, tmp_path_factory):
     for person in people_servers.people.values():
         monkeypatch.setenv(person.token_env, person.token)
     w = World(root, people_servers, prefix)
+    w.add_checked_items(N_ITEMS, "first")  # controls loaded after the items they hide among take their shapes
     controls = write_controls(people_servers.media_root / f"pics-{uuid.uuid4().hex[:6]}")
     loaded = w.json("annotate", "controls", controls, "--kind", "cvqa", "--images", controls.parent)
-    assert loaded["controls_added"] == N_CONTROLS
+    assert loaded["controls_added"] == N_CONTROLS and loaded["like_real_items"]
     assert w.json("annotate", "controls", controls, "--kind", "cvqa", "--images", controls.parent)["controls_added"] == 0
-    w.add_checked_items(N_ITEMS, "first")
     w.first_push = w.json("annotate", "push", "--kind", "cvqa")
     yield w
     monkeypatch.undo()
@@ -178,6 +178,9 @@ def test_controls_are_served_like_any_other_task(world):
     assert shape(control.meta) == shape(ordinary.meta) and control.meta["purpose"] == "verify"
     assert re.fullmatch(r"[\w-]+:[\w-]+:[0-9a-f]{16}", control.data["item_key"])
     assert re.fullmatch(r"[\w-]+:[\w-]+:[0-9a-f]{16}", ordinary.data["item_key"])
+    # same key prefix, same image folder: neither the key nor the image path tells a control apart
+    assert control.data["item_key"].rsplit(":", 1)[0] == ordinary.data["item_key"].rsplit(":", 1)[0]
+    assert control.data["image"].rsplit("/", 1)[0] == ordinary.data["image"].rsplit("/", 1)[0]
     shown = json.dumps({"data": control.data, "meta": control.meta}).lower()
     assert "control" not in shown and "settled" not in shown and "item_id" not in shown
     # Task ids say nothing: controls and ordinary tasks are interleaved in each person's project.
@@ -204,10 +207,15 @@ def test_a_control_has_the_same_page_as_an_ordinary_task(world, browser):  # noq
         page.fill("input[name=password]", ann1.password)
         with page.expect_navigation():
             page.keyboard.press("Enter")
-        forms = [form_of(open_task(page, ann1.url, t.ls_project_id, t.ls_task_id)) for t in (control, ordinary)]
+        forms, widths = [], []
+        for task in (control, ordinary):
+            panel = open_task(page, ann1.url, task.ls_project_id, task.ls_task_id)
+            widths.append(loaded_image_widths(page, 1))  # each image served (the control's beside the items')
+            forms.append(form_of(panel))
     finally:
         context.close()
     assert forms[0] == forms[1] and forms[0][0]
+    assert all(w and all(w) for w in widths), widths
 
 
 def test_controls_are_scored_and_never_count_toward_their_item(world):
@@ -306,6 +314,7 @@ def test_the_release_carries_the_figures(world, tmp_path):
     card = (release / "README.md").read_text()
     assert "## Annotator quality" in card and pseudonym(ANN1) in card and ANN1 not in card
     assert "Release error rate" in card and "prediction-powered inference" in card
+    assert "items drawn among the 3 of" in card and "its auditor had no other task of" in card  # as drawn
     croissant = json.loads((release / "croissant.json").read_text())
     analysis = " ".join(croissant["rai:dataAnnotationAnalysis"])
     assert ANN2 not in analysis and "@" not in analysis, analysis
@@ -340,6 +349,7 @@ def test_a_controls_source_question_is_never_rewritten_into_an_item(workspace, t
     from cftools.kinds.cvqa.generate import select_sources
 
     path = tmp_path / "c.jsonl"
+    PIL.Image.new("RGB", (8, 8)).save(tmp_path / "a.png")
     path.write_text(json.dumps({"image": "a.png", "question": "How many cats would there be if one left?",
                                 "answer": "1", "group": "numerical-direct", "original_question": "How many cats are there?",
                                 "original_answer": "2", "answer_correct": "yes"}) + "\n")
@@ -377,3 +387,139 @@ def test_adjudicated_items_become_controls_that_show_the_answer_that_was_settled
     assert {k: ok for k, (ok, _) in rows.items()} == {"t:kept": True, "t:fixed": False, "t:gone": False}
     shown = control_items(workspace.store, [item_id for _, item_id in rows.values()])
     assert sorted(i.answer for i in shown.values()) == ["3", "5", "7"]  # the corrected item shows its old answer
+
+
+# ---------------------------------------------------------------- the controls file, checked as ingest checks
+
+
+def real_cvqa_items(run_cli, folder: Path, ids: bool = False) -> Path:
+    """Two ingested C-VQA items with their images in FOLDER (the real items controls hide among)."""
+    folder.mkdir(parents=True)
+    rows = []
+    for i in range(2):
+        PIL.Image.new("RGB", (10 + i, 10), (10, 200, 30 * i)).save(folder / f"real{i}.png")
+        rows.append({"img_path": f"real{i}.png", "query": f"How many dogs are there ({i})?", "answer": "1",
+                     "new query": f"How many dogs would there be if one more came ({i})?", "new answer": "2",
+                     "type": "direct"})
+    table = folder / "items.csv"
+    with open(table, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    result = run_cli("ingest", "cvqa", table, "--images", folder)
+    assert result.exit_code == 0, result.output
+    return folder
+
+
+def controls_file(folder: Path, rows: list[dict], name: str = "controls.csv") -> Path:
+    """A controls CSV in FOLDER; each row's image is made there unless its name starts with 'missing'."""
+    folder.mkdir(parents=True, exist_ok=True)
+    full = []
+    for n, row in enumerate(rows):
+        row = {"id": f"c{n}", "image": f"ctl{n}.png", "question": f"How many cats would there be if one left ({n})?",
+               "answer": "1", "group": "numerical-direct", "answer_correct": "yes", "corrected_answer": "", **row}
+        if not row["image"].startswith("missing") and not (folder / row["image"]).exists():
+            (folder / row["image"]).parent.mkdir(parents=True, exist_ok=True)
+            PIL.Image.new("RGB", (12 + n, 12), (200, 40 * n % 255, 90)).save(folder / row["image"])
+        full.append(row)
+    path = folder / name
+    with open(path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(full[0]))
+        writer.writeheader()
+        writer.writerows(full)
+    return path
+
+
+def stored_items(store) -> list[Item]:
+    with store.session() as session:
+        found = list(session.execute(select(Item).order_by(Item.id)).scalars())
+        session.expunge_all()
+    return found
+
+
+@pytest.mark.parametrize("row, reason", [
+    ({"answer": "banana"}, r"line 3: answer: the answer 'banana' is not a count written in digits"),
+    ({"answer": "-2"}, r"line 3: answer: the answer '-2' is a negative count"),
+    ({"group": "boolean", "question": "Would there be a cat if one left?", "answer": "7"},
+     r"line 3: answer: the answer '7' is not yes or no"),
+    ({"answer_correct": "no", "corrected_answer": "lots"},
+     r"line 3: corrected_answer: the answer 'lots' is not a count"),
+    ({"image": "missing.png"}, r"line 3: image 'missing.png' is not a file in "),
+    ({"id": "c0"}, r"line 3: id 'c0' is given twice in this file \(first on line 2\)"),
+])
+def test_a_bad_control_is_refused_in_one_line_and_nothing_is_loaded(workspace, tmp_path, row, reason):
+    path = controls_file(tmp_path / "ctl", [{}, row])
+    with pytest.raises(InputError, match=r"controls\.csv, " + reason):
+        load_controls(workspace.store, path, "cvqa")
+    assert not stored_items(workspace.store)  # the good first record is not loaded either
+    with workspace.store.session() as session:
+        assert not session.execute(select(ControlItem)).first()
+
+
+def test_a_control_whose_id_is_a_real_source_id_is_refused(workspace, run_cli, tmp_path):
+    table = tmp_path / "real" / "sources.csv"
+    table.parent.mkdir()
+    PIL.Image.new("RGB", (8, 8)).save(table.parent / "r.png")
+    table.write_text("id,image,question,answer\nq-17,r.png,How many cats are there?,2\n")
+    assert run_cli("ingest", "table", table, "--images", table.parent).exit_code == 0
+    path = controls_file(tmp_path / "ctl", [{"id": "q-17"}])
+    with pytest.raises(InputError, match=r"line 2: id 'q-17' is the id of a real source question \(dataset "
+                                         r"table:sources\)"):
+        load_controls(workspace.store, path, "cvqa")
+    assert not [i for i in stored_items(workspace.store) if i.status == CONTROL_STATUS]
+
+
+def test_a_reload_that_changes_a_control_is_refused_and_an_unchanged_one_adds_nothing(workspace, tmp_path):
+    path = controls_file(tmp_path / "ctl", [{}, {}])
+    assert load_controls(workspace.store, path, "cvqa").controls_added == 2
+    again = load_controls(workspace.store, path, "cvqa")
+    assert again.controls_added == 0 and again.already_known == 2
+    for change in ({"answer": "3"}, {"answer_correct": "no", "corrected_answer": "0"}, {"question": "Other?"}):
+        changed = controls_file(tmp_path / "ctl", [{}, change], name="changed.csv")
+        with pytest.raises(InputError, match=r"changed\.csv, line 3: control 'c1' was loaded before with another "
+                                             r"image, question, answer or settled answer"):
+            load_controls(workspace.store, changed, "cvqa")
+    assert len(stored_items(workspace.store)) == 2  # no second control
+    grown = controls_file(tmp_path / "ctl", [{}, {}, {}], name="grown.csv")
+    assert load_controls(workspace.store, grown, "cvqa").controls_added == 1  # a new id is a new control
+
+
+def test_controls_carry_the_key_and_image_path_shapes_of_real_items(workspace, run_cli, tmp_path):
+    real = real_cvqa_items(run_cli, tmp_path / "media" / "benchmark")
+    path = controls_file(tmp_path / "lead" / "controls", [{}, {"image": "sub/ctl1.png"}])
+    report = load_controls(workspace.store, path, "cvqa")
+    assert report.controls_added == 2 and report.like_real_items
+    from cftools.models import Image, SourceQuestion
+
+    with workspace.store.session() as session:
+        rows = session.execute(select(Item.key, Item.status, Image.path)
+                               .join(SourceQuestion, SourceQuestion.id == Item.source_id)
+                               .join(Image, Image.id == SourceQuestion.image_id)).all()
+    real_keys = [k for k, status, _ in rows if status != CONTROL_STATUS]
+    control = [(k, p) for k, status, p in rows if status == CONTROL_STATUS]
+    prefix = real_keys[0].rsplit(":", 1)[0]
+    assert prefix == "cvqa:items" and len(control) == 2
+    for key, image in control:
+        assert re.fullmatch(re.escape(prefix) + r":[0-9a-f]{16}", key), key  # no "table:", nothing of its own
+        assert Path(image).is_relative_to(real) and Path(image).is_file()  # beside the real items' images
+    assert {Path(p).relative_to(real).as_posix() for _, p in control} == {"ctl0.png", "sub/ctl1.png"}
+
+
+def test_a_control_image_never_replaces_a_real_file(workspace, run_cli, tmp_path):
+    real = real_cvqa_items(run_cli, tmp_path / "media" / "benchmark")
+    path = controls_file(tmp_path / "lead", [{"image": "real0.png"}])  # another picture under a real image's name
+    with pytest.raises(InputError, match=r"line 2: image 'real0.png' would replace another file in .*: rename it"):
+        load_controls(workspace.store, path, "cvqa")
+    assert PIL.Image.open(real / "real0.png").size == (10, 10)
+    assert not [i for i in stored_items(workspace.store) if i.status == CONTROL_STATUS]
+
+
+def test_a_control_without_an_id_is_known_by_its_content(workspace, tmp_path):
+    path = controls_file(tmp_path / "ctl", [{"id": ""}])
+    assert load_controls(workspace.store, path, "cvqa").controls_added == 1
+    assert load_controls(workspace.store, path, "cvqa").already_known == 1
+    settled_otherwise = controls_file(tmp_path / "ctl", [{"id": "", "answer_correct": "no"}], name="other.csv")
+    with pytest.raises(InputError, match=r"other\.csv, line 2: control of image 'ctl0.png' was loaded before"):
+        load_controls(workspace.store, settled_otherwise, "cvqa")
+    another = controls_file(tmp_path / "ctl", [{"id": "", "answer": "5", "answer_correct": "no"}], name="new.csv")
+    assert load_controls(workspace.store, another, "cvqa").controls_added == 1  # another answer: another control

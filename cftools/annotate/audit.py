@@ -4,14 +4,15 @@ to an auditor as verification tasks in their own project; `annotate pull` stores
 then uses the audited sample: prediction-powered inference over it, the judges' control accuracies as the predictor.
 
 The sample is drawn among the accepted items the auditor had no task of (they judge none of their own work) and not
-audited yet, in item-key order shuffled by the seed: the same store and seed give the same sample."""
+audited yet, in item-key order shuffled by the seed: the same store and seed give the same sample. So it is a random
+sample of those items, not of the whole release: `drawn_among` says of which, and the release says it so."""
 
 from __future__ import annotations
 
 import random
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Collection, Optional
 
 from sqlalchemy import select
 
@@ -21,7 +22,7 @@ from cftools.annotate.label_studio import LabelStudioError, server_settings
 from cftools.annotate.servers import Servers
 from cftools.annotate.task_import import PushReport
 from cftools.errors import CftoolsError
-from cftools.models import ACCEPTED, AnnotationTask, Item
+from cftools.models import ACCEPTED, AnnotationTask, Item, Judgment, TaskOutcome
 
 
 @dataclass
@@ -56,6 +57,30 @@ def audit_sample(store: Any, person: str, n: int, seed: int) -> tuple[list[Item]
     eligible = sorted((item for item_id, item in accepted.items() if item_id not in mine | audited),
                       key=lambda item: item.key)
     return random.Random(seed).sample(eligible, min(n, len(eligible))), len(eligible)
+
+
+def drawn_among(store: Any, keys: Collection[str]) -> str:
+    """Which of the released items (KEYS) the audit of them was drawn among, in words: those its auditor had no task
+    of other than the audit (per auditor, when several audited), e.g. "the 66 of 130 items its auditor had no other
+    task of". Empty when none of KEYS was audited."""
+    with store.session() as session:
+        ids = {item_id: key for item_id, key in session.execute(select(Item.id, Item.key)) if key in keys}
+        auditors = sorted(set(session.execute(select(TaskOutcome.person).where(
+            TaskOutcome.role == AUDIT, TaskOutcome.item_id.in_(list(ids)))).scalars()))
+        had: dict[str, set[int]] = defaultdict(set)
+        for item_id, assignee, annotator in session.execute(
+                select(AnnotationTask.item_id, AnnotationTask.assignee, Judgment.annotator)
+                .outerjoin(Judgment, Judgment.task_id == AnnotationTask.id)
+                .where(AnnotationTask.purpose != AUDIT)):
+            for person in {assignee, annotator} & set(auditors):
+                had[person].add(item_id)
+    if not auditors:
+        return ""
+    sizes = [len(set(ids) - had[person]) for person in auditors]
+    if len(sizes) == 1:
+        return f"the {sizes[0]} of {len(ids)} items its auditor had no other task of"
+    return (f"the items each of its {len(sizes)} auditors had no other task of ({', '.join(map(str, sizes))} of "
+            f"{len(ids)} items)")
 
 
 def audit(workspace: Any, sample: int, seed: int = 0, person: Optional[str] = None) -> AuditReport:

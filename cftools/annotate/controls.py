@@ -17,8 +17,10 @@ from __future__ import annotations
 import json
 import math
 import random
+import re
+import shutil
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional
 
@@ -73,6 +75,9 @@ class ControlsReport:
     images_added: int = 0
     missing_images: int = 0
     skipped: list[dict] = field(default_factory=list)
+    key_prefix: Optional[str] = None  # what the controls' item keys start with (the real items' prefix when known)
+    image_folder: Optional[str] = None  # where their images are served from: beside the real items' images
+    like_real_items: bool = False  # key prefix and image folder taken from the kind's real items
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -104,8 +109,28 @@ def _data_of(row: dict, path: Path, line: str) -> Optional[dict]:
     return value
 
 
-def read_controls(path: Path, kind: str, dataset: str, images_dir: Optional[Path], bad: Any) -> tuple[list, list, dict]:
-    """(source questions, control items, item key -> settled answer) of a controls FILE."""
+def answer_problem(kind: str, group: str, question: str, answer: str, column: str) -> Optional[str]:
+    """Why ANSWER cannot be a GROUP answer of KIND, by the checks' own answer-type rule (a count is digits >= 0,
+    yes/no is yes or no, a choice is an offered option), or None."""
+    from cftools.checks.rules import check_answer_type
+    from cftools.item_view import ItemView
+    from cftools.kinds import get_kind
+
+    view = ItemView(id=0, key="", kind=kind, group=group, status=CONTROL_STATUS, question=question, answer=answer)
+    flag = check_answer_type(replace(view, answer_style=get_kind(kind).answer_style(view)))
+    return f"{column}: {flag.reason}" if flag else None
+
+
+def image_missing(image: str, images_dir: Path) -> Optional[str]:
+    """Why a control's image cannot be shown (a control is always shown with its image), or None."""
+    return None if (images_dir / image).is_file() else f"image {image!r} is not a file in {images_dir}"
+
+
+def read_controls(path: Path, kind: str, dataset: str, images_dir: Path, bad: Any,
+                  key_prefix: Optional[str] = None) -> tuple[list, list, dict]:
+    """(source questions, control items, item key -> settled answer) of a controls FILE, each record checked as
+    `ingest` checks its records (image inside IMAGES_DIR and present, ids unique, answers of the group's type).
+    Item keys are KEY_PREFIX (default DATASET) and a hash, the shape of an ingested item's key."""
     from cftools.ingest.readers import checked_records, image_ref_path, infer_answer_type, stable_key
     from cftools.kinds import get_kind
 
@@ -116,62 +141,205 @@ def read_controls(path: Path, kind: str, dataset: str, images_dir: Optional[Path
     items: dict[str, dict] = {}
     settled: dict[str, dict] = {}
     for line, row in checked_records(path, CONTROL_COLUMNS, bad, images_dir, ("image",)):
+        image, question, answer, group = (str(row[c]).strip() for c in ("image", "question", "answer", "group"))
+        corrected = str(row.get("corrected_answer") or "").strip() or None
         try:
             answer_correct = _yes_no(row, "answer_correct", path, line)
             related = _yes_no(row, "related", path, line, default=True)
             data = _data_of(row, path, line)
-            if groups and str(row["group"]).strip() not in groups:
-                raise InputError(path, f"group {str(row['group']).strip()!r} is not one of {kind}'s: "
-                                       f"{', '.join(groups)}", line)
+            if groups and group not in groups:
+                raise InputError(path, f"group {group!r} is not one of {kind}'s: {', '.join(groups)}", line)
+            problem = (image_missing(image, images_dir) or answer_problem(kind, group, question, answer, "answer")
+                       or (corrected and answer_problem(kind, group, question, corrected, "corrected_answer")))
+            if problem:
+                raise InputError(path, problem, line)
         except InputError as exc:
             bad.add(exc)
             continue
-        image, question, answer = (str(row[c]).strip() for c in ("image", "question", "answer"))
         original_q = str(row.get("original_question") or question).strip()
         original_a = str(row.get("original_answer") or "").strip() or None
-        external = str(row.get("id") or stable_key(image, original_q, original_a or ""))
+        given_id = str(row.get("id") or "").strip() or None
+        external = given_id or stable_key(image, original_q, original_a or "")
         sources.setdefault(external, {
             "dataset": dataset, "external_id": external, "image_ref": image_ref_path(image), "question": original_q,
             "answer": original_a, "answer_type": infer_answer_type(original_a or answer), "answers": None,
-            "meta": {"line": line, "image": image}, "created_at": now})
+            "meta": {"line": line, "image": image, **({"id": given_id} if given_id else {})}, "created_at": now})
         # An ingested item's key shape (dataset:hash): nothing in it tells a control from another item.
-        key = f"{dataset}:{stable_key(kind, image, question, answer, str(row['group']).strip())}"
-        items.setdefault(key, {"key": key, "kind": kind, "group": str(row["group"]).strip(), "question": question,
+        key = f"{key_prefix or dataset}:{stable_key(kind, image, question, answer, group)}"
+        items.setdefault(key, {"key": key, "kind": kind, "group": group, "question": question,
                                "answer": answer, "status": CONTROL_STATUS, "origin": "ingested", "data": data,
                                "source_external_id": external, "created_at": now, "updated_at": now})
-        corrected = str(row.get("corrected_answer") or "").strip() or None
         settled[key] = {"related": related, "answer_correct": answer_correct, "corrected_answer": corrected}
     return list(sources.values()), list(items.values()), settled
+
+
+@dataclass
+class RealItems:
+    """What a kind's real (non-control) items look like to a person: the prefix of their ingested item keys
+    (`<dataset>:<hash>`) and the folder most of their images are in (None: no such items yet)."""
+
+    key_prefix: Optional[str] = None
+    image_folder: Optional[Path] = None
+
+
+INGESTED_KEY = re.compile(r"^(?P<prefix>.+):[0-9a-f]{16}$")
+
+
+def real_items(store: Store, kind: str) -> RealItems:
+    """The most common key prefix and image folder of KIND's items that are not controls."""
+    from cftools.models import Image, SourceQuestion
+
+    with store.session() as session:
+        rows = session.execute(
+            select(Item.key, Image.path).outerjoin(SourceQuestion, SourceQuestion.id == Item.source_id)
+            .outerjoin(Image, Image.id == SourceQuestion.image_id)
+            .where(Item.kind == kind, Item.status != CONTROL_STATUS)).all()
+    prefixes = Counter(m["prefix"] for key, _ in rows if (m := INGESTED_KEY.match(key)))
+    folders = Counter(str(Path(image).parent) for _, image in rows if image)
+    return RealItems(prefixes.most_common(1)[0][0] if prefixes else None,
+                     Path(folders.most_common(1)[0][0]) if folders else None)
+
+
+@dataclass
+class Known:
+    """A control already in the store under a source of the controls' dataset."""
+
+    item_id: int
+    key: str
+    content: tuple
+    settled: Optional[dict]
+    has_control: bool
+
+
+def known_controls(store: Store, dataset: str, externals: list[str]) -> dict[str, list[Known]]:
+    """Source external id -> the control items already loaded under it (in DATASET)."""
+    from cftools.models import SourceQuestion
+
+    found: dict[str, list[Known]] = defaultdict(list)
+    with store.session() as session:
+        for part in in_chunks(externals):
+            for external, ref, item_id, key, group, question, answer, data, settled, control in session.execute(
+                    select(SourceQuestion.external_id, SourceQuestion.image_ref, Item.id, Item.key, Item.group,
+                           Item.question, Item.answer, Item.data, ControlItem.settled, ControlItem.id)
+                    .join(Item, Item.source_id == SourceQuestion.id)
+                    .outerjoin(ControlItem, ControlItem.item_id == Item.id)
+                    .where(SourceQuestion.dataset == dataset, SourceQuestion.external_id.in_(part),
+                           Item.status == CONTROL_STATUS).order_by(Item.id)):
+                found[external].append(Known(item_id, key, (ref, group, question, answer, data or None), settled,
+                                             control is not None))
+    return found
+
+
+def real_source_ids(store: Store, externals: list[str]) -> dict[str, str]:
+    """Those of EXTERNALS that are the id of a real (not control) source question: id -> its dataset."""
+    from cftools.models import SourceQuestion
+
+    control_sources = select(Item.source_id).where(Item.status == CONTROL_STATUS, Item.source_id.is_not(None))
+    found: dict[str, str] = {}
+    with store.session() as session:
+        for part in in_chunks(externals):
+            found.update(session.execute(select(SourceQuestion.external_id, SourceQuestion.dataset).where(
+                SourceQuestion.external_id.in_(part), SourceQuestion.id.not_in(control_sources))).all())
+    return found
+
+
+def sort_out_reloads(store: Store, path: Path, dataset: str, sources: list, items: list, settled: dict,
+                     bad: Any) -> tuple[list, list, dict[str, int]]:
+    """(new sources, new items, key -> id of a control already loaded unchanged). A record whose id is a real
+    item's source id, or that changes a control loaded before under the same id, is a bad record: a control is
+    never rebound to another item's image nor silently doubled."""
+    by_external = {s["external_id"]: s for s in sources}
+    real = real_source_ids(store, sorted(by_external))
+    known = known_controls(store, dataset, sorted(by_external))
+    refused: set[str] = set()
+    unchanged: dict[str, int] = {}
+    for item in items:
+        source = by_external[item["source_external_id"]]
+        line, given_id = source["meta"]["line"], source["meta"].get("id")
+        content = (source["image_ref"], item["group"], item["question"], item["answer"], item["data"] or None)
+        earlier = known.get(source["external_id"], [])
+        same = [k for k in earlier if k.content == content]
+        problem = None
+        if source["external_id"] in real:
+            problem = (f"id {source['external_id']!r} is the id of a real source question (dataset "
+                       f"{real[source['external_id']]}): give the control an id of its own")
+        elif (given_id and earlier and not same) or (same and same[0].settled not in (None, settled[item["key"]])):
+            named = repr(given_id) if given_id else f"of image {source['meta']['image']!r}"
+            problem = (f"control {named} was loaded before with another image, question, answer or settled "
+                       "answer: a control cannot change; give the changed one a new id")
+        if problem:
+            bad.add(InputError(path, problem, line))
+            refused.add(item["key"])
+        elif same:
+            unchanged[item["key"]] = same[0].item_id
+    new_items = [i for i in items if i["key"] not in refused and i["key"] not in unchanged]
+    wanted = {i["source_external_id"] for i in new_items}
+    return [s for s in sources if s["external_id"] in wanted], new_items, unchanged
+
+
+def place_images(path: Path, sources: list, images_dir: Path, folder: Optional[Path], bad: Any) -> Path:
+    """Copy the controls' images beside the real items' images (FOLDER), each under the path the file gives it, so
+    that a task's image path says nothing; returns the folder the images are now read from. A file of another
+    content already there under that path is a bad record (nothing is copied until every image is checked)."""
+    if folder is None or not folder.is_dir() or folder.resolve() == images_dir.resolve():
+        return images_dir
+    copies = []
+    for source in sources:
+        given = source["meta"]["image"]
+        origin, target = images_dir / given, folder / given
+        if target.exists() and target.resolve() != origin.resolve() and target.read_bytes() != origin.read_bytes():
+            bad.add(InputError(path, f"image {given!r} would replace another file in {folder}, where the real "
+                                     "items' images are: rename it", source["meta"]["line"]))
+            continue
+        if not target.exists():
+            copies.append((origin, target))
+    for origin, target in copies:
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(origin, target)
+        except OSError as exc:
+            raise CftoolsError(f"{target}: cannot copy the control's image beside the real items' images "
+                               f"({exc.strerror or exc}); pass --images with a folder of your own") from None
+    return folder
 
 
 def load_controls(store: Store, path: Path, kind: str, images_dir: Optional[Path] = None,
                   dataset: Optional[str] = None, skip_bad: bool = False) -> ControlsReport:
     """Read the lead's controls FILE for KIND: each record an item (status `control`: never pushed as an item,
-    never released) with its settled answer. Loading the same file again adds nothing."""
+    never released) with its settled answer. Its item key and image path have the shape of the kind's real items'
+    (their key prefix, their image folder), unless DATASET names the controls. Loading the same file again adds
+    nothing; a record that would change a loaded control is refused. A bad record stops the load with nothing
+    written (SKIP_BAD: it is left out and listed)."""
     from cftools.ingest.readers import BadRecords, finish
     from cftools.kinds import get_kind
 
     get_kind(kind)
     path = Path(path)
+    images_dir = Path(images_dir) if images_dir else path.parent
+    looks = real_items(store, kind)
+    key_prefix = dataset or looks.key_prefix
     dataset = dataset or f"table:{kind}"
     bad = BadRecords(skip_bad)
-    sources, items, settled = read_controls(path, kind, dataset, Path(images_dir) if images_dir else None, bad)
-    ingest = finish(store, "controls", path, dataset, sources, items, Path(images_dir) if images_dir else None, bad,
-                    None, len(sources))
-    report = ControlsReport(str(path), kind, dataset, n_records=len(items), images_added=ingest.images_added,
-                            missing_images=ingest.missing_images, skipped=[b.__dict__ for b in ingest.bad])
+    sources, items, settled = read_controls(path, kind, dataset, images_dir, bad, key_prefix)
+    n_records = len(items)
+    sources, new_items, unchanged = sort_out_reloads(store, path, dataset, sources, items, settled, bad)
+    images_dir = place_images(path, sources, images_dir, looks.image_folder, bad)
+    ingest = finish(store, "controls", path, dataset, sources, new_items, images_dir, bad, None, n_records)
+    report = ControlsReport(str(path), kind, dataset, n_records=n_records, images_added=ingest.images_added,
+                            missing_images=ingest.missing_images, skipped=[b.__dict__ for b in ingest.bad],
+                            key_prefix=key_prefix or dataset, image_folder=str(images_dir),
+                            like_real_items=looks.key_prefix is not None and looks.image_folder is not None)
     with store.write() as session:
-        ids: dict[str, tuple[int, str]] = {}
-        for part in in_chunks(sorted(settled)):
-            ids.update({key: (item_id, status) for key, item_id, status in session.execute(
-                select(Item.key, Item.id, Item.status).where(Item.key.in_(part)))})
+        ids: dict[str, int] = dict(unchanged)
+        for part in in_chunks(sorted(i["key"] for i in new_items)):
+            ids.update(session.execute(select(Item.key, Item.id).where(Item.key.in_(part))).all())
         known = set(session.execute(select(ControlItem.item_id)).scalars())
         rows = []
-        for key, answer in settled.items():
-            item_id, status = ids[key]
-            if item_id in known or status != CONTROL_STATUS:
+        for key, item_id in sorted(ids.items()):
+            if item_id in known:
                 report.already_known += 1
                 continue
+            answer = settled[key]
             expected = answer["related"] and answer["answer_correct"]
             rows.append({"item_id": item_id, "kind": kind, "origin": FROM_FILE, "shown_answer": None,
                          "expected_ok": expected, "settled": answer, "created_at": utcnow()})

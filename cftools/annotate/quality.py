@@ -415,10 +415,12 @@ def _point_accuracy(d: Decider) -> float:
 
 
 def release_error_rate(items: Sequence[ItemEvidence], audit: Optional[Mapping[str, bool]] = None,
-                       confidence: float = CONFIDENCE, draws: int = 2000, seed: int = 0) -> Optional[ErrorRate]:
+                       confidence: float = CONFIDENCE, draws: int = 2000, seed: int = 0,
+                       drawn_among: str = "") -> Optional[ErrorRate]:
     """The share of released ITEMS whose released answer is wrong, with its interval and the method named. AUDIT:
-    item key -> the released answer was right under audit (a random sample of the items). None when there is
-    neither an audit nor a predictor (controls for every decider)."""
+    item key -> the released answer was right under audit (a random sample of the items, or of those DRAWN_AMONG
+    says, in words: the method then names them). None when there is neither an audit nor a predictor (controls for
+    every decider)."""
     keys = {e.item for e in items}
     audit = dict(audit or {})
     unknown = sorted(set(audit) - keys)
@@ -429,18 +431,25 @@ def release_error_rate(items: Sequence[ItemEvidence], audit: Optional[Mapping[st
         wrong = sum(1 for right in audit.values() if not right)
         if not have_predictor:
             interval = wilson_interval(wrong, len(audit), confidence)
+            sample = sample_words(len(audit), len(items), drawn_among)
             interval = Interval(interval.estimate, interval.low, interval.high,
-                                f"{interval.method} on the audited sample alone ({len(audit)} of {len(items)} items;"
-                                " no control accuracies for every judge)")
+                                f"{interval.method} on the audited sample alone ({sample}; no control accuracies for "
+                                "every judge)")
         else:
-            interval = _ppi_interval(items, audit, confidence)
+            interval = _ppi_interval(items, audit, confidence, drawn_among)
         return ErrorRate(interval, len(items), len(audit), wrong, model_based=False)
     if not have_predictor:
         return None
     return ErrorRate(_model_interval(items, confidence, draws, seed), len(items), 0, 0, model_based=True)
 
 
-def _ppi_interval(items: Sequence[ItemEvidence], audit: Mapping[str, bool], confidence: float) -> Interval:
+def sample_words(n: int, total: int, drawn_among: str = "") -> str:
+    """How an audited sample of N items is described: of the TOTAL items, or drawn among those DRAWN_AMONG says."""
+    return f"{n} items drawn among {drawn_among}" if drawn_among else f"{n} of {total} items"
+
+
+def _ppi_interval(items: Sequence[ItemEvidence], audit: Mapping[str, bool], confidence: float,
+                  drawn_among: str = "") -> Interval:
     """The prediction-powered estimate of the share of wrong items among those not audited (PPI++: the mean
     predicted error, corrected by the audit's errors less their predictions, the predictor power-tuned by lambda),
     with a score interval; the audited items count as the audit found them.
@@ -463,8 +472,8 @@ def _ppi_interval(items: Sequence[ItemEvidence], audit: Mapping[str, bool], conf
     total, n, m = len(items), len(labelled), len(rest)
     found_wrong = sum(1 for key in labelled if not audit[key])
     method = (f"prediction-powered inference (PPI++ estimate, score interval), {percent(confidence)}: an audited "
-              f"random sample of {n} of {total} items, each item's error predicted from its judges' control "
-              "accuracies")
+              f"random sample of {sample_words(n, total, drawn_among)}, each item's error predicted from its judges' "
+              "control accuracies")
     if not m:
         share = found_wrong / total
         return Interval(share, share, share, method + " (every item audited)")

@@ -8,14 +8,16 @@ data dir without any user (`label-studio/template/`) and every person's data dir
 3 s). On the first start of a person's server their account is made: the password comes from the environment
 variable `password_env` of their table when set, else it is generated and shown once; the API token is the value of
 their `token_env` when set, else generated and shown once (put it in that variable). Neither is written anywhere
-by cftools. `label-studio/servers.json` records each server's pid, port, data dir and log (no secrets), for
-`annotate stop` and `annotate servers`.
+by cftools, and neither is on any command line (`ps` shows those to everyone on the host): the account reaches the
+server in its environment, which holds no other person's secret. `label-studio/servers.json` records each
+server's pid, port, data dir and log (no secrets), for `annotate stop` and `annotate servers`.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -139,28 +141,81 @@ def port_in_use(port: int) -> bool:
     return False
 
 
-def server_env(data_dir: Path, document_root: Optional[Path]) -> dict[str, str]:
+# Names that hold a secret by their look: whoever's they are, a Label Studio server has no use for them.
+SECRET_LOOKING = re.compile(r"TOKEN|PASSWORD|PASSWD|SECRET|API_?KEY|CREDENTIAL|PRIVATE_?KEY", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Account:
+    """The person made the admin of a fresh server: handed over in its environment, never on its command line."""
+
+    email: str
+    password: str
+    token: str
+
+    def __repr__(self) -> str:  # never the secrets
+        return f"Account({self.email!r})"
+
+    def environment(self) -> dict[str, str]:
+        """Label Studio's `start` reads its first user from LABEL_STUDIO_USERNAME / _PASSWORD / _USER_TOKEN."""
+        return {"LABEL_STUDIO_USERNAME": self.email, "LABEL_STUDIO_PASSWORD": self.password,
+                "LABEL_STUDIO_USER_TOKEN": self.token}
+
+
+@dataclass(frozen=True)
+class Secrets:
+    """Every configured person's secret variables (names) and their values in this environment: none of them may
+    reach a server other than through its own person's Account."""
+
+    names: frozenset[str] = frozenset()
+    values: frozenset[str] = frozenset()
+
+    def __repr__(self) -> str:  # never the values
+        return f"Secrets({sorted(self.names)!r})"
+
+    def holds(self, name: str, value: str) -> bool:
+        # a value is matched only when long enough to be a secret: a short one ("1") would strip innocent variables
+        return name in self.names or bool(SECRET_LOOKING.search(name)) or (len(value) >= 6 and value in self.values)
+
+
+def configured_secrets(workspace: Workspace) -> Secrets:
+    """The names of every token_env / password_env in [label_studio] and its people tables, and their values."""
+    section = workspace.section("label_studio")
+    names = {str(section["token_env"])} if section.get("token_env") else set()
+    for table in (section.get("people") or {}).values():
+        if isinstance(table, dict):
+            names |= {str(table[key]) for key in ("token_env", "password_env") if table.get(key)}
+    return Secrets(frozenset(names), frozenset(v for n in names if (v := os.environ.get(n))))
+
+
+def server_env(data_dir: Path, document_root: Optional[Path], others: Secrets = Secrets(),
+               account: Optional[Account] = None) -> dict[str, str]:
     """The server's environment: no stray HOST/PORT/USERNAME/PASSWORD or LABEL_STUDIO_* (the server falls back to
-    them), no phoning home, sign-up only by invitation, local files served from the document root."""
+    them), no one's secret (any configured person's variable, any secret-looking name, any value equal to a
+    configured secret) but ACCOUNT's own, no phoning home, sign-up only by invitation, local files served from the
+    document root."""
     env = {k: v for k, v in os.environ.items() if k not in ("HOST", "PORT", "USERNAME", "PASSWORD")
-           and not k.startswith(("LABEL_STUDIO_", "HEARTEX_"))}
+           and not k.startswith(("LABEL_STUDIO_", "HEARTEX_")) and not others.holds(k, v)}
     env.update(LABEL_STUDIO_BASE_DATA_DIR=str(data_dir), SENTRY_DSN="", FRONTEND_SENTRY_DSN="",
                LATEST_VERSION_CHECK="false", COLLECT_ANALYTICS="false",
                LABEL_STUDIO_DISABLE_SIGNUP_WITHOUT_LINK="true")
     if document_root is not None:
         env.update(LOCAL_FILES_SERVING_ENABLED="true", LOCAL_FILES_DOCUMENT_ROOT=str(document_root))
+    if account is not None:
+        env.update(account.environment())
     return env
 
 
 def launch(binary: Path, data_dir: Path, port: int, log: Path, document_root: Optional[Path],
-           account: Optional[tuple[str, str, str]] = None) -> subprocess.Popen:
-    """Start a server on 127.0.0.1:PORT; ACCOUNT (email, password, token) is made its admin on a fresh database."""
+           others: Secrets = Secrets(), account: Optional[Account] = None) -> subprocess.Popen:
+    """Start a server on 127.0.0.1:PORT; ACCOUNT is made its admin on a fresh database. The command line holds no
+    secret (anyone on the host can read it): the account travels in the environment, legacy tokens are a bare
+    flag."""
     command = [str(binary), "start", "--no-browser", "--internal-host", "127.0.0.1", "--port", str(port)]
     if account is not None:
-        email, password, token = account
-        command += ["--username", email, "--password", password, "--user-token", token, "--enable-legacy-api-token"]
+        command.append("--enable-legacy-api-token")  # acts on the organization's creation, with this first user
     with open(log, "a", encoding="utf-8") as out:
-        return subprocess.Popen(command, env=server_env(data_dir, document_root), stdout=out,
+        return subprocess.Popen(command, env=server_env(data_dir, document_root, others, account), stdout=out,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
 
 
@@ -204,7 +259,7 @@ def migrated_template(workspace: Workspace, binary: Path) -> Path:
     building.mkdir(parents=True)
     port = free_port()
     log = serve_root(workspace) / "template.log"
-    proc = launch(binary, building, port, log, None)
+    proc = launch(binary, building, port, log, None, configured_secrets(workspace))
     try:
         wait_until_up(proc, f"http://127.0.0.1:{port}", port, log)
     finally:
@@ -238,6 +293,7 @@ def serve(workspace: Workspace, ls_bin: Optional[str] = None, only: tuple[str, .
     section = workspace.section("label_studio")
     root = section.get("document_root") or os.environ.get("LOCAL_FILES_DOCUMENT_ROOT")
     document_root = Path(workspace.root, root).resolve() if root else None
+    secrets_of_all = configured_secrets(workspace)
     starting: list[tuple[Started, subprocess.Popen, int, Path, Path]] = []
     told: list[Started] = []
     try:
@@ -258,7 +314,8 @@ def serve(workspace: Workspace, ls_bin: Optional[str] = None, only: tuple[str, .
                 template = migrated_template(workspace, binary)
                 shutil.rmtree(data_dir, ignore_errors=True)
                 shutil.copytree(template, data_dir)
-                password_env = section.get("people", {}).get(person.email, {}).get("password_env")
+                data_dir.chmod(0o700)  # its database and secret key are the person's alone
+                password_env = people_tables(section).get(person.email, {}).get("password_env")
                 password = os.environ.get(password_env) if password_env else None
                 if password:
                     started.password_env = password_env
@@ -267,9 +324,9 @@ def serve(workspace: Workspace, ls_bin: Optional[str] = None, only: tuple[str, .
                 token = person.token or secrets.token_hex(20)
                 if not person.token:
                     started.token = token
-                account = (person.email, password, token)
+                account = Account(person.email, password, token)
             log = data_dir / "server.log"
-            proc = launch(binary, data_dir, port, log, document_root, account)
+            proc = launch(binary, data_dir, port, log, document_root, secrets_of_all, account)
             started.pid = proc.pid
             starting.append((started, proc, port, log, data_dir))
         for started, proc, port, log, data_dir in starting:  # all start at once; wait for each
@@ -285,6 +342,12 @@ def serve(workspace: Workspace, ls_bin: Optional[str] = None, only: tuple[str, .
     finally:
         write_state(workspace, state)
     return told
+
+
+def people_tables(section: dict) -> dict[str, dict]:
+    """`[label_studio.people."EMAIL"]` tables by lower-cased email (as the people settings name them)."""
+    return {email.strip().lower(): table for email, table in (section.get("people") or {}).items()
+            if isinstance(table, dict)}
 
 
 def stop(workspace: Workspace, only: tuple[str, ...] = ()) -> list[str]:

@@ -17,9 +17,11 @@ from cftools.workspace import Workspace
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--kind", required=True, help="The kind whose verification tasks these controls look like.")
 @click.option("--images", "images_dir", type=click.Path(file_okay=False, path_type=Path),
-              help="Folder of the images (a record's image path is taken relative to it).")
-@click.option("--name", "dataset", help="Dataset name of the controls in the store (default: table:KIND). It is "
-                                        "part of each control's item key, which the task carries: keep it plain.")
+              help="Folder of the images (a record's image path is taken relative to it; default: the file's "
+                   "folder). They are copied beside the real items' images.")
+@click.option("--name", "dataset", help="Dataset name of the controls in the store (default: table:KIND) and, when "
+                                        "given, the start of each control's item key, which the task carries "
+                                        "(default: the start of the kind's real items' keys).")
 @click.option("--skip-bad", is_flag=True, help="Skip bad records (listed in the result) instead of stopping.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @pass_workspace
@@ -39,6 +41,10 @@ def controls_cmd(workspace: Workspace, file: Path, kind: str, images_dir: Option
                   f"{report.missing_images} without an image.")
     if report.skipped:
         console.print(f"[yellow]{len(report.skipped)} bad records skipped[/]")
+    if not report.like_real_items:
+        console.print(f"[yellow]No {kind} items with an ingested key and an image in the store yet:[/] these "
+                      "controls' keys and image folder are their own, and a person could tell them apart. Load "
+                      "controls after the items they hide among.")
 
 
 @click.command("resume")

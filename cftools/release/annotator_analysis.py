@@ -34,6 +34,7 @@ def release_analysis(workspace: Any, records: Sequence[dict]) -> Optional[Any]:
     """The AnnotationAnalysis of the released RECORDS' verified items; None when no person judged any of them."""
     from cftools.annotate.figures import control_counts
     from cftools.annotate.pauses import min_accuracy, min_controls
+    from cftools.annotate.audit import drawn_among
     from cftools.annotate.quality import ControlScore, annotation_analysis, item_evidence, release_error_rate
 
     keys = {r["id"] for r in records if r.get("verified")}
@@ -48,7 +49,7 @@ def release_analysis(workspace: Any, records: Sequence[dict]) -> Optional[Any]:
         if not items:
             return None
         audit = {key: right for key, right in audited(store, keys).items() if key in {e.item for e in items}}
-        error = release_error_rate(items, audit)
+        error = release_error_rate(items, audit, drawn_among=drawn_among(store, {e.item for e in items}))
         return annotation_analysis(session, scores, error, item_keys=keys, min_accuracy=min_accuracy(workspace),
                                    min_controls=min_controls(workspace))
 

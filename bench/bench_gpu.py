@@ -180,11 +180,11 @@ def llava_part(args: argparse.Namespace) -> None:
                                  "load_s": round(load_s, 2),
                                  "time_to_first_question_s": round(load_s + first["first_batch_s"], 2),
                                  "first_eval": first})
-        reference: dict[str, dict] = {}
         results: dict[tuple, dict] = {}
         for mode, batch in plan(args.batches):
             questions = args.questions_b1 if batch == 1 else args.questions
-            rate = max((r["questions_per_s"] for (m, _), r in results.items() if m == mode), default=None)
+            # the last run of this mode (the plan goes from large batches to small) predicts this one's time
+            rate = next((r["questions_per_s"] for (m, _), r in reversed(results.items()) if m == mode), None)
             left = deadline - time.monotonic()
             if rate and questions / rate * 1.2 + 5 > left:
                 append_result(args.out, {"part": "llava", "what": "skipped", "mode": mode, "batch": batch,
@@ -200,24 +200,24 @@ def llava_part(args: argparse.Namespace) -> None:
                     torch.cuda.empty_cache()
                 continue
             limit_fraction(figures, params, peak, 16)
-            got = answers(result)
-            if batch == 1:
-                reference[mode] = got
             results[(mode, batch)] = figures
             append_result(args.out, {"part": "llava", "what": "eval", **figures})
-        for (mode, batch), _figures in results.items():  # batch 1 runs last: compared once all are in
-            if batch != 1 and mode in reference:
-                got = answers_of(Path(tmp) / f"{mode}-{batch}")
-                shared = [k for k in reference[mode] if k in got]
-                changed = sum(reference[mode][k] != got[k] for k in shared)
-                append_result(args.out, {"part": "llava", "what": "batch_invariance", "mode": mode, "batch": batch,
-                                         "compared_with": 1, "questions": len(shared), "changed": changed})
+            if batch == 1:  # batch 1 runs last: its answers against every other batch size's
+                compare_with_batch_1(args.out, mode, answers(result), results, Path(tmp))
 
 
-def answers_of(run_dir: Path) -> dict[tuple, Any]:
+def compare_with_batch_1(out: str | None, mode: str, reference: dict[tuple, Any], results: dict[tuple, dict],
+                         tmp: Path) -> None:
+    """Changed answers between batch 1 and each other batch size of MODE, on the questions both asked."""
     from cftools.evaluate.run import load_run
 
-    return answers(load_run(run_dir))
+    for other_mode, batch in results:
+        if other_mode == mode and batch != 1:
+            got = answers(load_run(tmp / f"{mode}-{batch}"))
+            shared = [k for k in reference if k in got]
+            append_result(out, {"part": "llava", "what": "batch_invariance", "mode": mode, "batch": batch,
+                                "compared_with": 1, "questions": len(shared),
+                                "changed": sum(reference[k] != got[k] for k in shared)})
 
 
 def agreement_part(args: argparse.Namespace) -> None:

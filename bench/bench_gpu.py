@@ -143,7 +143,8 @@ def limit_fraction(figures: dict[str, Any], params: dict[str, int], peak: float 
 
 def plan(batches: list[Any]) -> list[tuple[str, Any]]:
     """The runs, the most telling first (a slow part is cut at its end): large batches, then auto, 8, 1."""
-    order = sorted(batches, key=lambda b: {32: 0, 64: 1, "auto": 2}.get(b, 3 + (-b if isinstance(b, int) else 0)))
+    first = [b for b in (32, 64, "auto") if b in batches]
+    order = first + sorted((b for b in batches if b not in first), key=lambda b: -b)  # then 8, then 1
     return [(mode, batch) for batch in order for mode in ("generate", "rank")]
 
 

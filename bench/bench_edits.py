@@ -48,8 +48,10 @@ def batched(backend, items: int, n: int, settings: dict) -> int:  # noqa: ANN001
     return made
 
 
-def raw_calls(backend, items: int, n: int, settings: dict, per_call: int) -> int:  # noqa: ANN001
-    """The loaded pipeline called directly, PER_CALL images a call, with the backend's steps, guidance and size."""
+def raw_calls(backend, items: int, n: int, settings: dict, per_call: int,  # noqa: ANN001
+              count_all: bool = False) -> int:
+    """The loaded pipeline called directly, PER_CALL images a call, with the backend's steps, guidance and size;
+    the finite images made (every image made with COUNT_ALL)."""
     import torch
 
     pipe = backend.pipeline
@@ -63,7 +65,7 @@ def raw_calls(backend, items: int, n: int, settings: dict, per_call: int) -> int
             out = pipe(prompt=[INSTRUCTION.format(i=i)] * len(seeds), image=[image] * len(seeds),
                        generator=[torch.Generator("cpu").manual_seed(s) for s in seeds], output_type="np",
                        **backend.call_kwargs(steps, backend.default_guidance))
-            made += int(np.isfinite(np.asarray(out.images)).all()) * len(seeds)
+            made += (1 if count_all else int(np.isfinite(np.asarray(out.images)).all())) * len(seeds)
     return made
 
 
@@ -99,8 +101,15 @@ def cuda_bench(args: argparse.Namespace) -> None:
                                  "size": settings["size"], "steps": backend.default_steps,
                                  "guidance": backend.default_guidance, "pipeline": type(backend.pipeline).__name__,
                                  "gpu": torch.cuda.get_device_name() if device == "cuda" else "cpu (a check)"})
-        runs = {"raw": lambda b: raw_calls(backend, 1, b, settings, b), "cftools": lambda b: batched(backend, 1, b,
-                                                                                                    settings)}
+        failed: list[str] = []
+
+        def ours(batch: int) -> int:
+            """Images made (a NaN image from random fp16 weights is made all the same; its failure is noted)."""
+            results = backend.edit(original(0), INSTRUCTION.format(i=0), EditSettings(n=batch, **settings))
+            failed.extend(r.as_dict().get("reason", "") for r in results if not r.ok)
+            return len(results)
+
+        runs = {"raw": lambda b: raw_calls(backend, 1, b, settings, b, count_all=True), "cftools": ours}
         for batch in args.batches:
             seconds, made = {name: 0.0 for name in runs}, {name: 0 for name in runs}
             try:
@@ -123,6 +132,7 @@ def cuda_bench(args: argparse.Namespace) -> None:
             append_result(args.out, {"part": "edits", "what": "rate", "batch": batch, "calls": args.calls,
                                      "images": made, **{f"{n}_images_per_s": round(r, 3) for n, r in rates.items()},
                                      "ratio": round(rates["cftools"] / rates["raw"], 4),
+                                     "cftools_failed": len(failed), "failure": failed[0] if failed else None,
                                      "peak_memory_gib": round(torch.cuda.max_memory_allocated() / 2 ** 30, 2)
                                      if device == "cuda" else None})
 

@@ -108,10 +108,14 @@ def cuda_bench(args: argparse.Namespace) -> None:
                        guidance_scale=args.guidance, generator=torch.Generator(device).manual_seed(i))
             return len(out.images)
 
+        failed: list[str] = []
+
         def ours(batch: int, i: int) -> int:
+            """Images made (a NaN image from random fp16 weights is made all the same; its failure is noted)."""
             results = backend.generate_pair(CAUSE.format(i=i), EFFECT.format(i=i), n=batch // 2,
                                             generator_key=f"pair-{i}")
-            return 2 * sum(r.ok for r in results)
+            failed.extend(r.as_dict().get("reason", "") for r in results if not r.ok)
+            return 2 * len(results)
 
         for batch in args.batches:
             runs = {"raw": raw} if batch % 2 else {"raw": raw, "cftools": ours}
@@ -136,6 +140,7 @@ def cuda_bench(args: argparse.Namespace) -> None:
             append_result(args.out, {"part": "images", "what": "rate", "batch": batch, "calls": args.calls,
                                      "images": made, **{f"{n}_images_per_s": round(r, 3) for n, r in rates.items()},
                                      "ratio": round(rates["cftools"] / rates["raw"], 4) if "cftools" in rates else None,
+                                     "cftools_failed": len(failed), "failure": failed[0] if failed else None,
                                      "peak_memory_gib": round(torch.cuda.max_memory_allocated() / 2 ** 30, 2)
                                      if device == "cuda" else None})
 

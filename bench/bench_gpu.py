@@ -11,7 +11,8 @@ appended to --out as soon as it is measured, so a part stopped by its time limit
   the first one-question eval. Then `run_eval` (the library call `cftools eval` makes, the loaded model handed in)
   in generate mode (C-VQA questions, 16 new tokens) and rank mode (CFMM questions, 2 or 4 options) at each of
   --batches ("auto" = the default batch size on CUDA): questions/s, peak GPU memory, and the fraction of the
-  hardware limit. The limit is FLOPs / peak: 2 x language-model parameters (embeddings excluded) x tokens
+  hardware limit. The limit is FLOPs / peak: 2 x language-model parameters (embeddings and the output layer, which
+  runs for one token a step, excluded) x tokens
   (prompt tokens + new tokens, or prefix + option tokens), + 2 x vision parameters x 577 per image, over the bf16
   matrix rate measured here (an 8192^3 product) and over the datasheet's dense 989 TFLOP/s. Batch 1 asks
   --questions-b1 questions, the others --questions. Runs whose predicted time would pass --budget are skipped
@@ -159,7 +160,7 @@ def llava_part(args: argparse.Namespace) -> None:
                              "datasheet_bf16_tflops": DATASHEET_TFLOPS,
                              "gpu": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
                              "torch": torch.__version__})
-    with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
+    with tempfile.TemporaryDirectory(dir=model_tmp(args.tmp)) as tmp:
         folder = Path(tmp) / "llava-7b-shaped"
         started = time.perf_counter()
         model, processor = build_llava_7b(args.device, args.dtype, small=args.small)
@@ -246,6 +247,17 @@ def agreement_part(args: argparse.Namespace) -> None:
                                      "max_score_diff_nats": max(diffs) if diffs else None})
 
 
+def model_tmp(asked: str | None) -> str | None:
+    """Where the 7B folder (14 GB) is saved: ASKED, else /dev/shm where it has room (memory, not disk: the save
+    and the load measure cftools, not the disk), else the system's temporary folder."""
+    import shutil
+
+    if asked:
+        return asked
+    shm = Path("/dev/shm")
+    return str(shm) if shm.is_dir() and shutil.disk_usage(shm).free > 20 * 2 ** 30 else None
+
+
 def parse_batches(text: str) -> list[Any]:
     return [b if b == "auto" else int(b) for b in text.split(",")]
 
@@ -261,7 +273,8 @@ def main() -> int:
     parser.add_argument("--questions", type=int, default=256, help="questions per run at batch > 1")
     parser.add_argument("--questions-b1", type=int, default=32, help="questions at batch 1")
     parser.add_argument("--budget", type=float, default=240, help="seconds the llava part may take")
-    parser.add_argument("--tmp", default=None, help="where the model folder is saved (default: the system's)")
+    parser.add_argument("--tmp", default=None, help="where the model folder is saved (default: /dev/shm when it has "
+                                                    "20 GiB free, else the system's temporary folder)")
     args = parser.parse_args()
     import torch
 

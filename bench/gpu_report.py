@@ -32,10 +32,11 @@ def markdown(figures: list[dict], parts: list[dict]) -> str:
     if evals:
         out += ["", "## Built-in runner, LLaVA-1.5-7B-shaped (bf16)", "",
                 "| mode | batch | used | questions | s | questions/s | first batch s | peak GiB | TFLOP | "
-                "fraction of limit (measured peak) | (datasheet) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+                "fraction of limit (measured peak) | (datasheet) | notes |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         out += [f"| {f['mode']} | {f['batch']} | {f['batch_size_used']} | {f['questions']} | {f['seconds']} | "
                 f"{f['questions_per_s']} | {f['first_batch_s']} | {f.get('peak_memory_gib')} | {f.get('tflop')} | "
-                f"{f.get('fraction_of_limit_measured')} | {f.get('fraction_of_limit_datasheet')} |" for f in evals]
+                f"{f.get('fraction_of_limit_measured')} | {f.get('fraction_of_limit_datasheet')} | "
+                f"{'; '.join(f.get('notes') or [])} |" for f in evals]
     for name in ("images", "edits"):
         rates = [f for f in figures if f.get("part") == name and f.get("what") == "rate"]
         if rates:

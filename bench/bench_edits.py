@@ -3,12 +3,18 @@ with --model, a real edit pipeline (on a GPU) through `generate edits`' backend 
 
     .venv/bin/python bench/bench_edits.py [--items 8] [--per-item 8] [--repeats 3] [--threads 1]
     .venv/bin/python bench/bench_edits.py --model FOLDER_OR_ID [--size 512x512] [--steps 8] [--items 4]
+    python3 bench/bench_edits.py --device cuda [--batches 1,4,8,16] [--calls 2] [--out FILE.jsonl]
 
 Batched is what `DiffusersEditBackend.edit` does (all candidates of an item in one pipeline call); one per call
 calls the same pipeline with one prompt, one image and one generator per call, seeded alike. Reports images/s for
 both and the ratio (target: batched >= 2x). With --model, the backend's images/s beside raw diffusers calling the
 loaded pipeline with the same batch and settings (target >= 0.95x). The best of --repeats runs is reported, after
 a warm-up item.
+
+With --device cuda: an InstructPix2Pix pipeline of SD-1.5's shape built from configs (random weights,
+bench/gpu_models.py), fp16, 512x512, 20 steps, guidance 7.5, through `generate edits`' backend beside raw diffusers
+on the same loaded pipeline, per batch (all candidates of an item in one call), interleaved call by call after one
+warm-up call of each: images/s and the ratio (target >= 0.95x). Without CUDA it says so and exits 0.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import numpy as np
 import PIL.Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from cftools.imagegen import tiny_edit  # noqa: E402
 from cftools.imagegen.edits import EditSettings, make_edit_backend  # noqa: E402
@@ -41,8 +48,10 @@ def batched(backend, items: int, n: int, settings: dict) -> int:  # noqa: ANN001
     return made
 
 
-def raw_calls(backend, items: int, n: int, settings: dict, per_call: int) -> int:  # noqa: ANN001
-    """The loaded pipeline called directly, PER_CALL images a call, with the backend's steps, guidance and size."""
+def raw_calls(backend, items: int, n: int, settings: dict, per_call: int,  # noqa: ANN001
+              count_all: bool = False) -> int:
+    """The loaded pipeline called directly, PER_CALL images a call, with the backend's steps, guidance and size;
+    the finite images made (every image made with COUNT_ALL)."""
     import torch
 
     pipe = backend.pipeline
@@ -56,7 +65,7 @@ def raw_calls(backend, items: int, n: int, settings: dict, per_call: int) -> int
             out = pipe(prompt=[INSTRUCTION.format(i=i)] * len(seeds), image=[image] * len(seeds),
                        generator=[torch.Generator("cpu").manual_seed(s) for s in seeds], output_type="np",
                        **backend.call_kwargs(steps, backend.default_guidance))
-            made += int(np.isfinite(np.asarray(out.images)).all()) * len(seeds)
+            made += (1 if count_all else int(np.isfinite(np.asarray(out.images)).all())) * len(seeds)
     return made
 
 
@@ -69,6 +78,65 @@ def best_rate(run, repeats: int) -> tuple[float, int]:  # noqa: ANN001
     return max(rates), made
 
 
+def cuda_bench(args: argparse.Namespace) -> None:
+    """`generate edits`' backend against raw diffusers on one SD-1.5-shaped InstructPix2Pix pipeline, per batch."""
+    import torch
+    from gpu_models import append_result, save_sd15_pipeline
+
+    device = "cpu" if args.check_on_cpu else "cuda"
+    if device == "cuda" and not torch.cuda.is_available():
+        print("bench_edits: no CUDA GPU here; nothing measured")
+        append_result(args.out, {"part": "edits", "skipped": "no CUDA GPU"})
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        started = time.perf_counter()
+        folder = (tiny_edit.embedded_edit_pipeline_folder(Path(tmp)) if args.check_on_cpu
+                  else save_sd15_pipeline(Path(tmp) / "ip2p", edit=True, device="cuda"))
+        built = time.perf_counter()
+        backend = make_edit_backend({"device": device, "steps": args.steps or 20, "guidance": 7.5,
+                                     "licence": "Apache-2.0"}, model=str(folder))
+        settings = {"seed": 0, "size": args.size or ("512x512" if device == "cuda" else "64x64")}
+        append_result(args.out, {"part": "edits", "what": "start", "build_save_s": round(built - started, 2),
+                                 "load_s": round(time.perf_counter() - built, 2), "dtype": backend.dtype,
+                                 "size": settings["size"], "steps": backend.default_steps,
+                                 "guidance": backend.default_guidance, "pipeline": type(backend.pipeline).__name__,
+                                 "gpu": torch.cuda.get_device_name() if device == "cuda" else "cpu (a check)"})
+        failed: list[str] = []
+
+        def ours(batch: int) -> int:
+            """Images made (a NaN image from random fp16 weights is made all the same; its failure is noted)."""
+            results = backend.edit(original(0), INSTRUCTION.format(i=0), EditSettings(n=batch, **settings))
+            failed.extend(r.as_dict().get("reason", "") for r in results if not r.ok)
+            return len(results)
+
+        runs = {"raw": lambda b: raw_calls(backend, 1, b, settings, b, count_all=True), "cftools": ours}
+        for batch in args.batches:
+            seconds, made = {name: 0.0 for name in runs}, {name: 0 for name in runs}
+            try:
+                for run in runs.values():  # warm-up: kernel choices for this shape
+                    run(batch)
+                for _ in range(args.calls):
+                    for name, run in runs.items():
+                        if device == "cuda":
+                            torch.cuda.synchronize()
+                        started = time.perf_counter()
+                        made[name] += run(batch)
+                        if device == "cuda":
+                            torch.cuda.synchronize()
+                        seconds[name] += time.perf_counter() - started
+            except Exception as exc:  # noqa: BLE001 - recorded (out of memory is a result here)
+                append_result(args.out, {"part": "edits", "batch": batch, "error": f"{type(exc).__name__}: "
+                                         f"{str(exc).splitlines()[0][:300]}"})
+                continue
+            rates = {name: made[name] / seconds[name] for name in runs}
+            append_result(args.out, {"part": "edits", "what": "rate", "batch": batch, "calls": args.calls,
+                                     "images": made, **{f"{n}_images_per_s": round(r, 3) for n, r in rates.items()},
+                                     "ratio": round(rates["cftools"] / rates["raw"], 4),
+                                     "cftools_failed": len(failed), "failure": failed[0] if failed else None,
+                                     "peak_memory_gib": round(torch.cuda.max_memory_allocated() / 2 ** 30, 2)
+                                     if device == "cuda" else None})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=8)
@@ -78,7 +146,17 @@ def main() -> None:
     parser.add_argument("--model", help="a real edit pipeline folder or hub id (downloads allowed)")
     parser.add_argument("--size", help="WIDTHxHEIGHT for --model (default: the original's)")
     parser.add_argument("--steps", type=int, help="denoising steps for --model")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--batches", type=lambda t: [int(b) for b in t.split(",")], default=[1, 4, 8, 16],
+                        help="--device cuda: candidates per item (images per call)")
+    parser.add_argument("--calls", type=int, default=2, help="--device cuda: timed calls per batch and side")
+    parser.add_argument("--out", help="--device cuda: append every figure to this JSON-lines file")
+    parser.add_argument("--check-on-cpu", action="store_true",
+                        help="--device cuda's code path on the CPU with the embedded tiny pipeline (figures meaningless)")
     args = parser.parse_args()
+    if args.device == "cuda":
+        cuda_bench(args)
+        return
     import torch
 
     if args.threads:

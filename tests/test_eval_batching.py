@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from cftools.evaluate.run import is_out_of_memory, read_predictions, run_eval
+from cftools.evaluate.run import (AUTO_START_BATCH, DEFAULT_BATCH, is_out_of_memory, read_predictions,
+                                  resolved_batch_size, run_eval)
 
 
 class OutOfMemoryError(RuntimeError):
@@ -50,6 +51,27 @@ def test_other_errors_are_not_taken_for_out_of_memory(mixed_release, tmp_path):
     with pytest.raises(ValueError):
         run_eval(mixed_release, "blind", batch_size="auto", out_dir=tmp_path / "run", answerer=Broken(1))
     assert is_out_of_memory(MemoryError("out of memory")) and not is_out_of_memory(RuntimeError("shape mismatch"))
+
+
+def test_the_default_batch_size_is_auto_on_cuda_and_8_elsewhere(mixed_release, tiny_llava_dir, tmp_path,
+                                                                 monkeypatch):
+    """No --batch-size: an hf: model on CUDA starts at auto's 64 (halving on out of memory), anything else at 8."""
+    import torch
+
+    assert resolved_batch_size(None, "cuda") == AUTO_START_BATCH
+    assert resolved_batch_size(None, "cpu") == resolved_batch_size(None, "api") == DEFAULT_BATCH == 8
+    assert resolved_batch_size(3, "cuda") == 3 and resolved_batch_size("auto", "cpu") == AUTO_START_BATCH
+    on_cpu = SmallMemoryAnswerer(limit=1000)
+    result = run_eval(mixed_release, "blind", out_dir=tmp_path / "cpu", answerer=on_cpu)
+    assert result.config["batch_size"] == 8 and max(on_cpu.sizes) <= 8
+    # this machine has no GPU: torch is told there is one (the model is handed in, so nothing runs on it)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: True)
+    on_cuda = SmallMemoryAnswerer(limit=1000)
+    result = run_eval(mixed_release, f"hf:{tiny_llava_dir}", mode="generate", out_dir=tmp_path / "cuda",
+                      answerer=on_cuda)
+    assert (result.config["device"], result.config["batch_size"]) == ("cuda", AUTO_START_BATCH)
+    assert on_cuda.sizes[0] == min(AUTO_START_BATCH, result.config["questions"]) > 8
 
 
 # ---------------------------------------------------------------- batch invariance with a real model

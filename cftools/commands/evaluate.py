@@ -60,8 +60,8 @@ def eval_group() -> None:
     """
 
 
-def parse_batch_size(text: str) -> int | str:
-    if text == "auto":
+def parse_batch_size(text: Optional[str]) -> int | str | None:
+    if text is None or text == "auto":
         return text
     try:
         return int(text)
@@ -87,9 +87,9 @@ def parse_shard_option(ctx: click.Context, param: click.Parameter, text: Optiona
                    "model cannot rank).")
 @click.option("--score", type=click.Choice(SCORES), default="mean-loss", show_default=True,
               help="rank mode: mean-loss (mean token loss, lowest wins) or sum-logprob (highest wins).")
-@click.option("--batch-size", default="8", show_default=True,
+@click.option("--batch-size", default=None,
               help="Questions per batch, or auto: start at 64 and halve on every out-of-memory error (the run goes on; "
-                   "predictions already written stay).")
+                   "predictions already written stay). Default: auto for hf: models on CUDA, else 8.")
 @click.option("--device", type=click.Choice(DEVICES), default="auto", show_default=True,
               help="hf: models: cuda when there is a GPU, else cpu.")
 @click.option("--dtype", type=click.Choice(DTYPES), default="auto", show_default=True,

@@ -93,6 +93,7 @@ IDENTITY_LABELS = {"release_manifest_sha256": "the release changed (manifest SHA
 PLAIN = "plain"
 AUTO = "auto"
 AUTO_START_BATCH = 64  # --batch-size auto starts here and halves on every out-of-memory error
+DEFAULT_BATCH = 8  # the batch size when none is given, except for hf: models on CUDA (auto there)
 JUDGE_AGGREGATES = ("best-match", "mean")  # a judged answer's score over several references
 
 
@@ -102,6 +103,14 @@ def is_out_of_memory(exc: BaseException) -> bool:
     """A device out-of-memory error (torch's CUDA/MPS ones, or a RuntimeError that says so)."""
     return type(exc).__name__ == "OutOfMemoryError" or (isinstance(exc, (RuntimeError, MemoryError))
                                                          and "out of memory" in str(exc).lower())
+
+
+def resolved_batch_size(batch_size: Optional[int | str], device: str) -> int:
+    """The batch size a run starts at: auto (AUTO_START_BATCH, halved on out of memory) when asked for, and by
+    default for a model on CUDA (the GPU's memory, not a fixed 8, is what bounds its batch); else 8."""
+    if batch_size is None:
+        batch_size = AUTO if device == "cuda" else DEFAULT_BATCH
+    return AUTO_START_BATCH if batch_size in (AUTO, 0) else int(batch_size)
 
 
 def release_memory() -> None:
@@ -285,7 +294,7 @@ def paper_mode(records: Sequence[dict], spec: ModelSpec) -> str:
 
 
 def run_eval(release_dir: Path | str, model: str, mode: Optional[str] = None, score: str = "mean-loss",
-             batch_size: int = 8, device: str = "auto", dtype: str = "auto", limit: Optional[int] = None,
+             batch_size: Optional[int | str] = None, device: str = "auto", dtype: str = "auto", limit: Optional[int] = None,
              out_dir: Optional[Path] = None, template: Optional[str] = None, max_new_tokens: int = 16,
              judge: Optional[str] = None, workspace: Any = None, concurrency: int = 4,
              progress: Optional[Callable[[int, int], None]] = None,
@@ -310,9 +319,7 @@ def run_eval(release_dir: Path | str, model: str, mode: Optional[str] = None, sc
         raise CftoolsError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
     if score not in SCORES:
         raise CftoolsError(f"unknown score {score!r}; choose one of {', '.join(SCORES)}")
-    auto_batch = batch_size in (AUTO, 0)
-    batch_size = AUTO_START_BATCH if auto_batch else int(batch_size)
-    if batch_size < 1:
+    if batch_size is not None and batch_size not in (AUTO, 0) and int(batch_size) < 1:
         raise CftoolsError("--batch-size must be at least 1 (or auto)")
     if reading not in READINGS:
         raise CftoolsError(f"unknown reading {reading!r}; choose one of {', '.join(READINGS)}")
@@ -353,6 +360,7 @@ def run_eval(release_dir: Path | str, model: str, mode: Optional[str] = None, sc
         dtype = resolve_dtype(dtype, device)
     else:
         device, dtype = "api", "n/a"
+    batch_size = resolved_batch_size(batch_size, device)
     config = {
         "release": str(release_dir.resolve()), "release_name": release_dir.resolve().name,
         "release_manifest_sha256": hash_file(release_dir / MANIFEST_NAME), "release_content_sha256": content,

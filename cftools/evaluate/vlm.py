@@ -351,9 +351,11 @@ class HFVisionModel:
         crop_to(cache, prefix_len)
         logits = torch.cat([first_logits, follow.logits[:, :-1, :]], dim=1).float()
         logprobs = torch.log_softmax(logits, dim=-1).gather(-1, opt.unsqueeze(-1)).squeeze(-1) * opt_mask
+        # each row's sum as before, read back in one transfer (one host sync per slot, not one per question)
+        totals = torch.stack([logprobs[b, :max(len(ids), 1)].sum() for b, ids in enumerate(slot)]).tolist()
         for b, ids in enumerate(slot):
             if ids:
-                total = float(logprobs[b, :len(ids)].sum())
+                total = totals[b]
                 results[b][j] = {"sum_logprob": total, "mean_loss": -total / len(ids), "n_tokens": len(ids)}
 
     def score_options_full(self, prompt: Prompt) -> list[dict[str, float]]:

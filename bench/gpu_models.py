@@ -100,6 +100,12 @@ def save_sd15_pipeline(folder: Path, edit: bool = False, device: str = "cuda") -
     from cftools.imagegen.tiny import byte_level_clip_tokenizer
 
     folder = Path(folder)
+    # Schedulers build their tables with numpy: made outside the device context (a CUDA default device breaks them).
+    if edit:
+        scheduler = EulerAncestralDiscreteScheduler(beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear")
+    else:
+        scheduler = DDIMScheduler(beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear",
+                                  clip_sample=False, set_alpha_to_one=False, steps_offset=1)
     with tempfile.TemporaryDirectory() as work, torch.device(device):
         torch.manual_seed(0)
         tokenizer = byte_level_clip_tokenizer(Path(work))
@@ -118,12 +124,8 @@ def save_sd15_pipeline(folder: Path, edit: bool = False, device: str = "cuda") -
         common = dict(vae=vae, text_encoder=text_encoder, tokenizer=tokenizer, unet=unet, safety_checker=None,
                       feature_extractor=None, requires_safety_checker=False)
         if edit:
-            scheduler = EulerAncestralDiscreteScheduler(beta_start=0.00085, beta_end=0.012,
-                                                        beta_schedule="scaled_linear")
             pipe = StableDiffusionInstructPix2PixPipeline(scheduler=scheduler, **common)
         else:
-            scheduler = DDIMScheduler(beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear",
-                                      clip_sample=False, set_alpha_to_one=False, steps_offset=1)
             pipe = StableDiffusionPipeline(scheduler=scheduler, **common)
         pipe.to(dtype=torch.float16)
         pipe.save_pretrained(str(folder))

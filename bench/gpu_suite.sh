@@ -29,6 +29,11 @@ log() { echo "[gpu_suite +$(( $(date +%s) - SUITE_START ))s] $*"; }
 part() {
     local name=$1 limit=$2 started rc
     shift 2
+    # ONLY=edits,images: rerun those parts alone (the set-up parts always run)
+    if [ -n "${ONLY:-}" ] && [[ ",$ONLY,install,declare,imports," != *",$name,"* ]]; then
+        log "skip $name (ONLY=$ONLY)"
+        return 0
+    fi
     log "start $name (limit ${limit}s)"
     started=$(date +%s)
     timeout -k 10 "$limit" "$@" 2>&1 | tee -a "$OUT/suite.log"

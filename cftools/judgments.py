@@ -52,9 +52,9 @@ def shown_person(number: int) -> str:
     return f"Person {number}"
 
 
-def without_emails(text: str) -> str:
-    """TEXT with every email address in it replaced, for a screen that shows what someone else wrote."""
-    return EMAIL_ADDRESS.sub("(an email address)", text)
+def without_emails(text: str, instead: str = "(an email address)") -> str:
+    """TEXT with every email address in it replaced by INSTEAD, for a screen that shows what someone else wrote."""
+    return EMAIL_ADDRESS.sub(instead, text)
 
 
 class InvalidResult(ValueError):

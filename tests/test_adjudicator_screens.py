@@ -155,8 +155,7 @@ def test_mucr_an_adjudicators_own_cue_set_retyped_from_the_models_is_the_models(
                                                                                 run_cli):
     store = four.store
     # the three people's sets all differ from the model's ("phone"; lamp post, steering wheel, street)
-    item_id, _ = explained_pair(label_studio, store, run_cli,
-                                [("phone", "lamp post\nseat belt\nrain"), *CUE_SETS[1:]])
+    item_id, _ = explained_pair(label_studio, store, run_cli)
     push_json(run_cli, "--kind", "mucr", "--adjudicate")
     [task] = assigned(store, "adjudicate")
     # the model's set retyped, the false cues reordered and one misspelt: a near copy, not the adjudicator's own
@@ -180,3 +179,23 @@ def test_mucr_an_adjudicators_own_cue_set_retyped_from_the_models_is_the_models(
         data = item.data
     assert data["cue_agreement"]["accepted"] == task.assignee
     assert data["false_cues"] == ["seat belt", "windscreen", "headlights"]
+
+
+def test_mucr_an_explainers_cue_set_retyped_from_the_models_goes_back_and_is_not_counted(four, label_studio,  # noqa: F811
+                                                                                        run_cli):
+    store = four.store
+    item_id = add_explain_item(store, label_studio.media_root / f"adj-{uuid.uuid4().hex[:6]}")
+    push_json(run_cli, "--kind", "mucr", "--task", "explain")
+    first, *others = assigned(store, "explain")
+    # the model's set ("phone"; lamp post, steering wheel, street) typed again, in another order
+    label_studio.client(first.assignee).annotations.create(
+        id=first.ls_task_id, result=explained(OWN_WORDS[0], "phone", "street\nsteering wheel\nlamp post"))
+    for task, text, (cue, false_cues) in zip(others, OWN_WORDS[1:], CUE_SETS[1:]):
+        label_studio.client(task.assignee).annotations.create(id=task.ls_task_id,
+                                                              result=explained(text, cue, false_cues))
+    report = pull_json(run_cli)
+    [back] = report["returned"][first.assignee]
+    assert back["reason"] == "the cue set is the model's: write your own cue and three false cues"
+    assert item_status(store, item_id) != NEEDS_ADJUDICATION  # two people's sets so far: nothing to settle yet
+    with store.session() as session:
+        assert "cue_sets_by_annotator" not in session.get(Item, item_id).data

@@ -165,8 +165,7 @@ class Sender:
         progress("push", 0, total)
         for person, batch in per_person.items():
             for item, task in batch:
-                # why it came back may quote a refusal that names people: shown without their emails
-                task["data"]["returned"] = without_emails((notes or {}).get((item.id, person), ""))
+                task["data"]["returned"] = shown_note((notes or {}).get((item.id, person), ""), person)
             server = self.servers.for_person(person)
             project_id = self.project(kind, batch[0][1]["meta"]["purpose"], person)
             server.ensure_local_storage(project_id, self.folders)
@@ -176,6 +175,12 @@ class Sender:
                 progress("push", sent, total)
             server.hide_data_columns(project_id, {key for _, task in batch for key in task["data"]})
         return sent
+
+
+def shown_note(note: str, person: Optional[str]) -> str:
+    """Why a task came back, as its PERSON reads it: a refusal it quotes names people by email; on their screen
+    they are "you" and "someone else" (another person's email never reaches anyone's browser)."""
+    return without_emails(note.replace(person, "you") if person else note, "someone else")
 
 
 def import_for(store: Store, server: LabelStudioServer, project_id: int, kind: str, person: str,

@@ -192,10 +192,13 @@ def same_text(a: Optional[str], b: Optional[str]) -> bool:
 
 
 def fit_explain(answer: Answer, task_data: dict[str, Any]) -> None:
-    """An explanation that is (a near copy of) the model's draft, shown as a reference, is not human work: it goes
-    back to its author with the reason."""
-    if same_text(answer.fields.get("explanation"), task_data.get("explanation_draft")):
+    """An explanation or a cue set that is (a near copy of) the model's draft, shown as a reference, is not human
+    work: it goes back to its author with the reason."""
+    fields = answer.fields
+    if same_text(fields.get("explanation"), task_data.get("explanation_draft")):
         raise InvalidResult("the explanation is the model's draft: write your own explanation")
+    if is_model_cue_set(fields.get("cue"), fields.get("false_cues") or [], *shown_model_cue_set(task_data)):
+        raise InvalidResult("the cue set is the model's: write your own cue and three false cues")
 
 
 def read_explain(answers: dict[str, Any]) -> Answer:
@@ -374,10 +377,14 @@ def is_model_cue_set(cue: Optional[str], false_cues: Sequence[str], model_cue: O
 
 
 def shown_model_cue_set(task_data: dict[str, Any]) -> tuple[str, list[str]]:
-    """The model's cue set as a cue-set adjudication showed it ("Cue on record": the item has no cue of people's
-    yet, so the one on record is the model's draft)."""
-    false_cues = str(task_data.get("false_cues") or "")
-    return str(task_data.get("cue") or ""), [] if false_cues == "none" else split_cues(false_cues)
+    """The model's cue set as the task showed it: an explain task's reference (`model_cue`, `model_false_cues`),
+    or a cue-set adjudication's "cue on record" (the item has no cue of people's yet: it is the model's draft)."""
+    if "model_cue" in task_data:
+        cue = str(task_data["model_cue"]).removeprefix("cue: ")
+        false_cues = str(task_data.get("model_false_cues") or "").removeprefix("false cues: ")
+    else:
+        cue, false_cues = str(task_data.get("cue") or ""), str(task_data.get("false_cues") or "")
+    return ("" if cue == "none" else cue), ([] if false_cues == "none" else split_cues(false_cues))
 
 
 def fit_adjudication(answer: Answer, task_data: dict[str, Any]) -> None:

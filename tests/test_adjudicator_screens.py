@@ -18,6 +18,7 @@ from fixtures_label_studio import verify_result
 from test_annotate import ls_workspace, make_items, mark_checked  # noqa: F401 (ls_workspace: fixture)
 from test_browser import add_cfmm_item, add_explain_item, add_mucr_item, assigned, item_status, push_json, pull_json
 from test_judgments_own import CUE_SETS, FOURTH, OWN_WORDS, explained, four  # noqa: F401 (four: fixture)
+from test_servers import people_ws  # noqa: F401 (fixture)
 
 # Any email address (the test's own pattern, not the one under test).
 EMAIL_ADDRESS = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
@@ -39,10 +40,10 @@ def with_comment(result: list[dict], to_name: str = "question") -> list[dict]:
     return [*result, {"from_name": "comment", "to_name": to_name, "type": "textarea", "value": {"text": [COMMENT]}}]
 
 
-def disputed(kind: str, label_studio, store, run_cli) -> tuple[int, list[str]]:
-    """One item of KIND on which two people disagree (one comment holds an email address), pulled: (its id, the
-    two judges)."""
-    folder = label_studio.media_root / f"adj-{kind}-{uuid.uuid4().hex[:6]}"
+def disputed(kind: str, servers, store, run_cli) -> tuple[int, list[str]]:
+    """One item of KIND on which two people disagree (one comment holds an email address), judged with each
+    person's token on SERVERS (the shared `label_studio` or `people_servers`), pulled: (its id, the two judges)."""
+    folder = servers.media_root / f"adj-{kind}-{uuid.uuid4().hex[:6]}"
     if kind == "cvqa":
         make_items(run_cli, folder, 1)
         mark_checked(store)
@@ -56,16 +57,17 @@ def disputed(kind: str, label_studio, store, run_cli) -> tuple[int, list[str]]:
     push_json(run_cli, "--kind", kind)
     first, second = assigned(store)
     for task, result in zip((first, second), results):
-        label_studio.client(task.assignee).annotations.create(id=task.ls_task_id, result=result)
+        servers.client(task.assignee).annotations.create(id=task.ls_task_id, result=result)
     report = pull_json(run_cli)
     assert report["invalid"] == [] and item_status(store, first.item_id) == NEEDS_ADJUDICATION, report
     return first.item_id, [first.assignee, second.assignee]
 
 
-def served_task(label_studio, email: str, task_id: int) -> str:
-    """The task's whole JSON as the server hands it to EMAIL (what their browser receives), as text."""
-    response = httpx.get(f"{label_studio.url}/api/tasks/{task_id}",
-                         headers={"Authorization": f"Token {label_studio.token(email)}"}, timeout=30)
+def served_task(label_studio, email: str, task_id: int, url: str | None = None, token: str | None = None) -> str:
+    """The task's whole JSON as the server (URL: default the shared one) hands it to EMAIL (what their browser
+    receives), as text."""
+    response = httpx.get(f"{url or label_studio.url}/api/tasks/{task_id}",
+                         headers={"Authorization": f"Token {token or label_studio.token(email)}"}, timeout=30)
     response.raise_for_status()
     return response.text
 
@@ -199,3 +201,19 @@ def test_mucr_an_explainers_cue_set_retyped_from_the_models_goes_back_and_is_not
     assert item_status(store, item_id) != NEEDS_ADJUDICATION  # two people's sets so far: nothing to settle yet
     with store.session() as session:
         assert "cue_sets_by_annotator" not in session.get(Item, item_id).data
+
+
+@pytest.mark.parametrize("kind", ["cvqa", "mucr"])
+def test_on_per_person_servers_the_adjudicators_server_serves_no_email(kind, people_ws, people_servers, run_cli):
+    """The blind set-up (one server per person, `people_servers`): the adjudicator's own server holds their task
+    with the two judges as Person 1 and 2 and no address anywhere in its JSON."""
+    store = people_ws.store
+    item_id, judges = disputed(kind, people_servers, store, run_cli)
+    push_json(run_cli, "--kind", kind, "--adjudicate")
+    [task] = assigned(store, "adjudicate")
+    mine = people_servers.people[task.assignee]
+    assert task.assignee not in judges and task.server.rstrip("/") == mine.url.rstrip("/")
+    served = served_task(None, task.assignee, task.ls_task_id, mine.url, mine.token)
+    assert EMAIL_ADDRESS.findall(served) == [], served
+    data = json.loads(served)["data"]
+    assert data["judgment_1"].startswith("Person 1: ") and data["judgment_2"].startswith("Person 2: ")

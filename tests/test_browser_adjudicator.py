@@ -2,7 +2,8 @@
 Label Studio test server, people who log in through the login form): an adjudicator's screen of each kind shows the
 other judges as "Person 1/2/3" and no email of theirs, neither in the page's text nor in its HTML. The only address
 Label Studio itself may put on the page is the adjudicator's own (their account, their project's title); the
-labeling panel holds none at all. Screenshots in test-artifacts/browser/adjudicator-*.png."""
+labeling panel, and the task's JSON as the browser received it (hidden fields too), hold none at all. Screenshots in
+test-artifacts/browser/adjudicator-*.png."""
 
 from __future__ import annotations
 
@@ -30,8 +31,18 @@ def adjudicator_screen(page, url: str, project_id: int, adjudicator: str, name: 
     """Open the adjudicator's task the documented way, keep a screenshot with the JUDGMENTS header in view, and
     check the page names no one but the adjudicator (Label Studio's own account menu and the project's title): the
     labeling panel, where the task's data is drawn, holds no address at all. Returns the panel's text."""
+    received: list[str] = []  # the task as the browser received it: hidden fields are there too
+
+    def keep_task(response) -> None:  # noqa: ANN001
+        if re.search(r"/api/(tasks\b|dm/actions\?id=next_task)", response.url) and response.ok:
+            received.append(response.text())
+
+    page.on("response", keep_task)
     with screenshot_on_failure(page, name):
         panel = label_all(page, url, project_id)
+        page.remove_listener("response", keep_task)
+        assert received, "the browser received no task"
+        assert all(addresses(body) == set() for body in received), [addresses(body) for body in received]
         shown, drawn = panel.inner_text(), panel.inner_html()
         panel.get_by_role("heading", name=judgments, exact=True).scroll_into_view_if_needed()
         save_screenshot(page, name)

@@ -107,13 +107,13 @@ def test_the_adjudication_task_names_no_one_and_pull_still_attributes(kind, team
     assert sorted(rows) == sorted([("adjudicate", task.assignee), *(("verify", judge) for judge in judges)])
 
 
-def explained_pair(label_studio, store, run_cli, cue_sets=CUE_SETS) -> tuple[int, list[str]]:
+def explained_pair(label_studio, store, run_cli, cue_sets=CUE_SETS, words=OWN_WORDS) -> tuple[int, list[str]]:
     """A MuCR pair three people explained with three different cue sets, pulled (it waits for an adjudicator):
     (its id, the three people in order)."""
     item_id = add_explain_item(store, label_studio.media_root / f"adj-{uuid.uuid4().hex[:6]}")
     push_json(run_cli, "--kind", "mucr", "--task", "explain")
     tasks = assigned(store, "explain")
-    for task, text, (cue, false_cues) in zip(tasks, OWN_WORDS, cue_sets):
+    for task, text, (cue, false_cues) in zip(tasks, words, cue_sets):
         label_studio.client(task.assignee).annotations.create(id=task.ls_task_id,
                                                               result=explained(text, cue, false_cues))
     assert pull_json(run_cli)["invalid"] == []
@@ -137,7 +137,8 @@ def own_set(cue: str, false_cues: str) -> list[dict]:
 def test_mucr_cue_set_adjudication_numbers_people_and_the_store_maps_the_number_back(four, label_studio,  # noqa: F811
                                                                                      run_cli):
     store = four.store
-    item_id, people = explained_pair(label_studio, store, run_cli)
+    signed = OWN_WORDS[2] + " Written by " + COMMENT.split()[-1]  # an address typed into an explanation
+    item_id, people = explained_pair(label_studio, store, run_cli, words=[*OWN_WORDS[:2], signed])
     push_json(run_cli, "--kind", "mucr", "--adjudicate")
     [task] = assigned(store, "adjudicate")
     served = served_task(label_studio, task.assignee, task.ls_task_id)
@@ -145,6 +146,7 @@ def test_mucr_cue_set_adjudication_numbers_people_and_the_store_maps_the_number_
     data = json.loads(served)["data"]
     assert "cue_set_people" not in data and [c["value"] for c in data["cue_set_choices"]] == ["1", "2", "3"]
     assert "Person 2: " + OWN_WORDS[1] in data["people_judgments"]
+    assert "Person 3: " + OWN_WORDS[2] + " Written by (an email address)" in data["people_judgments"]
     label_studio.client(task.assignee).annotations.create(id=task.ls_task_id, result=accept_set("2"))
     assert pull_json(run_cli)["decisions"] == {"adjudicated accepted": 1}
     with store.session() as session:

@@ -7,6 +7,7 @@ answers), so every result is checked here against the config cftools rendered.
 
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -38,6 +39,23 @@ DECISION_CHOICES = (
 # Control names of the two configs.
 CONTROLS = {"related": "related", "answer_correct": "answer_correct", "corrected_answer": "corrected_answer",
             "flags": "flags", "comment": "comment", "decision": "decision"}
+
+# ---------------------------------------------------------------- other people, as a screen shows them
+
+# An email address anywhere in a text (what a person typed may hold one: theirs or another's).
+EMAIL_ADDRESS = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
+
+
+def shown_person(number: int) -> str:
+    """How one judge of an item appears on another person's screen: by their place in that task alone ("Person
+    2"), never by email or an id that recurs across tasks; the store keeps who each number is."""
+    return f"Person {number}"
+
+
+def without_emails(text: str, instead: str = "(an email address)") -> str:
+    """TEXT with every email address in it replaced by INSTEAD, for a screen that shows what someone else wrote."""
+    return EMAIL_ADDRESS.sub(instead, text)
+
 
 class InvalidResult(ValueError):
     """A pulled annotation whose result does not fit the project's label config."""

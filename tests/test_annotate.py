@@ -398,7 +398,9 @@ def test_adjudication_round_trip(label_studio, ls_workspace, run_cli, request):
     assert report["pushed"] == 2 and report["purpose"] == "adjudicate"
     adjudication = task_map(ls_workspace.store, "adjudicate")
     task = label_studio.client().tasks.get(id=adjudication[item_ids[0]])
-    assert "ann1@example.com: related=yes, answer correct=yes" in task.data["judgment_1"]
+    # the judges by their place in this task only: no email on the adjudicator's screen (issue 43)
+    assert task.data["judgment_1"].startswith("Person 1: related=yes, answer correct=yes")
+    assert task.data["judgment_2"].startswith("Person 2: ") and "@" not in task.data["judgment_2"]
     assert "corrected answer='4'" in task.data["judgment_2"] and "ungrammatical" in task.data["judgment_2"]
     again = json.loads(run_cli("annotate", "push", "--adjudicate", "--json").output)
     assert again["pushed"] == 0

@@ -443,7 +443,8 @@ def test_mucr_verify_an_edit_by_another_person_is_refused(pages, label_studio, t
     [again] = [t for t in assigned(store) if t.assignee == first.assignee]
     assert again.id != first.id and report["returned"][first.assignee][0]["task"] == first.ls_task_id
     shown = label_studio.client().tasks.get(id=again.ls_task_id).data["returned"]
-    assert shown.startswith("Returned to you") and f"changed by {intruder}" in shown
+    assert shown.startswith("Returned to you") and "changed by someone else after you submitted it" in shown
+    assert intruder not in shown and first.assignee not in shown  # no email on a person's screen (issue 43)
     label_studio.client(first.assignee).annotations.create(id=again.ls_task_id, result=verify_result("yes", "yes"))
     label_studio.client(second.assignee).annotations.create(id=second.ls_task_id, result=verify_result("no", "no"))
     report = pull_json(run_cli)
@@ -454,7 +455,7 @@ def test_mucr_verify_an_edit_by_another_person_is_refused(pages, label_studio, t
     page = pages[task.assignee]
     with screenshot_on_failure(page, "mucr-adjudicate"):
         panel = label_all(page, label_studio.url, task.ls_project_id)
-        assert f"{first.assignee}: related=yes" in panel.inner_text()
+        assert "Person 1: related=yes" in panel.inner_text() and first.assignee not in panel.inner_text()
         save_screenshot(page, "mucr-adjudicate")
         pick(panel, "Your decision", DECISION_CHOICES[2][1])
         submit(panel)
@@ -527,9 +528,9 @@ DRAFT = ("In the first image, a man looks at his phone while driving. In the sec
 
 
 def write_cues(panel) -> None:
-    """The cue set in one's own words: the fields start empty (issue 32)."""
+    """The cue set in one's own words: the fields start empty (issue 32); not the model's set retyped (issue 43)."""
     type_text(panel, "cue", "phone")
-    type_text(panel, "false_cues", "lamp post\nsteering wheel\nstreet")
+    type_text(panel, "false_cues", "lamp post\nseat belt\nrain")
 
 
 def test_mucr_explain_a_copied_draft_is_not_counted_and_comes_back_with_the_reason(pages, label_studio,
@@ -575,7 +576,7 @@ def test_mucr_explain_a_copied_draft_is_not_counted_and_comes_back_with_the_reas
              "value": {"text": [own_words[n]]}},
             {"from_name": "cue", "to_name": "cause_image", "type": "textarea", "value": {"text": ["phone"]}},
             {"from_name": "false_cues", "to_name": "cause_image", "type": "textarea",
-             "value": {"text": ["lamp post\nsteering wheel\nstreet"]}}])
+             "value": {"text": ["lamp post\nseat belt\nrain"]}}])
     report = pull_json(run_cli)
     assert report["invalid"] == [] and item_status(store, item_id) == "accepted", report
     with store.session() as session:

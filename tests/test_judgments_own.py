@@ -127,7 +127,9 @@ def test_a_skip_a_refused_annotation_and_a_deleted_task_come_back_and_status_cou
     notes = {key: label_studio.client().tasks.get(id=t.ls_task_id).data["returned"] for key, t in again.items()}
     assert notes[(skipped.item_id, skipped.assignee)].startswith(f"Returned to you: you skipped task "
                                                                  f"{skipped.ls_task_id}")
-    assert f"made by {intruder}, assigned to {intruded.assignee}" in notes[(intruded.item_id, intruded.assignee)]
+    # who made it stays in the store and the pull report; the person's screen shows no one's email (issue 43)
+    assert "made by someone else, assigned to you" in notes[(intruded.item_id, intruded.assignee)]
+    assert "@" not in notes[(intruded.item_id, intruded.assignee)]
     assert f"your task {deleted.ls_task_id} was deleted on the server" in notes[(deleted.item_id, deleted.assignee)]
 
     status = cli_json(run_cli, "annotate", "status")
@@ -181,7 +183,8 @@ OWN_WORDS = ["In the first image a man stares at his phone at the wheel. In the 
              "causal link is distraction by the message.",
              "In the first image a screen glows in a moving car. In the second image the front of the car is "
              "smashed. The causal link is that reading it made him miss the bend."]
-CUE_SETS = [("phone", "lamp post\nsteering wheel\nstreet"), ("texting", "lamp post\nroad\nnight"),
+# Each person's own cue set: none is the model's ("phone"; lamp post, steering wheel, street), which would go back.
+CUE_SETS = [("phone", "lamp post\nseat belt\nrain"), ("texting", "lamp post\nroad\nnight"),
             ("screen", "car\npavement\nbend")]
 
 

@@ -105,7 +105,8 @@ def pick(cause: int | None, effect: int | None = None) -> list[dict]:
             {"from_name": "best_effect", "to_name": "pairs", "type": "choices", "value": {"choices": [str(effect + 1)]}}]
 
 
-def explain(who: str, cue: str = "rain", false_cues: str = "bench\nblanket\npark") -> list[dict]:
+def explain(who: str, cue: str = "rain", false_cues: str = "umbrella\npuddle\ncloud") -> list[dict]:
+    """One person's explanation and cue set: the false cues their own (the model's set retyped goes back, issue 43)."""
     text = lambda name, value: {"from_name": name, "to_name": "cause_image", "type": "textarea",  # noqa: E731
                                 "value": {"text": [value]}}
     return [text("explanation", EXPLANATIONS[who]), text("cue", cue), text("false_cues", false_cues)]

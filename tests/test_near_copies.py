@@ -53,3 +53,35 @@ def test_a_near_copy_of_the_draft_or_of_another_person_asks_one_more_person():
                                     ("e", explained(others[4]))])
     assert outcome.status == ACCEPTED
     assert sorted(outcome.data["explanations_by_annotator"]) == ["b", "d", "e"]
+
+
+# ---------------------------------------------------------------- cue sets (issue 43)
+
+EXPLAIN_SHOWN = {"explanation_draft": "In the first image, rain. In the second image, a cold. The causal link is rain.",
+                 "model_cue": "cue: rain", "model_false_cues": "false cues: bench; blanket; park"}
+ADJUDICATION_SHOWN = {"cue": "rain", "false_cues": "bench\nblanket\npark",
+                      "cue_set_choices": [{"value": "1"}, {"value": "2"}, {"value": "3"}]}
+OWN = "In the first image a girl is soaked. In the second image she shivers under a quilt. The causal link is the wet."
+
+
+@pytest.mark.parametrize("cue, false_cues", [("rain", ["bench", "blanket", "park"]),  # retyped
+                                             ("Rain.", ["park", "blankets", "bench"])])  # reordered, one letter more
+def test_a_cue_set_retyped_from_the_models_is_the_models_in_explain_and_in_adjudication(cue, false_cues):
+    from cftools.judgments import InvalidResult
+    from cftools.kinds.mucr.annotate import fit_adjudication, fit_explain
+
+    with pytest.raises(InvalidResult, match="the cue set is the model's"):
+        fit_explain(Answer(fields={"explanation": OWN, "cue": cue, "false_cues": false_cues}), EXPLAIN_SHOWN)
+    own = Answer(decision="accept_corrected", corrected_answer=cue, fields={"own_false_cues": false_cues})
+    with pytest.raises(InvalidResult, match="your own cue set is the model's"):
+        fit_adjudication(own, ADJUDICATION_SHOWN)
+
+
+def test_a_cue_set_of_ones_own_counts_even_with_the_models_cue_or_its_false_cues():
+    from cftools.kinds.mucr.annotate import fit_adjudication, fit_explain
+
+    for cue, false_cues in (("rain", ["umbrella", "puddle", "cloud"]), ("catch cold", ["bench", "blanket", "park"])):
+        fit_explain(Answer(fields={"explanation": OWN, "cue": cue, "false_cues": false_cues}), EXPLAIN_SHOWN)
+        own = Answer(decision="accept_corrected", corrected_answer=cue, fields={"own_false_cues": false_cues})
+        fit_adjudication(own, ADJUDICATION_SHOWN)
+        assert own.fields["chosen_from"] == "adjudicator" and own.fields["cue"] == cue

@@ -25,7 +25,7 @@ from cftools.annotate.projects import (
     DELETED, GONE, ImageLinks, OPEN, Progress, _no_progress, ensure_project, own_task, purpose_of, task_of,
 )
 from cftools.errors import CftoolsError
-from cftools.judgments import ADJUDICATE, VERIFY
+from cftools.judgments import ADJUDICATE, VERIFY, without_emails
 from cftools.annotate.controls import (
     AUDIT, CONTROL, MEASURING, control_items, control_rate, plan_controls, shown_purpose, shuffled_batches,
 )
@@ -144,12 +144,12 @@ class Sender:
                     if item.id in made_by_id:  # else left out for its image (counted in REPORT)
                         payload = made_by_id[item.id]
                         # A control's task is a verification task to its server and person: only "_purpose"
-                        # (kept here, never imported) says what the store records it as.
+                        # (kept here, never imported) says what the store records it as. Nothing names the person:
+                        # the task's JSON reaches their browser, and the store knows whose task it is.
                         task = {"data": dict(payload["data"]),
                                 # no item id: ids grow with time, and a control's item is older than the rest
                                 "meta": {**{k: v for k, v in payload["meta"].items() if k != "item_id"},
-                                         "purpose": shown_purpose(purpose),
-                                         **({"assignee": person} if person else {})},
+                                         "purpose": shown_purpose(purpose)},
                                 "_purpose": purpose}
                         per_person[person].append((item, task))
         self.folders = images.folders
@@ -165,7 +165,7 @@ class Sender:
         progress("push", 0, total)
         for person, batch in per_person.items():
             for item, task in batch:
-                task["data"]["returned"] = (notes or {}).get((item.id, person), "")
+                task["data"]["returned"] = shown_note((notes or {}).get((item.id, person), ""), person)
             server = self.servers.for_person(person)
             project_id = self.project(kind, batch[0][1]["meta"]["purpose"], person)
             server.ensure_local_storage(project_id, self.folders)
@@ -175,6 +175,12 @@ class Sender:
                 progress("push", sent, total)
             server.hide_data_columns(project_id, {key for _, task in batch for key in task["data"]})
         return sent
+
+
+def shown_note(note: str, person: Optional[str]) -> str:
+    """Why a task came back, as its PERSON reads it: a refusal it quotes names people by email; on their screen
+    they are "you" and "someone else" (another person's email never reaches anyone's browser)."""
+    return without_emails(note.replace(person, "you") if person else note, "someone else")
 
 
 def import_for(store: Store, server: LabelStudioServer, project_id: int, kind: str, person: str,

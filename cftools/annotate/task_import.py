@@ -12,7 +12,7 @@ from typing import Any, Callable, Optional
 from sqlalchemy import and_, insert, select
 from sqlmodel import Session
 
-from cftools.judgments import ADJUDICATE, VERIFY
+from cftools.judgments import ADJUDICATE, VERIFY, shown_person, without_emails
 from cftools.annotate.projects import DELETED, GONE, ImageLinks, OPEN, STAGE, _update, purpose_of
 from cftools.annotate.label_studio import LabelStudioServer, UncertainImport, backoff
 from cftools.models import (
@@ -112,9 +112,11 @@ def _sources_by_item(session: Session, items: list[Item]) -> dict[int, tuple[Opt
         sources.update({s.id: (s, img) for s, img in rows})
     return {i.id: sources.get(i.source_id, (None, None)) for i in items}
 
-def _judgment_text(judgment: Judgment) -> str:
+def _judgment_text(judgment: Judgment, number: int) -> str:
+    """One verification judgment as the adjudicator reads it: its author as "Person NUMBER" (who that is stays in
+    the store), and no email address in anything they wrote."""
     yes_no = {True: "yes", False: "no", None: "?"}
-    text = (f"{judgment.annotator}: related={yes_no[judgment.related]}, "
+    text = (f"{shown_person(number)}: related={yes_no[judgment.related]}, "
             f"answer correct={yes_no[judgment.answer_correct]}")
     for name, value in sorted(((judgment.raw or {}).get("fields") or {}).items()):  # a kind's own answers, as given
         label = name.replace("_", " ").replace("cf ", "counterfactual ")
@@ -125,7 +127,7 @@ def _judgment_text(judgment: Judgment) -> str:
         text += f", flags={', '.join(judgment.flags)}"
     if judgment.comment:
         text += f", comment={judgment.comment!r}"
-    return text
+    return without_emails(text)
 
 def _judgments_by_item(session: Session, item_ids: list[int]) -> dict[int, list[Judgment]]:
     found: dict[int, list[Judgment]] = defaultdict(list)
@@ -182,8 +184,8 @@ def task_payloads(session: Session, items: list[Item], purpose: str, images: Ima
                 **get_kind(item.kind).task_data(item, source, image_value, extra_images.get(item.id, {}))}
         if purpose == ADJUDICATE:
             found = judgments.get(item.id, [])
-            data["judgment_1"] = _judgment_text(found[0]) if len(found) > 0 else "none"
-            data["judgment_2"] = _judgment_text(found[1]) if len(found) > 1 else "none"
+            data["judgment_1"] = _judgment_text(found[0], 1) if len(found) > 0 else "none"
+            data["judgment_2"] = _judgment_text(found[1], 2) if len(found) > 1 else "none"
         payloads.append((item, {"data": data, "meta": {"item_key": item.key, "item_id": item.id}}))
     return payloads
 

@@ -20,7 +20,7 @@ import re
 from collections import Counter
 from typing import Any, Optional, Sequence
 
-from cftools.judgments import Answer, InvalidResult
+from cftools.judgments import Answer, InvalidResult, shown_person, without_emails
 from cftools.kinds.base import TaskOutcome
 from cftools.kinds.mucr.explanations import missing_parts
 from cftools.models import ACCEPTED, CHECKED, DRAFT, IN_REVIEW, NEEDS_ADJUDICATION, utcnow
@@ -192,10 +192,13 @@ def same_text(a: Optional[str], b: Optional[str]) -> bool:
 
 
 def fit_explain(answer: Answer, task_data: dict[str, Any]) -> None:
-    """An explanation that is (a near copy of) the model's draft, shown as a reference, is not human work: it goes
-    back to its author with the reason."""
-    if same_text(answer.fields.get("explanation"), task_data.get("explanation_draft")):
+    """An explanation or a cue set that is (a near copy of) the model's draft, shown as a reference, is not human
+    work: it goes back to its author with the reason."""
+    fields = answer.fields
+    if same_text(fields.get("explanation"), task_data.get("explanation_draft")):
         raise InvalidResult("the explanation is the model's draft: write your own explanation")
+    if is_model_cue_set(fields.get("cue"), fields.get("false_cues") or [], *shown_model_cue_set(task_data)):
+        raise InvalidResult("the cue set is the model's: write your own cue and three false cues")
 
 
 def read_explain(answers: dict[str, Any]) -> Answer:
@@ -330,19 +333,28 @@ def decide_explain(item: Any, answers: Sequence[tuple[str, Answer]]) -> TaskOutc
 # ---------------------------------------------------------------- adjudicating the cue set
 
 
-def cue_adjudication_data(data: dict[str, Any]) -> dict[str, Any]:
-    """What the adjudicator of a cue-set disagreement sees: each person's explanation and cue set, numbered, and
-    the numbers as choices; empty fields for any other adjudication."""
+def cue_set_people(data: dict[str, Any]) -> list[str]:
+    """The people of a cue-set disagreement in the order the adjudicator sees them numbered (Person 1, 2, 3): read
+    from the item's data in the store, so the numbers map back to people without the task naming anyone."""
     waiting = data.get("cue_adjudication")
     sets = data.get("cue_sets_by_annotator") or {}
     if not waiting or not sets:
-        return {"people_judgments": "", "cue_set_choices": [], "cue_set_people": []}
-    names = [n for n in waiting.get("annotators") or sets if n in sets]
-    explained = data.get("explanations_by_annotator") or {}
-    blocks = [f"Person {n}: {explained.get(name, '')}\n  cue: {sets[name]['cue']}; false cues: "
+        return []
+    return [n for n in waiting.get("annotators") or sets if n in sets]
+
+
+def cue_adjudication_data(data: dict[str, Any]) -> dict[str, Any]:
+    """What the adjudicator of a cue-set disagreement sees: each person's explanation and cue set, numbered, and
+    the numbers as choices; empty fields for any other adjudication. No field names a person (the task's JSON
+    reaches the adjudicator's browser, hidden fields too)."""
+    names = cue_set_people(data)
+    if not names:
+        return {"people_judgments": "", "cue_set_choices": []}
+    sets, explained = data["cue_sets_by_annotator"], data.get("explanations_by_annotator") or {}
+    blocks = [f"{shown_person(n)}: {explained.get(name, '')}\n  cue: {sets[name]['cue']}; false cues: "
               f"{'; '.join(sets[name]['false_cues'])}" for n, name in enumerate(names, start=1)]
-    return {"people_judgments": "\n\n".join(blocks),
-            "cue_set_choices": [{"value": str(n)} for n in range(1, len(names) + 1)], "cue_set_people": names}
+    return {"people_judgments": without_emails("\n\n".join(blocks)),
+            "cue_set_choices": [{"value": str(n)} for n in range(1, len(names) + 1)]}
 
 
 def read_adjudication(answers: dict[str, Any]) -> dict[str, Any]:
@@ -351,33 +363,65 @@ def read_adjudication(answers: dict[str, Any]) -> dict[str, Any]:
             "own_false_cues": split_cues(answers.get("own_false_cues"))}
 
 
+def cue_set_text(cue: Optional[str], false_cues: Sequence[str]) -> str:
+    """A cue set as one text for the near-copy rule: the cue, then the false cues in a fixed order (a retyped set
+    in another order is still a copy)."""
+    return "; ".join([str(cue or ""), *sorted(normal_text(c) for c in false_cues)])
+
+
+def is_model_cue_set(cue: Optional[str], false_cues: Sequence[str], model_cue: Optional[str],
+                     model_false_cues: Sequence[str]) -> bool:
+    """A cue set that is a near copy of the model's drafted set (the rule of explanations, `same_text`): the
+    model's work, not a person's."""
+    return same_text(cue_set_text(cue, false_cues), cue_set_text(model_cue, model_false_cues))
+
+
+def shown_model_cue_set(task_data: dict[str, Any]) -> tuple[str, list[str]]:
+    """The model's cue set as the task showed it: an explain task's reference (`model_cue`, `model_false_cues`),
+    or a cue-set adjudication's "cue on record" (the item has no cue of people's yet: it is the model's draft)."""
+    if "model_cue" in task_data:
+        cue = str(task_data["model_cue"]).removeprefix("cue: ")
+        false_cues = str(task_data.get("model_false_cues") or "").removeprefix("false cues: ")
+    else:
+        cue, false_cues = str(task_data.get("cue") or ""), str(task_data.get("false_cues") or "")
+    return ("" if cue == "none" else cue), ([] if false_cues == "none" else split_cues(false_cues))
+
+
 def fit_adjudication(answer: Answer, task_data: dict[str, Any]) -> None:
     """A cue-set adjudication accepts one person's cue set (accept, with its number) or the adjudicator's own (accept
-    with the corrected cue and three false cues of their own); the accepted set is put in the answer's fields."""
-    people = task_data.get("cue_set_people") or []
-    if not people or answer.decision == "reject":
+    with the corrected cue and three false cues of their own); the accepted set is put in the answer's fields, a
+    person's as their number (`cue_set_people` says who that is). An own set retyped from the model's is the
+    model's: it goes back to the adjudicator with the reason."""
+    shown = len(task_data.get("cue_set_choices") or task_data.get("cue_set_people") or [])  # the latter: old tasks
+    if not shown or answer.decision == "reject":
         return
     fields = answer.fields
     if answer.decision == "accept_corrected":
         if len(fields.get("own_false_cues") or []) != FALSE_CUES:
             raise InvalidResult(f"your own cue set needs {FALSE_CUES} false cues, one per line")
+        if is_model_cue_set(answer.corrected_answer, fields["own_false_cues"], *shown_model_cue_set(task_data)):
+            raise InvalidResult("your own cue set is the model's (the cue on record): accept one person's cue set, "
+                                "or write a set of your own")
         fields.update(cue=answer.corrected_answer, false_cues=fields["own_false_cues"], chosen_from="adjudicator")
     else:
         number = fields.get("cue_set")
-        if number is None or not str(number).isdigit() or not 1 <= int(number) <= len(people):
+        if number is None or not str(number).isdigit() or not 1 <= int(number) <= shown:
             raise InvalidResult("pick the person whose cue set you accept (or write your own and accept it corrected)")
-        fields.update(chosen_from=people[int(number) - 1])
+        fields.update(chosen_from=int(number))
     answer.corrected_answer = None  # the cue set goes into the item's data, not its answer
 
 
 def adjudicated_cue_set(answer: Answer, item_data: dict[str, Any], adjudicator: str) -> dict[str, Any]:
-    """The item's data after a cue-set adjudication: the accepted person's set (or the adjudicator's own)."""
+    """The item's data after a cue-set adjudication: the accepted person's set (their number mapped back to them
+    through the store's `cue_set_people`), or the adjudicator's own."""
     fields = answer.fields or {}
     sets = dict(item_data.get("cue_sets_by_annotator") or {})
     chosen = fields.get("chosen_from")
     if chosen == "adjudicator":
         sets[adjudicator] = {"cue": fields["cue"], "false_cues": list(fields["false_cues"])}
         chosen = adjudicator
+    elif isinstance(chosen, int):
+        chosen = cue_set_people(item_data)[chosen - 1]
     picked = sets[chosen]
     return {"cue": picked["cue"], "false_cues": list(picked["false_cues"]), "cue_sets_by_annotator": sets,
             "cue_agreement": {"rule": "adjudicated: the cue set of " + ("the adjudicator" if chosen == adjudicator

@@ -227,6 +227,7 @@ class MucrKind(Kind):
         return agreement_labels(task, answer)
 
     def task_data(self, item: Any, source: Any, image_value: str, extra_images: dict[str, str]) -> dict[str, Any]:
+        from cftools.judgments import without_emails
         from cftools.kinds.mucr import annotate as mucr_annotate
 
         data = item.data or {}
@@ -235,7 +236,8 @@ class MucrKind(Kind):
                 "cause_caption": str(data.get("cause_caption") or ""),
                 "effect_caption": str(data.get("effect_caption") or ""),
                 "cue": str(data.get("cue") or ""), "false_cues": lines(data.get("false_cues")),
-                "explanations": lines(data.get("explanations")),
+                # people's own words, shown to the next person: no address one of them typed
+                "explanations": without_emails(lines(data.get("explanations"))),
                 "question": item.question, "proposed_answer": item.answer or "",
                 **mucr_annotate.cue_adjudication_data(data)}
 

@@ -280,6 +280,8 @@ class LabelStudioServer:
         self._http: httpx.Client | None = None
         self._http_lock = threading.Lock()  # export workers may ask for the client at once
         self._build_slots = threading.Semaphore(max(1, pull_workers - 1))  # snapshots the server builds at once
+        # The person the last separation check proved this server's only user (cftools.annotate.separation)
+        self.alone_for: Optional[str] = None
 
     @classmethod
     def from_settings(cls, settings: ServerSettings) -> "LabelStudioServer":
@@ -428,6 +430,25 @@ class LabelStudioServer:
                 data["hiddenColumns"] = hidden
                 self._retrying(lambda: self._http_client().patch(f"/api/dm/views/{view['id']}/", json={
                     "project": project_id, "data": data}).raise_for_status())
+
+    def set_instructions(self, project_id: int, instructions: str) -> bool:
+        """The project's instructions become INSTRUCTIONS (HTML) where they differ; whether they were rewritten."""
+        from label_studio_sdk.core.api_error import ApiError
+
+        def set_them() -> bool:
+            try:
+                project = self.client.projects.get(id=project_id)
+            except ApiError as exc:
+                if exc.status_code == 404:  # a project deleted on the server: nothing to show
+                    return False
+                raise
+            if (project.expert_instruction or "") == instructions:
+                return False
+            self.client.projects.update(id=project_id, expert_instruction=instructions,
+                                        show_instruction=bool(instructions))
+            return True
+
+        return self._call(f"updating the instructions of project {project_id}", set_them)
 
     def set_task_overlap(self, task_id: int, overlap: int) -> None:
         """Ask OVERLAP annotators in all for one task (a tiebreak: the server hands it to one more person)."""

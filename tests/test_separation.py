@@ -18,7 +18,7 @@ from fixtures_label_studio import found_ls_bin, launch_server, migrated_template
 from sqlalchemy import select
 
 from test_annotate import make_items, mark_checked
-from test_servers import people_config, pull, push, release, tasks_by_person
+from test_servers import people_config, people_ws, pull, push, release, tasks_by_person  # noqa: F401 (fixture)
 
 from cftools.annotate.separation import EXTRA_USER, TOKEN_ACCEPTED, exposed
 from cftools.annotate.verification import NOT_PROVEN, SEPARATE, SHARED
@@ -125,7 +125,7 @@ def test_three_people_on_their_own_servers_are_proven_blind_and_the_claim_stays(
     assert checks and all(ok is True for _, ok in checks)  # each judgment carries the check that covers it
     with people_ws.store.session() as session:
         methods = [c.method for c in session.execute(select(SeparationCheck)).scalars()]
-    assert any("localfiles/validate" in m for m in methods)  # the document root, as the server itself says
+    assert any("localfiles/validate" in m for m in methods), methods  # the document root, as the server says
     status = cli_json(run_cli, "annotate", "status")
     assert status["verification"] == {SEPARATE: 3} and status["not_blind_because"] == {}
     rows = cli_json(run_cli, "annotate", "servers")

@@ -187,17 +187,20 @@ def check_document_root(workspace: Workspace, server: LabelStudioServer, root: O
     project = any_project(server)
     if project is None:
         return f"as configured ({root or 'none'}; no project on the server to ask)"
-    said = validate_storage(server, project, "/")
-    server_root = ROOT_IN_MESSAGE.search(said or "")
-    if server_root is None:
-        return f"as configured ({root or 'none'}; the server did not say its own)"
-    served = Path(server_root.group(1))
-    inside = [path for _, path in private_paths(workspace) if path.is_dir() and served in path.parents]
-    if inside and validate_storage(server, project, str(inside[0])) is None:
-        finding.fail(DOCUMENT_ROOT, f"{short(finding.person)}'s server would serve files from {inside[0]} "
-                                    f"(its document root is {served})")
-    elif exposed(served, workspace) and not inside:
-        finding.fail(DOCUMENT_ROOT, f"{short(finding.person)}'s server's document root {served} is in the workspace")
+    # Would the server accept a local-files storage on the workspace itself? Its refusal names its own root.
+    workspace_root = Path(workspace.root).resolve()
+    said = validate_storage(server, project, str(workspace_root))
+    name = short(finding.person)
+    if said is None:
+        finding.fail(DOCUMENT_ROOT, f"{name}'s server would serve files from the workspace {workspace_root}")
+        return "POST /api/storages/localfiles/validate (it accepted the workspace)"
+    told = ROOT_IN_MESSAGE.search(said)
+    if told is None:
+        return ("POST /api/storages/localfiles/validate (local files not served)" if "SERVING_ENABLED" in said
+                else f"as configured ({root or 'none'}; the server did not say its own)")
+    served = Path(told.group(1))
+    if what := exposed(served, workspace):
+        finding.fail(DOCUMENT_ROOT, f"{name}'s server's document root {served} contains {' and '.join(what)}")
     return f"POST /api/storages/localfiles/validate (the server's root: {served})"
 
 
@@ -217,7 +220,18 @@ def validate_storage(server: LabelStudioServer, project: int, path: str) -> Opti
         return None
     if response.status_code != 400:
         response.raise_for_status()
-    return response.text
+    try:  # the refusal's sentences, unquoted (the JSON body escapes the quotes around the root)
+        return " ".join(str(v) for v in flatten((response.json() or {}).get("validation_errors")))
+    except ValueError:
+        return response.text
+
+
+def flatten(value: Any) -> list[Any]:
+    if isinstance(value, dict):
+        return [v for item in value.values() for v in flatten(item)]
+    if isinstance(value, list):
+        return [v for item in value for v in flatten(item)]
+    return [value]
 
 
 # ---------------------------------------------------------------- recording

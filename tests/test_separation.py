@@ -165,7 +165,7 @@ def test_an_invited_user_on_a_persons_server_is_named_and_their_judgments_are_no
     assert status["verification"] == {NOT_PROVEN: 2}
     assert "ann1's server has another user: outsider@example.com" in status["not_blind_because"][ann1.email]
     plain = run_cli("annotate", "status")
-    assert "another user: outsider@example.com" in plain.output.replace("\n", " ")
+    assert "another user: outsider@example.com" in " ".join(plain.output.split())
     rows = {r["person"]: r for r in cli_json(run_cli, "annotate", "servers")}
     assert not rows[ann1.email]["alone"] and "outsider@example.com" in rows[ann1.email]["not_alone_because"]
     assert rows[ann2.email]["alone"]

@@ -625,7 +625,7 @@ def pull(workspace: Workspace, progress: Progress = _no_progress) -> PullReport:
             pull_project(workspace.store, server, job.project_id, job.kind, job.purpose, emails, report, progress,
                          str(workspace.root), sender, fetched=chunks)
         pull_authoring_projects(workspace, servers, settings, report)
-        link_after_pull(workspace.store, servers.check_ids, settings)  # what this pull stored, checked at its start
+        link_after_pull(workspace.store, servers)  # what this pull stored, checked at its start
         report.separation = servers.separation_reasons
     finally:
         for future in futures.values():

@@ -249,8 +249,9 @@ def record(store: Any, findings: list[Finding], during: str, link: bool = True) 
             session.add(row)
             session.flush()
             ids[f.person] = row.id
-        if link:
-            link_judgments(session, ids, {f.person: f.server for f in findings})
+        if link:  # a server that could not be asked (down, say) proves nothing either way: its judgments keep theirs
+            asked = {f.person: ids[f.person] for f in findings if f.problems != [CHECK_FAILED]}
+            link_judgments(session, asked, {f.person: f.server for f in findings})
     return ids
 
 
@@ -266,11 +267,12 @@ def link_judgments(session: Any, ids: dict[str, int], servers: dict[str, str]) -
             .values(separation_check_id=check_id).execution_options(synchronize_session=False))
 
 
-def link_after_pull(store: Any, ids: dict[str, int], settings: ServerSettings) -> None:
-    """After a pull: the judgments it stored are covered by the checks made at its start."""
-    if ids:
+def link_after_pull(store: Any, servers: Any) -> None:
+    """After a pull: the judgments it stored are covered by the checks made at its start (those that could ask)."""
+    asked = {f.person: servers.check_ids[f.person] for f in servers.separation if f.problems != [CHECK_FAILED]}
+    if asked:
         with store.write() as session:
-            link_judgments(session, ids, {p.email: p.url for p in settings.people})
+            link_judgments(session, asked, {f.person: f.server for f in servers.separation})
 
 
 def verify_separation(workspace: Workspace, settings: ServerSettings, servers: Any, during: str,
@@ -325,9 +327,11 @@ def check_after_serve(workspace: Workspace, started: Iterable[Any]) -> list[Find
     from cftools.annotate.label_studio import server_settings
     from cftools.annotate.servers import Servers
 
+    started = list(started)
     made = {s.email: s.token for s in started if getattr(s, "token", None)}
     settings = server_settings(workspace)
-    people = tuple(replace(p, token=p.token or made.get(p.email)) for p in settings.people)
+    serving = {s.email for s in started}
+    people = tuple(replace(p, token=p.token or made.get(p.email)) for p in settings.people if p.email in serving)
     settings = replace(settings, people=tuple(p for p in people if p.token))
     servers = Servers(settings)
     try:

@@ -118,12 +118,13 @@ def release_words(verifications: list[dict[str, Any]]) -> str:
         return (f"Verification on {SEPARATE}: every judgment of the {blind} annotated items was made by its "
                 "person on a Label Studio server cftools proved their own (its only user, no other person's token "
                 "accepted, a document root with images only), where no one could see another person's work.")
-    whys: dict[str, int] = defaultdict(int)
+    whys: dict[tuple[str, str], int] = defaultdict(int)
     for v in annotated:
         if not v.get("blind"):
-            whys[v.get("why_not_blind") or v.get("how") or SHARED] += 1
+            whys[(v.get("how") or SHARED, v.get("why_not_blind") or SHARED_WHY)] += 1
     text = (f"{len(annotated) - blind} of the {len(annotated)} annotated items were not blind: "
-            + "; ".join(f"{n} because {why}" for why, n in sorted(whys.items())))
+            + "; ".join(f"{n} judged on a {SHARED} ({why})" if how == SHARED else f"{n} because {why}"
+                        for (how, why), n in sorted(whys.items())))
     if blind:
         text += f"; {blind} on {SEPARATE} proven (each person on a server of their own)"
     return text + "."

@@ -164,6 +164,8 @@ def pull_cmd(workspace: Workspace, as_json: bool) -> None:
     if report.missing_from_export:
         console.print(f"[yellow]{len(report.missing_from_export)} tasks were missing from the export but are still "
                       "on the server; they are left as they were and read again by the next pull.[/]")
+    for reason in report.separation:
+        console.print(f"[red]Not blind:[/] {escape(reason)}")
     for url in report.servers_not_configured:
         console.print(f"[yellow]tasks on {escape(url)} were not read: no server in cftools.toml is there any "
                       "more[/]")
@@ -207,7 +209,8 @@ def _fmt(value: Optional[float], spec: str) -> str:
 def status_cmd(workspace: Workspace, as_json: bool) -> None:
     """Progress per project, agreement per question (percent, Krippendorff's alpha, Cohen's kappa), counts
     per annotator and, with [label_studio] annotators, each person's tasks: open (not yet submitted), submitted,
-    returned, skipped, refused; and the number of items in review with no open task (must be 0)."""
+    returned, skipped, refused; the number of items in review with no open task (must be 0); and, for each person
+    whose server's last separation check failed, why their judgments are not blind."""
     status = annotation_status(workspace.store)
     status["verification"] = verification_counts(workspace.store)
     status["not_blind_because"] = reasons_by_person(workspace.store)

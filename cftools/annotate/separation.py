@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 import httpx
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 
 from cftools.annotate.label_studio import LabelStudioServer, PersonServer, ServerSettings
 from cftools.errors import CftoolsError
@@ -292,8 +292,9 @@ def verify_separation(workspace: Workspace, settings: ServerSettings, servers: A
 def last_checks(store: Any) -> dict[str, SeparationCheck]:
     """Each person's newest check."""
     newest: dict[str, SeparationCheck] = {}
+    last = select(func.max(SeparationCheck.id)).group_by(SeparationCheck.person)
     with store.session() as session:
-        for check in session.execute(select(SeparationCheck).order_by(SeparationCheck.id)).scalars():
+        for check in session.execute(select(SeparationCheck).where(SeparationCheck.id.in_(last))).scalars():
             session.expunge(check)
             newest[check.person] = check
     return newest

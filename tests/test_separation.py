@@ -265,3 +265,36 @@ def test_what_a_document_root_exposes(workspace):
     assert exposed(root / "label-studio", workspace) == ["the Label Studio data dirs"]
     assert exposed(root / "images", workspace) == []
     assert exposed(root.parent / "elsewhere", workspace) == []
+
+
+def test_a_server_whose_own_document_root_holds_the_workspace_is_found_by_asking_it(workspace, monkeypatch, tmp_path):
+    """The config says images only, but the server was started with a root above the workspace: its local-files
+    validation (asked, nothing created) gives it away."""
+    from label_studio_sdk import LabelStudio
+
+    from cftools.annotate.label_studio import server_settings
+    from cftools.annotate.separation import DOCUMENT_ROOT, verify_separation
+    from cftools.annotate.servers import Servers
+
+    binary = found_ls_bin()
+    data = tmp_path / "ann1-data"
+    shutil.copytree(migrated_template(binary, tmp_path, empty=True), data)
+    token = "cftools-sep-root-token-0123456789"
+    running = wait_until_up(launch_server(binary, data, tmp_path, tmp_path / "ann1.log", (ANN1[0], ANN1[1], token)))
+    try:
+        images = tmp_path / "images"
+        images.mkdir()
+        configure_people(workspace.root, images, {ANN1[0]: (running.url, token)}, monkeypatch)
+        LabelStudio(base_url=running.url, api_key=token).projects.create(title="someone's project")
+        ws = load_workspace(workspace.root)
+        settings = server_settings(ws)
+        servers = Servers(settings)
+        try:
+            [finding] = verify_separation(ws, settings, servers, "push")
+        finally:
+            servers.close()
+        assert finding.problems == [DOCUMENT_ROOT] and "would serve files from the workspace" in finding.reasons[0]
+        assert "localfiles/validate" in finding.method
+        ws.close()
+    finally:
+        running.stop()

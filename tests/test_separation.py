@@ -202,7 +202,6 @@ def test_two_urls_to_one_server_are_not_blind_everywhere(workspace, spoilable, r
     assert report["verification"] == SHARED
     assert any("ann1's server accepts ann2's token" in r for r in report["separation"])
     assert any("ann2's server accepts ann1's token" in r for r in report["separation"])
-    plain = run_cli("annotate", "push")  # nothing new to push, but the summary said it above; and here:
     judge_all(ws.store, tokens)
     pull(run_cli)
     assert all(ok is False for _, ok in judgment_checks(ws.store))
@@ -214,7 +213,6 @@ def test_two_urls_to_one_server_are_not_blind_everywhere(workspace, spoilable, r
     rows = cli_json(run_cli, "annotate", "servers")
     assert not any(r["alone"] for r in rows) and all("token" in r["not_alone_because"] for r in rows)
     assert_not_blind_release(run_cli, tmp_path / "release", SHARED, "accepted another person's token")
-    del plain
     ws.close()
 
 

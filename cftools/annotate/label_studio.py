@@ -166,7 +166,8 @@ class ServerSettings:
 
     @property
     def separate_servers(self) -> bool:
-        """One server per person (no one can reach another's work); else one shared server, not blind."""
+        """One server per person is configured; else one shared server, not blind. Configured, not proven: what is
+        said about verification comes from the separation checks (`cftools.annotate.separation`)."""
         return bool(self.people)
 
     def person(self, email: str) -> Optional["PersonServer"]:

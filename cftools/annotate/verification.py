@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import hashlib
 from collections import defaultdict
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable
+
+from cftools.annotate.separation import NOT_CHECKED, TOKEN_ACCEPTED, check_states, problem_words
 
 SEPARATE = "separate servers"
 SHARED = "shared server: not blind"
@@ -54,8 +56,6 @@ def judged_on_separate_servers(judged: Iterable[Judged]) -> bool:
 
 def blindness(judged: list[Judged]) -> tuple[bool, bool, list[str]]:
     """(separate servers proven, blind, problem codes) of an item's judgments."""
-    from cftools.annotate.separation import NOT_CHECKED, TOKEN_ACCEPTED
-
     problems: list[str] = []
     for _, _, _, *check in judged:
         state = check[0] if check else None
@@ -83,8 +83,6 @@ def item_verification(judged: list[Judged]) -> dict[str, Any]:
 
 
 def how_words(judged: list[Judged], blind: bool, problems: list[str]) -> str:
-    from cftools.annotate.separation import TOKEN_ACCEPTED
-
     if blind:
         return SEPARATE
     if not judged_on_separate_servers(judged) or TOKEN_ACCEPTED in problems:
@@ -93,18 +91,12 @@ def how_words(judged: list[Judged], blind: bool, problems: list[str]) -> str:
 
 
 def why_not_blind(judged: list[Judged], problems: list[str]) -> str:
-    from cftools.annotate.separation import NOT_CHECKED, problem_words
-
     if not judged_on_separate_servers(judged):
         return SHARED_WHY
     return problem_words([p for p in problems if p != NOT_CHECKED] or problems)
 
 
 SHARED_WHY = "the judges worked on one shared Label Studio server, where each could open the others' judgments"
-
-
-def mode_words(separate_servers: bool) -> str:
-    return SEPARATE if separate_servers else SHARED
 
 
 def release_words(verifications: list[dict[str, Any]]) -> str:
@@ -136,7 +128,6 @@ def items_by_verification(store: Any) -> dict[str, int]:
 
     from sqlalchemy import select
 
-    from cftools.annotate.separation import check_states
     from cftools.models import AnnotationTask, Judgment
 
     rows: dict[int, list[tuple]] = defaultdict(list)

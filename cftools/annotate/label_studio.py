@@ -667,6 +667,40 @@ class LabelStudioServer:
             self._delete(path)
         return len(doomed)
 
+    def users(self) -> list[dict]:
+        """Every user of the server, as its API lists them (id, email, date_joined, ...)."""
+        def listed() -> list[dict]:
+            body = self._http_client().get("/api/users/").raise_for_status().json()
+            return (body.get("results") or []) if isinstance(body, dict) else body
+
+        return self._call("listing users", listed)
+
+    def first_project(self) -> Optional[int]:
+        """The id of a project the token sees (any one), or None."""
+        def first() -> Optional[int]:
+            body = self._http_client().get("/api/projects/", params={"page_size": 1}).raise_for_status().json()
+            found = body.get("results") if isinstance(body, dict) else body
+            return found[0]["id"] if found else None
+
+        return self._call("listing projects", first)
+
+    def local_storage_refusal(self, project_id: int, path: str) -> Optional[str]:
+        """Whether the server would accept a local-files storage at PATH in PROJECT_ID: None when it would, else its
+        refusal's sentences. Only validates (`POST /api/storages/localfiles/validate`): nothing is created."""
+        def validate() -> Optional[str]:
+            response = self._http_client().post("/api/storages/localfiles/validate",
+                                                json={"project": project_id, "path": path})
+            if response.status_code in (200, 201, 204):
+                return None
+            if response.status_code != 400:
+                response.raise_for_status()
+            try:  # the sentences unquoted (the JSON body escapes the quotes they hold)
+                return " ".join(str(v) for v in leaves((response.json() or {}).get("validation_errors")))
+            except ValueError:
+                return response.text
+
+        return self._call("validating a local-files storage", validate)
+
     def user_emails(self) -> dict[int, str]:
         return self._call("listing users",
                           lambda: {u.id: u.email.lower() for u in self.client.users.list() if u.email})
@@ -674,6 +708,15 @@ class LabelStudioServer:
     def close(self) -> None:
         if self._http is not None:
             self._http.close()
+
+
+def leaves(value: Any) -> list[Any]:
+    """The plain values inside nested dicts and lists (an error body's messages)."""
+    if isinstance(value, dict):
+        return [v for item in value.values() for v in leaves(item)]
+    if isinstance(value, list):
+        return [v for item in value for v in leaves(item)]
+    return [value]
 
 
 def in_parallel(work: Callable[[Any], T], inputs: list, workers: int) -> Iterator[T]:

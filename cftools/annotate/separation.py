@@ -157,11 +157,8 @@ def short(email: str) -> str:
 def users_besides(server: LabelStudioServer, email: str) -> list[str]:
     """The other users of SERVER, each with when they joined (Label Studio does not say how: with sign-up only by
     invitation, an invite link or an account made on the server)."""
-    users = server._call("listing users", lambda: server._http_client().get("/api/users/").raise_for_status().json())  # noqa: SLF001
-    if isinstance(users, dict):
-        users = users.get("results") or []
     return [f"{u.get('email')} (joined {str(u.get('date_joined') or '?')[:16].replace('T', ' ')})"
-            for u in users if (u.get("email") or "").lower() != email]
+            for u in server.users() if (u.get("email") or "").lower() != email]
 
 
 def accepted(url: str, token: str) -> Optional[str]:
@@ -184,12 +181,12 @@ def check_document_root(workspace: Workspace, server: LabelStudioServer, root: O
     returns how it was established."""
     if root is not None and (what := exposed(root, workspace)):
         finding.fail(DOCUMENT_ROOT, f"the document root {root} contains {' and '.join(what)}")
-    project = any_project(server)
+    project = server.first_project()
     if project is None:
         return f"as configured ({root or 'none'}; no project on the server to ask)"
     # Would the server accept a local-files storage on the workspace itself? Its refusal names its own root.
     workspace_root = Path(workspace.root).resolve()
-    said = validate_storage(server, project, str(workspace_root))
+    said = server.local_storage_refusal(project, str(workspace_root))
     name = short(finding.person)
     if said is None:
         finding.fail(DOCUMENT_ROOT, f"{name}'s server would serve files from the workspace {workspace_root}")
@@ -202,36 +199,6 @@ def check_document_root(workspace: Workspace, server: LabelStudioServer, root: O
     if what := exposed(served, workspace):
         finding.fail(DOCUMENT_ROOT, f"{name}'s server's document root {served} contains {' and '.join(what)}")
     return f"POST /api/storages/localfiles/validate (the server's root: {served})"
-
-
-def any_project(server: LabelStudioServer) -> Optional[int]:
-    body = server._call("listing projects", lambda: server._http_client().get(  # noqa: SLF001
-        "/api/projects/", params={"page_size": 1}).raise_for_status().json())
-    found = body.get("results") if isinstance(body, dict) else body
-    return found[0]["id"] if found else None
-
-
-def validate_storage(server: LabelStudioServer, project: int, path: str) -> Optional[str]:
-    """Whether the server would accept a local-files storage at PATH: None when it would, else its refusal's text.
-    Only validates: nothing is created."""
-    response = server._retrying(lambda: server._http_client().post(  # noqa: SLF001
-        "/api/storages/localfiles/validate", json={"project": project, "path": path}))
-    if response.status_code in (200, 201, 204):
-        return None
-    if response.status_code != 400:
-        response.raise_for_status()
-    try:  # the refusal's sentences, unquoted (the JSON body escapes the quotes around the root)
-        return " ".join(str(v) for v in flatten((response.json() or {}).get("validation_errors")))
-    except ValueError:
-        return response.text
-
-
-def flatten(value: Any) -> list[Any]:
-    if isinstance(value, dict):
-        return [v for item in value.values() for v in flatten(item)]
-    if isinstance(value, list):
-        return [v for item in value for v in flatten(item)]
-    return [value]
 
 
 # ---------------------------------------------------------------- recording

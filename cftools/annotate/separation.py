@@ -204,9 +204,9 @@ def check_document_root(workspace: Workspace, server: LabelStudioServer, root: O
 # ---------------------------------------------------------------- recording
 
 
-def record(store: Any, findings: list[Finding], during: str, link: bool = True) -> dict[str, int]:
-    """Store FINDINGS as checks; with LINK, judgments on each server are linked to its new check. Returns the check
-    id per person."""
+def record(store: Any, findings: list[Finding], during: str) -> dict[str, int]:
+    """Store FINDINGS as checks and link each person's judgments to their new check; returns the check id per
+    person."""
     now = utcnow()
     ids: dict[str, int] = {}
     with store.write() as session:
@@ -216,35 +216,34 @@ def record(store: Any, findings: list[Finding], during: str, link: bool = True) 
             session.add(row)
             session.flush()
             ids[f.person] = row.id
-        if link:  # a server that could not be asked (down, say) proves nothing either way: its judgments keep theirs
-            asked = {f.person: ids[f.person] for f in findings if f.problems != [CHECK_FAILED]}
-            link_judgments(session, asked, {f.person: f.server for f in findings})
+        link_checked(session, findings, ids)
     return ids
 
 
-def link_judgments(session: Any, ids: dict[str, int], servers: dict[str, str]) -> None:
-    """Each person's judgments on their server now point at its newest check, unless theirs already failed."""
+def link_checked(session: Any, findings: list[Finding], ids: dict[str, int]) -> None:
+    """Each person's judgments on their server now point at their check of IDS, unless the one they carry already
+    failed (what was on a server while someone else could use it stays exposed). A server that could not be asked
+    (down, say) proves nothing either way: its judgments keep the check they had."""
     failed = select(SeparationCheck.id).where(SeparationCheck.ok.is_(False))
-    for person, check_id in ids.items():
-        tasks = select(AnnotationTask.id).where(AnnotationTask.server == servers[person],
-                                                AnnotationTask.assignee == person)
+    for f in findings:
+        if f.problems == [CHECK_FAILED]:
+            continue
+        tasks = select(AnnotationTask.id).where(AnnotationTask.server == f.server, AnnotationTask.assignee == f.person)
         session.execute(update(Judgment).where(
             Judgment.task_id.in_(tasks),
             Judgment.separation_check_id.is_(None) | Judgment.separation_check_id.not_in(failed))
-            .values(separation_check_id=check_id).execution_options(synchronize_session=False))
+            .values(separation_check_id=ids[f.person]).execution_options(synchronize_session=False))
 
 
 def link_after_pull(store: Any, servers: Any) -> None:
-    """After a pull: the judgments it stored are covered by the checks made at its start (those that could ask)."""
-    asked = {f.person: servers.check_ids[f.person] for f in servers.separation if f.problems != [CHECK_FAILED]}
-    if asked:
+    """After a pull: the judgments it stored are covered by the checks made at its start."""
+    if servers.separation:
         with store.write() as session:
-            link_judgments(session, asked, {f.person: f.server for f in servers.separation})
+            link_checked(session, servers.separation, servers.check_ids)
 
 
-def verify_separation(workspace: Workspace, settings: ServerSettings, servers: Any, during: str,
-                      link: bool = True) -> list[Finding]:
-    """Ask every person's server, record what was found (and link judgments, with LINK); nothing with a shared
+def verify_separation(workspace: Workspace, settings: ServerSettings, servers: Any, during: str) -> list[Finding]:
+    """Ask every person's server, record what was found and link their judgments to it; nothing with a shared
     server."""
     if not settings.people:
         return []
@@ -252,7 +251,7 @@ def verify_separation(workspace: Workspace, settings: ServerSettings, servers: A
     servers.separation = findings
     for f in findings:
         servers.for_person(f.person).alone_for = f.person if f.ok else None
-    servers.check_ids = record(workspace.store, findings, during, link)
+    servers.check_ids = record(workspace.store, findings, during)
     return findings
 
 

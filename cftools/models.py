@@ -193,6 +193,8 @@ class Judgment(SQLModel, table=True):
     raw: Optional[dict] = json_column()
     annotated_at: Optional[datetime] = None
     updated_at: datetime = Field(default_factory=utcnow)
+    # The separation check of its server that covers it (cftools.annotate.separation); None: never checked
+    separation_check_id: Optional[int] = Field(default=None, index=True)
 
 
 class AgreementStat(SQLModel, table=True):
@@ -368,3 +370,19 @@ class PersonPause(SQLModel, table=True):
     detail: Optional[dict] = json_column()
     resumed_at: Optional[datetime] = None
     resumed_by: Optional[str] = None
+
+
+class SeparationCheck(SQLModel, table=True):
+    """What cftools found, on one person's own server, about whether that server is theirs alone (its users, which
+    other tokens it accepts, what its document root exposes): when, how, and the result with its reason."""
+
+    __tablename__ = "separation_checks"
+    id: Optional[int] = Field(default=None, primary_key=True)
+    server: str = Field(index=True)  # server URL, without credentials
+    person: str = Field(index=True)
+    checked_at: datetime = Field(default_factory=utcnow)
+    during: str  # serve | push | pull
+    method: str = Field(sa_column=Column(Text, nullable=False))  # what was asked, of whom
+    ok: bool
+    problems: Optional[list] = json_column()  # codes of what failed (no personal data), [] when ok
+    reason: str = Field(default="", sa_column=Column(Text, nullable=False))  # in words, naming people (local only)

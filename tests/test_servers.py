@@ -298,6 +298,7 @@ def test_annotate_serve_starts_one_server_per_person_and_stop_stops_it(workspace
         assert token not in config.read_text()
         rows = json.loads(run_cli("annotate", "servers", "--json").output)
         assert rows[0]["pid"] and rows[0]["answers"] and not rows[0]["token_set"]
+        assert rows[0]["alone"] and rows[0]["checked_during"] == "serve"  # proven at serve, by the server itself
     finally:
         stopped = run_cli("annotate", "stop")
     assert "Stopped 1 server" in stopped.output

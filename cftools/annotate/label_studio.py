@@ -166,7 +166,8 @@ class ServerSettings:
 
     @property
     def separate_servers(self) -> bool:
-        """One server per person (no one can reach another's work); else one shared server, not blind."""
+        """One server per person is configured; else one shared server, not blind. Configured, not proven: what is
+        said about verification comes from the separation checks (`cftools.annotate.separation`)."""
         return bool(self.people)
 
     def person(self, email: str) -> Optional["PersonServer"]:
@@ -280,6 +281,8 @@ class LabelStudioServer:
         self._http: httpx.Client | None = None
         self._http_lock = threading.Lock()  # export workers may ask for the client at once
         self._build_slots = threading.Semaphore(max(1, pull_workers - 1))  # snapshots the server builds at once
+        # The person the last separation check proved this server's only user (cftools.annotate.separation)
+        self.alone_for: Optional[str] = None
 
     @classmethod
     def from_settings(cls, settings: ServerSettings) -> "LabelStudioServer":
@@ -428,6 +431,25 @@ class LabelStudioServer:
                 data["hiddenColumns"] = hidden
                 self._retrying(lambda: self._http_client().patch(f"/api/dm/views/{view['id']}/", json={
                     "project": project_id, "data": data}).raise_for_status())
+
+    def set_instructions(self, project_id: int, instructions: str) -> bool:
+        """The project's instructions become INSTRUCTIONS (HTML) where they differ; whether they were rewritten."""
+        from label_studio_sdk.core.api_error import ApiError
+
+        def set_them() -> bool:
+            try:
+                project = self.client.projects.get(id=project_id)
+            except ApiError as exc:
+                if exc.status_code == 404:  # a project deleted on the server: nothing to show
+                    return False
+                raise
+            if (project.expert_instruction or "") == instructions:
+                return False
+            self.client.projects.update(id=project_id, expert_instruction=instructions,
+                                        show_instruction=bool(instructions))
+            return True
+
+        return self._call(f"updating the instructions of project {project_id}", set_them)
 
     def set_task_overlap(self, task_id: int, overlap: int) -> None:
         """Ask OVERLAP annotators in all for one task (a tiebreak: the server hands it to one more person)."""
@@ -645,6 +667,40 @@ class LabelStudioServer:
             self._delete(path)
         return len(doomed)
 
+    def users(self) -> list[dict]:
+        """Every user of the server, as its API lists them (id, email, date_joined, ...)."""
+        def listed() -> list[dict]:
+            body = self._http_client().get("/api/users/").raise_for_status().json()
+            return (body.get("results") or []) if isinstance(body, dict) else body
+
+        return self._call("listing users", listed)
+
+    def first_project(self) -> Optional[int]:
+        """The id of a project the token sees (any one), or None."""
+        def first() -> Optional[int]:
+            body = self._http_client().get("/api/projects/", params={"page_size": 1}).raise_for_status().json()
+            found = body.get("results") if isinstance(body, dict) else body
+            return found[0]["id"] if found else None
+
+        return self._call("listing projects", first)
+
+    def local_storage_refusal(self, project_id: int, path: str) -> Optional[str]:
+        """Whether the server would accept a local-files storage at PATH in PROJECT_ID: None when it would, else its
+        refusal's sentences. Only validates (`POST /api/storages/localfiles/validate`): nothing is created."""
+        def validate() -> Optional[str]:
+            response = self._http_client().post("/api/storages/localfiles/validate",
+                                                json={"project": project_id, "path": path})
+            if response.status_code in (200, 201, 204):
+                return None
+            if response.status_code != 400:
+                response.raise_for_status()
+            try:  # the sentences unquoted (the JSON body escapes the quotes they hold)
+                return " ".join(str(v) for v in leaves((response.json() or {}).get("validation_errors")))
+            except ValueError:
+                return response.text
+
+        return self._call("validating a local-files storage", validate)
+
     def user_emails(self) -> dict[int, str]:
         return self._call("listing users",
                           lambda: {u.id: u.email.lower() for u in self.client.users.list() if u.email})
@@ -652,6 +708,15 @@ class LabelStudioServer:
     def close(self) -> None:
         if self._http is not None:
             self._http.close()
+
+
+def leaves(value: Any) -> list[Any]:
+    """The plain values inside nested dicts and lists (an error body's messages)."""
+    if isinstance(value, dict):
+        return [v for item in value.values() for v in leaves(item)]
+    if isinstance(value, list):
+        return [v for item in value for v in leaves(item)]
+    return [value]
 
 
 def in_parallel(work: Callable[[Any], T], inputs: list, workers: int) -> Iterator[T]:

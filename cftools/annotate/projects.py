@@ -142,6 +142,12 @@ def project_title(settings: ServerSettings, kind: str, purpose: str, assignee: O
 PROJECT_DESCRIPTIONS = {VERIFY: "two annotators verify", ADJUDICATE: "one adjudicator settles"}
 
 
+def alone(server: LabelStudioServer, assignee: Optional[str]) -> bool:
+    """Whether ASSIGNEE's instructions may say the server is theirs alone: only as the last separation check proved
+    it (`cftools.annotate.separation`), never from the config."""
+    return assignee is not None and server.alone_for == assignee
+
+
 def ensure_project(server: LabelStudioServer, settings: ServerSettings, kind: str, purpose: str,
                    workspace_root: Optional[str] = None, assignee: Optional[str] = None) -> int:
     """The project of KIND's PURPOSE (for ASSIGNEE alone when given: one annotation per task), created once with
@@ -163,4 +169,4 @@ def ensure_project(server: LabelStudioServer, settings: ServerSettings, kind: st
         overlap, description = 1, f"cftools: {about} ({kind} items); the tasks of {assignee} only"
     return server.create_project(title, render_label_config(kind, name, workspace_root), overlap,
                                  description=description,
-                                 instructions=kind_spec.instructions(name, workspace_root, settings.separate_servers))
+                                 instructions=kind_spec.instructions(name, workspace_root, alone(server, assignee)))

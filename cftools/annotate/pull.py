@@ -26,6 +26,7 @@ from cftools.annotate.status import record_agreement
 from cftools.judgments import ADJUDICATE, VERIFY, Answer, Decision, InvalidResult, adjudicated, decide
 from cftools.annotate.rules import preload_agreement_library
 from cftools.annotate.label_studio import LabelStudioError, LabelStudioServer, ServerSettings, parse_time, server_settings
+from cftools.annotate.separation import link_after_pull, refresh_instructions, verify_separation
 from cftools.annotate.servers import Servers
 from cftools.annotate.authoring import AuthoringPull, pull_authoring
 from cftools.errors import CftoolsError
@@ -73,6 +74,8 @@ class PullReport:
     authoring: AuthoringPull = field(default_factory=AuthoringPull)
     # Servers the store says hold live tasks, but no longer in cftools.toml: their tasks were not read.
     servers_not_configured: list[str] = field(default_factory=list)
+    # What the separation check at the pull's start found wrong (the judgments it covers are not blind).
+    separation: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         out = dict(self.__dict__)
@@ -606,6 +609,8 @@ def pull(workspace: Workspace, progress: Progress = _no_progress) -> PullReport:
     futures: dict[ProjectJob, Future] = {}
     try:
         servers.check()
+        verify_separation(workspace, settings, servers, "pull")
+        refresh_instructions(workspace, servers, settings)
         from cftools.annotate.assign import Sender
 
         sender = Sender(workspace, servers, settings)  # returns and tiebreaks to the person they are for
@@ -620,6 +625,8 @@ def pull(workspace: Workspace, progress: Progress = _no_progress) -> PullReport:
             pull_project(workspace.store, server, job.project_id, job.kind, job.purpose, emails, report, progress,
                          str(workspace.root), sender, fetched=chunks)
         pull_authoring_projects(workspace, servers, settings, report)
+        link_after_pull(workspace.store, servers)  # what this pull stored, checked at its start
+        report.separation = servers.separation_reasons
     finally:
         for future in futures.values():
             future.cancel()

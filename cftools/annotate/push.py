@@ -19,6 +19,7 @@ from cftools.annotate.assign import push_tasks
 from cftools.annotate.authoring import authoring_task, push_authoring
 from cftools.annotate.label_studio import LabelStudioError, server_settings
 from cftools.annotate.projects import ImageLinks, Progress, _no_progress, own_task
+from cftools.annotate.separation import refresh_instructions, refuse_document_root, verify_separation
 from cftools.annotate.servers import Servers
 from cftools.annotate.task_import import PushReport
 from cftools.errors import CftoolsError
@@ -63,10 +64,13 @@ def push(workspace: Workspace, kind: Optional[str], limit: Optional[int] = None,
         return report
     if not settings.configured:
         raise LabelStudioError(settings.how_to_configure())
+    refuse_document_root(workspace)  # before anything is created
     servers = Servers(settings)
-    report.verification = servers.verification
     try:
         servers.check()
+        verify_separation(workspace, settings, servers, "push")
+        refresh_instructions(workspace, servers, settings)
+        report.verification, report.separation = servers.verification, servers.separation_reasons
         if kind is None:
             report.message = "nothing to push: the store holds no items yet"
             return report

@@ -32,6 +32,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from cftools.annotate.label_studio import PersonServer, server_settings
+from cftools.annotate.separation import check_after_serve, refuse_document_root
 from cftools.errors import CftoolsError
 from cftools.processes import is_running
 from cftools.workspace import Workspace
@@ -291,8 +292,7 @@ def serve(workspace: Workspace, ls_bin: Optional[str] = None, only: tuple[str, .
     binary = find_ls_bin(ls_bin)
     state = {email: s for email, s in read_state(workspace).items() if is_running(s.pid)}
     section = workspace.section("label_studio")
-    root = section.get("document_root") or os.environ.get("LOCAL_FILES_DOCUMENT_ROOT")
-    document_root = Path(workspace.root, root).resolve() if root else None
+    document_root = refuse_document_root(workspace)  # images only, refused before anything starts
     secrets_of_all = configured_secrets(workspace)
     starting: list[tuple[Started, subprocess.Popen, int, Path, Path]] = []
     told: list[Started] = []
@@ -341,6 +341,7 @@ def serve(workspace: Workspace, ls_bin: Optional[str] = None, only: tuple[str, .
         raise
     finally:
         write_state(workspace, state)
+    check_after_serve(workspace, told)  # proven theirs alone, by the servers themselves (recorded)
     return told
 
 

@@ -4,7 +4,8 @@ server (`[label_studio] url`).
 With a server per person, a person's tasks go to their own server (one project per kind and task there, created
 once), and nothing of theirs is on anyone else's: no UI path and no API call with another person's token reaches
 it. With one shared server, every annotator can open every project (Label Studio Community scopes projects only by
-organization), so cftools calls that verification "shared server: not blind".
+organization), so cftools calls that verification "shared server: not blind". Per-person servers are called
+"separate servers" only once each was proven theirs alone (`cftools.annotate.separation`), never from the config.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ import threading
 from typing import Optional
 
 from cftools.annotate.label_studio import LabelStudioError, LabelStudioServer, ServerSettings, public_url
-from cftools.annotate.verification import mode_words
+from cftools.annotate.verification import NOT_PROVEN, SEPARATE, SHARED
 from cftools.errors import CftoolsError
+from cftools.workspace import Workspace
 
 
 class Servers:
@@ -25,11 +27,27 @@ class Servers:
         self._open: dict[str, LabelStudioServer] = {}
         self._emails: dict[str, dict[int, str]] = {}
         self._lock = threading.Lock()
+        self.separation: list = []  # what the last separation check found (cftools.annotate.separation.Finding)
+        self.check_ids: dict[str, int] = {}  # person -> that check's id in the store
 
     @property
     def verification(self) -> str:
-        """How judgments made through these servers are verified, in the words every report uses."""
-        return mode_words(self.settings.separate_servers)
+        """How judgments made through these servers are verified, in the words every report uses: from what the
+        separation check found, never from the config alone."""
+        if not self.settings.people or any("other-token-accepted" in f.problems for f in self.separation):
+            return SHARED
+        if not self.separation or not all(f.ok for f in self.separation):
+            return NOT_PROVEN
+        return SEPARATE
+
+    @property
+    def separation_reasons(self) -> list[str]:
+        """Why judgments made now are not blind (empty when the check proved each server its person's alone)."""
+        return [reason for f in self.separation for reason in f.reasons]
+
+    def alone(self, person: Optional[str]) -> bool:
+        """Whether PERSON's server was just proven theirs alone (what their instructions may say)."""
+        return any(f.person == person and f.ok for f in self.separation)
 
     def _connect(self, url: str, token: Optional[str], token_env: str) -> LabelStudioServer:
         key = public_url(url)
@@ -105,3 +123,21 @@ class Servers:
             for server in self._open.values():
                 server.close()
             self._open.clear()
+
+
+def servers_report(workspace: Workspace) -> list[dict]:
+    """`annotate servers`: each person's server (`cftools.annotate.serve.servers_status`) with its last separation
+    check: when, during what, whether it proved the server theirs alone, and why not."""
+    from cftools.annotate.separation import last_checks
+    from cftools.annotate.serve import servers_status
+
+    checks = last_checks(workspace.store)
+    rows = servers_status(workspace)
+    for row in rows:
+        check = checks.get(row["person"])
+        row["alone"] = bool(check and check.ok and check.server == row["url"])
+        row["checked_at"] = check.checked_at.isoformat() if check else None
+        row["checked_during"] = check.during if check else None
+        row["not_alone_because"] = ("" if row["alone"] else check.reason if check and not check.ok
+                                    else "never checked" if check is None else "checked at another url")
+    return rows

@@ -42,7 +42,8 @@ class PushReport:
     assigned: dict[str, int] = field(default_factory=dict)  # tasks given to each person by this push
     project_ids: dict[str, int] = field(default_factory=dict)  # each person's project of this task
     project_urls: dict[str, str] = field(default_factory=dict)  # each person's project, on their server
-    verification: str = ""  # "separate servers" or "shared server: not blind" (cftools.annotate.verification)
+    verification: str = ""  # "separate servers" or why not blind, in words (cftools.annotate.verification)
+    separation: list[str] = field(default_factory=list)  # what the separation check found wrong (names people)
     controls: int = 0  # control items mixed into the people's queues by this push
     paused: list[dict] = field(default_factory=list)  # people this push paused (accuracy wholly below the minimum)
 

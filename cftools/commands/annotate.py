@@ -12,7 +12,9 @@ from rich.table import Table
 from cftools.annotate.figures import quality_status
 from cftools.annotate.pull import pull
 from cftools.annotate.push import push, waiting_kind
-from cftools.annotate.serve import serve, servers_status, stop
+from cftools.annotate.serve import serve, stop
+from cftools.annotate.servers import servers_report
+from cftools.annotate.separation import reasons_by_person
 from cftools.annotate.status import annotation_status
 from cftools.annotate.verification import SHARED
 from cftools.commands.annotate_quality import audit_cmd, controls_cmd, requeue_cmd, resume_cmd
@@ -105,6 +107,8 @@ def push_cmd(workspace: Workspace, kind: Optional[str], limit: Optional[int], ad
     else:
         console.print(f"Pushed {report.pushed} {pushed} to the {kind} {what} project: [bold]{report.project_url}[/] "
                       f"(verification: {report.verification})")
+    for reason in report.separation:
+        err_console.print(f"[red]Not blind:[/] {escape(reason)}")
     if report.verification == SHARED and pushed != "images":
         err_console.print(f"[yellow]Warning:[/] {SHARED}: every annotator of one Label Studio Community server can "
                           "open the others' projects and judgments. Give each person a server of their own "
@@ -160,6 +164,8 @@ def pull_cmd(workspace: Workspace, as_json: bool) -> None:
     if report.missing_from_export:
         console.print(f"[yellow]{len(report.missing_from_export)} tasks were missing from the export but are still "
                       "on the server; they are left as they were and read again by the next pull.[/]")
+    for reason in report.separation:
+        console.print(f"[red]Not blind:[/] {escape(reason)}")
     for url in report.servers_not_configured:
         console.print(f"[yellow]tasks on {escape(url)} were not read: no server in cftools.toml is there any "
                       "more[/]")
@@ -203,15 +209,19 @@ def _fmt(value: Optional[float], spec: str) -> str:
 def status_cmd(workspace: Workspace, as_json: bool) -> None:
     """Progress per project, agreement per question (percent, Krippendorff's alpha, Cohen's kappa), counts
     per annotator and, with [label_studio] annotators, each person's tasks: open (not yet submitted), submitted,
-    returned, skipped, refused; and the number of items in review with no open task (must be 0)."""
+    returned, skipped, refused; the number of items in review with no open task (must be 0); and, for each person
+    whose server's last separation check failed, why their judgments are not blind."""
     status = annotation_status(workspace.store)
     status["verification"] = verification_counts(workspace.store)
+    status["not_blind_because"] = reasons_by_person(workspace.store)
     status["quality"] = quality_status(workspace)
     if as_json:
         print_json(status)
         return
     console.print("Verification: " + (", ".join(f"{n} items on {how}" for how, n in status["verification"].items())
                                       or "no item judged yet"))
+    for person, reason in status["not_blind_because"].items():
+        console.print(f"[red]Not blind[/] ({escape(person)}'s server, last check): {escape(reason)}")
     table = Table(title="Projects (as of the last pull)", title_justify="left")
     for column in ("server", "project", "purpose", "kind", "tasks", "0 ann.", "1 ann.", "2+ ann.", "deleted",
                    "decisions"):
@@ -339,18 +349,20 @@ def _print_stopped(stopped: list[str]) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the table as JSON.")
 @pass_workspace
 def servers_cmd(workspace: Workspace, as_json: bool) -> None:
-    """Each person's Label Studio server: its URL, whether `annotate serve` runs it here, whether it answers, and
-    whether their token is set."""
-    rows = servers_status(workspace)
+    """Each person's Label Studio server: its URL, whether `annotate serve` runs it here, whether it answers, whether
+    their token is set, and whether the last separation check proved it theirs alone (else why not)."""
+    rows = servers_report(workspace)
     if as_json:
         print_json(rows)
         return
     table = Table(title="One server per person", title_justify="left")
-    for column in ("person", "url", "running here", "answers", "token"):
+    for column in ("person", "url", "running here", "answers", "token", "theirs alone (last check)"):
         table.add_column(column)
     for r in rows:
         table.add_row(escape(r["person"]), escape(r["url"]), f"pid {r['pid']}" if r["pid"] else "no",
-                      "yes" if r["answers"] else "no", f"${r['token_env']}" + ("" if r["token_set"] else " (unset)"))
+                      "yes" if r["answers"] else "no", f"${r['token_env']}" + ("" if r["token_set"] else " (unset)"),
+                      f"yes ({r['checked_at'][:16]}, {r['checked_during']})" if r["alone"]
+                      else f"[red]no: {escape(r['not_alone_because'])}[/]")
     console.print(table)
 
 

@@ -215,7 +215,8 @@ class Kind:
     def instructions(self, task: str, workspace_root: Optional[str] = None, separate_servers: bool = False) -> str:
         """What an annotator reads before the first task of TASK (HTML, the project's instructions): the
         template beside the task's label config (`<task>.instructions.html.j2`), "" where there is none.
-        SEPARATE_SERVERS: the project is on a server of the annotator's own (the text says so only then)."""
+        SEPARATE_SERVERS: the last separation check proved the project's server the annotator's alone
+        (`cftools.annotate.separation`; the text says so only then)."""
         from jinja2 import TemplateNotFound
 
         from cftools.resources import template_env

@@ -145,9 +145,14 @@ RECORD_FIELD_TEXT = {
 VERIFICATION_FIELDS = (
     ("people", "sc:Integer", False, "How many different people judged the item."),
     ("annotators", "sc:Text", True, "The pseudonymous ids of the people who judged it (a stable hash; no emails)."),
-    ("separate_servers", "sc:Boolean", False, "True when each person judged it on a Label Studio server of their "
-                                              "own (no one could see another's judgment)."),
-    ("how", "sc:Text", False, "'separate servers', 'shared server: not blind' or 'not annotated'."),
+    ("separate_servers", "sc:Boolean", False, "True when each person judged it on a Label Studio server that "
+                                              "cftools proved distinct (no other person's token accepted there)."),
+    ("how", "sc:Text", False, "'separate servers', 'separate servers not proven: not blind', 'shared server: not "
+                              "blind' or 'not annotated'."),
+    ("blind", "sc:Boolean", False, "True only when cftools proved, for every judgment, that its server was its "
+                                   "person's alone (its only user, no other person's token accepted, a document "
+                                   "root with images only): no one could see another person's judgment."),
+    ("why_not_blind", "sc:Text", False, "Why the item was not blind, in words that name no one; empty when blind."),
 )
 
 

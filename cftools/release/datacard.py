@@ -6,7 +6,7 @@ are the same bytes for the same store (matplotlib's Agg canvas, fixed size, no S
 
 from __future__ import annotations
 
-from cftools.annotate.verification import SEPARATE, SHARED, release_words
+from cftools.annotate.verification import NOT_PROVEN, SEPARATE, SHARED, release_words
 
 from collections import Counter
 from pathlib import Path
@@ -105,6 +105,7 @@ def provenance_summary(provenance: list[dict]) -> dict[str, Any]:
         "separate_servers": sum(1 for v in verifications if v.get("people") and v.get("separate_servers")),
         "shared_server": sum(1 for v in verifications if v.get("people") and not v.get("separate_servers")),
         "verification_words": release_words(verifications), "separate_words": SEPARATE, "shared_words": SHARED,
+        "not_proven_words": NOT_PROVEN,
     }
 
 

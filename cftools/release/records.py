@@ -86,9 +86,10 @@ def release_features():  # noqa: ANN201
         "answer_type": text, "question": text, "answer": text,
         "options": {"original": List(text), "counterfactual": List(text)},
         "data": text,  # the item's shape-specific fields as a JSON object (sorted keys)
-        # how many people judged the item, their pseudonymous ids, and whether each was on a server of their own
+        # how many people judged the item, their pseudonymous ids, whether each was on a server proven their own,
+        # and whether it was blind (and why not)
         "verification": {"people": Value("int32"), "annotators": List(text), "separate_servers": Value("bool"),
-                         "how": text},
+                         "how": text, "blind": Value("bool"), "why_not_blind": text},
     })
 
 

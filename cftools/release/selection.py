@@ -12,6 +12,7 @@ from sqlalchemy import func, select
 
 from cftools.annotate.controls import MEASURING
 from cftools.annotate.projects import REQUEUED
+from cftools.annotate.separation import check_states
 from cftools.annotate.verification import item_verification
 from cftools.errors import CftoolsError
 from cftools.images import data_image_shas
@@ -161,6 +162,7 @@ def collect_items(store: Store, statuses: Iterable[str], splits: dict[str, float
             for judgment in session.execute(select(Judgment).where(Judgment.task_id.in_(part))
                                             .order_by(Judgment.id)).scalars():
                 judgments[judgment.task_id].append(judgment)
+        checks = check_states(session, (j.separation_check_id for found in judgments.values() for j in found))
         extra_shas = sorted({sha for item, _, _ in rows for sha in data_image_shas(item.data or {})})
         extra_images = {}
         for part in in_chunks(extra_shas):
@@ -186,7 +188,8 @@ def collect_items(store: Store, statuses: Iterable[str], splits: dict[str, float
             data = map_strings(data, lambda text: paths.get(text, text))
         item_tasks = [row[1] for row in tasks.get(item.id, [])]
         item_judgments = [j for t in item_tasks for j in judgments.get(t.id, [])]
-        verification = item_verification([(t.server, t.assignee, j.annotator) for t in item_tasks
+        verification = item_verification([(t.server, t.assignee, j.annotator, checks.get(j.separation_check_id))
+                                          for t in item_tasks
                                           if t.state not in ("deleted", REQUEUED) for j in judgments.get(t.id, [])])
         gen = generations.get(item.generation_id)
         record = {
@@ -205,7 +208,8 @@ def collect_items(store: Store, statuses: Iterable[str], splits: dict[str, float
             "answer": item.answer,
             "options": options,
             "data": data,
-            "verification": {k: verification[k] for k in ("people", "annotators", "separate_servers", "how")},
+            "verification": {k: verification[k] for k in ("people", "annotators", "separate_servers", "how", "blind",
+                                                          "why_not_blind")},
         }
         record = get_kind(item.kind).export_record(record)
         provenance = {

@@ -7,17 +7,21 @@ Real servers: `people_servers` (ann1, ann2 and adj, each the only user of their 
 from __future__ import annotations
 
 import json
+import shutil
 import uuid
-from collections import Counter
 
-from fixtures_label_studio import verify_result
+import pytest
+from fixtures_label_studio import (
+    PeopleServers, PersonServer, found_ls_bin, launch_server, migrated_template, verify_result, wait_until_up,
+)
 from sqlalchemy import select
 
 from test_doctor import codes, doctor
 from test_annotate import make_items, mark_checked
-from test_servers import people_ws, pull, push, tasks_by_person  # noqa: F401 (fixture)
+from test_servers import people_config, people_ws, pull, push, tasks_by_person  # noqa: F401 (fixture)
 
 from cftools.models import AnnotationTask, Item, Judgment
+from cftools.workspace import load_workspace
 
 ANN1, ANN2, ADJ = "ann1@example.com", "ann2@example.com", "adj@example.com"
 
@@ -55,3 +59,109 @@ def test_doctor_runs_clean_with_per_person_servers_and_repairs_a_task_deleted_on
     assert code == 0 and len(repaired["changes"]) == 1
     code, found = doctor(run_cli)
     assert code == 0 and found["problems"] == []
+
+
+# ---------------------------------------------------------------- more people
+
+
+EXTRA = (("dan@example.com", "Annot4-pass-123"), ("eve@example.com", "Annot5-pass-123"))
+
+
+@pytest.fixture(scope="module")
+def five_people(people_servers, tmp_path_factory):
+    """The session's three people and two more (dan, eve), each on a server of their own."""
+    binary = found_ls_bin()
+    scratch = tmp_path_factory.mktemp("more-people")
+    template = migrated_template(binary, scratch, empty=True)
+    launched = []
+    try:
+        for email, password in EXTRA:
+            name = email.split("@")[0]
+            shutil.copytree(template, scratch / name)
+            token = f"cftools-test-{name}-token-0123456789"
+            running = launch_server(binary, scratch / name, people_servers.media_root, scratch / f"{name}.log",
+                                    (email, password, token))
+            launched.append((PersonServer(email, password, token, running.url, scratch / name), running))
+        for _, running in launched:
+            wait_until_up(running)
+        yield PeopleServers({**people_servers.people, **{p.email: p for p, _ in launched}},
+                            people_servers.media_root)
+    finally:
+        for _, running in launched:
+            running.stop()
+
+
+def workspace_for(servers, workspace, monkeypatch, people: tuple[str, ...]):
+    """WORKSPACE configured for PEOPLE of SERVERS (each on their own server)."""
+    chosen = PeopleServers({e: servers.people[e] for e in people}, servers.media_root)
+    people_config(workspace.root, chosen, f"p-{uuid.uuid4().hex[:8]}")
+    for person in chosen.people.values():
+        monkeypatch.setenv(person.token_env, person.token)
+    monkeypatch.delenv("LOCAL_FILES_DOCUMENT_ROOT", raising=False)
+    monkeypatch.delenv("LABEL_STUDIO_URL", raising=False)
+    return load_workspace(workspace.root)
+
+
+ADJUDICATE_REJECT = [{"from_name": "decision", "to_name": "question", "type": "choices",
+                      "value": {"choices": ["reject"]}}]
+
+
+def adjudicated_item(servers, store, run_cli) -> tuple[AnnotationTask, AnnotationTask]:
+    """The one item judged apart by its two people, then adjudicated: (first judge's task, adjudication task)."""
+    push(run_cli)
+    first, second = sorted((t for tasks in tasks_by_person(store).values() for t in tasks), key=lambda t: t.id)
+    servers.client(first.assignee).annotations.create(id=first.ls_task_id, result=verify_result("yes", "yes"))
+    servers.client(second.assignee).annotations.create(id=second.ls_task_id, result=verify_result("no", "no"))
+    assert pull(run_cli)["decisions"] == {"needs_adjudication": 1}
+    push(run_cli, "--adjudicate")
+    [adjudication] = [t for tasks in tasks_by_person(store, "adjudicate").values() for t in tasks]
+    servers.client(adjudication.assignee).annotations.create(id=adjudication.ls_task_id, result=ADJUDICATE_REJECT)
+    assert pull(run_cli)["decisions"] == {"adjudicated rejected": 1}
+    return first, adjudication
+
+
+# ---------------------------------------------------------------- requeue
+
+
+def test_requeue_with_too_few_people_changes_nothing_and_says_add_people(people_ws, people_servers, run_cli,
+                                                                          request):
+    items_for(people_servers, run_cli, request, 1)
+    mark_checked(people_ws.store)
+    first, adjudication = adjudicated_item(people_servers, people_ws.store, run_cli)
+    before = store_rows(people_ws.store)
+    on_servers = {p: people_servers.client(p).tasks.list(project=t.ls_project_id).items
+                  for p, t in ((first.assignee, first), (adjudication.assignee, adjudication))}
+    result = run_cli("annotate", "requeue", "--by", first.assignee)
+    assert result.exit_code != 0
+    assert store_rows(people_ws.store) == before  # no task requeued, no item moved, no new task
+    message = result.output.strip().splitlines()
+    assert len(message) == 1 and "add people" in message[0] and "changed nothing" in message[0]
+    for person, task in ((first.assignee, first), (adjudication.assignee, adjudication)):
+        assert [t.id for t in people_servers.client(person).tasks.list(project=task.ls_project_id).items] == \
+            [t.id for t in on_servers[person]]
+    code, found = doctor(run_cli)  # and doctor, after the failed requeue, finds nothing wrong
+    assert code == 0 and found["problems"] == []
+
+
+def test_requeue_sends_the_items_to_people_who_never_had_them_and_closes_the_set_aside_adjudication(
+        five_people, workspace, monkeypatch, run_cli, request):
+    ws = workspace_for(five_people, workspace, monkeypatch, tuple(five_people.people))
+    try:
+        items_for(five_people, run_cli, request, 1)
+        mark_checked(ws.store)
+        first, adjudication = adjudicated_item(five_people, ws.store, run_cli)
+        result = run_cli("annotate", "requeue", "--by", first.assignee, "--json")
+        assert result.exit_code == 0, result.output
+        report = json.loads(result.output)
+        assert report["tasks"] == 1 and report["adjudications_closed"] == 1
+        [new_judge] = report["assigned"]
+        assert new_judge not in {first.assignee, adjudication.assignee}
+        client = five_people.client(adjudication.assignee)
+        assert adjudication.ls_task_id not in [t.id for t in client.tasks.list(project=adjudication.ls_project_id).items]
+        with ws.store.session() as session:
+            states = dict(session.execute(select(AnnotationTask.id, AnnotationTask.state)).all())
+        assert states[first.id] == "requeued" and states[adjudication.id] == "requeued"
+        code, found = doctor(run_cli)
+        assert code == 0 and found["problems"] == []
+    finally:
+        ws.close()

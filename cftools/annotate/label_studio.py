@@ -433,6 +433,11 @@ class LabelStudioServer:
         """Ask OVERLAP annotators in all for one task (a tiebreak: the server hands it to one more person)."""
         self._call(f"raising the overlap of task {task_id}", lambda: self.client.tasks.update(id=task_id, overlap=overlap))
 
+    def delete_task(self, task_id: int) -> None:
+        """Delete one task (a task already gone is fine)."""
+        with self.errors(f"deleting task {task_id}"):
+            self._delete(f"/api/tasks/{task_id}/")
+
     def task_count(self, project_id: int) -> int:
         return self._call(f"reading project {project_id}",
                           lambda: int(self.client.projects.get(id=project_id).task_number or 0))

@@ -146,10 +146,12 @@ def check_stuck_items(workspace: Workspace, report: DoctorReport, repair: bool) 
     from cftools.annotate.status import items_without_open_task
 
     store = workspace.store
+    from cftools.annotate.projects import GONE
+
     stuck = items_without_open_task(store)
-    with store.session() as session:
+    with store.session() as session:  # a task gone from its server has let go of its id
         no_id = session.execute(select(AnnotationTask.id, AnnotationTask.item_id).where(
-            AnnotationTask.state != DELETED, AnnotationTask.ls_task_id.is_(None))).all()
+            AnnotationTask.state.not_in(GONE), AnnotationTask.ls_task_id.is_(None))).all()
     for task_id, item_id in no_id:
         finding = report.add("task_without_id", f"annotation task {task_id} (item {item_id}) has no server task id",
                              task=task_id, item=item_id)

@@ -165,3 +165,78 @@ def test_requeue_sends_the_items_to_people_who_never_had_them_and_closes_the_set
         assert code == 0 and found["problems"] == []
     finally:
         ws.close()
+
+
+# ---------------------------------------------------------------- deleted tasks, reused ids
+
+
+def edit_items(servers, store, run_cli, request, n: int) -> list[int]:
+    """N accepted C-VQA items, each with an edit whose checked candidate people are to verify."""
+    from test_edits import add_edit
+
+    folder = servers.media_root / f"{request.node.name}-{uuid.uuid4().hex[:6]}"
+    make_items(run_cli, folder, n)
+    with store.write() as session:
+        ids = list(session.execute(select(Item.id).order_by(Item.id)).scalars())
+        for item in session.execute(select(Item)).scalars():
+            item.status = "accepted"  # the text verified already: the edit is judged apart from it
+    for item_id in ids:
+        add_edit(store, item_id, folder / "edits" / str(item_id))
+    return ids
+
+
+def live_tasks(store, purpose_prefix: str) -> list[AnnotationTask]:
+    with store.session() as session:
+        found = [t for t in session.execute(select(AnnotationTask).where(
+            AnnotationTask.state.in_(["open", "decided"])).order_by(AnnotationTask.id)).scalars()
+            if t.purpose.startswith(purpose_prefix)]
+        session.expunge_all()
+    return found
+
+
+def test_a_deleted_edit_task_comes_back_to_its_person_and_its_reused_id_does_not_crash_the_next_push(
+        people_ws, people_servers, run_cli, request):
+    edit_items(people_servers, people_ws.store, run_cli, request, 1)
+    assert push(run_cli, "--kind", "cvqa", "--task", "edit")["pushed"] == 2
+    deleted = live_tasks(people_ws.store, "edit")[-1]
+    client = people_servers.client(deleted.assignee)
+    client.tasks.delete(id=deleted.ls_task_id)
+    report = pull(run_cli)
+    assert [(d["task"], d.get("sent_back_to")) for d in report["deleted_tasks"]] == \
+        [(deleted.ls_task_id, deleted.assignee)]
+    again = [t for t in live_tasks(people_ws.store, "edit") if t.assignee == deleted.assignee]
+    assert len(again) == 1 and again[0].id != deleted.id and again[0].purpose == deleted.purpose
+    assert again[0].ls_task_id == deleted.ls_task_id  # Label Studio gave the deleted task's id to the new one
+    assert push(run_cli, "--kind", "cvqa", "--task", "edit")["pushed"] == 0  # nothing missing, no crash
+    code, found = doctor(run_cli)
+    assert code == 0 and found["problems"] == []
+
+
+def test_a_task_deleted_on_a_server_before_any_pull_gives_way_to_the_new_task_that_reuses_its_id(
+        people_ws, people_servers, run_cli, request):
+    items_for(people_servers, run_cli, request, 2)
+    with people_ws.store.write() as session:
+        first, second = session.execute(select(Item).order_by(Item.id)).scalars().all()
+        first.status = "checked"
+        first_id, second_id = first.id, second.id
+    push(run_cli)
+    deleted = tasks_by_person(people_ws.store)[ANN1][0]
+    people_servers.client(ANN1).tasks.delete(id=deleted.ls_task_id)
+    mark_checked_new(people_ws.store)
+    assert push(run_cli)["pushed"] == 2  # ann1 gets the second item, in a task with the deleted one's id
+    [new] = [t for t in tasks_by_person(people_ws.store)[ANN1] if t.state == "open"]
+    assert new.item_id == second_id and new.ls_task_id == deleted.ls_task_id
+    with people_ws.store.session() as session:
+        old = session.get(AnnotationTask, deleted.id)
+        assert old.state == "deleted" and old.ls_task_id is None
+        assert session.get(Item, first_id).status == "checked"  # its task is gone: pushed again next time
+    assert push(run_cli)["pushed"] == 1
+    code, found = doctor(run_cli)
+    assert code == 0 and found["problems"] == []
+
+
+def mark_checked_new(store) -> None:
+    """Items just ingested (drafts) become checked."""
+    with store.write() as session:
+        for item in session.execute(select(Item).where(Item.status == "draft")).scalars():
+            item.status = "checked"

@@ -30,7 +30,7 @@ from cftools.annotate.servers import Servers
 from cftools.annotate.authoring import AuthoringPull, pull_authoring
 from cftools.errors import CftoolsError
 from cftools.models import (
-    CHECKED, IN_REVIEW, AnnotationTask, Item, ItemEvent, Judgment, utcnow,
+    CHECKED, IN_REVIEW, NEEDS_ADJUDICATION, AnnotationTask, Item, ItemEvent, Judgment, utcnow,
 )
 from cftools.kinds import all_kinds, get_kind
 from cftools.store import Store, in_chunks
@@ -370,17 +370,32 @@ def apply_own_decisions(session: Session, tasks: dict[int, Any], ids: list[int],
                 report.items_made += 1
 
 
+def still_wanted(task: Any, item: Item) -> bool:
+    """Whether TASK's item still waits on a task of its purpose (a deleted one then goes back to its person): a
+    verification while the item is under review, an adjudication while it needs one, a kind's own task while the
+    item is in one of its statuses, a control or an audit always (it measures its person)."""
+    if task.purpose == VERIFY:
+        return item.status == IN_REVIEW
+    if task.purpose == ADJUDICATE:
+        return item.status == NEEDS_ADJUDICATION
+    if task.purpose in MEASURING:
+        return True
+    spec = own_task(item.kind, task.purpose)
+    return spec is not None and (item.status in spec.statuses or item.status == spec.to_status)
+
+
 def mark_deleted(session: Session, tasks: list[Any], report: PullReport, resend: bool = False) -> list[dict]:
     """Tasks gone from the server: marked deleted; items still under review go back to `checked`. With RESEND, an
-    assigned task not yet decided is instead returned (a new task goes to its assignee, saying why: see
-    `send_back`); the entries to send are returned."""
+    assigned task of any purpose that its item still waits on is instead returned (a new task goes to its assignee,
+    saying why: see `send_back`); the entries to send are returned. The server may give a deleted task's id to a
+    new task: the store lets go of it (the id stays in the item's history)."""
     now = utcnow()
     entries = []
     for task in tasks:
         item = session.get(Item, task.item_id)
-        if resend and task.assignee and getattr(task, "state", OPEN) == OPEN and item.status == IN_REVIEW:
+        if resend and task.assignee and getattr(task, "state", OPEN) == OPEN and still_wanted(task, item):
             session.execute(_update(AnnotationTask).where(AnnotationTask.id == task.id)
-                            .values(state=RETURNED, decision=TASK_DELETED, updated_at=now))
+                            .values(state=RETURNED, decision=TASK_DELETED, ls_task_id=None, updated_at=now))
             reason = f"task {task.ls_task_id} was deleted on the server"
             session.execute(insert(ItemEvent.__table__), [_event(item.id, item.status, item.status, {
                 "task_deleted": task.ls_task_id, "project": task.ls_project_id, "purpose": task.purpose,
@@ -393,7 +408,7 @@ def mark_deleted(session: Session, tasks: list[Any], report: PullReport, resend:
             continue
         back = task.purpose == VERIFY and item.status == IN_REVIEW
         session.execute(_update(AnnotationTask).where(AnnotationTask.id == task.id)
-                        .values(state=DELETED, updated_at=now))
+                        .values(state=DELETED, ls_task_id=None, updated_at=now))
         if back:
             session.execute(_update(Item).where(Item.id == item.id).values(status=CHECKED, updated_at=now))
         session.execute(insert(ItemEvent.__table__), [_event(

@@ -140,15 +140,23 @@ def mark_requeued(store: Store, person: str, judged: list[Judged], set_aside: li
                     **({"adjudication_set_aside": aside} if aside else {})}}])
 
 
-def close_on_servers(servers: Servers, tasks: list[AnnotationTask]) -> int:
-    """Delete the set-aside adjudication TASKS on their servers (no one is to answer them any more); a server no
-    longer configured is left alone. Returns the tasks deleted."""
+def close_on_servers(store: Store, servers: Servers, tasks: list[AnnotationTask]) -> int:
+    """Delete the set-aside adjudication TASKS on their servers (no one is to answer them any more; the store lets
+    go of their ids, which the server may give to new tasks); a server no longer configured is left alone. Returns
+    the tasks deleted."""
     closed = 0
     for task in tasks:
         server = servers.for_url(task.server)
-        if server is not None and task.ls_task_id is not None:
-            server.delete_task(task.ls_task_id)
-            closed += 1
+        if server is None or task.ls_task_id is None:
+            continue
+        server.delete_task(task.ls_task_id)
+        with store.write() as session:
+            session.execute(update(AnnotationTask).where(AnnotationTask.id == task.id).values(ls_task_id=None))
+            session.execute(insert(ItemEvent.__table__), [{
+                "item_id": task.item_id, "stage": STAGE, "from_status": None, "to_status": None,
+                "created_at": utcnow(), "detail": {"task_deleted": task.ls_task_id, "project": task.ls_project_id,
+                                                   "purpose": task.purpose, "why": "set aside by requeue"}}])
+        closed += 1
     return closed
 
 
@@ -185,7 +193,7 @@ def requeue(workspace: Any, person: str, since: Optional[datetime] = None, by: O
         check_people_enough(store, settings, person, judged, set_aside)
         mark_requeued(store, person, judged, set_aside, by or lead_name())
         report.tasks = len(judged)
-        report.adjudications_closed = close_on_servers(servers, set_aside)
+        report.adjudications_closed = close_on_servers(store, servers, set_aside)
         by_kind = items_waiting(store, person)
         with store.session() as session:
             report.items = sorted(session.execute(select(Item.key).where(

@@ -66,6 +66,7 @@ def _link_tasks(session: Session, server_url: str, project_id: int, purpose: str
     ASSIGNEE the one person the tasks are for; MOVED the items an earlier link of theirs moved already."""
     now = utcnow()
     purposes = purposes or [purpose] * len(links)
+    free_reused_ids(session, server_url, project_id, [task_id for _, task_id in links])
     session.execute(insert(AnnotationTask.__table__), [
         {"item_id": item_id, "purpose": p, "server": server_url, "ls_project_id": project_id,
          "ls_task_id": task_id, "state": OPEN, "assignee": assignee, "pushed_at": now, "updated_at": now}
@@ -94,6 +95,25 @@ def _link_tasks(session: Session, server_url: str, project_id: int, purpose: str
         _event(item_id, from_status, to_status, {"pushed_to": purpose, "project": project_id, "task": task_id,
                                                  "server": server_url, "how": how})
         for item_id, task_id in links])
+
+def free_reused_ids(session: Session, server_url: str, project_id: int, task_ids: list[int]) -> None:
+    """The server just gave TASK_IDS to new tasks, so any task of the store that held one is gone from it (Label
+    Studio reuses a deleted task's id): a live one is marked deleted as pull would (`pull.mark_deleted`), and the
+    store lets go of the id."""
+    from cftools.annotate.pull import PullReport, mark_deleted
+
+    held = []
+    for part in in_chunks(task_ids):
+        held += session.execute(select(AnnotationTask).where(
+            AnnotationTask.server == server_url, AnnotationTask.ls_project_id == project_id,
+            AnnotationTask.ls_task_id.in_(part))).scalars().all()
+    live = [task for task in held if task.state not in GONE]
+    if live:
+        mark_deleted(session, live, PullReport())
+    gone = [task.id for task in held if task.state in GONE]
+    if gone:
+        session.execute(_update(AnnotationTask).where(AnnotationTask.id.in_(gone)).values(ls_task_id=None))
+
 
 def _flags_by_item(session: Session, item_ids: list[int]) -> dict[int, list[str]]:
     flags: dict[int, list[str]] = defaultdict(list)

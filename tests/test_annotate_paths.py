@@ -240,3 +240,53 @@ def mark_checked_new(store) -> None:
     with store.write() as session:
         for item in session.execute(select(Item).where(Item.status == "draft")).scalars():
             item.status = "checked"
+
+
+# ---------------------------------------------------------------- edit tasks
+
+
+def test_an_edited_image_that_cannot_be_served_is_refused_in_one_line_before_anything_is_pushed_or_embedded(
+        people_ws, people_servers, run_cli, request, tmp_path):
+    from test_edits import add_edit
+
+    make_items(run_cli, people_servers.media_root / f"{request.node.name}-{uuid.uuid4().hex[:6]}", 1)
+    with people_ws.store.write() as session:
+        item = session.execute(select(Item)).scalar_one()
+        item.status, item_id, key = "accepted", item.id, item.key
+    add_edit(people_ws.store, item_id, tmp_path / "outside-the-document-root")
+    before = store_rows(people_ws.store)
+    refused = run_cli("annotate", "push", "--kind", "cvqa", "--task", "edit", "--json")
+    assert refused.exit_code != 0 and store_rows(people_ws.store) == before
+    [line] = refused.output.strip().splitlines()
+    assert key in line and "edited image of candidate 1" in line and "document_root" in line
+    for person in people_servers.people:  # no task went to anyone
+        client = people_servers.client(person)
+        assert not [t for p in client.projects.list() if people_ws.section("label_studio")["project_prefix"] in p.title
+                    for t in client.tasks.list(project=p.id).items]
+    pushed = push(run_cli, "--kind", "cvqa", "--task", "edit", "--data-uri")
+    assert pushed["pushed"] == 2 and pushed["skipped_outside_root"] == 0
+    for task in live_tasks(people_ws.store, "edit"):
+        shown = people_servers.client(task.assignee).tasks.get(id=task.ls_task_id).data
+        assert shown["edited_image"].startswith("data:image/png;base64,")
+
+
+def test_an_edit_flag_is_waivable_like_any_other_and_then_its_candidate_goes_to_people(
+        people_ws, people_servers, run_cli, request, monkeypatch):
+    from cftools.imagegen.edit_checks import EDIT_IDENTICAL
+
+    [item_id] = edit_items(people_servers, people_ws.store, run_cli, request, 1)
+    with people_ws.store.write() as session:  # the embedded editor's candidates: every one flagged
+        item = session.get(Item, item_id)
+        data = dict(item.data)
+        data["edit_checks"] = [{"k": 1, "flags": [{"code": EDIT_IDENTICAL, "reason": "same bytes"}], "score": 0.9},
+                               {"k": 0, "flags": [{"code": EDIT_IDENTICAL, "reason": "same bytes"}], "score": 0.1}]
+        item.data, key = data, item.key
+    assert push(run_cli, "--kind", "cvqa", "--task", "edit")["pushed"] == 0
+    listed = json.loads(run_cli("flags", "list", key, "--json").output)
+    assert [(r["code"], r["waived"]) for r in listed] == [(EDIT_IDENTICAL, None)]
+    monkeypatch.setenv("CFTOOLS_USER", "reviewer")
+    waived = run_cli("flags", "waive", key, EDIT_IDENTICAL, "--reason", "the change is small but real", "--json")
+    assert waived.exit_code == 0, waived.output
+    assert json.loads(run_cli("flags", "list", key, "--json").output)[0]["waived"]["by"] == "reviewer"
+    assert push(run_cli, "--kind", "cvqa", "--task", "edit")["pushed"] == 2
+    assert {t.purpose for t in live_tasks(people_ws.store, "edit")} == {"edit:1"}  # the best-ranked candidate

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 from sqlalchemy import and_, insert, select
@@ -160,16 +161,19 @@ def _judgments_by_item(session: Session, item_ids: list[int]) -> dict[int, list[
     return found
 
 def _extra_images(session: Session, items: list[Item], images: ImageLinks) -> dict[int, dict[str, str]]:
-    """Per item: the further images its data names as `sha256:<hex>` (a MuCR pair), linked for Label Studio."""
+    """Per item: the further images its data names as `sha256:<hex>` (a MuCR pair, edit candidates), linked for
+    Label Studio; one that cannot be shown (its file missing, or outside the document root) is left out."""
     wanted = {item.id: data_image_shas(item.data or {}) for item in items}
     shas = sorted({sha for found in wanted.values() for sha in found})
     stored = {img.sha256: img for part in in_chunks(shas)
               for img in session.execute(select(Image).where(Image.sha256.in_(part))).scalars()}
     linked: dict[int, dict[str, str]] = {}
     for item_id, found in wanted.items():
-        links = {f"sha256:{sha}": images.link(stored[sha].path) for sha in found if sha in stored}
+        links = {f"sha256:{sha}": images.link(stored[sha].path) for sha in found
+                 if sha in stored and Path(stored[sha].path).is_file()}
         linked[item_id] = {ref: link for ref, link in links.items() if link}
     return linked
+
 
 def task_payloads(session: Session, items: list[Item], purpose: str, images: ImageLinks,
                   allow_missing_images: bool, report: PushReport,

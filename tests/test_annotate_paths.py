@@ -14,7 +14,7 @@ import pytest
 from fixtures_label_studio import (
     PeopleServers, PersonServer, found_ls_bin, launch_server, migrated_template, verify_result, wait_until_up,
 )
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from test_doctor import codes, doctor
 from test_annotate import make_items, mark_checked
@@ -290,3 +290,37 @@ def test_an_edit_flag_is_waivable_like_any_other_and_then_its_candidate_goes_to_
     assert json.loads(run_cli("flags", "list", key, "--json").output)[0]["waived"]["by"] == "reviewer"
     assert push(run_cli, "--kind", "cvqa", "--task", "edit")["pushed"] == 2
     assert {t.purpose for t in live_tasks(people_ws.store, "edit")} == {"edit:1"}  # the best-ranked candidate
+
+
+# ---------------------------------------------------------------- decided items, balanced loads
+
+
+def test_decided_items_leave_no_open_task_and_four_people_get_balanced_loads(five_people, workspace, monkeypatch,
+                                                                            run_cli, request):
+    dan = EXTRA[0][0]
+    ws = workspace_for(five_people, workspace, monkeypatch, (ANN1, ANN2, ADJ, dan))
+    try:
+        items_for(five_people, run_cli, request, 4)
+        with ws.store.write() as session:
+            first_two = session.execute(select(Item).order_by(Item.id).limit(2)).scalars().all()
+            for item in first_two:
+                item.status = "checked"
+        assert push(run_cli)["assigned"] == {ANN1: 1, ANN2: 1, ADJ: 1, dan: 1}
+        tasks = {t.assignee: t for ts in tasks_by_person(ws.store).values() for t in ts}
+        for people in ((ANN1, ADJ), (ANN2, dan)):  # one judge of each item, then the other, each time a pull
+            for person in people:
+                five_people.client(person).annotations.create(id=tasks[person].ls_task_id,
+                                                             result=verify_result("yes", "yes"))
+            pull(run_cli)
+        with ws.store.session() as session:
+            assert [i.status for i in session.execute(select(Item).order_by(Item.id).limit(2)).scalars()] == \
+                ["accepted", "accepted"]
+            still_open = session.execute(select(AnnotationTask.id).where(AnnotationTask.state == "open")).all()
+        assert still_open == []  # the judges whose judgment came first have no open task of a decided item
+        with ws.store.write() as session:  # as an earlier cftools left them: open tasks of decided items
+            session.execute(update(AnnotationTask).where(AnnotationTask.id.in_([tasks[ANN1].id, tasks[ADJ].id]))
+                            .values(state="open"))
+        mark_checked_new(ws.store)
+        assert push(run_cli)["assigned"] == {ANN1: 1, ANN2: 1, ADJ: 1, dan: 1}  # balanced: nobody's load is stale
+    finally:
+        ws.close()

@@ -299,6 +299,7 @@ def apply_decisions(session: Session, tasks: dict[int, Any], changed: set[int], 
             AnnotationTask.item_id.in_(part), AnnotationTask.purpose == ADJUDICATE,
             AnnotationTask.state == DECIDED)).scalars())
     writes = PendingWrites()
+    settled: dict[tuple[int, str], str] = {}  # (item, purpose) -> the decision its judgments made
     for task_id in ids:
         task, found = tasks[task_id], chosen.get(task_id, [])
         item = items[task.item_id]
@@ -314,6 +315,7 @@ def apply_decisions(session: Session, tasks: dict[int, Any], changed: set[int], 
         if len(found) >= ANNOTATIONS_PER_TASK:
             decision = (get_kind(kind).decide if kind else decide)(found[0].answer, found[1].answer)
             _set_item_decision(writes, item, decision, task, [pick.annotator for pick in found[:2]])
+            settled[(item.id, task.purpose)] = decision.status
             report.decisions[decision.status + (" (corrected)" if decision.corrected_answer else "")] += 1
         elif task.decision is not None:  # a judgment went away: the item is under review again
             now = utcnow()
@@ -321,6 +323,17 @@ def apply_decisions(session: Session, tasks: dict[int, Any], changed: set[int], 
             writes.items.append({"id": item.id, "status": IN_REVIEW, "updated_at": now})
             writes.events.append(_event(item.id, item.status, IN_REVIEW, {"reopened": "a judgment was withdrawn"}))
     writes.flush(session)
+    close_decided(session, settled)
+
+
+def close_decided(session: Session, settled: dict[tuple[int, str], str]) -> None:
+    """Once an item is decided, none of its tasks of that purpose stays open (each person's task of it is decided:
+    a sibling whose judgment came in an earlier pull would otherwise wait forever and count as load)."""
+    now = utcnow()
+    for (item_id, purpose), status in settled.items():
+        session.execute(_update(AnnotationTask).where(
+            AnnotationTask.item_id == item_id, AnnotationTask.purpose == purpose, AnnotationTask.state == OPEN)
+            .values(state=DECIDED, decision=status, updated_at=now))
 
 
 def merged(data: dict, update: dict) -> dict:
@@ -355,6 +368,8 @@ def apply_own_decisions(session: Session, tasks: dict[int, Any], ids: list[int],
         decision = (outcome.status or outcome.rule) if outcome.decided else None
         session.execute(_update(AnnotationTask).where(AnnotationTask.id == task_id)
                         .values(state=state, decision=decision, updated_at=now))
+        if outcome.decided:
+            close_decided(session, {(item.id, task.purpose): decision})
         if outcome.decided or outcome.status != before:
             report.decisions[f"{name}: {outcome.rule}"] += 1
             session.add(ItemEvent(item_id=item.id, stage=STAGE, from_status=before, to_status=item.status,

@@ -69,10 +69,12 @@ def judged_tasks(store: Store, person: str, since: Optional[datetime]) -> list[J
 
 def adjudications_to_set_aside(store: Store, item_ids: list[int]) -> list[AnnotationTask]:
     """The live adjudication tasks of these items: they settled a disagreement that no longer counts."""
+    found: list[AnnotationTask] = []
     with store.session() as session:
-        found = list(session.execute(select(AnnotationTask).where(
-            AnnotationTask.item_id.in_(item_ids), AnnotationTask.purpose == ADJUDICATE,
-            AnnotationTask.state.not_in(GONE))).scalars())
+        for part in in_chunks(item_ids):
+            found += session.execute(select(AnnotationTask).where(
+                AnnotationTask.item_id.in_(part), AnnotationTask.purpose == ADJUDICATE,
+                AnnotationTask.state.not_in(GONE))).scalars()
         session.expunge_all()
     return found
 

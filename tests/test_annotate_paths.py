@@ -157,7 +157,8 @@ def test_requeue_sends_the_items_to_people_who_never_had_them_and_closes_the_set
         [new_judge] = report["assigned"]
         assert new_judge not in {first.assignee, adjudication.assignee}
         client = five_people.client(adjudication.assignee)
-        assert adjudication.ls_task_id not in [t.id for t in client.tasks.list(project=adjudication.ls_project_id).items]
+        left = client.tasks.list(project=adjudication.ls_project_id).items
+        assert adjudication.ls_task_id not in [t.id for t in left]
         with ws.store.session() as session:
             states = dict(session.execute(select(AnnotationTask.id, AnnotationTask.state)).all())
         assert states[first.id] == "requeued" and states[adjudication.id] == "requeued"

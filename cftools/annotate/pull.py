@@ -21,7 +21,7 @@ from sqlmodel import Session
 from cftools.annotate.projects import ANNOTATIONS_PER_TASK, DECIDED, DELETED, GONE, OPEN, RETURNED, Progress, STAGE, _delete, _no_progress, _update, own_task, task_of
 from cftools.annotate.attribution import email_of, refusal
 from cftools.annotate.controls import MEASURING, record_outcomes, shown_purpose
-from cftools.annotate.task_import import PushReport, _event, _open_task_filter
+from cftools.annotate.task_import import PushReport, _event, _open_task_filter, forget_deleted
 from cftools.annotate.status import record_agreement
 from cftools.judgments import ADJUDICATE, VERIFY, Answer, Decision, InvalidResult, adjudicated, decide
 from cftools.annotate.rules import preload_agreement_library
@@ -30,7 +30,7 @@ from cftools.annotate.servers import Servers
 from cftools.annotate.authoring import AuthoringPull, pull_authoring
 from cftools.errors import CftoolsError
 from cftools.models import (
-    CHECKED, IN_REVIEW, NEEDS_ADJUDICATION, AnnotationTask, Item, ItemEvent, Judgment, utcnow,
+    IN_REVIEW, NEEDS_ADJUDICATION, AnnotationTask, Item, ItemEvent, Judgment, utcnow,
 )
 from cftools.kinds import all_kinds, get_kind
 from cftools.store import Store, in_chunks
@@ -421,16 +421,7 @@ def mark_deleted(session: Session, tasks: list[Any], report: PullReport, resend:
                                          "purpose": task.purpose, "item_status": item.status,
                                          "sent_back_to": task.assignee})
             continue
-        back = task.purpose == VERIFY and item.status == IN_REVIEW
-        session.execute(_update(AnnotationTask).where(AnnotationTask.id == task.id)
-                        .values(state=DELETED, ls_task_id=None, updated_at=now))
-        if back:
-            session.execute(_update(Item).where(Item.id == item.id).values(status=CHECKED, updated_at=now))
-        session.execute(insert(ItemEvent.__table__), [_event(
-            item.id, item.status, CHECKED if back else item.status,
-            {"task_deleted": task.ls_task_id, "project": task.ls_project_id, "purpose": task.purpose})])
-        report.deleted_tasks.append({"item": item.key, "project": task.ls_project_id, "task": task.ls_task_id,
-                                     "purpose": task.purpose, "item_status": CHECKED if back else item.status})
+        report.deleted_tasks.append(forget_deleted(session, task))
     return entries
 
 

@@ -97,20 +97,37 @@ def _link_tasks(session: Session, server_url: str, project_id: int, purpose: str
                                                  "server": server_url, "how": how})
         for item_id, task_id in links])
 
+def forget_deleted(session: Session, task: Any) -> dict[str, Any]:
+    """TASK is gone from its server: marked deleted, letting go of its id (Label Studio gives a deleted task's id to
+    a new task; the id stays in the item's history); its item, if under review, back to `checked`. Returns what a
+    report lists."""
+    now = utcnow()
+    item = session.get(Item, task.item_id)
+    back = task.purpose == VERIFY and item.status == IN_REVIEW
+    session.execute(_update(AnnotationTask).where(AnnotationTask.id == task.id)
+                    .values(state=DELETED, ls_task_id=None, updated_at=now))
+    if back:
+        session.execute(_update(Item).where(Item.id == item.id).values(status=CHECKED, updated_at=now))
+    session.execute(insert(ItemEvent.__table__), [_event(
+        item.id, item.status, CHECKED if back else item.status,
+        {"task_deleted": task.ls_task_id, "project": task.ls_project_id, "purpose": task.purpose})])
+    return {"item": item.key, "project": task.ls_project_id, "task": task.ls_task_id, "purpose": task.purpose,
+            "item_status": CHECKED if back else item.status}
+
+
 def free_reused_ids(session: Session, server_url: str, project_id: int, task_ids: list[int]) -> None:
     """The server just gave TASK_IDS to new tasks, so any task of the store that held one is gone from it (Label
-    Studio reuses a deleted task's id): a live one is marked deleted as pull would (`pull.mark_deleted`), and the
-    store lets go of the id."""
-    from cftools.annotate.pull import PullReport, mark_deleted
-
+    Studio reuses a deleted task's id): a live one is forgotten as pull forgets a deleted task, and the store lets
+    go of the id."""
     held = []
     for part in in_chunks(task_ids):
-        held += session.execute(select(AnnotationTask).where(
-            AnnotationTask.server == server_url, AnnotationTask.ls_project_id == project_id,
-            AnnotationTask.ls_task_id.in_(part))).scalars().all()
-    live = [task for task in held if task.state not in GONE]
-    if live:
-        mark_deleted(session, live, PullReport())
+        held += session.execute(select(AnnotationTask.id, AnnotationTask.item_id, AnnotationTask.purpose,
+                                       AnnotationTask.ls_project_id, AnnotationTask.ls_task_id, AnnotationTask.state)
+                                .where(AnnotationTask.server == server_url, AnnotationTask.ls_project_id == project_id,
+                                       AnnotationTask.ls_task_id.in_(part))).all()
+    for task in held:
+        if task.state not in GONE:
+            forget_deleted(session, task)
     gone = [task.id for task in held if task.state in GONE]
     if gone:
         session.execute(_update(AnnotationTask).where(AnnotationTask.id.in_(gone)).values(ls_task_id=None))

@@ -2,7 +2,8 @@
 `annotate requeue`, deleted tasks of every purpose sent back (and the task ids Label Studio reuses after a deletion),
 edit tasks that never go out without their image, waivable edit flags, and decided items that leave no open task.
 
-Real servers: `people_servers` (ann1, ann2 and adj, each the only user of their own Label Studio)."""
+Real servers: `people_servers` (ann1, ann2 and adj, each the only user of their own Label Studio) and, where four or
+five people are needed, two more started here the same way (dan, eve)."""
 
 from __future__ import annotations
 

@@ -281,13 +281,6 @@ class LabelStudioServer:
         self._http_lock = threading.Lock()  # export workers may ask for the client at once
         self._build_slots = threading.Semaphore(max(1, pull_workers - 1))  # snapshots the server builds at once
 
-    @classmethod
-    def from_settings(cls, settings: ServerSettings) -> "LabelStudioServer":
-        if not settings.configured:
-            raise LabelStudioError(settings.how_to_configure())
-        return cls(settings.url, settings.token, settings.token_env, settings.timeout, settings.retries,
-                   settings.pull_workers, settings.export_chunk)
-
     # ------------------------------------------------------------------ errors
 
     @contextlib.contextmanager

@@ -214,6 +214,25 @@ def test_a_deleted_edit_task_comes_back_to_its_person_and_its_reused_id_does_not
     assert code == 0 and found["problems"] == []
 
 
+def test_a_deleted_adjudication_task_comes_back_to_its_adjudicator(people_ws, people_servers, run_cli, request):
+    items_for(people_servers, run_cli, request, 1)
+    mark_checked(people_ws.store)
+    push(run_cli)
+    first, second = sorted((t for ts in tasks_by_person(people_ws.store).values() for t in ts), key=lambda t: t.id)
+    people_servers.client(first.assignee).annotations.create(id=first.ls_task_id, result=verify_result("yes", "yes"))
+    people_servers.client(second.assignee).annotations.create(id=second.ls_task_id, result=verify_result("no", "no"))
+    pull(run_cli)
+    push(run_cli, "--adjudicate")
+    [deleted] = live_tasks(people_ws.store, "adjudicate")
+    people_servers.client(deleted.assignee).tasks.delete(id=deleted.ls_task_id)
+    report = pull(run_cli)
+    assert [d.get("sent_back_to") for d in report["deleted_tasks"]] == [deleted.assignee]
+    [again] = live_tasks(people_ws.store, "adjudicate")
+    assert again.id != deleted.id and again.assignee == deleted.assignee
+    people_servers.client(again.assignee).annotations.create(id=again.ls_task_id, result=ADJUDICATE_REJECT)
+    assert pull(run_cli)["decisions"] == {"adjudicated rejected": 1}
+
+
 def test_a_task_deleted_on_a_server_before_any_pull_gives_way_to_the_new_task_that_reuses_its_id(
         people_ws, people_servers, run_cli, request):
     items_for(people_servers, run_cli, request, 2)

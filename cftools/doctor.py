@@ -3,9 +3,9 @@
 Checks: the store's integrity (SQLite's full integrity check, on the file, before it is opened); image files
 missing or changed since they were registered; generated image files no row points to; items and tasks stuck in an
 intermediate state (an item under review with no open task, a task without a server id); work claims held by dead
-workers; export temporaries a killed export left; tasks the store believes pushed that the Label Studio server no
-longer holds (when one is configured); releases of every format that no longer verify, or whose manifest is not
-the one the store recorded at export.
+workers; export temporaries a killed export left; live tasks the store believes pushed that their Label Studio
+server (the shared one or a person's own) no longer holds (when servers are configured); releases of every format
+that no longer verify, or whose manifest is not the one the store recorded at export.
 
 Repairs (only with `repair=True`, each listed): stuck items go back to the status they can be picked up from,
 dead claims are freed, generated image files no row points to removed, dead tasks forgotten (their items back to
@@ -146,10 +146,12 @@ def check_stuck_items(workspace: Workspace, report: DoctorReport, repair: bool) 
     from cftools.annotate.status import items_without_open_task
 
     store = workspace.store
+    from cftools.annotate.projects import GONE
+
     stuck = items_without_open_task(store)
-    with store.session() as session:
+    with store.session() as session:  # a task gone from its server has let go of its id
         no_id = session.execute(select(AnnotationTask.id, AnnotationTask.item_id).where(
-            AnnotationTask.state != DELETED, AnnotationTask.ls_task_id.is_(None))).all()
+            AnnotationTask.state.not_in(GONE), AnnotationTask.ls_task_id.is_(None))).all()
     for task_id, item_id in no_id:
         finding = report.add("task_without_id", f"annotation task {task_id} (item {item_id}) has no server task id",
                              task=task_id, item=item_id)
@@ -268,44 +270,63 @@ def stale_release_folders(workspace: Workspace, parents: set[Path]) -> list[Path
 
 
 def check_tasks_on_server(workspace: Workspace, report: DoctorReport, repair: bool) -> None:
-    """Tasks the store holds open that the configured server confirms are gone."""
-    from cftools.annotate.pull import PullReport, mark_deleted
-    from cftools.annotate.label_studio import LabelStudioServer, server_settings
+    """Live tasks the store holds that their server (the shared one or a person's own) confirms are gone."""
+    from cftools.annotate.label_studio import server_settings
+    from cftools.annotate.servers import Servers
 
     settings = server_settings(workspace)
     if not settings.configured:
         return
-    server = LabelStudioServer.from_settings(settings)
-    store = workspace.store
+    by_project = live_tasks_by_project(workspace)
+    report.checked["annotation_tasks"] = sum(len(tasks) for tasks in by_project.values())
+    servers = Servers(settings)
     try:
-        with store.session() as session:
-            tasks = session.execute(select(AnnotationTask).where(
-                AnnotationTask.server == server.url, AnnotationTask.state != DELETED,
-                AnnotationTask.ls_task_id.is_not(None))).scalars().all()
-        by_project: dict[int, list[AnnotationTask]] = {}
-        for task in tasks:
-            by_project.setdefault(task.ls_project_id, []).append(task)
-        report.checked["annotation_tasks"] = len(tasks)
-        for project_id, project_tasks in sorted(by_project.items()):
+        for (url, project_id), project_tasks in sorted(by_project.items()):
+            server = servers.for_url(url)
+            if server is None:
+                report.add("label_studio_not_configured", f"{len(project_tasks)} task(s) of project {project_id} "
+                           f"live on {url}, which cftools.toml no longer names", server=url, project=project_id)
+                continue
             try:
                 gone = set(server.tasks_gone(project_id, [t.ls_task_id for t in project_tasks]))
             except CftoolsError as exc:
-                report.add("label_studio_unreachable", f"cannot list project {project_id}: {exc}",
-                           project=project_id)
+                report.add("label_studio_unreachable", f"cannot list project {project_id} on {url}: {exc}",
+                           server=url, project=project_id)
                 continue
-            dead = [t for t in project_tasks if t.ls_task_id in gone]
-            findings = [report.add("task_missing_on_server",
-                                   f"task {t.ls_task_id} of project {project_id} (item {t.item_id}) is recorded "
-                                   f"as pushed but the server does not hold it",
-                                   project=project_id, task=t.ls_task_id, item=t.item_id) for t in dead]
-            if repair and dead:
-                with store.write() as session:
-                    mark_deleted(session, dead, PullReport())
-                for task, finding in zip(dead, findings):
-                    report.repaired(finding, f"task {task.ls_task_id} of project {project_id}: forgotten "
-                                             f"(item {task.item_id} back to {CHECKED} if it was in review)")
+            forget_dead_tasks(workspace, report, repair, url, project_id,
+                              [t for t in project_tasks if t.ls_task_id in gone])
     finally:
-        server.close()
+        servers.close()
+
+
+def live_tasks_by_project(workspace: Workspace) -> dict[tuple[str, int], list[AnnotationTask]]:
+    """(server, project) -> the tasks there that still take judgments (not deleted, returned or requeued)."""
+    from cftools.annotate.projects import GONE
+
+    with workspace.store.session() as session:
+        tasks = session.execute(select(AnnotationTask).where(
+            AnnotationTask.state.not_in(GONE), AnnotationTask.ls_task_id.is_not(None))).scalars().all()
+        session.expunge_all()
+    by_project: dict[tuple[str, int], list[AnnotationTask]] = {}
+    for task in tasks:
+        by_project.setdefault((task.server, task.ls_project_id), []).append(task)
+    return by_project
+
+
+def forget_dead_tasks(workspace: Workspace, report: DoctorReport, repair: bool, url: str, project_id: int,
+                      dead: list[AnnotationTask]) -> None:
+    from cftools.annotate.pull import PullReport, mark_deleted
+
+    findings = [report.add("task_missing_on_server",
+                           f"task {t.ls_task_id} of project {project_id} on {url} (item {t.item_id}) is recorded "
+                           f"as pushed but the server does not hold it",
+                           server=url, project=project_id, task=t.ls_task_id, item=t.item_id) for t in dead]
+    if repair and dead:
+        with workspace.store.write() as session:
+            mark_deleted(session, dead, PullReport())
+        for task, finding in zip(dead, findings):
+            report.repaired(finding, f"task {task.ls_task_id} of project {project_id} on {url}: forgotten "
+                                     f"(item {task.item_id} back to {CHECKED} if it was in review)")
 
 
 def diagnose(workspace: Workspace, repair: bool = False, server: Optional[bool] = None) -> DoctorReport:

@@ -1,7 +1,9 @@
 """A person overrules an automatic check: `cftools flags waive ITEM CODE --reason TEXT` (and `list`, `undo`).
 
-A waiver is kept in the item's data (`data.waived_flags[CODE]` = who, when, why) and each waive or undo is an
-event in the item's history (stage `flags`). The flag itself stays stored and released (with its waiver); a
+Flags are the checks' (stored rows) and those the edit checks gave an item's edit candidates (`data.edit_checks`;
+a waived edit flag no longer keeps its candidate from people). A waiver is kept in the item's data
+(`data.waived_flags[CODE]` = who, when, why) and each waive or undo is an event in the item's history (stage
+`flags`). The flag itself stays stored and released (with its waiver); a
 waived flag no longer blocks the item: the next `cftools check` moves it on as if the flag were not there. Who:
 `CFTOOLS_USER`, else `[user] name` in cftools.toml, else the operating system's user name.
 """
@@ -46,8 +48,20 @@ def _item(session: Any, ref: str) -> Item:
     return found[0]
 
 
-def _flag_codes(session: Any, item_id: int) -> dict[str, str]:
-    return dict(session.execute(select(CheckFlag.code, CheckFlag.reason).where(CheckFlag.item_id == item_id)).all())
+def edit_flags(data: Optional[dict[str, Any]]) -> dict[str, str]:
+    """Code -> reason of the flags the edit checks gave the item's edit candidates (`data.edit_checks`), each
+    reason naming its candidates."""
+    found: dict[str, list[str]] = {}
+    for check in (data or {}).get("edit_checks") or []:
+        for flag in check.get("flags") or []:
+            found.setdefault(str(flag.get("code")), []).append(f"candidate {check.get('k')}: {flag.get('reason')}")
+    return {code: "; ".join(reasons) for code, reasons in found.items()}
+
+
+def _flag_codes(session: Any, item: Item) -> dict[str, str]:
+    """Code -> reason of every flag of ITEM: the checks' (stored rows) and its edit candidates'."""
+    return {**edit_flags(item.data), **dict(session.execute(
+        select(CheckFlag.code, CheckFlag.reason).where(CheckFlag.item_id == item.id)).all())}
 
 
 def waive(store: Store, ref: str, code: str, reason: str, who: str) -> dict[str, Any]:
@@ -56,7 +70,7 @@ def waive(store: Store, ref: str, code: str, reason: str, who: str) -> dict[str,
         raise CftoolsError("a waiver needs a reason: --reason TEXT")
     with store.write() as session:
         item = _item(session, ref)
-        flags = _flag_codes(session, item.id)
+        flags = _flag_codes(session, item)
         if code not in flags:
             raise CftoolsError(f"item {item.key} has no flag {code!r}"
                                + (f" (its flags: {', '.join(sorted(flags))})" if flags else " (it has no flags)"))
@@ -99,9 +113,14 @@ def list_flags(store: Store, ref: Optional[str] = None) -> list[dict[str, Any]]:
     """Every stored check flag (of item REF only, when given) with its waiver, if any."""
     with store.session() as session:
         query = (select(Item.key, Item.status, Item.data, CheckFlag.code, CheckFlag.reason)
-                 .join(CheckFlag, CheckFlag.item_id == Item.id).order_by(Item.key, CheckFlag.code))
+                 .join(CheckFlag, CheckFlag.item_id == Item.id))
+        edited = select(Item.key, Item.status, Item.data).where(Item.data.is_not(None))
         if ref is not None:
-            query = query.where(Item.id == _item(session, ref).id)
-        return [{"item": key, "status": status, "code": code, "reason": reason,
-                 "waived": ((data or {}).get(WAIVED) or {}).get(code)}
-                for key, status, data, code, reason in session.execute(query)]
+            one = _item(session, ref).id
+            query, edited = query.where(Item.id == one), edited.where(Item.id == one)
+        rows = list(session.execute(query))
+        rows += [(key, status, data, code, reason) for key, status, data in session.execute(edited)
+                 for code, reason in edit_flags(data).items()]
+    return [{"item": key, "status": status, "code": code, "reason": reason,
+             "waived": ((data or {}).get(WAIVED) or {}).get(code)}
+            for key, status, data, code, reason in sorted(rows, key=lambda row: (row[0], row[3]))]

@@ -18,7 +18,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from sqlalchemy import func, select
+from sqlalchemy import and_, func, not_, or_, select
 
 from cftools.annotate.label_studio import LabelStudioServer, ServerSettings
 from cftools.annotate.projects import (
@@ -57,11 +57,14 @@ def choose_people(annotators: tuple[str, ...], load: Counter, n: int, exclude: s
 
 
 def current_load(store: Store) -> Counter:
-    """Live (not decided, deleted or returned) tasks per assignee."""
+    """Live tasks per assignee: open, and of an item that still waits on them (a verification of an item not yet
+    decided, an adjudication of one that needs it; a kind's own task, a control or an audit while open)."""
+    settled = or_(and_(AnnotationTask.purpose == VERIFY, Item.status.not_in([CHECKED, IN_REVIEW])),
+                  and_(AnnotationTask.purpose == ADJUDICATE, Item.status != NEEDS_ADJUDICATION))
     with store.session() as session:
         return Counter(dict(session.execute(
-            select(AnnotationTask.assignee, func.count()).where(
-                AnnotationTask.assignee.is_not(None), AnnotationTask.state == OPEN)
+            select(AnnotationTask.assignee, func.count()).join(Item, Item.id == AnnotationTask.item_id).where(
+                AnnotationTask.assignee.is_not(None), AnnotationTask.state == OPEN, not_(settled))
             .group_by(AnnotationTask.assignee)).all()))
 
 

@@ -7,8 +7,10 @@ person answers: (i) does the edited image show the condition, (ii) is anything e
 original question about the edited image, in the kind's answer form (C-VQA: free text; CFMM: one of the pair's
 options). The counterfactual answer is not shown: each person's answer is their own reading of the image.
 
-Only a checked candidate goes to people: the best-ranked candidate without an `edit_*` flag that people have not
-rejected (`edit_units`). Two people decide it (`decide_edit`):
+Only a checked candidate goes to people: the best-ranked candidate without an `edit_*` flag (or whose flags a person
+waived) that people have not rejected (`edit_units`). A task whose original or edited image cannot be shown (its file
+missing or outside the document root, without `--data-uri`) is refused before anything is pushed. Two people decide
+it (`decide_edit`):
 
 - both say it shows the condition, nothing else changed, and give the same answer (compared as the kind compares
   answers: C-VQA's normal form, CFMM's exact option) -> accepted: `data.edit_selected` = k (what the release
@@ -27,6 +29,8 @@ from __future__ import annotations
 from typing import Any, Callable, Optional, Sequence
 
 from cftools.answers import normalize_answer
+from cftools.errors import CftoolsError
+from cftools.flags import waived_codes
 from cftools.judgments import NO, YES, Answer, InvalidResult
 from cftools.kinds.base import TaskOutcome, TaskSpec
 from cftools.models import ACCEPTED, CHECKED, IN_REVIEW, NEEDS_ADJUDICATION
@@ -46,15 +50,16 @@ def edit_spec(kind: str) -> TaskSpec:
 
 
 def edit_units(data: dict[str, Any]) -> list[str]:
-    """The candidate people are to verify: the best-ranked one without an edit_* flag that people have not rejected;
-    none once an edit is accepted."""
+    """The candidate people are to verify: the best-ranked one without an edit_* flag (but those a person waived,
+    `cftools flags waive`) that people have not rejected; none once an edit is accepted."""
     if data.get("edit_selected") is not None:
         return []
     candidates = data.get("edit_candidates") or {}
     verdicts = data.get("edit_verification") or {}
+    waived = waived_codes(data)
     for check in data.get("edit_checks") or []:
         k = str(check.get("k"))
-        if k not in candidates or check.get("flags"):
+        if k not in candidates or any(flag.get("code") not in waived for flag in check.get("flags") or []):
             continue
         if (verdicts.get(k) or {}).get("decision") == REJECTED_EDIT:
             continue
@@ -70,12 +75,29 @@ def edit_payload(unit: str, item: Any, original_question: str, image_value: str,
     data = item.data or {}
     candidate = (data.get("edit_candidates") or {}).get(unit) or {}
     edit = data.get("edit") or {}
-    payload = {"image": image_value, "edited_image": extra_images.get(str(candidate.get("image")), ""),
+    if not image_value:
+        raise CftoolsError(unshowable(item, "original image", "its file is outside [label_studio] document_root"))
+    payload = {"image": image_value, "edited_image": edited_image(item, unit, candidate, extra_images),
                "condition": str(edit.get("condition") or ""), "instruction": str(edit.get("instruction") or ""),
                "question": original_question, "edit_candidate": unit}
     if answer_choices is not None:
         payload["answer_choices"] = [{"value": str(v)} for v in answer_choices]
     return payload
+
+
+def edited_image(item: Any, unit: str, candidate: dict[str, Any], extra_images: dict[str, str]) -> str:
+    """How the task shows candidate UNIT's image; one that cannot be shown is refused (a task with an empty image
+    asks people to judge nothing)."""
+    ref = str(candidate.get("image") or "")
+    if not extra_images.get(ref):
+        raise CftoolsError(unshowable(item, f"edited image of candidate {unit} ({ref or 'none recorded'})",
+                                      "its file is missing or outside [label_studio] document_root"))
+    return extra_images[ref]
+
+
+def unshowable(item: Any, what: str, why: str) -> str:
+    return (f"item {item.key}: the {what} cannot be shown in Label Studio: {why} (move it under the document root, "
+            "or embed it: push --data-uri); nothing was pushed")
 
 
 # ---------------------------------------------------------------- reading a judgment

@@ -284,13 +284,6 @@ class LabelStudioServer:
         # The person the last separation check proved this server's only user (cftools.annotate.separation)
         self.alone_for: Optional[str] = None
 
-    @classmethod
-    def from_settings(cls, settings: ServerSettings) -> "LabelStudioServer":
-        if not settings.configured:
-            raise LabelStudioError(settings.how_to_configure())
-        return cls(settings.url, settings.token, settings.token_env, settings.timeout, settings.retries,
-                   settings.pull_workers, settings.export_chunk)
-
     # ------------------------------------------------------------------ errors
 
     @contextlib.contextmanager
@@ -454,6 +447,11 @@ class LabelStudioServer:
     def set_task_overlap(self, task_id: int, overlap: int) -> None:
         """Ask OVERLAP annotators in all for one task (a tiebreak: the server hands it to one more person)."""
         self._call(f"raising the overlap of task {task_id}", lambda: self.client.tasks.update(id=task_id, overlap=overlap))
+
+    def delete_task(self, task_id: int) -> None:
+        """Delete one task (a task already gone is fine)."""
+        with self.errors(f"deleting task {task_id}"):
+            self._delete(f"/api/tasks/{task_id}/")
 
     def task_count(self, project_id: int) -> int:
         return self._call(f"reading project {project_id}",

@@ -21,7 +21,7 @@ from sqlmodel import Session
 from cftools.annotate.projects import ANNOTATIONS_PER_TASK, DECIDED, DELETED, GONE, OPEN, RETURNED, Progress, STAGE, _delete, _no_progress, _update, own_task, task_of
 from cftools.annotate.attribution import email_of, refusal
 from cftools.annotate.controls import MEASURING, record_outcomes, shown_purpose
-from cftools.annotate.task_import import PushReport, _event, _open_task_filter
+from cftools.annotate.task_import import PushReport, _event, _open_task_filter, forget_deleted
 from cftools.annotate.status import record_agreement
 from cftools.judgments import ADJUDICATE, VERIFY, Answer, Decision, InvalidResult, adjudicated, decide
 from cftools.annotate.rules import preload_agreement_library
@@ -31,7 +31,7 @@ from cftools.annotate.servers import Servers
 from cftools.annotate.authoring import AuthoringPull, pull_authoring
 from cftools.errors import CftoolsError
 from cftools.models import (
-    CHECKED, IN_REVIEW, AnnotationTask, Item, ItemEvent, Judgment, utcnow,
+    IN_REVIEW, NEEDS_ADJUDICATION, AnnotationTask, Item, ItemEvent, Judgment, utcnow,
 )
 from cftools.kinds import all_kinds, get_kind
 from cftools.store import Store, in_chunks
@@ -302,6 +302,7 @@ def apply_decisions(session: Session, tasks: dict[int, Any], changed: set[int], 
             AnnotationTask.item_id.in_(part), AnnotationTask.purpose == ADJUDICATE,
             AnnotationTask.state == DECIDED)).scalars())
     writes = PendingWrites()
+    settled: dict[tuple[int, str], str] = {}  # (item, purpose) -> the decision its judgments made
     for task_id in ids:
         task, found = tasks[task_id], chosen.get(task_id, [])
         item = items[task.item_id]
@@ -317,6 +318,7 @@ def apply_decisions(session: Session, tasks: dict[int, Any], changed: set[int], 
         if len(found) >= ANNOTATIONS_PER_TASK:
             decision = (get_kind(kind).decide if kind else decide)(found[0].answer, found[1].answer)
             _set_item_decision(writes, item, decision, task, [pick.annotator for pick in found[:2]])
+            settled[(item.id, task.purpose)] = decision.status
             report.decisions[decision.status + (" (corrected)" if decision.corrected_answer else "")] += 1
         elif task.decision is not None:  # a judgment went away: the item is under review again
             now = utcnow()
@@ -324,6 +326,17 @@ def apply_decisions(session: Session, tasks: dict[int, Any], changed: set[int], 
             writes.items.append({"id": item.id, "status": IN_REVIEW, "updated_at": now})
             writes.events.append(_event(item.id, item.status, IN_REVIEW, {"reopened": "a judgment was withdrawn"}))
     writes.flush(session)
+    close_decided(session, settled)
+
+
+def close_decided(session: Session, settled: dict[tuple[int, str], str]) -> None:
+    """Once an item is decided, none of its tasks of that purpose stays open (each person's task of it is decided:
+    a sibling whose judgment came in an earlier pull would otherwise wait forever and count as load)."""
+    now = utcnow()
+    for (item_id, purpose), status in settled.items():
+        session.execute(_update(AnnotationTask).where(
+            AnnotationTask.item_id == item_id, AnnotationTask.purpose == purpose, AnnotationTask.state == OPEN)
+            .values(state=DECIDED, decision=status, updated_at=now))
 
 
 def merged(data: dict, update: dict) -> dict:
@@ -358,6 +371,8 @@ def apply_own_decisions(session: Session, tasks: dict[int, Any], ids: list[int],
         decision = (outcome.status or outcome.rule) if outcome.decided else None
         session.execute(_update(AnnotationTask).where(AnnotationTask.id == task_id)
                         .values(state=state, decision=decision, updated_at=now))
+        if outcome.decided:
+            close_decided(session, {(item.id, task.purpose): decision})
         if outcome.decided or outcome.status != before:
             report.decisions[f"{name}: {outcome.rule}"] += 1
             session.add(ItemEvent(item_id=item.id, stage=STAGE, from_status=before, to_status=item.status,
@@ -373,17 +388,32 @@ def apply_own_decisions(session: Session, tasks: dict[int, Any], ids: list[int],
                 report.items_made += 1
 
 
+def still_wanted(task: Any, item: Item) -> bool:
+    """Whether TASK's item still waits on a task of its purpose (a deleted one then goes back to its person): a
+    verification while the item is under review, an adjudication while it needs one, a kind's own task while the
+    item is in one of its statuses, a control or an audit always (it measures its person)."""
+    if task.purpose == VERIFY:
+        return item.status == IN_REVIEW
+    if task.purpose == ADJUDICATE:
+        return item.status == NEEDS_ADJUDICATION
+    if task.purpose in MEASURING:
+        return True
+    spec = own_task(item.kind, task.purpose)
+    return spec is not None and (item.status in spec.statuses or item.status == spec.to_status)
+
+
 def mark_deleted(session: Session, tasks: list[Any], report: PullReport, resend: bool = False) -> list[dict]:
     """Tasks gone from the server: marked deleted; items still under review go back to `checked`. With RESEND, an
-    assigned task not yet decided is instead returned (a new task goes to its assignee, saying why: see
-    `send_back`); the entries to send are returned."""
+    assigned task of any purpose that its item still waits on is instead returned (a new task goes to its assignee,
+    saying why: see `send_back`); the entries to send are returned. The server may give a deleted task's id to a
+    new task: the store lets go of it (the id stays in the item's history)."""
     now = utcnow()
     entries = []
     for task in tasks:
         item = session.get(Item, task.item_id)
-        if resend and task.assignee and getattr(task, "state", OPEN) == OPEN and item.status == IN_REVIEW:
+        if resend and task.assignee and getattr(task, "state", OPEN) == OPEN and still_wanted(task, item):
             session.execute(_update(AnnotationTask).where(AnnotationTask.id == task.id)
-                            .values(state=RETURNED, decision=TASK_DELETED, updated_at=now))
+                            .values(state=RETURNED, decision=TASK_DELETED, ls_task_id=None, updated_at=now))
             reason = f"task {task.ls_task_id} was deleted on the server"
             session.execute(insert(ItemEvent.__table__), [_event(item.id, item.status, item.status, {
                 "task_deleted": task.ls_task_id, "project": task.ls_project_id, "purpose": task.purpose,
@@ -394,16 +424,7 @@ def mark_deleted(session: Session, tasks: list[Any], report: PullReport, resend:
                                          "purpose": task.purpose, "item_status": item.status,
                                          "sent_back_to": task.assignee})
             continue
-        back = task.purpose == VERIFY and item.status == IN_REVIEW
-        session.execute(_update(AnnotationTask).where(AnnotationTask.id == task.id)
-                        .values(state=DELETED, updated_at=now))
-        if back:
-            session.execute(_update(Item).where(Item.id == item.id).values(status=CHECKED, updated_at=now))
-        session.execute(insert(ItemEvent.__table__), [_event(
-            item.id, item.status, CHECKED if back else item.status,
-            {"task_deleted": task.ls_task_id, "project": task.ls_project_id, "purpose": task.purpose})])
-        report.deleted_tasks.append({"item": item.key, "project": task.ls_project_id, "task": task.ls_task_id,
-                                     "purpose": task.purpose, "item_status": CHECKED if back else item.status})
+        report.deleted_tasks.append(forget_deleted(session, task))
     return entries
 
 

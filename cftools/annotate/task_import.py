@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 from sqlalchemy import and_, insert, select
@@ -67,6 +68,7 @@ def _link_tasks(session: Session, server_url: str, project_id: int, purpose: str
     ASSIGNEE the one person the tasks are for; MOVED the items an earlier link of theirs moved already."""
     now = utcnow()
     purposes = purposes or [purpose] * len(links)
+    free_reused_ids(session, server_url, project_id, [task_id for _, task_id in links])
     session.execute(insert(AnnotationTask.__table__), [
         {"item_id": item_id, "purpose": p, "server": server_url, "ls_project_id": project_id,
          "ls_task_id": task_id, "state": OPEN, "assignee": assignee, "pushed_at": now, "updated_at": now}
@@ -95,6 +97,42 @@ def _link_tasks(session: Session, server_url: str, project_id: int, purpose: str
         _event(item_id, from_status, to_status, {"pushed_to": purpose, "project": project_id, "task": task_id,
                                                  "server": server_url, "how": how})
         for item_id, task_id in links])
+
+def forget_deleted(session: Session, task: Any) -> dict[str, Any]:
+    """TASK is gone from its server: marked deleted, letting go of its id (Label Studio gives a deleted task's id to
+    a new task; the id stays in the item's history); its item, if under review, back to `checked`. Returns what a
+    report lists."""
+    now = utcnow()
+    item = session.get(Item, task.item_id)
+    back = task.purpose == VERIFY and item.status == IN_REVIEW
+    session.execute(_update(AnnotationTask).where(AnnotationTask.id == task.id)
+                    .values(state=DELETED, ls_task_id=None, updated_at=now))
+    if back:
+        session.execute(_update(Item).where(Item.id == item.id).values(status=CHECKED, updated_at=now))
+    session.execute(insert(ItemEvent.__table__), [_event(
+        item.id, item.status, CHECKED if back else item.status,
+        {"task_deleted": task.ls_task_id, "project": task.ls_project_id, "purpose": task.purpose})])
+    return {"item": item.key, "project": task.ls_project_id, "task": task.ls_task_id, "purpose": task.purpose,
+            "item_status": CHECKED if back else item.status}
+
+
+def free_reused_ids(session: Session, server_url: str, project_id: int, task_ids: list[int]) -> None:
+    """The server just gave TASK_IDS to new tasks, so any task of the store that held one is gone from it (Label
+    Studio reuses a deleted task's id): a live one is forgotten as pull forgets a deleted task, and the store lets
+    go of the id."""
+    held = []
+    for part in in_chunks(task_ids):
+        held += session.execute(select(AnnotationTask.id, AnnotationTask.item_id, AnnotationTask.purpose,
+                                       AnnotationTask.ls_project_id, AnnotationTask.ls_task_id, AnnotationTask.state)
+                                .where(AnnotationTask.server == server_url, AnnotationTask.ls_project_id == project_id,
+                                       AnnotationTask.ls_task_id.in_(part))).all()
+    for task in held:
+        if task.state not in GONE:
+            forget_deleted(session, task)
+    gone = [task.id for task in held if task.state in GONE]
+    if gone:
+        session.execute(_update(AnnotationTask).where(AnnotationTask.id.in_(gone)).values(ls_task_id=None))
+
 
 def _flags_by_item(session: Session, item_ids: list[int]) -> dict[int, list[str]]:
     flags: dict[int, list[str]] = defaultdict(list)
@@ -143,16 +181,19 @@ def _judgments_by_item(session: Session, item_ids: list[int]) -> dict[int, list[
     return found
 
 def _extra_images(session: Session, items: list[Item], images: ImageLinks) -> dict[int, dict[str, str]]:
-    """Per item: the further images its data names as `sha256:<hex>` (a MuCR pair), linked for Label Studio."""
+    """Per item: the further images its data names as `sha256:<hex>` (a MuCR pair, edit candidates), linked for
+    Label Studio; one that cannot be shown (its file missing, or outside the document root) is left out."""
     wanted = {item.id: data_image_shas(item.data or {}) for item in items}
     shas = sorted({sha for found in wanted.values() for sha in found})
     stored = {img.sha256: img for part in in_chunks(shas)
               for img in session.execute(select(Image).where(Image.sha256.in_(part))).scalars()}
     linked: dict[int, dict[str, str]] = {}
     for item_id, found in wanted.items():
-        links = {f"sha256:{sha}": images.link(stored[sha].path) for sha in found if sha in stored}
+        links = {f"sha256:{sha}": images.link(stored[sha].path) for sha in found
+                 if sha in stored and Path(stored[sha].path).is_file()}
         linked[item_id] = {ref: link for ref, link in links.items() if link}
     return linked
+
 
 def task_payloads(session: Session, items: list[Item], purpose: str, images: ImageLinks,
                   allow_missing_images: bool, report: PushReport,

@@ -72,7 +72,7 @@ def _date(value: Optional[datetime]) -> Optional[datetime]:
 @pass_workspace
 def requeue_cmd(workspace: Workspace, person: str, since: Optional[datetime], as_json: bool) -> None:
     """Send the items PERSON judged (since DATE) to other people as new verification tasks; their judgments stay on
-    record but no longer count, and each item's history says so."""
+    record but no longer count, and each item's history says so. All or nothing: too few people changes nothing."""
     from cftools.annotate.requeue import requeue
 
     report = requeue(workspace, person, _date(since))
@@ -80,7 +80,9 @@ def requeue_cmd(workspace: Workspace, person: str, since: Optional[datetime], as
         print_json(report.as_dict())
         return
     console.print(f"{report.tasks} judgments of {escape(person)} no longer count; {len(report.items)} items sent "
-                  "to " + (", ".join(f"{escape(p)} ({n})" for p, n in sorted(report.assigned.items())) or "no one"))
+                  "to " + (", ".join(f"{escape(p)} ({n})" for p, n in sorted(report.assigned.items())) or "no one")
+                  + (f"; {report.adjudications_closed} set-aside adjudication tasks deleted on their servers"
+                     if report.adjudications_closed else ""))
 
 
 @click.command("audit")

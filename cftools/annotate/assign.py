@@ -22,7 +22,8 @@ from sqlalchemy import and_, func, not_, or_, select
 
 from cftools.annotate.label_studio import LabelStudioServer, ServerSettings
 from cftools.annotate.projects import (
-    DELETED, GONE, ImageLinks, OPEN, Progress, _no_progress, ensure_project, own_task, purpose_of, task_of,
+    DELETED, GONE, ImageLinks, OPEN, Progress, _no_progress, ensure_project, find_person_project, own_task, purpose_of,
+    task_of,
 )
 from cftools.errors import CftoolsError
 from cftools.judgments import ADJUDICATE, VERIFY, without_emails
@@ -359,7 +360,7 @@ def push_tasks(workspace: Workspace, servers: Any, settings: ServerSettings, kin
     for person in people:
         server = servers.for_person(person)
         project_id = (sender.project(kind, purpose, None) if person is None
-                      else server.find_project(_title(settings, kind, purpose, person)))
+                      else find_person_project(server, settings, kind, task_of(purpose)[0], person))
         if project_id is not None:
             sender.projects[(kind, task_of(purpose)[0], person)] = project_id
             report.reconciled += reconcile_person(store, server, project_id, kind, person, fallback)
@@ -382,12 +383,6 @@ def push_tasks(workspace: Workspace, servers: Any, settings: ServerSettings, kin
 
 
 push_assigned = push_tasks  # the name it had before the shared path was folded in
-
-
-def _title(settings: ServerSettings, kind: str, purpose: str, person: str) -> str:
-    from cftools.annotate.projects import project_title
-
-    return project_title(settings, kind, task_of(purpose)[0], person)
 
 
 def assignment_status(store: Store) -> dict[str, dict[str, int]]:

@@ -73,14 +73,14 @@ def authoring_projects(servers: Any, settings: ServerSettings, kind: str, task: 
     """Assignee (None: the shared project) -> (server, project id) of KIND's authoring TASK: one per person, on
     their own server when they have one, with `[label_studio] annotators`; else the one shared project. CREATE
     makes the missing ones."""
-    from cftools.annotate.projects import ensure_project, project_title
+    from cftools.annotate.projects import ensure_project, find_person_project
 
     people: list[Optional[str]] = list(settings.annotators) or [None]
     found: dict[Optional[str], tuple[LabelStudioServer, int]] = {}
     for person in people:
         server = servers.for_person(person)
         project_id = (ensure_project(server, settings, kind, task, workspace_root, assignee=person) if create
-                      else server.find_project(project_title(settings, kind, task, person)))
+                      else find_person_project(server, settings, kind, task, person))
         if project_id is not None:
             found[person] = (server, project_id)
     return found

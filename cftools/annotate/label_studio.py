@@ -444,6 +444,10 @@ class LabelStudioServer:
 
         return self._call(f"updating the instructions of project {project_id}", set_them)
 
+    def rename_project(self, project_id: int, title: str, description: str) -> None:
+        self._call(f"renaming project {project_id}",
+                   lambda: self.client.projects.update(id=project_id, title=title, description=description))
+
     def set_task_overlap(self, task_id: int, overlap: int) -> None:
         """Ask OVERLAP annotators in all for one task (a tiebreak: the server hands it to one more person)."""
         self._call(f"raising the overlap of task {task_id}", lambda: self.client.tasks.update(id=task_id, overlap=overlap))

@@ -128,7 +128,13 @@ def person_label(email: str, room: int) -> str:
 
 
 def project_title(settings: ServerSettings, kind: str, purpose: str, assignee: Optional[str] = None) -> str:
-    """"<prefix> <kind> <what>", and " for <person>" for a project that holds only ASSIGNEE's tasks."""
+    """"<prefix> <kind> <what>", and " for <person>" for a project that holds only ASSIGNEE's tasks on a shared
+    server. On a server of their own the title names no one: their email would show on every page they open (an
+    adjudicator's screenshot included), and the server already tells whose project it is."""
+    return titled(settings, kind, purpose, None if settings.separate_servers else assignee)
+
+
+def titled(settings: ServerSettings, kind: str, purpose: str, assignee: Optional[str]) -> str:
     what = PROJECT_WHAT.get(task_of(purpose)[0], task_of(purpose)[0])  # a kind's own task is named by itself
     title = f"{settings.project_prefix} {kind} {what}"
     if len(title) > MAX_TITLE - (12 if assignee else 0):
@@ -137,6 +143,38 @@ def project_title(settings: ServerSettings, kind: str, purpose: str, assignee: O
     if assignee:
         title += f" for {person_label(assignee, MAX_TITLE - len(title) - 5)}"
     return title
+
+
+def project_description(settings: ServerSettings, about: str, kind: str, assignee: Optional[str]) -> str:
+    if assignee is None:
+        return f"cftools: {about} ({kind} items)"
+    whose = "one person's tasks only" if settings.separate_servers else f"the tasks of {assignee} only"
+    return f"cftools: {about} ({kind} items); {whose}"
+
+
+def find_person_project(server: LabelStudioServer, settings: ServerSettings, kind: str, purpose: str,
+                        assignee: Optional[str]) -> Optional[int]:
+    """The project of KIND's PURPOSE for ASSIGNEE on SERVER. A project an earlier cftools titled with the person's
+    email on their own server is found by that title and renamed (once) to the title that names no one."""
+    project_id = server.find_project(project_title(settings, kind, purpose, assignee))
+    if project_id is not None or assignee is None or not settings.separate_servers:
+        return project_id
+    try:
+        project_id = server.find_project(titled(settings, kind, purpose, assignee))
+    except CftoolsError:  # a prefix too long for an email in the title: no such project was ever made
+        return None
+    if project_id is not None:
+        server.rename_project(project_id, project_title(settings, kind, purpose, assignee),
+                              project_description(settings, project_about(kind, purpose)[1], kind, assignee))
+    return project_id
+
+
+def project_about(kind: str, purpose: str) -> tuple[int, str]:
+    """(overlap, what the project is for) of KIND's PURPOSE."""
+    spec = own_task(kind, purpose)
+    if spec is not None:
+        return spec.annotators, spec.description or spec.name
+    return (ANNOTATIONS_PER_TASK if purpose == VERIFY else 1), PROJECT_DESCRIPTIONS.get(purpose, "people write new")
 
 
 PROJECT_DESCRIPTIONS = {VERIFY: "two annotators verify", ADJUDICATE: "one adjudicator settles"}
@@ -153,20 +191,16 @@ def ensure_project(server: LabelStudioServer, settings: ServerSettings, kind: st
     """The project of KIND's PURPOSE (for ASSIGNEE alone when given: one annotation per task), created once with
     the kind's label config and instructions."""
     title = project_title(settings, kind, purpose, assignee)
-    project_id = server.find_project(title)
+    project_id = find_person_project(server, settings, kind, purpose, assignee)
     if project_id is not None:
         return project_id
     spec = own_task(kind, purpose)
     name = spec.name if spec is not None else purpose
     kind_spec = get_kind(kind)
-    if spec is not None:
-        overlap, about = spec.annotators, spec.description or spec.name
-    else:
-        overlap = ANNOTATIONS_PER_TASK if purpose == VERIFY else 1
-        about = f"{PROJECT_DESCRIPTIONS.get(purpose, 'people write new')}"
-    description = f"cftools: {about} ({kind} items)"
+    overlap, about = project_about(kind, purpose)
     if assignee:
-        overlap, description = 1, f"cftools: {about} ({kind} items); the tasks of {assignee} only"
+        overlap = 1
+    description = project_description(settings, about, kind, assignee)
     return server.create_project(title, render_label_config(kind, name, workspace_root), overlap,
                                  description=description,
                                  instructions=kind_spec.instructions(name, workspace_root, alone(server, assignee)))

@@ -14,18 +14,11 @@ from __future__ import annotations
 
 import hashlib
 from collections import defaultdict
-from typing import Any, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 SEPARATE = "separate servers"
 SHARED = "shared server: not blind"
 NOT_ANNOTATED = "not annotated"
-PSEUDONYM_PREFIX = "annotator-"
-
-
-def pseudonym(email: str) -> str:
-    """A stable id for a person in a release (the same person, the same id, in every release), no email. Whoever
-    knows an email can check it against the id: pseudonymous, not anonymous."""
-    return PSEUDONYM_PREFIX + hashlib.sha256(f"cftools-annotator:{email.strip().lower()}".encode()).hexdigest()[:12]
 
 
 def server_id(url: str) -> str:
@@ -46,9 +39,9 @@ def judged_on_separate_servers(judged: Iterable[tuple[str, Optional[str], str]])
     return seen and all(len(people) == 1 for people in people_of_server.values())
 
 
-def item_verification(judged: list[tuple[str, Optional[str], str]]) -> dict[str, Any]:
-    """The release's per-item account: people (distinct judges), annotators (pseudonymous ids), servers (ids),
-    separate_servers and `how` in words."""
+def item_verification(judged: list[tuple[str, Optional[str], str]], pseudonym: Callable[[str], str]) -> dict[str, Any]:
+    """The release's per-item account: people (distinct judges), annotators (their ids by PSEUDONYM: the workspace
+    boundary's, `cftools.boundary`), servers (ids), separate_servers and `how` in words."""
     if not judged:
         return {"people": 0, "annotators": [], "servers": [], "separate_servers": False, "how": NOT_ANNOTATED}
     separate = judged_on_separate_servers(judged)
@@ -95,5 +88,6 @@ def items_by_verification(store: Any) -> dict[str, int]:
                 .where(AnnotationTask.state.not_in(("deleted", "requeued")),
                        AnnotationTask.purpose.not_in(("control", "audit")))):
             judged[item_id].append((server, assignee, annotator))
-    counts = Counter(item_verification(rows)["how"] for rows in judged.values())
+    # only `how` is read (nothing leaves): the annotators may keep their names
+    counts = Counter(item_verification(rows, pseudonym=str)["how"] for rows in judged.values())
     return {how: counts[how] for how in (SEPARATE, SHARED) if counts[how]}

@@ -13,6 +13,7 @@ from sqlalchemy import func, select
 from cftools.annotate.controls import MEASURING
 from cftools.annotate.projects import REQUEUED
 from cftools.annotate.verification import item_verification
+from cftools.boundary import Boundary
 from cftools.errors import CftoolsError
 from cftools.images import data_image_shas
 from cftools.ingest.readers import infer_answer_type
@@ -135,8 +136,9 @@ def read_item_rows(session, statuses: list[str]) -> list[tuple]:  # noqa: ANN001
     return out
 
 
-def collect_items(store: Store, statuses: Iterable[str], splits: dict[str, float]) -> list[ExportItem]:
-    """The items in STATUSES as records with provenance, sorted by id, splits assigned."""
+def collect_items(store: Store, statuses: Iterable[str], splits: dict[str, float], boundary: Boundary) -> list[ExportItem]:
+    """The items in STATUSES as records with provenance, sorted by id, splits assigned; both as they may leave the
+    workspace (BOUNDARY: people as pseudonyms, no local paths), so every writer of the release writes them so."""
     statuses = list(statuses)
     with store.session() as session:
         rows = read_item_rows(session, statuses)
@@ -187,7 +189,8 @@ def collect_items(store: Store, statuses: Iterable[str], splits: dict[str, float
         item_tasks = [row[1] for row in tasks.get(item.id, [])]
         item_judgments = [j for t in item_tasks for j in judgments.get(t.id, [])]
         verification = item_verification([(t.server, t.assignee, j.annotator) for t in item_tasks
-                                          if t.state not in ("deleted", REQUEUED) for j in judgments.get(t.id, [])])
+                                          if t.state not in ("deleted", REQUEUED) for j in judgments.get(t.id, [])],
+                                         pseudonym=boundary.pseudonym)
         gen = generations.get(item.generation_id)
         record = {
             "id": item.key,
@@ -207,7 +210,7 @@ def collect_items(store: Store, statuses: Iterable[str], splits: dict[str, float
             "data": data,
             "verification": {k: verification[k] for k in ("people", "annotators", "separate_servers", "how")},
         }
-        record = get_kind(item.kind).export_record(record)
+        record = boundary.released(get_kind(item.kind).export_record(record))
         provenance = {
             "origin": item.origin,
             # the dataset the item came from (its licence is in the manifest's source_licences); none for
@@ -225,7 +228,7 @@ def collect_items(store: Store, statuses: Iterable[str], splits: dict[str, float
             "verification": verification,
             "corrected_from": item.proposed_answer if item.proposed_answer not in (None, item.answer) else None,
         }
-        items.append(ExportItem(record, refs, provenance, _iso(item.updated_at)))
+        items.append(ExportItem(record, refs, boundary.released(provenance), _iso(item.updated_at)))
     assign_splits(items, splits)
     return items
 

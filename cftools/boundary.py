@@ -46,6 +46,7 @@ LOCAL_PATH = re.compile(
     r"(?:(?<=file://)|(?<![\w+/.~%-]))(?:/(?:home|root|Users|tmp|var/tmp|var/folders|private/var)/"
     r"|[A-Za-z]:[\\/])[^\s\"'<>|`*]*")
 _PATH_END = r"(?![\w.-])"
+_SPACE = re.compile(r"\s")
 
 
 def person_key(name: str) -> str:
@@ -67,7 +68,7 @@ def path_root(path: str) -> str:
 
 def is_absolute_path(text: str) -> bool:
     """TEXT is one absolute file path (POSIX, a drive letter, ~/, file://): no spaces, at least one name."""
-    if not text or len(text) > 4096 or any(c.isspace() for c in text):
+    if not text or not (text[0] in "/~f" or text[1:2] == ":") or len(text) > 4096 or _SPACE.search(text):
         return False
     if text.startswith("file://"):
         return True
@@ -190,9 +191,9 @@ class Boundary:
         return value
 
     def released_text(self, text: str) -> str:
-        if person_key(text) in self.people or EMAIL.fullmatch(text.strip()):
+        if "@" in text and (person_key(text) in self.people or EMAIL.fullmatch(text.strip())):
             return self.pseudonym(text)
-        if is_absolute_path(text):
+        if ("/" in text or "\\" in text) and is_absolute_path(text):
             return path_name(text)
         if "@" in text:
             if self._known is not None:

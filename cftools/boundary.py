@@ -141,7 +141,8 @@ def workspace_key(root: Path) -> bytes:
 class Boundary:
     """Where people become pseudonyms and paths their names (see the module docstring). ROOT: the workspace (its
     key is read or made at the first pseudonym); PEOPLE: the emails to turn into pseudonyms, compared by
-    `person_key` (other names are left: people are named by email); OWN_PATHS: this machine's folders a release must not name (the workspace, the home folder)."""
+    `person_key` (other names are left: people are named by email); OWN_PATHS: this machine's folders a release
+    must not name (the workspace, the home folder)."""
 
     root: Optional[Path] = None
     people: frozenset[str] = frozenset()

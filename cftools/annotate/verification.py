@@ -39,7 +39,8 @@ def judged_on_separate_servers(judged: Iterable[tuple[str, Optional[str], str]])
     return seen and all(len(people) == 1 for people in people_of_server.values())
 
 
-def item_verification(judged: list[tuple[str, Optional[str], str]], pseudonym: Callable[[str], str]) -> dict[str, Any]:
+def item_verification(judged: list[tuple[str, Optional[str], str]],
+                      pseudonym: Callable[[str], str]) -> dict[str, Any]:
     """The release's per-item account: people (distinct judges), annotators (their ids by PSEUDONYM: the workspace
     boundary's, `cftools.boundary`), servers (ids), separate_servers and `how` in words."""
     if not judged:

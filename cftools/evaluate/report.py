@@ -134,7 +134,8 @@ def _header_lines(config: dict[str, Any], summary: dict[str, Any]) -> list[str]:
         lines.append("replies read **the papers' way** (--reading paper: C-VQA as its format_response.py and "
                      f"calc_acc.py read them); cftools' strict reading differs on {len(differing)} questions")
     if config.get("judge"):
-        lines.append(f"judge `{public_spec(config['judge'])}`, scores over the references: {config.get('judge_aggregate')}")
+        lines.append(f"judge `{public_spec(config['judge'])}`, scores over the references: "
+                     f"{config.get('judge_aggregate')}")
     return lines + settings_lines(config, summary)
 
 

@@ -136,7 +136,8 @@ def read_item_rows(session, statuses: list[str]) -> list[tuple]:  # noqa: ANN001
     return out
 
 
-def collect_items(store: Store, statuses: Iterable[str], splits: dict[str, float], boundary: Boundary) -> list[ExportItem]:
+def collect_items(store: Store, statuses: Iterable[str], splits: dict[str, float],
+                  boundary: Boundary) -> list[ExportItem]:
     """The items in STATUSES as records with provenance, sorted by id, splits assigned; both as they may leave the
     workspace (BOUNDARY: people as pseudonyms, no local paths), so every writer of the release writes them so."""
     statuses = list(statuses)

@@ -2,7 +2,7 @@
 
 Everything a release holds (records, Parquet, the kinds' peer formats, browse.html, croissant.json, the data card,
 the harness exports, annotation_analysis.json) is made from what `Boundary.released` returns, and eval reports name
-models through `public_name`. `cftools.release.scan` then reads every file of the release with `Boundary.findings`
+models through `public_spec`. `cftools.release.scan` then reads every file of the release with `Boundary.findings`
 and refuses one that still holds personal data.
 
 - **Pseudonyms.** A person (an email, as Label Studio names them) becomes `annotator-<12 hex>`: the first 48 bits
@@ -26,7 +26,7 @@ import re
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath, PureWindowsPath
-from typing import TYPE_CHECKING, Any, Iterable, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from cftools.errors import CftoolsError
 
@@ -252,7 +252,7 @@ def workspace_people(workspace: Workspace) -> set[str]:
     from cftools.models import AnnotationTask, Judgment, PersonPause, TaskOutcome
 
     section = workspace.section("label_studio")
-    people = set(section.get("people") or {})
+    people = set(section["people"]) if isinstance(section.get("people"), dict) else set()
     people |= {a for a in section.get("annotators") or [] if isinstance(a, str)}
     with workspace.store.session() as session:
         for column in (Judgment.annotator, AnnotationTask.assignee, TaskOutcome.person, PersonPause.person):
@@ -260,7 +260,7 @@ def workspace_people(workspace: Workspace) -> set[str]:
     return people
 
 
-def workspace_boundary(workspace: Workspace, people: Iterable[str] = ()) -> Boundary:
-    """The workspace's boundary: its key, everyone it knows of (and PEOPLE), its own folders."""
-    return Boundary(root=workspace.root, people=frozenset({*workspace_people(workspace), *people}),
+def workspace_boundary(workspace: Workspace) -> Boundary:
+    """The workspace's boundary: its key, everyone it knows of, its own folders."""
+    return Boundary(root=workspace.root, people=frozenset(workspace_people(workspace)),
                     own_paths=own_paths(workspace.root))

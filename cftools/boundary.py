@@ -12,7 +12,8 @@ and refuses one that still holds personal data.
   should release the same ids needs the key file too.
 - **People** are the emails the store judged or assigned with and the configured ones (`[label_studio.people]`,
   `[label_studio] annotators`): such an email, or any string that is an email address, becomes its pseudonym
-  wherever it is a whole value or a key; one inside a text becomes its pseudonym in place.
+  wherever it is a whole value or a key; one inside a text becomes its pseudonym in place. Who waived a flag
+  (`data.waived_flags[CODE].by`, any name) is a pseudonym too.
 - **Paths.** A value that is an absolute path (a model folder, an image's source file) becomes its last part;
   a local path inside a text (under /home, /root, /Users, /tmp, a drive letter, the workspace) becomes its last part.
 """
@@ -37,6 +38,7 @@ PSEUDONYM_PREFIX = "annotator-"
 PSEUDONYM_HEX = 12
 KEY_DIR = ".cftools"
 KEY_NAME = "pseudonym-key"
+WAIVERS = "waived_flags"  # cftools.flags.WAIVED: an item's waivers, each with the person who made it (`by`)
 
 # An email address: something@domain.tld, not inside a longer word.
 EMAIL = re.compile(r"(?<![\w.%+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}(?![\w-])")
@@ -188,8 +190,23 @@ class Boundary:
         if isinstance(value, (list, tuple)):
             return [self.released(v) for v in value]
         if isinstance(value, dict):
-            return {(self.released_text(k) if isinstance(k, str) else k): self.released(v) for k, v in value.items()}
+            released = {(self.released_text(k) if isinstance(k, str) else k): self.released(v)
+                        for k, v in value.items()}
+            if isinstance(released.get(WAIVERS), dict):
+                released[WAIVERS] = self.released_waivers(value[WAIVERS])
+            return released
         return value
+
+    def released_waivers(self, waivers: dict[str, Any]) -> dict[str, Any]:
+        """An item's `waived_flags`: who waived each flag is a person whatever their name's shape (`CFTOOLS_USER`,
+        `[user] name` or the login name), so always a pseudonym."""
+        out = {}
+        for code, waiver in waivers.items():
+            waiver = self.released(waiver)
+            if isinstance(waiver, dict) and isinstance(waivers[code].get("by"), str):
+                waiver["by"] = self.pseudonym(waivers[code]["by"])
+            out[self.released_text(code) if isinstance(code, str) else code] = waiver
+        return out
 
     def released_text(self, text: str) -> str:
         if "@" in text and (person_key(text) in self.people or EMAIL.fullmatch(text.strip())):

@@ -38,6 +38,7 @@ ADJ = "adjudicator.okafor@example.com"
 PEOPLE = (ANN1, ANN2, ANN3, ADJ)
 EDIT_MODEL = "/root/.cache/cftools/edit-models/instruct-pix2pix-tiny"
 DRAFT_MODEL = "/home/maria/models/qwen2.5-7b-instruct"
+LOGIN = "mgonzalez"  # the operating system's user name of a person who waived a flag
 OPTIONS = {"allow_small_groups": True}
 
 
@@ -109,6 +110,8 @@ def name_mucr_people(workspace, keys: list[str]) -> None:
 
 
 def draft_with_a_local_model(workspace, keys: list[str]) -> None:
+    """A generation by a model in a home folder; a flag waived by a person named by their login (`flags waive`
+    without CFTOOLS_USER)."""
     with workspace.store.write() as session:
         generation = Generation(generator="pairs", backend="local", model=DRAFT_MODEL, template_name="cfmm_pair",
                                 template_hash="cd" * 32)
@@ -117,6 +120,7 @@ def draft_with_a_local_model(workspace, keys: list[str]) -> None:
         for key in keys:
             item = session.execute(select(Item).where(Item.key == key)).scalar_one()
             item.generation_id = generation.id
+            item.data = {**item.data, "waived_flags": {"leak": {"by": LOGIN, "reason": "fine", "at": "2026-11-26"}}}
             session.add(item)
 
 
@@ -170,7 +174,7 @@ def personal_data(folder: Path, extra_paths: tuple[str, ...] = ()) -> list[str]:
     found = []
     for rel, text in file_texts(folder).items():
         lowered = text.lower()
-        found += [f"{rel}: {p}" for p in PEOPLE if p.lower() in lowered]
+        found += [f"{rel}: {p}" for p in (*PEOPLE, LOGIN) if p.lower() in lowered]
         found += [f"{rel}: {m}" for m in re.findall(r"[\w.+-]+@[\w-]+\.[\w.]+", text)]
         found += [f"{rel}: {p}" for p in ("/home/", "/root/", "/tmp/", "/Users/", "C:\\", *extra_paths) if p in text]
     return found
@@ -200,6 +204,8 @@ def test_releases_of_every_kind_and_format_hold_no_email_and_no_local_path(peopl
     assert edited["data"]["edited_image_model"] == "instruct-pix2pix-tiny"
     assert {ids[ANN1], ids[ANN2]} <= set(edited["verification"]["annotators"])  # beside the stock's judges
     assert {ids[p] for p in (ANN1, ANN2, ADJ)} <= set(records[keys["cfmm"][2]]["verification"]["annotators"])
+    assert records[keys["cfmm"][0]]["data"]["waived_flags"]["leak"]["by"] == workspace_boundary(workspace).pseudonym(
+        LOGIN)
     manifest = json.loads((native / MANIFEST_NAME).read_text())
     assert manifest["provenance"][keys["cfmm"][0]]["generation"]["model"] == "qwen2.5-7b-instruct"
     analysis = json.loads((native / "annotation_analysis.json").read_text())

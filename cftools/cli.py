@@ -312,8 +312,9 @@ LAZY_COMMANDS: dict[str, tuple[Callable[[], click.Command], str]] = {
     "release": (_attribute("cftools.commands.release", "release_group"),
                 "Compare releases: `cftools release diff A B` lists what changed and traces the stored runs' scores."),
     "verify": (_attribute("cftools.commands.export", "verify_cmd"),
-               "Re-hash every file of RELEASE against its manifest, and check croissant.json (the SHA-256s it lists; "
-               "mlcroissant reads it, when installed); exit 1 naming each changed, missing or extra file."),
+               "Re-hash every file of RELEASE against its manifest, check croissant.json (the SHA-256s it lists; "
+               "mlcroissant reads it, when installed) and scan every file for personal data (an email, a local "
+               "absolute path); exit 1 naming each changed, missing or extra file and each finding."),
 }
 _loaded: dict[str, click.Command] = {}
 

@@ -25,7 +25,7 @@ from simulated_people_ls import work_through
 from test_browser import PANEL, browser, loaded_image_widths, open_task  # noqa: F401 (fixture)
 
 from cftools.annotate.controls import CONTROL, controls_due, load_controls
-from cftools.annotate.verification import pseudonym
+from cftools.boundary import Boundary
 from cftools.cli import main
 from cftools.errors import InputError
 from cftools.models import (
@@ -311,6 +311,7 @@ def test_the_release_carries_the_figures(world, tmp_path):
     out = tmp_path / "releases"
     world.cli("export", "ctl", "--version", "1.0", "--out", out, "--licence", "CC-BY-4.0")
     release = next(out.iterdir())
+    pseudonym = Boundary(root=world.root).pseudonym  # the workspace's keyed ids
     card = (release / "README.md").read_text()
     assert "## Annotator quality" in card and pseudonym(ANN1) in card and ANN1 not in card
     assert "Release error rate" in card and "prediction-powered inference" in card

@@ -13,7 +13,7 @@ from cftools.annotate.quality import (
     analysis_croissant, analysis_markdown, annotation_analysis, item_evidence, lead_times, named_below,
     overturn_rates, pair_kappas, predicted_error, release_error_rate, wilson_interval,
 )
-from cftools.annotate.verification import pseudonym
+from cftools.boundary import workspace_boundary
 from cftools.models import ACCEPTED, IN_REVIEW, AnnotationTask, Item, Judgment
 from simulated_annotators import always_agrees, careful, hurried, random_clicker
 
@@ -212,8 +212,10 @@ def test_lead_times_per_person_and_task(store):
 def test_the_analysis_uses_release_pseudonyms_and_renders_for_the_card_and_croissant(store):
     controls = {"ann1@x": ControlScore(20, 20), "ann2@x": ControlScore(2, 20)}
     items = [ItemEvidence("q1", (Decider("ann1@x", 20, 20), Decider("ann2@x", 2, 20)))]
+    pseudonym = workspace_boundary(store).pseudonym  # the workspace's keyed ids, as a release names people
     with store.store.session() as session:
-        analysis = annotation_analysis(session, controls, release_error_rate(items, draws=200), kind="cvqa")
+        analysis = annotation_analysis(session, controls, release_error_rate(items, draws=200), kind="cvqa",
+                                       pseudonym=pseudonym)
     ids = {p.id: p for p in analysis.people}
     assert set(ids) == {pseudonym("ann1@x"), pseudonym("ann2@x"), pseudonym("ann3@x")}
     assert ids[pseudonym("ann2@x")].named and not ids[pseudonym("ann1@x")].named

@@ -301,11 +301,14 @@ def test_a_server_whose_own_document_root_holds_the_workspace_is_found_by_asking
 def test_an_item_is_blind_only_when_every_judgment_carries_a_passed_check():
     from cftools.annotate.verification import item_verification, release_words
 
+    def verified(judged):  # an email stands for itself here: only blindness is read
+        return item_verification(judged, pseudonym=str)
+
     ok, extra = (True, []), (False, [EXTRA_USER])
-    blind = item_verification([("http://a:1", "x@e.org", "x@e.org", ok), ("http://b:2", "y@e.org", "y@e.org", ok)])
-    spoilt = item_verification([("http://a:1", "x@e.org", "x@e.org", ok), ("http://b:2", "y@e.org", "y@e.org", extra)])
-    never = item_verification([("http://a:1", "x@e.org", "x@e.org", None), ("http://b:2", "y@e.org", "y@e.org", ok)])
-    shared = item_verification([("http://a:1", "x@e.org", "x@e.org", None), ("http://a:1", "y@e.org", "y@e.org", None)])
+    blind = verified([("http://a:1", "x@e.org", "x@e.org", ok), ("http://b:2", "y@e.org", "y@e.org", ok)])
+    spoilt = verified([("http://a:1", "x@e.org", "x@e.org", ok), ("http://b:2", "y@e.org", "y@e.org", extra)])
+    never = verified([("http://a:1", "x@e.org", "x@e.org", None), ("http://b:2", "y@e.org", "y@e.org", ok)])
+    shared = verified([("http://a:1", "x@e.org", "x@e.org", None), ("http://a:1", "y@e.org", "y@e.org", None)])
     assert blind["blind"] and blind["how"] == SEPARATE and blind["why_not_blind"] == ""
     assert not spoilt["blind"] and spoilt["how"] == NOT_PROVEN and "another user" in spoilt["why_not_blind"]
     assert not never["blind"] and not never["separate_servers"] and "no separation check" in never["why_not_blind"]

@@ -25,7 +25,8 @@ from test_browser import browser, save_screenshot  # noqa: F401 (fixture)
 from test_mucr_release import selected_pairs
 
 from cftools.annotate.label_studio import server_settings
-from cftools.annotate.verification import SEPARATE, SHARED, pseudonym
+from cftools.annotate.verification import SEPARATE, SHARED
+from cftools.boundary import workspace_boundary
 from cftools.errors import CftoolsError
 from cftools.models import ACCEPTED, CHECKED, AnnotationTask, Item, Judgment
 from cftools.workspace import load_workspace
@@ -247,7 +248,7 @@ def test_every_kind_through_per_person_servers_is_accepted_and_released_as_separ
         v = record["verification"]
         assert v["people"] == 2 and v["separate_servers"] and v["how"] == SEPARATE
         assert all("@" not in a for a in v["annotators"]) and len(set(v["annotators"])) == 2
-        assert set(v["annotators"]) <= {pseudonym(e) for e in people_servers.people}
+        assert set(v["annotators"]) <= {workspace_boundary(people_ws).pseudonym(e) for e in people_servers.people}
 
 
 def test_a_release_made_on_one_shared_server_says_shared_server_not_blind(workspace, label_studio, monkeypatch, run_cli,

@@ -36,11 +36,10 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from itertools import combinations
-from typing import Any, Collection, Mapping, Optional, Sequence
+from typing import Any, Callable, Collection, Mapping, Optional, Sequence
 
 from cftools.annotate.projects import DECIDED, GONE, task_of
 from cftools.annotate.rules import label_agreement
-from cftools.annotate.verification import pseudonym
 from cftools.judgments import ADJUDICATE, MEASURING, VERIFY, Answer, Decision, normal_correction
 from cftools.models import NEEDS_ADJUDICATION
 from cftools.store import in_chunks
@@ -542,7 +541,7 @@ def _model_interval(items: Sequence[ItemEvidence], confidence: float, draws: int
 
 @dataclass
 class PersonFigures:
-    id: str  # pseudonymous id (cftools.annotate.verification.pseudonym), never an email
+    id: str  # pseudonymous id (the workspace boundary's, cftools.boundary), never an email
     controls: int = 0
     controls_correct: int = 0
     accuracy: Optional[Interval] = None
@@ -577,11 +576,12 @@ class AnnotationAnalysis:
 
 
 def analysis_of(controls: Mapping[str, ControlScore], pairs: Sequence[PairKappa],
-                overturns: Sequence[OverturnRate], speeds: Sequence[LeadTime],
+                overturns: Sequence[OverturnRate], speeds: Sequence[LeadTime], *, pseudonym: Callable[[str], str],
                 error_rate: Optional[ErrorRate] = None, min_accuracy: float = DEFAULT_MIN_ACCURACY,
                 task: str = VERIFY, min_controls: int = DEFAULT_MIN_CONTROLS) -> AnnotationAnalysis:
     """Gather per-person figures under pseudonymous ids (CONTROLS, PAIRS, OVERTURNS and SPEEDS by email, as the
-    readers return them; lead times of TASK only, pooled over kinds)."""
+    readers return them, named by PSEUDONYM: the workspace boundary's; lead times of TASK only, pooled over
+    kinds)."""
     people: dict[str, PersonFigures] = {}
 
     def person(email: str) -> PersonFigures:
@@ -624,9 +624,10 @@ def analysis_of(controls: Mapping[str, ControlScore], pairs: Sequence[PairKappa]
 def annotation_analysis(session: Any, controls: Mapping[str, ControlScore], error_rate: Optional[ErrorRate] = None,
                         kind: Optional[str] = None, item_keys: Optional[Collection[str]] = None,
                         min_accuracy: float = DEFAULT_MIN_ACCURACY,
-                        min_controls: int = DEFAULT_MIN_CONTROLS) -> AnnotationAnalysis:
+                        min_controls: int = DEFAULT_MIN_CONTROLS, *,
+                        pseudonym: Callable[[str], str]) -> AnnotationAnalysis:
     """The analysis from the store (judgments of KIND's items, only ITEM_KEYS' when given) and the CONTROLS
-    scored per person (email -> ControlScore)."""
+    scored per person (email -> ControlScore), people named by PSEUDONYM (the workspace boundary's)."""
     from sqlalchemy import select
 
     from cftools.models import AnnotationTask
@@ -634,8 +635,9 @@ def annotation_analysis(session: Any, controls: Mapping[str, ControlScore], erro
     rows = counted_judgments(session, kind, item_keys)
     decided = set(session.execute(select(AnnotationTask.item_id).where(
         AnnotationTask.purpose == ADJUDICATE, AnnotationTask.state == DECIDED)).scalars())
-    return analysis_of(controls, kappas_of(rows), overturns_of(rows, decided), lead_times_of(rows), error_rate,
-                       min_accuracy, min_controls=min_controls)
+    return analysis_of(controls, kappas_of(rows), overturns_of(rows, decided), lead_times_of(rows),
+                       pseudonym=pseudonym, error_rate=error_rate, min_accuracy=min_accuracy,
+                       min_controls=min_controls)
 
 
 # ---------------------------------------------------------------- renderers

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import defaultdict
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from cftools.annotate.separation import NOT_CHECKED, TOKEN_ACCEPTED, check_states, problem_words
 
@@ -24,13 +24,6 @@ SEPARATE = "separate servers"
 SHARED = "shared server: not blind"
 NOT_PROVEN = "separate servers not proven: not blind"
 NOT_ANNOTATED = "not annotated"
-PSEUDONYM_PREFIX = "annotator-"
-
-
-def pseudonym(email: str) -> str:
-    """A stable id for a person in a release (the same person, the same id, in every release), no email. Whoever
-    knows an email can check it against the id: pseudonymous, not anonymous."""
-    return PSEUDONYM_PREFIX + hashlib.sha256(f"cftools-annotator:{email.strip().lower()}".encode()).hexdigest()[:12]
 
 
 def server_id(url: str) -> str:
@@ -68,8 +61,9 @@ def blindness(judged: list[Judged]) -> tuple[bool, bool, list[str]]:
     return separate, separate and not problems, problems
 
 
-def item_verification(judged: list[Judged]) -> dict[str, Any]:
-    """The release's per-item account: people (distinct judges), annotators (pseudonymous ids), servers (ids),
+def item_verification(judged: list[Judged], pseudonym: Callable[[str], str]) -> dict[str, Any]:
+    """The release's per-item account: people (distinct judges), annotators (their ids by PSEUDONYM: the workspace
+    boundary's, `cftools.boundary`), servers (ids),
     separate_servers (proven), blind, why_not_blind (words naming no one; "" when blind) and `how` in words."""
     if not judged:
         return {"people": 0, "annotators": [], "servers": [], "separate_servers": False, "how": NOT_ANNOTATED,
@@ -140,6 +134,7 @@ def items_by_verification(store: Any) -> dict[str, int]:
                        AnnotationTask.purpose.not_in(("control", "audit")))):
             rows[item_id].append((server, assignee, annotator, check_id))
         states = check_states(session, (r[3] for judged in rows.values() for r in judged))
-    counts = Counter(item_verification([(s, a, n, states.get(c)) for s, a, n, c in judged])["how"]
+    # only `how` is read (nothing leaves): the annotators may keep their names
+    counts = Counter(item_verification([(s, a, n, states.get(c)) for s, a, n, c in judged], pseudonym=str)["how"]
                      for judged in rows.values())
     return {how: counts[how] for how in (SEPARATE, NOT_PROVEN, SHARED) if counts[how]}

@@ -38,6 +38,14 @@ def optional_workspace(ctx: click.Context) -> Workspace | None:
         return None
 
 
+def release_boundary(ctx: click.Context) -> Any:
+    """The boundary a release folder is scanned with: the workspace's (its people, its folders) when there is one."""
+    from cftools.boundary import outside_boundary, workspace_boundary
+
+    workspace = optional_workspace(ctx)
+    return workspace_boundary(workspace) if workspace is not None else outside_boundary()
+
+
 def pass_workspace(func: Callable) -> Callable:
     """Give the command the workspace found from --workspace, $CFTOOLS_WORKSPACE or the current folder."""
 

@@ -8,7 +8,7 @@ import click
 from cftools.terminal import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from cftools.commands.common import console, err_console, pass_workspace, print_json
+from cftools.commands.common import console, err_console, pass_workspace, print_json, release_boundary
 from cftools.release.export import export_release
 from cftools.release.ingest import ingest_release
 from cftools.release.verify import verification_failure, verify_release
@@ -92,10 +92,12 @@ def export_cmd(workspace: Workspace, name: str, version: str, out_dir: Path | No
 @click.command("verify")
 @click.argument("release", type=click.Path(file_okay=False, exists=True, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def verify_cmd(release: Path, as_json: bool) -> None:
-    """Re-hash every file of RELEASE against its manifest, and check croissant.json (the SHA-256s it lists; mlcroissant
-    reads it, when installed); exit 1 naming each changed, missing or extra file."""
-    report = verify_release(release)
+@click.pass_context
+def verify_cmd(ctx: click.Context, release: Path, as_json: bool) -> None:
+    """Re-hash every file of RELEASE against its manifest, check croissant.json (the SHA-256s it lists; mlcroissant
+    reads it, when installed) and scan every file for personal data (an email, a local absolute path); exit 1
+    naming each changed, missing or extra file and each finding."""
+    report = verify_release(release, release_boundary(ctx))
     if as_json:
         print_json(report.as_dict())
     elif report.ok:

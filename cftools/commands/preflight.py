@@ -8,7 +8,7 @@ from typing import Optional
 
 import click
 
-from cftools.commands.common import optional_workspace
+from cftools.commands.common import optional_workspace, release_boundary
 
 
 @click.command("preflight")
@@ -26,12 +26,13 @@ def preflight_cmd(ctx: click.Context, release: Path, run_dirs: tuple[Path, ...],
     """What RELEASE can show, per kind and group: items, questions and images; the smallest accuracy difference
     between two models it detects (80% power, alpha 0.05, paired test clustered by image); the human ceiling with
     its Wilson interval; chance and the blind floor. Then the reviewer's checks: croissant, rai_fields, licence,
-    sha256, images. Exit 1 naming each check that failed."""
+    sha256, images, personal_data. Exit 1 naming each check that failed."""
     from cftools.release.preflight import render_json, render_markdown
     from cftools.release.preflight_check import run_preflight
 
     workspace = optional_workspace(ctx)
-    report = run_preflight(release, workspace.store if workspace is not None else None, run_dirs)
+    report = run_preflight(release, workspace.store if workspace is not None else None, run_dirs,
+                           release_boundary(ctx))
     text = render_json(report) if as_json else render_markdown(report)
     click.echo(text, nl=False)
     if out_file is not None:

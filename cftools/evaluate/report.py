@@ -1,7 +1,8 @@
 """An evaluation run's report: rich tables in the terminal, report.md, report.csv, report.png; and compare.
 
-Each kind lays out its own table the way its paper does (`Kind.report_table`). Accuracies are percentages with their 95% bootstrap interval; the unknown rate (replies that
-could not be read) stands next to every generated score.
+Each kind lays out its own table the way its paper does (`Kind.report_table`). Accuracies are percentages with their
+95% bootstrap interval; the unknown rate (replies that could not be read) stands next to every generated score. The
+files name a model given as a local folder by its name only (`cftools.boundary.public_spec`): reports are shared.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from cftools.boundary import public_spec
 from cftools.kinds import all_kinds
 from cftools.kinds.base import ReportTable, ScoreFormat
 
@@ -109,7 +111,7 @@ def settings_lines(config: dict[str, Any], summary: dict[str, Any]) -> list[str]
 
 def _header_lines(config: dict[str, Any], summary: dict[str, Any]) -> list[str]:
     skipped = summary.get("skipped") or {}
-    lines = [f"model `{config['model']}`, mode **{config['mode']}**"
+    lines = [f"model `{public_spec(config['model'])}`, mode **{config['mode']}**"
              + (f", score **{config['score']}** ({config['score_rule']})" if config.get("score") else ""),
              f"release `{config['release_name']}`: {config['items']} items, {summary.get('answered', 0)} of "
              f"{config['questions']} questions answered; prompt template `{config['template']}`",
@@ -132,12 +134,13 @@ def _header_lines(config: dict[str, Any], summary: dict[str, Any]) -> list[str]:
         lines.append("replies read **the papers' way** (--reading paper: C-VQA as its format_response.py and "
                      f"calc_acc.py read them); cftools' strict reading differs on {len(differing)} questions")
     if config.get("judge"):
-        lines.append(f"judge `{config['judge']}`, scores over the references: {config.get('judge_aggregate')}")
+        lines.append(f"judge `{public_spec(config['judge'])}`, scores over the references: "
+                     f"{config.get('judge_aggregate')}")
     return lines + settings_lines(config, summary)
 
 
 def render_markdown(config: dict[str, Any], summary: dict[str, Any]) -> str:
-    out = [f"# Evaluation: {config['model']} on {config['release_name']}", ""]
+    out = [f"# Evaluation: {public_spec(config['model'])} on {config['release_name']}", ""]
     out += [f"- {line}" for line in _header_lines(config, summary)]
     out.append("")
     out.append("Accuracies in %, with the 95% bootstrap interval; unknown = replies that could not be read "
@@ -231,7 +234,8 @@ def write_reports(result: Any) -> None:
     (out / REPORT_MD).write_text(render_markdown(result.config, result.summary), encoding="utf-8")
     (out / REPORT_CSV).write_text(render_csv(result.summary), encoding="utf-8")
     title, groups, series = plot_series(result.summary)
-    write_plot(out / REPORT_PNG, f"{title}: {result.config['model']} ({result.config['mode']})", groups, series)
+    write_plot(out / REPORT_PNG, f"{title}: {public_spec(result.config['model'])} ({result.config['mode']})", groups,
+               series)
 
 
 def table_width(table: ReportTable) -> int:

@@ -3,7 +3,7 @@ controls, kappa per pair, overturn rate, lead time) and the release's own error 
 prediction-powered inference over the audited sample of `annotate audit`, else the audit alone, else a model-based
 estimate), written as `annotation_analysis.json`, a data-card section and croissant.json's
 `rai:dataAnnotationAnalysis`; `cftools verify` reports it. Emails never leave the store: every person is named by
-`cftools.annotate.verification.pseudonym`, as the records' `verification` names them."""
+the workspace boundary's keyed pseudonym (`cftools.boundary`), as the records' `verification` names them."""
 
 from __future__ import annotations
 
@@ -30,8 +30,9 @@ def audited(store: Any, keys: set[str]) -> dict[str, bool]:
     return found
 
 
-def release_analysis(workspace: Any, records: Sequence[dict]) -> Optional[Any]:
-    """The AnnotationAnalysis of the released RECORDS' verified items; None when no person judged any of them."""
+def release_analysis(workspace: Any, records: Sequence[dict], boundary: Any) -> Optional[Any]:
+    """The AnnotationAnalysis of the released RECORDS' verified items, people named by BOUNDARY's pseudonyms; None
+    when no person judged any of them."""
     from cftools.annotate.figures import control_counts
     from cftools.annotate.pauses import min_accuracy, min_controls
     from cftools.annotate.audit import drawn_among
@@ -51,7 +52,7 @@ def release_analysis(workspace: Any, records: Sequence[dict]) -> Optional[Any]:
         audit = {key: right for key, right in audited(store, keys).items() if key in {e.item for e in items}}
         error = release_error_rate(items, audit, drawn_among=drawn_among(store, {e.item for e in items}))
         return annotation_analysis(session, scores, error, item_keys=keys, min_accuracy=min_accuracy(workspace),
-                                   min_controls=min_controls(workspace))
+                                   min_controls=min_controls(workspace), pseudonym=boundary.pseudonym)
 
 
 def write_analysis(folder: Path, analysis: Any) -> None:

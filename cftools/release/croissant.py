@@ -144,7 +144,7 @@ RECORD_FIELD_TEXT = {
 # The per-item account of its verification (records' `verification` object), one field each.
 VERIFICATION_FIELDS = (
     ("people", "sc:Integer", False, "How many different people judged the item."),
-    ("annotators", "sc:Text", True, "The pseudonymous ids of the people who judged it (a stable hash; no emails)."),
+    ("annotators", "sc:Text", True, "The pseudonymous ids of the people who judged it (keyed; no emails)."),
     ("separate_servers", "sc:Boolean", False, "True when each person judged it on a Label Studio server that "
                                               "cftools proved distinct (no other person's token accepted there)."),
     ("how", "sc:Text", False, "'separate servers', 'separate servers not proven: not blind', 'shared server: not "

@@ -64,13 +64,10 @@ def edited_image_of(record: dict[str, Any]) -> Optional[str]:
 
 def model_name(model: Optional[str]) -> Optional[str]:
     """How a release names an edit model: its hub id as given, a local folder by its name only (no paths of the
-    machine that made the release)."""
-    if not model:
-        return model
-    from pathlib import PurePath
+    machine that made the release: `cftools.boundary.public_name`)."""
+    from cftools.boundary import public_name
 
-    path = PurePath(str(model))
-    return path.name if path.is_absolute() or str(model).startswith(".") else str(model)
+    return public_name(model)
 
 
 def edit_models(records: list[dict[str, Any]]) -> list[dict[str, Any]]:

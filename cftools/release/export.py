@@ -9,6 +9,9 @@ Guarantees:
   when complete (`cftools.release.swap`), so a failed or killed export leaves no partial release; an
   existing release is replaced only with `force`.
 - Splits are decided by a hash, so they are stable under re-export (`cftools.release.splits`).
+- Nothing personal: the records and provenance every writer uses come through the workspace's boundary
+  (`cftools.boundary`: people as keyed pseudonyms, no local paths), and the finished folder is scanned
+  (`cftools.release.scan`) before it is published: one that still holds an email or a local path is refused.
 
 The parts: `selection` reads the store, `splits` assigns splits, `records` writes the files, `manifest` the
 manifest, `licensing` the licences, `swap` the folder; this module runs them in order and records the release.
@@ -24,6 +27,7 @@ from sqlalchemy import select
 
 from cftools.errors import CftoolsError
 from cftools.kinds import all_kinds, get_kind
+from cftools.boundary import workspace_boundary
 from cftools.models import Release, utcnow
 from cftools.release.layout import DEFAULT_OUT_DIR, FORMAT_NATIVE, MANIFEST_NAME, hash_file, release_dir_name
 from cftools.release.extras import shared_formats, write_release_extras
@@ -31,6 +35,7 @@ from cftools.release.licensing import release_licensing
 from cftools.release.annotator_analysis import release_analysis, write_analysis
 from cftools.release.manifest import counts_of, write_manifest
 from cftools.release.records import Progress, copy_images, write_native
+from cftools.release.scan import refuse_personal_data
 from cftools.release.selection import collect_items, statuses_for
 from cftools.release.splits import DEFAULT_SPLITS, check_plain_name
 from cftools.release.swap import atomic_release
@@ -107,7 +112,8 @@ def export_release(workspace: Workspace, name: str, version: str, out_dir: Path 
     if force:
         check_replaceable(store, target)
 
-    items = collect_items(store, statuses_for(include_unverified, include_in_review), splits)
+    boundary = workspace_boundary(workspace)
+    items = collect_items(store, statuses_for(include_unverified, include_in_review), splits, boundary)
     refuse_invalid_records([e.record for e in items])
     result = ExportResult(path=target.resolve(), format=fmt, n_items=0, n_verified=0, n_unverified=0, n_images=0)
     kept = items
@@ -127,7 +133,7 @@ def export_release(workspace: Workspace, name: str, version: str, out_dir: Path 
 
     def write(folder: Path) -> None:
         result.n_images = copy_images(kept, folder, progress)
-        analysis = release_analysis(workspace, [e.record for e in kept])
+        analysis = release_analysis(workspace, [e.record for e in kept], boundary)
         if analysis is not None:  # each person's figures under pseudonymous ids, the release's error rate
             write_analysis(folder, analysis)
         if fmt == FORMAT_NATIVE:
@@ -144,6 +150,7 @@ def export_release(workspace: Workspace, name: str, version: str, out_dir: Path 
         result.warnings = write_release_extras(kept, folder, workspace, name, version, fmt, licensing,
                                                revision=revision, analysis=analysis)
         write_manifest(kept, folder, workspace, name, version, fmt, result.n_images, licensing)
+        refuse_personal_data(folder, boundary)  # before it is recorded or renamed into place: all or nothing
         result.n_items = len(kept)
         result.n_verified = sum(e.record["verified"] for e in kept)
         result.n_unverified = result.n_items - result.n_verified

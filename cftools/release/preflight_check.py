@@ -33,8 +33,10 @@ def stored_runs(release_dir: Path, store: Any = None, run_dirs: Sequence[Path] =
     return [load_run(folder) for folder in folders]
 
 
-def run_preflight(release_dir: Path | str, store: Any = None, run_dirs: Sequence[Path] = ()) -> PreflightReport:
-    """`cftools preflight`: the figures and the reviewer's checks of the release folder RELEASE_DIR."""
+def run_preflight(release_dir: Path | str, store: Any = None, run_dirs: Sequence[Path] = (),
+                  boundary: Any = None) -> PreflightReport:
+    """`cftools preflight`: the figures and the reviewer's checks of the release folder RELEASE_DIR (BOUNDARY: the
+    workspace's, for the personal-data scan)."""
     from cftools.release.layout import load_manifest, load_records
     from cftools.release.review import reviewer_checks
 
@@ -44,5 +46,5 @@ def run_preflight(release_dir: Path | str, store: Any = None, run_dirs: Sequence
     report = preflight_figures(release_dir, records, release_provenance(release_dir), store,
                                stored_runs(release_dir, store, run_dirs), str(manifest.get("name") or release_dir.name),
                                str(manifest.get("version") or ""))
-    report.checks = reviewer_checks(release_dir, records, manifest)
+    report.checks = reviewer_checks(release_dir, records, manifest, boundary)
     return report

@@ -12,6 +12,8 @@ passes, warns or fails (a failed one makes `preflight` exit non-zero, naming it)
 - `sha256`: every file against the manifest (`cftools verify`: changed, missing and extra files, and the kinds'
   rules of each record).
 - `images`: every image file of the release opens with Pillow, passes `verify()` and decodes (`load()`).
+- `personal_data`: no file holds an email of a person the workspace knows, any email address or a local absolute
+  path (`cftools.release.scan`, text and Parquet cells; image metadata is not read).
 """
 
 from __future__ import annotations
@@ -132,7 +134,8 @@ def licence_check(manifest: dict[str, Any]) -> Check:
 def sha256_check(report: Any) -> Check:
     from cftools.release.croissant import CROISSANT_NAME
 
-    problems = [p for p in report.problems() if not p.startswith(f"changed: {CROISSANT_NAME}:")]
+    problems = [p for p in report.problems() if not p.startswith(f"changed: {CROISSANT_NAME}:")
+                and not p.startswith("personal data: ")]
     if problems:
         return Check("sha256", FAIL, listed(problems))
     return Check("sha256", PASS, f"{report.checked} files match the manifest's SHA-256")
@@ -170,9 +173,18 @@ def images_check(release_dir: Path, records: Sequence[dict[str, Any]]) -> Check:
     return Check("images", PASS, f"{len(paths)} images open, verify and decode with Pillow")
 
 
-def reviewer_checks(release_dir: Path, records: Sequence[dict[str, Any]], manifest: dict[str, Any]) -> list[Check]:
+def personal_data_check(report: Any) -> Check:
+    if report.personal:
+        return Check("personal_data", FAIL, listed(report.personal))
+    return Check("personal_data", PASS, "no email address and no local path in any file")
+
+
+def reviewer_checks(release_dir: Path, records: Sequence[dict[str, Any]], manifest: dict[str, Any],
+                    boundary: Any = None) -> list[Check]:
+    """The checks; BOUNDARY: the workspace's (its people and folders), else any email and local path."""
+    from cftools.boundary import outside_boundary
     from cftools.release.verify import verify_release
 
-    report = verify_release(release_dir)
+    report = verify_release(release_dir, boundary or outside_boundary())
     return [croissant_check(release_dir, report.mismatched), rai_check(release_dir), licence_check(manifest),
-            sha256_check(report), images_check(release_dir, records)]
+            sha256_check(report), images_check(release_dir, records), personal_data_check(report)]

@@ -14,6 +14,7 @@ from cftools.annotate.controls import MEASURING
 from cftools.annotate.projects import REQUEUED
 from cftools.annotate.separation import check_states
 from cftools.annotate.verification import item_verification
+from cftools.boundary import Boundary
 from cftools.errors import CftoolsError
 from cftools.images import data_image_shas
 from cftools.ingest.readers import infer_answer_type
@@ -136,8 +137,10 @@ def read_item_rows(session, statuses: list[str]) -> list[tuple]:  # noqa: ANN001
     return out
 
 
-def collect_items(store: Store, statuses: Iterable[str], splits: dict[str, float]) -> list[ExportItem]:
-    """The items in STATUSES as records with provenance, sorted by id, splits assigned."""
+def collect_items(store: Store, statuses: Iterable[str], splits: dict[str, float],
+                  boundary: Boundary) -> list[ExportItem]:
+    """The items in STATUSES as records with provenance, sorted by id, splits assigned; both as they may leave the
+    workspace (BOUNDARY: people as pseudonyms, no local paths), so every writer of the release writes them so."""
     statuses = list(statuses)
     with store.session() as session:
         rows = read_item_rows(session, statuses)
@@ -190,7 +193,8 @@ def collect_items(store: Store, statuses: Iterable[str], splits: dict[str, float
         item_judgments = [j for t in item_tasks for j in judgments.get(t.id, [])]
         verification = item_verification([(t.server, t.assignee, j.annotator, checks.get(j.separation_check_id))
                                           for t in item_tasks
-                                          if t.state not in ("deleted", REQUEUED) for j in judgments.get(t.id, [])])
+                                          if t.state not in ("deleted", REQUEUED) for j in judgments.get(t.id, [])],
+                                         pseudonym=boundary.pseudonym)
         gen = generations.get(item.generation_id)
         record = {
             "id": item.key,
@@ -211,7 +215,7 @@ def collect_items(store: Store, statuses: Iterable[str], splits: dict[str, float
             "verification": {k: verification[k] for k in ("people", "annotators", "separate_servers", "how", "blind",
                                                           "why_not_blind")},
         }
-        record = get_kind(item.kind).export_record(record)
+        record = boundary.released(get_kind(item.kind).export_record(record))
         provenance = {
             "origin": item.origin,
             # the dataset the item came from (its licence is in the manifest's source_licences); none for
@@ -229,7 +233,7 @@ def collect_items(store: Store, statuses: Iterable[str], splits: dict[str, float
             "verification": verification,
             "corrected_from": item.proposed_answer if item.proposed_answer not in (None, item.answer) else None,
         }
-        items.append(ExportItem(record, refs, provenance, _iso(item.updated_at)))
+        items.append(ExportItem(record, refs, boundary.released(provenance), _iso(item.updated_at)))
     assign_splits(items, splits)
     return items
 

@@ -1,5 +1,6 @@
-"""`cftools verify`: every file of a release against its manifest, the kinds' rules of each record, and
-croissant.json against the manifest."""
+"""`cftools verify`: every file of a release against its manifest, the kinds' rules of each record,
+croissant.json against the manifest, and (asked with a boundary) no personal data in any file
+(`cftools.release.scan`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from cftools.boundary import Boundary
 from cftools.errors import InputError
 from cftools.release.layout import MANIFEST_NAME, RECORDS_NAME, hash_file, load_manifest, load_records
 
@@ -19,19 +21,20 @@ class VerifyReport:
     missing: list[str] = field(default_factory=list)
     extra: list[str] = field(default_factory=list)
     annotation: dict[str, Any] | None = None  # annotation_analysis.json's summary: annotators, error rate
+    personal: list[str] = field(default_factory=list)  # "FILE WHERE: what" (cftools.release.scan)
 
     @property
     def ok(self) -> bool:
-        return not (self.mismatched or self.missing or self.extra)
+        return not (self.mismatched or self.missing or self.extra or self.personal)
 
     def problems(self) -> list[str]:
         return ([f"changed: {m}" for m in self.mismatched] + [f"missing: {m}" for m in self.missing]
-                + [f"extra: {m}" for m in self.extra])
+                + [f"extra: {m}" for m in self.extra] + [f"personal data: {p}" for p in self.personal])
 
     def as_dict(self) -> dict[str, Any]:
         return {"release": str(self.release), "ok": self.ok, "checked": self.checked,
                 "mismatched": self.mismatched, "missing": self.missing, "extra": self.extra,
-                "annotation": self.annotation}
+                "personal": self.personal, "annotation": self.annotation}
 
 def _safe_relative(path: object) -> bool:
     if not isinstance(path, str) or not path or "\\" in path:
@@ -39,8 +42,9 @@ def _safe_relative(path: object) -> bool:
     pure = PurePosixPath(path)
     return not pure.is_absolute() and ".." not in pure.parts and pure.as_posix() == path
 
-def verify_release(release_dir: Path | str) -> VerifyReport:
-    """Re-hash every file of a release against its manifest: changed, missing and extra files."""
+def verify_release(release_dir: Path | str, boundary: Boundary | None = None) -> VerifyReport:
+    """Re-hash every file of a release against its manifest: changed, missing and extra files; with BOUNDARY (the
+    workspace's, or `outside_boundary()` for a folder alone), also scan every file for personal data."""
     release_dir = Path(release_dir)
     manifest = load_manifest(release_dir)
     entries = manifest.get("files")
@@ -82,13 +86,22 @@ def verify_release(release_dir: Path | str) -> VerifyReport:
     from cftools.release.annotator_analysis import verify_summary
 
     report.annotation = verify_summary(release_dir)
+    if boundary is not None:
+        from cftools.release.scan import scan_release
+
+        report.personal = scan_release(release_dir, boundary)
     return report
 
 def verification_failure(report: VerifyReport, limit: int = 3) -> str:
-    """One line for a release that fails `cftools verify`: how many files differ and the first LIMIT of them."""
+    """One line for a release that fails `cftools verify`: how many files differ (and how many hold personal data)
+    and the first LIMIT of them."""
     problems = report.problems()
     shown = "; ".join(problems[:limit]) + ("; …" if len(problems) > limit else "")
-    return f"{report.release}: {len(problems)} files do not match the manifest" + (f" ({shown})" if limit else "")
+    differ = len(problems) - len(report.personal)
+    what = [f"{differ} files do not match the manifest"] if differ else []
+    if report.personal:
+        what.append(f"personal data found in {len({p.split(' ', 1)[0] for p in report.personal})} files")
+    return f"{report.release}: {' and '.join(what)}" + (f" ({shown})" if limit else "")
 
 
 def recorded_manifest_change(store: Any, release_dir: Path) -> str | None:

@@ -1,0 +1,86 @@
+"""The last guard of `cftools.boundary`: every file of a release read for personal data (an email of a person the
+workspace knows, any email address, a local absolute path). Export refuses to publish a release that holds any,
+`cftools verify` and `cftools preflight` fail on one.
+
+Read: every file but the images (their metadata is not read): text files (JSON, JSONL, CSV, TSV, Markdown, HTML,
+YAML, Python) as UTF-8, Parquet files cell by cell (pyarrow; image bytes are not text and are skipped). A finding
+names the file and where (line, or row and column) and shows the email or path only in part (a…@example.com,
+/home/…)."""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from itertools import accumulate
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+from cftools.boundary import Boundary, outside_boundary
+from cftools.errors import CftoolsError
+
+IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp", ".tif", ".tiff", ".img", ".mpo"}
+PARQUET_BATCH = 256
+PER_FILE = 3  # findings kept per file: enough to say what and where
+
+
+def scan_release(folder: Path, boundary: Optional[Boundary] = None) -> list[str]:
+    """"FILE WHERE: what" for each piece of personal data in the release FOLDER (at most PER_FILE a file)."""
+    folder = Path(folder)
+    boundary = boundary or outside_boundary()
+    found = []
+    for path in sorted(p for p in folder.rglob("*") if p.is_file() and not p.is_symlink()):
+        if path.suffix.lower() in IMAGE_SUFFIXES:
+            continue
+        rel = path.relative_to(folder).as_posix()
+        where_what = parquet_findings(path, boundary) if path.suffix == ".parquet" else text_findings(path, boundary)
+        found += [f"{rel} {where}: {what}" for where, what in where_what]
+    return found
+
+
+def text_findings(path: Path, boundary: Boundary) -> list[tuple[str, str]]:
+    text = path.read_text(encoding="utf-8", errors="replace")
+    found = [(f"line {text.count(chr(10), 0, offset) + 1}", what) for offset, what in boundary.findings(text)]
+    return list(dict.fromkeys(found))[:PER_FILE]  # a page on one line would name the same thing many times
+
+
+def parquet_findings(path: Path, boundary: Boundary) -> list[tuple[str, str]]:
+    """Findings in the text of every cell (nested lists and structs included), a batch of a column read at once."""
+    import pyarrow.parquet as pq
+
+    found: list[tuple[str, str]] = []
+    row = 0
+    with pq.ParquetFile(path) as parquet:
+        for batch in parquet.iter_batches(batch_size=PARQUET_BATCH):
+            for name, column in zip(batch.schema.names, batch.columns):
+                cells = ["\n".join(strings_in(value)) for value in column.to_pylist()]
+                starts = list(accumulate((len(cell) + 1 for cell in cells[:-1]), initial=0))
+                found += dict.fromkeys((f"row {row + bisect_right(starts, offset)}, column {name}", what)
+                                       for offset, what in boundary.findings("\n".join(cells)))
+                if len(found) >= PER_FILE:
+                    return found[:PER_FILE]
+            row += batch.num_rows
+    return found
+
+
+def strings_in(value: Any) -> Iterator[str]:
+    """Every string in a cell's value (bytes are not text: image bytes)."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for key, inner in value.items():
+            yield str(key)
+            yield from strings_in(inner)
+    elif isinstance(value, (list, tuple)):
+        for inner in value:
+            yield from strings_in(inner)
+
+
+def personal_data_words(findings: list[str], limit: int = 3) -> str:
+    shown = "; ".join(findings[:limit]) + (f"; and {len(findings) - limit} more" if len(findings) > limit else "")
+    return f"personal data in the release: {shown}"
+
+
+def refuse_personal_data(folder: Path, boundary: Boundary) -> None:
+    """Export's guard: a release holding personal data is not published."""
+    findings = scan_release(folder, boundary)
+    if findings:
+        raise CftoolsError(f"export refused: {personal_data_words(findings)}; nothing was written")

@@ -180,6 +180,11 @@ class Boundary:
         digest = hmac.new(self.key, person_key(person).encode("utf-8"), hashlib.sha256).hexdigest()
         return PSEUDONYM_PREFIX + digest[:PSEUDONYM_HEX]
 
+    def server_id(self, url: str) -> str:
+        """A server's id in anything released: keyed like the people's (an unkeyed hash of a guessable URL, a
+        person's host name say, could be reversed)."""
+        return hmac.new(self.key, f"server:{url}".encode("utf-8"), hashlib.sha256).hexdigest()[:PSEUDONYM_HEX]
+
     # ------------------------------------------------------------ what is released
 
     def released(self, value: Any) -> Any:

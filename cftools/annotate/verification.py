@@ -14,7 +14,6 @@ could see another person's work only of items the checks proved blind.
 
 from __future__ import annotations
 
-import hashlib
 from collections import defaultdict
 from typing import Any, Callable, Iterable
 
@@ -24,11 +23,6 @@ SEPARATE = "separate servers"
 SHARED = "shared server: not blind"
 NOT_PROVEN = "separate servers not proven: not blind"
 NOT_ANNOTATED = "not annotated"
-
-
-def server_id(url: str) -> str:
-    """A short id of a server (its URL's hash): names a server in a release without its address."""
-    return hashlib.sha256(url.encode()).hexdigest()[:12]
 
 
 Judged = tuple  # (server URL, assignee, annotator, check): check None (never checked) or (ok, problem codes)
@@ -61,9 +55,10 @@ def blindness(judged: list[Judged]) -> tuple[bool, bool, list[str]]:
     return separate, separate and not problems, problems
 
 
-def item_verification(judged: list[Judged], pseudonym: Callable[[str], str]) -> dict[str, Any]:
+def item_verification(judged: list[Judged], pseudonym: Callable[[str], str],
+                      server_id: Callable[[str], str] = str) -> dict[str, Any]:
     """The release's per-item account: people (distinct judges), annotators (their ids by PSEUDONYM: the workspace
-    boundary's, `cftools.boundary`), servers (ids),
+    boundary's, `cftools.boundary`), servers (their ids by SERVER_ID, keyed by the same boundary),
     separate_servers (proven), blind, why_not_blind (words naming no one; "" when blind) and `how` in words."""
     if not judged:
         return {"people": 0, "annotators": [], "servers": [], "separate_servers": False, "how": NOT_ANNOTATED,

@@ -194,7 +194,7 @@ def collect_items(store: Store, statuses: Iterable[str], splits: dict[str, float
         verification = item_verification([(t.server, t.assignee, j.annotator, checks.get(j.separation_check_id))
                                           for t in item_tasks
                                           if t.state not in ("deleted", REQUEUED) for j in judgments.get(t.id, [])],
-                                         pseudonym=boundary.pseudonym)
+                                         pseudonym=boundary.pseudonym, server_id=boundary.server_id)
         gen = generations.get(item.generation_id)
         record = {
             "id": item.key,

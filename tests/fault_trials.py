@@ -937,9 +937,9 @@ def _two_old_copies(seed: int, scratch: Path) -> str:
     shutil.rmtree(release)
     done = run_cli_process(ws, "doctor", "--repair", "--json", "--offline")
     changes = json.loads(done.stdout)["changes"]
-    assert f"{intact}: restored as {release}" in changes, changes
+    assert f"{intact}: restored as {release} (its manifest is the one the store recorded)" in changes, changes
     assert run_cli_process(ws, "verify", release).returncode == 0
-    aside = release.parent / f"{release.name}.unverified-pid{pid}"
+    aside = release.parent / f"{release.name}.broken-pid{pid}"
     assert aside.is_dir() and not intact.exists() and not tampered.exists()
     return "the tampered copy newer" if tampered_newer else "the tampered copy older"
 

@@ -254,8 +254,47 @@ def test_doctor_repair_restores_the_old_folder_when_the_release_is_missing(works
     code, found, report = doctor_codes(run_cli)
     assert code == 1 and found == ["release_temporary"] and "only copy" in report["problems"][0]["message"]
     code, found, report = doctor_codes(run_cli, "--repair")
-    assert code == 0 and report["changes"] == [f"{old}: restored as {release}"]
+    assert code == 0 and report["changes"] == [
+        f"{old}: restored as {release} (its manifest is the one the store recorded)"]
     assert not old.exists() and run_cli("verify", release).exit_code == 0
+    assert doctor_codes(run_cli)[:2] == (0, [])
+
+
+def test_doctor_repair_restores_only_the_copy_whose_manifest_the_store_recorded(workspace, tmp_path, run_cli):
+    """Issue 45: three `.old` copies of a missing release (genuine; forged consistently, records, croissant and
+    manifest rewritten; broken). The genuine one comes back even though the forged one is newer; the others are
+    kept aside under names that say what they are, and the log says why."""
+    import shutil
+
+    from fault_trials import restamp
+    from test_doctor import dead_pid
+
+    release = cfmm_release(workspace, tmp_path, run_cli)
+    pid = dead_pid()
+    genuine, forged, broken = (release.parent / f".{release.name}.pid{pid}.{n}.old" for n in ("a1", "b2", "c3"))
+    for copy in (forged, broken):
+        copy.mkdir()
+        shutil.copytree(release, copy / "release")
+    genuine.mkdir()
+    release.rename(genuine / "release")
+    records = forged / "release" / "pairs.jsonl"
+    records.write_text(records.read_text().replace('"count"', '"color"', 1))
+    restamp(forged / "release", ["pairs.jsonl"])
+    (broken / "release" / "pairs.jsonl").write_text("{}\n")
+    os.utime(genuine / "release", (1, 1))  # the oldest: newest-first would pick the forged copy
+    code, found, report = doctor_codes(run_cli)
+    messages = {p["path"]: p["message"] for p in report["problems"]}
+    assert code == 1 and found == ["release_temporary"] * 3
+    assert "the one the store recorded" in messages[str(genuine)] and "half-written" not in " ".join(messages.values())
+    assert "not the one the store recorded" in messages[str(forged)]
+    assert "does not verify" in messages[str(broken)]
+    code, found, report = doctor_codes(run_cli, "--repair")
+    assert code == 0, report
+    changes = "\n".join(report["changes"])
+    assert f"{genuine}: restored as {release} (its manifest is the one the store recorded)" in changes
+    assert f"{forged}: moved aside to {release.parent / f'{release.name}.forged-pid{pid}'}" in changes
+    assert f"{broken}: moved aside to {release.parent / f'{release.name}.broken-pid{pid}'}" in changes
+    assert '"count"' in (release / "pairs.jsonl").read_text() and run_cli("verify", release).exit_code == 0
     assert doctor_codes(run_cli)[:2] == (0, [])
 
 

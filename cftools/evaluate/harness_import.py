@@ -207,8 +207,10 @@ def read_file_lines(path: Path, questions: dict[tuple[str, str], Question], read
 # -- the run ----------------------------------------------------------------------------------------------------
 
 def import_predictions(release_dir: Path | str, files: Sequence[Path | str], out_dir: Path | str,
-                       model: str = "imported", reading: str = STRICT, workspace: Any = None) -> EvalResult:
-    """Score the harness prediction FILES of RELEASE_DIR into the run folder OUT_DIR (see the module doc)."""
+                       model: str = "imported", reading: str = STRICT, workspace: Any = None,
+                       verify: bool = True) -> EvalResult:
+    """Score the harness prediction FILES of RELEASE_DIR into the run folder OUT_DIR (see the module doc). The
+    release is verified first, as `cftools eval` does (unless not VERIFY: the report then says so)."""
     from cftools import __version__
     from cftools.evaluate.predictions import READINGS, append_predictions
     from cftools.evaluate.run import PREDICTIONS_NAME, finish_run, release_content, write_config
@@ -219,6 +221,7 @@ def import_predictions(release_dir: Path | str, files: Sequence[Path | str], out
         raise CftoolsError(f"unknown reading {reading!r}; choose one of {', '.join(READINGS)}")
     if not files:
         raise CftoolsError("no prediction file given")
+    content = release_content(release_dir, verify, workspace)  # refused before any file is read
     questions = release_questions(release_dir)
     by_key: dict[tuple[str, str], dict[str, Any]] = {}
     sources = []
@@ -236,7 +239,7 @@ def import_predictions(release_dir: Path | str, files: Sequence[Path | str], out
     config = {
         "release": str(release_dir.resolve()), "release_name": release_dir.resolve().name,
         "release_manifest_sha256": hash_file(release_dir / MANIFEST_NAME),
-        "release_content_sha256": release_content(release_dir, True), "verified": True,
+        "release_content_sha256": content, "verified": verify,
         "model": model, "mode": mode, "score": "mean-loss" if ranked else None,
         "score_rule": "lowest loss of the option wins (as the harness ranks)" if ranked else None,
         "template": "as exported", "template_sha256": None, "max_new_tokens": None, "device": "n/a", "dtype": "n/a",

@@ -76,11 +76,13 @@ class DoctorReport:
 def check_integrity(workspace: Workspace, report: DoctorReport) -> bool:
     """False when the store is too damaged to look further. A SQLite file gets SQLite's full integrity check, on the
     file itself before the store is opened (opening refuses a damaged file in one line: doctor names the damage)."""
-    from cftools.store_health import check_store_exists, damage_message, sqlite_damage, sqlite_file
+    from cftools.store_health import (check_store_exists, check_store_writable, damage_message, sqlite_damage,
+                                      sqlite_file)
 
     path = sqlite_file(workspace.db_url)
     if path is not None:
         check_store_exists(workspace.db_url)
+        check_store_writable(path)  # SQLite cannot open a WAL store it cannot write: that is no damage
         damage = sqlite_damage(path, full=True)
         if damage:
             report.add("store_integrity", damage_message(path, damage), path=str(path), damage=damage)

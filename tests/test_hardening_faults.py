@@ -112,7 +112,7 @@ def test_counting_groups_convert_number_words_and_record_it(workspace, tmp_path,
 
 @pytest.mark.parametrize("row, reason", [
     (cvqa_row("2", "a few"), "'a few' is not a number"),
-    (cvqa_row("2", "-1"), "'-1' is not a number"),
+    (cvqa_row("2", "-1"), "'-1' is a negative number"),
     (cvqa_row("A", "E", query="How many? Select the correct answer:A:8  B:6",
               new_query="How many if? Select the correct answer:A:8  B:6"), "'E' is not one of the options A, B"),
 ])

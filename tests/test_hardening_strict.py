@@ -85,3 +85,73 @@ def test_an_lmms_eval_sample_with_no_reply_is_unanswered_not_the_text_brackets(r
     assert len(run.predictions) == len(docs) - 1
     assert all(p.get("raw") != "[]" and p.get("output") != "[]" for p in run.predictions)
     assert json.loads((tmp_path / "run" / "config.json").read_text())["skipped"]["not_answered"] >= 1
+
+
+# ---------------------------------------------------------------- one strictness for every reader
+
+
+def table_of(path: Path, answers: list[str], answer_type: str = "number") -> Path:
+    path.write_text("id,image,question,answer,answer_type\n" + "".join(
+        f"q{n},img{n}.jpg,How many cups are on the table {n}?,{answer},{answer_type}\n"
+        for n, answer in enumerate(answers)), encoding="utf-8")
+    return path
+
+
+def sources_of(workspace) -> dict[str, object]:
+    from sqlalchemy import select
+
+    from cftools.models import SourceQuestion
+
+    with workspace.store.session() as session:
+        found = {s.external_id: s for s in session.execute(select(SourceQuestion)).scalars()}
+        session.expunge_all()
+    return found
+
+
+@pytest.mark.parametrize("answer, reason", [
+    ("-1", "'-1' is a negative number"), ("a few", "'a few' is not a number"),
+    ("3.0", "'3.0' is not a whole number"), ("2.5", "'2.5' is not a whole number")])
+def test_a_table_count_is_held_to_the_c_vqa_readers_rule(workspace, run_cli, tmp_path, answer, reason):
+    """Issue 45: `ingest table` with answer_type=number stored -1, 'a few' and 3.0 unchanged (and `check` later
+    passed some); it refuses them as the C-VQA reader does, naming the file, line and value."""
+    table = table_of(tmp_path / "t.csv", ["2", answer])
+    one_line_error(run_cli("ingest", "table", table), "t.csv, line 3", reason, "answer_type number")
+    assert sources_of(workspace) == {}
+
+
+def test_a_table_count_in_number_words_is_converted_and_recorded(workspace, run_cli, tmp_path):
+    out = run_cli("ingest", "table", table_of(tmp_path / "t.csv", ["zero", "twenty-one", "4"]))
+    assert out.exit_code == 0, out.output
+    sources = sources_of(workspace)
+    assert {k: s.answer for k, s in sources.items()} == {"q0": "0", "q1": "21", "q2": "4"}
+    assert sources["q0"].meta["converted_answer"] == ["zero", "0"] and "converted_answer" not in sources["q2"].meta
+    # other answer types are taken as given
+    out = run_cli("ingest", "table", table_of(tmp_path / "o.csv", ["a few"], "other"))
+    assert out.exit_code == 0, out.output
+
+
+def test_the_c_vqa_reader_names_a_decimal_and_a_negative(workspace, run_cli, tmp_path):
+    from test_hardening_faults import CVQA_COLUMNS, cvqa_row, write_csv
+
+    for answer, reason in (("3.0", "'3.0' is not a whole number"), ("-1", "'-1' is a negative number")):
+        source = write_csv(tmp_path / "c.csv", CVQA_COLUMNS, [cvqa_row("2", answer, "direct")])
+        one_line_error(run_cli("ingest", "cvqa", source), "line 2", reason)
+
+
+def test_a_repeated_mucr_id_is_refused_whichever_copy_skip_bad_skipped(workspace, run_cli, tmp_path):
+    """Issue 45: with --skip-bad, when the first of a repeated id was skipped (its image leaves the --images
+    folder), the second went in silently."""
+    from test_mucr_ingest import draw_images, items_of, published_records, write_jsonl
+
+    images = tmp_path / "images"
+    draw_images(images)
+    rows = published_records(style="Photograph", images=True)
+    first = dict(rows[0], image_0="../outside.png")
+    source = write_jsonl(tmp_path / "human.jsonl", [first, rows[0], *rows[1:]])
+    out = run_cli("ingest", "mucr", source, "--images", images, "--skip-bad", "--report", tmp_path / "bad.jsonl",
+                  "--json")
+    assert out.exit_code == 0, out.output
+    skipped = [json.loads(line) for line in (tmp_path / "bad.jsonl").read_text().splitlines()]
+    assert [s["record"] for s in skipped] == ["line 1", "line 2"], skipped
+    assert "given twice in this file (first on line 1)" in skipped[1]["reason"]
+    assert len(items_of(workspace)) == 3

@@ -11,6 +11,7 @@ import re
 from fractions import Fraction
 from typing import Optional
 
+from cftools.answer_rules import NEGATIVE
 from cftools.answers import normalize_answer, parse_yes_no
 from cftools.findings import Flag, Note, Result
 from cftools.item_view import DIGITS, ItemView, options
@@ -100,10 +101,11 @@ def check_two_questions(item: ItemView) -> Result:
 # ---------------------------------------------------------------- answers
 
 
-NEGATIVE = re.compile(r"[-\u2212]\s*\d+(?:\.\d+)?")
 
 
 def check_answer_type(item: ItemView) -> Result:
+    """The answer-type rules the readers apply (`cftools.answer_rules`), on items after ingest: nothing converts
+    number words here, so a count not in digits is flagged."""
     answer = (item.answer or "").strip()
     style = item.answer_style
     if style == "count" and NEGATIVE.fullmatch(answer):

@@ -19,6 +19,7 @@ from typing import Any, BinaryIO, Iterable, Iterator
 import ijson
 from sqlalchemy import func, select
 
+from cftools.answer_rules import COUNT_TYPES, read_count
 from cftools.errors import InputError, NoRecordsError, naming_the_file
 from cftools.images import FolderIndex, ImageFile, attach_images, image_ref_path, read_image_file, sha256_file
 from cftools.ingest.licences import LicenceChoice, chosen_licence, record_licence
@@ -357,10 +358,12 @@ def checked_records(path: Path, required: tuple[str, ...], bad: BadRecords, imag
     goes through here, so a new one cannot forget either check."""
     seen: dict[str, str] = {}
     for line, row in records(path, required, bad):
-        problem = next((p for f in image_fields if row.get(f) is not None and str(row[f]).strip()
-                        for p in [image_path_problem(str(row[f]).strip(), images_dir)] if p), None)
-        if problem is None and id_field is not None:
-            problem = repeated_id(seen, row, line, id_field)
+        # the id first: a record skipped for another reason (--skip-bad) still holds its id, so a later record
+        # giving the same id is refused whichever of the two was skipped
+        problem = repeated_id(seen, row, line, id_field) if id_field is not None else None
+        if problem is None:
+            problem = next((p for f in image_fields if row.get(f) is not None and str(row[f]).strip()
+                            for p in [image_path_problem(str(row[f]).strip(), images_dir)] if p), None)
         if problem:
             bad.add(InputError(path, problem, line))
             continue
@@ -375,19 +378,27 @@ def outside_images(file: Path, images_dir: Path) -> Path | None:
 
 def read_table(path: Path, bad: BadRecords, dataset: str | None = None,
                images_dir: Path | None = None) -> tuple[str, list[dict]]:
-    """A user's own `image, question, answer` records (CSV or JSONL; optional id and answer_type)."""
+    """A user's own `image, question, answer` records (CSV or JSONL; optional id and answer_type). An answer of
+    answer_type `number` (or `count`) follows `cftools.answer_rules`: digits, or number words converted (recorded in
+    the source's meta as `converted_answer`); a negative, a decimal or other text is a bad record."""
     dataset = dataset or f"table:{path.stem}"
     now = utcnow()
     rows: dict[str, dict] = {}
     for line, row in checked_records(path, ("image", "question", "answer"), bad, images_dir, ("image",)):
         image = str(row["image"]).strip()
-        answer = str(row["answer"]).strip()
-        external_id = str(row.get("id") or stable_key(row["image"], row["question"], answer))
+        given = str(row["answer"]).strip()
+        answer_type = str(row.get("answer_type") or infer_answer_type(given))
+        answer, problem = read_count(given) if answer_type in COUNT_TYPES else (given, None)
+        if problem:
+            bad.add(InputError(path, f"answer {problem}, as an answer_type {answer_type} answer must be a count",
+                               line))
+            continue
+        converted = {"converted_answer": [given, answer]} if answer != given else {}
+        external_id = str(row.get("id") or stable_key(row["image"], row["question"], given))
         rows.setdefault(external_id, {
             "dataset": dataset, "external_id": external_id, "image_ref": image_ref_path(image),
-            "question": str(row["question"]).strip(), "answer": answer,
-            "answer_type": str(row.get("answer_type") or infer_answer_type(answer)),
-            "answers": None, "meta": {"line": line, "image": image}, "created_at": now,
+            "question": str(row["question"]).strip(), "answer": answer, "answer_type": answer_type,
+            "answers": None, "meta": {"line": line, "image": image, **converted}, "created_at": now,
         })
     return dataset, list(rows.values())
 

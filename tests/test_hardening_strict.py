@@ -155,3 +155,61 @@ def test_a_repeated_mucr_id_is_refused_whichever_copy_skip_bad_skipped(workspace
     assert [s["record"] for s in skipped] == ["line 1", "line 2"], skipped
     assert "given twice in this file (first on line 1)" in skipped[1]["reason"]
     assert len(items_of(workspace)) == 3
+
+
+# ---------------------------------------------------------------- a re-ingest that changes a record's text
+
+
+def test_a_vqav2_re_ingest_that_changes_a_question_is_refused_unless_update(workspace, run_cli, tmp_path):
+    """Issue 45: re-ingesting a VQAv2 file whose question text changed under the same question id kept the old
+    text without a word. It is refused naming the id and both texts; --update replaces it and says so."""
+    from vqav2_files import sample_records, write_vqav2
+
+    records = sample_records()
+    questions, annotations = write_vqav2(tmp_path / "v1", records)
+    assert run_cli("ingest", "vqav2", "--questions", questions, "--annotations", annotations).exit_code == 0
+    assert run_cli("ingest", "vqav2", "--questions", questions, "--annotations", annotations).exit_code == 0
+    records[0]["question"] = "How many cats?"
+    questions, annotations = write_vqav2(tmp_path / "v2", records)
+    one_line_error(run_cli("ingest", "vqav2", "--questions", questions, "--annotations", annotations),
+                   "question_id 1", "'How many dogs?' -> 'How many cats?'", "--update")
+    assert sources_of(workspace)["1"].question == "How many dogs?"
+    out = run_cli("ingest", "vqav2", "--questions", questions, "--annotations", annotations, "--update")
+    assert out.exit_code == 0 and "1 records already stored had another text" in " ".join(out.output.split())
+    assert sources_of(workspace)["1"].question == "How many cats?" and len(sources_of(workspace)) == 3
+
+
+def test_a_repeated_vqav2_question_id_is_refused(workspace, run_cli, tmp_path):
+    from vqav2_files import sample_records, write_vqav2
+
+    records = sample_records()
+    records.append({**records[0], "question": "How many cats?"})
+    questions, annotations = write_vqav2(tmp_path / "v", records)
+    one_line_error(run_cli("ingest", "vqav2", "--questions", questions), "questions[3]",
+                   "question_id 1 is given twice in this file (first at questions[0])")
+
+
+def test_a_table_re_ingest_that_changes_an_answer_is_refused_unless_update(workspace, run_cli, tmp_path):
+    assert run_cli("ingest", "table", table_of(tmp_path / "t.csv", ["2", "3"])).exit_code == 0
+    one_line_error(run_cli("ingest", "table", table_of(tmp_path / "t.csv", ["2", "4"])), "t.csv, line 3",
+                   "id 'q1'", "answer '3' -> '4'", "--update")
+    assert run_cli("ingest", "table", tmp_path / "t.csv", "--update").exit_code == 0
+    assert sources_of(workspace)["q1"].answer == "4"
+
+
+def test_a_cfmm_re_ingest_that_changes_a_draft_item_is_refused_unless_update(workspace, run_cli, tmp_path):
+    import PIL.Image
+
+    from test_cfmm import cfmm_lines
+
+    PIL.Image.new("RGB", (12, 9), "red").save(tmp_path / "bus.png")
+    lines = cfmm_lines("bus.png")
+    source = tmp_path / "pairs.jsonl"
+    source.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    assert run_cli("ingest", "cfmm", source, "--images", tmp_path).exit_code == 0
+    lines[0]["cf_question"] = lines[0]["cf_question"] + " (reworded)"
+    source.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    line = one_line_error(run_cli("ingest", "cfmm", source, "--images", tmp_path), "another text", "--update")
+    assert "reworded" in line
+    out = run_cli("ingest", "cfmm", source, "--images", tmp_path, "--update")
+    assert out.exit_code == 0, out.output

@@ -74,8 +74,8 @@ def read_cfmm(path: Path, bad: BadRecords, dataset: Optional[str] = None,
 
 def ingest_cfmm(store: Store, path: Path, images_dir: Optional[Path] = None, skip_bad: bool = False,
                 report_path: Optional[Path] = None, dataset: Optional[str] = None,
-                licence: LicenceChoice = None) -> IngestReport:
+                licence: LicenceChoice = None, update: bool = False) -> IngestReport:
     bad = BadRecords(skip_bad)
     dataset, sources, items = read_cfmm(Path(path), bad, dataset, images_dir)
     return finish(store, "cfmm", Path(path), dataset, sources, items, images_dir, bad, report_path, len(items),
-                  licence=licence)
+                  licence=licence, update=update)

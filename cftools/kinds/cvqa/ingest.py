@@ -110,8 +110,8 @@ def read_cvqa(path: Path, bad: BadRecords, dataset: str | None = None,
 
 def ingest_cvqa(store: Store, path: Path, images_dir: Path | None = None, skip_bad: bool = False,
                 report_path: Path | None = None, dataset: str | None = None,
-                licence: LicenceChoice = None) -> IngestReport:
+                licence: LicenceChoice = None, update: bool = False) -> IngestReport:
     bad = BadRecords(skip_bad)
     dataset, sources, items = read_cvqa(Path(path), bad, dataset, images_dir)
     return finish(store, "cvqa", Path(path), dataset, sources, items, images_dir, bad, report_path, len(items),
-                  licence=licence)
+                  licence=licence, update=update)

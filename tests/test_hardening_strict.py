@@ -213,3 +213,31 @@ def test_a_cfmm_re_ingest_that_changes_a_draft_item_is_refused_unless_update(wor
     assert "reworded" in line
     out = run_cli("ingest", "cfmm", source, "--images", tmp_path, "--update")
     assert out.exit_code == 0, out.output
+
+
+@pytest.mark.parametrize("field, value, reason", [
+    ("cf_answer", "-1", "'-1' is a negative number"), ("basic_options", ["1", "2.5"], "'2.5' is not a whole number"),
+    ("cf_options", ["a few", "2"], "'a few' is not a number")])
+def test_a_cfmm_count_pair_is_held_to_the_count_rule(workspace, run_cli, tmp_path, field, value, reason):
+    import PIL.Image
+
+    from test_cfmm import cfmm_lines
+
+    PIL.Image.new("RGB", (12, 9), "red").save(tmp_path / "bus.png")
+    lines = cfmm_lines("bus.png")
+    count = next(n for n, line in enumerate(lines) if line["type"] == "count")
+    lines[count][field] = value
+    source = tmp_path / "pairs.jsonl"
+    source.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    one_line_error(run_cli("ingest", "cfmm", source, "--images", tmp_path), f"line {count + 1}", reason)
+    lines[count].update(cf_options=["one", "two"], cf_answer="two", basic_options=["1", "2"], basic_answer="1")
+    source.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    assert run_cli("ingest", "cfmm", source, "--images", tmp_path).exit_code == 0
+    from sqlalchemy import select
+
+    from cftools.models import Item
+
+    with workspace.store.session() as session:
+        item = next(i for i in session.execute(select(Item)).scalars() if i.group == "count")
+        assert item.answer == "2" and item.data["options"]["counterfactual"] == ["1", "2"]
+        assert item.data["converted_answers"]["cf_answer"] == ["two", "2"]

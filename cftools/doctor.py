@@ -11,9 +11,9 @@ Repairs (only with `repair=True`, each listed): stuck items go back to the statu
 dead claims are freed, generated image files no row points to removed, dead tasks forgotten (their items back to
 `checked`), stale export temporaries removed; the copies a killed export left are judged by the store: only one
 whose manifest is the one the store recorded (and that verifies) is renamed back into place when the release is
-missing; every other `.old` copy is moved aside under a name that says what it is (`.forged`: verifies against its
-own manifest, which is not the store's; `.broken`: does not verify; `.unverified`: the store recorded no manifest;
-`.kept`: the store's, not needed), never deleted.
+missing; every other `.old` copy is moved aside under a name that says what it is (`.unrecorded`: verifies against
+its own manifest, which is not the store's, an earlier export or a rewrite; `.broken`: does not verify;
+`.unverified`: the store recorded no manifest; `.kept`: the store's, not needed), never deleted.
 Missing or changed images and releases that fail to verify are reported, never "fixed": only a person knows
 which copy is right.
 """

@@ -292,7 +292,7 @@ def test_doctor_repair_restores_only_the_copy_whose_manifest_the_store_recorded(
     assert code == 0, report
     changes = "\n".join(report["changes"])
     assert f"{genuine}: restored as {release} (its manifest is the one the store recorded)" in changes
-    assert f"{forged}: moved aside to {release.parent / f'{release.name}.forged-pid{pid}'}" in changes
+    assert f"{forged}: moved aside to {release.parent / f'{release.name}.unrecorded-pid{pid}'}" in changes
     assert f"{broken}: moved aside to {release.parent / f'{release.name}.broken-pid{pid}'}" in changes
     assert '"count"' in (release / "pairs.jsonl").read_text() and run_cli("verify", release).exit_code == 0
     assert doctor_codes(run_cli)[:2] == (0, [])

@@ -37,13 +37,14 @@ def copy_verifies(folder: Path) -> bool:
         return False
 
 
-# What a copy a killed export left is, as the name it is kept under says: the release the store recorded, one that
-# verifies against its own manifest but not against the store's record (files and manifest rewritten together), one
-# of a release the store has no manifest for, and one that does not verify at all.
-RECORDED, FORGED, UNRECORDED, BROKEN = "kept", "forged", "unverified", "broken"
+# What a copy a killed export left is, as the name it is kept under says: the release the store recorded; one that
+# verifies against its own manifest but whose manifest the store did not record (an earlier export of the same
+# release, whose record the next export replaced, or files and manifest rewritten together: only a person can tell);
+# one of a release the store has no manifest for; and one that does not verify at all.
+RECORDED, NOT_RECORDED, UNRECORDED, BROKEN = "kept", "unrecorded", "unverified", "broken"
 WHY = {RECORDED: "its manifest is the one the store recorded",
-       FORGED: "it verifies against its own manifest, but that manifest is not the one the store recorded: its files "
-               "were rewritten together with the manifest",
+       NOT_RECORDED: "it verifies against its own manifest, but that manifest is not the one the store recorded: an "
+                     "earlier export, or files rewritten together with their manifest",
        UNRECORDED: "it verifies against its own manifest, but the store recorded no manifest to check it against",
        BROKEN: "it does not verify against its manifest"}
 
@@ -56,7 +57,7 @@ def copy_state(folder: Path, recorded: set[str]) -> str:
         return BROKEN
     if not recorded:
         return UNRECORDED
-    return RECORDED if hash_file(folder / MANIFEST_NAME) in recorded else FORGED
+    return RECORDED if hash_file(folder / MANIFEST_NAME) in recorded else NOT_RECORDED
 
 
 def release_copy(path: Path) -> Path | None:
@@ -94,7 +95,7 @@ def clear_stale_temporaries(target: Path, recorded: set[str]) -> list[tuple[Path
     """Clear what a killed export of TARGET left: (folder, what was done and why) for each. RECORDED holds the
     manifest SHA-256s the store recorded for TARGET. Only a copy whose manifest is one of them (and that verifies)
     is trusted: when TARGET is missing, the newest such copy is renamed back to TARGET ("restored"). Every other
-    `.old` copy is moved aside beside TARGET under a name that says what it is (`.kept`, `.forged`, `.unverified`,
+    `.old` copy is moved aside beside TARGET under a name that says what it is (`.kept`, `.unrecorded`, `.unverified`,
     `.broken`), never deleted: only a person knows what an untrusted copy is. A `.tmp` folder not restored is an
     export the rerun writes again and is removed."""
     done = []

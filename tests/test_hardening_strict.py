@@ -241,3 +241,20 @@ def test_a_cfmm_count_pair_is_held_to_the_count_rule(workspace, run_cli, tmp_pat
         item = next(i for i in session.execute(select(Item)).scalars() if i.group == "count")
         assert item.answer == "2" and item.data["options"]["counterfactual"] == ["1", "2"]
         assert item.data["converted_answers"]["cf_answer"] == ["two", "2"]
+
+
+@pytest.mark.parametrize("original", ["-1", "a few", "3.0"])
+def test_a_count_item_built_on_an_original_answer_that_is_no_count_is_flagged(original):
+    """Issue 45: items rewritten from table rows stored before the readers were strict (-1, 'a few') passed
+    `check`; the answer_type check looks at the original answer of a count item too."""
+    from dataclasses import replace
+
+    from cftools.checks.rules import check_answer_type
+    from cftools.item_view import ItemView
+
+    item = ItemView(id=1, key="k", kind="cvqa", group="numerical-direct", status="draft", answer_style="count",
+                    question="How many cups would there be if one more was added?", answer="2",
+                    source_question="How many cups are there?", source_answer=original)
+    flag = check_answer_type(item)
+    assert flag is not None and f"the original answer {original!r} is not a count" in flag.reason
+    assert check_answer_type(replace(item, source_answer="1")) is None

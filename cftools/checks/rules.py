@@ -108,6 +108,10 @@ def check_answer_type(item: ItemView) -> Result:
     number words here, so a count not in digits is flagged."""
     answer = (item.answer or "").strip()
     style = item.answer_style
+    original = (item.source_answer or "").strip()
+    if style == "count" and original and not DIGITS.fullmatch(original):  # a count item built on a non-count
+        return Flag("answer_type", f"the original answer {item.source_answer!r} is not a count written in digits "
+                                   "(a whole number >= 0), so the counterfactual count cannot follow from it")
     if style == "count" and NEGATIVE.fullmatch(answer):
         return Flag("answer_type", f"the answer {item.answer!r} is a negative count; a count is a whole number >= 0")
     if style == "count" and not DIGITS.fullmatch(answer):

@@ -520,10 +520,13 @@ def text_changes(session, dataset: str, sources: list[dict], items: list[dict]) 
                 changes.append(TextChange(record_of(source), f"id {row.external_id!r}", fields))
     by_key = {i["key"]: i for i in items}
     for part in in_chunks(list(by_key)):
-        for row in session.execute(select(Item.id, Item.key, Item.question, Item.answer, Item.status).where(
-                Item.key.in_(part))).all():
+        for row in session.execute(select(Item.id, Item.key, Item.question, Item.answer, Item.proposed_answer,
+                                          Item.status).where(Item.key.in_(part))).all():
             item = by_key[row.key]
-            fields = {f: [getattr(row, f), item.get(f)] for f in TEXT_FIELDS if getattr(row, f) != item.get(f)}
+            # the answer the item came in with: a person's correction (pull) keeps it as proposed_answer
+            stored = {"question": row.question,
+                      "answer": row.proposed_answer if row.proposed_answer is not None else row.answer}
+            fields = {f: [stored[f], item.get(f)] for f in TEXT_FIELDS if stored[f] != item.get(f)}
             if fields:
                 line = (item.get("data") or {}).get("line")
                 changes.append(TextChange(str(line or f"item {row.key}"), f"item {row.key}", fields, row.id,

@@ -258,3 +258,27 @@ def test_a_count_item_built_on_an_original_answer_that_is_no_count_is_flagged(or
     flag = check_answer_type(item)
     assert flag is not None and f"the original answer {original!r} is not a count" in flag.reason
     assert check_answer_type(replace(item, source_answer="1")) is None
+
+
+def test_a_control_count_in_number_words_is_converted_and_recorded(workspace, tmp_path):
+    """Issue 45: the controls reader follows the count rule every reader does (words converted and recorded where
+    people do not see it; negatives and decimals refused)."""
+    from sqlalchemy import select
+
+    from test_annotator_controls import controls_file
+
+    from cftools.annotate.controls import load_controls
+    from cftools.errors import InputError
+    from cftools.models import ControlItem, Item
+
+    bad = controls_file(tmp_path / "bad", [{"answer": "2.5"}])
+    with pytest.raises(InputError, match=r"line 2: answer: the answer '2.5' is not a count written in digits"):
+        load_controls(workspace.store, bad, "cvqa")
+    path = controls_file(tmp_path / "ctl", [{"answer": "two", "answer_correct": "no", "corrected_answer": "zero"}])
+    load_controls(workspace.store, path, "cvqa")
+    with workspace.store.session() as session:
+        item = session.execute(select(Item)).scalar_one()
+        control = session.execute(select(ControlItem)).scalar_one()
+        assert item.answer == "2" and control.settled["corrected_answer"] == "0"
+        assert control.settled["converted_answers"] == {"answer": ["two", "2"], "corrected_answer": ["zero", "0"]}
+        assert "converted" not in json.dumps(item.data or {})  # nothing a person sees tells a control apart

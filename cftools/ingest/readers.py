@@ -534,8 +534,8 @@ def text_changes(session, dataset: str, sources: list[dict], items: list[dict]) 
     return changes
 
 
-def apply_text_changes(session, path: Path, dataset: str, changes: list[TextChange], sources: list[dict],  # noqa: ANN001
-                       update: bool) -> int:
+def apply_text_changes(session, path: Path, dataset: str,  # noqa: ANN001
+                       changes: list[TextChange], sources: list[dict], update: bool) -> int:
     """Refuse the changes (none is written) unless UPDATE; then replace the stored text of each source and each
     draft item (an event records what it was). An item past draft is refused even so: its checks and reviews were
     of the stored text."""

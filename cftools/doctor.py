@@ -9,9 +9,11 @@ that no longer verify, or whose manifest is not the one the store recorded at ex
 
 Repairs (only with `repair=True`, each listed): stuck items go back to the status they can be picked up from,
 dead claims are freed, generated image files no row points to removed, dead tasks forgotten (their items back to
-`checked`), stale export temporaries removed; the `.old` copies a killed replacing export left are verified
-against their own manifests: the newest that verifies is renamed back into place when the release is missing, and
-every other one is moved aside (never deleted).
+`checked`), stale export temporaries removed; the copies a killed export left are judged by the store: only one
+whose manifest is the one the store recorded (and that verifies) is renamed back into place when the release is
+missing; every other `.old` copy is moved aside under a name that says what it is (`.unrecorded`: verifies against
+its own manifest, which is not the store's, an earlier export or a rewrite; `.broken`: does not verify;
+`.unverified`: the store recorded no manifest; `.kept`: the store's, not needed), never deleted.
 Missing or changed images and releases that fail to verify are reported, never "fixed": only a person knows
 which copy is right.
 """
@@ -74,11 +76,13 @@ class DoctorReport:
 def check_integrity(workspace: Workspace, report: DoctorReport) -> bool:
     """False when the store is too damaged to look further. A SQLite file gets SQLite's full integrity check, on the
     file itself before the store is opened (opening refuses a damaged file in one line: doctor names the damage)."""
-    from cftools.store_health import check_store_exists, damage_message, sqlite_damage, sqlite_file
+    from cftools.store_health import (check_store_exists, check_store_writable, damage_message, sqlite_damage,
+                                      sqlite_file)
 
     path = sqlite_file(workspace.db_url)
     if path is not None:
         check_store_exists(workspace.db_url)
+        check_store_writable(path)  # SQLite cannot open a WAL store it cannot write: that is no damage
         damage = sqlite_damage(path, full=True)
         if damage:
             report.add("store_integrity", damage_message(path, damage), path=str(path), damage=damage)
@@ -211,7 +215,9 @@ def _naive(value: Any) -> Any:
 def check_releases(workspace: Workspace, report: DoctorReport, repair: bool) -> None:
     """Every release the store recorded, in any format: there, verifying, and with the manifest the store recorded
     (a release whose records and manifest were rewritten together verifies, but is not the one exported)."""
+    from cftools.release.export import recorded_manifests
     from cftools.release.layout import MANIFEST_NAME, hash_file
+    from cftools.release.swap import cleared_line, describe_temporary, release_copy
     from cftools.release.verify import verify_release
 
     with workspace.store.session() as session:
@@ -223,8 +229,8 @@ def check_releases(workspace: Workspace, report: DoctorReport, repair: bool) -> 
         folder = Path(path)
         label = f"release {name} {version} ({fmt}) at {path}"
         if not folder.exists():
-            if not any(tmp.name.startswith(f".{folder.name}.pid") and tmp.name.endswith(".old")
-                       and tmp.parent == folder.parent for tmp in stale):
+            if not any(tmp.name.startswith(f".{folder.name}.pid") and tmp.parent == folder.parent
+                       and release_copy(tmp) is not None for tmp in stale):
                 report.add("release_missing", f"{label} is gone", release=name, version=version, path=path)
             continue  # else its only copy is in a .old folder (below)
         try:
@@ -243,16 +249,14 @@ def check_releases(workspace: Workspace, report: DoctorReport, repair: bool) -> 
     cleared: dict[Path, dict[Path, str]] = {}  # target -> what clearing its temporaries did (all at once)
     for tmp in stale:
         target = tmp.parent / tmp.name[1:].split(".pid", 1)[0]
-        holds_copy = tmp.name.endswith(".old") and (tmp / "release").is_dir()
-        message = (f"{tmp} holds {'an earlier' if target.exists() else 'the only'} copy of {target} (an export "
-                   "replacing it was killed)" if holds_copy else f"{tmp} is a half-written export left by a killed run")
-        finding = report.add("release_temporary", message, path=str(tmp))
+        recorded = recorded_manifests(workspace.store, target)
+        finding = report.add("release_temporary", describe_temporary(tmp, target, recorded), path=str(tmp))
         if repair:
             if target not in cleared:
-                cleared[target] = dict(clear_stale_temporaries(target))
+                cleared[target] = dict(clear_stale_temporaries(target, recorded))
             action = cleared[target].get(tmp)
             if action:
-                report.repaired(finding, f"{tmp}: {action}" + (f" as {target}" if action == "restored" else ""))
+                report.repaired(finding, cleared_line(tmp, action, target))
 
 
 def stale_release_folders(workspace: Workspace, parents: set[Path]) -> list[Path]:

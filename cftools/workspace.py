@@ -191,7 +191,8 @@ def load_workspace(root: Path) -> Workspace:
 
 def read_config(config_path: Path, root: Path) -> dict[str, Any]:
     try:
-        return tomllib.loads(config_path.read_text(encoding="utf-8"))
+        # utf-8-sig: a byte order mark some Windows editors put first is read past (TOML itself forbids it)
+        return tomllib.loads(config_path.read_text(encoding="utf-8-sig"))
     except FileNotFoundError:
         raise WorkspaceError(f"no cftools workspace at {root} (no {CONFIG_NAME}); run 'cftools init DIR'") from None
     except tomllib.TOMLDecodeError as exc:

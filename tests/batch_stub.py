@@ -13,7 +13,9 @@ Control, for tests (over HTTP):
   in_progress while held; every Nth line of a batch fails (HTTP 500 in the error file); a batch expires after K
   lines (the rest go to the error file as `batch_expired`); each line takes S seconds. Faults of a results file:
   {"repeat_every": N} answers every Nth line twice (the repeat later, with another text), {"unknown_ids": K}
-  adds K answers to custom_ids never sent, {"garbage_lines": K} adds K lines that are not JSON.
+  adds K answers to custom_ids never sent, {"garbage_lines": K} adds K lines that are not JSON,
+  {"unusable_first_every": N} answers every Nth line first with a text no parser reads, then again with the usual
+  answer. {"no_usage": true}: replies (batch lines and chat calls) carry no `usage`.
 - GET /control/batches: {"batches": [...], "lines": requests received in batch files, "files": uploads}.
 - POST /control/reset: also forgets batches and files and restores the batch settings.
 """
@@ -35,7 +37,7 @@ from llm_stub import (StubHandler, StubServer, chat_completion, last_user_text, 
                       structured_reply, stub_reply)
 
 DEFAULT_SETTINGS = {"hold": False, "fail_every": 0, "expire_after": 0, "line_delay": 0.0, "repeat_every": 0,
-                    "unknown_ids": 0, "garbage_lines": 0}
+                    "unknown_ids": 0, "garbage_lines": 0, "unusable_first_every": 0, "no_usage": False}
 
 
 def default_reply(request: dict, content: str) -> str:
@@ -124,6 +126,10 @@ class BatchServer(StubServer):
         self.RequestHandlerClass = BatchHandler
         self.reset_batches()
 
+    def omits_usage(self) -> bool:
+        with self.lock:
+            return bool(self.settings["no_usage"])
+
     def reset_batches(self) -> None:
         with self.lock:
             self.files: dict[str, bytes] = {}
@@ -203,6 +209,11 @@ class BatchServer(StubServer):
             else:
                 content = last_user_text(request)
                 text = self.reply(request, content) if self.reply else default_reply(request, content)
+                if settings["unusable_first_every"] and n % settings["unusable_first_every"] == 0:
+                    outputs.append({"id": f"batch_req_{batch['id']}_{n}_unusable", "custom_id": line["custom_id"],
+                                    "response": {"status_code": 200, "request_id": f"req_{n}_unusable",
+                                                 "body": chat_completion(request, content, "no answer here", n)},
+                                    "error": None})
                 outputs.append({"id": f"batch_req_{batch['id']}_{n}", "custom_id": line["custom_id"],
                                 "response": {"status_code": 200, "request_id": f"req_{n}",
                                              "body": chat_completion(request, content, text, n)}, "error": None})
@@ -214,6 +225,9 @@ class BatchServer(StubServer):
                 counts = "completed"
             with self.lock:
                 batch["request_counts"][counts] += 1
+        if settings["no_usage"]:
+            for record in outputs:
+                record["response"]["body"].pop("usage", None)
         extra = [json.dumps({"id": f"batch_req_unknown_{i}", "custom_id": f"never-sent-{i}",
                              "response": {"status_code": 200, "request_id": f"req_unknown_{i}",
                                           "body": chat_completion({"model": "stub"}, "", "an answer to nothing", i)},

@@ -937,9 +937,9 @@ def _two_old_copies(seed: int, scratch: Path) -> str:
     shutil.rmtree(release)
     done = run_cli_process(ws, "doctor", "--repair", "--json", "--offline")
     changes = json.loads(done.stdout)["changes"]
-    assert f"{intact}: restored as {release}" in changes, changes
+    assert f"{intact}: restored as {release} (its manifest is the one the store recorded)" in changes, changes
     assert run_cli_process(ws, "verify", release).returncode == 0
-    aside = release.parent / f"{release.name}.unverified-pid{pid}"
+    aside = release.parent / f"{release.name}.broken-pid{pid}"
     assert aside.is_dir() and not intact.exists() and not tampered.exists()
     return "the tampered copy newer" if tampered_newer else "the tampered copy older"
 
@@ -1030,3 +1030,56 @@ ISSUE_39_FAULTS: dict[str, Callable[[int, Path], str]] = {
     "hostile-config": _hostile_config,
 }
 INJECTED_FAULTS.update(ISSUE_39_FAULTS)
+
+
+def _three_old_copies(seed: int, scratch: Path) -> str:
+    """Issue 45: a missing release and three `.old` copies (genuine; records, croissant and manifest rewritten
+    together; broken) in a random order of age: doctor --repair restores the genuine one only, and keeps each other
+    aside under a name that says what it is."""
+    ws = fresh_workspace(scratch)
+    setup_cli(ws, "ingest", "cvqa", write_cvqa(scratch / "in", 4), "--images", scratch / "in")
+    setup_cli(ws, "export", "r", "--version", "1", "--licence", "CC0-1.0", "--include-unverified")
+    release = ws / "releases" / "r-1"
+    rng = random.Random(f"three-old-copies:{seed}")
+    pid = dead_pid()
+    copies = {}
+    for tag in ("genuine", "unrecorded", "broken"):
+        old = release.parent / f".{release.name}.pid{pid}.{tag}.old"
+        old.mkdir()
+        shutil.copytree(release, old / "release")
+        copies[tag] = old
+    records = copies["unrecorded"] / "release" / "records.jsonl"
+    records.write_text(records.read_text().replace('"answer": "', '"answer": "9', 1))
+    restamp(copies["unrecorded"] / "release", ["records.jsonl"])
+    with open(copies["broken"] / "release" / "records.jsonl", "a") as fh:
+        fh.write("\n")
+    ages = rng.sample([1_000_000, 2_000_000, 3_000_000], 3)
+    for (tag, old), when in zip(copies.items(), ages):
+        os.utime(old / "release", (when, when))
+    shutil.rmtree(release)
+    done = run_cli_process(ws, "doctor", "--repair", "--json", "--offline")
+    changes = json.loads(done.stdout)["changes"]
+    assert f"{copies['genuine']}: restored as {release} (its manifest is the one the store recorded)" in changes
+    assert run_cli_process(ws, "verify", release).returncode == 0
+    assert '"answer": "9' not in (release / "records.jsonl").read_text()
+    for tag in ("unrecorded", "broken"):
+        assert (release.parent / f"{release.name}.{tag}-pid{pid}").is_dir() and not copies[tag].exists()
+    order = sorted(copies, key=lambda tag: ages[list(copies).index(tag)], reverse=True)
+    return f"newest first: {', '.join(order)}"
+
+
+def _rewritten_release_under_diff(seed: int, scratch: Path) -> str:
+    """Issue 45: release diff, preflight and eval import refuse a release rewritten consistently, as eval does."""
+    what = _rewritten_manifest(seed, scratch)
+    ws = scratch / "ws"
+    release = ws / "releases" / "r-1"
+    assert_one_line_error(run_cli_process(ws, "release", "diff", release, release), "release_manifest_changed")
+    assert_one_line_error(run_cli_process(ws, "preflight", release), "release_manifest_changed")
+    return what
+
+
+ISSUE_45_FAULTS: dict[str, Callable[[int, Path], str]] = {
+    "three-old-copies": _three_old_copies,
+    "rewritten-release-under-diff": _rewritten_release_under_diff,
+}
+INJECTED_FAULTS.update(ISSUE_45_FAULTS)

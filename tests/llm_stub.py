@@ -251,7 +251,10 @@ class StubHandler(BaseHTTPRequestHandler):
                 self._send(int(reply.get("status", 200)), reply.get("body"), reply.get("headers"), reply.get("raw"))
                 return
             reply = reply["text"]
-        self._send(200, chat_completion(request, content, reply, n))
+        body = chat_completion(request, content, reply, n)
+        if self.server.omits_usage():
+            body.pop("usage")
+        self._send(200, body)
 
 
 def load_reply_function(spec: str | None) -> ReplyFunction | None:
@@ -290,6 +293,10 @@ class StubServer(ThreadingHTTPServer):
             else:
                 return {"error": f"unknown control {path}"}
             return {"queued": len(self.script)}
+
+    def omits_usage(self) -> bool:
+        """Whether replies leave out `usage` (as some OpenAI-compatible servers do); the batch stub's setting."""
+        return False
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # A client that gave up (a time-out a test asked for) leaves a closed socket behind: not an error here.

@@ -419,8 +419,62 @@ def test_repeated_unknown_and_unreadable_result_lines_are_reported_and_the_first
     assert run.returncode == 0, run.stderr
     said = " ".join(run.stderr.split())
     assert "3 repeated custom_ids, 2 unknown custom_ids, 1 unreadable lines" in said, run.stderr
-    assert "line 3: custom_id" in said and "repeated (first on output file" in said and "first valid answer kept" in said
+    assert "line 3: custom_id" in said and "repeated (first on output file" in said
+    assert "kept after the first valid answer (the first usable one is served)" in said
     assert "was not sent in this batch" in said and "unreadable" in said
     outputs = [o for (o,) in rows(workspace, "select raw_output from generations")]
     assert len(outputs) == 6 and not any("a later, different answer" in o for o in outputs)
     assert len(rows(workspace, "select key from items")) == 6
+
+
+def test_the_first_usable_answer_of_a_repeated_custom_id_is_kept_not_the_first(workspace, tmp_path, server):
+    """Issue 45: an unparseable first answer and a parseable repeat of the same custom_id: the paid, parseable
+    repeat is served and stored; nothing is sent again."""
+    questions(workspace, tmp_path, 6)
+    configure(workspace, server.base_url)
+    server.set(unusable_first_every=2)
+    run = cli(workspace, *REWRITE, "--batch-api", "--json")
+    assert run.returncode == 0, run.stderr
+    state = server.state()
+    assert len(state["batches"]) == 1 and state["lines"] == 6, "a request with a usable answer was sent again"
+    assert server.chat_requests() == 0
+    outputs = [o for (o,) in rows(workspace, "select raw_output from generations")]
+    assert len(outputs) == 6 and "no answer here" not in outputs
+    assert not rows(workspace, "select parse_error from generations where parse_error is not null")
+    assert len(rows(workspace, "select key from items")) == 6
+
+
+def test_replies_without_usage_are_charged_at_their_worst_case_never_zero(workspace, tmp_path, server):
+    """Issue 45: a reply without `usage` is recorded and printed at the worst case it was charged, and says so,
+    for a plain run, a --max-cost run and a batch run; `status --cost` adds up the same."""
+    questions(workspace, tmp_path, 12)
+    configure(workspace, server.base_url)
+    server.set(no_usage=True)
+    worst_call = Price("stub", **PRICE).cost(100, 320)  # more than one rewrite may cost at worst here
+
+    budget = cli(workspace, *REWRITE, "--limit", "8", "--max-cost", f"{2.5 * worst_call:.6f}", "--json")
+    assert budget.returncode == 3, budget.stderr
+    summary = json.loads(budget.stdout)
+    usage = summary["usage"]
+    assert 1 <= usage["requests"] == usage["replies_without_usage"] < 8
+    assert usage["cost"] == pytest.approx(usage["cost_at_worst_case"]) and usage["cost"] > 0
+    assert summary["budget"]["spent"] == pytest.approx(usage["cost"])
+    said = " ".join(budget.stderr.split())
+    assert "$0.0000 spent" not in said and "carried no token counts (no usage), counted at their worst case" in said
+
+    plain = cli(workspace, *REWRITE, "--limit", "2")
+    assert plain.returncode == 0, plain.stderr
+    said = " ".join(plain.stdout.split())
+    assert "2 replies carried no token counts (no usage), counted at their worst case" in said, said
+    assert "$0.0000" not in said
+
+    batch = cli(workspace, *REWRITE, "--batch-api", "--json")
+    assert batch.returncode == 0, batch.stderr
+    usage = json.loads(batch.stdout)["usage"]
+    assert usage["batch_requests"] == usage["replies_without_usage"] > 0 and usage["cost"] > 0
+
+    recorded = [json.loads(p).get("worst_case_cost") for (p,) in rows(workspace, "select params from generations")]
+    assert len(recorded) == 12 and all(cost is not None and cost > 0 for cost in recorded)
+    (row,) = json.loads(cli(workspace, "status", "--cost", "--json").stdout)["cost"]
+    assert row["requests"] == row["replies_without_usage"] == 12
+    assert row["cost"] == pytest.approx(sum(recorded), rel=1e-6)

@@ -274,3 +274,26 @@ def test_generate_images_when_the_workspace_disk_fills_mid_run(tmp_path, run_cli
     assert doctor["ok"] and doctor["problems"] == [], doctor
     assert run_cli(*command).exit_code == 0
     workspace.close()
+
+
+def test_doctor_on_a_store_on_a_read_only_file_system_says_read_only(tmp_path, tmpfs):
+    """Issue 45: SQLite cannot open a WAL store on a read-only file system; doctor said the store was damaged and
+    to restore it from a backup (following that throws work away). It says read-only, as every other command."""
+    import shutil
+    import sys
+
+    from cftools.workspace import init_workspace
+
+    made = init_workspace(tmp_path / "ws")
+    made.close()
+    mount = tmpfs(tmp_path / "mnt", "size=4m")
+    shutil.copytree(made.root, mount / "ws")
+    done = subprocess.run(["mount", "-o", "remount,ro", str(mount)], capture_output=True, text=True)
+    if done.returncode != 0:
+        cannot(f"cannot remount the tmpfs read-only: {done.stderr.strip()}")
+    for command in (["doctor"], ["doctor", "--repair"], ["status"]):
+        out = subprocess.run([sys.executable, "-m", "cftools", "--workspace", str(mount / "ws"), *command],
+                             capture_output=True, text=True)
+        lines = out.stderr.strip().splitlines()
+        assert out.returncode == 1 and len(lines) == 1 and "Traceback" not in out.stderr, out.stderr + out.stdout
+        assert "read-only" in lines[0] and "damaged" not in lines[0] and "backup" not in lines[0], lines[0]

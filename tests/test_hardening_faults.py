@@ -112,7 +112,7 @@ def test_counting_groups_convert_number_words_and_record_it(workspace, tmp_path,
 
 @pytest.mark.parametrize("row, reason", [
     (cvqa_row("2", "a few"), "'a few' is not a number"),
-    (cvqa_row("2", "-1"), "'-1' is not a number"),
+    (cvqa_row("2", "-1"), "'-1' is a negative number"),
     (cvqa_row("A", "E", query="How many? Select the correct answer:A:8  B:6",
               new_query="How many if? Select the correct answer:A:8  B:6"), "'E' is not one of the options A, B"),
 ])
@@ -170,8 +170,8 @@ def test_doctor_repair_restores_the_intact_copy_of_two_and_deletes_neither(works
     code, found, report = doctor_codes(run_cli, "--repair")
     assert found == ["release_temporary", "release_temporary"], report
     changes = sorted(report["changes"])
-    assert changes[0] == f"{intact}: restored as {release}"
-    aside = release.parent / f"{release.name}.unverified-pid{pid}"
+    assert changes[0] == f"{intact}: restored as {release} (its manifest is the one the store recorded)"
+    aside = release.parent / f"{release.name}.broken-pid{pid}"
     assert changes[1].startswith(f"{tampered}: moved aside to {aside}") and "does not verify" in changes[1]
     assert run_cli("verify", release).exit_code == 0 and aside.is_dir() and not intact.exists()
 

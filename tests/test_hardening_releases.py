@@ -254,8 +254,47 @@ def test_doctor_repair_restores_the_old_folder_when_the_release_is_missing(works
     code, found, report = doctor_codes(run_cli)
     assert code == 1 and found == ["release_temporary"] and "only copy" in report["problems"][0]["message"]
     code, found, report = doctor_codes(run_cli, "--repair")
-    assert code == 0 and report["changes"] == [f"{old}: restored as {release}"]
+    assert code == 0 and report["changes"] == [
+        f"{old}: restored as {release} (its manifest is the one the store recorded)"]
     assert not old.exists() and run_cli("verify", release).exit_code == 0
+    assert doctor_codes(run_cli)[:2] == (0, [])
+
+
+def test_doctor_repair_restores_only_the_copy_whose_manifest_the_store_recorded(workspace, tmp_path, run_cli):
+    """Issue 45: three `.old` copies of a missing release (genuine; forged consistently, records, croissant and
+    manifest rewritten; broken). The genuine one comes back even though the forged one is newer; the others are
+    kept aside under names that say what they are, and the log says why."""
+    import shutil
+
+    from fault_trials import restamp
+    from test_doctor import dead_pid
+
+    release = cfmm_release(workspace, tmp_path, run_cli)
+    pid = dead_pid()
+    genuine, forged, broken = (release.parent / f".{release.name}.pid{pid}.{n}.old" for n in ("a1", "b2", "c3"))
+    for copy in (forged, broken):
+        copy.mkdir()
+        shutil.copytree(release, copy / "release")
+    genuine.mkdir()
+    release.rename(genuine / "release")
+    records = forged / "release" / "pairs.jsonl"
+    records.write_text(records.read_text().replace('"count"', '"color"', 1))
+    restamp(forged / "release", ["pairs.jsonl"])
+    (broken / "release" / "pairs.jsonl").write_text("{}\n")
+    os.utime(genuine / "release", (1, 1))  # the oldest: newest-first would pick the forged copy
+    code, found, report = doctor_codes(run_cli)
+    messages = {p["path"]: p["message"] for p in report["problems"]}
+    assert code == 1 and found == ["release_temporary"] * 3
+    assert "the one the store recorded" in messages[str(genuine)] and "half-written" not in " ".join(messages.values())
+    assert "not the one the store recorded" in messages[str(forged)]
+    assert "does not verify" in messages[str(broken)]
+    code, found, report = doctor_codes(run_cli, "--repair")
+    assert code == 0, report
+    changes = "\n".join(report["changes"])
+    assert f"{genuine}: restored as {release} (its manifest is the one the store recorded)" in changes
+    assert f"{forged}: moved aside to {release.parent / f'{release.name}.unrecorded-pid{pid}'}" in changes
+    assert f"{broken}: moved aside to {release.parent / f'{release.name}.broken-pid{pid}'}" in changes
+    assert '"count"' in (release / "pairs.jsonl").read_text() and run_cli("verify", release).exit_code == 0
     assert doctor_codes(run_cli)[:2] == (0, [])
 
 
@@ -315,3 +354,37 @@ def test_doctor_repair_clears_every_temporary_of_one_release(workspace, tmp_path
     code, found, report = doctor_codes(run_cli, "--repair")
     assert code == 0 and found == ["release_temporary", "release_temporary"] and len(report["changes"]) == 2
     assert not any(folder.exists() for folder in leftovers) and run_cli("verify", release).exit_code == 0
+
+
+def test_release_diff_preflight_and_eval_import_refuse_a_release_the_store_did_not_record(workspace, tmp_path,
+                                                                                          run_cli):
+    """Issue 45: B rewritten consistently (records, croissant and manifest) verifies, but its manifest is not the
+    store's record: `release diff`, `preflight` and `eval import` refuse it as `eval` does; --no-verify names it."""
+    from fault_trials import restamp
+    from test_annotate import make_items, mark_checked
+
+    make_items(run_cli, tmp_path / "imgs", 3)
+    mark_checked(workspace.store)
+    for version in ("1", "2"):
+        out = run_cli("export", "r", "--version", version, "--licence", "CC0-1.0", "--include-unverified")
+        assert out.exit_code == 0, out.output
+    a, b = workspace.root / "releases" / "r-1", workspace.root / "releases" / "r-2"
+    records = b / "records.jsonl"
+    records.write_text(records.read_text().replace('"answer": "2"', '"answer": "7"', 1))
+    restamp(b, ["records.jsonl"])
+    assert run_cli("verify", b).exit_code == 0  # self-consistent
+
+    def refused(out) -> bool:
+        text = " ".join(out.output.split())
+        return out.exit_code == 1 and "release_manifest_changed" in text and "not the one exported" in text
+
+    assert refused(run_cli("release", "diff", a, b))
+    named = run_cli("release", "diff", a, b, "--no-verify")
+    assert named.exit_code == 0 and "release_manifest_changed" in named.output
+    assert refused(run_cli("preflight", b))
+    assert "release_manifest_changed" in run_cli("preflight", b, "--no-verify").output
+    predictions = tmp_path / "p.tsv"
+    predictions.write_text("item_id\tl2-category\tprediction\n")
+    assert refused(run_cli("eval", "import", b, predictions, "--out", tmp_path / "run"))
+    assert not (tmp_path / "run").exists()
+    assert run_cli("release", "diff", a, a).exit_code == 0  # the store's own release is read as before

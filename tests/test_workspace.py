@@ -163,6 +163,15 @@ def test_toml_the_parser_rejects_is_one_line(with_config, run_cli, text, expecte
     assert "cftools.toml" in line and expected in line, line
 
 
+def test_a_byte_order_mark_in_cftools_toml_is_tolerated(with_config, run_cli):
+    """Issue 45: a UTF-8 BOM (as some Windows editors save) gave "Invalid statement (at line 1, column 1)"."""
+    root = with_config()
+    text = (root / "cftools.toml").read_text(encoding="utf-8")
+    (root / "cftools.toml").write_bytes("\ufeff".encode("utf-8") + text.encode("utf-8"))
+    out = run_cli("--workspace", root, "status")
+    assert out.exit_code == 0 and "Error" not in out.output, out.output
+
+
 def read_only_runner() -> list[str] | None:
     """A prefix that runs a command without write access to files it owns: none needed for a normal user;
     root (whom file modes do not stop) runs it as an unprivileged user in a user namespace; None if neither works."""

@@ -121,6 +121,26 @@ def answer_problem(kind: str, group: str, question: str, answer: str, column: st
     return f"{column}: {flag.reason}" if flag else None
 
 
+def count_in_digits(kind: str, group: str, question: str, value: Optional[str], column: str,
+                    converted: dict[str, list[str]]) -> Optional[str]:
+    """VALUE, with number words converted to digits when GROUP's answers are counts (`cftools.answer_rules`, as
+    every reader does); a conversion is recorded in CONVERTED as [as given, as stored]."""
+    from cftools.answer_rules import read_count
+    from cftools.item_view import ItemView
+    from cftools.kinds import get_kind
+
+    if not value:
+        return value
+    view = ItemView(id=0, key="", kind=kind, group=group, status=CONTROL_STATUS, question=question, answer=value)
+    if get_kind(kind).answer_style(view) != "count":
+        return value
+    stored, _ = read_count(value)
+    if stored is None or stored == value:
+        return value
+    converted[column] = [value, stored]
+    return stored
+
+
 def image_missing(image: str, images_dir: Path) -> Optional[str]:
     """Why a control's image cannot be shown (a control is always shown with its image), or None."""
     return None if (images_dir / image).is_file() else f"image {image!r} is not a file in {images_dir}"
@@ -143,6 +163,10 @@ def read_controls(path: Path, kind: str, dataset: str, images_dir: Path, bad: An
     for line, row in checked_records(path, CONTROL_COLUMNS, bad, images_dir, ("image",)):
         image, question, answer, group = (str(row[c]).strip() for c in ("image", "question", "answer", "group"))
         corrected = str(row.get("corrected_answer") or "").strip() or None
+        converted: dict[str, list[str]] = {}
+        if not groups or group in groups:
+            answer = count_in_digits(kind, group, question, answer, "answer", converted) or answer
+            corrected = count_in_digits(kind, group, question, corrected, "corrected_answer", converted)
         try:
             answer_correct = _yes_no(row, "answer_correct", path, line)
             related = _yes_no(row, "related", path, line, default=True)
@@ -169,7 +193,8 @@ def read_controls(path: Path, kind: str, dataset: str, images_dir: Path, bad: An
         items.setdefault(key, {"key": key, "kind": kind, "group": group, "question": question,
                                "answer": answer, "status": CONTROL_STATUS, "origin": "ingested", "data": data,
                                "source_external_id": external, "created_at": now, "updated_at": now})
-        settled[key] = {"related": related, "answer_correct": answer_correct, "corrected_answer": corrected}
+        settled[key] = {"related": related, "answer_correct": answer_correct, "corrected_answer": corrected,
+                        **({"converted_answers": converted} if converted else {})}
     return list(sources.values()), list(items.values()), settled
 
 

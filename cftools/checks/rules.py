@@ -11,6 +11,7 @@ import re
 from fractions import Fraction
 from typing import Optional
 
+from cftools.answer_rules import NEGATIVE
 from cftools.answers import normalize_answer, parse_yes_no
 from cftools.findings import Flag, Note, Result
 from cftools.item_view import DIGITS, ItemView, options
@@ -100,12 +101,17 @@ def check_two_questions(item: ItemView) -> Result:
 # ---------------------------------------------------------------- answers
 
 
-NEGATIVE = re.compile(r"[-\u2212]\s*\d+(?:\.\d+)?")
 
 
 def check_answer_type(item: ItemView) -> Result:
+    """The answer-type rules the readers apply (`cftools.answer_rules`), on items after ingest: nothing converts
+    number words here, so a count not in digits is flagged."""
     answer = (item.answer or "").strip()
     style = item.answer_style
+    original = (item.source_answer or "").strip()
+    if style == "count" and original and not DIGITS.fullmatch(original):  # a count item built on a non-count
+        return Flag("answer_type", f"the original answer {item.source_answer!r} is not a count written in digits "
+                                   "(a whole number >= 0), so the counterfactual count cannot follow from it")
     if style == "count" and NEGATIVE.fullmatch(answer):
         return Flag("answer_type", f"the answer {item.answer!r} is a negative count; a count is a whole number >= 0")
     if style == "count" and not DIGITS.fullmatch(answer):

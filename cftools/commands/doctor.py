@@ -14,8 +14,10 @@ from cftools.workspace import Workspace
 @click.option("--json", "as_json", is_flag=True, help="Print the findings and changes as JSON.")
 @click.option("--repair", is_flag=True,
               help="Fix what is safe to fix: re-queue stuck items, free dead work claims, forget tasks the server "
-                   "lacks, remove half-written exports (restore a killed replacing export's .old folder when the "
-                   "release is missing) and generated image files no row points to. Every change is listed.")
+                   "lacks, remove half-written exports (restore a killed export's copy when the release is "
+                   "missing, only one whose manifest is the one the store recorded; other copies are moved aside as "
+                   ".unrecorded, .broken, .unverified or .kept) and generated image files no row points to. Every "
+                   "change is listed.")
 @click.option("--offline", is_flag=True, help="Do not ask the Label Studio server about pushed tasks.")
 @pass_workspace
 def doctor_cmd(workspace: Workspace, as_json: bool, repair: bool, offline: bool) -> None:

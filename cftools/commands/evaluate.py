@@ -214,9 +214,12 @@ def eval_merge(ctx: click.Context, run_dir: Path, partial: bool) -> None:
               help="The model's name, as the report shows it.")
 @click.option("--reading", type=click.Choice(READINGS), default=STRICT, show_default=True,
               help="How generated replies are read: strict (cftools) or paper (each paper's own scripts).")
+@click.option("--no-verify", "no_verify", is_flag=True,
+              help="Score the release even if its files do not match its manifest or its manifest is not the one "
+                   "the store recorded; the report says it was not verified. By default such a release is refused.")
 @click.pass_context
 def eval_import(ctx: click.Context, release: Path, files: tuple[Path, ...], out_dir: Path, model: str,
-                reading: str) -> None:
+                reading: str, no_verify: bool) -> None:
     """Score a harness's predictions on RELEASE with the kinds' own metrics, into an ordinary run folder.
 
     FILES: lmms-eval's --log_samples files (*_samples_TASK.jsonl) of the `--format lmms-eval` export, or
@@ -225,7 +228,7 @@ def eval_import(ctx: click.Context, release: Path, files: tuple[Path, ...], out_
     from cftools.evaluate.harness_import import import_predictions
 
     result = import_predictions(release, files, out_dir, model=model, reading=reading,
-                                workspace=optional_workspace(ctx))
+                                workspace=optional_workspace(ctx), verify=not no_verify)
     print_result(result)
     console.print(f"{len(result.predictions)} predictions imported from {len(files)} files; run folder "
                   f"[bold]{result.out_dir}[/] (config.json, predictions.jsonl, report.md, report.csv, report.png)")

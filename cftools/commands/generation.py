@@ -164,8 +164,10 @@ def print_llm_report(report: Any, as_json: bool, what: str) -> None:
     if report.stats.interrupted:
         raise click.ClickException("interrupted; what finished is stored, rerun the same command to continue")
     if controls is not None and controls.stopped:
-        click.secho(f"Warning: the budget stopped the run: {money(controls.usage.cost)} spent of "
-                    f"{money(controls.max_cost or 0)}; {controls.left} of {controls.selected} requests left to do "
+        unmetered = controls.usage.unmetered_note().removeprefix("; ")
+        click.secho(f"Warning: the budget stopped the run: {money(controls.usage.cost)} spent"
+                    f"{f' ({unmetered})' if unmetered else ''} of {money(controls.max_cost or 0)}; {controls.left} of "
+                    f"{controls.selected} requests left to do "
                     "(what finished is stored; rerun with a larger --max-cost to go on)", fg="yellow", err=True)
         click.get_current_context().exit(PARTIAL_FAILURE)
     exit_for_failures(report.stats.done + report.stats.failed, report.stats.failed, "requests")

@@ -30,6 +30,9 @@ def print_ingest(report: IngestReport, as_json: bool) -> None:
         f"{report.sources_added} source questions and {report.items_added} items added, "
         f"{report.images_added} images added, {report.images_attached} records got an image, "
         f"{report.missing_images} still without an image; licence: {report.licence}.")
+    if report.updated:
+        console.print(f"[yellow]{report.updated} records already stored had another text under the same id: "
+                      "replaced (--update)[/]")
     if report.bad:
         console.print(f"[yellow]{len(report.bad)} bad records skipped; listed in {report.report_path}[/]")
 
@@ -40,6 +43,10 @@ report_option = click.option("--report", type=click.Path(dir_okay=False, path_ty
                              help="Where --skip-bad lists the skipped records (default: WORKSPACE/reports/).")
 images_option = click.option("--images", "images_dir", type=click.Path(file_okay=False, path_type=Path),
                              help="Folder of the images; without it records are kept as missing an image.")
+update_option = click.option(
+    "--update", is_flag=True,
+    help="Replace the stored text of records this file gives differently under the same id (by default such a "
+         "re-ingest is refused naming the first). Items past draft are never replaced.")
 licence_option = click.option(
     "--licence", "licence", metavar="LICENCE",
     help="The source's licence, e.g. CC-BY-4.0 (default: [sources] in cftools.toml, else what the store has for "
@@ -47,8 +54,9 @@ licence_option = click.option(
 
 
 def ingest_options(images: bool = True):  # noqa: ANN201
-    """The options every ingest shares: [--images], --licence, --skip-bad, --report, --json."""
-    shared = ([images_option] if images else []) + [licence_option, skip_bad_option, report_option, json_option]
+    """The options every ingest shares: [--images], --licence, --skip-bad, --report, --update, --json."""
+    shared = ([images_option] if images else []) + [licence_option, skip_bad_option, report_option, update_option,
+                                                    json_option]
 
     def decorate(command):  # noqa: ANN001, ANN202
         for option in reversed(shared):
@@ -80,10 +88,10 @@ def ingest_licence(workspace: Workspace, licence: str | None):  # noqa: ANN201
 @ingest_options()
 @pass_workspace
 def ingest_vqav2_cmd(workspace: Workspace, questions: Path, annotations: Path | None, images_dir: Path | None,
-                     licence: str | None, skip_bad: bool, report: Path | None, as_json: bool) -> None:
+                     licence: str | None, skip_bad: bool, report: Path | None, update: bool, as_json: bool) -> None:
     """Ingest the official VQAv2 question and annotation files."""
     result = ingest_vqav2(workspace.store, questions, annotations, images_dir, skip_bad,
-                          report_path(workspace, report, questions.name), ingest_licence(workspace, licence))
+                          report_path(workspace, report, questions.name), ingest_licence(workspace, licence), update)
     print_ingest(result, as_json)
 
 
@@ -91,8 +99,8 @@ def ingest_vqav2_cmd(workspace: Workspace, questions: Path, annotations: Path | 
 @file_ingest_options("table")
 @pass_workspace
 def ingest_table_cmd(workspace: Workspace, file: Path, dataset: str | None, images_dir: Path | None,
-                     licence: str | None, skip_bad: bool, report: Path | None, as_json: bool) -> None:
+                     licence: str | None, skip_bad: bool, report: Path | None, update: bool, as_json: bool) -> None:
     """Ingest your own image,question,answer records (CSV or JSONL)."""
     result = ingest_table(workspace.store, file, images_dir, skip_bad, report_path(workspace, report, file.name),
-                          dataset, ingest_licence(workspace, licence))
+                          dataset, ingest_licence(workspace, licence), update)
     print_ingest(result, as_json)

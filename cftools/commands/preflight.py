@@ -20,9 +20,12 @@ from cftools.commands.common import optional_workspace, release_boundary
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON instead of Markdown.")
 @click.option("--out", "out_file", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the report (Markdown, or JSON with --json) to this file.")
+@click.option("--no-verify", "no_verify", is_flag=True,
+              help="Report on a release whose manifest is not the one the workspace's store recorded at export, and "
+                   "name it in a warning. By default such a release is refused.")
 @click.pass_context
 def preflight_cmd(ctx: click.Context, release: Path, run_dirs: tuple[Path, ...], as_json: bool,
-                  out_file: Optional[Path]) -> None:
+                  out_file: Optional[Path], no_verify: bool) -> None:
     """What RELEASE can show, per kind and group: items, questions and images; the smallest accuracy difference
     between two models it detects (80% power, alpha 0.05, paired test clustered by image); the human ceiling with
     its Wilson interval; chance and the blind floor. Then the reviewer's checks: croissant, rai_fields, licence,
@@ -30,7 +33,13 @@ def preflight_cmd(ctx: click.Context, release: Path, run_dirs: tuple[Path, ...],
     from cftools.release.preflight import render_json, render_markdown
     from cftools.release.preflight_check import run_preflight
 
+    from cftools.release.verify import refuse_unrecorded_manifest
+
     workspace = optional_workspace(ctx)
+    changed = refuse_unrecorded_manifest(workspace.store if workspace is not None else None, release,
+                                         verify=not no_verify, hint="--no-verify reports on it as it is")
+    if changed:
+        click.secho(f"Warning: {changed}", fg="yellow", err=True)
     report = run_preflight(release, workspace.store if workspace is not None else None, run_dirs,
                            release_boundary(ctx))
     text = render_json(report) if as_json else render_markdown(report)

@@ -15,7 +15,9 @@ The files are what the evaluation harnesses write for the release's exports (`cf
 Every reply is matched to its question of RELEASE (the same questions the exports hold) and scored with the
 kind's own metrics, into an ordinary run folder (config.json, predictions.jsonl, report.md/.csv/.png), so the
 papers' tables and the both-right scores (CFMM acc+) are there for a harness run too. A reply that names no
-question of the release, or a question answered twice, is an error naming the file and the row.
+question of the release, a question answered twice, or a VLMEvalKit `index` that is not a whole number >= 0 is an
+error naming the file and the row; a file that cannot be read (a workbook that is not one) is one line naming it.
+An lmms-eval sample whose `filtered_resps` is empty holds no reply: its question is left unanswered.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import csv
 import json
 import math
 import sys
+import zipfile
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
@@ -114,8 +117,9 @@ def vlmevalkit_table(path: Path) -> list[dict[str, Any]]:
     every cell as text."""
     try:
         rows = read_table(path)
-    except (OSError, ValueError, KeyError, TypeError, csv.Error) as exc:
-        raise InputError(path, f"cannot read the prediction file ({str(exc).splitlines()[0][:200]})") from None
+    except (OSError, ValueError, KeyError, TypeError, csv.Error, zipfile.BadZipFile) as exc:
+        reason = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+        raise InputError(path, f"cannot read the prediction file ({reason})") from None
     columns = set(rows[0]) if rows else set()
     missing = [c for c in ("item_id", "l2-category", "prediction") if c not in columns]
     if missing:
@@ -128,8 +132,12 @@ def read_table(path: Path) -> list[dict[str, Any]]:
     suffix = path.suffix.lower()
     if suffix == ".xlsx":
         from openpyxl import load_workbook
+        from openpyxl.utils.exceptions import InvalidFileException
 
-        book = load_workbook(path, read_only=True, data_only=True)
+        try:
+            book = load_workbook(path, read_only=True, data_only=True)
+        except (zipfile.BadZipFile, InvalidFileException, KeyError) as exc:  # random bytes, 0 bytes, no workbook
+            raise ValueError(f"not an xlsx workbook: {str(exc) or type(exc).__name__}") from None
         try:
             sheet = book.worksheets[0].iter_rows(values_only=True)
             cells = [["" if v is None else str(v) for v in row] for row in sheet]
@@ -191,6 +199,10 @@ def read_file_lines(path: Path, questions: dict[tuple[str, str], Question], read
         rows = [(f"row {n}", row, row) for n, row in enumerate(vlmevalkit_table(path), start=2)]
     lines = []
     for where, doc, replies in rows:
+        if harness == LMMS_EVAL and isinstance(replies, list) and not replies:
+            continue  # the harness logged no reply: the question is unanswered, not answered "[]"
+        if harness == VLMEVALKIT:
+            check_index(path, doc, where)
         key = (str(doc.get("item_id")), str(doc.get("which") or doc.get("l2-category")))
         question = questions.get(key)
         if question is None:
@@ -204,11 +216,22 @@ def read_file_lines(path: Path, questions: dict[tuple[str, str], Question], read
     return lines
 
 
+def check_index(path: Path, row: dict[str, Any], where: str) -> None:
+    """A VLMEvalKit row's `index` (when the file has the column) is the whole number >= 0 the export wrote."""
+    if "index" not in row:
+        return
+    value = str(row["index"]).strip()
+    if not value.isascii() or not value.isdigit():
+        raise InputError(path, f"index {value[:40]!r} is not a whole number >= 0 (VLMEvalKit's row index)", where)
+
+
 # -- the run ----------------------------------------------------------------------------------------------------
 
 def import_predictions(release_dir: Path | str, files: Sequence[Path | str], out_dir: Path | str,
-                       model: str = "imported", reading: str = STRICT, workspace: Any = None) -> EvalResult:
-    """Score the harness prediction FILES of RELEASE_DIR into the run folder OUT_DIR (see the module doc)."""
+                       model: str = "imported", reading: str = STRICT, workspace: Any = None,
+                       verify: bool = True) -> EvalResult:
+    """Score the harness prediction FILES of RELEASE_DIR into the run folder OUT_DIR (see the module doc). The
+    release is verified first, as `cftools eval` does (unless not VERIFY: the report then says so)."""
     from cftools import __version__
     from cftools.evaluate.predictions import READINGS, append_predictions
     from cftools.evaluate.run import PREDICTIONS_NAME, finish_run, release_content, write_config
@@ -219,6 +242,7 @@ def import_predictions(release_dir: Path | str, files: Sequence[Path | str], out
         raise CftoolsError(f"unknown reading {reading!r}; choose one of {', '.join(READINGS)}")
     if not files:
         raise CftoolsError("no prediction file given")
+    content = release_content(release_dir, verify, workspace)  # refused before any file is read
     questions = release_questions(release_dir)
     by_key: dict[tuple[str, str], dict[str, Any]] = {}
     sources = []
@@ -236,7 +260,7 @@ def import_predictions(release_dir: Path | str, files: Sequence[Path | str], out
     config = {
         "release": str(release_dir.resolve()), "release_name": release_dir.resolve().name,
         "release_manifest_sha256": hash_file(release_dir / MANIFEST_NAME),
-        "release_content_sha256": release_content(release_dir, True), "verified": True,
+        "release_content_sha256": content, "verified": verify,
         "model": model, "mode": mode, "score": "mean-loss" if ranked else None,
         "score_rule": "lowest loss of the option wins (as the harness ranks)" if ranked else None,
         "template": "as exported", "template_sha256": None, "max_new_tokens": None, "device": "n/a", "dtype": "n/a",

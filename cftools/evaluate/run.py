@@ -74,7 +74,7 @@ from cftools.evaluate.vlm import SCORES, best_option
 from cftools.evaluate.lock import predictions_lock
 from cftools.release.layout import (MANIFEST_NAME, files_content_sha256, hash_file, load_records,
                                     manifest_content_sha256)
-from cftools.release.verify import recorded_manifest_change, verification_failure, verify_release
+from cftools.release.verify import refuse_unrecorded_manifest, verification_failure, verify_release
 
 MODES = ("generate", "rank")
 CONFIG_NAME = "config.json"
@@ -218,9 +218,8 @@ def release_content(release_dir: Path, verify: bool, workspace: Any = None) -> s
     if not report.ok:
         raise CftoolsError(f"{verification_failure(report)}; `cftools verify {release_dir}` lists them all, "
                            "--no-verify scores the release as it is")
-    changed = recorded_manifest_change(workspace.store, release_dir) if workspace is not None else None
-    if changed:
-        raise CftoolsError(f"{changed}; --no-verify scores the release as it is")
+    refuse_unrecorded_manifest(workspace.store if workspace is not None else None, release_dir,
+                               hint="--no-verify scores the release as it is")
     return manifest_content_sha256(release_dir)  # the files are as the manifest says: no second hashing
 
 

@@ -115,10 +115,13 @@ class BatchRun:
             if key not in self.results.completions:
                 self.results.errors[key] = error
         for key, completion in results.completions.items():
-            if key in self.results.completions:  # an answer already held was paid for first: it stays
+            if key in self.results.completions:  # an answer already held came first: this one is a later answer
+                self.results.later.setdefault(key, []).append(completion)
                 continue
             self.results.completions[key] = completion
             self.results.errors.pop(key, None)
+        for key, completions in results.later.items():
+            self.results.later.setdefault(key, []).extend(completions)
         self.report_problems(results)
         self.update(row_id, state, state=FINISHED)
         self.used.append(row_id)
@@ -198,9 +201,22 @@ def needed_requests(store: Store, jobs: Iterable[LLMJob], attempts: Attempts,
             if completion is None:
                 needed.setdefault(key, (BatchRequest(key, job.messages, params), []))[1].append(job)
                 break
-            if parses(attempts, completion.text, job):
+            if parses(attempts, completion.text, job) or serve_first_usable(results, key, attempts, job):
                 break
     return needed
+
+
+def serve_first_usable(results: BatchResults, key: str, attempts: Attempts, job: LLMJob) -> bool:
+    """When the first answer of KEY does not parse, the first later answer that does (a custom_id answered twice:
+    both were paid for) becomes the one served, the unusable one kept among the later ones. True if one did."""
+    later = results.later.get(key) or []
+    usable = next((c for c in later if parses(attempts, c.text, job)), None)
+    if usable is None or key not in results.completions:
+        return False
+    later.remove(usable)
+    later.insert(0, results.completions[key])
+    results.completions[key] = usable
+    return True
 
 
 def parses(attempts: Attempts, text: str, job: LLMJob) -> bool:

@@ -268,9 +268,13 @@ class Writer:
 
 
 def batch_provenance(completion: Completion | None) -> dict[str, Any]:
-    """The batch that answered a fresh call (`--batch-api`), beside the call's parameters."""
-    batch_id = completion.extra.get("batch_id") if completion is not None and not completion.cached else None
-    return {"batch_id": batch_id} if batch_id else {}
+    """The batch that answered a fresh call (`--batch-api`), and what a reply without usage was charged (its worst
+    case), beside the call's parameters."""
+    if completion is None or completion.cached:
+        return {}
+    from cftools.llm.cost import WORST_CASE_COST
+
+    return {k: completion.extra[k] for k in ("batch_id", WORST_CASE_COST) if completion.extra.get(k) is not None}
 
 
 def job_key(job: LLMJob) -> str:

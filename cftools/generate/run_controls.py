@@ -24,7 +24,7 @@ from rich.console import Console
 from sqlalchemy import func, select
 
 from cftools.llm.base import DEFAULT_PARAMS, Completion, Message, request_key
-from cftools.llm.cost import BudgetReached, Price, TokenCounter, Usage, token_counter
+from cftools.llm.cost import WORST_CASE_COST, BudgetReached, Price, TokenCounter, Usage, token_counter
 from cftools.llm.runner import JobResult
 from cftools.models import Generation
 from cftools.store import Store
@@ -54,6 +54,7 @@ class RunControls:
     reserved: float = 0.0  # the worst-case cost of the calls in flight
     in_flight: int = 0  # calls holding a reservation
     refused: bool = False  # a call did not fit in the budget: no more are started (a batch's answers are still served)
+    batch_worst: dict[str, float] = field(default_factory=dict)  # request key -> its worst case, as a budget sent it
 
     def __post_init__(self) -> None:
         self.usage.price = self.price
@@ -69,12 +70,21 @@ class RunControls:
         return self.max_cost is not None and (self.refused or max(self.usage.cost, self.spent) >= self.max_cost)
 
     # ------------------------------------------------------------------ reservations (--max-cost)
-    def worst_case(self, backend: Any, messages: list[Message], params: dict[str, Any]) -> float:
+    def worst_case(self, backend: Any, messages: list[Message], params: dict[str, Any], batch: bool = False) -> float:
         """The most a call may cost: its prompt tokens and its whole `max_tokens` at the model's price."""
         if self.counter is None:
             self.counter = token_counter(backend, self.config)
         most_out = int(params.get("max_tokens") or DEFAULT_PARAMS["max_tokens"])
-        return self.price.cost(self.counter.count(messages), most_out)
+        return self.price.cost(self.counter.count(messages), most_out, batch)
+
+    def charge_unmetered(self, completion: Completion, backend: Any, messages: list[Message], params: dict[str, Any],
+                         reservation: float = 0.0, batch: bool = False) -> Completion:
+        """A paid reply without token counts is charged at its worst case (the reservation a budget made for it),
+        written on the completion so the run's cost, its summary and the stored call all say so."""
+        if self.price is None or (completion.prompt_tokens is not None and completion.completion_tokens is not None):
+            return completion
+        completion.extra[WORST_CASE_COST] = reservation or self.worst_case(backend, messages, params, batch)
+        return completion
 
     def reserve(self, backend: Any, messages: list[Message], params: dict[str, Any]) -> float:
         """Reserve a call's worst-case cost before it is sent (0 without a budget). When it does not fit in what
@@ -104,7 +114,7 @@ class RunControls:
         if completion is None:
             cost = 0.0
         elif completion.prompt_tokens is None or completion.completion_tokens is None:
-            cost = reservation
+            cost = completion.extra.get(WORST_CASE_COST, reservation)
         else:
             cost = self.price.cost(completion.prompt_tokens, completion.completion_tokens)
         with self._settled:
@@ -141,8 +151,7 @@ class RunControls:
         """The first REQUESTS whose cost, at most (the prompt, and `max_tokens` of reply each, at the batch
         price), fits in what is left of the budget after what was spent and what the run's batches already hold.
         A batch is paid as a whole, so the budget is kept before it is sent, not while it runs."""
-        held = sum(self.price.cost(c.prompt_tokens or 0, c.completion_tokens or 0, batch=True)
-                   for c in run.results.completions.values())
+        held = sum(self.held_cost(key, c) for key, c in run.results.completions.items())
         left = (self.max_cost or 0.0) - self.usage.cost - held
         if self.counter is None:
             self.counter = token_counter(run.backend, self.config)
@@ -154,8 +163,15 @@ class RunControls:
                 self.stopped = True
                 break
             left -= most
+            self.batch_worst[request.key] = most
             chosen.append(request)
         return chosen
+
+    def held_cost(self, key: str, completion: Completion) -> float:
+        """What a batch's answer costs: at its tokens, or at the worst case of its request when it has none."""
+        if completion.prompt_tokens is None or completion.completion_tokens is None:
+            return self.batch_worst.get(key, 0.0)
+        return self.price.cost(completion.prompt_tokens, completion.completion_tokens, batch=True)
 
     def gate(self, source: Iterator[Any]) -> Iterator[Any]:
         """SOURCE until the budget is spent; then nothing more is dispatched."""
@@ -244,11 +260,13 @@ class ControlledBackend:
 
     def complete(self, messages: list[Message], params: dict[str, Any]) -> Completion:
         if self.serving is not None:
-            return self.serving.serve(request_key(self.cache_id, self.model, messages, params))
+            completion = self.serving.serve(request_key(self.cache_id, self.model, messages, params))
+            return self.controls.charge_unmetered(completion, self.inner, messages, params, batch=True)
         reservation = self.controls.reserve(self.inner, messages, params)
         completion = None
         try:
-            completion = self.inner.complete(messages, params)
+            completion = self.controls.charge_unmetered(self.inner.complete(messages, params), self.inner, messages,
+                                                        params, reservation)
             return completion
         finally:
             self.controls.settle(reservation, completion)

@@ -19,6 +19,7 @@ from typing import Any, BinaryIO, Iterable, Iterator
 import ijson
 from sqlalchemy import func, select
 
+from cftools.answer_rules import COUNT_TYPES, read_count
 from cftools.errors import InputError, NoRecordsError, naming_the_file
 from cftools.images import FolderIndex, ImageFile, attach_images, image_ref_path, read_image_file, sha256_file
 from cftools.ingest.licences import LicenceChoice, chosen_licence, record_licence
@@ -52,6 +53,7 @@ class IngestReport:
     images_attached: int = 0
     missing_images: int = 0
     licence: str | None = None  # the dataset's licence in the store after this ingest
+    updated: int = 0  # records already in the store whose text this file changed (replaced with --update)
     bad: list[BadRecord] = field(default_factory=list)
     report_path: str | None = None
 
@@ -142,15 +144,23 @@ def read_vqav2(questions: Path, annotations: Path | None, bad: BadRecords) -> tu
     """Parse the official VQAv2 pair into source-question rows (without store ids)."""
     subtype = _scalar_at(questions, "data_subtype")
     by_qid: dict[int, tuple[int, str]] = {}
+    first_at: dict[int, str] = {}
     seen_any = False
     for index, q in _stream(questions, "questions.item"):
         seen_any = True
         record = f"questions[{index}]"
         try:
             _require(q, {"question_id": int, "image_id": int, "question": str}, questions, record)
+            if q["question_id"] in first_at:  # the second would silently replace the first
+                raise InputError(questions, f"question_id {q['question_id']} is given twice in this file (first at "
+                                            f"{first_at[q['question_id']]})", record)
         except InputError as err:
             bad.add(err)
+            if isinstance(q, dict) and isinstance(q.get("question_id"), int):
+                first_at.setdefault(q["question_id"], record)
+                by_qid.pop(q["question_id"], None)  # whichever copy was bad, the id is refused
             continue
+        first_at[q["question_id"]] = record
         by_qid[q["question_id"]] = (q["image_id"], q["question"])
     if not seen_any and not by_qid:
         raise InputError(questions, "no 'questions' list found (is this a VQAv2 questions file?)")
@@ -357,10 +367,12 @@ def checked_records(path: Path, required: tuple[str, ...], bad: BadRecords, imag
     goes through here, so a new one cannot forget either check."""
     seen: dict[str, str] = {}
     for line, row in records(path, required, bad):
-        problem = next((p for f in image_fields if row.get(f) is not None and str(row[f]).strip()
-                        for p in [image_path_problem(str(row[f]).strip(), images_dir)] if p), None)
-        if problem is None and id_field is not None:
-            problem = repeated_id(seen, row, line, id_field)
+        # the id first: a record skipped for another reason (--skip-bad) still holds its id, so a later record
+        # giving the same id is refused whichever of the two was skipped
+        problem = repeated_id(seen, row, line, id_field) if id_field is not None else None
+        if problem is None:
+            problem = next((p for f in image_fields if row.get(f) is not None and str(row[f]).strip()
+                            for p in [image_path_problem(str(row[f]).strip(), images_dir)] if p), None)
         if problem:
             bad.add(InputError(path, problem, line))
             continue
@@ -375,19 +387,27 @@ def outside_images(file: Path, images_dir: Path) -> Path | None:
 
 def read_table(path: Path, bad: BadRecords, dataset: str | None = None,
                images_dir: Path | None = None) -> tuple[str, list[dict]]:
-    """A user's own `image, question, answer` records (CSV or JSONL; optional id and answer_type)."""
+    """A user's own `image, question, answer` records (CSV or JSONL; optional id and answer_type). An answer of
+    answer_type `number` (or `count`) follows `cftools.answer_rules`: digits, or number words converted (recorded in
+    the source's meta as `converted_answer`); a negative, a decimal or other text is a bad record."""
     dataset = dataset or f"table:{path.stem}"
     now = utcnow()
     rows: dict[str, dict] = {}
     for line, row in checked_records(path, ("image", "question", "answer"), bad, images_dir, ("image",)):
         image = str(row["image"]).strip()
-        answer = str(row["answer"]).strip()
-        external_id = str(row.get("id") or stable_key(row["image"], row["question"], answer))
+        given = str(row["answer"]).strip()
+        answer_type = str(row.get("answer_type") or infer_answer_type(given))
+        answer, problem = read_count(given) if answer_type in COUNT_TYPES else (given, None)
+        if problem:
+            bad.add(InputError(path, f"answer {problem}, as an answer_type {answer_type} answer must be a count",
+                               line))
+            continue
+        converted = {"converted_answer": [given, answer]} if answer != given else {}
+        external_id = str(row.get("id") or stable_key(row["image"], row["question"], given))
         rows.setdefault(external_id, {
             "dataset": dataset, "external_id": external_id, "image_ref": image_ref_path(image),
-            "question": str(row["question"]).strip(), "answer": answer,
-            "answer_type": str(row.get("answer_type") or infer_answer_type(answer)),
-            "answers": None, "meta": {"line": line, "image": image}, "created_at": now,
+            "question": str(row["question"]).strip(), "answer": answer, "answer_type": answer_type,
+            "answers": None, "meta": {"line": line, "image": image, **converted}, "created_at": now,
         })
     return dataset, list(rows.values())
 
@@ -468,12 +488,97 @@ def existing_item_keys(session, keys: list[str]) -> dict[str, int]:  # noqa: ANN
     return found
 
 
+TEXT_FIELDS = ("question", "answer")  # what a re-ingest may not change silently under the same id
+
+
+@dataclass
+class TextChange:
+    """A record already in the store whose question or answer this file gives differently, under the same id."""
+
+    record: str
+    what: str
+    fields: dict[str, list[Any]]
+    item_id: int | None = None
+    status: str | None = None
+
+    def describe(self) -> str:
+        said = "; ".join(f"{name} {old!r} -> {new!r}" for name, (old, new) in self.fields.items())
+        return f"{self.what} is in the store with another text ({said})"
+
+
+def text_changes(session, dataset: str, sources: list[dict], items: list[dict]) -> list[TextChange]:  # noqa: ANN001
+    """The records of this file already stored (same dataset and id, or same item key) whose text differs."""
+    table = SourceQuestion.__table__
+    changes = []
+    given = {s["external_id"]: s for s in sources}
+    for part in in_chunks(list(given)):
+        for row in session.execute(select(table.c.external_id, table.c.question, table.c.answer).where(
+                table.c.dataset == dataset, table.c.external_id.in_(part))).all():
+            source = given[row.external_id]
+            fields = {f: [getattr(row, f), source.get(f)] for f in TEXT_FIELDS if getattr(row, f) != source.get(f)}
+            if fields:
+                changes.append(TextChange(record_of(source), f"id {row.external_id!r}", fields))
+    by_key = {i["key"]: i for i in items}
+    for part in in_chunks(list(by_key)):
+        for row in session.execute(select(Item.id, Item.key, Item.question, Item.answer, Item.proposed_answer,
+                                          Item.status).where(Item.key.in_(part))).all():
+            item = by_key[row.key]
+            # the answer the item came in with: a person's correction (pull) keeps it as proposed_answer
+            stored = {"question": row.question,
+                      "answer": row.proposed_answer if row.proposed_answer is not None else row.answer}
+            fields = {f: [stored[f], item.get(f)] for f in TEXT_FIELDS if stored[f] != item.get(f)}
+            if fields:
+                line = (item.get("data") or {}).get("line")
+                changes.append(TextChange(str(line or f"item {row.key}"), f"item {row.key}", fields, row.id,
+                                          row.status))
+    return changes
+
+
+def apply_text_changes(session, path: Path, dataset: str,  # noqa: ANN001
+                       changes: list[TextChange], sources: list[dict], update: bool) -> int:
+    """Refuse the changes (none is written) unless UPDATE; then replace the stored text of each source and each
+    draft item (an event records what it was). An item past draft is refused even so: its checks and reviews were
+    of the stored text."""
+    if not changes:
+        return 0
+    first = changes[0]
+    if not update:
+        raise InputError(path, f"{first.describe()}; {len(changes)} records of this file change the stored text "
+                               "under the same id: nothing was written; pass --update to replace it", first.record)
+    settled = next((c for c in changes if c.item_id is not None and c.status != DRAFT), None)
+    if settled is not None:
+        raise InputError(path, f"{settled.describe()}, and it is {settled.status}, not draft: its checks and reviews "
+                               "were of the stored text, so --update does not replace it; nothing was written",
+                         settled.record)
+    table = SourceQuestion.__table__
+    by_record = {record_of(s): s for s in sources}
+    now = utcnow()
+    for change in changes:
+        if change.item_id is None:
+            source = by_record[change.record]
+            session.execute(table.update().where(table.c.dataset == dataset,
+                                                 table.c.external_id == source["external_id"]).values(
+                question=source["question"], answer=source["answer"], answer_type=source.get("answer_type"),
+                answers=source.get("answers")))
+        else:
+            session.execute(Item.__table__.update().where(Item.id == change.item_id).values(
+                **{f: new for f, (_, new) in change.fields.items()}, updated_at=now))
+            session.execute(ItemEvent.__table__.insert(), [{
+                "item_id": change.item_id, "stage": "ingest", "from_status": DRAFT, "to_status": DRAFT,
+                "detail": {"file": str(path), "updated": change.fields}, "created_at": now}])
+    return len(changes)
+
+
 def write_records(store: Store, fmt: str, path: Path, dataset: str, sources: list[dict], items: list[dict],
-                  images: dict[str, ImageFile], report: IngestReport, licence: str | None = None) -> None:
+                  images: dict[str, ImageFile], report: IngestReport, licence: str | None = None,
+                  update: bool = False) -> None:
     """Write sources, items, images and the dataset's licence in one transaction; existing keys are left as
-    they are."""
+    they are, unless the file changes their text: then nothing is written, or with UPDATE the text is replaced
+    (`apply_text_changes`)."""
     source_table = SourceQuestion.__table__
     with store.write() as session:
+        report.updated = apply_text_changes(session, path, dataset, text_changes(session, dataset, sources, items),
+                                            sources, update)
         count_sources = select(func.count()).select_from(source_table).where(source_table.c.dataset == dataset)
         before = session.execute(count_sources).scalar_one()
         for start in range(0, len(sources), BATCH):
@@ -516,7 +621,8 @@ def write_bad_report(report: IngestReport, report_path: Path) -> None:
 
 def finish(store: Store, fmt: str, path: Path, dataset: str, sources: list[dict], items: list[dict],
             images_dir: Path | None, bad: BadRecords, report_path: Path | None, n_records: int,
-            candidates: dict[str, list[str]] | None = None, licence: LicenceChoice = None) -> IngestReport:
+            candidates: dict[str, list[str]] | None = None, licence: LicenceChoice = None,
+            update: bool = False) -> IngestReport:
     if n_records == 0 and not bad.items:
         raise NoRecordsError(path)
     report = IngestReport(format=fmt, path=str(path), dataset=dataset, n_records=n_records)
@@ -525,13 +631,14 @@ def finish(store: Store, fmt: str, path: Path, dataset: str, sources: list[dict]
     if report.bad and report_path is not None:
         # before the store write: a report that cannot be written stops the ingest with the store unchanged
         write_bad_report(report, report_path)
-    write_records(store, fmt, path, dataset, sources, items, images, report, chosen_licence(licence, dataset))
+    write_records(store, fmt, path, dataset, sources, items, images, report, chosen_licence(licence, dataset),
+                  update)
     return report
 
 
 def ingest_vqav2(store: Store, questions: Path, annotations: Path | None, images_dir: Path | None = None,
                  skip_bad: bool = False, report_path: Path | None = None,
-                 licence: LicenceChoice = None) -> IngestReport:
+                 licence: LicenceChoice = None, update: bool = False) -> IngestReport:
     bad = BadRecords(skip_bad)
     dataset, sources = read_vqav2(Path(questions), Path(annotations) if annotations else None, bad)
     subtype = dataset.split(":", 1)[1]
@@ -539,14 +646,14 @@ def ingest_vqav2(store: Store, questions: Path, annotations: Path | None, images
     if images_dir is not None:
         candidates = {s["image_ref"]: coco_file_names(s["meta"]["image_id"], subtype) for s in sources}
     return finish(store, "vqav2", Path(questions), dataset, sources, [], images_dir, bad, report_path,
-                   len(sources), candidates, licence)
+                  len(sources), candidates, licence, update)
 
 
 def ingest_table(store: Store, path: Path, images_dir: Path | None = None, skip_bad: bool = False,
                  report_path: Path | None = None, dataset: str | None = None,
-                 licence: LicenceChoice = None) -> IngestReport:
+                 licence: LicenceChoice = None, update: bool = False) -> IngestReport:
     bad = BadRecords(skip_bad)
     images_dir = Path(images_dir) if images_dir is not None else None
     dataset, sources = read_table(Path(path), bad, dataset, images_dir)
     return finish(store, "table", Path(path), dataset, sources, [], images_dir, bad, report_path, len(sources),
-                  licence=licence)
+                  licence=licence, update=update)

@@ -57,8 +57,11 @@ class BatchResults:
 
     completions: dict[str, Completion] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
+    # Later valid answers of a custom_id answered again, in the files' order: paid for too, so the first *usable*
+    # answer (one the generator's parser reads) is chosen among the first and these (`generate.batch_api`).
+    later: dict[str, list[Completion]] = field(default_factory=dict)
     # What the result files held that is no request's answer, one line each naming the file's line: a custom_id
-    # answered again (the first valid answer is kept), a custom_id the batch never sent, a line that cannot be read.
+    # answered again (kept as a later answer), a custom_id the batch never sent, a line that cannot be read.
     problems: list[str] = field(default_factory=list)
     repeated: int = 0
     unknown: int = 0
@@ -176,7 +179,8 @@ def read_result_lines(text: str, batch_id: str, backend: OpenAIBackend, into: Ba
     """Result lines: a chat completion body with status 200, or an error (a request's own, or the batch's, such
     as `batch_expired`). A line that cannot be read is an error of that request, never a guess. A custom_id given
     again keeps the first valid answer (a paid answer is never replaced); the repeat, an id the batch never sent
-    (not in SENT) and a line with no readable custom_id are counted and reported by line in INTO.problems."""
+    (not in SENT) and a line with no readable custom_id are counted and reported by line in INTO.problems. A valid
+    answer repeated after the first is kept in INTO.later: the caller serves the first usable one."""
     from openai.types.chat import ChatCompletion
 
     seen = {} if seen is None else seen
@@ -207,12 +211,12 @@ def read_result_lines(text: str, batch_id: str, backend: OpenAIBackend, into: Ba
             into.unknown += 1
             into.problems.append(f"{where}: custom_id {key[:40]!r} was not sent in this batch; left out")
             continue
+        repeat_of_answer = key in into.completions
         if key in seen:
             into.repeated += 1
-            kept = "the first valid answer kept" if key in into.completions else "the first valid answer taken"
+            kept = "kept after the first valid answer (the first usable one is served)" if repeat_of_answer \
+                else "the first valid answer taken"
             into.problems.append(f"{where}: custom_id {key[:40]!r} repeated (first on {seen[key]}); {kept}")
-            if key in into.completions:
-                continue
         else:
             seen[key] = f"{file_name} line {number}"
         response = record.get("response") or {}
@@ -224,6 +228,9 @@ def read_result_lines(text: str, batch_id: str, backend: OpenAIBackend, into: Ba
                 into.errors[key] = backend.describe_text(f"batch {batch_id}: malformed completion: {exc}")
                 continue
             completion.extra["batch_id"] = batch_id
+            if repeat_of_answer:
+                into.later.setdefault(key, []).append(completion)
+                continue
             into.completions[key] = completion
             into.errors.pop(key, None)
         elif key not in into.completions:

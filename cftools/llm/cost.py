@@ -2,7 +2,9 @@
 
 Prices are the user's (`[llm.prices."MODEL"]` in cftools.toml: `input_per_mtok`, `output_per_mtok` in money per
 million tokens, `batch_discount` the share taken off for `--batch-api`); none are shipped, since providers change
-them. A model without a price has tokens but no cost ("unknown"), never a made-up one.
+them. A model without a price has tokens but no cost ("unknown"), never a made-up one. A paid reply that carries no
+token counts (no `usage`) is charged at its worst case (its prompt and its whole `max_tokens`, the figure a budget
+reserved for it), recorded with its call (`worst_case_cost` in the call's parameters) and said so, never as $0.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from cftools.llm.base import Completion, LLMError, Message, render_messages
 from cftools.models import Generation
 
 PRICE_FIELDS = ("input_per_mtok", "output_per_mtok", "batch_discount")
+WORST_CASE_COST = "worst_case_cost"  # Completion.extra / Generation.params: what a reply without usage was charged
 CHARS_PER_TOKEN = 4  # the usual rule of thumb for English text with BPE tokenizers, used only when no tokenizer is here
 
 
@@ -76,6 +79,8 @@ class Usage:
     cached_completion_tokens: int = 0
     cost: float = 0.0
     saved: float = 0.0  # what the cache hits would have cost
+    unmetered: int = 0  # paid replies without token counts, charged at their worst case
+    unmetered_cost: float = 0.0
 
     def add(self, completion: Completion, fresh: bool) -> None:
         prompt, output = completion.prompt_tokens or 0, completion.completion_tokens or 0
@@ -85,8 +90,12 @@ class Usage:
             self.batch_requests += batch
             self.prompt_tokens += prompt
             self.completion_tokens += output
+            worst = completion.extra.get(WORST_CASE_COST)
+            if completion.prompt_tokens is None or completion.completion_tokens is None:
+                self.unmetered += 1
+                self.unmetered_cost += float(worst or 0.0)
             if self.price is not None:
-                self.cost += self.price.cost(prompt, output, batch)
+                self.cost += float(worst) if worst is not None else self.price.cost(prompt, output, batch)
         else:
             self.cache_hits += 1
             self.cached_prompt_tokens += prompt
@@ -101,7 +110,8 @@ class Usage:
                 "cache_hits": self.cache_hits, "cached_prompt_tokens": self.cached_prompt_tokens,
                 "cached_completion_tokens": self.cached_completion_tokens,
                 "cost": round(self.cost, 6) if priced else None, "saved_by_cache": round(self.saved, 6) if priced else None,
-                "priced": priced}
+                "priced": priced, "replies_without_usage": self.unmetered,
+                "cost_at_worst_case": round(self.unmetered_cost, 6) if priced else None}
 
     def summary(self) -> str:
         """One line for the terminal."""
@@ -110,7 +120,14 @@ class Usage:
         saved = f", {money(self.saved)} saved" if self.price is not None and self.cache_hits else ""
         return (f"tokens in {self.prompt_tokens:,}, out {self.completion_tokens:,} over {self.requests} calls{batch}; "
                 f"{self.cache_hits} cache hits ({self.cached_prompt_tokens + self.cached_completion_tokens:,} tokens "
-                f"not paid{saved}); {cost}")
+                f"not paid{saved}); {cost}" + self.unmetered_note())
+
+    def unmetered_note(self) -> str:
+        """What the summary says of replies that carried no token counts (empty when there were none)."""
+        if not self.unmetered:
+            return ""
+        charged = f", counted at their worst case {money(self.unmetered_cost)}" if self.price is not None else ""
+        return f"; {self.unmetered} replies carried no token counts (no usage){charged}"
 
 
 def money(amount: float) -> str:
@@ -187,8 +204,9 @@ def spending(store: Any, config: dict[str, Any]) -> list[dict[str, Any]]:
             usage = totals.get((generator, model))
             if usage is None:
                 usage = totals[(generator, model)] = Usage(price=price_for(config, model))
-            batch_id = (params or {}).get("batch_id") if isinstance(params, dict) else None
-            usage.add(Completion(text="", prompt_tokens=prompt, completion_tokens=output,
-                                 extra={"batch_id": batch_id} if batch_id else {}), fresh=not cached)
+            recorded = params if isinstance(params, dict) else {}
+            extra = {k: recorded[k] for k in ("batch_id", WORST_CASE_COST) if recorded.get(k) is not None}
+            usage.add(Completion(text="", prompt_tokens=prompt, completion_tokens=output, extra=extra),
+                      fresh=not cached)
     return [{"generator": generator, "model": model, **usage.as_dict()}
             for (generator, model), usage in sorted(totals.items())]

@@ -161,8 +161,16 @@ def export_release(workspace: Workspace, name: str, version: str, out_dir: Path 
         result.manifest_sha256 = hash_file(folder / MANIFEST_NAME)
         record_release(store, name, version, fmt, target, result)
 
-    result.cleared = atomic_release(target, force, write)
+    result.cleared = atomic_release(target, force, write, recorded_manifests(store, target))
     return result
+
+
+def recorded_manifests(store: Store, folder: Path) -> set[str]:
+    """The manifest SHA-256s the store recorded for releases written to FOLDER (what a copy left there must match
+    to be trusted)."""
+    with store.session() as session:
+        return {sha for sha in session.execute(select(Release.manifest_sha256).where(
+            Release.path == str(folder.resolve()))).scalars() if sha}
 
 
 def is_own_release(store: Store, folder: Path) -> bool:

@@ -9,7 +9,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from cftools.boundary import Boundary
-from cftools.errors import InputError
+from cftools.errors import CftoolsError, InputError
 from cftools.release.layout import MANIFEST_NAME, RECORDS_NAME, hash_file, load_manifest, load_records
 
 
@@ -125,3 +125,15 @@ def recorded_manifest_change(store: Any, release_dir: Path) -> str | None:
     return (f"{release_dir}: its manifest is not the one exported as {row.name} {row.version} (the store recorded "
             f"SHA-256 {row.manifest_sha256[:12]}…, the file's is {found[:12]}…): its files were rewritten together "
             "with the manifest (release_manifest_changed)")
+
+
+def refuse_unrecorded_manifest(store: Any, release_dir: Path, verify: bool = True,
+                               hint: str = "--no-verify reads it as it is") -> str | None:
+    """The one check of a release against the store's record, for every reader (eval, eval import, release diff,
+    preflight): raise CftoolsError (ending with HINT) when RELEASE_DIR's manifest is not the one the store recorded
+    writing there; with not VERIFY, return the reason instead, for the caller to name. None when it is the store's
+    (or the store recorded no release there, or there is no store)."""
+    changed = recorded_manifest_change(store, release_dir) if store is not None else None
+    if changed and verify:
+        raise CftoolsError(f"{changed}; {hint}")
+    return changed

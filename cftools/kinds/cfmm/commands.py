@@ -72,9 +72,9 @@ def pairs_cmd(workspace: Workspace, types_text: str | None, per_image: int, limi
 @file_ingest_options("cfmm")
 @pass_workspace
 def ingest_cfmm_cmd(workspace: Workspace, file: Path, dataset: str | None, images_dir: Path | None,
-                    licence: str | None, skip_bad: bool, report: Path | None, as_json: bool) -> None:
+                    licence: str | None, skip_bad: bool, report: Path | None, update: bool, as_json: bool) -> None:
     """Ingest CFMM pairs (JSONL: id, image, type, basic_question, basic_options, basic_answer, cf_question,
     cf_options, cf_answer) as draft items."""
     result = ingest_cfmm(workspace.store, file, images_dir, skip_bad, report_path(workspace, report, file.name),
-                         dataset, ingest_licence(workspace, licence))
+                         dataset, ingest_licence(workspace, licence), update=update)
     print_ingest(result, as_json)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
+from cftools.answer_rules import read_count
 from cftools.errors import InputError
 from cftools.ingest.licences import LicenceChoice
 from cftools.ingest.readers import BadRecords, IngestReport, checked_records, finish, stable_key
@@ -36,6 +37,32 @@ def record_problem(row: dict[str, Any]) -> Optional[str]:
         problem = two_options(row, field)
         if problem:
             return problem
+    if str(row["type"]).strip() == "count":
+        return counts_problem(row)
+    return None
+
+
+COUNT_FIELDS = ("basic_options", "basic_answer", "cf_options", "cf_answer")
+
+
+def counts_problem(row: dict[str, Any]) -> Optional[str]:
+    """Why a count pair's options or answers are not counts (`cftools.answer_rules`: digits, or number words), or
+    None; number words are converted in place, each recorded in ROW["converted_answers"] as [as given, as stored]."""
+    converted: dict[str, list[Any]] = {}
+    for field in COUNT_FIELDS:
+        given = row[field]
+        values = [str(v).strip() for v in (given if isinstance(given, list) else [given])]
+        stored = []
+        for value in values:
+            count, problem = read_count(value)
+            if problem:
+                return f"field '{field}': {problem}, as a count pair's options and answers must be counts"
+            stored.append(count)
+        if stored != values:
+            converted[field] = [given, stored if isinstance(given, list) else stored[0]]
+            row[field] = stored if isinstance(given, list) else stored[0]
+    if converted:
+        row["converted_answers"] = converted
     return None
 
 
@@ -67,15 +94,16 @@ def read_cfmm(path: Path, bad: BadRecords, dataset: Optional[str] = None,
             "data": {"type": pair_type, "basic_question": basic_question, "basic_answer": basic_answer,
                      "options": {"original": [str(o) for o in row["basic_options"]],
                                  "counterfactual": [str(o) for o in row["cf_options"]]},
-                     "line": line, **({"release_id": str(row["id"])} if row.get("id") else {})},
+                     "line": line, **({"release_id": str(row["id"])} if row.get("id") else {}),
+                     **({"converted_answers": row["converted_answers"]} if row.get("converted_answers") else {})},
         })
     return dataset, list(sources.values()), list(items.values())
 
 
 def ingest_cfmm(store: Store, path: Path, images_dir: Optional[Path] = None, skip_bad: bool = False,
                 report_path: Optional[Path] = None, dataset: Optional[str] = None,
-                licence: LicenceChoice = None) -> IngestReport:
+                licence: LicenceChoice = None, update: bool = False) -> IngestReport:
     bad = BadRecords(skip_bad)
     dataset, sources, items = read_cfmm(Path(path), bad, dataset, images_dir)
     return finish(store, "cfmm", Path(path), dataset, sources, items, images_dir, bad, report_path, len(items),
-                  licence=licence)
+                  licence=licence, update=update)

@@ -63,8 +63,8 @@ def reparse_cmd(workspace: Workspace, group: str | None, as_json: bool) -> None:
 @file_ingest_options("cvqa")
 @pass_workspace
 def ingest_cvqa_cmd(workspace: Workspace, file: Path, dataset: str | None, images_dir: Path | None,
-                    licence: str | None, skip_bad: bool, report: Path | None, as_json: bool) -> None:
+                    licence: str | None, skip_bad: bool, report: Path | None, update: bool, as_json: bool) -> None:
     """Ingest a C-VQA CSV as published (img_path,query,answer,new query,new answer,type)."""
     result = ingest_cvqa(workspace.store, file, images_dir, skip_bad, report_path(workspace, report, file.name),
-                         dataset, ingest_licence(workspace, licence))
+                         dataset, ingest_licence(workspace, licence), update=update)
     print_ingest(result, as_json)

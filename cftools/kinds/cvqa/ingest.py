@@ -3,9 +3,9 @@ question becomes a source question, the counterfactual an item of its group."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
+from cftools.answer_rules import read_count
 from cftools.errors import InputError
 from cftools.images import image_ref_path
 from cftools.ingest.licences import LicenceChoice
@@ -17,7 +17,6 @@ from cftools.store import Store
 # C-VQA-Synthetic's `type` column: six counting types, each its own group (answers are a letter of the choices).
 SYNTHETIC_TYPES = tuple(f"abs_counting_{n}" for n in range(1, 7))
 KNOWN_TYPES = (*TYPE_TO_GROUP, *SYNTHETIC_TYPES)
-DIGITS = re.compile(r"^\d+$")
 # The question each answer column answers (a multiple-choice answer is a letter of that question's options).
 ANSWERED = {"answer": "query", "new answer": "new query"}
 
@@ -25,17 +24,6 @@ ANSWERED = {"answer": "query", "new answer": "new query"}
 def counting_group(group: str) -> bool:
     """A group whose answers are counts: the numerical C-VQA groups and C-VQA-Synthetic's abs_counting_* types."""
     return group in COUNT_GROUPS or group in SYNTHETIC_TYPES
-
-
-def number_word_value(text: str) -> str | None:
-    """Digits for an answer written wholly in number words ("zero" -> "0", "twenty-one" -> "21"), else None."""
-    from cftools.answers import NUMBER_JOINERS, NUMBER_WORDS, parse_count
-
-    words = text.lower().replace("-", " ").split()
-    if not words or not all(w in NUMBER_WORDS or w in NUMBER_JOINERS for w in words) or words[0] in NUMBER_JOINERS:
-        return None
-    value = parse_count(text)
-    return None if value is None else str(value)
 
 
 def count_answer(row: dict, column: str, group: str) -> tuple[str | None, str | None]:
@@ -50,12 +38,8 @@ def count_answer(row: dict, column: str, group: str) -> tuple[str | None, str | 
             return given, None
         return None, (f"{column} {row[column]!r} is not one of the options {', '.join(sorted(offered))} "
                       f"its question offers, as a {group} answer must be")
-    if DIGITS.match(given):
-        return given, None
-    converted = number_word_value(given)
-    if converted is not None:
-        return converted, None
-    return None, f"{column} {row[column]!r} is not a number (digits, or number words), as a {group} answer must be"
+    stored, problem = read_count(str(row[column]))
+    return stored, None if problem is None else f"{column} {problem}, as a {group} answer must be a count"
 
 
 def converted_answers(row: dict, group: str) -> dict[str, list[str]]:
@@ -126,8 +110,8 @@ def read_cvqa(path: Path, bad: BadRecords, dataset: str | None = None,
 
 def ingest_cvqa(store: Store, path: Path, images_dir: Path | None = None, skip_bad: bool = False,
                 report_path: Path | None = None, dataset: str | None = None,
-                licence: LicenceChoice = None) -> IngestReport:
+                licence: LicenceChoice = None, update: bool = False) -> IngestReport:
     bad = BadRecords(skip_bad)
     dataset, sources, items = read_cvqa(Path(path), bad, dataset, images_dir)
     return finish(store, "cvqa", Path(path), dataset, sources, items, images_dir, bad, report_path, len(items),
-                  licence=licence)
+                  licence=licence, update=update)

@@ -26,10 +26,10 @@ from cftools.workspace import Workspace
 @file_ingest_options("captions", images=False)
 @pass_workspace
 def ingest_captions_cmd(workspace: Workspace, file: Path, dataset: Optional[str], licence: Optional[str],
-                        skip_bad: bool, report: Optional[Path], as_json: bool) -> None:
+                        skip_bad: bool, report: Optional[Path], update: bool, as_json: bool) -> None:
     """Ingest MuCR caption pairs (CSV or JSONL: cause, effect, category, group; optional style, id)."""
     result = ingest_captions(workspace.store, file, skip_bad, report_path(workspace, report, file.name), dataset,
-                             ingest_licence(workspace, licence))
+                             ingest_licence(workspace, licence), update=update)
     print_ingest(result, as_json)
 
 
@@ -37,12 +37,13 @@ def ingest_captions_cmd(workspace: Workspace, file: Path, dataset: Optional[str]
 @file_ingest_options("mucr")
 @pass_workspace
 def ingest_mucr_cmd(workspace: Workspace, file: Path, dataset: Optional[str], images_dir: Optional[Path],
-                    licence: Optional[str], skip_bad: bool, report: Optional[Path], as_json: bool) -> None:
+                    licence: Optional[str], skip_bad: bool, report: Optional[Path], update: bool,
+                    as_json: bool) -> None:
     """Ingest MuCR records as published (JSONL: id, caption_0, caption_1, link_id, cue, false_cue, style, label,
     causal_reason, and image_0/image_1, which are optional) as draft items that can be checked, annotated,
     extended and released again. The pairs of a group are those its link_id names."""
     result = ingest_mucr(workspace.store, file, images_dir, skip_bad, report_path(workspace, report, file.name),
-                         dataset, ingest_licence(workspace, licence))
+                         dataset, ingest_licence(workspace, licence), update=update)
     print_ingest(result, as_json)
 
 

@@ -63,11 +63,11 @@ def read_captions(path: Path, bad: BadRecords, dataset: Optional[str] = None) ->
 
 
 def ingest_captions(store: Store, path: Path, skip_bad: bool = False, report_path: Optional[Path] = None,
-                    dataset: Optional[str] = None, licence: LicenceChoice = None) -> IngestReport:
+                    dataset: Optional[str] = None, licence: LicenceChoice = None, update: bool = False) -> IngestReport:
     bad = BadRecords(skip_bad)
     dataset, items = read_captions(Path(path), bad, dataset)
     return finish(store, "captions", Path(path), dataset, [], items, None, bad, report_path, len(items),
-                  licence=licence)
+                  licence=licence, update=update)
 
 
 # -- MuCR records as published -----------------------------------------------------------------------------------
@@ -155,7 +155,7 @@ def read_published_images(path: Path, rows: list[tuple[str, dict]], images_dir: 
 
 def ingest_mucr(store: Store, path: Path, images_dir: Optional[Path] = None, skip_bad: bool = False,
                 report_path: Optional[Path] = None, dataset: Optional[str] = None,
-                licence: LicenceChoice = None) -> IngestReport:
+                licence: LicenceChoice = None, update: bool = False) -> IngestReport:
     """MuCR records in the published field list (README "Dataset Form": id, caption_0, caption_1, link_id, cue,
     false_cue, style, label, causal_reason, and image_0/image_1 when given) as draft items; their images are read
     from IMAGES_DIR when given (optional)."""
@@ -186,7 +186,7 @@ def ingest_mucr(store: Store, path: Path, images_dir: Optional[Path] = None, ski
         item = published_item(dataset, line, row, refs)
         items.setdefault(item["key"], item)
     report = finish(store, "mucr", path, dataset, [], list(items.values()), None, bad, report_path, len(items),
-                    licence=licence)
+                    licence=licence, update=update)
     report.images_added = len(read) if rows else 0
     # a MuCR record's images ride in its item (not in a source question): count them there
     report.images_attached = sum(1 for item in items.values() if has_both_images(item))

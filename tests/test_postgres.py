@@ -172,3 +172,13 @@ def test_a_batch_run_on_postgresql_collects_its_batch_after_a_kill(tmp_path, pos
                 LLMBatch.state != "collected")).scalar_one() == 0
             assert session.execute(select(func.count(func.distinct(Item.key)))).scalar_one() == 20
         ws.close()
+
+
+def test_a_key_finished_as_another_worker_starts_choosing_is_not_reopened_on_postgresql(tmp_path, postgres_url):
+    from claim_trials import finish_while_another_chooses
+
+    ws = init_workspace(tmp_path / "ws", fresh_database(postgres_url, "finish_race"))
+    try:
+        assert finish_while_another_chooses(ws.store) == []
+    finally:
+        ws.close()

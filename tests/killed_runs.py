@@ -1,4 +1,5 @@
-"""A cftools command run as a real process and killed with SIGKILL mid-way, for the resume tests."""
+"""A cftools command run as a real process and killed with SIGKILL mid-way, for the resume tests; `wait_for`, the
+condition a test waits on before it signals a run (never a sleep that hopes the run is still going)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import sqlite3
 import subprocess
 import time
 from pathlib import Path
+from typing import Callable
 
 
 def kill_after_progress(command: list[str], db_path: Path, progress_sql: str, at_least: int,
@@ -29,3 +31,12 @@ def kill_after_progress(command: list[str], db_path: Path, progress_sql: str, at
         return db.execute(progress_sql).fetchone()[0]
     finally:
         db.close()
+
+
+def wait_for(condition: Callable[[], bool], what: str = "the condition", timeout_s: float = 120,
+             poll_s: float = 0.02) -> None:
+    """Return once CONDITION() holds; fail after TIMEOUT_S (a bound on a hang, not a guess at the run's pace)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"waited {timeout_s:.0f}s for {what}"
+        time.sleep(poll_s)

@@ -7,6 +7,7 @@ import os
 import signal
 import sqlite3
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Callable
@@ -40,3 +41,24 @@ def wait_for(condition: Callable[[], bool], what: str = "the condition", timeout
     while not condition():
         assert time.monotonic() < deadline, f"waited {timeout_s:.0f}s for {what}"
         time.sleep(poll_s)
+
+
+HELD_EVAL = """
+import runpy, sys, threading
+import cftools.evaluate.run as run
+real, written = run.append_predictions, [0]
+def held(path, lines):
+    if written[0] >= {lines}:
+        threading.Event().wait()  # held here for good: the test kills the process
+    real(path, lines)
+    written[0] += len(lines)
+run.append_predictions = held
+sys.argv = ["cftools", *sys.argv[1:]]
+runpy.run_module("cftools", run_name="__main__", alter_sys=True)
+"""
+
+
+def eval_held_after(lines: int, *args: object) -> list[str]:
+    """`cftools ARGS` (an eval) as a process that stops for good once it has written LINES prediction lines: the
+    test kills it there, a known point, instead of racing the run to it."""
+    return [sys.executable, "-c", HELD_EVAL.format(lines=lines), *map(str, args)]

@@ -26,6 +26,8 @@ def kill_after_progress(command: list[str], db_path: Path, progress_sql: str, at
         while done < at_least and time.time() < deadline and run.poll() is None:
             time.sleep(poll_s)
             done = db.execute(progress_sql).fetchone()[0]
+        # a run that ended first was not killed mid-way: say so, not a count a later assertion misreads
+        assert run.poll() is None, f"the run ended (code {run.returncode}) before {progress_sql} reached {at_least}"
         os.kill(run.pid, signal.SIGKILL)
         run.wait()
         assert db.execute("pragma integrity_check").fetchone()[0] == "ok"
@@ -43,22 +45,29 @@ def wait_for(condition: Callable[[], bool], what: str = "the condition", timeout
         time.sleep(poll_s)
 
 
-HELD_EVAL = """
-import runpy, sys, threading
-import cftools.evaluate.run as run
-real, written = run.append_predictions, [0]
-def held(path, lines):
-    if written[0] >= {lines}:
+HELD_RUN = """
+import importlib, runpy, sys, threading
+module = importlib.import_module({module!r})
+real, calls = getattr(module, {function!r}), [0]
+def held(*args, **kwargs):
+    if calls[0] >= {calls}:
         threading.Event().wait()  # held here for good: the test kills the process
-    real(path, lines)
-    written[0] += len(lines)
-run.append_predictions = held
+    calls[0] += 1
+    return real(*args, **kwargs)
+setattr(module, {function!r}, held)
 sys.argv = ["cftools", *sys.argv[1:]]
 runpy.run_module("cftools", run_name="__main__", alter_sys=True)
 """
 
 
+def held_after(target: str, calls: int, *args: object) -> list[str]:
+    """`cftools ARGS` as a process that stops for good when it calls TARGET ("module:function", looked up by that
+    module at call time) once more after CALLS calls: the test kills it there, a known point, instead of racing the
+    run to it."""
+    module, _, function = target.partition(":")
+    return [sys.executable, "-c", HELD_RUN.format(module=module, function=function, calls=calls), *map(str, args)]
+
+
 def eval_held_after(lines: int, *args: object) -> list[str]:
-    """`cftools ARGS` (an eval) as a process that stops for good once it has written LINES prediction lines: the
-    test kills it there, a known point, instead of racing the run to it."""
-    return [sys.executable, "-c", HELD_EVAL.format(lines=lines), *map(str, args)]
+    """An eval (`--batch-size 1`: a line per write) held for good once it has written LINES prediction lines."""
+    return held_after("cftools.evaluate.run:append_predictions", lines, *args)

@@ -6,6 +6,9 @@ clean run of the stage. Prints one line per trial and the count survived.
 The Label Studio stages (annotate-push, annotate-pull) run only when named in --stages; they start a server of
 their own (LS_BIN, as the tests find it). The injected faults (damaged pages, a deleted store, a rewritten manifest,
 a foreign --force target, two evals at once: `INJECTED_FAULTS`) take their turn among the stages, seeded too.
+`two-workers` (two `generate rewrite` processes racing for one SQLite store's claims, tests/claim_trials.py) is
+soaked only when named, e.g. `--stages two-workers --trials 300` beside a CPU hog: each trial must make every item
+once and no model call twice.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
+from claim_trials import rewrite_workers  # noqa: E402
 from fault_trials import (  # noqa: E402
     INJECTED_FAULTS,
     STAGES,
@@ -29,6 +33,17 @@ from fault_trials import (  # noqa: E402
     parse_stage_names,
     run_trial,
 )
+
+
+def _two_workers(seed: int, scratch: Path) -> str:
+    """Two rewrite workers on one store: every item once, no model call made twice (SEED: only names the trial)."""
+    scratch.mkdir(parents=True)
+    outcome = rewrite_workers(scratch)
+    assert outcome.each_once, outcome.describe()
+    return outcome.describe()
+
+
+SOAK_ONLY = {"two-workers": _two_workers}  # not among the test suite's injected faults: each takes seconds
 
 
 def count_trials(names: list[str], trials: int) -> Counter:
@@ -42,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
                                                       *INJECTED_FAULTS]))
     parser.add_argument("--seed", type=int, default=1000, help="first seed (the test suite uses 0-2)")
     args = parser.parse_args(argv)
-    names = parse_stage_names(args.stages, extra=INJECTED_FAULTS)
+    faults = {**INJECTED_FAULTS, **SOAK_ONLY}
+    names = parse_stage_names(args.stages, extra=faults)
     survived, failed = 0, []
     mid_run: Counter = Counter()  # trials per stage whose kill landed while the stage was at work
     started = time.monotonic()
@@ -53,9 +69,9 @@ def main(argv: list[str] | None = None) -> int:
         for n in range(args.trials):
             name, seed = names[n % len(names)], args.seed + n
             try:
-                if name in INJECTED_FAULTS:
+                if name in faults:
                     started_fault = time.monotonic()
-                    what = INJECTED_FAULTS[name](seed, Path(scratch) / f"trial-{n}")
+                    what = faults[name](seed, Path(scratch) / f"trial-{n}")
                     survived += 1
                     print(f"ok   {name:18s} seed {seed}: {what} {time.monotonic() - started_fault:.1f}s", flush=True)
                     continue

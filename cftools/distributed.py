@@ -105,6 +105,13 @@ class Hosted:
             raise self.error
         return os.getpid()
 
+    @staticmethod
+    def node() -> str:
+        """The id of the Ray node this worker runs on."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+
     def call(self, method: str, args: tuple, kwargs: dict[str, Any]) -> Any:
         if self.error is not None:
             raise self.error
@@ -133,6 +140,9 @@ class CftoolsWorker:
     def describe(self, names: tuple[str, ...]) -> dict[str, Any]:
         return self.hosted.describe(names)
 
+    def node(self) -> str:
+        return self.hosted.node()
+
 
 class CftoolsApiWorker:
     """An API worker: an async actor whose calls wait on the network side by side, `concurrency` at once (the
@@ -156,6 +166,9 @@ class CftoolsApiWorker:
     async def describe(self, names: tuple[str, ...]) -> dict[str, Any]:
         return self.hosted.describe(names)
 
+    async def node(self) -> str:
+        return self.hosted.node()
+
 
 def unwrap(exc: BaseException) -> BaseException:
     """The error a worker raised, as the caller would have seen it locally (Ray wraps it)."""
@@ -174,6 +187,7 @@ class RayWorkers:
         self.spec = spec
         self.actors: list[Any] = []
         self.busy: dict[int, int] = {}
+        self.placed: set[str] = set()  # nodes given a worker of their own (one worker per node)
         self._lock = threading.Lock()
         self._grown_at = 0.0
         self.grow()
@@ -196,10 +210,19 @@ class RayWorkers:
     def alive_nodes(self) -> list[dict[str, Any]]:
         return [node for node in self.ray.nodes() if node.get("Alive")]
 
-    def actor_options(self) -> dict[str, Any]:
+    def per_node(self) -> bool:
+        """One worker per node (no fixed number, no GPUs to count): each is placed on its node by name."""
+        return not self.spec.actors and not (self.spec.device and self.gpus())
+
+    def actor_options(self, node_id: Optional[str] = None) -> dict[str, Any]:
         env = {name: os.environ[name] for name in self.spec.secrets if os.environ.get(name)}
         options: dict[str, Any] = {"max_restarts": RESTARTS, "max_task_retries": TASK_RETRIES,
                                    "scheduling_strategy": "SPREAD"}
+        if node_id is not None:
+            # an API worker asks for no CPU: SPREAD alone may put the new node's worker on the head (issue 45)
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
         if env:
             options["runtime_env"] = {"env_vars": env}
         if self.spec.device and self.gpus():
@@ -215,16 +238,25 @@ class RayWorkers:
         many there are."""
         with self._lock:
             self._grown_at = time.monotonic()
-            missing = self.wanted() - len(self.actors)
-            if missing <= 0:
+            kind = self.ray.remote(CftoolsWorker if self.spec.device else CftoolsApiWorker)
+            if self.per_node():
+                for node in self.alive_nodes():
+                    if node["NodeID"] not in self.placed:
+                        self.placed.add(node["NodeID"])
+                        self._add(kind.options(**self.actor_options(node["NodeID"])))
                 return len(self.actors)
-            kind = CftoolsWorker if self.spec.device else CftoolsApiWorker
-            actor_class = self.ray.remote(kind).options(**self.actor_options())
-            for _ in range(missing):
-                actor = actor_class.remote(self.spec)
-                self.busy[id(actor)] = 0
-                self.actors.append(actor)
+            for _ in range(self.wanted() - len(self.actors)):
+                self._add(kind.options(**self.actor_options()))
             return len(self.actors)
+
+    def _add(self, actor_class: Any) -> None:
+        actor = actor_class.remote(self.spec)
+        self.busy[id(actor)] = 0
+        self.actors.append(actor)
+
+    def nodes(self) -> list[str]:
+        """The node each worker runs on."""
+        return self.ray.get([actor.node.remote() for actor in self.actors])
 
     @property
     def size(self) -> int:
@@ -286,7 +318,7 @@ class RayWorkers:
                 self.ray.kill(actor)
             except Exception:  # noqa: BLE001 (best effort: the cluster may be gone already)
                 pass
-        self.actors = []
+        self.actors, self.placed = [], set()
 
 
 def first_line(exc: BaseException) -> str:

@@ -40,6 +40,16 @@ class ScriptedLLM:
     def reset(self) -> None:
         self._post("/control/reset", {})
 
+    def hold(self, after: int) -> None:
+        """Answer the next AFTER chat requests, then hold the later ones in flight until `release`."""
+        self._post("/control/hold", {"after": after})
+
+    def held(self) -> int:
+        return httpx.get(self.root + "/control/held", timeout=10).json()["held"]
+
+    def release(self) -> None:
+        self._post("/control/release", {})
+
     def requests(self) -> list[dict]:
         """The chat requests received since the last reset: {"path", "headers", "body"}."""
         return httpx.get(self.root + "/control/requests", timeout=10).json()

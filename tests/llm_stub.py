@@ -26,6 +26,9 @@ Control, for tests (the tests run it as a process and drive it over HTTP):
 - POST /control/reply {"function": "module:name" | null} swaps the reply function (a module beside this file).
 - POST /control/reset empties the queue and the request log and restores the start-up reply function.
 - GET /control/requests lists the chat requests received (path, headers, JSON body), oldest first.
+- POST /control/hold {"after": N} answers the next N chat requests and holds every later one (unanswered, in
+  flight) until POST /control/release; GET /control/held says how many are held now. A test that interrupts a
+  run holds it at a known point this way instead of sleeping and hoping the run is still going.
 """
 
 from __future__ import annotations
@@ -206,6 +209,9 @@ class StubHandler(BaseHTTPRequestHandler):
         elif path == "/control/requests":
             with self.server.lock:
                 self._send(200, list(self.server.received))
+        elif path == "/control/held":
+            with self.server.lock:
+                self._send(200, {"held": self.server.held})
         else:
             self._send(200, {"object": "list", "data": [{"id": "stub", "object": "model", "owned_by": "cftools"}]})
 
@@ -220,6 +226,7 @@ class StubHandler(BaseHTTPRequestHandler):
             self.server.received.append({"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()},
                                          "body": request})
             scripted = self.server.script.popleft() if self.server.script else None
+        self.server.wait_if_held(n)
         time.sleep(self.server.delay)
         if isinstance(scripted, dict) and "hold" in scripted:
             time.sleep(float(scripted["hold"]))
@@ -279,6 +286,18 @@ class StubServer(ThreadingHTTPServer):
         self.received: collections.deque = collections.deque(maxlen=keep_requests)  # bounded: benchmarks send many
         self.script: collections.deque = collections.deque()
         self.lock = threading.Lock()
+        self.hold_after: int | None = None  # requests numbered above it wait for `released` (/control/hold)
+        self.released = threading.Event()
+        self.held = 0
+
+    def wait_if_held(self, n: int) -> None:
+        with self.lock:
+            if self.hold_after is None or n <= self.hold_after or self.released.is_set():
+                return
+            self.held += 1
+        self.released.wait()
+        with self.lock:
+            self.held -= 1
 
     def control(self, path: str, request: dict) -> dict:
         with self.lock:
@@ -286,6 +305,10 @@ class StubServer(ThreadingHTTPServer):
                 self.script.extend(request.get("replies") or [])
             elif path == "/control/reply":
                 self.reply = load_reply_function(request.get("function"))
+            elif path == "/control/hold":
+                self.hold_after, self.released = self.requests + int(request.get("after", 0)), threading.Event()
+            elif path == "/control/release":
+                self.released.set()
             elif path == "/control/reset":
                 self.script.clear()
                 self.received.clear()

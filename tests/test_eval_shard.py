@@ -15,7 +15,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -26,6 +25,7 @@ from cftools.evaluate.merge import merge_run
 from cftools.evaluate.run import CONFIG_NAME, PREDICTIONS_NAME, load_run, run_eval
 from cftools.evaluate.shards import Shard, parse_shard, share
 from fixtures_eval import cfmm_record, cvqa_record, png_bytes, write_release
+from killed_runs import eval_held_after, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 ACCELERATE = Path(sys.executable).parent / "accelerate"
@@ -270,21 +270,22 @@ def test_merge_records_the_run_in_the_store_once(release, model, tiny, tmp_path,
 def test_a_shard_killed_midway_resumes_without_duplicates(model, tiny, tmp_path):
     release = small_release(tmp_path / "big-1.0", n_cvqa=20)
     out = tmp_path / "run"
-    command = cftools_command("eval", release, "--model", model, "--out", out, "--shard", "2/2",
+    # held for good after 3 lines (tests/killed_runs.py): killed there, not wherever a poll catches it
+    command = eval_held_after(3, "eval", release, "--model", model, "--out", out, "--shard", "2/2",
                               "--batch-size", "1", "--device", "cpu", "--quiet", "--max-new-tokens", "8")
     process = subprocess.Popen(command, env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     predictions = out / "predictions.shard-2-of-2.jsonl"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and process.poll() is None:
-        if predictions.exists() and predictions.read_bytes().count(b"\n") >= 3:
-            break
-        time.sleep(0.01)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
+    try:
+        wait_for(lambda: process.poll() is not None or (
+            predictions.exists() and predictions.read_bytes().count(b"\n") == 3), "3 prediction lines")
+        assert process.poll() is None, "the held shard ended"
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait()
     killed_at = predictions.read_bytes().count(b"\n")
     share_size = len(json.loads((out / "shard-2-of-2.json").read_text())["share"])
     assert share_size == 21  # 21 items with an image, 2 questions each, 42 in all
-    assert 3 <= killed_at < share_size, "the shard was not killed halfway"
+    assert killed_at == 3
     rerun = run_eval(release, model, out_dir=out, answerer=tiny, shard=Shard(2, 2), batch_size=1, device="cpu",
                      max_new_tokens=8)
     assert rerun.asked == share_size - killed_at  # the cut last line, if any, is asked again

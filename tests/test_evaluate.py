@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ import pytest
 from cftools.evaluate.run import (PREDICTIONS_NAME, load_run, parse_model_spec, read_predictions, run_eval)
 from cftools.evaluate.vlm import HFVisionModel, Prompt, best_option
 from fixtures_eval import cfmm_record, cvqa_record, png_bytes, write_release
+from killed_runs import eval_held_after, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -189,21 +189,24 @@ def test_resume_after_kill(tiny_llava_dir, tmp_path):
     records = [cvqa_record(i, "boolean", "yes", "no", "yes/no") for i in range(60)]
     release = write_release(tmp_path / "big-1.0", records, {r["id"]: png_bytes(i) for i, r in enumerate(records)})
     out = tmp_path / "run"
-    command = [sys.executable, "-m", "cftools.cli", "eval", str(release), "--model", f"hf:{tiny_llava_dir}",
-               "--batch-size", "1", "--device", "cpu", "--out", str(out), "--quiet", "--max-new-tokens", "24"]
+    args = ["eval", str(release), "--model", f"hf:{tiny_llava_dir}", "--batch-size", "1", "--device", "cpu",
+            "--out", str(out), "--quiet", "--max-new-tokens", "24"]
+    command = [sys.executable, "-m", "cftools.cli", *args]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("CFTOOLS_WORKSPACE", None)
-    process = subprocess.Popen(command, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # held for good after 5 lines (tests/killed_runs.py): killed there, not wherever a poll catches it
+    process = subprocess.Popen(eval_held_after(5, *args), env=env, cwd=tmp_path, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
     predictions = out / PREDICTIONS_NAME
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and process.poll() is None:
-        if predictions.exists() and predictions.read_bytes().count(b"\n") >= 5:
-            break
-        time.sleep(0.01)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
+    try:
+        wait_for(lambda: process.poll() is not None or (
+            predictions.exists() and predictions.read_bytes().count(b"\n") == 5), "5 prediction lines")
+        assert process.poll() is None, "the held run ended"
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait()
     killed_at = predictions.read_bytes().count(b"\n")
-    assert 5 <= killed_at < 120, "the run was not killed halfway"
+    assert killed_at == 5
     finished = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert finished.returncode == 0, finished.stderr[-2000:]
     lines = lines_of(predictions)

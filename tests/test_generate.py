@@ -9,18 +9,17 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from sqlalchemy import delete, func, select
 
-from killed_runs import kill_after_progress
+from killed_runs import kill_after_progress, wait_for
 
 from cftools.kinds.cvqa.generate import COUNT_REWRITE, item_key, load_template, reparse, rewrite, select_sources
 from cftools.ingest.readers import ingest_table
 from cftools.kinds.cvqa.ingest import ingest_cvqa
-from fixtures_llm import stub_backend
+from fixtures_llm import ScriptedLLM, stub_backend
 from llm_stub import StubServer, start_process, structured_reply, stub_reply
 from cftools.kinds.cvqa.model import BOOLEAN, NUMERICAL_DIRECT, NUMERICAL_INDIRECT
 from cftools.models import CachedResponse, Generation, Item, ItemEvent, SourceQuestion
@@ -246,15 +245,18 @@ def stub_requests(base_url: str) -> int:
 def test_a_killed_run_resumes_without_duplicates(workspace, tmp_path):
     rows = [(f"img{i}.jpg", f"How many things of kind {i} are there?", str(i % 7)) for i in range(40)]
     ingest_table(workspace.store, write_table(tmp_path / "many.csv", rows))
-    server, base_url = start_process(0.25)
+    server, base_url = start_process(0.0)
     try:
         configure_stub(workspace, base_url)
         command = [sys.executable, "-m", "cftools.cli", "-w", str(workspace.root), "generate", "rewrite",
                    "--group", "numerical-direct", "--concurrency", "2", "--no-rederive", "--quiet"]
+        stub = ScriptedLLM(base_url.removesuffix("/v1"))
+        stub.hold(after=6)  # the run cannot get past 6 items: it is killed there, with 2 calls in flight
         killed_at = kill_after_progress(command, workspace.root / "cftools.db",
                                         "select count(*) from items where origin = 'generated'", at_least=6)
-        assert 6 <= killed_at < 40, "the run was not killed mid-way"
+        assert killed_at == 6
         asked_before = stub_requests(base_url)
+        stub.release()
 
         finished = subprocess.run(command, capture_output=True, text=True, timeout=300)
         assert finished.returncode == 0, finished.stderr
@@ -275,21 +277,24 @@ def test_a_killed_run_resumes_without_duplicates(workspace, tmp_path):
 def test_ctrl_c_stops_cleanly_and_the_rerun_continues(workspace, tmp_path):
     rows = [(f"img{i}.jpg", f"How many items of sort {i} are there?", str(i % 5)) for i in range(20)]
     ingest_table(workspace.store, write_table(tmp_path / "some.csv", rows))
-    server, base_url = start_process(0.25)
+    server, base_url = start_process(0.0)
     try:
         configure_stub(workspace, base_url)
+        stub = ScriptedLLM(base_url.removesuffix("/v1"))
+        stub.hold(after=3)  # the run is held at a known point: 3 calls answered, the next 2 in flight
         command = [sys.executable, "-m", "cftools.cli", "-w", str(workspace.root), "generate", "rewrite",
                    "--group", "numerical-indirect", "--concurrency", "2", "--quiet"]
         run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         db = sqlite3.connect(workspace.root / "cftools.db", timeout=60)
-        deadline = time.time() + 120
-        while time.time() < deadline and run.poll() is None and \
-                db.execute("select count(*) from items where origin = 'generated'").fetchone()[0] < 3:
-            time.sleep(0.1)
+        made = "select count(*) from items where origin = 'generated'"
+        wait_for(lambda: run.poll() is not None or (stub.held() == 2 and db.execute(made).fetchone()[0] == 3),
+                 "the run held after 3 calls")
+        assert run.poll() is None, run.communicate()
         run.send_signal(signal.SIGINT)
+        stub.release()  # the calls in flight end; the run stops on the signal, not for lack of work
         out, err = run.communicate(timeout=60)
         assert run.returncode == 1 and "interrupted" in err, (out, err)
-        stopped_at = db.execute("select count(*) from items where origin = 'generated'").fetchone()[0]
+        stopped_at = db.execute(made).fetchone()[0]
         assert 3 <= stopped_at < 20
         assert subprocess.run(command, capture_output=True, timeout=300).returncode == 0
         assert db.execute("select count(distinct key), count(*) from items where origin = 'generated'"

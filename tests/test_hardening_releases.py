@@ -122,7 +122,8 @@ def test_eval_help_documents_exit_4(run_cli):
 
 def test_a_second_eval_of_the_same_run_is_refused_naming_the_first(workspace, tmp_path, run_cli):
     release = colour_release(tmp_path / "colours-1")
-    slow = StubServer(delay=30.0).start_in_thread()  # the first run sits in its first call
+    slow = StubServer(delay=0.0).start_in_thread()
+    slow.control("/control/hold", {"after": 0})  # the first run sits in its first call until it is killed
     configure_stub(workspace, slow.base_url)
     out = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "CFTOOLS_WORKSPACE": str(workspace.root)}
@@ -140,6 +141,7 @@ def test_a_second_eval_of_the_same_run_is_refused_naming_the_first(workspace, tm
     finally:
         first.send_signal(signal.SIGKILL)
         first.wait()
+        slow.control("/control/release", {})
         slow.shutdown()
         slow.server_close()
     assert not (out / "predictions.jsonl").exists() or (out / "predictions.jsonl").read_text() == ""

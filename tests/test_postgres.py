@@ -89,26 +89,29 @@ def test_four_workers_on_one_store_generate_every_item_once(tmp_path, postgres_u
 
 def test_a_killed_workers_items_are_finished_by_the_others(tmp_path, postgres_url, monkeypatch):
     import signal
-    import time
 
-    stub, url = start_stub(0.2)
+    from fixtures_llm import ScriptedLLM
+    from killed_runs import wait_for
+
+    stub, url = start_stub(0.0)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-workers")
     try:
         ws = workers_workspace(tmp_path, postgres_url, "workerskill", url, 40)
+        control = ScriptedLLM(url.removesuffix("/v1"))
+        control.hold(after=4)  # 4 calls answered; every later one is held until the victim is dead
         victim = subprocess.Popen(worker_command(ws.root), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.time() + 120
-        while generation_counts(ws)[0] < 4 and time.time() < deadline:
-            time.sleep(0.05)
+        wait_for(lambda: generation_counts(ws)[0] == 4 and control.held() == 4, "4 items and the victim's 4 calls held")
         others = [subprocess.Popen(worker_command(ws.root), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
                   for _ in range(2)]
-        time.sleep(0.3)
-        victim.send_signal(signal.SIGKILL)
+        wait_for(lambda: control.held() == 4 + 2 * 4, "the other workers' calls held too")
+        victim.send_signal(signal.SIGKILL)  # with 4 claims in flight, the others at work beside it
         victim.wait()
+        control.release()
         for worker in others:
             assert worker.wait(timeout=300) == 0, worker.stderr.read()
         items, gens, distinct = generation_counts(ws)
         assert items == distinct == 40
-        assert gens <= 40 + 4 * 2  # at most the victim's in-flight requests are asked again
+        assert gens == 40  # the victim's 4 held calls stored nothing: asked again by the others, stored once
         ws.close()
     finally:
         stub.kill()
@@ -171,4 +174,14 @@ def test_a_batch_run_on_postgresql_collects_its_batch_after_a_kill(tmp_path, pos
             assert session.execute(select(func.count()).select_from(LLMBatch).where(
                 LLMBatch.state != "collected")).scalar_one() == 0
             assert session.execute(select(func.count(func.distinct(Item.key)))).scalar_one() == 20
+        ws.close()
+
+
+def test_a_key_finished_as_another_worker_starts_choosing_is_not_reopened_on_postgresql(tmp_path, postgres_url):
+    from claim_trials import finish_while_another_chooses
+
+    ws = init_workspace(tmp_path / "ws", fresh_database(postgres_url, "finish_race"))
+    try:
+        assert finish_while_another_chooses(ws.store) == []
+    finally:
         ws.close()

@@ -125,6 +125,26 @@ def test_a_node_that_joins_gets_a_worker(cluster):
         workers.close()
 
 
+def test_a_node_that_joins_gets_an_api_worker_of_its_own_and_the_in_flight_limit_grows(two_nodes):
+    """API workers ask for no CPU: each is placed on its node by id, not wherever SPREAD puts it (issue 45: the
+    joining node's worker sat on the head)."""
+    workers, joined = RayWorkers(WorkerSpec(build=dict, kwargs={"a": 1}, concurrency=3)), None
+    try:
+        alive = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+        assert workers.size == len(alive) and set(workers.nodes()) == alive
+        assert workers.in_flight == 3 * len(alive)
+        joined = two_nodes.add_node(num_cpus=1)
+        two_nodes.wait_for_nodes()
+        assert workers.grow() == len(alive) + 1
+        assert joined.node_id in workers.nodes()  # the new node's worker runs there
+        assert workers.in_flight == 3 * (len(alive) + 1)
+        assert [workers.call("get", "a") for _ in range(4)] == [1] * 4
+    finally:
+        workers.close()
+        if joined is not None:
+            two_nodes.remove_node(joined)
+
+
 def test_a_worker_that_cannot_build_its_model_says_why_on_one_line(two_nodes, tmp_path):
     from cftools.imagegen import make_image_backend
     from cftools.imagegen.base import ImageGenError

@@ -7,6 +7,12 @@ LOCKED` on PostgreSQL, `BEGIN IMMEDIATE` on SQLite — so two workers never hold
 and the other workers take those jobs over (at once when the dead worker ran on the same host: its process is
 gone). A live worker renews its leases from a heartbeat thread. A worker ends when each of its keys is done or
 failed.
+
+A key finished before a worker started choosing its jobs is open again when that worker registers it (its output
+is gone, or the selection would not have listed it). "Before" must mean committed before: the worker takes its
+start with `selection_start`, which waits for every finishing transaction that stamped an earlier time to commit
+(on SQLite by taking the write lock, which a finishing transaction holds from its first statement; on PostgreSQL
+by an advisory lock that each finish holds shared), so its selection, read afterwards, sees their output.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ import uuid
 from datetime import datetime, timedelta
 from typing import Iterator, Optional, Sequence
 
-from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy import and_, func, or_, select, text, update
 from sqlmodel import Session
 
 from cftools.models import WorkClaim, utcnow
@@ -30,6 +36,22 @@ DEFAULT_LEASE_S = 60.0  # renewed by a heartbeat every third of it while the wor
 CLAIM_WINDOW = 64  # keys looked at per claim, at least
 RESCAN_S = 0.5  # once every key has been seen, how often the whole list is looked at again
 FREE, LEASED, DONE, FAILED = "free", "leased", "done", "failed"
+FINISH_LOCK = 0x6366_776F_726B  # PostgreSQL advisory lock: finishes hold it shared, a selection's start exclusive
+
+
+def selection_start(store: Store) -> datetime:
+    """The time a worker starts choosing its jobs, taken once every finish stamped before it has committed."""
+    with store.write() as session:
+        hold_finish_lock(session, exclusive=True)
+        return utcnow()
+
+
+def hold_finish_lock(session: Session, exclusive: bool) -> None:
+    """Begin SESSION's transaction (on SQLite a write one: the store's lock) and, on PostgreSQL, take FINISH_LOCK
+    until it ends."""
+    if session.connection().dialect.name == "postgresql":
+        function = "pg_advisory_xact_lock" if exclusive else "pg_advisory_xact_lock_shared"
+        session.execute(text(f"SELECT {function}(:key)"), {"key": FINISH_LOCK})
 
 
 def worker_id() -> str:
@@ -62,7 +84,7 @@ class Claims:
         self.worker = worker_id()
         CURRENT[os.getpid()] = self.worker
         # a key finished after the worker chose its jobs was finished by another worker: it stays done
-        self.started = selected_at or utcnow()
+        self.started = selected_at or selection_start(store)
         self.register()
         self._stop = threading.Event()
         self._heartbeat = threading.Thread(target=self._renew, daemon=True, name="cftools-claims")
@@ -156,10 +178,14 @@ class Claims:
 
     def finish(self, session: Session, keys: Sequence[str], ok: bool) -> None:
         """Mark KEYS done (or failed) inside the transaction that stores their output."""
+        if not keys:
+            return
+        hold_finish_lock(session, exclusive=False)  # stamped under the lock: a selection started later sees them
+        finished_at = utcnow()
         for part in in_chunks(keys):
             session.execute(update(WorkClaim).where(WorkClaim.generator == self.generator, WorkClaim.key.in_(part),
                                                     WorkClaim.worker == self.worker)
-                            .values(state=DONE if ok else FAILED, finished_at=utcnow(), lease_expires=None))
+                            .values(state=DONE if ok else FAILED, finished_at=finished_at, lease_expires=None))
 
     def open_keys(self) -> int:
         """How many of this worker's keys are neither done nor failed (held by others, or free)."""

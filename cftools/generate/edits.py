@@ -36,7 +36,7 @@ from sqlmodel import Session
 
 from cftools.errors import CftoolsError
 from cftools.distributed import as_completed
-from cftools.generate.claims import Claims
+from cftools.generate.claims import Claims, selection_start
 from cftools.generate.llm_task import DEFAULT_MAX_ATTEMPTS, LLMJob, LLMReport, LLMTask, run_llm_task
 from cftools.images import GENERATED_IMAGES_FOLDER, read_image_file, register_image
 from cftools.imagegen.edit_checks import answer_flip_flag, check_edit, rank_edits
@@ -144,10 +144,11 @@ def write_instructions(store: Store, llm: Backend, items: list[EditableItem], *,
                        quiet: bool = False) -> LLMReport:
     """An edit instruction for each of ITEMS that has none."""
     template = load_prompt(TEMPLATE, template_path, workspace_root)
-    selected_at = utcnow()
+    selected_at = selection_start(store)
+    fresh = fresh_data(store, [i.id for i in items])  # read after the start: what other workers finished shows
     jobs = [LLMJob(label=f"item {i.key}", key=f"{GENERATOR}:{i.key}", group=i.group,
                    messages=[text_message(instruction_prompt(template, i))], context={"item_id": i.id})
-            for i in items if not (i.data.get("edit") or {}).get("instruction")]
+            for i in items if not (fresh.get(i.id, i.data).get("edit") or {}).get("instruction")]
     return run_llm_task(store, llm, EditInstructionTask(template), jobs, params=params, concurrency=concurrency,
                         refresh=refresh, max_attempts=max_attempts, console=console, quiet=quiet,
                         selected_at=selected_at)
@@ -266,7 +267,7 @@ def generate_edits(store: Store, workspace_root: Path, backend: Any, items: list
         from cftools.images import StoreImageCache
 
         backend.request_cache = StoreImageCache(store, folder)
-    selected_at = utcnow()
+    selected_at = selection_start(store)
     fresh = fresh_data(store, [i.id for i in items])
     todo: dict[str, tuple[EditableItem, str, list[int]]] = {}
     for item in items:

@@ -21,6 +21,7 @@ from rich.console import Console
 from sqlalchemy import select
 from sqlmodel import Session
 
+from cftools.generate.claims import selection_start
 from cftools.generate.llm_task import DEFAULT_MAX_ATTEMPTS, LLMJob, LLMReport, LLMTask, run_llm_task
 from cftools.llm import Backend, text_message
 from cftools.llm.base import DEFAULT_PARAMS
@@ -111,7 +112,7 @@ def rederive(store: Store, backend: Backend, spec: RederiveSpec, *, limit: Optio
              workspace_root: Optional[Path] = None) -> LLMReport:
     """Re-derive the answers of up to LIMIT drafts of the spec's kind; returns what happened."""
     template = load_prompt(spec.template_name, None, workspace_root)
-    selected_at = utcnow()
+    selected_at = selection_start(store)
     jobs = []
     for item, source in drafts_to_rederive(store, spec.kind, limit):
         variables = spec.variables(item, source)

@@ -32,6 +32,7 @@ from cftools.llm import Backend, make_backend, text_message
 from cftools.llm.base import DEFAULT_PARAMS
 from cftools.llm.prompts import PromptTemplate, load_prompt
 from cftools.llm.structured import OutputSchema, Reply, ReplyError
+from cftools.generate.claims import selection_start
 from cftools.generate.rederive import RederiveSpec
 from cftools.generate.llm_task import (DEFAULT_MAX_ATTEMPTS, LLMJob, LLMReport as RewriteReport, LLMTask,
                                        ParsedOutput, insert_items, run_llm_task)
@@ -211,7 +212,7 @@ def rewrite(store: Store, backend: Backend, group: str, *, limit: int | None = N
     """Rewrite up to LIMIT source questions into draft items of GROUP; returns what happened. The group's prompt
     is the workspace's copy when it has one (`init --with-prompts`)."""
     template = load_template(group, template_path, workspace_root)
-    selected_at = utcnow()
+    selected_at = selection_start(store)
     sources = select_sources(store, group, limit, include_ingested)
     jobs = [LLMJob(label=f"source {s['id']}", messages=[text_message(render_prompt(template, s))], source_id=s["id"],
                    key=item_key(s["id"], group),

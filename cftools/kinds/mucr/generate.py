@@ -23,6 +23,7 @@ from sqlalchemy import select
 from sqlmodel import Session
 
 from cftools.errors import InputError
+from cftools.generate.claims import selection_start
 from cftools.generate.llm_task import (DEFAULT_MAX_ATTEMPTS, LLMJob, LLMReport, LLMTask, insert_items, render,
                                       run_llm_task, text_params)
 from cftools.kinds.mucr.model import CATEGORIES
@@ -119,7 +120,7 @@ def write_context(store: Store, backend: Backend, *, limit: Optional[int] = None
                   quiet: bool = False) -> LLMReport:
     """Contextual descriptions for up to LIMIT caption pairs that have none."""
     template = load_prompt("mucr/context.j2", template_path, workspace_root)
-    selected_at = utcnow()
+    selected_at = selection_start(store)
     jobs = []
     for item in pairs_without_context(store, limit, groups):
         data = item.data or {}
@@ -181,7 +182,7 @@ def draft_captions(store: Store, backend: Backend, seeds_path: Path, *, per_grou
     """A group of PER_GROUP caption pairs per seed line; seeds that already have their group are skipped."""
     template = load_prompt("mucr/captions.j2", template_path, workspace_root)
     dataset = f"captions:{Path(seeds_path).stem}"
-    selected_at = utcnow()
+    selected_at = selection_start(store)
     with store.session() as session:
         done = set(session.execute(select(Item.group).where(Item.kind == KIND,
                                                             Item.key.like(f"{dataset}:%"))).scalars())

@@ -27,7 +27,7 @@ import PIL.Image
 from sqlalchemy import select
 
 from cftools.distributed import as_completed
-from cftools.generate.claims import Claims
+from cftools.generate.claims import Claims, selection_start
 from cftools.images import (GENERATED_IMAGES_FOLDER, StoreImageCache, read_image_file,
                             register_image, save_png)
 from cftools.models import CHECKED, DRAFT, Image, Item, ItemEvent, utcnow
@@ -187,7 +187,7 @@ def generate_images(store: Store, workspace_root: Path, backend: Any, *, styles:
     folder = Path(workspace_root) / IMAGES_FOLDER
     if hasattr(backend, "request_cache"):
         backend.request_cache = StoreImageCache(store, folder)
-    selected_at = utcnow()
+    selected_at = selection_start(store)
     items = pairs_to_draw(store, limit, groups)
     report.pairs = len(items)
     started = time.perf_counter()

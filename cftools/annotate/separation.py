@@ -287,26 +287,6 @@ def problem_words(codes: Iterable[str]) -> str:
     return "; ".join(RELEASE_WORDS.get(code, code) for code in dict.fromkeys(codes))
 
 
-def check_after_serve(workspace: Workspace, started: Iterable[Any]) -> list[Finding]:
-    """`annotate serve`, once the servers answer: check them, with the tokens just made where none was set yet."""
-    from dataclasses import replace
-
-    from cftools.annotate.label_studio import server_settings
-    from cftools.annotate.servers import Servers
-
-    started = list(started)
-    made = {s.email: s.token for s in started if getattr(s, "token", None)}
-    settings = server_settings(workspace)
-    serving = {s.email for s in started}
-    people = tuple(replace(p, token=p.token or made.get(p.email)) for p in settings.people if p.email in serving)
-    settings = replace(settings, people=tuple(p for p in people if p.token))
-    servers = Servers(settings)
-    try:
-        return verify_separation(workspace, settings, servers, "serve")
-    finally:
-        servers.close()
-
-
 def refresh_instructions(workspace: Workspace, servers: Any, settings: ServerSettings) -> int:
     """Each person's projects (as the store knows them) show instructions that say "yours alone" only while the last
     check proves it: rewritten where they say otherwise. Returns how many were rewritten."""

@@ -26,13 +26,13 @@ import subprocess
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any, Iterable, Optional
 from urllib.parse import urlsplit
 
 import httpx
 
 from cftools.annotate.label_studio import PersonServer, server_settings
-from cftools.annotate.separation import check_after_serve, refuse_document_root
+from cftools.annotate.separation import Finding, last_checks, refuse_document_root, verify_separation
 from cftools.errors import CftoolsError
 from cftools.processes import is_running
 from cftools.workspace import Workspace
@@ -387,4 +387,38 @@ def servers_status(workspace: Workspace) -> list[dict]:
                      "token_set": bool(person.token), "served_here": local_port(person) is not None,
                      "pid": served.pid if running else None, "answers": answers(person.url),
                      "data_dir": served.data_dir if served else str(person_dir(workspace, person.email))})
+    return rows
+
+
+def check_after_serve(workspace: Workspace, started: Iterable[Any]) -> list[Finding]:
+    """`annotate serve`, once the servers answer: check them, with the tokens just made where none was set yet."""
+    from dataclasses import replace
+
+    from cftools.annotate.servers import Servers
+
+    started = list(started)
+    made = {s.email: s.token for s in started if getattr(s, "token", None)}
+    settings = server_settings(workspace)
+    serving = {s.email for s in started}
+    people = tuple(replace(p, token=p.token or made.get(p.email)) for p in settings.people if p.email in serving)
+    settings = replace(settings, people=tuple(p for p in people if p.token))
+    servers = Servers(settings)
+    try:
+        return verify_separation(workspace, settings, servers, "serve")
+    finally:
+        servers.close()
+
+
+def servers_report(workspace: Workspace) -> list[dict]:
+    """`annotate servers`: each person's server (`servers_status`) with its last separation
+    check: when, during what, whether it proved the server theirs alone, and why not."""
+    checks = last_checks(workspace.store)
+    rows = servers_status(workspace)
+    for row in rows:
+        check = checks.get(row["person"])
+        row["alone"] = bool(check and check.ok and check.server == row["url"])
+        row["checked_at"] = check.checked_at.isoformat() if check else None
+        row["checked_during"] = check.during if check else None
+        row["not_alone_because"] = ("" if row["alone"] else check.reason if check and not check.ok
+                                    else "never checked" if check is None else "checked at another url")
     return rows

@@ -16,7 +16,6 @@ from typing import Optional
 from cftools.annotate.label_studio import LabelStudioError, LabelStudioServer, ServerSettings, public_url
 from cftools.annotate.verification import NOT_PROVEN, SEPARATE, SHARED
 from cftools.errors import CftoolsError
-from cftools.workspace import Workspace
 
 
 class Servers:
@@ -123,21 +122,3 @@ class Servers:
             for server in self._open.values():
                 server.close()
             self._open.clear()
-
-
-def servers_report(workspace: Workspace) -> list[dict]:
-    """`annotate servers`: each person's server (`cftools.annotate.serve.servers_status`) with its last separation
-    check: when, during what, whether it proved the server theirs alone, and why not."""
-    from cftools.annotate.separation import last_checks
-    from cftools.annotate.serve import servers_status
-
-    checks = last_checks(workspace.store)
-    rows = servers_status(workspace)
-    for row in rows:
-        check = checks.get(row["person"])
-        row["alone"] = bool(check and check.ok and check.server == row["url"])
-        row["checked_at"] = check.checked_at.isoformat() if check else None
-        row["checked_during"] = check.during if check else None
-        row["not_alone_because"] = ("" if row["alone"] else check.reason if check and not check.ok
-                                    else "never checked" if check is None else "checked at another url")
-    return rows

@@ -13,7 +13,7 @@ from cftools.annotate.figures import quality_status
 from cftools.annotate.pull import pull
 from cftools.annotate.push import push, waiting_kind
 from cftools.annotate.serve import serve, stop
-from cftools.annotate.servers import servers_report
+from cftools.annotate.serve import servers_report
 from cftools.annotate.separation import reasons_by_person
 from cftools.annotate.status import annotation_status
 from cftools.annotate.verification import SHARED

@@ -4,7 +4,7 @@
 
 Builds a workspace whose store holds the images (small drawn PNGs made with Pillow), one source
 question per image and the items (70% accepted, the rest drafts), then runs
-`cftools export bench --version 1 --include-unverified --split test=0.8,dev=0.2` in a child process
+`cftools export bench --version 1 --include-unverified --licence CC-BY-4.0 --split test=0.8,dev=0.2` in a child process
 and `cftools verify` on the result, printing each one's seconds and peak memory (the child's max RSS).
 """
 
@@ -114,7 +114,7 @@ def main() -> None:
     ws = build_store(args.dir, args.items, args.images)
     print(f"synthetic store: {args.items} items, {args.images} images in {time.perf_counter() - start:.1f} s")
 
-    seconds, peak = timed_child(["--workspace", str(ws), "export", "bench", "--version", "1", "--include-unverified",
+    seconds, peak = timed_child(["--workspace", str(ws), "export", "bench", "--version", "1", "--include-unverified", "--licence", "CC-BY-4.0",
                                            "--split", "test=0.8,dev=0.2"])
     release = ws / "releases" / "bench-1"
     size = sum(p.stat().st_size for p in release.rglob("*") if p.is_file()) / 2**20

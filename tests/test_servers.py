@@ -308,3 +308,28 @@ def test_annotate_serve_starts_one_server_per_person_and_stop_stops_it(workspace
     assert "Stopped 1 server" in stopped.output
     assert not json.loads(run_cli("annotate", "servers", "--json").output)[0]["answers"]
     os.environ.pop("CFTOOLS_TEST_SERVE_TOKEN", None)
+
+
+def test_a_project_titled_with_its_persons_email_is_found_and_renamed_to_name_no_one(people_ws, people_servers,
+                                                                                     run_cli, request):
+    """A workspace whose push ran before titles stopped naming people: its "... for EMAIL" project on the person's
+    own server is the one push uses (no second project), and from then on its title and description name no one."""
+    from cftools.annotate.projects import project_title, titled
+    from cftools.annotate.rules import render_label_config
+
+    settings = server_settings(people_ws)
+    ann1 = people_servers.people["ann1@example.com"]
+    old_title = titled(settings, "cvqa", "verify", ann1.email)
+    client = people_servers.client(ann1.email)
+    old = client.projects.create(title=old_title, description=f"the tasks of {ann1.email} only",
+                                 label_config=render_label_config("cvqa", "verify", str(people_ws.root)))
+    make_items(run_cli, people_servers.media_root / f"{request.node.name}-{uuid.uuid4().hex[:6]}", 2)
+    with people_ws.store.write() as session:
+        session.execute(update(Item).values(status=CHECKED))
+    push(run_cli)
+    mine = [t for t in tasks_by_person(people_ws.store)["ann1@example.com"]]
+    assert mine and {t.ls_project_id for t in mine} == {old.id}
+    renamed = client.projects.get(id=old.id)
+    assert renamed.title == project_title(settings, "cvqa", "verify", ann1.email) and "@" not in renamed.title
+    assert "@" not in (renamed.description or "")
+    assert [p.id for p in client.projects.list() if p.title in (old_title, renamed.title)] == [old.id]

@@ -56,6 +56,11 @@ def make_items(run_cli, folder: Path, n: int, with_images: bool = True) -> Path:
         rows.append({"img_path": f"images/{name}", "query": f"How many squares are there in picture {i}?",
                      "answer": "1", "new query": f"How many squares would there be if one more was added ({i})?",
                      "new answer": "2", "type": "direct"})
+    return ingest_cvqa_table(run_cli, folder, rows)
+
+
+def ingest_cvqa_table(run_cli, folder: Path, rows: list[dict]) -> Path:
+    """ROWS (C-VQA CSV columns) written to FOLDER/items.csv and ingested through the CLI, images from FOLDER."""
     table = folder / "items.csv"
     with open(table, "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]))

@@ -22,7 +22,8 @@ from sqlalchemy import select
 
 from simulated_annotators import always_agrees, careful
 from simulated_people_ls import work_through
-from test_browser import PANEL, browser, loaded_image_widths, open_task  # noqa: F401 (fixture)
+from test_annotate import ingest_cvqa_table
+from test_browser import PANEL, browser, loaded_image_widths, log_in, open_task  # noqa: F401 (fixture)
 
 from cftools.annotate.controls import CONTROL, controls_due, load_controls
 from cftools.boundary import Boundary
@@ -202,11 +203,7 @@ def test_a_control_has_the_same_page_as_an_ordinary_task(world, browser):  # noq
     context.set_default_timeout(60_000)
     page = context.new_page()
     try:
-        page.goto(ann1.url + "/user/login/")
-        page.fill("input[name=email]", ann1.email)
-        page.fill("input[name=password]", ann1.password)
-        with page.expect_navigation():
-            page.keyboard.press("Enter")
+        log_in(page, ann1.url, ann1.email, ann1.password)
         forms, widths = [], []
         for task in (control, ordinary):
             panel = open_task(page, ann1.url, task.ls_project_id, task.ls_task_id)
@@ -393,7 +390,7 @@ def test_adjudicated_items_become_controls_that_show_the_answer_that_was_settled
 # ---------------------------------------------------------------- the controls file, checked as ingest checks
 
 
-def real_cvqa_items(run_cli, folder: Path, ids: bool = False) -> Path:
+def real_cvqa_items(run_cli, folder: Path) -> Path:
     """Two ingested C-VQA items with their images in FOLDER (the real items controls hide among)."""
     folder.mkdir(parents=True)
     rows = []
@@ -402,13 +399,7 @@ def real_cvqa_items(run_cli, folder: Path, ids: bool = False) -> Path:
         rows.append({"img_path": f"real{i}.png", "query": f"How many dogs are there ({i})?", "answer": "1",
                      "new query": f"How many dogs would there be if one more came ({i})?", "new answer": "2",
                      "type": "direct"})
-    table = folder / "items.csv"
-    with open(table, "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    result = run_cli("ingest", "cvqa", table, "--images", folder)
-    assert result.exit_code == 0, result.output
+    ingest_cvqa_table(run_cli, folder, rows)
     return folder
 
 

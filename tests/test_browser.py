@@ -84,11 +84,7 @@ def pages(browser, label_studio):
         context = browser.new_context(viewport={"width": 1400, "height": 1000})
         context.set_default_timeout(UI_TIMEOUT_MS)
         page = context.new_page()
-        page.goto(label_studio.url + "/user/login/")
-        page.fill("input[name=email]", email)
-        page.fill("input[name=password]", password)
-        with page.expect_navigation():
-            page.keyboard.press("Enter")
+        log_in(page, label_studio.url, email, password)
         assert "/user/login" not in page.url, f"{email} could not log in"
         found[email] = page
     yield found
@@ -106,6 +102,16 @@ def team_workspace(ls_workspace, label_studio):
 
 
 # ---------------------------------------------------------------- the labeling UI
+
+
+def log_in(page, url: str, email: str, password: str) -> None:
+    """Post Label Studio's login form at URL as EMAIL and wait for the page it leads to (the login page again when
+    refused: a later goto is then not cut off by this navigation)."""
+    page.goto(url + "/user/login/")
+    page.fill("input[name=email]", email)
+    page.fill("input[name=password]", password)
+    with page.expect_navigation():
+        page.keyboard.press("Enter")
 
 
 def open_task(page, url: str, project_id: int, task_id: int):

@@ -15,7 +15,7 @@ import pytest
 from test_adjudicator_screens import disputed, explained_pair
 from test_annotate import ls_workspace  # noqa: F401 (fixture)
 from test_browser import (  # noqa: F401 (browser, pages, team_workspace: fixtures)
-    UI_TIMEOUT_MS, assigned, browser, label_all, pages, push_json, save_screenshot, screenshot_on_failure,
+    UI_TIMEOUT_MS, assigned, browser, label_all, log_in, pages, push_json, save_screenshot, screenshot_on_failure,
     team_workspace,
 )
 from test_judgments_own import FOURTH, four  # noqa: F401 (four: fixture)
@@ -79,11 +79,7 @@ def test_a_mucr_cue_set_adjudicators_screen_shows_people_by_number_and_no_email(
     context.set_default_timeout(UI_TIMEOUT_MS)
     page = context.new_page()
     try:
-        page.goto(label_studio.url + "/user/login/")
-        page.fill("input[name=email]", FOURTH[0])
-        page.fill("input[name=password]", FOURTH[1])
-        with page.expect_navigation():
-            page.keyboard.press("Enter")
+        log_in(page, label_studio.url, FOURTH[0], FOURTH[1])
         shown = adjudicator_screen(page, label_studio.url, task.ls_project_id, task.assignee,
                                    "adjudicator-mucr-cue-set",
                                    "The three people's explanations and cue sets (when their cue sets differ)")

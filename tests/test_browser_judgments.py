@@ -9,8 +9,8 @@ import uuid
 
 from test_annotate import ls_workspace  # noqa: F401 (fixture)
 from test_browser import (  # noqa: F401 (browser, pages, team_workspace: fixtures)
-    add_explain_item, assigned, browser, label_all, pages, push_json, save_screenshot, screenshot_on_failure, submit,
-    submit_expecting_warning, team_workspace, type_text,
+    add_explain_item, assigned, browser, label_all, log_in, pages, push_json, save_screenshot, screenshot_on_failure,
+    submit, submit_expecting_warning, team_workspace, type_text,
 )
 
 
@@ -65,11 +65,7 @@ def test_mucr_cue_set_adjudicator_sees_all_three_and_accepts_a_persons_set(brows
     context.set_default_timeout(UI_TIMEOUT_MS)
     page = context.new_page()
     try:
-        page.goto(label_studio.url + "/user/login/")
-        page.fill("input[name=email]", FOURTH[0])
-        page.fill("input[name=password]", FOURTH[1])
-        with page.expect_navigation():
-            page.keyboard.press("Enter")
+        log_in(page, label_studio.url, FOURTH[0], FOURTH[1])
         with screenshot_on_failure(page, "mucr-adjudicate-cue-set"):
             panel = label_all(page, label_studio.url, task.ls_project_id)
             shown = panel.inner_text()

@@ -21,7 +21,7 @@ from sqlalchemy import select, update
 
 from release_stock import add_cfmm
 from test_annotate import TOKEN_ENV, configure, make_items
-from test_browser import browser, save_screenshot  # noqa: F401 (fixture)
+from test_browser import browser, log_in, save_screenshot  # noqa: F401 (fixture)
 from test_mucr_release import selected_pairs
 
 from cftools.annotate.label_studio import server_settings
@@ -180,17 +180,9 @@ def test_in_chromium_ann2_sees_only_their_own_projects(people_ws, people_servers
     context.set_default_timeout(60_000)
     page = context.new_page()
     try:
-        page.goto(ann1.url + "/user/login/")  # ann2's login on ann1's server fails
-        page.fill("input[name=email]", ann2.email)
-        page.fill("input[name=password]", ann2.password)
-        with page.expect_navigation():  # the form is posted and the login page comes back: wait for it, so the
-            page.keyboard.press("Enter")  # next goto is not cut off by this navigation (net::ERR_ABORTED)
+        log_in(page, ann1.url, ann2.email, ann2.password)  # ann2's login on ann1's server fails
         assert "/user/login" in page.url
-        page.goto(ann2.url + "/user/login/")
-        page.fill("input[name=email]", ann2.email)
-        page.fill("input[name=password]", ann2.password)
-        with page.expect_navigation():
-            page.keyboard.press("Enter")
+        log_in(page, ann2.url, ann2.email, ann2.password)
         assert "/user/login" not in page.url
         page.goto(ann2.url + "/projects/")
         page.wait_for_selector(f"text={report_prefix(people_ws)}")

@@ -71,3 +71,16 @@ def held_after(target: str, calls: int, *args: object) -> list[str]:
 def eval_held_after(lines: int, *args: object) -> list[str]:
     """An eval (`--batch-size 1`: a line per write) held for good once it has written LINES prediction lines."""
     return held_after("cftools.evaluate.run:append_predictions", lines, *args)
+
+
+def kill_when_held(process: subprocess.Popen, predictions: Path, lines: int) -> int:
+    """SIGKILL PROCESS (an `eval_held_after(LINES, ...)` run) once PREDICTIONS holds its LINES lines, checking it was
+    still held there; returns the lines left at the kill."""
+    try:
+        wait_for(lambda: process.poll() is not None or (
+            predictions.exists() and predictions.read_bytes().count(b"\n") == lines), f"{lines} prediction lines")
+        assert process.poll() is None, "the held run ended"
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+    return predictions.read_bytes().count(b"\n")

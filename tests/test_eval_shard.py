@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -25,7 +24,7 @@ from cftools.evaluate.merge import merge_run
 from cftools.evaluate.run import CONFIG_NAME, PREDICTIONS_NAME, load_run, run_eval
 from cftools.evaluate.shards import Shard, parse_shard, share
 from fixtures_eval import cfmm_record, cvqa_record, png_bytes, write_release
-from killed_runs import eval_held_after, wait_for
+from killed_runs import eval_held_after, kill_when_held
 
 ROOT = Path(__file__).resolve().parent.parent
 ACCELERATE = Path(sys.executable).parent / "accelerate"
@@ -275,14 +274,7 @@ def test_a_shard_killed_midway_resumes_without_duplicates(model, tiny, tmp_path)
                               "--batch-size", "1", "--device", "cpu", "--quiet", "--max-new-tokens", "8")
     process = subprocess.Popen(command, env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     predictions = out / "predictions.shard-2-of-2.jsonl"
-    try:
-        wait_for(lambda: process.poll() is not None or (
-            predictions.exists() and predictions.read_bytes().count(b"\n") == 3), "3 prediction lines")
-        assert process.poll() is None, "the held shard ended"
-    finally:
-        process.send_signal(signal.SIGKILL)
-        process.wait()
-    killed_at = predictions.read_bytes().count(b"\n")
+    killed_at = kill_when_held(process, predictions, 3)
     share_size = len(json.loads((out / "shard-2-of-2.json").read_text())["share"])
     assert share_size == 21  # 21 items with an image, 2 questions each, 42 in all
     assert killed_at == 3

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +14,7 @@ import pytest
 from cftools.evaluate.run import (PREDICTIONS_NAME, load_run, parse_model_spec, read_predictions, run_eval)
 from cftools.evaluate.vlm import HFVisionModel, Prompt, best_option
 from fixtures_eval import cfmm_record, cvqa_record, png_bytes, write_release
-from killed_runs import eval_held_after, wait_for
+from killed_runs import eval_held_after, kill_when_held
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -198,14 +197,7 @@ def test_resume_after_kill(tiny_llava_dir, tmp_path):
     process = subprocess.Popen(eval_held_after(5, *args), env=env, cwd=tmp_path, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
     predictions = out / PREDICTIONS_NAME
-    try:
-        wait_for(lambda: process.poll() is not None or (
-            predictions.exists() and predictions.read_bytes().count(b"\n") == 5), "5 prediction lines")
-        assert process.poll() is None, "the held run ended"
-    finally:
-        process.send_signal(signal.SIGKILL)
-        process.wait()
-    killed_at = predictions.read_bytes().count(b"\n")
+    killed_at = kill_when_held(process, predictions, 5)
     assert killed_at == 5
     finished = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert finished.returncode == 0, finished.stderr[-2000:]

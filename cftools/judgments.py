@@ -7,7 +7,6 @@ answers), so every result is checked here against the config cftools rendered.
 
 from __future__ import annotations
 
-import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -42,10 +41,6 @@ CONTROLS = {"related": "related", "answer_correct": "answer_correct", "corrected
 
 # ---------------------------------------------------------------- other people, as a screen shows them
 
-# An email address anywhere in a text (what a person typed may hold one: theirs or another's).
-EMAIL_ADDRESS = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
-
-
 def shown_person(number: int) -> str:
     """How one judge of an item appears on another person's screen: by their place in that task alone ("Person
     2"), never by email or an id that recurs across tasks; the store keeps who each number is."""
@@ -53,8 +48,11 @@ def shown_person(number: int) -> str:
 
 
 def without_emails(text: str, instead: str = "(an email address)") -> str:
-    """TEXT with every email address in it replaced by INSTEAD, for a screen that shows what someone else wrote."""
-    return EMAIL_ADDRESS.sub(instead, text)
+    """TEXT with every email address in it replaced by INSTEAD, for a screen that shows what someone else wrote
+    (what a person typed may hold one: theirs or another's); the release boundary's pattern, `boundary.EMAIL`."""
+    from cftools.boundary import EMAIL
+
+    return EMAIL.sub(instead, text)
 
 
 class InvalidResult(ValueError):

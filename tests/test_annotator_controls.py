@@ -23,7 +23,7 @@ from sqlalchemy import select
 from simulated_annotators import always_agrees, careful
 from simulated_people_ls import work_through
 from test_annotate import ingest_cvqa_table
-from test_browser import PANEL, browser, loaded_image_widths, log_in, open_task  # noqa: F401 (fixture)
+from test_browser import PANEL, browser, log_in, open_task  # noqa: F401 (fixture)
 
 from cftools.annotate.controls import CONTROL, controls_due, load_controls
 from cftools.boundary import Boundary
@@ -189,10 +189,22 @@ def test_controls_are_served_like_any_other_task(world):
     assert order != sorted(order) and order != sorted(order, reverse=True)
 
 
-def form_of(panel) -> tuple:
-    """What a person can answer on a task's page: the choices offered, the text fields, the images."""
-    return (tuple(panel.locator(".lsf-choices").all_inner_texts()), panel.locator("textarea").count(),
-            panel.locator("img").count())
+def form_of(page, images: int) -> tuple:
+    """What a person can answer on a task's page (the choices offered, the text fields, the images' widths), read
+    in ONE look once IMAGES images have loaded: the app redraws the panel while it starts, so counts read on later
+    calls could belong to a discarded node."""
+    form = page.wait_for_function(
+        """([selector, expected]) => {
+            const panel = document.querySelector(selector);
+            if (!panel) return false;
+            const images = [...panel.querySelectorAll("img")];
+            const choices = [...panel.querySelectorAll(".lsf-choices")].map(e => e.innerText);
+            if (images.length < expected || !images.every(img => img.complete && img.naturalWidth > 0)
+                || !choices.length) return false;
+            return [choices, panel.querySelectorAll("textarea").length, images.map(img => img.naturalWidth)];
+        }""", arg=[PANEL, images])
+    choices, textareas, widths = form.json_value()
+    return tuple(choices), textareas, widths
 
 
 def test_a_control_has_the_same_page_as_an_ordinary_task(world, browser):  # noqa: F811
@@ -204,15 +216,15 @@ def test_a_control_has_the_same_page_as_an_ordinary_task(world, browser):  # noq
     page = context.new_page()
     try:
         log_in(page, ann1.url, ann1.email, ann1.password)
-        forms, widths = [], []
+        forms = []
         for task in (control, ordinary):
-            panel = open_task(page, ann1.url, task.ls_project_id, task.ls_task_id)
-            widths.append(loaded_image_widths(page, 1))  # each image served (the control's beside the items')
-            forms.append(form_of(panel))
+            open_task(page, ann1.url, task.ls_project_id, task.ls_task_id)
+            forms.append(form_of(page, 1))  # each image served (the control's beside the items')
     finally:
         context.close()
-    assert forms[0] == forms[1] and forms[0][0]
-    assert all(w and all(w) for w in widths), widths
+    (choices, textareas, widths), ordinary_form = forms
+    assert choices and (choices, textareas, len(widths)) == (ordinary_form[0], ordinary_form[1], len(ordinary_form[2]))
+    assert all(w > 0 for form in forms for w in form[2]), forms
 
 
 def test_controls_are_scored_and_never_count_toward_their_item(world):

@@ -17,7 +17,7 @@ import pytest
 from fixtures_label_studio import verify_result as result
 from sqlalchemy import func, select, update
 
-from killed_runs import kill_after_progress
+from killed_runs import held_after, wait_for
 
 from cftools.annotate.projects import ImageLinks
 from cftools.annotate.task_import import task_payloads, PushReport
@@ -518,9 +518,18 @@ def test_push_killed_by_sigkill_resumes_without_duplicates(label_studio, ls_work
     config = ls_workspace.root / "cftools.toml"
     config.write_text(config.read_text().replace("[label_studio]\n", "[label_studio]\nbatch_size = 2\n", 1))
     command = [sys.executable, "-m", "cftools.cli", "-w", str(ls_workspace.root), "annotate", "push", "--json"]
-    killed_at = kill_after_progress(command, ls_workspace.root / "cftools.db",
-                                    "select count(*) from annotation_tasks", at_least=6)
-    assert 6 <= killed_at < n, "the push was not killed mid-way"
+    # held for good as it starts its fourth batch (three imported and linked): killed there, not at a polled moment
+    held = subprocess.Popen(held_after("cftools.annotate.assign:import_for", 3, "-w", ls_workspace.root,
+                                       "annotate", "push", "--json"), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_for(lambda: held.poll() is not None or linked_tasks(ls_workspace.store) == 6, "three batches linked")
+        assert held.poll() is None, held.stderr.read().decode()[-2000:]
+    finally:
+        held.kill()
+        held.wait()
+        held.stderr.close()
+    killed_at = linked_tasks(ls_workspace.store)
+    assert killed_at == 6
     # Every linked item moved to in_review in the same transaction as its link.
     assert list(statuses(ls_workspace.store).values()).count(IN_REVIEW) == killed_at
 
@@ -531,6 +540,11 @@ def test_push_killed_by_sigkill_resumes_without_duplicates(label_studio, ls_work
     assert set(statuses(ls_workspace.store).values()) == {IN_REVIEW}
     project_id = json.loads(run_cli("annotate", "push", "--json").output)["project_id"]
     assert label_studio.client().projects.get(id=project_id).task_number == n  # no task imported twice
+
+
+def linked_tasks(store) -> int:
+    with store.session() as session:
+        return session.execute(select(func.count()).select_from(AnnotationTask)).scalar_one()
 
 
 def test_pull_cleans_up_its_export_views_and_snapshots(label_studio, ls_workspace, run_cli, request):

@@ -32,7 +32,7 @@ import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Optional, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Optional, TypeVar, Union
 
 from cftools.errors import CftoolsError
 
@@ -44,6 +44,11 @@ LOCAL = "local"  # `--ray` given without an address: ray.init() finds a cluster 
 
 Unit = TypeVar("Unit")
 END = object()
+MAX_THREADS = 1024  # a pool that grows as nodes join: threads start only as calls are handed out, up to this
+
+# How many calls to keep in flight: a number, or a function asked again before each hand-out (a Ray pool's grows
+# as nodes join, `in_flight_of`).
+InFlight = Union[int, Callable[[], int]]
 
 
 class RayError(CftoolsError):
@@ -187,6 +192,7 @@ class RayWorkers:
         self.spec = spec
         self.actors: list[Any] = []
         self.busy: dict[int, int] = {}
+        self.handed: dict[int, int] = {}  # calls handed to each worker so far (`calls_by_node`)
         self.placed: set[str] = set()  # nodes given a worker of their own (one worker per node)
         self._lock = threading.Lock()
         self._grown_at = 0.0
@@ -251,12 +257,19 @@ class RayWorkers:
 
     def _add(self, actor_class: Any) -> None:
         actor = actor_class.remote(self.spec)
-        self.busy[id(actor)] = 0
+        self.busy[id(actor)] = self.handed[id(actor)] = 0
         self.actors.append(actor)
 
     def nodes(self) -> list[str]:
         """The node each worker runs on."""
         return self.ray.get([actor.node.remote() for actor in self.actors])
+
+    def calls_by_node(self) -> dict[str, int]:
+        """How many calls the workers of each node were handed so far."""
+        found: dict[str, int] = {}
+        for actor, node in zip(self.actors, self.nodes()):
+            found[node] = found.get(node, 0) + self.handed[id(actor)]
+        return found
 
     @property
     def size(self) -> int:
@@ -284,6 +297,7 @@ class RayWorkers:
         with self._lock:
             actor = min(self.actors, key=lambda a: self.busy[id(a)])
             self.busy[id(actor)] += 1
+            self.handed[id(actor)] += 1
             return actor
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
@@ -321,26 +335,41 @@ class RayWorkers:
         self.actors, self.placed = [], set()
 
 
+def in_flight_of(backend: Any) -> InFlight:
+    """The calls BACKEND wants at once: for one on a Ray pool a function of the pool's size now (a node that joins
+    mid-run adds workers, and so calls in flight), else its fixed `in_flight` (1 when it has none)."""
+    if isinstance(getattr(backend, "workers", None), RayWorkers):
+        return lambda: backend.in_flight
+    return int(getattr(backend, "in_flight", 1) or 1)
+
+
+def current(limit: InFlight) -> int:
+    """LIMIT now (at least 1)."""
+    return max(1, int(limit() if callable(limit) else limit))
+
+
 def first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def as_completed(units: Iterable[Unit], work: Callable[[Unit], Any], in_flight: int = 1) -> Iterator[tuple[Unit, Any]]:
+def as_completed(units: Iterable[Unit], work: Callable[[Unit], Any], in_flight: InFlight = 1) -> Iterator[tuple[Unit, Any]]:
     """(unit, WORK(unit)) for every unit, each as soon as it is done, with up to IN_FLIGHT units worked on at once
-    (threads; each waits on its worker). With IN_FLIGHT 1 the units are done one after the other in this thread,
-    as a local run always did. The caller writes each result as it comes, in its own thread (the driver is the
-    only writer). An error of WORK is raised once the units in flight have come back (those are yielded first)."""
-    if in_flight <= 1:
+    (threads; each waits on its worker; a function is asked again before each hand-out, so a pool that grows gets
+    more). With IN_FLIGHT the number 1 the units are done one after the other in this thread, as a local run always
+    did. The caller writes each result as it comes, in its own thread (the driver is the only writer). An error of
+    WORK is raised once the units in flight have come back (those are yielded first)."""
+    if not callable(in_flight) and in_flight <= 1:
         for unit in units:
             yield unit, work(unit)
         return
     pending: dict[Future, Unit] = {}
     source = iter(units)
     failure: Optional[BaseException] = None
-    with ThreadPoolExecutor(max_workers=in_flight, thread_name_prefix="cftools-dispatch") as pool:
+    threads = MAX_THREADS if callable(in_flight) else in_flight
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="cftools-dispatch") as pool:
         def fill() -> None:
-            while failure is None and len(pending) < in_flight:
+            while failure is None and len(pending) < min(current(in_flight), threads):
                 unit = next(source, END)
                 if unit is END:
                     return

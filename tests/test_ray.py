@@ -353,3 +353,91 @@ def test_eval_on_ray_gives_the_predictions_of_a_local_run(two_nodes, tiny_llava_
     assert on_ray.asked == local.asked > 0
     assert on_ray.predictions == local.predictions
 
+
+
+def test_as_completed_hands_out_more_units_as_a_growing_limit_rises():
+    """A limit given as a function is asked again before each hand-out (a Ray pool that a node joins): after it
+    rises to 3, three units are in flight at once (the barrier passes only then; with the limit read once it would
+    time out)."""
+    limit, lock, running, seen = [1], threading.Lock(), [0], []
+    together = threading.Barrier(3, timeout=60)
+
+    def work(n: int) -> int:
+        with lock:
+            running[0] += 1
+            seen.append((running[0], limit[0]))
+        if n == 2:
+            limit[0] = 3
+        if n >= 3:
+            together.wait()
+        with lock:
+            running[0] -= 1
+        return n
+
+    assert sorted(u for u, _ in as_completed(range(6), work, lambda: limit[0])) == list(range(6))
+    assert all(now <= allowed for now, allowed in seen), seen
+    assert max(now for now, _ in seen) == 3
+
+
+def test_run_jobs_keeps_as_many_calls_in_flight_as_a_growing_limit_allows():
+    from cftools.llm.runner import JobResult, run_jobs
+
+    limit, lock, running, peak = [1], threading.Lock(), [0], [0]
+    together = threading.Barrier(4, timeout=60)
+
+    def work(n: int) -> JobResult:
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+            assert running[0] <= limit[0]
+        if n == 1:
+            limit[0] = 4
+        if n >= 2:
+            together.wait()
+        with lock:
+            running[0] -= 1
+        return JobResult(job=n, ok=True)
+
+    written: list[int] = []
+    stats = run_jobs(range(6), work, lambda batch: written.extend(r.job for r in batch), concurrency=lambda: limit[0],
+                     quiet=True)
+    assert sorted(written) == list(range(6)) and stats.done == 6 and stats.failed == 0
+    assert peak[0] == 4
+
+
+def test_calls_in_flight_grow_when_a_node_joins_mid_run(two_nodes):
+    """`in_flight_of` a backend on a Ray pool follows the pool: once a node joins (and the pool grows onto it), a
+    run that started with one call per node hands out one more at once (the barrier passes only then)."""
+    from cftools.distributed import in_flight_of
+
+    class OnRay:  # what the remote backends expose: their pool and its calls in flight
+        def __init__(self, workers: RayWorkers) -> None:
+            self.workers = workers
+
+        @property
+        def in_flight(self) -> int:
+            return self.workers.in_flight
+
+    workers, joined = RayWorkers(WorkerSpec(build=dict, kwargs={"a": 1}, concurrency=1)), None
+    try:
+        before = workers.size
+        together = threading.Barrier(before + 1, timeout=120)
+
+        def work(n: int) -> int:
+            if n:  # unit 0 comes back at once; the others wait until before + 1 of them are in flight
+                together.wait()
+            return workers.call("get", "a")
+
+        units, replies = range(before + 2), []
+        for unit, reply in as_completed(units, work, in_flight_of(OnRay(workers))):
+            replies.append(reply)
+            if unit == 0:  # mid-run (in the driver's main thread: Ray starts a node's processes there)
+                joined = two_nodes.add_node(num_cpus=1)
+                two_nodes.wait_for_nodes()
+                workers.grow()
+        assert replies == [1] * len(units)
+        assert workers.size == before + 1 and joined.node_id in workers.nodes()
+    finally:
+        workers.close()
+        if joined is not None:
+            two_nodes.remove_node(joined)

@@ -462,14 +462,14 @@ def ask_side_by_side(answerer: Any, todo: Sequence[Question], batch_size: int, p
                      progress: Callable[[int], Any]) -> int:
     """TODO's batches asked ANSWERER.in_flight at a time (`cftools.distributed.as_completed`); each batch's lines
     are appended as soon as it comes back. Returns how many questions were asked."""
-    from cftools.distributed import as_completed
+    from cftools.distributed import as_completed, in_flight_of
 
     batches, start = [], 0
     while start < len(todo):
         batches.append(next_batch(todo, start, batch_size))
         start += len(batches[-1])
     asked = 0
-    for batch, lines in as_completed(batches, ask, answerer.in_flight):
+    for batch, lines in as_completed(batches, ask, in_flight_of(answerer)):
         append_predictions(predictions_path, lines)
         asked += len(batch)
         progress(asked)

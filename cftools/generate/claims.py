@@ -23,7 +23,7 @@ import threading
 import time
 import uuid
 from datetime import datetime, timedelta
-from typing import Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Iterator, Optional, Sequence
 
 from sqlalchemy import and_, func, or_, select, text, update
 from sqlmodel import Session
@@ -31,6 +31,9 @@ from sqlmodel import Session
 from cftools.models import WorkClaim, utcnow
 from cftools.processes import is_running
 from cftools.store import Store, in_chunks
+
+if TYPE_CHECKING:
+    from cftools.distributed import InFlight
 
 DEFAULT_LEASE_S = 60.0  # renewed by a heartbeat every third of it while the worker lives
 CLAIM_WINDOW = 64  # keys looked at per claim, at least
@@ -194,10 +197,13 @@ class Claims:
                 WorkClaim.generator == self.generator, WorkClaim.key.in_(part),
                 WorkClaim.state.in_([FREE, LEASED]))).scalar_one() for part in in_chunks(self.keys))
 
-    def batches(self, size: int) -> Iterator[Optional[list[str]]]:
-        """Claimed batches until every key is finished; None while others hold live leases (the caller waits)."""
+    def batches(self, size: InFlight) -> Iterator[Optional[list[str]]]:
+        """Claimed batches until every key is finished; None while others hold live leases (the caller waits).
+        SIZE may be a function (a Ray pool's calls in flight, which grows as nodes join): asked for each batch."""
+        from cftools.distributed import current
+
         while True:
-            batch = self.claim(size)
+            batch = self.claim(current(size))
             if batch:
                 yield batch
             elif not self.unseen and self.open_keys() == 0:

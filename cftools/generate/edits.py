@@ -35,7 +35,7 @@ from sqlalchemy import select
 from sqlmodel import Session
 
 from cftools.errors import CftoolsError
-from cftools.distributed import as_completed
+from cftools.distributed import as_completed, in_flight_of
 from cftools.generate.claims import Claims, selection_start
 from cftools.generate.llm_task import DEFAULT_MAX_ATTEMPTS, LLMJob, LLMReport, LLMTask, run_llm_task
 from cftools.images import GENERATED_IMAGES_FOLDER, read_image_file, register_image
@@ -291,7 +291,7 @@ def generate_edits(store: Store, workspace_root: Path, backend: Any, items: list
             n=per_item, seed=seed, steps=steps, guidance=guidance, size=size, candidates=missing))
 
     # a backend on a Ray cluster (`--ray`) edits as many items at once as it has workers; this process writes each
-    in_flight = getattr(backend, "in_flight", 1)
+    in_flight = in_flight_of(backend)  # grows as nodes join the cluster
     try:
         for keys in claims.batches(in_flight):
             if keys is None:  # the rest is held by other workers: wait for them to finish or die

@@ -28,6 +28,7 @@ from rich.console import Console
 from sqlalchemy import insert, select
 from sqlmodel import Session
 
+from cftools.distributed import InFlight
 from cftools.errors import InputError
 from cftools.llm import Backend, Completion, LLMError, request_key
 from cftools.llm.base import DEFAULT_PARAMS, render_messages
@@ -282,7 +283,7 @@ def job_key(job: LLMJob) -> str:
 
 
 def claimed_jobs(store: Store, jobs: list[LLMJob], attempts: Attempts, claims: Claims, refresh: bool,
-                 batch: int) -> Iterator[Any]:
+                 batch: InFlight) -> Iterator[Any]:
     """The jobs this worker has claimed, batch by batch; a job whose first reply is cached and parses comes out
     finished (a JobResult, no thread); None while other workers hold the rest."""
     by_key = {job_key(job): job for job in jobs}
@@ -326,9 +327,12 @@ def run_llm_task(store: Store, backend: Backend, task: LLMTask, jobs: list[LLMJo
         params = {k: v for k, v in params.items() if k not in UNSTRUCTURED_ONLY}
     structure_jobs(task, jobs, backend)
     attempts = Attempts(store, backend, task, params, max_attempts, refresh)
-    workers = concurrency or DEFAULT_CONCURRENCY.get(backend.name, 4)
-    # on a Ray cluster (`--ray`) each worker answers CONCURRENCY calls at once: keep every one of them busy
-    workers *= max(1, int(getattr(backend, "ray_workers", 1) or 1))
+    per_worker = concurrency or DEFAULT_CONCURRENCY.get(backend.name, 4)
+    workers: InFlight = per_worker
+    if getattr(backend, "ray_workers", None) is not None:
+        # on a Ray cluster (`--ray`) each worker answers CONCURRENCY calls at once: keep every one of them busy,
+        # those of a node that joins mid-run too (the pool's size is asked again before each hand-out)
+        workers = lambda: per_worker * max(1, int(backend.ray_workers or 1))  # noqa: E731
     # --max-cost, --estimate, --batch-api: a ControlledBackend's (cftools.generate.run_controls, which imports this)
     controls = getattr(backend, "controls", None)
     if controls is not None:

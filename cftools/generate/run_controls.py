@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 from rich.console import Console
 from sqlalchemy import func, select
@@ -28,6 +28,9 @@ from cftools.llm.cost import WORST_CASE_COST, BudgetReached, Price, TokenCounter
 from cftools.llm.runner import JobResult
 from cftools.models import Generation
 from cftools.store import Store
+
+if TYPE_CHECKING:
+    from cftools.distributed import InFlight
 
 
 BATCH_SERVING_WORKERS = 64
@@ -143,9 +146,11 @@ class RunControls:
             self.batches.append(run)
         return jobs
 
-    def workers(self, backend: "ControlledBackend", workers: int) -> int:
+    def workers(self, backend: "ControlledBackend", workers: "InFlight") -> "InFlight":
         """Threads for the run: answers from a batch are at hand, so they are stored in larger groups."""
-        return max(workers, BATCH_SERVING_WORKERS) if backend.serving is not None else workers
+        from cftools.distributed import current
+
+        return max(current(workers), BATCH_SERVING_WORKERS) if backend.serving is not None else workers
 
     def affordable(self, run: Any, requests: list[Any]) -> list[Any]:
         """The first REQUESTS whose cost, at most (the prompt, and `max_tokens` of reply each, at the batch

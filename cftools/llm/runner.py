@@ -16,6 +16,8 @@ from typing import Any, Callable, Iterable
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from cftools.distributed import MAX_THREADS, InFlight, current
+
 WRITE_BATCH = 64
 
 
@@ -60,12 +62,13 @@ WAIT_S = 0.25
 
 
 def run_jobs(jobs: Iterable[Any], work: Callable[[Any], JobResult], write: Callable[[list[JobResult]], None],
-             concurrency: int = 4, description: str = "requests", console: Console | None = None,
+             concurrency: InFlight = 4, description: str = "requests", console: Console | None = None,
              quiet: bool = False, ready: list[JobResult] | None = None, total: int | None = None) -> RunStats:
     """Run WORK over JOBS on CONCURRENCY threads, WRITE finished results in batches. READY results (e.g. cache
     hits found in bulk) are written first without a thread. JOBS may be a lazy iterator (claimed work): it may
     yield finished JobResults (written without a thread) and None ("nothing to hand out right now"). Ctrl-C stops
-    the queued jobs and returns."""
+    the queued jobs and returns. CONCURRENCY may be a function (a Ray pool's, which grows as nodes join): asked
+    again before each hand-out, with exactly that many calls in flight."""
     ready = list(ready or [])
     if total is None:
         jobs = list(jobs)
@@ -98,12 +101,16 @@ def run_jobs(jobs: Iterable[Any], work: Callable[[Any], JobResult], write: Calla
 
         for start in range(0, len(ready), WRITE_BATCH * 8):
             record(ready[start:start + WRITE_BATCH * 8])
-        pool = ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="cftools-llm")
+        growing = callable(concurrency)
+        # a fixed pool keeps twice its threads' jobs handed out (the next ones wait in its queue); a growing one
+        # starts a thread per call as its limit rises, so exactly that many are handed out
+        pool = ThreadPoolExecutor(max_workers=MAX_THREADS if growing else current(concurrency),
+                                  thread_name_prefix="cftools-llm")
         in_flight, exhausted = 0, False
         try:
             while True:
                 done_now: list[JobResult] = []
-                while not exhausted and in_flight < 2 * max(1, concurrency):
+                while not exhausted and in_flight < (current(concurrency) if growing else 2 * current(concurrency)):
                     job = next(source, StopIteration)
                     if job is StopIteration:
                         exhausted = True

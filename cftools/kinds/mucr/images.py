@@ -26,7 +26,7 @@ from typing import Any, Callable, Optional
 import PIL.Image
 from sqlalchemy import select
 
-from cftools.distributed import as_completed
+from cftools.distributed import as_completed, in_flight_of
 from cftools.generate.claims import Claims, selection_start
 from cftools.images import (GENERATED_IMAGES_FOLDER, StoreImageCache, read_image_file,
                             register_image, save_png)
@@ -218,7 +218,7 @@ def generate_images(store: Store, workspace_root: Path, backend: Any, *, styles:
                                      guidance=guidance, size=size, generator_key=key, candidates=missing)
 
     # a backend on a Ray cluster (`--ray`) draws as many jobs at once as it has workers; this process writes each
-    in_flight = getattr(backend, "in_flight", 1)
+    in_flight = in_flight_of(backend)  # grows as nodes join the cluster
     try:
         for keys in claims.batches(in_flight):
             if keys is None:  # the rest is held by other workers: wait for them to finish or die

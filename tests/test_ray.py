@@ -263,6 +263,88 @@ def test_rewrite_on_ray_with_a_worker_killed_mid_run_makes_the_items_of_a_local_
     assert drafts(ws) == (items, 6, 0) and len(stub.requests()) == sent
 
 
+def llm_stage_workspace(scratch: Path, stub, stage: str) -> Path:
+    """A workspace ready for STAGE's command, talking to the module's stub with the reply STAGE needs."""
+    from fault_trials import (EXAMPLE_CAPTIONS, add_ranked_candidates, configure_llm, fresh_workspace, setup_cli,
+                              write_number_table)
+
+    ws = fresh_workspace(scratch)
+    configure_llm(ws, stub.base_url)
+    if stage == "pairs":
+        stub.use_reply("fault_replies:cfmm_pairs")
+        setup_cli(ws, "ingest", "table", write_number_table(scratch / "in", 6), "--images", scratch / "in")
+    else:
+        stub.use_reply("fault_replies:mucr_cues")  # contexts too
+        setup_cli(ws, "ingest", "captions", EXAMPLE_CAPTIONS)
+        if stage == "cues":
+            setup_cli(ws, "generate", "context", "--limit", "4", "--quiet")
+            add_ranked_candidates(ws, scratch / "drawn")
+    return ws
+
+
+LLM_STAGES = {  # stage -> its command (one call in flight per worker: the kill finds both workers holding one)
+    "context": ("generate", "context", "--limit", "4", "--concurrency", "1", "--quiet"),
+    "cues": ("generate", "cues", "--from-ranking", "--concurrency", "1", "--quiet"),
+    "pairs": ("generate", "pairs", "--types", "count,color", "--concurrency", "1", "--quiet"),
+}
+
+
+def what_was_made(ws: Path) -> tuple[list, dict]:
+    """Every item (key, question, answer, data without generation ids and times) and the calls stored per
+    generator: what a run made, comparable between two workspaces."""
+    from cftools.workspace import load_workspace
+
+    def plain(value):  # noqa: ANN001, ANN202
+        if isinstance(value, dict):
+            return {k: plain(v) for k, v in value.items() if "generation" not in k and not k.endswith("_at")}
+        return [plain(v) for v in value] if isinstance(value, list) else value
+
+    workspace = load_workspace(ws)
+    try:
+        with workspace.store.session() as session:
+            items = [(key, question, answer, plain(data or {})) for key, question, answer, data in session.execute(
+                select(Item.key, Item.question, Item.answer, Item.data).order_by(Item.key))]
+            calls = dict(session.execute(select(Generation.generator, func.count()).group_by(Generation.generator)
+                                         ).all())
+            open_claims = session.execute(select(func.count()).select_from(WorkClaim)
+                                          .where(WorkClaim.state != "done")).scalar_one()
+    finally:
+        workspace.close()
+    assert open_claims == 0
+    return items, calls
+
+
+@pytest.mark.parametrize("stage", sorted(LLM_STAGES))
+def test_an_llm_stage_on_ray_with_its_workers_killed_mid_run_makes_what_a_local_run_makes(two_nodes, stub, tmp_path,
+                                                                                       stage):
+    """Issue 45: every `--ray` stage once with its workers killed while each holds a call (rewrite, images and
+    eval have tests of their own)."""
+    from fault_trials import setup_cli
+
+    stub.reset()
+    local = llm_stage_workspace(tmp_path / "local", stub, stage)
+    setup_cli(local, *LLM_STAGES[stage])
+    expected = what_was_made(local)
+    stub.reset()
+    ws = llm_stage_workspace(tmp_path / "ray", stub, stage)
+    stub.hold(after=1)  # the first call is answered, every later one held until the workers are killed
+    outcome: list = []
+    driver = threading.Thread(target=lambda: outcome.append(run_catching(setup_cli, ws, *LLM_STAGES[stage], "--ray",
+                                                                         two_nodes.address)))
+    driver.start()
+    try:
+        wait_until(lambda: stub.held() >= 2, "both workers holding a call", alive=driver.is_alive)
+        victims = api_worker_processes()
+        assert victims
+        for victim in victims:
+            victim.send_signal(signal.SIGKILL)
+    finally:
+        stub.release()  # the calls sent again by the restarted workers are answered
+        driver.join(timeout=300)
+    assert outcome == [None], outcome
+    assert what_was_made(ws) == expected
+
+
 def run_catching(function, *args) -> BaseException | None:  # noqa: ANN001
     try:
         function(*args)

@@ -240,3 +240,20 @@ def test_people_accept_an_irrelevant_edit_whose_answer_stays_and_reject_one_whos
     assert verdict["decision"] == "rejected" and verdict["answer"] == "2"
     assert len(verdict["annotators"]) == 2
     assert push_json(run_cli, "--kind", "cvqa", "--task", "edit")["pushed"] == 0  # nothing left to verify
+
+
+def test_an_irrelevant_edits_flag_is_listed_and_a_waiver_lets_its_candidate_go_to_people(items_ws):
+    from cftools.flags import list_flags, waive
+
+    store = items_ws.store
+    with store.write() as session:
+        item = session.execute(select(Item).where(Item.group == "numerical-direct")).scalar_one()
+        item.data = {**item.data, "irrelevant_edit_candidates": {"0": {"image": "sha256:a"}},
+                     "irrelevant_edit_checks": [{"k": 0, "flags": [{"code": EDIT_ANSWER_CHANGED,
+                                                                     "reason": "the answer is '4', not '3'"}]}]}
+        key = item.key
+    assert edit_units(stored(store, "numerical-direct")) == []
+    listed = {f["code"]: f for f in list_flags(store, key)}
+    assert "irrelevant candidate 0" in str(listed[EDIT_ANSWER_CHANGED])
+    waive(store, key, EDIT_ANSWER_CHANGED, "the answerer miscounts", "tester")
+    assert edit_units(stored(store, "numerical-direct")) == ["irrelevant:0"]

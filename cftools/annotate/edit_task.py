@@ -5,9 +5,9 @@ One task per item and candidate (unit = the candidate number, purpose `edit:<k>`
 `data.irrelevant_edit_candidates`, has the unit `irrelevant:<k>`, purpose `edit:irrelevant:<k>`): the original image
 beside the edited one, the condition (the presupposition as a fact about the edited image; for an irrelevant edit the
 change the question does not depend on) and the edit instruction. Both edits look the same to people: nothing says
-which kind of edit a task shows, or which answer is expected. Each person answers: (i) does the edited image show the condition, (ii) is anything else changed (and what), (iii) the
-original question about the edited image, in the kind's answer form (C-VQA: free text; CFMM: one of the pair's
-options). The counterfactual answer is not shown: each person's answer is their own reading of the image.
+which kind of edit a task shows, or which answer is expected. Each person answers: (i) does the edited image show
+the condition, (ii) is anything else changed (and what), (iii) the original question about the edited image, in
+the kind's answer form (C-VQA: free text; CFMM: one of the pair's options). The counterfactual answer is not shown: each person's answer is their own reading of the image.
 
 Only a checked candidate goes to people: the best-ranked candidate without an `edit_*` flag (or whose flags a person
 waived) that people have not rejected (`edit_units`). A task whose original or edited image cannot be shown (its file

@@ -117,5 +117,6 @@ def edits_cmd(workspace: Workspace, kinds: tuple[str, ...], groups: tuple[str, .
                       f"{report.without_instruction} edits without an instruction; {report.flagged} edits whose "
                       f"best candidate is flagged. Images are in {escape(report.folder)}", soft_wrap=True)
         for failure in report.failures[:5]:
-            console.print(f"  [yellow]item {failure['item_id']} {failure['edit']} edit k={failure['k']}: {escape(str(failure['reason']))}[/]")
+            console.print(f"  [yellow]item {failure['item_id']} {failure['edit']} edit k={failure['k']}: "
+                          f"{escape(str(failure['reason']))}[/]")
     exit_for_failures(report.images_made + len(report.failures), len(report.failures), "edit calls")

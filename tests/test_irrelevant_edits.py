@@ -257,3 +257,14 @@ def test_an_irrelevant_edits_flag_is_listed_and_a_waiver_lets_its_candidate_go_t
     assert "irrelevant candidate 0" in str(listed[EDIT_ANSWER_CHANGED])
     waive(store, key, EDIT_ANSWER_CHANGED, "the answerer miscounts", "tester")
     assert edit_units(stored(store, "numerical-direct")) == ["irrelevant:0"]
+
+
+def test_a_reply_whose_irrelevant_edit_repeats_the_relevant_one_is_retried(items_ws, stub):
+    same = {"condition": "The TV is off.", "instruction": "Turn the TV off.", "irrelevant_condition": "The TV is off.",
+            "irrelevant_instruction": "Paint the wall blue."}
+    other = {**same, "irrelevant_condition": "The wall is blue."}
+    stub.control("/control/script", {"replies": [json.dumps(same), json.dumps(other)]})
+    items = editable_items(items_ws.store, ("cvqa",), ("numerical-direct",))
+    report = write_instructions(items_ws.store, stub_backend(stub), items, params={"temperature": 0.0}, quiet=True)
+    assert report.items_created == 1 and len(stub.received) == 2  # the repeat refused, the retry stored
+    assert stored(items_ws.store, "numerical-direct")["edit"]["irrelevant_condition"] == "The wall is blue."

@@ -6,7 +6,8 @@ Two steps, each resumable:
 1. An LLM writes two edits per item (output schema `EditInstruction`, prompt `prompts/edits/instruction.j2`): the
    relevant one realises the presupposition (the answer must change), the irrelevant one changes something the
    question does not depend on (the answer must stay). Both go into `item.data["edit"]` = {condition,
-   instruction, irrelevant_condition, irrelevant_instruction, generation_id, template}. Items that have both are
+   instruction, irrelevant_condition, irrelevant_instruction, generation_id, template}; a reply whose irrelevant
+   condition or instruction repeats the relevant one is refused (and retried). Items that have both are
    not asked again; an item whose edit predates the irrelevant one is asked again and gets only the irrelevant
    fields (its relevant edit, which its candidates were made from, stays).
 2. An edit backend (`cftools.imagegen.edits`) makes N candidates of the item's image per edit (`Which`: one job
@@ -42,7 +43,7 @@ from sqlmodel import Session
 from cftools.errors import CftoolsError
 from cftools.distributed import as_completed
 from cftools.generate.claims import Claims, selection_start
-from cftools.generate.llm_task import DEFAULT_MAX_ATTEMPTS, LLMJob, LLMReport, LLMTask, run_llm_task
+from cftools.generate.llm_task import DEFAULT_MAX_ATTEMPTS, LLMJob, LLMReport, LLMTask, ParseError, run_llm_task
 from cftools.images import GENERATED_IMAGES_FOLDER, read_image_file, register_image
 from cftools.imagegen.edit_checks import answer_flip_flag, answer_kept_flag, check_edit, rank_edits
 from cftools.imagegen.edits import EditSettings
@@ -138,7 +139,13 @@ class EditInstructionTask(LLMTask):
         self.template = template
 
     def from_reply(self, reply: Any, job: LLMJob) -> dict[str, Any]:
-        return {name: " ".join(getattr(reply, name).split()) for name in EditInstruction.model_fields}
+        """The reply's fields, spaces collapsed; an irrelevant edit that repeats the relevant one is refused (a
+        retry samples anew: the embedded model often repeats its first condition)."""
+        parsed = {name: " ".join(getattr(reply, name).split()) for name in EditInstruction.model_fields}
+        for name in ("condition", "instruction"):
+            if parsed[name].casefold() == parsed[f"irrelevant_{name}"].casefold():
+                raise ParseError(f"the irrelevant {name} repeats the relevant one: {parsed[name]!r}")
+        return parsed
 
     def write(self, store: Store, session: Session, job: LLMJob, parsed: dict[str, Any], generation_id: int,
               attempt: int) -> int:

@@ -268,3 +268,15 @@ def test_a_reply_whose_irrelevant_edit_repeats_the_relevant_one_is_retried(items
     report = write_instructions(items_ws.store, stub_backend(stub), items, params={"temperature": 0.0}, quiet=True)
     assert report.items_created == 1 and len(stub.received) == 2  # the repeat refused, the retry stored
     assert stored(items_ws.store, "numerical-direct")["edit"]["irrelevant_condition"] == "The wall is blue."
+    # every attempt repeats: the last one's relevant edit is kept alone, and the next run asks for the irrelevant one
+    boolean = editable_items(items_ws.store, ("cvqa",), ("boolean",))
+    stub.control("/control/script", {"replies": [json.dumps(same), json.dumps(same)]})
+    write_instructions(items_ws.store, stub_backend(stub), boolean, params={"temperature": 0.0}, quiet=True,
+                       max_attempts=2)
+    edit = stored(items_ws.store, "boolean")["edit"]
+    assert edit["condition"] == "The TV is off." and "irrelevant_condition" not in edit
+    stub.control("/control/script", {"replies": [json.dumps({**other, "condition": "No square."})]})
+    write_instructions(items_ws.store, stub_backend(stub), boolean, params={"temperature": 0.0}, quiet=True,
+                       refresh=True)
+    edit = stored(items_ws.store, "boolean")["edit"]
+    assert (edit["condition"], edit["irrelevant_condition"]) == ("The TV is off.", "The wall is blue.")

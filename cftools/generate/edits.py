@@ -7,7 +7,8 @@ Two steps, each resumable:
    relevant one realises the presupposition (the answer must change), the irrelevant one changes something the
    question does not depend on (the answer must stay). Both go into `item.data["edit"]` = {condition,
    instruction, irrelevant_condition, irrelevant_instruction, generation_id, template}; a reply whose irrelevant
-   condition or instruction repeats the relevant one is refused (and retried). Items that have both are
+   condition or instruction repeats the relevant one is refused and retried; the last attempt's relevant edit is
+   kept alone. Items that have both are
    not asked again; an item whose edit predates the irrelevant one is asked again and gets only the irrelevant
    fields (its relevant edit, which its candidates were made from, stays).
 2. An edit backend (`cftools.imagegen.edits`) makes N candidates of the item's image per edit (`Which`: one job
@@ -135,17 +136,21 @@ class EditInstructionTask(LLMTask):
     generator = GENERATOR
     schema = EDIT_INSTRUCTION
 
-    def __init__(self, template: PromptTemplate) -> None:
-        self.template = template
+    def __init__(self, template: PromptTemplate, max_attempts: int = DEFAULT_MAX_ATTEMPTS) -> None:
+        self.template, self.max_attempts = template, max_attempts
 
     def from_reply(self, reply: Any, job: LLMJob) -> dict[str, Any]:
-        """The reply's fields, spaces collapsed; an irrelevant edit that repeats the relevant one is refused (a
-        retry samples anew: the embedded model often repeats its first condition)."""
+        """The reply's fields, spaces collapsed. An irrelevant edit that repeats the relevant one is refused (a
+        retry samples anew: the embedded model often repeats its first condition); at the last attempt the
+        relevant edit is kept alone (the item is asked for its irrelevant edit again at the next run)."""
         parsed = {name: " ".join(getattr(reply, name).split()) for name in EditInstruction.model_fields}
-        for name in ("condition", "instruction"):
-            if parsed[name].casefold() == parsed[f"irrelevant_{name}"].casefold():
-                raise ParseError(f"the irrelevant {name} repeats the relevant one: {parsed[name]!r}")
-        return parsed
+        repeated = [name for name in ("condition", "instruction")
+                    if parsed[name].casefold() == parsed[f"irrelevant_{name}"].casefold()]
+        if not repeated:
+            return parsed
+        if max(len(job.attempts), 1) < self.max_attempts:  # the attempt being parsed is listed, or the first
+            raise ParseError(f"the irrelevant {repeated[0]} repeats the relevant one: {parsed[repeated[0]]!r}")
+        return {name: value for name, value in parsed.items() if not name.startswith("irrelevant_")}
 
     def write(self, store: Store, session: Session, job: LLMJob, parsed: dict[str, Any], generation_id: int,
               attempt: int) -> int:
@@ -153,6 +158,8 @@ class EditInstructionTask(LLMTask):
         edit = dict((item.data or {}).get("edit") or {}) if item is not None else {}
         if item is None or edit.get("irrelevant_instruction"):
             return 0  # deleted meanwhile, or another run wrote it first
+        if edit.get("instruction") and "irrelevant_instruction" not in parsed:
+            return 0  # asked for its irrelevant edit only, and the reply repeated the relevant one
         if edit.get("instruction"):  # its relevant candidates were made from the edit it has: only what is missing
             edit.update(irrelevant_condition=parsed["irrelevant_condition"],
                         irrelevant_instruction=parsed["irrelevant_instruction"])
@@ -188,7 +195,7 @@ def write_instructions(store: Store, llm: Backend, items: list[EditableItem], *,
     jobs = [LLMJob(label=f"item {i.key}", key=f"{GENERATOR}:{i.key}", group=i.group,
                    messages=[text_message(instruction_prompt(template, i))], context={"item_id": i.id})
             for i in items if not needs_nothing(fresh.get(i.id, i.data).get("edit") or {}, irrelevant)]
-    return run_llm_task(store, llm, EditInstructionTask(template), jobs, params=params, concurrency=concurrency,
+    return run_llm_task(store, llm, EditInstructionTask(template, max_attempts), jobs, params=params, concurrency=concurrency,
                         refresh=refresh, max_attempts=max_attempts, console=console, quiet=quiet,
                         selected_at=selected_at)
 

@@ -49,12 +49,14 @@ def _item(session: Any, ref: str) -> Item:
 
 
 def edit_flags(data: Optional[dict[str, Any]]) -> dict[str, str]:
-    """Code -> reason of the flags the edit checks gave the item's edit candidates (`data.edit_checks`), each
-    reason naming its candidates."""
+    """Code -> reason of the flags the edit checks gave the item's edit candidates (`data.edit_checks`, the
+    irrelevant edit's `data.irrelevant_edit_checks`), each reason naming its candidates."""
     found: dict[str, list[str]] = {}
-    for check in (data or {}).get("edit_checks") or []:
-        for flag in check.get("flags") or []:
-            found.setdefault(str(flag.get("code")), []).append(f"candidate {check.get('k')}: {flag.get('reason')}")
+    for prefix, which in (("", ""), ("irrelevant_", "irrelevant ")):
+        for check in (data or {}).get(f"{prefix}edit_checks") or []:
+            for flag in check.get("flags") or []:
+                found.setdefault(str(flag.get("code")), []).append(
+                    f"{which}candidate {check.get('k')}: {flag.get('reason')}")
     return {code: "; ".join(reasons) for code, reasons in found.items()}
 
 

@@ -179,7 +179,8 @@ def test_generate_edits_stores_instructions_then_seeded_candidates_ranked_and_re
         assert item.data["edit"]["instruction"] and item.data["edit"]["template"] == "edits/instruction.j2"
     items = editable_items(store, ("cvqa",), ("numerical-direct",))
     answerer = ScriptedAnswerer(items[0].image_path, on_edit="3")  # never flips
-    made = generate_edits(store, items_ws.root, tiny, items, per_item=2, seed=3, answerer=answerer)
+    made = generate_edits(store, items_ws.root, tiny, items, per_item=2, seed=3, answerer=answerer,
+                          irrelevant=False)  # the irrelevant edits: tests/test_irrelevant_edits.py
     assert made.images_made == 2 and made.failures == [] and made.licence == "Apache-2.0"
     with store.session() as session:
         item = session.execute(select(Item).where(Item.group == "numerical-direct")).scalar_one()
@@ -192,9 +193,9 @@ def test_generate_edits_stores_instructions_then_seeded_candidates_ranked_and_re
         assert sorted(c["k"] for c in checks) == [0, 1] and checks[0]["score"] >= checks[1]["score"]
         assert all(EDIT_ANSWER_NOT_FLIPPED in [f["code"] for f in c["flags"]] for c in checks)
     # a rerun makes nothing; one more candidate is made alone, with its own seed
-    assert generate_edits(store, items_ws.root, tiny, items, per_item=2, seed=3).images_made == 0
+    assert generate_edits(store, items_ws.root, tiny, items, per_item=2, seed=3, irrelevant=False).images_made == 0
     more = generate_edits(store, items_ws.root, tiny, editable_items(store, ("cvqa",), ("numerical-direct",)),
-                          per_item=3, seed=3)
+                          per_item=3, seed=3, irrelevant=False)
     assert more.images_made == 1 and more.candidates_kept == 2
     with store.session() as session:
         item = session.execute(select(Item).where(Item.group == "numerical-direct")).scalar_one()
@@ -209,7 +210,7 @@ def test_cli_generate_edits(items_ws, stub, run_cli, cache_dir):
     result = run_cli("generate", "edits", "--kind", "cvqa", "--per-item", "1", "--json")
     assert result.exit_code == 0, result.output
     summary = json.loads(result.output)
-    assert summary["images_made"] == 2 and summary["instructions"]["items_created"] == 2
+    assert summary["images_made"] == 4 and summary["instructions"]["items_created"] == 2  # relevant and irrelevant
     assert summary["licence"] == "Apache-2.0"
     again = run_cli("generate", "edits", "--kind", "cvqa", "--per-item", "1")
     assert again.exit_code == 0 and "0 edits made" in again.output and "1 kept" not in again.output

@@ -45,17 +45,22 @@ def size_option(ctx: click.Context, param: click.Parameter, value: Optional[str]
               "or the embedded pipeline's 64x64).")
 @click.option("--answerer", help="Run the answer check with this eval answerer (hf:PATH_OR_ID or openai:MODEL): "
               "the original question about the original and each edited image.")
+@click.option("--irrelevant/--no-irrelevant", default=True, show_default=True,
+              help="Also make each item's irrelevant edit (a change the question does not depend on: the answer "
+              "stays).")
 @llm_options
 @pass_workspace
 def edits_cmd(workspace: Workspace, kinds: tuple[str, ...], groups: tuple[str, ...], limit: Optional[int],
               edit_backend: Optional[str], edit_model: Optional[str], licence: Optional[str],
               allow_non_commercial: Optional[bool], per_item: int, seed: int, steps: Optional[int],
-              guidance: Optional[float], size: Optional[str], answerer: Optional[str], backend: Optional[str],
+              guidance: Optional[float], size: Optional[str], answerer: Optional[str], irrelevant: bool,
+              backend: Optional[str],
               model: Optional[str], template_path: Optional[Path], concurrency: Optional[int], refresh: bool,
               max_attempts: int, quiet: bool, as_json: bool) -> None:
     """Make edited images that show each item's presupposition (items with an image and a counterfactual
-    condition: C-VQA, CFMM). The LLM writes an edit instruction per item; the edit model makes --per-item
-    candidates with recorded seeds; the edit checks rank them, best first. A rerun does only what is missing."""
+    condition: C-VQA, CFMM), and irrelevant edits the answer does not depend on. The LLM writes both edit
+    instructions per item; the edit model makes --per-item candidates of each with recorded seeds; the edit checks
+    rank them, best first. A rerun does only what is missing."""
     from cftools.generate.edits import editable_items, generate_edits, write_instructions
     from cftools.imagegen.edits import make_edit_backend
     from cftools.generate.llm_task import text_params
@@ -65,7 +70,7 @@ def edits_cmd(workspace: Workspace, kinds: tuple[str, ...], groups: tuple[str, .
     instructions = run_with_llm(workspace, backend, model, lambda llm, config: write_instructions(
         workspace.store, llm, items, params=text_params(config, 200, llm.name, LOCAL_MAX_TOKENS),
         template_path=template_path, workspace_root=workspace.root, concurrency=concurrency, refresh=refresh,
-        max_attempts=max_attempts, console=err_console, quiet=quiet or as_json))
+        max_attempts=max_attempts, console=err_console, quiet=quiet or as_json, irrelevant=irrelevant))
     controls = getattr(instructions, "controls", None)
     if controls is not None and controls.estimate:  # --estimate: nothing called, no image made either
         print_estimate(controls, as_json, "edit instructions")
@@ -96,7 +101,8 @@ def edits_cmd(workspace: Workspace, kinds: tuple[str, ...], groups: tuple[str, .
             checker = load_answerer(parse_model_spec(answerer), "auto", "auto", workspace.section("llm"),
                                     store=workspace.store)
         report = generate_edits(workspace.store, workspace.root, edit, items, per_item=per_item, seed=seed,
-                                steps=steps, guidance=guidance, size=size, answerer=checker)
+                                steps=steps, guidance=guidance, size=size, answerer=checker,
+                                irrelevant=irrelevant)
     finally:
         edit.close()
         if checker is not None and hasattr(checker, "close"):
@@ -108,8 +114,9 @@ def edits_cmd(workspace: Workspace, kinds: tuple[str, ...], groups: tuple[str, .
         console.print(f"{report.items} items with {escape(report.backend)}:{escape(report.model)} (licence "
                       f"{escape(str(report.licence))}): {report.images_made} edits made ({report.rate:.2f} images/s), "
                       f"{report.candidates_kept} kept from earlier runs, {len(report.failures)} failed, "
-                      f"{report.without_instruction} without an instruction; {report.flagged} items whose best "
-                      f"candidate is flagged. Images are in {escape(report.folder)}", soft_wrap=True)
+                      f"{report.without_instruction} edits without an instruction; {report.flagged} edits whose "
+                      f"best candidate is flagged. Images are in {escape(report.folder)}", soft_wrap=True)
         for failure in report.failures[:5]:
-            console.print(f"  [yellow]item {failure['item_id']} k={failure['k']}: {escape(str(failure['reason']))}[/]")
+            console.print(f"  [yellow]item {failure['item_id']} {failure['edit']} edit k={failure['k']}: "
+                          f"{escape(str(failure['reason']))}[/]")
     exit_for_failures(report.images_made + len(report.failures), len(report.failures), "edit calls")

@@ -3,22 +3,29 @@ subject (`Kind.edit_subject`: C-VQA, CFMM).
 
 Two steps, each resumable:
 
-1. An LLM writes the edit instruction that realises the presupposition (output schema `EditInstruction`, prompt
-   `prompts/edits/instruction.j2`); it goes into `item.data["edit"]` = {condition, instruction, generation_id,
-   template}. Items that have one are not asked again.
-2. An edit backend (`cftools.imagegen.edits`) makes N candidates of the item's image with shared, recorded
-   seeds; each is stored by SHA-256 under the workspace's generated images, with its provenance (model, licence,
-   seed, steps, ...):
+1. An LLM writes two edits per item (output schema `EditInstruction`, prompt `prompts/edits/instruction.j2`): the
+   relevant one realises the presupposition (the answer must change), the irrelevant one changes something the
+   question does not depend on (the answer must stay). Both go into `item.data["edit"]` = {condition,
+   instruction, irrelevant_condition, irrelevant_instruction, generation_id, template}; a reply whose irrelevant
+   condition or instruction repeats the relevant one is refused and retried; the last attempt's relevant edit is
+   kept alone. Items that have both are
+   not asked again; an item whose edit predates the irrelevant one is asked again and gets only the irrelevant
+   fields (its relevant edit, which its candidates were made from, stays).
+2. An edit backend (`cftools.imagegen.edits`) makes N candidates of the item's image per edit (`Which`: one job
+   per item and edit) with shared, recorded seeds; each is stored by SHA-256 under the workspace's generated
+   images, with its provenance (model, licence, seed, steps, ...). The relevant edit's fields, and the irrelevant
+   edit's under the prefix `irrelevant_edit`:
 
        edit_candidates[k]   {"image": "sha256:…", "provenance": {…}}
        edit_checks          the candidates ranked best first, with their flags (`cftools.imagegen.edit_checks`)
        edit_failures        failed calls, with k and the reason
 
-   Files first, then the item in one transaction per item; a rerun makes only the missing candidates, and
-   several processes on one store share the items (`cftools.generate.claims`).
+   Files first, then the item in one transaction per job; a rerun makes only the missing candidates, and
+   several processes on one store share the jobs (`cftools.generate.claims`).
 
 With an answerer (`answerer`, any eval answerer: `hf:`, `openai:`), the answer check runs too: the original question
-about the original image and about each candidate (`edit_answer_not_flipped`).
+about the original image and about each candidate; the relevant edit must flip the answer to the counterfactual one
+(`edit_answer_not_flipped`), the irrelevant edit must keep the original answer (`edit_answer_changed`).
 """
 
 from __future__ import annotations
@@ -37,9 +44,9 @@ from sqlmodel import Session
 from cftools.errors import CftoolsError
 from cftools.distributed import as_completed, in_flight_of
 from cftools.generate.claims import Claims, selection_start
-from cftools.generate.llm_task import DEFAULT_MAX_ATTEMPTS, LLMJob, LLMReport, LLMTask, run_llm_task
+from cftools.generate.llm_task import DEFAULT_MAX_ATTEMPTS, LLMJob, LLMReport, LLMTask, ParseError, run_llm_task
 from cftools.images import GENERATED_IMAGES_FOLDER, read_image_file, register_image
-from cftools.imagegen.edit_checks import answer_flip_flag, check_edit, rank_edits
+from cftools.imagegen.edit_checks import answer_flip_flag, answer_kept_flag, check_edit, rank_edits
 from cftools.imagegen.edits import EditSettings
 from cftools.kinds import get_kind
 from cftools.kinds.base import EditSubject
@@ -54,19 +61,40 @@ GENERATOR = "edit-instruction"
 IMAGES_GENERATOR = "edit-images"  # the work claims' name for (item, round) image jobs
 TEMPLATE = "edits/instruction.j2"
 CLAIM_WAIT_S = 0.5
-LOCAL_MAX_TOKENS = 160
+LOCAL_MAX_TOKENS = 320  # two conditions and two instructions
 
 
 class EditInstruction(Reply):
-    """The reply: the presupposition as a fact about the edited image, then the instruction for the editor."""
+    """The reply: the presupposition as a fact about the edited image and the instruction for the editor, then a
+    change the question does not depend on and its instruction."""
 
     condition: str = Field(min_length=1, max_length=200, description="The supposition as a plain fact about the "
                            "edited image")
     instruction: str = Field(min_length=1, max_length=250, description="One imperative sentence: the smallest "
                              "visible change that makes the condition true")
+    irrelevant_condition: str = Field(min_length=1, max_length=200, description="A visible change the question "
+                                      "does not depend on, as a plain fact about the edited image")
+    irrelevant_instruction: str = Field(min_length=1, max_length=250, description="One imperative sentence: make "
+                                        "that change and nothing else; the answer must stay the same")
 
 
 EDIT_INSTRUCTION = OutputSchema("edit_instruction", EditInstruction)
+
+
+@dataclass(frozen=True)
+class Which:
+    """One of an item's two edits: where its instruction and its candidates are stored."""
+
+    name: str  # "relevant" | "irrelevant"
+    prefix: str  # of its item.data fields: edit_candidates, irrelevant_edit_candidates, ...
+    instruction_key: str  # in item.data["edit"]
+
+    def field(self, suffix: str) -> str:
+        return f"{self.prefix}_{suffix}"
+
+
+RELEVANT = Which("relevant", "edit", "instruction")
+IRRELEVANT = Which("irrelevant", "irrelevant_edit", "irrelevant_instruction")
 
 
 @dataclass
@@ -108,19 +136,36 @@ class EditInstructionTask(LLMTask):
     generator = GENERATOR
     schema = EDIT_INSTRUCTION
 
-    def __init__(self, template: PromptTemplate) -> None:
-        self.template = template
+    def __init__(self, template: PromptTemplate, max_attempts: int = DEFAULT_MAX_ATTEMPTS) -> None:
+        self.template, self.max_attempts = template, max_attempts
 
     def from_reply(self, reply: Any, job: LLMJob) -> dict[str, Any]:
-        return {"condition": " ".join(reply.condition.split()), "instruction": " ".join(reply.instruction.split())}
+        """The reply's fields, spaces collapsed. An irrelevant edit that repeats the relevant one is refused (a
+        retry samples anew: the embedded model often repeats its first condition); at the last attempt the
+        relevant edit is kept alone (the item is asked for its irrelevant edit again at the next run)."""
+        parsed = {name: " ".join(getattr(reply, name).split()) for name in EditInstruction.model_fields}
+        repeated = [name for name in ("condition", "instruction")
+                    if parsed[name].casefold() == parsed[f"irrelevant_{name}"].casefold()]
+        if not repeated:
+            return parsed
+        if max(len(job.attempts), 1) < self.max_attempts:  # the attempt being parsed is listed, or the first
+            raise ParseError(f"the irrelevant {repeated[0]} repeats the relevant one: {parsed[repeated[0]]!r}")
+        return {name: value for name, value in parsed.items() if not name.startswith("irrelevant_")}
 
     def write(self, store: Store, session: Session, job: LLMJob, parsed: dict[str, Any], generation_id: int,
               attempt: int) -> int:
         item = session.get(Item, job.context["item_id"])
-        if item is None or (item.data or {}).get("edit"):
+        edit = dict((item.data or {}).get("edit") or {}) if item is not None else {}
+        if item is None or edit.get("irrelevant_instruction"):
             return 0  # deleted meanwhile, or another run wrote it first
-        item.data = {**(item.data or {}), "edit": {**parsed, "generation_id": generation_id,
-                                                    "template": self.template.name}}
+        if edit.get("instruction") and "irrelevant_instruction" not in parsed:
+            return 0  # asked for its irrelevant edit only, and the reply repeated the relevant one
+        if edit.get("instruction"):  # its relevant candidates were made from the edit it has: only what is missing
+            edit.update(irrelevant_condition=parsed["irrelevant_condition"],
+                        irrelevant_instruction=parsed["irrelevant_instruction"])
+        else:
+            edit = {**parsed, "generation_id": generation_id, "template": self.template.name}
+        item.data = {**(item.data or {}), "edit": edit}
         item.updated_at = utcnow()
         session.add(item)
         session.add(ItemEvent(item_id=item.id, stage="generate edits", from_status=item.status,
@@ -141,17 +186,22 @@ def write_instructions(store: Store, llm: Backend, items: list[EditableItem], *,
                        template_path: Optional[Path] = None, workspace_root: Optional[Path] = None,
                        concurrency: Optional[int] = None, refresh: bool = False,
                        max_attempts: int = DEFAULT_MAX_ATTEMPTS, console: Optional[Console] = None,
-                       quiet: bool = False) -> LLMReport:
-    """An edit instruction for each of ITEMS that has none."""
+                       quiet: bool = False, irrelevant: bool = True) -> LLMReport:
+    """Both edit instructions for each of ITEMS that lacks one (see the module docstring); without IRRELEVANT an
+    item that has its relevant instruction is not asked again."""
     template = load_prompt(TEMPLATE, template_path, workspace_root)
     selected_at = selection_start(store)
     fresh = fresh_data(store, [i.id for i in items])  # read after the start: what other workers finished shows
     jobs = [LLMJob(label=f"item {i.key}", key=f"{GENERATOR}:{i.key}", group=i.group,
                    messages=[text_message(instruction_prompt(template, i))], context={"item_id": i.id})
-            for i in items if not (fresh.get(i.id, i.data).get("edit") or {}).get("instruction")]
-    return run_llm_task(store, llm, EditInstructionTask(template), jobs, params=params, concurrency=concurrency,
+            for i in items if not needs_nothing(fresh.get(i.id, i.data).get("edit") or {}, irrelevant)]
+    return run_llm_task(store, llm, EditInstructionTask(template, max_attempts), jobs, params=params, concurrency=concurrency,
                         refresh=refresh, max_attempts=max_attempts, console=console, quiet=quiet,
                         selected_at=selected_at)
+
+
+def needs_nothing(edit: dict[str, Any], irrelevant: bool = True) -> bool:
+    return bool(edit.get("instruction") and (edit.get("irrelevant_instruction") or not irrelevant))
 
 
 # ------------------------------------------------------------------ step 2: the candidates
@@ -161,11 +211,12 @@ class EditsReport:
     model: str
     licence: Optional[str]
     items: int = 0
+    irrelevant: bool = True  # whether irrelevant edits were made too
     without_instruction: int = 0
     images_made: int = 0
     candidates_kept: int = 0  # already there from an earlier run
     failures: list[dict[str, Any]] = field(default_factory=list)
-    flagged: int = 0  # items whose best candidate still has a flag
+    flagged: int = 0  # edits (an item's relevant or irrelevant one) whose best candidate still has a flag
     seconds: float = 0.0
     folder: str = ""
     instructions: Optional[dict[str, Any]] = None
@@ -178,8 +229,8 @@ class EditsReport:
         return {**self.__dict__, "images_per_s": round(self.rate, 3)}
 
 
-def missing_candidates(data: dict[str, Any], per_item: int) -> list[int]:
-    have = data.get("edit_candidates") or {}
+def missing_candidates(data: dict[str, Any], per_item: int, which: Which = RELEVANT) -> list[int]:
+    have = data.get(which.field("candidates")) or {}
     return [k for k in range(per_item) if str(k) not in have]
 
 
@@ -192,8 +243,9 @@ def ask_about_images(answerer: Any, question: str, paths: list[Path]) -> list[Op
 
 
 def check_candidates(item: EditableItem, candidates: dict[str, dict], paths: dict[str, Path],
-                     answerer: Any = None) -> list[dict[str, Any]]:
-    """The edit checks of an item's candidates, best first; with ANSWERER the answer check too."""
+                     answerer: Any = None, which: Which = RELEVANT) -> list[dict[str, Any]]:
+    """The edit checks of an item's candidates of one edit, best first; with ANSWERER the answer check too (the
+    relevant edit must flip the answer, the irrelevant one keep it)."""
     original = PIL.Image.open(item.image_path).convert("RGB")
     ks = sorted(candidates, key=int)
     files = [paths[candidates[k]["image"]] for k in ks]
@@ -202,22 +254,27 @@ def check_candidates(item: EditableItem, candidates: dict[str, dict], paths: dic
         s = item.subject
         replies = ask_about_images(answerer, s.original_question, [item.image_path, *files])
         for report, reply in zip(reports, replies[1:]):
-            flag = answer_flip_flag(reply, replies[0], s.counterfactual_answer, s.original_answer, s.answer_type)
+            if which == IRRELEVANT:
+                flag = answer_kept_flag(reply, replies[0], s.original_answer, s.answer_type)
+            else:
+                flag = answer_flip_flag(reply, replies[0], s.counterfactual_answer, s.original_answer, s.answer_type)
             if flag:
                 report.flags.append(flag)
     return [r.as_dict() for r in rank_edits(reports)]
 
 
 def record_candidates(store: Store, item: EditableItem, results: list, folder: Path, seed: int, answerer: Any,
-                      report: EditsReport, finish: Callable[[Any, bool], None]) -> None:
-    """Store one item's new candidates (files first, then one transaction) and rank all of its candidates."""
+                      report: EditsReport, finish: Callable[[Any, bool], None], which: Which = RELEVANT) -> None:
+    """Store one item's new candidates of one edit (files first, then one transaction) and rank all of that edit's
+    candidates."""
+    candidates_field, failures_field, checks_field = (which.field(f) for f in ("candidates", "failures", "checks"))
     new: dict[str, dict] = {}
     made: list[Path] = []
     failures = []
     try:
         for result in results:
             if not result.ok:
-                failures.append({"item_id": item.id, **result.as_dict()})
+                failures.append({"item_id": item.id, "edit": which.name, **result.as_dict()})
                 continue
             path = save_png(result.image, folder, made)
             new[str(result.k)] = {"image": f"sha256:{path.stem}", "provenance": result.provenance, "_path": path}
@@ -228,24 +285,24 @@ def record_candidates(store: Store, item: EditableItem, results: list, folder: P
                 register_image(store, session, image)
             stored = session.get(Item, item.id)
             data = dict(stored.data or {})
-            candidates = {**(data.get("edit_candidates") or {}), **new}
-            data["edit_candidates"] = candidates
-            earlier = [f for f in data.get("edit_failures") or [] if str(f.get("k")) not in new]
-            data["edit_failures"] = [*earlier, *failures]
-            if not data["edit_failures"]:
-                del data["edit_failures"]
+            candidates = {**(data.get(candidates_field) or {}), **new}
+            data[candidates_field] = candidates
+            earlier = [f for f in data.get(failures_field) or [] if str(f.get("k")) not in new]
+            data[failures_field] = [*earlier, *failures]
+            if not data[failures_field]:
+                del data[failures_field]
             session.flush()
             shas = [c["image"].removeprefix("sha256:") for c in candidates.values()]
             rows = session.execute(select(Image.sha256, Image.path).where(Image.sha256.in_(shas))).all()
             paths = {f"sha256:{sha}": Path(p) for sha, p in rows} | {f"sha256:{m.sha256}": Path(m.path)
                                                                      for m in measured}
             if candidates:
-                data["edit_checks"] = check_candidates(item, candidates, paths, answerer)
-                report.flagged += bool(data["edit_checks"][0]["flags"])
+                data[checks_field] = check_candidates(item, candidates, paths, answerer, which)
+                report.flagged += bool(data[checks_field][0]["flags"])
             stored.data, stored.updated_at = data, utcnow()
             session.add(stored)
             session.add(ItemEvent(item_id=item.id, stage="generate edits", from_status=stored.status,
-                                  to_status=stored.status, detail={"new": sorted(new, key=int),
+                                  to_status=stored.status, detail={"edit": which.name, "new": sorted(new, key=int),
                                                                    "failed": len(failures), "seed": seed}))
             finish(session, not failures)
         report.failures += failures
@@ -257,35 +314,38 @@ def record_candidates(store: Store, item: EditableItem, results: list, folder: P
 
 def generate_edits(store: Store, workspace_root: Path, backend: Any, items: list[EditableItem], *,
                    per_item: int = 4, seed: int = 0, steps: Optional[int] = None, guidance: Optional[float] = None,
-                   size: Optional[str] = None, answerer: Any = None,
+                   size: Optional[str] = None, answerer: Any = None, irrelevant: bool = True,
                    progress: Optional[Callable[[int, int, int], None]] = None) -> EditsReport:
-    """The missing candidates of every item of ITEMS that has an edit instruction; returns what happened."""
+    """The missing candidates of every edit of ITEMS that has its instruction (with IRRELEVANT the irrelevant edit
+    too); returns what happened."""
     folder = Path(workspace_root) / GENERATED_IMAGES_FOLDER
     report = EditsReport(backend=backend.name, model=backend.model, licence=getattr(backend, "licence", None),
-                         items=len(items), folder=str(folder))
+                         items=len(items), irrelevant=irrelevant, folder=str(folder))
     if hasattr(backend, "request_cache"):
         from cftools.images import StoreImageCache
 
         backend.request_cache = StoreImageCache(store, folder)
     selected_at = selection_start(store)
     fresh = fresh_data(store, [i.id for i in items])
-    todo: dict[str, tuple[EditableItem, str, list[int]]] = {}
+    todo: dict[str, tuple[EditableItem, Which, str, list[int]]] = {}
     for item in items:
         item.data = fresh.get(item.id, item.data)
-        instruction = (item.data.get("edit") or {}).get("instruction")
-        if not instruction:
-            report.without_instruction += 1
-            continue
-        missing = missing_candidates(item.data, per_item)
-        report.candidates_kept += per_item - len(missing)
-        if missing:
-            todo[f"{item.key}:{seed}"] = (item, instruction, missing)
-    total = sum(len(m) for _, _, m in todo.values())
+        edit = item.data.get("edit") or {}
+        for which in (RELEVANT, IRRELEVANT) if irrelevant else (RELEVANT,):
+            instruction = edit.get(which.instruction_key)
+            if not instruction:
+                report.without_instruction += 1
+                continue
+            missing = missing_candidates(item.data, per_item, which)
+            report.candidates_kept += per_item - len(missing)
+            if missing:
+                todo[job_key(item, which, seed)] = (item, which, instruction, missing)
+    total = sum(len(m) for *_, m in todo.values())
     started = time.perf_counter()
     claims = Claims(store, IMAGES_GENERATOR, list(todo), selected_at=selected_at)
 
     def edit(job: str) -> list:
-        item, instruction, missing = todo[job]
+        item, _, instruction, missing = todo[job]
         original = PIL.Image.open(item.image_path).convert("RGB")
         return backend.edit(original, instruction, EditSettings(
             n=per_item, seed=seed, steps=steps, guidance=guidance, size=size, candidates=missing))
@@ -298,9 +358,9 @@ def generate_edits(store: Store, workspace_root: Path, backend: Any, items: list
                 time.sleep(CLAIM_WAIT_S)
                 continue
             for job, results in as_completed(keys, edit, in_flight):
-                item = todo[job][0]
+                item, which = todo[job][:2]
                 record_candidates(store, item, results, folder, seed, answerer, report,
-                                  finish=lambda session, ok, job=job: claims.finish(session, [job], ok))
+                                  finish=lambda session, ok, job=job: claims.finish(session, [job], ok), which=which)
                 report.seconds = time.perf_counter() - started
                 if progress:
                     progress(report.images_made, total, len(report.failures))
@@ -308,6 +368,11 @@ def generate_edits(store: Store, workspace_root: Path, backend: Any, items: list
         claims.close()
     report.seconds = time.perf_counter() - started
     return report
+
+
+def job_key(item: EditableItem, which: Which, seed: int) -> str:
+    """The work claim's key of one edit's candidates (the relevant edit's as before irrelevant edits existed)."""
+    return f"{item.key}:{seed}" if which == RELEVANT else f"{item.key}:{which.name}:{seed}"
 
 
 def fresh_data(store: Store, ids: list[int]) -> dict[int, dict[str, Any]]:

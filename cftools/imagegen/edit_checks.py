@@ -13,6 +13,8 @@ levels. The changed region is those pixels, grown by `GROW` pixels (an edit's so
 |                           | `MIN_SSIM_OUTSIDE`: the rest of the picture was altered too                            |
 | `edit_answer_not_flipped` | the original question about the edited image is not answered with the counterfactual  |
 |                           | answer, or about the original image not with the original answer (an eval answerer)   |
+| `edit_answer_changed`     | an irrelevant edit (one the question does not depend on): the original question about |
+|                           | the edited image is not answered with the original answer (an eval answerer)          |
 
 A candidate's ranking score is its SSIM outside the changed region (1.0 when nothing is outside) minus
 `FLAG_PENALTY` per flag, so flagged candidates sort last; ties go to the lower k.
@@ -32,8 +34,9 @@ EDIT_REGION_TOO_SMALL = "edit_region_too_small"
 EDIT_REGION_TOO_LARGE = "edit_region_too_large"
 EDIT_NOT_PRESERVED = "edit_not_preserved"
 EDIT_ANSWER_NOT_FLIPPED = "edit_answer_not_flipped"
+EDIT_ANSWER_CHANGED = "edit_answer_changed"
 EDIT_CODES = (EDIT_IDENTICAL, EDIT_REGION_TOO_SMALL, EDIT_REGION_TOO_LARGE, EDIT_NOT_PRESERVED,
-              EDIT_ANSWER_NOT_FLIPPED)
+              EDIT_ANSWER_NOT_FLIPPED, EDIT_ANSWER_CHANGED)
 
 DIFF_LEVEL = 32  # grey levels (0-255): re-encoding and resampling noise stay under it, a drawn change is above
 GROW = 2  # pixels the changed region is grown by before "outside" is measured
@@ -147,6 +150,18 @@ def answer_flip_flag(on_edited: Optional[str], on_original: Optional[str], count
     if not original_ok:
         wrong.append(f"about the original image the answer is {on_original!r}, not {original_answer!r}")
     return EditFlag(EDIT_ANSWER_NOT_FLIPPED, "; ".join(wrong))
+
+
+def answer_kept_flag(on_edited: Optional[str], on_original: Optional[str], original_answer: str,
+                     answer_type: Optional[str] = None) -> Optional[EditFlag]:
+    """The flag when an irrelevant edit changes the answer: ON_EDITED and ON_ORIGINAL must both read as the
+    original answer (a reply that cannot be read counts as changed)."""
+    from cftools.answers import answers_match
+
+    wrong = [f"about the {which} image the answer is {reply!r}, not the original {original_answer!r}"
+             for which, reply in (("edited", on_edited), ("original", on_original))
+             if not (reply is None and which == "original") and not answers_match(reply, original_answer, answer_type)]
+    return EditFlag(EDIT_ANSWER_CHANGED, "; ".join(wrong)) if wrong else None
 
 
 def rank_edits(reports: Sequence[EditReport]) -> list[EditReport]:

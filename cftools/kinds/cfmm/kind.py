@@ -203,7 +203,8 @@ class CfmmKind(Kind):
     def decide_task(self, task: str, unit: str, item: Any, answers: Sequence[tuple[str, Any]]):  # noqa: ANN201
         from cftools.annotate.edit_task import decide_edit, exact_option
 
-        return decide_edit(unit, answers, exact_option)
+        subject = self.edit_subject(item, None)  # an irrelevant edit's answer must stay the original (basic) one
+        return decide_edit(unit, answers, exact_option, subject.original_answer if subject else None)
 
     def author_task_data(self, image_value: str, sources: Sequence[Any]) -> dict[str, Any]:
         lines = [f"Q: {s.question}  A: {s.answer or '?'}" for s in sources]

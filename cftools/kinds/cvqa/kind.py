@@ -112,9 +112,10 @@ class CvqaKind(Kind):
             fit_edit(answer, task_data)
 
     def decide_task(self, task: str, unit: str, item: Any, answers: Sequence[tuple[str, Any]]):  # noqa: ANN201
-        from cftools.annotate.edit_task import decide_edit, free_text_answer
+        from cftools.annotate.edit_task import decide_edit, free_text_answer, item_source
 
-        return decide_edit(unit, answers, free_text_answer)
+        subject = self.edit_subject(item, item_source(item))  # an irrelevant edit's answer must stay the original
+        return decide_edit(unit, answers, free_text_answer, subject.original_answer if subject else None)
 
     def agreement_labels(self, task: str, answer: Any) -> dict[str, str]:
         from cftools.annotate.edit_task import EDIT, edit_agreement_labels

@@ -84,6 +84,10 @@ def png_of(path: Path) -> bytes:
     return buffer.getvalue()
 
 
+def is_jsonl(file: Path) -> bool:
+    return file.suffix.lower() in (".jsonl", ".ndjson")  # as `cftools.ingest.readers.records` reads it
+
+
 def text_field(row: dict, name: str) -> Optional[str]:
     value = row.get(name)
     if value is None:
@@ -124,8 +128,9 @@ def edit_row(file: Path, line: str, row: dict, images_dir: Path, items: ItemInde
         return InputError(file, reason, line)
 
     unknown = sorted(str(k) for k in row if k not in COLUMNS)
-    if unknown:
-        raise bad(f"unknown column(s) {', '.join(map(repr, unknown))}; the columns are {', '.join(COLUMNS)}")
+    if unknown:  # a CSV's columns are its header's
+        raise InputError(file, f"unknown column(s) {', '.join(map(repr, unknown))}; the columns are "
+                               f"{', '.join(COLUMNS)}", line if is_jsonl(file) else "line 1")
     which = (text_field(row, "edit") or RELEVANT).lower()
     if which not in PREFIXES:
         raise bad(f"edit is {row.get('edit')!r}: give {RELEVANT} or {IRRELEVANT}")

@@ -243,7 +243,7 @@ def test_imported_edits_are_checked_verified_in_label_studio_and_released_with_t
     items = items_by_key(store)
     # the item's images live in the workspace, outside Label Studio's document root: embed them
     pushed = push_json(run_cli, "--kind", "cvqa", "--task", "edit", "--data-uri")
-    assert pushed["pushed"] == 6 and sum(pushed["assigned"].values()) == 12  # two people per item
+    assert pushed["pushed"] == 12 and sum(pushed["assigned"].values()) == 12  # two people for each of six items
     tasks = assigned(store, "edit")
     assert {t.purpose for t in tasks} == {"edit:0"}  # the imported candidate, the only one
     answers = {item.id: item.answer for item in items.values()}  # the counterfactual answer: what the edit shows

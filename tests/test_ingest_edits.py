@@ -161,6 +161,7 @@ def bad_rows(case: str, mucr_id: int) -> list[dict]:
         "missing image": {"item": "2", "image": "nowhere.png"},
         "unreadable image": {"item": "2", "image": "broken.png"},
         "image outside the folder": {"item": "2", "image": "../bad.csv"},
+        "a link out of the folder": {"item": "2", "image": "link.png"},
         "a kind without edits": {"item": str(mucr_id), "image": "a-green-circle.png"},
         "bad edit value": {"item": "2", "image": "a-green-circle.png", "edit": "sideways"},
         "unknown column": {"item": "2", "image": "a-green-circle.png", "instrucion": "typo"},
@@ -173,6 +174,7 @@ EXPECTED = {
     "missing image": "image 'nowhere.png' is not in the --images folder",
     "unreadable image": "image 'broken.png': not a readable image",
     "image outside the folder": "image path '../bad.csv' leaves the --images folder",
+    "a link out of the folder": "image path 'link.png' is a link to",
     "a kind without edits": "takes no edits",
     "bad edit value": "edit is 'sideways'",
     "unknown column": "unknown column(s) 'instrucion'",
@@ -196,6 +198,8 @@ def test_a_bad_row_stops_the_import_naming_the_file_and_row_with_the_store_uncha
     ingest_example_items(run_cli)
     table, images = bad_table(tmp_path, bad_rows(case, mucr_item))
     (images / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n not really")  # cut short: not an image
+    PIL.Image.new("RGB", (160, 120)).save(tmp_path / "elsewhere.png")
+    (images / "link.png").symlink_to(tmp_path / "elsewhere.png")  # an image, but from outside the folder
     before = store_state(workspace)
     result = run_cli("ingest", "edits", table, "--images", images)
     assert result.exit_code != 0

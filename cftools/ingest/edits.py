@@ -67,6 +67,7 @@ class EditIngestReport:
     already_there: int = 0  # rows whose image the item already had (an earlier run, or a repeated row)
     images_added: int = 0
     flagged: int = 0  # (item, edit) pairs whose best candidate has a flag after the checks
+    licence: Optional[str] = None  # --licence (a row's own licence column wins for its candidate)
     added: list[dict[str, Any]] = field(default_factory=list)  # {item_id, edit, k, line}
 
     def as_dict(self) -> dict[str, Any]:
@@ -252,10 +253,10 @@ def save_images(rows: list[EditRow], folder: Path, made: list[Path]) -> list:
     return list(saved.values())
 
 
-def write_edit_rows(store: Store, workspace_root: Path, file: Path, rows: list[EditRow],
+def write_edit_rows(store: Store, workspace_root: Path, file: Path, rows: list[EditRow], licence: Optional[str] = None,
                     progress: Optional[Callable[[int], None]] = None) -> EditIngestReport:
     """Files first, then every item in one transaction (with the checks); nothing stays of a write that fails."""
-    report = EditIngestReport(format=FORMAT, path=file.name, n_records=len(rows))
+    report = EditIngestReport(format=FORMAT, path=str(file), n_records=len(rows), licence=licence)
     by_item: dict[int, list[EditRow]] = {}
     for row in rows:
         by_item.setdefault(row.item.id, []).append(row)
@@ -268,6 +269,9 @@ def write_edit_rows(store: Store, workspace_root: Path, file: Path, rows: list[E
             session.flush()
             for done, (item_id, item_rows) in enumerate(by_item.items(), 1):
                 stored = session.get(Item, item_id)
+                if stored is None:  # deleted since the file was checked: the whole import stops, as for a bad row
+                    raise InputError(file, f"item {item_id} was deleted while the edits were read; run again",
+                                     item_rows[0].line)
                 data = dict(stored.data or {})
                 touched = add_rows(data, item_rows, file, report)
                 if touched:
@@ -283,7 +287,7 @@ def write_edit_rows(store: Store, workspace_root: Path, file: Path, rows: list[E
                 if progress:
                     progress(done)
             session.add(IngestRun(format=FORMAT, path=str(file), file_sha256=sha256_file(file),
-                                  n_records=len(rows), n_images_added=report.images_added))
+                                  n_records=len(rows), n_images_added=report.images_added, licence=licence))
     except BaseException:
         for path in made:  # no image file without its row
             path.unlink(missing_ok=True)
@@ -299,5 +303,5 @@ def ingest_edits(store: Store, workspace_root: Path, file: Path, images_dir: Pat
     rows = read_edit_rows(store, file, images_dir, licence,
                           progress=(lambda n: progress("rows read", n, None)) if progress else None)
     n_items = len({row.item.id for row in rows})
-    return write_edit_rows(store, workspace_root, file, rows,
+    return write_edit_rows(store, workspace_root, file, rows, licence,
                            progress=(lambda n: progress("items checked", n, n_items)) if progress else None)

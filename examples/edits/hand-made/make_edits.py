@@ -71,6 +71,18 @@ def grown(box: tuple, by: int = 3) -> tuple:
     return (box[0] - by, box[1] - by, box[2] + by, box[3] + by)
 
 
+def erase(image: Image.Image, box: tuple) -> Image.Image:
+    out = image.copy()
+    ImageDraw.Draw(out).rectangle(box, fill=BACKGROUND)
+    return out
+
+
+def repaint_boxes(image: Image.Image, boxes: list[tuple], old: str, new: tuple) -> Image.Image:
+    for box in boxes:
+        image = repaint(image, grown(box), old, new)
+    return image
+
+
 def main() -> None:
     squares = shapes(original(9003), "yellow")
     edits = [
@@ -103,18 +115,6 @@ def main() -> None:
         for key, name, which, condition, instruction, image in edits:
             image.save(HERE / name, optimize=True)
             writer.writerow([key, name, which, condition, instruction, TOOL])
-
-
-def erase(image: Image.Image, box: tuple) -> Image.Image:
-    out = image.copy()
-    ImageDraw.Draw(out).rectangle(box, fill=BACKGROUND)
-    return out
-
-
-def repaint_boxes(image: Image.Image, boxes: list[tuple], old: str, new: tuple) -> Image.Image:
-    for box in boxes:
-        image = repaint(image, grown(box), old, new)
-    return image
 
 
 if __name__ == "__main__":

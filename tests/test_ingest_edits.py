@@ -103,13 +103,13 @@ def test_an_item_by_its_id_gets_the_next_candidate_and_all_its_candidates_are_ra
     folder.mkdir()
     noise = PIL.Image.effect_noise((160, 120), 80).convert("RGB")  # every pixel changed: not an edit
     noise.save(folder / "noise.png")
-    (folder / "edits.jsonl").write_text(json.dumps({"item": first.id, "image": "noise.png", "tool": "a GPU box",
+    (folder / "edits.jsonl").write_text(json.dumps({"item": first.id, "image": "noise.png", "tool": "/opt/gpu-box/models/kontext",
                                                     "condition": "A television is off."}) + "\n")
     report = import_edits(run_cli, folder / "edits.jsonl", folder)
     assert report["added"] == [{"item_id": first.id, "edit": "relevant", "k": 1, "line": "line 1"}]
     data = items_by_key(workspace.store)[first.key].data
     assert set(data["edit_candidates"]) == {"0", "1"}
-    assert data["edit_candidates"]["1"]["provenance"]["tool"] == "a GPU box"
+    assert data["edit_candidates"]["1"]["provenance"]["tool"] == "kontext"  # a local folder by its name only
     assert data["edit_candidates"]["1"]["provenance"]["licence"] is None
     assert [c["k"] for c in data["edit_checks"]] == [0, 1]  # the hand-made edit ranks above the noise
     assert data["edit_checks"][1]["flags"]

@@ -24,6 +24,7 @@ from typing import Any, Callable, Optional
 import PIL.Image
 from sqlalchemy import select
 
+from cftools.boundary import public_name
 from cftools.errors import CftoolsError, InputError, NoRecordsError
 from cftools.generate.edits import EditableItem, check_candidates, editable_items
 from cftools.images import GENERATED_IMAGES_FOLDER, read_image_file, register_image, save_png, sha256_file
@@ -156,7 +157,8 @@ def edit_row(file: Path, line: str, row: dict, images_dir: Path, items: ItemInde
         row_licence = clean_licence(text_field(row, "licence"))
     except CftoolsError as exc:
         raise bad(str(exc)) from None
-    return EditRow(line, item, which, path, hashlib.sha256(blob).hexdigest(), text_field(row, "tool"),
+    # a tool given as a local model folder is kept by its name only: the candidate's provenance is released
+    return EditRow(line, item, which, path, hashlib.sha256(blob).hexdigest(), public_name(text_field(row, "tool")),
                    row_licence or licence, text_field(row, "condition"), text_field(row, "instruction"))
 
 

@@ -220,6 +220,16 @@ def test_a_jsonl_row_without_its_image_names_the_line(workspace, run_cli, tmp_pa
     assert store_state(workspace) == before
 
 
+def test_a_csv_without_the_image_column_names_its_header(workspace, run_cli, tmp_path):
+    ingest_example_items(run_cli)
+    table, images = bad_table(tmp_path, [{"item": "2", "picture": "a-green-circle.png"}])
+    before = store_state(workspace)
+    result = run_cli("ingest", "edits", table, "--images", images)
+    assert result.exit_code != 0
+    assert f"{table}, line 1: missing column(s) 'image'" in " ".join(result.output.split())
+    assert store_state(workspace) == before
+
+
 def test_an_ambiguous_item_is_refused(workspace, run_cli, tmp_path):
     ingest_example_items(run_cli)
     with workspace.store.write() as session:  # an item whose key is another item's id

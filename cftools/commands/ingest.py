@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+from rich.markup import escape
 
 from cftools.commands.common import console, json_option, pass_workspace, print_json
 from cftools.ingest.licences import licence_choice
@@ -104,3 +105,27 @@ def ingest_table_cmd(workspace: Workspace, file: Path, dataset: str | None, imag
     result = ingest_table(workspace.store, file, images_dir, skip_bad, report_path(workspace, report, file.name),
                           dataset, ingest_licence(workspace, licence), update)
     print_ingest(result, as_json)
+
+
+@ingest.command("edits")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--images", "images_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Folder of the edited images; every row's image is a path under it.")
+@click.option("--licence", "licence", metavar="LICENCE",
+              help="The edited images' licence, recorded with each candidate (a row's own licence column wins).")
+@json_option
+@pass_workspace
+def ingest_edits_cmd(workspace: Workspace, file: Path, images_dir: Path, licence: str | None, as_json: bool) -> None:
+    """Import edited images made anywhere (CSV or JSONL: item, image, optional instruction, condition, tool, licence,
+    edit = relevant|irrelevant) as edit candidates of their items, checked and ranked like generated ones."""
+    from cftools.commands.annotate import _Bar
+    from cftools.ingest.edits import ingest_edits
+
+    with _Bar(not as_json) as bar:
+        report = ingest_edits(workspace.store, workspace.root, file, images_dir, licence, progress=bar)
+    if as_json:
+        print_json(report.as_dict())
+        return
+    console.print(f"[bold]{escape(file.name)}[/]: {report.n_records} edits read, {report.candidates_added} candidates "
+                  f"added to {report.items} items ({report.already_there} already there, {report.images_added} new "
+                  f"images); {report.flagged} edits whose best candidate is flagged (`cftools flags list`).")

@@ -67,6 +67,22 @@ def test_an_item_whose_edit_predates_the_irrelevant_one_gets_only_the_missing_pa
     assert again.selected == 0 and stored(store, "numerical-direct")["edit"] == edit  # nothing asked again
 
 
+def test_an_item_with_only_an_imported_irrelevant_edit_gets_its_relevant_instruction(items_ws, stub):
+    """`ingest edits` of an irrelevant edit alone leaves `data.edit` with the irrelevant text only: the instruction
+    step still writes the relevant instruction, and keeps the imported text."""
+    store = items_ws.store
+    imported = {"irrelevant_condition": "A green square is in the corner.",
+                "irrelevant_instruction": "Add a green square in the corner."}
+    with store.write() as session:
+        item = session.execute(select(Item).where(Item.group == "numerical-direct")).scalar_one()
+        item.data = {**item.data, "edit": dict(imported)}
+    write_instructions(store, stub_backend(stub), editable_items(store, ("cvqa",)), params={"temperature": 0.0},
+                       quiet=True)
+    edit = stored(store, "numerical-direct")["edit"]
+    assert edit["condition"] and edit["instruction"] and edit["generation_id"]
+    assert {k: edit[k] for k in imported} == imported
+
+
 # ------------------------------------------------------------------ the candidates and their checks
 
 

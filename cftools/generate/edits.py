@@ -156,13 +156,16 @@ class EditInstructionTask(LLMTask):
               attempt: int) -> int:
         item = session.get(Item, job.context["item_id"])
         edit = dict((item.data or {}).get("edit") or {}) if item is not None else {}
-        if item is None or edit.get("irrelevant_instruction"):
+        if item is None or (edit.get("instruction") and edit.get("irrelevant_instruction")):
             return 0  # deleted meanwhile, or another run wrote it first
         if edit.get("instruction") and "irrelevant_instruction" not in parsed:
             return 0  # asked for its irrelevant edit only, and the reply repeated the relevant one
         if edit.get("instruction"):  # its relevant candidates were made from the edit it has: only what is missing
             edit.update(irrelevant_condition=parsed["irrelevant_condition"],
                         irrelevant_instruction=parsed["irrelevant_instruction"])
+        elif edit.get("irrelevant_instruction"):  # an imported irrelevant edit (`ingest edits`): its text stays
+            edit.update(condition=parsed["condition"], instruction=parsed["instruction"],
+                        generation_id=generation_id, template=self.template.name)
         else:
             edit = {**parsed, "generation_id": generation_id, "template": self.template.name}
         item.data = {**(item.data or {}), "edit": edit}

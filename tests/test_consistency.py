@@ -229,3 +229,51 @@ def test_eval_import_of_lmms_eval_and_vlmevalkit_files_gives_evals_consistency(t
     for imported in (from_lmms, from_vlm):
         assert imported.summary["cvqa"]["consistency"] == expected
     assert {m: expected[-1][m]["value"] for m in METRICS} == pytest.approx(expected_total())
+
+
+def test_a_multiple_choice_item_keeps_its_options_about_the_irrelevant_edit_and_vlmevalkit_agrees(tmp_path):
+    """CFMM: the irrelevant question offers the original question's options (the relevant edit the
+    counterfactual's); a model that reads the images is consistent, in eval and from VLMEvalKit's MCQ rows."""
+    from cftools.evaluate.harness_import import import_predictions
+    from cftools.release.vlmevalkit import write_vlmevalkit
+    from fixtures_eval import cfmm_record
+
+    records = [cfmm_record(i, "color") for i in range(2)]
+    images = {r["id"]: png_bytes(300 + i) for i, r in enumerate(records)}
+    release = write_release(tmp_path / "rel", records, images)
+    replies = {}
+    for i, record in enumerate(records):
+        record["data"] = {"edited_image": add_image(release, png_bytes(400 + i)), "edited_answer": "blue",
+                          "irrelevant_edited_image": add_image(release, png_bytes(500 + i)),
+                          "irrelevant_edited_answer": "red"}
+        replies.update({Path(record["image"]).name: "red", Path(record["data"]["edited_image"]).name: "blue",
+                        Path(record["data"]["irrelevant_edited_image"]).name: "red" if i == 0 else "green"})
+    release = write_release(tmp_path / "rel", records, images)
+
+    class ColourModel(ScriptedModel):
+        def __init__(self) -> None:
+            self.replies = replies
+
+    own = run_eval(release, "openai:scripted", mode="generate", out_dir=tmp_path / "own", answerer=ColourModel())
+    asked = {(p["id"], p["which"]): p for p in own.predictions}
+    assert asked[("cfmm-0", IRRELEVANT)]["correct"] and not asked[("cfmm-1", IRRELEVANT)]["correct"]
+    total = own.summary["cfmm"]["consistency"][-1]
+    assert total["n"] == 2 and total["consistency"]["value"] == 0.5 and total["change_iff_relevant"]["value"] == 0.5
+
+    vlm = harness_folder(release, records, tmp_path / "vlm", write_vlmevalkit)
+    csv.field_size_limit(sys.maxsize)
+    files = []
+    for tsv in sorted(vlm.glob("*.tsv")):
+        with open(tsv, encoding="utf-8", newline="") as fh:
+            rows = list(csv.DictReader(fh, delimiter="\t"))
+        for row in rows:
+            if row["l2-category"] == IRRELEVANT:  # the original question's own text; its options as columns
+                assert row["question"] == records[0]["original_question"] and [row["A"], row["B"]] == ["red", "green"]
+        predictions = tmp_path / f"model_{tsv.name}"
+        with open(predictions, "w", encoding="utf-8", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=[*rows[0], "prediction"], delimiter="\t")
+            writer.writeheader()
+            writer.writerows({**r, "prediction": asked[(r["item_id"], r["l2-category"])]["raw"]} for r in rows)
+        files.append(predictions)
+    imported = import_predictions(vlm, files, tmp_path / "from-vlm")
+    assert imported.summary["cfmm"]["consistency"] == own.summary["cfmm"]["consistency"]

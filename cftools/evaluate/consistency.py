@@ -33,10 +33,13 @@ IRRELEVANT_IMAGE = "irrelevant_edited_image"
 IRRELEVANT_ANSWER = "irrelevant_edited_answer"
 # The section's scores, in the order the report and the CSV give them.
 METRICS = ("consistency", "changed_on_relevant", "unchanged_on_irrelevant", "change_iff_relevant")
-DEFINITION = ("consistency: right on the original, the relevant edit (answer changed to its gold) and the irrelevant "
-              "edit (answer unchanged), all three; change iff relevant: the reply about the relevant edit differs "
-              "from the reply about the original and the reply about the irrelevant edit equals it (replies "
-              "compared as read, after the VQA normal form; an unreadable reply is never consistent)")
+DEFINITION = ("CounterBench's Counterfactual Consistency Score (the answer changes if and only if the intervention is "
+              "relevant), in two readings. Consistency: right on all three, the original image, the relevant edit "
+              "(the answer changed to its gold) and the irrelevant edit (the answer unchanged). Change iff relevant: "
+              "the reply about the relevant edit differs from the reply about the original image (changed on "
+              "relevant) and the reply about the irrelevant edit equals it (unchanged on irrelevant), whatever the "
+              "gold answers. Replies are compared as read, in the VQA normal form; an unreadable reply counts as "
+              "wrong and as neither changed nor unchanged, so it is never consistent.")
 
 
 def irrelevant_image_of(record: dict[str, Any]) -> Optional[str]:
@@ -122,12 +125,12 @@ def consistency_section(outcomes: Sequence[dict]) -> Optional[list[dict[str, Any
 def consistency_table(kind: str, rows: Sequence[dict[str, Any]], fmt: Any) -> Any:
     from cftools.kinds.base import ReportTable
 
-    return ReportTable(kind, f"{kind}: counterfactual consistency (%), items asked about the original, the relevant "
-                       f"and the irrelevant edit. {DEFINITION}",
+    return ReportTable(kind, f"{kind}: counterfactual consistency (%) over the items asked about the original image, "
+                       "the relevant edit and the irrelevant edit",
                        ["group", "n", "irrelevant", "unknown", "consistency", "changed on relevant",
                         "unchanged on irrelevant", "change iff relevant"],
                        [[r["group"], str(r["n"]), fmt.pct(r[IRRELEVANT]), fmt.rate(r["unknown_irrelevant"]),
-                         *(fmt.pct(r[metric]) for metric in METRICS)] for r in rows])
+                         *(fmt.pct(r[metric]) for metric in METRICS)] for r in rows], note=DEFINITION)
 
 
 def consistency_tables(kind: str, section: dict[str, Any], fmt: Any) -> list[Any]:

@@ -22,9 +22,9 @@ CFMM both-right score acc+, MuCR C2E/E2C/Cue) come from `cftools eval import FOL
 reads VLMEvalKit's prediction files back: besides VLMEvalKit's columns each row has `l2-category` (which question
 of the item: original, counterfactual, c2e, ..., and `edited`: the original question about the item's edited image,
 whose answer is the edited image's, `data.edited_answer`; `irrelevant`: the original question about the item's
-irrelevant-edited image, whose answer stays, `data.irrelevant_edited_answer`), `split`, `item_id`, `answer_type` and `pair_index` (the
-`original` and the `edited` row of an item name each other's index), and the folder holds the native
-`records.jsonl`. Names start with `CF_`, so none collides with VLMEvalKit's own datasets (its `CVQA` is
+irrelevant-edited image, whose answer stays, `data.irrelevant_edited_answer`), `split`, `item_id`, `answer_type`
+and `pair_index` (the `original` and the `edited` row of an item name each other's index), and the folder holds
+the native `records.jsonl`. Names start with `CF_`, so none collides with VLMEvalKit's own datasets (its `CVQA` is
 the unrelated cultural VQA). Free-text questions scored by a judge (MuCR Exp) are left out.
 """
 

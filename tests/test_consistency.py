@@ -194,7 +194,7 @@ def harness_folder(release: Path, records: list[dict], folder: Path, write) -> P
 
 def test_eval_import_of_lmms_eval_and_vlmevalkit_files_gives_evals_consistency(tmp_path):
     from cftools.evaluate.harness_import import import_predictions
-    from cftools.release.lmms_eval import metric_name, write_lmms_eval
+    from cftools.release.lmms_eval import TaskFunctions, metric_name, write_lmms_eval
     from cftools.release.vlmevalkit import write_vlmevalkit
 
     release, records = edits_release(tmp_path / "rel")
@@ -210,6 +210,12 @@ def test_eval_import_of_lmms_eval_and_vlmevalkit_files_gives_evals_consistency(t
     samples.write_text("".join(json.dumps({"doc_id": n, "doc": d, "filtered_resps": [raw[(d["item_id"], d["which"])]]})
                                + "\n" for n, d in enumerate(docs)), encoding="utf-8")
     from_lmms = import_predictions(lmms, [samples], tmp_path / "from-lmms")
+    # lmms-eval's own aggregation of the task's metrics (utils.py) gives the same numbers
+    task = TaskFunctions(lmms, "cvqa", [("total", m) for m in METRICS])
+    lines = [task.process_results(d, [raw[(d["item_id"], d["which"])]])[metric_name("total", "consistency")]
+             for d in docs]
+    for metric in METRICS:
+        assert task.aggregation("total", metric)(lines) == pytest.approx(expected[-1][metric]["value"])
 
     vlm = harness_folder(release, records, tmp_path / "vlm", write_vlmevalkit)
     csv.field_size_limit(sys.maxsize)

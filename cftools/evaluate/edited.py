@@ -14,6 +14,9 @@ Per kind and group, `edited_section` reports on the items asked all three:
   that answers without looking at the image cannot get both);
 - `counterfactual`: accuracy of the text-only counterfactual question (about the original image), beside them;
 - `unknown_edited`: the share of unreadable replies about the edited image.
+
+A record with an irrelevant edit as well gets a fourth question, `irrelevant`, and the kind's section a
+`consistency` part beside `edited` (`cftools.evaluate.consistency`).
 """
 
 from __future__ import annotations
@@ -28,15 +31,18 @@ EDITED = "edited"
 
 
 def edited_questions(record: dict[str, Any], ctx: Any, kind: Any, asked: Sequence[Any]) -> list[Any]:
-    """The `edited` question of RECORD, built from its asked `original` question; none without an edited image.
-    A blind run gets it without the image."""
+    """The `edited` question of RECORD, built from its asked `original` question (none without an edited image),
+    and its `irrelevant` question where it has an irrelevant edit (`cftools.evaluate.consistency`). A blind run gets
+    them without the image."""
+    from cftools.evaluate.consistency import irrelevant_questions
     from cftools.evaluate.questions import gold_option_of, question_answer_type
 
+    irrelevant = irrelevant_questions(record, ctx, asked)
     path = edited_image_of(record)
     original = next((q for q in asked if q.which == "original"), None)
     gold = edited_answer_of(record)
     if path is None or original is None or gold is None:
-        return []
+        return irrelevant
     image = ctx.release_dir / path
     if not image.is_file():
         raise InputError(image, "edited image listed in the release is missing", f"id {record.get('id')}")
@@ -49,7 +55,8 @@ def edited_questions(record: dict[str, Any], ctx: Any, kind: Any, asked: Sequenc
                                   kind=record.get("kind"), which="original", answer_type=answer_type)
     prompt = replace(original.prompt, text=text, images=[image] if ctx.needs_image else [], options=options)
     return [replace(original, which=EDITED, gold=gold, answer_type=answer_type, prompt=prompt, options=options,
-                    gold_option=gold_option_of(options, gold, answer_type) if options else None, choices=None)]
+                    gold_option=gold_option_of(options, gold, answer_type) if options else None, choices=None),
+            *irrelevant]
 
 
 def edited_row(name: str, outcomes: Sequence[dict]) -> dict[str, Any]:
@@ -75,6 +82,14 @@ def edited_section(outcomes: Sequence[dict]) -> Optional[list[dict[str, Any]]]:
     return [*(edited_row(group, items) for group, items in by_group(mine).items()), edited_row(TOTAL, mine)]
 
 
+def edited_sections(outcomes: Sequence[dict]) -> dict[str, Any]:
+    """A kind's `edited` and `consistency` parts, each where the run asked its questions."""
+    from cftools.evaluate.consistency import consistency_section
+
+    parts = {"edited": edited_section(outcomes), "consistency": consistency_section(outcomes)}
+    return {name: rows for name, rows in parts.items() if rows}
+
+
 def edited_table(kind: str, rows: Sequence[dict[str, Any]], fmt: Any) -> Any:
     from cftools.kinds.base import ReportTable
 
@@ -87,14 +102,21 @@ def edited_table(kind: str, rows: Sequence[dict[str, Any]], fmt: Any) -> Any:
 
 
 def edited_tables(kind: str, section: dict[str, Any], fmt: Any) -> list[Any]:
-    """The edited-image table of a kind's section, when the run asked about edited images."""
-    return [edited_table(kind, section["edited"], fmt)] if section.get("edited") else []
+    """The edited-image table of a kind's section, when the run asked about edited images, and the consistency
+    table beside it, when it asked about irrelevant edits."""
+    from cftools.evaluate.consistency import consistency_tables
+
+    return ([edited_table(kind, section["edited"], fmt)] if section.get("edited") else []) + consistency_tables(
+        kind, section, fmt)
 
 
-def edited_csv_rows(rows: Optional[Sequence[dict[str, Any]]]) -> list[tuple[str, str, Any, Optional[int]]]:
+def edited_csv_rows(section: dict[str, Any]) -> list[tuple[str, str, Any, Optional[int]]]:
+    """The CSV rows of a kind's `edited` and `consistency` parts."""
+    from cftools.evaluate.consistency import consistency_csv_rows
+
     out: list[tuple[str, str, Any, Optional[int]]] = []
-    for r in rows or []:
+    for r in section.get("edited") or []:
         out += [(r["group"], f"edited_{metric}", r[metric], None)
                 for metric in ("original", EDITED, "paired", "counterfactual")]
         out.append((r["group"], "edited_unknown", r["unknown_edited"], r["n"]))
-    return out
+    return out + consistency_csv_rows(section.get("consistency"))

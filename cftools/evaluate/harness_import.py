@@ -14,7 +14,9 @@ The files are what the evaluation harnesses write for the release's exports (`cf
 
 Every reply is matched to its question of RELEASE (the same questions the exports hold) and scored with the
 kind's own metrics, into an ordinary run folder (config.json, predictions.jsonl, report.md/.csv/.png), so the
-papers' tables and the both-right scores (CFMM acc+) are there for a harness run too. A reply that names no
+papers' tables and the both-right scores (CFMM acc+) are there for a harness run too, and so are the edited-image
+and counterfactual-consistency tables of a release with edits (its `edited` and `irrelevant` questions:
+`cftools.evaluate.consistency`). A reply that names no
 question of the release, a question answered twice, or a VLMEvalKit `index` that is not a whole number >= 0 is an
 error naming the file and the row; a file that cannot be read (a workbook that is not one) is one line naming it.
 An lmms-eval sample whose `filtered_resps` is empty holds no reply: its question is left unanswered.

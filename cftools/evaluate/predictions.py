@@ -145,7 +145,9 @@ def outcomes_from_predictions(predictions: Iterable[dict[str, Any]]) -> list[dic
         if "similarities" in line:  # a judged free-text answer
             outcome[line["which"]] = {k: line.get(k) for k in ("similarities", "parts", "exp_score", "aggregate")}
         else:
-            outcome[line["which"]] = {"correct": bool(line.get("correct")), "unknown": bool(line.get("unknown"))}
+            # the answer as read: the consistency score compares the replies about an item's images
+            outcome[line["which"]] = {"correct": bool(line.get("correct")), "unknown": bool(line.get("unknown")),
+                                      "answer": line.get("parsed")}
     return list(by_item.values())
 
 

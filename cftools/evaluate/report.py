@@ -148,7 +148,8 @@ def render_markdown(config: dict[str, Any], summary: dict[str, Any]) -> str:
     fmt = ScoreFormat(pct=pct, rate=rate, points=points)
     paper = [t for kind, section in kind_sections(summary) for t in kind.paper_tables(section, fmt)]
     for table in report_tables(summary) + paper:
-        out += ["", f"## {table.title}", "", "| " + " | ".join(table.columns) + " |",
+        out += ["", f"## {table.title}", *(["", table.note] if table.note else []), "",
+                "| " + " | ".join(table.columns) + " |",
                 "|" + "|".join("---" for _ in table.columns) + "|"]
         out += ["| " + " | ".join(row) + " |" for row in table.rows]
     bias = summary.get("position_bias")

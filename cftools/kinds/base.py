@@ -128,6 +128,7 @@ class ReportTable:
     title: str
     columns: list[str]
     rows: list[list[str]] = field(default_factory=list)
+    note: str = ""  # a paragraph under the table's title in report.md (what its scores mean)
 
 
 class Kind:

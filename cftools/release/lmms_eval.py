@@ -27,7 +27,11 @@ runs no cftools judge.
 An item with an edited image (`data.edited_image`, C-VQA and CFMM) has a third doc beside its original and
 counterfactual ones, `which: edited`: the original question about the edited image, its target the edited image's
 answer (`data.edited_answer`); the task's metrics then include the kind's edited-image rows (`total_edited_paired`:
-both the original and the edited image answered right), and `cftools eval import` reports them.
+both the original and the edited image answered right), and `cftools eval import` reports them. An item with an
+irrelevant edit (`data.irrelevant_edited_image`) has a fourth doc, `which: irrelevant`: the original question about
+the irrelevant-edited image, its target the answer that stays (`data.irrelevant_edited_answer`); the metrics then
+include the kind's consistency rows (`total_consistency`, `total_change_iff_relevant`, ...:
+`cftools.evaluate.consistency`).
 
 Prompts: each doc holds the prompt `cftools eval` renders; `doc_to_text` wraps it in the model's
 `lmms_eval_specific_kwargs` (`pre_prompt`, `post_prompt`; `default` adds nothing), so a prompt can be set per

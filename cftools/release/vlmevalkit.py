@@ -21,9 +21,10 @@ README.md says how to run it and what VLMEvalKit scores itself. The kinds' own m
 CFMM both-right score acc+, MuCR C2E/E2C/Cue) come from `cftools eval import FOLDER PREDICTION_FILES...`, which
 reads VLMEvalKit's prediction files back: besides VLMEvalKit's columns each row has `l2-category` (which question
 of the item: original, counterfactual, c2e, ..., and `edited`: the original question about the item's edited image,
-whose answer is the edited image's, `data.edited_answer`), `split`, `item_id`, `answer_type` and `pair_index` (the
-`original` and the `edited` row of an item name each other's index), and the folder holds the native
-`records.jsonl`. Names start with `CF_`, so none collides with VLMEvalKit's own datasets (its `CVQA` is
+whose answer is the edited image's, `data.edited_answer`; `irrelevant`: the original question about the item's
+irrelevant-edited image, whose answer stays, `data.irrelevant_edited_answer`), `split`, `item_id`, `answer_type`
+and `pair_index` (the `original` and the `edited` row of an item name each other's index), and the folder holds
+the native `records.jsonl`. Names start with `CF_`, so none collides with VLMEvalKit's own datasets (its `CVQA` is
 the unrelated cultural VQA). Free-text questions scored by a judge (MuCR Exp) are left out.
 """
 
@@ -44,7 +45,9 @@ BASE_COLUMNS = ("index", "image", "question", "answer", "category", "l2-category
 # The question asked about both images of an item with an edit: the original image's row and the edited image's
 # row name each other's index (`pair_index`; empty for every other row, or where the two are in different files).
 IMAGE_PAIR = ("original", "edited")
-PAIR_TEXT = {"original": "original_question", "counterfactual": "question"}
+# The record field holding a multiple-choice question's own text (without its options), by which question it is.
+PAIR_TEXT = {"original": "original_question", "counterfactual": "question", "edited": "original_question",
+             "irrelevant": "original_question"}
 MCQ, YES_NO, OPEN = "MCQ", "YN", "OpenEnded"
 # The VLMEvalKit class that loads each file (`--config`): its custom MCQ and VQA classes, its Y/N class.
 DATASET_CLASSES = {MCQ: "CustomMCQDataset", YES_NO: "ImageYORNDataset", OPEN: "CustomVQADataset"}
@@ -175,4 +178,7 @@ def card_text(name: str, version: str, datasets: dict[str, str]) -> str:
         "`l2-category` (which question of the item), and this folder holds the release's `records.jsonl`.", "",
         "An item with an edited image has an `edited` row beside its `original` row: the original question about the "
         "edited image, whose answer is the edited image's; the two rows name each other in `pair_index`. "
-        "`cftools eval import` reports the paired score (both right) of such items.", ""])
+        "`cftools eval import` reports the paired score (both right) of such items. "
+        "An item with an irrelevant edit has an `irrelevant` row too: the original question about the "
+        "irrelevant-edited image, whose answer stays; `cftools eval import` reports the counterfactual "
+        "consistency (the answer changes if and only if the edit is relevant) of items with all three rows.", ""])

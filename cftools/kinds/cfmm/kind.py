@@ -273,11 +273,10 @@ class CfmmKind(Kind):
     def summarize(self, outcomes: Sequence[dict]) -> dict[str, Any]:
         """Per type: acc_b, acc_c, acc+; the paper's totals (the sum of the per-type percentages, of 600) and the
         plain overall accuracy; the random baselines. See `cftools.kinds.cfmm.scores`."""
-        from cftools.evaluate.edited import edited_section
+        from cftools.evaluate.edited import edited_sections
         from cftools.kinds.cfmm.scores import summarize
 
-        edited = edited_section(outcomes)
-        return {**summarize(outcomes, TYPES), **({"edited": edited} if edited else {})}
+        return {**summarize(outcomes, TYPES), **edited_sections(outcomes)}
 
     def report_table(self, section: dict[str, Any], fmt) -> ReportTable:  # noqa: ANN001
         from cftools.kinds.cfmm.scores import table_rows
@@ -306,7 +305,7 @@ class CfmmKind(Kind):
                 out.append((RANDOM, metric, section["random"][metric]["value"], None))
         from cftools.evaluate.edited import edited_csv_rows
 
-        return out + edited_csv_rows(section.get("edited"))
+        return out + edited_csv_rows(section)
 
     def plot_series(self, section: dict[str, Any]):  # noqa: ANN201
         rows = section["rows"]

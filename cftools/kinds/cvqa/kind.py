@@ -143,10 +143,9 @@ class CvqaKind(Kind):
 
         rows = [pair_row(group, items, "original", "counterfactual") for group, items in by_group(outcomes).items()]
         rows.append(pair_row(TOTAL, outcomes, "original", "counterfactual"))
-        from cftools.evaluate.edited import edited_section
+        from cftools.evaluate.edited import edited_sections
 
-        edited = edited_section(outcomes)
-        return {"rows": rows, **({"edited": edited} if edited else {})}
+        return {"rows": rows, **edited_sections(outcomes)}
 
     def report_table(self, section: dict[str, Any], fmt) -> ReportTable:  # noqa: ANN001
         rows = [[r["group"], str(r["n"]), fmt.pct(r["original"]), fmt.rate(r["unknown_original"]),
@@ -176,7 +175,7 @@ class CvqaKind(Kind):
                     (r["group"], "unknown_counterfactual", r["unknown_counterfactual"], r["n"])]
         from cftools.evaluate.edited import edited_csv_rows
 
-        return out + edited_csv_rows(section.get("edited"))
+        return out + edited_csv_rows(section)
 
     def plot_series(self, section: dict[str, Any]):  # noqa: ANN201
         rows = section["rows"]

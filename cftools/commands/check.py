@@ -52,6 +52,9 @@ def print_summary(report: CheckReport, out) -> None:  # noqa: ANN001
     if report.notes:
         out.print("[yellow]Some checks could not decide on some items (see --json 'notes'); "
                   "those items are not flagged for it.[/]")
+    if report.edited_items:
+        out.print(f"{report.edited_items} items' stored edit candidates checked again and re-ranked "
+                  "(edit flags rank candidates; they do not keep an item draft).")
     if report.duplicate_mode:
         embedded = f" ({report.embedded} questions embedded)" if report.embedded else ""
         out.print(f"duplicate: {report.duplicate_mode}{embedded}", markup=False)
@@ -77,7 +80,8 @@ def check(workspace: Workspace, as_json: bool, recheck: bool, only: tuple[str, .
 
     Each problem becomes a flag on the item (code and reason); nothing is deleted and flagged items
     stay draft. Each kind declares its checks (--list shows every code and the items it applies to),
-    plus `duplicate` for every item with an image. A rerun checks only new drafts and drafts edited
+    plus `duplicate` for every item with an image, and the edit checks (edit_*) over the stored edit candidates of
+    every item that has them (re-ranked; they do not change an item's status). A rerun checks only new drafts and drafts edited
     since their check; --recheck checks every draft again.
     """
     if list_checks:

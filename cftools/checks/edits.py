@@ -68,7 +68,7 @@ def _described() -> dict[str, str]:
     current = None
     for line in (edit_checks.__doc__ or "").splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")] if line.lstrip().startswith("|") else []
-        if len(cells) < 2 or set(cells[0]) <= set("-"):
+        if len(cells) < 2 or (cells[0] and set(cells[0]) <= set("-")):
             current = None if not cells else current
             continue
         code = cells[0].strip("`")
@@ -78,7 +78,12 @@ def _described() -> dict[str, str]:
                 found[current] = [cells[1]]
         elif current:
             found[current].append(cells[1])
-    return {code: " ".join(parts) for code, parts in found.items()}
+    return {code: _with_values(" ".join(parts)) for code, parts in found.items()}
+
+
+def _with_values(text: str) -> str:
+    """`NAME` of a setting of the edit checks replaced by its value (`MIN_CHANGED_SHARE` -> 0.002)."""
+    return re.sub(r"`([A-Z_]+)`", lambda m: str(getattr(edit_checks, m.group(1), m.group(1))), text)
 
 
 def edit_scopes() -> dict[str, str]:

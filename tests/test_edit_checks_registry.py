@@ -211,3 +211,21 @@ def test_near_duplicate_conditions_are_repeats_and_different_ones_are_not():
                                  2: ("b", "The television set is switched off"),
                                  3: ("c", "The lamp is on."), 4: ("d", "The lamp is off.")})
     assert found == {1: ["b"], 2: ["a"]}
+
+
+def test_the_irrelevant_edit_candidates_are_checked_ranked_and_listed_too(items_ws, run_cli, tmp_path):
+    store = items_ws.store
+    first = item_ids(store)[0]
+    add_candidates(store, first, tmp_path / "candidates", photo(0))
+    with store.write() as session:  # the same three files as the irrelevant edit's candidates, ranked stale
+        item = session.get(Item, first)
+        item.data = {**item.data, "irrelevant_edit_candidates": item.data["edit_candidates"],
+                     "irrelevant_edit_checks": [{"k": k, "score": 1.0, "flags": []} for k in (0, 1, 2)]}
+    assert run_cli("check", "--only", EDIT_IDENTICAL).exit_code == 0
+    with store.session() as session:
+        item = session.get(Item, first)
+        irrelevant, key = item.data["irrelevant_edit_checks"], item.key
+    assert irrelevant[-1]["k"] == 0 and [f["code"] for f in irrelevant[-1]["flags"]] == [EDIT_IDENTICAL]
+    [row] = [r for r in json.loads(run_cli("flags", "list", key, "--json").output) if r["code"] == EDIT_IDENTICAL]
+    assert "irrelevant candidate 0:" in row["reason"] and row["reason"].startswith("candidate 0:")
+    assert "irrelevant candidates ranked best first" in run_cli("show", str(first)).output

@@ -229,3 +229,15 @@ def test_the_irrelevant_edit_candidates_are_checked_ranked_and_listed_too(items_
     [row] = [r for r in json.loads(run_cli("flags", "list", key, "--json").output) if r["code"] == EDIT_IDENTICAL]
     assert "irrelevant candidate 0:" in row["reason"] and row["reason"].startswith("candidate 0:")
     assert "irrelevant candidates ranked best first" in run_cli("show", str(first)).output
+
+
+def test_a_code_added_to_the_edit_checks_is_listed_without_touching_the_registry(items_ws, run_cli, monkeypatch):
+    from cftools.imagegen import edit_checks
+
+    monkeypatch.setattr(edit_checks, "EDIT_CODES", (*edit_checks.EDIT_CODES, "edit_new_kind_of_failure"))
+    monkeypatch.setattr(edit_checks, "EDIT_ANSWER_SOMETHING", "edit_answer_something", raising=False)
+    monkeypatch.setattr(edit_checks, "EDIT_CODES", (*edit_checks.EDIT_CODES, "edit_answer_something"))
+    listing = run_cli("check", "--list").output
+    assert "edit_new_kind_of_failure" in listing
+    out = run_cli("check", "--only", "edit_answer_something")  # an answer check: check has no answerer
+    assert out.exit_code != 0 and "edit_answer_something needs an answerer" in out.output

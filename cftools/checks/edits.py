@@ -6,8 +6,9 @@ draft still moves to `checked` when its text checks pass; the edit flags rank ca
 - the image checks of `cftools.imagegen.edit_checks` (its `EDIT_CODES`, read at run time so new codes appear),
   recomputed over the STORED candidates of every item with `edit_candidates` (and `irrelevant_edit_candidates`),
   which are then re-ranked into `data.edit_checks` (`data.irrelevant_edit_checks`). With only some codes, only
-  those codes' flags are replaced; the others are kept as stored. `edit_answer_not_flipped` needs an answerer
-  (`cftools generate edits --answerer`), so `check` keeps its stored results;
+  those codes' flags are replaced; the others are kept as stored. The answer checks (`EDIT_ANSWER_*`, e.g.
+  `edit_answer_not_flipped`) need an answerer (`cftools generate edits --answerer`), so `check` keeps their
+  stored results;
 - `edit_condition_repeated`: an item whose `data.edit.condition` repeats another item's (any kind; compared
   normalised: case, whitespace and punctuation, and near-duplicates by rapidfuzz's token sort ratio from
   `CONDITION_SIMILARITY`) gets a stored flag naming the other items.
@@ -34,7 +35,6 @@ from cftools.store import Store
 
 CONDITION_REPEATED = "edit_condition_repeated"
 CONDITION_SIMILARITY = 92  # rapidfuzz token sort ratio (0-100): "the lamp is on"/"off" score 89.7, not one
-ANSWER_CHECK = "edit_answer_not_flipped"
 CANDIDATE_SETS = (("edit_candidates", "edit_checks", "candidate"),
                   ("irrelevant_edit_candidates", "irrelevant_edit_checks", "irrelevant candidate"))
 BATCH = 100  # items per transaction (each item opens its candidates' files)
@@ -55,6 +55,12 @@ def edit_kinds() -> list[str]:
 
 def image_codes() -> tuple[str, ...]:
     return tuple(edit_checks.EDIT_CODES)
+
+
+def answer_codes() -> list[str]:
+    """The edit checks that ask a model about the images (`EDIT_ANSWER_*`): `check` has no answerer to run them."""
+    return [value for name, value in vars(edit_checks).items() if name.startswith("EDIT_ANSWER_")
+            and value in image_codes()]
 
 
 def edit_codes() -> list[str]:
@@ -92,7 +98,8 @@ def edit_scopes() -> dict[str, str]:
     what = _described()
     scopes = {code: f"{kinds}: items with edit candidates — {what.get(code, 'see docs/check.md')}"
               for code in image_codes()}
-    scopes[ANSWER_CHECK] = scopes.get(ANSWER_CHECK, "") + " (needs an answerer: run by `generate edits --answerer`)"
+    for code in answer_codes():
+        scopes[code] += " (needs an answerer: run by `generate edits --answerer`)"
     scopes[CONDITION_REPEATED] = f"{kinds}: items with an edit condition — {_CONDITION_FLAGS}"
     return scopes
 
@@ -172,7 +179,7 @@ def run_image_checks(store: Store, codes: Sequence[str], groups: Sequence[str] =
                      on_batch: Optional[Callable[[int], None]] = None) -> EditCheckReport:
     """Recompute CODES (of the image checks) over every edited item's stored candidates and re-rank them."""
     report = EditCheckReport()
-    codes = [c for c in codes if c in image_codes() and c != ANSWER_CHECK]
+    codes = [c for c in codes if c in image_codes() and c not in answer_codes()]
     if not codes:
         return report
     ids = _edited_items(store, groups)
@@ -270,8 +277,9 @@ def run_edit_checks(store: Store, codes: Sequence[str], groups: Sequence[str] = 
                     on_batch: Optional[Callable[[int], None]] = None) -> EditCheckReport:
     """Run the edit checks named in CODES. ONLY: the codes were asked for by name (`--only`), so a check that
     cannot run here says so instead of keeping its stored results silently."""
-    if only and ANSWER_CHECK in codes:
-        raise CftoolsError(f"{ANSWER_CHECK} needs an answerer: run `cftools generate edits --answerer MODEL` "
+    asked = [c for c in codes if c in answer_codes()]
+    if only and asked:
+        raise CftoolsError(f"{', '.join(asked)} needs an answerer: run `cftools generate edits --answerer MODEL` "
                            "(cftools check keeps its stored results)")
     report = run_image_checks(store, codes, groups, on_batch)
     if CONDITION_REPEATED in codes:

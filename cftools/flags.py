@@ -1,8 +1,8 @@
 """A person overrules an automatic check: `cftools flags waive ITEM CODE --reason TEXT` (and `list`, `undo`).
 
 Flags are the checks' (stored rows) and those the edit checks gave an item's edit candidates (`data.edit_checks`,
-`data.irrelevant_edit_checks`; a waived edit flag no longer keeps its candidate from people). A waiver is kept in the item's data
-(`data.waived_flags[CODE]` = who, when, why) and each waive or undo is an event in the item's history (stage
+`data.irrelevant_edit_checks`; a waived edit flag no longer keeps its candidate from people). A waiver is kept in
+the item's data (`data.waived_flags[CODE]` = who, when, why) and each waive or undo is an event in the item's history (stage
 `flags`). The flag itself stays stored and released (with its waiver); a
 waived flag no longer blocks the item: the next `cftools check` moves it on as if the flag were not there. Who:
 `CFTOOLS_USER`, else `[user] name` in cftools.toml, else the operating system's user name.

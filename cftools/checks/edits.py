@@ -176,41 +176,64 @@ def _as_report(k: int, stored: dict, flags: list) -> "edit_checks.EditReport":
 
 
 def run_image_checks(store: Store, codes: Sequence[str], groups: Sequence[str] = (),
+                     on_start: Optional[Callable[[int], None]] = None,
                      on_batch: Optional[Callable[[int], None]] = None) -> EditCheckReport:
-    """Recompute CODES (of the image checks) over every edited item's stored candidates and re-rank them."""
+    """Recompute CODES (of the image checks) over every edited item's stored candidates and re-rank them;
+    ON_START is told how many items there are, ON_BATCH how many each batch did."""
     report = EditCheckReport()
     codes = [c for c in codes if c in image_codes() and c not in answer_codes()]
     if not codes:
         return report
     ids = _edited_items(store, groups)
+    if on_start:
+        on_start(len(ids))
     for start in range(0, len(ids), BATCH):
+        batch = ids[start:start + BATCH]
+        # measured outside the write transaction (files and SSIM take long), written in one transaction
+        with store.session() as session:
+            results = {item_id: _rechecked(session, session.get(Item, item_id), codes, report) for item_id in batch}
         with store.write() as session:
-            for item_id in ids[start:start + BATCH]:
-                _recheck_item(session, session.get(Item, item_id), codes, report)
+            for item_id, (read, checks) in results.items():
+                _write_checks(session, session.get(Item, item_id), read, checks, report)
         if on_batch:
-            on_batch(len(ids[start:start + BATCH]))
+            on_batch(len(batch))
     return report
 
 
-def _recheck_item(session: Any, item: Optional[Item], codes: Sequence[str], report: EditCheckReport) -> None:
+def _rechecked(session: Any, item: Optional[Item], codes: Sequence[str],
+               report: EditCheckReport) -> tuple[dict, dict[str, list]]:
+    """The item's candidate sets as read, and each set's checks recomputed ({} when there is nothing to do)."""
     if item is None or item.status == REJECTED:
-        return
-    data = dict(item.data or {})
+        return {}, {}
+    data = item.data or {}
     original = _original_path(session, item)
     if original is None or not original.is_file():
-        return  # nothing to compare with: the stored results stay
-    changed = False
+        return {}, {}  # nothing to compare with: the stored results stay
+    read, checks = {}, {}
     for candidates_key, checks_key, _ in CANDIDATE_SETS:
         candidates = data.get(candidates_key) or {}
-        if not candidates:
-            continue
-        paths = _image_paths(session, [c.get("image", "") for c in candidates.values()])
-        data[checks_key] = recheck_candidates(original, candidates, data.get(checks_key) or [], paths, codes, report)
-        changed = True
-    if changed:
-        report.items += 1
-        item.data, item.updated_at = data, utcnow()
-        session.add(item)
+        if candidates:
+            paths = _image_paths(session, [c.get("image", "") for c in candidates.values()])
+            read[candidates_key] = candidates
+            checks[checks_key] = recheck_candidates(original, candidates, data.get(checks_key) or [], paths, codes,
+                                                    report)
+    return read, checks
+
+
+def _write_checks(session: Any, item: Optional[Item], read: dict, checks: dict[str, list],
+                  report: EditCheckReport) -> None:
+    """Store CHECKS unless the item's candidates changed since they were READ (a `generate edits` run meanwhile
+    ranks them itself); an unchanged ranking is not written again."""
+    if item is None or not checks:
+        return
+    data = dict(item.data or {})
+    if any(data.get(key) != candidates for key, candidates in read.items()):
+        return
+    report.items += 1
+    if all(data.get(key) == value for key, value in checks.items()):
+        return
+    item.data, item.updated_at = {**data, **checks}, utcnow()
+    session.add(item)
 
 
 # ---------------------------------------------------------------- conditions that repeat
@@ -244,6 +267,11 @@ def repeated_conditions(conditions: dict[int, tuple[str, str]],
     return {item_id: sorted(conditions[o][0] for o in others) for item_id, others in same.items() if others}
 
 
+def _condition(data: Any) -> str:
+    edit = data.get("edit") if isinstance(data, dict) else None
+    return str(edit.get("condition") or "") if isinstance(edit, dict) else ""
+
+
 def _condition_reason(condition: str, others: list[str]) -> str:
     named = ", ".join(others[:NAMED]) + (f" and {len(others) - NAMED} more" if len(others) > NAMED else "")
     return f"the edit condition {condition!r} repeats that of item(s) {named}"
@@ -255,8 +283,7 @@ def run_condition_check(store: Store, groups: Sequence[str] = ()) -> EditCheckRe
     with store.session() as session:
         rows = session.execute(select(Item.id, Item.key, Item.group, Item.data).where(Item.status != REJECTED)
                                .order_by(Item.id)).all()
-    conditions = {item_id: (key, str(((data or {}).get("edit") or {}).get("condition") or ""))
-                  for item_id, key, _, data in rows if isinstance(data, dict) and (data.get("edit") or {}).get("condition")}
+    conditions = {item_id: (key, _condition(data)) for item_id, key, _, data in rows if _condition(data)}
     in_scope = [item_id for item_id, _, group, _ in rows if item_id in conditions and (not groups or group in groups)]
     repeats = repeated_conditions(conditions)
     now = utcnow()
@@ -274,6 +301,7 @@ def run_condition_check(store: Store, groups: Sequence[str] = ()) -> EditCheckRe
 
 
 def run_edit_checks(store: Store, codes: Sequence[str], groups: Sequence[str] = (), *, only: bool = False,
+                    on_start: Optional[Callable[[int], None]] = None,
                     on_batch: Optional[Callable[[int], None]] = None) -> EditCheckReport:
     """Run the edit checks named in CODES. ONLY: the codes were asked for by name (`--only`), so a check that
     cannot run here says so instead of keeping its stored results silently."""
@@ -281,7 +309,7 @@ def run_edit_checks(store: Store, codes: Sequence[str], groups: Sequence[str] = 
     if only and asked:
         raise CftoolsError(f"{', '.join(asked)} needs an answerer: run `cftools generate edits --answerer MODEL` "
                            "(cftools check keeps its stored results)")
-    report = run_image_checks(store, codes, groups, on_batch)
+    report = run_image_checks(store, codes, groups, on_start, on_batch)
     if CONDITION_REPEATED in codes:
         condition = run_condition_check(store, groups)
         report.applied.update(condition.applied)

@@ -325,8 +325,9 @@ def _run_edit_checks(store: Store, codes: Sequence[str], groups: Sequence[str], 
     wanted = [c for c in codes if c in edit_codes()]
     if not wanted:
         return
-    progress.stage("checking edits", 0)
-    done = run_edit_checks(store, wanted, groups, only=only, on_batch=progress.advance)
+    done = run_edit_checks(store, wanted, groups, only=only,
+                           on_start=lambda total: progress.stage("checking edit candidates", total),
+                           on_batch=progress.advance)
     report.edited_items = done.items
     report.applied.update(done.applied)
     report.flags.update(done.flagged)

@@ -241,3 +241,11 @@ def test_a_code_added_to_the_edit_checks_is_listed_without_touching_the_registry
     assert "edit_new_kind_of_failure" in listing
     out = run_cli("check", "--only", "edit_answer_something")  # an answer check: check has no answerer
     assert out.exit_code != 0 and "edit_answer_something needs an answerer" in out.output
+
+
+def test_an_edit_check_alone_says_nothing_about_drafts(items_ws, run_cli, tmp_path):
+    add_candidates(items_ws.store, item_ids(items_ws.store)[0], tmp_path / "candidates", photo(0))
+    out = run_cli("check", "--only", EDIT_IDENTICAL)
+    assert out.exit_code == 0, out.output
+    assert "draft items checked" not in out.output
+    assert "1 items' stored edit candidates checked again and re-ranked" in out.output

@@ -12,6 +12,7 @@ from rich.table import Table
 from cftools.checks import CheckReport, ItemResult, check_scopes, run_checks
 from cftools.checks import Progress as CheckProgress
 from cftools.checks.duplicates import DEFAULT_SIMILARITY
+from cftools.checks.runner import text_codes
 from cftools.commands.common import console, err_console, pass_workspace
 from cftools.workspace import Workspace
 
@@ -44,7 +45,8 @@ def print_summary(report: CheckReport, out) -> None:  # noqa: ANN001
     out.print(summary_table(report))
     moved = (f"{report.moved_to_checked} moved to checked" if report.promote
              else "none moved (only some checks ran)")
-    out.print(f"{report.candidates} draft items checked: {moved}, {report.flagged} flagged (they stay draft).")
+    if text_codes(report.codes):
+        out.print(f"{report.candidates} draft items checked: {moved}, {report.flagged} flagged (they stay draft).")
     if report.left_as_flagged:
         out.print(f"{report.left_as_flagged} flagged drafts were not re-checked (use --recheck).")
     if report.gone:

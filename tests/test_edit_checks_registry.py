@@ -19,7 +19,7 @@ from cftools.checks.edits import CONDITION_REPEATED, normalise_condition, repeat
 from cftools.images import read_image_file, register_image
 from cftools.imagegen.edit_checks import EDIT_CODES, EDIT_IDENTICAL
 from cftools.kinds.cvqa.ingest import ingest_cvqa
-from cftools.models import CheckFlag, Item
+from cftools.models import CheckFlag, Item, ItemEvent
 
 ROWS = [("a.png", "How many squares are there?", "3", "How many squares would there be if one was removed?", "2",
          "direct"),
@@ -124,9 +124,17 @@ def test_check_only_edit_identical_reranks_the_stored_candidates_and_plain_check
     with store.session() as session:
         assert session.get(Item, first).status == "checked"
 
-    # a rerun writes the same results: nothing duplicated
+    # a rerun writes the same results: nothing duplicated, no new event in the item's history
+    with store.session() as session:
+        events = session.execute(select(ItemEvent.detail).where(ItemEvent.item_id == first,
+                                                                ItemEvent.stage == "check")).scalars().all()
+    assert [e["ranking"]["edit_checks"][0] for e in events if "edit_checks" in e] == [1, 2]
     assert run_cli("check", "--only", EDIT_IDENTICAL).exit_code == 0
     assert ranking(store, first) == checks
+    with store.session() as session:
+        again = session.execute(select(ItemEvent.detail).where(ItemEvent.item_id == first,
+                                                               ItemEvent.stage == "check")).scalars().all()
+    assert len(again) == len(events)
 
 
 def test_the_answer_check_cannot_run_without_an_answerer_and_says_so(items_ws, run_cli):

@@ -30,13 +30,15 @@ from sqlalchemy import delete, select
 
 from cftools.errors import CftoolsError
 from cftools.imagegen import edit_checks
-from cftools.models import REJECTED, CheckFlag, Image, Item, SourceQuestion, utcnow
+from cftools import __version__
+from cftools.models import REJECTED, CheckFlag, Image, Item, ItemEvent, SourceQuestion, utcnow
 from cftools.store import Store
 
 CONDITION_REPEATED = "edit_condition_repeated"
 CONDITION_SIMILARITY = 92  # rapidfuzz token sort ratio (0-100): "the lamp is on"/"off" score 89.7, not one
 CANDIDATE_SETS = (("edit_candidates", "edit_checks", "candidate"),
                   ("irrelevant_edit_candidates", "irrelevant_edit_checks", "irrelevant candidate"))
+STAGE = "check"  # the item history's stage, as the other checks'
 BATCH = 100  # items per transaction (each item opens its candidates' files)
 NAMED = 5  # other items a repeated-condition flag names before "and N more"
 
@@ -194,7 +196,7 @@ def run_image_checks(store: Store, codes: Sequence[str], groups: Sequence[str] =
             results = {item_id: _rechecked(session, session.get(Item, item_id), codes, report) for item_id in batch}
         with store.write() as session:
             for item_id, (read, checks) in results.items():
-                _write_checks(session, session.get(Item, item_id), read, checks, report)
+                _write_checks(session, session.get(Item, item_id), read, checks, codes, report)
         if on_batch:
             on_batch(len(batch))
     return report
@@ -220,7 +222,7 @@ def _rechecked(session: Any, item: Optional[Item], codes: Sequence[str],
     return read, checks
 
 
-def _write_checks(session: Any, item: Optional[Item], read: dict, checks: dict[str, list],
+def _write_checks(session: Any, item: Optional[Item], read: dict, checks: dict[str, list], codes: Sequence[str],
                   report: EditCheckReport) -> None:
     """Store CHECKS unless the item's candidates changed since they were READ (a `generate edits` run meanwhile
     ranks them itself); an unchanged ranking is not written again."""
@@ -232,8 +234,14 @@ def _write_checks(session: Any, item: Optional[Item], read: dict, checks: dict[s
     report.items += 1
     if all(data.get(key) == value for key, value in checks.items()):
         return
-    item.data, item.updated_at = {**data, **checks}, utcnow()
+    now = utcnow()
+    item.data, item.updated_at = {**data, **checks}, now
     session.add(item)
+    # in the item's history like the other checks' runs ("edit_checks", not "checks": a release's checks_passed
+    # names the text checks only)
+    session.add(ItemEvent(item_id=item.id, stage=STAGE, from_status=item.status, to_status=item.status, created_at=now,
+                          detail={"edit_checks": list(codes), "cftools_version": __version__,
+                                  "ranking": {key: [c["k"] for c in value] for key, value in checks.items()}}))
 
 
 # ---------------------------------------------------------------- conditions that repeat

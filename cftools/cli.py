@@ -230,6 +230,7 @@ def show(workspace: Workspace, item_id: int, as_json: bool) -> None:
                              f"({(gen['template_hash'] or '')[:12]})"))
     for flag in detail["flags"]:
         console.print(f"  [red]flag {escape(flag['code'])}[/]: {escape(flag['reason'])}")
+    _print_edit_ranking(item.get("data") or {})
     for judgment in detail["judgments"]:
         console.print(escape(f"  judgment by {judgment['annotator']}: related={judgment['related']} "
                              f"correct={judgment['answer_correct']} corrected={judgment['corrected_answer']}"))
@@ -240,6 +241,31 @@ def show(workspace: Workspace, item_id: int, as_json: bool) -> None:
         table.add_row(str(event["created_at"]), escape(event["stage"]), escape(event["from_status"] or ""),
                       escape(event["to_status"] or ""), escape(str(event["detail"] or "")))
     console.print(table)
+
+
+def _print_edit_ranking(data: dict) -> None:
+    """`show`'s edit candidates: per edit (relevant, irrelevant), the ranking best first with each flag's reason."""
+    from cftools.flags import EDIT_CHECK_SETS, waived_codes
+
+    waived = waived_codes(data)
+    for key, label in EDIT_CHECK_SETS:
+        candidates = data.get(key.replace("_checks", "_candidates")) or {}
+        ranking = data.get(key) or []
+        if not ranking:
+            continue
+        selected = data.get(key.replace("_checks", "_selected"))
+        console.print(f"  {label}s ranked best first ({key}):")
+        for rank, check in enumerate(ranking, 1):
+            k = check.get("k")
+            image = str((candidates.get(str(k)) or {}).get("image") or "")
+            chosen = " [green]accepted by people[/]" if selected is not None and str(selected) == str(k) else ""
+            console.print(f"    {rank}. {label} {escape(str(k))} score {check.get('score')} changed "
+                          f"{check.get('changed_share')} ssim outside {check.get('ssim_outside')} "
+                          f"{escape(image[:19])}{'…' if len(image) > 19 else ''}{chosen}")
+            for flag in check.get("flags") or []:
+                code = str(flag.get("code"))
+                note = " (waived)" if code in waived else ""
+                console.print(f"       [red]flag {escape(code)}[/]{note}: {escape(str(flag.get('reason')))}")
 
 
 # The later stages' commands live in cftools.commands.<area> and are imported when one of them runs (or its help

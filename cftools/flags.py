@@ -1,8 +1,8 @@
 """A person overrules an automatic check: `cftools flags waive ITEM CODE --reason TEXT` (and `list`, `undo`).
 
-Flags are the checks' (stored rows) and those the edit checks gave an item's edit candidates (`data.edit_checks`;
-a waived edit flag no longer keeps its candidate from people). A waiver is kept in the item's data
-(`data.waived_flags[CODE]` = who, when, why) and each waive or undo is an event in the item's history (stage
+Flags are the checks' (stored rows) and those the edit checks gave an item's edit candidates (`data.edit_checks`,
+`data.irrelevant_edit_checks`; a waived edit flag no longer keeps its candidate from people). A waiver is kept in
+the item's data (`data.waived_flags[CODE]` = who, when, why) and each waive or undo is an event in the item's history (stage
 `flags`). The flag itself stays stored and released (with its waiver); a
 waived flag no longer blocks the item: the next `cftools check` moves it on as if the flag were not there. Who:
 `CFTOOLS_USER`, else `[user] name` in cftools.toml, else the operating system's user name.
@@ -48,15 +48,17 @@ def _item(session: Any, ref: str) -> Item:
     return found[0]
 
 
+EDIT_CHECK_SETS = (("edit_checks", "candidate"), ("irrelevant_edit_checks", "irrelevant candidate"))
+
+
 def edit_flags(data: Optional[dict[str, Any]]) -> dict[str, str]:
-    """Code -> reason of the flags the edit checks gave the item's edit candidates (`data.edit_checks`, the
+    """Code -> reason of the flags the edit checks gave the item's edit candidates (`data.edit_checks`, and the
     irrelevant edit's `data.irrelevant_edit_checks`), each reason naming its candidates."""
     found: dict[str, list[str]] = {}
-    for prefix, which in (("", ""), ("irrelevant_", "irrelevant ")):
-        for check in (data or {}).get(f"{prefix}edit_checks") or []:
+    for key, label in EDIT_CHECK_SETS:
+        for check in (data or {}).get(key) or []:
             for flag in check.get("flags") or []:
-                found.setdefault(str(flag.get("code")), []).append(
-                    f"{which}candidate {check.get('k')}: {flag.get('reason')}")
+                found.setdefault(str(flag.get("code")), []).append(f"{label} {check.get('k')}: {flag.get('reason')}")
     return {code: "; ".join(reasons) for code, reasons in found.items()}
 
 

@@ -15,6 +15,7 @@ from sqlalchemy import delete, exists, func, select, update
 
 from cftools import __version__
 from cftools.checks.duplicates import DEFAULT_SIMILARITY, DuplicateFinder, entry_for
+from cftools.checks.edits import edit_codes, edit_scopes, run_edit_checks
 from cftools.checks.embeddings import load_embedder
 from cftools.item_view import ItemView
 from cftools.findings import Flag, Note
@@ -65,7 +66,13 @@ def check_scopes() -> dict[str, str]:
     for name, kind in sorted(all_kinds().items()):
         for check in kind.checks:
             scopes.setdefault(check.code, []).append(f"{name}: {check.scope}")
-    return {code: "; ".join(parts) for code, parts in scopes.items()} | {DUPLICATE: DUPLICATE_SCOPE}
+    return {code: "; ".join(parts) for code, parts in scopes.items()} | {DUPLICATE: DUPLICATE_SCOPE} | edit_scopes()
+
+
+def text_codes(codes: Sequence[str]) -> list[str]:
+    """CODES less the edit checks' (`cftools.checks.edits`): the checks whose flags decide an item's status."""
+    edits = set(edit_codes())
+    return [c for c in codes if c not in edits]
 
 
 def check_codes() -> list[str]:
@@ -91,6 +98,7 @@ class CheckReport:
     notes: Counter = field(default_factory=Counter)
     duplicate_mode: str = ""
     embedded: int = 0  # questions embedded for the duplicate check
+    edited_items: int = 0  # items whose stored edit candidates were checked again
 
     def as_dict(self) -> dict:
         return {
@@ -99,7 +107,7 @@ class CheckReport:
             "left_as_flagged": self.left_as_flagged, "gone": self.gone,
             "per_check": {code: {"applied": self.applied[code], "flagged": self.flags[code],
                                  "undecided": self.notes[code]} for code in self.codes},
-            "duplicate_mode": self.duplicate_mode, "embedded": self.embedded,
+            "duplicate_mode": self.duplicate_mode, "embedded": self.embedded, "edited_items": self.edited_items,
         }
 
 
@@ -132,8 +140,9 @@ def _item_query():
 
 def _flagged_and_unchanged():
     """Items with flags and no edit since their last check: a run without --recheck leaves them be."""
-    last_flag = select(func.max(CheckFlag.created_at)).where(CheckFlag.item_id == Item.id).scalar_subquery()
-    return exists().where(CheckFlag.item_id == Item.id) & ~(Item.updated_at > last_flag)
+    text_flag = (CheckFlag.item_id == Item.id) & CheckFlag.code.not_in(edit_codes())  # edit flags never hold it
+    last_flag = select(func.max(CheckFlag.created_at)).where(text_flag).scalar_subquery()
+    return exists().where(text_flag) & ~(Item.updated_at > last_flag)
 
 
 def select_candidates(store: Store, groups: Sequence[str] = (), recheck: bool = False,
@@ -246,8 +255,8 @@ def write_results(store: Store, results: list[ItemResult], codes: Sequence[str],
             before = {c: why for c, why in old[r.item.id].items() if c in codes}
             after = {f.code: f.reason for f in r.flags}
             r.kept = [Flag(c, why) for c, why in old[r.item.id].items() if c not in codes]
-            # a flag a person waived (`cftools flags waive`) no longer blocks the item
-            remaining = (set(after) | {f.code for f in r.kept}) - waived_codes(r.item.data)
+            # a flag a person waived (`cftools flags waive`) no longer blocks the item, nor does an edit check's
+            remaining = set(text_codes([*after, *(f.code for f in r.kept)])) - waived_codes(r.item.data)
             to_status = CHECKED if promote and not remaining else DRAFT
             if to_status == CHECKED:
                 promoted.append(r.item.id)
@@ -278,9 +287,14 @@ def run_checks(store: Store, codes: Optional[Sequence[str]] = None, *, recheck: 
     if unknown:
         raise CftoolsError(f"unknown check code(s) {', '.join(unknown)}; known: {', '.join(known)}")
     promote = not codes or set(codes) == set(known)
+    only = bool(codes)
     codes = known if not codes else [c for c in known if c in codes]
     progress = progress or Progress()
     report = CheckReport(codes=codes, promote=promote)
+    _run_edit_checks(store, codes, groups, only, report, progress)
+    codes = text_codes(codes)
+    if not codes:
+        return report
     candidates, report.left_as_flagged = select_candidates(store, groups, recheck or not promote, limit)
     report.candidates = len(candidates)
 
@@ -303,6 +317,20 @@ def run_checks(store: Store, codes: Optional[Sequence[str]] = None, *, recheck: 
         for result in flagged_drafts_left(store, groups):
             on_result(result)
     return report
+
+
+def _run_edit_checks(store: Store, codes: Sequence[str], groups: Sequence[str], only: bool, report: CheckReport,
+                     progress: Progress) -> None:
+    """The edit checks asked for (over items of any status: they rank candidates, the item's status is left)."""
+    wanted = [c for c in codes if c in edit_codes()]
+    if not wanted:
+        return
+    done = run_edit_checks(store, wanted, groups, only=only,
+                           on_start=lambda total: progress.stage("checking edit candidates", total),
+                           on_batch=progress.advance)
+    report.edited_items = done.items
+    report.applied.update(done.applied)
+    report.flags.update(done.flagged)
 
 
 def _duplicate_finder(store: Store, candidates: list[ItemView], use_embeddings: bool, similarity: float,

@@ -12,6 +12,7 @@ from rich.table import Table
 from cftools.checks import CheckReport, ItemResult, check_scopes, run_checks
 from cftools.checks import Progress as CheckProgress
 from cftools.checks.duplicates import DEFAULT_SIMILARITY
+from cftools.checks.runner import text_codes
 from cftools.commands.common import console, err_console, pass_workspace
 from cftools.workspace import Workspace
 
@@ -44,7 +45,8 @@ def print_summary(report: CheckReport, out) -> None:  # noqa: ANN001
     out.print(summary_table(report))
     moved = (f"{report.moved_to_checked} moved to checked" if report.promote
              else "none moved (only some checks ran)")
-    out.print(f"{report.candidates} draft items checked: {moved}, {report.flagged} flagged (they stay draft).")
+    if text_codes(report.codes):
+        out.print(f"{report.candidates} draft items checked: {moved}, {report.flagged} flagged (they stay draft).")
     if report.left_as_flagged:
         out.print(f"{report.left_as_flagged} flagged drafts were not re-checked (use --recheck).")
     if report.gone:
@@ -52,6 +54,9 @@ def print_summary(report: CheckReport, out) -> None:  # noqa: ANN001
     if report.notes:
         out.print("[yellow]Some checks could not decide on some items (see --json 'notes'); "
                   "those items are not flagged for it.[/]")
+    if report.edited_items:
+        out.print(f"{report.edited_items} items' stored edit candidates checked again and re-ranked "
+                  "(edit flags rank candidates; they do not keep an item draft).")
     if report.duplicate_mode:
         embedded = f" ({report.embedded} questions embedded)" if report.embedded else ""
         out.print(f"duplicate: {report.duplicate_mode}{embedded}", markup=False)
@@ -77,7 +82,8 @@ def check(workspace: Workspace, as_json: bool, recheck: bool, only: tuple[str, .
 
     Each problem becomes a flag on the item (code and reason); nothing is deleted and flagged items
     stay draft. Each kind declares its checks (--list shows every code and the items it applies to),
-    plus `duplicate` for every item with an image. A rerun checks only new drafts and drafts edited
+    plus `duplicate` for every item with an image, and the edit checks (edit_*) over the stored edit candidates of
+    every item that has them (re-ranked; they do not change an item's status). A rerun checks only new drafts and drafts edited
     since their check; --recheck checks every draft again.
     """
     if list_checks:

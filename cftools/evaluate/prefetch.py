@@ -10,7 +10,9 @@ out-of-memory error) is dropped. An error in preparing (an unreadable image) is 
 after the batches before it are answered and written, as without prefetching. The thread is joined when the
 `with` block ends, however it ends.
 
-Set CFTOOLS_PREFETCH=0 to prepare every batch inline (the same results, one thread: for comparisons).
+Prefetching is on by default for a model on a GPU and off on the CPU (there the background thread takes cores
+from the model itself); CFTOOLS_PREFETCH=0 or 1 (or `run_eval(prefetch=...)`) decides otherwise. The results are
+the same either way.
 """
 
 from __future__ import annotations
@@ -26,11 +28,15 @@ THREAD_NAME = "cftools-prefetch"
 DEPTH = 4  # calls waiting: a batch's rank and generate calls, for the running batch and the next
 
 
-def prefetch_wanted(asked: Optional[bool] = None) -> bool:
-    """ASKED when given, else what CFTOOLS_PREFETCH says (on unless it is 0, no, off or false)."""
+def prefetch_wanted(asked: Optional[bool] = None, device: str = "cpu") -> bool:
+    """ASKED when given, else CFTOOLS_PREFETCH when set (0, no, off or false: off), else on for a model on an
+    accelerator only: on the CPU the preparation would take cores from the model it is meant to keep busy."""
     if asked is not None:
         return asked
-    return os.environ.get(PREFETCH_ENV, "1").strip().lower() not in ("0", "no", "off", "false")
+    setting = os.environ.get(PREFETCH_ENV, "").strip().lower()
+    if setting:
+        return setting not in ("0", "no", "off", "false")
+    return not str(device).startswith("cpu")
 
 
 class Prefetched:
@@ -81,9 +87,10 @@ class Prefetched:
 
 @contextlib.contextmanager
 def prefetching(answerer: Any, wanted: Optional[bool] = None) -> Iterator[Any]:
-    """ANSWERER wrapped in `Prefetched` when it can prepare and prefetching is WANTED (default: CFTOOLS_PREFETCH);
-    the thread is joined on leaving."""
-    if answerer is None or not callable(getattr(answerer, "prepare", None)) or not prefetch_wanted(wanted):
+    """ANSWERER wrapped in `Prefetched` when it can prepare and prefetching is WANTED (default: `prefetch_wanted`
+    for the answerer's device); the thread is joined on leaving."""
+    if (answerer is None or not callable(getattr(answerer, "prepare", None))
+            or not prefetch_wanted(wanted, getattr(answerer, "device", "cpu"))):
         yield answerer
         return
     prefetched = Prefetched(answerer)

@@ -317,7 +317,8 @@ def run_eval(release_dir: Path | str, model: str, mode: Optional[str] = None, sc
     answerers run here as always (their calls go through the store's request cache).
 
     PREFETCH: prepare the next batch's inputs on a background thread while this one runs (`cftools.evaluate.
-    prefetch`; default: on unless CFTOOLS_PREFETCH=0); the predictions are the same either way."""
+    prefetch`; default: on for a model on a GPU, unless CFTOOLS_PREFETCH says otherwise); the predictions are the
+    same either way."""
     release_dir = Path(release_dir)
     if mode is not None and mode not in MODES:
         raise CftoolsError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")

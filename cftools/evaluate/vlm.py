@@ -225,7 +225,7 @@ class HFVisionModel:
         self.batch_prefixes = accepts_positions and model_type not in MULTI_AXIS_POSITION_MODELS
         # Only the logits that score something are computed (the prefix's last one; the option's own).
         self.keep_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
-        self.images = ImageCache()
+        self.image_cache = ImageCache()
         # the next batch is prepared on another thread while this one decodes its replies: one tokenizer user at once
         self.tokenizer_lock = threading.RLock()
 
@@ -282,7 +282,7 @@ class HFVisionModel:
 
     def _cpu_inputs(self, texts: list[str], prompts: Sequence[Prompt]) -> dict[str, Any]:
         """The processor's inputs for TEXTS and PROMPTS' images, on the CPU (pinned when the model is on CUDA)."""
-        images = [self.images.get(path) for prompt in prompts for path in prompt.images]
+        images = [self.image_cache.get(path) for prompt in prompts for path in prompt.images]
         kwargs: dict[str, Any] = {"text": texts, "return_tensors": "pt", "padding": True}
         if images:
             kwargs["images"] = images

@@ -210,3 +210,45 @@ def test_prefetch_follows_a_batch_halved_after_out_of_memory(mixed_release, tmp_
     assert len(read_predictions(tmp_path / "run" / "predictions.jsonl")) == result.config["questions"]
     assert answerer.prepared_used == len(answerer.sizes) and max(answerer.sizes[-2:]) <= 3
     assert prefetch_threads() == []
+
+
+def test_a_killed_prefetching_run_resumes_asking_only_the_rest(tiny_llava_dir, tmp_path):
+    """`cftools eval` with CFTOOLS_PREFETCH=1, killed (SIGKILL) after 5 prediction lines while the next batch is
+    being prepared, and run again: every question answered exactly once, the rerun asking the rest."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from fixtures_eval import cvqa_record, png_bytes, write_release
+    from killed_runs import eval_held_after, kill_when_held
+
+    records = [cvqa_record(i, "boolean", "yes", "no", "yes/no") for i in range(12)]
+    release = write_release(tmp_path / "big-1.0", records, {r["id"]: png_bytes(i) for i, r in enumerate(records)})
+    out = tmp_path / "run"
+    args = ["eval", str(release), "--model", f"hf:{tiny_llava_dir}", "--batch-size", "1", "--device", "cpu",
+            "--out", str(out), "--quiet"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent), "CFTOOLS_PREFETCH": "1"}
+    env.pop("CFTOOLS_WORKSPACE", None)
+    process = subprocess.Popen(eval_held_after(5, *args), env=env, cwd=tmp_path, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    assert kill_when_held(process, out / "predictions.jsonl", 5) == 5
+    finished = subprocess.run([sys.executable, "-m", "cftools.cli", *args], env=env, cwd=tmp_path,
+                              capture_output=True, text=True, timeout=300)
+    assert finished.returncode == 0, finished.stderr[-2000:]
+    lines = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
+    keys = [(line["id"], line["which"]) for line in lines]
+    assert len(keys) == len(set(keys)) == 24
+    assert "19 questions asked now" in " ".join(finished.stdout.split())
+
+
+def test_prefetch_is_on_for_a_gpu_off_on_the_cpu_unless_asked(monkeypatch):
+    from cftools.evaluate.prefetch import PREFETCH_ENV, prefetch_wanted
+
+    monkeypatch.delenv(PREFETCH_ENV, raising=False)
+    assert prefetch_wanted(None, "cuda") and not prefetch_wanted(None, "cpu")
+    assert prefetch_wanted(True, "cpu") and not prefetch_wanted(False, "cuda")
+    monkeypatch.setenv(PREFETCH_ENV, "0")
+    assert not prefetch_wanted(None, "cuda") and prefetch_wanted(True, "cuda")
+    monkeypatch.setenv(PREFETCH_ENV, "1")
+    assert prefetch_wanted(None, "cpu")

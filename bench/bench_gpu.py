@@ -181,7 +181,8 @@ def compare_prefetch(out: str | None, mode: str, batch: Any, results: dict[tuple
     before, after = (answers(load_run(tmp / run_folder(mode, batch, p))) for p in (False, True))
     shared = [k for k in before if k in after]
     append_result(out, {"part": "llava", "what": "prefetch", "mode": mode, "batch": batch,
-                        "questions_per_s_without": off["questions_per_s"], "questions_per_s_with": on["questions_per_s"],
+                        "questions_per_s_without": off["questions_per_s"],
+                        "questions_per_s_with": on["questions_per_s"],
                         "ratio": round(on["questions_per_s"] / off["questions_per_s"], 3),
                         "questions": len(shared), "changed": sum(before[k] != after[k] for k in shared)})
 
@@ -233,7 +234,8 @@ def llava_part(args: argparse.Namespace) -> None:
             left = deadline - time.monotonic()
             if rate and questions / rate * 1.2 + 5 > left:
                 append_result(args.out, {"part": "llava", "what": "skipped", "mode": mode, "batch": batch,
-                                         "prefetch": prefetch, "why": f"predicted {questions / rate:.0f} s, {left:.0f} s left"})
+                                         "prefetch": prefetch,
+                                         "why": f"predicted {questions / rate:.0f} s, {left:.0f} s left"})
                 continue
             try:
                 figures, result = eval_once(releases[mode], folder, loaded, mode, batch, questions,
@@ -241,7 +243,8 @@ def llava_part(args: argparse.Namespace) -> None:
                                             prefetch)
             except Exception as exc:  # noqa: BLE001 - recorded (an out-of-memory error is a result here)
                 append_result(args.out, {"part": "llava", "what": "failed", "mode": mode, "batch": batch,
-                                         "prefetch": prefetch, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"})
+                                         "prefetch": prefetch,
+                                         "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"})
                 if args.device == "cuda":
                     torch.cuda.empty_cache()
                 continue

@@ -34,7 +34,8 @@ def markdown(figures: list[dict], parts: list[dict]) -> str:
                 "| mode | batch | prefetch | used | questions | s | questions/s | first batch s | peak GiB | TFLOP | "
                 "fraction of limit (measured peak) | (datasheet) | notes |",
                 "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-        out += [f"| {f['mode']} | {f['batch']} | {f.get('prefetch', True)} | {f['batch_size_used']} | {f['questions']} | {f['seconds']} | "
+        out += [f"| {f['mode']} | {f['batch']} | {f.get('prefetch', True)} | {f['batch_size_used']} | "
+                f"{f['questions']} | {f['seconds']} | "
                 f"{f['questions_per_s']} | {f['first_batch_s']} | {f.get('peak_memory_gib')} | {f.get('tflop')} | "
                 f"{f.get('fraction_of_limit_measured')} | {f.get('fraction_of_limit_datasheet')} | "
                 f"{'; '.join(f.get('notes') or [])} |" for f in evals]

@@ -1,6 +1,7 @@
 """The built-in eval runner on a GPU: a LLaVA-1.5-7B-shaped model (random weights, bf16) through `cftools eval`.
 
     python3 bench/bench_gpu.py [--part llava|agreement|all] [--out FILE.jsonl] [--budget SECONDS]
+    python3 bench/bench_gpu.py --part llava --modes generate --batches 32,auto --compare-prefetch 32,auto
     .venv/bin/python bench/bench_gpu.py --device cpu --small      # the same code path on a 2-layer model (CPU)
 
 Without CUDA (and without --device cpu) it says so and exits 0. Every figure is one JSON line, printed and
@@ -16,7 +17,12 @@ appended to --out as soon as it is measured, so a part stopped by its time limit
   (prompt tokens + new tokens, or prefix + option tokens), + 2 x vision parameters x 577 per image, over the bf16
   matrix rate measured here (an 8192^3 product) and over the datasheet's dense 989 TFLOP/s. Batch 1 asks
   --questions-b1 questions, the others --questions. Runs whose predicted time would pass --budget are skipped
-  (recorded). Answers of each batch size are compared with batch 1's on the questions both asked.
+  (recorded). Answers of each batch size are compared with batch 1's on the questions both asked. Before the
+  timed runs, one untimed warm-up eval at the largest batch (the first timed run would otherwise pay for the
+  kernels' first launches). --modes limits the modes. For each batch of --compare-prefetch the run is made
+  twice, with the next batch prepared on a background thread (prefetch, the default on a GPU) and without
+  (CFTOOLS_PREFETCH=0's path), side by side: questions/s of both, their ratio, and changed answers (none
+  expected). Without --compare-prefetch every run prefetches.
 - `agreement`: the tiny test LLaVA (tests/fixtures_eval.py) on CPU fp32 and on CUDA fp32: identical answers, the
   largest option-score difference.
 """
@@ -70,8 +76,8 @@ def counting_model(base: Any) -> Any:
         tokens = 0
         images = 0
 
-        def _encode(self, texts, prompts):  # noqa: ANN001, ANN202
-            encoded = super()._encode(texts, prompts)
+        def _cpu_inputs(self, texts, prompts):  # noqa: ANN001, ANN202
+            encoded = super()._cpu_inputs(texts, prompts)
             self.tokens += int(encoded["attention_mask"].sum())
             self.images += sum(len(p.images) for p in prompts)
             return encoded
@@ -101,8 +107,9 @@ def answers(result: Any) -> dict[tuple, Any]:
 
 
 def eval_once(release: Path, folder: Path, model: Any, mode: str, batch: Any, questions: int, out: Path,
-              device: str, dtype: str) -> tuple[dict[str, Any], Any]:
-    """One `run_eval` at BATCH on QUESTIONS questions: the figures, and the result."""
+              device: str, dtype: str, prefetch: bool = True) -> tuple[dict[str, Any], Any]:
+    """One `run_eval` at BATCH on QUESTIONS questions (the next batch prepared ahead when PREFETCH): the figures,
+    and the result."""
     import torch
 
     from cftools.evaluate.run import run_eval
@@ -116,11 +123,12 @@ def eval_once(release: Path, folder: Path, model: Any, mode: str, batch: Any, qu
     started = time.perf_counter()
     result = run_eval(release, f"hf:{folder}", mode=mode, batch_size=None if batch == "auto" else batch,
                       device=device, dtype=dtype, limit=max(1, questions // RANK_ITEMS_PER_QUESTION), out_dir=out,
-                      answerer=model, notify=notes.append,
+                      answerer=model, notify=notes.append, prefetch=prefetch,
                       progress=lambda done, total: done and not first and first.append(time.perf_counter()))
     seconds = time.perf_counter() - started
     asked = result.config["questions"]
-    figures = {"mode": mode, "batch": batch, "batch_size_used": result.config["batch_size"], "questions": asked,
+    figures = {"mode": mode, "batch": batch, "prefetch": prefetch, "batch_size_used": result.config["batch_size"],
+               "questions": asked,
                "seconds": round(seconds, 3), "questions_per_s": round(asked / seconds, 3),
                "first_batch_s": round(first[0] - started, 3) if first else None,
                "tokens": model.tokens, "images": model.images, "notes": notes}
@@ -142,11 +150,45 @@ def limit_fraction(figures: dict[str, Any], params: dict[str, int], peak: float 
             figures[f"fraction_of_limit_{name}"] = round(limit / figures["seconds"], 4)
 
 
-def plan(batches: list[Any]) -> list[tuple[str, Any]]:
-    """The runs, the most telling first (a slow part is cut at its end): large batches, then auto, 8, 1."""
+def plan(batches: list[Any], modes: list[str], compare: list[Any]) -> list[tuple[str, Any, bool]]:
+    """The runs, the most telling first (a slow part is cut at its end): large batches, then auto, 8, 1; at the
+    batches of COMPARE, without prefetching and then with it."""
     first = [b for b in (32, 64, "auto") if b in batches]
     order = first + sorted((b for b in batches if b not in first), key=lambda b: -b)  # then 8, then 1
-    return [(mode, batch) for batch in order for mode in ("generate", "rank")]
+    return [(mode, batch, prefetch) for batch in order for mode in ("generate", "rank") if mode in modes
+            for prefetch in ((False, True) if batch in compare else (True,))]
+
+
+def warm_up(releases: dict[str, Path], folder: Path, model: Any, args: argparse.Namespace, tmp: Path) -> None:
+    """One untimed generate eval at the plan's largest batch (auto: 64), so no timed run pays for first launches."""
+    from cftools.evaluate.run import AUTO_START_BATCH
+
+    largest = max((AUTO_START_BATCH if b == "auto" else b) for b in args.batches)
+    if largest <= 1:
+        return
+    figures, _ = eval_once(releases["generate"], folder, model, "generate", largest, largest, tmp / "warm-up",
+                           args.device, args.dtype)
+    append_result(args.out, {"part": "llava", "what": "warm-up", "batch": largest, "seconds": figures["seconds"]})
+
+
+def compare_prefetch(out: str | None, mode: str, batch: Any, results: dict[tuple, dict], tmp: Path) -> None:
+    """Questions/s with and without prefetching at BATCH, their ratio, and how many answers differ."""
+    from cftools.evaluate.run import load_run
+
+    off, on = results.get((mode, batch, False)), results.get((mode, batch, True))
+    if not off or not on:
+        return
+    before, after = (answers(load_run(tmp / run_folder(mode, batch, p))) for p in (False, True))
+    shared = [k for k in before if k in after]
+    append_result(out, {"part": "llava", "what": "prefetch", "mode": mode, "batch": batch,
+                        "questions_per_s_without": off["questions_per_s"],
+                        "questions_per_s_with": on["questions_per_s"],
+                        "ratio": round(on["questions_per_s"] / off["questions_per_s"], 3),
+                        "questions": len(shared), "changed": sum(before[k] != after[k] for k in shared)})
+
+
+def run_folder(mode: str, batch: Any, prefetch: bool) -> str:
+    return f"{mode}-{batch}" + ("" if prefetch else "-no-prefetch")
 
 
 def llava_part(args: argparse.Namespace) -> None:
@@ -181,30 +223,37 @@ def llava_part(args: argparse.Namespace) -> None:
                                  "build_s": round(built - started, 2), "save_s": round(saved - built, 2),
                                  "load_s": round(load_s, 2),
                                  "time_to_first_question_s": round(load_s + first["first_batch_s"], 2),
+                                 "image_processor": type(getattr(loaded.processor, "image_processor", None)).__name__,
                                  "first_eval": first})
+        warm_up(releases, folder, loaded, args, Path(tmp))
         results: dict[tuple, dict] = {}
-        for mode, batch in plan(args.batches):
+        for mode, batch, prefetch in plan(args.batches, args.modes, args.compare_prefetch):
             questions = args.questions_b1 if batch == 1 else args.questions
             # the last run of this mode (the plan goes from large batches to small) predicts this one's time
-            rate = next((r["questions_per_s"] for (m, _), r in reversed(results.items()) if m == mode), None)
+            rate = next((r["questions_per_s"] for (m, _, _), r in reversed(results.items()) if m == mode), None)
             left = deadline - time.monotonic()
             if rate and questions / rate * 1.2 + 5 > left:
                 append_result(args.out, {"part": "llava", "what": "skipped", "mode": mode, "batch": batch,
+                                         "prefetch": prefetch,
                                          "why": f"predicted {questions / rate:.0f} s, {left:.0f} s left"})
                 continue
             try:
                 figures, result = eval_once(releases[mode], folder, loaded, mode, batch, questions,
-                                            Path(tmp) / f"{mode}-{batch}", args.device, args.dtype)
+                                            Path(tmp) / run_folder(mode, batch, prefetch), args.device, args.dtype,
+                                            prefetch)
             except Exception as exc:  # noqa: BLE001 - recorded (an out-of-memory error is a result here)
                 append_result(args.out, {"part": "llava", "what": "failed", "mode": mode, "batch": batch,
+                                         "prefetch": prefetch,
                                          "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"})
                 if args.device == "cuda":
                     torch.cuda.empty_cache()
                 continue
             limit_fraction(figures, params, peak, 16)
-            results[(mode, batch)] = figures
+            results[(mode, batch, prefetch)] = figures
             append_result(args.out, {"part": "llava", "what": "eval", **figures})
-            if batch == 1:  # batch 1 runs last: its answers against every other batch size's
+            if prefetch and batch in args.compare_prefetch:
+                compare_prefetch(args.out, mode, batch, results, Path(tmp))
+            if batch == 1 and prefetch:  # batch 1 runs last: its answers against every other batch size's
                 compare_with_batch_1(args.out, mode, answers(result), results, Path(tmp))
 
 
@@ -213,8 +262,8 @@ def compare_with_batch_1(out: str | None, mode: str, reference: dict[tuple, Any]
     """Changed answers between batch 1 and each other batch size of MODE, on the questions both asked."""
     from cftools.evaluate.run import load_run
 
-    for other_mode, batch in results:
-        if other_mode == mode and batch != 1:
+    for other_mode, batch, prefetch in results:
+        if other_mode == mode and batch != 1 and prefetch:
             got = answers(load_run(tmp / f"{mode}-{batch}"))
             shared = [k for k in reference if k in got]
             append_result(out, {"part": "llava", "what": "batch_invariance", "mode": mode, "batch": batch,
@@ -270,6 +319,10 @@ def main() -> int:
     parser.add_argument("--dtype", default=None, help="bf16 on CUDA, fp32 on CPU")
     parser.add_argument("--small", action="store_true", help="2 thin layers instead of 7B (a CPU check of the path)")
     parser.add_argument("--batches", type=parse_batches, default=parse_batches("1,8,32,64,auto"))
+    parser.add_argument("--modes", type=lambda t: t.split(","), default=["generate", "rank"],
+                        help="the llava part's modes (generate,rank)")
+    parser.add_argument("--compare-prefetch", type=parse_batches, default=[],
+                        help="batches run both with and without prefetching, side by side (e.g. 32,auto)")
     parser.add_argument("--questions", type=int, default=256, help="questions per run at batch > 1")
     parser.add_argument("--questions-b1", type=int, default=32, help="questions at batch 1")
     parser.add_argument("--budget", type=float, default=240, help="seconds the llava part may take")

@@ -3,7 +3,11 @@ already written stay (tested on CPU with an injected out-of-memory error)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
+
+from cftools.errors import CftoolsError
 
 from cftools.evaluate.run import (AUTO_START_BATCH, DEFAULT_BATCH, is_out_of_memory, read_predictions,
                                   resolved_batch_size, run_eval)
@@ -103,3 +107,148 @@ def test_replies_do_not_depend_on_the_batch(every_kind_release, tiny_llava_dir, 
     assert {"original", "counterfactual", "c2e", "e2c", "cue", "exp"} <= whichs
     for size in (3, 8, "auto"):
         assert runs[size] == runs[1], size
+
+
+# ---------------------------------------------------------------- prefetch: the next batch prepared while one runs
+
+
+def prefetch_threads() -> list:
+    import threading
+
+    from cftools.evaluate.prefetch import THREAD_NAME
+
+    return [t for t in threading.enumerate() if t.name.startswith(THREAD_NAME)]
+
+
+def recording_preparer(model, calls: list):
+    """MODEL whose `prepare` records (thread name, each prompt's images) per call, in the order prepared."""
+    import threading
+
+    prepare = model.prepare
+
+    def recorded(mode, prompts):
+        calls.append((threading.current_thread().name, [list(p.images) for p in prompts]))
+        return prepare(mode, prompts)
+
+    model.prepare = recorded
+    return model
+
+
+@pytest.mark.parametrize("mode", ["generate", "rank"])
+def test_prefetch_on_and_off_give_the_same_predictions(mixed_release, tiny_llava_dir, tmp_path, mode):
+    """The tiny LLaVA on the CPU answers and scores every question the same with the next batch prepared on a
+    background thread as with everything on one thread (CFTOOLS_PREFETCH=0's path), and no thread is left."""
+    from cftools.evaluate.prefetch import THREAD_NAME
+    from cftools.evaluate.vlm import HFVisionModel
+
+    runs, threads = {}, {}
+    for prefetch in (False, True):
+        calls: list = []
+        model = recording_preparer(HFVisionModel.load(str(tiny_llava_dir), device="cpu", dtype="fp32"), calls)
+        result = run_eval(mixed_release, f"hf:{tiny_llava_dir}", mode=mode, batch_size=3, device="cpu",
+                          out_dir=tmp_path / f"run-{prefetch}", answerer=model, prefetch=prefetch)
+        runs[prefetch] = {(p["id"], p["which"]): (p["raw"], p["parsed"], p.get("scores"), p["correct"])
+                          for p in result.predictions}
+        threads[prefetch] = {name.startswith(THREAD_NAME) for name, _ in calls}
+        assert prefetch_threads() == []
+    assert len(runs[True]) == len(runs[False]) > 3
+    assert runs[True] == runs[False]
+    assert threads == {False: {False}, True: {True}}  # prepared inline without, on the prefetch thread with
+
+
+def test_an_unreadable_image_mid_run_names_its_record_and_keeps_the_answers_before(mixed_release, tiny_llava_dir,
+                                                                                    tmp_path):
+    """An image that fails to decode while the batch before it runs (prepared ahead) stops the run with an error
+    naming the record that shows it; the predictions of the batches before it are kept (as without prefetching),
+    and no thread is left."""
+    from cftools.evaluate.vlm import HFVisionModel
+
+    calls: list = []
+    model = recording_preparer(HFVisionModel.load(str(tiny_llava_dir), device="cpu", dtype="fp32"), calls)
+    run_eval(mixed_release, f"hf:{tiny_llava_dir}", mode="generate", batch_size=1, device="cpu", verify=False,
+             out_dir=tmp_path / "first", answerer=model, prefetch=False)
+    order = [images[0] for _, batch in calls for images in batch]  # each question's image, in the order asked
+    late = max(i for i in range(len(order)) if order[i] not in order[:i])  # the image first shown last
+    assert late >= 2
+    broken = order[late]
+    broken.write_bytes(b"not a PNG")
+    with pytest.raises(CftoolsError) as caught:
+        run_eval(mixed_release, f"hf:{tiny_llava_dir}", mode="generate", batch_size=1, device="cpu", verify=False,
+                 out_dir=tmp_path / "second", answerer=model, prefetch=True)
+    records = [json.loads(line) for line in (mixed_release / "records.jsonl").read_text().splitlines()]
+    showing = {r["id"] for r in records if r.get("image") == f"images/{broken.name}"}
+    message = str(caught.value)
+    assert message.startswith("record ") and "cannot read the image" in message
+    assert message.split()[1] in showing
+    assert len(read_predictions(tmp_path / "second" / "predictions.jsonl")) == late
+    assert prefetch_threads() == []
+
+
+class PreparingAnswerer(SmallMemoryAnswerer):
+    """Answers 'yes'; prepares ahead (a record of the prompts) and checks what it is handed is what it is asked."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(limit)
+        self.prepared_used = 0
+
+    def prepare(self, mode, prompts):
+        return (mode, [p.text for p in prompts])
+
+    def generate(self, prompts, prepared=None):
+        if prepared is not None:
+            assert prepared == ("generate", [p.text for p in prompts])
+            self.prepared_used += 1
+        return super().generate(prompts)
+
+
+def test_prefetch_follows_a_batch_halved_after_out_of_memory(mixed_release, tmp_path):
+    """A batch prepared ahead at the old size is dropped when the batch halves; the run finishes with every
+    question answered once, from inputs prepared for exactly its prompts."""
+    answerer = PreparingAnswerer(limit=3)
+    result = run_eval(mixed_release, "blind", batch_size=8, out_dir=tmp_path / "run", answerer=answerer,
+                      prefetch=True)
+    assert len(read_predictions(tmp_path / "run" / "predictions.jsonl")) == result.config["questions"]
+    assert answerer.prepared_used == len(answerer.sizes) and max(answerer.sizes[-2:]) <= 3
+    assert prefetch_threads() == []
+
+
+def test_a_killed_prefetching_run_resumes_asking_only_the_rest(tiny_llava_dir, tmp_path):
+    """`cftools eval` with CFTOOLS_PREFETCH=1, killed (SIGKILL) after 5 prediction lines while the next batch is
+    being prepared, and run again: every question answered exactly once, the rerun asking the rest."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from fixtures_eval import cvqa_record, png_bytes, write_release
+    from killed_runs import eval_held_after, kill_when_held
+
+    records = [cvqa_record(i, "boolean", "yes", "no", "yes/no") for i in range(12)]
+    release = write_release(tmp_path / "big-1.0", records, {r["id"]: png_bytes(i) for i, r in enumerate(records)})
+    out = tmp_path / "run"
+    args = ["eval", str(release), "--model", f"hf:{tiny_llava_dir}", "--batch-size", "1", "--device", "cpu",
+            "--out", str(out), "--quiet"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent), "CFTOOLS_PREFETCH": "1"}
+    env.pop("CFTOOLS_WORKSPACE", None)
+    process = subprocess.Popen(eval_held_after(5, *args), env=env, cwd=tmp_path, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    assert kill_when_held(process, out / "predictions.jsonl", 5) == 5
+    finished = subprocess.run([sys.executable, "-m", "cftools.cli", *args], env=env, cwd=tmp_path,
+                              capture_output=True, text=True, timeout=300)
+    assert finished.returncode == 0, finished.stderr[-2000:]
+    lines = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
+    keys = [(line["id"], line["which"]) for line in lines]
+    assert len(keys) == len(set(keys)) == 24
+    assert "19 questions asked now" in " ".join(finished.stdout.split())
+
+
+def test_prefetch_is_on_for_a_gpu_off_on_the_cpu_unless_asked(monkeypatch):
+    from cftools.evaluate.prefetch import PREFETCH_ENV, prefetch_wanted
+
+    monkeypatch.delenv(PREFETCH_ENV, raising=False)
+    assert prefetch_wanted(None, "cuda") and not prefetch_wanted(None, "cpu")
+    assert prefetch_wanted(True, "cpu") and not prefetch_wanted(False, "cuda")
+    monkeypatch.setenv(PREFETCH_ENV, "0")
+    assert not prefetch_wanted(None, "cuda") and prefetch_wanted(True, "cuda")
+    monkeypatch.setenv(PREFETCH_ENV, "1")
+    assert prefetch_wanted(None, "cpu")

@@ -70,7 +70,8 @@ from cftools.evaluate.questions import SWAPPED, PromptTemplates, Question, build
 from cftools.evaluate.shards import (Shard, gather_predictions, shard_prediction_files, start_shard,
                                      write_text_atomically)
 from cftools.kinds import all_kinds
-from cftools.evaluate.vlm import SCORES, best_option
+from cftools.evaluate.prefetch import prefetching, submit_batch
+from cftools.evaluate.vlm import SCORES, UnreadableImage, best_option
 from cftools.evaluate.lock import predictions_lock
 from cftools.release.layout import (MANIFEST_NAME, files_content_sha256, hash_file, load_records,
                                     manifest_content_sha256)
@@ -301,7 +302,8 @@ def run_eval(release_dir: Path | str, model: str, mode: Optional[str] = None, sc
              allow_downloads: bool = False, prompt_variant: str = PLAIN, swap_options: bool = False,
              judge_aggregate: str = "best-match", options: Optional[dict[str, Any]] = None,
              shard: Optional[Shard] = None, verify: bool = True, reading: str = STRICT,
-             ray: Optional[str] = None, ray_config: Optional[dict[str, Any]] = None) -> EvalResult:
+             ray: Optional[str] = None, ray_config: Optional[dict[str, Any]] = None,
+             prefetch: Optional[bool] = None) -> EvalResult:
     """Run (or resume) an evaluation; returns the run's configuration, summary and predictions.
 
     The release is verified first and refused when it fails, unless not VERIFY (then the report says so).
@@ -312,7 +314,11 @@ def run_eval(release_dir: Path | str, model: str, mode: Optional[str] = None, sc
 
     With RAY (a cluster address, or `local`), an `hf:` model answers on Ray workers, several batches at once
     (`cftools.evaluate.remote`); this process still writes every prediction, as it comes back. API and blind
-    answerers run here as always (their calls go through the store's request cache)."""
+    answerers run here as always (their calls go through the store's request cache).
+
+    PREFETCH: prepare the next batch's inputs on a background thread while this one runs (`cftools.evaluate.
+    prefetch`; default: on for a model on a GPU, unless CFTOOLS_PREFETCH says otherwise); the predictions are the
+    same either way."""
     release_dir = Path(release_dir)
     if mode is not None and mode not in MODES:
         raise CftoolsError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
@@ -424,28 +430,34 @@ def run_eval(release_dir: Path | str, model: str, mode: Optional[str] = None, sc
                     answerer, batch, mode, score, templates, judge_answerer, judge_aggregate, reading),
                     lambda n: progress and progress(len(questions) - len(todo) + n, len(questions)))
                 start = len(todo)
-            while start < len(todo):
-                batch = next_batch(todo, start, batch_size)
-                try:
-                    lines = ask_batch(answerer, batch, mode, score, templates, judge_answerer, judge_aggregate,
-                                      reading)
-                except ModelCallsFailed as exc:
-                    exc.nothing_stored = exc.nothing_stored and not asked  # earlier batches' predictions are stored
-                    raise
-                except Exception as exc:  # noqa: BLE001 (only an out-of-memory error is handled; the rest re-raised)
-                    if not (is_out_of_memory(exc) and len(batch) > 1):
+            # the next batch's inputs are prepared on a background thread while this one runs (`prefetch`)
+            with prefetching(answerer if start < len(todo) else None, prefetch) as asking:
+                while start < len(todo):
+                    batch = next_batch(todo, start, batch_size)
+                    submit_batch(asking, batch_calls(batch, mode))
+                    if start + len(batch) < len(todo):
+                        submit_batch(asking, batch_calls(next_batch(todo, start + len(batch), batch_size), mode))
+                    try:
+                        with naming_the_question(batch):
+                            lines = ask_batch(asking, batch, mode, score, templates, judge_answerer,
+                                              judge_aggregate, reading)
+                    except ModelCallsFailed as exc:
+                        exc.nothing_stored = exc.nothing_stored and not asked  # earlier batches' lines are stored
                         raise
-                    # the predictions already written stay; this batch is asked again
-                    batch_size = max(1, len(batch) // 2)
-                    release_memory()
-                    if notify:
-                        notify(f"out of memory at batch size {len(batch)}: going on with {batch_size}")
-                    continue
-                append_predictions(predictions_path, lines)
-                asked += len(batch)
-                start += len(batch)
-                if progress:
-                    progress(len(questions) - len(todo) + asked, len(questions))
+                    except Exception as exc:  # noqa: BLE001 (only out of memory is handled; the rest re-raised)
+                        if not (is_out_of_memory(exc) and len(batch) > 1):
+                            raise
+                        # the predictions already written stay; this batch is asked again
+                        batch_size = max(1, len(batch) // 2)
+                        release_memory()
+                        if notify:
+                            notify(f"out of memory at batch size {len(batch)}: going on with {batch_size}")
+                        continue
+                    append_predictions(predictions_path, lines)
+                    asked += len(batch)
+                    start += len(batch)
+                    if progress:
+                        progress(len(questions) - len(todo) + asked, len(questions))
         finally:
             if on_ray and answerer is not None:  # its workers end with the run
                 answerer.close()
@@ -552,12 +564,36 @@ def finish_run(out_dir: Path, config: dict[str, Any], predictions: Sequence[dict
     return result
 
 
+def split_by_call(batch: Sequence[Question], mode: str) -> tuple[list[Question], list[Question]]:
+    """A batch's questions whose options are ranked (rank mode, options given) and those answered in words."""
+    rank = [q for q in batch if mode == "rank" and q.options is not None]
+    return rank, [q for q in batch if q not in rank]
+
+
+def batch_calls(batch: Sequence[Question], mode: str) -> list[tuple[str, list[Any]]]:
+    """The model calls `ask_batch` makes for BATCH: (rank or generate, the prompts) each, in its order."""
+    rank, generate = split_by_call(batch, mode)
+    return [(call, [q.prompt for q in questions]) for call, questions in (("rank", rank), ("generate", generate))
+            if questions]
+
+
+@contextlib.contextmanager
+def naming_the_question(batch: Sequence[Question]) -> Iterator[None]:
+    """An image of BATCH that cannot be read, reported with the record (item id and question) that shows it."""
+    try:
+        yield
+    except UnreadableImage as exc:
+        question = next((q for q in batch if exc.path in q.prompt.images), None)
+        if question is None:
+            raise
+        raise CftoolsError(f"record {question.item_id} ({question.which} question): {exc}") from None
+
+
 def ask_batch(answerer: Any, batch: list[Question], mode: str, score: str, templates: PromptTemplates,
               judge: Optional[ChatAnswerer] = None, judge_aggregate: str = "best-match",
               reading: str = STRICT) -> list[dict[str, Any]]:
     """Ask one batch of questions; one prediction line per question."""
-    rank = [q for q in batch if mode == "rank" and q.options is not None]
-    generate = [q for q in batch if q not in rank]
+    rank, generate = split_by_call(batch, mode)
     lines: dict[tuple[str, str], dict[str, Any]] = {}
     if rank:
         for question, scores in zip(rank, answerer.score_options([q.prompt for q in rank])):

@@ -25,6 +25,13 @@ for the process: other libraries in it keep their own setting.
   models with multi-axis rotary positions (Qwen2-VL family) each prefix runs on its own.
   `score_options_full` is the reference (one full forward pass per option) used by the benchmark.
 
+- **preparation** (`prepare`): the CPU side of a batch (chat template, image decoding, the processor, option token
+  ids) apart from the device side, so `cftools.evaluate.prefetch` can prepare the next batch on a background thread
+  while this one runs; `generate` and `score_options` prepare inline when handed nothing prepared, so both paths run
+  the same code. Decoded images are kept in a small LRU cache (keyed by path, modification time and size: a
+  repeated image is decoded once, a changed file again). On CUDA the prepared tensors are pinned and copied
+  with `non_blocking=True`. Tokenizer calls hold one lock (the Rust tokenizer refuses concurrent mutation).
+
 On CUDA the default dtype is bf16 (fp16 where bf16 is not supported); on CPU fp32.
 """
 
@@ -32,6 +39,8 @@ from __future__ import annotations
 
 import inspect
 import os
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -127,6 +136,14 @@ def in_local_cache(path_or_id: str) -> bool:
         return False
 
 
+class UnreadableImage(CftoolsError):
+    """An image file that cannot be decoded; PATH says which (the eval runner names the record asking it)."""
+
+    def __init__(self, path: Path, reason: str) -> None:
+        super().__init__(f"{path}: cannot read the image ({reason})")
+        self.path = Path(path)
+
+
 def load_image(path: Path):  # noqa: ANN201
     from PIL import Image
 
@@ -134,7 +151,53 @@ def load_image(path: Path):  # noqa: ANN201
         with Image.open(path) as image:
             return image.convert("RGB")
     except (OSError, ValueError) as exc:
-        raise CftoolsError(f"{path}: cannot read the image ({exc})") from None
+        raise UnreadableImage(path, str(exc)) from None
+
+
+IMAGE_CACHE_SIZE = 64  # decoded images kept per model (a 1024 px RGB image is 3 MiB)
+
+
+class ImageCache:
+    """Decoded images by (path, modification time, size), the least recently used dropped past SIZE; thread-safe."""
+
+    def __init__(self, size: int = IMAGE_CACHE_SIZE) -> None:
+        self.size = size
+        self._images: OrderedDict[tuple, Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, path: Path):  # noqa: ANN201
+        try:
+            stat = Path(path).stat()
+        except OSError as exc:
+            raise UnreadableImage(path, exc.strerror or str(exc)) from None
+        key = (str(path), stat.st_mtime_ns, stat.st_size)
+        with self._lock:
+            if key in self._images:
+                self._images.move_to_end(key)
+                return self._images[key]
+        image = load_image(path)  # decoded outside the lock: two threads may decode at once
+        with self._lock:
+            self._images[key] = image
+            while len(self._images) > self.size:
+                self._images.popitem(last=False)
+        return image
+
+
+@dataclass
+class Prepared:
+    """The CPU side of one call (`generate` or `rank`) on a batch: per group of prompts run together, the prompts'
+    indices in the batch, their inputs (CPU tensors, pinned on CUDA), and the group's answer length (generate)
+    or its options' token ids (rank)."""
+
+    mode: str
+    groups: list[tuple[list[int], dict[str, Any], Any]]
+
+
+def pinned(value: Any) -> Any:
+    """VALUE in page-locked memory when it is a CPU tensor (its copy to the GPU can then run asynchronously)."""
+    import torch
+
+    return value.pin_memory() if isinstance(value, torch.Tensor) and not value.is_pinned() else value
 
 
 # Set to 1 to let `hf:` models be downloaded from the hub (off by default: evaluation works offline).
@@ -162,6 +225,9 @@ class HFVisionModel:
         self.batch_prefixes = accepts_positions and model_type not in MULTI_AXIS_POSITION_MODELS
         # Only the logits that score something are computed (the prefix's last one; the option's own).
         self.keep_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
+        self.image_cache = ImageCache()
+        # the next batch is prepared on another thread while this one decodes its replies: one tokenizer user at once
+        self.tokenizer_lock = threading.RLock()
 
     @classmethod
     def load(cls, path_or_id: str, device: str = "auto", dtype: str = "auto",
@@ -212,13 +278,20 @@ class HFVisionModel:
         return option
 
     def _encode(self, texts: list[str], prompts: Sequence[Prompt]) -> dict[str, Any]:
-        images = [load_image(path) for prompt in prompts for path in prompt.images]
-        self.tokenizer.padding_side = "left"
+        return self._to_device(self._cpu_inputs(texts, prompts))
+
+    def _cpu_inputs(self, texts: list[str], prompts: Sequence[Prompt]) -> dict[str, Any]:
+        """The processor's inputs for TEXTS and PROMPTS' images, on the CPU (pinned when the model is on CUDA)."""
+        images = [self.image_cache.get(path) for prompt in prompts for path in prompt.images]
         kwargs: dict[str, Any] = {"text": texts, "return_tensors": "pt", "padding": True}
         if images:
             kwargs["images"] = images
-        encoded = self.processor(**kwargs)
-        return self._to_device(encoded)
+        with self.tokenizer_lock:
+            self.tokenizer.padding_side = "left"
+            encoded = dict(self.processor(**kwargs))
+        if str(self.device).startswith("cuda"):
+            encoded = {key: pinned(value) for key, value in encoded.items()}
+        return encoded
 
     def _to_device(self, encoded: Any) -> dict[str, Any]:
         import torch
@@ -226,42 +299,66 @@ class HFVisionModel:
         out = {}
         for key, value in dict(encoded).items():
             if isinstance(value, torch.Tensor):
-                value = value.to(self.device)
+                # a pinned tensor's copy is queued behind the GPU's work; the cast after it is on the same stream
+                value = value.to(self.device, non_blocking=value.is_pinned())
                 if value.is_floating_point():
                     value = value.to(torch_dtype(self.dtype))
             out[key] = value
         return out
 
+    def prepare(self, mode: str, prompts: Sequence[Prompt]) -> Prepared:
+        """The CPU side of `generate` (MODE generate) or `score_options` (rank) on PROMPTS; safe on another thread."""
+        if mode == "generate":
+            groups = []
+            for limit, indices in by_answer_length(prompts).items():
+                chosen = [prompts[i] for i in indices]
+                encoded = self._cpu_inputs([self.prefix_text(p) for p in chosen], chosen)
+                # Some tokenizers add token_type_ids, which generate() of vision-language models refuses before
+                # transformers 4.57 and ignores after; the model never uses them.
+                encoded.pop("token_type_ids", None)
+                groups.append((indices, encoded, limit))
+            return Prepared(mode, groups)
+        if mode != "rank":
+            raise CftoolsError(f"unknown mode {mode!r}")
+        together = self.batch_prefixes or len(prompts) <= 1
+        runs = [list(range(len(prompts)))] if together else [[i] for i in range(len(prompts))]
+        groups = []
+        for indices in runs:
+            chosen = [prompts[i] for i in indices]
+            prefixes = [self.prefix_text(p) for p in chosen]
+            option_ids = [self._option_ids(p, prefix) for p, prefix in zip(chosen, prefixes)]
+            groups.append((indices, self._cpu_inputs(prefixes, chosen), option_ids))
+        return Prepared(mode, groups)
+
     # -- generation ------------------------------------------------------------------------------------
 
-    def generate(self, prompts: Sequence[Prompt]) -> list[str]:
-        """Greedy answers to a batch of questions (left padded), one string each.
+    def generate(self, prompts: Sequence[Prompt], prepared: Optional[Prepared] = None) -> list[str]:
+        """Greedy answers to a batch of questions (left padded), one string each; PREPARED is `prepare("generate",
+        PROMPTS)` made ahead (made here when not given).
 
         A reply never depends on the other questions of the batch: questions of different `max_new_tokens` are
         generated apart (a batch runs to one length, so a 16-token question beside a 128-token one would be
         answered in 128), and each reply is cut at its own limit and at its own end of turn."""
+        if not prompts:
+            return []
+        prepared = prepared or self.prepare("generate", prompts)
         replies: list[str] = [""] * len(prompts)
-        for limit, indices in by_answer_length(prompts).items():
-            texts = self._generate_same_length([prompts[i] for i in indices], limit)
-            for index, text in zip(indices, texts):
+        for indices, inputs, limit in prepared.groups:
+            for index, text in zip(indices, self._generate_same_length(inputs, limit)):
                 replies[index] = text
         return replies
 
-    def _generate_same_length(self, prompts: Sequence[Prompt], max_new: int) -> list[str]:
+    def _generate_same_length(self, inputs: dict[str, Any], max_new: int) -> list[str]:
         import torch
 
-        if not prompts:
-            return []
-        encoded = self._encode([self.prefix_text(p) for p in prompts], prompts)
-        # Some tokenizers add token_type_ids, which generate() of vision-language models refuses before
-        # transformers 4.57 and ignores after; the model never uses them.
-        encoded.pop("token_type_ids", None)
+        encoded = self._to_device(inputs)
         with torch.inference_mode():
             output = self.model.generate(**encoded, max_new_tokens=max_new, do_sample=False, num_beams=1,
                                          pad_token_id=self.tokenizer.pad_token_id)
         new_tokens = output[:, encoded["input_ids"].shape[1]:].tolist()
-        return [self.tokenizer.decode(self._own_reply(row, max_new), skip_special_tokens=True).strip()
-                for row in new_tokens]
+        with self.tokenizer_lock:
+            return [self.tokenizer.decode(self._own_reply(row, max_new), skip_special_tokens=True).strip()
+                    for row in new_tokens]
 
     def end_of_turn_ids(self) -> set[int]:
         """The tokens that end a reply: the tokenizer's end of sequence and the model's generation config's."""
@@ -284,7 +381,8 @@ class HFVisionModel:
         after tokenize(prefix) (so SentencePiece word-boundary markers come out right), or the reply
         tokenized alone where the joint tokenization does not extend the prefix's."""
         def tokenize(text: str) -> list[int]:
-            return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+            with self.tokenizer_lock:
+                return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
         prefix_ids = tokenize(prefix)
         ids = []
@@ -301,24 +399,28 @@ class HFVisionModel:
     def _keep(self, n: int) -> dict[str, int]:
         return {"logits_to_keep": n} if self.keep_logits else {}
 
-    def score_options(self, prompts: Sequence[Prompt]) -> list[list[dict[str, float]]]:
-        """Per question, per option: sum_logprob, mean_loss and n_tokens; the prefix runs once per question."""
-        if not self.batch_prefixes and len(prompts) > 1:
-            return [self.score_options([p])[0] for p in prompts]
-        return self._score_shared_prefix(list(prompts))
-
-    def _score_shared_prefix(self, prompts: list[Prompt]) -> list[list[dict[str, float]]]:
-        import torch
-
+    def score_options(self, prompts: Sequence[Prompt],
+                      prepared: Optional[Prepared] = None) -> list[list[dict[str, float]]]:
+        """Per question, per option: sum_logprob, mean_loss and n_tokens; the prefix runs once per question.
+        PREPARED is `prepare("rank", PROMPTS)` made ahead (made here when not given)."""
         if not prompts:
             return []
-        prefixes = [self.prefix_text(p) for p in prompts]
-        option_ids = [self._option_ids(p, prefix) for p, prefix in zip(prompts, prefixes)]
-        encoded = self._encode(prefixes, prompts)
+        prepared = prepared or self.prepare("rank", prompts)
+        results: list[list[dict[str, float]]] = [[] for _ in prompts]
+        for indices, inputs, option_ids in prepared.groups:
+            for index, scores in zip(indices, self._score_shared_prefix(inputs, option_ids)):
+                results[index] = scores
+        return results
+
+    def _score_shared_prefix(self, inputs: dict[str, Any],
+                             option_ids: list[list[list[int]]]) -> list[list[dict[str, float]]]:
+        import torch
+
+        encoded = self._to_device(inputs)
         mask = encoded["attention_mask"]
         results: list[list[Optional[dict[str, float]]]] = [[None] * len(ids) for ids in option_ids]
         with torch.inference_mode():
-            if len(prompts) > 1:
+            if len(option_ids) > 1:
                 encoded["position_ids"] = (mask.long().cumsum(-1) - 1).clamp(min=0)
             out = self.model(**encoded, use_cache=True, **self._keep(1))
             cache = out.past_key_values

@@ -160,15 +160,15 @@ def plan(batches: list[Any], modes: list[str], compare: list[Any]) -> list[tuple
 
 
 def warm_up(releases: dict[str, Path], folder: Path, model: Any, args: argparse.Namespace, tmp: Path) -> None:
-    """One untimed generate eval at the plan's largest batch (auto: 64), so no timed run pays for first launches."""
+    """Untimed generate evals, one per batch size of the plan (two batches' worth each), so that no timed run pays
+    for the first launches of its shapes (measured on an H200: a second identical run at batch 32, warmed up at 64
+    only, was 1.4x the first)."""
     from cftools.evaluate.run import AUTO_START_BATCH
 
-    largest = max((AUTO_START_BATCH if b == "auto" else b) for b in args.batches)
-    if largest <= 1:
-        return
-    figures, _ = eval_once(releases["generate"], folder, model, "generate", largest, largest, tmp / "warm-up",
-                           args.device, args.dtype)
-    append_result(args.out, {"part": "llava", "what": "warm-up", "batch": largest, "seconds": figures["seconds"]})
+    for batch in sorted({AUTO_START_BATCH if b == "auto" else b for b in args.batches if b != 1}):
+        figures, _ = eval_once(releases["generate"], folder, model, "generate", batch, 2 * batch,
+                               tmp / f"warm-up-{batch}", args.device, args.dtype)
+        append_result(args.out, {"part": "llava", "what": "warm-up", "batch": batch, "seconds": figures["seconds"]})
 
 
 def compare_prefetch(out: str | None, mode: str, batch: Any, results: dict[tuple, dict], tmp: Path) -> None:
@@ -240,7 +240,7 @@ def llava_part(args: argparse.Namespace) -> None:
             try:
                 figures, result = eval_once(releases[mode], folder, loaded, mode, batch, questions,
                                             Path(tmp) / run_folder(mode, batch, prefetch), args.device, args.dtype,
-                                            prefetch)
+                                            prefetch and not args.control)
             except Exception as exc:  # noqa: BLE001 - recorded (an out-of-memory error is a result here)
                 append_result(args.out, {"part": "llava", "what": "failed", "mode": mode, "batch": batch,
                                          "prefetch": prefetch,
@@ -321,6 +321,9 @@ def main() -> int:
     parser.add_argument("--batches", type=parse_batches, default=parse_batches("1,8,32,64,auto"))
     parser.add_argument("--modes", type=lambda t: t.split(","), default=["generate", "rank"],
                         help="the llava part's modes (generate,rank)")
+    parser.add_argument("--control", action="store_true",
+                        help="the compared 'with' runs prefetch nothing either: the changed answers of two identical "
+                             "runs (the GPU's own run-to-run differences), to read the prefetch comparison against")
     parser.add_argument("--compare-prefetch", type=parse_batches, default=[],
                         help="batches run both with and without prefetching, side by side (e.g. 32,auto)")
     parser.add_argument("--questions", type=int, default=256, help="questions per run at batch > 1")

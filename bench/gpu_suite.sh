@@ -96,8 +96,10 @@ part agreement 35 "$PY" bench/bench_gpu.py --part agreement --out "$RESULTS"
 part llava 185 "$PY" bench/bench_gpu.py --part llava --budget 165 --questions 128 --questions-b1 16 --out "$RESULTS"
 # the generate runner with and without prefetching, side by side; only when asked for (ONLY=generate, ~3 min)
 if [ -n "${ONLY:-}" ]; then
+    # GENERATE_ARGS: other options of bench_gpu.py, e.g. "--batches 32 --compare-prefetch 32 --control"
+    # shellcheck disable=SC2086
     part generate 300 "$PY" bench/bench_gpu.py --part llava --modes generate --batches 32,64,auto \
-        --compare-prefetch 32,64,auto --budget 240 --questions 256 --out "$RESULTS"
+        --compare-prefetch 32,64,auto --budget 240 --questions 256 --out "$RESULTS" ${GENERATE_ARGS:-}
 fi
 part images 65 "$PY" bench/bench_images.py --device cuda --batches 1,4,8,16 --calls 2 --out "$RESULTS"
 part edits 75 "$PY" bench/bench_edits.py --device cuda --batches 1,4,8,16 --calls 2 --out "$RESULTS"

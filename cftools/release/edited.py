@@ -188,14 +188,15 @@ def edits_line(counts: dict[str, int], include_unverified: bool) -> Optional[str
     head = f"{counts['released']} of {counts['items']} items carry an edited image"
     if counts.get("irrelevant_released"):
         head += f" ({counts['irrelevant_released']} an irrelevant edit)"
-    if include_unverified:
-        if not counts["unverified"]:
-            return f"{head}: every released edit was accepted by two people."
+    if include_unverified and counts["unverified"]:
         return (f"{head}: {counts['unverified']} released edits are NOT verified by people "
                 "(--include-unverified-edits: the best-ranked unflagged candidate; the card and browse.html say so).")
     left = counts["with_candidates"] - counts["released"]
     if left <= 0:
         return f"{head}: every one accepted by two people."
+    if include_unverified:
+        return (f"{head}: the candidates of {left} more are all flagged by the edit checks or were rejected by people "
+                "(a flagged candidate is never released as an edit; cftools flags list).")
     why = "no edit was" if not counts["released"] else f"the edits of {left} more were not"
     return (f"{head}: {why} accepted by two people (cftools annotate push --task edit; or "
             "--include-unverified-edits).")

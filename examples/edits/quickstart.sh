@@ -27,7 +27,7 @@ step "Export the release: only edits two people accepted travel with their items
 cftools export edits --version 0.1.0 --include-unverified --force --licence CC0-1.0
 cftools verify "$ws/releases/edits-0.1.0"
 
-step "Demo only: a person looks at the flagged candidates and waives their edit flags (cftools flags waive)"
+step "Demo only: waive the candidates' edit flags, as a person who looked at them could (cftools flags waive)"
 # The embedded pipeline's noise is flagged by the edit checks, and a flagged candidate is never released as an edit,
 # even with --include-unverified-edits; so that the next release has edits to show, the demo waives those flags.
 cftools flags list --json | python3 -c '
@@ -38,7 +38,7 @@ for row in json.load(sys.stdin):
   cftools flags waive "$item" "$code" --reason "demo: the embedded editor makes noise; waived to show an unverified release" >/dev/null
 done
 
-step "A separate release with --include-unverified-edits: the best unflagged candidates, marked NOT verified"
+step "A separate release with --include-unverified-edits: the best candidates without an unwaived flag, marked NOT verified"
 cftools export edits --version 0.1.0-unverified-edits --include-unverified --include-unverified-edits --force \
   --licence CC0-1.0
 cftools verify "$ws/releases/edits-0.1.0-unverified-edits"

@@ -231,3 +231,14 @@ def test_browse_labels_an_unverified_edit_on_the_image_itself_in_chromium(edited
     assert accepted.locator(".edit-warning").count() == 0  # people accepted it: no warning
     assert "relevant edit — the answer becomes none" in accepted.locator("figcaption").all_inner_texts()
     context.close()
+
+
+def test_the_console_line_says_why_edits_are_not_released():
+    from cftools.release.edited import edits_line
+
+    none = {"items": 6, "with_candidates": 6, "released": 0, "irrelevant_released": 0, "unverified": 0}
+    assert edits_line(none, False) == ("0 of 6 items carry an edited image: no edit was accepted by two people "
+                                       "(cftools annotate push --task edit; or --include-unverified-edits).")
+    assert edits_line(none, True).startswith("0 of 6 items carry an edited image: the candidates of all 6 are "
+                                             "flagged by the edit checks or were rejected by people")
+    assert edits_line({**none, "with_candidates": 0}, False) is None  # no edits at all: nothing to say

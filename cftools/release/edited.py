@@ -194,8 +194,9 @@ def edits_line(counts: dict[str, int], include_unverified: bool) -> Optional[str
     left = counts["with_candidates"] - counts["released"]
     if left <= 0:
         return f"{head}: every one accepted by two people."
+    others = f"{left} more" if counts["released"] else f"all {left}"
     if include_unverified:
-        return (f"{head}: the candidates of {left} more are all flagged by the edit checks or were rejected by people "
+        return (f"{head}: the candidates of {others} are flagged by the edit checks or were rejected by people "
                 "(a flagged candidate is never released as an edit; cftools flags list).")
     why = "no edit was" if not counts["released"] else f"the edits of {left} more were not"
     return (f"{head}: {why} accepted by two people (cftools annotate push --task edit; or "

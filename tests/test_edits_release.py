@@ -205,15 +205,18 @@ def test_eval_edited_table_counts_only_released_edits(edited_ws, run_cli, tmp_pa
 
 
 def test_browse_labels_an_unverified_edit_on_the_image_itself_in_chromium(edited_ws, run_cli, browser):  # noqa: F811
+    from playwright.sync_api import expect
+
     workspace, by_name = edited_ws
     _, folder, records = export(run_cli, "5.0", "--include-unverified-edits")
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     context.set_default_timeout(UI_TIMEOUT_MS)
     page = context.new_page()
     page.goto((folder / "browse.html").as_uri())
+    page.locator("article").first.wait_for()
     page.locator("#search").fill(by_name[UNFLAGGED])
+    expect(page.locator("#shown")).to_have_text("1 of 4 shown")  # drawn again: only then are its figures final
     card = page.locator("article", has=page.locator("h2", has_text=by_name[UNFLAGGED]))
-    card.wait_for()
     figures = card.locator("figure")
     captions = [figures.nth(n).locator("figcaption").inner_text() for n in range(figures.count())]
     assert captions == ["image", "relevant edit — the answer becomes 3", "irrelevant edit — the answer stays 2"]
@@ -226,6 +229,7 @@ def test_browse_labels_an_unverified_edit_on_the_image_itself_in_chromium(edited
         assert colour == "rgb(204, 0, 0)"  # styled to be seen
     assert figures.nth(0).locator(".edit-warning").count() == 0  # the original is not an edit
     page.locator("#search").fill(by_name[ACCEPTED])
+    expect(page.locator("#shown")).to_have_text("1 of 4 shown")
     accepted = page.locator("article", has=page.locator("h2", has_text=by_name[ACCEPTED]))
     accepted.wait_for()
     assert accepted.locator(".edit-warning").count() == 0  # people accepted it: no warning

@@ -35,7 +35,8 @@ FACETS = ("kind", "group", "split", "status")
 # data keys shown right after the questions, in this order, with these labels; the rest follow by name
 DATA_ROWS = (("edited_answer", "answer about the edited image"),
              ("irrelevant_change", "irrelevant change"),
-             ("irrelevant_edited_answer", "answer about the irrelevant edit"), ("cue", "cue"), ("false_cues", "false cues"),
+             ("irrelevant_edited_answer", "answer about the irrelevant edit"), ("cue", "cue"),
+             ("false_cues", "false cues"),
              ("cue_choices", "cue choices"),
              ("cause_caption", "cause caption"), ("effect_caption", "effect caption"))
 # shown first, in this order (an edit beside its original; a MuCR pair: cause beside effect)

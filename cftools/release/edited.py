@@ -76,7 +76,8 @@ def with_released_edits(record: dict[str, Any], include_unverified: bool = False
         chosen = chosen_candidate(data, edit, include_unverified)
         candidates = data.pop(f"{edit.prefix}_candidates", None) or {}
         if chosen is not None:
-            data.update(released_fields(record, data, edit, candidates[chosen], verified=is_selected(data, edit, chosen)))
+            verified = is_selected(data, edit, chosen)
+            data.update(released_fields(record, data, edit, candidates[chosen], verified))
     record["data"] = data
     return record
 
@@ -167,7 +168,8 @@ def field_descriptions() -> dict[str, str]:
         out[f"{edit.field}_answer"] = f"Gold answer of the original question about {edit.image}."
         out[f"{edit.image}_model"] = f"The model or tool that made {edit.image}."
         out[f"{edit.image}_licence"] = f"The licence of {edit.image} (its model's terms)."
-    out["irrelevant_change"] = "The irrelevant change shown by irrelevant_edited_image (the answer must not depend on it)."
+    out["irrelevant_change"] = ("The irrelevant change shown by irrelevant_edited_image (the answer must not depend "
+                                "on it).")
     return out
 
 

@@ -246,3 +246,21 @@ def test_the_console_line_says_why_edits_are_not_released():
     assert edits_line(none, True).startswith("0 of 6 items carry an edited image: the candidates of all 6 are "
                                              "flagged by the edit checks or were rejected by people")
     assert edits_line({**none, "with_candidates": 0}, False) is None  # no edits at all: nothing to say
+
+
+def test_a_cfmm_pairs_irrelevant_edit_keeps_the_basic_answer_and_its_relevant_edit_gets_the_counterfactual_one():
+    from cftools.kinds import get_kind
+    from cftools.release.edited import with_released_edits
+
+    refs = {"1": {"image": "sha256:" + "a" * 64, "provenance": {"model": MODEL, "licence": LICENCE}}}
+    data = {"basic_question": "What colour is the car?", "basic_answer": "red",
+            **edit_state(refs, UNFLAGGED), **edit_state(refs, UNFLAGGED, "irrelevant_edit"),
+            "edit": {"irrelevant_condition": "a cloud in the sky"}}
+    record = {"id": "cfmm-1", "kind": "cfmm", "question": "What colour would the car be if painted blue?",
+              "answer": "blue", "original_question": "What colour is the car now?", "original_answer": "dark red",
+              "data": data}
+    released = with_released_edits(get_kind("cfmm").export_record(record), include_unverified=True)["data"]
+    assert (released["edited_answer"], released["irrelevant_edited_answer"]) == ("blue", "red")
+    assert released["irrelevant_change"] == "a cloud in the sky"
+    assert not with_released_edits({**record, "data": data})["data"].keys() & {"edited_image",
+                                                                              "irrelevant_edited_image"}

@@ -279,6 +279,16 @@ def test_the_release_carries_the_chosen_edit_beside_the_original_and_verifies(it
             item.status = "accepted"
             session.add(item)
     generate_edits(store, items_ws.root, tiny, editable_items(store, ("cvqa",)), per_item=2)
+    unjudged = run_cli("export", "edits", "--version", "0.9", "--licence", "CC-BY-4.0", "--json")
+    assert unjudged.exit_code == 0, unjudged.output  # nobody accepted an edit yet: none is released (issue 44)
+    assert json.loads(unjudged.output)["edits"]["released"] == 0
+    with store.write() as session:  # two people accepted each item's best-ranked candidate
+        passed_over = []
+        for item in session.execute(select(Item)).scalars():
+            best = item.data["edit_checks"][0]["k"]
+            item.data = {**item.data, "edit_selected": best}
+            passed_over += [c["image"].removeprefix("sha256:") for k, c in item.data["edit_candidates"].items()
+                            if k != str(best)]
     result = run_cli("export", "edits", "--version", "1.0", "--licence", "CC-BY-4.0", "--json")
     assert result.exit_code == 0, result.output
     folder = Path(json.loads(result.output)["path"])
@@ -286,19 +296,20 @@ def test_the_release_carries_the_chosen_edit_beside_the_original_and_verifies(it
     assert len(records) == 2
     for record in records:
         edited = record["data"]["edited_image"]
-        best = record["data"]["edit_checks"][0]["k"]
-        assert edited == record["data"]["edit_candidates"][str(best)]["image"] and (folder / edited).is_file()
+        assert "edit_candidates" not in record["data"] and (folder / edited).is_file()  # only the released edit
         assert edited != record["image"] and record["data"]["edited_image_licence"] == "Apache-2.0"
-        assert record["data"]["edited_image_verified"] is False
+        assert record["data"]["edited_image_verified"] is True
+    assert passed_over and not any((folder / "images" / f"{sha}.png").exists() for sha in passed_over)
     croissant = json.loads((folder / "croissant.json").read_text())
     fields = [f["name"] for rs in croissant["recordSet"] for f in rs.get("field", [])]
     assert {"edited_image", "edited_answer", "edited_image_model", "edited_image_licence"} <= set(fields)
     assert run_cli("verify", str(folder)).exit_code == 0
     from cftools.release.browse import item_view
 
-    assert [label for label, _ in item_view(records[0], {}, {})["images"][:2]] == ["image", "edited"]  # side by side
+    captions = [caption for caption, _, _ in item_view(records[0], {}, {})["images"][:2]]
+    assert captions == ["image", f"relevant edit — the answer becomes {records[0]['answer']}"]  # side by side
     card = (folder / "README.md").read_text()
-    assert "## Edited images" in card and "| Apache-2.0 | 2 | 0 |" in card and "commercial" not in card
+    assert "## Edited images" in card and "| Apache-2.0 | 2 | 2 |" in card and "commercial" not in card
     harness_formats_ask_about_the_edited_image(items_ws, run_cli, tmp_path)
 
 

@@ -9,6 +9,7 @@ from cftools.terminal import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from cftools.commands.common import console, err_console, pass_workspace, print_json, release_boundary
+from cftools.release.edited import edits_line
 from cftools.release.export import export_release
 from cftools.release.ingest import ingest_release
 from cftools.release.verify import verification_failure, verify_release
@@ -30,6 +31,10 @@ STAGE_LABELS = {"images": "Copying images", "records": "Writing records, Parquet
                    "CSV). Every release has croissant.json and browse.html.")
 @click.option("--include-unverified", is_flag=True,
               help="Also export draft and checked items, marked verified: false.")
+@click.option("--include-unverified-edits", is_flag=True,
+              help="Also release, for items people have not judged, the best-ranked edit candidate without an "
+                   "unwaived flag, marked unverified in the records, the card and browse.html (by default only edits "
+                   "two people accepted are released). A flagged candidate is never released as an edit.")
 @click.option("--include-in-review", is_flag=True,
               help="Also export items still under annotation review, marked verified: false.")
 @click.option("--split", "split_spec", metavar="NAME=FRACTION,...",
@@ -46,7 +51,8 @@ STAGE_LABELS = {"images": "Copying images", "records": "Writing records, Parquet
 @pass_workspace
 def export_cmd(workspace: Workspace, name: str, version: str, out_dir: Path | None, fmt: str,
                include_unverified: bool, include_in_review: bool, split_spec: str | None, licence: str | None,
-               force: bool, previous: str | None, as_json: bool, **kind_options: object) -> None:
+               force: bool, previous: str | None, as_json: bool, include_unverified_edits: bool,
+               **kind_options: object) -> None:
     """Export the accepted items as the release NAME-VERSION (a verifiable, byte-reproducible folder)."""
     splits = parse_splits(split_spec)
     previous_dir = None
@@ -65,7 +71,7 @@ def export_cmd(workspace: Workspace, name: str, version: str, out_dir: Path | No
 
         result = export_release(workspace, name, version, out_dir, fmt, include_unverified, splits, force, report,
                                 include_in_review=include_in_review, licence=licence, options=kind_options,
-                                previous=previous_dir)
+                                previous=previous_dir, include_unverified_edits=include_unverified_edits)
     if as_json:
         print_json(result.as_dict())  # its `warnings` list them
         return
@@ -74,6 +80,9 @@ def export_cmd(workspace: Workspace, name: str, version: str, out_dir: Path | No
     console.print(f"Release written to [bold]{result.path}[/]: {result.n_items} items "
                   f"({result.n_verified} verified, {result.n_unverified} unverified), {result.n_images} images; "
                   f"splits {', '.join(f'{k} {v}' for k, v in result.by_split.items()) or '-'}.", soft_wrap=True)
+    if (line := edits_line(result.edits, include_unverified_edits)):
+        loud = include_unverified_edits and result.edits.get("unverified")
+        console.print(f"[bold red]{escape(line)}[/]" if loud else escape(line), soft_wrap=True)
     if result.changes:
         console.print("Changes since the previous release: " + ", ".join(
             f"{n} {category.replace('_', ' ')}" for category, n in result.changes.items()) + ".")

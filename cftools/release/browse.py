@@ -1,7 +1,9 @@
 """`browse.html`: one static page per release to judge its items in (no server, no network, works from file://).
 
 Each card shows the item's images large enough to check its answer against (click one to see it full size; a
-MuCR pair's cause beside its effect; an item's edited image, `data.edited_image`, beside its original), its
+MuCR pair's cause beside its effect; an item's released edits, `data.edited_image` and
+`data.irrelevant_edited_image`, beside its original, captioned with the answer they must get, and an edit no person
+verified labelled so on the image itself), its
 fields as labelled text (nested data flattened to labels, never a JSON blob), each explanation as a paragraph of
 its own, its check flags and the annotators' judgments.
 
@@ -31,12 +33,18 @@ from cftools.release.selection import source_order
 BROWSE_NAME = "browse.html"
 FACETS = ("kind", "group", "split", "status")
 # data keys shown right after the questions, in this order, with these labels; the rest follow by name
-DATA_ROWS = (("edited_answer", "answer about the edited image"), ("cue", "cue"), ("false_cues", "false cues"),
+DATA_ROWS = (("edited_answer", "answer about the edited image"),
+             ("irrelevant_change", "irrelevant change"),
+             ("irrelevant_edited_answer", "answer about the irrelevant edit"), ("cue", "cue"),
+             ("false_cues", "false cues"),
              ("cue_choices", "cue choices"),
              ("cause_caption", "cause caption"), ("effect_caption", "effect caption"))
 # shown first, in this order (an edit beside its original; a MuCR pair: cause beside effect)
-FIRST_IMAGES = ("image", "edited", "cause", "effect")
-EDITED_LABEL = "edited"
+FIRST_IMAGES = ("image", "edited", "irrelevant_edited", "cause", "effect")
+# the captions of the released edits, and the label ON an unverified one (`--include-unverified-edits`)
+EDIT_CAPTIONS = {"edited": "relevant edit — the answer becomes {answer}",
+                 "irrelevant_edited": "irrelevant edit — the answer stays {answer}"}
+UNVERIFIED_EDIT_LABEL = "edited — NOT verified by people"
 PARAGRAPHS = {"explanations"}  # data keys whose list items are each a paragraph of prose
 # forms of a row's value, read by the page's script
 TEXT, LIST, PARAGRAPH, FLAG = "t", "l", "p", "f"
@@ -123,13 +131,28 @@ def item_rows(record: dict[str, Any], provenance: dict[str, Any]) -> list[list[A
 
 
 def item_view(record: dict[str, Any], provenance: dict[str, Any], image_src: dict[str, str]) -> dict[str, Any]:
-    """What the page draws of one item (short keys: a release of 10,000 items is one JSON document)."""
-    edited = (record.get("data") or {}).get("edited_image")  # the released edit, whichever candidate it is
-    images = [[EDITED_LABEL if edited and path == edited else image_label(where), image_src.get(path, path)]
-              for where, path in record_image_paths(record)]
-    images.sort(key=lambda image: FIRST_IMAGES.index(image[0]) if image[0] in FIRST_IMAGES else len(FIRST_IMAGES))
+    """What the page draws of one item (short keys: a release of 10,000 items is one JSON document): its images as
+    [caption, src, warning shown on the image ("" for none)], an edit beside its original."""
+    from cftools.release.edited import EDIT_KINDS, edited_answer_of, edited_image_of
+
+    data = record.get("data") or {}
+    edits = {edited_image_of(record, edit): edit for edit in EDIT_KINDS if edited_image_of(record, edit)}
+    images, roles = [], []
+    for where, path in record_image_paths(record):
+        edit = edits.get(path)
+        if edit is None:
+            images.append([image_label(where), image_src.get(path, path), ""])
+            roles.append(where.removesuffix("_image") if where.endswith("_image") else where)
+            continue
+        caption = EDIT_CAPTIONS[edit.field].format(answer=edited_answer_of(record, edit) or "?")
+        verified = bool(data.get(f"{edit.image}_verified"))
+        images.append([caption, image_src.get(path, path), "" if verified else UNVERIFIED_EDIT_LABEL])
+        roles.append(edit.field)
+    order = sorted(range(len(images)), key=lambda n: FIRST_IMAGES.index(roles[n]) if roles[n] in FIRST_IMAGES
+                   else len(FIRST_IMAGES))
     return {"id": str(record["id"]), **{f: scalar_text(record.get(f)) or "-" for f in FACETS},
-            "verified": bool(record.get("verified")), "images": images, "rows": item_rows(record, provenance)}
+            "verified": bool(record.get("verified")), "images": [images[n] for n in order],
+            "rows": item_rows(record, provenance)}
 
 
 def image_sources(folder: Path, records: Sequence[dict[str, Any]]) -> dict[str, str]:
@@ -151,7 +174,8 @@ def image_sources(folder: Path, records: Sequence[dict[str, Any]]) -> dict[str, 
 def packed(views: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The views as the page reads them, about half the bytes of the views themselves (a page of 10,000 items is
     read and parsed before the first card shows): each item an array [id, kind, group, split, status (indexes into
-    `facets`), verified (0/1), images [[label index, path under images/]], rows [[label index, value, form (only
+    `facets`), verified (0/1), images [[label index, path under images/, label index of the warning shown on it (only
+    when there is one)]], rows [[label index, value, form (only
     when not plain text or a list)]]]; labels and facet values are listed once."""
     labels: dict[str, int] = {}
     facets: dict[str, dict[str, int]] = {f: {} for f in FACETS}
@@ -161,7 +185,8 @@ def packed(views: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
     items = []
     for view in views:
-        images = [[label(caption), path.removeprefix(f"{IMAGES_DIR}/")] for caption, path in view["images"]]
+        images = [[label(caption), path.removeprefix(f"{IMAGES_DIR}/")] + ([label(warning)] if warning else [])
+                  for caption, path, warning in view["images"]]
         rows = [[label(name), value] + ([form] if form in (PARAGRAPH, FLAG) else [])
                 for name, value, form in view["rows"]]
         items.append([view["id"], *(facets[f].setdefault(view[f], len(facets[f])) for f in FACETS),

@@ -238,12 +238,15 @@ def kind_record_set(kind: str, records: Sequence[dict], file_id: str = RECORDS_N
     set_id = f"{kind}_data"
     mine = [r for r in records if r.get("kind") == kind]
     fields = [column_field(set_id, "id", file_id, description="The item's id (records/id).")]
+    from cftools.release.edited import field_descriptions
+
+    described = field_descriptions()
     for name in sorted({k for r in mine for k in (r.get("data") or {})}):
         typed = value_type([(r.get("data") or {}).get(name) for r in mine])
         if typed is None:
             continue
-        field = column_field(set_id, name, file_id, typed[0], f"data.{name} of a {kind} item.", json_path=name,
-                             column="data")
+        field = column_field(set_id, name, file_id, typed[0], described.get(name, f"data.{name} of a {kind} item."),
+                             json_path=name, column="data")
         if typed[1]:
             field["isArray"] = True
         fields.append(field)
@@ -337,7 +340,8 @@ def data_collection(records: Sequence[dict], provenance: Sequence[dict], licensi
     from cftools.release.edited import edit_models
 
     for m in edit_models(list(records)):
-        parts.append(f"Edited images (data.edited_image) made with {m['model']} under licence {m['licence']}"
+        where = "data.edited_image" if m["edit"] == "relevant" else "data.irrelevant_edited_image"
+        parts.append(f"Edited images, {m['edit']} edits ({where}) made with {m['model']} under licence {m['licence']}"
                      + (" (NOT FOR COMMERCIAL USE: its terms bind these images)" if m["non_commercial"] else "")
                      + f": {m['n_items']} items, {m['verified']} verified by two people.")
     if summary["corrected"]:
@@ -460,10 +464,12 @@ def data_limitations(records: Sequence[dict], provenance: Sequence[dict]) -> str
     for m in (m for m in edit_models(list(records)) if m["non_commercial"]):
         parts.append(f"{m['n_items']} edited images were made with {m['model']}, licence {m['licence']}: NOT FOR "
                      "COMMERCIAL USE.")
-    unverified_edits = sum(m["n_items"] - m["verified"] for m in edit_models(list(records)))
-    if unverified_edits:
-        parts.append(f"{unverified_edits} edited images are unverified (ranked best by the automatic edit checks, "
-                     "not verified by people; data.edited_image_verified false).")
+    from cftools.release.edited import unverified_edits
+
+    if (unverified := unverified_edits(list(records))):
+        parts.append(f"{unverified} edited images are NOT verified by people (exported with "
+                     "--include-unverified-edits: the best-ranked candidate without a flag of the automatic edit "
+                     "checks; data.edited_image_verified or data.irrelevant_edited_image_verified false).")
     return " ".join(parts) or "cftools found no limitation to report; see [release] data_limitations."
 
 

@@ -115,6 +115,12 @@ def edit_models(records: list[dict]) -> list[dict[str, Any]]:
     return models(records)
 
 
+def unverified_edits(records: list[dict]) -> int:
+    from cftools.release.edited import unverified_edits as count
+
+    return count(records)
+
+
 def card_stats(records: list[dict], provenance: list[dict]) -> dict[str, Any]:
     return {
         "n_items": len(records),
@@ -129,6 +135,7 @@ def card_stats(records: list[dict], provenance: list[dict]) -> dict[str, Any]:
         "yes_no": yes_no_balance(records),
         "provenance": provenance_summary(provenance),
         "edit_models": edit_models(records),
+        "unverified_edits": unverified_edits(records),
     }
 
 

@@ -30,6 +30,7 @@ from cftools.kinds import all_kinds, get_kind
 from cftools.boundary import workspace_boundary
 from cftools.models import Release, utcnow
 from cftools.release.layout import DEFAULT_OUT_DIR, FORMAT_NATIVE, MANIFEST_NAME, hash_file, release_dir_name
+from cftools.release.edited import edit_counts
 from cftools.release.extras import shared_formats, write_release_extras
 from cftools.release.licensing import release_licensing
 from cftools.release.annotator_analysis import release_analysis, write_analysis
@@ -57,6 +58,8 @@ class ExportResult:
     warnings: list[str] = field(default_factory=list)  # what the exporter should fix (empty RAI texts, ...)
     cleared: list[str] = field(default_factory=list)  # what clearing a killed export's temporaries did
     changes: dict[str, int] = field(default_factory=dict)  # with a previous release: items per category of change
+    edits: dict[str, int] = field(default_factory=dict)  # what became of the edits (`cftools.release.edited`)
+    include_unverified_edits: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return {**self.__dict__, "path": str(self.path)}
@@ -86,7 +89,7 @@ def export_release(workspace: Workspace, name: str, version: str, out_dir: Path 
                    splits: dict[str, float] | None = None, force: bool = False,
                    progress: Progress | None = None, include_in_review: bool = False,
                    options: dict[str, Any] | None = None, licence: str | None = None,
-                   previous: Path | None = None) -> ExportResult:
+                   previous: Path | None = None, include_unverified_edits: bool = False) -> ExportResult:
     """Write the release NAME-VERSION (the accepted items; with include_unverified also drafts and checked
     items, with include_in_review also items under review, marked unverified) and record it in the store.
 
@@ -94,7 +97,11 @@ def export_release(workspace: Workspace, name: str, version: str, out_dir: Path 
     source datasets under another or an unknown licence (an explicit LICENCE is the exporter's decision).
 
     With PREVIOUS (an earlier native release's folder), the changes since it (`cftools.release.diff`) go into the
-    card's "Changes since" section and croissant.json's `prov:wasRevisionOf`, before the manifest is written."""
+    card's "Changes since" section and croissant.json's `prov:wasRevisionOf`, before the manifest is written.
+
+    An edited image is released only when two people accepted it; with include_unverified_edits also an item's
+    best-ranked candidate without an unwaived flag, said so in the card, croissant.json and browse.html
+    (`cftools.release.edited`)."""
     check_plain_name(name, "release name")
     check_plain_name(version, "version")
     formats = export_formats()
@@ -113,9 +120,11 @@ def export_release(workspace: Workspace, name: str, version: str, out_dir: Path 
         check_replaceable(store, target)
 
     boundary = workspace_boundary(workspace)
-    items = collect_items(store, statuses_for(include_unverified, include_in_review), splits, boundary)
+    items = collect_items(store, statuses_for(include_unverified, include_in_review), splits, boundary,
+                          include_unverified_edits)
     refuse_invalid_records([e.record for e in items])
-    result = ExportResult(path=target.resolve(), format=fmt, n_items=0, n_verified=0, n_unverified=0, n_images=0)
+    result = ExportResult(path=target.resolve(), format=fmt, n_items=0, n_verified=0, n_unverified=0, n_images=0,
+                          include_unverified_edits=include_unverified_edits)
     kept = items
     peer = formats[fmt]
     if peer is not None:
@@ -155,6 +164,7 @@ def export_release(workspace: Workspace, name: str, version: str, out_dir: Path 
         result.n_verified = sum(e.record["verified"] for e in kept)
         result.n_unverified = result.n_items - result.n_verified
         result.by_split = counts_of(kept, result.n_images)["by_split"]
+        result.edits = edit_counts([e.record for e in kept], sum(e.has_edit_candidates for e in kept))
         # Recorded before the rename: a kill between the two leaves a record without a folder (the rerun writes
         # the folder and records it again), never a finished folder the store does not know, which the rerun
         # would refuse to replace.

@@ -23,6 +23,7 @@ from cftools.models import (
     ACCEPTED, CHECKED, DRAFT, IN_REVIEW, AnnotationTask, CheckFlag, Generation, Image, ItemEvent, Item, Judgment,
     SourceQuestion,
 )
+from cftools.release.edited import with_released_edits
 from cftools.release.layout import IMAGES_DIR, map_strings
 from cftools.release.splits import choose_split
 from cftools.store import Store, in_chunks
@@ -51,6 +52,7 @@ class ExportItem:
     images: list[ImageRef]  # the record's image first, then any in its data
     provenance: dict[str, Any]
     updated_at: str
+    has_edit_candidates: bool = False  # the store holds edit candidates for it (released or not)
 
 
 def image_extension(fmt: str | None) -> str:
@@ -137,10 +139,25 @@ def read_item_rows(session, statuses: list[str]) -> list[tuple]:  # noqa: ANN001
     return out
 
 
+def data_image_refs(key: str, data: dict[str, Any], extra_images: dict[str, Any],
+                    refs: list[ImageRef]) -> list[ImageRef]:
+    """The further images DATA names (`sha256:<hex>`) that are not among REFS, refused when not in the store."""
+    found = []
+    for sha in data_image_shas(data):
+        extra = extra_images.get(sha)
+        if extra is None:
+            raise CftoolsError(f"item {key}: its data names image {sha[:12]}… which is not in the store")
+        if all(r.sha256 != sha for r in [*refs, *found]):
+            found.append(ImageRef(sha, image_extension(extra.format), extra.path))
+    return found
+
+
 def collect_items(store: Store, statuses: Iterable[str], splits: dict[str, float],
-                  boundary: Boundary) -> list[ExportItem]:
+                  boundary: Boundary, include_unverified_edits: bool = False) -> list[ExportItem]:
     """The items in STATUSES as records with provenance, sorted by id, splits assigned; both as they may leave the
-    workspace (BOUNDARY: people as pseudonyms, no local paths), so every writer of the release writes them so."""
+    workspace (BOUNDARY: people as pseudonyms, no local paths), so every writer of the release writes them so.
+    Their edits are released as `cftools.release.edited` says (people-accepted only, unless
+    INCLUDE_UNVERIFIED_EDITS)."""
     statuses = list(statuses)
     with store.session() as session:
         rows = read_item_rows(session, statuses)
@@ -176,19 +193,7 @@ def collect_items(store: Store, statuses: Iterable[str], splits: dict[str, float
     for item, source, image in rows:
         data = dict(item.data or {})
         options, data = split_options(data)
-        refs = []
-        if image is not None:
-            refs.append(ImageRef(image.sha256, image_extension(image.format), image.path))
-        for sha in data_image_shas(data):
-            extra = extra_images.get(sha)
-            if extra is None:
-                raise CftoolsError(f"item {item.key}: its data names image {sha[:12]}… which is not in the store")
-            ref = ImageRef(sha, image_extension(extra.format), extra.path)
-            if all(r.sha256 != sha for r in refs):
-                refs.append(ref)
-        if len(refs) > (image is not None):
-            paths = {f"sha256:{r.sha256}": r.rel for r in refs}
-            data = map_strings(data, lambda text: paths.get(text, text))
+        refs = [ImageRef(image.sha256, image_extension(image.format), image.path)] if image is not None else []
         item_tasks = [row[1] for row in tasks.get(item.id, [])]
         item_judgments = [j for t in item_tasks for j in judgments.get(t.id, [])]
         verification = item_verification([(t.server, t.assignee, j.annotator, checks.get(j.separation_check_id))
@@ -215,7 +220,13 @@ def collect_items(store: Store, statuses: Iterable[str], splits: dict[str, float
             "verification": {k: verification[k] for k in ("people", "annotators", "separate_servers", "how", "blind",
                                                           "why_not_blind")},
         }
-        record = boundary.released(get_kind(item.kind).export_record(record))
+        # the edits first (only the released one's image stays in the data), then the images the data names
+        record = with_released_edits(get_kind(item.kind).export_record(record), include_unverified_edits)
+        refs += data_image_refs(item.key, record["data"], extra_images, refs)
+        if len(refs) > (image is not None):
+            paths = {f"sha256:{r.sha256}": r.rel for r in refs}
+            record["data"] = map_strings(record["data"], lambda text: paths.get(text, text))
+        record = boundary.released(record)
         provenance = {
             "origin": item.origin,
             # the dataset the item came from (its licence is in the manifest's source_licences); none for
@@ -233,7 +244,8 @@ def collect_items(store: Store, statuses: Iterable[str], splits: dict[str, float
             "verification": verification,
             "corrected_from": item.proposed_answer if item.proposed_answer not in (None, item.answer) else None,
         }
-        items.append(ExportItem(record, refs, boundary.released(provenance), _iso(item.updated_at)))
+        items.append(ExportItem(record, refs, boundary.released(provenance), _iso(item.updated_at),
+                                has_edit_candidates=bool((item.data or {}).get("edit_candidates"))))
     assign_splits(items, splits)
     return items
 

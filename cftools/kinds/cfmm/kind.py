@@ -240,9 +240,7 @@ class CfmmKind(Kind):
             record["original_question"] = data["basic_question"]
         if data.get("basic_answer") is not None:
             record["original_answer"] = data["basic_answer"]
-        from cftools.release.edited import with_edited_image
-
-        return with_edited_image(record)
+        return record  # its edits: cftools.release.edited, after this
 
     def card_tables(self, records: Sequence[dict[str, Any]]) -> list[ReportTable]:
         counts = Counter((r.get("data") or {}).get("type") or r["group"] for r in records)

@@ -40,11 +40,6 @@ class CvqaKind(Kind):
     def answer_type(self, group: str, answer: Optional[str]) -> Optional[str]:
         return GROUP_ANSWER_TYPE.get(group)
 
-    def export_record(self, record: dict[str, Any]) -> dict[str, Any]:
-        from cftools.release.edited import with_edited_image
-
-        return with_edited_image(record)
-
     def edit_subject(self, item: Any, source: Any) -> Optional[EditSubject]:
         """The source question about the edited image must get the rewritten question's answer."""
         data = item.data or {}

@@ -51,6 +51,7 @@ LOCAL_TEXTURE = 1.5  # is above LOCAL_LEVEL, above LOCAL_TEXTURE x its texture (
 LOCAL_MEDIAN = 4.0  # above LOCAL_MEDIAN x the median block difference (what noise moves)
 MIN_LOCAL_SHARE = 0.003  # of the blocks (under one block of the grid): no block stands out -> a global change
 FIT_LEVEL = 8.0  # grey levels: a pixel the colour transform explains to within this is kept for its refit
+FIT_PIXELS = 8192
 MIN_STRUCTURE = 0.5  # grey correlation with the original: under it the picture was replaced, not changed
 ALIGN_GAIN = 0.5  # a shift or zoom that leaves under this share of the difference: the edit is misaligned
 MAX_ZOOM = 1.3  # zooms tried, 1.0 to MAX_ZOOM in steps of ZOOM_STEP (a crop of up to about 11 % a side, resized
@@ -160,14 +161,17 @@ def gradient(values: np.ndarray) -> np.ndarray:
 def colour_fitted(original: np.ndarray, edited: np.ndarray, rounds: int = 2) -> np.ndarray:
     """The original under the global colour transform (quadratic in R, G, B, least squares) closest to EDITED:
     brightness, contrast, gamma, hue and channel shifts are such transforms, an edited object is not. Each of
-    ROUNDS refits on the pixels the last fit explains (so that a large edited object does not bend the fit)."""
+    ROUNDS refits on the pixels the last fit explains (so that a large edited object does not bend the fit); the
+    fit reads at most FIT_PIXELS pixels, evenly spaced."""
     rgb = original.reshape(-1, 3).astype(np.float64) / 255.0
     features = np.hstack([rgb, rgb ** 2, np.ones((len(rgb), 1))])
     target = edited.reshape(-1, 3).astype(np.float64)
-    kept = np.ones(len(rgb), dtype=bool)
+    step = max(1, len(rgb) // FIT_PIXELS)
+    sample_x, sample_y = features[::step], target[::step]
+    kept = np.ones(len(sample_x), dtype=bool)
     for _ in range(rounds + 1):
-        coefficients, *_ = np.linalg.lstsq(features[kept], target[kept], rcond=None)
-        residual = np.abs(features @ coefficients - target).max(axis=1)
+        coefficients, *_ = np.linalg.lstsq(sample_x[kept], sample_y[kept], rcond=None)
+        residual = np.abs(sample_x @ coefficients - sample_y).max(axis=1)
         kept = residual <= max(FIT_LEVEL, 3.0 * float(np.median(residual)))
         if kept.sum() < features.shape[1] * 4:
             break

@@ -49,7 +49,7 @@ GLOBAL_SPREAD = 0.2  # of the blocks: a change that reaches more of them is spre
 LOCAL_LEVEL = 24.0  # ...unless a block stands out: its mean difference (after the best global colour transform)
 LOCAL_TEXTURE = 1.5  # is above LOCAL_LEVEL, above LOCAL_TEXTURE x its texture (what blur and re-encoding move) and
 LOCAL_MEDIAN = 4.0  # above LOCAL_MEDIAN x the median block difference (what noise moves)
-MIN_LOCAL_SHARE = 0.003  # of the blocks (under one block of the grid): no block stands out -> a global change
+MIN_LOCAL_SHARE = 0.01  # of the blocks (2 of a 16 x 16 grid are under it): none stand out -> a global change
 FIT_LEVEL = 8.0  # grey levels: a pixel the colour transform explains to within this is kept for its refit
 FIT_PIXELS = 8192
 MIN_STRUCTURE = 0.5  # grey correlation with the original: under it the picture was replaced, not changed
@@ -59,7 +59,7 @@ ZOOM_STEP = 0.02  # back), on the grey picture reduced to ALIGN_SIZE px a side a
 ALIGN_SIZE = 128
 ERODE = 3  # pixels the changed region is shrunk by before its texture is measured (its border is an edge)
 FLAT_TEXTURE = 0.25  # the edit's texture under this share of the original's there...
-FLAT_LEVEL = 2.0  # ...and under this many grey levels of gradient: a flat patch
+FLAT_LEVEL = 0.75  # ...and under this many grey levels of gradient: a flat patch
 FLAG_PENALTY = 100.0
 
 

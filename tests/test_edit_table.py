@@ -4,12 +4,13 @@ passed or were misjudged before."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
 import pytest
 
-from edit_table import PHOTOS, PLAUSIBLE, build_row, precision_recall, table
+from edit_table import PHOTOS, PLAUSIBLE, precision_recall, table
 from cftools.imagegen.edit_checks import (EDIT_CODES, EDIT_FLAT_PATCH, EDIT_GLOBAL_CHANGE, EDIT_REGION_TOO_SMALL,
                                           check_edit, rank_edits)
 
@@ -19,9 +20,20 @@ STATED = re.compile(r"^\| `(edit_[a-z_]+)` \| (\d+) \| ([01]\.\d\d) \| ([01]\.\d
 
 
 @pytest.fixture(scope="module")
-def judged():
-    rows = table()
-    return rows, [set(check_edit(row.original, row.edited).codes) for row in rows]
+def reports():
+    """Every row of the table and its report (checked once for the whole module: the table is the slow part)."""
+    return [(row, check_edit(row.original, row.edited)) for row in table()]
+
+
+@pytest.fixture(scope="module")
+def judged(reports):
+    return [row for row, _ in reports], [set(report.codes) for _, report in reports]
+
+
+@pytest.fixture(scope="module")
+def report_of(reports):
+    by_row = {(row.photo, row.kind): report for row, report in reports}
+    return lambda photo, kind: by_row[(photo, kind)]
 
 
 def test_every_row_of_the_table_gets_its_expected_codes(judged):
@@ -47,27 +59,24 @@ def test_each_check_has_at_least_the_precision_and_recall_docs_check_md_states(j
 
 
 @pytest.mark.parametrize("kind", ["jpeg q75", "jpeg q50", "blur halve+up", "brightness x1.3", "brightness x0.7"])
-def test_re_saves_blurs_and_brightness_on_the_dark_photo_are_flagged_as_global_changes(kind):
+def test_re_saves_blurs_and_brightness_on_the_dark_photo_are_flagged_as_global_changes(report_of, kind):
     # before: a JPEG re-save at quality 50-75, a blur and brightness x1.3 / x0.7 on a dark photo passed clean
-    for photo in ("astronaut", "chelsea", "rocket", "hubble_deep_field"):
-        row = build_row(photo, kind)
-        assert check_edit(row.original, row.edited).codes == [EDIT_GLOBAL_CHANGE], (photo, kind)
+    for photo in PHOTOS:
+        assert report_of(photo, kind).codes == [EDIT_GLOBAL_CHANGE], (photo, kind)
 
 
 @pytest.mark.parametrize("kind", ["hue shift 20deg", "channel shift", "gamma 0.8"])
-def test_a_colour_shift_over_the_whole_image_is_a_global_change_not_too_few_pixels(kind):
+def test_a_colour_shift_over_the_whole_image_is_a_global_change_not_too_few_pixels(report_of, kind):
     # before: every pixel changed and the flag said "too few pixels changed"
     for photo in PHOTOS:
-        report = check_edit(build_row(photo, kind).original, build_row(photo, kind).edited)
+        report = report_of(photo, kind)
         assert report.codes == [EDIT_GLOBAL_CHANGE] and EDIT_REGION_TOO_SMALL not in report.codes, photo
 
 
-def test_a_flat_grey_box_ranks_below_every_plausible_edit_on_every_photo():
+def test_a_flat_grey_box_ranks_below_every_plausible_edit_on_every_photo(report_of):
     # before: a flat grey box over 5% of the image ranked best on all four photos
     for photo in PHOTOS:
-        box = build_row(photo, "grey box 5%")
-        reports = [check_edit(box.original, box.edited, 0)]
-        reports += [check_edit(box.original, build_row(photo, kind).edited, k)
-                    for k, kind in enumerate(PLAUSIBLE, start=1)]
-        ranked = rank_edits(reports)
+        candidates = [dataclasses.replace(report_of(photo, kind), k=k)
+                      for k, kind in enumerate(("grey box 5%", *PLAUSIBLE))]
+        ranked = rank_edits(candidates)
         assert ranked[-1].k == 0 and EDIT_FLAT_PATCH in ranked[-1].codes, photo

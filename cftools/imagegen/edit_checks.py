@@ -170,7 +170,8 @@ def colour_fitted(original: np.ndarray, edited: np.ndarray, rounds: int = 2) -> 
     sample_x, sample_y = features[::step], target[::step]
     kept = np.ones(len(sample_x), dtype=bool)
     for _ in range(rounds + 1):
-        coefficients, *_ = np.linalg.lstsq(sample_x[kept], sample_y[kept], rcond=None)
+        x = sample_x[kept]  # normal equations: 7 unknowns, a tiny ridge against flat pictures
+        coefficients = np.linalg.solve(x.T @ x + 1e-6 * np.eye(x.shape[1]), x.T @ sample_y[kept])
         residual = np.abs(sample_x @ coefficients - sample_y).max(axis=1)
         kept = residual <= max(FIT_LEVEL, 3.0 * float(np.median(residual)))
         if kept.sum() < features.shape[1] * 4:

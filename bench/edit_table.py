@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from edit_table import KINDS, precision_recall, table  # noqa: E402
 
 from cftools.imagegen import edit_checks  # noqa: E402
-from cftools.imagegen.edit_checks import EDIT_CODES, EDIT_IDENTICAL, Thresholds, check_edit, judge  # noqa: E402
+from cftools.imagegen.edit_checks import EDIT_CODES, Thresholds, check_edit, judge  # noqa: E402
 
 IMAGE_CODES = tuple(c for c in EDIT_CODES if c != edit_checks.EDIT_ANSWER_NOT_FLIPPED)
 

@@ -26,6 +26,7 @@ from cftools.imagegen.edit_checks import (EDIT_FLAT_PATCH, EDIT_GLOBAL_CHANGE, E
                                           EDIT_NOT_PRESERVED, EDIT_REGION_TOO_LARGE, EDIT_REGION_TOO_SMALL)
 
 SIZE = 256
+ELLIPSE = 0.785  # the share of its box an elliptic mask covers (pi / 4)
 PHOTOS = ("astronaut", "chelsea", "coffee", "rocket", "hubble_deep_field")
 
 
@@ -168,8 +169,8 @@ def soft_mask(side: int) -> np.ndarray:
 def paste_patch(share: float, soft: bool = True) -> Callable:
     """A textured patch of another photo pasted over SHARE of the picture (an object edit)."""
     def pasted(image, rng):
-        side = box_side(share / (0.785 if soft else 1.0))
-        donor_name = PHOTOS[(int(rng.integers(1, len(PHOTOS))) + 0) % len(PHOTOS)]
+        side = box_side(share / (ELLIPSE if soft else 1.0))
+        donor_name = PHOTOS[int(rng.integers(1, len(PHOTOS)))]
         donor = floats(photo(donor_name))
         if np.array_equal(donor, floats(image)):
             donor = floats(photo(PHOTOS[(PHOTOS.index(donor_name) + 1) % len(PHOTOS)]))
@@ -186,7 +187,7 @@ def paste_patch(share: float, soft: bool = True) -> Callable:
 def clone_stamp(share: float) -> Callable:
     """A region of the same photo copied over another (clone-stamp), with feathered edges."""
     def cloned(image, rng):
-        side = box_side(share / 0.785)
+        side = box_side(share / ELLIPSE)
         array = floats(image)
         sx, sy = place(rng, side)
         x, y = place(rng, side)
@@ -200,7 +201,7 @@ def clone_stamp(share: float) -> Callable:
 def recolour_region(share: float) -> Callable:
     """One object's colour changed (hue turned by half a circle inside an elliptic region)."""
     def recoloured(image, rng):
-        side = box_side(share / 0.785)
+        side = box_side(share / ELLIPSE)
         x, y = place(rng, side)
         hsv = np.asarray(image.convert("HSV"), dtype=np.int16).copy()
         hsv[..., 0] = (hsv[..., 0] + 128) % 256

@@ -1,21 +1,37 @@
-"""Checks where the edit is. They rank an item's edit candidates for the annotators (best first) and never reject.
+"""Checks of what an edit is and where it is. They rank an item's edit candidates for the annotators (best first)
+and never reject (a degenerate image is refused earlier, at the backend: `edit_base.degenerate_reason`).
 
 The difference map is, per pixel, the largest absolute difference over the RGB channels between the edited image
 and the original (resized to the edit's size); a pixel has changed when it differs by more than `DIFF_LEVEL` grey
-levels. The changed region is those pixels, grown by `GROW` pixels (an edit's soft edges belong to it).
+levels. The changed region is those pixels, grown by `GROW` pixels (an edit's soft edges belong to it). The block
+measures cut the picture into a `GRID` x `GRID` grid: a block has changed when its mean difference is above
+`SPREAD_LEVEL`; it stands out as a local edit when its mean difference left after the best global colour transform
+(`colour_fitted`) is above `LOCAL_LEVEL`, `LOCAL_TEXTURE` x the original's mean gradient there and `LOCAL_MEDIAN` x
+the median block's.
 
 | code                      | flags                                                                                 |
 |---------------------------|---------------------------------------------------------------------------------------|
 | `edit_identical`          | the edited pixels hash (SHA-256) to the original's: nothing was edited                 |
+| `edit_misaligned`         | at least `GLOBAL_SPREAD` of the blocks changed and a shift (phase correlation) and     |
+|                           | zoom (1.0 to `MAX_ZOOM`) leave under `ALIGN_GAIN` of the grey difference: the picture  |
+|                           | was moved or cropped and resized, not edited                                           |
+| `edit_global_change`      | at least `GLOBAL_SPREAD` of the blocks changed, under `MIN_LOCAL_SHARE` of them stand  |
+|                           | out and the grey correlation with the original is at least `MIN_STRUCTURE`: a JPEG     |
+|                           | re-save, blur, resize, brightness/contrast/gamma/colour or noise change, not an edit   |
 | `edit_region_too_small`   | under `MIN_CHANGED_SHARE` of the pixels changed: the edit can hardly show anything     |
-| `edit_region_too_large`   | over `MAX_CHANGED_SHARE` of the pixels changed: a global change, not a minimal edit    |
+| `edit_region_too_large`   | over `MAX_CHANGED_SHARE` of the pixels changed: the picture was replaced               |
 | `edit_not_preserved`      | outside the changed region the mean SSIM (scikit-image, 7x7 windows) is under          |
 |                           | `MIN_SSIM_OUTSIDE`: the rest of the picture was altered too                            |
+| `edit_flat_patch`         | inside the changed region (shrunk by `ERODE` px) the mean grey gradient is under       |
+|                           | `FLAT_LEVEL` and under `FLAT_TEXTURE` x the original's there: a fill, not an object    |
 | `edit_answer_not_flipped` | the original question about the edited image is not answered with the counterfactual  |
 |                           | answer, or about the original image not with the original answer (an eval answerer)   |
 
-A candidate's ranking score is its SSIM outside the changed region (1.0 when nothing is outside) minus
-`FLAG_PENALTY` per flag, so flagged candidates sort last; ties go to the lower k.
+A misaligned or global change is the whole verdict; a region too small or too large is not measured further.
+A candidate's ranking score is the mean of its SSIM outside the changed region (1.0 when nothing is outside) and
+the texture it kept (`EditReport.texture_kept`), minus `FLAG_PENALTY` per flag, so flagged candidates sort last and
+a textured edit ranks above a flat one; ties go to the lower k. The thresholds were chosen on the labelled table of
+tests/edit_table.py (bench/edit_table.py prints it and sweeps them; docs/check.md states the precision and recall).
 """
 
 from __future__ import annotations
@@ -258,7 +274,8 @@ def check_edit(original: PIL.Image.Image, edited: PIL.Image.Image, k: int = 0, *
                min_share: float = MIN_CHANGED_SHARE, max_share: float = MAX_CHANGED_SHARE,
                min_ssim: float = MIN_SSIM_OUTSIDE, diff_level: int = DIFF_LEVEL,
                thresholds: Optional[Thresholds] = None) -> EditReport:
-    """The image checks of one candidate (the answer check is `answer_flip_flag`, it needs a model)."""
+    """The image checks of one candidate (the answer check is `answer_flip_flag`, it needs a model). THRESHOLDS,
+    when given, replace MIN_SHARE, MAX_SHARE and MIN_SSIM."""
     after = pixels(edited)
     before = pixels(original, (after.shape[1], after.shape[0]))
     limits = thresholds or Thresholds(min_share=min_share, max_share=max_share, min_ssim=min_ssim)

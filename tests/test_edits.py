@@ -84,6 +84,19 @@ def test_each_edit_check_fires_on_its_crafted_failure_and_stays_silent_on_a_good
     assert [r.k for r in ranked] == [1, 0]
 
 
+def test_degenerate_images_are_refused_with_their_reason_and_the_checks_still_judge_old_ones(recwarn):
+    from cftools.imagegen.edit_base import degenerate_reason
+
+    assert "1x1 px" in degenerate_reason(PIL.Image.new("RGB", (1, 1)), (64, 64))
+    assert "blank" in degenerate_reason(PIL.Image.new("RGB", (64, 64), (128, 128, 128)), (64, 64))
+    assert "293x37 px image for 1024x1024 px" in degenerate_reason(scene(3).resize((293, 37)), (1024, 1024))
+    assert degenerate_reason(scene(3).resize((128, 128)), (64, 64)) is None  # the asked aspect, another size: kept
+    # a candidate stored before the refusal is still checked, without a crash or a warning
+    for stored in (PIL.Image.new("RGB", (1, 1)), PIL.Image.new("RGB", (64, 64), (128, 128, 128))):
+        assert check_edit(scene(3), stored).codes
+    assert not [w for w in recwarn if "edit_checks" in str(w.filename)]
+
+
 def test_answer_check_flags_an_edit_that_does_not_flip_the_answer():
     assert answer_flip_flag("5", "3", "5", "3", "number") is None
     assert answer_flip_flag("3", "3", "5", "3", "number").code == EDIT_ANSWER_NOT_FLIPPED  # not flipped

@@ -241,7 +241,7 @@ def alignment(before: np.ndarray, after: np.ndarray, enough: float = ALIGN_GAIN)
     margin = max(2, min(a.shape) // 16)
     inner = (slice(margin, -margin), slice(margin, -margin))
     best = {"zoom": 1.0, "shift": 0.0, "left": 1.0}
-    if min(a.shape) < 4 * margin:
+    if min(a.shape) < 4 * margin or a.std() == 0 or b.std() == 0:  # a blank picture has nothing to align
         return best
     raw = float(np.abs(a - b)[inner].mean())
     if raw == 0:

@@ -2,11 +2,12 @@
 (tests/edit_table.py), with each check's precision and recall; used to choose the defaults of
 `cftools.imagegen.edit_checks` (docs/check.md states the figures).
 
-    .venv/bin/python bench/edit_table.py [--rows] [--sweep NAME=V1,V2,...]
+    .venv/bin/python bench/edit_table.py [--rows] [--sweep NAME=V1,V2,...] [--held-out]
 
 --rows prints every row (photo, kind, expected and given codes, the measures); --sweep recomputes the verdicts
 for each value of one threshold of `edit_checks.Thresholds` (the other ones at their defaults) from the same
-measures and prints precision and recall per check for each.
+measures and prints precision and recall per check for each; --held-out checks the plausible edits the defaults
+were not chosen on (`edit_table.HELD_OUT`) and prints which of them were flagged.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from edit_table import KINDS, precision_recall, table  # noqa: E402
+from edit_table import HELD_OUT, KINDS, PHOTOS, precision_recall, table  # noqa: E402
 
 from cftools.imagegen import edit_checks  # noqa: E402
 from cftools.imagegen.edit_checks import EDIT_CODES, Thresholds, check_edit, judge  # noqa: E402
@@ -52,11 +53,25 @@ def print_scores(rows, got: list[set[str]], label: str = "") -> None:
     print(f"{label}{'plausible edits clean':26s} {sum(not g for g in plausible)}/{len(plausible)}")
 
 
+def print_held_out() -> None:
+    rows = table(PHOTOS, tuple(HELD_OUT))
+    clean = 0
+    for row in rows:
+        codes = check_edit(row.original, row.edited).codes
+        clean += not codes
+        print(f"{'X' if codes else ' '} {row.photo[:10]:10s} {row.kind:36s} {codes}")
+    print(f"held-out plausible edits clean: {clean}/{len(rows)}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", action="store_true")
     parser.add_argument("--sweep", help="NAME=V1,V2,... (a field of edit_checks.Thresholds)")
+    parser.add_argument("--held-out", action="store_true")
     args = parser.parse_args()
+    if args.held_out:
+        print_held_out()
+        return
     started = time.perf_counter()
     rows = table()
     reports = measured(rows) if args.sweep else [check_edit(r.original, r.edited) for r in rows]

@@ -318,10 +318,8 @@ def judge(m: dict, limits: Thresholds) -> list[EditFlag]:
     elif m["changed_share"] > limits.max_share:
         flags.append(EditFlag(EDIT_REGION_TOO_LARGE, f"{m['changed_share']:.0%} of the pixels changed "
                               f"(over {limits.max_share:.0%}): not a minimal edit", m["changed_share"]))
-    if flags and flags[0].code == EDIT_REGION_TOO_SMALL:
-        return flags  # nothing to measure inside a region this small
-    if flags and flags[0].code == EDIT_REGION_TOO_LARGE:
-        return flags  # "outside" is what little is left of a replaced picture
+    if flags:  # nothing to measure inside a region this small; "outside" is what little a replacement left
+        return flags
     if m["ssim_outside"] is not None and m["ssim_outside"] < limits.min_ssim:
         flags.append(EditFlag(EDIT_NOT_PRESERVED, f"outside the edited region the image changed too (SSIM "
                               f"{m['ssim_outside']:.3f} < {limits.min_ssim:g})", m["ssim_outside"]))

@@ -7,7 +7,9 @@ Each image is a small PNG drawn from a hash of the prompt and its index, so repl
 Control (for tests only):
 - POST /control/script {"replies": ["429", "500", "bad_base64", "short", "slow", "no_data", "ok", ...]} queues what the
   next generation requests get, one entry per request ("ok" once the queue is empty). "429" carries
-  Retry-After (seconds, from "retry_after", default 0); "slow" sleeps "slow_s" seconds before answering.
+  Retry-After (seconds, from "retry_after", default 0); "slow" sleeps "slow_s" seconds before answering;
+  "degenerate" answers image 0 at 1x1 px, image 1 at 293x37 px and image 2 in one colour (the rest as asked), what
+  a broken Images API backend was seen to return.
 - GET /control/requests lists the generation requests received: their JSON bodies and whether an
   Authorization header was present. The header's value is never stored or echoed, nor is any request
   header echoed in an error body.
@@ -135,11 +137,23 @@ class Handler(BaseHTTPRequestHandler):
             n = max(0, n - 1)
         data = []
         for index in range(n):
-            b64 = base64.b64encode(draw_png(str(body.get("prompt", "")), index, width, height)).decode()
+            b64 = base64.b64encode(self._png(str(body.get("prompt", "")), index, width, height, reply)).decode()
             if reply == "bad_base64" and index == 0:
                 b64 = "***not base64***"
             data.append({"b64_json": b64})
         return {"created": int(time.time()), "data": data}
+
+    @staticmethod
+    def _png(prompt: str, index: int, width: int, height: int, reply: str) -> bytes:
+        if reply == "degenerate" and index == 0:
+            return draw_png(prompt, index, 1, 1)
+        if reply == "degenerate" and index == 1:
+            return draw_png(prompt, index, 293, 37)
+        if reply == "degenerate" and index == 2:
+            out = io.BytesIO()
+            PIL.Image.new("RGB", (width, height), (128, 128, 128)).save(out, format="PNG")
+            return out.getvalue()
+        return draw_png(prompt, index, width, height)
 
 
 def main() -> None:

@@ -19,8 +19,8 @@ from test_annotate import ls_workspace  # noqa: F401 (fixture of team_workspace)
 from test_browser import team_workspace  # noqa: F401 (fixture: a workspace whose tasks go to three people)
 from cftools.generate.edits import EDIT_INSTRUCTION, editable_items, generate_edits, write_instructions
 from cftools.imagegen.base import ImageGenError
-from cftools.imagegen.edit_checks import (EDIT_ANSWER_NOT_FLIPPED, EDIT_IDENTICAL, EDIT_NOT_PRESERVED,
-                                          EDIT_REGION_TOO_LARGE, answer_flip_flag, check_edit, rank_edits)
+from cftools.imagegen.edit_checks import (EDIT_ANSWER_NOT_FLIPPED, EDIT_GLOBAL_CHANGE, EDIT_IDENTICAL,
+                                          EDIT_NOT_PRESERVED, answer_flip_flag, check_edit, rank_edits)
 from cftools.imagegen.edits import EditSettings, make_edit_backend
 from cftools.kinds.cvqa.ingest import ingest_cvqa
 from cftools.models import Generation, Image, Item
@@ -75,12 +75,26 @@ def test_each_edit_check_fires_on_its_crafted_failure_and_stays_silent_on_a_good
     good = scene(2)  # one box erased: a local change, the rest untouched
     assert check_edit(original, good).codes == []
     assert check_edit(original, original.copy()).codes == [EDIT_IDENTICAL]
-    assert EDIT_REGION_TOO_LARGE in check_edit(original, scene(3, shade=50)).codes  # a global change
+    # every pixel brightened: a global change (before issue 44: "region too large")
+    assert check_edit(original, scene(3, shade=50)).codes == [EDIT_GLOBAL_CHANGE]
     noisy = np.asarray(scene(2), dtype=np.int16) + np.random.default_rng(0).integers(-20, 21, (64, 64, 3))
     report = check_edit(original, PIL.Image.fromarray(np.clip(noisy, 0, 255).astype(np.uint8)))
     assert EDIT_NOT_PRESERVED in report.codes and report.ssim_outside < 0.9  # the rest altered below the diff level
     ranked = rank_edits([check_edit(original, original.copy(), 0), check_edit(original, good, 1)])
     assert [r.k for r in ranked] == [1, 0]
+
+
+def test_degenerate_images_are_refused_with_their_reason_and_the_checks_still_judge_old_ones(recwarn):
+    from cftools.imagegen.edit_base import degenerate_reason
+
+    assert "1x1 px" in degenerate_reason(PIL.Image.new("RGB", (1, 1)), (64, 64))
+    assert "blank" in degenerate_reason(PIL.Image.new("RGB", (64, 64), (128, 128, 128)), (64, 64))
+    assert "293x37 px image for 1024x1024 px" in degenerate_reason(scene(3).resize((293, 37)), (1024, 1024))
+    assert degenerate_reason(scene(3).resize((128, 128)), (64, 64)) is None  # the asked aspect, another size: kept
+    # a candidate stored before the refusal is still checked, without a crash or a warning
+    for stored in (PIL.Image.new("RGB", (1, 1)), PIL.Image.new("RGB", (64, 64), (128, 128, 128))):
+        assert check_edit(scene(3), stored).codes
+    assert not [w for w in recwarn if "edit_checks" in str(w.filename)]
 
 
 def test_answer_check_flags_an_edit_that_does_not_flip_the_answer():
@@ -149,6 +163,31 @@ def test_images_api_edit_posts_the_original_and_returns_n_candidates(images_api,
     edits = [r for r in httpx.get(f"{images_api}/control/requests").json()["requests"] if r.get("edit")]
     assert edits[0]["body"]["prompt"] == "erase one box" and edits[0]["body"]["n"] == "2"
     assert edits[0]["image_bytes"] > 0 and edits[0]["authorized"]
+
+
+def test_degenerate_and_wrong_size_images_are_refused_at_the_backend_never_stored(items_ws, stub, images_api,
+                                                                                      monkeypatch):
+    # before: a 1x1 px and a 293x37 px reply (for 64x64) were stored as candidates, flagged only as too large
+    monkeypatch.setenv("MY_EDIT_KEY", KEY)
+    store = items_ws.store
+    items = editable_items(store, ("cvqa",), ("numerical-direct",))
+    write_instructions(store, stub_backend(stub), items, params={"temperature": 0.0}, quiet=True)
+    httpx.post(f"{images_api}/control/script", json={"replies": ["degenerate"]}).raise_for_status()
+    backend = make_edit_backend({"backend": "openai", "model": "edit-model-1", "base_url": f"{images_api}/v1",
+                                 "api_key_env": "MY_EDIT_KEY", "request_attempts": 1, "licence": "proprietary"})
+    try:
+        made = generate_edits(store, items_ws.root, backend, editable_items(store, ("cvqa",), ("numerical-direct",)),
+                              per_item=4, size="64x64")
+    finally:
+        backend.close()
+    assert made.images_made == 1
+    with store.session() as session:
+        item = session.execute(select(Item).where(Item.group == "numerical-direct")).scalar_one()
+        assert sorted(item.data["edit_candidates"]) == ["3"]
+        reasons = {f["k"]: f["reason"] for f in item.data["edit_failures"]}
+    assert sorted(reasons) == [0, 1, 2]
+    assert "1x1 px" in reasons[0] and "under 32 px a side" in reasons[0]
+    assert "293x37 px image for 64x64 px" in reasons[1] and "blank" in reasons[2]
 
 
 # ------------------------------------------------------------------ the store: instructions, candidates, resume

@@ -13,7 +13,8 @@ import PIL.Image
 
 from cftools.imagegen.base import ImageGenError, parse_size, size_text
 from cftools.imagegen.edit_base import (DEFAULT_GUIDANCE, DEFAULT_STEPS, EditCandidate, EditFailure, EditResult,
-                                        EditSettings, candidate_seeds, check_licence, model_licence)
+                                        EditSettings, candidate_seeds, check_licence, checked_candidate,
+                                        model_licence)
 
 
 def _to_pil(array: np.ndarray) -> PIL.Image.Image:
@@ -120,12 +121,12 @@ class DiffusersEditBackend:
                 results.append(EditFailure(k, "the pipeline returned NaN/inf pixels (a NaN image)", self.name,
                                            self.model))
                 continue
-            results.append(EditCandidate(k, _to_pil(array), {
+            results.append(checked_candidate(EditCandidate(k, _to_pil(array), {
                 "backend": self.name, "model": self.model, "revision": self.revision, "licence": self.licence,
                 "pipeline": type(self._pipe).__name__, "instruction": instruction, "seed": s, "steps": steps,
                 "guidance": guidance, "image_guidance": self.image_guidance, "size": size_text(width, height),
                 "scheduler": type(self._pipe.scheduler).__name__, "device": self.device, "dtype": self.dtype,
-                "seconds": seconds, "candidate": k}))
+                "seconds": seconds, "candidate": k}), (width, height)))
         return results
 
     def close(self) -> None:

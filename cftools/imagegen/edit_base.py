@@ -38,6 +38,8 @@ FRONT_MATTER_LICENCE = re.compile(r"^license:\s*['\"]?([^'\"\n]+)", re.MULTILINE
 # A card whose licence is not an SPDX one says `license: other` and names it in `license_name:` (the FLUX.1 [dev]
 # models: flux-1-dev-non-commercial-license).
 FRONT_MATTER_LICENCE_NAME = re.compile(r"^license_name:\s*['\"]?([^'\"\n]+)", re.MULTILINE)
+MIN_EDIT_SIDE = 32  # px: under it an edit shows nothing (an API's 1x1 reply, a broken decoder)
+ASPECT_TOLERANCE = 0.02  # an edit's width/height may differ this much (relative) from the request's: rounding
 
 
 @dataclass
@@ -55,7 +57,8 @@ class EditCandidate:
 
 @dataclass
 class EditFailure:
-    """Candidate k could not be made (API error, invalid base64, NaN image); the run goes on."""
+    """Candidate k could not be made (API error, invalid base64, NaN image, a degenerate or wrong-size image);
+    the run goes on."""
 
     k: int
     reason: str
@@ -71,6 +74,32 @@ class EditFailure:
 
 
 EditResult = Union[EditCandidate, EditFailure]
+
+
+def degenerate_reason(image: PIL.Image.Image, wanted: Optional[tuple[int, int]]) -> Optional[str]:
+    """Why IMAGE cannot be an edit candidate (under MIN_EDIT_SIDE px a side, one colour, or of another aspect than
+    WANTED, the size asked for or else the original's), or None when it can be one. A backend's reply of another
+    size but the same aspect is kept: the checks compare it with the original resized."""
+    width, height = image.size
+    if min(width, height) < MIN_EDIT_SIDE:
+        return f"the backend returned a {width}x{height} px image (under {MIN_EDIT_SIDE} px a side): not an edit"
+    if all(low == high for low, high in image.convert("RGB").getextrema()):
+        return f"the backend returned a blank {width}x{height} px image (one colour): not an edit"
+    if wanted is not None:
+        aspect, wanted_aspect = width / height, wanted[0] / wanted[1]
+        if abs(aspect / wanted_aspect - 1) > ASPECT_TOLERANCE:
+            return (f"the backend returned a {width}x{height} px image for {wanted[0]}x{wanted[1]} px (another "
+                    "aspect): not an edit of the original")
+    return None
+
+
+def checked_candidate(candidate: EditCandidate, wanted: Optional[tuple[int, int]]) -> EditResult:
+    """CANDIDATE, or the failure that refuses it when its image is degenerate (see `degenerate_reason`)."""
+    reason = degenerate_reason(candidate.image, wanted)
+    if reason is None:
+        return candidate
+    return EditFailure(candidate.k, reason, str(candidate.provenance.get("backend")),
+                       str(candidate.provenance.get("model")))
 
 
 def candidate_seeds(ks: list[int], seed: int = 0) -> list[int]:

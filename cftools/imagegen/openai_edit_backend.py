@@ -9,7 +9,8 @@ from typing import Any, Optional
 import PIL.Image
 
 from cftools.imagegen.base import parse_size, size_text
-from cftools.imagegen.edit_base import EditCandidate, EditFailure, EditResult, EditSettings, png_bytes
+from cftools.imagegen.edit_base import (EditCandidate, EditFailure, EditResult, EditSettings, checked_candidate,
+                                        png_bytes)
 from cftools.imagegen.openai_backend import OpenAIImageBackend
 from cftools.llm.base import LLMError
 
@@ -41,12 +42,12 @@ class OpenAIEditBackend(OpenAIImageBackend):
             if isinstance(image, str):
                 results.append(EditFailure(k, image, self.name, self.model))
                 continue
-            results.append(EditCandidate(k, image, {
+            results.append(checked_candidate(EditCandidate(k, image, {
                 "backend": self.name, "model": self.model, "revision": None, "licence": self.licence,
                 "pipeline": "images.edit", "instruction": instruction, "seed": None, "steps": None,
                 "guidance": None, "image_guidance": None, "size": size_text(*image.size), "scheduler": None,
                 "device": None, "dtype": None, "seconds": seconds, "candidate": k,
-                "endpoint": self.cache_id, "requested_size": size}))
+                "endpoint": self.cache_id, "requested_size": size}), (width, height)))
         return results
 
     def request_params(self, n: int, size: str) -> dict[str, Any]:

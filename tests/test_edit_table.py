@@ -46,7 +46,7 @@ def test_every_row_of_the_table_gets_its_expected_codes(judged):
 def test_each_check_has_at_least_the_precision_and_recall_docs_check_md_states(judged):
     rows, got = judged
     stated = {code: (int(n), float(p), float(r)) for code, n, p, r in STATED.findall(DOCS.read_text())}
-    image_codes = [c for c in EDIT_CODES if c != "edit_answer_not_flipped"]
+    image_codes = [c for c in EDIT_CODES if not c.startswith("edit_answer_")]  # the answer checks need a model
     assert sorted(stated) == sorted(image_codes)
     for code, (rows_stated, precision_stated, recall_stated) in stated.items():
         precision, recall, wanted = precision_recall([row.expected for row in rows], got, code)

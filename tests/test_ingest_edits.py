@@ -16,7 +16,8 @@ from sqlalchemy import func, select
 
 from test_annotate import ls_workspace  # noqa: F401 (fixture of team_workspace)
 from test_browser import team_workspace  # noqa: F401 (fixture: a workspace whose tasks go to three people)
-from cftools.models import Image, IngestRun, Item
+from cftools.evaluate.run import load_run
+from cftools.models import Image, IngestRun, Item, SourceQuestion
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -257,17 +258,23 @@ def test_imported_edits_are_checked_verified_in_label_studio_and_released_with_t
     items = items_by_key(store)
     # the item's images live in the workspace, outside Label Studio's document root: embed them
     pushed = push_json(run_cli, "--kind", "cvqa", "--task", "edit", "--data-uri")
-    assert pushed["pushed"] == 12 and sum(pushed["assigned"].values()) == 12  # two people for each of six items
+    # two people for each of six relevant edits and for the one irrelevant edit
+    assert pushed["pushed"] == 14 and sum(pushed["assigned"].values()) == 14
     tasks = assigned(store, "edit")
-    assert {t.purpose for t in tasks} == {"edit:0"}  # the imported candidate, the only one
-    answers = {item.id: item.answer for item in items.values()}  # the counterfactual answer: what the edit shows
+    assert {t.purpose for t in tasks} == {"edit:0", "edit:irrelevant:0"}  # the imported candidates, the only ones
+    with store.session() as session:  # what each edit shows: the counterfactual answer, or the original one kept
+        answers = {item.id: (item.answer, source) for item, source in session.execute(
+            select(Item, SourceQuestion.answer).join(SourceQuestion, SourceQuestion.id == Item.source_id))}
     for task in tasks:
-        label_studio.client(task.assignee).annotations.create(id=task.ls_task_id,
-                                                              result=edit_result(answer=answers[task.item_id]))
+        counterfactual, original = answers[task.item_id]
+        label_studio.client(task.assignee).annotations.create(id=task.ls_task_id, result=edit_result(
+            answer=original if "irrelevant" in task.purpose else counterfactual))
     report = pull_json(run_cli)
     assert report["invalid"] == [] and report["refused"] == []
     for item in items_by_key(store).values():
         assert item.data["edit_selected"] == 0 and item.data["edit_verification"]["0"]["decision"] == "accepted"
+    circles = items_by_key(store)["cvqa:drawn-shapes:f73c6b3047c93467"].data
+    assert circles["irrelevant_edit_selected"] == 0
 
     result = run_cli("export", "edits", "--version", "1.0", "--licence", "CC0-1.0", "--json")
     assert result.exit_code == 0, result.output
@@ -278,9 +285,20 @@ def test_imported_edits_are_checked_verified_in_label_studio_and_released_with_t
         data = record["data"]
         assert data["edited_image_verified"] is True and (release / data["edited_image"]).is_file()
         assert data["edited_image_model"] == TOOL and data["edited_image_licence"] == "CC0-1.0"
+        assert data["edited_image_source"] == "imported"
         assert data["edited_answer"] == str(record["answer"])
-        provenance = data["edit_candidates"]["0"]["provenance"]
-        assert provenance["source"] == "imported" and provenance["tool"] == TOOL and provenance["file"] == "edits.csv"
+        assert "edit_candidates" not in data  # only the released edit travels
+    irrelevant = [r["data"] for r in records if r["data"].get("irrelevant_edited_image")]
+    assert len(irrelevant) == 1 and irrelevant[0]["irrelevant_edited_image_verified"] is True
+    assert irrelevant[0]["irrelevant_edited_image_source"] == "imported"
+    assert irrelevant[0]["irrelevant_change"] == "There is a green square too."
+
+    # the consistency score over the release's one item with both edits (the blind baseline: no image)
+    run_dir = team_workspace.root / "runs" / "blind-consistency"
+    run = run_cli("eval", str(release), "--model", "blind", "--out", str(run_dir), "--quiet")
+    assert run.exit_code == 0, run.output
+    total = load_run(run_dir).summary["cvqa"]["consistency"][-1]
+    assert total["n"] == 1 and set(total) >= {"consistency", "change_iff_relevant"}
     for path in release.rglob("*"):
         if path.is_file() and path.suffix in (".json", ".jsonl", ".md", ".html", ".csv", ".txt"):
             text = path.read_text(encoding="utf-8", errors="replace")

@@ -23,7 +23,9 @@ the median block's.
 | `edit_not_preserved`      | outside the changed region the mean SSIM (scikit-image, 7x7 windows) is under          |
 |                           | `MIN_SSIM_OUTSIDE`: the rest of the picture was altered too                            |
 | `edit_flat_patch`         | inside the changed region (shrunk by `ERODE` px) the mean grey gradient is under       |
-|                           | `FLAT_LEVEL` and under `FLAT_TEXTURE` x the original's there: a fill, not an object    |
+|                           | `FLAT_LEVEL`, under `FLAT_TEXTURE` x the original's there and under `FLAT_TEXTURE` x  |
+|                           | the edited image's in a ring of `SURROUND` px around it, that ring textured (at least  |
+|                           | `FLAT_AROUND`): a fill in a textured picture, not an object                            |
 | `edit_answer_not_flipped` | the original question about the edited image is not answered with the counterfactual  |
 |                           | answer, or about the original image not with the original answer (an eval answerer)   |
 | `edit_answer_changed`     | an irrelevant edit (one the question does not depend on): the original question about |
@@ -79,6 +81,10 @@ ALIGN_SIZE = 128
 ERODE = 3  # pixels the changed region is shrunk by before its texture is measured (its border is an edge)
 FLAT_TEXTURE = 0.25  # the edit's texture under this share of the original's there...
 FLAT_LEVEL = 0.75  # ...and under this many grey levels of gradient: a flat patch
+SURROUND = 8  # pixels of the ring around the changed region whose texture a flat patch is set against
+# ...and that ring's texture at least this (grey levels): on the table's photos a grey box's ring has 4.1 or more,
+# the example drawings' (flat shapes, examples/edits/hand-made) 2.0 or less
+FLAT_AROUND = 3.0
 FLAG_PENALTY = 100.0
 
 
@@ -122,6 +128,7 @@ class Thresholds:
     align_gain: float = ALIGN_GAIN
     flat_texture: float = FLAT_TEXTURE
     flat_level: float = FLAT_LEVEL
+    flat_around: float = FLAT_AROUND
 
 
 def pixels(image: PIL.Image.Image, size: Optional[tuple[int, int]] = None) -> np.ndarray:
@@ -263,14 +270,17 @@ def alignment(before: np.ndarray, after: np.ndarray, enough: float = ALIGN_GAIN)
 
 def texture_measures(before: np.ndarray, after: np.ndarray, region: np.ndarray) -> dict:
     """The mean grey gradient inside the changed region (its border left out) of the edited image and of the
-    original there."""
-    from scipy.ndimage import binary_erosion
+    original there, and of the edited image in a ring of SURROUND pixels around the region (its border left out)."""
+    from scipy.ndimage import binary_dilation, binary_erosion
 
     inside = binary_erosion(region, iterations=ERODE) if region.any() else region
     if not inside.any():
-        return {"texture_edited": None, "texture_original": None}
-    return {"texture_edited": float(gradient(grey(after))[inside].mean()),
-            "texture_original": float(gradient(grey(before))[inside].mean())}
+        return {"texture_edited": None, "texture_original": None, "texture_around": None}
+    ring = binary_dilation(region, iterations=ERODE + SURROUND) & ~binary_dilation(region, iterations=ERODE)
+    edited = gradient(grey(after))
+    return {"texture_edited": float(edited[inside].mean()),
+            "texture_original": float(gradient(grey(before))[inside].mean()),
+            "texture_around": float(edited[ring].mean()) if ring.any() else None}
 
 
 def check_edit(original: PIL.Image.Image, edited: PIL.Image.Image, k: int = 0, *,
@@ -327,8 +337,12 @@ def judge(m: dict, limits: Thresholds) -> list[EditFlag]:
         flags.append(EditFlag(EDIT_NOT_PRESERVED, f"outside the edited region the image changed too (SSIM "
                               f"{m['ssim_outside']:.3f} < {limits.min_ssim:g})", m["ssim_outside"]))
     edited_tex, original_tex = m.get("texture_edited"), m.get("texture_original")
+    around = m.get("texture_around")
+    # flat against what was there AND against what surrounds it: a grey box on a photograph, not a flat drawing's
+    # shape recoloured or its background filled in where a shape was
     if (edited_tex is not None and edited_tex < limits.flat_level
-            and edited_tex < limits.flat_texture * original_tex):
+            and edited_tex < limits.flat_texture * original_tex
+            and (around is None or (around >= limits.flat_around and edited_tex < limits.flat_texture * around))):
         flags.append(EditFlag(EDIT_FLAT_PATCH, f"the edited region is flat (gradient {edited_tex:.1f} grey levels "
                               f"against {original_tex:.1f} in the original there): a fill, not an object",
                               edited_tex))

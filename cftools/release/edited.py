@@ -13,7 +13,8 @@ The candidates themselves stay in the store: the released data holds only the re
 The released fields (field `edited` or `irrelevant_edited`): `<field>_image` (images/<sha256>.png, like `image`),
 `<field>_image_verified`, `<field>_answer` (the gold answer of the original question about that image: the people's
 answer for a verified edit, else the counterfactual answer for the relevant edit and the original answer for the
-irrelevant one), `<field>_image_model`, `<field>_image_licence`; the irrelevant edit adds `irrelevant_change` (the
+irrelevant one), `<field>_image_model`, `<field>_image_licence`, `<field>_image_source` (generated, or imported
+with `cftools ingest edits`); the irrelevant edit adds `irrelevant_change` (the
 irrelevant condition's text). An item whose edit is not released gets none of these and keeps its own answer.
 """
 
@@ -96,7 +97,9 @@ def released_fields(record: dict[str, Any], data: dict[str, Any], edit: EditKind
     fields = {edit.image: candidate.get("image"), f"{edit.image}_verified": verified,
               f"{edit.field}_answer": None if answer is None else str(answer),
               f"{edit.image}_model": model_name(provenance.get("model")),
-              f"{edit.image}_licence": provenance.get("licence")}
+              f"{edit.image}_licence": provenance.get("licence"),
+              # made elsewhere and brought in with `cftools ingest edits`, or made by `generate edits`
+              f"{edit.image}_source": "imported" if provenance.get("source") == "imported" else "generated"}
     if edit.change is not None:
         field, key = edit.change
         fields[field] = (data.get("edit") or {}).get(key)
@@ -168,6 +171,8 @@ def field_descriptions() -> dict[str, str]:
         out[f"{edit.field}_answer"] = f"Gold answer of the original question about {edit.image}."
         out[f"{edit.image}_model"] = f"The model or tool that made {edit.image}."
         out[f"{edit.image}_licence"] = f"The licence of {edit.image} (its model's terms)."
+        out[f"{edit.image}_source"] = (f"How {edit.image} was made: generated (cftools generate edits) or imported "
+                                       "(made elsewhere, by hand or another pipeline: cftools ingest edits).")
     out["irrelevant_change"] = ("The irrelevant change shown by irrelevant_edited_image (the answer must not depend "
                                 "on it).")
     return out

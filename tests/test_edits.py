@@ -177,7 +177,7 @@ def test_degenerate_and_wrong_size_images_are_refused_at_the_backend_never_store
                                  "api_key_env": "MY_EDIT_KEY", "request_attempts": 1, "licence": "proprietary"})
     try:
         made = generate_edits(store, items_ws.root, backend, editable_items(store, ("cvqa",), ("numerical-direct",)),
-                              per_item=4, size="64x64")
+                              per_item=4, size="64x64", irrelevant=False)
     finally:
         backend.close()
     assert made.images_made == 1

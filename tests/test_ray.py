@@ -270,6 +270,8 @@ def llm_stage_workspace(scratch: Path, stub, stage: str) -> Path:
 
     ws = fresh_workspace(scratch)
     configure_llm(ws, stub.base_url)
+    if stage == "captions":  # seed causalities only: the generic reply in the captions schema
+        return ws
     if stage == "pairs":
         stub.use_reply("fault_replies:cfmm_pairs")
         setup_cli(ws, "ingest", "table", write_number_table(scratch / "in", 6), "--images", scratch / "in")
@@ -283,6 +285,8 @@ def llm_stage_workspace(scratch: Path, stub, stage: str) -> Path:
 
 
 LLM_STAGES = {  # stage -> its command (one call in flight per worker: the kill finds both workers holding one)
+    "captions": ("generate", "captions", "--from", ROOT / "examples" / "mucr" / "seeds.txt", "--per-group", "2",
+                 "--concurrency", "1", "--quiet"),
     "context": ("generate", "context", "--limit", "4", "--concurrency", "1", "--quiet"),
     "cues": ("generate", "cues", "--from-ranking", "--concurrency", "1", "--quiet"),
     "pairs": ("generate", "pairs", "--types", "count,color", "--concurrency", "1", "--quiet"),
@@ -416,9 +420,102 @@ def test_images_on_ray_are_the_images_of_a_local_run(two_nodes, stub, tmp_path):
     assert len(made["ray"]) == 2 and all(len(styles["photograph"]) == 2 for styles in made["ray"].values())
 
 
-def test_eval_on_ray_gives_the_predictions_of_a_local_run(two_nodes, tiny_llava_dir, tmp_path):
+def edit_candidate_images(ws: Path) -> dict:
+    """Item key -> each edit's candidates (k -> image) of a workspace."""
+    from cftools.workspace import load_workspace
+
+    workspace = load_workspace(ws)
+    try:
+        with workspace.store.session() as session:
+            rows = session.execute(select(Item.key, Item.data).where(Item.kind == "cvqa")).all()
+    finally:
+        workspace.close()
+    return {key: {prefix: {k: c["image"] for k, c in ((data or {}).get(f"{prefix}_candidates") or {}).items()}
+                  for prefix in ("edit", "irrelevant_edit")} for key, data in rows}
+
+
+def image_stage_workspace(scratch: Path, stub, stage: str) -> Path:  # noqa: ANN001
+    from fault_trials import EXAMPLE_CAPTIONS, configure_llm, fresh_workspace, setup_cli
+
+    ws = fresh_workspace(scratch)
+    configure_llm(ws, stub.base_url)
+    if stage == "images":
+        setup_cli(ws, "ingest", "captions", EXAMPLE_CAPTIONS)
+        setup_cli(ws, "generate", "context", "--limit", "2", "--quiet")
+    else:  # three drawn-shape items with images; their edit instructions from the stub, in the run itself
+        setup_cli(ws, "ingest", "cvqa", ROOT / "examples" / "cvqa" / "drawn-shapes.csv", "--images",
+                  ROOT / "examples" / "vqav2" / "images", "--licence", "CC0-1.0")
+    return ws
+
+
+IMAGE_STAGES = {  # stage -> (its command, the backend factory its command calls, what it made)
+    "images": (("generate", "images", "--per-prompt", "2", "--styles", "photograph"),
+               ("cftools.imagegen.make_image_backend", "held_images:held_image_backend"), candidate_images),
+    "edits": (("generate", "edits", "--kind", "cvqa", "--limit", "3", "--per-item", "1", "--quiet"),
+              ("cftools.imagegen.edits.make_edit_backend", "held_images:held_edit_backend"), edit_candidate_images),
+}
+
+
+def device_worker_processes() -> list:
+    import psutil
+
+    return [p for p in psutil.Process().children(recursive=True)
+            if p.is_running() and (p.cmdline() or [""])[0].startswith("ray::CftoolsWorker")]
+
+
+@pytest.mark.parametrize("stage", sorted(IMAGE_STAGES))
+def test_an_image_stage_on_ray_with_its_workers_killed_mid_run_makes_what_a_local_run_makes(two_nodes, stub, tmp_path,
+                                                                                         monkeypatch, stage):
+    """Issue 45: `generate images` and `generate edits` on Ray, their pipeline workers killed while one holds a
+    call (tests/held_images.py), make the images a local run makes, each once."""
+    import importlib
+
     import torch
 
+    import held_images
+    from fault_trials import setup_cli
+
+    command, (target, held), made = IMAGE_STAGES[stage]
+    stub.reset()
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the workers compute (Ray gives each one CPU's thread): the same floats, bytes
+    try:
+        local = image_stage_workspace(tmp_path / "local", stub, stage)
+        setup_cli(local, *command)
+        expected = made(local)
+        ws = image_stage_workspace(tmp_path / "ray", stub, stage)
+        module, _, name = target.rpartition(".")
+        held_module, _, held_name = held.partition(":")
+        monkeypatch.setattr(importlib.import_module(module), name, getattr(held_images, held_name))
+        folder = held_images.this_cluster_hold()
+        held_images.arm(folder)
+        outcome: list = []
+        driver = threading.Thread(target=lambda: outcome.append(run_catching(setup_cli, ws, *command, "--ray",
+                                                                             two_nodes.address)))
+        driver.start()
+        try:
+            # the first call answered, the next one held (a run claims as many jobs as calls in flight and waits
+            # for the batch: the held call is the batch's last)
+            wait_until(lambda: held_images.held(folder) >= 1, "a worker holding a call", alive=driver.is_alive)
+            victims = device_worker_processes()
+            assert victims
+            for victim in victims:
+                victim.send_signal(signal.SIGKILL)
+        finally:
+            held_images.release(folder)  # the calls sent again by the restarted workers go through
+            driver.join(timeout=600)
+            shutil.rmtree(folder, ignore_errors=True)
+    finally:
+        torch.set_num_threads(before)
+    assert outcome == [None], outcome
+    assert made(ws) == expected and expected
+
+
+def test_eval_on_ray_with_its_workers_killed_mid_run_gives_the_predictions_of_a_local_run(two_nodes, tiny_llava_dir,
+                                                                                         tmp_path, monkeypatch):
+    import torch
+
+    import held_images
     from cftools.evaluate.run import run_eval
     from test_eval_shard import small_release
 
@@ -430,11 +527,28 @@ def test_eval_on_ray_gives_the_predictions_of_a_local_run(two_nodes, tiny_llava_
                          out_dir=tmp_path / "local")
     finally:
         torch.set_num_threads(before)
-    on_ray = run_eval(release, f"hf:{tiny_llava_dir}", mode="rank", batch_size=1, device="cpu",
-                      out_dir=tmp_path / "ray", ray=two_nodes.address)
+    monkeypatch.setattr("cftools.evaluate.remote.LandedAnswerer", held_images.HeldAnswerer)
+    folder = held_images.this_cluster_hold()
+    held_images.arm(folder)
+    outcome: list = []
+    driver = threading.Thread(target=lambda: outcome.append(run_catching(
+        lambda: outcome.append(run_eval(release, f"hf:{tiny_llava_dir}", mode="rank", batch_size=1, device="cpu",
+                                        out_dir=tmp_path / "ray", ray=two_nodes.address)))))
+    driver.start()
+    try:
+        wait_until(lambda: held_images.held(folder) >= 1, "a worker holding a call", alive=driver.is_alive)
+        victims = device_worker_processes()
+        assert victims
+        for victim in victims:
+            victim.send_signal(signal.SIGKILL)
+    finally:
+        held_images.release(folder)  # the calls sent again by the restarted workers go through
+        driver.join(timeout=600)
+        shutil.rmtree(folder, ignore_errors=True)
+    on_ray, error = outcome
+    assert error is None, error
     assert on_ray.asked == local.asked > 0
     assert on_ray.predictions == local.predictions
-
 
 
 def test_as_completed_hands_out_more_units_as_a_growing_limit_rises():

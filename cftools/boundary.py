@@ -30,6 +30,7 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import TYPE_CHECKING, Any, Optional
 
 from cftools.errors import CftoolsError
+from cftools.personal_data import EMAIL
 
 if TYPE_CHECKING:
     from cftools.workspace import Workspace
@@ -40,8 +41,6 @@ KEY_DIR = ".cftools"
 KEY_NAME = "pseudonym-key"
 WAIVERS = "waived_flags"  # cftools.flags.WAIVED: an item's waivers, each with the person who made it (`by`)
 
-# An email address: something@domain.tld, not inside a longer word.
-EMAIL = re.compile(r"(?<![\w.%+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}(?![\w-])")
 # A path of this machine's people or temporaries, not inside a URL or another path (nor in base64 text: its
 # characters come before such a slash). `file://` URLs too.
 LOCAL_PATH = re.compile(

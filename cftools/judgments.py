@@ -49,8 +49,8 @@ def shown_person(number: int) -> str:
 
 def without_emails(text: str, instead: str = "(an email address)") -> str:
     """TEXT with every email address in it replaced by INSTEAD, for a screen that shows what someone else wrote
-    (what a person typed may hold one: theirs or another's); the release boundary's pattern, `boundary.EMAIL`."""
-    from cftools.boundary import EMAIL
+    (what a person typed may hold one: theirs or another's); the pattern a release refuses too (`cftools.personal_data`)."""
+    from cftools.personal_data import EMAIL
 
     return EMAIL.sub(instead, text)
 

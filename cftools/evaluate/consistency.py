@@ -88,7 +88,7 @@ def read_answer(outcome: dict[str, Any], which: str) -> Optional[str]:
 
 def item_consistency(outcome: dict[str, Any]) -> dict[str, bool]:
     """The four verdicts of one item asked original, edited and irrelevant (see the module docstring)."""
-    from cftools.evaluate.edited import EDITED
+    from cftools.evaluate.questions import EDITED
 
     original, relevant, irrelevant = (read_answer(outcome, w) for w in ("original", EDITED, IRRELEVANT))
     changed = original is not None and relevant is not None and relevant != original
@@ -99,7 +99,7 @@ def item_consistency(outcome: dict[str, Any]) -> dict[str, bool]:
 
 
 def consistency_row(name: str, outcomes: Sequence[dict]) -> dict[str, Any]:
-    from cftools.evaluate.edited import EDITED
+    from cftools.evaluate.questions import EDITED
     from cftools.evaluate.metrics import accuracy, answered, rate
 
     asked = [o for o in outcomes if all(answered(o, w) for w in ("original", EDITED, IRRELEVANT))]

@@ -25,9 +25,8 @@ from dataclasses import replace
 from typing import Any, Optional, Sequence
 
 from cftools.errors import InputError
+from cftools.evaluate.questions import EDITED
 from cftools.release.edited import edited_answer_of, edited_image_of
-
-EDITED = "edited"
 
 
 def edited_questions(record: dict[str, Any], ctx: Any, kind: Any, asked: Sequence[Any]) -> list[Any]:

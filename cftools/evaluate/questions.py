@@ -25,6 +25,7 @@ DEFAULT_TEMPLATE = "short_answer"
 COUNT_OPTIONS = [str(n) for n in range(21)]
 YES_NO_OPTIONS = ["yes", "no"]
 PAIR_QUESTIONS = ("original", "counterfactual")
+EDITED = "edited"  # the original question about the item's relevant edit (`cftools.evaluate.edited`)
 LETTER = "letter"  # answer type of a choice among images labelled A, B, C, ...
 LETTERS = ["A", "B", "C", "D", "E", "F", "G", "H"]
 SWAPPED = ":swapped"  # suffix of a question asked again with its options in reverse order (`--swap-options`)

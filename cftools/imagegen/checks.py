@@ -19,12 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-import imagehash
 import PIL.Image
 
 from cftools.imagegen.base import CAUSE, EFFECT, ImageGenError
 
 if TYPE_CHECKING:  # numpy is imported where it is used, not at `cftools --help`
+    import imagehash
     import numpy as np
 
 BLANK_IMAGE = "blank_image"
@@ -65,6 +65,10 @@ def grey_std(image: PIL.Image.Image) -> float:
 
 
 def perceptual_hash(image: PIL.Image.Image) -> imagehash.ImageHash:
+    # imported here: `cftools check` lists and runs the edit checks through this package, and a core install
+    # (no images extra, no imagehash) must still check its items' text
+    import imagehash
+
     return imagehash.phash(image.convert("RGB"))
 
 

@@ -221,12 +221,13 @@ def calls_stored(ws: Path) -> int:
         db.close()
 
 
-def api_worker_processes() -> list:
-    """The API workers of this module's cluster (processes under this test process, titled by Ray)."""
+def worker_processes(kind: str = "CftoolsApiWorker") -> list:
+    """The workers of KIND (the API workers, or `CftoolsWorker`: the pipeline and model workers) of this module's
+    cluster: processes under this test process, titled by Ray."""
     import psutil
 
     return [p for p in psutil.Process().children(recursive=True)
-            if p.is_running() and (p.cmdline() or [""])[0].startswith("ray::CftoolsApiWorker")]
+            if p.is_running() and (p.cmdline() or [""])[0].startswith(f"ray::{kind}")]
 
 
 def test_rewrite_on_ray_with_a_worker_killed_mid_run_makes_the_items_of_a_local_run(two_nodes, stub, tmp_path):
@@ -247,7 +248,7 @@ def test_rewrite_on_ray_with_a_worker_killed_mid_run_makes_the_items_of_a_local_
         # one result written, and both workers holding a call: kill every API worker process
         wait_until(lambda: calls_stored(ws) >= 1 and len(stub.requests()) >= 3, "a result and two held calls",
                    alive=driver.is_alive)
-        victims = api_worker_processes()
+        victims = worker_processes()
         assert victims
         for victim in victims:
             victim.send_signal(signal.SIGKILL)
@@ -338,7 +339,7 @@ def test_an_llm_stage_on_ray_with_its_workers_killed_mid_run_makes_what_a_local_
     driver.start()
     try:
         wait_until(lambda: stub.held() >= 2, "both workers holding a call", alive=driver.is_alive)
-        victims = api_worker_processes()
+        victims = worker_processes()
         assert victims
         for victim in victims:
             victim.send_signal(signal.SIGKILL)
@@ -450,17 +451,37 @@ def image_stage_workspace(scratch: Path, stub, stage: str) -> Path:  # noqa: ANN
 
 IMAGE_STAGES = {  # stage -> (its command, the backend factory its command calls, what it made)
     "images": (("generate", "images", "--per-prompt", "2", "--styles", "photograph"),
-               ("cftools.imagegen.make_image_backend", "held_images:held_image_backend"), candidate_images),
+               ("cftools.imagegen.make_image_backend", "held_image_backend"), candidate_images),
     "edits": (("generate", "edits", "--kind", "cvqa", "--limit", "3", "--per-item", "1", "--quiet"),
-              ("cftools.imagegen.edits.make_edit_backend", "held_images:held_edit_backend"), edit_candidate_images),
+              ("cftools.imagegen.edits.make_edit_backend", "held_edit_backend"), edit_candidate_images),
 }
 
 
-def device_worker_processes() -> list:
-    import psutil
+def run_held_and_killed(run) -> tuple:  # noqa: ANN001
+    """RUN() on a driver thread with the pipeline and model workers held (tests/held_images.py): once a worker
+    holds a call, every such worker process is killed, then the hold released (the calls the restarted workers
+    send again go through). Returns what RUN returned and its error (None when it finished)."""
+    import held_images
 
-    return [p for p in psutil.Process().children(recursive=True)
-            if p.is_running() and (p.cmdline() or [""])[0].startswith("ray::CftoolsWorker")]
+    folder = held_images.this_cluster_hold()
+    held_images.arm(folder)
+    result: list = []
+    error: list = []
+    driver = threading.Thread(target=lambda: error.append(run_catching(lambda: result.append(run()))))
+    driver.start()
+    try:
+        # the first call answered, the next one held (a run claims as many jobs as calls in flight and waits for
+        # the batch: the held call is the batch's last)
+        wait_until(lambda: held_images.held(folder) >= 1, "a worker holding a call", alive=driver.is_alive)
+        victims = worker_processes("CftoolsWorker")
+        assert victims
+        for victim in victims:
+            victim.send_signal(signal.SIGKILL)
+    finally:
+        held_images.release(folder)
+        driver.join(timeout=600)
+        shutil.rmtree(folder, ignore_errors=True)
+    return (result[0] if result else None), (error[0] if error else AssertionError("the run did not finish"))
 
 
 @pytest.mark.parametrize("stage", sorted(IMAGE_STAGES))
@@ -485,29 +506,11 @@ def test_an_image_stage_on_ray_with_its_workers_killed_mid_run_makes_what_a_loca
         expected = made(local)
         ws = image_stage_workspace(tmp_path / "ray", stub, stage)
         module, _, name = target.rpartition(".")
-        held_module, _, held_name = held.partition(":")
-        monkeypatch.setattr(importlib.import_module(module), name, getattr(held_images, held_name))
-        folder = held_images.this_cluster_hold()
-        held_images.arm(folder)
-        outcome: list = []
-        driver = threading.Thread(target=lambda: outcome.append(run_catching(setup_cli, ws, *command, "--ray",
-                                                                             two_nodes.address)))
-        driver.start()
-        try:
-            # the first call answered, the next one held (a run claims as many jobs as calls in flight and waits
-            # for the batch: the held call is the batch's last)
-            wait_until(lambda: held_images.held(folder) >= 1, "a worker holding a call", alive=driver.is_alive)
-            victims = device_worker_processes()
-            assert victims
-            for victim in victims:
-                victim.send_signal(signal.SIGKILL)
-        finally:
-            held_images.release(folder)  # the calls sent again by the restarted workers go through
-            driver.join(timeout=600)
-            shutil.rmtree(folder, ignore_errors=True)
+        monkeypatch.setattr(importlib.import_module(module), name, getattr(held_images, held))
+        _, error = run_held_and_killed(lambda: setup_cli(ws, *command, "--ray", two_nodes.address))
     finally:
         torch.set_num_threads(before)
-    assert outcome == [None], outcome
+    assert error is None, error
     assert made(ws) == expected and expected
 
 
@@ -528,24 +531,9 @@ def test_eval_on_ray_with_its_workers_killed_mid_run_gives_the_predictions_of_a_
     finally:
         torch.set_num_threads(before)
     monkeypatch.setattr("cftools.evaluate.remote.LandedAnswerer", held_images.HeldAnswerer)
-    folder = held_images.this_cluster_hold()
-    held_images.arm(folder)
-    outcome: list = []
-    driver = threading.Thread(target=lambda: outcome.append(run_catching(
-        lambda: outcome.append(run_eval(release, f"hf:{tiny_llava_dir}", mode="rank", batch_size=1, device="cpu",
-                                        out_dir=tmp_path / "ray", ray=two_nodes.address)))))
-    driver.start()
-    try:
-        wait_until(lambda: held_images.held(folder) >= 1, "a worker holding a call", alive=driver.is_alive)
-        victims = device_worker_processes()
-        assert victims
-        for victim in victims:
-            victim.send_signal(signal.SIGKILL)
-    finally:
-        held_images.release(folder)  # the calls sent again by the restarted workers go through
-        driver.join(timeout=600)
-        shutil.rmtree(folder, ignore_errors=True)
-    on_ray, error = outcome
+    on_ray, error = run_held_and_killed(lambda: run_eval(release, f"hf:{tiny_llava_dir}", mode="rank", batch_size=1,
+                                                         device="cpu", out_dir=tmp_path / "ray",
+                                                         ray=two_nodes.address))
     assert error is None, error
     assert on_ray.asked == local.asked > 0
     assert on_ray.predictions == local.predictions

@@ -36,8 +36,8 @@ from cftools.store import Store
 
 CONDITION_REPEATED = "edit_condition_repeated"
 CONDITION_SIMILARITY = 92  # rapidfuzz token sort ratio (0-100): "the lamp is on"/"off" score 89.7, not one
-CANDIDATE_SETS = (("edit_candidates", "edit_checks", "candidate"),
-                  ("irrelevant_edit_candidates", "irrelevant_edit_checks", "irrelevant candidate"))
+# each edit's candidates and their ranking (`cftools.flags.EDIT_CHECK_SETS` names them for people)
+CANDIDATE_SETS = (("edit_candidates", "edit_checks"), ("irrelevant_edit_candidates", "irrelevant_edit_checks"))
 STAGE = "check"  # the item history's stage, as the other checks'
 BATCH = 100  # items per transaction (each item opens its candidates' files)
 NAMED = 5  # other items a repeated-condition flag names before "and N more"
@@ -124,7 +124,7 @@ def _edited_items(store: Store, groups: Sequence[str]) -> list[int]:
         if groups:
             query = query.where(Item.group.in_(list(groups)))
         return [item_id for item_id, data in session.execute(query)
-                if isinstance(data, dict) and any(data.get(c) for c, _, _ in CANDIDATE_SETS)]
+                if isinstance(data, dict) and any(data.get(c) for c, _ in CANDIDATE_SETS)]
 
 
 def _image_paths(session: Any, refs: Iterable[str]) -> dict[str, Path]:
@@ -212,7 +212,7 @@ def _rechecked(session: Any, item: Optional[Item], codes: Sequence[str],
     if original is None or not original.is_file():
         return {}, {}  # nothing to compare with: the stored results stay
     read, checks = {}, {}
-    for candidates_key, checks_key, _ in CANDIDATE_SETS:
+    for candidates_key, checks_key in CANDIDATE_SETS:
         candidates = data.get(candidates_key) or {}
         if candidates:
             paths = _image_paths(session, [c.get("image", "") for c in candidates.values()])

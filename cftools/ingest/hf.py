@@ -77,9 +77,13 @@ def needs(module: str) -> Any:
     import importlib
 
     try:
-        return importlib.import_module(module)
+        loaded = importlib.import_module(module)
     except ImportError:
         raise CftoolsError(NEEDS_EXTRA.format(module.split(".")[0])) from None
+    if module == "datasets":  # our progress line is the one shown; its own bars and cache notes would interleave
+        loaded.disable_progress_bars()
+        loaded.utils.logging.set_verbosity_error()
+    return loaded
 
 
 # ---------------------------------------------------------------- opening the source
@@ -186,7 +190,7 @@ def open_source(source: str, split: Optional[str] = None, config: Optional[str] 
     except Exception as exc:  # noqa: BLE001 - the Hub client raises many kinds; each becomes one line
         offline = " (HF_HUB_OFFLINE is set: only the local cache is read)" if os.environ.get("HF_HUB_OFFLINE") else ""
         raise InputError(source, f"cannot load this Hugging Face dataset{offline}: {first_line(exc)}") from None
-    return open_dataset(one_split(loaded, source, split), source, images_dir, source.rsplit("/", 1)[-1])
+    return open_dataset(one_split(loaded, source, split), source, images_dir, source)
 
 
 # ---------------------------------------------------------------- columns

@@ -232,3 +232,31 @@ def test_a_hub_id_loads_offline_from_the_local_cache(workspace, tmp_path):
     assert missing.stderr.strip().splitlines() == [
         "Error: tester/elsewhere: cannot load this Hugging Face dataset (HF_HUB_OFFLINE is set: only the local "
         "cache is read): ConnectionError: Couldn't reach 'tester/elsewhere' on the Hub (OfflineModeIsEnabled)"]
+
+
+def test_a_folder_as_the_hub_lays_it_out_reads_the_split_asked_for(workspace, run_cli, tmp_path):
+    """data/SPLIT-00000-of-00001.parquet: --split takes that split's files; a bad row names its file and row."""
+    rows = vqav2_rows()
+    (tmp_path / "repo" / "data").mkdir(parents=True)
+    write_parquet(tmp_path / "repo" / "data" / "train-00000-of-00001.parquet", {k: v[:1] for k, v in rows.items()})
+    rest = {k: v[1:] for k, v in rows.items()}
+    rest["answers"][1] = []  # no answer at all: a bad row
+    rest["multiple_choice_answer"][1] = None
+    validation = write_parquet(tmp_path / "repo" / "data" / "validation-00000-of-00001.parquet", rest)
+    result = run_cli("ingest", "hf", tmp_path / "repo", "--split", "validation")
+    assert result.exit_code == 1
+    assert result.output.strip() == f"Error: {validation}, row 1: empty or missing answer (column 'answers')"
+    report = json.loads(run_cli("ingest", "hf", tmp_path / "repo", "--split", "validation", "--skip-bad",
+                                "--json").output)
+    assert (report["dataset"], report["n_records"], report["sources_added"], report["skipped"]) == (
+        "hf:repo:validation", 1, 1, 1)
+    [source] = sources(workspace.store).values()
+    assert source.external_id == "102" and source.meta["line"] == "validation-00000-of-00001.parquet, row 0"
+
+
+def test_a_split_without_answers_gives_questions_without_answers(workspace, run_cli, tmp_path):
+    rows = {k: v for k, v in vqav2_rows().items() if k not in ("answers", "multiple_choice_answer", "answer_type")}
+    features = datasets.Features({k: v for k, v in VQAV2_FEATURES.items() if k in rows})
+    data = write_parquet(tmp_path / "test.parquet", rows, features)
+    assert run_cli("ingest", "hf", data).exit_code == 0
+    assert {(s.answer, s.answers) for s in sources(workspace.store).values()} == {(None, None)}

@@ -174,7 +174,13 @@ def open_source(source: str, split: Optional[str] = None, config: Optional[str] 
     """SOURCE as rows: a Parquet file, a folder of them, a `save_to_disk` folder, else a Hub id (offline from the
     local cache under HF_HUB_OFFLINE=1)."""
     path = Path(source)
+    if (path.is_file() or path.is_dir()) and config is not None:
+        raise InputError(source, f"a configuration ({config!r}) is a Hub dataset's; this is a local "
+                                 f"{'file' if path.is_file() else 'folder'}")
     if path.is_file():
+        if split is not None:
+            raise InputError(source, f"one file holds one split: {split!r} picks among a folder's files or a "
+                                     "dataset's splits")
         return open_parquet(path, split, images_dir)
     if path.is_dir():
         if (path / "state.json").is_file() or (path / "dataset_dict.json").is_file():
@@ -305,6 +311,7 @@ class SourceImages:
         except InputError as err:
             raise ValueError(err.reason) from None
         self.by_ref[ref] = self.checked.setdefault(image.sha256, image)
+        self.ref_sha[ref] = image.sha256
         return ref
 
     def write(self, made: list[Path]) -> None:
@@ -416,7 +423,7 @@ def ingest_hf(store: Store, workspace_root: Path, source: str, *, split: Optiona
         progress(READ_STEP, done, rows.n_rows)
     if done == 0:
         raise NoRecordsError(source)
-    report = IngestReport(format="hf", path=source, dataset=name, n_records=done)
+    report = IngestReport(format="hf", path=source, dataset=name, n_records=len(reader.sources))
     report.bad = bad.items
     if report.bad and report_path is not None:
         write_bad_report(report, report_path)  # before the store write: a failure leaves the store unchanged

@@ -164,6 +164,6 @@ def ingest_hf_cmd(workspace: Workspace, source: str, split: str | None, config: 
         result = ingest_hf(workspace.store, workspace.root, source, split=split, config=config,
                            question_column=question_column, answer_column=answer_column, image_column=image_column,
                            id_column=id_column, images_dir=images_dir, dataset=dataset, skip_bad=skip_bad,
-                           report_path=report_path(workspace, report, source), licence=ingest_licence(workspace, licence),
-                           update=update, progress=progress)
+                           report_path=report_path(workspace, report, source),
+                           licence=ingest_licence(workspace, licence), update=update, progress=progress)
     print_ingest(result, as_json)

@@ -3,7 +3,7 @@ with a question, an answer and an image column, stored like every other ingest's
 
 Rows are read in Arrow batches, never as decoded images: an image given as bytes (the `datasets` Image feature) is
 hashed, decoded once per distinct SHA-256 to check it, and written under the workspace's `images/sources/` by its
-hash; an image given as a path is the file itself, as `ingest table` takes it. As with `ingest vqav2`, a bad row
+hash (removed again if the ingest stops); an image given as a path is the file itself, as `ingest table` takes it. As with `ingest vqav2`, a bad row
 stops the ingest with the store unchanged, or with skip_bad is left out and listed; a rerun adds nothing.
 """
 
@@ -18,7 +18,7 @@ from typing import Any, Iterator, Optional
 
 import PIL.Image
 
-from cftools.errors import CftoolsError, InputError, NoRecordsError
+from cftools.errors import CftoolsError, InputError, NoRecordsError, naming_the_file
 from cftools.images import ImageFile, image_ref_path, read_image_file
 from cftools.ingest.licences import LicenceChoice, chosen_licence
 from cftools.ingest.readers import (BadRecords, IngestReport, image_path_problem, infer_answer_type,
@@ -240,14 +240,16 @@ def answer_texts(value: Any) -> Optional[list[str]]:
 
 @dataclass
 class SourceImages:
-    """The images of one ingest by reference: checked once per distinct content, bytes kept until written."""
+    """The images of one ingest by reference, checked once per distinct content; images given as bytes are written
+    as soon as checked (a dataset's images need not fit in memory), and the files this ingest made are listed in
+    MADE, to remove if it stops."""
 
     folder: Path  # where images given as bytes are written
     base: Optional[Path]  # where images given as paths are read
     by_ref: dict[str, ImageFile] = field(default_factory=dict)
-    blobs: dict[str, bytes] = field(default_factory=dict)  # sha256 -> bytes not yet on disk
     checked: dict[str, ImageFile] = field(default_factory=dict)  # sha256 -> the image
     ref_sha: dict[str, str] = field(default_factory=dict)
+    made: list[Path] = field(default_factory=list)
 
     def take(self, value: Any) -> str:
         """The image reference of one row's image value (Image feature, bytes or path); raises ValueError why not."""
@@ -287,7 +289,7 @@ class SourceImages:
         path = self.folder / sha[:2] / f"{sha}.{fmt or 'img'}"
         image = ImageFile(path=path, sha256=sha, width=width, height=height, format=fmt, size_bytes=len(data))
         if not path.is_file():
-            self.blobs[sha] = data
+            self.write(path, data)
         self.checked[sha] = image
         return image
 
@@ -314,22 +316,23 @@ class SourceImages:
         self.ref_sha[ref] = image.sha256
         return ref
 
-    def write(self, made: list[Path]) -> None:
-        """Write the images that came as bytes (a new file goes into MADE, to remove if the store write fails)."""
-        for sha, data in self.blobs.items():
-            path = self.checked[sha].path
-            if path.is_file():
-                continue
-            path.parent.mkdir(parents=True, exist_ok=True)
-            partial = path.with_suffix(".partial")
-            try:
+    def write(self, path: Path, data: bytes) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(".partial")
+        try:
+            with naming_the_file(path):
                 partial.write_bytes(data)
-            except OSError:
-                partial.unlink(missing_ok=True)
-                raise
-            partial.replace(path)  # never a half-written file under the final name
-            made.append(path)
-        self.blobs.clear()
+        except BaseException:
+            partial.unlink(missing_ok=True)  # a full disk: no partial file left behind either
+            raise
+        partial.replace(path)  # never a half-written file under the final name
+        self.made.append(path)
+
+    def remove_made(self) -> None:
+        """Remove the files this ingest wrote (it stopped: the store does not know them)."""
+        for path in self.made:
+            path.unlink(missing_ok=True)
+        self.made.clear()
 
 
 # ---------------------------------------------------------------- rows
@@ -413,6 +416,24 @@ def ingest_hf(store: Store, workspace_root: Path, source: str, *, split: Optiona
     bad = BadRecords(skip_bad)
     images = SourceImages(Path(workspace_root) / SOURCE_IMAGES_FOLDER, rows.base)
     reader = RowReader(name, columns, images, bad)
+    try:
+        done = read_rows(rows, columns, reader, progress)
+        if done == 0:
+            raise NoRecordsError(source)
+        report = IngestReport(format="hf", path=source, dataset=name, n_records=len(reader.sources))
+        report.bad = bad.items
+        if report.bad and report_path is not None:
+            write_bad_report(report, report_path)  # before the store write: a failure leaves the store unchanged
+        write_records(store, "hf", Path(source), name, list(reader.sources.values()), [], images.by_ref, report,
+                      chosen_licence(licence, name), update)
+    except BaseException:
+        images.remove_made()  # a bad row, a refused update, a failed write: leave no file behind
+        raise
+    return report
+
+
+def read_rows(rows: Rows, columns: Columns, reader: RowReader, progress: ProgressCallback) -> int:
+    """Feed every row to READER, batch by batch, reporting the rows read; returns how many."""
     done = 0
     progress(READ_STEP, 0, rows.n_rows)
     for label, start, batch in rows.batches(columns.names()):
@@ -421,19 +442,4 @@ def ingest_hf(store: Store, workspace_root: Path, source: str, *, split: Optiona
             reader.read(label, start + offset, row)
         done += len(batch)
         progress(READ_STEP, done, rows.n_rows)
-    if done == 0:
-        raise NoRecordsError(source)
-    report = IngestReport(format="hf", path=source, dataset=name, n_records=len(reader.sources))
-    report.bad = bad.items
-    if report.bad and report_path is not None:
-        write_bad_report(report, report_path)  # before the store write: a failure leaves the store unchanged
-    made: list[Path] = []
-    try:
-        images.write(made)
-        write_records(store, "hf", Path(source), name, list(reader.sources.values()), [], images.by_ref, report,
-                      chosen_licence(licence, name), update)
-    except BaseException:
-        for path in made:  # the store does not know them: leave nothing behind
-            path.unlink(missing_ok=True)
-        raise
-    return report
+    return done

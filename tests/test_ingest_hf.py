@@ -260,3 +260,22 @@ def test_a_split_without_answers_gives_questions_without_answers(workspace, run_
     data = write_parquet(tmp_path / "test.parquet", rows, features)
     assert run_cli("ingest", "hf", data).exit_code == 0
     assert {(s.answer, s.answers) for s in sources(workspace.store).values()} == {(None, None)}
+
+
+def test_split_and_config_that_would_pick_nothing_are_refused(workspace, run_cli, tmp_path):
+    data = write_parquet(tmp_path / "v.parquet", vqav2_rows())
+    result = run_cli("ingest", "hf", data, "--split", "validation")
+    assert result.exit_code == 1 and result.output.strip() == (
+        f"Error: {data}: one file holds one split: 'validation' picks among a folder's files or a dataset's splits")
+    result = run_cli("ingest", "hf", tmp_path, "--config", "en")
+    assert result.exit_code == 1 and result.output.strip() == (
+        f"Error: {tmp_path}: a configuration ('en') is a Hub dataset's; this is a local folder")
+
+
+def test_a_file_that_is_not_parquet_is_one_line(workspace, run_cli, tmp_path):
+    data = tmp_path / "v.parquet"
+    data.write_text("question,answer\n")
+    result = run_cli("ingest", "hf", data)
+    assert result.exit_code == 1
+    [line] = result.output.strip().splitlines()
+    assert line.startswith(f"Error: {data}: not a readable Parquet file (")

@@ -14,7 +14,7 @@ import io
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import PIL.Image
 
@@ -60,6 +60,9 @@ class Columns:
         return list(dict.fromkeys(c for c in given if c))
 
 
+Batch = tuple[str, int, list[dict]]  # (the file or dataset it comes from, its first row's index, its rows)
+
+
 @dataclass
 class Rows:
     """A dataset opened for reading: its batches (with the file they come from), row count and column names."""
@@ -67,7 +70,7 @@ class Rows:
     label: str  # how errors name it: the Hub id, the folder or the file
     columns: list[str]
     n_rows: int
-    batches: Any  # () -> Iterator[(label, first row index, list of row dicts)]
+    batches: Callable[[list[str]], Iterator[Batch]]  # the columns to read -> their batches
     base: Optional[Path] = None  # the folder relative image paths are read from
     name: str = ""  # the default dataset name's stem
 
@@ -116,7 +119,7 @@ def open_parquet(source: Path, split: Optional[str], base: Optional[Path]) -> Ro
             raise InputError(file, f"its columns {handle.schema_arrow.names} are not those of {opened[0][0].name} "
                                    f"{columns}")
 
-    def batches(wanted: list[str]) -> Iterator[tuple[str, int, list[dict]]]:
+    def batches(wanted: list[str]) -> Iterator[Batch]:
         for file, handle in opened:
             label = str(file)
             start = 0
@@ -149,7 +152,7 @@ def one_split(dataset: Any, label: str, split: Optional[str]) -> Any:
 
 def open_dataset(dataset: Any, label: str, base: Optional[Path], name: str) -> Rows:
     """Rows of a `datasets` Dataset, read as Arrow (images stay bytes, never decoded here)."""
-    def batches(wanted: list[str]) -> Iterator[tuple[str, int, list[dict]]]:
+    def batches(wanted: list[str]) -> Iterator[Batch]:
         start = 0
         for table in dataset.select_columns(wanted).with_format("arrow").iter(batch_size=BATCH_ROWS):
             rows = table.to_pylist()
@@ -185,8 +188,11 @@ def open_source(source: str, split: Optional[str] = None, config: Optional[str] 
     if path.is_dir():
         if (path / "state.json").is_file() or (path / "dataset_dict.json").is_file():
             datasets = needs("datasets")
-            loaded = one_split(datasets.load_from_disk(str(path)), source, split)
-            return open_dataset(loaded, source, images_dir or path, path.name)
+            try:
+                saved = datasets.load_from_disk(str(path))
+            except Exception as exc:  # noqa: BLE001 - a broken save_to_disk folder fails in many ways; one line
+                raise InputError(source, f"not a readable save_to_disk folder: {first_line(exc)}") from None
+            return open_dataset(one_split(saved, source, split), source, images_dir or path, path.name)
         return open_parquet(path, split, images_dir)
     if looks_local(source):
         raise InputError(source, "no such file or folder")

@@ -279,3 +279,21 @@ def test_a_file_that_is_not_parquet_is_one_line(workspace, run_cli, tmp_path):
     assert result.exit_code == 1
     [line] = result.output.strip().splitlines()
     assert line.startswith(f"Error: {data}: not a readable Parquet file (")
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_the_command_shows_rows_read_of_the_total_on_a_terminal_unless_quiet(workspace, run_cli, tmp_path,
+                                                                             monkeypatch, quiet):
+    from rich.console import Console
+
+    import cftools.commands.ingest as ingest_commands
+
+    data = write_parquet(tmp_path / "v.parquet", vqav2_rows())
+    drawn = io.StringIO()
+    monkeypatch.setattr(ingest_commands, "err_console",
+                        Console(file=drawn, force_terminal=True, width=120, color_system=None))
+    assert run_cli("ingest", "hf", data, *(["--quiet"] if quiet else [])).exit_code == 0
+    if quiet:
+        assert drawn.getvalue() == ""
+    else:
+        assert READ_STEP in drawn.getvalue() and "3/3" in drawn.getvalue() and "eta" in drawn.getvalue()

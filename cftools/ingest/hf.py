@@ -30,7 +30,7 @@ from cftools.store import Store
 
 SOURCE_IMAGES_FOLDER = Path("images") / "sources"  # images that came as bytes, under the workspace
 BATCH_ROWS = 2048
-READ_STEP = "read rows"
+READ_STEP = "reading rows"
 NEEDS_EXTRA = "ingest hf needs the export extra: pip install 'cftools[export]' ({} is not installed)"
 
 # The first column present is taken when no option names one: VQAv2 on the Hub first (HuggingFaceM4/VQAv2,

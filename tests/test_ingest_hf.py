@@ -297,3 +297,13 @@ def test_the_command_shows_rows_read_of_the_total_on_a_terminal_unless_quiet(wor
         assert drawn.getvalue() == ""
     else:
         assert READ_STEP in drawn.getvalue() and "3/3" in drawn.getvalue() and "eta" in drawn.getvalue()
+
+
+def test_an_empty_answer_column_option_reads_a_test_split_with_empty_answers(workspace, run_cli, tmp_path):
+    rows = vqav2_rows()
+    rows["answers"] = [None] * 3
+    rows["multiple_choice_answer"] = [None] * 3
+    data = write_parquet(tmp_path / "test.parquet", rows)
+    assert "row 0: empty or missing answer (column 'answers')" in run_cli("ingest", "hf", data).output
+    assert run_cli("ingest", "hf", data, "--answer-column", "").exit_code == 0
+    assert {s.answer for s in sources(workspace.store).values()} == {None}

@@ -139,7 +139,8 @@ def ingest_edits_cmd(workspace: Workspace, file: Path, images_dir: Path, licence
 @click.option("--question-column", metavar="NAME", help="The question column (default: question).")
 @click.option("--answer-column", metavar="NAME",
               help="The answer column (default: answers, else multiple_choice_answer, else answer); a list of answers "
-                   "gives its most frequent, as `ingest vqav2` does. Without one the questions have no answer.")
+                   "gives its most frequent, as `ingest vqav2` does. Without one, or with '' (a test split's empty "
+                   "answers), the questions have no answer.")
 @click.option("--image-column", metavar="NAME",
               help="The image column (default: image): the datasets Image feature, image bytes, or a path.")
 @click.option("--id-column", metavar="NAME",

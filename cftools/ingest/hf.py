@@ -225,8 +225,9 @@ def choose_columns(rows: Rows, question: Optional[str] = None, answer: Optional[
                                          f"--{role}-column: it has {', '.join(have)}")
         return found
 
+    # an empty --answer-column reads no answers: a test split whose answer column is there but empty
     chosen = Columns(question=pick("question", question, True), image=pick("image", image, True),
-                     answer=pick("answer", answer, False), id=pick("id", id_column, False))
+                     answer=None if answer == "" else pick("answer", answer, False), id=pick("id", id_column, False))
     taken = set(chosen.names())
     return Columns(chosen.question, chosen.image, chosen.answer, chosen.id,
                    "answer_type" if "answer_type" in have and "answer_type" not in taken else None,

@@ -22,7 +22,6 @@ import uuid
 from pathlib import Path
 from typing import Callable
 
-import pytest
 from click.testing import CliRunner
 from sqlalchemy import func, select
 
@@ -50,8 +49,9 @@ PLACEHOLDERS = {
 FOLDERS = {"val2014/": EXAMPLES / "vqav2" / "images", "my-edits/": EXAMPLES / "edits" / "hand-made"}
 
 
-def tour_lines() -> list[str]:
-    """The commands of the README's "A walk through the flow" bash block, comments dropped, in order."""
+def tour_lines() -> list[list[str]]:
+    """The commands of the README's "A walk through the flow" bash block as words, comments dropped, in order
+    (`a && b` is two commands)."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     block = re.search(r"## A walk through the flow\n.*?```bash\n(.*?)```", readme, re.S)
     assert block, "README.md has no bash block under 'A walk through the flow'"
@@ -59,7 +59,7 @@ def tour_lines() -> list[str]:
     for line in block.group(1).splitlines():
         words = shlex.split(line, comments=True)
         if words:
-            commands += [" ".join(part) for part in split_and(words)]
+            commands += split_and(words)
     return commands
 
 
@@ -76,7 +76,6 @@ def split_and(words: list[str]) -> list[list[str]]:
 class Tour:
     def __init__(self, root: Path, files: dict[str, Path], label_studio, llm_url: str, prefix: str) -> None:
         self.cwd, self.files, self.ls, self.llm_url, self.prefix = root, files, label_studio, llm_url, prefix
-        self.outputs: dict[str, str] = {}
 
     def ws(self):
         return load_workspace(self.cwd)
@@ -232,10 +231,10 @@ def substituted(words: list[str], files: dict[str, Path]) -> list[str]:
 def test_the_readme_names_only_files_the_test_knows():
     """Every file name on a tour line is an example's (PLACEHOLDERS) or made by an earlier line."""
     made = {"my-bench", "releases/mybench-1.0.0", "mybench@1.0.0", "mybench@1.1.0", "mybench"}
-    for line in tour_lines():
-        for word in shlex.split(line):
+    for words in tour_lines():
+        for word in words:
             if re.search(r"\.(json|csv)$|/$", word):
-                assert word in PLACEHOLDERS or word in FOLDERS or word in made, f"{word!r} in `{line}`"
+                assert word in PLACEHOLDERS or word in FOLDERS or word in made, f"{word!r} in `{shlex.join(words)}`"
 
 
 def test_the_readme_tour_runs_as_written(label_studio, llm_server, tmp_path, monkeypatch):
@@ -244,18 +243,18 @@ def test_the_readme_tour_runs_as_written(label_studio, llm_server, tmp_path, mon
     files: dict[str, Path] = dict(PLACEHOLDERS)
     for name, folder in FOLDERS.items():
         files[name] = shutil.copytree(folder, images / name.rstrip("/"))
-    scratch = tmp_path
-    monkeypatch.chdir(scratch)
+    monkeypatch.chdir(tmp_path)
     for variable in ("CFTOOLS_WORKSPACE", "LABEL_STUDIO_URL", "LOCAL_FILES_DOCUMENT_ROOT"):
         monkeypatch.delenv(variable, raising=False)
     monkeypatch.setenv(TOKEN_ENV, label_studio.admin_token)
     monkeypatch.setenv("CFTOOLS_TEST_TOUR_LLM_KEY", "stub-key")
-    tour = Tour(scratch, files, label_studio, llm_server.base_url, f"tour-{uuid.uuid4().hex[:8]}")
+    tour = Tour(tmp_path, files, label_studio, llm_server.base_url, f"tour-{uuid.uuid4().hex[:8]}")
     runner = CliRunner()
     lines = tour_lines()
-    assert lines[0].startswith("cftools init")
-    for line in lines:
-        words = shlex.split(line)
+    assert lines[0][:2] == ["cftools", "init"]
+    ran = []
+    for words in lines:
+        line = shlex.join(words)
         if words[0] == "cd":
             tour.cwd = tour.cwd / words[1]
             monkeypatch.chdir(tour.cwd)
@@ -265,8 +264,8 @@ def test_the_readme_tour_runs_as_written(label_studio, llm_server, tmp_path, mon
         result = runner.invoke(main, substituted(words[1:], files), catch_exceptions=False)
         assert result.exit_code == 0, f"`{line}` exited {result.exit_code}:\n{result.output}"
         check(tour, result.output)
-    assert [name for name in STEPS if not any(step_of(shlex.split(l)[1:]) is STEPS[name] for l in lines
-                                              if shlex.split(l)[0] == "cftools")] == []
+        ran.append(check)
+    assert ran == list(STEPS.values()), "the README's tour and STEPS differ in their steps or their order"
 
 
 def test_controls_whose_images_are_not_beside_the_file_are_refused_naming_images(workspace, run_cli):

@@ -21,7 +21,7 @@ KIND_MODULES = {"__init__", "kind", "model", "ingest", "generate", "parse", "cue
 EVERY_KIND_HAS = {"__init__", "kind", "model", "ingest", "generate", "checks", "commands"}
 # The layer below the stages and the kinds: what kinds/base.py may import.
 BELOW_KINDS = {"cftools.errors", "cftools.findings", "cftools.item_view", "cftools.judgments", "cftools.resources",
-               "cftools.answers", "cftools.models", "cftools.personal_data"}
+               "cftools.answers", "cftools.models", "cftools.personal_data", "cftools.progress"}
 
 
 def module_name(path: Path) -> str:

@@ -49,7 +49,7 @@ update_option = click.option(
     help="Replace the stored text of records this file gives differently under the same id (by default such a "
          "re-ingest is refused naming the first). Items past draft are never replaced.")
 licence_option = click.option(
-    "--licence", "licence", metavar="LICENCE",
+    "--licence", "--license", "licence", metavar="LICENCE",
     help="The source's licence, e.g. CC-BY-4.0 (default: [sources] in cftools.toml, else what the store has for "
          "this dataset, else unknown). The release card lists it; export will not stamp another over it.")
 
@@ -111,7 +111,7 @@ def ingest_table_cmd(workspace: Workspace, file: Path, dataset: str | None, imag
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--images", "images_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Folder of the edited images; every row's image is a path under it.")
-@click.option("--licence", "licence", metavar="LICENCE",
+@click.option("--licence", "--license", "licence", metavar="LICENCE",
               help="The edited images' licence, recorded with each candidate (a row's own licence column wins).")
 @json_option
 @pass_workspace

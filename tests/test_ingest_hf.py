@@ -307,3 +307,16 @@ def test_an_empty_answer_column_option_reads_a_test_split_with_empty_answers(wor
     assert "row 0: empty or missing answer (column 'answers')" in run_cli("ingest", "hf", data).output
     assert run_cli("ingest", "hf", data, "--answer-column", "").exit_code == 0
     assert {s.answer for s in sources(workspace.store).values()} == {None}
+
+
+def test_a_skipped_row_still_holds_its_id(workspace, run_cli, tmp_path):
+    """As every reader: of two rows giving one id, neither is taken when the first is bad for another reason."""
+    rows = vqav2_rows()
+    rows["question"][0] = ""
+    rows["question_id"][1] = 101
+    data = write_parquet(tmp_path / "v.parquet", rows)
+    report = json.loads(run_cli("ingest", "hf", data, "--skip-bad", "--report", tmp_path / "r.jsonl",
+                                "--json").output)
+    assert (report["sources_added"], report["skipped"]) == (1, 2)
+    assert set(sources(workspace.store)) == {"103"}
+    assert "question_id '101' is given twice (first at row 0)" in (tmp_path / "r.jsonl").read_text()

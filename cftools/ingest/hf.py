@@ -366,11 +366,13 @@ class RowReader:
 
     def source(self, row: dict, record: str) -> tuple[str, dict]:
         cols = self.columns
+        # the id first: a row skipped for another reason still holds its id, so a later row giving it is refused
+        # too, whichever of the two was bad (as `ingest vqav2` and every reader do)
+        external_id = self.external_id(row, record)
         question = row.get(cols.question)
         if question is None or not str(question).strip():
             raise ValueError(f"empty or missing question (column {cols.question!r})")
         answer, answers = self.answer(row)
-        external_id = self.external_id(row, record)
         image_ref = self.images.take(row.get(cols.image))
         if external_id is None:
             external_id = stable_key(self.images.ref_sha.get(image_ref, image_ref), question, answer)

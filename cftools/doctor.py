@@ -114,15 +114,19 @@ def check_images(workspace: Workspace, report: DoctorReport) -> None:
 
 
 def check_generated_files(workspace: Workspace, report: DoctorReport, repair: bool) -> None:
-    """Generated image files no row points to (neither an image of the store nor the images request cache): what a
-    `generate images` killed or out of space between writing the files and recording them leaves."""
+    """Image files cftools wrote that no row points to (neither an image of the store nor the images request cache):
+    what a `generate images` or an `ingest hf` killed or out of space between writing the files and recording them
+    leaves."""
     import json
 
     from cftools.images import GENERATED_IMAGES_FOLDER, IMAGE_CACHE_BACKEND
+    from cftools.ingest.hf import SOURCE_IMAGES_FOLDER
     from cftools.models import CachedResponse
 
-    folder = workspace.path(*GENERATED_IMAGES_FOLDER.parts)
-    files = sorted(folder.glob("??/*.png")) if folder.is_dir() else []
+    folders = {GENERATED_IMAGES_FOLDER: ("??/*.png", "a generated image", "generate images"),
+               SOURCE_IMAGES_FOLDER: ("??/*.*", "a dataset's image", "ingest hf")}
+    files = {path: kind for folder, (pattern, *kind) in folders.items()
+             if (root := workspace.path(*folder.parts)).is_dir() for path in sorted(root.glob(pattern))}
     if not files:
         return
     with workspace.store.session() as session:
@@ -134,14 +138,14 @@ def check_generated_files(workspace: Workspace, report: DoctorReport, repair: bo
             except (ValueError, TypeError):
                 continue
     report.checked["generated_image_files"] = len(files)
-    for path in files:
+    for path, (what, command) in files.items():
         if path.stem in known:
             continue
-        finding = report.add("image_orphan", f"{path} is a generated image no row points to (a generate images run "
-                                             "stopped between writing it and recording it)", path=str(path))
+        finding = report.add("image_orphan", f"{path} is {what} no row points to (a {command} run stopped between "
+                                             "writing it and recording it)", path=str(path))
         if repair:
             path.unlink(missing_ok=True)
-            report.repaired(finding, f"{path}: removed (generate images makes it again)")
+            report.repaired(finding, f"{path}: removed ({command} writes it again)")
 
 
 def check_stuck_items(workspace: Workspace, report: DoctorReport, repair: bool) -> None:

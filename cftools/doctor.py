@@ -1,14 +1,14 @@
 """`cftools doctor`: what a crash, a kill or a hand edit can leave wrong in a workspace, and the safe repairs.
 
 Checks: the store's integrity (SQLite's full integrity check, on the file, before it is opened); image files
-missing or changed since they were registered; generated image files no row points to; items and tasks stuck in an
+missing or changed since they were registered; image files cftools wrote that no row points to; items and tasks stuck in an
 intermediate state (an item under review with no open task, a task without a server id); work claims held by dead
 workers; export temporaries a killed export left; live tasks the store believes pushed that their Label Studio
 server (the shared one or a person's own) no longer holds (when servers are configured); releases of every format
 that no longer verify, or whose manifest is not the one the store recorded at export.
 
 Repairs (only with `repair=True`, each listed): stuck items go back to the status they can be picked up from,
-dead claims are freed, generated image files no row points to removed, dead tasks forgotten (their items back to
+dead claims are freed, image files cftools wrote that no row points to removed, dead tasks forgotten (their items back to
 `checked`), stale export temporaries removed; the copies a killed export left are judged by the store: only one
 whose manifest is the one the store recorded (and that verifies) is renamed back into place when the release is
 missing; every other `.old` copy is moved aside under a name that says what it is (`.unrecorded`: verifies against

@@ -227,6 +227,9 @@ def test_preflight_draws_the_mdd_beside_the_release_and_verify_still_passes(expo
     inside = run_cli("preflight", release, "--plot", release / "mdd.png")
     assert inside.exit_code == 2 and "inside the release folder" in inside.output
     assert not (release / "mdd.png").exists()
+    unwritable = run_cli("preflight", release, "--plot", tmp_path / "no-such-folder" / "mdd.png")
+    assert unwritable.exit_code == 1
+    assert unwritable.stderr.strip().splitlines()[-1].startswith("Error: the MDD plot could not be written to ")
 
 
 def rewrite_manifest_entry(release: Path, rel: str) -> None:

@@ -54,8 +54,8 @@ def mark_release(axes: Any, scope: Scope, colour: str, index: int) -> None:
         return
     axes.axvline(scope.items, color=colour, linestyle=":", linewidth=1.5)
     axes.annotate(f"{scope.kind}: {scope.items} items, no difference detectable", (scope.items, 0.98),
-                  xycoords=("data", "axes fraction"), textcoords="offset points", xytext=(3 + 11 * index, 0), rotation=90,
-                  va="top", fontsize=8, color=colour)
+                  xycoords=("data", "axes fraction"), textcoords="offset points", xytext=(3 + 11 * index, 0),
+                  rotation=90, va="top", fontsize=8, color=colour)
 
 
 def write_preflight_plot(report: PreflightReport, path: Path) -> Path:

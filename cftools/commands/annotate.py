@@ -6,7 +6,7 @@ from typing import Any, Optional
 
 import click
 from cftools.terminal import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.console import Console
 from rich.table import Table
 
 from cftools.annotate.figures import quality_status
@@ -20,28 +20,11 @@ from cftools.annotate.verification import SHARED
 from cftools.commands.annotate_quality import audit_cmd, controls_cmd, requeue_cmd, resume_cmd
 from cftools.kinds import get_kind
 from cftools.commands.common import console, err_console, pass_workspace, print_json
+from cftools.progress import step_progress
 from cftools.workspace import Workspace
 
-
-class _Bar:
-    """A rich progress bar fed by the library's (what, done, total) callback."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TimeElapsedColumn(), console=err_console, disable=not enabled, transient=True)
-        self.tasks: dict[str, int] = {}
-
-    def __call__(self, what: str, done: int, total: int) -> None:
-        if what not in self.tasks:
-            self.tasks[what] = self.progress.add_task(what, total=total)
-        self.progress.update(self.tasks[what], completed=done, total=total)
-
-    def __enter__(self) -> "_Bar":
-        self.progress.__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.progress.__exit__(*exc)
+quiet_option = click.option("--quiet", is_flag=True, help="Draw no progress on stderr (none is drawn under --json "
+                                                           "or when stderr is not a terminal either).")
 
 
 @click.group()
@@ -69,9 +52,10 @@ def annotate() -> None:
 @click.option("--if-configured", is_flag=True,
               help="Without a configured server (url and token), say how to start one and exit 0.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@quiet_option
 @pass_workspace
 def push_cmd(workspace: Workspace, kind: Optional[str], limit: Optional[int], adjudicate: bool, task: Optional[str],
-             data_uri: bool, allow_missing_images: bool, if_configured: bool, as_json: bool) -> None:
+             data_uri: bool, allow_missing_images: bool, if_configured: bool, as_json: bool, quiet: bool) -> None:
     """Push checked items as tasks (batched); pushed items move to in_review. Pushing again adds only new ones.
 
     With --task, push one of the kind's own tasks; an authoring task pushes the store's images instead, one task
@@ -79,9 +63,9 @@ def push_cmd(workspace: Workspace, kind: Optional[str], limit: Optional[int], ad
     if task and task != "verify" and not kind:
         raise click.UsageError("--task needs --kind (the kind whose task it is)")
     kind = kind or waiting_kind(workspace.store, adjudicate)
-    with _Bar(not as_json) as bar:
+    with step_progress(err_console, quiet=quiet, as_json=as_json, labels={"push": "pushing tasks"}) as progress:
         report = push(workspace, kind=kind, limit=limit, adjudicate=adjudicate, data_uri=data_uri,
-                      allow_missing_images=allow_missing_images, if_configured=if_configured, progress=bar,
+                      allow_missing_images=allow_missing_images, if_configured=if_configured, progress=progress,
                       task=task)
     if as_json:
         print_json(report.as_dict())
@@ -114,7 +98,8 @@ def push_cmd(workspace: Workspace, kind: Optional[str], limit: Optional[int], ad
                           "open the others' projects and judgments. Give each person a server of their own "
                           + escape('([label_studio.people."EMAIL"], `cftools annotate serve`).'))
     if report.controls:
-        console.print(f"{report.controls} of them are control items (mixed in at [annotate] control_rate).")
+        console.print(f"{report.controls} of them are control items (mixed in at "
+                      f"{escape('[annotate] control_rate')}).")
     for paused in report.paused:
         console.print(f"[yellow]Paused {escape(paused['person'])}[/]: {escape(paused['reason'])}; they get no new "
                       f"tasks until `cftools annotate resume {escape(paused['person'])}`.")
@@ -131,11 +116,12 @@ def push_cmd(workspace: Workspace, kind: Optional[str], limit: Optional[int], ad
 
 @annotate.command("pull")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@quiet_option
 @pass_workspace
-def pull_cmd(workspace: Workspace, as_json: bool) -> None:
+def pull_cmd(workspace: Workspace, as_json: bool, quiet: bool) -> None:
     """Fetch annotations: one judgment per task and annotator, then decide, adjudicate, detect deleted tasks."""
-    with _Bar(not as_json) as bar:
-        report = pull(workspace, progress=bar)
+    with step_progress(err_console, quiet=quiet, as_json=as_json) as progress:
+        report = pull(workspace, progress=progress)
     if as_json:
         print_json(report.as_dict())
         return
@@ -199,6 +185,17 @@ def verification_counts(store: Any) -> dict[str, int]:
     return items_by_verification(store)
 
 
+PIPED_WIDTH = 10_000  # columns: wider than any table of status; rich pads nothing to it
+
+
+def full_width_console() -> Console:
+    """stdout's console; when stdout is not a terminal, one as wide as any line (a table is not cut to 80 columns
+    with "…" where nobody sees a window's edge)."""
+    if console.is_terminal:
+        return console
+    return Console(file=console.file, width=PIPED_WIDTH, highlight=False, soft_wrap=True)
+
+
 def _fmt(value: Optional[float], spec: str) -> str:
     return "–" if value is None else format(value, spec)
 
@@ -207,10 +204,17 @@ def _fmt(value: Optional[float], spec: str) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
 @pass_workspace
 def status_cmd(workspace: Workspace, as_json: bool) -> None:
-    """Progress per project, agreement per question (percent, Krippendorff's alpha, Cohen's kappa), counts
-    per annotator and, with [label_studio] annotators, each person's tasks: open (not yet submitted), submitted,
-    returned, skipped, refused; the number of items in review with no open task (must be 0); and, for each person
-    whose server's last separation check failed, why their judgments are not blind."""
+    """Items per verification set-up; progress per project (tasks, annotations per task, deleted, decisions);
+    agreement per question (percent, Krippendorff's alpha, Cohen's kappa); counts per annotator (judgments,
+    related: yes, correct: yes, corrections, adjudications) and, with [label_studio] annotators, each person's
+    tasks: open (not yet submitted), submitted, returned, skipped, refused. Then annotator quality, per person and per
+    kind and task: accuracy on control items (with its 95% confidence interval, against [annotate] min_accuracy),
+    Cohen's kappa with each other judge, how often adjudication overturned them, and lead time (median and 90th
+    percentile); who is paused (and how to resume them) or named for a pause at the next push. Last, the number of
+    items in review with no open task (must be 0) and, for each person whose server's last separation check
+    failed, why their judgments are not blind. Piped, tables are printed whole (never cut to the terminal's
+    width)."""
+    out = full_width_console()
     status = annotation_status(workspace.store)
     status["verification"] = verification_counts(workspace.store)
     status["not_blind_because"] = reasons_by_person(workspace.store)
@@ -218,10 +222,10 @@ def status_cmd(workspace: Workspace, as_json: bool) -> None:
     if as_json:
         print_json(status)
         return
-    console.print("Verification: " + (", ".join(f"{n} items on {how}" for how, n in status["verification"].items())
-                                      or "no item judged yet"))
+    out.print("Verification: " + (", ".join(f"{n} items on {how}" for how, n in status["verification"].items())
+                                  or "no item judged yet"))
     for person, reason in status["not_blind_because"].items():
-        console.print(f"[red]Not blind[/] ({escape(person)}'s server, last check): {escape(reason)}")
+        out.print(f"[red]Not blind[/] ({escape(person)}'s server, last check): {escape(reason)}")
     table = Table(title="Projects (as of the last pull)", title_justify="left")
     for column in ("server", "project", "purpose", "kind", "tasks", "0 ann.", "1 ann.", "2+ ann.", "deleted",
                    "decisions"):
@@ -231,7 +235,7 @@ def status_cmd(workspace: Workspace, as_json: bool) -> None:
                       str(p["tasks"]),
                       str(p["annotations"]["0"]), str(p["annotations"]["1"]), str(p["annotations"]["2+"]),
                       str(p["deleted"]), ", ".join(f"{k}: {v}" for k, v in sorted(p["decisions"].items())))
-    console.print(table)
+    out.print(table)
     table = Table(title="Inter-annotator agreement", title_justify="left")
     for column in ("project", "question", "pairs", "agreement %", "Krippendorff's α", "Cohen's κ"):
         table.add_column(column)
@@ -239,7 +243,7 @@ def status_cmd(workspace: Workspace, as_json: bool) -> None:
         for question, s in questions.items():
             table.add_row(escape(str(project)), escape(str(question)), str(s["n_pairs"]), _fmt(s["percent_agreement"], ".1f"),
                           _fmt(s.get("krippendorff_alpha"), ".3f"), _fmt(s["cohen_kappa"], ".3f"))
-    console.print(table)
+    out.print(table)
     table = Table(title="Annotators", title_justify="left")
     for column in ("annotator", "judgments", "related: yes", "correct: yes", "corrections", "adjudications"):
         table.add_column(column)
@@ -247,7 +251,7 @@ def status_cmd(workspace: Workspace, as_json: bool) -> None:
         table.add_row(escape(str(name)), str(a["judgments"]), str(a["related_yes"]), str(a["correct_yes"]),
                       str(a["corrections"]),
                       str(a["adjudications"]))
-    console.print(table)
+    out.print(table)
     if status["people"]:
         table = Table(title="Per person (tasks assigned by cftools)", title_justify="left")
         for column in ("person", "open", "submitted", "returned", "skipped", "refused"):
@@ -255,11 +259,11 @@ def status_cmd(workspace: Workspace, as_json: bool) -> None:
         for person, counts in status["people"].items():
             table.add_row(escape(str(person)), *(str(counts[what]) for what in
                                                  ("open", "submitted", "returned", "skipped", "refused")))
-        console.print(table)
-    print_quality(status["quality"])
+        out.print(table)
+    print_quality(status["quality"], out)
     stuck = status["in_review_without_open_task"]
-    console.print(f"Items in review with no open task: {stuck}"
-                  + (" [red](nothing will decide them: run `cftools doctor`)[/]" if stuck else ""))
+    out.print(f"Items in review with no open task: {stuck}"
+              + (" [red](nothing will decide them: run `cftools doctor`)[/]" if stuck else ""))
 
 
 def _interval(figure: Optional[dict]) -> str:
@@ -268,7 +272,7 @@ def _interval(figure: Optional[dict]) -> str:
     return f"{figure['estimate']:.2f} ({figure['low']:.2f}–{figure['high']:.2f})"
 
 
-def print_quality(quality: dict[str, Any]) -> None:
+def print_quality(quality: dict[str, Any], out: Console) -> None:
     """Each person's accuracy on controls, κ with each other judge, overturn rate and speed, per kind and task."""
     if not quality["people"]:
         return
@@ -291,15 +295,15 @@ def print_quality(quality: dict[str, Any]) -> None:
                           _interval(by_kind["accuracy"]) if by_kind else "", kappas,
                           f"{over['overturned']}/{over['adjudicated']}" if over else "",
                           f"{speed['median_s']:.1f} / {speed['p90_s']:.1f}" if speed else "")
-    console.print(table)
+    out.print(table)
     for person, p in quality["people"].items():
         if p["paused"]:
-            console.print(f"[yellow]Paused {escape(person)}[/] since {p['paused']['since'][:16]} "
-                          f"({escape(p['paused']['by'])}): {escape(p['paused']['why'])}; "
-                          f"`cftools annotate resume {escape(person)}` gives them work again.")
+            out.print(f"[yellow]Paused {escape(person)}[/] since {p['paused']['since'][:16]} "
+                      f"({escape(p['paused']['by'])}): {escape(p['paused']['why'])}; "
+                      f"`cftools annotate resume {escape(person)}` gives them work again.")
         elif p["named"]:
-            console.print(f"[yellow]{escape(person)}[/]: accuracy on controls wholly below "
-                          f"{quality['min_accuracy']:g}; the next push pauses them.")
+            out.print(f"[yellow]{escape(person)}[/]: accuracy on controls wholly below "
+                      f"{quality['min_accuracy']:g}; the next push pauses them.")
 
 
 @annotate.command("serve")
@@ -307,15 +311,19 @@ def print_quality(quality: dict[str, Any]) -> None:
 @click.option("--person", "people", multiple=True, help="Only this person's server (repeatable). Default: everyone "
                                                         'in [label_studio.people."EMAIL"].')
 @click.option("--stop", "stop_them", is_flag=True, help="Stop the servers instead (as `annotate stop`).")
+@quiet_option
 @pass_workspace
-def serve_cmd(workspace: Workspace, ls_bin: Optional[str], people: tuple[str, ...], stop_them: bool) -> None:
+def serve_cmd(workspace: Workspace, ls_bin: Optional[str], people: tuple[str, ...], stop_them: bool,
+              quiet: bool) -> None:
     """Start one loopback Label Studio per person: own data dir (label-studio/<email>/ in the workspace), own port
     (from the person's url), that person's account its only user. Prints each URL and how each person logs in; a
     password or token made here is shown this once and never written down by cftools."""
     if stop_them:
         _print_stopped(stop(workspace, people))
         return
-    for s in serve(workspace, ls_bin, people):
+    with step_progress(err_console, quiet=quiet) as progress:
+        started = serve(workspace, ls_bin, people, progress)
+    for s in started:
         if s.already_running:
             console.print(f"{escape(s.email)}: already running at [bold]{s.url}[/] (pid {s.pid})")
             continue

@@ -9,6 +9,7 @@ from cftools.terminal import escape
 from rich.console import Console
 from rich.table import Table
 
+from cftools.annotate.controls import control_rate
 from cftools.annotate.figures import quality_status
 from cftools.annotate.pull import pull
 from cftools.annotate.push import push, waiting_kind
@@ -70,6 +71,12 @@ def push_cmd(workspace: Workspace, kind: Optional[str], limit: Optional[int], ad
     if as_json:
         print_json(report.as_dict())
         return
+    print_push(report, kind, task, adjudicate, control_rate(workspace))
+
+
+def print_push(report: Any, kind: Optional[str], task: Optional[str], adjudicate: bool, rate: float) -> None:
+    """What a push did, in words (stdout; warnings on stderr); RATE: the [annotate] control_rate it mixed controls
+    in at."""
     if not report.configured:
         console.print(f"[yellow]Label Studio not configured[/]: {escape(report.message)}. Skipping the push.")
         return
@@ -98,8 +105,9 @@ def push_cmd(workspace: Workspace, kind: Optional[str], limit: Optional[int], ad
                           "open the others' projects and judgments. Give each person a server of their own "
                           + escape('([label_studio.people."EMAIL"], `cftools annotate serve`).'))
     if report.controls:
+        # escaped: rich would take "[annotate]" for a style and print nothing of it
         console.print(f"{report.controls} of them are control items (mixed in at "
-                      f"{escape('[annotate] control_rate')}).")
+                      f"{escape('[annotate] control_rate')} = {rate:g}).")
     for paused in report.paused:
         console.print(f"[yellow]Paused {escape(paused['person'])}[/]: {escape(paused['reason'])}; they get no new "
                       f"tasks until `cftools annotate resume {escape(paused['person'])}`.")

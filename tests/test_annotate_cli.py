@@ -154,3 +154,18 @@ def test_pull_counts_no_own_task_still_waiting_for_its_second_judgment(workspace
         apply_own_decisions(session, {task.id: task}, [task.id], {task.id: [Chosen("ann1@example.com", {}, one)]},
                             report)
     assert json.loads(json.dumps(report.as_dict()))["decisions"] == {}
+
+
+def test_a_pull_counts_the_projects_read_and_with_a_server_per_person_the_people_done():
+    from cftools.annotate.pull import ProjectJob, PullCounts
+
+    jobs = [ProjectJob("http://127.0.0.1:1", 1, "cvqa", "verify", (1,)),
+            ProjectJob("http://127.0.0.1:2", 1, "cvqa", "verify", (1,)),
+            ProjectJob("http://127.0.0.1:1", 2, "cvqa", "adjudicate", (2,))]
+    heard: list[tuple] = []
+    counts = PullCounts(jobs, per_person=True, progress=lambda *line: heard.append(line))
+    for job in jobs:
+        counts.done(job)
+    assert [line for line in heard if line[0] == PullCounts.PROJECTS][-1] == (PullCounts.PROJECTS, 3, 3)
+    people = [line[1:] for line in heard if line[0] == PullCounts.PEOPLE]
+    assert people == [(0, 2), (0, 2), (1, 2), (2, 2)]  # the first server is done only with its second project

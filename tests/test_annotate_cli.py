@@ -96,17 +96,14 @@ def test_serve_shows_each_server_starting_and_the_servers_up_with_an_eta_and_not
         run_cli("annotate", "stop")
 
 
-def test_a_push_with_controls_names_the_setting_and_its_value(workspace, monkeypatch):
-    from cftools.commands import annotate
+def test_a_push_with_controls_names_the_setting_and_its_value_on_one_line(capsys):
+    from cftools.commands.annotate import print_push
 
-    out = Console(width=200)  # what a person's terminal shows
-    monkeypatch.setattr(annotate, "console", out)
     report = PushReport(purpose="verify", kind="cvqa", pushed=12, project_ids={"ann1@example.com": 1},
                         assigned={"ann1@example.com": 12}, project_urls={"ann1@example.com": "http://x/projects/1"},
                         verification="separate servers", controls=3)
-    with out.capture() as captured:
-        annotate.print_push(report, "cvqa", None, False, 0.05)
-    assert "3 of them are control items (mixed in at [annotate] control_rate = 0.05)." in captured.get()
+    print_push(report, "cvqa", None, False, 0.05)
+    assert "3 of them are control items (mixed in at [annotate] control_rate = 0.05).\n" in capsys.readouterr().out
 
 
 LONG_SERVER = "http://label-studio-of-a-very-long-host-name.annotation.example.org:8080"

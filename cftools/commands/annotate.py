@@ -18,9 +18,10 @@ from cftools.annotate.serve import servers_report
 from cftools.annotate.separation import reasons_by_person
 from cftools.annotate.status import annotation_status
 from cftools.annotate.verification import SHARED
-from cftools.commands.annotate_quality import audit_cmd, controls_cmd, requeue_cmd, resume_cmd
+from cftools.commands.annotate_quality import (audit_cmd, controls_cmd, full_width_console, requeue_cmd,
+                                               resume_cmd)
 from cftools.kinds import get_kind
-from cftools.commands.common import console, err_console, pass_workspace, print_json
+from cftools.commands.common import err_console, pass_workspace, print_json
 from cftools.progress import step_progress
 from cftools.workspace import Workspace
 
@@ -77,27 +78,28 @@ def push_cmd(workspace: Workspace, kind: Optional[str], limit: Optional[int], ad
 def print_push(report: Any, kind: Optional[str], task: Optional[str], adjudicate: bool, rate: float) -> None:
     """What a push did, in words (stdout; warnings on stderr); RATE: the [annotate] control_rate it mixed controls
     in at."""
+    out = full_width_console()
     if not report.configured:
-        console.print(f"[yellow]Label Studio not configured[/]: {escape(report.message)}. Skipping the push.")
+        out.print(f"[yellow]Label Studio not configured[/]: {escape(report.message)}. Skipping the push.")
         return
     if report.message:
-        console.print(escape(report.message))
+        out.print(escape(report.message))
         return
     what = "adjudication" if adjudicate else "verification" if task in (None, "verify") else task
     pushed = "images" if task in get_kind(kind).authoring_tasks else f"{kind} items"
     if not report.pushed and not report.project_ids and not report.project_url:
         # nothing waits (a MuCR select tiebreak, say, goes out at pull): no project to name, no warning to give
-        console.print(f"Nothing to push: no {escape(kind)} items wait for {escape(what)}.")
+        out.print(f"Nothing to push: no {escape(kind)} items wait for {escape(what)}.")
         return
     if report.project_ids:
-        console.print(f"Pushed {report.pushed} {kind} {what} tasks to the projects of "
-                      f"{len(report.project_ids)} people (verification: {report.verification}):")
+        out.print(f"Pushed {report.pushed} {kind} {what} tasks to the projects of "
+                  f"{len(report.project_ids)} people (verification: {report.verification}):")
         for person in sorted(report.project_ids):
-            console.print(f"  {escape(person)}: {report.assigned.get(person, 0)} new tasks in "
-                          f"{escape(report.project_urls.get(person, ''))}")
+            out.print(f"  {escape(person)}: {report.assigned.get(person, 0)} new tasks in "
+                      f"{escape(report.project_urls.get(person, ''))}")
     else:
-        console.print(f"Pushed {report.pushed} {pushed} to the {kind} {what} project: [bold]{report.project_url}[/] "
-                      f"(verification: {report.verification})")
+        out.print(f"Pushed {report.pushed} {pushed} to the {kind} {what} project: [bold]{report.project_url}[/] "
+                  f"(verification: {report.verification})")
     for reason in report.separation:
         err_console.print(f"[red]Not blind:[/] {escape(reason)}")
     if report.verification == SHARED and pushed != "images":
@@ -106,20 +108,20 @@ def print_push(report: Any, kind: Optional[str], task: Optional[str], adjudicate
                           + escape('([label_studio.people."EMAIL"], `cftools annotate serve`).'))
     if report.controls:
         # escaped: rich would take "[annotate]" for a style and print nothing of it
-        console.print(f"{report.controls} of them are control items (mixed in at "
-                      f"{escape('[annotate] control_rate')} = {rate:g}).")
+        out.print(f"{report.controls} of them are control items (mixed in at "
+                  f"{escape('[annotate] control_rate')} = {rate:g}).")
     for paused in report.paused:
-        console.print(f"[yellow]Paused {escape(paused['person'])}[/]: {escape(paused['reason'])}; they get no new "
-                      f"tasks until `cftools annotate resume {escape(paused['person'])}`.")
+        out.print(f"[yellow]Paused {escape(paused['person'])}[/]: {escape(paused['reason'])}; they get no new "
+                  f"tasks until `cftools annotate resume {escape(paused['person'])}`.")
     if report.reconciled:
-        console.print(f"Recorded {report.reconciled} tasks already on the server from an interrupted push.")
+        out.print(f"Recorded {report.reconciled} tasks already on the server from an interrupted push.")
     if report.duplicates_on_server:
-        console.print(f"[yellow]{report.duplicates_on_server} duplicate tasks on the server were left alone.[/]")
+        out.print(f"[yellow]{report.duplicates_on_server} duplicate tasks on the server were left alone.[/]")
     if report.skipped_no_image:
-        console.print(f"[yellow]{report.skipped_no_image} items skipped: no image "
-                      "(--allow-missing-images pushes them anyway).[/]")
+        out.print(f"[yellow]{report.skipped_no_image} items skipped: no image "
+                  "(--allow-missing-images pushes them anyway).[/]")
     if report.skipped_outside_root:
-        console.print(f"[yellow]{report.skipped_outside_root} items skipped: image outside the document root.[/]")
+        out.print(f"[yellow]{report.skipped_outside_root} items skipped: image outside the document root.[/]")
 
 
 @annotate.command("pull")
@@ -128,80 +130,71 @@ def print_push(report: Any, kind: Optional[str], task: Optional[str], adjudicate
 @pass_workspace
 def pull_cmd(workspace: Workspace, as_json: bool, quiet: bool) -> None:
     """Fetch annotations: one judgment per task and annotator, then decide, adjudicate, detect deleted tasks."""
+    out = full_width_console()
     with step_progress(err_console, quiet=quiet, as_json=as_json) as progress:
         report = pull(workspace, progress=progress)
     if as_json:
         print_json(report.as_dict())
         return
-    console.print(f"Pulled {report.annotations} annotations of {report.tasks} tasks in {report.projects} projects: "
-                  f"{report.judgments_added} judgments added, {report.judgments_updated} updated, "
-                  f"{report.judgments_unchanged} unchanged, {report.judgments_removed} removed.")
+    out.print(f"Pulled {report.annotations} annotations of {report.tasks} tasks in {report.projects} projects: "
+              f"{report.judgments_added} judgments added, {report.judgments_updated} updated, "
+              f"{report.judgments_unchanged} unchanged, {report.judgments_removed} removed.")
     for decision, n in sorted(report.decisions.items()):
-        console.print(f"  {n} items {decision}")
+        out.print(f"  {n} items {decision}")
     written = report.authoring
     if written.projects:
-        console.print(f"Authoring: {written.submissions} submissions in {written.projects} projects: "
-                      f"{written.items_added} new draft items, {written.already_pulled} pulled before, "
-                      f"{written.no_suitable_type} images with no suitable type.")
+        out.print(f"Authoring: {written.submissions} submissions in {written.projects} projects: "
+                  f"{written.items_added} new draft items, {written.already_pulled} pulled before, "
+                  f"{written.no_suitable_type} images with no suitable type.")
         print_refusals(written, "submission")
     if report.ignored_same_annotator:
-        console.print(f"[yellow]{report.ignored_same_annotator} extra annotations by the same person ignored.[/]")
+        out.print(f"[yellow]{report.ignored_same_annotator} extra annotations by the same person ignored.[/]")
     if report.ignored_extra_annotators:
-        console.print(f"[yellow]{report.ignored_extra_annotators} annotations beyond the needed annotators ignored.[/]")
+        out.print(f"[yellow]{report.ignored_extra_annotators} annotations beyond the needed annotators ignored.[/]")
     if report.cancelled:
-        console.print(f"{report.cancelled} skipped (cancelled) annotations.")
+        out.print(f"{report.cancelled} skipped (cancelled) annotations.")
     print_refusals(report, "annotation")
     for bad in report.mismatched:
-        console.print(f"[red]task {bad['task']} carries item {escape(repr(bad['found']))}, "
-                      f"expected {escape(repr(bad['expected']))}; "
-                      "left alone[/]")
+        out.print(f"[red]task {bad['task']} carries item {escape(repr(bad['found']))}, "
+                  f"expected {escape(repr(bad['expected']))}; "
+                  "left alone[/]")
     if report.missing_from_export:
-        console.print(f"[yellow]{len(report.missing_from_export)} tasks were missing from the export but are still "
-                      "on the server; they are left as they were and read again by the next pull.[/]")
+        out.print(f"[yellow]{len(report.missing_from_export)} tasks were missing from the export but are still "
+                  "on the server; they are left as they were and read again by the next pull.[/]")
     for reason in report.separation:
-        console.print(f"[red]Not blind:[/] {escape(reason)}")
+        out.print(f"[red]Not blind:[/] {escape(reason)}")
     for url in report.servers_not_configured:
-        console.print(f"[yellow]tasks on {escape(url)} were not read: no server in cftools.toml is there any "
-                      "more[/]")
+        out.print(f"[yellow]tasks on {escape(url)} were not read: no server in cftools.toml is there any "
+                  "more[/]")
     if report.deleted_tasks:
-        console.print(f"[yellow]{len(report.deleted_tasks)} tasks were deleted in Label Studio; "
-                      f"{sum(d['item_status'] == 'checked' for d in report.deleted_tasks)} items are back to checked, "
-                      f"{sum(bool(d.get('sent_back_to')) for d in report.deleted_tasks)} sent again as a new task.[/]")
+        out.print(f"[yellow]{len(report.deleted_tasks)} tasks were deleted in Label Studio; "
+                  f"{sum(d['item_status'] == 'checked' for d in report.deleted_tasks)} items are back to checked, "
+                  f"{sum(bool(d.get('sent_back_to')) for d in report.deleted_tasks)} sent again as a new task.[/]")
     for tiebreak in report.tiebreaks:
         if tiebreak.get("unassigned"):
-            console.print(f"[red]item {escape(tiebreak['item'])}: {escape(tiebreak['unassigned'])}[/]")
+            out.print(f"[red]item {escape(tiebreak['item'])}: {escape(tiebreak['unassigned'])}[/]")
 
 
 def print_refusals(report: Any, what: str) -> None:
     """What pull did not count: invalid WHATs, judgments refused by name, and the submissions returned to each
     person with the reason (the judgments' report and the authoring report carry the same three lists)."""
+    out = full_width_console()
     for bad in report.invalid:
-        console.print(f"[red]rejected {what} {bad['annotation']} of task {bad['task']} by "
-                      f"{escape(bad['annotator'])}: {escape(bad['reason'])}[/]")
+        out.print(f"[red]rejected {what} {bad['annotation']} of task {bad['task']} by "
+                  f"{escape(bad['annotator'])}: {escape(bad['reason'])}[/]")
     for bad in report.refused:
-        console.print(f"[red]{escape(bad['reason'])}[/]")
+        out.print(f"[red]{escape(bad['reason'])}[/]")
     for person, entries in sorted(report.returned.items()):
-        console.print(f"[yellow]returned to {escape(person)}: {len(entries)} tasks, each as a new task saying "
-                      "why[/]")
+        out.print(f"[yellow]returned to {escape(person)}: {len(entries)} tasks, each as a new task saying "
+                  "why[/]")
         for entry in entries:
-            console.print(f"  task {entry['task']}: {escape(entry['reason'])}")
+            out.print(f"  task {entry['task']}: {escape(entry['reason'])}")
 
 
 def verification_counts(store: Any) -> dict[str, int]:
     from cftools.annotate.verification import items_by_verification
 
     return items_by_verification(store)
-
-
-PIPED_WIDTH = 10_000  # columns: wider than any table of status; rich pads nothing to it
-
-
-def full_width_console() -> Console:
-    """stdout's console; when stdout is not a terminal, one as wide as any line (a table is not cut to 80 columns
-    with "…" where nobody sees a window's edge)."""
-    if console.is_terminal:
-        return console
-    return Console(file=console.file, width=PIPED_WIDTH, highlight=False, soft_wrap=True)
 
 
 def _fmt(value: Optional[float], spec: str) -> str:
@@ -326,6 +319,7 @@ def serve_cmd(workspace: Workspace, ls_bin: Optional[str], people: tuple[str, ..
     """Start one loopback Label Studio per person: own data dir (label-studio/<email>/ in the workspace), own port
     (from the person's url), that person's account its only user. Prints each URL and how each person logs in; a
     password or token made here is shown this once and never written down by cftools."""
+    out = full_width_console()
     if stop_them:
         _print_stopped(stop(workspace, people))
         return
@@ -333,19 +327,19 @@ def serve_cmd(workspace: Workspace, ls_bin: Optional[str], people: tuple[str, ..
         started = serve(workspace, ls_bin, people, progress)
     for s in started:
         if s.already_running:
-            console.print(f"{escape(s.email)}: already running at [bold]{s.url}[/] (pid {s.pid})")
+            out.print(f"{escape(s.email)}: already running at [bold]{s.url}[/] (pid {s.pid})")
             continue
-        console.print(f"{escape(s.email)}: [bold]{s.url}[/] (pid {s.pid})")
+        out.print(f"{escape(s.email)}: [bold]{s.url}[/] (pid {s.pid})")
         if not s.new_account:
-            console.print("  log in with the email and the password given when this server was first started")
+            out.print("  log in with the email and the password given when this server was first started")
             continue
         if s.password:
-            console.print(f"  log in as {escape(s.email)} with password [bold]{escape(s.password)}[/] "
-                          "(shown once: pass it on to them)")
+            out.print(f"  log in as {escape(s.email)} with password [bold]{escape(s.password)}[/] "
+                      "(shown once: pass it on to them)")
         else:
-            console.print(f"  log in as {escape(s.email)} with the password in ${s.password_env}")
+            out.print(f"  log in as {escape(s.email)} with the password in ${s.password_env}")
         if s.token:
-            console.print(f"  API token (shown once): export {s.token_env}={s.token}")
+            out.print(f"  API token (shown once): export {s.token_env}={s.token}")
 
 
 @annotate.command("stop")
@@ -357,8 +351,9 @@ def stop_cmd(workspace: Workspace, people: tuple[str, ...]) -> None:
 
 
 def _print_stopped(stopped: list[str]) -> None:
-    console.print(f"Stopped {len(stopped)} server(s)" + (": " + ", ".join(escape(e) for e in stopped) if stopped
-                                                          else "."))
+    out = full_width_console()
+    out.print(f"Stopped {len(stopped)} server(s)" + (": " + ", ".join(escape(e) for e in stopped) if stopped
+                                                      else "."))
 
 
 @annotate.command("servers")
@@ -367,6 +362,7 @@ def _print_stopped(stopped: list[str]) -> None:
 def servers_cmd(workspace: Workspace, as_json: bool) -> None:
     """Each person's Label Studio server: its URL, whether `annotate serve` runs it here, whether it answers, whether
     their token is set, and whether the last separation check proved it theirs alone (else why not)."""
+    out = full_width_console()
     rows = servers_report(workspace)
     if as_json:
         print_json(rows)
@@ -379,7 +375,7 @@ def servers_cmd(workspace: Workspace, as_json: bool) -> None:
                       "yes" if r["answers"] else "no", f"${r['token_env']}" + ("" if r["token_set"] else " (unset)"),
                       f"yes ({r['checked_at'][:16]}, {r['checked_during']})" if r["alone"]
                       else f"[red]no: {escape(r['not_alone_because'])}[/]")
-    console.print(table)
+    out.print(table)
 
 
 annotate.add_command(controls_cmd)

@@ -118,11 +118,11 @@ def ingest_table_cmd(workspace: Workspace, file: Path, dataset: str | None, imag
 def ingest_edits_cmd(workspace: Workspace, file: Path, images_dir: Path, licence: str | None, as_json: bool) -> None:
     """Import edited images made anywhere (CSV or JSONL: item, image, optional instruction, condition, tool, licence,
     edit = relevant|irrelevant) as edit candidates of their items, checked and ranked like generated ones."""
-    from cftools.commands.annotate import _Bar
     from cftools.ingest.edits import ingest_edits
+    from cftools.progress import step_progress
 
-    with _Bar(not as_json) as bar:
-        report = ingest_edits(workspace.store, workspace.root, file, images_dir, licence, progress=bar)
+    with step_progress(err_console, as_json=as_json) as progress:
+        report = ingest_edits(workspace.store, workspace.root, file, images_dir, licence, progress=progress)
     if as_json:
         print_json(report.as_dict())
         return

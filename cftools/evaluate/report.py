@@ -26,6 +26,17 @@ REPORT_PNG = "report.png"
 TERMINAL_HEADERS = {"original": "orig", "counterfactual": "cf", "unknown": "unk"}
 LABEL_WIDTH = 24  # a terminal table's row names (group, type) keep this width at least
 CSV_FIELDS = ("section", "group", "metric", "value", "low", "high", "n")
+# The readings other than cftools' own (`eval --reading`): how the report names each, and what it follows.
+READING_TITLES = {"paper": "the papers' way", "vlmevalkit": "as VLMEvalKit's own scorers read them",
+                  "lmms-eval": "as lmms-eval's own tasks read them"}
+READING_NAMES = {"paper": "paper", "vlmevalkit": "VLMEvalKit", "lmms-eval": "lmms-eval"}
+READING_SOURCES = {
+    "paper": "C-VQA as its format_response.py and calc_acc.py read them",
+    "vlmevalkit": "yes/no as YOrN_Extraction, multiple choice as can_infer, without its LLM judge; other "
+                  "questions as cftools reads them",
+    "lmms-eval": "yes/no as its MME task, image letters as its SEED-Bench task; other questions as cftools "
+                 "reads them",
+}
 
 
 def pct(score: Optional[dict]) -> str:
@@ -129,10 +140,11 @@ def _header_lines(config: dict[str, Any], summary: dict[str, Any]) -> list[str]:
         lines.append("**not verified** (--no-verify): the release's files were not checked against its manifest")
     if config.get("kind_options"):
         lines.append("options: " + ", ".join(f"{k} = {v}" for k, v in sorted(config["kind_options"].items())))
-    if config.get("reading") == "paper":
+    if config.get("reading") in READING_TITLES:
         differing = summary.get("reading_differences") or []
-        lines.append("replies read **the papers' way** (--reading paper: C-VQA as its format_response.py and "
-                     f"calc_acc.py read them); cftools' strict reading differs on {len(differing)} questions")
+        lines.append(f"replies read **{READING_TITLES[config['reading']]}** (--reading {config['reading']}: "
+                     f"{READING_SOURCES[config['reading']]}); cftools' strict reading differs on {len(differing)} "
+                     "questions (both scores side by side below)")
     if config.get("judge"):
         lines.append(f"judge `{public_spec(config['judge'])}`, scores over the references: "
                      f"{config.get('judge_aggregate')}")
@@ -160,9 +172,17 @@ def render_markdown(config: dict[str, Any], summary: dict[str, Any]) -> str:
                 "|---|---|---|---|",
                 f"| {bias['pairs']} | {rate(bias['follows_position'])} | {rate(bias['same_option'])} | "
                 f"{rate(bias['first_position'])} |"]
+    if summary.get("strict_reading") is not None:
+        reading = config.get("reading")
+        out += ["", f"## {READING_NAMES.get(reading, reading)}'s reading beside cftools' (--reading {reading})", "",
+                f"| section | group | metric | n | {READING_NAMES.get(reading, reading)} | cftools | difference |",
+                "|---|---|---|---|---|---|---|"]
+        out += ["| " + " | ".join(row) + " |" for row in side_by_side_rows(summary)]
     if summary.get("reading_differences"):
-        out += ["", "## Where cftools' strict reading differs (--reading paper)", "",
-                "| id | question | reply | gold | paper | strict |", "|---|---|---|---|---|---|"]
+        reading = config.get("reading") or "paper"
+        out += ["", f"## Where cftools' strict reading differs (--reading {reading})", "",
+                f"| id | question | reply | gold | {READING_NAMES.get(reading, reading)} | strict |",
+                "|---|---|---|---|---|---|"]
         out += [f"| `{d['id']}` | {d['which']} | {cell(d['raw'])} | {cell(d['gold'])} | "
                 f"{cell(d['paper'])} ({'right' if d['paper_correct'] else 'wrong'}) | "
                 f"{cell(d['strict'])} ({'right' if d['strict_correct'] else 'wrong'}) |"
@@ -173,6 +193,23 @@ def render_markdown(config: dict[str, Any], summary: dict[str, Any]) -> str:
         out += [f"- `{p['id']}` {p['which']}: {p['raw']!r} (gold {p['gold']!r})" for p in right] or ["- none"]
     out.append("")
     return "\n".join(out)
+
+
+def side_by_side_rows(summary: dict[str, Any]) -> list[list[str]]:
+    """Every score of a run read another way (paper, harness) beside the same score under cftools' strict
+    reading: section, group, metric, n, theirs, cftools', difference in points."""
+    ours = {(r["section"], r["group"], r["metric"]): r for r in csv_rows(summary["strict_reading"])}
+    rows = []
+    for row in csv_rows(summary):
+        key = (row["section"], row["group"], row["metric"])
+        theirs, mine = row["value"], (ours.get(key) or {}).get("value")
+        if row["metric"].startswith("exp") or (theirs is None and mine is None):
+            continue  # judged explanations are read by no harness
+        show = (lambda v: "–" if v is None else f"{100 * v:.1f}")  # in %, as `cftools eval compare` shows them
+        difference = "–" if theirs is None or mine is None else f"{100 * (theirs - mine):+.1f}"
+        rows.append([*map(str, key), str(row["n"] if row["n"] is not None else ""), show(theirs), show(mine),
+                     difference])
+    return rows
 
 
 def cell(value: Any) -> str:
@@ -267,6 +304,16 @@ def rich_tables(config: dict[str, Any], summary: dict[str, Any], width: int = 80
                             no_wrap=i > 0, overflow="fold", min_width=widest if i > 0 else min(widest, LABEL_WIDTH))
         for row in table.rows:
             rich.add_row(*(escape(str(cell)) for cell in row))  # group names come from the data
+        items.append(rich)
+    if summary.get("strict_reading") is not None:
+        reading = config.get("reading")
+        name = READING_NAMES.get(reading, reading)
+        items.append(Text(f"{name}'s reading beside cftools' (--reading {reading})"))
+        rich = Table()
+        for i, column in enumerate(("section", "group", "metric", "n", name, "cftools", "difference")):
+            rich.add_column(column, justify="left" if i < 3 else "right", no_wrap=i >= 3)
+        for row in side_by_side_rows(summary):
+            rich.add_row(*(escape(c) for c in row))
         items.append(rich)
     if "blind_correct" in summary:
         items.append(f"{len(summary['blind_correct'])} questions answered right without the image "

@@ -63,7 +63,7 @@ from cftools import __version__
 from cftools.errors import CftoolsError, InputError, ModelCallsFailed, naming_the_file
 from cftools.evaluate.answerers import ChatAnswerer, ModelSpec, judge_answer, load_answerer, parse_model_spec
 from cftools.evaluate.metrics import summarize
-from cftools.evaluate.predictions import (PAPER, READINGS, STRICT, EvalResult, append_predictions,
+from cftools.evaluate.predictions import (PAPER, READINGS, STRICT, EvalResult, append_predictions, strict_lines,
                                           outcomes_from_predictions, prediction_line, read_predictions, read_reply,
                                           reading_differences, record_eval_run)
 from cftools.evaluate.questions import SWAPPED, PromptTemplates, Question, build_questions
@@ -540,8 +540,9 @@ def summarize_run(config: dict[str, Any], predictions: Sequence[dict[str, Any]])
     summary["answered"] = len(predictions)
     if config.get("swap_options"):
         summary["position_bias"] = position_bias(predictions)
-    if config.get("reading") == PAPER:
+    if config.get("reading") not in (None, STRICT):  # the paper's or a harness's reading: cftools' beside it
         summary["reading_differences"] = reading_differences(predictions)
+        summary["strict_reading"] = summarize(outcomes_from_predictions(strict_lines(predictions)))
     if not config.get("imported_from") and parse_model_spec(config["model"]).kind == "blind":
         summary["blind_correct"] = sorted(
             [{"id": p["id"], "which": p["which"], "raw": p["raw"] if p["raw"] is not None else p.get("parsed"),

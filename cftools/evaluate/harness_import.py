@@ -10,7 +10,9 @@ The files are what the evaluation harnesses write for the release's exports (`cf
 - VLMEvalKit's prediction files (`<MODEL>_<DATASET>.xlsx`, or `.tsv` / `.csv` / `.json` under its PRED_FORMAT): the
   dataset's rows with a `prediction` column; the rows carry `item_id` and `l2-category` (which question). A
   multiple-choice row's prediction is read for an option letter or an option's text (`cftools.answers`
-  `extract_choice`); every other reply is read as `cftools eval` reads it.
+  `extract_choice`); every other reply is read as `cftools eval` reads it. Under `--reading vlmevalkit` the
+  multiple-choice and yes/no rows are read as VLMEvalKit's own scorers read them
+  (`cftools.evaluate.harness_readings`), so each file's accuracy is VLMEvalKit's.
 
 Every reply is matched to its question of RELEASE (the same questions the exports hold) and scored with the
 kind's own metrics, into an ordinary run folder (config.json, predictions.jsonl, report.md/.csv/.png), so the

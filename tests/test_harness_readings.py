@@ -158,3 +158,36 @@ def test_eval_import_reading_vlmevalkit_scores_as_vlmevalkit(stocked_booleans, t
     assert ours["cfmm"] == run.summary["strict_reading"]["cfmm"]  # the cftools column is cftools' own run
     assert ours["cvqa"] == run.summary["strict_reading"]["cvqa"]
     assert ours["cfmm"] != run.summary["cfmm"]  # and the two readings differ on these shapes
+
+
+# -- report rows ------------------------------------------------------------------------------------------------
+
+def test_report_says_why_a_native_mucr_release_asks_no_c2e_or_e2c():
+    """A release without MuCR's choice sets (native) asks Cue only: the report says C2E and E2C were not asked and
+    why, on the console and in report.md, instead of a bare "0 –"."""
+    from rich.console import Console
+
+    from cftools.evaluate.report import render_markdown, rich_tables
+    from cftools.kinds import get_kind
+
+    facets = {"category": "life", "style": "Photograph", "input": "split"}
+    outcomes = [{"id": f"m{n}", "kind": "mucr", "group": "life", "facets": facets,
+                 "cue": {"correct": n % 2 == 0, "unknown": False, "answer": "catch cold"}} for n in range(4)]
+    summary = {"mucr": get_kind("mucr").summarize(outcomes), "answered": 4, "skipped": {}}
+    config = {"model": "blind", "mode": "generate", "release_name": "bench-1.0", "items": 4, "questions": 4,
+              "template": "short_answer"}
+    report = render_markdown(config, summary)
+    assert "| C2E | 0 | not asked | – |" in report and "| E2C | 0 | not asked | – |" in report
+    assert "C2E and E2C not asked: the release's MuCR records have no candidate images" in report
+    assert "--format mucr" in report
+    console = Console(width=100, record=True)
+    for part in rich_tables(config, summary, width=100):
+        console.print(part)
+    text = " ".join(console.export_text().split())
+    assert "not asked" in text and "C2E and E2C not asked" in text
+
+    c2e = [{**o, "c2e": {"correct": True, "unknown": False, "answer": "A"}} for o in outcomes]
+    report = render_markdown(config, {**summary, "mucr": get_kind("mucr").summarize(c2e)})
+    assert "| C2E | 4 | not asked" not in report and "E2C not asked: the release's MuCR records" in report
+    both = [{**o, "e2c": {"correct": True, "unknown": False, "answer": "A"}} for o in c2e]
+    assert "not asked" not in render_markdown(config, {**summary, "mucr": get_kind("mucr").summarize(both)})

@@ -295,6 +295,8 @@ def rich_tables(config: dict[str, Any], summary: dict[str, Any], width: int = 80
             table = narrow
         note = ", 95% CI in ( )" if fits else " (95% CIs in report.md)"
         items.append(Text(table.title + note))  # a line of its own: a table's title is cut at the table's width
+        if table.note:
+            items.append(Text(table.note))  # what the table's scores mean (a task not asked, ...)
         rich = Table()
         for i, column in enumerate(table.columns):
             # every column keeps its widest cell (the row names too: squeezed, rich drops that column whole);

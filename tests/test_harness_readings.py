@@ -191,3 +191,36 @@ def test_report_says_why_a_native_mucr_release_asks_no_c2e_or_e2c():
     assert "| C2E | 4 | not asked" not in report and "E2C not asked: the release's MuCR records" in report
     both = [{**o, "e2c": {"correct": True, "unknown": False, "answer": "A"}} for o in c2e]
     assert "not asked" not in render_markdown(config, {**summary, "mucr": get_kind("mucr").summarize(both)})
+
+
+class SaysYes:
+    """A generate-only model: "yes" to everything."""
+
+    needs_image = False
+
+    def generate(self, prompts):
+        return ["yes"] * len(prompts)
+
+    def score_options(self, prompts):
+        raise AssertionError("generate mode only")
+
+    def close(self):
+        pass
+
+
+def test_a_mixed_release_without_mode_says_why_cfmm_is_not_ranked(mixed_release, tmp_path):
+    """C-VQA (generated) and CFMM (ranked) in one release, no --mode: the run generates for both, and says so and
+    why at once (stderr) and in the report's CFMM settings line, naming --mode; a one-kind release is not told."""
+    from cftools.evaluate.run import run_eval
+
+    notes = []
+    result = run_eval(mixed_release, "blind", out_dir=tmp_path / "run", answerer=SaysYes(), notify=notes.append)
+    assert result.config["mode"] == "generate"
+    assert any("mixes kinds whose papers answer differently (cfmm rank, cvqa generate)" in n and "--mode" in n
+               for n in notes), notes
+    report = (tmp_path / "run" / "report.md").read_text(encoding="utf-8")
+    cfmm = next(line for line in report.splitlines() if "cfmm settings" in line)
+    assert "not the paper's: one run has one mode and this release mixes kinds" in cfmm
+    assert "evaluate a release of cfmm alone to rank as its paper does" in cfmm
+    cvqa = next(line for line in report.splitlines() if "cvqa settings" in line)
+    assert "(as in the paper)" in cvqa and "mixes" not in cvqa

@@ -106,8 +106,10 @@ def csv_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def settings_lines(config: dict[str, Any], summary: dict[str, Any]) -> list[str]:
-    """Per kind: the settings of its paper's main table and whether this run used them."""
+    """Per kind: the settings of its paper's main table and whether this run used them; where a release mixes
+    kinds whose papers answer differently, why a kind's mode is not its paper's."""
     lines = []
+    mixed = mixed_paper_modes(summary)
     for kind, section in kind_sections(summary):
         if not kind.paper_settings:
             continue
@@ -115,9 +117,20 @@ def settings_lines(config: dict[str, Any], summary: dict[str, Any]) -> list[str]
         for setting, paper in kind.paper_settings.items():
             used = kind.setting_used(setting, config, section)
             verdict = "as in the paper" if used == paper else "not the paper's"
+            if setting == "mode" and used != paper and mixed and used in mixed.values():
+                verdict += (": one run has one mode and this release mixes kinds whose papers answer differently ("
+                            + ", ".join(f"{name} {mode}" for name, mode in mixed.items())
+                            + f"); evaluate a release of {kind.name} alone to {paper} as its paper does")
             parts.append(f"{setting} {paper} in the paper, {used or 'not set'} in this run ({verdict})")
         lines.append(f"{kind.name} settings: " + "; ".join(parts))
     return lines
+
+
+def mixed_paper_modes(summary: dict[str, Any]) -> dict[str, str]:
+    """Kind -> its paper's mode, for the kinds of SUMMARY when their papers answer differently (else empty)."""
+    modes = {kind.name: kind.paper_settings["mode"] for kind, _ in kind_sections(summary)
+             if kind.paper_settings.get("mode")}
+    return modes if len(set(modes.values())) > 1 else {}
 
 
 def _header_lines(config: dict[str, Any], summary: dict[str, Any]) -> list[str]:

@@ -90,6 +90,36 @@ def test_image_letters_read_as_lmms_eval(reply, letter, why):
     assert lmms_eval_letter(reply) == letter, why
 
 
+def question(answer_type, gold, options=None, gold_option=None):
+    from cftools.evaluate.questions import Question
+    from cftools.evaluate.vlm import Prompt
+
+    return Question("item-1", "original", "cvqa", "boolean", gold, answer_type, Prompt("Is it?", []), options,
+                    gold_option)
+
+
+@pytest.mark.parametrize(("reading", "q", "reply", "parsed", "correct", "strict"), [
+    ("vlmevalkit", question("yes/no", "no"), "Nope", None, False, ("no", True)),
+    ("vlmevalkit", question("yes/no", "yes"), "Yes (probably)", "yes", True, (None, False)),
+    ("vlmevalkit", question("other", "red", ["red", "blue"], "red"), "Option A", "red", True, (None, False)),
+    ("vlmevalkit", question("number", "3"), "3", "3", True, None),  # no VLMEvalKit scorer: cftools' reading
+    ("lmms-eval", question("yes/no", "no"), "Not necessarily, but yes", "no", True, (None, False)),
+    ("lmms-eval", question("letter", "B", ["A", "B", "C", "D"], "B"), "Both A and B", "B", True, (None, False)),
+    ("lmms-eval", question("yes/no", "yes"), "yes", "yes", True, None),  # read alike: nothing kept beside it
+])
+def test_a_reply_read_the_harness_way_keeps_cftools_reading_beside_it(reading, q, reply, parsed, correct, strict):
+    """`eval --reading vlmevalkit|lmms-eval` reads the questions the harness scores its way, keeps cftools' own
+    reading on the line where the two differ, and leaves the rest to cftools."""
+    from cftools.evaluate.run import generated_line
+
+    line = generated_line(q, reply, reading)
+    assert (line["parsed"], line["correct"]) == (parsed, correct)
+    if strict is None:
+        assert "strict_correct" not in line
+    else:
+        assert (line["strict_parsed"], line["strict_correct"]) == strict
+
+
 # -- a VLMEvalKit prediction file scored as VLMEvalKit scores it ---------------------------------------------------
 
 def yes_no_reply(gold: str, n: int) -> tuple[str, bool]:
@@ -151,6 +181,7 @@ def test_eval_import_reading_vlmevalkit_scores_as_vlmevalkit(stocked_booleans, t
     assert "## VLMEvalKit's reading beside cftools' (--reading vlmevalkit)" in report
     assert "| section | group | metric | n | VLMEvalKit | cftools | difference |" in report
     assert "VLMEvalKit's reading beside cftools'" in out.output  # on the console too
+    assert "…" not in out.output  # no number cut at the runner's width
 
     strict = run_cli("eval", "import", str(release), *files, "--out", str(tmp_path / "strict"))
     assert strict.exit_code == 0, strict.output

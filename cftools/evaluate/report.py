@@ -325,9 +325,13 @@ def rich_tables(config: dict[str, Any], summary: dict[str, Any], width: int = 80
         name = READING_NAMES.get(reading, reading)
         items.append(Text(f"{name}'s reading beside cftools' (--reading {reading})"))
         rich = Table()
+        rows = side_by_side_rows(summary)
         for i, column in enumerate(("section", "group", "metric", "n", name, "cftools", "difference")):
-            rich.add_column(column, justify="left" if i < 3 else "right", no_wrap=i >= 3)
-        for row in side_by_side_rows(summary):
+            # the numbers keep their width (never cut); the names wrap where the terminal is narrow
+            widest = max([len(row[i]) for row in rows] or [len(column)])
+            rich.add_column(column, justify="left" if i < 3 else "right", no_wrap=i >= 3, overflow="fold",
+                            min_width=widest if i >= 3 else None)
+        for row in rows:
             rich.add_row(*(escape(c) for c in row))
         items.append(rich)
     if "blind_correct" in summary:

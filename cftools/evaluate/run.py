@@ -63,7 +63,7 @@ from cftools import __version__
 from cftools.errors import CftoolsError, InputError, ModelCallsFailed, naming_the_file
 from cftools.evaluate.answerers import ChatAnswerer, ModelSpec, judge_answer, load_answerer, parse_model_spec
 from cftools.evaluate.metrics import summarize
-from cftools.evaluate.predictions import (PAPER, READINGS, STRICT, EvalResult, append_predictions, strict_lines,
+from cftools.evaluate.predictions import (READINGS, STRICT, EvalResult, append_predictions, strict_lines,
                                           outcomes_from_predictions, prediction_line, read_predictions, read_reply,
                                           reading_differences, record_eval_run)
 from cftools.evaluate.questions import SWAPPED, PromptTemplates, Question, build_questions

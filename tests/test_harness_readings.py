@@ -255,3 +255,30 @@ def test_a_mixed_release_without_mode_says_why_cfmm_is_not_ranked(mixed_release,
     assert "evaluate a release of cfmm alone to rank as its paper does" in cfmm
     cvqa = next(line for line in report.splitlines() if "cvqa settings" in line)
     assert "(as in the paper)" in cvqa and "mixes" not in cvqa
+
+
+def test_eval_import_reading_lmms_eval_reads_yes_no_as_mme(stocked_booleans, tmp_path, run_cli):
+    """lmms-eval's --log_samples files of the lmms-eval export, the C-VQA yes/no questions answered in the table's
+    shapes: under --reading lmms-eval each is right or wrong as lmms-eval's MME task reads it."""
+    import json
+
+    from cftools.evaluate.harness_import import release_questions
+
+    workspace, _ = stocked_booleans
+    release = export(workspace, tmp_path, "lmms-eval").path
+    booleans = sorted(q.key for q in release_questions(release).values() if q.answer_type == "yes/no")
+    gold = {q.key: q.gold for q in release_questions(release).values()}
+    assert booleans
+    samples, expected = [], {}
+    for n, key in enumerate(booleans):
+        reply, _, read, _ = YES_NO_SHAPES[n % len(YES_NO_SHAPES)]
+        samples.append({"doc_id": n, "doc": {"item_id": key[0], "which": key[1]}, "filtered_resps": [reply]})
+        expected[key] = read == gold[key]
+    path = tmp_path / "model_samples_bench_cvqa.jsonl"
+    path.write_text("".join(json.dumps(s) + "\n" for s in samples), encoding="utf-8")
+    out = run_cli("eval", "import", str(release), str(path), "--out", str(tmp_path / "lmms"), "--reading",
+                  "lmms-eval")
+    assert out.exit_code == 0, out.output
+    got = {(p["id"], p["which"]): bool(p["correct"]) for p in load_run(tmp_path / "lmms").predictions}
+    assert got == expected
+    assert "lmms-eval's reading beside cftools' (--reading lmms-eval)" in out.output

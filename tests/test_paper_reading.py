@@ -170,6 +170,8 @@ def test_paper_reading_reproduces_the_c_vqa_scripts_accuracies(sample_release, t
     ("-4", 4), ("3 or 4", 3), ("They would be the same.", None), ("If 2 more came, 5.", 5), ("If 2 more came", None),
     ("5 if they stayed", 5), ("There are no birds", 0), ("3.5", 3), ("", None), ("twelve", None), ("ten", 10),
     ("1,000", 1), ("There would be two, or 3", 2),
+    # non-ASCII decimal digits: the script's str.isdigit() and int() take them ("３" and "٣" are 3)
+    ("３", 3), ("٣ birds", 3), ("There would be １２.", 12), ("² birds, 4", None),
 ])
 def test_script_count_reading(reply, count):
     assert script_count(reply) == count

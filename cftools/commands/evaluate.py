@@ -115,8 +115,10 @@ def parse_shard_option(ctx: click.Context, param: click.Parameter, text: Optiona
 @click.option("--reading", type=click.Choice(READINGS), default=STRICT, show_default=True,
               help="How replies are read: strict (cftools' reading: hedges, two candidates and negative counts are "
                    "unknown) or paper (as each paper's own scripts read them, to reproduce its table: C-VQA's "
-                   "format_response.py + calc_acc.py; other kinds keep the strict reading). The report lists where "
-                   "the two differ.")
+                   "format_response.py + calc_acc.py; other kinds keep the strict reading), vlmevalkit or "
+                   "lmms-eval (as those harnesses' own scorers read yes/no and multiple-choice replies; other "
+                   "questions keep the strict reading). The report lists where the readings differ and puts "
+                   "cftools' scores beside them.")
 @click.option("--shard", callback=parse_shard_option, metavar="I/N",
               help="Ask only shard I of N of the questions (I counted from 1), into the run folder's "
                    "predictions.shard-I-of-N.jsonl, and write no report; once all N have run, `cftools eval merge "
@@ -213,7 +215,9 @@ def eval_merge(ctx: click.Context, run_dir: Path, partial: bool) -> None:
 @click.option("--model", "model", default="imported", show_default=True,
               help="The model's name, as the report shows it.")
 @click.option("--reading", type=click.Choice(READINGS), default=STRICT, show_default=True,
-              help="How generated replies are read: strict (cftools) or paper (each paper's own scripts).")
+              help="How replies are read: strict (cftools), paper (each paper's own scripts), vlmevalkit or "
+                   "lmms-eval (as the harness's own scorers read yes/no and multiple-choice replies, to put its "
+                   "numbers beside cftools'; the report shows both scores side by side).")
 @click.option("--no-verify", "no_verify", is_flag=True,
               help="Score the release even if its files do not match its manifest or its manifest is not the one "
                    "the store recorded; the report says it was not verified. By default such a release is refused.")

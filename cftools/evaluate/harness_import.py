@@ -10,7 +10,9 @@ The files are what the evaluation harnesses write for the release's exports (`cf
 - VLMEvalKit's prediction files (`<MODEL>_<DATASET>.xlsx`, or `.tsv` / `.csv` / `.json` under its PRED_FORMAT): the
   dataset's rows with a `prediction` column; the rows carry `item_id` and `l2-category` (which question). A
   multiple-choice row's prediction is read for an option letter or an option's text (`cftools.answers`
-  `extract_choice`); every other reply is read as `cftools eval` reads it.
+  `extract_choice`); every other reply is read as `cftools eval` reads it. Under `--reading vlmevalkit` the
+  multiple-choice and yes/no rows are read as VLMEvalKit's own scorers read them
+  (`cftools.evaluate.harness_readings`), so each file's accuracy is VLMEvalKit's.
 
 Every reply is matched to its question of RELEASE (the same questions the exports hold) and scored with the
 kind's own metrics, into an ordinary run folder (config.json, predictions.jsonl, report.md/.csv/.png), so the
@@ -33,10 +35,10 @@ from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
 from cftools.errors import CftoolsError, InputError
+from cftools.evaluate.harness_readings import LMMS_EVAL, VLMEVALKIT, read_as_vlmevalkit
 from cftools.evaluate.predictions import STRICT, EvalResult, prediction_line
 from cftools.evaluate.questions import Question
 
-LMMS_EVAL, VLMEVALKIT = "lmms-eval", "vlmevalkit"
 TABLE_SUFFIXES = (".xlsx", ".tsv", ".csv", ".json")
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
@@ -175,7 +177,14 @@ def vlmevalkit_line(question: Question, row: dict[str, Any], reading: str) -> di
     if str(row.get("A") or "").strip() and question.options:  # a multiple-choice row: the options were its columns
         option, position = chosen_option(question, row)
         correct = option is not None and option == question.gold_option
-        return prediction_line(question, raw, option, correct, extra={"position": position})
+        extra: dict[str, Any] = {"position": position}
+        if reading == VLMEVALKIT:  # as VLMEvalKit's own MCQ scorer reads the row; cftools' reading kept beside it
+            harness_option, harness_correct = read_as_vlmevalkit(question, raw) or (None, False)
+            if (harness_option, harness_correct) != (option, correct):
+                extra.update(strict_parsed=option, strict_correct=correct)
+            option, correct = harness_option, harness_correct
+            extra["position"] = question.options.index(option) if option in question.options else None
+        return prediction_line(question, raw, option, correct, extra=extra)
     return generated_line(question, raw, reading)
 
 

@@ -13,6 +13,7 @@ from typing import Any, Iterable, Optional, Sequence
 
 from cftools.answers import CHOICE, extract_answer, extract_choice, extract_option_letter, normalize_answer
 from cftools.errors import InputError, naming_the_file
+from cftools.evaluate.harness_readings import HARNESS_READINGS, read_as_harness
 from cftools.evaluate.questions import LETTER, Question
 
 # -- reading answers ------------------------------------------------------------------------------------------
@@ -27,30 +28,44 @@ class EvalResult:
     notes: list[str] = field(default_factory=list)  # why an earlier run folder was not reused
 
 
-# How replies are read: cftools' own careful reading, or as each paper's own scripts read them (where the kind has
-# such a reading: C-VQA's format_response.py + calc_acc.py); `cftools eval --reading`.
+# How replies are read: cftools' own careful reading, as each paper's own scripts read them (where the kind has
+# such a reading: C-VQA's format_response.py + calc_acc.py), or as a harness's own scorers read them
+# (`cftools.evaluate.harness_readings`); `cftools eval --reading`.
 STRICT, PAPER = "strict", "paper"
-READINGS = (STRICT, PAPER)
+READINGS = (STRICT, PAPER, *HARNESS_READINGS)
 
 
 def read_reply(question: Question, raw: str, reading: str = STRICT) -> tuple[Optional[str], bool, dict[str, Any]]:
-    """(parsed answer, correct, what the line adds) for a generated reply under READING. Read the paper's way, a
-    line also keeps cftools' strict reading where it differs (`strict_parsed`, `strict_correct`)."""
+    """(parsed answer, correct, what the line adds) for a generated reply under READING. Read another way than
+    cftools' own, a line also keeps cftools' strict reading where it differs (`strict_parsed`, `strict_correct`)."""
     parsed, correct = read_generated(question, raw)
-    if reading != PAPER:
+    other = other_reading(question, raw, reading)
+    if other is None:
         return parsed, correct, {}
-    from cftools.kinds import get_kind
+    extra = {"strict_parsed": parsed, "strict_correct": correct} if other != (parsed, correct) else {}
+    return other[0], other[1], extra
 
-    paper = get_kind(question.kind).read_as_paper(question, raw)
-    if paper is None:
-        return parsed, correct, {}
-    extra = {"strict_parsed": parsed, "strict_correct": correct} if paper != (parsed, correct) else {}
-    return paper[0], paper[1], extra
+
+def other_reading(question: Question, raw: Optional[str], reading: str) -> Optional[tuple[Optional[str], bool]]:
+    """(parsed, correct) under READING where it is not cftools' strict one and reads QUESTION; else None."""
+    if reading == PAPER:
+        from cftools.kinds import get_kind
+
+        return get_kind(question.kind).read_as_paper(question, raw)
+    if reading in HARNESS_READINGS:
+        return read_as_harness(question, raw, reading)
+    return None
+
+
+def strict_lines(predictions: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The predictions as cftools' strict reading has them: a line read otherwise takes its strict reading back."""
+    return [{**p, "parsed": p["strict_parsed"], "correct": p["strict_correct"],
+             "unknown": p["strict_parsed"] is None} if "strict_correct" in p else p for p in predictions]
 
 
 def reading_differences(predictions: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The questions a paper-reading run reads otherwise than cftools' strict reading would: id, which, raw,
-    gold, and both readings."""
+    """The questions a run read the paper's or a harness's way reads otherwise than cftools' strict reading would:
+    id, which, raw, gold, and both readings (`paper`: the run's reading)."""
     return sorted(({"id": p["id"], "which": p["which"], "raw": p.get("raw"), "gold": p.get("gold"),
                     "paper": p.get("parsed"), "paper_correct": p.get("correct"), "strict": p.get("strict_parsed"),
                     "strict_correct": p.get("strict_correct")}

@@ -26,6 +26,17 @@ REPORT_PNG = "report.png"
 TERMINAL_HEADERS = {"original": "orig", "counterfactual": "cf", "unknown": "unk"}
 LABEL_WIDTH = 24  # a terminal table's row names (group, type) keep this width at least
 CSV_FIELDS = ("section", "group", "metric", "value", "low", "high", "n")
+# The readings other than cftools' own (`eval --reading`): how the report names each, and what it follows.
+READING_TITLES = {"paper": "the papers' way", "vlmevalkit": "as VLMEvalKit's own scorers read them",
+                  "lmms-eval": "as lmms-eval's own tasks read them"}
+READING_NAMES = {"paper": "paper", "vlmevalkit": "VLMEvalKit", "lmms-eval": "lmms-eval"}
+READING_SOURCES = {
+    "paper": "C-VQA as its format_response.py and calc_acc.py read them",
+    "vlmevalkit": "yes/no as YOrN_Extraction, multiple choice as can_infer, without its LLM judge; other "
+                  "questions as cftools reads them",
+    "lmms-eval": "yes/no as its MME task, image letters as its SEED-Bench task; other questions as cftools "
+                 "reads them",
+}
 
 
 def pct(score: Optional[dict]) -> str:
@@ -95,8 +106,10 @@ def csv_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def settings_lines(config: dict[str, Any], summary: dict[str, Any]) -> list[str]:
-    """Per kind: the settings of its paper's main table and whether this run used them."""
+    """Per kind: the settings of its paper's main table and whether this run used them; where a release mixes
+    kinds whose papers answer differently, why a kind's mode is not its paper's."""
     lines = []
+    mixed = mixed_paper_modes(summary)
     for kind, section in kind_sections(summary):
         if not kind.paper_settings:
             continue
@@ -104,9 +117,20 @@ def settings_lines(config: dict[str, Any], summary: dict[str, Any]) -> list[str]
         for setting, paper in kind.paper_settings.items():
             used = kind.setting_used(setting, config, section)
             verdict = "as in the paper" if used == paper else "not the paper's"
+            if setting == "mode" and used != paper and mixed and used in mixed.values():
+                verdict += (": one run has one mode and this release mixes kinds whose papers answer differently ("
+                            + ", ".join(f"{name} {mode}" for name, mode in mixed.items())
+                            + f"); evaluate a release of {kind.name} alone to {paper} as its paper does")
             parts.append(f"{setting} {paper} in the paper, {used or 'not set'} in this run ({verdict})")
         lines.append(f"{kind.name} settings: " + "; ".join(parts))
     return lines
+
+
+def mixed_paper_modes(summary: dict[str, Any]) -> dict[str, str]:
+    """Kind -> its paper's mode, for the kinds of SUMMARY when their papers answer differently (else empty)."""
+    modes = {kind.name: kind.paper_settings["mode"] for kind, _ in kind_sections(summary)
+             if kind.paper_settings.get("mode")}
+    return modes if len(set(modes.values())) > 1 else {}
 
 
 def _header_lines(config: dict[str, Any], summary: dict[str, Any]) -> list[str]:
@@ -129,10 +153,11 @@ def _header_lines(config: dict[str, Any], summary: dict[str, Any]) -> list[str]:
         lines.append("**not verified** (--no-verify): the release's files were not checked against its manifest")
     if config.get("kind_options"):
         lines.append("options: " + ", ".join(f"{k} = {v}" for k, v in sorted(config["kind_options"].items())))
-    if config.get("reading") == "paper":
+    if config.get("reading") in READING_TITLES:
         differing = summary.get("reading_differences") or []
-        lines.append("replies read **the papers' way** (--reading paper: C-VQA as its format_response.py and "
-                     f"calc_acc.py read them); cftools' strict reading differs on {len(differing)} questions")
+        lines.append(f"replies read **{READING_TITLES[config['reading']]}** (--reading {config['reading']}: "
+                     f"{READING_SOURCES[config['reading']]}); cftools' strict reading differs on {len(differing)} "
+                     "questions (both scores side by side below)")
     if config.get("judge"):
         lines.append(f"judge `{public_spec(config['judge'])}`, scores over the references: "
                      f"{config.get('judge_aggregate')}")
@@ -160,9 +185,17 @@ def render_markdown(config: dict[str, Any], summary: dict[str, Any]) -> str:
                 "|---|---|---|---|",
                 f"| {bias['pairs']} | {rate(bias['follows_position'])} | {rate(bias['same_option'])} | "
                 f"{rate(bias['first_position'])} |"]
+    if summary.get("strict_reading") is not None:
+        reading = config.get("reading")
+        out += ["", f"## {READING_NAMES.get(reading, reading)}'s reading beside cftools' (--reading {reading})", "",
+                f"| section | group | metric | n | {READING_NAMES.get(reading, reading)} | cftools | difference |",
+                "|---|---|---|---|---|---|---|"]
+        out += ["| " + " | ".join(row) + " |" for row in side_by_side_rows(summary)]
     if summary.get("reading_differences"):
-        out += ["", "## Where cftools' strict reading differs (--reading paper)", "",
-                "| id | question | reply | gold | paper | strict |", "|---|---|---|---|---|---|"]
+        reading = config.get("reading") or "paper"
+        out += ["", f"## Where cftools' strict reading differs (--reading {reading})", "",
+                f"| id | question | reply | gold | {READING_NAMES.get(reading, reading)} | strict |",
+                "|---|---|---|---|---|---|"]
         out += [f"| `{d['id']}` | {d['which']} | {cell(d['raw'])} | {cell(d['gold'])} | "
                 f"{cell(d['paper'])} ({'right' if d['paper_correct'] else 'wrong'}) | "
                 f"{cell(d['strict'])} ({'right' if d['strict_correct'] else 'wrong'}) |"
@@ -173,6 +206,23 @@ def render_markdown(config: dict[str, Any], summary: dict[str, Any]) -> str:
         out += [f"- `{p['id']}` {p['which']}: {p['raw']!r} (gold {p['gold']!r})" for p in right] or ["- none"]
     out.append("")
     return "\n".join(out)
+
+
+def side_by_side_rows(summary: dict[str, Any]) -> list[list[str]]:
+    """Every score of a run read another way (paper, harness) beside the same score under cftools' strict
+    reading: section, group, metric, n, theirs, cftools', difference in points."""
+    ours = {(r["section"], r["group"], r["metric"]): r for r in csv_rows(summary["strict_reading"])}
+    rows = []
+    for row in csv_rows(summary):
+        key = (row["section"], row["group"], row["metric"])
+        theirs, mine = row["value"], (ours.get(key) or {}).get("value")
+        if row["metric"].startswith("exp") or (theirs is None and mine is None):
+            continue  # judged explanations are read by no harness
+        show = (lambda v: "–" if v is None else f"{100 * v:.1f}")  # in %, as `cftools eval compare` shows them
+        difference = "–" if theirs is None or mine is None else f"{100 * (theirs - mine):+.1f}"
+        rows.append([*map(str, key), str(row["n"] if row["n"] is not None else ""), show(theirs), show(mine),
+                     difference])
+    return rows
 
 
 def cell(value: Any) -> str:
@@ -258,6 +308,8 @@ def rich_tables(config: dict[str, Any], summary: dict[str, Any], width: int = 80
             table = narrow
         note = ", 95% CI in ( )" if fits else " (95% CIs in report.md)"
         items.append(Text(table.title + note))  # a line of its own: a table's title is cut at the table's width
+        if table.note:
+            items.append(Text(table.note))  # what the table's scores mean (a task not asked, ...)
         rich = Table()
         for i, column in enumerate(table.columns):
             # every column keeps its widest cell (the row names too: squeezed, rich drops that column whole);
@@ -271,6 +323,20 @@ def rich_tables(config: dict[str, Any], summary: dict[str, Any], width: int = 80
     edits = edit_scores_table(summary)
     if edits is not None:
         items += edits
+    if summary.get("strict_reading") is not None:
+        reading = config.get("reading")
+        name = READING_NAMES.get(reading, reading)
+        items.append(Text(f"{name}'s reading beside cftools' (--reading {reading})"))
+        rich = Table()
+        rows = side_by_side_rows(summary)
+        for i, column in enumerate(("section", "group", "metric", "n", name, "cftools", "difference")):
+            # the numbers keep their width (never cut); the names wrap where the terminal is narrow
+            widest = max([len(row[i]) for row in rows] or [len(column)])
+            rich.add_column(column, justify="left" if i < 3 else "right", no_wrap=i >= 3, overflow="fold",
+                            min_width=widest if i >= 3 else None)
+        for row in rows:
+            rich.add_row(*(escape(c) for c in row))
+        items.append(rich)
     if "blind_correct" in summary:
         items.append(f"{len(summary['blind_correct'])} questions answered right without the image "
                      f"(listed in report.md)")

@@ -63,7 +63,7 @@ from cftools import __version__
 from cftools.errors import CftoolsError, InputError, ModelCallsFailed, naming_the_file
 from cftools.evaluate.answerers import ChatAnswerer, ModelSpec, judge_answer, load_answerer, parse_model_spec
 from cftools.evaluate.metrics import summarize
-from cftools.evaluate.predictions import (PAPER, READINGS, STRICT, EvalResult, append_predictions,
+from cftools.evaluate.predictions import (READINGS, STRICT, EvalResult, append_predictions, strict_lines,
                                           outcomes_from_predictions, prediction_line, read_predictions, read_reply,
                                           reading_differences, record_eval_run)
 from cftools.evaluate.questions import SWAPPED, PromptTemplates, Question, build_questions
@@ -293,6 +293,14 @@ def paper_mode(records: Sequence[dict], spec: ModelSpec) -> str:
     return mode if mode != "rank" or can_rank(spec) else "generate"
 
 
+def mixed_modes(records: Sequence[dict]) -> dict[str, str]:
+    """Kind -> its paper's mode, for the release's kinds when their papers answer differently (else empty)."""
+    kinds = all_kinds()
+    modes = {k: kinds[k].paper_settings["mode"] for k in sorted({str(r.get("kind")) for r in records})
+             if k in kinds and kinds[k].paper_settings.get("mode")}
+    return modes if len(set(modes.values())) > 1 else {}
+
+
 def run_eval(release_dir: Path | str, model: str, mode: Optional[str] = None, score: str = "mean-loss",
              batch_size: Optional[int | str] = None, device: str = "auto", dtype: str = "auto", limit: Optional[int] = None,
              out_dir: Optional[Path] = None, template: Optional[str] = None, max_new_tokens: int = 16,
@@ -336,6 +344,11 @@ def run_eval(release_dir: Path | str, model: str, mode: Optional[str] = None, sc
     records = load_records(release_dir)
     if mode is None:  # the paper's method for the release's kind
         mode = paper_mode(records, spec)
+        mixed = mixed_modes(records)
+        if mixed and notify is not None:
+            notify(f"mode {mode} for every question: this release mixes kinds whose papers answer differently ("
+                   + ", ".join(f"{kind} {how}" for kind, how in mixed.items()) + ") and one run has one mode; "
+                   "--mode chooses it, and a release of one kind is scored as its paper does")
     if mode == "rank" and not can_rank(spec):
         raise CftoolsError("rank mode needs token log-probabilities: use an hf: model, blind (the embedded "
                            "model), or --mode generate")
@@ -540,8 +553,9 @@ def summarize_run(config: dict[str, Any], predictions: Sequence[dict[str, Any]])
     summary["answered"] = len(predictions)
     if config.get("swap_options"):
         summary["position_bias"] = position_bias(predictions)
-    if config.get("reading") == PAPER:
+    if config.get("reading") not in (None, STRICT):  # the paper's or a harness's reading: cftools' beside it
         summary["reading_differences"] = reading_differences(predictions)
+        summary["strict_reading"] = summarize(outcomes_from_predictions(strict_lines(predictions)))
     if not config.get("imported_from") and parse_model_spec(config["model"]).kind == "blind":
         summary["blind_correct"] = sorted(
             [{"id": p["id"], "which": p["which"], "raw": p["raw"] if p["raw"] is not None else p.get("parsed"),

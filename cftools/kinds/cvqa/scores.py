@@ -9,7 +9,10 @@ The C-VQA repository scores a model in two steps (scripts/format_response.py, th
   read only before it. The answer is then the first token that is all digits, or the first of the words no, zero,
   none (0) and one … ten (1 … 10), whichever comes first; none of them: it fails.
   So "-4" reads as 4 (the minus is not a word character), "3 or 4" as 3, "3.5" as 3, "There are no birds" as 0,
-  "They would be the same." fails.
+  "They would be the same." fails. A token is "all digits" as Python's `str.isdigit` says and its value is `int()`
+  of it, so non-ASCII decimal digits count: fullwidth "３" and Arabic-Indic "٣" read as 3 (the formatted reply is
+  written as the int, "3", and matches the gold). A superscript "²" is a digit to `isdigit` but not to `int()`:
+  the script stops with an error there; cftools reads that reply as "fail".
 - **yes/no questions** (`type` boolean): the reply's word tokens; any of no, false, not anywhere reads as "no";
   else any of yes, true, be, is, are reads as "yes"; else it fails. So "They would be the same." reads as yes
   (it holds "be"), "Yes and no." as no, "Maybe." fails, "isn't" neither says "is" nor "not" (its tokens are
@@ -49,11 +52,20 @@ def script_count(reply: Optional[str]) -> Optional[int]:
     elif "if" in tokens:
         tokens = tokens[:tokens.index("if")]
     for token in tokens:
-        if token.isdigit() and token.isascii():
-            return int(token)
+        if token.isdigit():  # str.isdigit, as the script: fullwidth "３" and Arabic-Indic "٣" are digits too
+            return script_int(token)
         if token in SCRIPT_NUMBER_WORDS:
             return SCRIPT_NUMBER_WORDS[token]
     return None
+
+
+def script_int(token: str) -> Optional[int]:
+    """int(TOKEN) as the script takes it: "３" and "٣" are 3. A token str.isdigit() accepts but int() does not
+    (a superscript "²") stops the script with a ValueError; cftools reads it as "fail" instead."""
+    try:
+        return int(token)
+    except ValueError:
+        return None
 
 
 def script_yes_no(reply: Optional[str]) -> Optional[str]:

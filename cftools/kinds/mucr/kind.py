@@ -355,8 +355,11 @@ class MucrKind(Kind):
     def report_table(self, section: dict[str, Any], fmt) -> ReportTable:  # noqa: ANN001
         from cftools.kinds.mucr.explanations import PART_NAMES, PARTS
 
+        unasked = [t for t, _ in CHOICE_TASKS if not section[t]["n"]]
+
         def rows_for(label: str, scores: dict[str, Any]) -> list[list[str]]:
-            return [[f"{TASK_LABELS[t]}{label}", str(scores[t]["n"]), fmt.pct(scores[t]),
+            return [[f"{TASK_LABELS[t]}{label}", str(scores[t]["n"]),
+                     "not asked" if not label and t in unasked else fmt.pct(scores[t]),
                      fmt.rate(scores[f"unknown_{t}"])] for t in TASKS if scores[t]["n"] or not label]
 
         rows = rows_for("", section)
@@ -374,7 +377,11 @@ class MucrKind(Kind):
         title = (f"MuCR ({section.get('input') or 'split'} input"
                  + (f"; Exp parts from the {'best-matching reference' if how == 'best-match' else how}"
                     + (" of the references" if how == "mean" else "") if how else "") + ")")
-        return ReportTable(self.name, title, ["task", "n", "score", "unknown"], rows)
+        note = (f"{' and '.join(TASK_LABELS[t] for t in unasked)} not asked: the release's MuCR records have no "
+                "candidate images to choose among (`c2e_choices`, `e2c_choices`), which `cftools export --format "
+                "mucr` (and the lmms-eval export) draw; a native release has none (docs/eval.md, \"MuCR C2E and "
+                "E2C\")") if unasked else ""
+        return ReportTable(self.name, title, ["task", "n", "score", "unknown"], rows, note=note)
 
     def csv_rows(self, section: dict[str, Any]) -> list:
         rows = [("total", metric, section[metric], None) for metric in (*TASKS, "exp")]

@@ -149,13 +149,21 @@ def lmms_eval_letter(reply: Optional[str]) -> Optional[str]:
     return text[:1] or None
 
 
+LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"  # VLMEvalKit's option columns, in order
+
+
+def is_multiple_choice(question: Any) -> bool:
+    """Whether the VLMEvalKit export writes QUESTION as multiple choice (option columns, letter answer)."""
+    from cftools.evaluate.questions import LETTER
+
+    return bool(question.options) and question.answer_type != LETTER and question.gold_option in question.options
+
+
 # -- by question --------------------------------------------------------------------------------------------------
 
 def option_choices(question: Any) -> Optional[dict[str, str]]:
     """Letter -> option text of a multiple-choice question as VLMEvalKit's MCQ file lists it (its non-empty
     option columns); None for a question the export does not write as multiple choice."""
-    from cftools.release.vlmevalkit import LETTERS, is_multiple_choice
-
     if not is_multiple_choice(question):
         return None
     return {LETTERS[n]: option for n, option in enumerate(question.options) if str(option).strip()}

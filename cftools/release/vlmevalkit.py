@@ -37,9 +37,9 @@ import re
 from pathlib import Path
 from typing import Any, Sequence
 
+from cftools.evaluate.harness_readings import LETTERS, is_multiple_choice
 from cftools.errors import CftoolsError
 
-LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 BASE_COLUMNS = ("index", "image", "question", "answer", "category", "l2-category", "split", "item_id", "answer_type",
                 "pair_index")
 # The question asked about both images of an item with an edit: the original image's row and the edited image's
@@ -61,12 +61,6 @@ def dataset_name(name: str, kind: str, shape: str) -> str:
 def image_cell(paths: Sequence[Path]) -> str:
     encoded = [base64.b64encode(Path(p).read_bytes()).decode("ascii") for p in paths]
     return encoded[0] if len(encoded) == 1 else json.dumps(encoded)
-
-
-def is_multiple_choice(question: Any) -> bool:
-    from cftools.evaluate.questions import LETTER
-
-    return bool(question.options) and question.answer_type != LETTER and question.gold_option in question.options
 
 
 def shape_of(question: Any) -> str:

@@ -2,8 +2,8 @@
 
 The SDK's own retries are off; ours (tenacity) retry 429, 5xx, connection errors and time-outs with
 exponential backoff, and wait what a Retry-After (or retry-after-ms) header asks for. Until the endpoint has
-answered once, a connection that fails (refused, unknown host, no connection within CONNECT_TIMEOUT_S, no answer
-within the request's time-out) is tried UNANSWERED_ATTEMPTS times only, and then the run stops with
+answered once, a connection that does not open (refused, unknown host, none within CONNECT_TIMEOUT_S) is tried
+UNANSWERED_ATTEMPTS times only, and then the run stops with
 `EndpointUnreachable`, naming the URL (without credentials) and the setting to change. The API key is read from
 the environment variable the configuration names; it is never stored, printed, logged or put in error text.
 """
@@ -127,8 +127,7 @@ class OpenAIBackend:
         if state.attempt_number >= self.request_attempts:
             return True
         exc = state.outcome.exception() if state.outcome else None
-        return (not self._answered and isinstance(exc, openai.APIConnectionError)
-                and state.attempt_number >= UNANSWERED_ATTEMPTS)
+        return not self._answered and not_connected(exc) and state.attempt_number >= UNANSWERED_ATTEMPTS
 
     def retrying(self) -> Retrying:
         """The retry policy of one request (chat or images)."""
@@ -151,7 +150,7 @@ class OpenAIBackend:
 
     def unreachable(self, exc: BaseException) -> EndpointUnreachable | None:
         """EXC as the run-stopping error when the endpoint never answered, else None."""
-        if self._answered or not isinstance(exc, openai.APIConnectionError):
+        if self._answered or not not_connected(exc):
             return None
         self._unreachable = EndpointUnreachable(self.describe_text(unreachable_message(
             shown_url(self.base_url), exc, self.setting, self.timeout)))
@@ -218,18 +217,29 @@ def shown_url(url: str) -> str:
         return "the configured URL"
 
 
-def connection_reason(exc: BaseException, timeout: float) -> str:
-    """Why a connection failed, in a few words: from the OSError (or time-out) at the bottom of EXC's chain."""
+def error_chain(exc: BaseException) -> list[BaseException]:
+    """EXC and the errors it was raised from, outermost first."""
     seen: list[BaseException] = []
     cause: BaseException | None = exc
     while cause is not None and cause not in seen:
         seen.append(cause)
         cause = cause.__cause__ or cause.__context__
+    return seen
+
+
+def not_connected(exc: BaseException | None) -> bool:
+    """EXC is a connection that never opened (refused, unknown host, connect time-out); a server that accepted and
+    then was slow or hung up is left to the ordinary retries."""
+    return isinstance(exc, openai.APIConnectionError) and any(
+        isinstance(error, (httpx.ConnectError, httpx.ConnectTimeout)) for error in error_chain(exc))
+
+
+def connection_reason(exc: BaseException, timeout: float) -> str:
+    """Why a connection failed, in a few words: from the OSError (or time-out) at the bottom of EXC's chain."""
+    seen = error_chain(exc)
     for error in seen:
         if isinstance(error, httpx.ConnectTimeout):
             return f"no connection within {min(timeout, CONNECT_TIMEOUT_S):g} s"
-        if isinstance(error, (httpx.ReadTimeout, httpx.WriteTimeout, httpx.PoolTimeout)):
-            return f"connected, but no answer within {timeout:g} s"
         if isinstance(error, socket.gaierror):
             return "host name not found"
         if isinstance(error, ConnectionRefusedError):
@@ -243,10 +253,6 @@ def connection_reason(exc: BaseException, timeout: float) -> str:
 def unreachable_message(url: str, exc: BaseException, setting: str, timeout: float) -> str:
     """The one line an unreachable endpoint gets: the URL, why, and what to change."""
     reason = connection_reason(exc, timeout)
-    section = setting.split()[0]
-    if reason.startswith("connected, but"):
-        return (f"{url} does not answer ({reason}): is it the right server? set {setting} in cftools.toml, "
-                f"or a longer {section} timeout")
     return f"cannot reach {url} ({reason}): start the server, or set {setting} in cftools.toml"
 
 

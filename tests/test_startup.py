@@ -161,3 +161,51 @@ def test_once_the_server_has_answered_a_lost_connection_is_a_failed_request(numb
                          "1")
     assert result.returncode == 3, result.stderr  # partial failure, not "cannot reach"
     assert "cannot reach" not in result.stderr
+
+
+def test_a_refused_connection_is_tried_twice_then_named_whatever_the_attempts(monkeypatch):
+    from cftools.llm.base import EndpointUnreachable
+    from cftools.llm.openai_backend import OpenAIBackend
+
+    sleeps: list[float] = []
+    url = dead_url()
+    backend = OpenAIBackend("m", base_url=url, request_attempts=6, backoff_initial=1.0, sleep=sleeps.append)
+    with pytest.raises(EndpointUnreachable, match=re.escape(f"cannot reach {url} (connection refused)")):
+        backend.complete([{"role": "user", "content": "hi"}], {})
+    assert len(sleeps) == 1 and sleeps[0] <= 0.5  # two tries, a short wait between them (not six with backoff)
+    with pytest.raises(EndpointUnreachable):  # the verdict holds: later requests of the run send nothing
+        backend.complete([{"role": "user", "content": "hi"}], {})
+    assert len(sleeps) == 1
+    backend.close()
+
+
+def test_after_the_first_answer_a_refused_connection_keeps_the_configured_retries(stub):
+    from cftools.llm.base import LLMError
+    from cftools.llm.openai_backend import OpenAIBackend
+
+    sleeps: list[float] = []
+    backend = OpenAIBackend("m", base_url=stub.base_url, request_attempts=3, backoff_initial=0.01,
+                            sleep=sleeps.append)
+    # it answers (HTTP 503, and closes each connection: none is left open to a server that goes away) ...
+    stub.script.extend([{"status": 503, "headers": {"connection": "close"}, "body": {"error": {"message": "busy"}}}]
+                       * 3)
+    with pytest.raises(LLMError, match="HTTP 503"):
+        backend.complete([{"role": "user", "content": "hi"}], {})
+    stub.shutdown()
+    stub.server_close()  # ... then goes away mid-run: a passing failure, recorded per request
+    with pytest.raises(LLMError) as failure:
+        backend.complete([{"role": "user", "content": "hi"}], {})
+    assert "cannot reach" not in str(failure.value) and len(sleeps) == 4  # three tries each
+    backend.close()
+
+
+def test_the_images_api_names_its_own_setting():
+    from cftools.imagegen.openai_backend import OpenAIImageBackend
+    from cftools.llm.base import EndpointUnreachable
+
+    url = dead_url()
+    backend = OpenAIImageBackend(model="m", base_url=url, sleep=lambda s: None)
+    with pytest.raises(EndpointUnreachable, match=re.escape(f"cannot reach {url} (connection refused): start the "
+                                                            f"server, or set [images] base_url in cftools.toml")):
+        backend.generate_images("a cat", 1, "64x64")
+    backend.close()

@@ -3,9 +3,9 @@
 The SDK's own retries are off; ours (tenacity) retry 429, 5xx, connection errors and time-outs with
 exponential backoff, and wait what a Retry-After (or retry-after-ms) header asks for. Until the endpoint has
 answered once, a connection that does not open (refused, unknown host, none within CONNECT_TIMEOUT_S) is tried
-UNANSWERED_ATTEMPTS times only, and then the run stops with
-`EndpointUnreachable`, naming the URL (without credentials) and the setting to change. The API key is read from
-the environment variable the configuration names; it is never stored, printed, logged or put in error text.
+UNANSWERED_ATTEMPTS times only, and then the run stops with `EndpointUnreachable`, naming the URL (without
+credentials) and the setting to change. The API key is read from the environment variable the configuration
+names; it is never stored, printed, logged or put in error text.
 """
 
 from __future__ import annotations
@@ -18,8 +18,7 @@ from typing import Any, Callable
 
 import httpx
 import openai
-from tenacity import (RetryCallState, Retrying, retry_if_exception, wait_exponential,
-                      wait_random)
+from tenacity import RetryCallState, Retrying, retry_if_exception, wait_exponential, wait_random
 
 from cftools.errors import CftoolsError, error_text, scrub_known_secrets
 from cftools.llm.base import Completion, EndpointUnreachable, LLMError, Message

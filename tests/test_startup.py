@@ -209,3 +209,18 @@ def test_the_images_api_names_its_own_setting():
                                                             f"server, or set [images] base_url in cftools.toml")):
         backend.generate_images("a cat", 1, "64x64")
     backend.close()
+
+
+def test_the_plain_reading_of_the_newest_migration_is_alembics(workspace):
+    """A store that is up to date opens without importing alembic: that reading must agree with alembic's."""
+    from cftools.store import head_revision, plain_head, stored_revision
+
+    assert plain_head() == head_revision(workspace.store.engine) == stored_revision(workspace.store.engine)
+
+
+def test_an_up_to_date_store_opens_without_alembic(workspace):
+    probe = ("import sys; from cftools.workspace import load_workspace; "
+             f"load_workspace(__import__('pathlib').Path({str(workspace.root)!r})).store; "
+             "print('alembic' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert result.stdout.strip() == "False", result.stderr

@@ -4,6 +4,7 @@ cannot be reached fails within seconds naming the URL and the setting to change 
 from __future__ import annotations
 
 import json
+import os
 import re
 import socket
 import subprocess
@@ -13,11 +14,11 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from cftools.commands.exit_codes import ALL_FAILED
+from cftools.commands.exit_codes import ALL_FAILED, PARTIAL_FAILURE
 from cftools.ingest.readers import ingest_table
 from cftools.models import Generation
 from fixtures_eval import cvqa_record, png_bytes, write_release
-from test_exit_codes import dead_url, set_base_url
+from test_exit_codes import dead_url
 from test_generate import NUMBER_QUESTIONS, configure_stub, write_table
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,7 +53,7 @@ def numbers(workspace, tmp_path):
 
 def run_cftools(workspace, *args: str, spy_out: Path | None = None) -> subprocess.CompletedProcess:
     command = [sys.executable, "-c", SPY] if spy_out else [sys.executable, "-m", "cftools"]
-    env = {k: v for k, v in __import__("os").environ.items() if k != "CFTOOLS_WORKSPACE"}
+    env = {k: v for k, v in os.environ.items() if k != "CFTOOLS_WORKSPACE"}
     if spy_out:
         env["SPY_OUT"] = str(spy_out)
     return subprocess.run([*command, "-w", str(workspace.root), *args], capture_output=True, text=True,
@@ -159,7 +160,7 @@ def test_once_the_server_has_answered_a_lost_connection_is_a_failed_request(numb
     config.write_text(config.read_text().replace("[llm]\n", "[llm]\nrequest_attempts = 1\nrederive = false\n", 1))
     result = run_cftools(numbers, "generate", "rewrite", "--group", "numerical-direct", "--quiet", "--concurrency",
                          "1")
-    assert result.returncode == 3, result.stderr  # partial failure, not "cannot reach"
+    assert result.returncode == PARTIAL_FAILURE, result.stderr  # not "cannot reach"
     assert "cannot reach" not in result.stderr
 
 
@@ -219,8 +220,7 @@ def test_the_plain_reading_of_the_newest_migration_is_alembics(workspace):
 
 
 def test_an_up_to_date_store_opens_without_alembic(workspace):
-    probe = ("import sys; from cftools.workspace import load_workspace; "
-             f"load_workspace(__import__('pathlib').Path({str(workspace.root)!r})).store; "
-             "print('alembic' in sys.modules)")
+    probe = ("import sys; from pathlib import Path; from cftools.workspace import load_workspace; "
+             f"load_workspace(Path({str(workspace.root)!r})).store; print('alembic' in sys.modules)")
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert result.stdout.strip() == "False", result.stderr

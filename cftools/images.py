@@ -10,15 +10,17 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
-import PIL.Image
 from sqlalchemy import select
 from sqlmodel import Session
 
 from cftools.errors import InputError, naming_the_file
 from cftools.models import Image, ImageName, SourceQuestion, utcnow
 from cftools.store import Store
+
+if TYPE_CHECKING:  # Pillow is imported where an image is read: API commands that send files never load it
+    import PIL.Image
 
 # How an item's data names a further stored image (a MuCR pair, a candidate): `sha256:<hex>`.
 STORE_IMAGE_REF = re.compile(r"^sha256:([0-9a-f]{64})$")
@@ -51,6 +53,8 @@ def sha256_file(path: Path) -> str:
 
 def read_image_file(path: Path, record: object | None = None) -> ImageFile:
     """Hash and measure one image; an unreadable, truncated or non-image file is an InputError naming it."""
+    import PIL.Image
+
     try:
         with PIL.Image.open(path) as img:
             width, height, fmt = img.width, img.height, (img.format or "").lower()
@@ -206,6 +210,8 @@ class StoreImageCache:
         paths = [self.folder / sha[:2] / f"{sha}.png" for sha in json.loads(hit.text)]
         if not all(p.is_file() for p in paths):
             return None
+        import PIL.Image
+
         return [PIL.Image.open(p).convert("RGB") for p in paths]
 
     def put(self, key: str, images: list) -> None:

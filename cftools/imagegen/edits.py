@@ -77,7 +77,7 @@ def make_edit_backend(config: Optional[dict[str, Any]] = None, backend: Optional
         options = {k: config[k] for k in OPENAI_OPTIONS if k in config}
         from cftools.imagegen.openai_edit_backend import OpenAIEditBackend
 
-        return OpenAIEditBackend(model=chosen, base_url=config.get("base_url"),
+        return OpenAIEditBackend(model=chosen, base_url=config.get("base_url"), setting="[edits] base_url",
                                  api_key_env=config.get("api_key_env") or DEFAULT_KEY_ENV,
                                  default_size=config.get("size"), licence=licence, **options)
     raise ImageGenError(f"unknown edit backend {name!r}; use one of {', '.join(EDIT_BACKENDS)}")

@@ -20,14 +20,14 @@ from typing import Any, Callable
 
 import openai
 import PIL.Image
-from tenacity import Retrying, retry_if_exception, stop_after_attempt
 
 from cftools.imagegen.base import (
     CAUSE, EFFECT, CandidateFailure, CandidatePair, CandidateResult, Provenance, image_request_key, parse_size,
     size_text,
 )
 from cftools.imagegen.styles import Style, as_style
-from cftools.llm.base import LLMError
+from cftools.errors import CftoolsError
+from cftools.llm.base import EndpointUnreachable, LLMError
 from cftools.llm.openai_backend import DEFAULT_KEY_ENV, OpenAIBackend, is_retryable
 from cftools.llm.reply_cap import DEFAULT_MAX_IMAGES_REPLY_BYTES, too_large
 
@@ -74,10 +74,11 @@ class OpenAIImageBackend(OpenAIBackend):
                  backoff_max: float = 60.0, sleep: Callable[[float], None] = time.sleep,
                  response_format: str | None = "b64_json", quality: str | None = None,
                  default_size: str | tuple[int, int] | None = None, max_pixels: int | None = None,
-                 max_reply_bytes: int = DEFAULT_MAX_IMAGES_REPLY_BYTES) -> None:
+                 max_reply_bytes: int = DEFAULT_MAX_IMAGES_REPLY_BYTES, setting: str = "[images] base_url") -> None:
         super().__init__(model=model, base_url=base_url, api_key_env=api_key_env, timeout=timeout,
                          request_attempts=request_attempts, backoff_initial=backoff_initial,
-                         backoff_max=backoff_max, sleep=sleep, max_connections=8, max_reply_bytes=max_reply_bytes)
+                         backoff_max=backoff_max, sleep=sleep, max_connections=8, max_reply_bytes=max_reply_bytes,
+                         setting=setting)
         # gpt-image models always answer in base64 and refuse the parameter; older and compatible ones need it
         self.response_format = response_format
         self.quality = quality
@@ -144,14 +145,15 @@ class OpenAIImageBackend(OpenAIBackend):
         return {"n": n, "size": size, "response_format": self.response_format, "quality": self.quality}
 
     def _call_images(self, prompt: str, n: int, size: str) -> list[PIL.Image.Image | str]:
-        retrying = Retrying(stop=stop_after_attempt(self.request_attempts), wait=self._wait,
-                            retry=retry_if_exception(is_retryable), sleep=self._sleep, reraise=True)
-        failure: LLMError | None = None
+        failure: CftoolsError | None = None
         try:
-            data = retrying(self._images_once, prompt, n, size)
+            data = self.retrying()(self.attempt, self._images_once, prompt, n, size)
+        except EndpointUnreachable as exc:  # not a failed candidate: the run stops, naming the URL
+            failure = exc
         except openai.APIError as exc:
             capped = too_large(exc)
-            failure = LLMError(str(capped) if capped else self.describe(exc), retryable=is_retryable(exc))
+            failure = self.unreachable(exc) or LLMError(str(capped) if capped else self.describe(exc),
+                                                        retryable=is_retryable(exc))
         except LLMError as exc:  # our own reading of the reply: its message says it all already
             failure = LLMError(self.describe_text(str(exc)))
         except Exception as exc:  # a body the SDK cannot read

@@ -12,7 +12,7 @@ from cftools.imagegen.base import parse_size, size_text
 from cftools.imagegen.edit_base import (EditCandidate, EditFailure, EditResult, EditSettings, checked_candidate,
                                         png_bytes)
 from cftools.imagegen.openai_backend import OpenAIImageBackend
-from cftools.llm.base import LLMError
+from cftools.llm.base import EndpointUnreachable, LLMError
 
 
 class OpenAIEditBackend(OpenAIImageBackend):
@@ -34,6 +34,8 @@ class OpenAIEditBackend(OpenAIImageBackend):
         started = time.perf_counter()
         try:
             images = self.generate_images(instruction, len(ks), size)
+        except EndpointUnreachable:  # not a failed candidate: the run stops, naming the URL
+            raise
         except Exception as exc:  # LLMError: one line, never the key
             return [EditFailure(k, str(exc), self.name, self.model) for k in ks]
         seconds = (time.perf_counter() - started) / len(ks)

@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from cftools.errors import CftoolsError
+from cftools.errors import ALL_FAILED, CftoolsError
 
 # A chat message is the OpenAI shape: {"role": "user", "content": "text"} or content as a list of parts,
 # [{"type": "text", "text": ...}, {"type": "image_url", "image_url": {"url": "data:image/png;base64,..."}}].
@@ -22,6 +22,15 @@ class LLMError(CftoolsError):
     def __init__(self, message: str, retryable: bool = False) -> None:
         super().__init__(message)
         self.retryable = retryable
+
+
+class EndpointUnreachable(CftoolsError):
+    """An endpoint that has not answered once (connection refused, unknown host, no connection or no answer in
+    time): the run stops at once with one line naming the URL and the setting to change, instead of failing each
+    request in turn after its retries. Not an LLMError: no request of the run is recorded as failed."""
+
+    exit_code = ALL_FAILED  # every request failed: nothing new was stored (cftools.commands.exit_codes)
+    stops_run = True  # cftools.llm.runner ends the run with it
 
 
 @dataclass

@@ -29,6 +29,7 @@ class JobResult:
     value: Any = None
     error: str | None = None
     not_started: bool = False  # refused before its model call (a budget): left for a rerun, not a failure
+    stops_run: BaseException | None = None  # an error that ends the whole run (an endpoint that cannot be reached)
 
 
 @dataclass
@@ -82,7 +83,8 @@ def run_jobs(jobs: Iterable[Any], work: Callable[[Any], JobResult], write: Calla
         try:
             finished.put(work(job))
         except BaseException as exc:  # noqa: BLE001 (a bug in one job must not stop the batch)
-            finished.put(JobResult(job=job, ok=False, error=f"{type(exc).__name__}: {exc}"))
+            finished.put(JobResult(job=job, ok=False, error=f"{type(exc).__name__}: {exc}",
+                                   stops_run=exc if getattr(exc, "stops_run", False) else None))
 
     with progress_bar(console, disable=quiet) as progress:
         task = progress.add_task(description, total=stats.total, done=0, failed=0, cached=0, rate=0.0)
@@ -136,7 +138,10 @@ def run_jobs(jobs: Iterable[Any], work: Callable[[Any], JobResult], write: Calla
                     except queue.Empty:
                         break
                 in_flight -= len(batch)
-                record(batch)
+                stop = next((r.stops_run for r in batch if r.stops_run is not None), None)
+                record([r for r in batch if r.stops_run is None])
+                if stop is not None:  # no job is handed out any more; those in flight end (the finally waits)
+                    raise stop
         except KeyboardInterrupt:
             stats.interrupted = True
             pool.shutdown(wait=False, cancel_futures=True)

@@ -29,12 +29,12 @@ import json
 import random
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any, Optional, Sequence
-
-import PIL.Image
-import PIL.ImageDraw
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from cftools.errors import CftoolsError
+
+if TYPE_CHECKING:  # Pillow is imported where a composite is drawn: the kinds' registry loads this module
+    import PIL.Image
 
 # MuCR's record fields, named after where they are published. The repository (github.com/Zhiyuan-Li-John/MuCR)
 # documents its JSONL under "Dataset Form" in README.md; that list changed once:
@@ -165,6 +165,9 @@ def add_choice_sets(items: Sequence[Any], seed: int) -> None:
 
 def tile(path: Path, label: str) -> PIL.Image.Image:
     """The image fitted into a TILE square, with its label above it."""
+    import PIL.Image
+    import PIL.ImageDraw
+
     canvas = PIL.Image.new("RGB", (TILE, TILE + LABEL_HEIGHT), "white")
     with PIL.Image.open(path) as image:
         picture = image.convert("RGB")
@@ -176,6 +179,8 @@ def tile(path: Path, label: str) -> PIL.Image.Image:
 
 def composite(paths: list[Path], labels: list[str]) -> bytes:
     """The pictures side by side in one PNG (no clock time in it: the same pictures give the same bytes)."""
+    import PIL.Image
+
     tiles = [tile(p, label) for p, label in zip(paths, labels)]
     sheet = PIL.Image.new("RGB", (TILE * len(tiles), TILE + LABEL_HEIGHT), "white")
     for n, t in enumerate(tiles):

@@ -1,0 +1,69 @@
+"""Issue 46: every long step of a command shows a line on a terminal's stderr naming the step, its count (n/N) and
+an ETA; --quiet and --json show none of it. Stderr is made a terminal by giving the command a forced-terminal
+console (click's CliRunner hands it a pipe)."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from rich.console import Console
+from sqlalchemy import select
+
+from cftools.models import Item
+from test_checks import add_item
+
+
+@pytest.fixture
+def terminal_stderr(monkeypatch):
+    """What the commands draw on stderr, as a terminal would receive it."""
+    buffer = io.StringIO()
+    shown = Console(file=buffer, force_terminal=True, width=160, color_system=None, highlight=False)
+
+    def install(*modules: str) -> io.StringIO:
+        for module in modules:
+            monkeypatch.setattr(f"{module}.err_console", shown)
+        return buffer
+
+    return install
+
+
+def keys_of(store) -> list[str]:  # noqa: ANN001
+    with store.session() as session:
+        return list(session.execute(select(Item.key).order_by(Item.id)).scalars())
+
+
+def two_drafts(store) -> None:  # noqa: ANN001
+    add_item(store, "How many dogs would there be if 2 more dogs came?", "4")
+    add_item(store, "How many dogs would there be if 2 more dogs came?", "5", image="b.jpg")
+
+
+def test_check_shows_each_stage_with_its_count_and_eta_on_a_terminal(workspace, run_cli, terminal_stderr):
+    two_drafts(workspace.store)
+    drawn = terminal_stderr("cftools.commands.check")
+    out = run_cli("check", "--no-embeddings")
+    assert out.exit_code == 0, out.output
+    assert "checking" in drawn.getvalue() and "2/2" in drawn.getvalue() and "eta" in drawn.getvalue()
+
+
+@pytest.mark.parametrize("option", ["--quiet", "--json"])
+def test_check_draws_no_progress_with_quiet_or_json(workspace, run_cli, terminal_stderr, option):
+    two_drafts(workspace.store)
+    drawn = terminal_stderr("cftools.commands.check")
+    assert run_cli("check", "--no-embeddings", option).exit_code == 0
+    assert "eta" not in drawn.getvalue() and "2/2" not in drawn.getvalue()
+
+
+def test_after_waiving_every_flag_the_summary_counts_the_items_once(workspace, run_cli):
+    store = workspace.store
+    for n in range(3):
+        add_item(store, f"How many dogs would there be if {n + 1} more dogs came?", "9", image=f"{n}.jpg")
+    first = run_cli("check", "--no-embeddings")
+    assert "0 moved to checked, 3 flagged (they stay draft)" in " ".join(first.output.split()), first.output
+    for key in keys_of(store):
+        waived = run_cli("flags", "waive", key, "arithmetic", "--reason", "counted again by hand")
+        assert waived.exit_code == 0, waived.output
+    again = run_cli("check", "--no-embeddings", "--recheck")
+    assert again.exit_code == 0, again.output
+    assert ("3 moved to checked (3 of them with every flag waived), 0 flagged (they stay draft)"
+            in " ".join(again.output.split())), again.output

@@ -67,3 +67,23 @@ def test_after_waiving_every_flag_the_summary_counts_the_items_once(workspace, r
     assert again.exit_code == 0, again.output
     assert ("3 moved to checked (3 of them with every flag waived), 0 flagged (they stay draft)"
             in " ".join(again.output.split())), again.output
+
+
+def test_export_shows_its_stages_with_counts_and_eta_on_a_terminal(workspace, run_cli, terminal_stderr):
+    two_drafts(workspace.store)
+    drawn = terminal_stderr("cftools.commands.export")
+    out = run_cli("export", "shown", "--version", "1", "--licence", "CC0-1.0", "--include-unverified")
+    assert out.exit_code == 0, out.output
+    for stage in ("Writing records, Parquet and card", "Hashing files into the manifest",
+                  "Writing browse.html and croissant.json"):
+        assert stage in drawn.getvalue(), drawn.getvalue()
+    assert "3/3" in drawn.getvalue() and "eta" in drawn.getvalue()
+
+
+@pytest.mark.parametrize("option", ["--quiet", "--json"])
+def test_export_draws_no_progress_with_quiet_or_json(workspace, run_cli, terminal_stderr, option):
+    two_drafts(workspace.store)
+    drawn = terminal_stderr("cftools.commands.export")
+    out = run_cli("export", "quiet", "--version", "1", "--licence", "CC0-1.0", "--include-unverified", option)
+    assert out.exit_code == 0, out.output
+    assert "eta" not in drawn.getvalue() and "Hashing" not in drawn.getvalue()

@@ -19,9 +19,10 @@ manifest, `licensing` the licences, `swap` the folder; this module runs them in 
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from sqlalchemy import select
 
@@ -120,8 +121,9 @@ def export_release(workspace: Workspace, name: str, version: str, out_dir: Path 
         check_replaceable(store, target)
 
     boundary = workspace_boundary(workspace)
-    items = collect_items(store, statuses_for(include_unverified, include_in_review), splits, boundary,
-                          include_unverified_edits)
+    with stage(progress, "items"):
+        items = collect_items(store, statuses_for(include_unverified, include_in_review), splits, boundary,
+                              include_unverified_edits)
     refuse_invalid_records([e.record for e in items])
     result = ExportResult(path=target.resolve(), format=fmt, n_items=0, n_verified=0, n_unverified=0, n_images=0,
                           include_unverified_edits=include_unverified_edits)
@@ -142,7 +144,8 @@ def export_release(workspace: Workspace, name: str, version: str, out_dir: Path 
 
     def write(folder: Path) -> None:
         result.n_images = copy_images(kept, folder, progress)
-        analysis = release_analysis(workspace, [e.record for e in kept], boundary)
+        with stage(progress, "analysis"):
+            analysis = release_analysis(workspace, [e.record for e in kept], boundary)
         if analysis is not None:  # each person's figures under pseudonymous ids, the release's error rate
             write_analysis(folder, analysis)
         if fmt == FORMAT_NATIVE:
@@ -151,15 +154,19 @@ def export_release(workspace: Workspace, name: str, version: str, out_dir: Path 
         elif spec.takes_context:
             from cftools.kinds.base import ExportContext
 
-            spec.write(kept, folder, name, splits, context=ExportContext(
-                workspace, name, version, dict(options or {}), include_unverified, licensing))
+            with stage(progress, "format"):
+                spec.write(kept, folder, name, splits, context=ExportContext(
+                    workspace, name, version, dict(options or {}), include_unverified, licensing))
         else:
-            spec.write(kept, folder, name, splits)
-        # browse.html, croissant.json
-        result.warnings = write_release_extras(kept, folder, workspace, name, version, fmt, licensing,
-                                               revision=revision, analysis=analysis)
-        write_manifest(kept, folder, workspace, name, version, fmt, result.n_images, licensing)
-        refuse_personal_data(folder, boundary)  # before it is recorded or renamed into place: all or nothing
+            with stage(progress, "format"):
+                spec.write(kept, folder, name, splits)
+        with stage(progress, "extras"):  # browse.html, croissant.json
+            result.warnings = write_release_extras(kept, folder, workspace, name, version, fmt, licensing,
+                                                   revision=revision, analysis=analysis)
+        with stage(progress, "manifest"):
+            write_manifest(kept, folder, workspace, name, version, fmt, result.n_images, licensing)
+        with stage(progress, "personal data"):
+            refuse_personal_data(folder, boundary)  # before it is recorded or renamed into place: all or nothing
         result.n_items = len(kept)
         result.n_verified = sum(e.record["verified"] for e in kept)
         result.n_unverified = result.n_items - result.n_verified
@@ -173,6 +180,16 @@ def export_release(workspace: Workspace, name: str, version: str, out_dir: Path 
 
     result.cleared = atomic_release(target, force, write, recorded_manifests(store, target))
     return result
+
+
+@contextmanager
+def stage(progress: Progress | None, what: str) -> Iterator[None]:
+    """A stage of one step shown as 0/1 until it is done (its length is not counted in parts)."""
+    if progress:
+        progress(what, 0, 1)
+    yield
+    if progress:
+        progress(what, 1, 1)
 
 
 def recorded_manifests(store: Store, folder: Path) -> set[str]:

@@ -87,3 +87,18 @@ def test_export_draws_no_progress_with_quiet_or_json(workspace, run_cli, termina
     out = run_cli("export", "quiet", "--version", "1", "--licence", "CC0-1.0", "--include-unverified", option)
     assert out.exit_code == 0, out.output
     assert "eta" not in drawn.getvalue() and "Hashing" not in drawn.getvalue()
+
+
+def test_eval_shows_the_questions_with_count_and_eta_and_nothing_with_quiet(tiny_llava_dir, mixed_release, tmp_path,
+                                                                            monkeypatch, run_cli, terminal_stderr):
+    monkeypatch.delenv("CFTOOLS_WORKSPACE", raising=False)
+    monkeypatch.chdir(tmp_path)
+    drawn = terminal_stderr("cftools.commands.evaluate")
+    args = ("eval", mixed_release, "--model", f"hf:{tiny_llava_dir}", "--device", "cpu", "--limit", "3")
+    quiet = run_cli(*args, "--quiet")
+    assert quiet.exit_code == 0, quiet.output
+    assert "eta" not in drawn.getvalue() and "questions" not in drawn.getvalue()
+    shown = run_cli(*args, "--out", tmp_path / "second")
+    assert shown.exit_code == 0, shown.output
+    assert "questions" in drawn.getvalue() and "eta" in drawn.getvalue(), drawn.getvalue()
+    assert "6/6" in drawn.getvalue()  # 3 items, two questions each

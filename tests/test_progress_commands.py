@@ -12,6 +12,7 @@ from sqlalchemy import select
 
 from cftools.models import Item
 from test_checks import add_item
+from test_edits import cache_dir, items_ws  # noqa: F401 (fixtures: the edit model's cache, two C-VQA items)
 
 
 @pytest.fixture
@@ -102,3 +103,23 @@ def test_eval_shows_the_questions_with_count_and_eta_and_nothing_with_quiet(tiny
     assert shown.exit_code == 0, shown.output
     assert "questions" in drawn.getvalue() and "eta" in drawn.getvalue(), drawn.getvalue()
     assert "6/6" in drawn.getvalue()  # 3 items, two questions each
+
+
+def stubbed_edits_config(workspace, stub, cache_dir) -> None:  # noqa: ANN001
+    config = workspace.path("cftools.toml")
+    text = config.read_text().replace('backend = "local"', f'backend = "openai"\nbase_url = "{stub.base_url}"')
+    config.write_text(text.replace('model = "smollm2-135m-instruct"', 'model = "stub"')
+                      + f'\n[edits]\ncache_dir = "{cache_dir}"\n')
+
+
+def test_the_image_step_of_generate_edits_counts_candidate_images_with_eta(items_ws, stub, run_cli, cache_dir,
+                                                                          terminal_stderr):
+    stubbed_edits_config(items_ws, stub, cache_dir)
+    drawn = terminal_stderr("cftools.commands.edits")
+    quiet = run_cli("generate", "edits", "--kind", "cvqa", "--per-item", "1", "--quiet", "--limit", "1")
+    assert quiet.exit_code == 0, quiet.output
+    assert drawn.getvalue() == ""
+    shown = run_cli("generate", "edits", "--kind", "cvqa", "--per-item", "1")
+    assert shown.exit_code == 0, shown.output
+    lines = [line for line in drawn.getvalue().splitlines() if "edited images (candidates)" in line]
+    assert lines and "2/2" in lines[-1] and "eta" in lines[-1], drawn.getvalue()  # the second item's two edits

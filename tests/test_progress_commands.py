@@ -123,3 +123,16 @@ def test_the_image_step_of_generate_edits_counts_candidate_images_with_eta(items
     assert shown.exit_code == 0, shown.output
     lines = [line for line in drawn.getvalue().splitlines() if "edited images (candidates)" in line]
     assert lines and "2/2" in lines[-1] and "eta" in lines[-1], drawn.getvalue()  # the second item's two edits
+
+
+def test_preflight_shows_its_stages_and_nothing_with_json(workspace, run_cli, terminal_stderr):
+    two_drafts(workspace.store)
+    out = run_cli("export", "pre", "--version", "1", "--licence", "CC0-1.0", "--include-unverified", "--json")
+    assert out.exit_code == 0, out.output
+    release = workspace.path("releases") / "pre-1"
+    drawn = terminal_stderr("cftools.commands.preflight")
+    as_json = run_cli("preflight", release, "--json")
+    assert "eta" not in drawn.getvalue(), drawn.getvalue()
+    run_cli("preflight", release)  # its exit code is the reviewer's checks' (a bare test release fails some)
+    assert "Hashing and scanning every file" in drawn.getvalue() and "1/1" in drawn.getvalue()
+    assert "eta" in drawn.getvalue() and as_json.output.startswith("{")

@@ -8,7 +8,11 @@ from typing import Optional
 
 import click
 
-from cftools.commands.common import optional_workspace, release_boundary
+from cftools.commands.common import err_console, optional_workspace, release_boundary
+from cftools.progress import step_progress
+
+STAGE_LABELS = {"figures": "Figures (items, power, ceiling, floors)", "verify": "Hashing and scanning every file",
+                "checks": "The reviewer's checks"}
 
 
 @click.command("preflight")
@@ -23,9 +27,10 @@ from cftools.commands.common import optional_workspace, release_boundary
 @click.option("--no-verify", "no_verify", is_flag=True,
               help="Report on a release whose manifest is not the one the workspace's store recorded at export, and "
                    "name it in a warning. By default such a release is refused.")
+@click.option("--quiet", is_flag=True, help="No progress lines on stderr (they are off under --json too).")
 @click.pass_context
 def preflight_cmd(ctx: click.Context, release: Path, run_dirs: tuple[Path, ...], as_json: bool,
-                  out_file: Optional[Path], no_verify: bool) -> None:
+                  out_file: Optional[Path], no_verify: bool, quiet: bool) -> None:
     """What RELEASE can show, per kind and group: items, questions and images; the smallest accuracy difference
     between two models it detects (80% power, alpha 0.05, paired test clustered by image); the human ceiling with
     its Wilson interval; chance and the blind floor. Then the reviewer's checks: croissant, rai_fields, licence,
@@ -40,8 +45,9 @@ def preflight_cmd(ctx: click.Context, release: Path, run_dirs: tuple[Path, ...],
                                          verify=not no_verify, hint="--no-verify reports on it as it is")
     if changed:
         click.secho(f"Warning: {changed}", fg="yellow", err=True)
-    report = run_preflight(release, workspace.store if workspace is not None else None, run_dirs,
-                           release_boundary(ctx))
+    with step_progress(err_console, quiet=quiet, as_json=as_json, labels=STAGE_LABELS) as shown:
+        report = run_preflight(release, workspace.store if workspace is not None else None, run_dirs,
+                               release_boundary(ctx), progress=shown)
     text = render_json(report) if as_json else render_markdown(report)
     click.echo(text, nl=False)
     if out_file is not None:

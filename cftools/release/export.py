@@ -19,10 +19,9 @@ manifest, `licensing` the licences, `swap` the folder; this module runs them in 
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from sqlalchemy import select
 
@@ -36,7 +35,7 @@ from cftools.release.extras import shared_formats, write_release_extras
 from cftools.release.licensing import release_licensing
 from cftools.release.annotator_analysis import release_analysis, write_analysis
 from cftools.release.manifest import counts_of, write_manifest
-from cftools.release.records import Progress, copy_images, write_native
+from cftools.release.records import Progress, copy_images, stage, write_native
 from cftools.release.scan import refuse_personal_data
 from cftools.release.selection import collect_items, statuses_for
 from cftools.release.splits import DEFAULT_SPLITS, check_plain_name
@@ -180,16 +179,6 @@ def export_release(workspace: Workspace, name: str, version: str, out_dir: Path 
 
     result.cleared = atomic_release(target, force, write, recorded_manifests(store, target))
     return result
-
-
-@contextmanager
-def stage(progress: Progress | None, what: str) -> Iterator[None]:
-    """A stage of one step shown as 0/1 until it is done (its length is not counted in parts)."""
-    if progress:
-        progress(what, 0, 1)
-    yield
-    if progress:
-        progress(what, 1, 1)
 
 
 def recorded_manifests(store: Store, folder: Path) -> set[str]:

@@ -136,3 +136,29 @@ def test_preflight_shows_its_stages_and_nothing_with_json(workspace, run_cli, te
     run_cli("preflight", release)  # its exit code is the reviewer's checks' (a bare test release fails some)
     assert "Hashing and scanning every file" in drawn.getvalue() and "1/1" in drawn.getvalue()
     assert "eta" in drawn.getvalue() and as_json.output.startswith("{")
+
+
+def cvqa_files(tmp_path):  # noqa: ANN001, ANN201
+    from test_edits import ROWS, scene
+
+    images = tmp_path / "images"
+    images.mkdir()
+    scene(3).save(images / "a.png")
+    scene(1).save(images / "b.png")
+    csv = tmp_path / "cvqa.csv"
+    csv.write_text("img_path,query,answer,new query,new answer,type\n"
+                   + "".join(",".join(row) + "\n" for row in ROWS), encoding="utf-8")
+    return csv, images
+
+
+@pytest.mark.parametrize("option", [None, "--quiet", "--json"])
+def test_ingest_shows_the_images_read_with_count_and_eta_unless_quiet_or_json(workspace, run_cli, terminal_stderr,
+                                                                              tmp_path, option):
+    csv, images = cvqa_files(tmp_path)
+    drawn = terminal_stderr("cftools.commands.ingest")
+    out = run_cli("ingest", "cvqa", csv, "--images", images, "--licence", "CC0-1.0", *([option] if option else []))
+    assert out.exit_code == 0, out.output
+    if option is None:
+        assert "reading images" in drawn.getvalue() and "2/2" in drawn.getvalue() and "eta" in drawn.getvalue()
+    else:
+        assert drawn.getvalue() == ""

@@ -29,13 +29,14 @@ from cftools.errors import CftoolsError
 from cftools.kinds import all_kinds, get_kind
 from cftools.boundary import workspace_boundary
 from cftools.models import Release, utcnow
-from cftools.release.layout import DEFAULT_OUT_DIR, FORMAT_NATIVE, MANIFEST_NAME, hash_file, release_dir_name
+from cftools.release.layout import (DEFAULT_OUT_DIR, FORMAT_NATIVE, MANIFEST_NAME, hash_file, release_dir_name,
+                                    stage)
 from cftools.release.edited import edit_counts
 from cftools.release.extras import shared_formats, write_release_extras
 from cftools.release.licensing import release_licensing
 from cftools.release.annotator_analysis import release_analysis, write_analysis
 from cftools.release.manifest import counts_of, write_manifest
-from cftools.release.records import Progress, copy_images, stage, write_native
+from cftools.release.records import Progress, copy_images, write_native
 from cftools.release.scan import refuse_personal_data
 from cftools.release.selection import collect_items, statuses_for
 from cftools.release.splits import DEFAULT_SPLITS, check_plain_name

@@ -37,8 +37,7 @@ def run_preflight(release_dir: Path | str, store: Any = None, run_dirs: Sequence
                   boundary: Any = None, progress: Any = None) -> PreflightReport:
     """`cftools preflight`: the figures and the reviewer's checks of the release folder RELEASE_DIR (BOUNDARY: the
     workspace's, for the personal-data scan). PROGRESS hears each stage ("figures", "verify", "checks")."""
-    from cftools.release.layout import load_manifest, load_records
-    from cftools.release.records import stage
+    from cftools.release.layout import load_manifest, load_records, stage
     from cftools.release.review import reviewer_checks
 
     release_dir = Path(release_dir)

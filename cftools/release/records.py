@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
@@ -28,16 +27,6 @@ if TYPE_CHECKING:
 PARQUET_BATCH = 1000
 
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
-
-
-@contextmanager
-def stage(progress: Progress | None, what: str) -> Iterator[None]:
-    """A stage of one step shown as 0/1 until it is done (its length is not counted in parts)."""
-    if progress:
-        progress(what, 0, 1)
-    yield
-    if progress:
-        progress(what, 1, 1)
 
 
 def json_line(obj: Any) -> str:

@@ -184,7 +184,7 @@ def reviewer_checks(release_dir: Path, records: Sequence[dict[str, Any]], manife
     """The checks; BOUNDARY: the workspace's (its people and folders), else any email and local path. PROGRESS
     (`cftools.release.records.Progress`) hears the stages "verify" (hashing and scanning every file) and "checks"."""
     from cftools.boundary import outside_boundary
-    from cftools.release.records import stage
+    from cftools.release.layout import stage
     from cftools.release.verify import verify_release
 
     with stage(progress, "verify"):

@@ -15,7 +15,7 @@ from cftools.commands.exit_codes import document_exit_codes, exit_for_failures
 from cftools.commands.generation import llm_options, print_llm_report, run_with_llm
 from cftools.errors import CftoolsError
 from cftools.progress import step_progress
-from cftools.commands.ingest import file_ingest_options, ingest_licence, print_ingest, report_path
+from cftools.commands.ingest import file_ingest_options, ingest_licence, print_ingest, report_path, showing_progress
 from cftools.kinds.mucr.generate import (CAPTION_PAIR_TOKENS, CAPTIONS_MAX_TOKENS, CONTEXT_MAX_TOKENS,
                                          LOCAL_CONTEXT_MAX_TOKENS, draft_captions, text_params, write_context)
 from cftools.kinds.mucr.ingest import ingest_captions, ingest_mucr
@@ -28,8 +28,9 @@ from cftools.workspace import Workspace
 def ingest_captions_cmd(workspace: Workspace, file: Path, dataset: Optional[str], licence: Optional[str],
                         skip_bad: bool, report: Optional[Path], update: bool, as_json: bool) -> None:
     """Ingest MuCR caption pairs (CSV or JSONL: cause, effect, category, group; optional style, id)."""
-    result = ingest_captions(workspace.store, file, skip_bad, report_path(workspace, report, file.name), dataset,
-                             ingest_licence(workspace, licence), update=update)
+    with showing_progress():
+        result = ingest_captions(workspace.store, file, skip_bad, report_path(workspace, report, file.name), dataset,
+                                 ingest_licence(workspace, licence), update=update)
     print_ingest(result, as_json)
 
 
@@ -42,8 +43,9 @@ def ingest_mucr_cmd(workspace: Workspace, file: Path, dataset: Optional[str], im
     """Ingest MuCR records as published (JSONL: id, caption_0, caption_1, link_id, cue, false_cue, style, label,
     causal_reason, and image_0/image_1, which are optional) as draft items that can be checked, annotated,
     extended and released again. The pairs of a group are those its link_id names."""
-    result = ingest_mucr(workspace.store, file, images_dir, skip_bad, report_path(workspace, report, file.name),
-                         dataset, ingest_licence(workspace, licence), update=update)
+    with showing_progress():
+        result = ingest_mucr(workspace.store, file, images_dir, skip_bad, report_path(workspace, report, file.name),
+                             dataset, ingest_licence(workspace, licence), update=update)
     print_ingest(result, as_json)
 
 

@@ -162,3 +162,14 @@ def test_ingest_shows_the_images_read_with_count_and_eta_unless_quiet_or_json(wo
         assert "reading images" in drawn.getvalue() and "2/2" in drawn.getvalue() and "eta" in drawn.getvalue()
     else:
         assert drawn.getvalue() == ""
+
+
+def test_the_llm_requests_bar_shows_an_eta_beside_its_fields():
+    from cftools.llm.runner import progress_bar
+
+    buffer = io.StringIO()
+    with progress_bar(Console(file=buffer, force_terminal=True, width=200, color_system=None)) as bar:
+        task = bar.add_task("requests", total=10, done=0, failed=0, cached=0, rate=0.0)
+        bar.update(task, advance=4, done=4)
+        bar.refresh()
+    assert "4/10" in buffer.getvalue() and "eta" in buffer.getvalue() and "cached 0" in buffer.getvalue()

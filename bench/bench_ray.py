@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -51,9 +52,9 @@ from llm_stub import start_process  # noqa: E402
 def set_actors(ws: Path, actors: int | None) -> None:
     config = ws / "cftools.toml"
     text = config.read_text()
-    text = text.split("\n[ray]\n")[0]
+    text = re.sub(r"(?m)^actors = .*\n", "", text)  # the template has [ray], its keys commented
     if actors:
-        text += f"\n[ray]\nactors = {actors}\n"
+        text = text.replace("\n[ray]\n", f"\n[ray]\nactors = {actors}\n", 1)
     config.write_text(text)
 
 

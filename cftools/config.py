@@ -101,6 +101,7 @@ class EditSettingsSection(Section):
     backend: Optional[str] = None
     model: Optional[str] = None
     licence: Optional[str] = None
+    license: Optional[str] = None
     allow_non_commercial: Optional[bool] = None
     allow_downloads: Optional[bool] = None
     base_url: Optional[str] = None
@@ -153,7 +154,9 @@ class AnnotateSettings(Section):
 
 class SourceSettings(Section):
     licence: Optional[str] = None
+    license: Optional[str] = None
     licences: Optional[dict[str, str]] = None
+    licenses: Optional[dict[str, str]] = None
 
 
 class ReleaseSettings(Section):
@@ -201,6 +204,31 @@ def known_sections() -> dict[str, type[BaseModel]]:
         if kind.config_section is not None:
             sections.setdefault(name, kind.config_section)
     return sections
+
+
+# Keys spelled two ways (British and American): either is read, the stages read the first of each pair.
+ALIASES: dict[str, tuple[tuple[str, str], ...]] = {
+    "sources": (("licence", "license"), ("licences", "licenses")),
+    "edits": (("licence", "license"),),
+    "release": (("license", "licence"),),
+}
+
+
+def with_aliases(config: dict[str, Any], where: str = "cftools.toml") -> dict[str, Any]:
+    """CONFIG with each key of ALIASES set from its other spelling where only that one is given; both given with
+    different values is one error line."""
+    for name, pairs in ALIASES.items():
+        section = config.get(name)
+        if not isinstance(section, dict):
+            continue
+        for read, other in pairs:
+            if other not in section:
+                continue
+            if read in section and section[read] != section[other]:
+                raise WorkspaceError(f"{where}: [{name}] {read} and {other} are one setting spelled two ways, "
+                                     f"and they differ ({shown(section[read])}, {shown(section[other])}); keep one")
+            section.setdefault(read, section[other])
+    return config
 
 
 def check_config(config: dict[str, Any], where: str = "cftools.toml") -> list[str]:

@@ -1,14 +1,14 @@
 """`cftools doctor`: what a crash, a kill or a hand edit can leave wrong in a workspace, and the safe repairs.
 
 Checks: the store's integrity (SQLite's full integrity check, on the file, before it is opened); image files
-missing or changed since they were registered; generated image files no row points to; items and tasks stuck in an
+missing or changed since they were registered; image files cftools wrote that no row points to; items and tasks stuck in an
 intermediate state (an item under review with no open task, a task without a server id); work claims held by dead
 workers; export temporaries a killed export left; live tasks the store believes pushed that their Label Studio
 server (the shared one or a person's own) no longer holds (when servers are configured); releases of every format
 that no longer verify, or whose manifest is not the one the store recorded at export.
 
 Repairs (only with `repair=True`, each listed): stuck items go back to the status they can be picked up from,
-dead claims are freed, generated image files no row points to removed, dead tasks forgotten (their items back to
+dead claims are freed, image files cftools wrote that no row points to removed, dead tasks forgotten (their items back to
 `checked`), stale export temporaries removed; the copies a killed export left are judged by the store: only one
 whose manifest is the one the store recorded (and that verifies) is renamed back into place when the release is
 missing; every other `.old` copy is moved aside under a name that says what it is (`.unrecorded`: verifies against
@@ -114,15 +114,19 @@ def check_images(workspace: Workspace, report: DoctorReport) -> None:
 
 
 def check_generated_files(workspace: Workspace, report: DoctorReport, repair: bool) -> None:
-    """Generated image files no row points to (neither an image of the store nor the images request cache): what a
-    `generate images` killed or out of space between writing the files and recording them leaves."""
+    """Image files cftools wrote that no row points to (neither an image of the store nor the images request cache):
+    what a `generate images` or an `ingest hf` killed or out of space between writing the files and recording them
+    leaves."""
     import json
 
     from cftools.images import GENERATED_IMAGES_FOLDER, IMAGE_CACHE_BACKEND
+    from cftools.ingest.hf import SOURCE_IMAGES_FOLDER
     from cftools.models import CachedResponse
 
-    folder = workspace.path(*GENERATED_IMAGES_FOLDER.parts)
-    files = sorted(folder.glob("??/*.png")) if folder.is_dir() else []
+    folders = {GENERATED_IMAGES_FOLDER: ("??/*.png", "a generated image", "generate images"),
+               SOURCE_IMAGES_FOLDER: ("??/*.*", "a dataset's image", "ingest hf")}
+    files = {path: kind for folder, (pattern, *kind) in folders.items()
+             if (root := workspace.path(*folder.parts)).is_dir() for path in sorted(root.glob(pattern))}
     if not files:
         return
     with workspace.store.session() as session:
@@ -134,14 +138,14 @@ def check_generated_files(workspace: Workspace, report: DoctorReport, repair: bo
             except (ValueError, TypeError):
                 continue
     report.checked["generated_image_files"] = len(files)
-    for path in files:
+    for path, (what, command) in files.items():
         if path.stem in known:
             continue
-        finding = report.add("image_orphan", f"{path} is a generated image no row points to (a generate images run "
-                                             "stopped between writing it and recording it)", path=str(path))
+        finding = report.add("image_orphan", f"{path} is {what} no row points to (a {command} run stopped between "
+                                             "writing it and recording it)", path=str(path))
         if repair:
             path.unlink(missing_ok=True)
-            report.repaired(finding, f"{path}: removed (generate images makes it again)")
+            report.repaired(finding, f"{path}: removed ({command} writes it again)")
 
 
 def check_stuck_items(workspace: Workspace, report: DoctorReport, repair: bool) -> None:

@@ -181,11 +181,12 @@ def _remove_made(root: Path, before: set[Path], made: list[Path]) -> None:
 def load_workspace(root: Path) -> Workspace:
     """The workspace at ROOT, its cftools.toml read and checked against the schema (cftools.config): a file that
     is not TOML or a value of the wrong type is one error line; unknown keys are `config_warnings`."""
-    from cftools.config import check_config
+    from cftools.config import check_config, with_aliases
 
     config_path = Path(root) / CONFIG_NAME
     config = read_config(config_path, root)
     warnings = check_config(config, str(config_path))
+    config = with_aliases(config, str(config_path))
     return Workspace(root=Path(root).resolve(), config=config, config_warnings=warnings)
 
 

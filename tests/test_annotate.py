@@ -628,3 +628,26 @@ def test_deleted_tasks_are_reported_and_items_go_back(label_studio, ls_workspace
     again = json.loads(run_cli("annotate", "push", "--json").output)
     assert again["pushed"] == 1 and again["project_id"] == project_id
     assert statuses(ls_workspace.store)[item_ids[1]] == IN_REVIEW
+
+
+def test_push_and_pull_show_their_counts_with_an_eta_on_a_terminal_and_nothing_quiet_or_json(
+        label_studio, ls_workspace, run_cli, request, monkeypatch):
+    from test_annotate_cli import terminal_stderr
+
+    drawn = terminal_stderr(monkeypatch)
+    make_items(run_cli, label_studio.media_root / f"{request.node.name}-{uuid.uuid4().hex[:6]}", 3)
+    mark_checked(ls_workspace.store)
+    quiet = run_cli("annotate", "push", "--limit", "1", "--quiet")
+    assert quiet.exit_code == 0 and "Pushed 1" in quiet.output, quiet.output
+    assert "pushing tasks" not in drawn.getvalue() and "eta" not in drawn.getvalue()
+    assert run_cli("annotate", "push").exit_code == 0
+    assert "pushing tasks" in drawn.getvalue() and "2/2" in drawn.getvalue() and "eta" in drawn.getvalue()
+    for args in (("--quiet",), ("--json",)):
+        drawn.seek(0)
+        drawn.truncate()
+        assert run_cli("annotate", "pull", *args).exit_code == 0
+        assert "projects pulled" not in drawn.getvalue() and "eta" not in drawn.getvalue(), args
+    assert run_cli("annotate", "pull").exit_code == 0
+    shown = drawn.getvalue()
+    assert "projects pulled" in shown and "1/1" in shown and "tasks of project" in shown and "3/3" in shown
+    assert "eta" in shown

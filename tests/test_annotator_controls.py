@@ -140,7 +140,8 @@ def world(people_servers, tmp_path_factory):
     config = root / "cftools.toml"
     text = config.read_text().replace("[label_studio]\n", f'[label_studio]\ndocument_root = "{people_servers.media_root}"'
                                       f'\nproject_prefix = "{prefix}"\n', 1)
-    config.write_text(text + "\n[annotate]\ncontrol_rate = 0.6667\nmin_accuracy = 0.8\nmin_controls = 4\n\n" + people_servers.config())
+    text = text.replace("\n[annotate]\n", "\n[annotate]\ncontrol_rate = 0.6667\nmin_accuracy = 0.8\nmin_controls = 4\n", 1)
+    config.write_text(text + "\n" + people_servers.config())
     monkeypatch.setenv("CFTOOLS_WORKSPACE", str(root))
     monkeypatch.delenv("LOCAL_FILES_DOCUMENT_ROOT", raising=False)
     monkeypatch.delenv("LABEL_STUDIO_URL", raising=False)

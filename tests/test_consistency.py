@@ -284,3 +284,30 @@ def test_a_multiple_choice_item_keeps_its_options_about_the_irrelevant_edit_and_
         files.append(predictions)
     imported = import_predictions(vlm, files, tmp_path / "from-vlm")
     assert imported.summary["cfmm"]["consistency"] == own.summary["cfmm"]["consistency"]
+
+
+def test_eval_prints_the_paired_and_the_consistency_score_on_the_console(tmp_path, run_cli):
+    """Issue 46: the paired score for edits and the consistency score were only in report.md; `eval` (here `eval
+    import` of lmms-eval's samples, which prints as `eval` does) shows them on the console too."""
+    from cftools.release.lmms_eval import write_lmms_eval
+
+    release, records = edits_release(tmp_path / "rel")
+    own = run_eval(release, "openai:scripted", out_dir=tmp_path / "own", answerer=ScriptedModel(records))
+    raw = {(p["id"], p["which"]): p["raw"] for p in own.predictions}
+    lmms = harness_folder(release, records, tmp_path / "lmms", write_lmms_eval)
+    docs = [json.loads(line) for line in (lmms / "cons_cvqa" / "test.jsonl").read_text().splitlines()]
+    samples = tmp_path / "model_samples_cons_cvqa.jsonl"
+    samples.write_text("".join(json.dumps({"doc_id": n, "doc": d, "filtered_resps": [raw[(d["item_id"], d["which"])]]})
+                               + "\n" for n, d in enumerate(docs)), encoding="utf-8")
+    result = run_cli("eval", "import", lmms, samples, "--out", tmp_path / "run")
+    assert result.exit_code == 0, result.output
+    text = result.stdout
+    assert all(len(line) <= 80 for line in text.splitlines())  # a pipe's width, nothing cut
+    assert "paired = the original question right about both the original and the edited image" in " ".join(
+        text.split())
+    row = next(line for line in text.splitlines() if line.startswith("│ cvqa "))
+    cells = [c.strip() for c in row.strip("│").split("│")]
+    total = expected_total()
+    assert cells[:2] == ["cvqa", str(N_ITEMS)] and cells[2].startswith("60.0 (")  # paired: 3 of 5 right on both
+    assert cells[3] == str(N_ITEMS) and cells[4].startswith(f"{100 * total['consistency']:.1f} (")
+    assert cells[5].startswith(f"{100 * total['change_iff_relevant']:.1f} (")

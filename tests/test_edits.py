@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import click
 import httpx
 import numpy as np
 import PIL.Image
@@ -245,7 +246,7 @@ def test_cli_generate_edits(items_ws, stub, run_cli, cache_dir):
     config = items_ws.path("cftools.toml")
     text = config.read_text().replace('backend = "local"', f'backend = "openai"\nbase_url = "{stub.base_url}"')
     config.write_text(text.replace('model = "smollm2-135m-instruct"', 'model = "stub"')
-                      + f'\n[edits]\ncache_dir = "{cache_dir}"\n')
+                      .replace("\n[edits]\n", f'\n[edits]\ncache_dir = "{cache_dir}"\n', 1))
     result = run_cli("generate", "edits", "--kind", "cvqa", "--per-item", "1", "--json")
     assert result.exit_code == 0, result.output
     summary = json.loads(result.output)
@@ -558,3 +559,23 @@ def test_two_people_verify_an_edit_through_label_studio_and_it_is_released_with_
     croissant = json.loads((release / "croissant.json").read_text())
     assert "NOT FOR COMMERCIAL USE" in croissant["rai:dataLimitations"]
     assert run_cli("verify", str(release)).exit_code == 0
+
+
+@pytest.mark.parametrize("args, backend", [(["--llm-backend", "openai"], "openai"), (["--backend", "openai"], "openai"),
+                                           (["--backend", "local", "--llm-backend", "local"], "local"), ([], None)])
+def test_generate_edits_names_its_llm_backend_apart_from_the_edit_backend(args, backend):
+    """Issue 46: `--backend` was the LLM beside `--edit-backend`, the image editor. Now `--llm-backend`; the old
+    spelling is still read, and not shown in --help."""
+    from cftools.commands.edits import edits_cmd
+
+    assert edits_cmd.make_context("edits", list(args)).params["backend"] == backend
+    shown = edits_cmd.get_help(click.Context(edits_cmd))
+    assert "--llm-backend" in shown and "--edit-backend" in shown and "--backend " not in shown
+
+
+def test_the_llm_backend_given_twice_differently_is_a_usage_error():
+    from cftools.commands.edits import edits_cmd
+
+    for args in (["--backend", "local", "--llm-backend", "openai"], ["--llm-backend", "openai", "--backend", "local"]):
+        with pytest.raises(click.UsageError, match="say different things"):
+            edits_cmd.make_context("edits", args)

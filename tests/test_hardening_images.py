@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
+
 from sqlalchemy import select
 
 from cftools.imagegen.openai_backend import OpenAIImageBackend
@@ -103,10 +105,12 @@ def test_a_reply_carrying_the_api_key_is_stored_without_it(workspace, monkeypatc
     assert secret not in completion.text and completion.text == "Sure. Your key is ***, New answer: 3"
 
 
-def test_doctor_reports_and_removes_generated_files_no_row_points_to(workspace, run_cli):
-    folder = workspace.path("images", "generated", "ab")
+@pytest.mark.parametrize("folder, suffix", [("generated", ".png"), ("sources", ".jpg")])
+def test_doctor_reports_and_removes_image_files_no_row_points_to(workspace, run_cli, folder, suffix):
+    """Generated images and a Hugging Face dataset's images (`ingest hf`) alike."""
+    folder = workspace.path("images", folder, "ab")
     folder.mkdir(parents=True)
-    orphan = folder / ("ab" + "0" * 62 + ".png")
+    orphan = folder / ("ab" + "0" * 62 + suffix)
     orphan.write_bytes(b"\x89PNG not recorded")
     out = run_cli("doctor", "--json", "--offline")
     report = json.loads(out.output)

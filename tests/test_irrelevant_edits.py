@@ -124,7 +124,7 @@ def test_cli_no_irrelevant_and_the_irrelevant_edits(items_ws, stub, run_cli, cac
     config = items_ws.path("cftools.toml")
     text = config.read_text().replace('backend = "local"', f'backend = "openai"\nbase_url = "{stub.base_url}"')
     config.write_text(text.replace('model = "smollm2-135m-instruct"', 'model = "stub"')
-                      + f'\n[edits]\ncache_dir = "{cache_dir}"\n')
+                      .replace("\n[edits]\n", f'\n[edits]\ncache_dir = "{cache_dir}"\n', 1))
     result = run_cli("generate", "edits", "--kind", "cvqa", "--per-item", "1", "--no-irrelevant", "--json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["images_made"] == 2

@@ -173,3 +173,19 @@ def test_every_ingest_command_takes_a_licence():
     missing = [name for name, command in ingest.commands.items()
                if "--licence" not in {opt for param in command.params for opt in getattr(param, "opts", [])}]
     assert missing == []
+
+
+def test_license_is_licence_spelled_the_other_way_on_every_command_and_in_the_config(workspace, run_cli, tmp_path):
+    """Issue 46: the option was `--licence`, the config key `license`; each is accepted in both spellings."""
+    from test_docs import COMMANDS, long_options  # every command of the CLI, with its long options
+
+    with_licence = [" ".join(path) for path, command in COMMANDS if "--licence" in long_options(command)]
+    assert {"cftools ingest vqav2", "cftools export", "cftools generate edits", "cftools ingest edits"} <= set(
+        with_licence)
+    assert all("--license" in long_options(command) for path, command in COMMANDS if "--licence" in long_options(command))
+    out = run_cli("ingest", "table", table(tmp_path, "a"), "--license", "CC0-1.0", "--json")
+    assert out.exit_code == 0, out.output
+    set_sources(workspace, 'license = "MIT"\nlicenses = {"table:c" = "Apache-2.0"}\n')
+    assert run_cli("ingest", "table", table(tmp_path, "b")).exit_code == 0
+    assert run_cli("ingest", "table", table(tmp_path, "c")).exit_code == 0
+    assert licences(workspace) == {"table:a": "CC0-1.0", "table:b": "MIT", "table:c": "Apache-2.0"}

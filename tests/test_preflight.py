@@ -164,7 +164,7 @@ def test_preflight_passes_on_a_release_built_like_the_demos(exported, run_cli, t
     for name in ("croissant", "rai_fields", "licence", "sha256", "images"):
         assert f"| {name} | " in result.output
     assert "| fail |" not in result.output and "Every check passed" in result.output
-    assert (tmp_path / "r.md").read_text(encoding="utf-8") == result.output
+    assert (tmp_path / "r.md").read_text(encoding="utf-8") == result.stdout  # the plot's path goes to stderr
     assert "store: first-round judgments" in result.output  # the stocked items' judgments, from the store
     assert f"runs `{runs[0]}` and `{runs[1]}`" in result.output
 
@@ -178,6 +178,58 @@ def test_preflight_passes_on_a_release_built_like_the_demos(exported, run_cli, t
     assert scopes[("cfmm", "(all)")]["chance"] == pytest.approx((1 / 2 + 1 / 4) / 2)  # 2 and 4 options shown
     ceiling = scopes[("cfmm", "(all)")]["ceiling"]  # 4 items, two judgments each, one of eight disagreeing
     assert (ceiling["agree"], ceiling["total"]) == (7, 8) and ceiling["low"] < 7 / 8 < ceiling["high"]
+
+
+# -- the picture: the detectable difference against the number of items (issue 46) ----------------------------------
+
+def test_the_mdd_curve_falls_with_the_items_and_passes_through_the_releases_own_point():
+    from cftools.release.preflight import Scope, mdd_curve, scope_power
+
+    for pair in (None, "runs"):
+        scope = Scope("cvqa", "(all)", items=120, questions=240, images=100, m_w=1.4)
+        if pair is None:
+            scope_power(scope, [], None)
+        else:  # a stored pair of runs' design, as scope_power writes it
+            scope.design = {"source": "runs", "psi": 0.3, "rho": 0.1}
+            from cftools.evaluate.paired import minimum_detectable_difference
+
+            scope.mdd = minimum_detectable_difference(240, 0.3, 0.1, 1.4)
+        curve = mdd_curve(scope)
+        assert len(curve) >= 20 and curve[0].items <= 20 and curve[-1].items >= 1200  # undetectable sizes left out
+        assert all(a.items < b.items and a.mdd > b.mdd for a, b in zip(curve, curve[1:]))  # more items, less MDD
+        own = next(p for p in curve if p.items == scope.items)
+        assert own.questions == scope.questions and own.mdd == pytest.approx(scope.mdd, abs=1e-9)
+        assert all(p.questions == 2 * p.items for p in curve)  # two questions per item, as the release asks them
+
+
+def test_preflight_draws_the_mdd_beside_the_release_and_verify_still_passes(exported, run_cli, tmp_path):
+    from PIL import Image
+
+    from cftools.release.preflight_plot import default_plot_path
+
+    _, release = exported
+    runs = scripted_runs(release, tmp_path / "runs")
+    default = default_plot_path(release)
+    default.unlink(missing_ok=True)
+    result = run_cli("preflight", release, *[x for run in runs for x in ("--run", run)])
+    assert result.exit_code == 0, result.output
+    assert default.parent == release.resolve().parent  # beside the release folder, not in it
+    assert f"MDD against the number of items drawn in {default}" in " ".join(result.stderr.split())
+    with Image.open(default) as picture:
+        assert picture.format == "PNG" and picture.size == (750, 450)
+        assert len(set(picture.convert("RGB").getdata())) > 10  # curves and text drawn, not a blank canvas
+    assert run_cli("verify", release).exit_code == 0  # the release folder holds no extra file
+
+    chosen = tmp_path / "pictures" / "mdd.png"
+    chosen.parent.mkdir()
+    shown = run_cli("preflight", release, "--json", "--plot", chosen)
+    assert json.loads(shown.stdout)["plot"] == str(chosen) and chosen.stat().st_size > 10_000
+    inside = run_cli("preflight", release, "--plot", release / "mdd.png")
+    assert inside.exit_code == 2 and "inside the release folder" in inside.output
+    assert not (release / "mdd.png").exists()
+    unwritable = run_cli("preflight", release, "--plot", tmp_path / "no-such-folder" / "mdd.png")
+    assert unwritable.exit_code == 1
+    assert unwritable.stderr.strip().splitlines()[-1].startswith("Error: the MDD plot could not be written to ")
 
 
 def rewrite_manifest_entry(release: Path, rel: str) -> None:

@@ -122,7 +122,7 @@ def test_the_default_config_passes_the_schema_without_a_warning(with_config, run
     ("", ('backend = "local"', 'backend = "local"\ntimeout = "5"'), '[llm] timeout = "5"', "expected a number"),
     ("", ('token_env = "LABEL_STUDIO_API_KEY"', 'token_env = "LABEL_STUDIO_API_KEY"\nannotators = "a@b.org"'),
      '[label_studio] annotators = "a@b.org"', "expected a list of strings"),
-    ("\n[cfmm]\ntypes = [1]\n", None, "[cfmm] types = [1]", "expected a string"),  # a kind's own section
+    ("", ("\n[cfmm]\n", "\n[cfmm]\ntypes = [1]\n"), "[cfmm] types = [1]", "expected a string"),  # a kind's own section
     ('\n[label_studio.people."ann@example.org"]\nurl = 8080\n', None,
      '[label_studio.people."ann@example.org"] url = 8080', "expected a string"),
     ("", ('license = "CC-BY-4.0"', "license = true"), "[release] license = true", "expected a string"),
@@ -207,3 +207,72 @@ def test_a_read_only_store_or_workspace_is_named_as_such(tmp_path, what):
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 1 and len(lines) == 1, result.stderr
     assert "read-only" in lines[0] and "damaged" not in lines[0] and "backup" not in lines[0], lines[0]
+
+
+def config_md_sections() -> list[list[str]]:
+    """The sections docs/config.md documents, as key paths (`## [llm.prices."MODEL"]` -> ["llm", "prices", "MODEL"])."""
+    import re
+    import tomllib
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "config.md").read_text()
+    return [list(tomllib.loads(f"[{h}]\n").keys()) + _inner(tomllib.loads(f"[{h}]\n"))
+            for h in re.findall(r"^## \[(.+)\]$", text, re.M)]
+
+
+def _inner(table: dict) -> list[str]:
+    first = next(iter(table.values()))
+    return [next(iter(first))] + _inner(first) if first else []
+
+
+def test_init_writes_every_section_config_md_documents(tmp_path):
+    """Every section is in the cftools.toml that init writes (issue 46: it had no [edits], though the docs configure
+    the editor there): a table of its own, or, where its name is the person's own (a model, an email), a commented
+    example of it."""
+    import tomllib
+
+    init_workspace(tmp_path / "ws").close()
+    text = (tmp_path / "ws" / "cftools.toml").read_text()
+    parsed = tomllib.loads(text)
+    for path in config_md_sections():
+        if any(part.isupper() for part in path):  # ["llm", "prices", "MODEL"]: named by the person
+            assert f"# [{'.'.join(path[:-1])}." in text, path
+        else:
+            table = parsed
+            for part in path:
+                assert isinstance(table.get(part), dict), f"no [{'.'.join(path)}] in the cftools.toml init writes"
+                table = table[part]
+
+
+def test_init_shows_every_setting_and_sets_only_the_ones_it_always_did(tmp_path):
+    """Each key of the schema is in the file, commented out where it was absent before (behaviour unchanged)."""
+    import re
+    import tomllib
+
+    from cftools.config import ALIASES, known_sections
+
+    init_workspace(tmp_path / "ws").close()
+    text = (tmp_path / "ws" / "cftools.toml").read_text()
+    other_spellings = {(name, other) for name, pairs in ALIASES.items() for _, other in pairs}
+    missing = [f"[{name}] {key}" for name, model in known_sections().items() for key in model.model_fields
+               if (name, key) not in other_spellings and not re.search(rf"^#?\s*(\[{name}\.)?{key}\b", text, re.M)]
+    assert not missing, f"not in the cftools.toml init writes: {missing}"
+    set_keys = {(name, key) for name, table in tomllib.loads(text).items() for key in table}
+    assert set_keys == {("store", "url"), ("llm", "backend"), ("llm", "model"), ("label_studio", "token_env"),
+                        ("release", "license")}
+
+
+@pytest.mark.parametrize("section, key, other", [("sources", "licence", "license"), ("edits", "licence", "license"),
+                                                 ("release", "license", "licence")])
+def test_licence_and_license_are_one_setting(tmp_path, section, key, other):
+    """Either spelling is read (issue 46: the config key was `license`, the option `--licence`); both, differing, is
+    one line naming both."""
+    root = tmp_path / "ws"
+    init_workspace(root).close()
+    config = root / "cftools.toml"
+    default = config.read_text().replace('license = "CC-BY-4.0"', "")
+    config.write_text(default.replace(f"\n[{section}]\n", f'\n[{section}]\n{other} = "MIT"\n', 1))
+    assert load_workspace(root).section(section)[key] == "MIT"
+    config.write_text(default.replace(f"\n[{section}]\n", f'\n[{section}]\n{other} = "MIT"\n{key} = "0BSD"\n', 1))
+    with pytest.raises(WorkspaceError, match=rf"\[{section}\] {key} and {other} are one setting.*differ"):
+        load_workspace(root)

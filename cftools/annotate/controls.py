@@ -141,13 +141,17 @@ def count_in_digits(kind: str, group: str, question: str, value: Optional[str], 
     return stored
 
 
-def image_missing(image: str, images_dir: Path) -> Optional[str]:
-    """Why a control's image cannot be shown (a control is always shown with its image), or None."""
-    return None if (images_dir / image).is_file() else f"image {image!r} is not a file in {images_dir}"
+def image_missing(image: str, images_dir: Path, images_given: bool = True) -> Optional[str]:
+    """Why a control's image cannot be shown (a control is always shown with its image), or None; without
+    --images (the file's folder read) the line names the option."""
+    if (images_dir / image).is_file():
+        return None
+    where = "" if images_given else " (the controls file's folder: name the images' folder with --images)"
+    return f"image {image!r} is not a file in {images_dir}{where}"
 
 
 def read_controls(path: Path, kind: str, dataset: str, images_dir: Path, bad: Any,
-                  key_prefix: Optional[str] = None) -> tuple[list, list, dict]:
+                  key_prefix: Optional[str] = None, images_given: bool = True) -> tuple[list, list, dict]:
     """(source questions, control items, item key -> settled answer) of a controls FILE, each record checked as
     `ingest` checks its records (image inside IMAGES_DIR and present, ids unique, answers of the group's type).
     Item keys are KEY_PREFIX (default DATASET) and a hash, the shape of an ingested item's key."""
@@ -173,7 +177,7 @@ def read_controls(path: Path, kind: str, dataset: str, images_dir: Path, bad: An
             data = _data_of(row, path, line)
             if groups and group not in groups:
                 raise InputError(path, f"group {group!r} is not one of {kind}'s: {', '.join(groups)}", line)
-            problem = (image_missing(image, images_dir) or answer_problem(kind, group, question, answer, "answer")
+            problem = (image_missing(image, images_dir, images_given) or answer_problem(kind, group, question, answer, "answer")
                        or (corrected and answer_problem(kind, group, question, corrected, "corrected_answer")))
             if problem:
                 raise InputError(path, problem, line)
@@ -340,12 +344,13 @@ def load_controls(store: Store, path: Path, kind: str, images_dir: Optional[Path
 
     get_kind(kind)
     path = Path(path)
+    images_given = images_dir is not None
     images_dir = Path(images_dir) if images_dir else path.parent
     looks = real_items(store, kind)
     key_prefix = dataset or looks.key_prefix
     dataset = dataset or f"table:{kind}"
     bad = BadRecords(skip_bad)
-    sources, items, settled = read_controls(path, kind, dataset, images_dir, bad, key_prefix)
+    sources, items, settled = read_controls(path, kind, dataset, images_dir, bad, key_prefix, images_given)
     n_records = len(items)
     sources, new_items, unchanged = sort_out_reloads(store, path, dataset, sources, items, settled, bad)
     images_dir = place_images(path, sources, images_dir, looks.image_folder, bad)

@@ -373,8 +373,8 @@ def apply_own_decisions(session: Session, tasks: dict[int, Any], ids: list[int],
                         .values(state=state, decision=decision, updated_at=now))
         if outcome.decided:
             close_decided(session, {(item.id, task.purpose): decision})
-        if outcome.decided or outcome.status != before:
-            report.decisions[f"{name}: {outcome.rule}"] += 1
+        if outcome.decided or outcome.wants or item.status != before:  # not a task still waiting for judgments
+            report.decisions[f"{name}: {outcome.rule or item.status}"] += 1
             session.add(ItemEvent(item_id=item.id, stage=STAGE, from_status=before, to_status=item.status,
                                   detail={"task": task.purpose, "rule": outcome.rule,
                                           "annotators": [p.annotator for p in picks]}))
@@ -484,7 +484,8 @@ def pull_project(store: Store, server: LabelStudioServer, project_id: int, kind:
         if returning or len(shared) < len(tiebreaks):
             send_back(store, sender, kind, tasks, by_ls_id, returning, [t for t in tiebreaks if t not in shared])
         done += len(chunk)
-        progress(f"pull project {project_id}", done, len(by_ls_id))
+        # by server too: each person's server numbers its projects from 1
+        progress(f"tasks of project {project_id} on {server.url}", done, len(by_ls_id))
     unseen = [ls_id for ls_id in by_ls_id if ls_id not in seen]
     confirmed = set(server.tasks_gone(project_id, unseen))
     report.missing_from_export += [{"project": project_id, "task": ls_id} for ls_id in unseen
@@ -617,6 +618,29 @@ def fetch_projects(servers: Servers, jobs: list[ProjectJob]) -> dict[ProjectJob,
     return futures
 
 
+class PullCounts:
+    """The lines a pull reports beside each project's tasks: projects read of all, and with one server per person
+    the people whose every project is read."""
+
+    PROJECTS, PEOPLE = "projects pulled", "people pulled"
+
+    def __init__(self, jobs: list[ProjectJob], per_person: bool, progress: Progress) -> None:
+        self.progress, self.per_person = progress, per_person
+        self.total, self.projects = len(jobs), 0
+        self.left = Counter(job.server_url for job in jobs)  # a person's projects are all on their server
+        self.people = len(self.left)
+        self.progress(self.PROJECTS, 0, self.total)
+        if per_person:
+            self.progress(self.PEOPLE, 0, self.people)
+
+    def done(self, job: ProjectJob) -> None:
+        self.projects += 1
+        self.progress(self.PROJECTS, self.projects, self.total)
+        self.left[job.server_url] -= 1
+        if self.per_person:
+            self.progress(self.PEOPLE, sum(1 for n in self.left.values() if n == 0), self.people)
+
+
 def pull(workspace: Workspace, progress: Progress = _no_progress) -> PullReport:
     """Fetch the annotations of every task this workspace pushed, from every configured server at once, then decide
     project by project as the chunks come in."""
@@ -637,14 +661,16 @@ def pull(workspace: Workspace, progress: Progress = _no_progress) -> PullReport:
         sender = Sender(workspace, servers, settings)  # returns and tiebreaks to the person they are for
         jobs = project_jobs(workspace.store)
         futures = fetch_projects(servers, jobs)
+        counted = PullCounts(jobs, per_person=bool(settings.people), progress=progress)
         for job in jobs:
             server, emails, chunks = futures[job].result()
             if server is None:
                 if job.server_url not in report.servers_not_configured:
                     report.servers_not_configured.append(job.server_url)
-                continue
-            pull_project(workspace.store, server, job.project_id, job.kind, job.purpose, emails, report, progress,
-                         str(workspace.root), sender, fetched=chunks)
+            else:
+                pull_project(workspace.store, server, job.project_id, job.kind, job.purpose, emails, report,
+                             progress, str(workspace.root), sender, fetched=chunks)
+            counted.done(job)
         pull_authoring_projects(workspace, servers, settings, report)
         link_after_pull(workspace.store, servers)  # what this pull stored, checked at its start
         report.separation = servers.separation_reasons

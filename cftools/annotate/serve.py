@@ -35,6 +35,7 @@ from cftools.annotate.label_studio import PersonServer, server_settings
 from cftools.annotate.separation import Finding, last_checks, refuse_document_root, verify_separation
 from cftools.errors import CftoolsError
 from cftools.processes import is_running
+from cftools.progress import ProgressCallback, no_progress
 from cftools.workspace import Workspace
 
 LS_BIN_ENV = "LS_BIN"
@@ -44,6 +45,13 @@ TEMPLATE_NAME = "template"
 START_TIMEOUT_S = 240
 STOP_TIMEOUT_S = 20
 LOOPBACK = ("127.0.0.1", "localhost")
+# The lines `serve` reports (`cftools.progress`): the servers up so far, the one-off migration, each person's server.
+SERVERS_UP, MIGRATING = "servers up", "migrating Label Studio's database (first serve only)"
+CHECKING = "checking each server is its person's alone"
+
+
+def starting_line(email: str) -> str:
+    return f"starting {email}'s server"
 
 
 @dataclass
@@ -250,11 +258,12 @@ def stop_pid(pid: int) -> None:
             pass
 
 
-def migrated_template(workspace: Workspace, binary: Path) -> Path:
+def migrated_template(workspace: Workspace, binary: Path, progress: ProgressCallback = no_progress) -> Path:
     """A data dir with Label Studio's database migrated and no user: built once, copied for each person."""
     template = serve_root(workspace) / TEMPLATE_NAME
     if (template / "label_studio.sqlite3").exists():
         return template
+    progress(MIGRATING, 0, None)  # about 30 s, once: nothing else shows meanwhile
     building = template.with_name(TEMPLATE_NAME + ".building")
     shutil.rmtree(building, ignore_errors=True)
     building.mkdir(parents=True)
@@ -268,6 +277,7 @@ def migrated_template(workspace: Workspace, binary: Path) -> Path:
         proc.wait(timeout=STOP_TIMEOUT_S)
     shutil.copytree(building, template, ignore=shutil.ignore_patterns("media", "export", "upload"))
     shutil.rmtree(building, ignore_errors=True)
+    progress(MIGRATING, 1, 1)
     return template
 
 
@@ -277,9 +287,11 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def serve(workspace: Workspace, ls_bin: Optional[str] = None, only: tuple[str, ...] = ()) -> list[Started]:
+def serve(workspace: Workspace, ls_bin: Optional[str] = None, only: tuple[str, ...] = (),
+          progress: ProgressCallback = no_progress) -> list[Started]:
     """Start the server of each configured person (ONLY: just these) that is not running yet; returns what to tell
-    each person."""
+    each person. PROGRESS hears the servers up so far (of all to serve), and each starting server until it
+    answers."""
     settings = server_settings(workspace)
     people = [p for p in settings.people if not only or p.email in only]
     if not people:
@@ -296,12 +308,14 @@ def serve(workspace: Workspace, ls_bin: Optional[str] = None, only: tuple[str, .
     secrets_of_all = configured_secrets(workspace)
     starting: list[tuple[Started, subprocess.Popen, int, Path, Path]] = []
     told: list[Started] = []
+    progress(SERVERS_UP, 0, len(people))
     try:
         for person in people:
             port = local_port(person)
             if person.email in state:
                 told.append(Started(person.email, person.url, state[person.email].pid, False,
                                     token_env=person.token_env, already_running=True))
+                progress(SERVERS_UP, len(told), len(people))
                 continue
             if port_in_use(port):
                 raise CftoolsError(f"port {port} of {person.email}'s server ({person.url}) is taken by another "
@@ -311,7 +325,7 @@ def serve(workspace: Workspace, ls_bin: Optional[str] = None, only: tuple[str, .
             started = Started(person.email, person.url, 0, fresh, token_env=person.token_env)
             account = None
             if fresh:
-                template = migrated_template(workspace, binary)
+                template = migrated_template(workspace, binary, progress)
                 shutil.rmtree(data_dir, ignore_errors=True)
                 shutil.copytree(template, data_dir)
                 data_dir.chmod(0o700)  # its database and secret key are the person's alone
@@ -329,11 +343,14 @@ def serve(workspace: Workspace, ls_bin: Optional[str] = None, only: tuple[str, .
             proc = launch(binary, data_dir, port, log, document_root, secrets_of_all, account)
             started.pid = proc.pid
             starting.append((started, proc, port, log, data_dir))
+            progress(starting_line(person.email), 0, None)
         for started, proc, port, log, data_dir in starting:  # all start at once; wait for each
             wait_until_up(proc, started.url, port, log)
             state[started.email] = Served(started.email, started.url, port, proc.pid, str(data_dir), str(log),
                                           time.time())
             told.append(started)
+            progress(starting_line(started.email), 1, 1)
+            progress(SERVERS_UP, len(told), len(people))
     except BaseException:
         for started, proc, *_ in starting:
             if started.email not in state:
@@ -341,7 +358,9 @@ def serve(workspace: Workspace, ls_bin: Optional[str] = None, only: tuple[str, .
         raise
     finally:
         write_state(workspace, state)
+    progress(CHECKING, 0, None)
     check_after_serve(workspace, told)  # proven theirs alone, by the servers themselves (recorded)
+    progress(CHECKING, 1, 1)
     return told
 
 

@@ -1,8 +1,9 @@
-"""The `duplicate` check: the same or nearly the same counterfactual question on the same image, or the same
-question pair (original question and answer, counterfactual question and answer) on another image.
+"""The `duplicate` check: the same or nearly the same counterfactual question on the same image.
 
-Two items are compared when they refer to the same image (the stored image, else the same file
-name), or when their question pairs are the same in normal form (a pair copied onto a second image). The later
+Two items are compared only when they refer to the same image: the stored image (images are stored once per SHA-256,
+so two files of the same bytes are one image), else the same file name. The same question on another image is not a
+duplicate, even with the same answers: a common source question ("How many people are there?") rewritten for many
+images gives the same counterfactual question and answer on each, and each is an item of its own. The later
 one is flagged: an item is a duplicate of another that is further along the flow
 (not a draft) or of a draft created before it (a lower id), so one of a pair always stays clean.
 
@@ -48,7 +49,6 @@ class Entry:
     image_key: str
     question: str
     normal: str
-    pair: str = ""  # the question pair's normal form (original question and answer too); "" without an original
 
     @property
     def numbers(self) -> tuple[str, ...]:
@@ -58,11 +58,7 @@ class Entry:
 def entry_for(item: ItemView) -> Optional[Entry]:
     if not item.image_key or not item.question:
         return None
-    pair = ""
-    if item.source_question:
-        pair = "\x00".join((normal_question(item.source_question), normalize_answer(item.source_answer),
-                             normal_question(item.question), normalize_answer(item.answer)))
-    return Entry(item.id, item.status, item.image_key, item.question, normal_question(item.question), pair)
+    return Entry(item.id, item.status, item.image_key, item.question, normal_question(item.question))
 
 
 def precedes(other: Entry, item: Entry) -> bool:
@@ -71,16 +67,13 @@ def precedes(other: Entry, item: Entry) -> bool:
 
 
 class DuplicateFinder:
-    """Holds every item's entry, grouped by image, and (optionally) their embeddings."""
+    """Holds every item's entry, grouped by image (the only items compared), and (optionally) their embeddings."""
 
     def __init__(self, entries: Iterable[Entry], embedder: Optional[Embedder] = None,
                  similarity: float = DEFAULT_SIMILARITY) -> None:
         self.by_image: dict[str, list[Entry]] = defaultdict(list)
-        self.by_pair: dict[str, list[Entry]] = defaultdict(list)
         for entry in entries:
             self.by_image[entry.image_key].append(entry)
-            if entry.pair:
-                self.by_pair[entry.pair].append(entry)
         self.embedder = embedder
         self.similarity = similarity
         self.vectors: dict[int, np.ndarray] = {}
@@ -111,11 +104,6 @@ class DuplicateFinder:
             if other.normal == entry.normal:
                 return Flag("duplicate", f"the same question as item {other.id} on the same image "
                                          f"('{strip_options(other.question)}')")
-        copies = [o for o in self.by_pair.get(entry.pair, ()) if entry.pair and precedes(o, entry)]
-        if copies:
-            other = min(copies, key=lambda o: o.id)
-            return Flag("duplicate", f"the same question pair and answers as item {other.id} on another image "
-                                     f"('{strip_options(other.question)}')")
         mine = self.vectors.get(entry.id)
         if mine is None:
             return None

@@ -6,9 +6,10 @@ from typing import Any, Optional
 
 import click
 from cftools.terminal import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.console import Console
 from rich.table import Table
 
+from cftools.annotate.controls import control_rate
 from cftools.annotate.figures import quality_status
 from cftools.annotate.pull import pull
 from cftools.annotate.push import push, waiting_kind
@@ -17,31 +18,15 @@ from cftools.annotate.serve import servers_report
 from cftools.annotate.separation import reasons_by_person
 from cftools.annotate.status import annotation_status
 from cftools.annotate.verification import SHARED
-from cftools.commands.annotate_quality import audit_cmd, controls_cmd, requeue_cmd, resume_cmd
+from cftools.commands.annotate_quality import (audit_cmd, controls_cmd, full_width_console, requeue_cmd,
+                                               resume_cmd)
 from cftools.kinds import get_kind
-from cftools.commands.common import console, err_console, pass_workspace, print_json
+from cftools.commands.common import err_console, pass_workspace, print_json
+from cftools.progress import step_progress
 from cftools.workspace import Workspace
 
-
-class _Bar:
-    """A rich progress bar fed by the library's (what, done, total) callback."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TimeElapsedColumn(), console=err_console, disable=not enabled, transient=True)
-        self.tasks: dict[str, int] = {}
-
-    def __call__(self, what: str, done: int, total: int) -> None:
-        if what not in self.tasks:
-            self.tasks[what] = self.progress.add_task(what, total=total)
-        self.progress.update(self.tasks[what], completed=done, total=total)
-
-    def __enter__(self) -> "_Bar":
-        self.progress.__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.progress.__exit__(*exc)
+quiet_option = click.option("--quiet", is_flag=True, help="Draw no progress on stderr (none is drawn under --json "
+                                                           "or when stderr is not a terminal either).")
 
 
 @click.group()
@@ -69,9 +54,10 @@ def annotate() -> None:
 @click.option("--if-configured", is_flag=True,
               help="Without a configured server (url and token), say how to start one and exit 0.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@quiet_option
 @pass_workspace
 def push_cmd(workspace: Workspace, kind: Optional[str], limit: Optional[int], adjudicate: bool, task: Optional[str],
-             data_uri: bool, allow_missing_images: bool, if_configured: bool, as_json: bool) -> None:
+             data_uri: bool, allow_missing_images: bool, if_configured: bool, as_json: bool, quiet: bool) -> None:
     """Push checked items as tasks (batched); pushed items move to in_review. Pushing again adds only new ones.
 
     With --task, push one of the kind's own tasks; an authoring task pushes the store's images instead, one task
@@ -79,34 +65,41 @@ def push_cmd(workspace: Workspace, kind: Optional[str], limit: Optional[int], ad
     if task and task != "verify" and not kind:
         raise click.UsageError("--task needs --kind (the kind whose task it is)")
     kind = kind or waiting_kind(workspace.store, adjudicate)
-    with _Bar(not as_json) as bar:
+    with step_progress(err_console, quiet=quiet, as_json=as_json, labels={"push": "pushing tasks"}) as progress:
         report = push(workspace, kind=kind, limit=limit, adjudicate=adjudicate, data_uri=data_uri,
-                      allow_missing_images=allow_missing_images, if_configured=if_configured, progress=bar,
+                      allow_missing_images=allow_missing_images, if_configured=if_configured, progress=progress,
                       task=task)
     if as_json:
         print_json(report.as_dict())
         return
+    print_push(report, kind, task, adjudicate, control_rate(workspace))
+
+
+def print_push(report: Any, kind: Optional[str], task: Optional[str], adjudicate: bool, rate: float) -> None:
+    """What a push did, in words (stdout; warnings on stderr); RATE: the [annotate] control_rate it mixed controls
+    in at."""
+    out = full_width_console()
     if not report.configured:
-        console.print(f"[yellow]Label Studio not configured[/]: {escape(report.message)}. Skipping the push.")
+        out.print(f"[yellow]Label Studio not configured[/]: {escape(report.message)}. Skipping the push.")
         return
     if report.message:
-        console.print(escape(report.message))
+        out.print(escape(report.message))
         return
     what = "adjudication" if adjudicate else "verification" if task in (None, "verify") else task
     pushed = "images" if task in get_kind(kind).authoring_tasks else f"{kind} items"
     if not report.pushed and not report.project_ids and not report.project_url:
         # nothing waits (a MuCR select tiebreak, say, goes out at pull): no project to name, no warning to give
-        console.print(f"Nothing to push: no {escape(kind)} items wait for {escape(what)}.")
+        out.print(f"Nothing to push: no {escape(kind)} items wait for {escape(what)}.")
         return
     if report.project_ids:
-        console.print(f"Pushed {report.pushed} {kind} {what} tasks to the projects of "
-                      f"{len(report.project_ids)} people (verification: {report.verification}):")
+        out.print(f"Pushed {report.pushed} {kind} {what} tasks to the projects of "
+                  f"{len(report.project_ids)} people (verification: {report.verification}):")
         for person in sorted(report.project_ids):
-            console.print(f"  {escape(person)}: {report.assigned.get(person, 0)} new tasks in "
-                          f"{escape(report.project_urls.get(person, ''))}")
+            out.print(f"  {escape(person)}: {report.assigned.get(person, 0)} new tasks in "
+                      f"{escape(report.project_urls.get(person, ''))}")
     else:
-        console.print(f"Pushed {report.pushed} {pushed} to the {kind} {what} project: [bold]{report.project_url}[/] "
-                      f"(verification: {report.verification})")
+        out.print(f"Pushed {report.pushed} {pushed} to the {kind} {what} project: [bold]{report.project_url}[/] "
+                  f"(verification: {report.verification})")
     for reason in report.separation:
         err_console.print(f"[red]Not blind:[/] {escape(reason)}")
     if report.verification == SHARED and pushed != "images":
@@ -114,83 +107,88 @@ def push_cmd(workspace: Workspace, kind: Optional[str], limit: Optional[int], ad
                           "open the others' projects and judgments. Give each person a server of their own "
                           + escape('([label_studio.people."EMAIL"], `cftools annotate serve`).'))
     if report.controls:
-        console.print(f"{report.controls} of them are control items (mixed in at [annotate] control_rate).")
+        # escaped: rich would take "[annotate]" for a style and print nothing of it
+        out.print(f"{report.controls} of them are control items (mixed in at "
+                  f"{escape('[annotate] control_rate')} = {rate:g}).")
     for paused in report.paused:
-        console.print(f"[yellow]Paused {escape(paused['person'])}[/]: {escape(paused['reason'])}; they get no new "
-                      f"tasks until `cftools annotate resume {escape(paused['person'])}`.")
+        out.print(f"[yellow]Paused {escape(paused['person'])}[/]: {escape(paused['reason'])}; they get no new "
+                  f"tasks until `cftools annotate resume {escape(paused['person'])}`.")
     if report.reconciled:
-        console.print(f"Recorded {report.reconciled} tasks already on the server from an interrupted push.")
+        out.print(f"Recorded {report.reconciled} tasks already on the server from an interrupted push.")
     if report.duplicates_on_server:
-        console.print(f"[yellow]{report.duplicates_on_server} duplicate tasks on the server were left alone.[/]")
+        out.print(f"[yellow]{report.duplicates_on_server} duplicate tasks on the server were left alone.[/]")
     if report.skipped_no_image:
-        console.print(f"[yellow]{report.skipped_no_image} items skipped: no image "
-                      "(--allow-missing-images pushes them anyway).[/]")
+        out.print(f"[yellow]{report.skipped_no_image} items skipped: no image "
+                  "(--allow-missing-images pushes them anyway).[/]")
     if report.skipped_outside_root:
-        console.print(f"[yellow]{report.skipped_outside_root} items skipped: image outside the document root.[/]")
+        out.print(f"[yellow]{report.skipped_outside_root} items skipped: image outside the document root.[/]")
 
 
 @annotate.command("pull")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@quiet_option
 @pass_workspace
-def pull_cmd(workspace: Workspace, as_json: bool) -> None:
+def pull_cmd(workspace: Workspace, as_json: bool, quiet: bool) -> None:
     """Fetch annotations: one judgment per task and annotator, then decide, adjudicate, detect deleted tasks."""
-    with _Bar(not as_json) as bar:
-        report = pull(workspace, progress=bar)
+    out = full_width_console()
+    with step_progress(err_console, quiet=quiet, as_json=as_json) as progress:
+        report = pull(workspace, progress=progress)
     if as_json:
         print_json(report.as_dict())
         return
-    console.print(f"Pulled {report.annotations} annotations of {report.tasks} tasks in {report.projects} projects: "
-                  f"{report.judgments_added} judgments added, {report.judgments_updated} updated, "
-                  f"{report.judgments_unchanged} unchanged, {report.judgments_removed} removed.")
+    out.print(f"Pulled {report.annotations} annotations of {report.tasks} tasks in {report.projects} projects: "
+              f"{report.judgments_added} judgments added, {report.judgments_updated} updated, "
+              f"{report.judgments_unchanged} unchanged, {report.judgments_removed} removed.")
     for decision, n in sorted(report.decisions.items()):
-        console.print(f"  {n} items {decision}")
+        out.print(f"  {n} items {decision}")
     written = report.authoring
     if written.projects:
-        console.print(f"Authoring: {written.submissions} submissions in {written.projects} projects: "
-                      f"{written.items_added} new draft items, {written.already_pulled} pulled before, "
-                      f"{written.no_suitable_type} images with no suitable type.")
+        out.print(f"Authoring: {written.submissions} submissions in {written.projects} projects: "
+                  f"{written.items_added} new draft items, {written.already_pulled} pulled before, "
+                  f"{written.no_suitable_type} images with no suitable type.")
         print_refusals(written, "submission")
     if report.ignored_same_annotator:
-        console.print(f"[yellow]{report.ignored_same_annotator} extra annotations by the same person ignored.[/]")
+        out.print(f"[yellow]{report.ignored_same_annotator} extra annotations by the same person ignored.[/]")
     if report.ignored_extra_annotators:
-        console.print(f"[yellow]{report.ignored_extra_annotators} annotations beyond the needed annotators ignored.[/]")
+        out.print(f"[yellow]{report.ignored_extra_annotators} annotations beyond the needed annotators ignored.[/]")
     if report.cancelled:
-        console.print(f"{report.cancelled} skipped (cancelled) annotations.")
+        out.print(f"{report.cancelled} skipped (cancelled) annotations.")
     print_refusals(report, "annotation")
     for bad in report.mismatched:
-        console.print(f"[red]task {bad['task']} carries item {escape(repr(bad['found']))}, "
-                      f"expected {escape(repr(bad['expected']))}; "
-                      "left alone[/]")
+        out.print(f"[red]task {bad['task']} carries item {escape(repr(bad['found']))}, "
+                  f"expected {escape(repr(bad['expected']))}; "
+                  "left alone[/]")
     if report.missing_from_export:
-        console.print(f"[yellow]{len(report.missing_from_export)} tasks were missing from the export but are still "
-                      "on the server; they are left as they were and read again by the next pull.[/]")
+        out.print(f"[yellow]{len(report.missing_from_export)} tasks were missing from the export but are still "
+                  "on the server; they are left as they were and read again by the next pull.[/]")
     for reason in report.separation:
-        console.print(f"[red]Not blind:[/] {escape(reason)}")
+        out.print(f"[red]Not blind:[/] {escape(reason)}")
     for url in report.servers_not_configured:
-        console.print(f"[yellow]tasks on {escape(url)} were not read: no server in cftools.toml is there any "
-                      "more[/]")
+        out.print(f"[yellow]tasks on {escape(url)} were not read: no server in cftools.toml is there any "
+                  "more[/]")
     if report.deleted_tasks:
-        console.print(f"[yellow]{len(report.deleted_tasks)} tasks were deleted in Label Studio; "
-                      f"{sum(d['item_status'] == 'checked' for d in report.deleted_tasks)} items are back to checked, "
-                      f"{sum(bool(d.get('sent_back_to')) for d in report.deleted_tasks)} sent again as a new task.[/]")
+        out.print(f"[yellow]{len(report.deleted_tasks)} tasks were deleted in Label Studio; "
+                  f"{sum(d['item_status'] == 'checked' for d in report.deleted_tasks)} items are back to checked, "
+                  f"{sum(bool(d.get('sent_back_to')) for d in report.deleted_tasks)} sent again as a new task.[/]")
     for tiebreak in report.tiebreaks:
         if tiebreak.get("unassigned"):
-            console.print(f"[red]item {escape(tiebreak['item'])}: {escape(tiebreak['unassigned'])}[/]")
+            out.print(f"[red]item {escape(tiebreak['item'])}: {escape(tiebreak['unassigned'])}[/]")
 
 
 def print_refusals(report: Any, what: str) -> None:
     """What pull did not count: invalid WHATs, judgments refused by name, and the submissions returned to each
     person with the reason (the judgments' report and the authoring report carry the same three lists)."""
+    out = full_width_console()
     for bad in report.invalid:
-        console.print(f"[red]rejected {what} {bad['annotation']} of task {bad['task']} by "
-                      f"{escape(bad['annotator'])}: {escape(bad['reason'])}[/]")
+        out.print(f"[red]rejected {what} {bad['annotation']} of task {bad['task']} by "
+                  f"{escape(bad['annotator'])}: {escape(bad['reason'])}[/]")
     for bad in report.refused:
-        console.print(f"[red]{escape(bad['reason'])}[/]")
+        out.print(f"[red]{escape(bad['reason'])}[/]")
     for person, entries in sorted(report.returned.items()):
-        console.print(f"[yellow]returned to {escape(person)}: {len(entries)} tasks, each as a new task saying "
-                      "why[/]")
+        out.print(f"[yellow]returned to {escape(person)}: {len(entries)} tasks, each as a new task saying "
+                  "why[/]")
         for entry in entries:
-            console.print(f"  task {entry['task']}: {escape(entry['reason'])}")
+            out.print(f"  task {entry['task']}: {escape(entry['reason'])}")
 
 
 def verification_counts(store: Any) -> dict[str, int]:
@@ -207,10 +205,17 @@ def _fmt(value: Optional[float], spec: str) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
 @pass_workspace
 def status_cmd(workspace: Workspace, as_json: bool) -> None:
-    """Progress per project, agreement per question (percent, Krippendorff's alpha, Cohen's kappa), counts
-    per annotator and, with [label_studio] annotators, each person's tasks: open (not yet submitted), submitted,
-    returned, skipped, refused; the number of items in review with no open task (must be 0); and, for each person
-    whose server's last separation check failed, why their judgments are not blind."""
+    """Items per verification set-up; progress per project (tasks, annotations per task, deleted, decisions);
+    agreement per question (percent, Krippendorff's alpha, Cohen's kappa); counts per annotator (judgments,
+    related: yes, correct: yes, corrections, adjudications) and, with [label_studio] annotators, each person's
+    tasks: open (not yet submitted), submitted, returned, skipped, refused. Then annotator quality, per person and per
+    kind and task: accuracy on control items (with its 95% confidence interval, against [annotate] min_accuracy),
+    Cohen's kappa with each other judge, how often adjudication overturned them, and lead time (median and 90th
+    percentile); who is paused (and how to resume them) or named for a pause at the next push. Last, the number of
+    items in review with no open task (must be 0) and, for each person whose server's last separation check
+    failed, why their judgments are not blind. Piped, tables are printed whole (never cut to the terminal's
+    width)."""
+    out = full_width_console()
     status = annotation_status(workspace.store)
     status["verification"] = verification_counts(workspace.store)
     status["not_blind_because"] = reasons_by_person(workspace.store)
@@ -218,10 +223,10 @@ def status_cmd(workspace: Workspace, as_json: bool) -> None:
     if as_json:
         print_json(status)
         return
-    console.print("Verification: " + (", ".join(f"{n} items on {how}" for how, n in status["verification"].items())
-                                      or "no item judged yet"))
+    out.print("Verification: " + (", ".join(f"{n} items on {how}" for how, n in status["verification"].items())
+                                  or "no item judged yet"))
     for person, reason in status["not_blind_because"].items():
-        console.print(f"[red]Not blind[/] ({escape(person)}'s server, last check): {escape(reason)}")
+        out.print(f"[red]Not blind[/] ({escape(person)}'s server, last check): {escape(reason)}")
     table = Table(title="Projects (as of the last pull)", title_justify="left")
     for column in ("server", "project", "purpose", "kind", "tasks", "0 ann.", "1 ann.", "2+ ann.", "deleted",
                    "decisions"):
@@ -231,7 +236,7 @@ def status_cmd(workspace: Workspace, as_json: bool) -> None:
                       str(p["tasks"]),
                       str(p["annotations"]["0"]), str(p["annotations"]["1"]), str(p["annotations"]["2+"]),
                       str(p["deleted"]), ", ".join(f"{k}: {v}" for k, v in sorted(p["decisions"].items())))
-    console.print(table)
+    out.print(table)
     table = Table(title="Inter-annotator agreement", title_justify="left")
     for column in ("project", "question", "pairs", "agreement %", "Krippendorff's α", "Cohen's κ"):
         table.add_column(column)
@@ -239,7 +244,7 @@ def status_cmd(workspace: Workspace, as_json: bool) -> None:
         for question, s in questions.items():
             table.add_row(escape(str(project)), escape(str(question)), str(s["n_pairs"]), _fmt(s["percent_agreement"], ".1f"),
                           _fmt(s.get("krippendorff_alpha"), ".3f"), _fmt(s["cohen_kappa"], ".3f"))
-    console.print(table)
+    out.print(table)
     table = Table(title="Annotators", title_justify="left")
     for column in ("annotator", "judgments", "related: yes", "correct: yes", "corrections", "adjudications"):
         table.add_column(column)
@@ -247,7 +252,7 @@ def status_cmd(workspace: Workspace, as_json: bool) -> None:
         table.add_row(escape(str(name)), str(a["judgments"]), str(a["related_yes"]), str(a["correct_yes"]),
                       str(a["corrections"]),
                       str(a["adjudications"]))
-    console.print(table)
+    out.print(table)
     if status["people"]:
         table = Table(title="Per person (tasks assigned by cftools)", title_justify="left")
         for column in ("person", "open", "submitted", "returned", "skipped", "refused"):
@@ -255,11 +260,11 @@ def status_cmd(workspace: Workspace, as_json: bool) -> None:
         for person, counts in status["people"].items():
             table.add_row(escape(str(person)), *(str(counts[what]) for what in
                                                  ("open", "submitted", "returned", "skipped", "refused")))
-        console.print(table)
-    print_quality(status["quality"])
+        out.print(table)
+    print_quality(status["quality"], out)
     stuck = status["in_review_without_open_task"]
-    console.print(f"Items in review with no open task: {stuck}"
-                  + (" [red](nothing will decide them: run `cftools doctor`)[/]" if stuck else ""))
+    out.print(f"Items in review with no open task: {stuck}"
+              + (" [red](nothing will decide them: run `cftools doctor`)[/]" if stuck else ""))
 
 
 def _interval(figure: Optional[dict]) -> str:
@@ -268,7 +273,7 @@ def _interval(figure: Optional[dict]) -> str:
     return f"{figure['estimate']:.2f} ({figure['low']:.2f}–{figure['high']:.2f})"
 
 
-def print_quality(quality: dict[str, Any]) -> None:
+def print_quality(quality: dict[str, Any], out: Console) -> None:
     """Each person's accuracy on controls, κ with each other judge, overturn rate and speed, per kind and task."""
     if not quality["people"]:
         return
@@ -291,15 +296,15 @@ def print_quality(quality: dict[str, Any]) -> None:
                           _interval(by_kind["accuracy"]) if by_kind else "", kappas,
                           f"{over['overturned']}/{over['adjudicated']}" if over else "",
                           f"{speed['median_s']:.1f} / {speed['p90_s']:.1f}" if speed else "")
-    console.print(table)
+    out.print(table)
     for person, p in quality["people"].items():
         if p["paused"]:
-            console.print(f"[yellow]Paused {escape(person)}[/] since {p['paused']['since'][:16]} "
-                          f"({escape(p['paused']['by'])}): {escape(p['paused']['why'])}; "
-                          f"`cftools annotate resume {escape(person)}` gives them work again.")
+            out.print(f"[yellow]Paused {escape(person)}[/] since {p['paused']['since'][:16]} "
+                      f"({escape(p['paused']['by'])}): {escape(p['paused']['why'])}; "
+                      f"`cftools annotate resume {escape(person)}` gives them work again.")
         elif p["named"]:
-            console.print(f"[yellow]{escape(person)}[/]: accuracy on controls wholly below "
-                          f"{quality['min_accuracy']:g}; the next push pauses them.")
+            out.print(f"[yellow]{escape(person)}[/]: accuracy on controls wholly below "
+                      f"{quality['min_accuracy']:g}; the next push pauses them.")
 
 
 @annotate.command("serve")
@@ -307,29 +312,34 @@ def print_quality(quality: dict[str, Any]) -> None:
 @click.option("--person", "people", multiple=True, help="Only this person's server (repeatable). Default: everyone "
                                                         'in [label_studio.people."EMAIL"].')
 @click.option("--stop", "stop_them", is_flag=True, help="Stop the servers instead (as `annotate stop`).")
+@quiet_option
 @pass_workspace
-def serve_cmd(workspace: Workspace, ls_bin: Optional[str], people: tuple[str, ...], stop_them: bool) -> None:
+def serve_cmd(workspace: Workspace, ls_bin: Optional[str], people: tuple[str, ...], stop_them: bool,
+              quiet: bool) -> None:
     """Start one loopback Label Studio per person: own data dir (label-studio/<email>/ in the workspace), own port
     (from the person's url), that person's account its only user. Prints each URL and how each person logs in; a
     password or token made here is shown this once and never written down by cftools."""
+    out = full_width_console()
     if stop_them:
         _print_stopped(stop(workspace, people))
         return
-    for s in serve(workspace, ls_bin, people):
+    with step_progress(err_console, quiet=quiet) as progress:
+        started = serve(workspace, ls_bin, people, progress)
+    for s in started:
         if s.already_running:
-            console.print(f"{escape(s.email)}: already running at [bold]{s.url}[/] (pid {s.pid})")
+            out.print(f"{escape(s.email)}: already running at [bold]{s.url}[/] (pid {s.pid})")
             continue
-        console.print(f"{escape(s.email)}: [bold]{s.url}[/] (pid {s.pid})")
+        out.print(f"{escape(s.email)}: [bold]{s.url}[/] (pid {s.pid})")
         if not s.new_account:
-            console.print("  log in with the email and the password given when this server was first started")
+            out.print("  log in with the email and the password given when this server was first started")
             continue
         if s.password:
-            console.print(f"  log in as {escape(s.email)} with password [bold]{escape(s.password)}[/] "
-                          "(shown once: pass it on to them)")
+            out.print(f"  log in as {escape(s.email)} with password [bold]{escape(s.password)}[/] "
+                      "(shown once: pass it on to them)")
         else:
-            console.print(f"  log in as {escape(s.email)} with the password in ${s.password_env}")
+            out.print(f"  log in as {escape(s.email)} with the password in ${s.password_env}")
         if s.token:
-            console.print(f"  API token (shown once): export {s.token_env}={s.token}")
+            out.print(f"  API token (shown once): export {s.token_env}={s.token}")
 
 
 @annotate.command("stop")
@@ -341,8 +351,9 @@ def stop_cmd(workspace: Workspace, people: tuple[str, ...]) -> None:
 
 
 def _print_stopped(stopped: list[str]) -> None:
-    console.print(f"Stopped {len(stopped)} server(s)" + (": " + ", ".join(escape(e) for e in stopped) if stopped
-                                                          else "."))
+    out = full_width_console()
+    out.print(f"Stopped {len(stopped)} server(s)" + (": " + ", ".join(escape(e) for e in stopped) if stopped
+                                                      else "."))
 
 
 @annotate.command("servers")
@@ -351,6 +362,7 @@ def _print_stopped(stopped: list[str]) -> None:
 def servers_cmd(workspace: Workspace, as_json: bool) -> None:
     """Each person's Label Studio server: its URL, whether `annotate serve` runs it here, whether it answers, whether
     their token is set, and whether the last separation check proved it theirs alone (else why not)."""
+    out = full_width_console()
     rows = servers_report(workspace)
     if as_json:
         print_json(rows)
@@ -363,7 +375,7 @@ def servers_cmd(workspace: Workspace, as_json: bool) -> None:
                       "yes" if r["answers"] else "no", f"${r['token_env']}" + ("" if r["token_set"] else " (unset)"),
                       f"yes ({r['checked_at'][:16]}, {r['checked_during']})" if r["alone"]
                       else f"[red]no: {escape(r['not_alone_because'])}[/]")
-    console.print(table)
+    out.print(table)
 
 
 annotate.add_command(controls_cmd)

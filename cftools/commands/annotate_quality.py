@@ -7,10 +7,21 @@ from pathlib import Path
 from typing import Optional
 
 import click
+from rich.console import Console
 
 from cftools.commands.common import console, pass_workspace, print_json
 from cftools.terminal import escape
 from cftools.workspace import Workspace
+
+PIPED_WIDTH = 10_000  # columns: wider than any line or table the annotate commands print; rich pads nothing to it
+
+
+def full_width_console() -> Console:
+    """stdout's console; when stdout is not a terminal, one as wide as any line (a line is not broken, nor a table
+    cut with "…", at 80 columns where nobody sees a window's edge)."""
+    if console.is_terminal:
+        return console
+    return Console(file=console.file, width=PIPED_WIDTH, highlight=False, soft_wrap=True)
 
 
 @click.command("controls")
@@ -36,15 +47,16 @@ def controls_cmd(workspace: Workspace, file: Path, kind: str, images_dir: Option
     if as_json:
         print_json(report.as_dict())
         return
-    console.print(f"[bold]{escape(str(file))}[/]: {report.n_records} records, {report.controls_added} {kind} "
-                  f"controls added ({report.already_known} known already), {report.images_added} images added, "
-                  f"{report.missing_images} without an image.")
+    out = full_width_console()
+    out.print(f"[bold]{escape(str(file))}[/]: {report.n_records} records, {report.controls_added} {kind} "
+              f"controls added ({report.already_known} known already), {report.images_added} images added, "
+              f"{report.missing_images} without an image.")
     if report.skipped:
-        console.print(f"[yellow]{len(report.skipped)} bad records skipped[/]")
+        out.print(f"[yellow]{len(report.skipped)} bad records skipped[/]")
     if not report.like_real_items:
-        console.print(f"[yellow]No {kind} items with an ingested key and an image in the store yet:[/] these "
-                      "controls' keys and image folder are their own, and a person could tell them apart. Load "
-                      "controls after the items they hide among.")
+        out.print(f"[yellow]No {kind} items with an ingested key and an image in the store yet:[/] these "
+                  "controls' keys and image folder are their own, and a person could tell them apart. Load "
+                  "controls after the items they hide among.")
 
 
 @click.command("resume")
@@ -57,8 +69,9 @@ def resume_cmd(workspace: Workspace, person: str) -> None:
 
     pause = resume(workspace.store, person)
     when = pause.paused_at.strftime("%Y-%m-%d %H:%M")
-    console.print(f"{escape(person)} resumed by {escape(str(pause.resumed_by))} (paused {when}: "
-                  f"{escape(pause.reason)}).")
+    out = full_width_console()
+    out.print(f"{escape(person)} resumed by {escape(str(pause.resumed_by))} (paused {when}: "
+              f"{escape(pause.reason)}).")
 
 
 def _date(value: Optional[datetime]) -> Optional[datetime]:
@@ -79,10 +92,11 @@ def requeue_cmd(workspace: Workspace, person: str, since: Optional[datetime], as
     if as_json:
         print_json(report.as_dict())
         return
-    console.print(f"{report.tasks} judgments of {escape(person)} no longer count; {len(report.items)} items sent "
-                  "to " + (", ".join(f"{escape(p)} ({n})" for p, n in sorted(report.assigned.items())) or "no one")
-                  + (f"; {report.adjudications_closed} set-aside adjudication tasks deleted on their servers"
-                     if report.adjudications_closed else ""))
+    out = full_width_console()
+    out.print(f"{report.tasks} judgments of {escape(person)} no longer count; {len(report.items)} items sent "
+              "to " + (", ".join(f"{escape(p)} ({n})" for p, n in sorted(report.assigned.items())) or "no one")
+              + (f"; {report.adjudications_closed} set-aside adjudication tasks deleted on their servers"
+                 if report.adjudications_closed else ""))
 
 
 @click.command("audit")
@@ -103,5 +117,6 @@ def audit_cmd(workspace: Workspace, sample: int, seed: int, person: Optional[str
     if as_json:
         print_json(report.as_dict())
         return
-    console.print(f"Pushed {report.pushed} audit tasks (seed {report.seed}, {report.eligible} accepted items "
-                  f"eligible) to {escape(report.person)}'s verification projects.")
+    out = full_width_console()
+    out.print(f"Pushed {report.pushed} audit tasks (seed {report.seed}, {report.eligible} accepted items "
+              f"eligible) to {escape(report.person)}'s verification projects.")

@@ -16,7 +16,7 @@ from cftools.workspace import Workspace
               help="Fix what is safe to fix: re-queue stuck items, free dead work claims, forget tasks the server "
                    "lacks, remove half-written exports (restore a killed export's copy when the release is "
                    "missing, only one whose manifest is the one the store recorded; other copies are moved aside as "
-                   ".unrecorded, .broken, .unverified or .kept) and generated image files no row points to. Every "
+                   ".unrecorded, .broken, .unverified or .kept) and image files cftools wrote that no row points to. Every "
                    "change is listed.")
 @click.option("--offline", is_flag=True, help="Do not ask the Label Studio server about pushed tasks.")
 @pass_workspace

@@ -34,7 +34,7 @@ def size_option(ctx: click.Context, param: click.Parameter, value: Optional[str]
               help="Edit backend (default: [edits] backend, else diffusers with the embedded tiny pipeline).")
 @click.option("--edit-model", help="A diffusers edit pipeline folder or hub id, or an images API model (default: "
               "[edits] model, else the embedded tiny pipeline).")
-@click.option("--licence", help="The edit model's licence, when its folder's model card does not say it.")
+@click.option("--licence", "--license", "licence", help="The edit model's licence, when its folder's model card does not say it.")
 @click.option("--allow-non-commercial", is_flag=True, default=None,
               help="Use an edit model whose licence is not for commercial use (recorded with every edit).")
 @click.option("--per-item", type=click.IntRange(min=1), default=4, show_default=True, help="Candidates per item.")
@@ -49,7 +49,7 @@ def size_option(ctx: click.Context, param: click.Parameter, value: Optional[str]
 @click.option("--irrelevant/--no-irrelevant", default=True, show_default=True,
               help="Also make each item's irrelevant edit (a change the question does not depend on: the answer "
               "stays).")
-@llm_options
+@llm_options(backend_flag="--llm-backend")
 @pass_workspace
 def edits_cmd(workspace: Workspace, kinds: tuple[str, ...], groups: tuple[str, ...], limit: Optional[int],
               edit_backend: Optional[str], edit_model: Optional[str], licence: Optional[str],

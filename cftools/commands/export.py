@@ -42,7 +42,7 @@ STAGE_LABELS = {"items": "Reading the items", "images": "Copying images", "analy
               help="Also export items still under annotation review, marked verified: false.")
 @click.option("--split", "split_spec", metavar="NAME=FRACTION,...",
               help="Splits by hash, e.g. test=0.8,dev=0.2 (default: everything in test).")
-@click.option("--licence", "licence", metavar="LICENCE",
+@click.option("--licence", "--license", "licence", metavar="LICENCE",
               help="The release's licence, stamped even over sources under other or unknown licences (without "
                    "it: [release] license, refused over such sources). The card lists every source's licence.")
 @click.option("--force", is_flag=True, help="Replace an existing release of this name and version.")
@@ -123,7 +123,7 @@ def verify_cmd(ctx: click.Context, release: Path, as_json: bool) -> None:
 
 @click.command("release")
 @click.argument("directory", type=click.Path(file_okay=False, exists=True, path_type=Path))
-@click.option("--licence", "licence", metavar="LICENCE",
+@click.option("--licence", "--license", "licence", metavar="LICENCE",
               help="Licence of the release's items that name no source dataset (default: the manifest's "
                    "license); the source datasets' licences come from the manifest.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")

@@ -32,11 +32,44 @@ def run_option(*names: str, **kwargs: Any) -> Callable:
     return click.option(*names, expose_value=False, callback=_keep_run_option, **kwargs)
 
 
-def llm_options(command: Callable) -> Callable:
-    """--backend, --model, --template, --concurrency, --refresh, --max-attempts, --quiet, --json, and the run
-    options (--max-cost, --estimate, --ray, --batch-api)."""
+ALIASES = "cftools.option_aliases"  # an old spelling's value, waiting for its option's callback (ctx.meta)
+
+
+def _alias_or_value(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """VALUE, else what the option's old spelling gave (read first when it came first on the command line)."""
+    old = ctx.meta.get(ALIASES, {}).get(param.name)
+    if value is not None and old is not None and old != value:
+        raise click.UsageError(f"{param.opts[0]} {value} and its old spelling say different things ({old})", ctx)
+    return value if value is not None else old
+
+
+def hidden_alias(flag: str, name: str, **kwargs: Any) -> Callable:
+    """FLAG, an old spelling of the option whose parameter is NAME: still accepted, not shown in --help. Its
+    option reads it through `_alias_or_value`; both given with different values is a usage error."""
+    def keep(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        if value is None:
+            return value
+        given = ctx.params.get(name)
+        if given is not None and given != value:
+            raise click.UsageError(f"{flag} {value} and its new spelling say different things ({given})", ctx)
+        ctx.meta.setdefault(ALIASES, {})[name] = value
+        if name in ctx.params and given is None:  # the new spelling was read first, unset
+            ctx.params[name] = value
+        return value
+    return click.option(flag, f"{name}_old_spelling", hidden=True, expose_value=False, callback=keep, **kwargs)
+
+
+def llm_options(command: Callable | None = None, *, backend_flag: str = "--backend") -> Callable:
+    """--backend (BACKEND_FLAG; the old --backend then stays a hidden alias), --model, --template, --concurrency,
+    --refresh, --max-attempts, --quiet, --json, and the run options (--max-cost, --estimate, --ray, --batch-api)."""
+    if command is None:
+        return lambda decorated: llm_options(decorated, backend_flag=backend_flag)
+    aliases = () if backend_flag == "--backend" else (
+        hidden_alias("--backend", "backend", type=click.Choice(BACKENDS)),)
     for option in reversed((
-        click.option("--backend", type=click.Choice(BACKENDS), help="LLM backend (default: [llm] backend, else local)."),
+        click.option(backend_flag, "backend", type=click.Choice(BACKENDS), callback=_alias_or_value,
+                     help="LLM backend (default: [llm] backend, else local)."),
+        *aliases,
         click.option("--model", help="Model name (default: [llm] model)."),
         click.option("--template", "template_path", type=click.Path(dir_okay=False, path_type=Path),
                      help="Your own Jinja2 prompt template (default: the packaged one, or the workspace's copy)."),

@@ -52,7 +52,7 @@ update_option = click.option(
     help="Replace the stored text of records this file gives differently under the same id (by default such a "
          "re-ingest is refused naming the first). Items past draft are never replaced.")
 licence_option = click.option(
-    "--licence", "licence", metavar="LICENCE",
+    "--licence", "--license", "licence", metavar="LICENCE",
     help="The source's licence, e.g. CC-BY-4.0 (default: [sources] in cftools.toml, else what the store has for "
          "this dataset, else unknown). The release card lists it; export will not stamp another over it.")
 
@@ -77,10 +77,11 @@ def showing_progress() -> Iterator[None]:
             ingest_progress.reset(token)
 
 
-def ingest_options(images: bool = True):  # noqa: ANN201
-    """The options every ingest shares: [--images], --licence, --skip-bad, --report, --update, --json, --quiet."""
+def ingest_options(images: bool = True, quiet: bool = True):  # noqa: ANN201
+    """The options every ingest shares: [--images], --licence, --skip-bad, --report, --update, --json, [--quiet]
+    (QUIET false: the command has its own, passed to its reader)."""
     shared = ([images_option] if images else []) + [licence_option, skip_bad_option, report_option, update_option,
-                                                    json_option, quiet_option]
+                                                    json_option] + ([quiet_option] if quiet else [])
 
     def decorate(command):  # noqa: ANN001, ANN202
         for option in reversed(shared):
@@ -137,7 +138,7 @@ def ingest_table_cmd(workspace: Workspace, file: Path, dataset: str | None, imag
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--images", "images_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Folder of the edited images; every row's image is a path under it.")
-@click.option("--licence", "licence", metavar="LICENCE",
+@click.option("--licence", "--license", "licence", metavar="LICENCE",
               help="The edited images' licence, recorded with each candidate (a row's own licence column wins).")
 @json_option
 @click.option("--quiet", is_flag=True, help="No progress lines on stderr (they are off under --json too).")
@@ -156,3 +157,42 @@ def ingest_edits_cmd(workspace: Workspace, file: Path, images_dir: Path, licence
     console.print(f"[bold]{escape(file.name)}[/]: {report.n_records} edits read, {report.candidates_added} candidates "
                   f"added to {report.items} items ({report.already_there} already there, {report.images_added} new "
                   f"images); {report.flagged} edits whose best candidate is flagged (`cftools flags list`).")
+
+
+@ingest.command("hf")
+@click.argument("source")
+@click.option("--split", help="The split to read (a Hub dataset's, or the Parquet files of a folder named after it); "
+                              "needed when there are several.")
+@click.option("--config", help="The Hub dataset's configuration (subset), when it has several.")
+@click.option("--question-column", metavar="NAME", help="The question column (default: question).")
+@click.option("--answer-column", metavar="NAME",
+              help="The answer column (default: answers, else multiple_choice_answer, else answer); a list of answers "
+                   "gives its most frequent, as `ingest vqav2` does. Without one, or with '' (a test split's empty "
+                   "answers), the questions have no answer.")
+@click.option("--image-column", metavar="NAME",
+              help="The image column (default: image): the datasets Image feature, image bytes, or a path.")
+@click.option("--id-column", metavar="NAME",
+              help="The id column (default: question_id, else id); without one a row is known by its image, "
+                   "question and answer.")
+@click.option("--images", "images_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Folder that image paths are relative to (default: the dataset's folder).")
+@click.option("--name", "dataset", help="Dataset name in the store (default: hf:NAME[:CONFIG][:SPLIT]).")
+@ingest_options(images=False, quiet=False)
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+@pass_workspace
+def ingest_hf_cmd(workspace: Workspace, source: str, split: str | None, config: str | None,
+                  question_column: str | None, answer_column: str | None, image_column: str | None,
+                  id_column: str | None, images_dir: Path | None, dataset: str | None, licence: str | None,
+                  skip_bad: bool, report: Path | None, update: bool, as_json: bool, quiet: bool) -> None:
+    """Ingest a Hugging Face dataset (a Hub id, read offline from the local cache under HF_HUB_OFFLINE=1, a
+    save_to_disk folder, or Parquet files) with a question, an answer and an image column."""
+    from cftools.ingest.hf import ingest_hf
+    from cftools.progress import step_progress
+
+    with step_progress(err_console, quiet=quiet, as_json=as_json) as progress:
+        result = ingest_hf(workspace.store, workspace.root, source, split=split, config=config,
+                           question_column=question_column, answer_column=answer_column, image_column=image_column,
+                           id_column=id_column, images_dir=images_dir, dataset=dataset, skip_bad=skip_bad,
+                           report_path=report_path(workspace, report, source),
+                           licence=ingest_licence(workspace, licence), update=update, progress=progress)
+    print_ingest(result, as_json)

@@ -268,10 +268,44 @@ def rich_tables(config: dict[str, Any], summary: dict[str, Any], width: int = 80
         for row in table.rows:
             rich.add_row(*(escape(str(cell)) for cell in row))  # group names come from the data
         items.append(rich)
+    edits = edit_scores_table(summary)
+    if edits is not None:
+        items += edits
     if "blind_correct" in summary:
         items.append(f"{len(summary['blind_correct'])} questions answered right without the image "
                      f"(listed in report.md)")
     return items
+
+
+def edit_totals(summary: dict[str, Any]) -> list[tuple[str, Optional[dict], Optional[dict]]]:
+    """(kind, its `edited` total row, its `consistency` total row) for every kind whose run asked about edited
+    images (`cftools.evaluate.edited`, `cftools.evaluate.consistency`)."""
+    out = []
+    for kind, section in kind_sections(summary):
+        edited = (section.get("edited") or [None])[-1] if isinstance(section, dict) else None
+        consistency = (section.get("consistency") or [None])[-1] if isinstance(section, dict) else None
+        if edited or consistency:
+            out.append((kind.name, edited, consistency))
+    return out
+
+
+def edit_scores_table(summary: dict[str, Any]) -> Optional[list[Any]]:
+    """The terminal's lines for edited images: per kind, the paired score (the original question right about both the
+    original and the edited image) and the consistency score, over all groups (report.md has them per group)."""
+    totals = edit_totals(summary)
+    if not totals:
+        return None
+    table = Table()
+    for i, column in enumerate(("kind", "n", "paired", "n", "consistency", "change iff relevant")):
+        table.add_column(column, justify="left" if i == 0 else "right", no_wrap=i > 0)
+    for name, edited, consistency in totals:
+        edited, consistency = edited or {}, consistency or {}
+        table.add_row(escape(name), str(edited.get("n", "–")), pct_compact(edited.get("paired")),
+                      str(consistency.get("n", "–")), pct_compact(consistency.get("consistency")),
+                      pct_compact(consistency.get("change_iff_relevant")))
+    return [Text("Edited images (%), all groups, 95% CI in ( ): paired = the original question right about both the "
+                 "original and the edited image; consistency = right about the original, the relevant and the "
+                 "irrelevant edit (per group in report.md)"), table]
 
 
 def compare_table(a: Any, b: Any) -> Table:

@@ -40,7 +40,7 @@ PREFIXES = {RELEVANT: "edit", IRRELEVANT: "irrelevant_edit"}  # where each kind 
 # what data.edit holds of each kind of edit (the LLM's reply, or an imported row's when the item has none)
 EDIT_TEXT = {RELEVANT: ("condition", "instruction"), IRRELEVANT: ("irrelevant_condition", "irrelevant_instruction")}
 REQUIRED = ("item", "image")
-COLUMNS = (*REQUIRED, "instruction", "condition", "tool", "licence", "edit")
+COLUMNS = (*REQUIRED, "instruction", "condition", "tool", "licence", "license", "edit")  # license: licence's other spelling
 
 
 @dataclass
@@ -154,7 +154,7 @@ def edit_row(file: Path, line: str, row: dict, images_dir: Path, items: ItemInde
     except (OSError, ValueError) as exc:
         raise bad(f"image {given!r}: not a readable image ({exc})") from None
     try:
-        row_licence = clean_licence(text_field(row, "licence"))
+        row_licence = clean_licence(text_field(row, "licence") or text_field(row, "license"))
     except CftoolsError as exc:
         raise bad(str(exc)) from None
     # a tool given as a local model folder is kept by its name only: the candidate's provenance is released

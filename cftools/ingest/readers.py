@@ -615,7 +615,9 @@ def write_records(store: Store, fmt: str, path: Path, dataset: str, sources: lis
             select(func.count()).select_from(source_table)
             .where(source_table.c.dataset == dataset, source_table.c.image_id.is_(None))).scalar_one()
         report.licence = record_licence(session, dataset, licence)
-        session.add(IngestRun(format=fmt, path=str(path), file_sha256=sha256_file(path), n_records=report.n_records,
+        # a Hub id or a folder (ingest hf) has no one file to hash
+        file_sha256 = sha256_file(path) if path.is_file() else None
+        session.add(IngestRun(format=fmt, path=str(path), file_sha256=file_sha256, n_records=report.n_records,
                               n_sources_added=report.sources_added, n_items_added=report.items_added,
                               n_images_added=report.images_added, n_skipped=len(report.bad), dataset=dataset,
                               licence=report.licence))

@@ -191,6 +191,56 @@ def scope_power(scope: Scope, units: Sequence[Unit], pair: Optional[tuple[Any, A
                     "psi": [2 * p * (1 - p) for p in ASSUMED_ACCURACIES]}
 
 
+@dataclass(frozen=True)
+class CurvePoint:
+    """One point of a scope's MDD curve: ITEMS items, asked QUESTIONS questions, detect MDD."""
+
+    items: int
+    questions: int
+    mdd: float
+
+
+CURVE_POINTS = 40
+
+
+def scope_mdd_at(scope: Scope, questions: int) -> Optional[float]:
+    """The MDD of SCOPE's design over QUESTIONS questions: the same ψ, ρ and m_w as the scope's own MDD (a pair of
+    runs' or the assumed ones), so the curve passes through the scope's own point."""
+    if scope.design.get("source") == "runs":
+        return minimum_detectable_difference(questions, scope.design["psi"], scope.design["rho"], scope.m_w)
+    return assumed_mdd(questions, scope.m_w)[0]
+
+
+def mdd_curve(scope: Scope, points: int = CURVE_POINTS) -> list[CurvePoint]:
+    """The MDD against the number of items, from a tenth to ten times the scope's own items (its own among them),
+    each item asked as many questions as the scope's items are on average; sizes where no difference is detectable
+    are left out."""
+    import numpy as np
+
+    if scope.items <= 0:
+        return []
+    per_item = scope.questions / scope.items
+    sizes = np.geomspace(max(1, scope.items // 10), max(10 * scope.items, 100), points)
+    curve = []
+    for items in sorted({int(round(x)) for x in sizes} | {scope.items}):
+        questions = scope.questions if items == scope.items else max(1, int(round(items * per_item)))
+        mdd = scope_mdd_at(scope, questions)
+        if mdd is not None:
+            curve.append(CurvePoint(items, questions, mdd))
+    return curve
+
+
+def headroom(scope: Scope) -> Optional[tuple[float, str]]:
+    """(human ceiling − floor, what the floor is): the blind floor when a text-only run is stored, else chance; None
+    without a human ceiling or a floor."""
+    ceiling = (scope.ceiling or {}).get("value")
+    blind = (scope.blind or {}).get("accuracy")
+    floor, name = (blind, "blind floor") if blind is not None else (scope.chance, "chance")
+    if ceiling is None or floor is None:
+        return None
+    return ceiling - floor, name
+
+
 # -- the human ceiling ---------------------------------------------------------------------------------------------
 
 def wilson(agree: int, total: int) -> dict[str, Any]:
@@ -338,6 +388,7 @@ class PreflightReport:
     pair: Optional[list[str]] = None  # the two runs' folders the MDD's ψ and ρ come from
     blind_run: Optional[str] = None
     checks: list[Any] = field(default_factory=list)  # cftools.release.review.Check
+    plot: Optional[str] = None  # where `cftools preflight` drew the MDD against the number of items
 
     @property
     def failed(self) -> list[Any]:
@@ -349,7 +400,7 @@ class PreflightReport:
                                 "psi": "2p(1-p): independent errors"},
                 "ceiling_source": self.ceiling_source, "pair": self.pair, "blind_run": self.blind_run,
                 "scopes": [s.as_dict() for s in self.scopes], "checks": [c.as_dict() for c in self.checks],
-                "ok": not self.failed}
+                "plot": self.plot, "ok": not self.failed}
 
 
 def preflight_figures(release_dir: Path, records: Sequence[dict[str, Any]], provenance: dict[str, dict[str, Any]],

@@ -109,7 +109,7 @@ def stubbed_edits_config(workspace, stub, cache_dir) -> None:  # noqa: ANN001
     config = workspace.path("cftools.toml")
     text = config.read_text().replace('backend = "local"', f'backend = "openai"\nbase_url = "{stub.base_url}"')
     config.write_text(text.replace('model = "smollm2-135m-instruct"', 'model = "stub"')
-                      + f'\n[edits]\ncache_dir = "{cache_dir}"\n')
+                      .replace("\n[edits]\n", f'\n[edits]\ncache_dir = "{cache_dir}"\n', 1))
 
 
 def test_the_image_step_of_generate_edits_counts_candidate_images_with_eta(items_ws, stub, run_cli, cache_dir,

@@ -8,6 +8,7 @@ in one transaction: a killed run keeps the batches it finished and the next run 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Iterator, Optional, Sequence
 
@@ -37,6 +38,10 @@ class Progress:
     def stage(self, name: str, total: int) -> None: ...
 
     def advance(self, n: int = 1) -> None: ...
+
+    def waiting(self, what: str) -> AbstractContextManager:
+        """A step of unknown length (the embedding model loading)."""
+        return nullcontext()
 
 
 @dataclass
@@ -90,7 +95,8 @@ class CheckReport:
     promote: bool
     candidates: int = 0
     moved_to_checked: int = 0
-    flagged: int = 0
+    flagged: int = 0  # re-checked items that stay draft for their flags
+    moved_despite_waived: int = 0  # moved to checked: every flag they hold was waived by a person
     left_as_flagged: int = 0  # flagged drafts not re-checked (without --recheck)
     gone: int = 0  # items that left `draft` while the checks ran
     applied: Counter = field(default_factory=Counter)
@@ -104,6 +110,7 @@ class CheckReport:
         return {
             "codes": self.codes, "promote": self.promote, "candidates": self.candidates,
             "moved_to_checked": self.moved_to_checked, "flagged": self.flagged,
+            "moved_despite_waived": self.moved_despite_waived,
             "left_as_flagged": self.left_as_flagged, "gone": self.gone,
             "per_check": {code: {"applied": self.applied[code], "flagged": self.flags[code],
                                  "undecided": self.notes[code]} for code in self.codes},
@@ -342,7 +349,8 @@ def _duplicate_finder(store: Store, candidates: list[ItemView], use_embeddings: 
     to_embed = finder.to_embed(entries)
     if not to_embed:
         return finder, "normalised text (no two items on one image hold the same numbers: nothing to embed)"
-    embedder, message = load_embedder()
+    with progress.waiting("loading the embedding model"):
+        embedder, message = load_embedder()
     if embedder is None:
         return finder, f"normalised text only: {message}"
     finder.embedder = embedder
@@ -354,10 +362,12 @@ def _duplicate_finder(store: Store, candidates: list[ItemView], use_embeddings: 
 def _count(report: CheckReport, result: ItemResult) -> None:
     if result.status == CHECKED:
         report.moved_to_checked += 1
+        # its flags are all waived: it moved on, so it is not among the flagged that stay draft
+        report.moved_despite_waived += bool(result.flags)
     elif result.status != DRAFT:
         report.gone += 1
         return
-    if result.flags:
+    elif result.flags:
         report.flagged += 1
     report.applied.update(result.checks)
     report.flags.update({f.code for f in result.flags})

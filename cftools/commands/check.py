@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import click
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from cftools.terminal import escape
 from rich.table import Table
 
@@ -14,21 +13,26 @@ from cftools.checks import Progress as CheckProgress
 from cftools.checks.duplicates import DEFAULT_SIMILARITY
 from cftools.checks.runner import text_codes
 from cftools.commands.common import console, err_console, pass_workspace
+from cftools.progress import StepProgress, step_progress
 from cftools.workspace import Workspace
 
 
-class RichProgress(CheckProgress):
-    def __init__(self, bar: Progress) -> None:
-        self.bar = bar
-        self.task = None
+class ShownProgress(CheckProgress):
+    """The checks' stages as lines of the shared progress display: each stage its count and ETA."""
+
+    def __init__(self, shown: StepProgress) -> None:
+        self.shown = shown
+        self.current = ""
 
     def stage(self, name: str, total: int) -> None:
-        if self.task is not None:
-            self.bar.update(self.task, visible=False)
-        self.task = self.bar.add_task(name, total=total)
+        self.current = name
+        self.shown(name, 0, total)
 
     def advance(self, n: int = 1) -> None:
-        self.bar.advance(self.task, n)
+        self.shown.advance(self.current, n)
+
+    def waiting(self, what: str):  # noqa: ANN201
+        return self.shown.waiting(what)
 
 
 def summary_table(report: CheckReport) -> Table:
@@ -45,6 +49,8 @@ def print_summary(report: CheckReport, out) -> None:  # noqa: ANN001
     out.print(summary_table(report))
     moved = (f"{report.moved_to_checked} moved to checked" if report.promote
              else "none moved (only some checks ran)")
+    if report.moved_despite_waived:
+        moved += f" ({report.moved_despite_waived} of them with every flag waived)"
     if text_codes(report.codes):
         out.print(f"{report.candidates} draft items checked: {moved}, {report.flagged} flagged (they stay draft).")
     if report.left_as_flagged:
@@ -75,9 +81,10 @@ def print_summary(report: CheckReport, out) -> None:  # noqa: ANN001
 @click.option("--similarity", type=click.FloatRange(0.0, 1.0), default=DEFAULT_SIMILARITY, show_default=True,
               help="Cosine similarity from which two questions on the same image are near-duplicates.")
 @click.option("--list", "list_checks", is_flag=True, help="List the checks and the items each applies to, then stop.")
+@click.option("--quiet", is_flag=True, help="No progress lines on stderr (they are off under --json too).")
 @pass_workspace
 def check(workspace: Workspace, as_json: bool, recheck: bool, only: tuple[str, ...], groups: tuple[str, ...],
-          limit: int | None, no_embeddings: bool, similarity: float, list_checks: bool) -> None:
+          limit: int | None, no_embeddings: bool, similarity: float, list_checks: bool, quiet: bool) -> None:
     """Run the automatic checks on draft items; clean items move to 'checked'.
 
     Each problem becomes a flag on the item (code and reason); nothing is deleted and flagged items
@@ -99,9 +106,8 @@ def check(workspace: Workspace, as_json: bool, recheck: bool, only: tuple[str, .
         if as_json:
             click.echo(json.dumps(result.as_dict(), ensure_ascii=False))
 
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=err_console, transient=True, disable=not err_console.is_terminal) as bar:
+    with step_progress(err_console, quiet=quiet, as_json=as_json) as shown:
         report = run_checks(workspace.store, list(only) or None, recheck=recheck, groups=groups, limit=limit,
-                            use_embeddings=not no_embeddings, similarity=similarity, progress=RichProgress(bar),
+                            use_embeddings=not no_embeddings, similarity=similarity, progress=ShownProgress(shown),
                             on_result=emit, config=workspace.config)
     print_summary(report, err_console if as_json else console)

@@ -12,6 +12,7 @@ from cftools.commands.common import console, err_console, pass_workspace, print_
 from cftools.commands.exit_codes import exit_for_failures
 from cftools.commands.generation import llm_options, print_estimate, ray_run_address, run_with_llm
 from cftools.errors import CftoolsError
+from cftools.progress import StepProgress, step_progress
 from cftools.workspace import Workspace
 
 
@@ -61,8 +62,7 @@ def edits_cmd(workspace: Workspace, kinds: tuple[str, ...], groups: tuple[str, .
     condition: C-VQA, CFMM), and irrelevant edits the answer does not depend on. The LLM writes both edit
     instructions per item; the edit model makes --per-item candidates of each with recorded seeds; the edit checks
     rank them, best first. A rerun does only what is missing."""
-    from cftools.generate.edits import editable_items, generate_edits, write_instructions
-    from cftools.imagegen.edits import make_edit_backend
+    from cftools.generate.edits import editable_items, write_instructions
     from cftools.generate.llm_task import text_params
     from cftools.generate.edits import LOCAL_MAX_TOKENS
 
@@ -82,31 +82,11 @@ def edits_cmd(workspace: Workspace, kinds: tuple[str, ...], groups: tuple[str, .
                       f"{stats.cached} from the cache")
     if instructions.stats.interrupted:
         raise click.ClickException("interrupted; what finished is stored, rerun the same command to continue")
-    config = workspace.section("edits")
-    address = ray_run_address()
-    if address is not None:  # the edit model on the cluster's workers; this process writes what they make
-        from cftools.imagegen.remote import remote_images
-
-        edit = remote_images(make_edit_backend, (config, edit_backend, edit_model),
-                             dict(licence=licence, allow_non_commercial=allow_non_commercial), address,
-                             workspace.section("ray"), edit_backend or config.get("backend") or "diffusers")
-    else:
-        edit = make_edit_backend(config, edit_backend, edit_model, licence=licence,
-                                 allow_non_commercial=allow_non_commercial)
-    checker = None
-    try:
-        if answerer:
-            from cftools.evaluate.answerers import load_answerer, parse_model_spec
-
-            checker = load_answerer(parse_model_spec(answerer), "auto", "auto", workspace.section("llm"),
-                                    store=workspace.store)
-        report = generate_edits(workspace.store, workspace.root, edit, items, per_item=per_item, seed=seed,
-                                steps=steps, guidance=guidance, size=size, answerer=checker,
-                                irrelevant=irrelevant)
-    finally:
-        edit.close()
-        if checker is not None and hasattr(checker, "close"):
-            checker.close()
+    with step_progress(err_console, quiet=quiet, as_json=as_json,
+                       labels={"images": "edited images (candidates)"}) as shown:
+        report = make_edits(workspace, shown, items, edit_backend, edit_model, licence, allow_non_commercial,
+                            answerer, dict(per_item=per_item, seed=seed, steps=steps, guidance=guidance, size=size,
+                                           irrelevant=irrelevant))
     report.instructions = instructions.as_dict()
     if as_json:
         print_json(report.as_dict())
@@ -120,3 +100,38 @@ def edits_cmd(workspace: Workspace, kinds: tuple[str, ...], groups: tuple[str, .
             console.print(f"  [yellow]item {failure['item_id']} {failure['edit']} edit k={failure['k']}: "
                           f"{escape(str(failure['reason']))}[/]")
     exit_for_failures(report.images_made + len(report.failures), len(report.failures), "edit calls")
+
+
+def make_edits(workspace: Workspace, shown: StepProgress, items: list, edit_backend: Optional[str],
+               edit_model: Optional[str], licence: Optional[str], allow_non_commercial: Optional[bool],
+               answerer: Optional[str], settings: dict):  # noqa: ANN201
+    """The image step: load the edit model (and the answerer), make the missing candidates, each counted on SHOWN."""
+    from cftools.generate.edits import generate_edits
+    from cftools.imagegen.edits import make_edit_backend
+
+    config = workspace.section("edits")
+    address = ray_run_address()
+    with shown.waiting("loading the edit model"):
+        if address is not None:  # the edit model on the cluster's workers; this process writes what they make
+            from cftools.imagegen.remote import remote_images
+
+            edit = remote_images(make_edit_backend, (config, edit_backend, edit_model),
+                                 dict(licence=licence, allow_non_commercial=allow_non_commercial), address,
+                                 workspace.section("ray"), edit_backend or config.get("backend") or "diffusers")
+        else:
+            edit = make_edit_backend(config, edit_backend, edit_model, licence=licence,
+                                     allow_non_commercial=allow_non_commercial)
+    checker = None
+    try:
+        if answerer:
+            from cftools.evaluate.answerers import load_answerer, parse_model_spec
+
+            with shown.waiting(f"loading the answerer {answerer}"):
+                checker = load_answerer(parse_model_spec(answerer), "auto", "auto", workspace.section("llm"),
+                                        store=workspace.store)
+        return generate_edits(workspace.store, workspace.root, edit, items, answerer=checker,
+                              progress=lambda made, total, failed: shown("images", made + failed, total), **settings)
+    finally:
+        edit.close()
+        if checker is not None and hasattr(checker, "close"):
+            checker.close()

@@ -8,11 +8,11 @@ from typing import Any, Optional
 
 import click
 from cftools.terminal import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from cftools.commands.common import console, err_console, optional_workspace, ray_option
 from cftools.commands.common import ray_address as ray_address_of
 from cftools.errors import CftoolsError
+from cftools.progress import step_progress
 from cftools.evaluate.predictions import READINGS, STRICT, EvalResult
 from cftools.evaluate.report import compare_table, rich_tables
 from cftools.evaluate.run import MODES, load_run, run_eval
@@ -126,7 +126,7 @@ def parse_shard_option(ctx: click.Context, param: click.Parameter, text: Optiona
 @click.option("--no-verify", "no_verify", is_flag=True,
               help="Score the release even if its files do not match its manifest (`cftools verify` fails); the "
                    "report says it was not verified. By default such a release is refused.")
-@click.option("--quiet", is_flag=True, help="No progress bar.")
+@click.option("--quiet", is_flag=True, help="No progress lines on stderr (the questions, the model's load).")
 @ray_option()
 @click.pass_context
 def eval_run(ctx: click.Context, release: Path, model: str, mode: str, score: str, batch_size: str, device: str,
@@ -144,12 +144,11 @@ def eval_run(ctx: click.Context, release: Path, model: str, mode: str, score: st
     if launched and shard is not None:
         raise click.UsageError("--shard is for processes started by hand: under accelerate launch (or torchrun) "
                                "the processes split the questions by themselves")
-    with Progress(TextColumn("[bold]questions"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=err_console, disable=quiet or not is_main_process(), transient=True) as bar:
-        task = bar.add_task("eval", total=None)
+    # only the first process of a launch draws: the others' lines would overwrite its own
+    with step_progress(err_console, quiet=quiet or not is_main_process()) as shown:
 
         def progress(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
+            shown("questions", done, total)
 
         arguments = dict(mode=mode, score=score, batch_size=parse_batch_size(batch_size), device=device, dtype=dtype,
                          limit=limit, out_dir=out_dir, template=template, max_new_tokens=max_new_tokens,
@@ -157,7 +156,7 @@ def eval_run(ctx: click.Context, release: Path, model: str, mode: str, score: st
                          judge_aggregate=judge_aggregate, options=kind_options,
                          notify=lambda note: err_console.print(f"[yellow]{escape(note)}[/]"),
                          allow_downloads=allow_downloads, prompt_variant=prompt_variant, swap_options=swap_options,
-                         verify=not no_verify, reading=reading)
+                         verify=not no_verify, reading=reading, waiting=shown.waiting)
         address = ray_address_of(ctx, ray_address)
         if address is not None:
             if launched or shard is not None:

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import click
 from cftools.terminal import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from cftools.commands.common import console, err_console, pass_workspace, print_json, release_boundary
+from cftools.progress import step_progress
 from cftools.release.edited import edits_line
 from cftools.release.export import export_release
 from cftools.release.ingest import ingest_release
@@ -17,7 +17,10 @@ from cftools.release.selection import count_exportable
 from cftools.release.splits import parse_splits
 from cftools.workspace import Workspace
 
-STAGE_LABELS = {"images": "Copying images", "records": "Writing records, Parquet and card"}
+STAGE_LABELS = {"items": "Reading the items", "images": "Copying images", "analysis": "Annotators' figures",
+                "records": "Writing records, Parquet and card", "format": "Writing the format's files",
+                "extras": "Writing browse.html and croissant.json", "manifest": "Hashing files into the manifest",
+                "personal data": "Scanning for personal data"}
 
 
 @click.command("export")
@@ -48,10 +51,11 @@ STAGE_LABELS = {"images": "Copying images", "records": "Writing records, Parquet
                    "(items added, removed, relabelled, with new images) go into the card's 'Changes since' section "
                    "and croissant.json's prov:wasRevisionOf.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option("--quiet", is_flag=True, help="No progress lines on stderr (they are off under --json too).")
 @pass_workspace
 def export_cmd(workspace: Workspace, name: str, version: str, out_dir: Path | None, fmt: str,
                include_unverified: bool, include_in_review: bool, split_spec: str | None, licence: str | None,
-               force: bool, previous: str | None, as_json: bool, include_unverified_edits: bool,
+               force: bool, previous: str | None, as_json: bool, include_unverified_edits: bool, quiet: bool,
                **kind_options: object) -> None:
     """Export the accepted items as the release NAME-VERSION (a verifiable, byte-reproducible folder)."""
     splits = parse_splits(split_spec)
@@ -60,16 +64,8 @@ def export_cmd(workspace: Workspace, name: str, version: str, out_dir: Path | No
         from cftools.release.diff import release_folder
 
         previous_dir = release_folder(previous, workspace.store)
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=err_console, transient=True, disable=as_json) as progress:
-        tasks: dict[str, int] = {}
-
-        def report(stage: str, done: int, total: int) -> None:
-            if stage not in tasks:
-                tasks[stage] = progress.add_task(STAGE_LABELS.get(stage, stage), total=total)
-            progress.update(tasks[stage], completed=done, total=total)
-
-        result = export_release(workspace, name, version, out_dir, fmt, include_unverified, splits, force, report,
+    with step_progress(err_console, quiet=quiet, as_json=as_json, labels=STAGE_LABELS) as shown:
+        result = export_release(workspace, name, version, out_dir, fmt, include_unverified, splits, force, shown,
                                 include_in_review=include_in_review, licence=licence, options=kind_options,
                                 previous=previous_dir, include_unverified_edits=include_unverified_edits)
     if as_json:

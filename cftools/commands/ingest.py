@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import click
 from rich.markup import escape
 
 from cftools.commands.common import console, err_console, json_option, pass_workspace, print_json
 from cftools.ingest.licences import licence_choice
-from cftools.ingest.readers import IngestReport, ingest_table, ingest_vqav2
+from cftools.ingest.readers import IngestReport, ingest_progress, ingest_table, ingest_vqav2
+from cftools.progress import step_progress
 from cftools.workspace import Workspace
 
 
@@ -54,10 +57,31 @@ licence_option = click.option(
          "this dataset, else unknown). The release card lists it; export will not stamp another over it.")
 
 
-def ingest_options(images: bool = True):  # noqa: ANN201
-    """The options every ingest shares: [--images], --licence, --skip-bad, --report, --update, --json."""
+QUIET = "cftools.ingest.quiet"
+quiet_option = click.option(
+    "--quiet", is_flag=True, expose_value=False, help="No progress lines on stderr (they are off under --json too).",
+    callback=lambda ctx, param, value: ctx.meta.__setitem__(QUIET, value))
+INGEST_LABELS = {"images": "reading images", "store": "writing to the store"}
+
+
+@contextmanager
+def showing_progress() -> Iterator[None]:
+    """The ingest's progress (its images read, its store write) on stderr, unless --quiet or --json."""
+    ctx = click.get_current_context()
+    with step_progress(err_console, quiet=ctx.meta.get(QUIET, False), as_json=bool(ctx.params.get("as_json")),
+                       labels=INGEST_LABELS) as shown:
+        token = ingest_progress.set(shown)
+        try:
+            yield
+        finally:
+            ingest_progress.reset(token)
+
+
+def ingest_options(images: bool = True, quiet: bool = True):  # noqa: ANN201
+    """The options every ingest shares: [--images], --licence, --skip-bad, --report, --update, --json, [--quiet]
+    (QUIET false: the command has its own, passed to its reader)."""
     shared = ([images_option] if images else []) + [licence_option, skip_bad_option, report_option, update_option,
-                                                    json_option]
+                                                    json_option] + ([quiet_option] if quiet else [])
 
     def decorate(command):  # noqa: ANN001, ANN202
         for option in reversed(shared):
@@ -91,8 +115,10 @@ def ingest_licence(workspace: Workspace, licence: str | None):  # noqa: ANN201
 def ingest_vqav2_cmd(workspace: Workspace, questions: Path, annotations: Path | None, images_dir: Path | None,
                      licence: str | None, skip_bad: bool, report: Path | None, update: bool, as_json: bool) -> None:
     """Ingest the official VQAv2 question and annotation files."""
-    result = ingest_vqav2(workspace.store, questions, annotations, images_dir, skip_bad,
-                          report_path(workspace, report, questions.name), ingest_licence(workspace, licence), update)
+    with showing_progress():
+        result = ingest_vqav2(workspace.store, questions, annotations, images_dir, skip_bad,
+                              report_path(workspace, report, questions.name), ingest_licence(workspace, licence),
+                              update)
     print_ingest(result, as_json)
 
 
@@ -102,8 +128,9 @@ def ingest_vqav2_cmd(workspace: Workspace, questions: Path, annotations: Path | 
 def ingest_table_cmd(workspace: Workspace, file: Path, dataset: str | None, images_dir: Path | None,
                      licence: str | None, skip_bad: bool, report: Path | None, update: bool, as_json: bool) -> None:
     """Ingest your own image,question,answer records (CSV or JSONL)."""
-    result = ingest_table(workspace.store, file, images_dir, skip_bad, report_path(workspace, report, file.name),
-                          dataset, ingest_licence(workspace, licence), update)
+    with showing_progress():
+        result = ingest_table(workspace.store, file, images_dir, skip_bad, report_path(workspace, report, file.name),
+                              dataset, ingest_licence(workspace, licence), update)
     print_ingest(result, as_json)
 
 
@@ -114,15 +141,16 @@ def ingest_table_cmd(workspace: Workspace, file: Path, dataset: str | None, imag
 @click.option("--licence", "--license", "licence", metavar="LICENCE",
               help="The edited images' licence, recorded with each candidate (a row's own licence column wins).")
 @json_option
+@click.option("--quiet", is_flag=True, help="No progress lines on stderr (they are off under --json too).")
 @pass_workspace
-def ingest_edits_cmd(workspace: Workspace, file: Path, images_dir: Path, licence: str | None, as_json: bool) -> None:
+def ingest_edits_cmd(workspace: Workspace, file: Path, images_dir: Path, licence: str | None, as_json: bool,
+                     quiet: bool) -> None:
     """Import edited images made anywhere (CSV or JSONL: item, image, optional instruction, condition, tool, licence,
     edit = relevant|irrelevant) as edit candidates of their items, checked and ranked like generated ones."""
     from cftools.ingest.edits import ingest_edits
-    from cftools.progress import step_progress
 
-    with step_progress(err_console, as_json=as_json) as progress:
-        report = ingest_edits(workspace.store, workspace.root, file, images_dir, licence, progress=progress)
+    with step_progress(err_console, quiet=quiet, as_json=as_json) as shown:
+        report = ingest_edits(workspace.store, workspace.root, file, images_dir, licence, progress=shown)
     if as_json:
         print_json(report.as_dict())
         return
@@ -149,7 +177,7 @@ def ingest_edits_cmd(workspace: Workspace, file: Path, images_dir: Path, licence
 @click.option("--images", "images_dir", type=click.Path(file_okay=False, path_type=Path),
               help="Folder that image paths are relative to (default: the dataset's folder).")
 @click.option("--name", "dataset", help="Dataset name in the store (default: hf:NAME[:CONFIG][:SPLIT]).")
-@ingest_options(images=False)
+@ingest_options(images=False, quiet=False)
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @pass_workspace
 def ingest_hf_cmd(workspace: Workspace, source: str, split: str | None, config: str | None,

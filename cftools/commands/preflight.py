@@ -8,7 +8,11 @@ from typing import TYPE_CHECKING, Optional
 
 import click
 
-from cftools.commands.common import optional_workspace, release_boundary
+from cftools.commands.common import err_console, optional_workspace, release_boundary
+from cftools.progress import step_progress
+
+STAGE_LABELS = {"figures": "Figures (items, power, ceiling, floors)", "verify": "Hashing and scanning every file",
+                "checks": "The reviewer's checks"}
 
 if TYPE_CHECKING:
     from cftools.release.preflight import PreflightReport
@@ -30,9 +34,10 @@ if TYPE_CHECKING:
 @click.option("--no-verify", "no_verify", is_flag=True,
               help="Report on a release whose manifest is not the one the workspace's store recorded at export, and "
                    "name it in a warning. By default such a release is refused.")
+@click.option("--quiet", is_flag=True, help="No progress lines on stderr (they are off under --json too).")
 @click.pass_context
 def preflight_cmd(ctx: click.Context, release: Path, run_dirs: tuple[Path, ...], as_json: bool,
-                  out_file: Optional[Path], plot_file: Optional[Path], no_verify: bool) -> None:
+                  out_file: Optional[Path], plot_file: Optional[Path], no_verify: bool, quiet: bool) -> None:
     """What RELEASE can show, per kind and group: items, questions and images; the smallest accuracy difference
     between two models it detects (80% power, alpha 0.05, paired test clustered by image); the human ceiling with
     its Wilson interval; chance and the blind floor. Then the reviewer's checks: croissant, rai_fields, licence,
@@ -49,9 +54,11 @@ def preflight_cmd(ctx: click.Context, release: Path, run_dirs: tuple[Path, ...],
     if changed:
         click.secho(f"Warning: {changed}", fg="yellow", err=True)
     refuse_plot_inside(plot_file, release)
-    report = run_preflight(release, workspace.store if workspace is not None else None, run_dirs,
-                           release_boundary(ctx))
-    report.plot = draw_plot(report, plot_file, release)
+    with step_progress(err_console, quiet=quiet, as_json=as_json, labels=STAGE_LABELS) as shown:
+        report = run_preflight(release, workspace.store if workspace is not None else None, run_dirs,
+                               release_boundary(ctx), progress=shown)
+        with shown.waiting("drawing the plot"):
+            report.plot = draw_plot(report, plot_file, release)
     text = render_json(report) if as_json else render_markdown(report)
     click.echo(text, nl=False)
     if out_file is not None:

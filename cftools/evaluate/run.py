@@ -311,8 +311,13 @@ def run_eval(release_dir: Path | str, model: str, mode: Optional[str] = None, sc
              judge_aggregate: str = "best-match", options: Optional[dict[str, Any]] = None,
              shard: Optional[Shard] = None, verify: bool = True, reading: str = STRICT,
              ray: Optional[str] = None, ray_config: Optional[dict[str, Any]] = None,
-             prefetch: Optional[bool] = None) -> EvalResult:
+             prefetch: Optional[bool] = None,
+             waiting: Callable[[str], contextlib.AbstractContextManager] = lambda what: contextlib.nullcontext(),
+             ) -> EvalResult:
     """Run (or resume) an evaluation; returns the run's configuration, summary and predictions.
+
+    PROGRESS hears (questions answered, questions in all); WAITING(what) wraps the steps of unknown length (the
+    release's verification, the model's load), for a spinner.
 
     The release is verified first and refused when it fails, unless not VERIFY (then the report says so).
     READING: how generated replies are read, cftools' strict reading or the papers' own scripts' (`paper`).
@@ -340,7 +345,8 @@ def run_eval(release_dir: Path | str, model: str, mode: Optional[str] = None, sc
         raise CftoolsError(f"unknown judge aggregate {judge_aggregate!r}; choose one of {', '.join(JUDGE_AGGREGATES)}")
     options = {k: v for k, v in sorted((options or {}).items()) if v is not None}
     spec = parse_model_spec(model)
-    content = release_content(release_dir, verify, workspace)
+    with waiting("verifying the release"):
+        content = release_content(release_dir, verify, workspace)
     records = load_records(release_dir)
     if mode is None:  # the paper's method for the release's kind
         mode = paper_mode(records, spec)
@@ -425,11 +431,13 @@ def run_eval(release_dir: Path | str, model: str, mode: Optional[str] = None, sc
 
             answerer = remote_answerer(str(spec), device, dtype, ray, allow_downloads, ray_config)
         if todo:
-            answerer = answerer or load_answerer(spec, device, dtype, llm_config, store, concurrency,
-                                                 allow_downloads=allow_downloads)
+            with waiting(f"loading {model}"):
+                answerer = answerer or load_answerer(spec, device, dtype, llm_config, store, concurrency,
+                                                     allow_downloads=allow_downloads)
             if judge and any(q.judged for q in todo):
-                judge_answerer = load_answerer(parse_model_spec(f"blind:{judge}"), device, dtype, llm_config, store,
-                                               concurrency)
+                with waiting(f"loading the judge {judge}"):
+                    judge_answerer = load_answerer(parse_model_spec(f"blind:{judge}"), device, dtype, llm_config,
+                                                   store, concurrency)
         asked = 0
         if progress:
             progress(len(questions) - len(todo), len(questions))

@@ -346,6 +346,8 @@ def generate_edits(store: Store, workspace_root: Path, backend: Any, items: list
     total = sum(len(m) for *_, m in todo.values())
     started = time.perf_counter()
     claims = Claims(store, IMAGES_GENERATOR, list(todo), selected_at=selected_at)
+    if progress:  # the first item's candidates can take a while: the count shows from the start
+        progress(0, total, 0)
 
     def edit(job: str) -> list:
         item, _, instruction, missing = todo[job]

@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 from collections import Counter
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Iterable, Iterator
@@ -27,7 +28,12 @@ from cftools.models import (
     DRAFT, IngestRun, Item, ItemEvent,
     SourceQuestion, utcnow,
 )
+from cftools.progress import ProgressCallback, no_progress
 from cftools.store import Store, in_chunks
+
+# Where every ingest's images and store write report their progress (`cftools.commands.ingest.showing_progress`
+# sets it): a context variable, since all the readers, the kinds' too, end in `finish` and none takes a callback.
+ingest_progress: ContextVar[ProgressCallback] = ContextVar("ingest_progress", default=no_progress)
 
 COCO_SUBTYPES = ("val2014", "train2014", "test2015", "test-dev2015")
 BATCH = 5000
@@ -449,7 +455,10 @@ def resolve_images(store: Store, dataset: str, sources: list[dict], images_dir: 
         earlier = session.execute(select(SourceQuestion.image_ref).where(
             SourceQuestion.dataset == dataset, SourceQuestion.image_id.is_(None))).scalars().all()
     found: dict[str, ImageFile] = {}
-    for ref in sorted(set(first_source) | set(earlier)):
+    refs = sorted(set(first_source) | set(earlier))
+    progress = ingest_progress.get()
+    for done, ref in enumerate(refs):
+        progress("images", done, len(refs))
         source = first_source.get(ref)
         file = given_image_file(images_dir, source)
         for name in ([] if file else (candidates or {}).get(ref, [ref])):
@@ -477,6 +486,7 @@ def resolve_images(store: Store, dataset: str, sources: list[dict], images_dir: 
             if source is not None and input_path is not None:
                 err = InputError(input_path, f"image {file}: {err.reason}", record_of(source))
             bad.add(err)
+    progress("images", len(refs), len(refs))
     return found
 
 
@@ -633,8 +643,11 @@ def finish(store: Store, fmt: str, path: Path, dataset: str, sources: list[dict]
     if report.bad and report_path is not None:
         # before the store write: a report that cannot be written stops the ingest with the store unchanged
         write_bad_report(report, report_path)
+    progress = ingest_progress.get()
+    progress("store", 0, 1)
     write_records(store, fmt, path, dataset, sources, items, images, report, chosen_licence(licence, dataset),
                   update)
+    progress("store", 1, 1)
     return report
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from cftools.distributed import MAX_THREADS, InFlight, current
 
@@ -53,10 +53,13 @@ class RunStats:
 
 
 def progress_bar(console: Console | None, disable: bool = False) -> Progress:
+    """The requests' bar: its count, what became of them (the shared `cftools.progress` line has no such fields),
+    the time so far and the ETA."""
     return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                     TextColumn("done {task.fields[done]}  failed {task.fields[failed]}  "
                                "cached {task.fields[cached]}  {task.fields[rate]:.1f}/s"),
-                    TimeElapsedColumn(), console=console, disable=disable, transient=False)
+                    TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
+                    console=console, disable=disable, transient=False)
 
 
 WAIT_S = 0.25

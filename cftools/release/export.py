@@ -29,7 +29,8 @@ from cftools.errors import CftoolsError
 from cftools.kinds import all_kinds, get_kind
 from cftools.boundary import workspace_boundary
 from cftools.models import Release, utcnow
-from cftools.release.layout import DEFAULT_OUT_DIR, FORMAT_NATIVE, MANIFEST_NAME, hash_file, release_dir_name
+from cftools.release.layout import (DEFAULT_OUT_DIR, FORMAT_NATIVE, MANIFEST_NAME, hash_file, release_dir_name,
+                                    stage)
 from cftools.release.edited import edit_counts
 from cftools.release.extras import shared_formats, write_release_extras
 from cftools.release.licensing import release_licensing
@@ -120,8 +121,9 @@ def export_release(workspace: Workspace, name: str, version: str, out_dir: Path 
         check_replaceable(store, target)
 
     boundary = workspace_boundary(workspace)
-    items = collect_items(store, statuses_for(include_unverified, include_in_review), splits, boundary,
-                          include_unverified_edits)
+    with stage(progress, "items"):
+        items = collect_items(store, statuses_for(include_unverified, include_in_review), splits, boundary,
+                              include_unverified_edits)
     refuse_invalid_records([e.record for e in items])
     result = ExportResult(path=target.resolve(), format=fmt, n_items=0, n_verified=0, n_unverified=0, n_images=0,
                           include_unverified_edits=include_unverified_edits)
@@ -142,7 +144,8 @@ def export_release(workspace: Workspace, name: str, version: str, out_dir: Path 
 
     def write(folder: Path) -> None:
         result.n_images = copy_images(kept, folder, progress)
-        analysis = release_analysis(workspace, [e.record for e in kept], boundary)
+        with stage(progress, "analysis"):
+            analysis = release_analysis(workspace, [e.record for e in kept], boundary)
         if analysis is not None:  # each person's figures under pseudonymous ids, the release's error rate
             write_analysis(folder, analysis)
         if fmt == FORMAT_NATIVE:
@@ -151,15 +154,19 @@ def export_release(workspace: Workspace, name: str, version: str, out_dir: Path 
         elif spec.takes_context:
             from cftools.kinds.base import ExportContext
 
-            spec.write(kept, folder, name, splits, context=ExportContext(
-                workspace, name, version, dict(options or {}), include_unverified, licensing))
+            with stage(progress, "format"):
+                spec.write(kept, folder, name, splits, context=ExportContext(
+                    workspace, name, version, dict(options or {}), include_unverified, licensing))
         else:
-            spec.write(kept, folder, name, splits)
-        # browse.html, croissant.json
-        result.warnings = write_release_extras(kept, folder, workspace, name, version, fmt, licensing,
-                                               revision=revision, analysis=analysis)
-        write_manifest(kept, folder, workspace, name, version, fmt, result.n_images, licensing)
-        refuse_personal_data(folder, boundary)  # before it is recorded or renamed into place: all or nothing
+            with stage(progress, "format"):
+                spec.write(kept, folder, name, splits)
+        with stage(progress, "extras"):  # browse.html, croissant.json
+            result.warnings = write_release_extras(kept, folder, workspace, name, version, fmt, licensing,
+                                                   revision=revision, analysis=analysis)
+        with stage(progress, "manifest"):
+            write_manifest(kept, folder, workspace, name, version, fmt, result.n_images, licensing)
+        with stage(progress, "personal data"):
+            refuse_personal_data(folder, boundary)  # before it is recorded or renamed into place: all or nothing
         result.n_items = len(kept)
         result.n_verified = sum(e.record["verified"] for e in kept)
         result.n_unverified = result.n_items - result.n_verified

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import json
 import re
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, Optional
 
 from cftools.errors import CftoolsError, InputError
 
@@ -163,3 +164,13 @@ def files_content_sha256(release_dir: Path | str) -> str:
     return content_sha256([(path.relative_to(release_dir).as_posix(), hash_file(path))
                            for path in release_dir.rglob("*")
                            if path.is_file() and path.relative_to(release_dir).as_posix() != MANIFEST_NAME])
+
+
+@contextmanager
+def stage(progress: Optional[Callable[[str, int, int], None]], what: str) -> Iterator[None]:
+    """A stage of one step shown as 0/1 until it is done (its length is not counted in parts)."""
+    if progress:
+        progress(what, 0, 1)
+    yield
+    if progress:
+        progress(what, 1, 1)

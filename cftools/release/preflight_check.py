@@ -34,17 +34,18 @@ def stored_runs(release_dir: Path, store: Any = None, run_dirs: Sequence[Path] =
 
 
 def run_preflight(release_dir: Path | str, store: Any = None, run_dirs: Sequence[Path] = (),
-                  boundary: Any = None) -> PreflightReport:
+                  boundary: Any = None, progress: Any = None) -> PreflightReport:
     """`cftools preflight`: the figures and the reviewer's checks of the release folder RELEASE_DIR (BOUNDARY: the
-    workspace's, for the personal-data scan)."""
-    from cftools.release.layout import load_manifest, load_records
+    workspace's, for the personal-data scan). PROGRESS hears each stage ("figures", "verify", "checks")."""
+    from cftools.release.layout import load_manifest, load_records, stage
     from cftools.release.review import reviewer_checks
 
     release_dir = Path(release_dir)
     manifest = load_manifest(release_dir)
     records = load_records(release_dir)
-    report = preflight_figures(release_dir, records, release_provenance(release_dir), store,
-                               stored_runs(release_dir, store, run_dirs), str(manifest.get("name") or release_dir.name),
-                               str(manifest.get("version") or ""))
-    report.checks = reviewer_checks(release_dir, records, manifest, boundary)
+    with stage(progress, "figures"):
+        report = preflight_figures(release_dir, records, release_provenance(release_dir), store,
+                                   stored_runs(release_dir, store, run_dirs),
+                                   str(manifest.get("name") or release_dir.name), str(manifest.get("version") or ""))
+    report.checks = reviewer_checks(release_dir, records, manifest, boundary, progress)
     return report

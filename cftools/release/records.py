@@ -62,6 +62,8 @@ def copy_image(ref: ImageRef, release: Path) -> None:
 def copy_images(items: list[ExportItem], release: Path, progress: Progress | None) -> int:
     (release / IMAGES_DIR).mkdir()
     unique = sorted({ref.sha256: ref for entry in items for ref in entry.images}.values(), key=lambda r: r.sha256)
+    if progress and unique:
+        progress("images", 0, len(unique))
     for done, ref in enumerate(unique, start=1):
         copy_image(ref, release)
         if progress:

@@ -180,11 +180,15 @@ def personal_data_check(report: Any) -> Check:
 
 
 def reviewer_checks(release_dir: Path, records: Sequence[dict[str, Any]], manifest: dict[str, Any],
-                    boundary: Any = None) -> list[Check]:
-    """The checks; BOUNDARY: the workspace's (its people and folders), else any email and local path."""
+                    boundary: Any = None, progress: Any = None) -> list[Check]:
+    """The checks; BOUNDARY: the workspace's (its people and folders), else any email and local path. PROGRESS
+    (`cftools.release.records.Progress`) hears the stages "verify" (hashing and scanning every file) and "checks"."""
     from cftools.boundary import outside_boundary
+    from cftools.release.layout import stage
     from cftools.release.verify import verify_release
 
-    report = verify_release(release_dir, boundary or outside_boundary())
-    return [croissant_check(release_dir, report.mismatched), rai_check(release_dir), licence_check(manifest),
-            sha256_check(report), images_check(release_dir, records), personal_data_check(report)]
+    with stage(progress, "verify"):
+        report = verify_release(release_dir, boundary or outside_boundary())
+    with stage(progress, "checks"):
+        return [croissant_check(release_dir, report.mismatched), rai_check(release_dir), licence_check(manifest),
+                sha256_check(report), images_check(release_dir, records), personal_data_check(report)]

@@ -9,7 +9,7 @@ from rich.markup import escape
 
 from cftools.commands.common import console, err_console, pass_workspace, print_json, ray_address, ray_option
 from cftools.commands.generation import backend_for_run, rederive_drafts, rederive_option
-from cftools.commands.ingest import file_ingest_options, ingest_licence, print_ingest, report_path
+from cftools.commands.ingest import file_ingest_options, ingest_licence, print_ingest, report_path, showing_progress
 from cftools.generate.llm_task import DEFAULT_MAX_ATTEMPTS
 from cftools.kinds.cfmm.generate import CFMM_REDERIVE, generate_pairs, llm_params, parse_quota
 from cftools.kinds.cfmm.ingest import ingest_cfmm
@@ -75,6 +75,7 @@ def ingest_cfmm_cmd(workspace: Workspace, file: Path, dataset: str | None, image
                     licence: str | None, skip_bad: bool, report: Path | None, update: bool, as_json: bool) -> None:
     """Ingest CFMM pairs (JSONL: id, image, type, basic_question, basic_options, basic_answer, cf_question,
     cf_options, cf_answer) as draft items."""
-    result = ingest_cfmm(workspace.store, file, images_dir, skip_bad, report_path(workspace, report, file.name),
-                         dataset, ingest_licence(workspace, licence), update=update)
+    with showing_progress():
+        result = ingest_cfmm(workspace.store, file, images_dir, skip_bad, report_path(workspace, report, file.name),
+                             dataset, ingest_licence(workspace, licence), update=update)
     print_ingest(result, as_json)

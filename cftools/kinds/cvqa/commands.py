@@ -10,7 +10,7 @@ from cftools.commands.common import console, err_console, pass_workspace, print_
 from cftools.commands.generation import (llm_options, print_llm_report, rederive_drafts, rederive_option,
                                          run_with_llm)
 from cftools.kinds.cvqa.generate import CVQA_REDERIVE, llm_params, reparse, rewrite
-from cftools.commands.ingest import file_ingest_options, ingest_licence, print_ingest, report_path
+from cftools.commands.ingest import file_ingest_options, ingest_licence, print_ingest, report_path, showing_progress
 from cftools.kinds.cvqa.ingest import ingest_cvqa
 from cftools.kinds.cvqa.model import GROUPS as CVQA_GROUPS
 from cftools.workspace import Workspace
@@ -65,6 +65,7 @@ def reparse_cmd(workspace: Workspace, group: str | None, as_json: bool) -> None:
 def ingest_cvqa_cmd(workspace: Workspace, file: Path, dataset: str | None, images_dir: Path | None,
                     licence: str | None, skip_bad: bool, report: Path | None, update: bool, as_json: bool) -> None:
     """Ingest a C-VQA CSV as published (img_path,query,answer,new query,new answer,type)."""
-    result = ingest_cvqa(workspace.store, file, images_dir, skip_bad, report_path(workspace, report, file.name),
-                         dataset, ingest_licence(workspace, licence), update=update)
+    with showing_progress():
+        result = ingest_cvqa(workspace.store, file, images_dir, skip_bad, report_path(workspace, report, file.name),
+                             dataset, ingest_licence(workspace, licence), update=update)
     print_ingest(result, as_json)

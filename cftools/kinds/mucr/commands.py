@@ -8,14 +8,14 @@ from typing import Optional
 
 import click
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from cftools.commands.common import console, err_console, pass_workspace, print_json, ray_option
 from cftools.commands.common import ray_address as ray_address_of
 from cftools.commands.exit_codes import document_exit_codes, exit_for_failures
 from cftools.commands.generation import llm_options, print_llm_report, run_with_llm
 from cftools.errors import CftoolsError
-from cftools.commands.ingest import file_ingest_options, ingest_licence, print_ingest, report_path
+from cftools.progress import step_progress
+from cftools.commands.ingest import file_ingest_options, ingest_licence, print_ingest, report_path, showing_progress
 from cftools.kinds.mucr.generate import (CAPTION_PAIR_TOKENS, CAPTIONS_MAX_TOKENS, CONTEXT_MAX_TOKENS,
                                          LOCAL_CONTEXT_MAX_TOKENS, draft_captions, text_params, write_context)
 from cftools.kinds.mucr.ingest import ingest_captions, ingest_mucr
@@ -28,8 +28,9 @@ from cftools.workspace import Workspace
 def ingest_captions_cmd(workspace: Workspace, file: Path, dataset: Optional[str], licence: Optional[str],
                         skip_bad: bool, report: Optional[Path], update: bool, as_json: bool) -> None:
     """Ingest MuCR caption pairs (CSV or JSONL: cause, effect, category, group; optional style, id)."""
-    result = ingest_captions(workspace.store, file, skip_bad, report_path(workspace, report, file.name), dataset,
-                             ingest_licence(workspace, licence), update=update)
+    with showing_progress():
+        result = ingest_captions(workspace.store, file, skip_bad, report_path(workspace, report, file.name), dataset,
+                                 ingest_licence(workspace, licence), update=update)
     print_ingest(result, as_json)
 
 
@@ -42,8 +43,9 @@ def ingest_mucr_cmd(workspace: Workspace, file: Path, dataset: Optional[str], im
     """Ingest MuCR records as published (JSONL: id, caption_0, caption_1, link_id, cue, false_cue, style, label,
     causal_reason, and image_0/image_1, which are optional) as draft items that can be checked, annotated,
     extended and released again. The pairs of a group are those its link_id names."""
-    result = ingest_mucr(workspace.store, file, images_dir, skip_bad, report_path(workspace, report, file.name),
-                         dataset, ingest_licence(workspace, licence), update=update)
+    with showing_progress():
+        result = ingest_mucr(workspace.store, file, images_dir, skip_bad, report_path(workspace, report, file.name),
+                             dataset, ingest_licence(workspace, licence), update=update)
     print_ingest(result, as_json)
 
 
@@ -115,13 +117,14 @@ def size_option(value: Optional[str]) -> Optional[str]:
 @click.option("--regenerate-rejected", is_flag=True,
               help="New candidates, with new seeds, for the styles an annotator marked 'none usable'.")
 @click.option("--json", "as_json", is_flag=True, help="Print the run's summary as JSON.")
+@click.option("--quiet", is_flag=True, help="No progress lines on stderr (they are off under --json too).")
 @ray_option()
 @document_exit_codes
 @pass_workspace
 def images_cmd(workspace: Workspace, backend: Optional[str], model: Optional[str], styles: str, per_prompt: int,
                seed: int, steps: Optional[int], guidance: Optional[float], size: Optional[str],
                consistency: Optional[str], limit: Optional[int], groups: tuple[str, ...], regenerate_rejected: bool,
-               as_json: bool, ray_address: Optional[str]) -> None:
+               as_json: bool, quiet: bool, ray_address: Optional[str]) -> None:
     """Make candidate cause/effect images for pairs with contextual descriptions (siamese: candidate k of the
     cause and of the effect start from the same latents). A rerun makes only what is missing."""
     from cftools.imagegen import ClipScorer, make_image_backend, parse_styles
@@ -130,32 +133,28 @@ def images_cmd(workspace: Workspace, backend: Optional[str], model: Optional[str
     config = workspace.section("images")
     chosen = parse_styles(styles, Path(config["styles_dir"]) if config.get("styles_dir") else None)
     address = ray_address_of(click.get_current_context(), ray_address)
-    if address is not None:  # the pipeline on the cluster's workers; this process writes what they make
-        from cftools.imagegen.remote import remote_images
+    with step_progress(err_console, quiet=quiet, as_json=as_json, labels={"images": "candidate images"}) as shown:
+        with shown.waiting("loading the image pipeline"):
+            if address is not None:  # the pipeline on the cluster's workers; this process writes what they make
+                from cftools.imagegen.remote import remote_images
 
-        image_backend = remote_images(make_image_backend, (config, backend, model), {"consistency": consistency},
-                                      address, workspace.section("ray"),
-                                      backend or config.get("backend") or "diffusers")
-    else:
-        image_backend = make_image_backend(config, backend, model, consistency=consistency)
-    scorer = ClipScorer(config["score_model"]) if config.get("score_model") else None
-    columns = (TextColumn("images"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rate]}"),
-               TimeElapsedColumn())
-    try:
-        with Progress(*columns, console=err_console, transient=True, disable=as_json) as bar:
-            task = bar.add_task("images", total=None, rate="")
-
-            def progress(done: int, total: int, failed: int) -> None:
-                elapsed = bar.tasks[0].elapsed or 0
-                bar.update(task, completed=done, total=total,
-                           rate=f"{done / elapsed:.2f} images/s" if elapsed else "")
-
+                image_backend = remote_images(make_image_backend, (config, backend, model),
+                                              {"consistency": consistency}, address, workspace.section("ray"),
+                                              backend or config.get("backend") or "diffusers")
+            else:
+                image_backend = make_image_backend(config, backend, model, consistency=consistency)
+        try:
+            scorer = None
+            if config.get("score_model"):
+                with shown.waiting("loading the scoring model"):
+                    scorer = ClipScorer(config["score_model"])
             report = generate_images(workspace.store, workspace.root, image_backend, styles=chosen,
                                      per_prompt=per_prompt, seed=seed, steps=steps, guidance=guidance, size=size,
                                      limit=limit, groups=groups, regenerate_rejected=regenerate_rejected,
-                                     scorer=scorer, progress=progress)
-    finally:
-        image_backend.close()
+                                     scorer=scorer,
+                                     progress=lambda done, total, failed: shown("images", done + failed, total))
+        finally:
+            image_backend.close()
     if as_json:
         print_json(report.as_dict())
     else:

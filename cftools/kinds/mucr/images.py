@@ -209,6 +209,8 @@ def generate_images(store: Store, workspace_root: Path, backend: Any, *, styles:
     # other `generate images` processes on the store share the jobs: each (pair, style, round) is drawn once
     jobs = {f"{item.key}:{style.name}:{round_}": (item, style, missing, round_) for item, style, missing, round_ in todo}
     claims = Claims(store, GENERATOR, list(jobs), selected_at=selected_at)
+    if progress:  # the first pair's images can take a while: the count shows from the start
+        progress(0, total, 0)
 
     def draw(job: str) -> list:
         item, style, missing, round_ = jobs[job]

@@ -130,12 +130,14 @@ def read_published_images(path: Path, rows: list[tuple[str, dict]], images_dir: 
                           bad: BadRecords) -> dict[str, Any]:
     """image_0/image_1 of every record, read under IMAGES_DIR: name -> ImageFile (none without a folder)."""
     from cftools.images import read_image_file
-    from cftools.ingest.readers import image_path_problem
+    from cftools.ingest.readers import image_path_problem, ingest_progress
 
     found: dict[str, Any] = {}
     if images_dir is None:
         return found
-    for line, row in rows:
+    progress = ingest_progress.get()
+    for done, (line, row) in enumerate(rows):
+        progress("images", done, len(rows))  # counted by record: two images each
         for field in ("image_0", "image_1"):
             name = row.get(field)
             if not name or name in found:
@@ -150,6 +152,7 @@ def read_published_images(path: Path, rows: list[tuple[str, dict]], images_dir: 
                 found[str(name)] = read_image_file(images_dir / str(name), record=line)
             except InputError as err:
                 bad.add(InputError(path, err.reason, line))
+    progress("images", len(rows), len(rows))
     return found
 
 

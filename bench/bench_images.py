@@ -32,9 +32,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from cftools.imagegen import tiny  # noqa: E402
-from cftools.imagegen.base import candidate_seed  # noqa: E402
+from cftools.imagegen.base import PairSettings, candidate_seed  # noqa: E402
 from cftools.evaluate.run import release_memory  # noqa: E402
-from cftools.imagegen.diffusers_backend import DiffusersBackend, cpu_generators, initial_latents  # noqa: E402
+from cftools.imagegen.diffusers_backend import (  # noqa: E402
+    DiffusersBackend, DiffusersSettings, cpu_generators, initial_latents,
+)
 
 CAUSE = "a woman in a yellow raincoat at a bus stop, {i}"
 EFFECT = "the woman in the yellow raincoat, soaked and smiling, on the bus, {i}"
@@ -43,7 +45,8 @@ EFFECT = "the woman in the yellow raincoat, soaked and smiling, on the bus, {i}"
 def batched(backend: DiffusersBackend, pairs: int, n: int) -> int:
     made = 0
     for i in range(pairs):
-        results = backend.generate_pair(CAUSE.format(i=i), EFFECT.format(i=i), n=n, generator_key=f"pair-{i}")
+        results = backend.generate_pair(CAUSE.format(i=i), EFFECT.format(i=i), generator_key=f"pair-{i}",
+                                        settings=PairSettings(n=n))
         made += 2 * sum(r.ok for r in results)
     return made
 
@@ -95,7 +98,8 @@ def cuda_bench(args: argparse.Namespace) -> None:
         folder = (tiny.embedded_pipeline_folder(Path(tmp)) if args.check_on_cpu
                   else save_sd15_pipeline(Path(tmp) / "sd15", device="cuda"))
         built = time.perf_counter()
-        backend = DiffusersBackend(folder, device=device, default_steps=args.steps, default_guidance=args.guidance)
+        backend = DiffusersBackend(folder, DiffusersSettings(device=device, default_steps=args.steps,
+                                                             default_guidance=args.guidance))
         append_result(args.out, {"part": "images", "what": "start", "build_save_s": round(built - started, 2),
                                  "load_s": round(time.perf_counter() - built, 2), "dtype": backend.dtype,
                                  "size": "512x512", "steps": args.steps, "guidance": args.guidance,
@@ -112,8 +116,8 @@ def cuda_bench(args: argparse.Namespace) -> None:
 
         def ours(batch: int, i: int) -> int:
             """Images made (a NaN image from random fp16 weights is made all the same; its failure is noted)."""
-            results = backend.generate_pair(CAUSE.format(i=i), EFFECT.format(i=i), n=batch // 2,
-                                            generator_key=f"pair-{i}")
+            results = backend.generate_pair(CAUSE.format(i=i), EFFECT.format(i=i),
+                                            generator_key=f"pair-{i}", settings=PairSettings(n=batch // 2))
             failed.extend(r.as_dict().get("reason", "") for r in results if not r.ok)
             return 2 * len(results)
 
@@ -173,7 +177,8 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as cache:
         folder = tiny.embedded_pipeline_folder(Path(cache))
-        backend = DiffusersBackend(folder, default_steps=tiny.TINY_STEPS, default_guidance=tiny.TINY_GUIDANCE)
+        backend = DiffusersBackend(folder, DiffusersSettings(default_steps=tiny.TINY_STEPS,
+                                                             default_guidance=tiny.TINY_GUIDANCE))
         batched(backend, 1, args.per_prompt)  # warm-up: first-call allocations and kernel choices
         one_per_call(backend, 1, 1)
         fast, fast_cpu, made = best_rate(batched, backend, args.pairs, args.per_prompt, args.repeats)

@@ -11,7 +11,8 @@ import pytest
 
 from sqlalchemy import select
 
-from cftools.imagegen.openai_backend import OpenAIImageBackend
+from cftools.imagegen.base import PairSettings
+from cftools.imagegen.openai_backend import ImagesEndpoint, OpenAIImageBackend
 from cftools.models import CachedResponse, Item
 from test_imagegen import CAUSE, EFFECT, KEY, images_api, received, script, sleeps  # noqa: F401  (fixtures)
 from test_mucr import context_stub, drawable_workspace  # noqa: F401  (fixture)
@@ -19,19 +20,20 @@ from test_mucr import context_stub, drawable_workspace  # noqa: F401  (fixture)
 
 def image_backend(images_api, monkeypatch, **options) -> OpenAIImageBackend:  # noqa: ANN001, F811
     monkeypatch.setenv("MY_IMAGES_KEY", KEY)
-    return OpenAIImageBackend(model="image-model-1", base_url=f"{images_api}/v1", api_key_env="MY_IMAGES_KEY",
-                              timeout=5.0, request_attempts=1, backoff_initial=0.01, **options)
+    endpoint = ImagesEndpoint(base_url=f"{images_api}/v1", api_key_env="MY_IMAGES_KEY", timeout=5.0,
+                              request_attempts=1, backoff_initial=0.01, **options)
+    return OpenAIImageBackend(model="image-model-1", endpoint=endpoint)
 
 
 def test_an_image_larger_than_max_pixels_is_a_failed_candidate_naming_its_size(images_api, monkeypatch):  # noqa: F811
     backend = image_backend(images_api, monkeypatch, max_pixels=64 * 64)
     try:
         script(images_api, [])
-        results = backend.generate_pair(CAUSE, EFFECT, n=1, size="96x64", generator_key="p")
+        results = backend.generate_pair(CAUSE, EFFECT, generator_key="p", settings=PairSettings(n=1, size="96x64"))
         assert not results[0].ok and "96x64 pixels, more than the 4096 allowed ([images] max_pixels)" in \
             results[0].reason
         script(images_api, [])
-        assert backend.generate_pair(CAUSE, EFFECT, n=1, size="64x64", generator_key="p")[0].ok
+        assert backend.generate_pair(CAUSE, EFFECT, generator_key="p", settings=PairSettings(n=1, size="64x64"))[0].ok
     finally:
         backend.close()
 
@@ -40,7 +42,7 @@ def test_a_malformed_images_reply_is_said_once(images_api, monkeypatch):  # noqa
     backend = image_backend(images_api, monkeypatch)
     try:
         script(images_api, ["no_data"])
-        result = backend.generate_pair(CAUSE, EFFECT, n=1, size="64x64", generator_key="p")[0]
+        result = backend.generate_pair(CAUSE, EFFECT, generator_key="p", settings=PairSettings(n=1, size="64x64"))[0]
         assert not result.ok and result.reason.count("malformed images reply") == 1, result.reason
         assert "LLMError" not in result.reason
     finally:
@@ -128,7 +130,7 @@ def test_an_images_reply_past_max_reply_bytes_is_a_failed_candidate_not_retried(
     try:
         script(images_api, [])
         before = len(received(images_api))
-        result = backend.generate_pair(CAUSE, EFFECT, n=1, size="96x64", generator_key="p")[0]
+        result = backend.generate_pair(CAUSE, EFFECT, generator_key="p", settings=PairSettings(n=1, size="96x64"))[0]
         assert not result.ok and "larger than max_reply_bytes = 300" in result.reason, result.reason
         assert len(received(images_api)) - before == 1  # the same request would get the same reply: asked once
     finally:

@@ -24,8 +24,9 @@ from cftools.imagegen import (  # noqa: E402
 )
 from cftools.imagegen import tiny  # noqa: E402
 from cftools.imagegen.checks import blank_image, duplicate_candidates, pair_inconsistent  # noqa: E402
-from cftools.imagegen.diffusers_backend import DiffusersBackend  # noqa: E402
-from cftools.imagegen.openai_backend import OpenAIImageBackend  # noqa: E402
+from cftools.imagegen.base import PairSettings  # noqa: E402
+from cftools.imagegen.diffusers_backend import DiffusersBackend, DiffusersSettings  # noqa: E402
+from cftools.imagegen.openai_backend import ImagesEndpoint, OpenAIImageBackend  # noqa: E402
 from loopback import running_server
 
 CAUSE = "a man in a red coat looks at his phone while driving a grey car on a sunny road"
@@ -49,7 +50,8 @@ def tiny_folder(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def tiny_backend(tiny_folder) -> DiffusersBackend:
-    return DiffusersBackend(tiny_folder, default_steps=tiny.TINY_STEPS, default_guidance=tiny.TINY_GUIDANCE)
+    return DiffusersBackend(tiny_folder, DiffusersSettings(default_steps=tiny.TINY_STEPS,
+                                                           default_guidance=tiny.TINY_GUIDANCE))
 
 
 def test_embedded_pipeline_is_a_saved_folder_reused_on_the_next_call(tiny_folder):
@@ -61,7 +63,8 @@ def test_embedded_pipeline_is_a_saved_folder_reused_on_the_next_call(tiny_folder
 
 
 def test_text2img_makes_n_pairs_at_64px_with_full_provenance(tiny_backend, tiny_folder):
-    results = tiny_backend.generate_pair(CAUSE, EFFECT, style="photograph", n=3, seed=7, generator_key="pair-1")
+    results = tiny_backend.generate_pair(CAUSE, EFFECT, style="photograph", generator_key="pair-1",
+                                         settings=PairSettings(n=3, seed=7))
     assert [r.k for r in results] == [0, 1, 2] and all(isinstance(r, CandidatePair) for r in results)
     first = results[0]
     assert first.cause.size == (64, 64) and first.cause.mode == "RGB"
@@ -79,7 +82,8 @@ def test_text2img_makes_n_pairs_at_64px_with_full_provenance(tiny_backend, tiny_
 
 
 def test_siamese_same_description_gives_identical_cause_and_effect_for_each_k(tiny_backend):
-    results = tiny_backend.generate_pair(CAUSE, CAUSE, style="comic", n=4, generator_key="pair-2")
+    results = tiny_backend.generate_pair(CAUSE, CAUSE, style="comic", generator_key="pair-2",
+                                         settings=PairSettings(n=4))
     for r in results:
         assert np.array_equal(pixels(r.cause), pixels(r.effect)), f"candidate {r.k}"
     # ...while the candidates themselves differ from each other
@@ -87,30 +91,33 @@ def test_siamese_same_description_gives_identical_cause_and_effect_for_each_k(ti
 
 
 def test_cause_k_does_not_depend_on_the_effect_description(tiny_backend):
-    same = tiny_backend.generate_pair(CAUSE, CAUSE, n=2, generator_key="pair-3")
-    differ = tiny_backend.generate_pair(CAUSE, EFFECT, n=2, generator_key="pair-3")
+    same = tiny_backend.generate_pair(CAUSE, CAUSE, generator_key="pair-3", settings=PairSettings(n=2))
+    differ = tiny_backend.generate_pair(CAUSE, EFFECT, generator_key="pair-3", settings=PairSettings(n=2))
     for a, b in zip(same, differ):
         assert np.array_equal(pixels(a.cause), pixels(b.cause))
         assert not np.array_equal(pixels(b.cause), pixels(b.effect))  # the effect text does change the effect
 
 
 def test_seeds_are_reproducible_across_loads_and_change_with_key_seed_and_style(tiny_backend, tiny_folder):
-    reloaded = DiffusersBackend(tiny_folder, default_steps=4, default_guidance=5.0)
-    a = tiny_backend.generate_pair(CAUSE, EFFECT, n=2, seed=3, generator_key="pair-4")
-    b = reloaded.generate_pair(CAUSE, EFFECT, n=2, seed=3, generator_key="pair-4")
+    reloaded = DiffusersBackend(tiny_folder, DiffusersSettings(default_steps=4, default_guidance=5.0))
+    a = tiny_backend.generate_pair(CAUSE, EFFECT, generator_key="pair-4", settings=PairSettings(n=2, seed=3))
+    b = reloaded.generate_pair(CAUSE, EFFECT, generator_key="pair-4", settings=PairSettings(n=2, seed=3))
     for x, y in zip(a, b):
         assert np.array_equal(pixels(x.cause), pixels(y.cause)) and np.array_equal(pixels(x.effect), pixels(y.effect))
         assert x.cause_provenance.seed == y.cause_provenance.seed
     for changed in ({"seed": 4, "generator_key": "pair-4"}, {"seed": 3, "generator_key": "pair-5"}):
-        other = tiny_backend.generate_pair(CAUSE, EFFECT, n=1, **changed)
+        other = tiny_backend.generate_pair(CAUSE, EFFECT, generator_key=changed["generator_key"],
+                                           settings=PairSettings(n=1, seed=changed["seed"]))
         assert not np.array_equal(pixels(other[0].cause), pixels(a[0].cause)), changed
-    styled = tiny_backend.generate_pair(CAUSE, EFFECT, n=1, seed=3, generator_key="pair-4", style="comic")
+    styled = tiny_backend.generate_pair(CAUSE, EFFECT, generator_key="pair-4", style="comic",
+                                        settings=PairSettings(n=1, seed=3))
     assert styled[0].cause_provenance.seed != a[0].cause_provenance.seed
 
 
 def test_a_resumed_run_redraws_only_the_missing_candidates_identically(tiny_backend):
-    full = tiny_backend.generate_pair(CAUSE, EFFECT, n=4, generator_key="pair-6")
-    missing = tiny_backend.generate_pair(CAUSE, EFFECT, n=4, generator_key="pair-6", candidates=[3, 1])
+    full = tiny_backend.generate_pair(CAUSE, EFFECT, generator_key="pair-6", settings=PairSettings(n=4))
+    missing = tiny_backend.generate_pair(CAUSE, EFFECT, generator_key="pair-6",
+                                         settings=PairSettings(n=4, candidates=(3, 1)))
     assert [r.k for r in missing] == [1, 3]
     for r in missing:
         # batch size and position do not change a candidate beyond float noise (at most one grey level)
@@ -119,43 +126,43 @@ def test_a_resumed_run_redraws_only_the_missing_candidates_identically(tiny_back
 
 
 def test_img2img_consistency_makes_effect_k_from_cause_k(tiny_folder):
-    backend = DiffusersBackend(tiny_folder, default_steps=4, default_guidance=5.0, consistency="img2img",
-                               strength=0.5)
-    results = backend.generate_pair(CAUSE, EFFECT, n=2, generator_key="pair-7")
-    plain = DiffusersBackend(tiny_folder, default_steps=4, default_guidance=5.0).generate_pair(
-        CAUSE, EFFECT, n=2, generator_key="pair-7")
+    backend = DiffusersBackend(tiny_folder, DiffusersSettings(default_steps=4, default_guidance=5.0,
+                                                              consistency="img2img", strength=0.5))
+    results = backend.generate_pair(CAUSE, EFFECT, generator_key="pair-7", settings=PairSettings(n=2))
+    plain = DiffusersBackend(tiny_folder, DiffusersSettings(default_steps=4, default_guidance=5.0)).generate_pair(
+        CAUSE, EFFECT, generator_key="pair-7", settings=PairSettings(n=2))
     for r, p in zip(results, plain):
         assert np.array_equal(pixels(r.cause), pixels(p.cause))  # the cause is the same text-to-image draw
         assert r.effect.size == (64, 64) and not np.array_equal(pixels(r.effect), pixels(r.cause))
         assert (r.effect_provenance.consistency, r.effect_provenance.strength) == ("img2img", 0.5)
         assert r.cause_provenance.strength is None
-    again = backend.generate_pair(CAUSE, EFFECT, n=2, generator_key="pair-7")
+    again = backend.generate_pair(CAUSE, EFFECT, generator_key="pair-7", settings=PairSettings(n=2))
     assert np.array_equal(pixels(again[1].effect), pixels(results[1].effect))
     assert type(tiny.tiny_img2img_pipeline(tiny_folder)).__name__ == "StableDiffusionImg2ImgPipeline"
 
 
 def test_a_nan_image_is_a_recorded_failure_and_not_an_exception(tiny_folder):
-    backend = DiffusersBackend(tiny_folder, default_steps=2, default_guidance=5.0)
+    backend = DiffusersBackend(tiny_folder, DiffusersSettings(default_steps=2, default_guidance=5.0))
     backend._pipe.vae.decoder.conv_out.bias.data.fill_(float("nan"))  # a broken VAE decodes NaN pixels
-    results = backend.generate_pair(CAUSE, EFFECT, n=2, generator_key="pair-8")
+    results = backend.generate_pair(CAUSE, EFFECT, generator_key="pair-8", settings=PairSettings(n=2))
     assert [type(r) for r in results] == [CandidateFailure, CandidateFailure]
     assert results[0].side == "cause" and "NaN" in results[0].reason and results[0].as_dict()["k"] == 0
 
 
 def test_a_failed_pipeline_call_fails_the_pair_and_the_run_goes_on(tiny_folder, monkeypatch):
-    backend = DiffusersBackend(tiny_folder, default_steps=2, default_guidance=5.0)
+    backend = DiffusersBackend(tiny_folder, DiffusersSettings(default_steps=2, default_guidance=5.0))
 
     def out_of_memory(*args, **kwargs):  # what a too-small GPU does mid-batch
         raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB\nmore detail")
 
     monkeypatch.setattr(backend.pipeline.unet, "forward", out_of_memory)
-    results = backend.generate_pair(CAUSE, EFFECT, n=2, generator_key="pair-9")
+    results = backend.generate_pair(CAUSE, EFFECT, generator_key="pair-9", settings=PairSettings(n=2))
     assert [(r.k, r.side, r.ok) for r in results] == [(0, "pair", False), (1, "pair", False)]
     assert results[0].reason == "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB"
     monkeypatch.undo()
-    assert all(r.ok for r in backend.generate_pair(CAUSE, EFFECT, n=1, generator_key="pair-9"))
+    assert all(r.ok for r in backend.generate_pair(CAUSE, EFFECT, generator_key="pair-9", settings=PairSettings(n=1)))
     with pytest.raises(ImageGenError, match="60x60 is not a multiple of the pipeline's 8-pixel"):
-        backend.generate_pair(CAUSE, EFFECT, n=1, size="60x60")
+        backend.generate_pair(CAUSE, EFFECT, settings=PairSettings(n=1, size="60x60"))
 
 
 def test_a_folder_that_is_not_a_pipeline_gets_a_one_line_error_naming_it(tmp_path):
@@ -222,15 +229,17 @@ def sleeps():
 @pytest.fixture
 def api_backend(images_api, monkeypatch, sleeps):
     monkeypatch.setenv("MY_IMAGES_KEY", KEY)
-    backend = OpenAIImageBackend(model="image-model-1", base_url=f"{images_api}/v1", api_key_env="MY_IMAGES_KEY",
-                                 timeout=5.0, request_attempts=3, backoff_initial=0.01, sleep=sleeps.append)
+    endpoint = ImagesEndpoint(base_url=f"{images_api}/v1", api_key_env="MY_IMAGES_KEY", timeout=5.0,
+                              request_attempts=3, backoff_initial=0.01)
+    backend = OpenAIImageBackend(model="image-model-1", endpoint=endpoint, sleep=sleeps.append)
     yield backend
     backend.close()
 
 
 def test_images_api_returns_n_decoded_pairs_with_provenance(api_backend, images_api):
     script(images_api, [])
-    results = api_backend.generate_pair(CAUSE, EFFECT, style="comic", n=2, size="96x64", generator_key="p")
+    results = api_backend.generate_pair(CAUSE, EFFECT, style="comic", generator_key="p",
+                                        settings=PairSettings(n=2, size="96x64"))
     assert all(isinstance(r, CandidatePair) for r in results) and [r.k for r in results] == [0, 1]
     assert results[0].cause.size == (96, 64)
     assert not np.array_equal(pixels(results[0].cause), pixels(results[1].cause))
@@ -246,34 +255,35 @@ def test_images_api_returns_n_decoded_pairs_with_provenance(api_backend, images_
 
 def test_images_api_429_waits_what_retry_after_asks_then_succeeds(api_backend, images_api, sleeps):
     script(images_api, ["429"], retry_after=7)
-    results = api_backend.generate_pair(CAUSE, EFFECT, n=1)
+    results = api_backend.generate_pair(CAUSE, EFFECT, settings=PairSettings(n=1))
     assert results[0].ok and sleeps == [7.0] and len(received(images_api)) == 3  # cause twice, effect once
 
 
 def test_images_api_500_and_time_out_are_retried(images_api, monkeypatch, sleeps):
     monkeypatch.setenv("MY_IMAGES_KEY", KEY)
-    backend = OpenAIImageBackend(model="m", base_url=f"{images_api}/v1", api_key_env="MY_IMAGES_KEY", timeout=0.5,
-                                 request_attempts=3, backoff_initial=0.01, sleep=sleeps.append)
+    endpoint = ImagesEndpoint(base_url=f"{images_api}/v1", api_key_env="MY_IMAGES_KEY", timeout=0.5,
+                              request_attempts=3, backoff_initial=0.01)
+    backend = OpenAIImageBackend(model="m", endpoint=endpoint, sleep=sleeps.append)
     script(images_api, ["500", "slow"], slow_s=1.5)
-    results = backend.generate_pair(CAUSE, EFFECT, n=1)
+    results = backend.generate_pair(CAUSE, EFFECT, settings=PairSettings(n=1))
     assert results[0].ok and len(sleeps) == 2 and len(received(images_api)) == 4
     backend.close()
 
 
 def test_images_api_persistent_error_records_failures_and_never_the_key(api_backend, images_api):
     script(images_api, ["500"] * 3)
-    results = api_backend.generate_pair(CAUSE, EFFECT, n=2)
+    results = api_backend.generate_pair(CAUSE, EFFECT, settings=PairSettings(n=2))
     assert [(type(r), r.side) for r in results] == [(CandidateFailure, "cause")] * 2
     assert "500" in results[0].reason and KEY not in results[0].reason
     assert len(received(images_api)) == 3  # the effect call is skipped: the pair cannot be completed
     script(images_api, ["400"])
-    failed = api_backend.generate_pair(CAUSE, EFFECT, n=1)[0]
+    failed = api_backend.generate_pair(CAUSE, EFFECT, settings=PairSettings(n=1))[0]
     assert "400" in failed.reason and KEY not in failed.reason and len(received(images_api)) == 1  # not retried
 
 
 def test_images_api_invalid_base64_or_a_short_reply_fails_only_that_candidate(api_backend, images_api):
     script(images_api, ["bad_base64", "short"])
-    results = api_backend.generate_pair(CAUSE, EFFECT, n=3)
+    results = api_backend.generate_pair(CAUSE, EFFECT, settings=PairSettings(n=3))
     assert isinstance(results[0], CandidateFailure) and results[0].side == "cause"
     assert "invalid base64" in results[0].reason
     assert results[1].ok

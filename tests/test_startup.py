@@ -201,11 +201,11 @@ def test_after_the_first_answer_a_refused_connection_keeps_the_configured_retrie
 
 
 def test_the_images_api_names_its_own_setting():
-    from cftools.imagegen.openai_backend import OpenAIImageBackend
+    from cftools.imagegen.openai_backend import ImagesEndpoint, OpenAIImageBackend
     from cftools.llm.base import EndpointUnreachable
 
     url = dead_url()
-    backend = OpenAIImageBackend(model="m", base_url=url, sleep=lambda s: None)
+    backend = OpenAIImageBackend(model="m", endpoint=ImagesEndpoint(base_url=url), sleep=lambda s: None)
     with pytest.raises(EndpointUnreachable, match=re.escape(f"cannot reach {url} (connection refused): start the "
                                                             f"server, or set [images] base_url in cftools.toml")):
         backend.generate_images("a cat", 1, "64x64")

@@ -4,14 +4,14 @@ Store-independent: this package makes images and says how; the caller stores the
 
 Typical use (what `cftools generate images` does for each pair and style)::
 
-    from cftools.imagegen import make_image_backend, load_style, check_candidates, CandidatePair
+    from cftools.imagegen import make_image_backend, load_style, check_candidates, CandidatePair, PairSettings
 
     backend = make_image_backend(config.get("images"), backend=None, model=None)   # [images] + CLI overrides
     style = load_style("photograph")                  # or parse_styles("photograph,comic")
-    results = backend.generate_pair(cause_description, effect_description, style=style, n=4, seed=0,
-                                    steps=None, guidance=None, size=None,        # None: the backend's defaults
-                                    generator_key=f"{item_key}",                 # stable per pair (e.g. item id)
-                                    candidates=None)                             # or the missing ks on resume
+    settings = PairSettings(n=4, seed=0, steps=None, guidance=None, size=None,  # None: the backend's defaults
+                            candidates=None)                                    # or the missing ks on resume
+    results = backend.generate_pair(cause_description, effect_description, style=style, settings=settings,
+                                    generator_key=f"{item_key}")                 # stable per pair (e.g. item id)
     for r in results:                                 # ordered by k
         if isinstance(r, CandidatePair):              # r.ok is True
             r.cause, r.effect                         # PIL RGB images
@@ -45,7 +45,7 @@ from typing import Any
 
 from cftools.imagegen.base import (
     CAUSE, CONSISTENCY_MODES, EFFECT, CandidateFailure, CandidatePair, CandidateResult, ImageBackend, ImageGenError,
-    Provenance, candidate_seed, image_request_key, parse_size,
+    PairSettings, Provenance, candidate_seed, image_request_key, parse_size,
 )
 from cftools.imagegen.checks import (
     BLANK_IMAGE, DUPLICATE_CANDIDATE, PAIR_INCONSISTENT, CandidateFlag, CandidateReport, ClipScorer, check_candidates,
@@ -58,7 +58,8 @@ EMBEDDED = "embedded"
 __all__ = [
     "BLANK_IMAGE", "CAUSE", "CONSISTENCY_MODES", "DEFAULT_STYLES", "DUPLICATE_CANDIDATE", "EFFECT", "EMBEDDED",
     "IMAGE_BACKENDS", "PAIR_INCONSISTENT", "CandidateFailure", "CandidateFlag", "CandidatePair", "CandidateReport",
-    "CandidateResult", "ClipScorer", "ImageBackend", "ImageGenError", "Provenance", "Style", "candidate_seed",
+    "CandidateResult", "ClipScorer", "ImageBackend", "ImageGenError", "PairSettings", "Provenance", "Style",
+    "candidate_seed",
     "check_candidates", "image_request_key", "load_style", "make_image_backend", "parse_size", "parse_styles",
 ]
 
@@ -82,7 +83,7 @@ def make_image_backend(config: dict[str, Any] | None = None, backend: str | None
     name = backend or config.get("backend") or "diffusers"
     chosen = model or config.get("model")
     if name == "diffusers":
-        from cftools.imagegen.diffusers_backend import DiffusersBackend
+        from cftools.imagegen.diffusers_backend import DiffusersBackend, DiffusersSettings
 
         options = {k: config[k] for k in DIFFUSERS_OPTIONS if k in config}
         defaults = {"default_steps": config.get("steps"), "default_guidance": config.get("guidance"),
@@ -94,15 +95,16 @@ def make_image_backend(config: dict[str, Any] | None = None, backend: str | None
             defaults = {"default_steps": defaults["default_steps"] or tiny.TINY_STEPS,
                         "default_guidance": defaults["default_guidance"] or tiny.TINY_GUIDANCE,
                         "default_size": defaults["default_size"]}
-        return DiffusersBackend(chosen, allow_downloads=bool(config.get("allow_downloads", False)), **options,
-                                **{k: v for k, v in defaults.items() if v is not None})
+        return DiffusersBackend(chosen, DiffusersSettings(
+            allow_downloads=bool(config.get("allow_downloads", False)), **options,
+            **{k: v for k, v in defaults.items() if v is not None}))
     if name == "openai":
-        from cftools.imagegen.openai_backend import DEFAULT_KEY_ENV, OpenAIImageBackend
+        from cftools.imagegen.openai_backend import DEFAULT_KEY_ENV, ImagesEndpoint, OpenAIImageBackend
 
         if not chosen:
             raise ImageGenError("the openai image backend needs a model: --model NAME or [images] model")
         options = {k: config[k] for k in OPENAI_OPTIONS if k in config}
-        return OpenAIImageBackend(model=chosen, base_url=config.get("base_url"),
-                                  api_key_env=config.get("api_key_env") or DEFAULT_KEY_ENV,
-                                  default_size=config.get("size"), **options)
+        return OpenAIImageBackend(chosen, ImagesEndpoint(base_url=config.get("base_url"),
+                                                         api_key_env=config.get("api_key_env") or DEFAULT_KEY_ENV,
+                                                         default_size=config.get("size"), **options))
     raise ImageGenError(f"unknown image backend {name!r}; use one of {', '.join(IMAGE_BACKENDS)}")

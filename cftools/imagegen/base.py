@@ -86,16 +86,29 @@ class CandidateFailure:
 CandidateResult = Union[CandidatePair, CandidateFailure]
 
 
+@dataclass(frozen=True)
+class PairSettings:
+    """How the candidates of a pair are drawn; None takes the backend's default (as `EditSettings` for edits)."""
+
+    n: int = 4
+    seed: int = 0
+    steps: int | None = None
+    guidance: float | None = None
+    size: str | tuple[int, int] | None = None
+    candidates: tuple[int, ...] | None = None  # only these ks (a resumed run's missing ones)
+
+    def ks(self) -> list[int]:
+        return list(range(self.n)) if self.candidates is None else sorted(set(self.candidates))
+
+
 class ImageBackend(Protocol):
     """A text-to-image model behind one interface (see the package docstring for the call)."""
 
     name: str
     model: str
 
-    def generate_pair(self, cause_prompt: str, effect_prompt: str, *, style: Any = None, n: int = 4,
-                      seed: int = 0, steps: int | None = None, guidance: float | None = None,
-                      size: str | tuple[int, int] | None = None,
-                      generator_key: str = "") -> list[CandidateResult]: ...
+    def generate_pair(self, cause_prompt: str, effect_prompt: str, *, style: Any = None,
+                      settings: PairSettings = PairSettings(), generator_key: str = "") -> list[CandidateResult]: ...
 
     def close(self) -> None: ...
 

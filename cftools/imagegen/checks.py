@@ -140,11 +140,19 @@ class ClipScorer:
         return [max(0.0, 100.0 * float(c)) for c in cosine]
 
 
+@dataclass(frozen=True)
+class CandidateThresholds:
+    """Where the candidate flags start (see the constants above)."""
+
+    blank_std: float = BLANK_STD
+    duplicate_distance: int = DUPLICATE_DISTANCE
+    pair_distance: int = PAIR_DISTANCE
+
+
 def check_candidates(causes: Sequence[PIL.Image.Image], effects: Sequence[PIL.Image.Image], *,
                      ks: Sequence[int] | None = None, cause_text: str | None = None, effect_text: str | None = None,
-                     scorer: ClipScorer | None = None, blank_std: float = BLANK_STD,
-                     duplicate_distance: int = DUPLICATE_DISTANCE,
-                     pair_distance: int = PAIR_DISTANCE) -> list[CandidateReport]:
+                     scorer: ClipScorer | None = None,
+                     thresholds: CandidateThresholds = CandidateThresholds()) -> list[CandidateReport]:
     """Flags and a ranking score for the candidates of one pair (cause i and effect i are candidate ks[i]).
 
     Returns the reports best first. CLIP scores need a scorer and both descriptions.
@@ -155,13 +163,13 @@ def check_candidates(causes: Sequence[PIL.Image.Image], effects: Sequence[PIL.Im
     reports = {k: CandidateReport(k) for k in ks}
     for side, images in ((CAUSE, causes), (EFFECT, effects)):
         for k, image in zip(ks, images):
-            flag = blank_image(image, side, blank_std)
+            flag = blank_image(image, side, thresholds.blank_std)
             if flag:
                 reports[k].flags.append(flag)
-        for k, flag in duplicate_candidates(images, ks, side, duplicate_distance).items():
+        for k, flag in duplicate_candidates(images, ks, side, thresholds.duplicate_distance).items():
             reports[k].flags.append(flag)
     for k, cause, effect in zip(ks, causes, effects):
-        flag = pair_inconsistent(cause, effect, pair_distance)
+        flag = pair_inconsistent(cause, effect, thresholds.pair_distance)
         if flag:
             reports[k].flags.append(flag)
     if scorer is not None and cause_text is not None and effect_text is not None:

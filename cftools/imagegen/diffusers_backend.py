@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +21,8 @@ import numpy as np
 import PIL.Image
 
 from cftools.imagegen.base import (
-    CAUSE, CONSISTENCY_MODES, EFFECT, CandidateFailure, CandidatePair, CandidateResult, ImageGenError, Provenance,
-    candidate_seed, parse_size, size_text,
+    CAUSE, CONSISTENCY_MODES, EFFECT, CandidateFailure, CandidatePair, CandidateResult, ImageGenError, PairSettings,
+    Provenance, candidate_seed, parse_size, size_text,
 )
 from cftools.imagegen.styles import Style, as_style
 
@@ -96,32 +97,49 @@ def cpu_generators(seeds: list[int]) -> list:
     return [torch.Generator("cpu").manual_seed(s) for s in seeds]
 
 
+@dataclass(frozen=True)
+class DiffusersSettings:
+    """How a text-to-image pipeline is loaded and run (the [images] keys), held in one object as a diffusers
+    pipeline holds its config; an unknown consistency mode or a strength outside (0, 1] is refused here."""
+
+    allow_downloads: bool = False
+    device: str | None = None
+    dtype: str | None = None
+    consistency: str = "seed"
+    strength: float = DEFAULT_STRENGTH
+    attention_slicing: bool = False
+    cpu_offload: bool = False  # model CPU offload for small GPUs
+    default_steps: int = DEFAULT_STEPS
+    default_guidance: float = DEFAULT_GUIDANCE
+    default_size: str | tuple[int, int] | None = None  # None: the pipeline's native size
+
+    def __post_init__(self) -> None:
+        if self.consistency not in CONSISTENCY_MODES:
+            raise ImageGenError(f"unknown consistency mode {self.consistency!r}; "
+                                f"use one of {', '.join(CONSISTENCY_MODES)}")
+        if not 0.0 < self.strength <= 1.0:
+            raise ImageGenError(f"img2img strength must be in (0, 1], got {self.strength}")
+
+
 class DiffusersBackend:
     """Text-to-image with a diffusers pipeline; see the module docstring."""
 
     name = "diffusers"
 
-    def __init__(self, model: str | Path, *, allow_downloads: bool = False, device: str | None = None,
-                 dtype: str | None = None, consistency: str = "seed", strength: float = DEFAULT_STRENGTH,
-                 attention_slicing: bool = False, cpu_offload: bool = False, default_steps: int = DEFAULT_STEPS,
-                 default_guidance: float = DEFAULT_GUIDANCE, default_size: str | tuple[int, int] | None = None) -> None:
-        if consistency not in CONSISTENCY_MODES:
-            raise ImageGenError(f"unknown consistency mode {consistency!r}; use one of {', '.join(CONSISTENCY_MODES)}")
-        if not 0.0 < strength <= 1.0:
-            raise ImageGenError(f"img2img strength must be in (0, 1], got {strength}")
+    def __init__(self, model: str | Path, settings: DiffusersSettings = DiffusersSettings()) -> None:
         self.model = str(model)
-        self.folder = check_model_source(self.model, allow_downloads)
+        self.folder = check_model_source(self.model, settings.allow_downloads)
         self.revision = model_revision(self.folder) if self.folder else None
-        self.allow_downloads = allow_downloads
-        self.device = pick_device(device)
-        self.torch_dtype = pick_dtype(self.device, dtype)
-        self.consistency = consistency
-        self.strength = strength
-        self.default_steps = default_steps
-        self.default_guidance = default_guidance
-        self._pipe = self._load(attention_slicing, cpu_offload)
+        self.allow_downloads = settings.allow_downloads
+        self.device = pick_device(settings.device)
+        self.torch_dtype = pick_dtype(self.device, settings.dtype)
+        self.consistency = settings.consistency
+        self.strength = settings.strength
+        self.default_steps = settings.default_steps
+        self.default_guidance = settings.default_guidance
+        self._pipe = self._load(settings.attention_slicing, settings.cpu_offload)
         self._img2img = None
-        self.default_size = parse_size(default_size, self._native_size())
+        self.default_size = parse_size(settings.default_size, self._native_size())
 
     def __repr__(self) -> str:
         return f"DiffusersBackend(model={self.model!r}, device={self.device!r}, dtype={self.dtype!r})"
@@ -200,19 +218,17 @@ class DiffusersBackend:
             self._img2img.set_progress_bar_config(disable=True)
         return self._img2img
 
-    def generate_pair(self, cause_prompt: str, effect_prompt: str, *, style: Style | str | None = None, n: int = 4,
-                      seed: int = 0, steps: int | None = None, guidance: float | None = None,
-                      size: str | tuple[int, int] | None = None, generator_key: str = "",
-                      candidates: list[int] | None = None) -> list[CandidateResult]:
-        """Candidates k = 0..n-1 (or only those in CANDIDATES, for a resumed run) of one cause/effect pair."""
+    def generate_pair(self, cause_prompt: str, effect_prompt: str, *, style: Style | str | None = None,
+                      settings: PairSettings = PairSettings(), generator_key: str = "") -> list[CandidateResult]:
+        """Candidates k = 0..n-1 (or only settings.candidates, for a resumed run) of one cause/effect pair."""
         chosen = as_style(style)
-        ks = list(range(n)) if candidates is None else sorted(set(candidates))
+        ks = settings.ks()
         if not ks:
             return []
-        width, height = parse_size(size, self.default_size)
-        steps = steps or self.default_steps
-        guidance = self.default_guidance if guidance is None else guidance
-        seeds = [candidate_seed(generator_key, chosen.name, k, seed) for k in ks]
+        width, height = parse_size(settings.size, self.default_size)
+        steps = settings.steps or self.default_steps
+        guidance = self.default_guidance if settings.guidance is None else settings.guidance
+        seeds = [candidate_seed(generator_key, chosen.name, k, settings.seed) for k in ks]
         prompts = {CAUSE: chosen.prompt(cause_prompt), EFFECT: chosen.prompt(effect_prompt)}
         negatives = {CAUSE: chosen.negative(cause_prompt), EFFECT: chosen.negative(effect_prompt)}
         common = dict(steps=steps, guidance=guidance, width=width, height=height)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -26,29 +27,41 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:300]}"
 
 
+@dataclass(frozen=True)
+class DiffusersEditSettings:
+    """How an edit pipeline is loaded and run (the [edits] keys), held in one object as a pipeline's config."""
+
+    licence: Optional[str] = None  # None: read from the model card
+    allow_non_commercial: bool = False
+    allow_downloads: bool = False
+    device: Optional[str] = None
+    dtype: Optional[str] = None
+    default_steps: int = DEFAULT_STEPS
+    default_guidance: float = DEFAULT_GUIDANCE
+    image_guidance: Optional[float] = None
+    default_size: Optional[str] = None
+
+
 class DiffusersEditBackend:
     """Edits with a diffusers edit pipeline (InstructPix2Pix, FLUX.2 klein, FluxKontext, QwenImageEdit, LongCat
     ImageEdit, ...), loaded from a folder or hub id by the pipeline class its model_index.json names."""
 
     name = "diffusers"
 
-    def __init__(self, model: str | Path, *, licence: Optional[str] = None, allow_non_commercial: bool = False,
-                 allow_downloads: bool = False, device: Optional[str] = None, dtype: Optional[str] = None,
-                 default_steps: int = DEFAULT_STEPS, default_guidance: float = DEFAULT_GUIDANCE,
-                 image_guidance: Optional[float] = None, default_size: Optional[str] = None) -> None:
+    def __init__(self, model: str | Path, settings: DiffusersEditSettings = DiffusersEditSettings()) -> None:
         from cftools.imagegen.diffusers_backend import check_model_source, model_revision, pick_device, pick_dtype
 
         self.model = str(model)
-        self.folder = check_model_source(self.model, allow_downloads)
-        self.licence = model_licence(self.model, self.folder, licence)
-        check_licence(self.model, self.licence, allow_non_commercial)
+        self.folder = check_model_source(self.model, settings.allow_downloads)
+        self.licence = model_licence(self.model, self.folder, settings.licence)
+        check_licence(self.model, self.licence, settings.allow_non_commercial)
         self.revision = model_revision(self.folder) if self.folder else None
-        self.allow_downloads = allow_downloads
-        self.device = pick_device(device)
-        self.torch_dtype = pick_dtype(self.device, dtype)
-        self.default_steps, self.default_guidance = default_steps, default_guidance
-        self.image_guidance = image_guidance
-        self.default_size = default_size
+        self.allow_downloads = settings.allow_downloads
+        self.device = pick_device(settings.device)
+        self.torch_dtype = pick_dtype(self.device, settings.dtype)
+        self.default_steps, self.default_guidance = settings.default_steps, settings.default_guidance
+        self.image_guidance = settings.image_guidance
+        self.default_size = settings.default_size
         self._pipe = self._load()
 
     @property

@@ -59,16 +59,14 @@ def make_edit_backend(config: Optional[dict[str, Any]] = None, backend: Optional
             licence = licence or tiny_edit.TINY_EDIT_LICENCE
             steps, guidance = steps or tiny_edit.TINY_EDIT_STEPS, guidance or tiny_edit.TINY_EDIT_GUIDANCE
             config.setdefault("size", tiny_edit.TINY_EDIT_SIZE)  # its native size: larger is slower, no better
-        from cftools.imagegen.diffusers_edit_backend import DiffusersEditBackend
+        from cftools.imagegen.diffusers_edit_backend import DiffusersEditBackend, DiffusersEditSettings
 
-        return DiffusersEditBackend(chosen, licence=licence,
-                                    allow_non_commercial=bool(config.get("allow_non_commercial", False)),
-                                    allow_downloads=bool(config.get("allow_downloads", False)),
-                                    default_size=config.get("size"), **options,
-                                    **{k: v for k, v in (("default_steps", steps), ("default_guidance", guidance))
-                                       if v is not None})
+        return DiffusersEditBackend(chosen, DiffusersEditSettings(
+            licence=licence, allow_non_commercial=bool(config.get("allow_non_commercial", False)),
+            allow_downloads=bool(config.get("allow_downloads", False)), default_size=config.get("size"), **options,
+            **{k: v for k, v in (("default_steps", steps), ("default_guidance", guidance)) if v is not None}))
     if name == "openai":
-        from cftools.imagegen.openai_backend import DEFAULT_KEY_ENV
+        from cftools.imagegen.openai_backend import DEFAULT_KEY_ENV, ImagesEndpoint
 
         if not chosen:
             raise ImageGenError("the openai edit backend needs a model: --model NAME or [edits] model")
@@ -77,7 +75,8 @@ def make_edit_backend(config: Optional[dict[str, Any]] = None, backend: Optional
         options = {k: config[k] for k in OPENAI_OPTIONS if k in config}
         from cftools.imagegen.openai_edit_backend import OpenAIEditBackend
 
-        return OpenAIEditBackend(model=chosen, base_url=config.get("base_url"), setting="[edits] base_url",
-                                 api_key_env=config.get("api_key_env") or DEFAULT_KEY_ENV,
-                                 default_size=config.get("size"), licence=licence, **options)
+        endpoint = ImagesEndpoint(base_url=config.get("base_url"), setting="[edits] base_url",
+                                  api_key_env=config.get("api_key_env") or DEFAULT_KEY_ENV,
+                                  default_size=config.get("size"), **options)
+        return OpenAIEditBackend(model=chosen, endpoint=endpoint, licence=licence)
     raise ImageGenError(f"unknown edit backend {name!r}; use one of {', '.join(EDIT_BACKENDS)}")

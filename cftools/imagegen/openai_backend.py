@@ -16,14 +16,15 @@ import base64
 import binascii
 import io
 import time
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import openai
 import PIL.Image
 
 from cftools.imagegen.base import (
-    CAUSE, EFFECT, CandidateFailure, CandidatePair, CandidateResult, Provenance, image_request_key, parse_size,
-    size_text,
+    CAUSE, EFFECT, CandidateFailure, CandidatePair, CandidateResult, PairSettings, Provenance, image_request_key,
+    parse_size, size_text,
 )
 from cftools.imagegen.styles import Style, as_style
 from cftools.errors import CftoolsError
@@ -64,26 +65,40 @@ def prompt_with_negative(prompt: str, negative: str | None) -> str:
     return f"{prompt}. Avoid: {negative}" if negative else prompt
 
 
+@dataclass(frozen=True)
+class ImagesEndpoint:
+    """Where an Images API is and how it is called (the [images] or [edits] keys); the key is only named."""
+
+    base_url: str | None = None
+    api_key_env: str = DEFAULT_KEY_ENV
+    timeout: float = 120.0
+    request_attempts: int = 6
+    backoff_initial: float = 1.0
+    backoff_max: float = 60.0
+    response_format: str | None = "b64_json"
+    quality: str | None = None
+    default_size: str | tuple[int, int] | None = None
+    max_pixels: int | None = None
+    max_reply_bytes: int = DEFAULT_MAX_IMAGES_REPLY_BYTES
+    setting: str = "[images] base_url"  # named when the endpoint cannot be reached
+
+
 class OpenAIImageBackend(OpenAIBackend):
     """Candidate images from an Images API; see the module docstring."""
 
     name = "openai"
 
-    def __init__(self, model: str, base_url: str | None = None, api_key_env: str = DEFAULT_KEY_ENV,
-                 timeout: float = 120.0, request_attempts: int = 6, backoff_initial: float = 1.0,
-                 backoff_max: float = 60.0, sleep: Callable[[float], None] = time.sleep,
-                 response_format: str | None = "b64_json", quality: str | None = None,
-                 default_size: str | tuple[int, int] | None = None, max_pixels: int | None = None,
-                 max_reply_bytes: int = DEFAULT_MAX_IMAGES_REPLY_BYTES, setting: str = "[images] base_url") -> None:
-        super().__init__(model=model, base_url=base_url, api_key_env=api_key_env, timeout=timeout,
-                         request_attempts=request_attempts, backoff_initial=backoff_initial,
-                         backoff_max=backoff_max, sleep=sleep, max_connections=8, max_reply_bytes=max_reply_bytes,
-                         setting=setting)
+    def __init__(self, model: str, endpoint: ImagesEndpoint = ImagesEndpoint(), *,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        super().__init__(model=model, base_url=endpoint.base_url, api_key_env=endpoint.api_key_env,
+                         timeout=endpoint.timeout, request_attempts=endpoint.request_attempts,
+                         backoff_initial=endpoint.backoff_initial, backoff_max=endpoint.backoff_max, sleep=sleep,
+                         max_connections=8, max_reply_bytes=endpoint.max_reply_bytes, setting=endpoint.setting)
         # gpt-image models always answer in base64 and refuse the parameter; older and compatible ones need it
-        self.response_format = response_format
-        self.quality = quality
-        self.default_size = parse_size(default_size, DEFAULT_SIZE)
-        self.max_pixels = int(max_pixels or DEFAULT_MAX_PIXELS)
+        self.response_format = endpoint.response_format
+        self.quality = endpoint.quality
+        self.default_size = parse_size(endpoint.default_size, DEFAULT_SIZE)
+        self.max_pixels = int(endpoint.max_pixels or DEFAULT_MAX_PIXELS)
         # Optional request cache (`get(key)` -> images or None, `put(key, images)`), e.g. the store's: an
         # identical request (model, prompt, n, size, format) returns the stored images and makes no call.
         self.request_cache: Any = None
@@ -91,16 +106,15 @@ class OpenAIImageBackend(OpenAIBackend):
     def __repr__(self) -> str:  # never the key
         return f"OpenAIImageBackend(model={self.model!r}, base_url={self.base_url!r}, api_key_env={self.api_key_env!r})"
 
-    def generate_pair(self, cause_prompt: str, effect_prompt: str, *, style: Style | str | None = None, n: int = 4,
-                      seed: int = 0, steps: int | None = None, guidance: float | None = None,
-                      size: str | tuple[int, int] | None = None, generator_key: str = "",
-                      candidates: list[int] | None = None) -> list[CandidateResult]:
-        """Candidates k = 0..n-1 (or CANDIDATES) of one pair; SEED, STEPS and GUIDANCE do not apply to an API."""
+    def generate_pair(self, cause_prompt: str, effect_prompt: str, *, style: Style | str | None = None,
+                      settings: PairSettings = PairSettings(), generator_key: str = "") -> list[CandidateResult]:
+        """Candidates k = 0..n-1 (or settings.candidates) of one pair; seed, steps and guidance do not apply to an
+        API."""
         chosen = as_style(style)
-        ks = list(range(n)) if candidates is None else sorted(set(candidates))
+        ks = settings.ks()
         if not ks:
             return []
-        width, height = parse_size(size, self.default_size)
+        width, height = parse_size(settings.size, self.default_size)
         prompts = {side: prompt_with_negative(chosen.prompt(text), chosen.negative(text))
                    for side, text in ((CAUSE, cause_prompt), (EFFECT, effect_prompt))}
         made: dict[str, list[PIL.Image.Image | str]] = {}

@@ -127,8 +127,8 @@ def images_cmd(workspace: Workspace, backend: Optional[str], model: Optional[str
                as_json: bool, quiet: bool, ray_address: Optional[str]) -> None:
     """Make candidate cause/effect images for pairs with contextual descriptions (siamese: candidate k of the
     cause and of the effect start from the same latents). A rerun makes only what is missing."""
-    from cftools.imagegen import ClipScorer, make_image_backend, parse_styles
-    from cftools.kinds.mucr.images import generate_images
+    from cftools.imagegen import ClipScorer, PairSettings, make_image_backend, parse_styles
+    from cftools.kinds.mucr.images import ImagesOptions, generate_images
 
     config = workspace.section("images")
     chosen = parse_styles(styles, Path(config["styles_dir"]) if config.get("styles_dir") else None)
@@ -148,10 +148,11 @@ def images_cmd(workspace: Workspace, backend: Optional[str], model: Optional[str
             if config.get("score_model"):
                 with shown.waiting("loading the scoring model"):
                     scorer = ClipScorer(config["score_model"])
-            report = generate_images(workspace.store, workspace.root, image_backend, styles=chosen,
-                                     per_prompt=per_prompt, seed=seed, steps=steps, guidance=guidance, size=size,
-                                     limit=limit, groups=groups, regenerate_rejected=regenerate_rejected,
-                                     scorer=scorer,
+            options = ImagesOptions(styles=tuple(chosen), limit=limit, groups=groups,
+                                    regenerate_rejected=regenerate_rejected,
+                                    draw=PairSettings(n=per_prompt, seed=seed, steps=steps, guidance=guidance,
+                                                      size=size))
+            report = generate_images(workspace.store, workspace.root, image_backend, options=options, scorer=scorer,
                                      progress=lambda done, total, failed: shown("images", done + failed, total))
         finally:
             image_backend.close()

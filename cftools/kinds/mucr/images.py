@@ -19,9 +19,9 @@ annotator marked "none usable" (`data.selection[style].none_usable`); the old ro
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import PIL.Image
 from sqlalchemy import select
@@ -32,6 +32,9 @@ from cftools.images import (GENERATED_IMAGES_FOLDER, StoreImageCache, read_image
                             register_image, save_png)
 from cftools.models import CHECKED, DRAFT, Image, Item, ItemEvent, utcnow
 from cftools.store import Store
+
+if TYPE_CHECKING:  # the image packages load only when a run draws
+    from cftools.imagegen.base import PairSettings
 
 KIND = "mucr"
 IMAGES_FOLDER = GENERATED_IMAGES_FOLDER
@@ -112,8 +115,29 @@ def rank_candidates(candidates: dict[str, dict], paths: dict[str, Path], descrip
              "flags": [{"code": f.code, "reason": f.reason, "side": f.side} for f in r.flags]} for r in reports]
 
 
-def record_style(store: Store, item_id: int, style: str, results: list, folder: Path, per_prompt: int,
-                 seed: int, scorer: Any, report: ImagesReport,
+@dataclass(frozen=True)
+class ImagesOptions:
+    """What one `generate images` run draws: the styles, how each pair's candidates are drawn, and which pairs."""
+
+    styles: tuple[Any, ...]
+    draw: PairSettings  # draw.n is the candidates per prompt
+    limit: Optional[int] = None
+    groups: tuple[str, ...] = ()
+    regenerate_rejected: bool = False
+
+
+@dataclass(frozen=True)
+class DrawRun:
+    """Where a run's candidates go and how they are ranked: what storing each pair's candidates needs."""
+
+    store: Store
+    folder: Path
+    seed: int
+    scorer: Any
+    report: ImagesReport
+
+
+def record_style(run: DrawRun, item_id: int, style: str, results: list,
                  finish: Callable[[Any, bool], None] = lambda session, ok: None) -> None:
     """Store one pair's new candidates of STYLE (files first, then one transaction) and re-rank the style;
     FINISH(session, ok) closes the job's claim in that transaction."""
@@ -123,25 +147,26 @@ def record_style(store: Store, item_id: int, style: str, results: list, folder: 
     try:
         for result in results:
             if not result.ok:
-                report.failures.append({"item_id": item_id, "style": style, **result.as_dict()})
+                run.report.failures.append({"item_id": item_id, "style": style, **result.as_dict()})
                 continue
-            cause, effect = save_png(result.cause, folder, made), save_png(result.effect, folder, made)
+            cause, effect = save_png(result.cause, run.folder, made), save_png(result.effect, run.folder, made)
             files += [cause, effect]
             new[str(result.k)] = {"cause": f"sha256:{cause.stem}", "effect": f"sha256:{effect.stem}",
                                   "cause_provenance": result.cause_provenance.as_dict(),
                                   "effect_provenance": result.effect_provenance.as_dict()}
-            report.images_made += 2
-        _store_style(store, item_id, style, files, new, seed, scorer, report, finish)
+            run.report.images_made += 2
+        _store_style(run, item_id, style, files, new, finish)
     except BaseException:
         for path in made:  # a full disk (or a kill of the transaction): no image file without its row
             path.unlink(missing_ok=True)
         raise
 
 
-def _store_style(store: Store, item_id: int, style: str, files: list[Path], new: dict[str, dict], seed: int,
-                 scorer: Any, report: ImagesReport, finish: Callable[[Any, bool], None]) -> None:
+def _store_style(run: DrawRun, item_id: int, style: str, files: list[Path], new: dict[str, dict],
+                 finish: Callable[[Any, bool], None]) -> None:
+    store = run.store
     measured = [read_image_file(path) for path in files]
-    failures = [f for f in report.failures if f["item_id"] == item_id and f["style"] == style]
+    failures = [f for f in run.report.failures if f["item_id"] == item_id and f["style"] == style]
     with store.write() as session:
         for image in measured:
             register_image(store, session, image)
@@ -160,13 +185,13 @@ def _store_style(store: Store, item_id: int, style: str, files: list[Path], new:
         known = {ref for c in candidates.values() for ref in (c["cause"], c["effect"])}
         data["candidate_checks"] = {**(data.get("candidate_checks") or {}),
                                     style: rank_candidates(candidates, _paths(session, known, fresh),
-                                                           context_descriptions(item), scorer)}
+                                                           context_descriptions(item), run.scorer)}
         item.data = data
         item.updated_at = utcnow()
         session.add(item)
         session.add(ItemEvent(item_id=item_id, stage="generate images", from_status=item.status,
                               to_status=item.status, detail={"style": style, "new": sorted(new, key=int),
-                                                             "failed": len(failures), "seed": seed}))
+                                                             "failed": len(failures), "seed": run.seed}))
         finish(session, not failures)
 
 
@@ -176,26 +201,25 @@ def _paths(session: Any, refs: set[str], fresh: dict[str, Path]) -> dict[str, Pa
     return {**{f"sha256:{sha}": Path(path) for sha, path in rows}, **fresh}
 
 
-def generate_images(store: Store, workspace_root: Path, backend: Any, *, styles: list[Any], per_prompt: int = 4,
-                    seed: int = 0, steps: Optional[int] = None, guidance: Optional[float] = None,
-                    size: Optional[str] = None, limit: Optional[int] = None, groups: tuple[str, ...] = (),
-                    regenerate_rejected: bool = False, scorer: Any = None,
+def generate_images(store: Store, workspace_root: Path, backend: Any, *, options: ImagesOptions, scorer: Any = None,
                     progress: Optional[Callable[[int, int, int], None]] = None) -> ImagesReport:
-    """Make the missing candidates of up to LIMIT pairs in every style; returns what happened."""
+    """Make the missing candidates of up to options.limit pairs in every style; returns what happened."""
+    styles, per_prompt = options.styles, options.draw.n
     report = ImagesReport(backend=backend.name, model=backend.model, styles=[s.name for s in styles],
                           folder=str(Path(workspace_root) / IMAGES_FOLDER))
     folder = Path(workspace_root) / IMAGES_FOLDER
     if hasattr(backend, "request_cache"):
         backend.request_cache = StoreImageCache(store, folder)
     selected_at = selection_start(store)
-    items = pairs_to_draw(store, limit, groups)
+    items = pairs_to_draw(store, options.limit, options.groups)
     report.pairs = len(items)
     started = time.perf_counter()
     todo = []
     for item in items:
         data = dict(item.data or {})
         for style in styles:
-            if regenerate_rejected and ((data.get("selection") or {}).get(style.name) or {}).get("none_usable"):
+            rejected = ((data.get("selection") or {}).get(style.name) or {}).get("none_usable")
+            if options.regenerate_rejected and rejected:
                 data = start_new_round(data, style.name)
                 with store.write() as session:
                     stored = session.get(Item, item.id)
@@ -209,6 +233,7 @@ def generate_images(store: Store, workspace_root: Path, backend: Any, *, styles:
     # other `generate images` processes on the store share the jobs: each (pair, style, round) is drawn once
     jobs = {f"{item.key}:{style.name}:{round_}": (item, style, missing, round_) for item, style, missing, round_ in todo}
     claims = Claims(store, GENERATOR, list(jobs), selected_at=selected_at)
+    run = DrawRun(store, folder, options.draw.seed, scorer, report)
     if progress:  # the first pair's images can take a while: the count shows from the start
         progress(0, total, 0)
 
@@ -216,8 +241,8 @@ def generate_images(store: Store, workspace_root: Path, backend: Any, *, styles:
         item, style, missing, round_ = jobs[job]
         cause, effect = context_descriptions(item)
         key = item.key if round_ == 0 else f"{item.key}#round{round_}"
-        return backend.generate_pair(cause, effect, style=style, n=per_prompt, seed=seed, steps=steps,
-                                     guidance=guidance, size=size, generator_key=key, candidates=missing)
+        return backend.generate_pair(cause, effect, style=style, generator_key=key,
+                                     settings=replace(options.draw, candidates=tuple(missing)))
 
     # a backend on a Ray cluster (`--ray`) draws as many jobs at once as it has workers; this process writes each
     in_flight = in_flight_of(backend)  # grows as nodes join the cluster
@@ -229,7 +254,7 @@ def generate_images(store: Store, workspace_root: Path, backend: Any, *, styles:
             for job, results in as_completed(keys, draw, in_flight):
                 item = jobs[job][0]
                 style = jobs[job][1]
-                record_style(store, item.id, style.name, results, folder, per_prompt, seed, scorer, report,
+                record_style(run, item.id, style.name, results,
                              finish=lambda session, ok, job=job: claims.finish(session, [job], ok))
                 report.seconds = time.perf_counter() - started
                 if progress:

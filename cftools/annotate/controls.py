@@ -339,7 +339,7 @@ def load_controls(store: Store, path: Path, kind: str, images_dir: Optional[Path
     (their key prefix, their image folder), unless DATASET names the controls. Loading the same file again adds
     nothing; a record that would change a loaded control is refused. A bad record stops the load with nothing
     written (SKIP_BAD: it is left out and listed)."""
-    from cftools.ingest.readers import BadRecords, finish
+    from cftools.ingest.readers import BadRecords, ReadInput, finish
     from cftools.kinds import get_kind
 
     get_kind(kind)
@@ -354,7 +354,8 @@ def load_controls(store: Store, path: Path, kind: str, images_dir: Optional[Path
     n_records = len(items)
     sources, new_items, unchanged = sort_out_reloads(store, path, dataset, sources, items, settled, bad)
     images_dir = place_images(path, sources, images_dir, looks.image_folder, bad)
-    ingest = finish(store, "controls", path, dataset, sources, new_items, images_dir, bad, None, n_records)
+    ingest = finish(store, ReadInput("controls", path, dataset, sources, new_items, n_records, bad),
+                    images_dir=images_dir)
     report = ControlsReport(str(path), kind, dataset, n_records=n_records, images_added=ingest.images_added,
                             missing_images=ingest.missing_images, skipped=[b.__dict__ for b in ingest.bad],
                             key_prefix=key_prefix or dataset, image_folder=str(images_dir),

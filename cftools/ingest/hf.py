@@ -21,7 +21,7 @@ import PIL.Image
 from cftools.errors import CftoolsError, InputError, NoRecordsError, naming_the_file
 from cftools.images import ImageFile, image_ref_path, read_image_file
 from cftools.ingest.licences import LicenceChoice, chosen_licence
-from cftools.ingest.readers import (BadRecords, IngestReport, image_path_problem, infer_answer_type,
+from cftools.ingest.readers import (BadRecords, IngestReport, ReadInput, image_path_problem, infer_answer_type,
                                     most_frequent_answer, outside_images, stable_key, write_bad_report,
                                     write_records)
 from cftools.models import utcnow
@@ -433,8 +433,8 @@ def ingest_hf(store: Store, workspace_root: Path, source: str, *, split: Optiona
         report.bad = bad.items
         if report.bad and report_path is not None:
             write_bad_report(report, report_path)  # before the store write: a failure leaves the store unchanged
-        write_records(store, "hf", Path(source), name, list(reader.sources.values()), [], images.by_ref, report,
-                      chosen_licence(licence, name), update)
+        read = ReadInput("hf", Path(source), name, list(reader.sources.values()), [], report.n_records, bad)
+        write_records(store, read, images.by_ref, report, chosen_licence(licence, name), update)
     except BaseException:
         images.remove_made()  # a bad row, a refused update, a failed write: leave no file behind
         raise

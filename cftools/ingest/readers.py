@@ -579,12 +579,26 @@ def apply_text_changes(session, path: Path, dataset: str,  # noqa: ANN001
     return len(changes)
 
 
-def write_records(store: Store, fmt: str, path: Path, dataset: str, sources: list[dict], items: list[dict],
-                  images: dict[str, ImageFile], report: IngestReport, licence: str | None = None,
-                  update: bool = False) -> None:
+@dataclass(frozen=True)
+class ReadInput:
+    """What a reader made of one input: its rows to store, from which file, in which format and dataset."""
+
+    fmt: str
+    path: Path
+    dataset: str
+    sources: list[dict]
+    items: list[dict]
+    n_records: int
+    bad: BadRecords
+    candidates: dict[str, list[str]] | None = None  # the file names an image_ref may have under the images folder
+
+
+def write_records(store: Store, read: ReadInput, images: dict[str, ImageFile], report: IngestReport,
+                  licence: str | None = None, update: bool = False) -> None:
     """Write sources, items, images and the dataset's licence in one transaction; existing keys are left as
     they are, unless the file changes their text: then nothing is written, or with UPDATE the text is replaced
     (`apply_text_changes`)."""
+    fmt, path, dataset, sources, items = read.fmt, read.path, read.dataset, read.sources, read.items
     source_table = SourceQuestion.__table__
     with store.write() as session:
         report.updated = apply_text_changes(session, path, dataset, text_changes(session, dataset, sources, items),
@@ -631,22 +645,21 @@ def write_bad_report(report: IngestReport, report_path: Path) -> None:
     report.report_path = str(report_path)
 
 
-def finish(store: Store, fmt: str, path: Path, dataset: str, sources: list[dict], items: list[dict],
-            images_dir: Path | None, bad: BadRecords, report_path: Path | None, n_records: int,
-            candidates: dict[str, list[str]] | None = None, licence: LicenceChoice = None,
-            update: bool = False) -> IngestReport:
-    if n_records == 0 and not bad.items:
-        raise NoRecordsError(path)
-    report = IngestReport(format=fmt, path=str(path), dataset=dataset, n_records=n_records)
-    images = resolve_images(store, dataset, sources, images_dir, bad, candidates, path)
-    report.bad = bad.items
+def finish(store: Store, read: ReadInput, *, images_dir: Path | None = None, report_path: Path | None = None,
+           licence: LicenceChoice = None, update: bool = False) -> IngestReport:
+    """Store what READ holds (all or nothing), its images found under IMAGES_DIR; the bad records go to
+    REPORT_PATH first."""
+    if read.n_records == 0 and not read.bad.items:
+        raise NoRecordsError(read.path)
+    report = IngestReport(format=read.fmt, path=str(read.path), dataset=read.dataset, n_records=read.n_records)
+    images = resolve_images(store, read.dataset, read.sources, images_dir, read.bad, read.candidates, read.path)
+    report.bad = read.bad.items
     if report.bad and report_path is not None:
         # before the store write: a report that cannot be written stops the ingest with the store unchanged
         write_bad_report(report, report_path)
     progress = ingest_progress.get()
     progress("store", 0, 1)
-    write_records(store, fmt, path, dataset, sources, items, images, report, chosen_licence(licence, dataset),
-                  update)
+    write_records(store, read, images, report, chosen_licence(licence, read.dataset), update)
     progress("store", 1, 1)
     return report
 
@@ -660,8 +673,8 @@ def ingest_vqav2(store: Store, questions: Path, annotations: Path | None, images
     candidates = None
     if images_dir is not None:
         candidates = {s["image_ref"]: coco_file_names(s["meta"]["image_id"], subtype) for s in sources}
-    return finish(store, "vqav2", Path(questions), dataset, sources, [], images_dir, bad, report_path,
-                  len(sources), candidates, licence, update)
+    read = ReadInput("vqav2", Path(questions), dataset, sources, [], len(sources), bad, candidates)
+    return finish(store, read, images_dir=images_dir, report_path=report_path, licence=licence, update=update)
 
 
 def ingest_table(store: Store, path: Path, images_dir: Path | None = None, skip_bad: bool = False,
@@ -670,5 +683,5 @@ def ingest_table(store: Store, path: Path, images_dir: Path | None = None, skip_
     bad = BadRecords(skip_bad)
     images_dir = Path(images_dir) if images_dir is not None else None
     dataset, sources = read_table(Path(path), bad, dataset, images_dir)
-    return finish(store, "table", Path(path), dataset, sources, [], images_dir, bad, report_path, len(sources),
-                  licence=licence, update=update)
+    read = ReadInput("table", Path(path), dataset, sources, [], len(sources), bad)
+    return finish(store, read, images_dir=images_dir, report_path=report_path, licence=licence, update=update)

@@ -13,7 +13,7 @@ from typing import Any, Optional
 from cftools.answer_rules import read_count
 from cftools.errors import InputError
 from cftools.ingest.licences import LicenceChoice
-from cftools.ingest.readers import BadRecords, IngestReport, checked_records, finish, stable_key
+from cftools.ingest.readers import BadRecords, IngestReport, ReadInput, checked_records, finish, stable_key
 from cftools.kinds.cfmm.model import TYPES
 from cftools.models import DRAFT, utcnow
 from cftools.store import Store
@@ -105,5 +105,5 @@ def ingest_cfmm(store: Store, path: Path, images_dir: Optional[Path] = None, ski
                 licence: LicenceChoice = None, update: bool = False) -> IngestReport:
     bad = BadRecords(skip_bad)
     dataset, sources, items = read_cfmm(Path(path), bad, dataset, images_dir)
-    return finish(store, "cfmm", Path(path), dataset, sources, items, images_dir, bad, report_path, len(items),
-                  licence=licence, update=update)
+    read = ReadInput("cfmm", Path(path), dataset, sources, items, len(items), bad)
+    return finish(store, read, images_dir=images_dir, report_path=report_path, licence=licence, update=update)

@@ -9,7 +9,7 @@ from cftools.answer_rules import read_count
 from cftools.errors import InputError
 from cftools.images import image_ref_path
 from cftools.ingest.licences import LicenceChoice
-from cftools.ingest.readers import BadRecords, IngestReport, checked_records, finish, stable_key
+from cftools.ingest.readers import BadRecords, IngestReport, ReadInput, checked_records, finish, stable_key
 from cftools.kinds.cvqa.model import COUNT_GROUPS, CSV_COLUMNS, GROUP_ANSWER_TYPE, TYPE_TO_GROUP
 from cftools.models import DRAFT, utcnow
 from cftools.store import Store
@@ -113,5 +113,5 @@ def ingest_cvqa(store: Store, path: Path, images_dir: Path | None = None, skip_b
                 licence: LicenceChoice = None, update: bool = False) -> IngestReport:
     bad = BadRecords(skip_bad)
     dataset, sources, items = read_cvqa(Path(path), bad, dataset, images_dir)
-    return finish(store, "cvqa", Path(path), dataset, sources, items, images_dir, bad, report_path, len(items),
-                  licence=licence, update=update)
+    read = ReadInput("cvqa", Path(path), dataset, sources, items, len(items), bad)
+    return finish(store, read, images_dir=images_dir, report_path=report_path, licence=licence, update=update)

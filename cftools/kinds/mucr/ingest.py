@@ -13,7 +13,7 @@ from typing import Any, Optional
 
 from cftools.errors import InputError
 from cftools.ingest.licences import LicenceChoice
-from cftools.ingest.readers import BadRecords, IngestReport, checked_records, finish, stable_key
+from cftools.ingest.readers import BadRecords, IngestReport, ReadInput, checked_records, finish, stable_key
 from cftools.kinds.mucr.model import CATEGORIES
 from cftools.models import DRAFT, utcnow
 from cftools.store import Store
@@ -66,8 +66,8 @@ def ingest_captions(store: Store, path: Path, skip_bad: bool = False, report_pat
                     dataset: Optional[str] = None, licence: LicenceChoice = None, update: bool = False) -> IngestReport:
     bad = BadRecords(skip_bad)
     dataset, items = read_captions(Path(path), bad, dataset)
-    return finish(store, "captions", Path(path), dataset, [], items, None, bad, report_path, len(items),
-                  licence=licence, update=update)
+    read = ReadInput("captions", Path(path), dataset, [], items, len(items), bad)
+    return finish(store, read, report_path=report_path, licence=licence, update=update)
 
 
 # -- MuCR records as published -----------------------------------------------------------------------------------
@@ -188,8 +188,8 @@ def ingest_mucr(store: Store, path: Path, images_dir: Optional[Path] = None, ski
     for line, row in rows:
         item = published_item(dataset, line, row, refs)
         items.setdefault(item["key"], item)
-    report = finish(store, "mucr", path, dataset, [], list(items.values()), None, bad, report_path, len(items),
-                    licence=licence, update=update)
+    published = ReadInput("mucr", path, dataset, [], list(items.values()), len(items), bad)
+    report = finish(store, published, report_path=report_path, licence=licence, update=update)
     report.images_added = len(read) if rows else 0
     # a MuCR record's images ride in its item (not in a source question): count them there
     report.images_attached = sum(1 for item in items.values() if has_both_images(item))

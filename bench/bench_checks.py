@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from cftools.checks import ItemResult, check_codes, run_checks  # noqa: E402
+from cftools.checks import CheckOptions, ItemResult, check_codes, run_checks  # noqa: E402
 
 CODES = check_codes()
 from cftools.kinds.cvqa.ingest import ingest_cvqa  # noqa: E402
@@ -46,7 +46,8 @@ def peer_sample(folder: Path, use_embeddings: bool) -> None:
         ingest_cvqa(workspace.store, path)
         collected: list[ItemResult] = []
         start = time.perf_counter()
-        report = run_checks(workspace.store, use_embeddings=use_embeddings, on_result=collected.append)
+        report = run_checks(workspace.store, options=CheckOptions(use_embeddings=use_embeddings),
+                            on_result=collected.append)
         elapsed = time.perf_counter() - start
         results[name] = collected
         for code in CODES:
@@ -100,14 +101,14 @@ def scale(folder: Path, n: int, use_embeddings: bool) -> None:
     workspace = init_workspace(folder / "scaled")
     ingest_cvqa(workspace.store, csv_path)
     start = time.perf_counter()
-    report = run_checks(workspace.store, use_embeddings=use_embeddings)
+    report = run_checks(workspace.store, options=CheckOptions(use_embeddings=use_embeddings))
     elapsed = time.perf_counter() - start
     print(f"checked {report.candidates} items in {elapsed:.1f} s: {report.candidates / elapsed:.0f} items/s "
           f"({report.moved_to_checked} checked, {report.flagged} flagged; {report.embedded} questions embedded; "
           f"duplicate: {report.duplicate_mode})")
     print("flags: " + ", ".join(f"{code} {report.flags[code]}" for code in CODES))
     start = time.perf_counter()
-    again = run_checks(workspace.store, use_embeddings=use_embeddings)
+    again = run_checks(workspace.store, options=CheckOptions(use_embeddings=use_embeddings))
     print(f"rerun: {again.candidates} items to check, {time.perf_counter() - start:.1f} s")
     workspace.close()
 

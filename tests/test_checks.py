@@ -9,7 +9,7 @@ from fractions import Fraction
 import pytest
 from sqlalchemy import func, select, update
 
-from cftools.checks import ItemView, check_codes, check_item, run_checks
+from cftools.checks import CheckOptions, ItemView, check_codes, check_item, run_checks
 
 CODES = tuple(check_codes())
 from cftools.checks.embeddings import load_embedder
@@ -298,7 +298,7 @@ def test_peer_synthetic_direct_types_pass_arithmetic(workspace):
     from cftools.kinds.cvqa.ingest import ingest_cvqa
 
     ingest_cvqa(workspace.store, CVQA_SYNTHETIC)
-    report = run_checks(workspace.store, use_embeddings=False)
+    report = run_checks(workspace.store, options=CheckOptions(use_embeddings=False))
     assert report.applied["arithmetic"] == 100  # abs_counting_2 and abs_counting_4, 50 rows each
     assert report.flags["arithmetic"] == 0 and report.notes["arithmetic"] == 0
     assert report.applied["not_flipped"] == 0
@@ -312,7 +312,7 @@ def test_clean_items_move_to_checked_and_flagged_stay_draft(workspace):
     store = workspace.store
     good = add_item(store, "How many dogs would there be if 2 more dogs came?", "4")
     bad = add_item(store, "How many dogs would there be if 2 more dogs came?", "5", image="b.jpg")
-    report = run_checks(store, use_embeddings=False)
+    report = run_checks(store, options=CheckOptions(use_embeddings=False))
     assert (report.candidates, report.moved_to_checked, report.flagged) == (2, 1, 1)
     assert status_of(store, good) == CHECKED and flags_of(store, good) == {}
     assert status_of(store, bad) == DRAFT and set(flags_of(store, bad)) == {"arithmetic"}
@@ -332,28 +332,29 @@ def _counts(store):
 def test_rerun_is_idempotent_and_recheck_replaces_stale_flags(workspace):
     store = workspace.store
     bad = add_item(store, "How many dogs would there be if 2 more dogs came?", "5")
-    run_checks(store, use_embeddings=False)
+    run_checks(store, options=CheckOptions(use_embeddings=False))
     before = _counts(store)
-    again = run_checks(store, use_embeddings=False)
+    again = run_checks(store, options=CheckOptions(use_embeddings=False))
     assert again.candidates == 0 and again.left_as_flagged == 1
     assert _counts(store) == before
-    again = run_checks(store, recheck=True, use_embeddings=False)  # same flags: nothing new recorded
+    # same flags: nothing new recorded
+    again = run_checks(store, options=CheckOptions(recheck=True, use_embeddings=False))
     assert again.candidates == 1 and _counts(store) == before
     # a person fixes the answer in the store without touching updated_at: only --recheck sees it
     with store.write() as session:
         session.execute(update(Item).where(Item.id == bad).values(answer="4"))
-    assert run_checks(store, use_embeddings=False).candidates == 0
-    run_checks(store, recheck=True, use_embeddings=False)
+    assert run_checks(store, options=CheckOptions(use_embeddings=False)).candidates == 0
+    run_checks(store, options=CheckOptions(recheck=True, use_embeddings=False))
     assert flags_of(store, bad) == {} and status_of(store, bad) == CHECKED
 
 
 def test_drafts_edited_after_their_check_are_checked_again(workspace):
     store = workspace.store
     bad = add_item(store, "How many dogs would there be if 2 more dogs came?", "5")
-    run_checks(store, use_embeddings=False)
+    run_checks(store, options=CheckOptions(use_embeddings=False))
     with store.write() as session:
         session.execute(update(Item).where(Item.id == bad).values(answer="4", updated_at=utcnow()))
-    report = run_checks(store, use_embeddings=False)
+    report = run_checks(store, options=CheckOptions(use_embeddings=False))
     assert report.candidates == 1 and status_of(store, bad) == CHECKED
 
 
@@ -408,7 +409,7 @@ def test_duplicate_by_normalised_text(workspace):
     elsewhere = add_item(store, "How many dogs would there be if two more dogs came?", "4", image="b.jpg", key="k3")
     other_answer = add_item(store, "How many dogs would there be if two more dogs came?", "5", image="c.jpg",
                             key="k5", source_answer="3")  # another count on another image: not a copy
-    report = run_checks(store, use_embeddings=False)
+    report = run_checks(store, options=CheckOptions(use_embeddings=False))
     assert "normalised text only" in report.duplicate_mode
     assert flags_of(store, first) == {} and flags_of(store, other_answer) == {}
     reason = flags_of(store, again)["duplicate"]
@@ -417,7 +418,7 @@ def test_duplicate_by_normalised_text(workspace):
     assert flags_of(store, elsewhere) == {}
     # an exact repeat of an item that is already checked is a duplicate too
     repeat = add_item(store, "How many dogs would there be if two more dogs came?", "4", key="k4")
-    run_checks(store, use_embeddings=False)
+    run_checks(store, options=CheckOptions(use_embeddings=False))
     assert set(flags_of(store, repeat)) == {"duplicate"}
 
 
@@ -442,7 +443,7 @@ def test_duplicate_compares_the_items_of_one_image_only(workspace):
     same_bytes = add_item(store, "How many people would there be if 1 more person came?", "3", image="copy-of-1.jpg",
                           key="r-copy", source_question="How many people are in the picture?")
     add_stored_image(store, "a" * 64, "vqa-1.jpg", "copy-of-1.jpg")
-    report = run_checks(store, ["duplicate"], use_embeddings=False)
+    report = run_checks(store, ["duplicate"], options=CheckOptions(use_embeddings=False))
     assert [flags_of(store, i) for i in rewrites] == [{}] * 4
     assert flags_of(store, same_name)["duplicate"].startswith(f"the same question as item {rewrites[0]} on the "
                                                               "same image")
@@ -460,7 +461,7 @@ def test_near_duplicate_by_embeddings(workspace):
     paraphrase = add_item(store, "How many dogs would be there if we added 2 more dogs?", "4", key="e2")
     other_number = add_item(store, "How many dogs would there be if 3 more dogs were added?", "5", key="e3")
     other_question = add_item(store, "How many dogs would there be if the number of dogs doubled?", "4", key="e4")
-    text_only = run_checks(store, ["duplicate"], use_embeddings=False)
+    text_only = run_checks(store, ["duplicate"], options=CheckOptions(use_embeddings=False))
     assert text_only.flags["duplicate"] == 0
     report = run_checks(store, ["duplicate"])
     assert "all-MiniLM-L6-v2" in report.duplicate_mode
@@ -484,9 +485,9 @@ def test_an_interrupted_run_keeps_finished_batches_and_the_next_run_does_the_res
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        run_checks(store, use_embeddings=False, on_result=stop_after_first_batch)
+        run_checks(store, on_result=stop_after_first_batch, options=CheckOptions(use_embeddings=False))
     assert [status_of(store, i) for i in ids] == [CHECKED, CHECKED, DRAFT, DRAFT, DRAFT]
-    report = run_checks(store, use_embeddings=False)
+    report = run_checks(store, options=CheckOptions(use_embeddings=False))
     assert report.candidates == 3 and all(status_of(store, i) == CHECKED for i in ids)
     with store.session() as session:
         moves = session.execute(select(func.count()).select_from(ItemEvent)

@@ -524,11 +524,11 @@ def test_release_names_no_path_user_or_host(stocked, tmp_path):
 
 def test_provenance_lists_the_checks_passed_with_their_version(stocked, tmp_path):
     from cftools import __version__
-    from cftools.checks.runner import run_checks
+    from cftools.checks.runner import CheckOptions, run_checks
     from cftools.models import ItemEvent
 
     drafts = set(item_keys(stocked)[2::3])
-    run_checks(stocked.store, use_embeddings=False)
+    run_checks(stocked.store, options=CheckOptions(use_embeddings=False))
     with stocked.store.session() as session:
         ran = {key: set(detail["checks"]) for key, detail in session.execute(
             select(Item.key, ItemEvent.detail).join(ItemEvent, ItemEvent.item_id == Item.id)

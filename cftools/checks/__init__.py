@@ -6,8 +6,8 @@ The codes are declared by the kinds (`cftools kinds`), plus `duplicate` for ever
 
 from cftools.item_view import ItemView
 from cftools.findings import Flag, Note
-from cftools.checks.runner import (CheckReport, ItemResult, Progress, check_codes, check_item, check_scopes,
-                                   run_checks)
+from cftools.checks.runner import (CheckOptions, CheckReport, ItemResult, Progress, check_codes, check_item,
+                                   check_scopes, run_checks)
 
-__all__ = ["CheckReport", "Flag", "ItemResult", "ItemView", "Note", "Progress", "check_codes", "check_item",
-           "check_scopes", "run_checks"]
+__all__ = ["CheckOptions", "CheckReport", "Flag", "ItemResult", "ItemView", "Note", "Progress", "check_codes",
+           "check_item", "check_scopes", "run_checks"]

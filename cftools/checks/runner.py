@@ -279,13 +279,23 @@ def write_results(store: Store, results: list[ItemResult], codes: Sequence[str],
                             .values(status=CHECKED, updated_at=now))
 
 
-def run_checks(store: Store, codes: Optional[Sequence[str]] = None, *, recheck: bool = False,
-               groups: Sequence[str] = (), limit: Optional[int] = None, use_embeddings: bool = True,
-               similarity: float = DEFAULT_SIMILARITY, progress: Optional[Progress] = None,
-               on_result: Optional[Callable[[ItemResult], None]] = None,
+@dataclass(frozen=True)
+class CheckOptions:
+    """Which drafts `check` looks at, and how it finds duplicates (the command's options)."""
+
+    recheck: bool = False  # check drafts already checked with these codes again
+    groups: tuple[str, ...] = ()
+    limit: Optional[int] = None
+    use_embeddings: bool = True
+    similarity: float = DEFAULT_SIMILARITY
+
+
+def run_checks(store: Store, codes: Optional[Sequence[str]] = None, *, options: CheckOptions = CheckOptions(),
+               progress: Optional[Progress] = None, on_result: Optional[Callable[[ItemResult], None]] = None,
                config: Optional[dict] = None) -> CheckReport:
     """Check drafts. With all checks, clean items move to `checked`; with some (CODES), none moves. CONFIG is the
     workspace's configuration, for kinds whose checks depend on it (`Kind.prepare_checks`)."""
+    groups = options.groups
     for kind in all_kinds().values():
         kind.prepare_checks(config or {})
         kind.use_store(store)
@@ -302,12 +312,13 @@ def run_checks(store: Store, codes: Optional[Sequence[str]] = None, *, recheck: 
     codes = text_codes(codes)
     if not codes:
         return report
-    candidates, report.left_as_flagged = select_candidates(store, groups, recheck or not promote, limit)
+    candidates, report.left_as_flagged = select_candidates(store, groups, options.recheck or not promote,
+                                                           options.limit)
     report.candidates = len(candidates)
 
     duplicates = None
     if DUPLICATE in codes and candidates:
-        duplicates, report.duplicate_mode = _duplicate_finder(store, candidates, use_embeddings, similarity, progress)
+        duplicates, report.duplicate_mode = _duplicate_finder(store, candidates, options, progress)
         report.embedded = len(duplicates.vectors)
 
     progress.stage("checking", len(candidates))
@@ -340,11 +351,11 @@ def _run_edit_checks(store: Store, codes: Sequence[str], groups: Sequence[str], 
     report.flags.update(done.flagged)
 
 
-def _duplicate_finder(store: Store, candidates: list[ItemView], use_embeddings: bool, similarity: float,
+def _duplicate_finder(store: Store, candidates: list[ItemView], options: CheckOptions,
                       progress: Progress) -> tuple[DuplicateFinder, str]:
-    finder = DuplicateFinder(all_entries(store), similarity=similarity)
+    finder = DuplicateFinder(all_entries(store), similarity=options.similarity)
     entries = [e for e in (entry_for(c) for c in candidates) if e is not None]
-    if not use_embeddings:
+    if not options.use_embeddings:
         return finder, "normalised text only (embeddings turned off)"
     to_embed = finder.to_embed(entries)
     if not to_embed:
@@ -356,7 +367,7 @@ def _duplicate_finder(store: Store, candidates: list[ItemView], use_embeddings: 
     finder.embedder = embedder
     progress.stage("embedding questions", len(to_embed))
     finder.embed(to_embed, on_batch=progress.advance)
-    return finder, f"normalised text and {message}, cosine >= {similarity}"
+    return finder, f"normalised text and {message}, cosine >= {options.similarity}"
 
 
 def _count(report: CheckReport, result: ItemResult) -> None:

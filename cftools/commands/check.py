@@ -8,7 +8,7 @@ import click
 from cftools.terminal import escape
 from rich.table import Table
 
-from cftools.checks import CheckReport, ItemResult, check_scopes, run_checks
+from cftools.checks import CheckOptions, CheckReport, ItemResult, check_scopes, run_checks
 from cftools.checks import Progress as CheckProgress
 from cftools.checks.duplicates import DEFAULT_SIMILARITY
 from cftools.checks.runner import text_codes
@@ -107,7 +107,8 @@ def check(workspace: Workspace, as_json: bool, recheck: bool, only: tuple[str, .
             click.echo(json.dumps(result.as_dict(), ensure_ascii=False))
 
     with step_progress(err_console, quiet=quiet, as_json=as_json) as shown:
-        report = run_checks(workspace.store, list(only) or None, recheck=recheck, groups=groups, limit=limit,
-                            use_embeddings=not no_embeddings, similarity=similarity, progress=ShownProgress(shown),
+        options = CheckOptions(recheck=recheck, groups=tuple(groups), limit=limit, use_embeddings=not no_embeddings,
+                               similarity=similarity)
+        report = run_checks(workspace.store, list(only) or None, options=options, progress=ShownProgress(shown),
                             on_result=emit, config=workspace.config)
     print_summary(report, err_console if as_json else console)

@@ -81,6 +81,34 @@ def test_a_kind_registers_through_its_entry_point(toy_installed):
         toy.validate({"shape": "square"}, item="toy-1")
 
 
+
+def test_kinds_shows_the_stages_each_kind_fills(toy_installed, run_cli):
+    out = run_cli("kinds", "--json")
+    assert out.exit_code == 0, out.output
+    stages = {k["name"]: k["stages"] for k in json.loads(out.output)}
+    every = ["ingest", "generate", "check", "annotate", "release", "evaluate"]
+    assert stages["cvqa"] == stages["cfmm"] == stages["mucr"] == every
+    assert stages["toy"] == ["ingest", "check", "annotate", "release", "evaluate"]  # it generates nothing
+    table = run_cli("kinds")
+    assert table.exit_code == 0 and "stages" in table.output and "evaluate" in table.output
+
+
+def test_every_kind_hook_belongs_to_one_stage():
+    from cftools.kinds.base import STAGE_HOOKS, Kind
+
+    grouped = [hook for hooks in STAGE_HOOKS.values() for hook in hooks]
+    assert len(grouped) == len(set(grouped))
+    identity = {"name", "title", "template_root", "task_template", "fills", "stages", "describe"}
+    assert {n for n in dir(Kind) if not n.startswith("_")} - identity == set(grouped)
+
+
+def test_mucr_declares_each_task_once():
+    mucr = get_kind("mucr")
+    assert list(mucr.tasks) == ["verify", "adjudicate", "select", "explain"]
+    assert {name: mucr.tasks[name] for name in mucr.task_specs} == {
+        name: spec.template for name, spec in mucr.task_specs.items()}
+
+
 class ColourAnswerer:
     """Answers every toy question with the colour written in it (a stand-in for a model)."""
 

@@ -33,7 +33,8 @@ def add_kind_options(commands: dict[str, click.Command]) -> None:
 @click.command("kinds")
 @click.option("--json", "as_json", is_flag=True, help="Print the kinds as JSON.")
 def kinds_cmd(as_json: bool) -> None:
-    """List the registered kinds with their generators, checks, task configs, export formats and metrics."""
+    """List the registered kinds with the stages they fill, their generators, checks, task configs, export formats
+    and metrics."""
     described = [kind.describe() for _, kind in sorted(all_kinds().items())]
     if as_json:
         print_json(described)
@@ -41,10 +42,10 @@ def kinds_cmd(as_json: bool) -> None:
     for d in described:
         console.print(f"[bold]{escape(d['name'])}[/]: {escape(d['title'])}", soft_wrap=True)
     table = Table(title="Registered kinds (entry point group cftools.kinds)", title_justify="left", show_lines=True)
-    for column in ("kind", "generators", "checks", "tasks", "formats", "metrics"):
+    for column in ("kind", "stages", "generators", "checks", "tasks", "formats", "metrics"):
         table.add_column(column, overflow="fold")
     for d in described:
-        table.add_row(escape(d["name"]), "\n".join(g["name"] for g in d["generators"]) or "–",
+        table.add_row(escape(d["name"]), "\n".join(d["stages"]), "\n".join(g["name"] for g in d["generators"]) or "–",
                       "\n".join(c["code"] for c in d["checks"]) or "–",
                       "\n".join(escape(task) for task in d["tasks"]) or "–",
                       "\n".join(["native", *(f["name"] for f in d["export_formats"])]),

@@ -131,6 +131,23 @@ class ReportTable:
     note: str = ""  # a paragraph under the table's title in report.md (what its scores mean)
 
 
+# The hooks a kind may fill, by the stage that asks for them (the table above), each hook in one stage;
+# `Kind.stages()` says which stages a kind fills (`cftools kinds`).
+STAGE_HOOKS: dict[str, tuple[str, ...]] = {
+    "ingest": ("data_model", "validate", "groups", "config_section", "commands"),
+    "generate": ("generators", "edit_subject"),
+    "check": ("checks", "answer_style", "answer_type", "prepare_checks", "use_store"),
+    "annotate": ("tasks", "authoring_tasks", "label_config", "instructions", "check_judgment", "read_result",
+                 "task_data", "task_spec", "task_units", "task_payload", "decide_task", "adjudicated",
+                 "agreement_labels", "read_judgment", "decide", "author_task_data", "authored_item", "status_table"),
+    "release": ("export_formats", "record_problem", "export_record", "diff_fields", "card_tables", "card_section",
+                "command_options"),
+    "evaluate": ("metrics", "eval_templates", "prompt_variants", "paper_settings", "prepare_eval_items",
+                 "eval_questions", "read_as_paper", "judge_prompts", "judge_schema", "judge_reply", "judge_result",
+                 "summarize", "report_table", "csv_rows", "paper_tables", "setting_used", "plot_series"),
+}
+
+
 class Kind:
     """A benchmark shape. Subclasses set the class attributes and override what they support."""
 
@@ -391,10 +408,21 @@ class Kind:
     def plot_series(self, section: dict[str, Any]) -> Optional[tuple[str, list[str], list[tuple[str, list]]]]:
         return None
 
+    def fills(self, hook: str) -> bool:
+        """Whether this kind gives HOOK its own value or method (not the base's default)."""
+        own, default = getattr(type(self), hook), getattr(Kind, hook)
+        if callable(default) and not isinstance(default, type):
+            return own is not default
+        return bool(own) and own != default
+
+    def stages(self) -> list[str]:
+        """The stages (STAGE_HOOKS) this kind fills at least one hook of."""
+        return [stage for stage, hooks in STAGE_HOOKS.items() if any(self.fills(hook) for hook in hooks)]
+
     def describe(self) -> dict[str, Any]:
         """What `cftools kinds --json` prints."""
         return {
-            "name": self.name, "title": self.title, "groups": list(self.groups),
+            "name": self.name, "title": self.title, "groups": list(self.groups), "stages": self.stages(),
             "fields": list(self.data_model.model_fields),
             "generators": [{"name": g.name, "description": g.description, "inputs": list(g.inputs),
                             "outputs": list(g.outputs), "templates": list(g.templates)} for g in self.generators],

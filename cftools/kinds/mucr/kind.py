@@ -51,16 +51,16 @@ class MucrKind(Kind):
                   inputs=("context.cause_description", "context.effect_description"),
                   outputs=("cue", "false_cues", "explanation_draft"), templates=("mucr/cues.j2",)),
     )
-    tasks = {"verify": "mucr/verify.xml.j2", "adjudicate": "mucr/adjudicate.xml.j2",
-             "select": "mucr/select.xml.j2", "explain": "mucr/explain.xml.j2"}
-    task_specs = {
+    task_specs = {spec.name: spec for spec in (
         # tiebreak 2: a third person when two disagree, then an adjudicator when the three all differ
-        "select": TaskSpec("select", "mucr/select.xml.j2", annotators=2, tiebreak=2, statuses=("draft", "checked"),
-                           description="pick the best cause and effect candidate of a pair and style"),
-        "explain": TaskSpec("explain", "mucr/explain.xml.j2", annotators=3, statuses=("checked",),
-                            to_status="in_review",
-                            description="three people each explain the pair and confirm its cue set"),
-    }
+        TaskSpec("select", "mucr/select.xml.j2", annotators=2, tiebreak=2, statuses=("draft", "checked"),
+                 description="pick the best cause and effect candidate of a pair and style"),
+        TaskSpec("explain", "mucr/explain.xml.j2", annotators=3, statuses=("checked",), to_status="in_review",
+                 description="three people each explain the pair and confirm its cue set"),
+    )}
+    # each task declared once: verify and adjudicate (the stage's own rules), then the specs' own templates
+    tasks = {"verify": "mucr/verify.xml.j2", "adjudicate": "mucr/adjudicate.xml.j2",
+             **{name: spec.template for name, spec in task_specs.items()}}
     metrics = ("c2e", "e2c", "cue", "exp_s1", "exp_s2", "exp_s3", "exp")
     eval_templates = ("mucr_choice", "mucr_cue", "mucr_explain", "mucr_judge")
 

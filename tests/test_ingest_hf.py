@@ -14,7 +14,7 @@ import pytest
 from PIL import Image as PILImage
 from sqlalchemy import select
 
-from cftools.ingest.hf import READ_STEP, SOURCE_IMAGES_FOLDER, ingest_hf
+from cftools.ingest.hf import READ_STEP, SOURCE_IMAGES_FOLDER, HfSource, ingest_hf
 from cftools.models import Image, IngestRun, SourceQuestion
 from tests.test_ingest import snapshot
 
@@ -183,7 +183,7 @@ def test_save_to_disk_folder_with_splits(workspace, run_cli, tmp_path):
 def test_progress_counts_rows_against_a_known_total(workspace, tmp_path):
     data = write_parquet(tmp_path / "v.parquet", vqav2_rows())
     seen = []
-    ingest_hf(workspace.store, workspace.root, str(data), progress=lambda *a: seen.append(a))
+    ingest_hf(workspace.store, workspace.root, HfSource(str(data)), progress=lambda *a: seen.append(a))
     assert seen[0] == (READ_STEP, 0, 3) and seen[-1] == (READ_STEP, 3, 3)
 
 

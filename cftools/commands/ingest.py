@@ -186,13 +186,13 @@ def ingest_hf_cmd(workspace: Workspace, source: str, split: str | None, config: 
                   skip_bad: bool, report: Path | None, update: bool, as_json: bool, quiet: bool) -> None:
     """Ingest a Hugging Face dataset (a Hub id, read offline from the local cache under HF_HUB_OFFLINE=1, a
     save_to_disk folder, or Parquet files) with a question, an answer and an image column."""
-    from cftools.ingest.hf import ingest_hf
+    from cftools.ingest.hf import HfSource, ingest_hf
     from cftools.progress import step_progress
 
+    hf = HfSource(source, split=split, config=config, question_column=question_column, answer_column=answer_column,
+                  image_column=image_column, id_column=id_column, images_dir=images_dir, dataset=dataset)
     with step_progress(err_console, quiet=quiet, as_json=as_json) as progress:
-        result = ingest_hf(workspace.store, workspace.root, source, split=split, config=config,
-                           question_column=question_column, answer_column=answer_column, image_column=image_column,
-                           id_column=id_column, images_dir=images_dir, dataset=dataset, skip_bad=skip_bad,
+        result = ingest_hf(workspace.store, workspace.root, hf, skip_bad=skip_bad,
                            report_path=report_path(workspace, report, source),
                            licence=ingest_licence(workspace, licence), update=update, progress=progress)
     print_ingest(result, as_json)

@@ -412,16 +412,30 @@ def dataset_name(rows: Rows, name: Optional[str], config: Optional[str], split: 
     return ":".join(["hf", rows.name, *(part for part in (config, split) if part)])
 
 
-def ingest_hf(store: Store, workspace_root: Path, source: str, *, split: Optional[str] = None,
-              config: Optional[str] = None, question_column: Optional[str] = None,
-              answer_column: Optional[str] = None, image_column: Optional[str] = None,
-              id_column: Optional[str] = None, images_dir: Optional[Path] = None, dataset: Optional[str] = None,
-              skip_bad: bool = False, report_path: Optional[Path] = None, licence: LicenceChoice = None,
-              update: bool = False, progress: ProgressCallback = no_progress) -> IngestReport:
+@dataclass(frozen=True)
+class HfSource:
+    """Which dataset to read (a Hub id, a save_to_disk folder or Parquet files), which split and configuration,
+    which columns, where its image files are, and the dataset name its rows go under (None: the defaults)."""
+
+    source: str
+    split: Optional[str] = None
+    config: Optional[str] = None
+    question_column: Optional[str] = None
+    answer_column: Optional[str] = None
+    image_column: Optional[str] = None
+    id_column: Optional[str] = None
+    images_dir: Optional[Path] = None
+    dataset: Optional[str] = None
+
+
+def ingest_hf(store: Store, workspace_root: Path, hf: HfSource, *, skip_bad: bool = False,
+              report_path: Optional[Path] = None, licence: LicenceChoice = None, update: bool = False,
+              progress: ProgressCallback = no_progress) -> IngestReport:
     """Ingest a Hugging Face dataset's rows as source questions (see the module's docstring)."""
-    rows = open_source(source, split, config, images_dir)
-    columns = choose_columns(rows, question_column, answer_column, image_column, id_column)
-    name = dataset_name(rows, dataset, config, split)
+    source = hf.source
+    rows = open_source(source, hf.split, hf.config, hf.images_dir)
+    columns = choose_columns(rows, hf.question_column, hf.answer_column, hf.image_column, hf.id_column)
+    name = dataset_name(rows, hf.dataset, hf.config, hf.split)
     bad = BadRecords(skip_bad)
     images = SourceImages(Path(workspace_root) / SOURCE_IMAGES_FOLDER, rows.base)
     reader = RowReader(name, columns, images, bad)

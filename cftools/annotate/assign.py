@@ -22,7 +22,7 @@ from sqlalchemy import and_, func, not_, or_, select
 
 from cftools.annotate.label_studio import LabelStudioServer, ServerSettings
 from cftools.annotate.projects import (
-    DELETED, GONE, ImageLinks, OPEN, Progress, _no_progress, ensure_project, find_person_project, own_task, purpose_of,
+    DELETED, GONE, ImageLinks, OPEN, Progress, ensure_project, find_person_project, own_task, purpose_of,
     task_of,
 )
 from cftools.errors import CftoolsError
@@ -32,6 +32,7 @@ from cftools.annotate.controls import (
 )
 from cftools.annotate.pauses import pause_the_named, paused_people, requeued_from
 from cftools.models import CHECKED, CONTROL as CONTROL_STATUS, IN_REVIEW, NEEDS_ADJUDICATION, AnnotationTask, ControlItem, Item
+from cftools.progress import no_progress
 from cftools.store import Store, in_chunks
 from cftools.workspace import Workspace
 
@@ -160,7 +161,7 @@ class Sender:
         return per_person
 
     def send(self, kind: str, wanted: list[tuple[Item, str, str]], report: Any, notes: Optional[dict] = None,
-             progress: Progress = _no_progress) -> int:
+             progress: Progress = no_progress) -> int:
         """Import one task for each (item, purpose, person) of WANTED into that person's project; NOTES maps
         (item id, person) to the text the task shows about why it came back. Returns the tasks sent."""
         per_person = self.payloads(kind, wanted, report)
@@ -202,7 +203,7 @@ def import_for(store: Store, server: LabelStudioServer, project_id: int, kind: s
 
 def link_batch(store: Store, server_url: str, project_id: int, person: str, batch: list[tuple[Item, dict]],
                task_ids: list[int], how: str) -> None:
-    from cftools.annotate.task_import import _link_tasks
+    from cftools.annotate.task_import import link_tasks
 
     by_purpose: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for (item, task), task_id in zip(batch, task_ids, strict=True):
@@ -210,14 +211,14 @@ def link_batch(store: Store, server_url: str, project_id: int, person: str, batc
     with store.write() as session:
         for purpose, links in by_purpose.items():
             if purpose in MEASURING:  # its item stays as it is: the task measures its person
-                _link_tasks(session, server_url, project_id, purpose, links, how, assignee=person,
+                link_tasks(session, server_url, project_id, purpose, links, how, assignee=person,
                             moved={item_id for item_id, _ in links})
                 continue
             spec = own_task(batch[0][0].kind, purpose)
             already = set(session.execute(select(AnnotationTask.item_id).where(
                 AnnotationTask.item_id.in_([i for i, _ in links]), AnnotationTask.purpose == purpose,
                 AnnotationTask.state.not_in(GONE))).scalars())
-            _link_tasks(session, server_url, project_id, purpose, links, how, spec=spec, assignee=person,
+            link_tasks(session, server_url, project_id, purpose, links, how, spec=spec, assignee=person,
                         moved=set() if spec is not None else already)
 
 
@@ -380,9 +381,6 @@ def push_tasks(workspace: Workspace, servers: Any, settings: ServerSettings, kin
             report.project_id, report.project_url = project_id, url
         else:
             report.project_ids[person], report.project_urls[person] = project_id, url
-
-
-push_assigned = push_tasks  # the name it had before the shared path was folded in
 
 
 def assignment_status(store: Store) -> dict[str, dict[str, int]]:

@@ -18,7 +18,7 @@ from sqlalchemy import select
 from cftools.annotate.assign import push_tasks
 from cftools.annotate.authoring import authoring_task, push_authoring
 from cftools.annotate.label_studio import LabelStudioError, server_settings
-from cftools.annotate.projects import ImageLinks, Progress, _no_progress, own_task
+from cftools.annotate.projects import ImageLinks, Progress, own_task
 from cftools.annotate.separation import refresh_instructions, refuse_document_root, verify_separation
 from cftools.annotate.servers import Servers
 from cftools.annotate.task_import import PushReport
@@ -26,6 +26,7 @@ from cftools.errors import CftoolsError
 from cftools.judgments import ADJUDICATE, VERIFY
 from cftools.kinds import get_kind
 from cftools.models import CHECKED, NEEDS_ADJUDICATION, Item
+from cftools.progress import no_progress
 from cftools.store import Store
 from cftools.workspace import Workspace
 
@@ -44,7 +45,7 @@ def waiting_kind(store: Store, adjudicate: bool = False) -> Optional[str]:
 
 def push(workspace: Workspace, kind: Optional[str], limit: Optional[int] = None, adjudicate: bool = False,
          data_uri: bool = False, allow_missing_images: bool = False, if_configured: bool = False,
-         progress: Progress = _no_progress, task: Optional[str] = None) -> PushReport:
+         progress: Progress = no_progress, task: Optional[str] = None) -> PushReport:
     """Push `checked` items (or, with ADJUDICATE, `needs_adjudication` ones) of KIND to Label Studio. TASK names one
     of the kind's own tasks instead: a task on items (`Kind.task_spec`, e.g. MuCR's select, explain) or an
     authoring task on images, whose submissions become new items (`Kind.authoring_tasks`, e.g. CFMM's author).

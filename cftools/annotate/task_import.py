@@ -14,7 +14,7 @@ from sqlalchemy import and_, insert, select
 from sqlmodel import Session
 
 from cftools.judgments import ADJUDICATE, VERIFY, shown_person, without_emails
-from cftools.annotate.projects import DELETED, GONE, ImageLinks, OPEN, STAGE, _update, purpose_of
+from cftools.annotate.projects import DELETED, GONE, ImageLinks, OPEN, STAGE, unsynced_update, purpose_of
 from cftools.annotate.label_studio import LabelStudioServer, UncertainImport, backoff
 from cftools.models import (
     CHECKED, IN_REVIEW, NEEDS_ADJUDICATION, AnnotationTask, CheckFlag, Image,
@@ -52,15 +52,17 @@ class PushReport:
         return dict(self.__dict__)
 
 
-def _open_task_filter(server_url: str, project_id: int, purpose: str):  # noqa: ANN202
+def open_tasks_of(server_url: str, project_id: int, purpose: str):  # noqa: ANN202
+    """The WHERE clause of a project's tasks for PURPOSE that still take judgments."""
     return and_(AnnotationTask.server == server_url, AnnotationTask.ls_project_id == project_id,
                 AnnotationTask.purpose == purpose, AnnotationTask.state.not_in(GONE))
 
-def _event(item_id: int, from_status: Optional[str], to_status: Optional[str], detail: dict) -> dict:
+def item_event_row(item_id: int, from_status: Optional[str], to_status: Optional[str], detail: dict) -> dict:
+    """An ItemEvent row of the annotation stage, for a bulk insert."""
     return {"item_id": item_id, "stage": STAGE, "from_status": from_status, "to_status": to_status,
             "detail": detail, "created_at": utcnow()}
 
-def _link_tasks(session: Session, server_url: str, project_id: int, purpose: str,
+def link_tasks(session: Session, server_url: str, project_id: int, purpose: str,
                 links: list[tuple[int, int]], how: str, purposes: Optional[list[str]] = None,
                 spec: Any = None, assignee: Optional[str] = None, moved: frozenset | set = frozenset()) -> None:
     """Record (item id, task id) links and move verified items to in_review, in the caller's transaction.
@@ -81,20 +83,20 @@ def _link_tasks(session: Session, server_url: str, project_id: int, purpose: str
     if spec is not None:
         if spec.to_status:
             for start in range(0, len(item_ids), 900):
-                session.execute(_update(Item).where(Item.id.in_(item_ids[start:start + 900]))
+                session.execute(unsynced_update(Item).where(Item.id.in_(item_ids[start:start + 900]))
                                 .values(status=spec.to_status, updated_at=now))
         session.execute(insert(ItemEvent.__table__), [
-            _event(item_id, None, spec.to_status, {"pushed_to": p, "project": project_id, "task": task_id,
+            item_event_row(item_id, None, spec.to_status, {"pushed_to": p, "project": project_id, "task": task_id,
                                                    "server": server_url, "how": how})
             for (item_id, task_id), p in zip(links, purposes)])
         return
     from_status = CHECKED if purpose == VERIFY else NEEDS_ADJUDICATION
     to_status = IN_REVIEW if purpose == VERIFY else NEEDS_ADJUDICATION
     for part in in_chunks(item_ids):
-        session.execute(_update(Item).where(Item.id.in_(part))
+        session.execute(unsynced_update(Item).where(Item.id.in_(part))
                         .values(status=to_status, updated_at=now))
     session.execute(insert(ItemEvent.__table__), [
-        _event(item_id, from_status, to_status, {"pushed_to": purpose, "project": project_id, "task": task_id,
+        item_event_row(item_id, from_status, to_status, {"pushed_to": purpose, "project": project_id, "task": task_id,
                                                  "server": server_url, "how": how})
         for item_id, task_id in links])
 
@@ -105,11 +107,11 @@ def forget_deleted(session: Session, task: Any) -> dict[str, Any]:
     now = utcnow()
     item = session.get(Item, task.item_id)
     back = task.purpose == VERIFY and item.status == IN_REVIEW
-    session.execute(_update(AnnotationTask).where(AnnotationTask.id == task.id)
+    session.execute(unsynced_update(AnnotationTask).where(AnnotationTask.id == task.id)
                     .values(state=DELETED, ls_task_id=None, updated_at=now))
     if back:
-        session.execute(_update(Item).where(Item.id == item.id).values(status=CHECKED, updated_at=now))
-    session.execute(insert(ItemEvent.__table__), [_event(
+        session.execute(unsynced_update(Item).where(Item.id == item.id).values(status=CHECKED, updated_at=now))
+    session.execute(insert(ItemEvent.__table__), [item_event_row(
         item.id, item.status, CHECKED if back else item.status,
         {"task_deleted": task.ls_task_id, "project": task.ls_project_id, "purpose": task.purpose})])
     return {"item": item.key, "project": task.ls_project_id, "task": task.ls_task_id, "purpose": task.purpose,
@@ -131,7 +133,7 @@ def free_reused_ids(session: Session, server_url: str, project_id: int, task_ids
             forget_deleted(session, task)
     gone = [task.id for task in held if task.state in GONE]
     if gone:
-        session.execute(_update(AnnotationTask).where(AnnotationTask.id.in_(gone)).values(ls_task_id=None))
+        session.execute(unsynced_update(AnnotationTask).where(AnnotationTask.id.in_(gone)).values(ls_task_id=None))
 
 
 def _flags_by_item(session: Session, item_ids: list[int]) -> dict[int, list[str]]:

@@ -9,14 +9,14 @@ documented way (open one's project, label) never shows another person's judgment
 the task (`AnnotationTask.assignee`), and `pull` counts a judgment only from that person.
 
 A task whose submission cannot be used (`InvalidResult`) is not dropped: it is marked `returned` and the item
-goes back to the same person as a new task whose text says why (`Sender.send(..., note=...)`).
+goes back to the same person as a new task whose text says why (`Sender.send(..., notes=...)`).
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Optional
 
 from sqlalchemy import and_, func, not_, or_, select
 
@@ -31,6 +31,8 @@ from cftools.annotate.controls import (
     AUDIT, CONTROL, MEASURING, control_items, control_rate, plan_controls, shown_purpose, shuffled_batches,
 )
 from cftools.annotate.pauses import pause_the_named, paused_people, requeued_from
+from cftools.annotate.servers import Servers
+from cftools.annotate.task_import import PushReport, PushRun, TaskLinks, import_reconciled, link_tasks, task_payloads
 from cftools.models import CHECKED, CONTROL as CONTROL_STATUS, IN_REVIEW, NEEDS_ADJUDICATION, AnnotationTask, ControlItem, Item
 from cftools.progress import no_progress
 from cftools.store import Store, in_chunks
@@ -105,7 +107,7 @@ class Sender:
     each one is for."""
 
     workspace: Workspace
-    servers: Any  # cftools.annotate.servers.Servers
+    servers: Servers
     settings: ServerSettings
     data_uri: bool = False
     allow_missing_images: bool = False
@@ -122,10 +124,13 @@ class Sender:
                                                 str(self.workspace.root), assignee=person)
         return self.projects[key]
 
-    def payloads(self, kind: str, wanted: list[tuple[Item, str, str]], report: Any) -> dict[str, list]:
-        """Per person: (item, task payload) of each (item, purpose, person) in WANTED."""
-        from cftools.annotate.task_import import task_payloads
+    @classmethod
+    def of_run(cls, run: PushRun) -> "Sender":
+        """The sender of RUN's tasks, with its image options."""
+        return cls(run.workspace, run.servers, run.settings, run.options.data_uri, run.options.allow_missing_images)
 
+    def payloads(self, kind: str, wanted: list[tuple[Item, str, str]], report: PushReport) -> dict[str, list]:
+        """Per person: (item, task payload) of each (item, purpose, person) in WANTED."""
         specs = {purpose: own_task(kind, purpose) for _, purpose, _ in wanted}
         images = ImageLinks.from_config(self.workspace, self.data_uri)
         per_person: dict[str, list] = defaultdict(list)
@@ -160,7 +165,7 @@ class Sender:
         self.folders = images.folders
         return per_person
 
-    def send(self, kind: str, wanted: list[tuple[Item, str, str]], report: Any, notes: Optional[dict] = None,
+    def send(self, kind: str, wanted: list[tuple[Item, str, str]], report: PushReport, notes: Optional[dict] = None,
              progress: Progress = no_progress) -> int:
         """Import one task for each (item, purpose, person) of WANTED into that person's project; NOTES maps
         (item id, person) to the text the task shows about why it came back. Returns the tasks sent."""
@@ -191,8 +196,6 @@ def shown_note(note: str, person: Optional[str]) -> str:
 def import_for(store: Store, server: LabelStudioServer, project_id: int, kind: str, person: str,
                batch: list[tuple[Item, dict]]) -> int:
     """Import BATCH into PERSON's project and record the links in one transaction (see `import_reconciled`)."""
-    from cftools.annotate.task_import import import_reconciled
-
     batch, task_ids = import_reconciled(server, project_id, batch,
                                         lambda: reconcile_person(store, server, project_id, kind, person),
                                         lambda rest: without_task(store, project_id, rest, server.url))
@@ -203,23 +206,21 @@ def import_for(store: Store, server: LabelStudioServer, project_id: int, kind: s
 
 def link_batch(store: Store, server_url: str, project_id: int, person: str, batch: list[tuple[Item, dict]],
                task_ids: list[int], how: str) -> None:
-    from cftools.annotate.task_import import link_tasks
-
     by_purpose: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for (item, task), task_id in zip(batch, task_ids, strict=True):
         by_purpose[task.get("_purpose") or task["meta"]["purpose"]].append((item.id, task_id))
     with store.write() as session:
         for purpose, links in by_purpose.items():
             if purpose in MEASURING:  # its item stays as it is: the task measures its person
-                link_tasks(session, server_url, project_id, purpose, links, how, assignee=person,
-                            moved={item_id for item_id, _ in links})
+                link_tasks(session, TaskLinks(server_url, project_id, purpose, links, how, person),
+                           moved={item_id for item_id, _ in links})
                 continue
             spec = own_task(batch[0][0].kind, purpose)
             already = set(session.execute(select(AnnotationTask.item_id).where(
                 AnnotationTask.item_id.in_([i for i, _ in links]), AnnotationTask.purpose == purpose,
                 AnnotationTask.state.not_in(GONE))).scalars())
-            link_tasks(session, server_url, project_id, purpose, links, how, spec=spec, assignee=person,
-                        moved=set() if spec is not None else already)
+            link_tasks(session, TaskLinks(server_url, project_id, purpose, links, how, person), spec=spec,
+                       moved=set() if spec is not None else already)
 
 
 def without_task(store: Store, project_id: int, batch: list[tuple[Item, dict]],
@@ -339,10 +340,8 @@ def plan(store: Store, settings: ServerSettings, kind: str, purpose: str,
     return wanted
 
 
-def push_tasks(workspace: Workspace, servers: Any, settings: ServerSettings, kind: str, purpose: str,
-               limit: Optional[int], report: Any, data_uri: bool, allow_missing_images: bool,
-               progress: Progress, only: Optional[set[int]] = None) -> None:
-    """Push KIND's PURPOSE (verify, adjudicate or a kind's own task on items), one path for every set-up:
+def push_tasks(run: PushRun, report: PushReport) -> None:
+    """Push RUN's kind's purpose (verify, adjudicate or a kind's own task on items), one path for every set-up:
 
     1. resume: tasks a killed push imported but did not record are linked first (`reconcile_person`);
     2. plan: who gets which task (`plan`);
@@ -354,8 +353,9 @@ def push_tasks(workspace: Workspace, servers: Any, settings: ServerSettings, kin
 
     With assignment, each person's new verification tasks come with control items at `[annotate] control_rate`
     (`controls.plan_controls`), shuffled among them."""
+    workspace, servers, settings, kind, purpose = run.workspace, run.servers, run.settings, run.kind, run.purpose
     store = workspace.store
-    sender = Sender(workspace, servers, settings, data_uri, allow_missing_images)
+    sender = Sender.of_run(run)
     people: tuple[Optional[str], ...] = settings.annotators or (None,)
     fallback = purpose if own_task(kind, purpose) is None else None
     for person in people:
@@ -367,13 +367,13 @@ def push_tasks(workspace: Workspace, servers: Any, settings: ServerSettings, kin
             report.reconciled += reconcile_person(store, server, project_id, kind, person, fallback)
     if settings.assigns:
         report.paused = pause_the_named(workspace)
-    wanted = plan(store, settings, kind, purpose, limit, only)
+    wanted = plan(store, settings, kind, purpose, run.options.limit, run.options.only)
     report.candidates = len({(item.id, task_purpose) for item, task_purpose, _ in wanted})
     if settings.assigns and purpose == VERIFY:
         controls = plan_controls(store, kind, wanted, control_rate(workspace))
         report.controls = len(controls)
         wanted += controls
-    report.pushed += sender.send(kind, wanted, report, progress=progress)
+    report.pushed += sender.send(kind, wanted, report, progress=run.options.progress)
     report.assigned = dict(Counter(person for _, _, person in wanted if person))
     for (_, _, person), project_id in sorted(sender.projects.items(), key=lambda entry: str(entry[0][2])):
         url = servers.for_person(person).project_url(project_id)

@@ -19,6 +19,7 @@ from sqlalchemy import bindparam, insert, select
 from sqlmodel import Session
 
 from cftools.annotate.projects import ANNOTATIONS_PER_TASK, DECIDED, DELETED, GONE, OPEN, RETURNED, Progress, STAGE, unsynced_delete, unsynced_update, own_task, task_of
+from cftools.annotate.assign import Sender, choose_people, current_load, live_assignees
 from cftools.annotate.attribution import email_of, refusal
 from cftools.annotate.controls import MEASURING, record_outcomes, shown_purpose
 from cftools.annotate.task_import import PushReport, item_event_row, open_tasks_of, forget_deleted
@@ -429,11 +430,22 @@ def mark_deleted(session: Session, tasks: list[Any], report: PullReport, resend:
     return entries
 
 
-def pull_project(store: Store, server: LabelStudioServer, project_id: int, kind: str, purpose: str,
-                 emails: dict[int, str], report: PullReport, progress: Progress,
-                 workspace_root: Optional[str], sender: Any, fetched: Optional[list[list[dict]]] = None) -> None:
-    """Read the project's tasks back; SENDER (with assignment) sends tiebreaks and returned submissions to the
-    person they are for. FETCHED: the project's export chunks, already read (`fetch_projects`)."""
+@dataclass(frozen=True)
+class PullRun:
+    """One pull: its workspace, the sender of tiebreaks and returned submissions (with assignment, to the person
+    they are for), and where its progress goes."""
+
+    workspace: Workspace
+    sender: Sender
+    progress: Progress = no_progress
+
+
+def pull_project(run: PullRun, job: ProjectJob, server: LabelStudioServer, emails: dict[int, str],
+                 report: PullReport, fetched: Optional[list[list[dict]]] = None) -> None:
+    """Read JOB's project's tasks back from SERVER (EMAILS: its user ids' emails). FETCHED: the project's export
+    chunks, already read (`fetch_projects`)."""
+    store, sender, progress, workspace_root = run.workspace.store, run.sender, run.progress, str(run.workspace.root)
+    project_id, kind, purpose = job.project_id, job.kind, job.purpose
     with store.session() as session:
         tasks = {t.id: t for t in session.execute(select(
             AnnotationTask.id, AnnotationTask.item_id, AnnotationTask.purpose, AnnotationTask.ls_project_id,
@@ -513,12 +525,10 @@ def mark_returned(session: Session, by_ls_id: dict[int, Any], returning: list[di
     return ids
 
 
-def send_back(store: Store, sender: Any, kind: str, tasks: dict[int, Any], by_ls_id: dict[int, Any],
+def send_back(store: Store, sender: Sender, kind: str, tasks: dict[int, Any], by_ls_id: dict[int, Any],
               returning: list[dict], tiebreaks: list[dict]) -> None:
     """With assignment: each returned submission's item goes back to its author as a new task saying why, and
     each tiebreak to one more person who has not judged the item (their own project: `/next` hands it to them)."""
-    from cftools.annotate.assign import choose_people, current_load, live_assignees
-
     items: dict[int, Item] = {}
     with store.session() as session:
         ids = {by_ls_id[r["task"]].item_id for r in returning} | {by_ls_id[t["task"]].item_id for t in tiebreaks}
@@ -657,9 +667,7 @@ def pull(workspace: Workspace, progress: Progress = no_progress) -> PullReport:
         servers.check()
         verify_separation(workspace, settings, servers, "pull")
         refresh_instructions(workspace, servers, settings)
-        from cftools.annotate.assign import Sender
-
-        sender = Sender(workspace, servers, settings)  # returns and tiebreaks to the person they are for
+        run = PullRun(workspace, Sender(workspace, servers, settings), progress)
         jobs = project_jobs(workspace.store)
         futures = fetch_projects(servers, jobs)
         counted = PullCounts(jobs, per_person=bool(settings.people), progress=progress)
@@ -669,8 +677,7 @@ def pull(workspace: Workspace, progress: Progress = no_progress) -> PullReport:
                 if job.server_url not in report.servers_not_configured:
                     report.servers_not_configured.append(job.server_url)
             else:
-                pull_project(workspace.store, server, job.project_id, job.kind, job.purpose, emails, report,
-                             progress, str(workspace.root), sender, fetched=chunks)
+                pull_project(run, job, server, emails, report, fetched=chunks)
             counted.done(job)
         pull_authoring_projects(workspace, servers, settings, report)
         link_after_pull(workspace.store, servers)  # what this pull stored, checked at its start
@@ -699,5 +706,5 @@ def pull_authoring_projects(workspace: Workspace, servers: Servers, settings: Se
     for name, spec in sorted(all_kinds().items()):
         for task in spec.authoring_tasks:
             for person, (server, project_id) in authoring_projects(servers, settings, name, task).items():
-                pull_authoring(workspace.store, server, project_id, name, task, servers.emails(server),
-                               report.authoring, str(workspace.root), person)
+                pull_authoring(workspace, server, project_id, name, task, servers.emails(server),
+                               report.authoring, person)

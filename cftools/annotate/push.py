@@ -18,10 +18,10 @@ from sqlalchemy import select
 from cftools.annotate.assign import push_tasks
 from cftools.annotate.authoring import authoring_task, push_authoring
 from cftools.annotate.label_studio import LabelStudioError, server_settings
-from cftools.annotate.projects import ImageLinks, Progress, own_task
+from cftools.annotate.projects import Progress, own_task
 from cftools.annotate.separation import refresh_instructions, refuse_document_root, verify_separation
 from cftools.annotate.servers import Servers
-from cftools.annotate.task_import import PushReport
+from cftools.annotate.task_import import PushOptions, PushReport, PushRun
 from cftools.errors import CftoolsError
 from cftools.judgments import ADJUDICATE, VERIFY
 from cftools.kinds import get_kind
@@ -43,7 +43,7 @@ def waiting_kind(store: Store, adjudicate: bool = False) -> Optional[str]:
     return present[0] if present else None
 
 
-def push(workspace: Workspace, kind: Optional[str], limit: Optional[int] = None, adjudicate: bool = False,
+def push(workspace: Workspace, kind: Optional[str], *, limit: Optional[int] = None, adjudicate: bool = False,
          data_uri: bool = False, allow_missing_images: bool = False, if_configured: bool = False,
          progress: Progress = no_progress, task: Optional[str] = None) -> PushReport:
     """Push `checked` items (or, with ADJUDICATE, `needs_adjudication` ones) of KIND to Label Studio. TASK names one
@@ -76,12 +76,13 @@ def push(workspace: Workspace, kind: Optional[str], limit: Optional[int] = None,
             report.message = "nothing to push: the store holds no items yet"
             return report
         get_kind(kind).task_template(purpose)  # an unknown kind or task is an error before anything is created
+        options = PushOptions(limit=limit, data_uri=data_uri, allow_missing_images=allow_missing_images,
+                              progress=progress)
+        run = PushRun(workspace, servers, settings, kind, purpose, options)
         if own_task(kind, purpose) is None and purpose not in (VERIFY, ADJUDICATE):
-            push_authoring(workspace.store, servers, settings, kind, ImageLinks.from_config(workspace, data_uri),
-                           limit, report, progress, purpose, str(workspace.root))
+            push_authoring(run, report)
         else:
-            push_tasks(workspace, servers, settings, kind, purpose, limit, report, data_uri, allow_missing_images,
-                       progress)
+            push_tasks(run, report)
     finally:
         servers.close()
     return report

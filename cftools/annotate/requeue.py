@@ -22,7 +22,7 @@ from cftools.annotate.label_studio import LabelStudioError, server_settings
 from cftools.annotate.pauses import local_naive, lead_name, paused_people, requeued_from
 from cftools.annotate.projects import GONE, REQUEUED, STAGE
 from cftools.annotate.servers import Servers
-from cftools.annotate.task_import import PushReport
+from cftools.annotate.task_import import PushOptions, PushReport, PushRun
 from cftools.errors import CftoolsError
 from cftools.judgments import ADJUDICATE, VERIFY
 from cftools.models import ACCEPTED, IN_REVIEW, NEEDS_ADJUDICATION, REJECTED, AnnotationTask, Item, ItemEvent, Judgment, utcnow
@@ -203,8 +203,8 @@ def requeue(workspace: Any, person: str, since: Optional[datetime] = None, by: O
                 Item.id.in_(sorted({i for ids in by_kind.values() for i in ids})))).scalars())
         for kind, item_ids in sorted(by_kind.items()):
             pushed = PushReport(purpose=VERIFY, kind=kind)
-            push_tasks(workspace, servers, settings, kind, VERIFY, None, pushed, False, False,
-                       progress or no_progress, only=item_ids)
+            options = PushOptions(only=frozenset(item_ids), progress=progress or no_progress)
+            push_tasks(PushRun(workspace, servers, settings, kind, VERIFY, options), pushed)
             report.pushed[kind] = pushed.pushed
             for who, n in pushed.assigned.items():
                 report.assigned[who] = report.assigned.get(who, 0) + n

@@ -17,10 +17,11 @@ from typing import Any, Optional
 
 from sqlalchemy import insert, select, update
 
-from cftools.annotate.assign import choose_people, current_load, people_needed, push_tasks
+from cftools.annotate.assign import choose_people, current_load, people_needed
 from cftools.annotate.label_studio import LabelStudioError, server_settings
 from cftools.annotate.pauses import local_naive, lead_name, paused_people, requeued_from
 from cftools.annotate.projects import GONE, REQUEUED, STAGE
+from cftools.annotate.push import push_tasks
 from cftools.annotate.servers import Servers
 from cftools.annotate.task_import import PushOptions, PushReport, PushRun
 from cftools.errors import CftoolsError

@@ -9,29 +9,26 @@ documented way (open one's project, label) never shows another person's judgment
 the task (`AnnotationTask.assignee`), and `pull` counts a judgment only from that person.
 
 A task whose submission cannot be used (`InvalidResult`) is not dropped: it is marked `returned` and the item
-goes back to the same person as a new task whose text says why (`Sender.send(..., note=...)`).
+goes back to the same person as a new task whose text says why (`Sender.send(..., notes=...)`).
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Optional
 
 from sqlalchemy import and_, func, not_, or_, select
 
 from cftools.annotate.label_studio import LabelStudioServer, ServerSettings
-from cftools.annotate.projects import (
-    DELETED, GONE, ImageLinks, OPEN, Progress, _no_progress, ensure_project, find_person_project, own_task, purpose_of,
-    task_of,
-)
+from cftools.annotate.projects import DELETED, GONE, ImageLinks, OPEN, Progress, ensure_project, own_task, task_of
 from cftools.errors import CftoolsError
 from cftools.judgments import ADJUDICATE, VERIFY, without_emails
-from cftools.annotate.controls import (
-    AUDIT, CONTROL, MEASURING, control_items, control_rate, plan_controls, shown_purpose, shuffled_batches,
-)
-from cftools.annotate.pauses import pause_the_named, paused_people, requeued_from
+from cftools.annotate.controls import AUDIT, CONTROL, MEASURING, control_items, shown_purpose, shuffled_batches
+from cftools.annotate.servers import Servers
+from cftools.annotate.task_import import PushReport, PushRun, TaskLinks, import_reconciled, link_tasks, task_payloads
 from cftools.models import CHECKED, CONTROL as CONTROL_STATUS, IN_REVIEW, NEEDS_ADJUDICATION, AnnotationTask, ControlItem, Item
+from cftools.progress import no_progress
 from cftools.store import Store, in_chunks
 from cftools.workspace import Workspace
 
@@ -81,30 +78,13 @@ def live_assignees(store: Store, item_ids: list[int]) -> dict[tuple[int, str], l
     return found
 
 
-def verify_judges(store: Store, item_ids: list[int]) -> dict[int, set[str]]:
-    """Per item: who was assigned or judged any of its tasks but an adjudication (its verification, a kind's own
-    task such as MuCR's explain): an adjudicator must be someone else."""
-    from cftools.models import Judgment
-
-    found: dict[int, set[str]] = defaultdict(set)
-    with store.session() as session:
-        for part in in_chunks(item_ids):
-            for item_id, assignee, annotator in session.execute(
-                    select(AnnotationTask.item_id, AnnotationTask.assignee, Judgment.annotator)
-                    .outerjoin(Judgment, Judgment.task_id == AnnotationTask.id)
-                    .where(AnnotationTask.item_id.in_(part), AnnotationTask.purpose != ADJUDICATE,
-                           AnnotationTask.state != DELETED)):
-                found[item_id].update(p for p in (assignee, annotator) if p)
-    return found
-
-
 @dataclass
 class Sender:
     """Sends tasks to the projects of single people (each on their server: `Servers.for_person`) and records who
     each one is for."""
 
     workspace: Workspace
-    servers: Any  # cftools.annotate.servers.Servers
+    servers: Servers
     settings: ServerSettings
     data_uri: bool = False
     allow_missing_images: bool = False
@@ -121,10 +101,13 @@ class Sender:
                                                 str(self.workspace.root), assignee=person)
         return self.projects[key]
 
-    def payloads(self, kind: str, wanted: list[tuple[Item, str, str]], report: Any) -> dict[str, list]:
-        """Per person: (item, task payload) of each (item, purpose, person) in WANTED."""
-        from cftools.annotate.task_import import task_payloads
+    @classmethod
+    def of_run(cls, run: PushRun) -> "Sender":
+        """The sender of RUN's tasks, with its image options."""
+        return cls(run.workspace, run.servers, run.settings, run.options.data_uri, run.options.allow_missing_images)
 
+    def payloads(self, kind: str, wanted: list[tuple[Item, str, str]], report: PushReport) -> dict[str, list]:
+        """Per person: (item, task payload) of each (item, purpose, person) in WANTED."""
         specs = {purpose: own_task(kind, purpose) for _, purpose, _ in wanted}
         images = ImageLinks.from_config(self.workspace, self.data_uri)
         per_person: dict[str, list] = defaultdict(list)
@@ -159,8 +142,8 @@ class Sender:
         self.folders = images.folders
         return per_person
 
-    def send(self, kind: str, wanted: list[tuple[Item, str, str]], report: Any, notes: Optional[dict] = None,
-             progress: Progress = _no_progress) -> int:
+    def send(self, kind: str, wanted: list[tuple[Item, str, str]], report: PushReport, notes: Optional[dict] = None,
+             progress: Progress = no_progress) -> int:
         """Import one task for each (item, purpose, person) of WANTED into that person's project; NOTES maps
         (item id, person) to the text the task shows about why it came back. Returns the tasks sent."""
         per_person = self.payloads(kind, wanted, report)
@@ -190,8 +173,6 @@ def shown_note(note: str, person: Optional[str]) -> str:
 def import_for(store: Store, server: LabelStudioServer, project_id: int, kind: str, person: str,
                batch: list[tuple[Item, dict]]) -> int:
     """Import BATCH into PERSON's project and record the links in one transaction (see `import_reconciled`)."""
-    from cftools.annotate.task_import import import_reconciled
-
     batch, task_ids = import_reconciled(server, project_id, batch,
                                         lambda: reconcile_person(store, server, project_id, kind, person),
                                         lambda rest: without_task(store, project_id, rest, server.url))
@@ -202,23 +183,21 @@ def import_for(store: Store, server: LabelStudioServer, project_id: int, kind: s
 
 def link_batch(store: Store, server_url: str, project_id: int, person: str, batch: list[tuple[Item, dict]],
                task_ids: list[int], how: str) -> None:
-    from cftools.annotate.task_import import _link_tasks
-
     by_purpose: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for (item, task), task_id in zip(batch, task_ids, strict=True):
         by_purpose[task.get("_purpose") or task["meta"]["purpose"]].append((item.id, task_id))
     with store.write() as session:
         for purpose, links in by_purpose.items():
             if purpose in MEASURING:  # its item stays as it is: the task measures its person
-                _link_tasks(session, server_url, project_id, purpose, links, how, assignee=person,
-                            moved={item_id for item_id, _ in links})
+                link_tasks(session, TaskLinks(server_url, project_id, purpose, links, how, person),
+                           moved={item_id for item_id, _ in links})
                 continue
             spec = own_task(batch[0][0].kind, purpose)
             already = set(session.execute(select(AnnotationTask.item_id).where(
                 AnnotationTask.item_id.in_([i for i, _ in links]), AnnotationTask.purpose == purpose,
                 AnnotationTask.state.not_in(GONE))).scalars())
-            _link_tasks(session, server_url, project_id, purpose, links, how, spec=spec, assignee=person,
-                        moved=set() if spec is not None else already)
+            link_tasks(session, TaskLinks(server_url, project_id, purpose, links, how, person), spec=spec,
+                       moved=set() if spec is not None else already)
 
 
 def without_task(store: Store, project_id: int, batch: list[tuple[Item, dict]],
@@ -271,118 +250,6 @@ def reconcile_person(store: Store, server: LabelStudioServer, project_id: int, k
         link_batch(store, server.url, project_id, person, [(i, t) for i, t, _ in chosen], [t for _, _, t in chosen],
                    "reconciled")
     return len(chosen)
-
-
-# ---------------------------------------------------------------- push
-
-
-def assigned_candidates(store: Store, kind: str, purpose: str, limit: Optional[int],
-                        shared: bool = False) -> list[tuple[Item, str, int]]:
-    """(item, purpose, tasks still needed) of every task of KIND's PURPOSE with fewer live tasks than it needs: new
-    items, and items a killed push gave to some of their people only (already under review). SHARED: one task per
-    item in the shared project (the server hands it to as many people as the project's overlap)."""
-    from cftools.kinds import get_kind
-
-    spec = own_task(kind, purpose)
-    need = 1 if shared else people_needed(kind, purpose)
-    if spec is not None:
-        fresh, resumed = list(spec.statuses), [spec.to_status] if spec.to_status else []
-    else:
-        fresh, resumed = ([CHECKED], [IN_REVIEW]) if purpose == VERIFY else ([NEEDS_ADJUDICATION], [])
-    with store.session() as session:
-        items = list(session.execute(select(Item).where(Item.kind == kind, Item.status.in_(fresh + resumed))
-                                     .order_by(Item.id)).scalars())
-        if spec is not None:
-            pairs = [(item, purpose_of(spec.name, unit)) for item in items
-                     for unit in get_kind(kind).task_units(spec.name, item)]
-        else:
-            pairs = [(item, purpose) for item in items]
-        session.expunge_all()
-    assigned = live_assignees(store, sorted({item.id for item, _ in pairs}))
-    found = []
-    for item, task_purpose in pairs:
-        people = assigned.get((item.id, task_purpose), [])
-        if None in people and not shared:
-            continue  # in a shared project of old
-        if item.status in resumed and item.status not in fresh and not people:
-            continue  # under review by other means
-        if len(people) < need:
-            found.append((item, task_purpose, need - len(people)))
-    return found[:limit] if limit is not None else found
-
-
-def plan(store: Store, settings: ServerSettings, kind: str, purpose: str,
-         limit: Optional[int], only: Optional[set[int]] = None) -> list[tuple[Item, str, Optional[str]]]:
-    """Who gets which task: (item, purpose, person) of each task to push. With `[label_studio] annotators`, each
-    item goes to as many different people as its task needs, the least loaded first; an adjudication to someone
-    who did not judge the item. Nobody paused (`annotate resume`) gets one, nor anyone whose judgment of the item
-    was requeued. ONLY: these items alone. Without annotators, one task per item for the shared project (person
-    None)."""
-    candidates = assigned_candidates(store, kind, purpose, None if only else limit, shared=not settings.assigns)
-    if only is not None:
-        candidates = [c for c in candidates if c[0].id in only][:limit]
-    if not settings.assigns:
-        return [(item, task_purpose, None) for item, task_purpose, _ in candidates]
-    item_ids = sorted({item.id for item, _, _ in candidates})
-    assigned = live_assignees(store, item_ids)
-    judges = verify_judges(store, item_ids) if purpose == ADJUDICATE else {}
-    former = requeued_from(store, item_ids)
-    paused = set(paused_people(store))
-    load = current_load(store)
-    wanted = []
-    for item, task_purpose, missing in candidates:
-        exclude = (set(p for p in assigned.get((item.id, task_purpose), []) if p) | judges.get(item.id, set())
-                   | former.get(item.id, set()) | paused)
-        for person in choose_people(settings.annotators, load, missing, exclude, f"item {item.key}"):
-            wanted.append((item, task_purpose, person))
-    return wanted
-
-
-def push_tasks(workspace: Workspace, servers: Any, settings: ServerSettings, kind: str, purpose: str,
-               limit: Optional[int], report: Any, data_uri: bool, allow_missing_images: bool,
-               progress: Progress, only: Optional[set[int]] = None) -> None:
-    """Push KIND's PURPOSE (verify, adjudicate or a kind's own task on items), one path for every set-up:
-
-    1. resume: tasks a killed push imported but did not record are linked first (`reconcile_person`);
-    2. plan: who gets which task (`plan`);
-    3. route: each person's project on their server, created once (`Sender.project`; the shared project of the
-       shared server without annotators);
-    4. payload: what each task shows (`task_import.task_payloads`);
-    5. import: batched, reconciled by item key when an answer is lost (`import_for`);
-    6. link: each batch's links and status moves in one transaction (`link_batch`).
-
-    With assignment, each person's new verification tasks come with control items at `[annotate] control_rate`
-    (`controls.plan_controls`), shuffled among them."""
-    store = workspace.store
-    sender = Sender(workspace, servers, settings, data_uri, allow_missing_images)
-    people: tuple[Optional[str], ...] = settings.annotators or (None,)
-    fallback = purpose if own_task(kind, purpose) is None else None
-    for person in people:
-        server = servers.for_person(person)
-        project_id = (sender.project(kind, purpose, None) if person is None
-                      else find_person_project(server, settings, kind, task_of(purpose)[0], person))
-        if project_id is not None:
-            sender.projects[(kind, task_of(purpose)[0], person)] = project_id
-            report.reconciled += reconcile_person(store, server, project_id, kind, person, fallback)
-    if settings.assigns:
-        report.paused = pause_the_named(workspace)
-    wanted = plan(store, settings, kind, purpose, limit, only)
-    report.candidates = len({(item.id, task_purpose) for item, task_purpose, _ in wanted})
-    if settings.assigns and purpose == VERIFY:
-        controls = plan_controls(store, kind, wanted, control_rate(workspace))
-        report.controls = len(controls)
-        wanted += controls
-    report.pushed += sender.send(kind, wanted, report, progress=progress)
-    report.assigned = dict(Counter(person for _, _, person in wanted if person))
-    for (_, _, person), project_id in sorted(sender.projects.items(), key=lambda entry: str(entry[0][2])):
-        url = servers.for_person(person).project_url(project_id)
-        if person is None:
-            report.project_id, report.project_url = project_id, url
-        else:
-            report.project_ids[person], report.project_urls[person] = project_id, url
-
-
-push_assigned = push_tasks  # the name it had before the shared path was folded in
 
 
 def assignment_status(store: Store) -> dict[str, dict[str, int]]:

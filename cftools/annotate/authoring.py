@@ -16,21 +16,23 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from sqlalchemy import select
 
 from cftools.annotate.attribution import email_of, refusal
 from cftools.annotate.label_studio import LabelStudioServer, ServerSettings
+from cftools.annotate.servers import Servers
+from cftools.annotate.task_import import PushReport, PushRun
 from cftools.judgments import InvalidResult
 from cftools.errors import CftoolsError
 from cftools.generate.llm_task import insert_items
 from cftools.kinds import get_kind
 from cftools.models import DRAFT, Image, SourceQuestion, utcnow
 from cftools.store import Store, in_chunks
+from cftools.workspace import Workspace
 
 KEY_PREFIX = "image:"
-Progress = Callable[[str, int, int], None]
 
 
 @dataclass
@@ -68,7 +70,7 @@ def authoring_images(store: Store, pushed_keys: set[str], limit: Optional[int]) 
     return waiting[:limit] if limit is not None else waiting
 
 
-def authoring_projects(servers: Any, settings: ServerSettings, kind: str, task: str, create: bool = False,
+def authoring_projects(servers: Servers, settings: ServerSettings, kind: str, task: str, create: bool = False,
                        workspace_root: Optional[str] = None) -> dict[Optional[str], tuple[LabelStudioServer, int]]:
     """Assignee (None: the shared project) -> (server, project id) of KIND's authoring TASK: one per person, on
     their own server when they have one, with `[label_studio] annotators`; else the one shared project. CREATE
@@ -86,18 +88,18 @@ def authoring_projects(servers: Any, settings: ServerSettings, kind: str, task: 
     return found
 
 
-def push_authoring(store: Store, servers: Any, settings: ServerSettings, kind: str, images_links: Any,
-                   limit: Optional[int], report: Any, progress: Progress, task: str = "",
-                   workspace_root: Optional[str] = None) -> None:
-    """Send images without an authoring task as tasks (batched): into the shared project, or with assignment each
-    image to the project of one person (on their server), the least loaded first."""
+def push_authoring(run: PushRun, report: PushReport) -> None:
+    """Send images without a task of RUN's authoring task (its purpose) as tasks (batched): into the shared project,
+    or with assignment each image to the project of one person (on their server), the least loaded first."""
+    store, servers, settings, kind, task = run.workspace.store, run.servers, run.settings, run.kind, run.purpose
+    workspace_root, images_links, progress = str(run.workspace.root), run.images(), run.options.progress
     spec = get_kind(kind)
     projects = authoring_projects(servers, settings, kind, task, create=True, workspace_root=workspace_root)
     keys_by_person = {person: [key for key in server.task_keys(pid).values() if key]
                       for person, (server, pid) in projects.items()}
     pushed = {key for keys in keys_by_person.values() for key in keys}
     load = Counter({person: len(keys) for person, keys in keys_by_person.items()})
-    waiting = authoring_images(store, pushed, limit)
+    waiting = authoring_images(store, pushed, run.options.limit)
     report.candidates = len(waiting)
     per_person: dict[Optional[str], list[dict]] = {person: [] for person in projects}
     for image, sources in waiting:
@@ -180,11 +182,11 @@ def return_submission(server: LabelStudioServer, project_id: int, ls_task: dict,
     return True
 
 
-def pull_authoring(store: Store, server: LabelStudioServer, project_id: int, kind: str, task: str,
-                   emails: dict[int, str], report: AuthoringPull, workspace_root: Optional[str] = None,
-                   assignee: Optional[str] = None) -> None:
+def pull_authoring(workspace: Workspace, server: LabelStudioServer, project_id: int, kind: str, task: str,
+                   emails: dict[int, str], report: AuthoringPull, assignee: Optional[str] = None) -> None:
     """Every submitted annotation of the project becomes a draft item (new ones only). An invalid one goes back to
     its author as a new task saying why; with an ASSIGNEE, a submission by anyone else is refused by name."""
+    store, workspace_root = workspace.store, str(workspace.root)
     spec = get_kind(kind)
     metas = server.task_metas(project_id)
     keys = {tid: meta.get("item_key") for tid, (meta, _) in metas.items()}

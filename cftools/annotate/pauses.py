@@ -73,13 +73,14 @@ def control_results(store: Store) -> dict[str, list[bool]]:
                 select(TaskOutcome.person, TaskOutcome.correct, TaskOutcome.judged_at, TaskOutcome.updated_at)
                 .where(TaskOutcome.role == "control", TaskOutcome.correct.is_not(None)).order_by(TaskOutcome.id)):
             when = judged or updated
-            if person in since and when is not None and _naive(when) <= _naive(since[person]):
+            if person in since and when is not None and local_naive(when) <= local_naive(since[person]):
                 continue
             found.setdefault(person, []).append(bool(correct))
     return found
 
 
-def _naive(when: datetime) -> datetime:
+def local_naive(when: datetime) -> datetime:
+    """WHEN as a naive local time, so stored (naive) and aware times compare."""
     return when.replace(tzinfo=None) if when.tzinfo is None else when.astimezone(tz=None).replace(tzinfo=None)
 
 

@@ -34,17 +34,14 @@ MAX_TITLE = 50  # Label Studio refuses longer project titles
 Progress = Callable[[str, int, int], None]  # (what, done, total)
 
 
-def _update(entity):  # noqa: ANN001, ANN202
+def unsynced_update(entity):  # noqa: ANN001, ANN202
     """A bulk UPDATE that doesn't scan the session's identity map (slow with thousands of loaded rows)."""
     return update(entity).execution_options(synchronize_session=False)
 
 
-def _delete(entity):  # noqa: ANN001, ANN202
+def unsynced_delete(entity):  # noqa: ANN001, ANN202
+    """A bulk DELETE that doesn't scan the session's identity map, like `unsynced_update`."""
     return delete(entity).execution_options(synchronize_session=False)
-
-
-def _no_progress(what: str, done: int, total: int) -> None:
-    return None
 
 
 # ---------------------------------------------------------------- images

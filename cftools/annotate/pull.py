@@ -18,10 +18,11 @@ from typing import Any, Iterable, Optional
 from sqlalchemy import bindparam, insert, select
 from sqlmodel import Session
 
-from cftools.annotate.projects import ANNOTATIONS_PER_TASK, DECIDED, DELETED, GONE, OPEN, RETURNED, Progress, STAGE, _delete, _no_progress, _update, own_task, task_of
+from cftools.annotate.projects import ANNOTATIONS_PER_TASK, DECIDED, DELETED, GONE, OPEN, RETURNED, Progress, STAGE, unsynced_delete, unsynced_update, own_task, task_of
+from cftools.annotate.assign import Sender, choose_people, current_load, live_assignees
 from cftools.annotate.attribution import email_of, refusal
 from cftools.annotate.controls import MEASURING, record_outcomes, shown_purpose
-from cftools.annotate.task_import import PushReport, _event, _open_task_filter, forget_deleted
+from cftools.annotate.task_import import PushReport, item_event_row, open_tasks_of, forget_deleted
 from cftools.annotate.status import record_agreement
 from cftools.judgments import ADJUDICATE, VERIFY, Answer, Decision, InvalidResult, adjudicated, decide
 from cftools.annotate.rules import preload_agreement_library
@@ -34,6 +35,7 @@ from cftools.models import (
     IN_REVIEW, NEEDS_ADJUDICATION, AnnotationTask, Item, ItemEvent, Judgment, utcnow,
 )
 from cftools.kinds import all_kinds, get_kind
+from cftools.progress import no_progress
 from cftools.store import Store, in_chunks
 from cftools.workspace import Workspace
 
@@ -214,9 +216,9 @@ def store_judgments(session: Session, chosen: dict[int, list[Chosen]], report: P
     if new_rows:
         session.execute(insert(Judgment.__table__), new_rows)
     for row in updates:
-        session.execute(_update(Judgment).where(Judgment.id == row.pop("id")).values(**row))
+        session.execute(unsynced_update(Judgment).where(Judgment.id == row.pop("id")).values(**row))
     for j in stale:
-        session.execute(_delete(Judgment).where(Judgment.id == j.id))
+        session.execute(unsynced_delete(Judgment).where(Judgment.id == j.id))
         changed.add(j.task_id)
     report.judgments_added += len(new_rows)
     report.judgments_updated += len(updates)
@@ -274,7 +276,7 @@ def _set_item_decision(writes: PendingWrites, item: Any, decision: Decision, tas
         return
     writes.items.append(values)
     writes.tasks.append({"id": task.id, "state": DECIDED, "decision": decision.status, "updated_at": now})
-    writes.events.append(_event(item.id, item.status, decision.status, detail))
+    writes.events.append(item_event_row(item.id, item.status, decision.status, detail))
 
 
 def apply_decisions(session: Session, tasks: dict[int, Any], changed: set[int], chosen: dict[int, list[Chosen]],
@@ -324,7 +326,7 @@ def apply_decisions(session: Session, tasks: dict[int, Any], changed: set[int], 
             now = utcnow()
             writes.tasks.append({"id": task.id, "state": OPEN, "decision": None, "updated_at": now})
             writes.items.append({"id": item.id, "status": IN_REVIEW, "updated_at": now})
-            writes.events.append(_event(item.id, item.status, IN_REVIEW, {"reopened": "a judgment was withdrawn"}))
+            writes.events.append(item_event_row(item.id, item.status, IN_REVIEW, {"reopened": "a judgment was withdrawn"}))
     writes.flush(session)
     close_decided(session, settled)
 
@@ -334,7 +336,7 @@ def close_decided(session: Session, settled: dict[tuple[int, str], str]) -> None
     a sibling whose judgment came in an earlier pull would otherwise wait forever and count as load)."""
     now = utcnow()
     for (item_id, purpose), status in settled.items():
-        session.execute(_update(AnnotationTask).where(
+        session.execute(unsynced_update(AnnotationTask).where(
             AnnotationTask.item_id == item_id, AnnotationTask.purpose == purpose, AnnotationTask.state == OPEN)
             .values(state=DECIDED, decision=status, updated_at=now))
 
@@ -369,7 +371,7 @@ def apply_own_decisions(session: Session, tasks: dict[int, Any], ids: list[int],
         session.add(item)
         state = DECIDED if outcome.decided else OPEN
         decision = (outcome.status or outcome.rule) if outcome.decided else None
-        session.execute(_update(AnnotationTask).where(AnnotationTask.id == task_id)
+        session.execute(unsynced_update(AnnotationTask).where(AnnotationTask.id == task_id)
                         .values(state=state, decision=decision, updated_at=now))
         if outcome.decided:
             close_decided(session, {(item.id, task.purpose): decision})
@@ -412,10 +414,10 @@ def mark_deleted(session: Session, tasks: list[Any], report: PullReport, resend:
     for task in tasks:
         item = session.get(Item, task.item_id)
         if resend and task.assignee and getattr(task, "state", OPEN) == OPEN and still_wanted(task, item):
-            session.execute(_update(AnnotationTask).where(AnnotationTask.id == task.id)
+            session.execute(unsynced_update(AnnotationTask).where(AnnotationTask.id == task.id)
                             .values(state=RETURNED, decision=TASK_DELETED, ls_task_id=None, updated_at=now))
             reason = f"task {task.ls_task_id} was deleted on the server"
-            session.execute(insert(ItemEvent.__table__), [_event(item.id, item.status, item.status, {
+            session.execute(insert(ItemEvent.__table__), [item_event_row(item.id, item.status, item.status, {
                 "task_deleted": task.ls_task_id, "project": task.ls_project_id, "purpose": task.purpose,
                 "returned_to": task.assignee, "why": TASK_DELETED, "reason": reason})])
             entries.append({"project": task.ls_project_id, "task": task.ls_task_id, "annotator": task.assignee,
@@ -428,20 +430,31 @@ def mark_deleted(session: Session, tasks: list[Any], report: PullReport, resend:
     return entries
 
 
-def pull_project(store: Store, server: LabelStudioServer, project_id: int, kind: str, purpose: str,
-                 emails: dict[int, str], report: PullReport, progress: Progress,
-                 workspace_root: Optional[str], sender: Any, fetched: Optional[list[list[dict]]] = None) -> None:
-    """Read the project's tasks back; SENDER (with assignment) sends tiebreaks and returned submissions to the
-    person they are for. FETCHED: the project's export chunks, already read (`fetch_projects`)."""
+@dataclass(frozen=True)
+class PullRun:
+    """One pull: its workspace, the sender of tiebreaks and returned submissions (with assignment, to the person
+    they are for), and where its progress goes."""
+
+    workspace: Workspace
+    sender: Sender
+    progress: Progress = no_progress
+
+
+def pull_project(run: PullRun, job: ProjectJob, server: LabelStudioServer, emails: dict[int, str],
+                 report: PullReport, fetched: Optional[list[list[dict]]] = None) -> None:
+    """Read JOB's project's tasks back from SERVER (EMAILS: its user ids' emails). FETCHED: the project's export
+    chunks, already read (`fetch_projects`)."""
+    store, sender, progress, workspace_root = run.workspace.store, run.sender, run.progress, str(run.workspace.root)
+    project_id, kind, purpose = job.project_id, job.kind, job.purpose
     with store.session() as session:
         tasks = {t.id: t for t in session.execute(select(
             AnnotationTask.id, AnnotationTask.item_id, AnnotationTask.purpose, AnnotationTask.ls_project_id,
             AnnotationTask.ls_task_id, AnnotationTask.decision, AnnotationTask.assignee, AnnotationTask.state,
             Item.kind)
             .join(Item, Item.id == AnnotationTask.item_id)
-            .where(_open_task_filter(server.url, project_id, purpose)))}
+            .where(open_tasks_of(server.url, project_id, purpose)))}
         keys = dict(session.execute(select(Item.id, Item.key).where(Item.id.in_(
-            select(AnnotationTask.item_id).where(_open_task_filter(server.url, project_id, purpose))))).all())
+            select(AnnotationTask.item_id).where(open_tasks_of(server.url, project_id, purpose))))).all())
     by_ls_id = {t.ls_task_id: t for t in tasks.values()}
     report.projects += 1
     seen: set[int] = set()
@@ -504,20 +517,18 @@ def mark_returned(session: Session, by_ls_id: dict[int, Any], returning: list[di
     for entry in returning:
         task = by_ls_id[entry["task"]]
         ids.add(task.id)
-        session.execute(_update(AnnotationTask).where(AnnotationTask.id == task.id)
+        session.execute(unsynced_update(AnnotationTask).where(AnnotationTask.id == task.id)
                         .values(state=RETURNED, decision=entry.get("why") or INVALID, updated_at=now))
-        session.execute(insert(ItemEvent.__table__), [_event(task.item_id, None, None, {
+        session.execute(insert(ItemEvent.__table__), [item_event_row(task.item_id, None, None, {
             "returned_to": entry["annotator"], "task": entry["task"], "why": entry.get("why") or INVALID,
             "reason": entry["reason"]})])
     return ids
 
 
-def send_back(store: Store, sender: Any, kind: str, tasks: dict[int, Any], by_ls_id: dict[int, Any],
+def send_back(store: Store, sender: Sender, kind: str, tasks: dict[int, Any], by_ls_id: dict[int, Any],
               returning: list[dict], tiebreaks: list[dict]) -> None:
     """With assignment: each returned submission's item goes back to its author as a new task saying why, and
     each tiebreak to one more person who has not judged the item (their own project: `/next` hands it to them)."""
-    from cftools.annotate.assign import choose_people, current_load, live_assignees
-
     items: dict[int, Item] = {}
     with store.session() as session:
         ids = {by_ls_id[r["task"]].item_id for r in returning} | {by_ls_id[t["task"]].item_id for t in tiebreaks}
@@ -641,7 +652,7 @@ class PullCounts:
             self.progress(self.PEOPLE, sum(1 for n in self.left.values() if n == 0), self.people)
 
 
-def pull(workspace: Workspace, progress: Progress = _no_progress) -> PullReport:
+def pull(workspace: Workspace, progress: Progress = no_progress) -> PullReport:
     """Fetch the annotations of every task this workspace pushed, from every configured server at once, then decide
     project by project as the chunks come in."""
     settings = server_settings(workspace)
@@ -656,9 +667,7 @@ def pull(workspace: Workspace, progress: Progress = _no_progress) -> PullReport:
         servers.check()
         verify_separation(workspace, settings, servers, "pull")
         refresh_instructions(workspace, servers, settings)
-        from cftools.annotate.assign import Sender
-
-        sender = Sender(workspace, servers, settings)  # returns and tiebreaks to the person they are for
+        run = PullRun(workspace, Sender(workspace, servers, settings), progress)
         jobs = project_jobs(workspace.store)
         futures = fetch_projects(servers, jobs)
         counted = PullCounts(jobs, per_person=bool(settings.people), progress=progress)
@@ -668,8 +677,7 @@ def pull(workspace: Workspace, progress: Progress = _no_progress) -> PullReport:
                 if job.server_url not in report.servers_not_configured:
                     report.servers_not_configured.append(job.server_url)
             else:
-                pull_project(workspace.store, server, job.project_id, job.kind, job.purpose, emails, report,
-                             progress, str(workspace.root), sender, fetched=chunks)
+                pull_project(run, job, server, emails, report, fetched=chunks)
             counted.done(job)
         pull_authoring_projects(workspace, servers, settings, report)
         link_after_pull(workspace.store, servers)  # what this pull stored, checked at its start
@@ -698,5 +706,5 @@ def pull_authoring_projects(workspace: Workspace, servers: Servers, settings: Se
     for name, spec in sorted(all_kinds().items()):
         for task in spec.authoring_tasks:
             for person, (server, project_id) in authoring_projects(servers, settings, name, task).items():
-                pull_authoring(workspace.store, server, project_id, name, task, servers.emails(server),
-                               report.authoring, str(workspace.root), person)
+                pull_authoring(workspace, server, project_id, name, task, servers.emails(server),
+                               report.authoring, person)

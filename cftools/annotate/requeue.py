@@ -17,15 +17,17 @@ from typing import Any, Optional
 
 from sqlalchemy import insert, select, update
 
-from cftools.annotate.assign import choose_people, current_load, people_needed, push_tasks
+from cftools.annotate.assign import choose_people, current_load, people_needed
 from cftools.annotate.label_studio import LabelStudioError, server_settings
-from cftools.annotate.pauses import _naive, lead_name, paused_people, requeued_from
-from cftools.annotate.projects import GONE, REQUEUED, STAGE, _no_progress
+from cftools.annotate.pauses import local_naive, lead_name, paused_people, requeued_from
+from cftools.annotate.projects import GONE, REQUEUED, STAGE
+from cftools.annotate.push import push_tasks
 from cftools.annotate.servers import Servers
-from cftools.annotate.task_import import PushReport
+from cftools.annotate.task_import import PushOptions, PushReport, PushRun
 from cftools.errors import CftoolsError
 from cftools.judgments import ADJUDICATE, VERIFY
 from cftools.models import ACCEPTED, IN_REVIEW, NEEDS_ADJUDICATION, REJECTED, AnnotationTask, Item, ItemEvent, Judgment, utcnow
+from cftools.progress import no_progress
 from cftools.store import Store, in_chunks
 
 
@@ -62,9 +64,9 @@ def judged_tasks(store: Store, person: str, since: Optional[datetime]) -> list[J
             .join(Judgment, Judgment.task_id == AnnotationTask.id).join(Item, Item.id == AnnotationTask.item_id)
             .where(AnnotationTask.purpose == VERIFY, AnnotationTask.state.not_in(GONE),
                    Judgment.annotator == person)).all()
-    since_naive = _naive(since) if since else None
+    since_naive = local_naive(since) if since else None
     return [Judged(r.id, r.item_id, r.key, r.kind, r.status) for r in rows
-            if since_naive is None or (r.annotated_at and _naive(r.annotated_at) >= since_naive)]
+            if since_naive is None or (r.annotated_at and local_naive(r.annotated_at) >= since_naive)]
 
 
 def adjudications_to_set_aside(store: Store, item_ids: list[int]) -> list[AnnotationTask]:
@@ -202,8 +204,8 @@ def requeue(workspace: Any, person: str, since: Optional[datetime] = None, by: O
                 Item.id.in_(sorted({i for ids in by_kind.values() for i in ids})))).scalars())
         for kind, item_ids in sorted(by_kind.items()):
             pushed = PushReport(purpose=VERIFY, kind=kind)
-            push_tasks(workspace, servers, settings, kind, VERIFY, None, pushed, False, False,
-                       progress or _no_progress, only=item_ids)
+            options = PushOptions(only=frozenset(item_ids), progress=progress or no_progress)
+            push_tasks(PushRun(workspace, servers, settings, kind, VERIFY, options), pushed)
             report.pushed[kind] = pushed.pushed
             for who, n in pushed.assigned.items():
                 report.assigned[who] = report.assigned.get(who, 0) + n

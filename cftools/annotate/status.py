@@ -12,7 +12,7 @@ from sqlalchemy import and_, func, insert, select
 from sqlmodel import Session
 
 from cftools.annotate.controls import MEASURING
-from cftools.annotate.projects import DELETED, GONE, OPEN, RETURNED, _delete, task_of
+from cftools.annotate.projects import DELETED, GONE, OPEN, RETURNED, unsynced_delete, task_of
 from cftools.judgments import ADJUDICATE, VERIFY, Answer
 from cftools.annotate.rules import agreement, label_agreement
 from cftools.models import (
@@ -77,7 +77,7 @@ def record_agreement(store: Store) -> dict[str, dict[str, dict[str, Any]]]:
     now = utcnow()
     with store.write() as session:
         for name, questions in stats.items():
-            session.execute(_delete(AgreementStat).where(AgreementStat.project == name))
+            session.execute(unsynced_delete(AgreementStat).where(AgreementStat.project == name))
             session.execute(insert(AgreementStat.__table__), [
                 {"project": name, "question": q, "n_pairs": s["n_pairs"],
                  "percent_agreement": s["percent_agreement"], "cohen_kappa": s["cohen_kappa"], "computed_at": now}

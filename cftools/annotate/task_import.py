@@ -14,15 +14,18 @@ from sqlalchemy import and_, insert, select
 from sqlmodel import Session
 
 from cftools.judgments import ADJUDICATE, VERIFY, shown_person, without_emails
-from cftools.annotate.projects import DELETED, GONE, ImageLinks, OPEN, STAGE, _update, purpose_of
-from cftools.annotate.label_studio import LabelStudioServer, UncertainImport, backoff
+from cftools.annotate.projects import DELETED, GONE, ImageLinks, OPEN, Progress, STAGE, unsynced_update, purpose_of
+from cftools.annotate.label_studio import LabelStudioServer, ServerSettings, UncertainImport, backoff
+from cftools.annotate.servers import Servers
 from cftools.models import (
     CHECKED, IN_REVIEW, NEEDS_ADJUDICATION, AnnotationTask, CheckFlag, Image,
     Item, ItemEvent, Judgment, SourceQuestion, utcnow,
 )
 from cftools.images import data_image_shas
 from cftools.kinds import get_kind
+from cftools.progress import no_progress
 from cftools.store import in_chunks
+from cftools.workspace import Workspace
 
 
 @dataclass
@@ -52,49 +55,88 @@ class PushReport:
         return dict(self.__dict__)
 
 
-def _open_task_filter(server_url: str, project_id: int, purpose: str):  # noqa: ANN202
+@dataclass(frozen=True)
+class PushOptions:
+    """How one push runs, as `annotate push` (or a requeue) asked for it."""
+
+    limit: Optional[int] = None  # at most this many items (or images)
+    data_uri: bool = False  # images inline in the task instead of linked
+    allow_missing_images: bool = False  # push an item whose image is missing, without it
+    only: Optional[frozenset[int]] = None  # these items alone (a requeue)
+    progress: Progress = no_progress
+
+
+@dataclass(frozen=True)
+class PushRun:
+    """One push of KIND's PURPOSE: the workspace, its open servers and their settings, and its options. The steps of
+    a push take it instead of its parts; what they find goes into the run's `PushReport`."""
+
+    workspace: Workspace
+    servers: Servers
+    settings: ServerSettings
+    kind: str
+    purpose: str
+    options: PushOptions = PushOptions()
+
+    def images(self) -> ImageLinks:
+        """How this push's tasks point at their images."""
+        return ImageLinks.from_config(self.workspace, self.options.data_uri)
+
+
+def open_tasks_of(server_url: str, project_id: int, purpose: str):  # noqa: ANN202
+    """The WHERE clause of a project's tasks for PURPOSE that still take judgments."""
     return and_(AnnotationTask.server == server_url, AnnotationTask.ls_project_id == project_id,
                 AnnotationTask.purpose == purpose, AnnotationTask.state.not_in(GONE))
 
-def _event(item_id: int, from_status: Optional[str], to_status: Optional[str], detail: dict) -> dict:
+def item_event_row(item_id: int, from_status: Optional[str], to_status: Optional[str], detail: dict) -> dict:
+    """An ItemEvent row of the annotation stage, for a bulk insert."""
     return {"item_id": item_id, "stage": STAGE, "from_status": from_status, "to_status": to_status,
             "detail": detail, "created_at": utcnow()}
 
-def _link_tasks(session: Session, server_url: str, project_id: int, purpose: str,
-                links: list[tuple[int, int]], how: str, purposes: Optional[list[str]] = None,
-                spec: Any = None, assignee: Optional[str] = None, moved: frozenset | set = frozenset()) -> None:
-    """Record (item id, task id) links and move verified items to in_review, in the caller's transaction.
-    PURPOSES, when given, is each link's own purpose (a kind's task with units); SPEC is that task's spec;
-    ASSIGNEE the one person the tasks are for; MOVED the items an earlier link of theirs moved already."""
+@dataclass(frozen=True)
+class TaskLinks:
+    """Tasks of one PURPOSE just made in one project: (item id, task id) LINKS, HOW they were found (imported,
+    reconciled), and the one person they are for (ASSIGNEE; None: the shared project)."""
+
+    server_url: str
+    project_id: int
+    purpose: str
+    links: list[tuple[int, int]]
+    how: str
+    assignee: Optional[str] = None
+
+
+def link_tasks(session: Session, made: TaskLinks, spec: Any = None, moved: frozenset | set = frozenset()) -> None:
+    """Record MADE's links and move verified items to in_review, in the caller's transaction. SPEC is the spec of a
+    kind's own task; MOVED the items an earlier link of theirs moved already."""
     now = utcnow()
-    purposes = purposes or [purpose] * len(links)
-    free_reused_ids(session, server_url, project_id, [task_id for _, task_id in links])
+    server_url, project_id, purpose, how = made.server_url, made.project_id, made.purpose, made.how
+    free_reused_ids(session, server_url, project_id, [task_id for _, task_id in made.links])
     session.execute(insert(AnnotationTask.__table__), [
-        {"item_id": item_id, "purpose": p, "server": server_url, "ls_project_id": project_id,
-         "ls_task_id": task_id, "state": OPEN, "assignee": assignee, "pushed_at": now, "updated_at": now}
-        for (item_id, task_id), p in zip(links, purposes)])
-    kept = [(link, p) for link, p in zip(links, purposes) if link[0] not in moved]
-    links, purposes = [link for link, _ in kept], [p for _, p in kept]
+        {"item_id": item_id, "purpose": purpose, "server": server_url, "ls_project_id": project_id,
+         "ls_task_id": task_id, "state": OPEN, "assignee": made.assignee, "pushed_at": now, "updated_at": now}
+        for item_id, task_id in made.links])
+    links = [link for link in made.links if link[0] not in moved]
     if not links:
         return
     item_ids = [item_id for item_id, _ in links]
     if spec is not None:
         if spec.to_status:
             for start in range(0, len(item_ids), 900):
-                session.execute(_update(Item).where(Item.id.in_(item_ids[start:start + 900]))
+                session.execute(unsynced_update(Item).where(Item.id.in_(item_ids[start:start + 900]))
                                 .values(status=spec.to_status, updated_at=now))
         session.execute(insert(ItemEvent.__table__), [
-            _event(item_id, None, spec.to_status, {"pushed_to": p, "project": project_id, "task": task_id,
-                                                   "server": server_url, "how": how})
-            for (item_id, task_id), p in zip(links, purposes)])
+            item_event_row(item_id, None, spec.to_status, {"pushed_to": purpose, "project": project_id,
+                                                           "task": task_id, "server": server_url, "how": how})
+            for item_id, task_id in links])
         return
     from_status = CHECKED if purpose == VERIFY else NEEDS_ADJUDICATION
     to_status = IN_REVIEW if purpose == VERIFY else NEEDS_ADJUDICATION
     for part in in_chunks(item_ids):
-        session.execute(_update(Item).where(Item.id.in_(part))
+        session.execute(unsynced_update(Item).where(Item.id.in_(part))
                         .values(status=to_status, updated_at=now))
     session.execute(insert(ItemEvent.__table__), [
-        _event(item_id, from_status, to_status, {"pushed_to": purpose, "project": project_id, "task": task_id,
+        item_event_row(item_id, from_status, to_status, {"pushed_to": purpose, "project": project_id, "task": task_id,
                                                  "server": server_url, "how": how})
         for item_id, task_id in links])
 
@@ -105,11 +147,11 @@ def forget_deleted(session: Session, task: Any) -> dict[str, Any]:
     now = utcnow()
     item = session.get(Item, task.item_id)
     back = task.purpose == VERIFY and item.status == IN_REVIEW
-    session.execute(_update(AnnotationTask).where(AnnotationTask.id == task.id)
+    session.execute(unsynced_update(AnnotationTask).where(AnnotationTask.id == task.id)
                     .values(state=DELETED, ls_task_id=None, updated_at=now))
     if back:
-        session.execute(_update(Item).where(Item.id == item.id).values(status=CHECKED, updated_at=now))
-    session.execute(insert(ItemEvent.__table__), [_event(
+        session.execute(unsynced_update(Item).where(Item.id == item.id).values(status=CHECKED, updated_at=now))
+    session.execute(insert(ItemEvent.__table__), [item_event_row(
         item.id, item.status, CHECKED if back else item.status,
         {"task_deleted": task.ls_task_id, "project": task.ls_project_id, "purpose": task.purpose})])
     return {"item": item.key, "project": task.ls_project_id, "task": task.ls_task_id, "purpose": task.purpose,
@@ -131,7 +173,7 @@ def free_reused_ids(session: Session, server_url: str, project_id: int, task_ids
             forget_deleted(session, task)
     gone = [task.id for task in held if task.state in GONE]
     if gone:
-        session.execute(_update(AnnotationTask).where(AnnotationTask.id.in_(gone)).values(ls_task_id=None))
+        session.execute(unsynced_update(AnnotationTask).where(AnnotationTask.id.in_(gone)).values(ls_task_id=None))
 
 
 def _flags_by_item(session: Session, item_ids: list[int]) -> dict[int, list[str]]:

@@ -221,13 +221,13 @@ def main() -> None:
     args.dir.mkdir(parents=True)
     from playwright.sync_api import sync_playwright
 
-    from cftools.release.export import export_release
+    from cftools.release.export import ExportOptions, export_release
     from cftools.workspace import load_workspace
 
     print(f"building a store of {args.items} items over {args.images} images in {args.dir} ...", flush=True)
     workspace = load_workspace(build_store(args.dir, args.items, args.images))
     started = time.perf_counter()
-    result = export_release(workspace, "bench", "1", args.dir / "out", licence="CC-BY-4.0")
+    result = export_release(workspace, "bench", "1", args.dir / "out", options=ExportOptions(licence="CC-BY-4.0"))
     workspace.close()
     page = result.path / "browse.html"
     print(f"export: {result.n_items} items, {result.n_images} images in {time.perf_counter() - started:.1f} s; "

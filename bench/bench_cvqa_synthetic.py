@@ -49,7 +49,7 @@ def main() -> None:
 
     from cftools.evaluate.run import run_eval
     from cftools.kinds.cvqa.ingest import ingest_cvqa
-    from cftools.release.export import export_release
+    from cftools.release.export import ExportOptions, export_release
     from cftools.workspace import init_workspace
 
     folder = args.keep or Path(tempfile.mkdtemp(prefix="cvqa-synthetic-"))
@@ -76,7 +76,7 @@ def main() -> None:
         workspace.config["llm"] = {"base_url": base_url, "api_key_env": "BENCH_KEY"}
         ingest_cvqa(workspace.store, sample, images, licence="unknown")
         exported = export_release(workspace, "synthetic", "1.0.0", out_dir=folder / "releases",
-                                  include_unverified=True, licence="unknown", force=True)
+                                  options=ExportOptions(include_unverified=True, licence="unknown", force=True))
         result = run_eval(exported.path, "openai:scripted", workspace=workspace, out_dir=folder / "run", concurrency=8)
     finally:
         server.terminate()

@@ -117,21 +117,22 @@ def main() -> None:
     args = parser.parse_args()
     shutil.rmtree(args.dir, ignore_errors=True)
     args.dir.mkdir(parents=True)
-    from cftools.release.export import export_release
+    from cftools.release.export import ExportOptions, export_release
     from cftools.workspace import find_workspace
 
     start = time.perf_counter()
     ws_root = build_store(args.dir, args.items, args.items)
     workspace = find_workspace(ws_root)
-    a = export_release(workspace, "bench", "1", include_unverified=True, licence="CC-BY-4.0").path
+    a = export_release(workspace, "bench", "1",
+                       options=ExportOptions(include_unverified=True, licence="CC-BY-4.0")).path
     print(f"A: {args.items} items exported in {time.perf_counter() - start:.1f} s", flush=True)
     start = time.perf_counter()
     store_runs(workspace, a, args.runs)
     print(f"{args.runs} stored runs of A in {time.perf_counter() - start:.1f} s", flush=True)
     start = time.perf_counter()
     edits = edit_store(workspace, args.items)
-    b = export_release(workspace, "bench", "2", include_unverified=True, licence="CC-BY-4.0",
-                       previous=a).path
+    b = export_release(workspace, "bench", "2",
+                       options=ExportOptions(include_unverified=True, licence="CC-BY-4.0", previous=a)).path
     print(f"B: edits {edits}, exported with --previous in {time.perf_counter() - start:.1f} s", flush=True)
     workspace.close()
 

@@ -459,7 +459,7 @@ def test_ingest_then_export_cfmm_round_trips_exactly_the_fields(workspace, tmp_p
 
 def test_a_pair_id_survives_any_number_of_round_trips(tmp_path):
     from cftools.kinds.cfmm.ingest import ingest_cfmm
-    from cftools.release.export import export_release
+    from cftools.release.export import ExportOptions, export_release
     from cftools.workspace import init_workspace
 
     images = tmp_path / "imgs"
@@ -471,8 +471,8 @@ def test_a_pair_id_survives_any_number_of_round_trips(tmp_path):
         workspace = init_workspace(tmp_path / f"ws{trip}")
         try:
             ingest_cfmm(workspace.store, current, images, licence="CC0-1.0")
-            result = export_release(workspace, "pairs", "1", tmp_path / f"out{trip}", fmt="cfmm",
-                                    include_unverified=True, licence="CC0-1.0")
+            result = export_release(workspace, "pairs", "1", tmp_path / f"out{trip}",
+                                    options=ExportOptions(fmt="cfmm", include_unverified=True, licence="CC0-1.0"))
         finally:
             workspace.close()
         current, images = result.path / "pairs.jsonl", result.path

@@ -186,8 +186,8 @@ def harness_folder(release: Path, records: list[dict], folder: Path, write) -> P
     """The release written in a harness's format by its exporter (WRITE), its manifest made anew."""
     shutil.copytree(release, folder)
     entries = [SimpleNamespace(record=r) for r in records]
-    context = SimpleNamespace(workspace=SimpleNamespace(root=str(folder)), options={}, version="1.0")
-    write(entries, folder, "cons", {"test": 1.0}, context)
+    write(SimpleNamespace(items=entries, folder=folder, name="cons", splits={"test": 1.0}, version="1.0",
+                          workspace=SimpleNamespace(root=str(folder)), options={}))
     images = {r["id"]: (release / r["image"]).read_bytes() for r in records}
     return write_release(folder, records, images)
 

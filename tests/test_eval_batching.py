@@ -88,11 +88,12 @@ def every_kind_release(workspace, peer_cvqa_real, tmp_path):
     sets, which `cftools eval` asks."""
     from release_stock import stock_every_kind
 
-    from cftools.release.export import export_release
+    from cftools.release.export import ExportOptions, export_release
 
     stock_every_kind(workspace, peer_cvqa_real, tmp_path / "in")
-    return export_release(workspace, "mix", "1.0", tmp_path / "out", fmt="lmms-eval", licence="CC-BY-4.0",
-                          options={"allow_small_groups": True}).path
+    return export_release(workspace, "mix", "1.0", tmp_path / "out",
+                          options=ExportOptions(fmt="lmms-eval", licence="CC-BY-4.0",
+                                                kind_options={"allow_small_groups": True})).path
 
 
 def test_replies_do_not_depend_on_the_batch(every_kind_release, tiny_llava_dir, tmp_path):

@@ -12,7 +12,7 @@ from sqlalchemy import select, update
 
 from cftools.release.datacard import PLOT_SIZE_PIXELS
 from cftools.errors import CftoolsError
-from cftools.release.export import export_release
+from cftools.release.export import ExportOptions, export_release
 from cftools.release.splits import parse_splits
 from cftools.ingest.readers import ingest_table
 from cftools.kinds.cvqa.ingest import ingest_cvqa
@@ -74,7 +74,7 @@ def test_export_holds_accepted_items_unless_unverified_included(stocked, tmp_pat
     assert len(records) == 100 and all(r["verified"] and r["status"] == ACCEPTED for r in records)
     assert [r["id"] for r in records] == sorted(r["id"] for r in records)
 
-    wide = export_release(stocked, "bench", "1.0-all", tmp_path / "out", include_unverified=True)
+    wide = export_release(stocked, "bench", "1.0-all", tmp_path / "out", options=ExportOptions(include_unverified=True))
     records = load_records(wide.path)
     assert len(records) == 300
     assert sum(r["verified"] for r in records) == 100
@@ -84,7 +84,7 @@ def test_export_holds_accepted_items_unless_unverified_included(stocked, tmp_pat
 
 
 def test_record_fields_and_images(stocked, tmp_path):
-    result = export_release(stocked, "bench", "1.0", tmp_path / "out", include_unverified=True)
+    result = export_release(stocked, "bench", "1.0", tmp_path / "out", options=ExportOptions(include_unverified=True))
     records = load_records(result.path)
     expected = {"id", "kind", "group", "split", "verified", "status", "image", "image_sha256", "original_question",
                 "original_answer", "answer_type", "question", "answer", "options", "data", "verification"}
@@ -108,8 +108,10 @@ def test_record_fields_and_images(stocked, tmp_path):
 
 def test_two_exports_are_byte_identical(stocked, tmp_path):
     splits = parse_splits("test=0.7,dev=0.3")
-    first = export_release(stocked, "bench", "1.0", tmp_path / "a", include_unverified=True, splits=splits)
-    second = export_release(stocked, "bench", "1.0", tmp_path / "b", include_unverified=True, splits=splits)
+    first = export_release(stocked, "bench", "1.0", tmp_path / "a",
+                           options=ExportOptions(include_unverified=True, splits=splits))
+    second = export_release(stocked, "bench", "1.0", tmp_path / "b",
+                            options=ExportOptions(include_unverified=True, splits=splits))
     files_a, files_b = all_files(first.path), all_files(second.path)
     assert sorted(files_a) == sorted(files_b)
     assert {"records.jsonl", "manifest.json", "README.md", "data/test-00000-of-00001.parquet",
@@ -125,7 +127,7 @@ def test_existing_release_needs_force(stocked, tmp_path):
     with pytest.raises(CftoolsError, match="--force"):
         export_release(stocked, "bench", "1.0", tmp_path / "out")
     assert marker.read_text() == "changed\n"
-    export_release(stocked, "bench", "1.0", tmp_path / "out", force=True)
+    export_release(stocked, "bench", "1.0", tmp_path / "out", options=ExportOptions(force=True))
     assert marker.read_text() != "changed\n"
     assert verify_release(first.path).ok
     assert [p.name for p in (tmp_path / "out").iterdir()] == ["bench-1.0"]  # no temporary folder left
@@ -141,7 +143,7 @@ def test_failed_export_leaves_no_partial_release(stocked, tmp_path):
 
 
 def test_verify_names_changed_missing_and_extra_files(stocked, tmp_path, run_cli):
-    result = export_release(stocked, "bench", "1.0", tmp_path / "out", include_unverified=True)
+    result = export_release(stocked, "bench", "1.0", tmp_path / "out", options=ExportOptions(include_unverified=True))
     ok = run_cli("verify", result.path)
     assert ok.exit_code == 0 and "match the manifest" in ok.output
 
@@ -173,7 +175,8 @@ def test_round_trip_through_ingest_release(stocked, tmp_path, run_cli):
         session.flush()
         session.execute(update(Item).where(Item.group == "boolean").values(generation_id=generation.id))
     splits = parse_splits("test=0.8,dev=0.2")
-    first = export_release(stocked, "bench", "1.0", tmp_path / "out", include_unverified=True, splits=splits)
+    first = export_release(stocked, "bench", "1.0", tmp_path / "out",
+                           options=ExportOptions(include_unverified=True, splits=splits))
     other = init_workspace(tmp_path / "other")
     try:
         result = run_cli("--workspace", other.root, "ingest", "release", first.path, "--json")
@@ -188,7 +191,8 @@ def test_round_trip_through_ingest_release(stocked, tmp_path, run_cli):
         with stocked.store.session() as session:
             assert statuses == dict(session.execute(select(Item.key, Item.status)).all())
 
-        second = export_release(other, "bench", "1.0", tmp_path / "again", include_unverified=True, splits=splits)
+        second = export_release(other, "bench", "1.0", tmp_path / "again",
+                                options=ExportOptions(include_unverified=True, splits=splits))
         assert (second.path / "records.jsonl").read_bytes() == (first.path / "records.jsonl").read_bytes()
         assert all_files(second.path / "images") == all_files(first.path / "images")
         row = "| rewrite | local | tiny-model | rewrite_boolean.j2 | `abababababab` | 100 |"
@@ -242,7 +246,8 @@ def test_both_published_cvqa_files_round_trip_byte_identical(workspace, peer_cvq
     synthetic = peer_cvqa_real.parent.parent / "C-VQA-Synthetic" / "C-VQA-Synthetic_questions.csv"
     for path in (synthetic, peer_cvqa_real):  # the ingest order is not the file order
         ingest_cvqa(workspace.store, path, licence=LICENCE)
-    result = export_release(workspace, "both", "1", tmp_path / "out", fmt="cvqa", include_unverified=True)
+    result = export_release(workspace, "both", "1", tmp_path / "out",
+                            options=ExportOptions(fmt="cvqa", include_unverified=True))
     written = (result.path / "both_questions.csv").read_bytes()
     header = b"img_path,query,answer,new query,new answer,type\n"
     real, synth = peer_cvqa_real.read_bytes(), synthetic.read_bytes()
@@ -260,7 +265,8 @@ def test_repeated_rows_and_image_names_come_back_as_given(workspace, tmp_path):
     report = ingest_cvqa(workspace.store, table, tmp_path / "pics", licence=LICENCE)
     assert report.items_added == 3  # the repeated row is a row of the file, not merged away
     assert ingest_cvqa(workspace.store, table, tmp_path / "pics", licence=LICENCE).items_added == 0
-    result = export_release(workspace, "mine", "1", tmp_path / "out", fmt="cvqa", include_unverified=True)
+    result = export_release(workspace, "mine", "1", tmp_path / "out",
+                            options=ExportOptions(fmt="cvqa", include_unverified=True))
     assert (result.path / "mine_questions.csv").read_bytes() == table.read_bytes()
     assert sorted(p.relative_to(result.path / "images").as_posix()
                   for p in (result.path / "images").rglob("*") if p.is_file()) == ["val/a.png", "val/b.png"]
@@ -269,7 +275,8 @@ def test_repeated_rows_and_image_names_come_back_as_given(workspace, tmp_path):
 
 
 def test_cvqa_format_with_images_reingests_them(stocked, tmp_path):
-    result = export_release(stocked, "mine", "1", tmp_path / "out", fmt="cvqa", include_unverified=True)
+    result = export_release(stocked, "mine", "1", tmp_path / "out",
+                            options=ExportOptions(fmt="cvqa", include_unverified=True))
     csv_path = result.path / "mine_questions.csv"
     rows = peer_rows(csv_path)
     named = [r["img_path"] for r in rows if (result.path / "images" / r["img_path"]).is_file()]
@@ -317,7 +324,7 @@ def test_path_traversal_in_image_names_is_neutralised(workspace, tmp_path):
 
 
 def test_plots_are_pngs_of_the_expected_size(stocked, tmp_path):
-    result = export_release(stocked, "bench", "1.0", tmp_path / "out", include_unverified=True)
+    result = export_release(stocked, "bench", "1.0", tmp_path / "out", options=ExportOptions(include_unverified=True))
     for name in ("answer_distribution.png", "question_lengths.png"):
         with PIL.Image.open(result.path / "plots" / name) as image:
             image.verify()
@@ -328,8 +335,8 @@ def test_plots_are_pngs_of_the_expected_size(stocked, tmp_path):
 def test_parquet_loads_with_datasets(stocked, tmp_path):
     from datasets import load_dataset
 
-    result = export_release(stocked, "bench", "1.0", tmp_path / "out", include_unverified=True,
-                            splits=parse_splits("test=0.8,dev=0.2"))
+    result = export_release(stocked, "bench", "1.0", tmp_path / "out",
+                            options=ExportOptions(include_unverified=True, splits=parse_splits("test=0.8,dev=0.2")))
     loaded = load_dataset("parquet", data_dir=str(result.path / "data"), cache_dir=str(tmp_path / "hf-cache"))
     records = {r["id"]: r for r in load_records(result.path)}
     # `datasets` reads the file name "dev-…" as its validation split; records keep the name given.
@@ -350,7 +357,8 @@ def test_parquet_loads_with_datasets(stocked, tmp_path):
 def test_splits_are_stable_and_keep_each_image_in_one_split(stocked, tmp_path, peer_cvqa_real):
     splits = parse_splits("test=0.5,dev=0.5")
     first = {r["id"]: r for r in load_records(
-        export_release(stocked, "bench", "1", tmp_path / "out", include_unverified=True, splits=splits).path)}
+        export_release(stocked, "bench", "1", tmp_path / "out",
+                       options=ExportOptions(include_unverified=True, splits=splits)).path)}
     assert set(r["split"] for r in first.values()) == {"test", "dev"}
     image_splits: dict[str, set] = {}
     for record in first.values():
@@ -364,7 +372,8 @@ def test_splits_are_stable_and_keep_each_image_in_one_split(stocked, tmp_path, p
                 licence=LICENCE)
     set_status(stocked, ACCEPTED, item_keys(stocked)[::2])
     second = {r["id"]: r for r in load_records(
-        export_release(stocked, "bench", "2", tmp_path / "out", include_unverified=True, splits=splits).path)}
+        export_release(stocked, "bench", "2", tmp_path / "out",
+                       options=ExportOptions(include_unverified=True, splits=splits)).path)}
     assert len(second) == 600
     assert all(second[key]["split"] == record["split"] for key, record in first.items())
 
@@ -498,10 +507,11 @@ def test_killed_export_leaves_no_release_and_its_leftovers_are_removed(stocked, 
 def test_in_review_items_stay_out_unless_asked_for(stocked, tmp_path):
     drafts = item_keys(stocked)[2::3]
     set_status(stocked, IN_REVIEW, drafts[:10])
-    wide = load_records(export_release(stocked, "bench", "1.0", tmp_path / "out", include_unverified=True).path)
+    wide = load_records(export_release(stocked, "bench", "1.0", tmp_path / "out",
+                                       options=ExportOptions(include_unverified=True)).path)
     assert {r["status"] for r in wide} == {ACCEPTED, DRAFT, CHECKED} and len(wide) == 290
-    with_review = export_release(stocked, "bench", "1.1", tmp_path / "out", include_unverified=True,
-                                 include_in_review=True)
+    with_review = export_release(stocked, "bench", "1.1", tmp_path / "out",
+                                 options=ExportOptions(include_unverified=True, include_in_review=True))
     records = load_records(with_review.path)
     assert len(records) == 300 and sum(r["status"] == IN_REVIEW and not r["verified"] for r in records) == 10
 
@@ -513,7 +523,7 @@ def test_release_names_no_path_user_or_host(stocked, tmp_path):
 
     from cftools.release.manifest import store_label
 
-    result = export_release(stocked, "bench", "1.0", tmp_path / "out", include_unverified=True)
+    result = export_release(stocked, "bench", "1.0", tmp_path / "out", options=ExportOptions(include_unverified=True))
     text = (result.path / "manifest.json").read_text() + (result.path / "README.md").read_text()
     assert str(stocked.root) not in text and str(tmp_path) not in text and "/tmp/" not in text
     host = socket.gethostname()
@@ -533,7 +543,7 @@ def test_provenance_lists_the_checks_passed_with_their_version(stocked, tmp_path
         ran = {key: set(detail["checks"]) for key, detail in session.execute(
             select(Item.key, ItemEvent.detail).join(ItemEvent, ItemEvent.item_id == Item.id)
             .where(ItemEvent.stage == "check"))}
-    result = export_release(stocked, "bench", "1.0", tmp_path / "out", include_unverified=True)
+    result = export_release(stocked, "bench", "1.0", tmp_path / "out", options=ExportOptions(include_unverified=True))
     provenance = json.loads((result.path / "manifest.json").read_text())["provenance"]
     assert set(ran) == drafts
     for key in drafts:

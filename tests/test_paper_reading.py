@@ -116,15 +116,15 @@ def sample_release(workspace, peer_cvqa_real, tmp_path):
 
     from cftools.kinds.cvqa.ingest import ingest_cvqa
     from cftools.models import Item
-    from cftools.release.export import export_release
+    from cftools.release.export import ExportOptions, export_release
     from sqlalchemy import select
 
     ingest_cvqa(workspace.store, peer_cvqa_real, None, licence="CC-BY-4.0")
     with workspace.store.session() as session:
         keys = list(session.execute(select(Item.key)).scalars())
     set_status(workspace, "accepted", keys)
-    release = export_release(workspace, "cvqa-sample", "1.0", tmp_path / "out", licence="CC-BY-4.0",
-                             options={"allow_small_groups": True}).path
+    release = export_release(workspace, "cvqa-sample", "1.0", tmp_path / "out",
+                             options=ExportOptions(licence="CC-BY-4.0", kind_options={"allow_small_groups": True})).path
     with open(peer_cvqa_real, newline="", encoding="utf-8") as fh:
         rows = list(csv.DictReader(fh))
     return release, rows

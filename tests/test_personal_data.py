@@ -29,7 +29,7 @@ from cftools.boundary import KEY_DIR, KEY_NAME, workspace_boundary
 from cftools.errors import CftoolsError
 from cftools.images import read_image_file, register_image
 from cftools.models import AnnotationTask, Generation, Item, Judgment, Release
-from cftools.release.export import export_formats, export_release
+from cftools.release.export import ExportOptions, export_formats, export_release
 from cftools.release.layout import MANIFEST_NAME, hash_file, load_records
 from cftools.workspace import init_workspace, load_workspace
 
@@ -138,7 +138,8 @@ def peopled(workspace, peer_cvqa_real, tmp_path):
 
 
 def export(workspace, out: Path, fmt: str = "native", version: str = "1.0"):
-    return export_release(workspace, "bench", version, out, fmt=fmt, licence="CC-BY-4.0", options=OPTIONS)
+    return export_release(workspace, "bench", version, out,
+                          options=ExportOptions(fmt=fmt, licence="CC-BY-4.0", kind_options=OPTIONS))
 
 
 # ---------------------------------------------------------------- the scan of this test (not cftools')

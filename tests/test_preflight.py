@@ -98,7 +98,7 @@ def exported(tmp_path_factory, peer_cvqa_real_path):
     """A workspace stocked with every kind (release_stock) and its native release, exported once for the module."""
     from release_stock import stock_every_kind
 
-    from cftools.release.export import export_release
+    from cftools.release.export import ExportOptions, export_release
     from cftools.workspace import init_workspace
 
     root = tmp_path_factory.mktemp("preflight")
@@ -106,8 +106,8 @@ def exported(tmp_path_factory, peer_cvqa_real_path):
         workspace = init_workspace(root / "ws")
         patch.setenv("CFTOOLS_WORKSPACE", str(workspace.root))
         stock_every_kind(workspace, peer_cvqa_real_path, root / "in")
-        result = export_release(workspace, NAME, VERSION, root / "out", licence="CC-BY-4.0",
-                                options={"allow_small_groups": True})
+        result = export_release(workspace, NAME, VERSION, root / "out",
+                                options=ExportOptions(licence="CC-BY-4.0", kind_options={"allow_small_groups": True}))
         yield workspace, result.path
         workspace.close()
 

@@ -25,7 +25,7 @@ from cftools.errors import CftoolsError, InputError
 from cftools.evaluate.rescore import score_changes
 from cftools.evaluate.run import run_eval
 from cftools.release.diff import diff_releases, read_release, release_folder
-from cftools.release.export import export_release
+from cftools.release.export import ExportOptions, export_release
 from cftools.release.layout import MANIFEST_NAME, RECORDS_NAME
 from cftools.release.verify import verify_release
 from cftools.workspace import init_workspace
@@ -103,7 +103,7 @@ def releases(tmp_path_factory):
     root = tmp_path_factory.mktemp("diff")
     workspace = init_workspace(root / "ws")
     keys = stock_every_kind(workspace, CVQA_REAL, root / "in")
-    a = export_release(workspace, "bench", "1", root / "out", licence=LICENCE).path
+    a = export_release(workspace, "bench", "1", root / "out", options=ExportOptions(licence=LICENCE)).path
     runs = {mode: run_eval(a, "blind", mode=mode, answerer=Scripted(), workspace=workspace,
                            out_dir=root / "runs" / f"a-{mode}") for mode in ("generate", "rank")}
     edits = edit_store(workspace, keys, root / "in" / "more")

@@ -29,7 +29,7 @@ from release_stock import add_published_mucr, stock_every_kind
 from test_browser import UI_TIMEOUT_MS, browser, save_screenshot  # noqa: F401 (browser: a fixture)
 
 from cftools.evaluate.run import load_run, run_eval
-from cftools.release.export import export_release
+from cftools.release.export import ExportOptions, export_release
 from cftools.release.layout import load_manifest, load_records
 from cftools.release.verify import verify_release
 
@@ -59,8 +59,9 @@ def stocked(workspace, peer_cvqa_real, tmp_path):
 
 
 def export(workspace, tmp_path, fmt="native", **options):
-    return export_release(workspace, NAME, VERSION, tmp_path / "out", fmt=fmt, licence="CC-BY-4.0",
-                          options={"allow_small_groups": True, **options})
+    return export_release(workspace, NAME, VERSION, tmp_path / "out",
+                          options=ExportOptions(fmt=fmt, licence="CC-BY-4.0",
+                                                kind_options={"allow_small_groups": True, **options}))
 
 
 def croissant_records(path: Path) -> dict[str, list[dict]]:
@@ -209,9 +210,9 @@ def test_croissant_licence_is_an_spdx_url_a_given_url_or_absent(licence, url):
 
 def test_croissant_of_an_unannotated_release_with_an_unknown_licence(stocked, tmp_path):
     workspace, keys = stocked
-    result = export_release(
-        workspace, NAME, VERSION, tmp_path / "out", fmt="mucr", licence="unknown",
-        options={"allow_small_groups": True})
+    result = export_release(workspace, NAME, VERSION, tmp_path / "out",
+                            options=ExportOptions(fmt="mucr", licence="unknown",
+                                                  kind_options={"allow_small_groups": True}))
     doc = json.loads((result.path / "croissant.json").read_text(encoding="utf-8"))
     assert "license" not in doc  # never https://spdx.org/licenses/unknown.html
     assert any("'unknown' is neither an SPDX id nor a URL" in w for w in result.warnings)

@@ -47,7 +47,7 @@ def agreement_project_name(kind: str) -> str:
     return f"{kind} verification"
 
 
-def _own_task_pairs(session: Session) -> dict[str, list[tuple[dict, dict]]]:
+def own_task_pairs(session: Session) -> dict[str, list[tuple[dict, dict]]]:
     """Per "KIND TASK" of the kinds' own tasks: the labels of the first two judgments of every live task."""
     rows = session.execute(
         select(Item.kind, AnnotationTask.purpose, AnnotationTask.item_id, Judgment.raw)
@@ -73,7 +73,7 @@ def record_agreement(store: Store) -> dict[str, dict[str, dict[str, Any]]]:
     with store.session() as session:
         stats = {agreement_project_name(kind): agreement(ratings, partial(get_kind(kind).agreement_labels, VERIFY))
                  for kind, ratings in verify_ratings(session).items()}
-        stats.update({name: label_agreement(pairs) for name, pairs in _own_task_pairs(session).items()})
+        stats.update({name: label_agreement(pairs) for name, pairs in own_task_pairs(session).items()})
     now = utcnow()
     with store.write() as session:
         for name, questions in stats.items():

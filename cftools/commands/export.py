@@ -10,7 +10,7 @@ from cftools.terminal import escape
 from cftools.commands.common import console, err_console, pass_workspace, print_json, release_boundary
 from cftools.progress import step_progress
 from cftools.release.edited import edits_line
-from cftools.release.export import export_release
+from cftools.release.export import ExportOptions, export_release
 from cftools.release.ingest import ingest_release
 from cftools.release.verify import verification_failure, verify_release
 from cftools.release.selection import count_exportable
@@ -65,9 +65,10 @@ def export_cmd(workspace: Workspace, name: str, version: str, out_dir: Path | No
 
         previous_dir = release_folder(previous, workspace.store)
     with step_progress(err_console, quiet=quiet, as_json=as_json, labels=STAGE_LABELS) as shown:
-        result = export_release(workspace, name, version, out_dir, fmt, include_unverified, splits, force, shown,
-                                include_in_review=include_in_review, licence=licence, options=kind_options,
-                                previous=previous_dir, include_unverified_edits=include_unverified_edits)
+        options = ExportOptions(fmt=fmt, include_unverified=include_unverified, include_in_review=include_in_review,
+                                include_unverified_edits=include_unverified_edits, splits=splits, force=force,
+                                licence=licence, previous=previous_dir, kind_options=kind_options)
+        result = export_release(workspace, name, version, out_dir, options=options, progress=shown)
     if as_json:
         print_json(result.as_dict())  # its `warnings` list them
         return

@@ -75,13 +75,13 @@ class Generator:
 
 @dataclass(frozen=True)
 class ExportFormat:
-    """A peer release format: `write(items, folder, name, splits)`; `keeps(record)` says which records it holds."""
+    """A peer release format: `write(release)` (a `cftools.release.release.Release`: its folder, items, name,
+    splits, options, ...); `keeps(record)` says which records it holds."""
 
     name: str
     description: str
     write: Callable[..., None]
     keeps: Callable[[dict], bool] = lambda record: True
-    takes_context: bool = False  # write(..., context=ExportContext): the kind's options, the store, the version
 
 
 @dataclass(frozen=True)
@@ -431,18 +431,6 @@ class Kind:
             "export_formats": [{"name": f.name, "description": f.description} for f in self.export_formats],
             "metrics": list(self.metrics),
         }
-
-
-@dataclass
-class ExportContext:
-    """What a peer format's writer may need beside the items: its options, the workspace, the release's name."""
-
-    workspace: Any
-    name: str
-    version: str
-    options: dict[str, Any] = field(default_factory=dict)
-    include_unverified: bool = False
-    licensing: Any = None  # the release's licence and its sources' (cftools.release.licensing.Licensing)
 
 
 @dataclass

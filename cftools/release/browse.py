@@ -22,12 +22,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup
 
 from cftools.release.layout import IMAGES_DIR, data_image_paths, record_image_paths
+
+if TYPE_CHECKING:
+    from cftools.release.release import Release
 from cftools.release.selection import source_order
 
 BROWSE_NAME = "browse.html"
@@ -210,8 +213,10 @@ def render_browse(views: Sequence[dict[str, Any]], name: str, version: str, fmt:
                                                      images_dir=IMAGES_DIR)
 
 
-def write_browse(folder: Path, items: Sequence[Any], name: str, version: str, fmt: str) -> None:
-    ordered = sorted(items, key=source_order)
-    sources = image_sources(folder, [e.record for e in ordered])
+def write_browse(release: Release) -> None:
+    """browse.html: every released item, its images and provenance, in one page."""
+    ordered = sorted(release.items, key=source_order)
+    sources = image_sources(release.folder, [e.record for e in ordered])
     views = [item_view(e.record, e.provenance, sources) for e in ordered]
-    (folder / BROWSE_NAME).write_text(render_browse(views, name, version, fmt), encoding="utf-8")
+    (release.folder / BROWSE_NAME).write_text(render_browse(views, release.name, release.version, release.format),
+                                              encoding="utf-8")

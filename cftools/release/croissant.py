@@ -36,9 +36,12 @@ import json
 from collections import Counter
 from dataclasses import dataclass, field as dataclass_field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from cftools.release.layout import IMAGES_DIR, RECORDS_NAME, hash_file, load_manifest, record_image_paths
+
+if TYPE_CHECKING:
+    from cftools.release.release import Release
 
 CROISSANT_NAME = "croissant.json"
 CROISSANT_1_1 = "http://mlcommons.org/croissant/1.1"
@@ -593,18 +596,19 @@ def citation_key(name: str, version: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in f"{name}_{version}")
 
 
-def croissant_document(folder: Path, entries: Sequence[dict[str, Any]], records: Sequence[dict],
-                       provenance: Sequence[dict], agreement: Sequence[dict], *, name: str, version: str,
-                       fmt: str, licensing: Any, section: dict[str, Any], data_as_of: str,
-                       kind_files: dict[str, str] | None = None, store_facts: StoreFacts | None = None,
-                       revision: dict[str, Any] | None = None, analysis: Any = None) -> dict[str, Any]:
-    """KIND_FILES: kind -> the file of that kind's rows (write_kind_files); STORE_FACTS: what only the store knows
-    (ingests, the items' timeframe); REVISION: the release this one revises and the changes since it
+def croissant_document(release: Release, entries: Sequence[dict[str, Any]], section: dict[str, Any], *,
+                       kind_files: dict[str, str] | None = None,
+                       store_facts: StoreFacts | None = None) -> dict[str, Any]:
+    """ENTRIES: the release's files (`described_files`); SECTION: the workspace's [release] texts; KIND_FILES: kind ->
+    the file of that kind's rows (write_kind_files); STORE_FACTS: what only the store knows (ingests, the items'
+    timeframe). The release's revision is the release it revises and the changes since it
     (`cftools.release.diff.revision_entries`, from `export --previous`)."""
     from cftools import __version__
     from cftools.kinds import all_kinds
 
     facts = store_facts or StoreFacts()
+    records, provenance, licensing = release.records, release.provenance, release.licensing
+    name, version, revision = release.name, release.version, release.revision
     file_sets = image_file_sets(entries)
     record_sets: list[dict[str, Any]] = []
     paths = {e["path"] for e in entries}
@@ -615,7 +619,7 @@ def croissant_document(folder: Path, entries: Sequence[dict[str, Any]], records:
             record_set = kind_record_set(kind, records, file_id) if kind in kinds and file_id in paths else None
             if record_set:
                 record_sets.append(record_set)
-    record_sets += peer_record_sets(folder, entries)
+    record_sets += peer_record_sets(release.folder, entries)
     record_sets += images_record_set(file_sets)
     n_annotated = sum(1 for p in provenance if p.get("annotation"))
     doc: dict[str, Any] = {
@@ -624,7 +628,7 @@ def croissant_document(folder: Path, entries: Sequence[dict[str, Any]], records:
         "conformsTo": [CROISSANT_1_1, RAI_1_0],
         "name": name,
         "description": (f"{name} {version}: a counterfactual multimodal benchmark released with cftools "
-                        f"{__version__} ({fmt} format)."),
+                        f"{__version__} ({release.format} format)."),
         "version": version,
         "url": f"./{CROISSANT_NAME}",
         "isLiveDataset": False,
@@ -635,8 +639,8 @@ def croissant_document(folder: Path, entries: Sequence[dict[str, Any]], records:
         "rai:dataAnnotationProtocol": annotation_protocol(records, provenance),
         "rai:dataAnnotationPlatform": ANNOTATION_PLATFORM if n_annotated else "none (no item of this release was "
                                                                                  "annotated)",
-        "rai:dataAnnotationAnalysis": ((annotation_analysis(agreement) or ["no two judgments of one item"])
-                                       + people_analysis(analysis)),
+        "rai:dataAnnotationAnalysis": ((annotation_analysis(release.agreement) or ["no two judgments of one item"])
+                                       + people_analysis(release.analysis)),
         "rai:dataLimitations": data_limitations(records, provenance),
         "rai:hasSyntheticData": has_synthetic_data(records, provenance),
         "rai:machineAnnotationTools": machine_annotation_tools(provenance),
@@ -655,8 +659,8 @@ def croissant_document(folder: Path, entries: Sequence[dict[str, Any]], records:
     licence = licence_url(getattr(licensing, "licence", None))
     if licence:
         doc["license"] = licence
-    if data_as_of:
-        doc["datePublished"] = data_as_of[:10]
+    if release.data_as_of:
+        doc["datePublished"] = release.data_as_of[:10]
     doc["citeAs"] = (f"@misc{{{citation_key(name, version)}, title = {{{name} {version}}}, "
                      f"note = {{released with cftools}}}}")
     people = creators(section)
@@ -736,22 +740,14 @@ def described_files(folder: Path) -> list[dict[str, Any]]:
     return out
 
 
-def write_croissant(folder: Path, items: Sequence[Any], workspace: Any, name: str, version: str, fmt: str,
-                    licensing: Any, revision: dict[str, Any] | None = None, analysis: Any = None) -> list[str]:
-    """croissant.json in FOLDER, describing every file already there (call it last but for the manifest); returns
-    its warnings (the RAI texts only people can write that are empty)."""
-    from cftools.release.records import agreement_rows
-
-    records = [e.record for e in items]
-    provenance = [e.provenance for e in items]
-    agreement = agreement_rows(workspace.store, [r["id"] for r in records])
+def write_croissant(release: Release) -> list[str]:
+    """croissant.json in the release's folder, describing every file already there (call it last but for the
+    manifest); returns its warnings (the RAI texts only people can write that are empty)."""
+    folder, workspace = release.folder, release.workspace
     section = workspace.section("release")
     kind_files = write_kind_files(folder)
-    doc = croissant_document(folder, described_files(folder), records, provenance, agreement, name=name,
-                             version=version, fmt=fmt, licensing=licensing, section=section,
-                             data_as_of=max((e.updated_at for e in items), default=""), kind_files=kind_files,
-                             store_facts=store_facts(workspace.store, records, provenance), revision=revision,
-                             analysis=analysis)
+    doc = croissant_document(release, described_files(folder), section, kind_files=kind_files,
+                             store_facts=store_facts(workspace.store, release.records, release.provenance))
     (folder / CROISSANT_NAME).write_text(json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n",
                                          encoding="utf-8")
     warnings = []
@@ -759,7 +755,7 @@ def write_croissant(folder: Path, items: Sequence[Any], workspace: Any, name: st
     if missing:
         warnings.append(f"{CROISSANT_NAME}: the Responsible-AI texts only people can write are empty: "
                         f"{', '.join(missing)}; write them under [release] in cftools.toml")
-    licence = getattr(licensing, "licence", None)
+    licence = getattr(release.licensing, "licence", None)
     if licence and licence_url(licence) is None:
         warnings.append(f"{CROISSANT_NAME}: the licence {licence!r} is neither an SPDX id nor a URL, so its "
                         "`license` is left out (rai:dataCollection names the sources' licences)")

@@ -10,12 +10,15 @@ from cftools.annotate.verification import NOT_PROVEN, SEPARATE, SHARED, release_
 
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from cftools import __version__
 from cftools.release.layout import CARD_NAME, DATA_DIR, PLOTS_DIR, parquet_name
+
+if TYPE_CHECKING:
+    from cftools.release.release import Release
 
 PLOT_SIZE_INCHES = (10.0, 4.5)
 PLOT_DPI = 100  # so every plot is 1000 x 450 pixels
@@ -279,33 +282,33 @@ def kind_sections(records: list[dict], provenance: list[dict], context: dict[str
     return text
 
 
-def write_card(release: Path, records: list[dict], provenance: list[dict], agreement: list[dict], *, name: str,
-               version: str, license: str | None, splits: list[str], data_as_of: str, license_given: bool = False,
-               source_licences: list[dict[str, Any]] | None = None,
-               kind_context: dict[str, Any] | None = None, preflight: list[str] | None = None,
-               changes: str = "", analysis: Any = None) -> None:
-    """Plots under plots/ and README.md in RELEASE; KIND_CONTEXT reaches the kinds' own sections; CHANGES is the
-    "Changes since" section (Markdown, `cftools.release.diff.changelog_markdown`), when there is a previous
-    release; ANALYSIS: each person's figures and the release's error rate (`cftools.annotate.quality`); PREFLIGHT
-    is the section of what the release can show (`cftools.release.preflight.figures_markdown`), last."""
-    (release / PLOTS_DIR).mkdir()
-    plot_answer_distribution(records, release / PLOTS_DIR / ANSWER_PLOT)
-    plot_question_lengths(records, release / PLOTS_DIR / LENGTH_PLOT)
+def write_card(release: Release, *, kind_context: dict[str, Any] | None = None,
+               preflight: list[str] | None = None) -> None:
+    """Plots under plots/ and README.md in the release's folder; KIND_CONTEXT reaches the kinds' own sections; the
+    release's changes are the "Changes since" section (Markdown, `cftools.release.diff.changelog_markdown`), when
+    there is a previous release; its analysis: each person's figures and the release's error rate
+    (`cftools.annotate.quality`); PREFLIGHT is the section of what the release can show
+    (`cftools.release.preflight.figures_markdown`), last."""
+    folder, records, provenance, agreement = release.folder, release.records, release.provenance, release.agreement
+    licensing = release.licensing
+    (folder / PLOTS_DIR).mkdir()
+    plot_answer_distribution(records, folder / PLOTS_DIR / ANSWER_PLOT)
+    plot_question_lengths(records, folder / PLOTS_DIR / LENGTH_PLOT)
     stats = card_stats(records, provenance)
     present = {r["split"] for r in records}
     context = {
-        "name": name, "version": version, "license": license, "data_as_of": data_as_of,
-        "license_given": license_given, "source_licences": source_licences or [],
+        "name": release.name, "version": release.version, "license": licensing.licence,
+        "data_as_of": release.data_as_of, "license_given": licensing.given, "source_licences": licensing.card_rows(),
         "cftools_version": __version__, "stats": stats, "agreement": agreement,
-        "parquet_files": [f"{DATA_DIR}/{parquet_name(s)}" for s in splits if s in present],
+        "parquet_files": [f"{DATA_DIR}/{parquet_name(s)}" for s in release.splits if s in present],
         "answer_plot": f"{PLOTS_DIR}/{ANSWER_PLOT}", "length_plot": f"{PLOTS_DIR}/{LENGTH_PLOT}",
         "paper_words": PAPER_QUESTION_WORDS, "paper_no_share": PAPER_NO_SHARE,
-        "kind_tables": kind_tables(records), "changes": changes,
+        "kind_tables": kind_tables(records), "changes": release.changes,
     }
     sections = kind_sections(records, provenance, {"agreement": agreement, **(kind_context or {})})
-    if analysis is not None:
+    if release.analysis is not None:
         from cftools.annotate.quality import analysis_markdown
 
-        sections += "\n" + analysis_markdown(analysis)
+        sections += "\n" + analysis_markdown(release.analysis)
     shown = "\n" + "\n".join(preflight) + "\n" if preflight else ""
-    (release / CARD_NAME).write_text(render_card(context) + sections + shown, encoding="utf-8")
+    (folder / CARD_NAME).write_text(render_card(context) + sections + shown, encoding="utf-8")

@@ -14,7 +14,8 @@ Guarantees:
   (`cftools.release.scan`) before it is published: one that still holds an email or a local path is refused.
 
 The parts: `selection` reads the store, `splits` assigns splits, `records` writes the files, `manifest` the
-manifest, `licensing` the licences, `swap` the folder; this module runs them in order and records the release.
+manifest, `licensing` the licences, `swap` the folder; this module builds the `release.Release` every writer takes,
+runs them in order and records the release.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from sqlalchemy import select
 from cftools.errors import CftoolsError
 from cftools.kinds import all_kinds, get_kind
 from cftools.boundary import workspace_boundary
-from cftools.models import Release, utcnow
+from cftools.models import Release as ReleaseRow, utcnow
 from cftools.release.layout import (DEFAULT_OUT_DIR, FORMAT_NATIVE, MANIFEST_NAME, hash_file, release_dir_name,
                                     stage)
 from cftools.release.edited import edit_counts
@@ -37,6 +38,7 @@ from cftools.release.licensing import release_licensing
 from cftools.release.annotator_analysis import release_analysis, write_analysis
 from cftools.release.manifest import counts_of, write_manifest
 from cftools.release.records import Progress, copy_images, write_native
+from cftools.release.release import Release
 from cftools.release.scan import refuse_personal_data
 from cftools.release.selection import collect_items, statuses_for
 from cftools.release.splits import DEFAULT_SPLITS, check_plain_name
@@ -85,17 +87,28 @@ def refuse_invalid_records(records: list[dict[str, Any]]) -> None:
         raise CftoolsError(f"export refused: {problems[0]}{more}; reject or re-verify the item")
 
 
-def export_release(workspace: Workspace, name: str, version: str, out_dir: Path | None = None,
-                   fmt: str = FORMAT_NATIVE, include_unverified: bool = False,
-                   splits: dict[str, float] | None = None, force: bool = False,
-                   progress: Progress | None = None, include_in_review: bool = False,
-                   options: dict[str, Any] | None = None, licence: str | None = None,
-                   previous: Path | None = None, include_unverified_edits: bool = False) -> ExportResult:
+@dataclass(frozen=True)
+class ExportOptions:
+    """What an export asks beyond the release's name and version: `cftools export`'s options."""
+
+    fmt: str = FORMAT_NATIVE
+    include_unverified: bool = False  # also drafts and checked items, marked unverified
+    include_in_review: bool = False  # also items under review, marked unverified
+    include_unverified_edits: bool = False  # also the best-ranked unflagged edit candidate of unjudged items
+    splits: dict[str, float] | None = None  # name -> fraction (default: everything in test)
+    force: bool = False  # replace a release this workspace wrote
+    licence: str | None = None  # else the workspace's `[release] license`
+    previous: Path | None = None  # an earlier native release's folder
+    kind_options: dict[str, Any] = field(default_factory=dict)  # the formats' own (--mucr-schema, ...)
+
+
+def export_release(workspace: Workspace, name: str, version: str, out_dir: Path | None = None, *,
+                   options: ExportOptions = ExportOptions(), progress: Progress | None = None) -> ExportResult:
     """Write the release NAME-VERSION (the accepted items; with include_unverified also drafts and checked
     items, with include_in_review also items under review, marked unverified) and record it in the store.
 
-    The release's licence is LICENCE, else the workspace's `[release] license`; the latter is refused over
-    source datasets under another or an unknown licence (an explicit LICENCE is the exporter's decision).
+    The release's licence is the options' LICENCE, else the workspace's `[release] license`; the latter is refused
+    over source datasets under another or an unknown licence (an explicit LICENCE is the exporter's decision).
 
     With PREVIOUS (an earlier native release's folder), the changes since it (`cftools.release.diff`) go into the
     card's "Changes since" section and croissant.json's `prov:wasRevisionOf`, before the manifest is written.
@@ -103,12 +116,14 @@ def export_release(workspace: Workspace, name: str, version: str, out_dir: Path 
     An edited image is released only when two people accepted it; with include_unverified_edits also an item's
     best-ranked candidate without an unwaived flag, said so in the card, croissant.json and browse.html
     (`cftools.release.edited`)."""
+    fmt, force, include_unverified = options.fmt, options.force, options.include_unverified
+    include_unverified_edits = options.include_unverified_edits
     check_plain_name(name, "release name")
     check_plain_name(version, "version")
     formats = export_formats()
     if fmt not in formats:
         raise CftoolsError(f"unknown format {fmt!r}; choose one of {', '.join(formats)}")
-    splits = splits or dict(DEFAULT_SPLITS)
+    splits = options.splits or dict(DEFAULT_SPLITS)
     for split in splits:
         check_plain_name(split, "split name")
     out_dir = Path(out_dir) if out_dir else workspace.path(DEFAULT_OUT_DIR)
@@ -122,7 +137,7 @@ def export_release(workspace: Workspace, name: str, version: str, out_dir: Path 
 
     boundary = workspace_boundary(workspace)
     with stage(progress, "items"):
-        items = collect_items(store, statuses_for(include_unverified, include_in_review), splits, boundary,
+        items = collect_items(store, statuses_for(include_unverified, options.include_in_review), splits, boundary,
                               include_unverified_edits)
     refuse_invalid_records([e.record for e in items])
     result = ExportResult(path=target.resolve(), format=fmt, n_items=0, n_verified=0, n_unverified=0, n_images=0,
@@ -133,12 +148,12 @@ def export_release(workspace: Workspace, name: str, version: str, out_dir: Path 
         kind, spec = peer
         kept = [e for e in items if kind in (None, e.record["kind"]) and spec.keeps(e.record)]
         result.skipped = len(items) - len(kept)
-    licensing = release_licensing(workspace, kept, licence)
+    licensing = release_licensing(workspace, kept, options.licence)
     changes, revision = "", None
-    if previous is not None:
+    if options.previous is not None:
         from cftools.release.diff import changelog_markdown, diff_with_records, revision_entries
 
-        diff = diff_with_records(previous, name, version, [e.record for e in kept])
+        diff = diff_with_records(options.previous, name, version, [e.record for e in kept])
         changes, revision = changelog_markdown(diff), revision_entries(diff)
         result.changes = diff.counts()
 
@@ -148,23 +163,14 @@ def export_release(workspace: Workspace, name: str, version: str, out_dir: Path 
             analysis = release_analysis(workspace, [e.record for e in kept], boundary)
         if analysis is not None:  # each person's figures under pseudonymous ids, the release's error rate
             write_analysis(folder, analysis)
-        if fmt == FORMAT_NATIVE:
-            write_native(kept, folder, splits, workspace, name, version, progress, licensing, changes=changes,
-                         analysis=analysis)
-        elif spec.takes_context:
-            from cftools.kinds.base import ExportContext
-
-            with stage(progress, "format"):
-                spec.write(kept, folder, name, splits, context=ExportContext(
-                    workspace, name, version, dict(options or {}), include_unverified, licensing))
-        else:
-            with stage(progress, "format"):
-                spec.write(kept, folder, name, splits)
+        release = Release(folder, kept, name, version, fmt, splits, licensing, workspace, revision=revision,
+                          changes=changes, analysis=analysis, options=dict(options.kind_options),
+                          include_unverified=include_unverified, n_images=result.n_images, progress=progress)
+        write_format(release)
         with stage(progress, "extras"):  # browse.html, croissant.json
-            result.warnings = write_release_extras(kept, folder, workspace, name, version, fmt, licensing,
-                                                   revision=revision, analysis=analysis)
+            result.warnings = write_release_extras(release)
         with stage(progress, "manifest"):
-            write_manifest(kept, folder, workspace, name, version, fmt, result.n_images, licensing)
+            write_manifest(release)
         with stage(progress, "personal data"):
             refuse_personal_data(folder, boundary)  # before it is recorded or renamed into place: all or nothing
         result.n_items = len(kept)
@@ -182,18 +188,28 @@ def export_release(workspace: Workspace, name: str, version: str, out_dir: Path 
     return result
 
 
+def write_format(release: Release) -> None:
+    """The format's own files: native records, Parquet and card; or a peer format's writer."""
+    if release.format == FORMAT_NATIVE:
+        write_native(release)  # reports its own stages
+        return
+    _, spec = export_formats()[release.format]
+    with stage(release.progress, "format"):
+        spec.write(release)
+
+
 def recorded_manifests(store: Store, folder: Path) -> set[str]:
     """The manifest SHA-256s the store recorded for releases written to FOLDER (what a copy left there must match
     to be trusted)."""
     with store.session() as session:
-        return {sha for sha in session.execute(select(Release.manifest_sha256).where(
-            Release.path == str(folder.resolve()))).scalars() if sha}
+        return {sha for sha in session.execute(select(ReleaseRow.manifest_sha256).where(
+            ReleaseRow.path == str(folder.resolve()))).scalars() if sha}
 
 
 def is_own_release(store: Store, folder: Path) -> bool:
     """FOLDER holds a release this workspace's store recorded writing there (by path), with its manifest."""
     with store.session() as session:
-        recorded = session.execute(select(Release.id).where(Release.path == str(folder.resolve()))).first()
+        recorded = session.execute(select(ReleaseRow.id).where(ReleaseRow.path == str(folder.resolve()))).first()
     return recorded is not None and (folder / MANIFEST_NAME).is_file()
 
 
@@ -207,10 +223,10 @@ def check_replaceable(store: Store, target: Path) -> None:
 
 def record_release(store: Store, name: str, version: str, fmt: str, path: Path, result: ExportResult) -> None:
     with store.write() as session:
-        row = session.execute(select(Release).where(Release.name == name, Release.version == version,
-                                                    Release.format == fmt)).scalar_one_or_none()
+        row = session.execute(select(ReleaseRow).where(ReleaseRow.name == name, ReleaseRow.version == version,
+                                                    ReleaseRow.format == fmt)).scalar_one_or_none()
         if row is None:
-            row = Release(name=name, version=version, format=fmt, path=str(path))
+            row = ReleaseRow(name=name, version=version, format=fmt, path=str(path))
         row.path = str(path.resolve())
         row.n_items = result.n_items
         row.manifest_sha256 = result.manifest_sha256

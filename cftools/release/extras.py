@@ -8,10 +8,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING
 
 from cftools.kinds.base import ExportFormat
+
+if TYPE_CHECKING:
+    from cftools.release.release import Release
 
 
 def shared_formats() -> tuple[ExportFormat, ...]:
@@ -20,19 +22,16 @@ def shared_formats() -> tuple[ExportFormat, ...]:
 
     return (
         ExportFormat("lmms-eval", "an lmms-eval task folder per kind (YAML + utils.py + data; "
-                     "`lmms-eval --include_path FOLDER --tasks NAME_KIND`)", write_lmms_eval, takes_context=True),
-        ExportFormat("vlmevalkit", "a VLMEvalKit custom dataset per kind (TSV with base64 images)", write_vlmevalkit,
-                     takes_context=True),
+                     "`lmms-eval --include_path FOLDER --tasks NAME_KIND`)", write_lmms_eval),
+        ExportFormat("vlmevalkit", "a VLMEvalKit custom dataset per kind (TSV with base64 images)", write_vlmevalkit),
     )
 
 
-def write_release_extras(items: Sequence[Any], folder: Path, workspace: Any, name: str, version: str, fmt: str,
-                         licensing: Any, revision: dict[str, Any] | None = None, analysis: Any = None) -> list[str]:
-    """browse.html and croissant.json (with REVISION: the previous release and the changes since it; ANALYSIS: the
-    annotators' figures); returns the warnings to show the exporter."""
+def write_release_extras(release: Release) -> list[str]:
+    """browse.html and croissant.json (with the release's revision: the previous release and the changes since it;
+    its analysis: the annotators' figures); returns the warnings to show the exporter."""
     from cftools.release.browse import write_browse
     from cftools.release.croissant import write_croissant
 
-    write_browse(folder, items, name, version, fmt)
-    return write_croissant(folder, items, workspace, name, version, fmt, licensing, revision=revision,
-                           analysis=analysis)
+    write_browse(release)
+    return write_croissant(release)

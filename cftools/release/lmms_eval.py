@@ -193,34 +193,34 @@ def paper_mode(kind: Any) -> str:
     return "rank" if kind.paper_settings.get("mode") == "rank" else "generate"
 
 
-def eval_questions(items: Sequence[Any], folder: Path, context: Any,
-                   mode_of: Any = None) -> dict[str, list[tuple[Any, str]]]:
-    """Per kind: (question, split) of every question `cftools eval` asks, but judged ones; asked as MODE_OF(kind)
-    gives (default: generate)."""
+def eval_questions(release: Any, mode_of: Any = None) -> dict[str, list[tuple[Any, str]]]:
+    """Per kind: (question, split) of every question `cftools eval` asks of the release's items, but judged ones;
+    asked as MODE_OF(kind) gives (default: generate)."""
     from cftools.evaluate.questions import PromptTemplates, build_questions
     from cftools.kinds import get_kind
 
     by_kind: dict[str, list[Any]] = defaultdict(list)
-    for entry in items:
+    for entry in release.items:
         by_kind[entry.record["kind"]].append(entry)
-    templates = PromptTemplates(None, Path(context.workspace.root))
+    templates = PromptTemplates(None, Path(release.workspace.root))
     out: dict[str, list[tuple[Any, str]]] = {}
     for kind_name, entries in sorted(by_kind.items()):
-        get_kind(kind_name).prepare_eval_items(entries, context.options)
+        get_kind(kind_name).prepare_eval_items(entries, release.options)
         records = sorted((e.record for e in entries), key=lambda r: r["id"])
         split_of = {r["id"]: r["split"] for r in records}
         mode = mode_of(get_kind(kind_name)) if mode_of else "generate"
-        questions, _ = build_questions(folder, records, templates, mode, True, options=context.options)
+        questions, _ = build_questions(release.folder, records, templates, mode, True, options=release.options)
         out[kind_name] = [(q, split_of[q.item_id]) for q in questions if not q.judged]
     return out
 
 
-def write_lmms_eval(items: list, folder: Path, name: str, splits: dict[str, float], context: Any) -> None:
-    """The lmms-eval task folders of ITEMS (see the module's docstring)."""
+def write_lmms_eval(release: Any) -> None:
+    """The lmms-eval task folders of the release's items (see the module's docstring)."""
     from cftools.release.records import write_records
 
-    asked = eval_questions(items, folder, context, paper_mode)
-    write_records(sorted(items, key=lambda e: e.record["id"]), folder / "records.jsonl")
+    folder, name = release.folder, release.name
+    asked = eval_questions(release, paper_mode)
+    write_records(sorted(release.items, key=lambda e: e.record["id"]), folder / "records.jsonl")
     if not any(asked.values()):
         raise CftoolsError("no question of this release can be asked (items need an image, and MuCR pairs both "
                            "images): nothing to write as lmms-eval tasks")
@@ -228,9 +228,9 @@ def write_lmms_eval(items: list, folder: Path, name: str, splits: dict[str, floa
     for kind_name, pairs in asked.items():
         for suffix, members in tasks_of(pairs).items():
             tasks.append(task_name(name, kind_name + suffix))
-            write_task(folder, tasks[-1], kind_name, members, splits, context.version)
+            write_task(folder, tasks[-1], kind_name, members, release.splits, release.version)
     group = task_name(name, "")
-    (folder / f"{group}.yaml").write_text(group_yaml_text(group, tasks, context.version), encoding="utf-8")
+    (folder / f"{group}.yaml").write_text(group_yaml_text(group, tasks, release.version), encoding="utf-8")
 
 
 def tasks_of(pairs: Sequence[tuple[Any, str]]) -> dict[str, list[tuple[Any, str]]]:

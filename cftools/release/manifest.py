@@ -13,10 +13,9 @@ from cftools import __version__
 from cftools.release.layout import MANIFEST_NAME, SCHEMA_VERSION, hash_file
 from cftools.release.selection import ExportItem
 from cftools.store import Store
-from cftools.workspace import Workspace
 
 if TYPE_CHECKING:
-    from cftools.release.licensing import Licensing
+    from cftools.release.release import Release
 
 
 def file_entries(release: Path) -> list[dict[str, Any]]:
@@ -55,13 +54,14 @@ def counts_of(items: list[ExportItem], n_images: int) -> dict[str, Any]:
     }
 
 
-def write_manifest(items: list[ExportItem], folder: Path, workspace: Workspace, name: str, version: str,
-                   fmt: str, n_images: int, licensing: Licensing) -> None:
-    store = workspace.store
+def write_manifest(release: Release) -> None:
+    """manifest.json: the release's name, version, format, licences, counts, every file's SHA-256 and each item's
+    provenance."""
+    items, store, licensing = release.items, release.workspace.store, release.licensing
     manifest = {
-        "name": name,
-        "version": version,
-        "format": fmt,
+        "name": release.name,
+        "version": release.version,
+        "format": release.format,
         "schema_version": SCHEMA_VERSION,
         "store_schema_version": store.schema_version,
         "cftools_version": __version__,
@@ -69,11 +69,11 @@ def write_manifest(items: list[ExportItem], folder: Path, workspace: Workspace, 
         "data_as_of": max((e.updated_at for e in items), default=None),
         "license": licensing.licence,
         "source_licences": licensing.sources,
-        "counts": counts_of(items, n_images),
-        "files": file_entries(folder),
+        "counts": counts_of(items, release.n_images),
+        "files": file_entries(release.folder),
         "provenance": {e.record["id"]: e.provenance for e in items},
     }
-    write_manifest_json(folder / MANIFEST_NAME, manifest)
+    write_manifest_json(release.folder / MANIFEST_NAME, manifest)
 
 
 def write_manifest_json(path: Path, manifest: dict[str, Any]) -> None:

@@ -9,20 +9,15 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
-
-from sqlalchemy import select
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from cftools.errors import CftoolsError
 from cftools.images import HASH_CHUNK
-from cftools.models import Item
 from cftools.release.layout import DATA_DIR, IMAGES_DIR, RECORDS_NAME, parquet_name
 from cftools.release.selection import ExportItem, ImageRef
-from cftools.store import Store, in_chunks
-from cftools.workspace import Workspace
 
 if TYPE_CHECKING:
-    from cftools.release.licensing import Licensing
+    from cftools.release.release import Release
 
 PARQUET_BATCH = 1000
 
@@ -121,59 +116,30 @@ def write_parquet(items: list[ExportItem], release: Path, splits: dict[str, floa
                 writer.write_table(pa.Table.from_pylist(batch, schema=schema))
 
 
-def write_native(items: list[ExportItem], folder: Path, splits: dict[str, float], workspace: Workspace,
-                 name: str, version: str, progress: Progress | None, licensing: Licensing,
-                 changes: str = "", analysis: Any = None) -> None:
-    """The records, Parquet and the card (CHANGES: the card's "Changes since" section, Markdown; ANALYSIS: the
-    annotators' figures)."""
+def write_native(release: Release) -> None:
+    """The records, Parquet and the card (with the release's changes since the previous one and the annotators'
+    figures)."""
     from cftools.release.datacard import write_card
 
-    write_records(items, folder / RECORDS_NAME)
+    progress = release.progress
+    write_records(release.items, release.folder / RECORDS_NAME)
     if progress:
         progress("records", 1, 3)
-    write_parquet(items, folder, splits)
+    write_parquet(release.items, release.folder, release.splits)
     if progress:
         progress("records", 2, 3)
-    agreement = agreement_rows(workspace.store, [e.record["id"] for e in items])
-    write_card(folder, [e.record for e in items], [e.provenance for e in items], agreement,
-               name=name, version=version, license=licensing.licence, license_given=licensing.given,
-               source_licences=licensing.card_rows(), splits=list(splits),
-               data_as_of=max((e.updated_at for e in items), default=""), changes=changes, analysis=analysis,
-               preflight=card_preflight(items, folder, workspace, name, version))
+    write_card(release, preflight=card_preflight(release))
     if progress:
         progress("records", 3, 3)
 
 
-def card_preflight(items: list[ExportItem], folder: Path, workspace: Workspace, name: str, version: str) -> list[str]:
+def card_preflight(release: Release) -> list[str]:
     """The data card's "What this release can show" section (`cftools preflight`'s figures, from the store's
     judgments; no run of a release exists before it is written, so the detectable difference rests on assumptions)."""
     from cftools.release.preflight import figures_markdown, preflight_figures
 
-    report = preflight_figures(folder, [e.record for e in items], {e.record["id"]: e.provenance for e in items},
-                               workspace.store, name=name, version=version)
+    report = preflight_figures(release.folder, release.records,
+                               {e.record["id"]: e.provenance for e in release.items}, release.workspace.store,
+                               name=release.name, version=release.version)
     return figures_markdown(report) + ["", "`cftools preflight` on this folder adds the runs stored since, and the "
                                            "reviewer's checks."]
-
-
-def agreement_rows(store: Store, item_keys: Iterable[str]) -> list[dict[str, Any]]:
-    """Inter-annotator agreement of the released items only (not of the whole store), per kind and question; and
-    of the released kinds' own tasks (a MuCR selection is made on the pair before the released item exists)."""
-    from cftools.annotate.rules import agreement, label_agreement
-    from cftools.annotate.status import _own_task_pairs, agreement_project_name, verify_ratings
-
-    item_keys = list(item_keys)
-    with store.session() as session:
-        ratings = verify_ratings(session, item_keys)
-        kinds = {kind for part in in_chunks(item_keys)
-                 for kind in session.execute(select(Item.kind).where(Item.key.in_(part)).distinct()).scalars()}
-        own = _own_task_pairs(session)
-    rows = []
-    for kind in sorted(ratings):
-        for question, s in agreement(ratings[kind]).items():
-            if s["n_items"]:
-                rows.append({"project": agreement_project_name(kind), "question": question, **s})
-    for name, pairs in sorted(own.items()):
-        if name.split(" ", 1)[0] in kinds:
-            rows += [{"project": name, "question": question, "n_items": s["n_pairs"], "krippendorff_alpha": None, **s}
-                     for question, s in label_agreement(pairs).items()]
-    return rows

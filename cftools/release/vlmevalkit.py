@@ -71,7 +71,7 @@ def shape_of(question: Any) -> str:
     return OPEN
 
 
-def bare_question(question: Any, record: dict[str, Any], context: Any) -> str:
+def bare_question(question: Any, record: dict[str, Any], release: Any) -> str:
     """A multiple-choice question without its options (VLMEvalKit lists them itself): a pair question's own text;
     MuCR's cue question rendered with no options."""
     which = question.which.split(":", 1)[0]
@@ -81,17 +81,17 @@ def bare_question(question: Any, record: dict[str, Any], context: Any) -> str:
         from cftools.evaluate.questions import PromptTemplates
 
         form = "composite" if len(question.prompt.images) == 1 else "split"
-        text = PromptTemplates(None, Path(context.workspace.root)).named("mucr_cue").render(options=[], form=form)
+        text = PromptTemplates(None, Path(release.workspace.root)).named("mucr_cue").render(options=[], form=form)
         return "\n".join(line for line in text.strip().splitlines() if not line.startswith(("Options:", "Answer")))
     return question.prompt.text
 
 
-def tsv_row(index: int, question: Any, record: dict[str, Any], n_letters: int, context: Any) -> dict[str, Any]:
+def tsv_row(index: int, question: Any, record: dict[str, Any], n_letters: int, release: Any) -> dict[str, Any]:
     shape = shape_of(question)
     answer = {MCQ: lambda: LETTERS[question.options.index(question.gold_option)],
               YES_NO: lambda: str(question.gold).strip().capitalize(), OPEN: lambda: question.gold}[shape]()
     row = {"index": index, "image": image_cell(question.prompt.images),
-           "question": bare_question(question, record, context) if shape == MCQ else question.prompt.text,
+           "question": bare_question(question, record, release) if shape == MCQ else question.prompt.text,
            "answer": answer, "category": question.group, "l2-category": question.which,
            "split": record.get("split") or "", "item_id": question.item_id, "answer_type": question.answer_type}
     if shape == MCQ:
@@ -116,13 +116,14 @@ def write_tsv(path: Path, rows: Sequence[dict[str, Any]], columns: Sequence[str]
         writer.writerows(rows)
 
 
-def write_vlmevalkit(items: list, folder: Path, name: str, splits: dict[str, float], context: Any) -> None:
-    """The VLMEvalKit TSVs of ITEMS, their config, card and records (see the module's docstring)."""
+def write_vlmevalkit(release: Any) -> None:
+    """The VLMEvalKit TSVs of the release's items, their config, card and records (see the module's docstring)."""
     from cftools.release.lmms_eval import eval_questions
     from cftools.release.records import write_records
 
+    items, folder, name = release.items, release.folder, release.name
     records = {e.record["id"]: e.record for e in items}
-    asked = eval_questions(items, folder, context)
+    asked = eval_questions(release)
     if not any(asked.values()):
         raise CftoolsError("no question of this release can be asked (items need an image, and MuCR pairs both "
                            "images): nothing to write as VLMEvalKit datasets")
@@ -138,13 +139,13 @@ def write_vlmevalkit(items: list, folder: Path, name: str, splits: dict[str, flo
             if n_letters > len(LETTERS):
                 raise CftoolsError(f"{kind_name}: a question has {n_letters} options; VLMEvalKit takes at most 26")
             dataset = dataset_name(name, kind_name, shape)
-            rows = [tsv_row(n, q, records[q.item_id], n_letters, context) for n, q in enumerate(members)]
+            rows = [tsv_row(n, q, records[q.item_id], n_letters, release) for n, q in enumerate(members)]
             pair_rows(rows)
             write_tsv(folder / f"{dataset}.tsv", rows, [*BASE_COLUMNS, *LETTERS[:n_letters]])
             datasets[dataset] = shape
     config = {"data": {d: {"class": DATASET_CLASSES[shape], "dataset": d} for d, shape in sorted(datasets.items())}}
     (folder / CONFIG_NAME).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
-    (folder / "README.md").write_text(card_text(name, context.version, datasets), encoding="utf-8")
+    (folder / "README.md").write_text(card_text(name, release.version, datasets), encoding="utf-8")
 
 
 def card_text(name: str, version: str, datasets: dict[str, str]) -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any, Optional
 
 # -- the `--format cfmm` release -----------------------------------------------------------------------------
@@ -22,12 +21,13 @@ def jsonl_name(name: str, split: Optional[str] = None) -> str:
     return f"{name}.jsonl" if split is None else f"{name}_{split}.jsonl"
 
 
-def write_jsonl(items: list, folder: Path, name: str, splits: dict[str, float]) -> None:
+def write_jsonl(release: Any) -> None:
     """One JSON object per pair with exactly EXPORT_FIELDS; one file per split when there are several."""
-    names = list(splits) if len(splits) > 1 else [None]
+    folder, name = release.folder, release.name
+    names = list(release.splits) if len(release.splits) > 1 else [None]
     for split in names:
         with open(folder / jsonl_name(name, split), "w", encoding="utf-8") as fh:
-            for entry in items:
+            for entry in release.items:
                 if split is None or entry.record["split"] == split:
                     fh.write(json.dumps(export_row(entry.record), ensure_ascii=False) + "\n")
 

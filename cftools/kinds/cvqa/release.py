@@ -73,9 +73,10 @@ def csv_name(name: str, split: Optional[str] = None) -> str:
     return f"{name}_questions.csv" if split is None else f"{name}_{split}_questions.csv"
 
 
-def write_csv(items: list, folder: Path, name: str, splits: dict[str, float]) -> None:
+def write_csv(release: Any) -> None:
     """The C-VQA CSV as the peer publishes it: its header, minimal quoting, LF line ends, its row order."""
-    names = list(splits) if len(splits) > 1 else [None]
+    items, folder, name = release.items, release.folder, release.name
+    names = list(release.splits) if len(release.splits) > 1 else [None]
     for split in names:
         rows = sorted((e for e in items if split is None or e.record["split"] == split), key=file_order)
         with open(folder / csv_name(name, split), "w", encoding="utf-8", newline="") as fh:

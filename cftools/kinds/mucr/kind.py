@@ -94,7 +94,7 @@ class MucrKind(Kind):
         self._formats = (ExportFormat("mucr", "the MuCR JSONL (--mucr-schema readme-2024-08-31|readme-2024-08-14|"
                                       "cause-effect), images, form-1 composites beside the split images, recorded "
                                       "choice sets and the data card",
-                                      mucr_release.write_mucr, keeps=mucr_release.keeps, takes_context=True),)
+                                      mucr_release.write_mucr, keeps=mucr_release.keeps),)
 
     @property
     def checks(self) -> tuple[Check, ...]:  # type: ignore[override]

@@ -28,6 +28,7 @@ import io
 import json
 import random
 from collections import Counter, defaultdict
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
@@ -229,12 +230,12 @@ def write_jsonl(path: Path, rows: list[dict]) -> None:
             fh.write(json.dumps(row, ensure_ascii=False) + "\n")
 
 
-def write_mucr(items: list, folder: Path, name: str, splits: dict[str, float], context: Any) -> None:
-    """The MuCR release of ITEMS (see the module's docstring); refuses small groups unless allowed."""
-    from cftools.release.records import agreement_rows, write_records
+def write_mucr(release: Any) -> None:
+    """The MuCR release of the release's items (see the module's docstring); refuses small groups unless allowed."""
+    from cftools.release.records import write_records
     from cftools.release.datacard import write_card
 
-    options = context.options
+    items, folder, name, options = release.items, release.folder, release.name, release.options
     schema = schema_name(options.get("mucr_schema"))
     seed = int(options.get("mucr_seed") or 0)
     groups = groups_of(items)
@@ -262,13 +263,8 @@ def write_mucr(items: list, folder: Path, name: str, splits: dict[str, float], c
     write_jsonl(folder / f"{name}.jsonl", sorted(rows, key=lambda r: r["id"]))
     write_jsonl(folder / CHOICES_NAME, sorted(choices, key=lambda r: r["id"]))
     write_records(ordered, folder / "records.jsonl")
-    write_card(folder, [e.record for e in ordered], [e.provenance for e in ordered],
-               agreement_rows(context.workspace.store, [e.record["id"] for e in ordered]), name=name,
-               version=context.version,
-               license=context.licensing.licence if context.licensing else None,
-               license_given=bool(context.licensing and context.licensing.given),
-               source_licences=context.licensing.card_rows() if context.licensing else None, splits=[],
-               data_as_of=max((e.updated_at for e in ordered), default=""),
+    # The card lists no Parquet file (MuCR writes none) and, as it always has, no changes or annotators' sections.
+    write_card(replace(release, items=ordered, splits={}, changes="", analysis=None),
                kind_context={"mucr_schema": schema, "mucr_seed": seed, "small_groups": small,
                              "mucr_file": f"{name}.jsonl"})
 

@@ -24,11 +24,11 @@ def check_blob(item) -> Any:  # noqa: ANN001
     return Flag("toy_blob", "a blob is not a shape anyone can name") if "blob" in item.question else None
 
 
-def write_toy_csv(items: list, folder: Path, name: str, splits: dict[str, float]) -> None:
-    with open(folder / f"{name}.csv", "w", newline="", encoding="utf-8") as fh:
+def write_toy_csv(release) -> None:  # noqa: ANN001 (cftools.release.release.Release)
+    with open(release.folder / f"{release.name}.csv", "w", newline="", encoding="utf-8") as fh:
         writer = csv.writer(fh, lineterminator="\n")
         writer.writerow(["id", "question", "answer"])
-        for entry in items:
+        for entry in release.items:
             writer.writerow([entry.record["id"], entry.record["question"], entry.record["answer"]])
 
 

@@ -19,7 +19,7 @@ from llm_stub import StubServer
 from cftools.item_view import ItemView
 from cftools.findings import Flag
 from cftools.errors import CftoolsError
-from cftools.evaluate.run import run_eval
+from cftools.evaluate.run import EvalOptions, run_eval
 from cftools.kinds.cfmm import checks as c
 from cftools.kinds import get_kind
 from cftools.kinds.cfmm.model import EXPORT_FIELDS
@@ -557,45 +557,47 @@ def cfmm_release(tmp_path: Path) -> Path:
 
 def test_swap_options_reports_the_position_bias_of_a_position_following_model(tmp_path):
     release = cfmm_release(tmp_path)
-    result = run_eval(release, "blind", mode="rank", out_dir=tmp_path / "pos", answerer=PositionModel(),
-                      swap_options=True)
+    result = run_eval(release, "blind", options=EvalOptions(mode="rank", out_dir=tmp_path / "pos", swap_options=True),
+                      answerer=PositionModel())
     bias = result.summary["position_bias"]
     assert bias == {"pairs": 4, "follows_position": 1.0, "same_option": 0.0, "first_position": 1.0}
     report = (tmp_path / "pos" / "report.md").read_text()
     assert "## Position bias (--swap-options)" in report and "| 4 | 100.0% | 0.0% | 100.0% |" in report
     # the scores count the questions in their first order only
     assert result.summary["cfmm"]["rows"][-1]["n"] == 2
-    content = run_eval(release, "blind", mode="rank", out_dir=tmp_path / "content", answerer=ContentModel(),
-                       swap_options=True)
+    content = run_eval(release, "blind",
+                       options=EvalOptions(mode="rank", out_dir=tmp_path / "content",
+                                           swap_options=True), answerer=ContentModel())
     assert content.summary["position_bias"]["follows_position"] == 0.0
     assert content.summary["position_bias"]["same_option"] == 1.0
 
 
 def test_cfmm_eval_ranks_by_loss_unless_told_otherwise_and_the_report_says_so(tmp_path):
     release = cfmm_release(tmp_path)
-    result = run_eval(release, "blind", out_dir=tmp_path / "default", answerer=PositionModel())
+    result = run_eval(release, "blind", options=EvalOptions(out_dir=tmp_path / "default"), answerer=PositionModel())
     assert result.config["mode"] == "rank" and result.config["score"] == "mean-loss"
     report = (tmp_path / "default" / "report.md").read_text()
     assert "cfmm settings: mode rank in the paper, rank in this run (as in the paper)" in report
 
 
 def test_prompt_variants_change_the_counterfactual_question_only(tmp_path):
-    from cftools.evaluate.questions import PromptTemplates, build_questions
+    from cftools.evaluate.questions import PromptTemplates, Wording, build_questions
     from cftools.release.layout import load_records
 
     release = cfmm_release(tmp_path)
     records = load_records(release)
     plain, _ = build_questions(release, records, PromptTemplates(), "rank", False)
     for variant, marker in (("icl1", "Here is an example"), ("cot1", "Reasoning:")):
-        asked, _ = build_questions(release, records, PromptTemplates(), "rank", False, prompt_variant=variant)
+        asked, _ = build_questions(release, records, PromptTemplates(), "rank", False,
+                                   wording=Wording(prompt_variant=variant))
         for before, after in zip(plain, asked):
             if before.which == "counterfactual":
                 assert marker in after.prompt.text and after.prompt.text.endswith(before.prompt.text)
             else:
                 assert after.prompt.text == before.prompt.text
     with pytest.raises(CftoolsError, match="unknown --prompt"):
-        run_eval(release, "blind", mode="rank", out_dir=tmp_path / "x", answerer=PositionModel(),
-                 prompt_variant="cot9")
+        run_eval(release, "blind", options=EvalOptions(mode="rank", out_dir=tmp_path / "x", prompt_variant="cot9"),
+                 answerer=PositionModel())
 
 
 def test_the_cfmm_example_checks_exports_and_scores_blind_in_rank_mode(workspace, run_cli):

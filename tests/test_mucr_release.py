@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import select
 
 from cftools.checks import ItemView
-from cftools.evaluate.run import run_eval
+from cftools.evaluate.run import EvalOptions, run_eval
 from cftools.images import read_image_file, register_image
 from cftools.kinds import get_kind
 from cftools.kinds.mucr.annotate import select_units
@@ -337,8 +337,9 @@ def test_eval_scores_c2e_e2c_cue_and_exp_against_a_judge_process(workspace, run_
     release = Path(json.loads(export_mucr(run_cli).output)["path"])
     monkeypatch.setenv("JUDGE_KEY", "sk-loopback")
     workspace.config["llm"] = {"base_url": judge_server, "api_key_env": "JUDGE_KEY"}
-    result = run_eval(release, "blind:openai:stub", judge="openai:judge", workspace=workspace,
-                      out_dir=tmp_path / "split", options={"mucr_input": "split"}, max_new_tokens=32)
+    result = run_eval(release, "blind:openai:stub",
+                      options=EvalOptions(judge="openai:judge", out_dir=tmp_path / "split",
+                                          kind_options={"mucr_input": "split"}, max_new_tokens=32), workspace=workspace)
     section = result.summary["mucr"]
     assert section["c2e"]["n"] == 4 and section["cue"]["n"] == 4
     first_cue = {r["id"]: r for r in load_records(release)}

@@ -519,21 +519,22 @@ def test_eval_on_ray_with_its_workers_killed_mid_run_gives_the_predictions_of_a_
     import torch
 
     import held_images
-    from cftools.evaluate.run import run_eval
+    from cftools.evaluate.run import EvalOptions, run_eval
     from test_eval_shard import small_release
 
     release = small_release(tmp_path / "release-1.0")
     before = torch.get_num_threads()
     torch.set_num_threads(1)  # as the workers compute (Ray gives each one CPU's thread): the same floats
     try:
-        local = run_eval(release, f"hf:{tiny_llava_dir}", mode="rank", batch_size=1, device="cpu",
-                         out_dir=tmp_path / "local")
+        local = run_eval(release, f"hf:{tiny_llava_dir}",
+                         options=EvalOptions(mode="rank", batch_size=1, device="cpu", out_dir=tmp_path / "local"))
     finally:
         torch.set_num_threads(before)
     monkeypatch.setattr("cftools.evaluate.remote.LandedAnswerer", held_images.HeldAnswerer)
-    on_ray, error = run_held_and_killed(lambda: run_eval(release, f"hf:{tiny_llava_dir}", mode="rank", batch_size=1,
-                                                         device="cpu", out_dir=tmp_path / "ray",
-                                                         ray=two_nodes.address))
+    on_ray, error = run_held_and_killed(lambda: run_eval(release, f"hf:{tiny_llava_dir}",
+                                                         options=EvalOptions(mode="rank", batch_size=1, device="cpu",
+                                                                             out_dir=tmp_path / "ray",
+                                                                             ray=two_nodes.address)))
     assert error is None, error
     assert on_ray.asked == local.asked > 0
     assert on_ray.predictions == local.predictions

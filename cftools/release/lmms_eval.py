@@ -197,7 +197,7 @@ def eval_questions(items: Sequence[Any], folder: Path, context: Any,
                    mode_of: Any = None) -> dict[str, list[tuple[Any, str]]]:
     """Per kind: (question, split) of every question `cftools eval` asks, but judged ones; asked as MODE_OF(kind)
     gives (default: generate)."""
-    from cftools.evaluate.questions import PromptTemplates, build_questions
+    from cftools.evaluate.questions import PromptTemplates, Wording, build_questions
     from cftools.kinds import get_kind
 
     by_kind: dict[str, list[Any]] = defaultdict(list)
@@ -210,7 +210,8 @@ def eval_questions(items: Sequence[Any], folder: Path, context: Any,
         records = sorted((e.record for e in entries), key=lambda r: r["id"])
         split_of = {r["id"]: r["split"] for r in records}
         mode = mode_of(get_kind(kind_name)) if mode_of else "generate"
-        questions, _ = build_questions(folder, records, templates, mode, True, options=context.options)
+        questions, _ = build_questions(folder, records, templates, mode, True,
+                                       wording=Wording(options=context.options))
         out[kind_name] = [(q, split_of[q.item_id]) for q in questions if not q.judged]
     return out
 

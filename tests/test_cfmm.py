@@ -16,6 +16,7 @@ from sqlalchemy import select
 
 from fixtures_eval import png_bytes, write_release
 from llm_stub import StubServer
+from cftools.generate.llm_task import LLMRun
 from cftools.item_view import ItemView
 from cftools.findings import Flag
 from cftools.errors import CftoolsError
@@ -369,7 +370,7 @@ def scripted_llm():
 
 def test_generate_pairs_picks_a_type_skips_unsuitable_images_and_marks_drafts(images_and_facts, scripted_llm):
     store = images_and_facts.store
-    report = generate_pairs(store, scripted_llm, quota=parse_quota("count,color"), quiet=True)
+    report = generate_pairs(store, scripted_llm, run=LLMRun(quiet=True), quota=parse_quota("count,color"))
     assert report.selected == 3 and report.no_type == 1 and report.items_created == 2
     assert report.picked == {"count": 1, "color": 1}
     with store.session() as session:
@@ -382,12 +383,12 @@ def test_generate_pairs_picks_a_type_skips_unsuitable_images_and_marks_drafts(im
         "If one more dog ran onto the grass, how many dogs would be on the grass?", "3", "cfmm", DRAFT)
     assert count.data["needs_image_check"] is True
     assert count.data["options"] == {"original": ["2", "3"], "counterfactual": ["2", "3"]}
-    again = generate_pairs(store, scripted_llm, quota=parse_quota("count,color"), quiet=True)
+    again = generate_pairs(store, scripted_llm, run=LLMRun(quiet=True), quota=parse_quota("count,color"))
     assert again.items_created == 0 and again.no_type == 1  # only the empty slot is asked again, from the cache
 
 
 def test_the_quota_steers_and_caps_types(images_and_facts, scripted_llm):
-    report = generate_pairs(images_and_facts.store, scripted_llm, quota=parse_quota("count=1"), quiet=True)
+    report = generate_pairs(images_and_facts.store, scripted_llm, run=LLMRun(quiet=True), quota=parse_quota("count=1"))
     assert report.items_created == 1 and report.picked == {"count": 1}
     assert type_targets(Counter({"count": 3}), 2, parse_quota("count=0.5,color=0.5")) == {
         "count": 0, "color": 3, "size": 0, "shape": 0, "direction": 0, "common": 0}
@@ -409,7 +410,7 @@ def test_a_draft_names_its_correct_options_by_number_and_two_same_options_are_re
 
 
 def test_status_kind_shows_types_beside_the_quota(images_and_facts, scripted_llm, run_cli):
-    generate_pairs(images_and_facts.store, scripted_llm, quota=parse_quota("count,color"), quiet=True)
+    generate_pairs(images_and_facts.store, scripted_llm, run=LLMRun(quiet=True), quota=parse_quota("count,color"))
     out = run_cli("status", "--kind", "cfmm", "--json")
     assert out.exit_code == 0, out.output
     table = json.loads(out.output)["kind_table"]

@@ -12,6 +12,7 @@ import PIL.Image
 import pytest
 from sqlalchemy import select
 
+from cftools.generate.llm_task import LLMRun
 from cftools.checks import ItemView
 from cftools.evaluate.run import EvalOptions, run_eval
 from cftools.images import read_image_file, register_image
@@ -233,9 +234,9 @@ def test_generate_cues_drafts_each_selected_pair_once(workspace, run_cli, cue_st
                                     "effect_description": "the person sits on a bench with a cold"}
             session.add(item)
     backend = make_backend({"backend": "openai", "model": "stub", "base_url": cue_stub.base_url})
-    report = draft_cues(workspace.store, backend, quiet=True)
+    report = draft_cues(workspace.store, backend, run=LLMRun(quiet=True))
     assert report.items_created == 2
-    assert draft_cues(workspace.store, backend, quiet=True).selected == 0  # a rerun has nothing to do
+    assert draft_cues(workspace.store, backend, run=LLMRun(quiet=True)).selected == 0  # a rerun has nothing to do
     with workspace.store.session() as session:
         items = session.execute(select(Item)).scalars().all()
     assert {i.data["cue"] for i in items} == {"rain"} and items[0].data["false_cues"] == ["bench", "hoodie", "park"]

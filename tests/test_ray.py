@@ -565,7 +565,7 @@ def test_as_completed_hands_out_more_units_as_a_growing_limit_rises():
 
 
 def test_run_jobs_keeps_as_many_calls_in_flight_as_a_growing_limit_allows():
-    from cftools.llm.runner import JobResult, run_jobs
+    from cftools.llm.runner import JobResult, Shown, run_jobs
 
     limit, lock, running, peak = [1], threading.Lock(), [0], [0]
     together = threading.Barrier(4, timeout=60)
@@ -585,7 +585,7 @@ def test_run_jobs_keeps_as_many_calls_in_flight_as_a_growing_limit_allows():
 
     written: list[int] = []
     stats = run_jobs(range(6), work, lambda batch: written.extend(r.job for r in batch), concurrency=lambda: limit[0],
-                     quiet=True)
+                     shown=Shown(quiet=True))
     assert sorted(written) == list(range(6)) and stats.done == 6 and stats.failed == 0
     assert peak[0] == 4
 

@@ -351,7 +351,7 @@ def check_options(options: EvalOptions) -> None:
 def wording_of(options: EvalOptions, kind_options: dict[str, Any]) -> Wording:
     """How this run's questions are worded (with the kinds' options that apply)."""
     return Wording(max_new_tokens=options.max_new_tokens, prompt_variant=options.prompt_variant,
-                           swap_options=options.swap_options, options=kind_options)
+                   swap_options=options.swap_options, options=kind_options)
 
 
 def run_eval(release_dir: Path | str, model: str, *, options: EvalOptions = EvalOptions(), workspace: Any = None,

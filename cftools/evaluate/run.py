@@ -477,6 +477,7 @@ def run_eval(release_dir: Path | str, model: str, *, options: EvalOptions = Eval
                 with waiting(f"loading the judge {options.judge}"):
                     judge_answerer = load_answerer(parse_model_spec(f"blind:{options.judge}"), device, dtype,
                                                    llm_config, store, options.concurrency)
+        how = Marking(mode, options.score, templates, judge_answerer, options.judge_aggregate, options.reading)
         asked = 0
         if progress:
             progress(len(questions) - len(todo), len(questions))
@@ -486,10 +487,10 @@ def run_eval(release_dir: Path | str, model: str, *, options: EvalOptions = Eval
         try:
             if getattr(answerer, "in_flight", 1) > 1:  # a cluster's workers: batches side by side, each written
                 # as it comes back
-                asked = ask_side_by_side(answerer, todo, batch_size, predictions_path, lambda batch: ask_batch(
-                    answerer, batch, mode, options.score, templates, judge_answerer, options.judge_aggregate,
-                    options.reading),
-                    lambda n: progress and progress(len(questions) - len(todo) + n, len(questions)))
+                asked = ask_side_by_side(answerer, todo, batch_size, predictions_path,
+                                         lambda batch: ask_batch(answerer, batch, how),
+                                         lambda n: progress and progress(len(questions) - len(todo) + n,
+                                                                         len(questions)))
                 start = len(todo)
             # the next batch's inputs are prepared on a background thread while this one runs (`prefetch`)
             with prefetching(answerer if start < len(todo) else None, options.prefetch) as asking:
@@ -500,8 +501,7 @@ def run_eval(release_dir: Path | str, model: str, *, options: EvalOptions = Eval
                         submit_batch(asking, batch_calls(next_batch(todo, start + len(batch), batch_size), mode))
                     try:
                         with naming_the_question(batch):
-                            lines = ask_batch(asking, batch, mode, options.score, templates, judge_answerer,
-                                              options.judge_aggregate, options.reading)
+                            lines = ask_batch(asking, batch, how)
                     except ModelCallsFailed as exc:
                         exc.nothing_stored = exc.nothing_stored and not asked  # earlier batches' lines are stored
                         raise
@@ -651,23 +651,34 @@ def naming_the_question(batch: Sequence[Question]) -> Iterator[None]:
         raise CftoolsError(f"record {question.item_id} ({question.which} question): {exc}") from None
 
 
-def ask_batch(answerer: Any, batch: list[Question], mode: str, score: str, templates: PromptTemplates,
-              judge: Optional[ChatAnswerer] = None, judge_aggregate: str = "best-match",
-              reading: str = STRICT) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class Marking:
+    """How a run marks the model's replies as prediction lines: its mode and score, the judge of judged questions
+    (and its templates and aggregate), and how generated replies are read."""
+
+    mode: str
+    score: str
+    templates: PromptTemplates
+    judge: Optional[ChatAnswerer] = None
+    judge_aggregate: str = "best-match"
+    reading: str = STRICT
+
+
+def ask_batch(answerer: Any, batch: list[Question], how: Marking) -> list[dict[str, Any]]:
     """Ask one batch of questions; one prediction line per question."""
-    rank, generate = split_by_call(batch, mode)
+    rank, generate = split_by_call(batch, how.mode)
     lines: dict[tuple[str, str], dict[str, Any]] = {}
     if rank:
         for question, scores in zip(rank, answerer.score_options([q.prompt for q in rank])):
-            lines[question.key] = rank_line(question, scores, score)
+            lines[question.key] = rank_line(question, scores, how.score)
     if generate:
         for question, raw in zip(generate, answerer.generate([q.prompt for q in generate])):
             if question.judged:
-                verdict = (judge_answer(judge, templates, question, raw, judge_aggregate) if judge is not None
-                           else {"similarities": None})
+                verdict = (judge_answer(how.judge, how.templates, question, raw, how.judge_aggregate)
+                           if how.judge is not None else {"similarities": None})
                 lines[question.key] = prediction_line(question, raw, None, None, extra=verdict)
             else:
-                lines[question.key] = generated_line(question, raw, reading)
+                lines[question.key] = generated_line(question, raw, how.reading)
     return [lines[q.key] for q in batch]
 
 

@@ -46,7 +46,7 @@ def pairs_cmd(workspace: Workspace, types_text: str | None, per_image: int, limi
     config = workspace.section("llm")
     llm = backend_for_run(workspace, backend, model, ray_address(click.get_current_context(), ray_address_given))
     try:
-        # no --template: CFMM has a prompt per step and type (the workspace's copies are used)
+        # no --template: CFMM has a prompt per step and type (each the workspace's copy when it has one)
         run = replace(llm_run(workspace, None, concurrency, refresh, max_attempts, quiet or as_json),
                       params=llm_params(config, llm.name))
         report = generate_pairs(workspace.store, llm, run=run, quota=quota, per_image=per_image, limit=limit)

@@ -47,7 +47,7 @@ def main() -> None:
     parser.add_argument("--keep", type=Path, help="work in this folder and keep it")
     args = parser.parse_args()
 
-    from cftools.evaluate.run import run_eval
+    from cftools.evaluate.run import EvalOptions, run_eval
     from cftools.kinds.cvqa.ingest import ingest_cvqa
     from cftools.release.export import ExportOptions, export_release
     from cftools.workspace import init_workspace
@@ -77,7 +77,8 @@ def main() -> None:
         ingest_cvqa(workspace.store, sample, images, licence="unknown")
         exported = export_release(workspace, "synthetic", "1.0.0", out_dir=folder / "releases",
                                   options=ExportOptions(include_unverified=True, licence="unknown", force=True))
-        result = run_eval(exported.path, "openai:scripted", workspace=workspace, out_dir=folder / "run", concurrency=8)
+        result = run_eval(exported.path, "openai:scripted", options=EvalOptions(out_dir=folder / "run", concurrency=8),
+                          workspace=workspace)
     finally:
         server.terminate()
         server.wait(timeout=10)

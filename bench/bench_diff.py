@@ -54,11 +54,11 @@ def store_runs(workspace: Workspace, release: Path, n_runs: int) -> None:
     """One real run of RELEASE, then N_RUNS - 1 more made with the run's own line writers."""
     from cftools.evaluate.predictions import EvalResult, append_predictions, record_eval_run
     from cftools.evaluate.questions import PromptTemplates, build_questions
-    from cftools.evaluate.run import generated_line, rank_line, run_eval, write_config
+    from cftools.evaluate.run import EvalOptions, generated_line, rank_line, run_eval, write_config
     from cftools.release.layout import load_records
 
-    first = run_eval(release, "blind", mode="generate", answerer=Scripted(0), workspace=workspace,
-                     out_dir=workspace.path("runs", "run-00"))
+    first = run_eval(release, "blind", options=EvalOptions(mode="generate", out_dir=workspace.path("runs", "run-00")),
+                     answerer=Scripted(0), workspace=workspace)
     records = load_records(release)
     asked = {mode: build_questions(release, records, PromptTemplates(), mode, False)[0] for mode in ("generate", "rank")}
     for n in range(1, n_runs):

@@ -25,6 +25,7 @@ from sqlalchemy import delete, select
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
+from cftools.generate.llm_task import LLMRun
 from cftools.kinds.cvqa.generate import llm_params, rewrite
 from cftools.ingest.readers import ingest_table
 from cftools.llm import make_backend
@@ -54,15 +55,15 @@ def main() -> None:
         backend = make_backend({"backend": "openai", "model": "stub", "base_url": base_url})
         try:
             started, cpu = time.perf_counter(), time.process_time()
-            first = rewrite(workspace.store, backend, NUMERICAL_DIRECT, concurrency=args.concurrency,
-                            params=llm_params({}, "openai"))
+            first = rewrite(workspace.store, backend, NUMERICAL_DIRECT,
+                            run=LLMRun(concurrency=args.concurrency, params=llm_params({}, "openai")))
             first_s, first_cpu = time.perf_counter() - started, time.process_time() - cpu
             with workspace.store.write() as session:
                 session.execute(delete(ItemEvent))
                 session.execute(delete(Item))
             started = time.perf_counter()
-            again = rewrite(workspace.store, backend, NUMERICAL_DIRECT, concurrency=args.concurrency,
-                            params=llm_params({}, "openai"))
+            again = rewrite(workspace.store, backend, NUMERICAL_DIRECT,
+                            run=LLMRun(concurrency=args.concurrency, params=llm_params({}, "openai")))
             again_s = time.perf_counter() - started
             with workspace.store.session() as session:
                 n_items = len(session.execute(select(Item.id)).all())

@@ -112,7 +112,7 @@ def eval_once(release: Path, folder: Path, model: Any, mode: str, batch: Any, qu
     and the result."""
     import torch
 
-    from cftools.evaluate.run import run_eval
+    from cftools.evaluate.run import EvalOptions, run_eval
 
     first: list[float] = []
     notes: list[str] = []
@@ -121,9 +121,9 @@ def eval_once(release: Path, folder: Path, model: Any, mode: str, batch: Any, qu
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
     started = time.perf_counter()
-    result = run_eval(release, f"hf:{folder}", mode=mode, batch_size=None if batch == "auto" else batch,
-                      device=device, dtype=dtype, limit=max(1, questions // RANK_ITEMS_PER_QUESTION), out_dir=out,
-                      answerer=model, notify=notes.append, prefetch=prefetch,
+    options = EvalOptions(mode=mode, batch_size=None if batch == "auto" else batch, device=device, dtype=dtype,
+                          limit=max(1, questions // RANK_ITEMS_PER_QUESTION), out_dir=out, prefetch=prefetch)
+    result = run_eval(release, f"hf:{folder}", options=options, answerer=model, notify=notes.append,
                       progress=lambda done, total: done and not first and first.append(time.perf_counter()))
     seconds = time.perf_counter() - started
     asked = result.config["questions"]
@@ -275,7 +275,7 @@ def agreement_part(args: argparse.Namespace) -> None:
     """The tiny LLaVA's answers and option scores on the CPU (fp32) and on CUDA (fp32)."""
     from fixtures_eval import build_tiny_llava
 
-    from cftools.evaluate.run import run_eval
+    from cftools.evaluate.run import EvalOptions, run_eval
 
     with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
         folder = build_tiny_llava(Path(tmp) / "tiny")
@@ -284,8 +284,9 @@ def agreement_part(args: argparse.Namespace) -> None:
         for mode in ("generate", "rank"):
             runs = {}
             for device in ("cpu", other):
-                runs[device] = run_eval(releases[mode], f"hf:{folder}", mode=mode, batch_size=8, device=device,
-                                        dtype="fp32", out_dir=Path(tmp) / f"{mode}-{device}")
+                runs[device] = run_eval(releases[mode], f"hf:{folder}",
+                                        options=EvalOptions(mode=mode, batch_size=8, device=device, dtype="fp32",
+                                                            out_dir=Path(tmp) / f"{mode}-{device}"))
             cpu, gpu = ({(p["id"], p["which"]): p for p in runs[d].predictions} for d in ("cpu", other))
             same = sum(cpu[k]["raw"] == gpu[k]["raw"] and cpu[k]["parsed"] == gpu[k]["parsed"] for k in cpu)
             diffs = [abs(a["sum_logprob"] - b["sum_logprob"]) for k in cpu if cpu[k]["scores"]

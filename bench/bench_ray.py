@@ -107,7 +107,7 @@ def join_run(cluster, url: str, calls: int, growing: bool) -> dict:  # noqa: ANN
     """CALLS stub calls through per-node API workers (one in flight each); a node joins after a quarter of them.
     GROWING: the in-flight limit follows the pool (`in_flight_of`), else it is the pool's at the start."""
     from cftools.distributed import RayWorkers, WorkerSpec, in_flight_of
-    from cftools.llm.runner import JobResult, run_jobs
+    from cftools.llm.runner import JobResult, Shown, run_jobs
     from cftools.llm import make_backend
 
     class OnRay:
@@ -138,7 +138,7 @@ def join_run(cluster, url: str, calls: int, growing: bool) -> dict:  # noqa: ANN
 
     started = time.perf_counter()
     try:
-        stats = run_jobs(range(calls), work, written, concurrency=limit, quiet=True)
+        stats = run_jobs(range(calls), work, written, concurrency=limit, shown=Shown(quiet=True))
         wall = time.perf_counter() - started
         by_node = workers.calls_by_node()
     finally:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from sqlalchemy import select
+from cftools.generate.llm_task import LLMRun
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -76,7 +77,8 @@ def run_rewrite(ws: Any, backend: Any, n: int) -> tuple[str, ...]:
         csv.writer(fh).writerows([("image", "question", "answer"), *cvqa_rows(n)])
     ingest_table(ws.store, table)
     for group in ("numerical-direct", "numerical-indirect", "boolean"):
-        rewrite(ws.store, backend, group, limit=n, max_attempts=1, params=llm_params({}, "local"), quiet=True)
+        rewrite(ws.store, backend, group, run=LLMRun(max_attempts=1, params=llm_params({}, "local"), quiet=True),
+                limit=n)
     return ("rewrite",)
 
 
@@ -84,8 +86,8 @@ def run_captions(ws: Any, backend: Any, n: int) -> tuple[str, ...]:
     from cftools.kinds.mucr import generate as mucr
 
     params = mucr.text_params({}, max(mucr.CAPTIONS_MAX_TOKENS, getattr(mucr, "CAPTION_PAIR_TOKENS", 0) * 2))
-    mucr.draft_captions(ws.store, backend, EXAMPLES / "mucr" / "seeds.txt", per_group=2, max_attempts=1,
-                        params=params, quiet=True)
+    mucr.draft_captions(ws.store, backend, EXAMPLES / "mucr" / "seeds.txt",
+                        run=LLMRun(max_attempts=1, params=params, quiet=True), per_group=2)
     return ("captions",)
 
 
@@ -103,15 +105,16 @@ def run_context_and_cues(ws: Any, backend: Any, n: int) -> tuple[str, ...]:
     from cftools.models import Item
 
     ingest_captions(ws.store, EXAMPLES / "mucr" / "captions.csv")
-    write_context(ws.store, backend, limit=n, max_attempts=1, params=local_context_params(), quiet=True)
+    write_context(ws.store, backend, run=LLMRun(max_attempts=1, params=local_context_params(), quiet=True), limit=n)
     with ws.store.write() as session:  # the cue prompt reads the descriptions only: stand-in image names
         for item in session.execute(select(Item).where(Item.kind == "mucr")).scalars():
             if (item.data or {}).get("context"):
                 item.data = {**item.data, "cause_image": "cause.png", "effect_image": "effect.png"}
                 session.add(item)
     local_cues = getattr(cues, "LOCAL_CUES_MAX_TOKENS", cues.CUES_MAX_TOKENS)
-    cues.draft_cues(ws.store, backend, limit=n, max_attempts=1, quiet=True,
-                    params={"temperature": 0.0, "max_tokens": local_cues})
+    cues.draft_cues(ws.store, backend,
+                    run=LLMRun(max_attempts=1, quiet=True,
+                               params={"temperature": 0.0, "max_tokens": local_cues}), limit=n)
     return ("context", "cues")
 
 
@@ -120,8 +123,8 @@ def run_pairs(ws: Any, backend: Any, n: int) -> tuple[str, ...]:
     from cftools.kinds.cfmm.generate import generate_pairs, llm_params, parse_quota
 
     ingest_table(ws.store, EXAMPLES / "cfmm" / "sources.csv", EXAMPLES / "cfmm" / "images")
-    generate_pairs(ws.store, backend, quota=parse_quota("count,color,size,shape,direction,common"), limit=2 * n,
-                   max_attempts=1, params=llm_params({}, "local"), quiet=True)
+    generate_pairs(ws.store, backend, run=LLMRun(max_attempts=1, params=llm_params({}, "local"), quiet=True),
+                   quota=parse_quota("count,color,size,shape,direction,common"), limit=2 * n)
     return ("pairs-pick", "pairs")
 
 

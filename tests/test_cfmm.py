@@ -16,10 +16,11 @@ from sqlalchemy import select
 
 from fixtures_eval import png_bytes, write_release
 from llm_stub import StubServer
+from cftools.generate.llm_task import LLMRun
 from cftools.item_view import ItemView
 from cftools.findings import Flag
 from cftools.errors import CftoolsError
-from cftools.evaluate.run import run_eval
+from cftools.evaluate.run import EvalOptions, run_eval
 from cftools.kinds.cfmm import checks as c
 from cftools.kinds import get_kind
 from cftools.kinds.cfmm.model import EXPORT_FIELDS
@@ -369,7 +370,7 @@ def scripted_llm():
 
 def test_generate_pairs_picks_a_type_skips_unsuitable_images_and_marks_drafts(images_and_facts, scripted_llm):
     store = images_and_facts.store
-    report = generate_pairs(store, scripted_llm, quota=parse_quota("count,color"), quiet=True)
+    report = generate_pairs(store, scripted_llm, run=LLMRun(quiet=True), quota=parse_quota("count,color"))
     assert report.selected == 3 and report.no_type == 1 and report.items_created == 2
     assert report.picked == {"count": 1, "color": 1}
     with store.session() as session:
@@ -382,12 +383,12 @@ def test_generate_pairs_picks_a_type_skips_unsuitable_images_and_marks_drafts(im
         "If one more dog ran onto the grass, how many dogs would be on the grass?", "3", "cfmm", DRAFT)
     assert count.data["needs_image_check"] is True
     assert count.data["options"] == {"original": ["2", "3"], "counterfactual": ["2", "3"]}
-    again = generate_pairs(store, scripted_llm, quota=parse_quota("count,color"), quiet=True)
+    again = generate_pairs(store, scripted_llm, run=LLMRun(quiet=True), quota=parse_quota("count,color"))
     assert again.items_created == 0 and again.no_type == 1  # only the empty slot is asked again, from the cache
 
 
 def test_the_quota_steers_and_caps_types(images_and_facts, scripted_llm):
-    report = generate_pairs(images_and_facts.store, scripted_llm, quota=parse_quota("count=1"), quiet=True)
+    report = generate_pairs(images_and_facts.store, scripted_llm, run=LLMRun(quiet=True), quota=parse_quota("count=1"))
     assert report.items_created == 1 and report.picked == {"count": 1}
     assert type_targets(Counter({"count": 3}), 2, parse_quota("count=0.5,color=0.5")) == {
         "count": 0, "color": 3, "size": 0, "shape": 0, "direction": 0, "common": 0}
@@ -409,7 +410,7 @@ def test_a_draft_names_its_correct_options_by_number_and_two_same_options_are_re
 
 
 def test_status_kind_shows_types_beside_the_quota(images_and_facts, scripted_llm, run_cli):
-    generate_pairs(images_and_facts.store, scripted_llm, quota=parse_quota("count,color"), quiet=True)
+    generate_pairs(images_and_facts.store, scripted_llm, run=LLMRun(quiet=True), quota=parse_quota("count,color"))
     out = run_cli("status", "--kind", "cfmm", "--json")
     assert out.exit_code == 0, out.output
     table = json.loads(out.output)["kind_table"]
@@ -557,45 +558,47 @@ def cfmm_release(tmp_path: Path) -> Path:
 
 def test_swap_options_reports_the_position_bias_of_a_position_following_model(tmp_path):
     release = cfmm_release(tmp_path)
-    result = run_eval(release, "blind", mode="rank", out_dir=tmp_path / "pos", answerer=PositionModel(),
-                      swap_options=True)
+    result = run_eval(release, "blind", options=EvalOptions(mode="rank", out_dir=tmp_path / "pos", swap_options=True),
+                      answerer=PositionModel())
     bias = result.summary["position_bias"]
     assert bias == {"pairs": 4, "follows_position": 1.0, "same_option": 0.0, "first_position": 1.0}
     report = (tmp_path / "pos" / "report.md").read_text()
     assert "## Position bias (--swap-options)" in report and "| 4 | 100.0% | 0.0% | 100.0% |" in report
     # the scores count the questions in their first order only
     assert result.summary["cfmm"]["rows"][-1]["n"] == 2
-    content = run_eval(release, "blind", mode="rank", out_dir=tmp_path / "content", answerer=ContentModel(),
-                       swap_options=True)
+    content = run_eval(release, "blind",
+                       options=EvalOptions(mode="rank", out_dir=tmp_path / "content",
+                                           swap_options=True), answerer=ContentModel())
     assert content.summary["position_bias"]["follows_position"] == 0.0
     assert content.summary["position_bias"]["same_option"] == 1.0
 
 
 def test_cfmm_eval_ranks_by_loss_unless_told_otherwise_and_the_report_says_so(tmp_path):
     release = cfmm_release(tmp_path)
-    result = run_eval(release, "blind", out_dir=tmp_path / "default", answerer=PositionModel())
+    result = run_eval(release, "blind", options=EvalOptions(out_dir=tmp_path / "default"), answerer=PositionModel())
     assert result.config["mode"] == "rank" and result.config["score"] == "mean-loss"
     report = (tmp_path / "default" / "report.md").read_text()
     assert "cfmm settings: mode rank in the paper, rank in this run (as in the paper)" in report
 
 
 def test_prompt_variants_change_the_counterfactual_question_only(tmp_path):
-    from cftools.evaluate.questions import PromptTemplates, build_questions
+    from cftools.evaluate.questions import PromptTemplates, Wording, build_questions
     from cftools.release.layout import load_records
 
     release = cfmm_release(tmp_path)
     records = load_records(release)
     plain, _ = build_questions(release, records, PromptTemplates(), "rank", False)
     for variant, marker in (("icl1", "Here is an example"), ("cot1", "Reasoning:")):
-        asked, _ = build_questions(release, records, PromptTemplates(), "rank", False, prompt_variant=variant)
+        asked, _ = build_questions(release, records, PromptTemplates(), "rank", False,
+                                   wording=Wording(prompt_variant=variant))
         for before, after in zip(plain, asked):
             if before.which == "counterfactual":
                 assert marker in after.prompt.text and after.prompt.text.endswith(before.prompt.text)
             else:
                 assert after.prompt.text == before.prompt.text
     with pytest.raises(CftoolsError, match="unknown --prompt"):
-        run_eval(release, "blind", mode="rank", out_dir=tmp_path / "x", answerer=PositionModel(),
-                 prompt_variant="cot9")
+        run_eval(release, "blind", options=EvalOptions(mode="rank", out_dir=tmp_path / "x", prompt_variant="cot9"),
+                 answerer=PositionModel())
 
 
 def test_the_cfmm_example_checks_exports_and_scores_blind_in_rank_mode(workspace, run_cli):

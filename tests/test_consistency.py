@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import pytest
 
 from cftools.evaluate.consistency import IRRELEVANT, METRICS, consistency_section, item_consistency
-from cftools.evaluate.run import run_eval
+from cftools.evaluate.run import EvalOptions, run_eval
 from fixtures_eval import cvqa_record, png_bytes, write_release
 
 N_ITEMS = 5
@@ -131,7 +131,8 @@ def test_the_irrelevant_question_is_the_original_question_about_the_irrelevant_e
 
 def test_eval_reports_the_consistency_section_of_a_scripted_model(tmp_path):
     release, records = edits_release(tmp_path / "rel")
-    result = run_eval(release, "openai:scripted", out_dir=tmp_path / "run", answerer=ScriptedModel(records))
+    result = run_eval(release, "openai:scripted", options=EvalOptions(out_dir=tmp_path / "run"),
+                      answerer=ScriptedModel(records))
     rows = result.summary["cvqa"]["consistency"]
     total = rows[-1]
     assert total["group"] == "total" and total["n"] == N_ITEMS
@@ -156,7 +157,7 @@ def test_blind_eval_asks_the_irrelevant_question_without_the_image(tmp_path, mon
     llm_server.use_reply("llm_replies:eval_answers")
     release, _ = edits_release(tmp_path / "rel")
     backend = make_backend({"base_url": llm_server.base_url}, backend="openai", model="small")
-    result = run_eval(release, "blind:openai:small", out_dir=tmp_path / "blind",
+    result = run_eval(release, "blind:openai:small", options=EvalOptions(out_dir=tmp_path / "blind"),
                       answerer=ChatAnswerer(backend, with_images=False))
     asked = llm_server.requests()
     assert len(asked) == (N_ITEMS + 1) * 2 + N_ITEMS * 2  # original, counterfactual; edited and irrelevant
@@ -169,7 +170,8 @@ def test_blind_eval_asks_the_irrelevant_question_without_the_image(tmp_path, mon
 
 def test_tiny_llava_eval_gives_the_consistency_section(tiny_llava_dir, tmp_path):
     release, _ = edits_release(tmp_path / "rel")
-    result = run_eval(release, f"hf:{tiny_llava_dir}", device="cpu", batch_size=4, out_dir=tmp_path / "run")
+    result = run_eval(release, f"hf:{tiny_llava_dir}",
+                      options=EvalOptions(device="cpu", batch_size=4, out_dir=tmp_path / "run"))
     assert sum(1 for p in result.predictions if p["which"] == IRRELEVANT) == N_ITEMS
     total = result.summary["cvqa"]["consistency"][-1]
     assert total["n"] == N_ITEMS
@@ -198,7 +200,8 @@ def test_eval_import_of_lmms_eval_and_vlmevalkit_files_gives_evals_consistency(t
     from cftools.release.vlmevalkit import write_vlmevalkit
 
     release, records = edits_release(tmp_path / "rel")
-    own = run_eval(release, "openai:scripted", out_dir=tmp_path / "own", answerer=ScriptedModel(records))
+    own = run_eval(release, "openai:scripted", options=EvalOptions(out_dir=tmp_path / "own"),
+                   answerer=ScriptedModel(records))
     raw = {(p["id"], p["which"]): p["raw"] for p in own.predictions}
     expected = own.summary["cvqa"]["consistency"]
 
@@ -261,7 +264,8 @@ def test_a_multiple_choice_item_keeps_its_options_about_the_irrelevant_edit_and_
         def __init__(self) -> None:
             self.replies = replies
 
-    own = run_eval(release, "openai:scripted", mode="generate", out_dir=tmp_path / "own", answerer=ColourModel())
+    own = run_eval(release, "openai:scripted", options=EvalOptions(mode="generate", out_dir=tmp_path / "own"),
+                   answerer=ColourModel())
     asked = {(p["id"], p["which"]): p for p in own.predictions}
     assert asked[("cfmm-0", IRRELEVANT)]["correct"] and not asked[("cfmm-1", IRRELEVANT)]["correct"]
     total = own.summary["cfmm"]["consistency"][-1]
@@ -292,7 +296,8 @@ def test_eval_prints_the_paired_and_the_consistency_score_on_the_console(tmp_pat
     from cftools.release.lmms_eval import write_lmms_eval
 
     release, records = edits_release(tmp_path / "rel")
-    own = run_eval(release, "openai:scripted", out_dir=tmp_path / "own", answerer=ScriptedModel(records))
+    own = run_eval(release, "openai:scripted", options=EvalOptions(out_dir=tmp_path / "own"),
+                   answerer=ScriptedModel(records))
     raw = {(p["id"], p["which"]): p["raw"] for p in own.predictions}
     lmms = harness_folder(release, records, tmp_path / "lmms", write_lmms_eval)
     docs = [json.loads(line) for line in (lmms / "cons_cvqa" / "test.jsonl").read_text().splitlines()]

@@ -66,7 +66,7 @@ def test_every_published_row_credits_its_gold_in_every_form_and_nothing_else():
 
 def test_a_scripted_model_that_is_always_right_scores_100_on_every_group(workspace, tmp_path, run_cli, monkeypatch,
                                                                         llm_server):
-    from cftools.evaluate.run import run_eval
+    from cftools.evaluate.run import EvalOptions, run_eval
 
     rows = synthetic_rows()
     images = tmp_path / "images"
@@ -81,7 +81,8 @@ def test_a_scripted_model_that_is_always_right_scores_100_on_every_group(workspa
     monkeypatch.setenv("TEST_KEY", "sk-test-000000")
     workspace.config["llm"] = {"base_url": llm_server.base_url, "api_key_env": "TEST_KEY"}
     llm_server.use_reply("llm_replies:cvqa_synthetic_right")
-    run = run_eval(release, "openai:scripted", workspace=workspace, out_dir=tmp_path / "run", concurrency=8)
+    run = run_eval(release, "openai:scripted", options=EvalOptions(out_dir=tmp_path / "run", concurrency=8),
+                   workspace=workspace)
     assert len(run.predictions) == 600
     assert {p["raw"] for p in run.predictions} >= {"A", "(B)", "C.", "Answer: D"}  # the forms were all used
     rows_by_group = {r["group"]: r for r in run.summary["cvqa"]["rows"]}

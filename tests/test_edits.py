@@ -18,7 +18,9 @@ from fixtures_llm import stub_backend
 from loopback import running_server
 from test_annotate import ls_workspace  # noqa: F401 (fixture of team_workspace)
 from test_browser import team_workspace  # noqa: F401 (fixture: a workspace whose tasks go to three people)
-from cftools.generate.edits import EDIT_INSTRUCTION, editable_items, generate_edits, write_instructions
+from cftools.generate.llm_task import LLMRun
+from cftools.generate.edits import (EDIT_INSTRUCTION, EditOptions, editable_items, generate_edits,
+                                    write_instructions)
 from cftools.imagegen.base import ImageGenError
 from cftools.imagegen.edit_checks import (EDIT_ANSWER_NOT_FLIPPED, EDIT_GLOBAL_CHANGE, EDIT_IDENTICAL,
                                           EDIT_NOT_PRESERVED, answer_flip_flag, check_edit, rank_edits)
@@ -172,13 +174,13 @@ def test_degenerate_and_wrong_size_images_are_refused_at_the_backend_never_store
     monkeypatch.setenv("MY_EDIT_KEY", KEY)
     store = items_ws.store
     items = editable_items(store, ("cvqa",), ("numerical-direct",))
-    write_instructions(store, stub_backend(stub), items, params={"temperature": 0.0}, quiet=True)
+    write_instructions(store, stub_backend(stub), items, run=LLMRun(params={"temperature": 0.0}, quiet=True))
     httpx.post(f"{images_api}/control/script", json={"replies": ["degenerate"]}).raise_for_status()
     backend = make_edit_backend({"backend": "openai", "model": "edit-model-1", "base_url": f"{images_api}/v1",
                                  "api_key_env": "MY_EDIT_KEY", "request_attempts": 1, "licence": "proprietary"})
     try:
         made = generate_edits(store, items_ws.root, backend, editable_items(store, ("cvqa",), ("numerical-direct",)),
-                              per_item=4, size="64x64", irrelevant=False)
+                              options=EditOptions(per_item=4, size="64x64", irrelevant=False))
     finally:
         backend.close()
     assert made.images_made == 1
@@ -210,7 +212,7 @@ def test_generate_edits_stores_instructions_then_seeded_candidates_ranked_and_re
     store = items_ws.store
     items = editable_items(store, ("cvqa",))
     assert len(items) == 2 and items[0].subject.original_answer == "3" and items[0].subject.counterfactual_answer == "5"
-    report = write_instructions(store, stub_backend(stub), items, params={"temperature": 0.0}, quiet=True)
+    report = write_instructions(store, stub_backend(stub), items, run=LLMRun(params={"temperature": 0.0}, quiet=True))
     assert report.items_created == 2
     with store.session() as session:
         item = session.execute(select(Item).where(Item.group == "numerical-direct")).scalar_one()
@@ -219,8 +221,8 @@ def test_generate_edits_stores_instructions_then_seeded_candidates_ranked_and_re
         assert item.data["edit"]["instruction"] and item.data["edit"]["template"] == "edits/instruction.j2"
     items = editable_items(store, ("cvqa",), ("numerical-direct",))
     answerer = ScriptedAnswerer(items[0].image_path, on_edit="3")  # never flips
-    made = generate_edits(store, items_ws.root, tiny, items, per_item=2, seed=3, answerer=answerer,
-                          irrelevant=False)  # the irrelevant edits: tests/test_irrelevant_edits.py
+    made = generate_edits(store, items_ws.root, tiny, items, options=EditOptions(per_item=2, seed=3, irrelevant=False),
+                          answerer=answerer)  # the irrelevant edits: tests/test_irrelevant_edits.py
     assert made.images_made == 2 and made.failures == [] and made.licence == "Apache-2.0"
     with store.session() as session:
         item = session.execute(select(Item).where(Item.group == "numerical-direct")).scalar_one()
@@ -233,9 +235,10 @@ def test_generate_edits_stores_instructions_then_seeded_candidates_ranked_and_re
         assert sorted(c["k"] for c in checks) == [0, 1] and checks[0]["score"] >= checks[1]["score"]
         assert all(EDIT_ANSWER_NOT_FLIPPED in [f["code"] for f in c["flags"]] for c in checks)
     # a rerun makes nothing; one more candidate is made alone, with its own seed
-    assert generate_edits(store, items_ws.root, tiny, items, per_item=2, seed=3, irrelevant=False).images_made == 0
+    assert generate_edits(store, items_ws.root, tiny, items,
+                          options=EditOptions(per_item=2, seed=3, irrelevant=False)).images_made == 0
     more = generate_edits(store, items_ws.root, tiny, editable_items(store, ("cvqa",), ("numerical-direct",)),
-                          per_item=3, seed=3, irrelevant=False)
+                          options=EditOptions(per_item=3, seed=3, irrelevant=False))
     assert more.images_made == 1 and more.candidates_kept == 2
     with store.session() as session:
         item = session.execute(select(Item).where(Item.group == "numerical-direct")).scalar_one()
@@ -318,7 +321,7 @@ def test_the_release_carries_the_chosen_edit_beside_the_original_and_verifies(it
             item.data = {**(item.data or {}), "edit": {"instruction": "erase one box", "condition": "one box fewer"}}
             item.status = "accepted"
             session.add(item)
-    generate_edits(store, items_ws.root, tiny, editable_items(store, ("cvqa",)), per_item=2)
+    generate_edits(store, items_ws.root, tiny, editable_items(store, ("cvqa",)), options=EditOptions(per_item=2))
     unjudged = run_cli("export", "edits", "--version", "0.9", "--licence", "CC-BY-4.0", "--json")
     assert unjudged.exit_code == 0, unjudged.output  # nobody accepted an edit yet: none is released (issue 44)
     assert json.loads(unjudged.output)["edits"]["released"] == 0

@@ -9,7 +9,7 @@ import pytest
 
 from cftools.errors import CftoolsError
 
-from cftools.evaluate.run import (AUTO_START_BATCH, DEFAULT_BATCH, is_out_of_memory, read_predictions,
+from cftools.evaluate.run import (EvalOptions, AUTO_START_BATCH, DEFAULT_BATCH, is_out_of_memory, read_predictions,
                                   resolved_batch_size, run_eval)
 
 
@@ -39,8 +39,8 @@ class SmallMemoryAnswerer:
 def test_auto_batch_halves_on_out_of_memory_and_finishes(mixed_release, tmp_path):
     answerer = SmallMemoryAnswerer(limit=3)
     notes = []
-    result = run_eval(mixed_release, "blind", batch_size="auto", out_dir=tmp_path / "run", answerer=answerer,
-                      notify=notes.append)
+    result = run_eval(mixed_release, "blind", options=EvalOptions(batch_size="auto", out_dir=tmp_path / "run"),
+                      answerer=answerer, notify=notes.append)
     asked = result.config["questions"]
     assert len(read_predictions(tmp_path / "run" / "predictions.jsonl")) == asked
     assert answerer.sizes[0] > 3 and max(answerer.sizes[-3:]) <= 3  # started big, went on small
@@ -53,7 +53,8 @@ def test_other_errors_are_not_taken_for_out_of_memory(mixed_release, tmp_path):
             raise ValueError("a bug")
 
     with pytest.raises(ValueError):
-        run_eval(mixed_release, "blind", batch_size="auto", out_dir=tmp_path / "run", answerer=Broken(1))
+        run_eval(mixed_release, "blind", options=EvalOptions(batch_size="auto", out_dir=tmp_path / "run"),
+                 answerer=Broken(1))
     assert is_out_of_memory(MemoryError("out of memory")) and not is_out_of_memory(RuntimeError("shape mismatch"))
 
 
@@ -66,14 +67,14 @@ def test_the_default_batch_size_is_auto_on_cuda_and_8_elsewhere(mixed_release, t
     assert resolved_batch_size(None, "cpu") == resolved_batch_size(None, "api") == DEFAULT_BATCH == 8
     assert resolved_batch_size(3, "cuda") == 3 and resolved_batch_size("auto", "cpu") == AUTO_START_BATCH
     on_cpu = SmallMemoryAnswerer(limit=1000)
-    result = run_eval(mixed_release, "blind", out_dir=tmp_path / "cpu", answerer=on_cpu)
+    result = run_eval(mixed_release, "blind", options=EvalOptions(out_dir=tmp_path / "cpu"), answerer=on_cpu)
     assert result.config["batch_size"] == 8 and max(on_cpu.sizes) <= 8
     # this machine has no GPU: torch is told there is one (the model is handed in, so nothing runs on it)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: True)
     on_cuda = SmallMemoryAnswerer(limit=1000)
-    result = run_eval(mixed_release, f"hf:{tiny_llava_dir}", mode="generate", out_dir=tmp_path / "cuda",
-                      answerer=on_cuda)
+    result = run_eval(mixed_release, f"hf:{tiny_llava_dir}",
+                      options=EvalOptions(mode="generate", out_dir=tmp_path / "cuda"), answerer=on_cuda)
     assert (result.config["device"], result.config["batch_size"]) == ("cuda", AUTO_START_BATCH)
     assert on_cuda.sizes[0] == min(AUTO_START_BATCH, result.config["questions"]) > 8
 
@@ -101,8 +102,9 @@ def test_replies_do_not_depend_on_the_batch(every_kind_release, tiny_llava_dir, 
     gets the same reply, read the same way (a 16-token MuCR cue batched with 128-token explanations included)."""
     runs = {}
     for size in (1, 3, 8, "auto"):
-        result = run_eval(every_kind_release, f"hf:{tiny_llava_dir}", mode="generate", batch_size=size,
-                          device="cpu", out_dir=tmp_path / f"run-{size}")
+        result = run_eval(every_kind_release, f"hf:{tiny_llava_dir}",
+                          options=EvalOptions(mode="generate", batch_size=size, device="cpu",
+                                              out_dir=tmp_path / f"run-{size}"))
         runs[size] = {(p["id"], p["which"]): (p["raw"], p["parsed"], p["correct"]) for p in result.predictions}
     whichs = {which for _, which in runs[1]}
     assert {"original", "counterfactual", "c2e", "e2c", "cue", "exp"} <= whichs
@@ -146,8 +148,9 @@ def test_prefetch_on_and_off_give_the_same_predictions(mixed_release, tiny_llava
     for prefetch in (False, True):
         calls: list = []
         model = recording_preparer(HFVisionModel.load(str(tiny_llava_dir), device="cpu", dtype="fp32"), calls)
-        result = run_eval(mixed_release, f"hf:{tiny_llava_dir}", mode=mode, batch_size=3, device="cpu",
-                          out_dir=tmp_path / f"run-{prefetch}", answerer=model, prefetch=prefetch)
+        result = run_eval(mixed_release, f"hf:{tiny_llava_dir}",
+                          options=EvalOptions(mode=mode, batch_size=3, device="cpu",
+                                              out_dir=tmp_path / f"run-{prefetch}", prefetch=prefetch), answerer=model)
         runs[prefetch] = {(p["id"], p["which"]): (p["raw"], p["parsed"], p.get("scores"), p["correct"])
                           for p in result.predictions}
         threads[prefetch] = {name.startswith(THREAD_NAME) for name, _ in calls}
@@ -166,16 +169,18 @@ def test_an_unreadable_image_mid_run_names_its_record_and_keeps_the_answers_befo
 
     calls: list = []
     model = recording_preparer(HFVisionModel.load(str(tiny_llava_dir), device="cpu", dtype="fp32"), calls)
-    run_eval(mixed_release, f"hf:{tiny_llava_dir}", mode="generate", batch_size=1, device="cpu", verify=False,
-             out_dir=tmp_path / "first", answerer=model, prefetch=False)
+    run_eval(mixed_release, f"hf:{tiny_llava_dir}",
+             options=EvalOptions(mode="generate", batch_size=1, device="cpu", verify=False, out_dir=tmp_path / "first",
+                                 prefetch=False), answerer=model)
     order = [images[0] for _, batch in calls for images in batch]  # each question's image, in the order asked
     late = max(i for i in range(len(order)) if order[i] not in order[:i])  # the image first shown last
     assert late >= 2
     broken = order[late]
     broken.write_bytes(b"not a PNG")
     with pytest.raises(CftoolsError) as caught:
-        run_eval(mixed_release, f"hf:{tiny_llava_dir}", mode="generate", batch_size=1, device="cpu", verify=False,
-                 out_dir=tmp_path / "second", answerer=model, prefetch=True)
+        run_eval(mixed_release, f"hf:{tiny_llava_dir}",
+                 options=EvalOptions(mode="generate", batch_size=1, device="cpu", verify=False,
+                                     out_dir=tmp_path / "second", prefetch=True), answerer=model)
     records = [json.loads(line) for line in (mixed_release / "records.jsonl").read_text().splitlines()]
     showing = {r["id"] for r in records if r.get("image") == f"images/{broken.name}"}
     message = str(caught.value)
@@ -206,8 +211,8 @@ def test_prefetch_follows_a_batch_halved_after_out_of_memory(mixed_release, tmp_
     """A batch prepared ahead at the old size is dropped when the batch halves; the run finishes with every
     question answered once, from inputs prepared for exactly its prompts."""
     answerer = PreparingAnswerer(limit=3)
-    result = run_eval(mixed_release, "blind", batch_size=8, out_dir=tmp_path / "run", answerer=answerer,
-                      prefetch=True)
+    result = run_eval(mixed_release, "blind",
+                      options=EvalOptions(batch_size=8, out_dir=tmp_path / "run", prefetch=True), answerer=answerer)
     assert len(read_predictions(tmp_path / "run" / "predictions.jsonl")) == result.config["questions"]
     assert answerer.prepared_used == len(answerer.sizes) and max(answerer.sizes[-2:]) <= 3
     assert prefetch_threads() == []

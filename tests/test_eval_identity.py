@@ -11,7 +11,7 @@ from sqlalchemy import select
 
 from cftools.errors import CftoolsError
 from cftools.evaluate.report import rich_tables
-from cftools.evaluate.run import PREDICTIONS_NAME, run_eval
+from cftools.evaluate.run import EvalOptions, PREDICTIONS_NAME, run_eval
 from cftools.evaluate.metrics import summarize
 from cftools.models import EvalRun, Prediction
 from fixtures_eval import cvqa_record, png_bytes, write_release
@@ -25,17 +25,18 @@ def count_release(folder, counterfactual_answer: str):
 def test_a_changed_release_starts_a_new_run_and_says_why(tiny_llava_dir, tmp_path, workspace):
     release = count_release(tmp_path / "release-1.0", "3")
     model = f"hf:{tiny_llava_dir}"
-    first = run_eval(release, model, device="cpu", workspace=workspace, max_new_tokens=4)
+    first = run_eval(release, model, options=EvalOptions(device="cpu", max_new_tokens=4), workspace=workspace)
     assert first.asked == 4 and first.notes == []
     assert first.config["release_manifest_sha256"]
 
-    same = run_eval(release, model, device="cpu", workspace=workspace, max_new_tokens=4)
+    same = run_eval(release, model, options=EvalOptions(device="cpu", max_new_tokens=4), workspace=workspace)
     assert same.out_dir == first.out_dir and same.asked == 0
 
     # `export --force` of a changed release at the same path: new gold, so new run, and eval says why.
     count_release(release, "5")
     heard: list[str] = []
-    second = run_eval(release, model, device="cpu", workspace=workspace, max_new_tokens=4, notify=heard.append)
+    second = run_eval(release, model, options=EvalOptions(device="cpu", max_new_tokens=4), workspace=workspace,
+                      notify=heard.append)
     assert second.out_dir != first.out_dir
     assert second.asked == 4
     assert {p["gold"] for p in second.predictions if p["which"] == "counterfactual"} == {"5"}
@@ -47,16 +48,19 @@ def test_a_changed_release_starts_a_new_run_and_says_why(tiny_llava_dir, tmp_pat
 def test_an_explicit_out_folder_refuses_a_changed_release(tiny_llava_dir, tmp_path):
     release = count_release(tmp_path / "release-1.0", "3")
     out = tmp_path / "run"
-    run_eval(release, f"hf:{tiny_llava_dir}", device="cpu", out_dir=out, max_new_tokens=2, limit=1)
+    run_eval(release, f"hf:{tiny_llava_dir}", options=EvalOptions(device="cpu", out_dir=out, max_new_tokens=2, limit=1))
     count_release(release, "5")
     with pytest.raises(CftoolsError, match=r"the release changed \(manifest SHA-256\)"):
-        run_eval(release, f"hf:{tiny_llava_dir}", device="cpu", out_dir=out, max_new_tokens=2, limit=1)
+        run_eval(release, f"hf:{tiny_llava_dir}",
+                 options=EvalOptions(device="cpu", out_dir=out, max_new_tokens=2, limit=1))
 
 
 def test_predictions_are_written_to_the_store(tiny_llava_dir, tmp_path, workspace):
     release = count_release(tmp_path / "release-1.0", "3")
-    result = run_eval(release, f"hf:{tiny_llava_dir}", device="cpu", workspace=workspace, max_new_tokens=4)
-    run_eval(release, f"hf:{tiny_llava_dir}", device="cpu", workspace=workspace, max_new_tokens=4)  # no duplicates
+    result = run_eval(release, f"hf:{tiny_llava_dir}", options=EvalOptions(device="cpu", max_new_tokens=4),
+                      workspace=workspace)
+    run_eval(release, f"hf:{tiny_llava_dir}", options=EvalOptions(device="cpu", max_new_tokens=4),
+             workspace=workspace)  # no duplicates
     lines = [json.loads(line) for line in (result.out_dir / PREDICTIONS_NAME).read_text().splitlines()]
     with workspace.store.session() as session:
         run = session.execute(select(EvalRun)).scalar_one()

@@ -21,7 +21,7 @@ import pytest
 
 from cftools.errors import CftoolsError
 from cftools.evaluate.merge import merge_run
-from cftools.evaluate.run import CONFIG_NAME, PREDICTIONS_NAME, load_run, run_eval
+from cftools.evaluate.run import EvalOptions, CONFIG_NAME, PREDICTIONS_NAME, load_run, run_eval
 from cftools.evaluate.shards import Shard, parse_shard, share
 from fixtures_eval import cfmm_record, cvqa_record, png_bytes, write_release
 from killed_runs import eval_held_after, kill_when_held
@@ -90,7 +90,8 @@ def tiny(tiny_llava_dir):
 @pytest.fixture(scope="module")
 def single(release, model, tiny, one_thread, tmp_path_factory):
     """The same run in one process: what a split run must equal."""
-    return run_eval(release, model, out_dir=tmp_path_factory.mktemp("single") / "run", answerer=tiny, **RANK)
+    return run_eval(release, model, options=EvalOptions(out_dir=tmp_path_factory.mktemp("single") / "run", **RANK),
+                    answerer=tiny)
 
 
 @pytest.fixture(autouse=True)
@@ -170,7 +171,8 @@ def test_two_shard_processes_at_once_merge_into_the_single_process_run(release, 
 
     assert run_cli("eval", "merge", out).exit_code == 0  # merging twice gives the same result
     assert merged == {name: (out / name).read_bytes() for name in merged}
-    again = run_eval(release, model, out_dir=out, answerer=tiny, **RANK)  # a single-process rerun asks nothing
+    again = run_eval(release, model, options=EvalOptions(out_dir=out, **RANK),
+                     answerer=tiny)  # a single-process rerun asks nothing
     assert again.asked == 0 and again.summary == single.summary
 
 
@@ -192,13 +194,13 @@ def test_accelerate_launch_two_cpu_processes_equals_the_single_process_run(relea
 
 def test_merge_names_missing_and_unfinished_shards_and_partial_merges(release, model, tiny, tmp_path, run_cli):
     out = tmp_path / "run"
-    run_eval(release, model, out_dir=out, answerer=tiny, shard=Shard(2, 2), **RANK)
+    run_eval(release, model, options=EvalOptions(out_dir=out, shard=Shard(2, 2), **RANK), answerer=tiny)
     result = run_cli("eval", "merge", out)
     assert result.exit_code == 1
     assert "shard 1 of 2 has not run (no shard-1-of-2.json)" in " ".join(result.output.split())
     assert not (out / PREDICTIONS_NAME).exists()
 
-    run_eval(release, model, out_dir=out, answerer=tiny, shard=Shard(1, 2), **RANK)
+    run_eval(release, model, options=EvalOptions(out_dir=out, shard=Shard(1, 2), **RANK), answerer=tiny)
     shard_file = out / "predictions.shard-1-of-2.jsonl"
     lines = shard_file.read_text().splitlines(keepends=True)
     shard_file.write_text("".join(lines[:3]) + lines[3][:20])  # as if killed halfway through a line
@@ -206,15 +208,17 @@ def test_merge_names_missing_and_unfinished_shards_and_partial_merges(release, m
         merge_run(out)
     partial = merge_run(out, partial=True)
     assert partial.summary["answered"] == 8 and shard_file.exists()
-    assert run_eval(release, model, out_dir=out, answerer=tiny, shard=Shard(1, 2), **RANK).asked == 2
+    assert run_eval(release, model, options=EvalOptions(out_dir=out, shard=Shard(1, 2), **RANK),
+                    answerer=tiny).asked == 2
     assert merge_run(out).summary["answered"] == 10
 
 
 def test_merge_refuses_shards_of_another_run_and_conflicting_predictions(release, model, tiny, tmp_path):
     ours, theirs = tmp_path / "ours", tmp_path / "theirs"
     for shard in (Shard(1, 2), Shard(2, 2)):
-        run_eval(release, model, out_dir=ours, answerer=tiny, shard=shard, **RANK)
-    run_eval(release, model, out_dir=theirs, answerer=tiny, shard=Shard(2, 2), score="sum-logprob", **RANK)
+        run_eval(release, model, options=EvalOptions(out_dir=ours, shard=shard, **RANK), answerer=tiny)
+    run_eval(release, model, options=EvalOptions(out_dir=theirs, shard=Shard(2, 2), score="sum-logprob", **RANK),
+             answerer=tiny)
     for name in ("shard-2-of-2.json", "predictions.shard-2-of-2.jsonl"):
         shutil.copy(theirs / name, ours / name)
     with pytest.raises(CftoolsError, match=r"shard-2-of-2.json belongs to another run .*score: 'sum-logprob' -> "
@@ -223,7 +227,7 @@ def test_merge_refuses_shards_of_another_run_and_conflicting_predictions(release
 
     for name in ("shard-2-of-2.json", "predictions.shard-2-of-2.jsonl"):
         (ours / name).unlink()
-    run_eval(release, model, out_dir=ours, answerer=tiny, shard=Shard(2, 2), **RANK)
+    run_eval(release, model, options=EvalOptions(out_dir=ours, shard=Shard(2, 2), **RANK), answerer=tiny)
     line = json.loads((ours / "predictions.shard-2-of-2.jsonl").read_text().splitlines()[0])
     (ours / PREDICTIONS_NAME).write_text(json.dumps({**line, "parsed": "something else"}) + "\n")
     with pytest.raises(CftoolsError, match="two different predictions"):
@@ -232,13 +236,14 @@ def test_merge_refuses_shards_of_another_run_and_conflicting_predictions(release
 
 def test_a_folder_with_an_unmerged_split_refuses_another_split(release, model, tiny, tmp_path):
     out = tmp_path / "run"
-    run_eval(release, model, out_dir=out, answerer=tiny, shard=Shard(1, 2), **RANK)
+    run_eval(release, model, options=EvalOptions(out_dir=out, shard=Shard(1, 2), **RANK), answerer=tiny)
     with pytest.raises(CftoolsError, match="holds predictions of a split into 2 not merged yet"):
-        run_eval(release, model, out_dir=out, answerer=tiny, shard=Shard(1, 3), **RANK)
-    run_eval(release, model, out_dir=out, answerer=tiny, shard=Shard(2, 2), **RANK)
+        run_eval(release, model, options=EvalOptions(out_dir=out, shard=Shard(1, 3), **RANK), answerer=tiny)
+    run_eval(release, model, options=EvalOptions(out_dir=out, shard=Shard(2, 2), **RANK), answerer=tiny)
     merge_run(out)
     # merged: a split into 3 may start (it asks nothing) and replaces the old manifests
-    assert sum(run_eval(release, model, out_dir=out, answerer=tiny, shard=Shard(i, 3), **RANK).asked
+    assert sum(run_eval(release, model, options=EvalOptions(out_dir=out, shard=Shard(i, 3), **RANK),
+                        answerer=tiny).asked
                for i in (1, 2, 3)) == 0
     assert sorted(p.name for p in out.glob("shard-*")) == [f"shard-{i}-of-3.json" for i in (1, 2, 3)]
     assert merge_run(out).summary["answered"] == 10
@@ -251,7 +256,8 @@ def test_merge_records_the_run_in_the_store_once(release, model, tiny, tmp_path,
 
     out = tmp_path / "run"
     for shard in (Shard(1, 2), Shard(2, 2)):
-        run_eval(release, model, out_dir=out, answerer=tiny, workspace=workspace, shard=shard, **RANK)
+        run_eval(release, model, options=EvalOptions(out_dir=out, shard=shard, **RANK), answerer=tiny,
+                 workspace=workspace)
     with workspace.store.session() as session:
         assert session.execute(select(func.count()).select_from(EvalRun)).scalar_one() == 0  # shards record nothing
     merge_run(out, workspace=workspace)
@@ -278,8 +284,9 @@ def test_a_shard_killed_midway_resumes_without_duplicates(model, tiny, tmp_path)
     share_size = len(json.loads((out / "shard-2-of-2.json").read_text())["share"])
     assert share_size == 21  # 21 items with an image, 2 questions each, 42 in all
     assert killed_at == 3
-    rerun = run_eval(release, model, out_dir=out, answerer=tiny, shard=Shard(2, 2), batch_size=1, device="cpu",
-                     max_new_tokens=8)
+    rerun = run_eval(release, model,
+                     options=EvalOptions(out_dir=out, shard=Shard(2, 2), batch_size=1, device="cpu",
+                                         max_new_tokens=8), answerer=tiny)
     assert rerun.asked == share_size - killed_at  # the cut last line, if any, is asked again
     lines = lines_by_key(predictions)  # no key twice
     assert sorted(lines) == sorted(tuple(key) for key in json.loads((out / "shard-2-of-2.json").read_text())["share"])

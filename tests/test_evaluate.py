@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from cftools.evaluate.run import (PREDICTIONS_NAME, load_run, parse_model_spec, read_predictions, run_eval)
+from cftools.evaluate.run import (EvalOptions, PREDICTIONS_NAME, load_run, parse_model_spec, read_predictions, run_eval)
 from cftools.evaluate.vlm import HFVisionModel, Prompt, best_option
 from fixtures_eval import cfmm_record, cvqa_record, png_bytes, write_release
 from killed_runs import eval_held_after, kill_when_held
@@ -109,7 +109,8 @@ def test_left_padding_does_not_change_answers(tiny, images):
 
 def test_generate_run_writes_the_run_folder_and_resumes_from_cache(tiny_llava_dir, mixed_release, tmp_path):
     out = tmp_path / "run"
-    result = run_eval(mixed_release, f"hf:{tiny_llava_dir}", batch_size=3, device="cpu", out_dir=out)
+    result = run_eval(mixed_release, f"hf:{tiny_llava_dir}",
+                      options=EvalOptions(batch_size=3, device="cpu", out_dir=out))
     assert result.asked == 14  # 7 items with an image x 2 questions; cvqa-6 has no image
     assert result.summary["skipped"]["no_image"] == 1
     lines = lines_of(out / PREDICTIONS_NAME)
@@ -129,7 +130,8 @@ def test_generate_run_writes_the_run_folder_and_resumes_from_cache(tiny_llava_di
     assert (out / "report.csv").read_text().startswith("section,group,metric,value,low,high,n")
     png = (out / "report.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
-    again = run_eval(mixed_release, f"hf:{tiny_llava_dir}", batch_size=5, device="cpu", out_dir=out)
+    again = run_eval(mixed_release, f"hf:{tiny_llava_dir}",
+                     options=EvalOptions(batch_size=5, device="cpu", out_dir=out))
     assert again.asked == 0
     assert len(lines_of(out / PREDICTIONS_NAME)) == 14
     assert again.summary["cvqa"] == result.summary["cvqa"]
@@ -138,8 +140,8 @@ def test_generate_run_writes_the_run_folder_and_resumes_from_cache(tiny_llava_di
 
 def test_rank_run_scores_every_option(tiny_llava_dir, mixed_release, tmp_path):
     out = tmp_path / "rank"
-    result = run_eval(mixed_release, f"hf:{tiny_llava_dir}", mode="rank", score="sum-logprob", batch_size=4,
-                      device="cpu", out_dir=out)
+    result = run_eval(mixed_release, f"hf:{tiny_llava_dir}",
+                      options=EvalOptions(mode="rank", score="sum-logprob", batch_size=4, device="cpu", out_dir=out))
     lines = lines_of(out / PREDICTIONS_NAME)
     assert len(lines) == 14
     by_key = {(line["id"], line["which"]): line for line in lines}
@@ -161,9 +163,10 @@ def test_a_run_folder_refuses_another_configuration(tiny_llava_dir, mixed_releas
     from cftools.errors import CftoolsError
 
     out = tmp_path / "run"
-    run_eval(mixed_release, f"hf:{tiny_llava_dir}", device="cpu", out_dir=out, limit=1)
+    run_eval(mixed_release, f"hf:{tiny_llava_dir}", options=EvalOptions(device="cpu", out_dir=out, limit=1))
     with pytest.raises(CftoolsError, match="another configuration"):
-        run_eval(mixed_release, f"hf:{tiny_llava_dir}", mode="rank", device="cpu", out_dir=out, limit=1)
+        run_eval(mixed_release, f"hf:{tiny_llava_dir}",
+                 options=EvalOptions(mode="rank", device="cpu", out_dir=out, limit=1))
 
 
 def test_truncated_last_line_is_dropped_and_asked_again(tmp_path):
@@ -221,8 +224,8 @@ def test_openai_backend_sends_images_and_uses_the_cache(workspace, mixed_release
                                "backoff_max": 0.05}
     llm_server.use_reply("llm_replies:eval_answers")
     llm_server.script({"status": 429, "headers": {"retry-after": "0"}, "body": {"error": {"message": "slow down"}}})
-    result = run_eval(mixed_release, "openai:gpt-test", workspace=workspace, out_dir=tmp_path / "api",
-                      concurrency=2)
+    result = run_eval(mixed_release, "openai:gpt-test", options=EvalOptions(out_dir=tmp_path / "api", concurrency=2),
+                      workspace=workspace)
     requests = llm_server.requests()
     assert len(requests) == 15  # 14 questions, one 429 retried
     seen = [text_parts(r) for r in requests]
@@ -234,7 +237,8 @@ def test_openai_backend_sends_images_and_uses_the_cache(workspace, mixed_release
     assert by_key[("cfmm-7", "original")]["parsed"] == "red" and by_key[("cfmm-7", "original")]["correct"]
     assert "sk-test-secret" not in (tmp_path / "api" / "config.json").read_text()
     # another run folder, same requests: every answer comes from the store's request cache
-    again = run_eval(mixed_release, "openai:gpt-test", workspace=workspace, out_dir=tmp_path / "api2")
+    again = run_eval(mixed_release, "openai:gpt-test", options=EvalOptions(out_dir=tmp_path / "api2"),
+                     workspace=workspace)
     assert len(llm_server.requests()) == 15 and again.asked == 14
     from cftools.models import EvalRun
     from sqlmodel import select
@@ -253,7 +257,8 @@ def test_blind_model_gets_no_image_and_lists_what_it_gets_right(mixed_release, t
 
     backend = make_backend({"base_url": llm_server.base_url}, backend="openai", model="small")
     answerer = evaluate.ChatAnswerer(backend, with_images=False)
-    result = run_eval(mixed_release, "blind:openai:small", out_dir=tmp_path / "blind", answerer=answerer)
+    result = run_eval(mixed_release, "blind:openai:small", options=EvalOptions(out_dir=tmp_path / "blind"),
+                      answerer=answerer)
     seen = [text_parts(r) for r in llm_server.requests()]
     assert len(seen) == 16  # the item without an image is asked too
     assert all(parts == [parts[0]] and parts[0]["type"] == "text" for parts in seen)
@@ -303,8 +308,9 @@ def test_mucr_questions_rank_and_judge(tiny_llava_dir, tmp_path, workspace, monk
     workspace.config["llm"] = {"base_url": llm_server.base_url, "api_key_env": "JUDGE_KEY"}
     llm_server.use_reply("llm_replies:judge_seven")
     release = mucr_release(tmp_path)
-    result = run_eval(release, f"hf:{tiny_llava_dir}", mode="rank", device="cpu", out_dir=tmp_path / "m",
-                      judge="openai:judge", workspace=workspace, max_new_tokens=8)
+    result = run_eval(release, f"hf:{tiny_llava_dir}",
+                      options=EvalOptions(mode="rank", device="cpu", out_dir=tmp_path / "m", judge="openai:judge",
+                                          max_new_tokens=8), workspace=workspace)
     by_which = {p["which"]: p for p in result.predictions}
     assert set(by_which) == {"c2e", "e2c", "cue", "exp"}
     assert [s["option"] for s in by_which["c2e"]["scores"]] == ["A", "B", "C", "D"]

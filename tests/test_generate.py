@@ -16,6 +16,7 @@ from sqlalchemy import delete, func, select
 
 from killed_runs import kill_after_progress, wait_for
 
+from cftools.generate.llm_task import LLMRun
 from cftools.kinds.cvqa.generate import COUNT_REWRITE, item_key, load_template, reparse, rewrite, select_sources
 from cftools.ingest.readers import ingest_table
 from cftools.kinds.cvqa.ingest import ingest_cvqa
@@ -55,7 +56,7 @@ def drop_generated_items(store) -> None:
 
 
 def test_rewrite_stores_draft_items_linked_to_source_and_generation(sources, stub):
-    report = rewrite(sources.store, stub_backend(stub), NUMERICAL_DIRECT, quiet=True)
+    report = rewrite(sources.store, stub_backend(stub), NUMERICAL_DIRECT, run=LLMRun(quiet=True))
     assert report.selected == 4 and report.items_created == 4 and stub.requests == 4
     template = load_template(NUMERICAL_DIRECT)
     with sources.store.session() as session:
@@ -82,14 +83,14 @@ def test_rewrite_stores_draft_items_linked_to_source_and_generation(sources, stu
 def test_groups_select_their_answer_type_and_skip_done_sources(sources, stub):
     assert len(select_sources(sources.store, NUMERICAL_INDIRECT)) == 4
     assert {s["answer"] for s in select_sources(sources.store, BOOLEAN)} == {"yes", "no"}
-    rewrite(sources.store, stub_backend(stub), BOOLEAN, limit=1, quiet=True)
+    rewrite(sources.store, stub_backend(stub), BOOLEAN, run=LLMRun(quiet=True), limit=1)
     assert len(select_sources(sources.store, BOOLEAN)) == 1
-    report = rewrite(sources.store, stub_backend(stub), BOOLEAN, quiet=True)
+    report = rewrite(sources.store, stub_backend(stub), BOOLEAN, run=LLMRun(quiet=True))
     assert report.selected == 1 and stub.requests == 2
     with sources.store.session() as session:
         answers = session.execute(select(Item.data, Item.answer).where(Item.group == BOOLEAN)).all()
     assert all(answer != data["original_answer"] for data, answer in answers)  # the stub flips
-    assert rewrite(sources.store, stub_backend(stub), BOOLEAN, quiet=True).selected == 0
+    assert rewrite(sources.store, stub_backend(stub), BOOLEAN, run=LLMRun(quiet=True)).selected == 0
 
 
 def test_ingested_counterfactuals_count_as_done_unless_asked(workspace, stub, peer_cvqa_real):
@@ -101,30 +102,31 @@ def test_ingested_counterfactuals_count_as_done_unless_asked(workspace, stub, pe
 
 def test_rerun_hits_the_cache_and_refresh_calls_again(sources, stub):
     backend = stub_backend(stub)
-    rewrite(sources.store, backend, NUMERICAL_DIRECT, quiet=True)
+    rewrite(sources.store, backend, NUMERICAL_DIRECT, run=LLMRun(quiet=True))
     assert stub.requests == 4 and count(sources.store, CachedResponse) == 4
     drop_generated_items(sources.store)
-    again = rewrite(sources.store, backend, NUMERICAL_DIRECT, quiet=True)
+    again = rewrite(sources.store, backend, NUMERICAL_DIRECT, run=LLMRun(quiet=True))
     assert stub.requests == 4  # no model call
     assert again.items_created == 4 and again.stats.cached == 4
     assert count(sources.store, Generation, Generation.cached.is_(True)) == 4
     drop_generated_items(sources.store)
-    refreshed = rewrite(sources.store, backend, NUMERICAL_DIRECT, refresh=True, quiet=True)
+    refreshed = rewrite(sources.store, backend, NUMERICAL_DIRECT, run=LLMRun(refresh=True, quiet=True))
     assert stub.requests == 8 and refreshed.stats.cached == 0 and refreshed.items_created == 4
     assert count(sources.store, CachedResponse) == 4  # replaced, not duplicated
 
 
 def test_the_cache_key_changes_with_model_template_and_params(sources, stub, tmp_path):
-    rewrite(sources.store, stub_backend(stub), NUMERICAL_DIRECT, limit=1, quiet=True)
+    rewrite(sources.store, stub_backend(stub), NUMERICAL_DIRECT, run=LLMRun(quiet=True), limit=1)
     drop_generated_items(sources.store)
-    rewrite(sources.store, stub_backend(stub, model="other"), NUMERICAL_DIRECT, limit=1, quiet=True)
+    rewrite(sources.store, stub_backend(stub, model="other"), NUMERICAL_DIRECT, run=LLMRun(quiet=True), limit=1)
     drop_generated_items(sources.store)
     mine = tmp_path / "mine.j2"
     mine.write_text("Rewrite this.\nQuestion: {{ question }}\nAnswer: {{ answer }}\n")
-    report = rewrite(sources.store, stub_backend(stub), NUMERICAL_DIRECT, limit=1, template_path=mine, quiet=True)
+    report = rewrite(sources.store, stub_backend(stub), NUMERICAL_DIRECT, run=LLMRun(template_path=mine, quiet=True),
+                     limit=1)
     drop_generated_items(sources.store)
-    rewrite(sources.store, stub_backend(stub), NUMERICAL_DIRECT, limit=1, quiet=True,
-            params={"temperature": 0.0, "max_tokens": 99})
+    rewrite(sources.store, stub_backend(stub), NUMERICAL_DIRECT,
+            run=LLMRun(quiet=True, params={"temperature": 0.0, "max_tokens": 99}), limit=1)
     assert stub.requests == 4 and count(sources.store, CachedResponse) == 4
     assert report.template == str(mine)
     with sources.store.session() as session:
@@ -142,7 +144,7 @@ def test_unparseable_output_is_kept_retried_with_new_params_and_never_stops_the_
 
     server = StubServer(delay=0.0, reply=reply).start_in_thread()
     try:
-        report = rewrite(sources.store, stub_backend(server), NUMERICAL_DIRECT, max_attempts=3, quiet=True)
+        report = rewrite(sources.store, stub_backend(server), NUMERICAL_DIRECT, run=LLMRun(max_attempts=3, quiet=True))
     finally:
         server.shutdown()
         server.server_close()
@@ -166,7 +168,8 @@ def test_unparseable_output_is_kept_retried_with_new_params_and_never_stops_the_
 def test_call_errors_are_recorded_and_a_later_run_finishes_the_work(sources):
     down = StubServer(delay=0.0, reply=lambda request, prompt: 503).start_in_thread()
     try:
-        report = rewrite(sources.store, stub_backend(down, request_attempts=2), NUMERICAL_DIRECT, quiet=True)
+        report = rewrite(sources.store, stub_backend(down, request_attempts=2), NUMERICAL_DIRECT,
+                         run=LLMRun(quiet=True))
     finally:
         down.shutdown()
         down.server_close()
@@ -177,14 +180,14 @@ def test_call_errors_are_recorded_and_a_later_run_finishes_the_work(sources):
     assert len(errors) == 4 and all("HTTP 503" in e for e in errors)
     up = StubServer(delay=0.0).start_in_thread()
     try:
-        assert rewrite(sources.store, stub_backend(up), NUMERICAL_DIRECT, quiet=True).items_created == 4
+        assert rewrite(sources.store, stub_backend(up), NUMERICAL_DIRECT, run=LLMRun(quiet=True)).items_created == 4
     finally:
         up.shutdown()
         up.server_close()
 
 
 def test_reparse_rebuilds_items_from_stored_outputs_without_model_calls(sources, stub):
-    rewrite(sources.store, stub_backend(stub), NUMERICAL_INDIRECT, quiet=True)
+    rewrite(sources.store, stub_backend(stub), NUMERICAL_INDIRECT, run=LLMRun(quiet=True))
     # As if an older parser had failed on every output: no parse, no items.
     drop_generated_items(sources.store)
     with sources.store.write() as session:
@@ -200,7 +203,7 @@ def test_reparse_rebuilds_items_from_stored_outputs_without_model_calls(sources,
 
 
 def test_reparse_reads_old_free_text_generations_beside_structured_ones(sources, stub):
-    rewrite(sources.store, stub_backend(stub), NUMERICAL_DIRECT, quiet=True)  # structured replies
+    rewrite(sources.store, stub_backend(stub), NUMERICAL_DIRECT, run=LLMRun(quiet=True))  # structured replies
     with sources.store.write() as session:
         source = session.execute(select(SourceQuestion).where(SourceQuestion.question == "Is it raining?")).scalar_one()
         # a generation from before structured output: free text, no output_schema in its params

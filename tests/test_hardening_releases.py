@@ -74,12 +74,12 @@ def test_eval_refuses_a_release_that_fails_verify_and_no_verify_is_in_the_report
 
 
 def test_an_in_place_edit_starts_a_new_run_with_the_new_gold(workspace, api_model, tmp_path):
-    from cftools.evaluate.run import run_eval
+    from cftools.evaluate.run import EvalOptions, run_eval
 
     release = colour_release(tmp_path / "colours-1")
-    first = run_eval(release, "openai:stub", workspace=workspace, verify=False)
+    first = run_eval(release, "openai:stub", options=EvalOptions(verify=False), workspace=workspace)
     edit_in_place(release, '"answer": "red"', '"answer": "green"')  # the manifest is unchanged
-    second = run_eval(release, "openai:stub", workspace=workspace, verify=False)
+    second = run_eval(release, "openai:stub", options=EvalOptions(verify=False), workspace=workspace)
     assert second.out_dir != first.out_dir and second.asked == first.asked
     gold = {p["gold"] for p in second.predictions if p["id"] == "cvqa-0" and p["which"] == "counterfactual"}
     assert gold == {"green"}
@@ -304,7 +304,7 @@ def test_doctor_repair_restores_only_the_copy_whose_manifest_the_store_recorded(
 
 
 def test_limit_takes_the_first_items_that_have_a_question(workspace, api_model, tmp_path):
-    from cftools.evaluate.run import run_eval
+    from cftools.evaluate.run import EvalOptions, run_eval
 
     drafts = [{"id": f"a-mucr-{i}", "kind": "mucr", "group": "rain", "split": "test", "verified": False,
                "status": "draft", "original_question": None, "original_answer": None, "answer_type": "other",
@@ -312,7 +312,7 @@ def test_limit_takes_the_first_items_that_have_a_question(workspace, api_model, 
                "data": {"cause_caption": "a boy runs", "effect_caption": "a cold"}} for i in range(4)]
     records = drafts + [cvqa_record(i, "boolean", "yes", "no", "yes/no") for i in range(3)]
     release = write_release(tmp_path / "mixed-1", records, {r["id"]: png_bytes(n) for n, r in enumerate(records)})
-    result = run_eval(release, "openai:stub", workspace=workspace, limit=2)
+    result = run_eval(release, "openai:stub", options=EvalOptions(limit=2), workspace=workspace)
     assert result.config["items"] == 2 and result.asked == 4
     assert {p["id"] for p in result.predictions} == {"cvqa-0", "cvqa-1"}
 

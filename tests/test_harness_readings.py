@@ -242,10 +242,11 @@ class SaysYes:
 def test_a_mixed_release_without_mode_says_why_cfmm_is_not_ranked(mixed_release, tmp_path):
     """C-VQA (generated) and CFMM (ranked) in one release, no --mode: the run generates for both, and says so and
     why at once (stderr) and in the report's CFMM settings line, naming --mode; a one-kind release is not told."""
-    from cftools.evaluate.run import run_eval
+    from cftools.evaluate.run import EvalOptions, run_eval
 
     notes = []
-    result = run_eval(mixed_release, "blind", out_dir=tmp_path / "run", answerer=SaysYes(), notify=notes.append)
+    result = run_eval(mixed_release, "blind", options=EvalOptions(out_dir=tmp_path / "run"), answerer=SaysYes(),
+                      notify=notes.append)
     assert result.config["mode"] == "generate"
     assert any("mixes kinds whose papers answer differently (cfmm rank, cvqa generate)" in n and "--mode" in n
                for n in notes), notes

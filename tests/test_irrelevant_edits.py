@@ -13,9 +13,10 @@ from fixtures_llm import stub_backend
 from test_annotate import ls_workspace  # noqa: F401 (fixture of team_workspace)
 from test_browser import team_workspace  # noqa: F401 (fixture: a workspace whose tasks go to three people)
 from test_edits import ScriptedAnswerer, cache_dir, items_ws, scene, tiny  # noqa: F401 (fixtures)
+from cftools.generate.llm_task import LLMRun
 from cftools.annotate.edit_task import decide_edit, edit_units, exact_option, free_text_answer
-from cftools.generate.edits import (EDIT_INSTRUCTION, TEMPLATE, EditableItem, editable_items, generate_edits,
-                                    instruction_prompt, write_instructions)
+from cftools.generate.edits import (EDIT_INSTRUCTION, TEMPLATE, EditableItem, EditOptions, editable_items,
+                                    generate_edits, instruction_prompt, write_instructions)
 from cftools.imagegen.edit_checks import EDIT_ANSWER_CHANGED, EDIT_CODES, EDIT_IDENTICAL, answer_kept_flag
 from cftools.kinds.base import EditSubject
 from cftools.llm.prompts import load_prompt
@@ -54,7 +55,7 @@ def test_an_item_whose_edit_predates_the_irrelevant_one_gets_only_the_missing_pa
         item.data = {**item.data, "edit": {"condition": "five circles", "instruction": "draw two more circles",
                                            "generation_id": 99, "template": "edits/instruction.j2"}}
     report = write_instructions(store, stub_backend(stub), editable_items(store, ("cvqa",)),
-                                params={"temperature": 0.0}, quiet=True)
+                                run=LLMRun(params={"temperature": 0.0}, quiet=True))
     assert report.items_created == 2
     edit = stored(store, "numerical-direct")["edit"]
     assert (edit["condition"], edit["instruction"], edit["generation_id"]) == ("five circles",
@@ -63,7 +64,7 @@ def test_an_item_whose_edit_predates_the_irrelevant_one_gets_only_the_missing_pa
     fresh = stored(store, "boolean")["edit"]
     assert fresh["condition"] and fresh["irrelevant_instruction"] and fresh["generation_id"] != 99
     again = write_instructions(store, stub_backend(stub), editable_items(store, ("cvqa",)),
-                               params={"temperature": 0.0}, quiet=True)
+                               run=LLMRun(params={"temperature": 0.0}, quiet=True))
     assert again.selected == 0 and stored(store, "numerical-direct")["edit"] == edit  # nothing asked again
 
 
@@ -76,8 +77,8 @@ def test_an_item_with_only_an_imported_irrelevant_edit_gets_its_relevant_instruc
     with store.write() as session:
         item = session.execute(select(Item).where(Item.group == "numerical-direct")).scalar_one()
         item.data = {**item.data, "edit": dict(imported)}
-    write_instructions(store, stub_backend(stub), editable_items(store, ("cvqa",)), params={"temperature": 0.0},
-                       quiet=True)
+    write_instructions(store, stub_backend(stub), editable_items(store, ("cvqa",)),
+                       run=LLMRun(params={"temperature": 0.0}, quiet=True))
     edit = stored(store, "numerical-direct")["edit"]
     assert edit["condition"] and edit["instruction"] and edit["generation_id"]
     assert {k: edit[k] for k in imported} == imported
@@ -89,11 +90,11 @@ def test_an_item_with_only_an_imported_irrelevant_edit_gets_its_relevant_instruc
 def test_generate_edits_makes_both_candidate_sets_checks_the_answer_stays_and_a_rerun_adds_nothing(items_ws, stub,
                                                                                                  tiny):
     store = items_ws.store
-    write_instructions(store, stub_backend(stub), editable_items(store, ("cvqa",)), params={"temperature": 0.0},
-                       quiet=True)
+    write_instructions(store, stub_backend(stub), editable_items(store, ("cvqa",)),
+                       run=LLMRun(params={"temperature": 0.0}, quiet=True))
     items = editable_items(store, ("cvqa",), ("numerical-direct",))
     answerer = ScriptedAnswerer(items[0].image_path, on_edit="5")  # every edit read as 5: the answer changed
-    made = generate_edits(store, items_ws.root, tiny, items, per_item=2, seed=3, answerer=answerer)
+    made = generate_edits(store, items_ws.root, tiny, items, options=EditOptions(per_item=2, seed=3), answerer=answerer)
     assert made.images_made == 4 and made.failures == [] and made.irrelevant
     data = stored(store, "numerical-direct")
     for prefix in ("edit", "irrelevant_edit"):
@@ -105,11 +106,12 @@ def test_generate_edits_makes_both_candidate_sets_checks_the_answer_stays_and_a_
     codes = [[f["code"] for f in c["flags"]] for c in data["irrelevant_edit_checks"]]
     assert all(EDIT_ANSWER_CHANGED in c for c in codes)  # 5, not the original 3: the irrelevant edit changed it
     assert all("edit_answer_not_flipped" not in [f["code"] for f in c["flags"]] for c in data["edit_checks"])
-    assert generate_edits(store, items_ws.root, tiny, items, per_item=2, seed=3).images_made == 0
+    assert generate_edits(store, items_ws.root, tiny, items, options=EditOptions(per_item=2, seed=3)).images_made == 0
     assert stored(store, "numerical-direct")["irrelevant_edit_candidates"] == data["irrelevant_edit_candidates"]
     # --no-irrelevant: the other item gets its relevant candidates only
     other = editable_items(store, ("cvqa",), ("boolean",))
-    assert generate_edits(store, items_ws.root, tiny, other, per_item=1, irrelevant=False).images_made == 1
+    assert generate_edits(store, items_ws.root, tiny, other,
+                          options=EditOptions(per_item=1, irrelevant=False)).images_made == 1
     assert not set(IRRELEVANT_FIELDS) & set(stored(store, "boolean"))
 
 
@@ -281,18 +283,19 @@ def test_a_reply_whose_irrelevant_edit_repeats_the_relevant_one_is_retried(items
     other = {**same, "irrelevant_condition": "The wall is blue."}
     stub.control("/control/script", {"replies": [json.dumps(same), json.dumps(other)]})
     items = editable_items(items_ws.store, ("cvqa",), ("numerical-direct",))
-    report = write_instructions(items_ws.store, stub_backend(stub), items, params={"temperature": 0.0}, quiet=True)
+    report = write_instructions(items_ws.store, stub_backend(stub), items,
+                                run=LLMRun(params={"temperature": 0.0}, quiet=True))
     assert report.items_created == 1 and len(stub.received) == 2  # the repeat refused, the retry stored
     assert stored(items_ws.store, "numerical-direct")["edit"]["irrelevant_condition"] == "The wall is blue."
     # every attempt repeats: the last one's relevant edit is kept alone, and the next run asks for the irrelevant one
     boolean = editable_items(items_ws.store, ("cvqa",), ("boolean",))
     stub.control("/control/script", {"replies": [json.dumps(same), json.dumps(same)]})
-    write_instructions(items_ws.store, stub_backend(stub), boolean, params={"temperature": 0.0}, quiet=True,
-                       max_attempts=2)
+    write_instructions(items_ws.store, stub_backend(stub), boolean,
+                       run=LLMRun(params={"temperature": 0.0}, quiet=True, max_attempts=2))
     edit = stored(items_ws.store, "boolean")["edit"]
     assert edit["condition"] == "The TV is off." and "irrelevant_condition" not in edit
     stub.control("/control/script", {"replies": [json.dumps({**other, "condition": "No square."})]})
-    write_instructions(items_ws.store, stub_backend(stub), boolean, params={"temperature": 0.0}, quiet=True,
-                       refresh=True)
+    write_instructions(items_ws.store, stub_backend(stub), boolean,
+                       run=LLMRun(params={"temperature": 0.0}, quiet=True, refresh=True))
     edit = stored(items_ws.store, "boolean")["edit"]
     assert (edit["condition"], edit["irrelevant_condition"]) == ("The TV is off.", "The wall is blue.")

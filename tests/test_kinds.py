@@ -192,9 +192,9 @@ def test_a_toy_kind_goes_through_the_whole_flow(toy_installed, workspace, label_
     assert sorted(r["answer"] for r in rows) == ["green", "red"]
 
     # eval: the kind's questions and metric
-    from cftools.evaluate.run import run_eval
+    from cftools.evaluate.run import EvalOptions, run_eval
 
-    result_ = run_eval(release, "blind", out_dir=tmp_path / "run", answerer=ColourAnswerer())
+    result_ = run_eval(release, "blind", options=EvalOptions(out_dir=tmp_path / "run"), answerer=ColourAnswerer())
     assert result_.summary["toy"]["accuracy"]["value"] == 1.0
     assert "Toy accuracy" in (tmp_path / "run" / "report.md").read_text()
     ws.close()

@@ -10,6 +10,7 @@ import PIL.Image
 import pytest
 from sqlalchemy import delete, select
 
+from cftools.generate.llm_task import LLMRun
 from cftools.kinds.cvqa.generate import llm_params, rewrite
 from cftools.ingest.readers import ingest_table
 from cftools.llm import LLMError
@@ -66,8 +67,8 @@ def test_rewrite_with_the_embedded_model(workspace, tmp_path, local):
                      "c.jpg,Is the light on?,yes\n")
     ingest_table(workspace.store, table)
     params = llm_params({}, "local")
-    reports = [rewrite(workspace.store, local, NUMERICAL_DIRECT, params=params, max_attempts=1, quiet=True),
-               rewrite(workspace.store, local, BOOLEAN, params=params, max_attempts=1, quiet=True)]
+    reports = [rewrite(workspace.store, local, NUMERICAL_DIRECT, run=LLMRun(params=params, max_attempts=1, quiet=True)),
+               rewrite(workspace.store, local, BOOLEAN, run=LLMRun(params=params, max_attempts=1, quiet=True))]
     assert [r.selected for r in reports] == [2, 1]
     # decoding under the group's schema: every reply parses on its first attempt
     assert [r.items_created for r in reports] == [2, 1] and sum(r.parse_failures for r in reports) == 0
@@ -86,7 +87,7 @@ def test_rewrite_with_the_embedded_model(workspace, tmp_path, local):
     with workspace.store.write() as session:
         session.execute(delete(ItemEvent))
         session.execute(delete(Item))
-    again = rewrite(workspace.store, local, NUMERICAL_DIRECT, params=params, max_attempts=1, quiet=True)
+    again = rewrite(workspace.store, local, NUMERICAL_DIRECT, run=LLMRun(params=params, max_attempts=1, quiet=True))
     assert again.stats.cached == 2
     with workspace.store.session() as session:
         reruns = session.execute(select(Generation).where(Generation.id > max(g.id for g in generations))).scalars()
@@ -99,13 +100,14 @@ def test_every_generator_of_the_demo_drafts_with_the_embedded_model(workspace, r
     from cftools.kinds.mucr.generate import write_context
 
     run_cli("ingest", "captions", ROOT / "examples" / "mucr" / "captions.csv")
-    context = write_context(workspace.store, local, limit=1, max_attempts=1, quiet=True,
-                            params={"temperature": 0.0, "max_tokens": 200})
+    context = write_context(workspace.store, local,
+                            run=LLMRun(max_attempts=1, quiet=True,
+                                       params={"temperature": 0.0, "max_tokens": 200}), limit=1)
     assert context.items_created == 1 and context.parse_failures == 0
     folder = workspace.root / "photos"
     folder.mkdir()
     PIL.Image.new("RGB", (8, 8), (40, 80, 120)).save(folder / "dogs.png")
     (folder / "facts.csv").write_text("image,question,answer\ndogs.png,How many dogs are on the grass?,2\n")
     ingest_table(workspace.store, folder / "facts.csv", folder)
-    pairs = generate_pairs(workspace.store, local, quota=parse_quota("count"), max_attempts=1, quiet=True)
+    pairs = generate_pairs(workspace.store, local, run=LLMRun(max_attempts=1, quiet=True), quota=parse_quota("count"))
     assert pairs.parse_failures == 0 and pairs.items_created + pairs.no_type == 1

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
+from cftools.generate.llm_task import LLMRun
 from cftools.kinds.mucr.model import CATEGORIES
 from cftools.checks import ItemView
 from cftools.errors import InputError
@@ -112,9 +113,9 @@ def test_caption_pairs_drafted_from_seeds_form_groups(workspace, tmp_path):
         {"cause": "a fox runs into a road", "effect": "the fox hides", "category": "animal"}]})
     server = StubServer(delay=0.0, reply=lambda request, text: replies).start_in_thread()
     try:
-        report = draft_captions(workspace.store, stub_llm(server), seeds, per_group=2, quiet=True)
+        report = draft_captions(workspace.store, stub_llm(server), seeds, run=LLMRun(quiet=True), per_group=2)
         assert report.selected == 2 and report.items_created == 4 and server.requests == 2
-        again = draft_captions(workspace.store, stub_llm(server), seeds, per_group=2, quiet=True)
+        again = draft_captions(workspace.store, stub_llm(server), seeds, run=LLMRun(quiet=True), per_group=2)
         assert again.selected == 0 and server.requests == 2  # both groups are there
         schema = server.received[0]["body"]["response_format"]["json_schema"]["schema"]
         assert schema["properties"]["pairs"]["items"]["properties"]["category"]["enum"] == list(CATEGORIES)
@@ -130,7 +131,7 @@ def test_a_seed_without_an_arrow_names_its_line(workspace, tmp_path, context_stu
     seeds = tmp_path / "seeds.txt"
     seeds.write_text("speeding -> pulled over\nthe weather\n")
     with pytest.raises(InputError, match="line 2"):
-        draft_captions(workspace.store, stub_llm(context_stub), seeds, quiet=True)
+        draft_captions(workspace.store, stub_llm(context_stub), seeds, run=LLMRun(quiet=True))
 
 
 @pytest.mark.parametrize("reply, reason", [
@@ -155,11 +156,11 @@ def test_a_context_reply_is_read_from_its_schema():
 
 def test_context_for_every_pair_once_with_provenance(workspace, run_cli, context_stub):
     run_cli("ingest", "captions", EXAMPLE)
-    report = write_context(workspace.store, stub_llm(context_stub), limit=3, quiet=True)
+    report = write_context(workspace.store, stub_llm(context_stub), run=LLMRun(quiet=True), limit=3)
     assert report.items_created == 3 and context_stub.requests == 3
-    rest = write_context(workspace.store, stub_llm(context_stub), quiet=True)
+    rest = write_context(workspace.store, stub_llm(context_stub), run=LLMRun(quiet=True))
     assert rest.selected == 5 and context_stub.requests == 8
-    assert write_context(workspace.store, stub_llm(context_stub), quiet=True).selected == 0
+    assert write_context(workspace.store, stub_llm(context_stub), run=LLMRun(quiet=True)).selected == 0
     with workspace.store.session() as session:
         items = session.execute(select(Item).where(Item.kind == "mucr")).scalars().all()
         gens = session.execute(select(Generation).where(Generation.generator == "context")).scalars().all()
@@ -226,7 +227,7 @@ def test_prompt_truncated_estimates_or_counts_with_the_pipelines_tokenizer(tmp_p
 
 def drawable_workspace(workspace, run_cli, context_stub, limit=None):
     run_cli("ingest", "captions", EXAMPLE)
-    write_context(workspace.store, stub_llm(context_stub), limit=limit, quiet=True)
+    write_context(workspace.store, stub_llm(context_stub), run=LLMRun(quiet=True), limit=limit)
 
 
 def test_candidates_for_each_style_stored_by_sha256_and_checked(workspace, run_cli, context_stub, tmp_path,

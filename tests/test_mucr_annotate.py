@@ -12,6 +12,7 @@ import PIL.Image
 import pytest
 from sqlalchemy import select
 
+from cftools.generate.llm_task import LLMRun
 from cftools.images import read_image_file, register_image
 from cftools.kinds.mucr.cues import draft_cues
 from cftools.kinds.mucr.release import SCHEMAS
@@ -156,7 +157,7 @@ def test_select_and_explain_end_in_a_mucr_release(label_studio, mucr_ws, run_cli
 
     # -- cues, checks, then three different people explain each selected pair
     backend = make_backend({"backend": "openai", "model": "stub", "base_url": cue_stub.base_url})
-    assert draft_cues(store, backend, quiet=True).items_created == 4
+    assert draft_cues(store, backend, run=LLMRun(quiet=True)).items_created == 4
     assert run_cli("check", "--no-embeddings").exit_code == 0
     with store.session() as session:
         assert {i.status for i in session.execute(select(Item).where(Item.key.like("%@photograph"))).scalars()} \

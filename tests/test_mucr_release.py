@@ -12,8 +12,9 @@ import PIL.Image
 import pytest
 from sqlalchemy import select
 
+from cftools.generate.llm_task import LLMRun
 from cftools.checks import ItemView
-from cftools.evaluate.run import run_eval
+from cftools.evaluate.run import EvalOptions, run_eval
 from cftools.images import read_image_file, register_image
 from cftools.kinds import get_kind
 from cftools.kinds.mucr.annotate import select_units
@@ -233,9 +234,9 @@ def test_generate_cues_drafts_each_selected_pair_once(workspace, run_cli, cue_st
                                     "effect_description": "the person sits on a bench with a cold"}
             session.add(item)
     backend = make_backend({"backend": "openai", "model": "stub", "base_url": cue_stub.base_url})
-    report = draft_cues(workspace.store, backend, quiet=True)
+    report = draft_cues(workspace.store, backend, run=LLMRun(quiet=True))
     assert report.items_created == 2
-    assert draft_cues(workspace.store, backend, quiet=True).selected == 0  # a rerun has nothing to do
+    assert draft_cues(workspace.store, backend, run=LLMRun(quiet=True)).selected == 0  # a rerun has nothing to do
     with workspace.store.session() as session:
         items = session.execute(select(Item)).scalars().all()
     assert {i.data["cue"] for i in items} == {"rain"} and items[0].data["false_cues"] == ["bench", "hoodie", "park"]
@@ -337,8 +338,9 @@ def test_eval_scores_c2e_e2c_cue_and_exp_against_a_judge_process(workspace, run_
     release = Path(json.loads(export_mucr(run_cli).output)["path"])
     monkeypatch.setenv("JUDGE_KEY", "sk-loopback")
     workspace.config["llm"] = {"base_url": judge_server, "api_key_env": "JUDGE_KEY"}
-    result = run_eval(release, "blind:openai:stub", judge="openai:judge", workspace=workspace,
-                      out_dir=tmp_path / "split", options={"mucr_input": "split"}, max_new_tokens=32)
+    result = run_eval(release, "blind:openai:stub",
+                      options=EvalOptions(judge="openai:judge", out_dir=tmp_path / "split",
+                                          kind_options={"mucr_input": "split"}, max_new_tokens=32), workspace=workspace)
     section = result.summary["mucr"]
     assert section["c2e"]["n"] == 4 and section["cue"]["n"] == 4
     first_cue = {r["id"]: r for r in load_records(release)}

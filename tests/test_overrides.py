@@ -7,6 +7,7 @@ import hashlib
 
 from sqlalchemy import select
 
+from cftools.generate.llm_task import LLMRun
 from cftools.annotate.rules import render_label_config
 from cftools.kinds.cvqa.model import NUMERICAL_DIRECT
 from cftools.kinds.cvqa.generate import rewrite
@@ -37,7 +38,7 @@ def test_an_edited_prompt_wins_and_show_names_its_file(tmp_path, run_cli, stub, 
     edited.write_text(edited.read_text() + "\n{# our edit #}Be brief.\n")
     ws = load_workspace(tmp_path / "ws")
     assert run_cli("ingest", "table", write_table(tmp_path / "t.csv", NUMBER_QUESTIONS)).exit_code == 0
-    rewrite(ws.store, stub_backend(stub), NUMERICAL_DIRECT, limit=1, quiet=True, workspace_root=ws.root)
+    rewrite(ws.store, stub_backend(stub), NUMERICAL_DIRECT, run=LLMRun(quiet=True, workspace_root=ws.root), limit=1)
     with ws.store.session() as session:
         gen = session.execute(select(Generation)).scalars().first()
         item = session.execute(select(Item).where(Item.origin == "generated")).scalars().first()

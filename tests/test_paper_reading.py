@@ -16,7 +16,7 @@ from collections import defaultdict
 
 import pytest
 
-from cftools.evaluate.run import run_eval
+from cftools.evaluate.run import EvalOptions, run_eval
 from cftools.kinds.cvqa.scores import script_count, script_yes_no
 
 WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"]
@@ -134,7 +134,8 @@ def test_paper_reading_reproduces_the_c_vqa_scripts_accuracies(sample_release, t
     release, rows = sample_release
     model = ScriptedModel(rows)
     expected = script_accuracies(rows, model)
-    result = run_eval(release, "blind", mode="generate", out_dir=tmp_path / "paper", answerer=model, reading="paper")
+    result = run_eval(release, "blind",
+                      options=EvalOptions(mode="generate", out_dir=tmp_path / "paper", reading="paper"), answerer=model)
     assert result.config["reading"] == "paper" and result.summary["answered"] == 2 * len(rows)
     got = {r["group"]: r for r in result.summary["cvqa"]["rows"]}
     for cvqa_type, group in (("direct", "numerical-direct"), ("indirect", "numerical-indirect"),
@@ -146,7 +147,8 @@ def test_paper_reading_reproduces_the_c_vqa_scripts_accuracies(sample_release, t
         assert round(100 * row["drop"]["value"], 1) == pytest.approx(expected[cvqa_type]["diff"], abs=0.051)
 
     # cftools' strict reading of the same replies scores lower: the report lists each question read otherwise
-    strict = run_eval(release, "blind", mode="generate", out_dir=tmp_path / "strict", answerer=model)
+    strict = run_eval(release, "blind", options=EvalOptions(mode="generate", out_dir=tmp_path / "strict"),
+                      answerer=model)
     assert strict.config["reading"] is None and "reading_differences" not in strict.summary
     paper_lines = {(p["id"], p["which"]): p for p in result.predictions}
     strict_lines = {(p["id"], p["which"]): p for p in strict.predictions}

@@ -519,21 +519,22 @@ def test_eval_on_ray_with_its_workers_killed_mid_run_gives_the_predictions_of_a_
     import torch
 
     import held_images
-    from cftools.evaluate.run import run_eval
+    from cftools.evaluate.run import EvalOptions, run_eval
     from test_eval_shard import small_release
 
     release = small_release(tmp_path / "release-1.0")
     before = torch.get_num_threads()
     torch.set_num_threads(1)  # as the workers compute (Ray gives each one CPU's thread): the same floats
     try:
-        local = run_eval(release, f"hf:{tiny_llava_dir}", mode="rank", batch_size=1, device="cpu",
-                         out_dir=tmp_path / "local")
+        local = run_eval(release, f"hf:{tiny_llava_dir}",
+                         options=EvalOptions(mode="rank", batch_size=1, device="cpu", out_dir=tmp_path / "local"))
     finally:
         torch.set_num_threads(before)
     monkeypatch.setattr("cftools.evaluate.remote.LandedAnswerer", held_images.HeldAnswerer)
-    on_ray, error = run_held_and_killed(lambda: run_eval(release, f"hf:{tiny_llava_dir}", mode="rank", batch_size=1,
-                                                         device="cpu", out_dir=tmp_path / "ray",
-                                                         ray=two_nodes.address))
+    on_ray, error = run_held_and_killed(lambda: run_eval(release, f"hf:{tiny_llava_dir}",
+                                                         options=EvalOptions(mode="rank", batch_size=1, device="cpu",
+                                                                             out_dir=tmp_path / "ray",
+                                                                             ray=two_nodes.address)))
     assert error is None, error
     assert on_ray.asked == local.asked > 0
     assert on_ray.predictions == local.predictions
@@ -564,7 +565,7 @@ def test_as_completed_hands_out_more_units_as_a_growing_limit_rises():
 
 
 def test_run_jobs_keeps_as_many_calls_in_flight_as_a_growing_limit_allows():
-    from cftools.llm.runner import JobResult, run_jobs
+    from cftools.llm.runner import JobResult, Shown, run_jobs
 
     limit, lock, running, peak = [1], threading.Lock(), [0], [0]
     together = threading.Barrier(4, timeout=60)
@@ -584,7 +585,7 @@ def test_run_jobs_keeps_as_many_calls_in_flight_as_a_growing_limit_allows():
 
     written: list[int] = []
     stats = run_jobs(range(6), work, lambda batch: written.extend(r.job for r in batch), concurrency=lambda: limit[0],
-                     quiet=True)
+                     shown=Shown(quiet=True))
     assert sorted(written) == list(range(6)) and stats.done == 6 and stats.failed == 0
     assert peak[0] == 4
 

@@ -23,7 +23,7 @@ from release_stock import stock_every_kind
 from cftools.cli import main
 from cftools.errors import CftoolsError, InputError
 from cftools.evaluate.rescore import score_changes
-from cftools.evaluate.run import run_eval
+from cftools.evaluate.run import EvalOptions, run_eval
 from cftools.release.diff import diff_releases, read_release, release_folder
 from cftools.release.export import ExportOptions, export_release
 from cftools.release.layout import MANIFEST_NAME, RECORDS_NAME
@@ -104,14 +104,15 @@ def releases(tmp_path_factory):
     workspace = init_workspace(root / "ws")
     keys = stock_every_kind(workspace, CVQA_REAL, root / "in")
     a = export_release(workspace, "bench", "1", root / "out", options=ExportOptions(licence=LICENCE)).path
-    runs = {mode: run_eval(a, "blind", mode=mode, answerer=Scripted(), workspace=workspace,
-                           out_dir=root / "runs" / f"a-{mode}") for mode in ("generate", "rank")}
+    runs = {mode: run_eval(a, "blind", options=EvalOptions(mode=mode, out_dir=root / "runs" / f"a-{mode}"),
+                           answerer=Scripted(), workspace=workspace) for mode in ("generate", "rank")}
     edits = edit_store(workspace, keys, root / "in" / "more")
     done = cli("--workspace", workspace.root, "export", "bench", "--version", "2", "--out", root / "out",
                "--licence", LICENCE, "--previous", "bench@1")
     assert done.exit_code == 0, done.output
     b = root / "out" / "bench-2"
-    on_b = {mode: run_eval(b, "blind", mode=mode, answerer=Scripted(), out_dir=root / "runs" / f"b-{mode}")
+    on_b = {mode: run_eval(b, "blind", options=EvalOptions(mode=mode, out_dir=root / "runs" / f"b-{mode}"),
+                           answerer=Scripted())
             for mode in ("generate", "rank")}  # not in the store: only A's runs are traced
     yield {"workspace": workspace, "a": a, "b": b, "edits": edits, "runs": runs, "on_b": on_b, "root": root}
     workspace.close()

@@ -28,7 +28,7 @@ import pytest
 from release_stock import add_published_mucr, stock_every_kind
 from test_browser import UI_TIMEOUT_MS, browser, save_screenshot  # noqa: F401 (browser: a fixture)
 
-from cftools.evaluate.run import load_run, run_eval
+from cftools.evaluate.run import EvalOptions, load_run, run_eval
 from cftools.release.export import ExportOptions, export_release
 from cftools.release.layout import load_manifest, load_records
 from cftools.release.verify import verify_release
@@ -344,8 +344,10 @@ def test_eval_import_scores_vlmevalkit_prediction_files_as_cftools_eval(stocked_
     reply_of = {q.key: scripted_reply(q, n) for n, q in enumerate(sorted(asked, key=lambda q: q.key))}
     replies = {(q.prompt.text, tuple(str(i) for i in q.prompt.images)): reply_of[q.key] for q in asked}
     assert len(replies) == len(asked)  # every question has its own prompt
-    direct = run_eval(release, "hf:replayed", mode="generate", out_dir=tmp_path / "direct", answerer=ReplayModel(
-        replies), device="cpu")
+    direct = run_eval(release, "hf:replayed",
+                      options=EvalOptions(mode="generate", out_dir=tmp_path / "direct",
+                                          device="cpu"), answerer=ReplayModel(
+        replies))
 
     files = []
     for n, name in enumerate(VLMEVALKIT_FILES):

@@ -11,6 +11,7 @@ from typing import Literal
 import pytest
 from sqlalchemy import select
 
+from cftools.generate.llm_task import LLMRun
 from cftools.checks import run_checks
 from cftools.generate.rederive import rederive, rederive_enabled, rederive_schema
 from cftools.ingest.readers import ingest_table
@@ -61,7 +62,7 @@ def test_a_server_refuses_a_schema_outside_the_strict_subset(stub):
 
 
 def test_rewrite_sends_the_groups_schema_and_records_its_hash(sources, stub):
-    report = rewrite(sources.store, stub_backend(stub), BOOLEAN, quiet=True)
+    report = rewrite(sources.store, stub_backend(stub), BOOLEAN, run=LLMRun(quiet=True))
     assert report.items_created == 1 and report.parse_failures == 0
     body = stub.received[-1]["body"]
     assert body["response_format"]["json_schema"]["name"] == "boolean_rewrite" and "stop" not in body
@@ -84,7 +85,8 @@ def test_prompt_mode_puts_the_schema_in_the_prompt_and_validates_the_reply(sourc
         return "Sure! ```json\n" + structured_reply(schema, prompt) + "\n```"
 
     stub.reply = reply
-    report = rewrite(sources.store, stub_backend(stub, structured_output="prompt"), NUMERICAL_DIRECT, quiet=True)
+    report = rewrite(sources.store, stub_backend(stub, structured_output="prompt"), NUMERICAL_DIRECT,
+                     run=LLMRun(quiet=True))
     assert report.items_created == 2 and report.parse_failures == 0
     with sources.store.session() as session:
         gens = session.execute(select(Generation)).scalars().all()
@@ -120,7 +122,7 @@ def test_a_reply_outside_the_schema_is_recorded_and_retried(sources, stub):
         '{"reasoning": "more", "new_question": "How many cats if one came?", "new_answer": "three"}'
         if request.get("temperature", 0) == 0 else structured_reply(request["response_format"]["json_schema"]["schema"],
                                                                     prompt))
-    report = rewrite(sources.store, stub_backend(stub), NUMERICAL_DIRECT, limit=1, quiet=True)
+    report = rewrite(sources.store, stub_backend(stub), NUMERICAL_DIRECT, run=LLMRun(quiet=True), limit=1)
     assert report.items_created == 1 and report.parse_failures == 1
     with sources.store.session() as session:
         first, second = session.execute(select(Generation).order_by(Generation.attempt)).scalars().all()
@@ -207,8 +209,8 @@ def rederive_reply(agree: set[str]):
 def test_answer_disputed_flags_a_draft_the_model_derives_differently(sources, stub):
     stub.reply = rederive_reply(agree={"How many cats are there?"})
     backend = stub_backend(stub)
-    rewrite(sources.store, backend, NUMERICAL_DIRECT, quiet=True)  # the stub's drafts: count + 1
-    report = rederive(sources.store, backend, CVQA_REDERIVE, quiet=True)
+    rewrite(sources.store, backend, NUMERICAL_DIRECT, run=LLMRun(quiet=True))  # the stub's drafts: count + 1
+    report = rederive(sources.store, backend, CVQA_REDERIVE, run=LLMRun(quiet=True))
     assert report.selected == 2 and report.items_created == 2
     schema = stub.received[-1]["body"]["response_format"]["json_schema"]["schema"]
     assert list(schema["properties"]) == ["reasoning", "answer"] and schema["properties"]["answer"]["type"] == "integer"
@@ -220,7 +222,7 @@ def test_answer_disputed_flags_a_draft_the_model_derives_differently(sources, st
     assert len(flags) == 1  # the cats' draft agrees; the cars' does not
     reason, question = flags[0]
     assert "cars" in question and "re-derived '12' where the draft says '6'" in reason and "5 and the change" in reason
-    again = rederive(sources.store, backend, CVQA_REDERIVE, quiet=True)
+    again = rederive(sources.store, backend, CVQA_REDERIVE, run=LLMRun(quiet=True))
     assert again.selected == 0  # each answer is re-derived once
 
 
@@ -234,7 +236,7 @@ def test_answer_disputed_on_cfmm_picks_among_the_options(workspace, stub):
                                            "counterfactual": ["the dog", "the cat"]}}))
     stub.reply = lambda request, prompt: json.dumps({"reasoning": "A mouse-sized dog is smaller than a cat.",
                                                      "answer": "the cat"})
-    report = rederive(workspace.store, stub_backend(stub), CFMM_REDERIVE, quiet=True)
+    report = rederive(workspace.store, stub_backend(stub), CFMM_REDERIVE, run=LLMRun(quiet=True))
     assert report.items_created == 1
     schema = stub.received[-1]["body"]["response_format"]["json_schema"]["schema"]
     assert schema["properties"]["answer"]["enum"] == ["the dog", "the cat"]

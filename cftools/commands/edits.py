@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import click
 from rich.markup import escape
 
 from cftools.commands.common import console, err_console, pass_workspace, print_json
 from cftools.commands.exit_codes import exit_for_failures
-from cftools.commands.generation import llm_options, print_estimate, ray_run_address, run_with_llm
+from cftools.commands.generation import llm_options, llm_run, print_estimate, ray_run_address, run_with_llm
 from cftools.errors import CftoolsError
 from cftools.progress import StepProgress, step_progress
 from cftools.workspace import Workspace
+
+if TYPE_CHECKING:  # the command imports it where it runs, as it does the rest of cftools.generate
+    from cftools.generate.edits import EditOptions
 
 
 def size_option(ctx: click.Context, param: click.Parameter, value: Optional[str]) -> Optional[str]:
@@ -62,15 +66,15 @@ def edits_cmd(workspace: Workspace, kinds: tuple[str, ...], groups: tuple[str, .
     condition: C-VQA, CFMM), and irrelevant edits the answer does not depend on. The LLM writes both edit
     instructions per item; the edit model makes --per-item candidates of each with recorded seeds; the edit checks
     rank them, best first. A rerun does only what is missing."""
-    from cftools.generate.edits import editable_items, write_instructions
+    from cftools.generate.edits import EditOptions, editable_items, write_instructions
     from cftools.generate.llm_task import text_params
     from cftools.generate.edits import LOCAL_MAX_TOKENS
 
     items = editable_items(workspace.store, kinds, groups, limit)
+    run = llm_run(workspace, template_path, concurrency, refresh, max_attempts, quiet or as_json)
     instructions = run_with_llm(workspace, backend, model, lambda llm, config: write_instructions(
-        workspace.store, llm, items, params=text_params(config, 200, llm.name, LOCAL_MAX_TOKENS),
-        template_path=template_path, workspace_root=workspace.root, concurrency=concurrency, refresh=refresh,
-        max_attempts=max_attempts, console=err_console, quiet=quiet or as_json, irrelevant=irrelevant))
+        workspace.store, llm, items, run=replace(run, params=text_params(config, 200, llm.name, LOCAL_MAX_TOKENS)),
+        irrelevant=irrelevant))
     controls = getattr(instructions, "controls", None)
     if controls is not None and controls.estimate:  # --estimate: nothing called, no image made either
         print_estimate(controls, as_json, "edit instructions")
@@ -85,8 +89,8 @@ def edits_cmd(workspace: Workspace, kinds: tuple[str, ...], groups: tuple[str, .
     with step_progress(err_console, quiet=quiet, as_json=as_json,
                        labels={"images": "edited images (candidates)"}) as shown:
         report = make_edits(workspace, shown, items, edit_backend, edit_model, licence, allow_non_commercial,
-                            answerer, dict(per_item=per_item, seed=seed, steps=steps, guidance=guidance, size=size,
-                                           irrelevant=irrelevant))
+                            answerer, EditOptions(per_item=per_item, seed=seed, steps=steps, guidance=guidance,
+                                                  size=size, irrelevant=irrelevant))
     report.instructions = instructions.as_dict()
     if as_json:
         print_json(report.as_dict())
@@ -104,7 +108,7 @@ def edits_cmd(workspace: Workspace, kinds: tuple[str, ...], groups: tuple[str, .
 
 def make_edits(workspace: Workspace, shown: StepProgress, items: list, edit_backend: Optional[str],
                edit_model: Optional[str], licence: Optional[str], allow_non_commercial: Optional[bool],
-               answerer: Optional[str], settings: dict):  # noqa: ANN201
+               answerer: Optional[str], options: EditOptions):  # noqa: ANN201
     """The image step: load the edit model (and the answerer), make the missing candidates, each counted on SHOWN."""
     from cftools.generate.edits import generate_edits
     from cftools.imagegen.edits import make_edit_backend
@@ -129,8 +133,8 @@ def make_edits(workspace: Workspace, shown: StepProgress, items: list, edit_back
             with shown.waiting(f"loading the answerer {answerer}"):
                 checker = load_answerer(parse_model_spec(answerer), "auto", "auto", workspace.section("llm"),
                                         store=workspace.store)
-        return generate_edits(workspace.store, workspace.root, edit, items, answerer=checker,
-                              progress=lambda made, total, failed: shown("images", made + failed, total), **settings)
+        return generate_edits(workspace.store, workspace.root, edit, items, options=options, answerer=checker,
+                              progress=lambda made, total, failed: shown("images", made + failed, total))
     finally:
         edit.close()
         if checker is not None and hasattr(checker, "close"):

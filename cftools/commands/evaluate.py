@@ -3,6 +3,7 @@ cftools.evaluate.run, .merge and .shards)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional
 
@@ -15,7 +16,7 @@ from cftools.errors import CftoolsError
 from cftools.progress import step_progress
 from cftools.evaluate.predictions import READINGS, STRICT, EvalResult
 from cftools.evaluate.report import compare_table, rich_tables
-from cftools.evaluate.run import MODES, load_run, run_eval
+from cftools.evaluate.run import MODES, EvalOptions, load_run, run_eval
 from cftools.evaluate.shards import Shard, is_main_process, launched_processes, parse_shard
 from cftools.evaluate.vlm import DEVICES, DTYPES, SCORES
 
@@ -150,25 +151,27 @@ def eval_run(ctx: click.Context, release: Path, model: str, mode: str, score: st
         def progress(done: int, total: int) -> None:
             shown("questions", done, total)
 
-        arguments = dict(mode=mode, score=score, batch_size=parse_batch_size(batch_size), device=device, dtype=dtype,
-                         limit=limit, out_dir=out_dir, template=template, max_new_tokens=max_new_tokens,
-                         judge=judge, workspace=workspace, concurrency=concurrency, progress=progress,
-                         judge_aggregate=judge_aggregate, options=kind_options,
-                         notify=lambda note: err_console.print(f"[yellow]{escape(note)}[/]"),
-                         allow_downloads=allow_downloads, prompt_variant=prompt_variant, swap_options=swap_options,
-                         verify=not no_verify, reading=reading, waiting=shown.waiting)
+        options = EvalOptions(mode=mode, score=score, batch_size=parse_batch_size(batch_size), device=device,
+                              dtype=dtype, limit=limit, out_dir=out_dir, template=template,
+                              max_new_tokens=max_new_tokens, judge=judge, judge_aggregate=judge_aggregate,
+                              concurrency=concurrency, allow_downloads=allow_downloads, prompt_variant=prompt_variant,
+                              swap_options=swap_options, kind_options=kind_options, shard=shard,
+                              verify=not no_verify, reading=reading)
+        hooks = dict(workspace=workspace, progress=progress, waiting=shown.waiting,
+                     notify=lambda note: err_console.print(f"[yellow]{escape(note)}[/]"))
         address = ray_address_of(ctx, ray_address)
         if address is not None:
             if launched or shard is not None:
                 raise click.UsageError("--ray splits the questions between the cluster's workers: not with --shard "
                                        "or accelerate launch")
-            arguments.update(ray=address, ray_config=workspace.section("ray") if workspace is not None else None)
+            options = replace(options, ray=address,
+                              ray_config=workspace.section("ray") if workspace is not None else None)
         if launched:
             from cftools.evaluate.merge import run_launched
 
-            result = run_launched(release, model, **arguments)
+            result = run_launched(release, model, options=options, **hooks)
         else:
-            result = run_eval(release, model, shard=shard, **arguments)
+            result = run_eval(release, model, options=options, **hooks)
     if result is None:  # not the first process of a launch: the first one merges and prints
         return
     if shard is not None:

@@ -6,7 +6,7 @@ The money and batch options (--max-cost, --estimate, --batch-api) reach the runs
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import click
 from cftools.terminal import escape
@@ -14,7 +14,7 @@ from cftools.terminal import escape
 from cftools.commands.common import console, print_json, ray_address, ray_option
 from cftools.commands.exit_codes import PARTIAL_FAILURE, document_exit_codes, exit_for_failures
 from cftools.errors import WorkspaceError
-from cftools.generate.llm_task import DEFAULT_MAX_ATTEMPTS
+from cftools.generate.llm_task import DEFAULT_MAX_ATTEMPTS, LLMRun
 from cftools.generate.run_controls import ControlledBackend, RunControls
 from cftools.llm import BACKENDS, make_backend
 from cftools.llm.cost import money, price_for
@@ -94,6 +94,15 @@ def llm_options(command: Callable | None = None, *, backend_flag: str = "--backe
     return document_exit_codes(command)
 
 
+def llm_run(workspace: Any, template_path: Optional[Path], concurrency: Optional[int], refresh: bool,
+            max_attempts: int, quiet: bool) -> LLMRun:
+    """What `llm_options` say about the model calls, as the one value every generator takes (progress on stderr)."""
+    from cftools.commands.common import err_console
+
+    return LLMRun(template_path=template_path, workspace_root=workspace.root, concurrency=concurrency,
+                  refresh=refresh, max_attempts=max_attempts, console=err_console, quiet=quiet)
+
+
 rederive_option = click.option(
     "--rederive/--no-rederive", default=None,
     help="Then ask the model to re-derive each draft's answer (check answer_disputed); one call per draft "
@@ -109,8 +118,8 @@ def rederive_drafts(workspace: Any, llm: Any, config: dict[str, Any], spec: Any,
 
     if not (wanted if wanted is not None else rederive_enabled(config, llm.name)):
         return None
-    report = rederive(workspace.store, llm, spec, console=err_console, quiet=quiet or as_json,
-                      workspace_root=workspace.root)
+    report = rederive(workspace.store, llm, spec,
+                      run=LLMRun(console=err_console, quiet=quiet or as_json, workspace_root=workspace.root))
     if report.stats.interrupted:
         raise click.ClickException("interrupted; what finished is stored, rerun the same command to continue")
     if not as_json:

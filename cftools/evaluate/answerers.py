@@ -74,7 +74,7 @@ class ChatAnswerer:
         """The replies to PROMPTS; with SCHEMA (an OutputSchema) the backend is asked for it the way it takes it
         (`response_format`, constrained decoding, or the schema in the prompt)."""
         from cftools.llm import request_key
-        from cftools.llm.runner import JobResult, run_jobs
+        from cftools.llm.runner import JobResult, Shown, run_jobs
 
         requests = []
         for index, prompt in enumerate(prompts):
@@ -114,8 +114,8 @@ class ChatAnswerer:
                 if r.ok:
                     answers[r.job[0]] = r.value
 
-        stats = run_jobs(todo, work, write, concurrency=self.concurrency, description="model calls",
-                         quiet=self.quiet, ready=ready)
+        stats = run_jobs(todo, work, write, concurrency=self.concurrency, shown=Shown("model calls", quiet=self.quiet),
+                         ready=ready)
         if stats.interrupted:
             raise KeyboardInterrupt
         missing = [i for i in range(len(prompts)) if i not in answers]

@@ -13,14 +13,17 @@ gives the same result.
 
 from __future__ import annotations
 
+import contextlib
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 from cftools.errors import CftoolsError
 from cftools.evaluate.answerers import parse_model_spec
 from cftools.evaluate.predictions import EvalResult, read_predictions
-from cftools.evaluate.run import PREDICTIONS_NAME, differences, finish_run, identity_of, read_run_config, run_eval
+from cftools.evaluate.run import (PREDICTIONS_NAME, EvalOptions, differences, finish_run, identity_of, read_run_config,
+                                  run_eval)
 from cftools.evaluate.shards import (Key, Shard, gather_predictions, launch_state, read_manifest, shard_manifests,
                                      shard_prediction_files, write_text_atomically)
 
@@ -114,18 +117,21 @@ def wants_cpu(model: str, device: str) -> bool:
     return device == "cpu" or parse_model_spec(model).kind != "hf" or not torch.cuda.is_available()
 
 
-def run_launched(release_dir: Path | str, model: str, device: str = "auto", workspace: Any = None,
+def run_launched(release_dir: Path | str, model: str, *, options: EvalOptions = EvalOptions(), workspace: Any = None,
                  progress: Optional[Callable[[int, int], None]] = None,
-                 notify: Optional[Callable[[str], None]] = None, **options: Any) -> Optional[EvalResult]:
+                 notify: Optional[Callable[[str], None]] = None,
+                 waiting: Callable[[str], contextlib.AbstractContextManager] = lambda what: contextlib.nullcontext(),
+                 ) -> Optional[EvalResult]:
     """One process of `accelerate launch -m cftools eval ...`: ask this process's shard; once every process
     has finished, the first one merges the run and returns it, the others return None."""
-    state = launch_state(cpu=wants_cpu(model, device))  # first: it says so if accelerate is missing
+    state = launch_state(cpu=wants_cpu(model, options.device))  # first: it says so if accelerate is missing
     from accelerate.utils import gather_object
 
     shard = Shard(state.process_index + 1, state.num_processes)
     main = state.is_main_process
-    result = run_eval(release_dir, model, device=process_device(state, device), workspace=workspace,
-                      progress=progress if main else None, notify=notify if main else None, shard=shard, **options)
+    own = replace(options, device=process_device(state, options.device), shard=shard)
+    result = run_eval(release_dir, model, options=own, workspace=workspace, progress=progress if main else None,
+                      notify=notify if main else None, waiting=waiting)
     asked = gather_object([result.asked])  # waits for every process: all shards are written
     state.wait_for_everyone()
     end_process_group()  # nothing more is said between processes; a group left open can abort one at exit

@@ -11,7 +11,7 @@ after the batches before it are answered and written, as without prefetching. Th
 `with` block ends, however it ends.
 
 Prefetching is on by default for a model on a GPU and off on the CPU (there the background thread takes cores
-from the model itself); CFTOOLS_PREFETCH=0 or 1 (or `run_eval(prefetch=...)`) decides otherwise. The results are
+from the model itself); CFTOOLS_PREFETCH=0 or 1 (or `EvalOptions(prefetch=...)`) decides otherwise. The results are
 the same either way.
 """
 

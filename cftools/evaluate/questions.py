@@ -203,18 +203,28 @@ def pair_questions(record: dict[str, Any], ctx: EvalContext, kind: Kind) -> list
     return questions
 
 
+@dataclass(frozen=True)
+class Wording:
+    """How a run words its questions: reply lengths, the prompt variant, swapped options, each kind's options."""
+
+    max_new_tokens: int = 16
+    explain_tokens: int = 128
+    prompt_variant: str = "plain"
+    swap_options: bool = False
+    options: Optional[dict[str, Any]] = None
+
+
 def build_questions(release_dir: Path, records: Iterable[dict[str, Any]], templates: PromptTemplates, mode: str,
-                    needs_image: bool, max_new_tokens: int = 16, explain_tokens: int = 128,
-                    prompt_variant: str = "plain", swap_options: bool = False,
-                    options: Optional[dict[str, Any]] = None) -> tuple[list[Question], Skipped]:
+                    needs_image: bool, *, wording: Wording = Wording()) -> tuple[list[Question], Skipped]:
     """Every question of every record, as its kind asks them, minus those the model cannot be asked (counted in
     Skipped)."""
     from cftools.kinds import get_kind
 
     skipped = Skipped()
     ctx = EvalContext(release_dir=release_dir, templates=templates, mode=mode, needs_image=needs_image,
-                      max_new_tokens=max_new_tokens, explain_tokens=explain_tokens, skipped=skipped,
-                      prompt_variant=prompt_variant, swap_options=swap_options, options=dict(options or {}))
+                      max_new_tokens=wording.max_new_tokens, explain_tokens=wording.explain_tokens, skipped=skipped,
+                      prompt_variant=wording.prompt_variant, swap_options=wording.swap_options,
+                      options=dict(wording.options or {}))
     questions: list[Question] = []
     for record in records:
         questions.extend(get_kind(str(record.get("kind"))).eval_questions(record, ctx))

@@ -218,15 +218,16 @@ class BQuestions:
     def of(self, settings: tuple) -> dict[str, dict[tuple[str, str], Any]]:
         """mode -> (id, which) -> Question, for the settings' mode (both modes for a run that mixed them)."""
         if settings not in self.cache:
-            from cftools.evaluate.questions import build_questions
+            from cftools.evaluate.questions import Wording, build_questions
 
             mode, needs_image, template, max_new_tokens, variant, swap, options = settings
             templates = self.templates(template)
+            wording = Wording(max_new_tokens=max_new_tokens, prompt_variant=variant, swap_options=swap,
+                              options=json.loads(options))
             built = {}
             for one in ([mode] if mode else ["rank", "generate"]):
                 questions, _ = build_questions(self.diff.b.path, self.records, templates, one, needs_image,
-                                               max_new_tokens, prompt_variant=variant, swap_options=swap,
-                                               options=json.loads(options))
+                                               wording=wording)
                 built[one] = {q.key: q for q in questions}
             self.cache[settings] = built
         return self.cache[settings]

@@ -55,6 +55,7 @@ import hashlib
 import json
 import re
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Sequence
 
@@ -66,7 +67,7 @@ from cftools.evaluate.metrics import summarize
 from cftools.evaluate.predictions import (READINGS, STRICT, EvalResult, append_predictions, strict_lines,
                                           outcomes_from_predictions, prediction_line, read_predictions, read_reply,
                                           reading_differences, record_eval_run)
-from cftools.evaluate.questions import SWAPPED, PromptTemplates, Question, build_questions
+from cftools.evaluate.questions import SWAPPED, PromptTemplates, Question, Wording, build_questions
 from cftools.evaluate.shards import (Shard, gather_predictions, shard_prediction_files, start_shard,
                                      write_text_atomically)
 from cftools.kinds import all_kinds
@@ -301,52 +302,89 @@ def mixed_modes(records: Sequence[dict]) -> dict[str, str]:
     return modes if len(set(modes.values())) > 1 else {}
 
 
-def run_eval(release_dir: Path | str, model: str, mode: Optional[str] = None, score: str = "mean-loss",
-             batch_size: Optional[int | str] = None, device: str = "auto", dtype: str = "auto", limit: Optional[int] = None,
-             out_dir: Optional[Path] = None, template: Optional[str] = None, max_new_tokens: int = 16,
-             judge: Optional[str] = None, workspace: Any = None, concurrency: int = 4,
-             progress: Optional[Callable[[int, int], None]] = None,
-             answerer: Any = None, notify: Optional[Callable[[str], None]] = None,
-             allow_downloads: bool = False, prompt_variant: str = PLAIN, swap_options: bool = False,
-             judge_aggregate: str = "best-match", options: Optional[dict[str, Any]] = None,
-             shard: Optional[Shard] = None, verify: bool = True, reading: str = STRICT,
-             ray: Optional[str] = None, ray_config: Optional[dict[str, Any]] = None,
-             prefetch: Optional[bool] = None,
+@dataclass(frozen=True)
+class EvalOptions:
+    """How one run asks its questions: what `cftools eval run`'s options say, passed to `run_eval` as one value.
+
+    KIND_OPTIONS: each kind's own options (named after it, e.g. `cfmm_...`); only those of the release's kinds enter
+    the run's identity. SHARD, RAY, RAY_CONFIG and PREFETCH: see `run_eval`."""
+
+    mode: Optional[str] = None
+    score: str = "mean-loss"
+    batch_size: Optional[int | str] = None
+    device: str = "auto"
+    dtype: str = "auto"
+    limit: Optional[int] = None
+    out_dir: Optional[Path] = None
+    template: Optional[str] = None
+    max_new_tokens: int = 16
+    judge: Optional[str] = None
+    judge_aggregate: str = "best-match"
+    concurrency: int = 4
+    allow_downloads: bool = False
+    prompt_variant: str = PLAIN
+    swap_options: bool = False
+    kind_options: Optional[dict[str, Any]] = None
+    shard: Optional[Shard] = None
+    verify: bool = True
+    reading: str = STRICT
+    ray: Optional[str] = None
+    ray_config: Optional[dict[str, Any]] = None
+    prefetch: Optional[bool] = None
+
+
+def check_options(options: EvalOptions) -> None:
+    """Refuse an unknown mode, score, reading or judge aggregate, or a batch size below 1, before anything runs."""
+    if options.mode is not None and options.mode not in MODES:
+        raise CftoolsError(f"unknown mode {options.mode!r}; choose one of {', '.join(MODES)}")
+    if options.score not in SCORES:
+        raise CftoolsError(f"unknown score {options.score!r}; choose one of {', '.join(SCORES)}")
+    if options.batch_size is not None and options.batch_size not in (AUTO, 0) and int(options.batch_size) < 1:
+        raise CftoolsError("--batch-size must be at least 1 (or auto)")
+    if options.reading not in READINGS:
+        raise CftoolsError(f"unknown reading {options.reading!r}; choose one of {', '.join(READINGS)}")
+    if options.judge_aggregate not in JUDGE_AGGREGATES:
+        raise CftoolsError(f"unknown judge aggregate {options.judge_aggregate!r}; choose one of "
+                           f"{', '.join(JUDGE_AGGREGATES)}")
+
+
+def wording_of(options: EvalOptions, kind_options: dict[str, Any]) -> Wording:
+    """How this run's questions are worded (with the kinds' options that apply)."""
+    return Wording(max_new_tokens=options.max_new_tokens, prompt_variant=options.prompt_variant,
+                   swap_options=options.swap_options, options=kind_options)
+
+
+def run_eval(release_dir: Path | str, model: str, *, options: EvalOptions = EvalOptions(), workspace: Any = None,
+             answerer: Any = None, progress: Optional[Callable[[int, int], None]] = None,
+             notify: Optional[Callable[[str], None]] = None,
              waiting: Callable[[str], contextlib.AbstractContextManager] = lambda what: contextlib.nullcontext(),
              ) -> EvalResult:
-    """Run (or resume) an evaluation; returns the run's configuration, summary and predictions.
+    """Run (or resume) an evaluation as OPTIONS say; returns the run's configuration, summary and predictions.
 
-    PROGRESS hears (questions answered, questions in all); WAITING(what) wraps the steps of unknown length (the
-    release's verification, the model's load), for a spinner.
+    ANSWERER, when given, answers instead of the model MODEL names (tests, replays). PROGRESS hears (questions
+    answered, questions in all); NOTIFY hears notes for the user; WAITING(what) wraps the steps of unknown length
+    (the release's verification, the model's load), for a spinner.
 
-    The release is verified first and refused when it fails, unless not VERIFY (then the report says so).
-    READING: how generated replies are read, cftools' strict reading or the papers' own scripts' (`paper`).
+    The release is verified first and refused when it fails, unless not `options.verify` (then the report says so).
+    `options.reading`: how generated replies are read, cftools' strict reading or the papers' own scripts' (`paper`).
 
-    With SHARD, ask only that shard's share into its own predictions file and write no report: the result
+    With `options.shard`, ask only that shard's share into its own predictions file and write no report: the result
     holds the share's predictions and an empty summary (`cftools.evaluate.merge` makes the run's).
 
-    With RAY (a cluster address, or `local`), an `hf:` model answers on Ray workers, several batches at once
-    (`cftools.evaluate.remote`); this process still writes every prediction, as it comes back. API and blind
+    With `options.ray` (a cluster address, or `local`), an `hf:` model answers on Ray workers, several batches at
+    once (`cftools.evaluate.remote`); this process still writes every prediction, as it comes back. API and blind
     answerers run here as always (their calls go through the store's request cache).
 
-    PREFETCH: prepare the next batch's inputs on a background thread while this one runs (`cftools.evaluate.
-    prefetch`; default: on for a model on a GPU, unless CFTOOLS_PREFETCH says otherwise); the predictions are the
-    same either way."""
+    `options.prefetch`: prepare the next batch's inputs on a background thread while this one runs (`cftools.
+    evaluate.prefetch`; default: on for a model on a GPU, unless CFTOOLS_PREFETCH says otherwise); the predictions
+    are the same either way."""
     release_dir = Path(release_dir)
-    if mode is not None and mode not in MODES:
-        raise CftoolsError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
-    if score not in SCORES:
-        raise CftoolsError(f"unknown score {score!r}; choose one of {', '.join(SCORES)}")
-    if batch_size is not None and batch_size not in (AUTO, 0) and int(batch_size) < 1:
-        raise CftoolsError("--batch-size must be at least 1 (or auto)")
-    if reading not in READINGS:
-        raise CftoolsError(f"unknown reading {reading!r}; choose one of {', '.join(READINGS)}")
-    if judge_aggregate not in JUDGE_AGGREGATES:
-        raise CftoolsError(f"unknown judge aggregate {judge_aggregate!r}; choose one of {', '.join(JUDGE_AGGREGATES)}")
-    options = {k: v for k, v in sorted((options or {}).items()) if v is not None}
+    check_options(options)
+    mode, device, dtype, batch_size = options.mode, options.device, options.dtype, options.batch_size
+    kind_options = {k: v for k, v in sorted((options.kind_options or {}).items()) if v is not None}
     spec = parse_model_spec(model)
     with waiting("verifying the release"):
-        content = release_content(release_dir, verify, workspace)
+        content = release_content(release_dir, options.verify, workspace)
     records = load_records(release_dir)
     if mode is None:  # the paper's method for the release's kind
         mode = paper_mode(records, spec)
@@ -358,20 +396,19 @@ def run_eval(release_dir: Path | str, model: str, mode: Optional[str] = None, sc
     if mode == "rank" and not can_rank(spec):
         raise CftoolsError("rank mode needs token log-probabilities: use an hf: model, blind (the embedded "
                            "model), or --mode generate")
-    check_prompt_variant(prompt_variant)
-    templates = PromptTemplates(template, workspace.root if workspace is not None else None)
-    if limit is not None:
-        records = first_askable(records, limit, lambda chosen: build_questions(
-            release_dir, chosen, templates, mode, spec.needs_image, max_new_tokens, prompt_variant=prompt_variant,
-            swap_options=swap_options, options=options)[0])
+    check_prompt_variant(options.prompt_variant)
+    templates = PromptTemplates(options.template, workspace.root if workspace is not None else None)
+    if options.limit is not None:
+        wording = wording_of(options, kind_options)
+        records = first_askable(records, options.limit, lambda chosen: build_questions(
+            release_dir, chosen, templates, mode, spec.needs_image, wording=wording)[0])
     present = {str(r.get("kind")) for r in records}
     # a kind's options are named after it: only those of the kinds in this release enter the run's identity
-    options = {k: v for k, v in options.items() if k.split("_", 1)[0] in present}
-    questions, skipped = build_questions(release_dir, records, templates, mode, spec.needs_image, max_new_tokens,
-                                         prompt_variant=prompt_variant, swap_options=swap_options,
-                                         options=options)
-    on_ray = ray is not None and spec.kind == "hf" and answerer is None
-    if ray is not None and not on_ray and notify:
+    kind_options = {k: v for k, v in kind_options.items() if k.split("_", 1)[0] in present}
+    questions, skipped = build_questions(release_dir, records, templates, mode, spec.needs_image,
+                                         wording=wording_of(options, kind_options))
+    on_ray = options.ray is not None and spec.kind == "hf" and answerer is None
+    if options.ray is not None and not on_ray and notify:
         notify(f"--ray: {spec} is asked from this process (only hf: models run on Ray workers)")
     if spec.kind == "hf":
         from cftools.evaluate.vlm import resolve_device, resolve_dtype
@@ -379,7 +416,7 @@ def run_eval(release_dir: Path | str, model: str, mode: Optional[str] = None, sc
         if on_ray:
             from cftools.evaluate.remote import cluster_device
 
-            device = cluster_device(device, ray)
+            device = cluster_device(device, options.ray)
         device = resolve_device(device) if not on_ray else device
         dtype = resolve_dtype(dtype, device)
     else:
@@ -388,38 +425,39 @@ def run_eval(release_dir: Path | str, model: str, mode: Optional[str] = None, sc
     config = {
         "release": str(release_dir.resolve()), "release_name": release_dir.resolve().name,
         "release_manifest_sha256": hash_file(release_dir / MANIFEST_NAME), "release_content_sha256": content,
-        "verified": verify,
-        "model": str(spec), "mode": mode, "score": score if mode == "rank" else None,
-        "score_rule": ("lowest mean token loss of the option wins" if score == "mean-loss"
+        "verified": options.verify,
+        "model": str(spec), "mode": mode, "score": options.score if mode == "rank" else None,
+        "score_rule": ("lowest mean token loss of the option wins" if options.score == "mean-loss"
                        else "highest summed log-probability of the option wins") if mode == "rank" else None,
-        "template": templates.name, "template_sha256": templates.sha256, "max_new_tokens": max_new_tokens,
-        "device": device, "dtype": dtype, "batch_size": batch_size, "limit": limit, "judge": judge,
-        "judge_aggregate": judge_aggregate if judge else None, "kind_options": options or None,
+        "template": templates.name, "template_sha256": templates.sha256, "max_new_tokens": options.max_new_tokens,
+        "device": device, "dtype": dtype, "batch_size": batch_size, "limit": options.limit, "judge": options.judge,
+        "judge_aggregate": options.judge_aggregate if options.judge else None, "kind_options": kind_options or None,
         "items": len(records), "questions": len(questions), "skipped": skipped.as_dict(),
         # None when not asked for, so run folders made before these options still match
-        "prompt": prompt_variant if prompt_variant != PLAIN else None, "swap_options": True if swap_options else None,
-        "reading": reading if reading != STRICT else None,
+        "prompt": options.prompt_variant if options.prompt_variant != PLAIN else None,
+        "swap_options": True if options.swap_options else None,
+        "reading": options.reading if options.reading != STRICT else None,
         "cftools_version": __version__,
     }
     notes: list[str] = []
-    if out_dir:
-        out_dir = Path(out_dir)
+    if options.out_dir:
+        out_dir = Path(options.out_dir)
     else:
-        out_dir = default_out_dir(release_dir, str(spec), mode, score, workspace, run_identity(config),
-                                  prompt_variant, swap_options)
+        out_dir = default_out_dir(release_dir, str(spec), mode, options.score, workspace, run_identity(config),
+                                  options.prompt_variant, options.swap_options)
         notes = why_new_run(out_dir, config)
     for note in notes:
         if notify:
             notify(note)
     created = not out_dir.exists()
     out_dir.mkdir(parents=True, exist_ok=True)
-    predictions_path = out_dir / (PREDICTIONS_NAME if shard is None else shard.predictions_name)
+    predictions_path = out_dir / (PREDICTIONS_NAME if options.shard is None else options.shard.predictions_name)
     # one run at a time asks into a predictions file; a run refused before it stored anything leaves no folder
     with removed_unless_stored(out_dir, predictions_path, created), predictions_lock(predictions_path):
         check_config(out_dir, config)
         write_config(out_dir, config)
-        if shard is not None:
-            share = set(start_shard(out_dir, shard, identity_of(config), [q.key for q in questions]))
+        if options.shard is not None:
+            share = set(start_shard(out_dir, options.shard, identity_of(config), [q.key for q in questions]))
             questions = [q for q in questions if q.key in share]
         done = cached_predictions(out_dir, predictions_path)
         todo = [q for q in questions if q.key not in done]
@@ -429,15 +467,17 @@ def run_eval(release_dir: Path | str, model: str, mode: Optional[str] = None, sc
         if todo and on_ray:
             from cftools.evaluate.remote import remote_answerer
 
-            answerer = remote_answerer(str(spec), device, dtype, ray, allow_downloads, ray_config)
+            answerer = remote_answerer(str(spec), device, dtype, options.ray, options.allow_downloads,
+                                       options.ray_config)
         if todo:
             with waiting(f"loading {model}"):
-                answerer = answerer or load_answerer(spec, device, dtype, llm_config, store, concurrency,
-                                                     allow_downloads=allow_downloads)
-            if judge and any(q.judged for q in todo):
-                with waiting(f"loading the judge {judge}"):
-                    judge_answerer = load_answerer(parse_model_spec(f"blind:{judge}"), device, dtype, llm_config,
-                                                   store, concurrency)
+                answerer = answerer or load_answerer(spec, device, dtype, llm_config, store, options.concurrency,
+                                                     allow_downloads=options.allow_downloads)
+            if options.judge and any(q.judged for q in todo):
+                with waiting(f"loading the judge {options.judge}"):
+                    judge_answerer = load_answerer(parse_model_spec(f"blind:{options.judge}"), device, dtype,
+                                                   llm_config, store, options.concurrency)
+        how = Marking(mode, options.score, templates, judge_answerer, options.judge_aggregate, options.reading)
         asked = 0
         if progress:
             progress(len(questions) - len(todo), len(questions))
@@ -447,12 +487,13 @@ def run_eval(release_dir: Path | str, model: str, mode: Optional[str] = None, sc
         try:
             if getattr(answerer, "in_flight", 1) > 1:  # a cluster's workers: batches side by side, each written
                 # as it comes back
-                asked = ask_side_by_side(answerer, todo, batch_size, predictions_path, lambda batch: ask_batch(
-                    answerer, batch, mode, score, templates, judge_answerer, judge_aggregate, reading),
-                    lambda n: progress and progress(len(questions) - len(todo) + n, len(questions)))
+                asked = ask_side_by_side(answerer, todo, batch_size, predictions_path,
+                                         lambda batch: ask_batch(answerer, batch, how),
+                                         lambda n: progress and progress(len(questions) - len(todo) + n,
+                                                                         len(questions)))
                 start = len(todo)
             # the next batch's inputs are prepared on a background thread while this one runs (`prefetch`)
-            with prefetching(answerer if start < len(todo) else None, prefetch) as asking:
+            with prefetching(answerer if start < len(todo) else None, options.prefetch) as asking:
                 while start < len(todo):
                     batch = next_batch(todo, start, batch_size)
                     submit_batch(asking, batch_calls(batch, mode))
@@ -460,8 +501,7 @@ def run_eval(release_dir: Path | str, model: str, mode: Optional[str] = None, sc
                         submit_batch(asking, batch_calls(next_batch(todo, start + len(batch), batch_size), mode))
                     try:
                         with naming_the_question(batch):
-                            lines = ask_batch(asking, batch, mode, score, templates, judge_answerer,
-                                              judge_aggregate, reading)
+                            lines = ask_batch(asking, batch, how)
                     except ModelCallsFailed as exc:
                         exc.nothing_stored = exc.nothing_stored and not asked  # earlier batches' lines are stored
                         raise
@@ -484,7 +524,7 @@ def run_eval(release_dir: Path | str, model: str, mode: Optional[str] = None, sc
                 answerer.close()
         done = cached_predictions(out_dir, predictions_path)
         predictions = [done[key] for key in sorted(q.key for q in questions) if key in done]
-        if shard is not None:
+        if options.shard is not None:
             return EvalResult(out_dir=out_dir, config=config, summary={}, predictions=predictions, asked=asked,
                               notes=notes)
         return finish_run(out_dir, config, predictions, asked=asked, notes=notes, workspace=workspace)
@@ -611,23 +651,34 @@ def naming_the_question(batch: Sequence[Question]) -> Iterator[None]:
         raise CftoolsError(f"record {question.item_id} ({question.which} question): {exc}") from None
 
 
-def ask_batch(answerer: Any, batch: list[Question], mode: str, score: str, templates: PromptTemplates,
-              judge: Optional[ChatAnswerer] = None, judge_aggregate: str = "best-match",
-              reading: str = STRICT) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class Marking:
+    """How a run marks the model's replies as prediction lines: its mode and score, the judge of judged questions
+    (and its templates and aggregate), and how generated replies are read."""
+
+    mode: str
+    score: str
+    templates: PromptTemplates
+    judge: Optional[ChatAnswerer] = None
+    judge_aggregate: str = "best-match"
+    reading: str = STRICT
+
+
+def ask_batch(answerer: Any, batch: list[Question], how: Marking) -> list[dict[str, Any]]:
     """Ask one batch of questions; one prediction line per question."""
-    rank, generate = split_by_call(batch, mode)
+    rank, generate = split_by_call(batch, how.mode)
     lines: dict[tuple[str, str], dict[str, Any]] = {}
     if rank:
         for question, scores in zip(rank, answerer.score_options([q.prompt for q in rank])):
-            lines[question.key] = rank_line(question, scores, score)
+            lines[question.key] = rank_line(question, scores, how.score)
     if generate:
         for question, raw in zip(generate, answerer.generate([q.prompt for q in generate])):
             if question.judged:
-                verdict = (judge_answer(judge, templates, question, raw, judge_aggregate) if judge is not None
-                           else {"similarities": None})
+                verdict = (judge_answer(how.judge, how.templates, question, raw, how.judge_aggregate)
+                           if how.judge is not None else {"similarities": None})
                 lines[question.key] = prediction_line(question, raw, None, None, extra=verdict)
             else:
-                lines[question.key] = generated_line(question, raw, reading)
+                lines[question.key] = generated_line(question, raw, how.reading)
     return [lines[q.key] for q in batch]
 
 

@@ -37,14 +37,13 @@ from typing import Any, Callable, Optional
 
 import PIL.Image
 from pydantic import Field
-from rich.console import Console
 from sqlalchemy import select
 from sqlmodel import Session
 
 from cftools.errors import CftoolsError
 from cftools.distributed import as_completed, in_flight_of
 from cftools.generate.claims import Claims, selection_start
-from cftools.generate.llm_task import DEFAULT_MAX_ATTEMPTS, LLMJob, LLMReport, LLMTask, ParseError, run_llm_task
+from cftools.generate.llm_task import DEFAULT_MAX_ATTEMPTS, LLMJob, LLMReport, LLMRun, LLMTask, ParseError, run_llm_task
 from cftools.images import GENERATED_IMAGES_FOLDER, read_image_file, register_image
 from cftools.imagegen.edit_checks import answer_flip_flag, answer_kept_flag, check_edit, rank_edits
 from cftools.imagegen.edits import EditSettings
@@ -185,21 +184,17 @@ def instruction_prompt(template: PromptTemplate, item: EditableItem) -> str:
                   answer=s.counterfactual_answer)
 
 
-def write_instructions(store: Store, llm: Backend, items: list[EditableItem], *, params: dict[str, Any],
-                       template_path: Optional[Path] = None, workspace_root: Optional[Path] = None,
-                       concurrency: Optional[int] = None, refresh: bool = False,
-                       max_attempts: int = DEFAULT_MAX_ATTEMPTS, console: Optional[Console] = None,
-                       quiet: bool = False, irrelevant: bool = True) -> LLMReport:
-    """Both edit instructions for each of ITEMS that lacks one (see the module docstring); without IRRELEVANT an
-    item that has its relevant instruction is not asked again."""
-    template = load_prompt(TEMPLATE, template_path, workspace_root)
+def write_instructions(store: Store, llm: Backend, items: list[EditableItem], *, run: LLMRun,
+                       irrelevant: bool = True) -> LLMReport:
+    """Both edit instructions for each of ITEMS that lacks one, as RUN says (see the module docstring); without
+    IRRELEVANT an item that has its relevant instruction is not asked again."""
+    template = load_prompt(TEMPLATE, run.template_path, run.workspace_root)
     selected_at = selection_start(store)
     fresh = fresh_data(store, [i.id for i in items])  # read after the start: what other workers finished shows
     jobs = [LLMJob(label=f"item {i.key}", key=f"{GENERATOR}:{i.key}", group=i.group,
                    messages=[text_message(instruction_prompt(template, i))], context={"item_id": i.id})
             for i in items if not needs_nothing(fresh.get(i.id, i.data).get("edit") or {}, irrelevant)]
-    return run_llm_task(store, llm, EditInstructionTask(template, max_attempts), jobs, params=params, concurrency=concurrency,
-                        refresh=refresh, max_attempts=max_attempts, console=console, quiet=quiet,
+    return run_llm_task(store, llm, EditInstructionTask(template, run.max_attempts), jobs, run=run,
                         selected_at=selected_at)
 
 
@@ -208,6 +203,20 @@ def needs_nothing(edit: dict[str, Any], irrelevant: bool = True) -> bool:
 
 
 # ------------------------------------------------------------------ step 2: the candidates
+@dataclass(frozen=True)
+class EditOptions:
+    """What `cftools generate edits` asks of the edit model: PER_ITEM candidates of each edit (candidate k with
+    seed SEED + k), its STEPS, GUIDANCE and SIZE (None: the model's own), and with IRRELEVANT the irrelevant edits
+    too."""
+
+    per_item: int = 4
+    seed: int = 0
+    steps: Optional[int] = None
+    guidance: Optional[float] = None
+    size: Optional[str] = None
+    irrelevant: bool = True
+
+
 @dataclass
 class EditsReport:
     backend: str
@@ -266,10 +275,23 @@ def check_candidates(item: EditableItem, candidates: dict[str, dict], paths: dic
     return [r.as_dict() for r in rank_edits(reports)]
 
 
-def record_candidates(store: Store, item: EditableItem, results: list, folder: Path, seed: int, answerer: Any,
-                      report: EditsReport, finish: Callable[[Any, bool], None], which: Which = RELEVANT) -> None:
+@dataclass
+class EditsRun:
+    """One `generate_edits` run, as its steps share it: the store, the images' folder, the base seed, the answerer
+    that checks the candidates (or None), and the report being filled."""
+
+    store: Store
+    folder: Path
+    seed: int
+    answerer: Any
+    report: EditsReport
+
+
+def record_candidates(run: EditsRun, item: EditableItem, results: list, finish: Callable[[Any, bool], None],
+                      which: Which = RELEVANT) -> None:
     """Store one item's new candidates of one edit (files first, then one transaction) and rank all of that edit's
     candidates."""
+    store, report = run.store, run.report
     candidates_field, failures_field, checks_field = (which.field(f) for f in ("candidates", "failures", "checks"))
     new: dict[str, dict] = {}
     made: list[Path] = []
@@ -279,7 +301,7 @@ def record_candidates(store: Store, item: EditableItem, results: list, folder: P
             if not result.ok:
                 failures.append({"item_id": item.id, "edit": which.name, **result.as_dict()})
                 continue
-            path = save_png(result.image, folder, made)
+            path = save_png(result.image, run.folder, made)
             new[str(result.k)] = {"image": f"sha256:{path.stem}", "provenance": result.provenance, "_path": path}
             report.images_made += 1
         measured = [read_image_file(c.pop("_path")) for c in new.values()]
@@ -300,13 +322,13 @@ def record_candidates(store: Store, item: EditableItem, results: list, folder: P
             paths = {f"sha256:{sha}": Path(p) for sha, p in rows} | {f"sha256:{m.sha256}": Path(m.path)
                                                                      for m in measured}
             if candidates:
-                data[checks_field] = check_candidates(item, candidates, paths, answerer, which)
+                data[checks_field] = check_candidates(item, candidates, paths, run.answerer, which)
                 report.flagged += bool(data[checks_field][0]["flags"])
             stored.data, stored.updated_at = data, utcnow()
             session.add(stored)
             session.add(ItemEvent(item_id=item.id, stage="generate edits", from_status=stored.status,
                                   to_status=stored.status, detail={"edit": which.name, "new": sorted(new, key=int),
-                                                                   "failed": len(failures), "seed": seed}))
+                                                                   "failed": len(failures), "seed": run.seed}))
             finish(session, not failures)
         report.failures += failures
     except BaseException:
@@ -316,11 +338,11 @@ def record_candidates(store: Store, item: EditableItem, results: list, folder: P
 
 
 def generate_edits(store: Store, workspace_root: Path, backend: Any, items: list[EditableItem], *,
-                   per_item: int = 4, seed: int = 0, steps: Optional[int] = None, guidance: Optional[float] = None,
-                   size: Optional[str] = None, answerer: Any = None, irrelevant: bool = True,
+                   options: EditOptions = EditOptions(), answerer: Any = None,
                    progress: Optional[Callable[[int, int, int], None]] = None) -> EditsReport:
-    """The missing candidates of every edit of ITEMS that has its instruction (with IRRELEVANT the irrelevant edit
-    too); returns what happened."""
+    """The missing candidates of every edit of ITEMS that has its instruction (with `options.irrelevant` the
+    irrelevant edit too), checked by ANSWERER when given; returns what happened."""
+    per_item, seed, irrelevant = options.per_item, options.seed, options.irrelevant
     folder = Path(workspace_root) / GENERATED_IMAGES_FOLDER
     report = EditsReport(backend=backend.name, model=backend.model, licence=getattr(backend, "licence", None),
                          items=len(items), irrelevant=irrelevant, folder=str(folder))
@@ -353,10 +375,12 @@ def generate_edits(store: Store, workspace_root: Path, backend: Any, items: list
         item, _, instruction, missing = todo[job]
         original = PIL.Image.open(item.image_path).convert("RGB")
         return backend.edit(original, instruction, EditSettings(
-            n=per_item, seed=seed, steps=steps, guidance=guidance, size=size, candidates=missing))
+            n=per_item, seed=seed, steps=options.steps, guidance=options.guidance, size=options.size,
+            candidates=missing))
 
     # a backend on a Ray cluster (`--ray`) edits as many items at once as it has workers; this process writes each
     in_flight = in_flight_of(backend)  # grows as nodes join the cluster
+    run = EditsRun(store, folder, seed, answerer, report)
     try:
         for keys in claims.batches(in_flight):
             if keys is None:  # the rest is held by other workers: wait for them to finish or die
@@ -364,8 +388,8 @@ def generate_edits(store: Store, workspace_root: Path, backend: Any, items: list
                 continue
             for job, results in as_completed(keys, edit, in_flight):
                 item, which = todo[job][:2]
-                record_candidates(store, item, results, folder, seed, answerer, report,
-                                  finish=lambda session, ok, job=job: claims.finish(session, [job], ok), which=which)
+                record_candidates(run, item, results, which=which,
+                                  finish=lambda session, ok, job=job: claims.finish(session, [job], ok))
                 report.seconds = time.perf_counter() - started
                 if progress:
                     progress(report.images_made, total, len(report.failures))

@@ -19,8 +19,9 @@ generation_id, attempt)` (creates or updates items). `run_llm_task` does the res
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Iterator, Optional
 
 from jinja2 import TemplateError
@@ -38,13 +39,36 @@ from cftools.llm.prompts import PromptTemplate
 from cftools.llm.structured import (OutputSchema, ReplyError, backend_mode, schema_provenance,
                                     structured_request)
 from cftools.generate.claims import DEFAULT_LEASE_S, Claims
-from cftools.llm.runner import JobResult, RunStats, run_jobs
+from cftools.llm.runner import JobResult, RunStats, Shown, run_jobs
 from cftools.models import DRAFT, Generation, Item, ItemEvent, utcnow
 from cftools.store import Store
 
 DEFAULT_MAX_ATTEMPTS = 3
 RETRY_TEMPERATURE = 0.7
 DEFAULT_CONCURRENCY = {"local": 1, "openai": 8}
+
+
+@dataclass(frozen=True)
+class LLMRun:
+    """How a generator's model calls run, the same for every generator (`llm_options`: --template, --concurrency,
+    --refresh, --max-attempts, --quiet); built once by the command and passed as one value.
+
+    PARAMS: the backend's sampling parameters (None: the generator's own defaults, `LLMRun.or_params`);
+    TEMPLATE_PATH: the user's own prompt template (else the workspace's copy under WORKSPACE_ROOT, else the
+    packaged one)."""
+
+    params: Optional[dict[str, Any]] = None
+    template_path: Optional[Path] = None
+    workspace_root: Optional[Path] = None
+    concurrency: Optional[int] = None
+    refresh: bool = False
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    console: Optional[Console] = None
+    quiet: bool = False
+
+    def or_params(self, params: dict[str, Any]) -> "LLMRun":
+        """This run, with PARAMS when it names none of its own."""
+        return self if self.params else replace(self, params=params)
 
 
 class ParseError(ValueError):
@@ -314,20 +338,20 @@ def structure_jobs(task: LLMTask, jobs: list[LLMJob], backend: Backend) -> None:
         job.provenance = {**job.provenance, "output_schema": schema_provenance(schema, mode)}
 
 
-def run_llm_task(store: Store, backend: Backend, task: LLMTask, jobs: list[LLMJob], *, params: dict[str, Any],
-                 group: Optional[str] = None, concurrency: int | None = None, refresh: bool = False,
-                 max_attempts: int = DEFAULT_MAX_ATTEMPTS, console: Console | None = None,
-                 quiet: bool = False, lease_s: float = DEFAULT_LEASE_S,
+def run_llm_task(store: Store, backend: Backend, task: LLMTask, jobs: list[LLMJob], *, run: LLMRun,
+                 group: Optional[str] = None, lease_s: float = DEFAULT_LEASE_S,
                  selected_at: Optional[datetime] = None) -> LLMReport:
-    """Run JOBS for TASK with BACKEND; other workers on the same store share the jobs (`cftools.generate.claims`).
-    SELECTED_AT is when the caller started choosing the jobs. Returns what this worker did."""
+    """Run JOBS for TASK with BACKEND as RUN says; other workers on the same store share the jobs
+    (`cftools.generate.claims`). SELECTED_AT is when the caller started choosing the jobs. Returns what this worker
+    did."""
     report = LLMReport(generator=task.generator, group=group, backend=backend.name, model=backend.model,
                        template=task.template.name, selected=len(jobs))
+    params = dict(run.params or {})
     if jobs and task.schema_for(jobs[0]) is not None:
         params = {k: v for k, v in params.items() if k not in UNSTRUCTURED_ONLY}
     structure_jobs(task, jobs, backend)
-    attempts = Attempts(store, backend, task, params, max_attempts, refresh)
-    per_worker = concurrency or DEFAULT_CONCURRENCY.get(backend.name, 4)
+    attempts = Attempts(store, backend, task, params, run.max_attempts, run.refresh)
+    per_worker = run.concurrency or DEFAULT_CONCURRENCY.get(backend.name, 4)
     workers: InFlight = per_worker
     if getattr(backend, "ray_workers", None) is not None:
         # on a Ray cluster (`--ray`) each worker answers CONCURRENCY calls at once: keep every one of them busy,
@@ -336,19 +360,19 @@ def run_llm_task(store: Store, backend: Backend, task: LLMTask, jobs: list[LLMJo
     # --max-cost, --estimate, --batch-api: a ControlledBackend's (cftools.generate.run_controls, which imports this)
     controls = getattr(backend, "controls", None)
     if controls is not None:
-        jobs = controls.start(store, backend, task, jobs, attempts, refresh, console, quiet)
+        jobs = controls.start(store, backend, task, jobs, attempts, run.refresh, run.console, run.quiet)
         if jobs is None:  # an estimate only
             return report
         workers = controls.workers(backend, workers)
     claims = Claims(store, task.generator, [job_key(job) for job in jobs], lease_s, selected_at)
     # a claim no larger than the requests in flight: the last jobs spread over every worker, not queued behind one
-    source = claimed_jobs(store, jobs, attempts, claims, refresh, batch=workers)
+    source = claimed_jobs(store, jobs, attempts, claims, run.refresh, batch=workers)
     ran = False
     try:
         report.stats = run_jobs(controls.gate(source) if controls else source, attempts.work,
                                 Writer(store, backend, task, report, claims),
-                                concurrency=workers, description=f"{task.generator} {group or ''}".strip(),
-                                console=console, quiet=quiet, total=len(jobs))
+                                concurrency=workers, total=len(jobs),
+                                shown=Shown(f"{task.generator} {group or ''}".strip(), run.console, run.quiet))
         ran = not report.stats.interrupted
     finally:
         claims.close()

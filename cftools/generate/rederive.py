@@ -13,16 +13,14 @@ drafts without a re-derivation of their current answer.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, Optional
 
 from pydantic import Field, create_model
-from rich.console import Console
 from sqlalchemy import select
 from sqlmodel import Session
 
 from cftools.generate.claims import selection_start
-from cftools.generate.llm_task import DEFAULT_MAX_ATTEMPTS, LLMJob, LLMReport, LLMTask, run_llm_task
+from cftools.generate.llm_task import LLMJob, LLMReport, LLMRun, LLMTask, run_llm_task
 from cftools.llm import Backend, text_message
 from cftools.llm.base import DEFAULT_PARAMS
 from cftools.llm.prompts import load_prompt
@@ -106,12 +104,11 @@ def drafts_to_rederive(store: Store, kind: str,
     return found[:limit] if limit is not None else found
 
 
-def rederive(store: Store, backend: Backend, spec: RederiveSpec, *, limit: Optional[int] = None,
-             params: Optional[dict[str, Any]] = None, concurrency: Optional[int] = None, refresh: bool = False,
-             max_attempts: int = DEFAULT_MAX_ATTEMPTS, console: Optional[Console] = None, quiet: bool = False,
-             workspace_root: Optional[Path] = None) -> LLMReport:
-    """Re-derive the answers of up to LIMIT drafts of the spec's kind; returns what happened."""
-    template = load_prompt(spec.template_name, None, workspace_root)
+def rederive(store: Store, backend: Backend, spec: RederiveSpec, *, run: LLMRun = LLMRun(),
+             limit: Optional[int] = None) -> LLMReport:
+    """Re-derive the answers of up to LIMIT drafts of the spec's kind, as RUN says (its template is always the
+    spec's own, or the workspace's copy); returns what happened."""
+    template = load_prompt(spec.template_name, None, run.workspace_root)
     selected_at = selection_start(store)
     jobs = []
     for item, source in drafts_to_rederive(store, spec.kind, limit):
@@ -124,6 +121,4 @@ def rederive(store: Store, backend: Backend, spec: RederiveSpec, *, limit: Optio
                            context={"item_id": item.id, "answer": item.answer,
                                     "schema": rederive_schema(spec.answer_type(item))}))
     return run_llm_task(store, backend, RederiveTask(spec, template), jobs,
-                        params=params or {**DEFAULT_PARAMS, "max_tokens": MAX_TOKENS}, concurrency=concurrency,
-                        refresh=refresh, max_attempts=max_attempts, console=console, quiet=quiet,
-                        selected_at=selected_at)
+                        run=run.or_params({**DEFAULT_PARAMS, "max_tokens": MAX_TOKENS}), selected_at=selected_at)

@@ -1,6 +1,6 @@
 """Run many model requests with a bounded number in flight, a progress bar, and a write per finished request.
 
-`run_jobs(jobs, work, write, concurrency)`: `work(job)` runs in a worker thread (the model call); `write(results)`
+`run_jobs(jobs, work, write, concurrency=N)`: `work(job)` runs in a worker thread (the model call); `write(results)`
 runs in the calling thread and commits what finished (one short transaction per batch, so a Ctrl-C or a kill
 loses at most the requests still in flight). Each result says whether it is done, failed or came from the cache.
 """
@@ -52,6 +52,16 @@ class RunStats:
                 "interrupted": self.interrupted}
 
 
+@dataclass(frozen=True)
+class Shown:
+    """How a run of jobs shows its progress: the bar's DESCRIPTION, on CONSOLE (None: rich's default), none if
+    QUIET."""
+
+    description: str = "requests"
+    console: Console | None = None
+    quiet: bool = False
+
+
 def progress_bar(console: Console | None, disable: bool = False) -> Progress:
     """The requests' bar: its count, what became of them (the shared `cftools.progress` line has no such fields),
     the time so far and the ETA."""
@@ -65,9 +75,9 @@ def progress_bar(console: Console | None, disable: bool = False) -> Progress:
 WAIT_S = 0.25
 
 
-def run_jobs(jobs: Iterable[Any], work: Callable[[Any], JobResult], write: Callable[[list[JobResult]], None],
-             concurrency: InFlight = 4, description: str = "requests", console: Console | None = None,
-             quiet: bool = False, ready: list[JobResult] | None = None, total: int | None = None) -> RunStats:
+def run_jobs(jobs: Iterable[Any], work: Callable[[Any], JobResult], write: Callable[[list[JobResult]], None], *,
+             concurrency: InFlight = 4, shown: Shown = Shown(), ready: list[JobResult] | None = None,
+             total: int | None = None) -> RunStats:
     """Run WORK over JOBS on CONCURRENCY threads, WRITE finished results in batches. READY results (e.g. cache
     hits found in bulk) are written first without a thread. JOBS may be a lazy iterator (claimed work): it may
     yield finished JobResults (written without a thread) and None ("nothing to hand out right now"). Ctrl-C stops
@@ -89,8 +99,8 @@ def run_jobs(jobs: Iterable[Any], work: Callable[[Any], JobResult], write: Calla
             finished.put(JobResult(job=job, ok=False, error=f"{type(exc).__name__}: {exc}",
                                    stops_run=exc if getattr(exc, "stops_run", False) else None))
 
-    with progress_bar(console, disable=quiet) as progress:
-        task = progress.add_task(description, total=stats.total, done=0, failed=0, cached=0, rate=0.0)
+    with progress_bar(shown.console, disable=shown.quiet) as progress:
+        task = progress.add_task(shown.description, total=stats.total, done=0, failed=0, cached=0, rate=0.0)
 
         def record(batch: list[JobResult]) -> None:
             write(batch)

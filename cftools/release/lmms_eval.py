@@ -196,7 +196,7 @@ def paper_mode(kind: Any) -> str:
 def eval_questions(release: Any, mode_of: Any = None) -> dict[str, list[tuple[Any, str]]]:
     """Per kind: (question, split) of every question `cftools eval` asks of the release's items, but judged ones;
     asked as MODE_OF(kind) gives (default: generate)."""
-    from cftools.evaluate.questions import PromptTemplates, build_questions
+    from cftools.evaluate.questions import PromptTemplates, Wording, build_questions
     from cftools.kinds import get_kind
 
     by_kind: dict[str, list[Any]] = defaultdict(list)
@@ -209,7 +209,8 @@ def eval_questions(release: Any, mode_of: Any = None) -> dict[str, list[tuple[An
         records = sorted((e.record for e in entries), key=lambda r: r["id"])
         split_of = {r["id"]: r["split"] for r in records}
         mode = mode_of(get_kind(kind_name)) if mode_of else "generate"
-        questions, _ = build_questions(release.folder, records, templates, mode, True, options=release.options)
+        questions, _ = build_questions(release.folder, records, templates, mode, True,
+                                       wording=Wording(options=release.options))
         out[kind_name] = [(q, split_of[q.item_id]) for q in questions if not q.judged]
     return out
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import click
 from rich.markup import escape
 
-from cftools.commands.common import console, err_console, pass_workspace, print_json, ray_address, ray_option
-from cftools.commands.generation import backend_for_run, rederive_drafts, rederive_option
+from cftools.commands.common import console, pass_workspace, print_json, ray_address, ray_option
+from cftools.commands.generation import backend_for_run, llm_run, rederive_drafts, rederive_option
 from cftools.commands.ingest import file_ingest_options, ingest_licence, print_ingest, report_path, showing_progress
 from cftools.generate.llm_task import DEFAULT_MAX_ATTEMPTS
 from cftools.kinds.cfmm.generate import CFMM_REDERIVE, generate_pairs, llm_params, parse_quota
@@ -45,10 +46,10 @@ def pairs_cmd(workspace: Workspace, types_text: str | None, per_image: int, limi
     config = workspace.section("llm")
     llm = backend_for_run(workspace, backend, model, ray_address(click.get_current_context(), ray_address_given))
     try:
-        report = generate_pairs(workspace.store, llm, quota=quota, per_image=per_image, limit=limit,
-                                params=llm_params(config, llm.name), concurrency=concurrency, refresh=refresh,
-                                max_attempts=max_attempts, console=err_console, quiet=quiet or as_json,
-                                workspace_root=workspace.root)
+        # no --template: CFMM has a prompt per step and type (each the workspace's copy when it has one)
+        run = replace(llm_run(workspace, None, concurrency, refresh, max_attempts, quiet or as_json),
+                      params=llm_params(config, llm.name))
+        report = generate_pairs(workspace.store, llm, run=run, quota=quota, per_image=per_image, limit=limit)
         if not report.interrupted:
             rederive_drafts(workspace, llm, config, CFMM_REDERIVE, rederive, quiet, as_json)
     finally:

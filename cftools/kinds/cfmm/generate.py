@@ -23,19 +23,17 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field, replace
 from typing import Annotated, Any, Literal, Optional
 
 from pydantic import Field, create_model
-from rich.console import Console
 from sqlalchemy import func, select
 from sqlmodel import Session
 
 from cftools.answers import normalize_answer
 from cftools.errors import CftoolsError
 from cftools.generate.rederive import RederiveSpec
-from cftools.generate.llm_task import (DEFAULT_MAX_ATTEMPTS, LLMJob, LLMTask, ParseError, insert_items,
+from cftools.generate.llm_task import (LLMJob, LLMRun, LLMTask, ParseError, insert_items,
                                        run_llm_task)
 from cftools.kinds.cfmm.model import NO_TYPE, PAPER_COUNTS, TYPES
 from cftools.llm import Backend, text_message
@@ -302,14 +300,14 @@ def existing_types(store: Store) -> Counter:
     return Counter({t: sum(per.values()) for t, per in type_status_counts(store).items()})
 
 
-def generate_pairs(store: Store, backend: Backend, *, quota: Optional[dict[str, float]] = None, per_image: int = 1,
-                   limit: Optional[int] = None, params: Optional[dict[str, Any]] = None,
-                   concurrency: Optional[int] = None, refresh: bool = False,
-                   max_attempts: int = DEFAULT_MAX_ATTEMPTS, console: Optional[Console] = None, quiet: bool = False,
-                   workspace_root: Optional[Path] = None) -> PairsReport:
-    """Draft up to LIMIT pairs (at most PER_IMAGE per image), steered by QUOTA; returns what happened."""
+def generate_pairs(store: Store, backend: Backend, *, run: LLMRun = LLMRun(),
+                   quota: Optional[dict[str, float]] = None, per_image: int = 1,
+                   limit: Optional[int] = None) -> PairsReport:
+    """Draft up to LIMIT pairs (at most PER_IMAGE per image), steered by QUOTA, as RUN says; returns what
+    happened."""
     quota = quota or paper_quota()
-    params = params or llm_params({}, backend.name)
+    run = run.or_params(llm_params({}, backend.name))
+    workspace_root = run.workspace_root
     report = PairsReport(backend=backend.name, model=backend.model, quota=quota)
     picks: Counter = Counter()
     no_type_images: set[int] = set()
@@ -339,9 +337,7 @@ def generate_pairs(store: Store, backend: Backend, *, quota: Optional[dict[str, 
             jobs.append(LLMJob(label=f"image {slot.image_id} slot {slot.slot}", messages=[text_message(prompt)],
                                source_id=slot.sources[0]["id"], context={"slot": slot, "allowed": allowed}))
         report.add(run_llm_task(store, backend, PickTask(pick_template), jobs,
-                                params={**params, "max_tokens": PICK_MAX_TOKENS},
-                                concurrency=concurrency, refresh=refresh, max_attempts=max_attempts,
-                                console=console, quiet=quiet))
+                                run=replace(run, params={**run.params, "max_tokens": PICK_MAX_TOKENS})))
         by_type: dict[str, list[LLMJob]] = defaultdict(list)
         for job in jobs:
             picked = job.context.get("picked")
@@ -360,9 +356,8 @@ def generate_pairs(store: Store, backend: Backend, *, quota: Optional[dict[str, 
                              messages=[text_message(template.render(sources=job.context["slot"].sources,
                                                                     type=pair_type))])
                       for job in picked_jobs]
-            report.add(run_llm_task(store, backend, DraftTask(pair_type, template), drafts, params=params,
-                                    group=pair_type, concurrency=concurrency, refresh=refresh,
-                                    max_attempts=max_attempts, console=console, quiet=quiet))
+            report.add(run_llm_task(store, backend, DraftTask(pair_type, template), drafts, run=run,
+                                    group=pair_type))
         if report.interrupted:
             break
     report.picked = dict(picks)

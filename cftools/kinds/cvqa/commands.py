@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import click
 
-from cftools.commands.common import console, err_console, pass_workspace, print_json
-from cftools.commands.generation import (llm_options, print_llm_report, rederive_drafts, rederive_option,
+from cftools.commands.common import console, pass_workspace, print_json
+from cftools.commands.generation import (llm_options, llm_run, print_llm_report, rederive_drafts, rederive_option,
                                          run_with_llm)
 from cftools.kinds.cvqa.generate import CVQA_REDERIVE, llm_params, reparse, rewrite
 from cftools.commands.ingest import file_ingest_options, ingest_licence, print_ingest, report_path, showing_progress
@@ -34,10 +35,9 @@ def rewrite_cmd(workspace: Workspace, group: str, limit: int | None, include_ing
     the group yet; a rerun does only what is left, and cached requests make no model call. The reply follows
     the group's output schema (reasoning first; the boolean group flips the answer first)."""
     def run(llm, config):  # noqa: ANN001, ANN202
-        report = rewrite(workspace.store, llm, group, limit=limit, template_path=template_path,
-                         concurrency=concurrency, refresh=refresh, max_attempts=max_attempts,
-                         params=llm_params(config, llm.name), include_ingested=include_ingested,
-                         console=err_console, quiet=quiet or as_json, workspace_root=workspace.root)
+        run = replace(llm_run(workspace, template_path, concurrency, refresh, max_attempts, quiet or as_json),
+                      params=llm_params(config, llm.name))
+        report = rewrite(workspace.store, llm, group, run=run, limit=limit, include_ingested=include_ingested)
         if not report.stats.interrupted:
             rederive_drafts(workspace, llm, config, CVQA_REDERIVE, rederive, quiet, as_json)
         return report

@@ -34,7 +34,7 @@ from cftools.llm.prompts import PromptTemplate, load_prompt
 from cftools.llm.structured import OutputSchema, Reply, ReplyError
 from cftools.generate.claims import selection_start
 from cftools.generate.rederive import RederiveSpec
-from cftools.generate.llm_task import (DEFAULT_MAX_ATTEMPTS, LLMJob, LLMReport as RewriteReport, LLMTask,
+from cftools.generate.llm_task import (LLMJob, LLMRun, LLMReport as RewriteReport, LLMTask,
                                        ParsedOutput, insert_items, run_llm_task)
 from cftools.kinds.cvqa.model import BOOLEAN, GROUP_ANSWER_TYPE, GROUPS as CVQA_GROUPS
 from cftools.models import (DRAFT, Generation,
@@ -204,23 +204,18 @@ def llm_params(config: dict[str, Any], backend: str | None = None) -> dict[str, 
     return params
 
 
-def rewrite(store: Store, backend: Backend, group: str, *, limit: int | None = None,
-            template_path: Path | None = None, concurrency: int | None = None, refresh: bool = False,
-            max_attempts: int = DEFAULT_MAX_ATTEMPTS, params: dict[str, Any] | None = None,
-            include_ingested: bool = False, console: Console | None = None, quiet: bool = False,
-            workspace_root: Path | None = None) -> RewriteReport:
-    """Rewrite up to LIMIT source questions into draft items of GROUP; returns what happened. The group's prompt
-    is the workspace's copy when it has one (`init --with-prompts`)."""
-    template = load_template(group, template_path, workspace_root)
+def rewrite(store: Store, backend: Backend, group: str, *, run: LLMRun = LLMRun(), limit: int | None = None,
+            include_ingested: bool = False) -> RewriteReport:
+    """Rewrite up to LIMIT source questions into draft items of GROUP as RUN says; returns what happened. The
+    group's prompt is the workspace's copy when it has one (`init --with-prompts`)."""
+    template = load_template(group, run.template_path, run.workspace_root)
     selected_at = selection_start(store)
     sources = select_sources(store, group, limit, include_ingested)
     jobs = [LLMJob(label=f"source {s['id']}", messages=[text_message(render_prompt(template, s))], source_id=s["id"],
                    key=item_key(s["id"], group),
                    group=group, context={"source": s}) for s in sources]
-    return run_llm_task(store, backend, RewriteTask(group, template), jobs, params=params or llm_params({}, backend.name),
-                        group=group, concurrency=concurrency, refresh=refresh, max_attempts=max_attempts,
-                        selected_at=selected_at,
-                        console=console, quiet=quiet)
+    return run_llm_task(store, backend, RewriteTask(group, template), jobs,
+                        run=run.or_params(llm_params({}, backend.name)), group=group, selected_at=selected_at)
 
 
 # ------------------------------------------------------------------ re-parsing stored outputs
@@ -291,8 +286,9 @@ def generate_examples(workspace: Workspace, per_group: int = 2, backend: str | N
     config = workspace.section("llm")
     llm = make_backend(config, backend, model)
     try:
-        return [rewrite(workspace.store, llm, group, limit=per_group, params=llm_params(config, llm.name),
-                        include_ingested=True, console=console, quiet=quiet, workspace_root=workspace.root)
+        run = LLMRun(params=llm_params(config, llm.name), console=console, quiet=quiet,
+                     workspace_root=workspace.root)
+        return [rewrite(workspace.store, llm, group, run=run, limit=per_group, include_ingested=True)
                 for group in CVQA_GROUPS]
     finally:
         llm.close()

@@ -3,6 +3,7 @@ images`, `generate cues`."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
@@ -12,7 +13,7 @@ from rich.markup import escape
 from cftools.commands.common import console, err_console, pass_workspace, print_json, ray_option
 from cftools.commands.common import ray_address as ray_address_of
 from cftools.commands.exit_codes import document_exit_codes, exit_for_failures
-from cftools.commands.generation import llm_options, print_llm_report, run_with_llm
+from cftools.commands.generation import llm_options, llm_run, print_llm_report, run_with_llm
 from cftools.errors import CftoolsError
 from cftools.progress import step_progress
 from cftools.commands.ingest import file_ingest_options, ingest_licence, print_ingest, report_path, showing_progress
@@ -61,11 +62,10 @@ def captions_cmd(workspace: Workspace, seeds: Path, per_group: int, backend: Opt
                  quiet: bool, as_json: bool) -> None:
     """Draft groups of concrete, drawable caption pairs from seed causalities (MuCR); drafts are checked and
     annotated like any other item."""
+    run = llm_run(workspace, template_path, concurrency, refresh, max_attempts, quiet or as_json)
     report = run_with_llm(workspace, backend, model, lambda llm, config: draft_captions(
-        workspace.store, llm, seeds, per_group=per_group, template_path=template_path, workspace_root=workspace.root,
-        params=text_params(config, max(CAPTIONS_MAX_TOKENS, CAPTION_PAIR_TOKENS * per_group), llm.name),
-        concurrency=concurrency, refresh=refresh,
-        max_attempts=max_attempts, console=err_console, quiet=quiet or as_json))
+        workspace.store, llm, seeds, per_group=per_group, run=replace(run, params=text_params(
+            config, max(CAPTIONS_MAX_TOKENS, CAPTION_PAIR_TOKENS * per_group), llm.name))))
     print_llm_report(report, as_json, "caption pairs")
 
 
@@ -79,11 +79,10 @@ def context_cmd(workspace: Workspace, limit: Optional[int], groups: tuple[str, .
                 max_attempts: int, quiet: bool, as_json: bool) -> None:
     """Expand caption pairs into contextual descriptions: one call per pair writes both (shared appearance,
     clothing, place, light; then what differs), so the two images cannot drift apart."""
+    run = llm_run(workspace, template_path, concurrency, refresh, max_attempts, quiet or as_json)
     report = run_with_llm(workspace, backend, model, lambda llm, config: write_context(
-        workspace.store, llm, limit=limit, groups=groups, template_path=template_path, workspace_root=workspace.root,
-        params=text_params(config, CONTEXT_MAX_TOKENS, llm.name, LOCAL_CONTEXT_MAX_TOKENS),
-        concurrency=concurrency, refresh=refresh,
-        max_attempts=max_attempts, console=err_console, quiet=quiet or as_json))
+        workspace.store, llm, limit=limit, groups=groups, run=replace(run, params=text_params(
+            config, CONTEXT_MAX_TOKENS, llm.name, LOCAL_CONTEXT_MAX_TOKENS))))
     print_llm_report(report, as_json, "contextual descriptions")
 
 
@@ -192,11 +191,10 @@ def cues_cmd(workspace: Workspace, limit: Optional[int], groups: tuple[str, ...]
     if from_ranking:
         made = select_from_ranking(workspace.store, limit, groups)
         err_console.print(f"{made} pairs selected by the candidates' ranking (unverified).")
+    run = llm_run(workspace, template_path, concurrency, refresh, max_attempts, quiet or as_json)
     report = run_with_llm(workspace, backend, model, lambda llm, config: draft_cues(
-        workspace.store, llm, limit=limit, groups=groups, template_path=template_path, workspace_root=workspace.root,
-        params=text_params(config, CUES_MAX_TOKENS, llm.name, LOCAL_CUES_MAX_TOKENS),
-        concurrency=concurrency, refresh=refresh,
-        max_attempts=max_attempts, console=err_console, quiet=quiet or as_json))
+        workspace.store, llm, limit=limit, groups=groups, run=replace(run, params=text_params(
+            config, CUES_MAX_TOKENS, llm.name, LOCAL_CUES_MAX_TOKENS))))
     print_llm_report(report, as_json, "cue drafts")
 
 

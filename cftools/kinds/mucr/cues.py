@@ -8,15 +8,13 @@ provenance, resume): a rerun drafts only pairs without a cue. The checks (`cue_i
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Any, Optional
 
 from pydantic import Field
-from rich.console import Console
 from sqlalchemy import select
 from sqlmodel import Session
 
-from cftools.generate.llm_task import DEFAULT_MAX_ATTEMPTS, LLMJob, LLMReport, LLMTask, run_llm_task
+from cftools.generate.llm_task import LLMJob, LLMReport, LLMRun, LLMTask, run_llm_task
 from cftools.kinds.mucr.generate import clean, render, text_params
 from cftools.llm import Backend, text_message
 from cftools.llm.prompts import PromptTemplate, load_prompt
@@ -117,12 +115,10 @@ def pairs_without_cues(store: Store, limit: Optional[int] = None, groups: tuple[
     return found[:limit] if limit is not None else found
 
 
-def draft_cues(store: Store, backend: Backend, *, limit: Optional[int] = None, groups: tuple[str, ...] = (),
-               template_path: Optional[Path] = None, workspace_root: Optional[Path] = None,
-               params: Optional[dict[str, Any]] = None, concurrency: Optional[int] = None, refresh: bool = False,
-               max_attempts: int = DEFAULT_MAX_ATTEMPTS, console: Optional[Console] = None,
-               quiet: bool = False) -> LLMReport:
-    template = load_prompt("mucr/cues.j2", template_path, workspace_root)
+def draft_cues(store: Store, backend: Backend, *, run: LLMRun = LLMRun(), limit: Optional[int] = None,
+               groups: tuple[str, ...] = ()) -> LLMReport:
+    """The cue, false cues and explanation of up to LIMIT pairs that have both images and no cue, as RUN says."""
+    template = load_prompt("mucr/cues.j2", run.template_path, run.workspace_root)
     jobs = []
     for item in pairs_without_cues(store, limit, groups):
         data = item.data or {}
@@ -134,6 +130,4 @@ def draft_cues(store: Store, backend: Backend, *, limit: Optional[int] = None, g
                         category=data.get("category"), style=data.get("style"))
         jobs.append(LLMJob(label=f"item {item.key}", messages=[text_message(prompt)], group=item.group,
                            context={"item_id": item.id}))
-    return run_llm_task(store, backend, CuesTask(template), jobs, params=params or text_params({}, CUES_MAX_TOKENS),
-                        concurrency=concurrency, refresh=refresh, max_attempts=max_attempts, console=console,
-                        quiet=quiet)
+    return run_llm_task(store, backend, CuesTask(template), jobs, run=run.or_params(text_params({}, CUES_MAX_TOKENS)))

@@ -18,13 +18,12 @@ from pathlib import Path
 from typing import Any, Literal, Optional
 
 from pydantic import Field, create_model
-from rich.console import Console
 from sqlalchemy import select
 from sqlmodel import Session
 
 from cftools.errors import InputError
 from cftools.generate.claims import selection_start
-from cftools.generate.llm_task import (DEFAULT_MAX_ATTEMPTS, LLMJob, LLMReport, LLMTask, insert_items, render,
+from cftools.generate.llm_task import (LLMJob, LLMReport, LLMRun, LLMTask, insert_items, render,
                                       run_llm_task, text_params)
 from cftools.kinds.mucr.model import CATEGORIES
 from cftools.kinds.mucr.ingest import pair_item
@@ -113,13 +112,10 @@ def pairs_without_context(store: Store, limit: Optional[int] = None, groups: tup
     return found[:limit] if limit is not None else found
 
 
-def write_context(store: Store, backend: Backend, *, limit: Optional[int] = None, groups: tuple[str, ...] = (),
-                  template_path: Optional[Path] = None, workspace_root: Optional[Path] = None,
-                  params: Optional[dict[str, Any]] = None, concurrency: Optional[int] = None, refresh: bool = False,
-                  max_attempts: int = DEFAULT_MAX_ATTEMPTS, console: Optional[Console] = None,
-                  quiet: bool = False) -> LLMReport:
-    """Contextual descriptions for up to LIMIT caption pairs that have none."""
-    template = load_prompt("mucr/context.j2", template_path, workspace_root)
+def write_context(store: Store, backend: Backend, *, run: LLMRun = LLMRun(), limit: Optional[int] = None,
+                  groups: tuple[str, ...] = ()) -> LLMReport:
+    """Contextual descriptions for up to LIMIT caption pairs that have none, as RUN says."""
+    template = load_prompt("mucr/context.j2", run.template_path, run.workspace_root)
     selected_at = selection_start(store)
     jobs = []
     for item in pairs_without_context(store, limit, groups):
@@ -130,9 +126,7 @@ def write_context(store: Store, backend: Backend, *, limit: Optional[int] = None
                            key=f"context:{item.key}",
                            context={"item_id": item.id}))
     return run_llm_task(store, backend, ContextTask(template), jobs,
-                        params=params or text_params({}, CONTEXT_MAX_TOKENS), concurrency=concurrency,
-                        refresh=refresh, max_attempts=max_attempts, console=console, quiet=quiet,
-                        selected_at=selected_at)
+                        run=run.or_params(text_params({}, CONTEXT_MAX_TOKENS)), selected_at=selected_at)
 
 
 # ------------------------------------------------------------------ caption pairs from seeds
@@ -174,13 +168,11 @@ class CaptionsTask(LLMTask):
         return insert_items(store, session, rows, "generate")
 
 
-def draft_captions(store: Store, backend: Backend, seeds_path: Path, *, per_group: int = 4,
-                   template_path: Optional[Path] = None, workspace_root: Optional[Path] = None,
-                   params: Optional[dict[str, Any]] = None, concurrency: Optional[int] = None, refresh: bool = False,
-                   max_attempts: int = DEFAULT_MAX_ATTEMPTS, console: Optional[Console] = None,
-                   quiet: bool = False) -> LLMReport:
-    """A group of PER_GROUP caption pairs per seed line; seeds that already have their group are skipped."""
-    template = load_prompt("mucr/captions.j2", template_path, workspace_root)
+def draft_captions(store: Store, backend: Backend, seeds_path: Path, *, run: LLMRun = LLMRun(),
+                   per_group: int = 4) -> LLMReport:
+    """A group of PER_GROUP caption pairs per seed line, as RUN says; seeds that already have their group are
+    skipped."""
+    template = load_prompt("mucr/captions.j2", run.template_path, run.workspace_root)
     dataset = f"captions:{Path(seeds_path).stem}"
     selected_at = selection_start(store)
     with store.session() as session:
@@ -196,7 +188,5 @@ def draft_captions(store: Store, backend: Backend, seeds_path: Path, *, per_grou
                            key=f"{dataset}:{group}",
                            context={"line": line}))
     return run_llm_task(store, backend, CaptionsTask(template, dataset, per_group), jobs,
-                        params=params or text_params({}, max(CAPTIONS_MAX_TOKENS, CAPTION_PAIR_TOKENS * per_group)),
-                        concurrency=concurrency,
-                        refresh=refresh, max_attempts=max_attempts, console=console, quiet=quiet,
+                        run=run.or_params(text_params({}, max(CAPTIONS_MAX_TOKENS, CAPTION_PAIR_TOKENS * per_group))),
                         selected_at=selected_at)

@@ -330,7 +330,8 @@ LAZY_COMMANDS: dict[str, tuple[Callable[[], click.Command], str]] = {
                             "image model."),
     "ingest": (_ingest, "Read source questions, images and existing items into the store."),
     "kinds": (_attribute("cftools.commands.kinds", "kinds_cmd"),
-              "List the registered kinds with their generators, checks, task configs, export formats and metrics."),
+              "List the registered kinds with the stages they fill, their generators, checks, task configs, export "
+              "formats and metrics."),
     "preflight": (_attribute("cftools.commands.preflight", "preflight_cmd"),
                   "What RELEASE can show, per kind and group: items, questions and images; the smallest accuracy "
                   "difference between two models it detects (80% power, alpha 0.05, paired test clustered by image); "

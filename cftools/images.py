@@ -43,6 +43,19 @@ class ImageFile:
     size_bytes: int
 
 
+def write_atomically(path: Path, data: bytes) -> None:
+    """DATA to PATH through a partial file: never a half-written file under the final name, none left behind."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".partial")
+    try:
+        with naming_the_file(path):
+            partial.write_bytes(data)
+    except BaseException:
+        partial.unlink(missing_ok=True)  # a full disk or an interrupt: no partial file left behind either
+        raise
+    partial.replace(path)
+
+
 def sha256_file(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
@@ -178,15 +191,7 @@ def save_png(image: PIL.Image.Image, folder: Path, made: Optional[list[Path]] = 
     sha = hashlib.sha256(blob).hexdigest()
     path = folder / sha[:2] / f"{sha}.png"
     if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_suffix(".partial")
-        try:
-            with naming_the_file(path):
-                partial.write_bytes(blob)
-        except OSError:
-            partial.unlink(missing_ok=True)  # a full disk: no partial file left behind either
-            raise
-        partial.replace(path)  # never a half-written file under the final name
+        write_atomically(path, blob)
         if made is not None:
             made.append(path)
     return path

@@ -18,8 +18,8 @@ from typing import Any, Callable, Iterator, Optional
 
 import PIL.Image
 
-from cftools.errors import CftoolsError, InputError, NoRecordsError, naming_the_file
-from cftools.images import ImageFile, image_ref_path, read_image_file
+from cftools.errors import CftoolsError, InputError, NoRecordsError
+from cftools.images import ImageFile, image_ref_path, read_image_file, write_atomically
 from cftools.ingest.licences import LicenceChoice, chosen_licence
 from cftools.ingest.readers import (BadRecords, IngestReport, ReadInput, image_path_problem, infer_answer_type,
                                     most_frequent_answer, outside_images, stable_key, write_bad_report,
@@ -324,15 +324,7 @@ class SourceImages:
         return ref
 
     def write(self, path: Path, data: bytes) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_suffix(".partial")
-        try:
-            with naming_the_file(path):
-                partial.write_bytes(data)
-        except BaseException:
-            partial.unlink(missing_ok=True)  # a full disk: no partial file left behind either
-            raise
-        partial.replace(path)  # never a half-written file under the final name
+        write_atomically(path, data)
         self.made.append(path)
 
     def remove_made(self) -> None:

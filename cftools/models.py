@@ -80,6 +80,8 @@ class Generation(SQLModel, table=True):
     model: str
     template_name: Optional[str] = None
     template_hash: Optional[str] = None
+    # The named prompt variant (`--prompt-variant`); None: the generator's default template
+    prompt_variant: Optional[str] = Field(default=None, index=True)
     params: Optional[dict] = json_column()
     prompt: Optional[str] = Field(default=None, sa_column=Column(Text))
     raw_output: Optional[str] = Field(default=None, sa_column=Column(Text))
@@ -129,6 +131,8 @@ class Item(SQLModel, table=True):
     # The dataset an ingested item came from, for items without a source question (caption pairs); an item
     # with a source question comes from its source's dataset. Its licence is in dataset_licences.
     dataset: Optional[str] = None
+    # The item (rejected by people, or flagged) this one was drafted again from (`generate --redo`); None: a first draft
+    redo_of: Optional[int] = Field(default=None, index=True)
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
 

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from cftools.annotate.controls import control_rate
 from cftools.annotate.figures import quality_status
+from cftools.annotate.measure import push_flagged_sample
 from cftools.annotate.pull import pull
 from cftools.annotate.push import push, waiting_kind
 from cftools.annotate.serve import serve, stop
@@ -53,17 +54,30 @@ def annotate() -> None:
 @click.option("--allow-missing-images", is_flag=True, help="Push items whose source has no image too.")
 @click.option("--if-configured", is_flag=True,
               help="Without a configured server (url and token), say how to start one and exit 0.")
+@click.option("--flagged-sample", type=click.IntRange(min=1), metavar="N",
+              help="Instead, send a seeded sample of N flagged drafts (of --kind, else of every kind) to people as "
+                   "measuring tasks, blind to the flags; they never decide the item (`cftools check --calibration`). "
+                   "N is a total: the same N again adds nothing, a larger N adds the difference.")
+@click.option("--seed", type=int, default=0, show_default=True, help="The seed of --flagged-sample's sample.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @quiet_option
 @pass_workspace
 def push_cmd(workspace: Workspace, kind: Optional[str], limit: Optional[int], adjudicate: bool, task: Optional[str],
-             data_uri: bool, allow_missing_images: bool, if_configured: bool, as_json: bool, quiet: bool) -> None:
+             data_uri: bool, allow_missing_images: bool, if_configured: bool, flagged_sample: Optional[int], seed: int,
+             as_json: bool, quiet: bool) -> None:
     """Push checked items as tasks (batched); pushed items move to in_review. Pushing again adds only new ones.
 
     With --task, push one of the kind's own tasks; an authoring task pushes the store's images instead, one task
-    per image not yet pushed."""
+    per image not yet pushed. With --flagged-sample, push measuring tasks of flagged drafts instead."""
     if task and task != "verify" and not kind:
         raise click.UsageError("--task needs --kind (the kind whose task it is)")
+    if flagged_sample is not None:
+        measured = push_flagged_sample(workspace, flagged_sample, seed, kind)
+        if as_json:
+            print_json(measured.as_dict())
+        else:
+            print_flagged_sample(measured)
+        return
     kind = kind or waiting_kind(workspace.store, adjudicate)
     with step_progress(err_console, quiet=quiet, as_json=as_json, labels={"push": "pushing tasks"}) as progress:
         report = push(workspace, kind=kind, limit=limit, adjudicate=adjudicate, data_uri=data_uri,
@@ -73,6 +87,17 @@ def push_cmd(workspace: Workspace, kind: Optional[str], limit: Optional[int], ad
         print_json(report.as_dict())
         return
     print_push(report, kind, task, adjudicate, control_rate(workspace))
+
+
+def print_flagged_sample(report: Any) -> None:
+    """What a --flagged-sample push did, in words."""
+    out = full_width_console()
+    out.print(f"Sample of {report.sample} flagged drafts (seed {report.seed}) among {report.flagged}: "
+              f"{report.measured_before} measured before, {report.pushed} measuring tasks pushed now.")
+    for person, n in report.assigned.items():
+        out.print(f"  {escape(person)}: {n} new tasks")
+    if report.reconciled:
+        out.print(f"Recorded {report.reconciled} tasks already on the server from an interrupted push.")
 
 
 def print_push(report: Any, kind: Optional[str], task: Optional[str], adjudicate: bool, rate: float) -> None:

@@ -179,6 +179,39 @@ def test_a_seeded_sample_of_flagged_drafts_goes_to_people_and_a_rerun_adds_nothi
     assert world.item_state() == before  # the drafts stay drafts, their flags as they were
 
 
+def test_a_killed_push_is_resumed_without_a_second_task(world):
+    """Two measuring tasks imported by a push killed before it recorded them are linked as measuring tasks (not
+    audits) by the next push, and nothing is imported twice."""
+    before = world.read(lambda s: sorted(s.execute(select(AnnotationTask.item_id, AnnotationTask.purpose,
+                                                          AnnotationTask.ls_task_id, AnnotationTask.assignee)
+                                                   .where(AnnotationTask.purpose == "measure")).all()))
+    ws = load_workspace(world.root)
+    try:
+        with ws.store.write() as session:
+            forgotten = [t for t in session.execute(select(AnnotationTask).where(AnnotationTask.purpose == "measure")
+                                                    .order_by(AnnotationTask.id)).scalars()][:2]
+            for task in forgotten:
+                session.delete(task)
+    finally:
+        ws.close()
+    resumed = world.json("annotate", "push", "--flagged-sample", N_DRAFTS, "--seed", SEED)
+    assert (resumed["reconciled"], resumed["pushed"], resumed["measured_before"]) == (2, 0, N_DRAFTS)
+    after = world.read(lambda s: sorted(s.execute(select(AnnotationTask.item_id, AnnotationTask.purpose,
+                                                         AnnotationTask.ls_task_id, AnnotationTask.assignee)
+                                                  .where(AnnotationTask.purpose.in_(["measure", "audit"]))).all()))
+    assert after == before
+
+
+def test_a_flagged_sample_needs_named_people(workspace, run_cli, monkeypatch):
+    config = workspace.root / "cftools.toml"
+    config.write_text(config.read_text().replace("[label_studio]\n", '[label_studio]\nurl = "http://127.0.0.1:9"\n', 1))
+    monkeypatch.setenv("LABEL_STUDIO_API_KEY", "not-a-real-token")
+    result = run_cli("annotate", "push", "--flagged-sample", "3")
+    assert result.exit_code != 0
+    assert "--flagged-sample needs [label_studio] annotators" in result.output
+    assert "not-a-real-token" not in result.output
+
+
 def test_people_judge_measuring_tasks_blind_to_the_flags_and_their_judgment_never_decides(world):
     ordinary = world.json("annotate", "push", "--kind", "cvqa")
     assert ordinary["pushed"] == 2 * len(CHECKED_ITEMS)

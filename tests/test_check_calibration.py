@@ -170,6 +170,8 @@ def test_a_seeded_sample_of_flagged_drafts_goes_to_people_and_a_rerun_adds_nothi
     assert first["pushed"] == 5 and first["flagged"] == N_DRAFTS and first["items"] == expected
     again = world.json("annotate", "push", "--flagged-sample", 5, "--seed", SEED)
     assert again["pushed"] == 0 and again["measured_before"] == 5
+    said = world.cli("annotate", "push", "--flagged-sample", 5, "--seed", SEED).output
+    assert f"Sample of 5 flagged drafts (seed {SEED}) among {N_DRAFTS}: 5 measured before, 0 measuring" in " ".join(said.split())
     more = world.json("annotate", "push", "--flagged-sample", N_DRAFTS, "--seed", SEED)
     assert more["pushed"] == N_DRAFTS - 5 and not set(more["items"]) & set(expected)
     tasks = world.measure_tasks()

@@ -32,6 +32,7 @@ from cftools.checks.edits import edit_codes
 from cftools.errors import CftoolsError
 from cftools.flags import waived_codes
 from cftools.judgments import MEASURE, VERIFY
+from cftools.kinds import get_kind
 from cftools.models import DRAFT, AnnotationTask, CheckFlag, Item
 from cftools.store import Store
 from cftools.workspace import Workspace
@@ -99,6 +100,8 @@ def push_flagged_sample(workspace: Workspace, sample: int, seed: int = 0,
     if not settings.assigns:
         raise CftoolsError("--flagged-sample needs [label_studio] annotators (or people tables): a measuring task "
                            "goes to one named person")
+    if kind is not None:
+        get_kind(kind)  # an unknown kind is an error before anything is sent
     refuse_document_root(workspace)
     store = workspace.store
     report = FlaggedSampleReport(seed, sample)

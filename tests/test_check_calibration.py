@@ -93,7 +93,8 @@ class World:
                 n = number_of(data)
                 bad = n in BAD_DRAFTS or CHECKED_ITEMS.get(n, "good").startswith("bad")
                 shown[data["check_flags"]] = shown.get(data["check_flags"], 0) + 1
-                client.annotations.create(id=task_id, lead_time=3.0, result=verify_result("yes", "no" if bad else "yes"))
+                verdict = verify_result("yes", "no" if bad else "yes")
+                client.annotations.create(id=task_id, lead_time=3.0, result=verdict)
         return shown
 
 
@@ -117,7 +118,8 @@ def set_the_scene(root: Path) -> None:
     ws = load_workspace(root)
     try:
         with ws.store.write() as session:
-            items = {int(i.question.rsplit("(item ", 1)[1].rstrip(")?")): i for i in session.execute(select(Item)).scalars()}
+            items = {int(i.question.rsplit("(item ", 1)[1].rstrip(")?")): i
+                     for i in session.execute(select(Item)).scalars()}
             for n, item in items.items():
                 item.status = CHECKED if n in CHECKED_ITEMS else DRAFT
             for code, numbers in FLAGS.items():
@@ -138,8 +140,8 @@ def world(people_servers, tmp_path_factory):
     init_workspace(root).close()
     prefix = f"c-{uuid.uuid4().hex[:8]}"
     config = root / "cftools.toml"
-    text = config.read_text().replace("[label_studio]\n", f'[label_studio]\ndocument_root = "{people_servers.media_root}"'
-                                      f'\nproject_prefix = "{prefix}"\n', 1)
+    text = config.read_text().replace("[label_studio]\n", f'[label_studio]\ndocument_root = '
+                                      f'"{people_servers.media_root}"\nproject_prefix = "{prefix}"\n', 1)
     text = text.replace("\n[annotate]\n", "\n[annotate]\ncontrol_rate = 0\n", 1)
     config.write_text(text + "\n" + people_servers.config())
     monkeypatch.setenv("CFTOOLS_WORKSPACE", str(root))
@@ -171,7 +173,8 @@ def test_a_seeded_sample_of_flagged_drafts_goes_to_people_and_a_rerun_adds_nothi
     again = world.json("annotate", "push", "--flagged-sample", 5, "--seed", SEED)
     assert again["pushed"] == 0 and again["measured_before"] == 5
     said = world.cli("annotate", "push", "--flagged-sample", 5, "--seed", SEED).output
-    assert f"Sample of 5 flagged drafts (seed {SEED}) among {N_DRAFTS}: 5 measured before, 0 measuring" in " ".join(said.split())
+    said = " ".join(said.split())
+    assert f"Sample of 5 flagged drafts (seed {SEED}) among {N_DRAFTS}: 5 measured before, 0 measuring" in said
     more = world.json("annotate", "push", "--flagged-sample", N_DRAFTS, "--seed", SEED)
     assert more["pushed"] == N_DRAFTS - 5 and not set(more["items"]) & set(expected)
     tasks = world.measure_tasks()
@@ -206,7 +209,8 @@ def test_a_killed_push_is_resumed_without_a_second_task(world):
 
 def test_a_flagged_sample_needs_named_people(workspace, run_cli, monkeypatch):
     config = workspace.root / "cftools.toml"
-    config.write_text(config.read_text().replace("[label_studio]\n", '[label_studio]\nurl = "http://127.0.0.1:9"\n', 1))
+    config.write_text(config.read_text().replace("[label_studio]\n", '[label_studio]\nurl = "http://127.0.0.1:9"\n',
+                                                 1))
     monkeypatch.setenv("LABEL_STUDIO_API_KEY", "not-a-real-token")
     result = run_cli("annotate", "push", "--flagged-sample", "3")
     assert result.exit_code != 0

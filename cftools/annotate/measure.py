@@ -72,7 +72,7 @@ def flagged_drafts(store: Store, kind: Optional[str] = None) -> list[Item]:
 
 
 def sample_order(items: list[Item], seed: int) -> list[Item]:
-    """ITEMS in the order the seed gives them: by a hash of the seed and the item's key (stable as items come and go)."""
+    """ITEMS in the order SEED gives them: by a hash of the seed and the item's key (stable as items come and go)."""
     return sorted(items, key=lambda item: hashlib.sha256(f"{seed}:{item.key}".encode()).hexdigest())
 
 

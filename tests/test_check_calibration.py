@@ -218,6 +218,16 @@ def test_a_flagged_sample_needs_named_people(workspace, run_cli, monkeypatch):
     assert "not-a-real-token" not in result.output
 
 
+@pytest.mark.parametrize("args, says", [
+    (("--seed", "3"), "--seed is the seed of --flagged-sample's sample"),
+    (("--flagged-sample", "3", "--adjudicate"), "--flagged-sample pushes measuring tasks of flagged drafts alone"),
+    (("--flagged-sample", "3", "--limit", "2"), "--flagged-sample pushes measuring tasks of flagged drafts alone"),
+])
+def test_options_that_do_not_go_with_a_flagged_sample_are_refused(workspace, run_cli, args, says):
+    result = run_cli("annotate", "push", *args)
+    assert result.exit_code == 2 and says in " ".join(result.output.split())
+
+
 def test_people_judge_measuring_tasks_blind_to_the_flags_and_their_judgment_never_decides(world):
     ordinary = world.json("annotate", "push", "--kind", "cvqa")
     assert ordinary["pushed"] == 2 * len(CHECKED_ITEMS)

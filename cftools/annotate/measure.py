@@ -49,6 +49,8 @@ class FlaggedSampleReport:
     by_kind: dict[str, int] = field(default_factory=dict)
     assigned: dict[str, int] = field(default_factory=dict)
     reconciled: int = 0  # tasks a killed push imported but did not record, linked first
+    skipped_no_image: int = 0  # drawn drafts left out: no image (--allow-missing-images pushes them)
+    skipped_outside_root: int = 0  # drawn drafts left out: image outside the document root
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -91,9 +93,10 @@ def flagged_sample(store: Store, sample: int, seed: int, kind: Optional[str] = N
     return [item for item in drawn if item.id not in measured], len(drafts), sum(i.id in measured for i in drawn)
 
 
-def push_flagged_sample(workspace: Workspace, sample: int, seed: int = 0,
-                        kind: Optional[str] = None) -> FlaggedSampleReport:
-    """Send SAMPLE flagged drafts (of KIND, else of every kind), drawn by SEED, to people as measuring tasks."""
+def push_flagged_sample(workspace: Workspace, sample: int, seed: int = 0, kind: Optional[str] = None,
+                        options: PushOptions = PushOptions()) -> FlaggedSampleReport:
+    """Send SAMPLE flagged drafts (of KIND, else of every kind), drawn by SEED, to people as measuring tasks; OPTIONS:
+    how images go (data_uri, allow_missing_images)."""
     settings = server_settings(workspace)
     if not settings.configured:
         raise LabelStudioError(settings.how_to_configure())
@@ -109,7 +112,7 @@ def push_flagged_sample(workspace: Workspace, sample: int, seed: int = 0,
     try:
         servers.check()
         verify_separation(workspace, settings, servers, "push")
-        sender = Sender(workspace, servers, settings)
+        sender = Sender(workspace, servers, settings, options.data_uri, options.allow_missing_images)
         kinds = [kind] if kind else sorted({item.kind for item in flagged_drafts(store)})
         for each in kinds:  # a killed push's measuring tasks are linked before anything is drawn
             report.reconciled += resume(PushRun(workspace, servers, settings, each, VERIFY, PushOptions()), sender)
@@ -119,10 +122,15 @@ def push_flagged_sample(workspace: Workspace, sample: int, seed: int = 0,
         for entry in wanted:
             by_kind[entry[0].kind].append(entry)
         for each, entries in sorted(by_kind.items()):
-            report.by_kind[each] = sender.send(each, entries, PushReport(purpose=MEASURE, kind=each))
+            sent = PushReport(purpose=MEASURE, kind=each)
+            report.by_kind[each] = sender.send(each, entries, sent)
             report.pushed += report.by_kind[each]
-        report.items = sorted(item.key for item, _, _ in wanted)
-        report.assigned = dict(sorted(Counter(person for _, _, person in wanted).items()))
+            report.skipped_no_image += sent.skipped_no_image
+            report.skipped_outside_root += sent.skipped_outside_root
+        linked = measured_items(store)  # what was sent, as the store recorded it (an image-less draft is not)
+        sent_now = [(item, person) for item, _, person in wanted if item.id in linked]
+        report.items = sorted(item.key for item, _ in sent_now)
+        report.assigned = dict(sorted(Counter(person for _, person in sent_now).items()))
     finally:
         servers.close()
     return report

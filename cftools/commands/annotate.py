@@ -15,6 +15,7 @@ from cftools.annotate.measure import push_flagged_sample
 from cftools.annotate.pull import pull
 from cftools.annotate.push import push, waiting_kind
 from cftools.annotate.serve import serve, stop
+from cftools.annotate.task_import import PushOptions
 from cftools.annotate.serve import servers_report
 from cftools.annotate.separation import reasons_by_person
 from cftools.annotate.status import annotation_status
@@ -58,21 +59,27 @@ def annotate() -> None:
               help="Instead, send a seeded sample of N flagged drafts (of --kind, else of every kind) to people as "
                    "measuring tasks, blind to the flags; they never decide the item (`cftools check --calibration`). "
                    "N is a total: the same N again adds nothing, a larger N adds the difference.")
-@click.option("--seed", type=int, default=0, show_default=True, help="The seed of --flagged-sample's sample.")
+@click.option("--seed", type=int, help="The seed of --flagged-sample's sample (default: 0).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @quiet_option
 @pass_workspace
 def push_cmd(workspace: Workspace, kind: Optional[str], limit: Optional[int], adjudicate: bool, task: Optional[str],
-             data_uri: bool, allow_missing_images: bool, if_configured: bool, flagged_sample: Optional[int], seed: int,
-             as_json: bool, quiet: bool) -> None:
+             data_uri: bool, allow_missing_images: bool, if_configured: bool, flagged_sample: Optional[int],
+             seed: Optional[int], as_json: bool, quiet: bool) -> None:
     """Push checked items as tasks (batched); pushed items move to in_review. Pushing again adds only new ones.
 
     With --task, push one of the kind's own tasks; an authoring task pushes the store's images instead, one task
     per image not yet pushed. With --flagged-sample, push measuring tasks of flagged drafts instead."""
     if task and task != "verify" and not kind:
         raise click.UsageError("--task needs --kind (the kind whose task it is)")
+    if flagged_sample is None and seed is not None:
+        raise click.UsageError("--seed is the seed of --flagged-sample's sample: give --flagged-sample N")
+    if flagged_sample is not None and (adjudicate or task or limit or if_configured):
+        raise click.UsageError("--flagged-sample pushes measuring tasks of flagged drafts alone: leave out "
+                               "--adjudicate, --task, --limit and --if-configured")
     if flagged_sample is not None:
-        measured = push_flagged_sample(workspace, flagged_sample, seed, kind)
+        images = PushOptions(data_uri=data_uri, allow_missing_images=allow_missing_images)
+        measured = push_flagged_sample(workspace, flagged_sample, seed or 0, kind, images)
         if as_json:
             print_json(measured.as_dict())
         else:
@@ -98,6 +105,11 @@ def print_flagged_sample(report: Any) -> None:
         out.print(f"  {escape(person)}: {n} new tasks")
     if report.reconciled:
         out.print(f"Recorded {report.reconciled} tasks already on the server from an interrupted push.")
+    if report.skipped_no_image:
+        out.print(f"[yellow]{report.skipped_no_image} drafts skipped: no image "
+                  "(--allow-missing-images pushes them anyway).[/]")
+    if report.skipped_outside_root:
+        out.print(f"[yellow]{report.skipped_outside_root} drafts skipped: image outside the document root.[/]")
 
 
 def print_push(report: Any, kind: Optional[str], task: Optional[str], adjudicate: bool, rate: float) -> None:

@@ -9,6 +9,8 @@ The design (one module-scoped world, the tests run in order on it):
 - cfmm: `generate pairs` drafts every image twice, default and terse; people accept either with p=0.6 (equal by
   design);
 - mucr: published MuCR records ingested as items; people accept them with p=0.7;
+- the cvqa drafts people rejected are drafted again (`generate rewrite --redo rejected`), checked, verified; people
+  accept a redone draft with p=0.75 (the report counts them apart; they are no variant's first draft);
 - checks flag drafts by design (the loopback model words some drafts so): `no_presupposition` on cvqa drafts of
   every fifth source, `no_condition` on cfmm drafts of every eighth image. `annotate push --flagged-sample` sends
   them all to people as measuring tasks; people reject a `no_presupposition` draft with p=0.9, a `no_condition`
@@ -40,6 +42,7 @@ from cftools.workspace import init_workspace, load_workspace
 # Until the parts of issue 48 are merged (the lead merges them): the report and the prompt variants
 pytest.importorskip("cftools.funnel.report", reason="cftools report (issue-48-report) is not merged yet")
 pytest.importorskip("cftools.generate.variants", reason="--prompt-variant (issue-48-variants) is not merged yet")
+pytest.importorskip("cftools.generate.redo", reason="--redo (issue-48-redo) is not merged yet")
 
 SEED = 48
 N_SOURCES = 40
@@ -47,7 +50,9 @@ N_MUCR = 6
 ACCEPTANCE = {("cvqa", "default"): 0.85, ("cvqa", "terse"): 0.35,  # better by design
               ("cfmm", "default"): 0.6, ("cfmm", "terse"): 0.6,  # equal by design
               ("mucr", "default"): 0.7}
+REDO_ACCEPTANCE = 0.75  # people accept a redone draft (`generate rewrite --redo rejected`) with this rate
 REJECTS_FLAGGED = {"no_presupposition": 0.9, "no_condition": 0.25}  # each check's precision by design
+REDO_MARK = "A draft for this question was written before"  # the redo template's line
 TERSE_MARKS = ("Rewrite the question into a counterfactual one", "Write a basic question answerable from the facts")
 
 
@@ -75,6 +80,11 @@ def source_number(text: str) -> int:
 def rewrite_reply(prompt: str, terse: bool) -> dict:
     n = source_number(prompt)
     answer = n % 7
+    if REDO_MARK in prompt:  # worded apart from the rejected draft (one more or two more) and from the other's redo
+        more, words = (4, "four") if "two more" in prompt.split(REDO_MARK, 1)[1] else (3, "three")
+        return {"reasoning": f"{answer} + {more} = {answer + more}",
+                "new_question": f"How many things of kind {n} would there be if {words} more were added?",
+                "new_answer": answer + more}
     if cvqa_flagged(n):  # no if-clause: no_presupposition flags it
         question = f"How many things of kind {n} are there now that {'two more came' if terse else 'one more came'}?"
     elif terse:
@@ -192,11 +202,12 @@ class World:
             .join(Item, Item.id == AnnotationTask.item_id))})
 
     def truth(self, key: str) -> bool:
-        """Whether people find item KEY good: for a draft flagged by design, its check's truth; else its arm's."""
+        """Whether people find item KEY good: for a draft flagged by design, its check's truth; for a redone draft,
+        the redo's rate; else its arm's."""
         code = flagged_by_design(self.checked).get(key)
         if code is not None:
             return not drawn(SEED, key, REJECTS_FLAGGED[code])
-        return drawn(SEED, key, ACCEPTANCE[self.checked[key]["arm"]])
+        return drawn(SEED, key, REDO_ACCEPTANCE if self.checked[key]["redo"] else ACCEPTANCE[self.checked[key]["arm"]])
 
     def people_judge(self) -> int:
         tasks = self.task_items()
@@ -213,12 +224,13 @@ def items_in(session) -> dict[str, dict]:
     for item_id, code in session.execute(select(CheckFlag.item_id, CheckFlag.code)):
         flags.setdefault(item_id, set()).add(code)
     rows = session.execute(select(Item.id, Item.key, Item.kind, Item.status, Item.question, Item.generation_id,
-                                  Generation.generator, Generation.prompt_variant)
+                                  Item.redo_of, Generation.generator, Generation.prompt_variant)
                            .outerjoin(Generation, Generation.id == Item.generation_id)).all()
     return {key: {"kind": kind, "arm": (kind, variant or "default"), "status": status,
                   "source": source_number(question) if generation_id else None, "drafted": generation_id is not None,
-                  "generator_row": (generator or NO_GENERATOR, variant or ""), "flags": flags.get(item_id, set())}
-            for item_id, key, kind, status, question, generation_id, generator, variant in rows}
+                  "redo": redo_of is not None, "generator_row": (generator or NO_GENERATOR, variant or ""),
+                  "flags": flags.get(item_id, set())}
+            for item_id, key, kind, status, question, generation_id, redo_of, generator, variant in rows}
 
 
 def configure(root: Path, people_servers, prefix: str, llm_url: str) -> None:
@@ -235,8 +247,8 @@ def configure(root: Path, people_servers, prefix: str, llm_url: str) -> None:
 
 
 def build_through_the_loop(world: World, inputs: Path) -> None:
-    """ingest -> generate (two variants) -> check -> push (measuring and verifying) -> people -> pull -> export ->
-    report, each through its command."""
+    """ingest -> generate (two variants) -> check -> push (measuring and verifying) -> people -> pull -> redo what
+    people rejected -> check -> push -> people -> pull -> export -> report, each through its command."""
     world.cli("ingest", "table", write_sources(inputs / "sources"), "--images", inputs / "sources", "--quiet")
     world.cli("ingest", "mucr", write_mucr(inputs / "mucr"), "--images", inputs / "mucr")
     for variant in ((), ("--prompt-variant", "terse")):
@@ -248,6 +260,13 @@ def build_through_the_loop(world: World, inputs: Path) -> None:
     world.answers["measure"] = world.json("annotate", "push", "--flagged-sample", sample, "--seed", SEED)
     world.answers["verify"] = {kind: world.json("annotate", "push", "--kind", kind) for kind in KINDS}
     world.answers["judged"] = world.people_judge()
+    world.cli("annotate", "pull")
+    world.answers["redo"] = world.json("generate", "rewrite", "--group", "numerical-direct", "--redo", "rejected",
+                                       "--no-rederive", "--quiet")
+    world.cli("check", "--no-embeddings", "--quiet")
+    world.checked.update({key: item for key, item in world.items().items() if item["redo"]})
+    world.answers["verify redone"] = world.json("annotate", "push", "--kind", "cvqa")
+    world.answers["judged"] += world.people_judge()
     world.cli("annotate", "pull")
     world.answers["export"] = world.json("export", "loop", "--version", "1", "--licence", "CC0-1.0", "--quiet")
     world.answers["report"] = world.json("report")
@@ -302,10 +321,10 @@ def decided_by_design(world: World) -> dict[str, bool]:
 
 
 def arms_by_design(world: World) -> dict[tuple[str, str], tuple[int, int]]:
-    """(decided, accepted) per (kind, prompt variant) arm of the drafts."""
+    """(decided, accepted) per (kind, prompt variant) arm of the first drafts."""
     arms: dict[tuple[str, str], list[int]] = {}
     for key, good in decided_by_design(world).items():
-        if world.checked[key]["drafted"]:
+        if world.checked[key]["drafted"] and not world.checked[key]["redo"]:
             arm = arms.setdefault(world.checked[key]["arm"], [0, 0])
             arm[0] += 1
             arm[1] += good
@@ -349,18 +368,23 @@ def folded(rows: list[dict], row_of) -> dict:
 
 def test_the_store_is_built_through_the_whole_loop_as_designed(world):
     items = world.items()
-    assert Counter(item["arm"] for item in items.values() if item["drafted"]) == {
+    assert Counter(item["arm"] for item in items.values() if item["drafted"] and not item["redo"]) == {
         ("cvqa", "default"): N_SOURCES, ("cvqa", "terse"): N_SOURCES,
         ("cfmm", "default"): N_SOURCES, ("cfmm", "terse"): N_SOURCES}
-    assert Counter(item["kind"] for item in items.values()) == {"cvqa": 2 * N_SOURCES, "cfmm": 2 * N_SOURCES,
-                                                                "mucr": N_MUCR}
+    redone = {key for key, item in items.items() if item["redo"]}
+    assert Counter(item["kind"] for item in items.values()) == {"cvqa": 2 * N_SOURCES + len(redone),
+                                                                "cfmm": 2 * N_SOURCES, "mucr": N_MUCR}
     flagged = flagged_by_design(world.checked)
     assert {key: item["flags"] for key, item in world.checked.items() if item["flags"]} == {
         key: {code} for key, code in flagged.items()}
     measure = world.answers["measure"]
     assert measure["pushed"] == len(flagged) and sorted(measure["items"]) == sorted(flagged)
     decided = decided_by_design(world)
-    assert sum(push["pushed"] for push in world.answers["verify"].values()) == 2 * len(decided)  # two people each
+    rejected_rewrites = {key for key, good in decided.items() if not good and items[key]["kind"] == "cvqa"
+                         and not items[key]["redo"]}
+    assert len(redone) == world.answers["redo"]["items_created"] == len(rejected_rewrites) > 0
+    pushed = sum(push["pushed"] for push in world.answers["verify"].values()) + world.answers["verify redone"]["pushed"]
+    assert pushed == 2 * len(decided)  # two people each
     assert world.answers["judged"] == 2 * len(decided) + len(flagged)
     assert {key: items[key]["status"] for key in decided} == {
         key: ACCEPTED if good else REJECTED for key, good in decided.items()}
@@ -370,7 +394,8 @@ def test_the_store_is_built_through_the_whole_loop_as_designed(world):
 
 def test_the_reports_funnel_counts_equal_the_stores(world):
     report, counted = world.answers["report"], counted_in_store(world)
-    assert report["items"] == counted["total"][""]["ingested"] == 4 * N_SOURCES + N_MUCR
+    redone = sum(item["redo"] for item in world.checked.values())
+    assert report["items"] == counted["total"][""]["ingested"] == 4 * N_SOURCES + N_MUCR + redone
     funnel = report["funnel"]
     assert Counter(funnel["total"]["counts"]) == counted["total"][""]
     assert set(funnel["total"]["counts"]) == set(report["stages"])
@@ -427,3 +452,19 @@ def test_each_checks_precision_matches_the_simulated_truth(world):
     rejected_in_verification = sum(not good for good in decided_by_design(world).values())
     misses = calibration["misses"]  # every item people verified was one no check flagged
     assert (misses["people_rejected"], misses["unflagged"]) == (rejected_in_verification, rejected_in_verification)
+
+
+def test_the_redone_drafts_are_counted_as_people_judged_them(world):
+    redone = {key: good for key, good in decided_by_design(world).items() if world.checked[key]["redo"]}
+    rows = world.answers["report"]["redo"]  # one row per generator row (its model and redo template)
+    assert {row["generator"].split(" ")[0] for row in rows} == {"rewrite"}
+    expected = Counter(redone=len(redone), decided=len(redone), accepted=sum(redone.values()))
+    assert folded_redo(rows) == {"cvqa": expected}
+
+
+def folded_redo(rows: list[dict]) -> dict[str, Counter]:
+    sums: dict[str, Counter] = {}
+    for row in rows:
+        sums[row["kind"]] = sums.get(row["kind"], Counter()) + Counter(
+            {k: row[k] for k in ("redone", "decided", "accepted")})
+    return sums

@@ -53,6 +53,7 @@ ACCEPTANCE = {("cvqa", "default"): 0.85, ("cvqa", "terse"): 0.35,  # better by d
 REDO_ACCEPTANCE = 0.75  # people accept a redone draft (`generate rewrite --redo rejected`) with this rate
 REJECTS_FLAGGED = {"no_presupposition": 0.9, "no_condition": 0.25}  # each check's precision by design
 REDO_MARK = "A draft for this question was written before"  # the redo template's line
+PRICE = {"input_per_mtok": 2.0, "output_per_mtok": 8.0}  # [llm.prices."stub"]: the loopback model's price
 TERSE_MARKS = ("Rewrite the question into a counterfactual one", "Write a basic question answerable from the facts")
 
 
@@ -234,7 +235,7 @@ def items_in(session) -> dict[str, dict]:
 
 
 def configure(root: Path, people_servers, prefix: str, llm_url: str) -> None:
-    """Each person's own server, no control items, and the loopback model."""
+    """Each person's own server, no control items, and the loopback model with its price."""
     path = root / "cftools.toml"
     text = path.read_text().replace("[label_studio]\n", f'[label_studio]\ndocument_root = '
                                     f'"{people_servers.media_root}"\nproject_prefix = "{prefix}"\n', 1)
@@ -243,6 +244,9 @@ def configure(root: Path, people_servers, prefix: str, llm_url: str) -> None:
     llm = config["llm"]
     llm["backend"], llm["model"], llm["base_url"] = "openai", "stub", llm_url
     llm["backoff_initial"], llm["backoff_max"] = 0.01, 0.05
+    prices = tomlkit.table(is_super_table=True)
+    prices["stub"] = PRICE
+    llm["prices"] = prices
     path.write_text(tomlkit.dumps(config))
 
 
@@ -418,6 +422,29 @@ def test_acceptance_per_variant_equals_the_simulated_rates_within_their_interval
         assert arm["acceptance"] == pytest.approx(accepted / decided)
         low, high = arm["interval"]
         assert low <= ACCEPTANCE[name] <= high, (name, arm)
+
+
+def drafting_costs(session) -> dict[tuple[str, str], float]:
+    """What each (generator, prompt variant)'s paid calls cost at PRICE, redos left out (no arm drafted them)."""
+    costs: dict[tuple[str, str], float] = {}
+    for generator, variant, cached, prompt, completion, params in session.execute(select(
+            Generation.generator, Generation.prompt_variant, Generation.cached, Generation.prompt_tokens,
+            Generation.completion_tokens, Generation.params)):
+        if cached or (params or {}).get("redo"):
+            continue
+        paid = (prompt * PRICE["input_per_mtok"] + completion * PRICE["output_per_mtok"]) / 1_000_000
+        costs[(generator, variant or "default")] = costs.get((generator, variant or "default"), 0.0) + paid
+    return costs
+
+
+def test_cost_per_accepted_item_per_variant_is_what_its_drafting_calls_cost(world):
+    arms = {(arm["kind"], arm["name"]): arm for arm in world.answers["report"]["variants"]["arms"]
+            if arm["by"] == "prompt_variant"}
+    costs = world.read(drafting_costs)
+    for (kind, name), (_, accepted) in arms_by_design(world).items():
+        generator = arms[(kind, name)]["generator"]
+        expected = costs[(generator, name)] / accepted
+        assert arms[(kind, name)]["cost_per_accepted"] == pytest.approx(expected, abs=5e-7), (kind, name)  # 6 places
 
 
 def test_the_better_variant_is_named_when_better_by_design_and_not_when_not(world):

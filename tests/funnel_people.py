@@ -11,7 +11,7 @@ from typing import Any, Callable
 from fixtures_label_studio import verify_result
 from simulated_people_ls import open_tasks
 
-CFMM_CANNOT = "cannot be determined"
+LEAD_TIME = 3.0  # seconds each judgment takes, as Label Studio records it
 
 
 def drawn(seed: int, key: str, rate: float) -> bool:
@@ -32,7 +32,7 @@ def kind_result(kind: str, good: bool, data: dict[str, Any]) -> list[dict]:
 
 
 def judge_open_tasks(people_servers: Any, prefix: str, item_of: Callable[[str, int], tuple[str, str]],
-                     good: Callable[[str], bool], lead_time: float = 3.0) -> int:
+                     good: Callable[[str], bool], lead_time: float = LEAD_TIME) -> int:
     """Every person judges their open tasks: ITEM_OF(person, task id) is the task's (item key, kind), GOOD(key) the
     truth; returns how many judgments were submitted."""
     def work(email: str) -> int:

@@ -32,7 +32,7 @@ import tomlkit
 from click.testing import CliRunner
 from sqlalchemy import select
 
-from funnel_people import drawn, judge_open_tasks
+from funnel_people import LEAD_TIME, drawn, judge_open_tasks
 from llm_stub import StubServer
 
 from cftools.cli import main
@@ -424,17 +424,22 @@ def test_acceptance_per_variant_equals_the_simulated_rates_within_their_interval
         assert low <= ACCEPTANCE[name] <= high, (name, arm)
 
 
-def drafting_costs(session) -> dict[tuple[str, str], float]:
-    """What each (generator, prompt variant)'s paid calls cost at PRICE, redos left out (no arm drafted them)."""
+def drafting_costs(session, redos: bool = False) -> dict[tuple[str, str], float]:
+    """What each (generator, prompt variant)'s paid calls cost at PRICE, redos left out (no arm drafted them) unless
+    REDOS."""
     costs: dict[tuple[str, str], float] = {}
     for generator, variant, cached, prompt, completion, params in session.execute(select(
             Generation.generator, Generation.prompt_variant, Generation.cached, Generation.prompt_tokens,
             Generation.completion_tokens, Generation.params)):
-        if cached or (params or {}).get("redo"):
+        if cached or ((params or {}).get("redo") and not redos):
             continue
         paid = (prompt * PRICE["input_per_mtok"] + completion * PRICE["output_per_mtok"]) / 1_000_000
         costs[(generator, variant or "default")] = costs.get((generator, variant or "default"), 0.0) + paid
     return costs
+
+
+def drafting_costs_with_redos(session) -> dict[tuple[str, str], float]:
+    return drafting_costs(session, redos=True)
 
 
 def test_cost_per_accepted_item_per_variant_is_what_its_drafting_calls_cost(world):
@@ -445,6 +450,17 @@ def test_cost_per_accepted_item_per_variant_is_what_its_drafting_calls_cost(worl
         generator = arms[(kind, name)]["generator"]
         expected = costs[(generator, name)] / accepted
         assert arms[(kind, name)]["cost_per_accepted"] == pytest.approx(expected, abs=5e-7), (kind, name)  # 6 places
+
+
+def test_what_each_accepted_item_cost_adds_up_to_every_paid_call_and_every_judgment_that_counts(world):
+    cost = world.answers["report"]["cost"]
+    paid = sum(world.read(drafting_costs_with_redos).values())
+    decided = decided_by_design(world)
+    for by in ("group", "generator"):
+        rows = cost[by]
+        assert sum(row["money"] or 0 for row in rows) == pytest.approx(paid, abs=1e-5), by
+        assert sum(row["accepted"] for row in rows) == sum(decided.values()), by
+        assert sum(row["people_seconds"] for row in rows) == pytest.approx(LEAD_TIME * 2 * len(decided)), by
 
 
 def test_the_better_variant_is_named_when_better_by_design_and_not_when_not(world):

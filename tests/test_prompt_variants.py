@@ -136,3 +136,126 @@ def test_a_generator_without_variants_refuses_the_option(workspace, tmp_path, ru
     assert result.exit_code != 0
     assert "does not run prompt variants" in result.output
     assert llm_server.requests() == []
+
+
+# ------------------------------------------------------------------ comparing variants and models
+PRICE = {"input_per_mtok": 1.0, "output_per_mtok": 2.0}  # a call of 1,000 tokens in and 100 out costs 0.0012
+CALL_COST = 0.0012
+DESIGN = {"default": 0.8, "terse": 0.4}  # acceptance by design per variant, the same for both models
+PER_CELL = 100  # decided drafts per variant and model
+
+
+def decided_store(workspace, seed: int = 48) -> None:
+    """Drafts of `rewrite` (cvqa) for each variant and model, decided by simulated people at the DESIGN rates (an
+    exact share, in a seeded order), beside drafts not decided yet, a call whose reply did not parse and a cache
+    hit, which cost or count nothing toward acceptance."""
+    rng = random.Random(seed)
+    now = utcnow()
+    with workspace.store.write() as session:
+        number = 0
+        for variant, rate in DESIGN.items():
+            for model in ("model-a", "model-b"):
+                statuses = [ACCEPTED] * round(rate * PER_CELL) + [REJECTED] * (PER_CELL - round(rate * PER_CELL))
+                rng.shuffle(statuses)
+                statuses += [DRAFT, "in_review", "needs_adjudication"]  # undecided: not counted
+                for status in statuses:
+                    number += 1
+                    generation = Generation(generator="rewrite", group="numerical-direct", backend="openai",
+                                            model=model, prompt_variant=None if variant == "default" else variant,
+                                            prompt_tokens=1000, completion_tokens=100, created_at=now)
+                    session.add(generation)
+                    session.flush()
+                    session.add(Item(key=f"rewrite:{number}:numerical-direct:{variant}", kind="cvqa",
+                                     group="numerical-direct", question=f"q{number}", answer="1", status=status,
+                                     origin="generated", generation_id=generation.id))
+        # a terse call of model-a that did not parse (paid, no item) and a cache hit of model-b (free)
+        session.add(Generation(generator="rewrite", backend="openai", model="model-a", prompt_variant="terse",
+                               prompt_tokens=1000, completion_tokens=100, parse_error="no JSON"))
+        session.add(Generation(generator="rewrite", backend="openai", model="model-b", prompt_variant="terse",
+                               prompt_tokens=1000, completion_tokens=100, cached=True))
+
+
+def arm(result: dict, by: str, name: str) -> dict:
+    (found,) = [a for a in result["arms"] if a["by"] == by and a["name"] == name]
+    return found
+
+
+def comparison(result: dict, by: str) -> dict:
+    (found,) = [c for c in result["comparisons"] if c["by"] == by]
+    return found
+
+
+def test_the_better_variant_is_named_when_better_by_design_and_equal_models_are_not(workspace):
+    from cftools.generate.variants import compare_variants
+
+    decided_store(workspace)
+    with workspace.store.session() as session:
+        result = compare_variants(session, {"prices": {"model-a": PRICE, "model-b": PRICE}})
+    json.dumps(result)  # JSON-able, as the report renders it
+
+    assert {(a["by"], a["name"]) for a in result["arms"]} == {
+        ("prompt_variant", "default"), ("prompt_variant", "terse"), ("model", "model-a"), ("model", "model-b")}
+    for name, rate in DESIGN.items():
+        variant = arm(result, "prompt_variant", name)
+        assert (variant["kind"], variant["generator"]) == ("cvqa", "rewrite")
+        assert variant["decided"] == 2 * PER_CELL and variant["acceptance"] == pytest.approx(rate)
+        low, high = variant["interval"]
+        assert low < rate < high
+    for model in ("model-a", "model-b"):
+        row = arm(result, "model", model)
+        assert row["decided"] == 2 * PER_CELL and row["acceptance"] == pytest.approx(0.6)
+        assert row["interval"][0] < 0.6 < row["interval"][1]
+
+    variants = comparison(result, "prompt_variant")
+    assert (variants["a"], variants["b"], variants["better"]) == ("default", "terse", "default")
+    assert variants["difference"] == pytest.approx(0.4) and variants["p_value"] < 0.05
+    assert variants["interval"][0] < 0.4 < variants["interval"][1] and variants["interval"][0] > 0
+    models = comparison(result, "model")
+    assert models["better"] is None and models["p_value"] > 0.05
+    assert models["interval"][0] < 0 < models["interval"][1]
+
+    # cost per accepted item: every paid call of the arm (the unparsed one too, not the cache hit) / accepted
+    calls = 2 * (PER_CELL + 3)
+    assert arm(result, "prompt_variant", "default")["cost_per_accepted"] == pytest.approx(calls * CALL_COST / 160)
+    assert arm(result, "prompt_variant", "terse")["cost_per_accepted"] == pytest.approx((calls + 1) * CALL_COST / 80)
+    assert arm(result, "model", "model-b")["cost_per_accepted"] == pytest.approx(calls * CALL_COST / 120)
+
+
+def test_a_close_difference_names_no_better_variant(workspace):
+    """People accept 93 of 150 drafts of one variant and 87 of 150 of the other (0.62 and 0.58): a difference
+    within chance, so no arm is called better."""
+    from cftools.generate.variants import compare_variants
+
+    rng = random.Random(7)
+    with workspace.store.write() as session:
+        for variant, accepted in (("default", 93), ("short", 87)):
+            statuses = [ACCEPTED] * accepted + [REJECTED] * (150 - accepted)
+            rng.shuffle(statuses)
+            for number, status in enumerate(statuses):
+                generation = Generation(generator="context", backend="openai", model="m",
+                                        prompt_variant=None if variant == "default" else variant)
+                session.add(generation)
+                session.flush()
+                session.add(Item(key=f"context:{variant}:{number}", kind="mucr", group="g", question="q",
+                                 status=status, origin="generated", generation_id=generation.id))
+    with workspace.store.session() as session:
+        result = compare_variants(session)
+    row = comparison(result, "prompt_variant")
+    assert (row["kind"], row["generator"], row["better"]) == ("mucr", "context", None)
+    assert row["p_value"] >= 0.05 and row["interval"][0] < row["difference"] < row["interval"][1]
+    for name, rate in (("default", 0.62), ("short", 0.58)):
+        assert arm(result, "prompt_variant", name)["interval"][0] < rate < arm(result, "prompt_variant", name)["interval"][1]
+    assert arm(result, "prompt_variant", "short")["cost_per_accepted"] is None, "no price: cost unknown, not 0"
+    assert result["comparisons"] == [row], "one model: nothing to compare between models"
+
+
+def test_a_model_without_a_price_leaves_the_arms_it_drafted_for_without_a_cost(workspace):
+    from cftools.generate.variants import compare_variants
+
+    decided_store(workspace)
+    with workspace.store.session() as session:
+        result = compare_variants(session, {"prices": {"model-a": PRICE}})
+    assert arm(result, "prompt_variant", "default")["cost_per_accepted"] is None
+    assert arm(result, "model", "model-b")["cost_per_accepted"] is None
+    assert arm(result, "model", "model-a")["cost_per_accepted"] == pytest.approx((2 * (PER_CELL + 3) + 1) * CALL_COST
+                                                                                  / 120)

@@ -91,6 +91,11 @@ def test_two_variants_make_two_drafts_per_source_each_recorded(workspace, tmp_pa
     assert len(prompts_sent(llm_server)) == 8
     assert rows(workspace, "select count(*) from items") == [(8,)]
 
+    reparsed = run_cli("-w", workspace.root, "generate", "reparse", "--json")
+    assert reparsed.exit_code == 0, reparsed.output
+    assert json.loads(reparsed.output)["items_created"] == 0, "reparse keeps each variant's drafts apart"
+    assert rows(workspace, "select count(*) from items") == [(8,)]
+
 
 def test_a_variant_run_first_leaves_the_default_its_own_drafts(workspace, tmp_path, run_cli, llm_server):
     questions(workspace, tmp_path, 3)
@@ -128,6 +133,16 @@ def test_an_unknown_variant_is_one_line_naming_those_that_exist(workspace, tmp_p
     assert "unknown prompt variant 'shouty' for rewrite" in message and "terse" in message
     assert len(message.splitlines()) == 1
     assert llm_server.requests() == [] and rows(workspace, "select count(*) from generations") == [(0,)]
+
+
+def test_a_template_file_and_a_variant_together_are_refused(workspace, tmp_path, run_cli, llm_server):
+    questions(workspace, tmp_path, 2)
+    configure(workspace, llm_server.base_url)
+    own = tmp_path / "own.j2"
+    own.write_text("Question: {{ question }}\nAnswer: {{ answer }}\n")
+    result = run_cli("-w", workspace.root, *REWRITE, "--template", own, "--prompt-variant", "terse")
+    assert result.exit_code != 0 and "not both" in result.output
+    assert llm_server.requests() == []
 
 
 def test_a_generator_without_variants_refuses_the_option(workspace, tmp_path, run_cli, llm_server):

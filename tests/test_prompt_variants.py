@@ -274,3 +274,51 @@ def test_a_model_without_a_price_leaves_the_arms_it_drafted_for_without_a_cost(w
     assert arm(result, "model", "model-b")["cost_per_accepted"] is None
     assert arm(result, "model", "model-a")["cost_per_accepted"] == pytest.approx((2 * (PER_CELL + 3) + 1) * CALL_COST
                                                                                   / 120)
+
+
+# ------------------------------------------------------------------ CFMM pairs: the drafts worded by a variant
+def test_pairs_with_a_variant_draft_each_slot_again_with_the_same_picked_type(workspace, tmp_path):
+    import PIL.Image
+
+    from test_cfmm import FACTS, draft_reply
+    from llm_stub import StubServer
+
+    from cftools.generate.llm_task import LLMRun
+    from cftools.kinds.cfmm.generate import generate_pairs, parse_quota
+    from cftools.llm import make_backend
+
+    folder = tmp_path / "images"
+    folder.mkdir()
+    table = ["image,question,answer"]
+    for n, (name, question, answer) in enumerate(FACTS):
+        PIL.Image.new("RGB", (10 + n, 10), (40 * n, 80, 120)).save(folder / name)
+        table.append(f"{name},{question},{answer}")
+    (tmp_path / "facts.csv").write_text("\n".join(table) + "\n")
+    ingest_table(workspace.store, tmp_path / "facts.csv", folder)
+    server = StubServer(delay=0.0, reply=draft_reply).start_in_thread()
+    backend = make_backend({"backend": "openai", "model": "stub", "base_url": server.base_url})
+    try:
+        quota = parse_quota("count,color")
+        default = generate_pairs(workspace.store, backend, run=LLMRun(quiet=True), quota=quota)
+        terse = generate_pairs(workspace.store, backend, run=LLMRun(quiet=True, prompt_variant="terse"), quota=quota)
+        again = generate_pairs(workspace.store, backend, run=LLMRun(quiet=True, prompt_variant="terse"), quota=quota)
+        with pytest.raises(Exception, match="unknown prompt variant 'shouty' for cfmm: use one of terse"):
+            generate_pairs(workspace.store, backend, run=LLMRun(quiet=True, prompt_variant="shouty"), quota=quota)
+    finally:
+        backend.close()
+        server.shutdown()
+        server.server_close()
+    assert default.items_created == 2 and terse.items_created == 2 and again.items_created == 0
+
+    drafts = rows(workspace, "select i.key, i.\"group\", g.prompt_variant, g.template_name, g.prompt from items i "
+                             "join generations g on g.id = i.generation_id order by i.key")
+    assert len(drafts) == 4
+    by_variant = {variant: sorted((key.rsplit(":terse", 1)[0], group) for key, group, v, _, _ in drafts if v == variant)
+                  for variant in (None, "terse")}
+    assert by_variant[None] == by_variant["terse"], "each slot drafted by both variants, with the same type"
+    for key, group, variant, name, prompt in drafts:
+        assert (variant == "terse") == key.endswith(":terse")
+        assert name == (f"cfmm/terse/{group}.j2" if variant else f"cfmm/{group}.j2")
+        assert ("Two options each" in prompt) == (variant == "terse")
+    picks = rows(workspace, "select count(*), count(prompt_variant) from generations where generator = 'pairs-pick'")
+    assert picks[0][1] == 0, "the type is picked with the default pick.j2"

@@ -59,6 +59,12 @@ def hidden_alias(flag: str, name: str, **kwargs: Any) -> Callable:
     return click.option(flag, f"{name}_old_spelling", hidden=True, expose_value=False, callback=keep, **kwargs)
 
 
+prompt_variant_option = run_option(
+    "--prompt-variant", help="Draft with this variant of the generator's prompts: a folder of templates beside the "
+    "default ones (prompts/GENERATOR/NAME/), or a folder you give; recorded with each draft, whose item is its own "
+    "(both variants' drafts of a source are kept).")
+
+
 def llm_options(command: Callable | None = None, *, backend_flag: str = "--backend") -> Callable:
     """--backend (BACKEND_FLAG; the old --backend then stays a hidden alias), --model, --template, --concurrency,
     --refresh, --max-attempts, --quiet, --json, and the run options (--prompt-variant, --max-cost, --estimate, --ray,
@@ -74,9 +80,7 @@ def llm_options(command: Callable | None = None, *, backend_flag: str = "--backe
         click.option("--model", help="Model name (default: [llm] model)."),
         click.option("--template", "template_path", type=click.Path(dir_okay=False, path_type=Path),
                      help="Your own Jinja2 prompt template (default: the packaged one, or the workspace's copy)."),
-        run_option("--prompt-variant", help="Draft with this variant of the generator's prompts: a folder of "
-                   "templates beside the default ones (prompts/GENERATOR/NAME/), or a folder you give; recorded with "
-                   "each draft, whose item is its own (both variants' drafts of a source are kept)."),
+        prompt_variant_option,
         click.option("--concurrency", type=click.IntRange(min=1),
                      help="Requests in flight (default: 8 for openai, 1 for local)."),
         click.option("--refresh", is_flag=True, help="Ignore the request cache and call the model again."),

@@ -183,6 +183,12 @@ def decided_store(workspace, seed: int = 48) -> None:
                     session.add(Item(key=f"rewrite:{number}:numerical-direct:{variant}", kind="cvqa",
                                      group="numerical-direct", question=f"q{number}", answer="1", status=status,
                                      origin="generated", generation_id=generation.id))
+        # an accepted item read back from a release (decided elsewhere: not counted)
+        released = Generation(generator="rewrite", backend="openai", model="model-a", params={"from_release": True})
+        session.add(released)
+        session.flush()
+        session.add(Item(key="release:1", kind="cvqa", group="numerical-direct", question="q", status=ACCEPTED,
+                         origin="release", generation_id=released.id))
         # a terse call of model-a that did not parse (paid, no item) and a cache hit of model-b (free)
         session.add(Generation(generator="rewrite", backend="openai", model="model-a", prompt_variant="terse",
                                prompt_tokens=1000, completion_tokens=100, parse_error="no JSON"))

@@ -48,11 +48,13 @@ def compare_variants(session: Session, config: Optional[dict[str, Any]] = None) 
 
 
 def decided_counts(session: Session) -> dict[tuple[str, str, str, str], tuple[int, int]]:
-    """(decided, accepted) drafts per (by, kind, generator, arm name), for both ways of splitting them."""
+    """(decided, accepted) drafts generated in this store per (by, kind, generator, arm name), for both ways of
+    splitting them."""
     decided = func.sum(case((Item.status.in_((ACCEPTED, REJECTED)), 1), else_=0))
     accepted = func.sum(case((Item.status == ACCEPTED, 1), else_=0))
     query = (select(Item.kind, Generation.generator, Generation.prompt_variant, Generation.model, decided, accepted)
              .join(Generation, Generation.id == Item.generation_id)
+             .where(Item.origin == "generated")  # not items read back from a release: decided elsewhere
              .group_by(Item.kind, Generation.generator, Generation.prompt_variant, Generation.model))
     counts: dict[tuple[str, str, str, str], list[int]] = defaultdict(lambda: [0, 0])
     for kind, generator, variant, model, n_decided, n_accepted in session.execute(query):

@@ -348,8 +348,8 @@ def run_llm_task(store: Store, backend: Backend, task: LLMTask, jobs: list[LLMJo
     (`cftools.generate.claims`). SELECTED_AT is when the caller started choosing the jobs. Returns what this worker
     did."""
     if run.prompt_variant is not None and task.template.variant is None:
-        raise CftoolsError(f"generate {task.generator} does not run prompt variants (--prompt-variant) yet; "
-                           "generate rewrite does")
+        raise CftoolsError(f"the {task.generator} generator does not run prompt variants (--prompt-variant) yet; "
+                           "generate rewrite and generate pairs do")
     report = LLMReport(generator=task.generator, group=group, backend=backend.name, model=backend.model,
                        template=task.template.name, selected=len(jobs))
     params = dict(run.params or {})

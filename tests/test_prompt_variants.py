@@ -145,6 +145,36 @@ def test_a_template_file_and_a_variant_together_are_refused(workspace, tmp_path,
     assert llm_server.requests() == []
 
 
+def test_captions_with_a_variant_make_a_group_of_their_own_per_seed(workspace, tmp_path):
+    from llm_stub import StubServer
+
+    from cftools.generate.llm_task import LLMRun
+    from cftools.kinds.mucr.generate import draft_captions
+    from cftools.llm import make_backend
+
+    seeds = tmp_path / "seeds.txt"
+    seeds.write_text("speeding -> pulled over\nrain -> catch a cold\n")
+    reply = json.dumps({"pairs": [
+        {"cause": "a man drives fast on a highway", "effect": "a police car stops him", "category": "human"},
+        {"cause": "a fox runs into a road", "effect": "the fox hides", "category": "animal"}]})
+    server = StubServer(delay=0.0, reply=lambda request, text: reply).start_in_thread()
+    backend = make_backend({"backend": "openai", "model": "stub", "base_url": server.base_url})
+    try:
+        runs = [draft_captions(workspace.store, backend, seeds, run=LLMRun(quiet=True, prompt_variant=variant),
+                               per_group=2) for variant in (None, "terse", "terse")]
+        prompts = [r["body"]["messages"][-1]["content"] for r in server.received]
+    finally:
+        backend.close()
+        server.shutdown()
+        server.server_close()
+    assert [r.items_created for r in runs] == [4, 4, 0], "a rerun of the same variant adds nothing"
+    assert len(prompts) == 4 and sum("Vary the subject; each caption" in str(p) for p in prompts) == 2
+    groups = rows(workspace, "select i.\"group\", g.prompt_variant, count(*) from items i "
+                             "join generations g on g.id = i.generation_id group by 1, 2 order by 1")
+    assert groups == [("seed-rain-catch-a-cold", None, 2), ("seed-rain-catch-a-cold-terse", "terse", 2),
+                      ("seed-speeding-pulled-over", None, 2), ("seed-speeding-pulled-over-terse", "terse", 2)]
+
+
 def test_a_generator_without_variants_refuses_the_option(workspace, tmp_path, run_cli, llm_server):
     configure(workspace, llm_server.base_url)
     result = run_cli("-w", workspace.root, "generate", "cues", "--quiet", "--prompt-variant", "terse")

@@ -349,7 +349,7 @@ def run_llm_task(store: Store, backend: Backend, task: LLMTask, jobs: list[LLMJo
     did."""
     if run.prompt_variant is not None and task.template.variant is None:
         raise CftoolsError(f"the {task.generator} generator does not run prompt variants (--prompt-variant) yet; "
-                           "generate rewrite and generate pairs do")
+                           "generate rewrite, pairs and captions do")
     report = LLMReport(generator=task.generator, group=group, backend=backend.name, model=backend.model,
                        template=task.template.name, selected=len(jobs))
     params = dict(run.params or {})

@@ -358,3 +358,33 @@ def test_pairs_with_a_variant_draft_each_slot_again_with_the_same_picked_type(wo
         assert ("Two options each" in prompt) == (variant == "terse")
     picks = rows(workspace, "select count(*), count(prompt_variant) from generations where generator = 'pairs-pick'")
     assert picks[0][1] == 0, "the type is picked with the default pick.j2"
+
+
+def test_drafts_of_two_variants_compared_once_people_decided(workspace, tmp_path, run_cli, llm_server):
+    """The whole path in small: two variants draft through the stub, people's decisions land on the items, and
+    compare_variants reads acceptance and cost per accepted item from what was recorded."""
+    from cftools.generate.variants import compare_variants
+
+    questions(workspace, tmp_path, 12)
+    configure(workspace, llm_server.base_url, prices={"stub": PRICE})
+    for variant in ((), ("--prompt-variant", "terse")):
+        result = run_cli("-w", workspace.root, *REWRITE, *variant)
+        assert result.exit_code == 0, result.output
+    db = sqlite3.connect(workspace.root / "cftools.db")
+    db.execute("update items set status = 'accepted'")
+    db.execute("update items set status = 'rejected' where key like '%:terse' and source_id % 2 = 0")
+    db.commit()
+    db.close()
+    tokens = dict(rows(workspace, "select coalesce(prompt_variant, 'default'), "
+                                  "sum(prompt_tokens) * 1.0 + sum(completion_tokens) * 2.0 from generations "
+                                  "where cached = 0 group by 1"))
+    assert tokens["default"] > tokens["terse"] > 0, "the terse prompt is shorter, and the stub reports usage"
+
+    with workspace.store.session() as session:
+        result = compare_variants(session, workspace.section("llm"))
+    default, terse = arm(result, "prompt_variant", "default"), arm(result, "prompt_variant", "terse")
+    assert (default["decided"], default["accepted"], terse["decided"], terse["accepted"]) == (12, 12, 12, 6)
+    assert default["cost_per_accepted"] == pytest.approx(tokens["default"] / 1e6 / 12, rel=1e-4)
+    assert terse["cost_per_accepted"] == pytest.approx(tokens["terse"] / 1e6 / 6, rel=1e-4)
+    row = comparison(result, "prompt_variant")
+    assert (row["a"], row["b"], row["better"]) == ("default", "terse", "default") and row["p_value"] < 0.05

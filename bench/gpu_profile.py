@@ -131,7 +131,12 @@ def timings(runner: Any, inputs: dict[str, Any], clock: Clock, repeats: int) -> 
         for name, work in (("vision_tower", vision), ("prompt_forward", prompt_pass),
                            ("language_model_prompt_forward", text_pass), ("generate_1", generate(1)),
                            (f"generate_{NEW_TOKENS}", generate(NEW_TOKENS)), (f"loop_{NEW_TOKENS}", loop)):
-            figures[name] = round(clock.seconds(work, repeats), 4)
+            try:
+                figures[name] = round(clock.seconds(work, repeats), 4)
+            except Exception as exc:  # noqa: BLE001 - one figure that cannot be had does not stop the rest
+                figures[f"{name}_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+    if f"generate_{NEW_TOKENS}" not in figures or f"loop_{NEW_TOKENS}" not in figures:
+        return figures
     figures["decode_step"] = round((figures[f"generate_{NEW_TOKENS}"] - figures["generate_1"]) / (NEW_TOKENS - 1), 5)
     figures["loop_decode_step"] = round((figures[f"loop_{NEW_TOKENS}"] - figures["prompt_forward"]) / (NEW_TOKENS - 1),
                                         5)

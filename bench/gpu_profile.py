@@ -16,10 +16,11 @@ each, 16 new tokens), prepared once (`prepare("generate", ...)`), so nothing her
   --table-dir/profile_top20.txt), the GPU's busy time (the sum of its kernels) against the wall time.
 - `variants`: the runner's switches side by side on the same --batches batches: questions/s of each and the
   answers changed against the baseline (and a second baseline run: the GPU's own run-to-run differences).
-  `baseline` = transformers' generate() as the runner calls it; `loop` = the runner's own greedy loop
-  (`decoding = "loop"`); `sdpa`/`eager` = the other attention implementation; `static` = a static KV cache
-  (`cache_implementation="static"`, no compilation); `static-compiled` = the same, compiled by transformers
-  (torch.compile of the decoding step, CUDA graphs), its first call (the compilation) timed apart.
+  `baseline` = transformers' generate() as the runner calls it; `sdpa`/`eager` = the other attention
+  implementation; `static` = a static KV cache (`cache_implementation="static"`, no compilation);
+  `static-compiled` = the same, compiled by transformers (torch.compile of the decoding step, CUDA graphs): what
+  `CFTOOLS_COMPILE=1` does; its first call (the compilation) timed apart. (A plain greedy loop of the runner's own,
+  with no host sync between steps, was measured in the first round too and removed: no faster than generate().)
 """
 
 from __future__ import annotations
@@ -123,23 +124,18 @@ def timings(runner: Any, inputs: dict[str, Any], clock: Clock, repeats: int) -> 
         return lambda: model.generate(**inputs, max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False,
                                       num_beams=1, pad_token_id=pad)
 
-    def loop() -> Any:
-        return runner._greedy_loop(dict(inputs), NEW_TOKENS)
-
     figures = {}
     with torch.inference_mode():
         for name, work in (("vision_tower", vision), ("prompt_forward", prompt_pass),
                            ("language_model_prompt_forward", text_pass), ("generate_1", generate(1)),
-                           (f"generate_{NEW_TOKENS}", generate(NEW_TOKENS)), (f"loop_{NEW_TOKENS}", loop)):
+                           (f"generate_{NEW_TOKENS}", generate(NEW_TOKENS))):
             try:
                 figures[name] = round(clock.seconds(work, repeats), 4)
             except Exception as exc:  # noqa: BLE001 - one figure that cannot be had does not stop the rest
                 figures[f"{name}_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
-    if f"generate_{NEW_TOKENS}" not in figures or f"loop_{NEW_TOKENS}" not in figures:
-        return figures
-    figures["decode_step"] = round((figures[f"generate_{NEW_TOKENS}"] - figures["generate_1"]) / (NEW_TOKENS - 1), 5)
-    figures["loop_decode_step"] = round((figures[f"loop_{NEW_TOKENS}"] - figures["prompt_forward"]) / (NEW_TOKENS - 1),
-                                        5)
+    if f"generate_{NEW_TOKENS}" in figures and "generate_1" in figures:
+        figures["decode_step"] = round((figures[f"generate_{NEW_TOKENS}"] - figures["generate_1"]) / (NEW_TOKENS - 1),
+                                       5)
     return figures
 
 
@@ -165,7 +161,9 @@ def profile_one(runner: Any, inputs: dict[str, Any], table_dir: Path | None, dev
     if table_dir:
         (table_dir / "profile_top20.txt").write_text(table + "\n\nby input shape:\n" + by_input, encoding="utf-8")
     print(table)
-    busy = sum(getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0)) for e in events) / 1e6
+    # kernels only (an op's self time on the GPU is its kernels' time again): the profiler's "Self CUDA time total"
+    busy = sum(getattr(e, "self_device_time_total", 0) for e in events
+               if getattr(e, "device_type", None) is not None and str(e.device_type).endswith("CUDA")) / 1e6
     launches = sum(e.count for e in events if e.key in ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC"))
     return {"wall_s": round(wall, 4), "gpu_busy_s": round(busy, 4), "gpu_busy_fraction": round(busy / wall, 3),
             "kernel_launches": launches}
@@ -184,14 +182,13 @@ def run_variant(runner: Any, batches: list[list[Any]], prepared: list[Any], cloc
 
 def switch(runner: Any, name: str, baseline_attention: str) -> Callable[[], None]:
     """Set RUNNER to variant NAME; returns what undoes it."""
-    if name == "loop":
-        runner.decoding = "loop"
-        return lambda: setattr(runner, "decoding", "generate")
+    from cftools.evaluate.vlm import COMPILED_DECODING
+
     if name in ("sdpa", "eager"):
         runner.model.set_attn_implementation(name)
         return lambda: runner.model.set_attn_implementation(baseline_attention)
     if name in ("static", "static-compiled"):
-        runner.generate_options = {"cache_implementation": "static", "disable_compile": name == "static"}
+        runner.generate_options = {**COMPILED_DECODING, "disable_compile": name == "static"}
         return lambda: setattr(runner, "generate_options", {})
     return lambda: None
 
@@ -202,7 +199,7 @@ def variants(runner: Any, prompts: list[Any], batch: int, args: argparse.Namespa
     batches = [prompts[i:i + batch] for i in range(0, len(prompts), batch)]
     prepared = [runner.prepare("generate", b) for b in batches]
     attention = attention_facts(runner.model).get("text") or "sdpa"
-    names = ["baseline", "baseline-again", "loop", "eager" if attention != "eager" else "sdpa", "static",
+    names = ["baseline", "baseline-again", "eager" if attention != "eager" else "sdpa", "static",
              "static-compiled"]
     if args.device != "cuda":
         names.remove("static-compiled")  # transformers compiles on accelerators only
@@ -240,7 +237,7 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--batches", type=int, default=4, help="batches each variant answers")
     parser.add_argument("--repeats", type=int, default=5, help="timed calls per figure of the time part")
-    parser.add_argument("--variants", default="loop,eager,sdpa,static,static-compiled")
+    parser.add_argument("--variants", default="eager,sdpa,static,static-compiled")
     parser.add_argument("--budget", type=float, default=300, help="seconds this may take (variants are skipped past it)")
     args = parser.parse_args()
     import torch

@@ -200,7 +200,23 @@ def pinned(value: Any) -> Any:
     return value.pin_memory() if isinstance(value, torch.Tensor) and not value.is_pinned() else value
 
 
-CHECK_EVERY = 8  # decoding steps between two looks (one host sync) at whether every row has ended
+# Set to 1 to decode with a static KV cache, which transformers compiles (torch.compile, CUDA graphs) on a GPU.
+COMPILE_ENV = "CFTOOLS_COMPILE"
+COMPILED_DECODING = {"cache_implementation": "static"}  # generate()'s options for it
+
+
+def compiled_decoding_options(device: str) -> dict[str, Any]:
+    """generate()'s options for compiled decoding when CFTOOLS_COMPILE asks for it and DEVICE is a GPU, else none.
+
+    Measured on an H200 (LLaVA-1.5-7B shape, batch 32, 690 prompt tokens, 16 new): a decoding step took 30 ms in
+    eager mode, of which the GPU's kernels ran about 15 (the rest it waited on Python launching ~1,350 of them);
+    compiled, generate answered 1.64x as many questions a second. Off by default: the compilation took 48 s in the
+    first batch (a batch of another shape compiles again), which pays back only over thousands of questions."""
+    setting = os.environ.get(COMPILE_ENV, "").strip().lower()
+    if setting in ("", "0", "no", "off", "false") or not str(device).startswith("cuda"):
+        return {}
+    return dict(COMPILED_DECODING)
+
 
 # Set to 1 to let `hf:` models be downloaded from the hub (off by default: evaluation works offline).
 ALLOW_DOWNLOADS_ENV = "CFTOOLS_ALLOW_DOWNLOADS"
@@ -228,9 +244,8 @@ class HFVisionModel:
         # Only the logits that score something are computed (the prefix's last one; the option's own).
         self.keep_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
         self.image_cache = ImageCache()
-        # how replies are decoded: "generate" (transformers' generate(), with GENERATE_OPTIONS) or "loop"
-        self.decoding = "generate"
-        self.generate_options: dict[str, Any] = {}
+        # extra options of every generate() call: a static cache when compiled decoding is asked for
+        self.generate_options: dict[str, Any] = compiled_decoding_options(device)
         # the next batch is prepared on another thread while this one decodes its replies: one tokenizer user at once
         self.tokenizer_lock = threading.RLock()
 
@@ -358,42 +373,12 @@ class HFVisionModel:
 
         encoded = self._to_device(inputs)
         with torch.inference_mode():
-            if self.decoding == "loop" and self.batch_prefixes:
-                new_tokens = self._greedy_loop(encoded, max_new).tolist()
-            else:
-                output = self.model.generate(**encoded, max_new_tokens=max_new, do_sample=False, num_beams=1,
-                                             pad_token_id=self.tokenizer.pad_token_id, **self.generate_options)
-                new_tokens = output[:, encoded["input_ids"].shape[1]:].tolist()
+            output = self.model.generate(**encoded, max_new_tokens=max_new, do_sample=False, num_beams=1,
+                                         pad_token_id=self.tokenizer.pad_token_id, **self.generate_options)
+        new_tokens = output[:, encoded["input_ids"].shape[1]:].tolist()
         with self.tokenizer_lock:
             return [self.tokenizer.decode(self._own_reply(row, max_new), skip_special_tokens=True).strip()
                     for row in new_tokens]
-
-    def _greedy_loop(self, encoded: dict[str, Any], max_new: int) -> Any:
-        """The MAX_NEW greedy tokens of every row (a tensor, batch x MAX_NEW), in a plain loop over the model: the
-        prompt once (positions from the left-padded mask), then one token a step on its cache. Unlike
-        `generate()`, no step waits for the GPU (the host looks for finished rows every CHECK_EVERY steps only), so
-        the next step's kernels are queued while this one's run. A row goes on past its end of turn; `_own_reply`
-        cuts it there, as it cuts `generate()`'s padding."""
-        import torch
-
-        mask = encoded["attention_mask"]
-        position = (mask.long().cumsum(-1) - 1).clamp(min=0)
-        out = self.model(**encoded, position_ids=position, use_cache=True, **self._keep(1))
-        cache, token = out.past_key_values, out.logits[:, -1].argmax(-1, keepdim=True)
-        tokens, position = [token], position[:, -1:]
-        stops = torch.tensor(sorted(self.end_of_turn_ids()), device=token.device)
-        ended = torch.isin(token[:, 0], stops)
-        for step in range(1, max_new):
-            if step % CHECK_EVERY == 0 and bool(ended.all()):
-                break
-            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
-            position = position + 1
-            out = self.model(input_ids=token, attention_mask=mask, position_ids=position, past_key_values=cache,
-                             use_cache=True, **self._keep(1))
-            token = out.logits[:, -1].argmax(-1, keepdim=True)
-            tokens.append(token)
-            ended |= torch.isin(token[:, 0], stops)
-        return torch.cat(tokens, dim=1)
 
     def end_of_turn_ids(self) -> set[int]:
         """The tokens that end a reply: the tokenizer's end of sequence and the model's generation config's."""

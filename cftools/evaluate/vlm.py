@@ -11,7 +11,8 @@ for the process: other libraries in it keep their own setting.
 - **generate**: real batches, LEFT padding (so every row's last token is its own last prompt token) with the
   attention mask and positions generate() derives from it, greedy decoding, `torch.inference_mode`. A batch's
   questions of different `max_new_tokens` are generated apart and each reply is cut at its own limit and end of
-  turn, so a reply does not depend on which questions share its batch.
+  turn, so a reply does not depend on which questions share its batch. With CFTOOLS_COMPILE=1 on a GPU the replies
+  are decoded on a static KV cache that transformers compiles (`compiled_decoding_options`).
 - **rank**: each option is scored as the assistant's reply. The reply text is what the chat template
   renders for an assistant turn holding the option, cut at the end of the option (the template's
   leading space or newline is kept, the end-of-turn marker is not); its tokens are those that

@@ -167,7 +167,8 @@ def plan(batches: list[Any], modes: list[str], compare: list[Any],
     for batch in order:
         for mode in ("generate", "rank"):
             if mode in modes:
-                runs += [(mode, batch, prefetch, False) for prefetch in ((False, True) if batch in compare else (True,))]
+                prefetches = (False, True) if batch in compare else (True,)
+                runs += [(mode, batch, prefetch, False) for prefetch in prefetches]
                 if mode == "generate" and batch in compile_at:
                     runs.append((mode, batch, True, True))
     return runs

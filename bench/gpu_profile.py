@@ -224,7 +224,8 @@ def variants(runner: Any, prompts: list[Any], batch: int, args: argparse.Namespa
         reference = reference or replies
         append_result(args.out, {"part": "profile", "what": "variant", "variant": name, "batch": batch,
                                  "questions": len(replies), "seconds": round(seconds, 3),
-                                 "questions_per_s": round(len(replies) / seconds, 2), "first_batch_s": round(first_s, 3),
+                                 "questions_per_s": round(len(replies) / seconds, 2),
+                                 "first_batch_s": round(first_s, 3),
                                  "changed_vs_baseline": sum(a != b for a, b in zip(reference, replies))})
 
 
@@ -238,7 +239,8 @@ def main() -> int:
     parser.add_argument("--batches", type=int, default=4, help="batches each variant answers")
     parser.add_argument("--repeats", type=int, default=5, help="timed calls per figure of the time part")
     parser.add_argument("--variants", default="eager,sdpa,static,static-compiled")
-    parser.add_argument("--budget", type=float, default=300, help="seconds this may take (variants are skipped past it)")
+    parser.add_argument("--budget", type=float, default=300,
+                        help="seconds this may take (variants are skipped past it)")
     args = parser.parse_args()
     import torch
     import transformers

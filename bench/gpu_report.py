@@ -31,8 +31,8 @@ def markdown(figures: list[dict], parts: list[dict]) -> str:
     evals = [f for f in figures if f.get("what") == "eval"]
     if evals:
         out += ["", "## Built-in runner, LLaVA-1.5-7B-shaped (bf16)", "",
-                "| mode | batch | prefetch | compiled | used | questions | s | questions/s | first batch s | peak GiB | TFLOP | "
-                "fraction of limit (measured peak) | (datasheet) | notes |",
+                "| mode | batch | prefetch | compiled | used | questions | s | questions/s | first batch s | peak GiB "
+                "| TFLOP | fraction of limit (measured peak) | (datasheet) | notes |",
                 "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         out += [f"| {f['mode']} | {f['batch']} | {f.get('prefetch', True)} | {f.get('compiled', False)} | "
                 f"{f['batch_size_used']} | "

@@ -260,7 +260,7 @@ def test_prefetch_is_on_for_a_gpu_off_on_the_cpu_unless_asked(monkeypatch):
     assert prefetch_wanted(None, "cpu")
 
 
-# ---------------------------------------------------------------- compiled decoding (CFTOOLS_COMPILE): a static KV cache
+# ---------------------------------------------------------------- compiled decoding (CFTOOLS_COMPILE): static KV cache
 
 
 def test_compiled_decoding_is_asked_for_by_cftools_compile_on_a_gpu_only(monkeypatch):

@@ -115,19 +115,21 @@ def pairs_without_cues(store: Store, limit: Optional[int] = None, groups: tuple[
     return found[:limit] if limit is not None else found
 
 
+def cues_prompt(template: PromptTemplate, item: Item) -> str:
+    """The cues prompt of a selected pair, from its two contextual descriptions (else its captions)."""
+    data = item.data or {}
+    context = data.get("context") or {}
+    return render(template, f"item {item.key}",
+                  cause=context.get("cause_description") or data.get("cause_caption"),
+                  effect=context.get("effect_description") or data.get("effect_caption"),
+                  cause_caption=data.get("cause_caption"), effect_caption=data.get("effect_caption"),
+                  category=data.get("category"), style=data.get("style"))
+
+
 def draft_cues(store: Store, backend: Backend, *, run: LLMRun = LLMRun(), limit: Optional[int] = None,
                groups: tuple[str, ...] = ()) -> LLMReport:
     """The cue, false cues and explanation of up to LIMIT pairs that have both images and no cue, as RUN says."""
     template = load_prompt("mucr/cues.j2", run.template_path, run.workspace_root)
-    jobs = []
-    for item in pairs_without_cues(store, limit, groups):
-        data = item.data or {}
-        context = data.get("context") or {}
-        prompt = render(template, f"item {item.key}",
-                        cause=context.get("cause_description") or data.get("cause_caption"),
-                        effect=context.get("effect_description") or data.get("effect_caption"),
-                        cause_caption=data.get("cause_caption"), effect_caption=data.get("effect_caption"),
-                        category=data.get("category"), style=data.get("style"))
-        jobs.append(LLMJob(label=f"item {item.key}", messages=[text_message(prompt)], group=item.group,
-                           context={"item_id": item.id}))
+    jobs = [LLMJob(label=f"item {item.key}", messages=[text_message(cues_prompt(template, item))], group=item.group,
+                   context={"item_id": item.id}) for item in pairs_without_cues(store, limit, groups)]
     return run_llm_task(store, backend, CuesTask(template), jobs, run=run.or_params(text_params({}, CUES_MAX_TOKENS)))

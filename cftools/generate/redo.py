@@ -264,7 +264,8 @@ def redo_drafts(store: Store, backend: Backend, spec: RedoSpec, which: str, *, r
     selected_at = selection_start(store)
     jobs = [redo_job(spec, template, case, which, run.workspace_root)
             for case in select_cases(store, spec, which, limit=limit, groups=groups)]
-    return run_llm_task(store, backend, RedoTask(spec, template), jobs, run=run, selected_at=selected_at)
+    return run_llm_task(store, backend, RedoTask(spec, template), jobs, run=run, selected_at=selected_at,
+                        group=groups[0] if len(groups) == 1 else None)
 
 
 # ------------------------------------------------------------------ what became of the redos

@@ -31,17 +31,18 @@ from sqlalchemy import exists, func, select
 from sqlalchemy.orm import aliased
 from sqlmodel import Session
 
-from cftools.checks.runner import text_codes
+from cftools.checks.edits import edit_codes
 from cftools.flags import waived_codes
 from cftools.generate.claims import selection_start
-from cftools.generate.llm_task import LLMJob, LLMReport, LLMRun, LLMTask, ParsedOutput, insert_items, render, run_llm_task
+from cftools.generate.llm_task import (LLMJob, LLMReport, LLMRun, LLMTask, ParsedOutput, insert_items, render,
+                                       run_llm_task)
 from cftools.judgments import FLAG_CHOICES, MEASURING, without_emails
 from cftools.llm import Backend, text_message
 from cftools.llm.prompts import PromptTemplate, load_prompt
 from cftools.llm.structured import OutputSchema
 from cftools.models import (ACCEPTED, DRAFT, REJECTED, AnnotationTask, CheckFlag, Generation, Item, ItemEvent,
                             Judgment, SourceQuestion, utcnow)
-from cftools.store import Store
+from cftools.store import Store, in_chunks
 
 STAGE = "redo"
 REJECTED_DRAFTS, FLAGGED_DRAFTS = "rejected", "flagged"
@@ -115,16 +116,18 @@ def select_cases(store: Store, spec: RedoSpec, which: str, *, limit: Optional[in
                           if question is not None else None, about.get(image_id, []))
                  for item, question, answer, image_id in found]
         cases = [c for c in cases if spec.eligible(c)]
-        ids = [c.item.id for c in cases]
-        flags = check_reasons(session, ids)
+        flags = check_reasons(session, cases)
         if which == FLAGGED_DRAFTS:
             cases = [c for c in cases if flags.get(c.item.id)]
+        if limit is not None:
+            cases = cases[:limit]
+        ids = [c.item.id for c in cases]
         people = people_reasons(session, ids)
         decided = decision_reasons(session, ids) if which == REJECTED_DRAFTS else {}
     for case in cases:
         said = decided.get(case.item.id, []) + people.get(case.item.id, [])
         case.reasons = unique(said + (flags.get(case.item.id, []) if which == FLAGGED_DRAFTS else []))
-    return cases[:limit] if limit is not None else cases
+    return cases
 
 
 def image_sources(session: Session, image_ids: set[int]) -> dict[int, list[dict[str, Any]]]:
@@ -141,35 +144,31 @@ def image_sources(session: Session, image_ids: set[int]) -> dict[int, list[dict[
     return found
 
 
-def check_reasons(session: Session, item_ids: list[int]) -> dict[int, list[str]]:
-    """The reasons of each item's check flags that hold it (a flag that decides the status, not waived)."""
-    if not item_ids:
-        return {}
-    deciding = set(text_codes(sorted(set(session.execute(
-        select(CheckFlag.code).where(CheckFlag.item_id.in_(item_ids))).scalars()))))
-    waived = {i: waived_codes(d) for i, d in session.execute(select(Item.id, Item.data).where(Item.id.in_(item_ids)))}
+def check_reasons(session: Session, cases: list[RedoCase]) -> dict[int, list[str]]:
+    """The reasons of the check flags that hold each case's item (a flag that decides the status, not waived)."""
+    edits = set(edit_codes())  # an edit check ranks candidates; it never holds an item
+    waived = {c.item.id: waived_codes(c.item.data) for c in cases}
     found: dict[int, list[str]] = defaultdict(list)
-    for item_id, code, reason in session.execute(select(CheckFlag.item_id, CheckFlag.code, CheckFlag.reason)
-                                                 .where(CheckFlag.item_id.in_(item_ids))
-                                                 .order_by(CheckFlag.item_id, CheckFlag.code)):
-        if code in deciding and code not in waived[item_id]:
-            found[item_id].append(f"check {code}: {reason}")
+    for part in in_chunks(list(waived)):
+        for item_id, code, reason in session.execute(select(CheckFlag.item_id, CheckFlag.code, CheckFlag.reason)
+                                                     .where(CheckFlag.item_id.in_(part))
+                                                     .order_by(CheckFlag.item_id, CheckFlag.code)):
+            if code not in edits and code not in waived[item_id]:
+                found[item_id].append(f"check {code}: {reason}")
     return found
 
 
 def people_reasons(session: Session, item_ids: list[int]) -> dict[int, list[str]]:
     """What people said against each item's draft, in the order they said it, as reasons that name nobody (the
     tasks that measure a person, controls and audits, are left out)."""
-    if not item_ids:
-        return {}
     found: dict[int, list[str]] = defaultdict(list)
-    rows = session.execute(select(AnnotationTask.item_id, Judgment)
-                           .join(Judgment, Judgment.task_id == AnnotationTask.id)
-                           .where(AnnotationTask.item_id.in_(item_ids), AnnotationTask.purpose.not_in(MEASURING),
-                                  AnnotationTask.state != "deleted")
-                           .order_by(AnnotationTask.item_id, Judgment.annotated_at, Judgment.id))
-    for item_id, judgment in rows:
-        found[item_id] += judgment_reasons(judgment)
+    for part in in_chunks(item_ids):
+        for item_id, judgment in session.execute(
+                select(AnnotationTask.item_id, Judgment).join(Judgment, Judgment.task_id == AnnotationTask.id)
+                .where(AnnotationTask.item_id.in_(part), AnnotationTask.purpose.not_in(MEASURING),
+                       AnnotationTask.state != "deleted")
+                .order_by(AnnotationTask.item_id, Judgment.annotated_at, Judgment.id)):
+            found[item_id] += judgment_reasons(judgment)
     return found
 
 
@@ -186,20 +185,19 @@ def judgment_reasons(judgment: Judgment) -> list[str]:
     if judgment.decision:
         reasons.append(f"the adjudicator decided: {judgment.decision}")
     if judgment.comment and judgment.comment.strip():
-        reasons.append(f"a person's comment: {without_emails(' '.join(judgment.comment.split()))}")
-    return reasons
+        reasons.append(f"a person's comment: {' '.join(judgment.comment.split())}")
+    return [without_emails(reason) for reason in reasons]  # what a person typed may hold an address
 
 
 def decision_reasons(session: Session, item_ids: list[int]) -> dict[int, list[str]]:
     """The rule of each item's latest decision to reject (the event's detail names the people: only the rule)."""
-    if not item_ids:
-        return {}
     latest: dict[int, str] = {}
-    for item_id, detail in session.execute(select(ItemEvent.item_id, ItemEvent.detail)
-                                           .where(ItemEvent.item_id.in_(item_ids), ItemEvent.to_status == REJECTED)
-                                           .order_by(ItemEvent.id)):
-        if (detail or {}).get("rule"):
-            latest[item_id] = without_emails(str(detail["rule"]))
+    for part in in_chunks(item_ids):
+        for item_id, detail in session.execute(select(ItemEvent.item_id, ItemEvent.detail)
+                                               .where(ItemEvent.item_id.in_(part), ItemEvent.to_status == REJECTED)
+                                               .order_by(ItemEvent.id)):
+            if (detail or {}).get("rule"):
+                latest[item_id] = without_emails(str(detail["rule"]))
     return {i: [f"rejected because: {rule}"] for i, rule in latest.items()}
 
 

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from cftools.generate.redo import RedoCase, RedoSpec
-from cftools.kinds.cvqa.generate import GENERATOR, item_row, load_template, render_prompt, rewrite_from_reply, rewrite_schema
+from cftools.kinds.cvqa.generate import (GENERATOR, item_row, load_template, render_prompt, rewrite_from_reply,
+                                        rewrite_schema)
 
 
 def original(case: RedoCase) -> dict[str, Any]:

@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import csv
 import json
+import uuid
 from pathlib import Path
 
 import pytest
 from sqlalchemy import select
 
+from fixtures_label_studio import verify_result
+from test_annotate import make_items, mark_checked
 from test_cfmm import images_and_facts  # noqa: F401  (a fixture: images with answered source questions)
+from test_servers import people_ws, pull, push, tasks_by_person  # noqa: F401  (people_ws: a fixture)
 
 from cftools.flags import waive
 from cftools.generate.redo import redo_counts, redo_key
@@ -26,6 +30,12 @@ COMMENT = f"The if-clause gives the count away; ask {OTHER} if unsure"
 CONTROL_COMMENT = "ONLY-IN-A-CONTROL-TASK"
 
 
+def configure_stub(workspace, base_url: str) -> None:
+    config = workspace.path("cftools.toml")
+    text = config.read_text().replace('backend = "local"', f'backend = "openai"\nbase_url = "{base_url}"')
+    config.write_text(text.replace('model = "smollm2-135m-instruct"', 'model = "stub"'))
+
+
 @pytest.fixture
 def drafted(workspace, tmp_path, stub, run_cli):
     """A workspace on the stub with four numerical-direct drafts written by `generate rewrite`."""
@@ -33,9 +43,7 @@ def drafted(workspace, tmp_path, stub, run_cli):
     with open(table, "w", newline="") as fh:
         csv.writer(fh).writerows([("image", "question", "answer"), *QUESTIONS])
     ingest_table(workspace.store, table)
-    config = workspace.path("cftools.toml")
-    text = config.read_text().replace('backend = "local"', f'backend = "openai"\nbase_url = "{stub.base_url}"')
-    config.write_text(text.replace('model = "smollm2-135m-instruct"', 'model = "stub"'))
+    configure_stub(workspace, stub.base_url)
     result = rewrite(run_cli)
     assert result.exit_code == 0, result.output
     stub.received.clear()
@@ -266,3 +274,43 @@ def test_redo_rejected_cues_keeps_the_pair_and_drafts_new_cues(workspace, stub):
     assert new.redo_of is not None and new.status == "draft"
     assert (new.data["cue"], new.data["cause_image"], new.data["false_cues"]) == (
         "catch cold", "images/c.png", ["coat", "bed", "tissue"])
+
+
+# ---------------------------------------------------------------- through real Label Studio servers
+def comment(text: str) -> dict:
+    return {"from_name": "comment", "to_name": "question", "type": "textarea", "value": {"text": [text]}}
+
+
+def test_redo_after_a_real_pull_gives_the_model_what_the_two_people_said(people_ws, people_servers, run_cli, request,
+                                                                         stub):
+    """Two people, each on their own Label Studio, reject an ingested C-VQA item with flags, a correction and a
+    comment; `annotate pull` decides it rejected; the redo's prompt carries what they said and names neither."""
+    make_items(run_cli, people_servers.media_root / f"{request.node.name}-{uuid.uuid4().hex[:6]}", 1)
+    mark_checked(people_ws.store)
+    push(run_cli)
+    said = {"not_counterfactual": "The if-clause changes nothing in the picture; ask ann2@example.com",
+            "ambiguous": "Which squares count is unclear"}
+    people = sorted((person, task) for person, tasks in tasks_by_person(people_ws.store).items() for task in tasks)
+    assert len(people) == 2
+    for (person, task), (flag, text) in zip(people, said.items()):
+        people_servers.client(person).annotations.create(id=task.ls_task_id, result=[
+            *verify_result("yes", "no", "3" if flag == "ambiguous" else None, flags=[flag]), comment(text)])
+    assert pull(run_cli)["decisions"] == {"rejected": 1}
+
+    configure_stub(people_ws, stub.base_url)
+    result = rewrite(run_cli, "--redo", "rejected")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["items_created"] == 1
+    (prompt,) = prompts(stub)
+    assert "Question: How many squares are there in picture 0?" in prompt  # the ingested item's source question
+    assert "How many squares would there be if one more was added (0)?" in prompt  # the rejected draft
+    assert "rejected because: both flagged ambiguous or not counterfactual" in prompt
+    assert "The if-clause changes nothing in the picture" in prompt and "Which squares count is unclear" in prompt
+    assert "a person corrected the answer to: 3" in prompt
+    assert "Not counterfactual: it supposes nothing contrary to the image" in prompt
+    assert "@" not in prompt and all(person not in prompt for person, _ in people)
+    (old,) = [i for i in items(people_ws.store).values() if i.redo_of is None]
+    new = items(people_ws.store)[redo_key(old.key)]
+    assert old.status == REJECTED and new.redo_of == old.id and new.status == "draft"
+    assert redo_counts(people_ws.store) == [{"kind": "cvqa", "generator": "rewrite", "redone": 1, "decided": 0,
+                                             "accepted": 0}]

@@ -314,3 +314,6 @@ def test_redo_after_a_real_pull_gives_the_model_what_the_two_people_said(people_
     assert old.status == REJECTED and new.redo_of == old.id and new.status == "draft"
     assert redo_counts(people_ws.store) == [{"kind": "cvqa", "generator": "rewrite", "redone": 1, "decided": 0,
                                              "accepted": 0}]
+    # parsing the stored replies again makes no first draft of the redo's reply (the ingested item is not `rewrite:…`)
+    reparsed = run_cli("generate", "reparse", "--json")
+    assert json.loads(reparsed.output)["items_created"] == 0 and len(items(people_ws.store)) == 2

@@ -250,7 +250,7 @@ def reparse(store: Store, group: str | None = None) -> ReparseReport:
                 report.changed += 1
                 gen.parsed, gen.parse_error = parsed, error
                 session.add(gen)
-            if parsed and gen.source_id is not None:
+            if parsed and gen.source_id is not None and not (gen.params or {}).get("redo"):  # a redo has its own item
                 best.setdefault((gen.source_id, gen.group), gen)
         session.flush()
         items = {i.key: i for i in session.execute(select(Item).where(Item.origin == "generated",

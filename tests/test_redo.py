@@ -191,9 +191,9 @@ def test_redo_keys_count_up():
 
 
 def test_every_redo_template_is_packaged():
-    from cftools.kinds.cfmm.redo import CFMM_REDO
-    from cftools.kinds.cvqa.redo import CVQA_REDO
-    from cftools.kinds.mucr.redo import MUCR_CUES_REDO
+    from cftools.kinds.cfmm.generate import CFMM_REDO
+    from cftools.kinds.cvqa.generate import CVQA_REDO
+    from cftools.kinds.mucr.cues import MUCR_CUES_REDO
     from cftools.llm.prompts import load_prompt
 
     for spec in (CVQA_REDO, CFMM_REDO, MUCR_CUES_REDO):
@@ -224,7 +224,7 @@ def test_redo_rejected_pairs_drafts_the_type_again_from_the_image_facts(images_a
     from cftools.generate.llm_task import LLMRun
     from cftools.generate.redo import redo_drafts
     from cftools.kinds.cfmm.generate import generate_pairs, parse_quota
-    from cftools.kinds.cfmm.redo import CFMM_REDO
+    from cftools.kinds.cfmm.generate import CFMM_REDO
 
     server, backend = pairs_llm
     store = images_and_facts.store
@@ -248,7 +248,7 @@ def test_redo_rejected_cues_keeps_the_pair_and_drafts_new_cues(workspace, stub):
     from cftools.generate.llm_task import LLMRun
     from cftools.generate.redo import redo_drafts
     from fixtures_llm import stub_backend
-    from cftools.kinds.mucr.redo import MUCR_CUES_REDO
+    from cftools.kinds.mucr.cues import MUCR_CUES_REDO
 
     data = {"cause_caption": "a man runs in the rain", "effect_caption": "the man sneezes",
             "cause_image": "images/c.png", "effect_image": "images/e.png", "style": "photograph",

@@ -16,7 +16,8 @@ rejected draft in the reply's form and the reasons. The result is a NEW draft it
 is redone once: a rerun skips every item that has a redo, so only a redo that was rejected in turn is redone again
 (a redo of the redo, linked the same way).
 
-Each kind says how (its `redo` module: a `RedoSpec`); this module asks the spec and never branches on the kind.
+Each kind says how, beside its generator (a `RedoSpec`: `CVQA_REDO`, `CFMM_REDO`, `MUCR_CUES_REDO`); this module
+asks the spec and never branches on the kind.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ from sqlalchemy import exists, func, select
 from sqlalchemy.orm import aliased
 from sqlmodel import Session
 
-from cftools.checks.edits import edit_codes
 from cftools.flags import waived_codes
 from cftools.generate.claims import selection_start
 from cftools.generate.llm_task import (LLMJob, LLMReport, LLMRun, LLMTask, ParsedOutput, insert_items, render,
@@ -70,7 +70,7 @@ class RedoCase:
 
 @dataclass(frozen=True)
 class RedoSpec:
-    """What a generator says about redoing its drafts (each kind's `redo` module)."""
+    """What a generator says about redoing its drafts (beside the generator, in its kind's package)."""
 
     kind: str
     generator: str  # the generator's name in provenance (`rewrite`, `pairs`, `cues`)
@@ -146,6 +146,8 @@ def image_sources(session: Session, image_ids: set[int]) -> dict[int, list[dict[
 
 def check_reasons(session: Session, cases: list[RedoCase]) -> dict[int, list[str]]:
     """The reasons of the check flags that hold each case's item (a flag that decides the status, not waived)."""
+    from cftools.checks.edits import edit_codes  # the checks load slowly; only a --redo needs them
+
     edits = set(edit_codes())  # an edit check ranks candidates; it never holds an item
     waived = {c.item.id: waived_codes(c.item.data) for c in cases}
     found: dict[int, list[str]] = defaultdict(list)

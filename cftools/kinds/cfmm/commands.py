@@ -54,7 +54,7 @@ def pairs_cmd(workspace: Workspace, types_text: str | None, per_image: int, limi
                       params=llm_params(config, llm.name))
         if redo:
             from cftools.generate.redo import redo_drafts
-            from cftools.kinds.cfmm.redo import CFMM_REDO
+            from cftools.kinds.cfmm.generate import CFMM_REDO
 
             report = redo_drafts(workspace.store, llm, CFMM_REDO, redo, run=run, limit=limit)
         else:

@@ -41,7 +41,7 @@ def rewrite_cmd(workspace: Workspace, group: str, limit: int | None, include_ing
                       params=llm_params(config, llm.name))
         if redo:
             from cftools.generate.redo import redo_drafts
-            from cftools.kinds.cvqa.redo import CVQA_REDO
+            from cftools.kinds.cvqa.generate import CVQA_REDO
 
             report = redo_drafts(workspace.store, llm, CVQA_REDO, redo, run=run, limit=limit, groups=(group,))
         else:

@@ -195,7 +195,7 @@ def cues_cmd(workspace: Workspace, limit: Optional[int], groups: tuple[str, ...]
     run = llm_run(workspace, template_path, concurrency, refresh, max_attempts, quiet or as_json)
     if redo:
         from cftools.generate.redo import redo_drafts
-        from cftools.kinds.mucr.redo import MUCR_CUES_REDO
+        from cftools.kinds.mucr.cues import MUCR_CUES_REDO
 
         def draft(store, llm, **kwargs):  # noqa: ANN001, ANN202
             return redo_drafts(store, llm, MUCR_CUES_REDO, redo, **kwargs)

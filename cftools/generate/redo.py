@@ -133,14 +133,13 @@ def select_cases(store: Store, spec: RedoSpec, which: str, *, limit: Optional[in
 def image_sources(session: Session, image_ids: set[int]) -> dict[int, list[dict[str, Any]]]:
     """The answered source questions of each image (at most MAX_IMAGE_SOURCES, lowest id first)."""
     found: dict[int, list[dict[str, Any]]] = defaultdict(list)
-    if not image_ids:
-        return found
-    for id_, image_id, question, answer in session.execute(
-            select(SourceQuestion.id, SourceQuestion.image_id, SourceQuestion.question, SourceQuestion.answer)
-            .where(SourceQuestion.image_id.in_(sorted(image_ids)), SourceQuestion.answer.is_not(None))
-            .order_by(SourceQuestion.image_id, SourceQuestion.id)):
-        if len(found[image_id]) < MAX_IMAGE_SOURCES:
-            found[image_id].append({"id": id_, "question": question, "answer": answer})
+    for part in in_chunks(sorted(image_ids)):
+        for id_, image_id, question, answer in session.execute(
+                select(SourceQuestion.id, SourceQuestion.image_id, SourceQuestion.question, SourceQuestion.answer)
+                .where(SourceQuestion.image_id.in_(part), SourceQuestion.answer.is_not(None))
+                .order_by(SourceQuestion.image_id, SourceQuestion.id)):
+            if len(found[image_id]) < MAX_IMAGE_SOURCES:
+                found[image_id].append({"id": id_, "question": question, "answer": answer})
     return found
 
 

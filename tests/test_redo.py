@@ -99,6 +99,10 @@ def test_redo_rejected_gives_the_model_the_draft_and_the_reasons_and_links_new_i
     for n, key in enumerate(rejected, start=1):
         reject_as_pull_does(drafted.store, key, n)
 
+    estimate = rewrite(run_cli, "--redo", "rejected", "--estimate")
+    assert estimate.exit_code == 0, estimate.output
+    assert json.loads(estimate.output)["estimate"][0]["requests"] == 2 and prompts(stub) == []  # nothing called
+
     result = rewrite(run_cli, "--redo", "rejected")
     assert result.exit_code == 0, result.output
     summary = json.loads(result.output)
@@ -131,9 +135,9 @@ def test_redo_rejected_gives_the_model_the_draft_and_the_reasons_and_links_new_i
             assert generation.generator == "rewrite" and generation.template_name == "rewrite/redo.j2"
             assert generation.params["redo"] == "rejected" and generation.params["redo_of"] == key
             assert "a person corrected the answer to: 7" in generation.prompt
-            new_events = session.execute(select(ItemEvent.stage, ItemEvent.to_status)
+            new_events = session.execute(select(ItemEvent.stage, ItemEvent.to_status, ItemEvent.detail)
                                          .where(ItemEvent.item_id == new.id)).all()
-            assert [tuple(e) for e in new_events] == [("redo", "draft")]
+            assert [tuple(e) for e in new_events] == [("redo", "draft", {"redo_of": key, "redo": "rejected"})]
             old_event = session.execute(select(ItemEvent).where(ItemEvent.item_id == old.id,
                                                                 ItemEvent.stage == "redo")).scalar_one()
             assert old_event.to_status == REJECTED and old_event.detail["redone_as"] == new.key

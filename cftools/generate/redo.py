@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from sqlalchemy import exists, func, select
+from sqlalchemy import exists, func, select, update
 from sqlalchemy.orm import aliased
 from sqlmodel import Session
 
@@ -227,11 +227,16 @@ class RedoTask(LLMTask):
         rows = [redo_row(self.spec, o) for o in outputs]
         there = set(session.execute(select(Item.key).where(Item.key.in_([r["key"] for r in rows]))).scalars())
         made = insert_items(store, session, rows, STAGE)
+        new_ids = dict(session.execute(select(Item.key, Item.id).where(Item.key.in_([r["key"] for r in rows]))).all())
         for output, row in zip(outputs, rows):
-            if row["key"] not in there:
-                old = output.job.context["case"].item
-                session.add(ItemEvent(item_id=old.id, stage=STAGE, from_status=old.status, to_status=old.status,
-                                      detail={"redone_as": row["key"], "generation_id": output.generation_id}))
+            if row["key"] in there:
+                continue
+            old, which = output.job.context["case"].item, output.job.provenance["redo"]
+            session.execute(update(ItemEvent).where(ItemEvent.item_id == new_ids[row["key"]], ItemEvent.stage == STAGE)
+                            .values(detail={"redo_of": old.key, "redo": which}))
+            session.add(ItemEvent(item_id=old.id, stage=STAGE, from_status=old.status, to_status=old.status,
+                                  detail={"redone_as": row["key"], "redo": which,
+                                          "generation_id": output.generation_id}))
         return made
 
 

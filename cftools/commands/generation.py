@@ -113,6 +113,14 @@ def llm_run(workspace: Any, template_path: Optional[Path], concurrency: Optional
                   refresh=refresh, max_attempts=max_attempts, console=err_console, quiet=quiet, prompt_variant=variant)
 
 
+redo_option = click.option(
+    "--redo", type=click.Choice(["rejected", "flagged"]),
+    help="Instead of new drafts: draft again the items people rejected (rejected) or the drafts checks hold "
+         "(flagged), giving the model the old draft and the reasons (people's flags, corrections and comments, or "
+         "the flags'); each result is a new draft linked to the old item. An item is redone once (a redo rejected "
+         "in turn is redone again).")
+
+
 rederive_option = click.option(
     "--rederive/--no-rederive", default=None,
     help="Then ask the model to re-derive each draft's answer (check answer_disputed); one call per draft "

@@ -55,6 +55,7 @@ def decided_counts(session: Session) -> dict[tuple[str, str, str, str], tuple[in
     query = (select(Item.kind, Generation.generator, Generation.prompt_variant, Generation.model, decided, accepted)
              .join(Generation, Generation.id == Item.generation_id)
              .where(Item.origin == "generated")  # not items read back from a release: decided elsewhere
+             .where(Item.redo_of.is_(None))  # a redo is drafted from its own template and the people's reasons
              .group_by(Item.kind, Generation.generator, Generation.prompt_variant, Generation.model))
     counts: dict[tuple[str, str, str, str], list[int]] = defaultdict(lambda: [0, 0])
     for kind, generator, variant, model, n_decided, n_accepted in session.execute(query):

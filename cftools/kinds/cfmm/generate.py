@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Annotated, Any, Literal, Optional
 
 from pydantic import Field, create_model
@@ -33,6 +34,7 @@ from sqlmodel import Session
 from cftools.answers import normalize_answer
 from cftools.errors import CftoolsError
 from cftools.generate.rederive import RederiveSpec
+from cftools.generate.redo import RedoCase, RedoSpec
 from cftools.generate.llm_task import (LLMJob, LLMRun, LLMTask, ParseError, insert_items,
                                        run_llm_task)
 from cftools.kinds.cfmm.model import NO_TYPE, PAPER_COUNTS, TYPES
@@ -240,6 +242,49 @@ def draft_row(slot: Slot, pair_type: str, parsed: dict[str, Any], generation_id:
                  "options": {"original": parsed["basic_options"], "counterfactual": parsed["cf_options"]},
                  "needs_image_check": True, "attempt": attempt},
     }
+
+
+# -- redoing a rejected pair (`--redo`) ---------------------------------------------------------------------------
+
+def redo_type(case: RedoCase) -> str:
+    return (case.item.data or {}).get("type") or case.item.group
+
+
+def can_redo(case: RedoCase) -> bool:
+    """A pair of a known type with its basic question and the image's facts to draft from."""
+    return redo_type(case) in TYPES and bool((case.item.data or {}).get("basic_question")) and bool(case.image_sources)
+
+
+def redo_prompt(case: RedoCase, workspace_root: Optional[Path]) -> str:
+    """The type's own drafting prompt (the workspace's copy when it has one) for the item's image."""
+    template = load_prompt(f"cfmm/{redo_type(case)}.j2", None, workspace_root)
+    return template.render(sources=case.image_sources, type=redo_type(case))
+
+
+def rejected_pair(case: RedoCase) -> dict[str, Any]:
+    """The rejected pair in the reply's form (options and the correct ones by number)."""
+    data = case.item.data or {}
+    options = data.get("options") or {}
+    basic, counterfactual = list(options.get("original") or []), list(options.get("counterfactual") or [])
+    answer = case.item.proposed_answer if case.item.proposed_answer is not None else case.item.answer
+    return {"basic_question": data.get("basic_question"), "basic_options": basic,
+            "basic_correct": option_number(data.get("basic_answer"), basic), "cf_question": case.item.question,
+            "cf_options": counterfactual, "cf_correct": option_number(answer, counterfactual)}
+
+
+def option_number(answer: Any, options: list[str]) -> Optional[int]:
+    return options.index(answer) + 1 if answer in options else None
+
+
+def redone_pair(case: RedoCase, parsed: dict[str, Any], generation_id: int, attempt: int) -> dict[str, Any]:
+    # a slot only names the key and the first source, which a redo has of its own
+    new = draft_row(Slot(0, 0, [{"id": case.item.source_id}]), redo_type(case), parsed, generation_id, attempt)
+    return {k: new[k] for k in ("question", "answer", "data")}
+
+
+CFMM_REDO = RedoSpec(kind="cfmm", generator=GENERATOR, template="cfmm/redo.j2", schema=lambda case: DRAFT_SCHEMA,
+                     from_reply=draft_from_reply, prompt=redo_prompt, draft=rejected_pair, row=redone_pair,
+                     eligible=can_redo)
 
 
 # -- re-deriving the answer (answer_disputed) --------------------------------------------------------------------

@@ -34,6 +34,7 @@ from cftools.llm.prompts import PromptTemplate, load_prompt
 from cftools.llm.structured import OutputSchema, Reply, ReplyError
 from cftools.generate.claims import selection_start
 from cftools.generate.rederive import RederiveSpec
+from cftools.generate.redo import RedoCase, RedoSpec
 from cftools.generate.llm_task import (LLMJob, LLMRun, LLMReport as RewriteReport, LLMTask,
                                        ParsedOutput, insert_items, run_llm_task)
 from cftools.kinds.cvqa.model import BOOLEAN, GROUP_ANSWER_TYPE, GROUPS as CVQA_GROUPS
@@ -204,6 +205,42 @@ def item_row(source: dict[str, Any], group: str, parsed: dict[str, Any], generat
     }
 
 
+# ------------------------------------------------------------------ redoing a rejected draft (`--redo`)
+def redo_original(case: RedoCase) -> dict[str, Any]:
+    """The source question and answer the draft rewrote (a generated draft keeps them; an ingested one has its
+    source question)."""
+    data = case.item.data or {}
+    if data.get("original_question") and data.get("original_answer") is not None:
+        return {"id": case.item.source_id, "question": data["original_question"], "answer": data["original_answer"]}
+    return case.source or {}
+
+
+def can_redo(case: RedoCase) -> bool:
+    original = redo_original(case)
+    return bool(original.get("question")) and original.get("answer") is not None
+
+
+def redo_prompt(case: RedoCase, workspace_root: Path | None) -> str:
+    """The group's own rewrite prompt (the workspace's copy when it has one) for the item's source question."""
+    return render_prompt(load_template(case.item.group, None, workspace_root), redo_original(case))
+
+
+def rejected_draft(case: RedoCase) -> dict[str, Any]:
+    """The rejected draft as the reply gave it (the proposed answer, when people corrected it since)."""
+    answer = case.item.proposed_answer if case.item.proposed_answer is not None else case.item.answer
+    return {"new_question": case.item.question, "new_answer": answer}
+
+
+def redone_draft(case: RedoCase, parsed: dict[str, Any], generation_id: int, attempt: int) -> dict[str, Any]:
+    new = item_row(redo_original(case), case.item.group, parsed, generation_id, attempt)
+    return {k: new[k] for k in ("question", "answer", "data")}
+
+
+CVQA_REDO = RedoSpec(kind="cvqa", generator=GENERATOR, template=f"{GENERATOR}/redo.j2",
+                     schema=lambda case: rewrite_schema(case.item.group), from_reply=rewrite_from_reply,
+                     prompt=redo_prompt, draft=rejected_draft, row=redone_draft, eligible=can_redo)
+
+
 # ------------------------------------------------------------------ the whole run
 def llm_params(config: dict[str, Any], backend: str | None = None) -> dict[str, Any]:
     """Sampling parameters for rewriting: the defaults and [llm] temperature/max_tokens/top_p (the output schema
@@ -263,7 +300,7 @@ def reparse(store: Store, group: str | None = None) -> ReparseReport:
                 report.changed += 1
                 gen.parsed, gen.parse_error = parsed, error
                 session.add(gen)
-            if parsed and gen.source_id is not None:
+            if parsed and gen.source_id is not None and not (gen.params or {}).get("redo"):  # a redo has its own item
                 best.setdefault((gen.source_id, gen.group, gen.prompt_variant), gen)
         session.flush()
         items = {i.key: i for i in session.execute(select(Item).where(Item.origin == "generated",

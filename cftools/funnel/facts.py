@@ -1,0 +1,303 @@
+"""One row of facts per item and the cost of every model call, read from the store for `cftools report`.
+
+The funnel's stages of an item (each a yes or no; an item is counted in every stage it reached):
+
+- `ingested`: every item (each comes from an ingested source question or was ingested as an item);
+- `drafted`: a generator made it (origin `generated`);
+- `flagged`: an automatic check flagged it (per check code too); `waived`: a person waived one of its flags;
+- `pushed`: it went to people (a verification, adjudication or a kind's own task; never a control, audit or
+  measuring task, which measure their person);
+- `accepted` / `corrected` / `rejected`: its status now (accepted as drafted, accepted with the people's corrected
+  answer, rejected); `adjudicated`: an adjudication decided it (also counted in the outcome it gave);
+- `released`: it is in a native release the store recorded (read from that release's records.jsonl).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+from sqlalchemy import select
+
+from cftools.annotate.quality import JudgmentRow, counted_judgments
+from cftools.boundary import public_name
+from cftools.flags import waived_codes
+from cftools.judgments import ADJUDICATE, MEASURING
+from cftools.llm.cost import WORST_CASE_COST, Price, price_for
+from cftools.models import (ACCEPTED, REJECTED, AnnotationTask, CheckFlag, Generation, Image, Item, ItemEvent,
+                            Release, SourceQuestion)
+from cftools.progress import ProgressCallback, no_progress
+
+STAGES = ("ingested", "drafted", "flagged", "waived", "pushed", "accepted", "corrected", "rejected", "adjudicated",
+          "released")
+STAGE_MEANINGS = {
+    "ingested": "every item (each comes from an ingested source question or was ingested as an item)",
+    "drafted": "made by a generator",
+    "flagged": "flagged by an automatic check (flagged_by_code: per check code)",
+    "waived": "a person waived one of its flags",
+    "pushed": "sent to people (verification, adjudication or a kind's own task; never a control, audit or "
+              "measuring task)",
+    "accepted": "accepted as drafted (status accepted, answer not corrected)",
+    "corrected": "accepted with the people's corrected answer",
+    "rejected": "rejected (status rejected)",
+    "adjudicated": "decided by an adjudication (also counted in the outcome it gave)",
+    "released": "in a native release the store recorded",
+}
+# Tasks that measure their person and never decide the item (calibration's measuring tasks too)
+MEASURING_PURPOSES = frozenset(MEASURING) | {"measure"}
+NO_GENERATOR = "(ingested: no generator)"
+# what the report reads of a call (never its prompt or output, which may be long)
+GENERATION_COLUMNS = (Generation.id, Generation.generator, Generation.backend, Generation.model,
+                      Generation.template_name, Generation.template_hash, Generation.prompt_variant,
+                      Generation.source_id, Generation.group, Generation.cached, Generation.prompt_tokens,
+                      Generation.completion_tokens, Generation.params)
+NATIVE = "native"
+RECORDS = "records.jsonl"
+
+
+@dataclass(frozen=True)
+class GeneratorKey:
+    """What made a draft: the generator, its backend and model, the template (name and hash) and prompt variant."""
+
+    generator: str
+    backend: str
+    model: str
+    template_name: Optional[str]
+    template_hash: Optional[str]
+    prompt_variant: Optional[str]
+
+    @property
+    def label(self) -> str:
+        template = f"{self.template_name or 'no template'}@{(self.template_hash or '')[:12] or '-'}"
+        variant = f" · variant {self.prompt_variant}" if self.prompt_variant else ""
+        return f"{self.generator} · {self.backend}:{self.model} · {template}{variant}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"generator": self.generator, "backend": self.backend, "model": self.model,
+                "template_name": self.template_name, "template_hash": self.template_hash,
+                "prompt_variant": self.prompt_variant}
+
+
+def generator_key(generation: Any) -> GeneratorKey:
+    """A generation row's key; a model given as a local folder is named by the folder's name (nothing local leaves)."""
+    return GeneratorKey(generation.generator, generation.backend, public_name(generation.model) or "",
+                        generation.template_name, generation.template_hash, generation.prompt_variant)
+
+
+@dataclass
+class ItemFacts:
+    id: int
+    key: str
+    kind: str
+    group: str
+    status: str
+    generator: str  # GeneratorKey.label, or NO_GENERATOR
+    stages: set[str]
+    question: str
+    answer: Optional[str]
+    proposed_answer: Optional[str]
+    source_question: Optional[str] = None
+    image_path: Optional[Path] = None  # the image file on this machine (the page refers to it relatively)
+    flags: dict[str, str] = field(default_factory=dict)  # code -> reason
+    waived: set[str] = field(default_factory=set)
+    decided_at: Optional[datetime] = None
+    redo_of: Optional[int] = None
+    judgments: list[JudgmentRow] = field(default_factory=list)
+
+    @property
+    def group_row(self) -> str:
+        return f"{self.kind} / {self.group}"
+
+    @property
+    def people_seconds(self) -> float:
+        return sum(j.lead_time or 0.0 for j in self.judgments)
+
+
+@dataclass
+class CallCost:
+    """The calls of one generator key on one (kind / group) row: tokens and money (None: a model without a price)."""
+
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    money: Optional[float] = 0.0
+
+    def add(self, price: Optional[Price], generation: Any) -> None:
+        self.calls += 1
+        if generation.cached:  # a cache hit is not paid for
+            return
+        prompt, output = generation.prompt_tokens or 0, generation.completion_tokens or 0
+        self.prompt_tokens += prompt
+        self.completion_tokens += output
+        if price is None or self.money is None:
+            self.money = None
+            return
+        params = generation.params if isinstance(generation.params, dict) else {}
+        worst = params.get(WORST_CASE_COST)
+        self.money += float(worst) if worst is not None else price.cost(prompt, output, bool(params.get("batch_id")))
+
+    def merge(self, other: "CallCost") -> None:
+        self.calls += other.calls
+        self.prompt_tokens += other.prompt_tokens
+        self.completion_tokens += other.completion_tokens
+        self.money = None if self.money is None or other.money is None else self.money + other.money
+
+
+@dataclass
+class StoreFacts:
+    items: list[ItemFacts]
+    generators: dict[str, GeneratorKey]  # label -> key
+    costs: dict[tuple[str, str], CallCost]  # (group row or "(unattributed)", generator label) -> calls
+    source_questions: int = 0
+    sources_drafted: int = 0
+
+
+UNATTRIBUTED = "(unattributed)"
+
+
+def read_facts(store: Any, llm_config: dict[str, Any], progress: ProgressCallback = no_progress) -> StoreFacts:
+    """Every item's facts and every call's cost, from the store (and the recorded native releases' record ids)."""
+    with store.session() as session:
+        progress("items", 0, None)
+        generations = {g.id: g for g in session.execute(select(*GENERATION_COLUMNS))}
+        keys = {gid: generator_key(g) for gid, g in generations.items()}
+        items = item_rows(session, keys)
+        progress("items", len(items), len(items))
+        by_id = {item.id: item for item in items}
+        progress("flags and tasks", 0, None)
+        add_flags(session, by_id)
+        add_tasks(session, by_id)
+        add_decision_times(session, by_id)
+        progress("judgments", 0, None)
+        for row in counted_judgments(session):
+            if row.item_id in by_id:
+                by_id[row.item_id].facts.judgments.append(row)
+        add_released(session, items)
+        costs = call_costs(session, generations, keys, items, llm_config)
+        sources = session.execute(select(SourceQuestion.id)).scalars().all()
+    drafted_from = {item.source for item in items if "drafted" in item.stages and item.source}
+    generators = {key.label: key for key in keys.values()}
+    return StoreFacts([item.facts for item in items], generators, costs, len(sources), len(drafted_from))
+
+
+@dataclass
+class _Reading:
+    """An item while its facts are gathered (its source id and generation id are not part of the facts)."""
+
+    facts: ItemFacts
+    source: Optional[int]
+    generation_id: Optional[int]
+
+    @property
+    def id(self) -> int:
+        return self.facts.id
+
+    @property
+    def stages(self) -> set[str]:
+        return self.facts.stages
+
+
+def item_rows(session: Any, keys: dict[int, GeneratorKey]) -> list[Any]:
+    columns = (Item.id, Item.key, Item.kind, Item.group, Item.status, Item.origin, Item.generation_id, Item.source_id,
+               Item.question, Item.answer, Item.proposed_answer, Item.data, Item.redo_of, SourceQuestion.question,
+               Image.path)
+    query = (select(*columns).outerjoin(SourceQuestion, SourceQuestion.id == Item.source_id)
+             .outerjoin(Image, Image.id == SourceQuestion.image_id).order_by(Item.id))
+    rows = []
+    for (item_id, key, kind, group, status, origin, generation_id, source_id, question, answer, proposed, data,
+         redo_of, source_question, image_path) in session.execute(query):
+        stages = {"ingested"}
+        generated = origin == "generated"
+        if generated:
+            stages.add("drafted")
+        corrected = proposed is not None and proposed != answer
+        if status == ACCEPTED:
+            stages.add("corrected" if corrected else "accepted")
+        elif status == REJECTED:
+            stages.add("rejected")
+        waived = waived_codes(data if isinstance(data, dict) else None)
+        if waived:
+            stages.add("waived")
+        key_of = keys.get(generation_id) if generation_id else None
+        facts = ItemFacts(item_id, key, kind, group, status, key_of.label if key_of else NO_GENERATOR, stages,
+                          question, answer, proposed, source_question, Path(image_path) if image_path else None,
+                          waived=waived, redo_of=redo_of)
+        rows.append(_Reading(facts, source_id, generation_id))
+    return rows
+
+
+def add_flags(session: Any, by_id: dict[int, _Reading]) -> None:
+    for item_id, code, reason in session.execute(select(CheckFlag.item_id, CheckFlag.code, CheckFlag.reason)):
+        if item_id in by_id:
+            by_id[item_id].facts.flags[code] = reason
+            by_id[item_id].stages.add("flagged")
+
+
+def add_tasks(session: Any, by_id: dict[int, _Reading]) -> None:
+    query = select(AnnotationTask.item_id, AnnotationTask.purpose, AnnotationTask.state)
+    for item_id, purpose, state in session.execute(query):
+        item = by_id.get(item_id)
+        if item is None or purpose in MEASURING_PURPOSES:
+            continue
+        item.stages.add("pushed")
+        if purpose == ADJUDICATE and state == "decided":
+            item.stages.add("adjudicated")
+
+
+def add_decision_times(session: Any, by_id: dict[int, _Reading]) -> None:
+    """When each decided item was last decided (its last event into accepted or rejected)."""
+    query = (select(ItemEvent.item_id, ItemEvent.created_at).where(ItemEvent.to_status.in_((ACCEPTED, REJECTED)))
+             .order_by(ItemEvent.id))
+    for item_id, when in session.execute(query):
+        item = by_id.get(item_id)
+        if item is not None and item.facts.status in (ACCEPTED, REJECTED):
+            item.facts.decided_at = when
+
+
+def add_released(session: Any, items: list[_Reading]) -> None:
+    keys = released_keys(session.execute(select(Release.path).where(Release.format == NATIVE)).scalars())
+    for item in items:
+        if item.facts.key in keys:
+            item.stages.add("released")
+
+
+def released_keys(folders: Iterable[str]) -> set[str]:
+    """The record ids (item keys) of the recorded native releases whose folder is still here."""
+    keys: set[str] = set()
+    for folder in folders:
+        path = Path(folder) / RECORDS
+        if not path.is_file():
+            continue
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                if line.strip():
+                    record = json.loads(line)
+                    if isinstance(record, dict) and isinstance(record.get("id"), str):
+                        keys.add(record["id"])
+    return keys
+
+
+def call_costs(session: Any, generations: dict[int, Any], keys: dict[int, GeneratorKey], items: list[_Reading],
+               llm_config: dict[str, Any]) -> dict[tuple[str, str], CallCost]:
+    """Every call's tokens and money, on the (kind / group) row of the items it drafted: a call no item points at
+    (a retry, a failed parse) goes to the row of the items drafted by the same generator from the same source and
+    group, else to UNATTRIBUTED."""
+    row_of_generation = {item.generation_id: item.facts.group_row for item in items if item.generation_id}
+    row_of_work: dict[tuple[str, Any, Any], str] = {}
+    for item in items:
+        generation = generations.get(item.generation_id) if item.generation_id else None
+        if generation is not None:
+            row_of_work[(generation.generator, generation.source_id, generation.group)] = item.facts.group_row
+    prices: dict[str, Optional[Price]] = {}
+    costs: dict[tuple[str, str], CallCost] = defaultdict(CallCost)
+    for gid, generation in generations.items():
+        if generation.model not in prices:
+            prices[generation.model] = price_for(llm_config, generation.model)
+        row = row_of_generation.get(gid) or row_of_work.get(
+            (generation.generator, generation.source_id, generation.group), UNATTRIBUTED)
+        costs[(row, keys[gid].label)].add(prices[generation.model], generation)
+    return dict(costs)

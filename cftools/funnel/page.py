@@ -1,0 +1,148 @@
+"""The report page (`cftools report --out report.html`): one self-contained HTML file, no network, a strict CSP
+(browse.html's approach: `cftools.release.browse.script_json`, text drawn as DOM text nodes only).
+
+The tables and plots (PNG, matplotlib's Agg canvas, embedded as data: URIs) are in the HTML itself, so the page shows
+at once. The drill-down reads a compact index of every item (its funnel cells: row per kind/group and per generator,
+stages as bits, check codes) and the items' details in chunks of CHUNK items, each its own JSON script element
+parsed only when one of its items is opened: a store of 100,000 items opens in well under a second.
+
+Images are relative references from the page's folder to the store's image files (no copy, no absolute path):
+the page shows them where it is written beside the workspace, not once moved to another machine.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import os
+from pathlib import Path
+from typing import Any, Optional
+
+from jinja2 import Environment, PackageLoader, StrictUndefined
+
+from cftools.boundary import Boundary
+from cftools.funnel.facts import STAGES, ItemFacts
+from cftools.funnel.report import BY_GENERATOR, BY_GROUP, Report, rows_of
+from cftools.release.browse import script_json
+
+CHUNK = 1000  # items per details chunk of the drill-down
+PLOT_DPI = 100
+PNG_METADATA = {"Software": None}
+
+
+def render_report(report: Report, boundary: Boundary, out: Path, workspace_root: Path) -> str:
+    """The page's HTML, its image references relative to OUT's folder."""
+    items = report.facts.items
+    rows = {by: list(rows_of(items, by)) for by in (BY_GROUP, BY_GENERATOR)}
+    codes = sorted({code for item in items for code in item.flags})
+    places = {by: {name: n for n, name in enumerate(names)} for by, names in rows.items()}
+    code_places = {code: n for n, code in enumerate(codes)}
+    index = [item_index(item, places, code_places) for item in items]
+    folder = out.resolve().parent
+    details = [item_detail(item, boundary, image_src(item, folder, workspace_root)) for item in items]
+    chunks = [script_json(details[n:n + CHUNK]) for n in range(0, len(details), CHUNK)]
+    env = Environment(loader=PackageLoader("cftools.funnel", "."), autoescape=True, undefined=StrictUndefined,
+                      trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+    drill = {"stages": list(STAGES), "rows": rows, "codes": codes, "chunk": CHUNK, "items": index}
+    return env.get_template("report.html.j2").render(
+        r=report.data, stages=STAGES, rows=rows, codes=codes, plots=plots(report.data),
+        drill_json=script_json(drill), chunks=chunks, fmt=figure)
+
+
+def write_report(report: Report, boundary: Boundary, out: Path, workspace_root: Path) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(render_report(report, boundary, out, workspace_root), encoding="utf-8")
+
+
+def figure(value: Any, digits: int = 2) -> str:
+    """A number as the tables show it ("-" for none)."""
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def item_index(item: ItemFacts, places: dict[str, dict[str, int]], codes: dict[str, int]) -> list[Any]:
+    """[key, kind/group row, generator row, stage bits, check codes]: what filtering by a funnel cell reads."""
+    bits = sum(1 << n for n, stage in enumerate(STAGES) if stage in item.stages)
+    return [item.key, places[BY_GROUP][item.group_row], places[BY_GENERATOR][item.generator], bits,
+            sorted(codes[code] for code in item.flags)]
+
+
+def image_src(item: ItemFacts, folder: Path, workspace_root: Path) -> Optional[str]:
+    if item.image_path is None:
+        return None
+    path = item.image_path if item.image_path.is_absolute() else workspace_root / item.image_path
+    return Path(os.path.relpath(path.resolve(), folder)).as_posix()
+
+
+def item_detail(item: ItemFacts, boundary: Boundary, image: Optional[str]) -> dict[str, Any]:
+    """What the drill-down shows of one item; people as pseudonyms, texts through the boundary."""
+    judgments = [{"person": boundary.pseudonym(row.person), "task": row.purpose,
+                  "related": row.answer.related, "correct": row.answer.answer_correct,
+                  "corrected": row.answer.corrected_answer, "flags": row.answer.flags,
+                  "decision": row.answer.decision, "comment": row.answer.comment,
+                  "lead_time": row.lead_time} for row in item.judgments]
+    detail = {"key": item.key, "kind": item.kind, "group": item.group, "status": item.status,
+              "generator": item.generator, "question": item.question, "answer": item.answer,
+              "proposed_answer": item.proposed_answer, "source_question": item.source_question,
+              "flags": [[code, reason, code in item.waived] for code, reason in sorted(item.flags.items())],
+              "judgments": judgments}
+    released = boundary.released(detail)
+    released["image"] = image  # relative: the boundary would cut a path to its last part
+    return released
+
+
+# ---------------------------------------------------------------- plots
+
+
+def plots(data: dict[str, Any]) -> dict[str, str]:
+    """The page's plots as data: URIs (PNG): the funnel, cost per accepted item, acceptance over time."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    drawn = {}
+    for name, draw in (("funnel", draw_funnel), ("cost", draw_cost), ("over_time", draw_over_time)):
+        fig = Figure(figsize=(7.5, 3.6), dpi=PLOT_DPI)
+        axes = fig.add_subplot()
+        draw(axes, data)
+        fig.tight_layout()
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png", metadata=PNG_METADATA)
+        drawn[name] = "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+    return drawn
+
+
+def draw_funnel(axes: Any, data: dict[str, Any]) -> None:
+    counts = data["funnel"]["total"]["counts"]
+    axes.barh(list(reversed(STAGES)), [counts[s] for s in reversed(STAGES)], color="#4C72B0")
+    axes.set_xlabel("items")
+    axes.set_title("The funnel: items reaching each stage")
+
+
+def draw_cost(axes: Any, data: dict[str, Any]) -> None:
+    rows = [row for row in data["cost"][BY_GENERATOR] if row["accepted"]]
+    names = [row["name"][:40] for row in rows]
+    priced = all(row["money_per_accepted"] is not None for row in rows) and any(row["money"] for row in rows)
+    key, label = (("money_per_accepted", "money per accepted item") if priced
+                  else ("tokens_per_accepted", "tokens per accepted item"))
+    axes.barh(names, [row[key] or 0 for row in rows], color="#DD8452")
+    axes.set_xlabel(label)
+    axes.set_title(f"Cost per accepted item, per generator ({label})")
+    axes.tick_params(axis="y", labelsize=7)
+    if not rows:
+        axes.text(0.5, 0.5, "no accepted item yet", ha="center", transform=axes.transAxes)
+
+
+def draw_over_time(axes: Any, data: dict[str, Any]) -> None:
+    days = data["acceptance_over_time"]
+    axes.plot([d["day"] for d in days], [d["acceptance"] for d in days], marker="o", color="#55A868")
+    axes.set_ylim(0, 1.05)
+    axes.set_ylabel("accepted / decided")
+    axes.set_title("Acceptance over time (per day of decision)")
+    axes.tick_params(axis="x", labelrotation=30, labelsize=7)
+    if not days:
+        axes.text(0.5, 0.5, "no decided item yet", ha="center", transform=axes.transAxes)

@@ -46,8 +46,8 @@ def store_file(workspace) -> Path:
     return sqlite_file(workspace.db_url)
 
 
-def counted_in_sql(db: Path, release_keys: set[str]) -> dict[str, dict[str, int]]:
-    """Each stage's items per kind / group, counted straight from the tables (not through cftools)."""
+def members_in_sql(db: Path, release_keys: set[str]) -> tuple[dict[str, set[str]], dict[str, str]]:
+    """Each stage's item keys, found straight from the tables (not through cftools), and each key's kind / group."""
     queries = {
         "ingested": "SELECT id FROM items",
         "drafted": "SELECT id FROM items WHERE origin = 'generated'",
@@ -64,14 +64,23 @@ def counted_in_sql(db: Path, release_keys: set[str]) -> dict[str, dict[str, int]
                        "AND state = 'decided'",
     }
     with sqlite3.connect(db) as connection:
-        row_of = {i: f"{k} / {g}" for i, k, g in connection.execute('SELECT id, kind, "group" FROM items')}
         key_of = {i: key for i, key in connection.execute("SELECT id, key FROM items")}
-        members = {stage: {r[0] for r in connection.execute(sql)} for stage, sql in queries.items()}
-    members["released"] = {i for i, key in key_of.items() if key in release_keys}
+        row_of = {key_of[i]: f"{k} / {g}" for i, k, g in connection.execute('SELECT id, kind, "group" FROM items')}
+        members = {stage: {key_of[r[0]] for r in connection.execute(sql)} for stage, sql in queries.items()}
+        for code, in connection.execute("SELECT DISTINCT code FROM check_flags"):
+            members[f"flag:{code}"] = {key_of[r[0]] for r in connection.execute(
+                "SELECT item_id FROM check_flags WHERE code = ?", (code,))}
+    members["released"] = set(key_of.values()) & release_keys
+    return members, row_of
+
+
+def counted_in_sql(db: Path, release_keys: set[str]) -> dict[str, dict[str, int]]:
+    """Each stage's items per kind / group, counted from `members_in_sql`."""
+    members, row_of = members_in_sql(db, release_keys)
     counts: dict[str, dict[str, int]] = {}
-    for stage, ids in members.items():
-        for item_id in ids:
-            counts.setdefault(row_of[item_id], {s: 0 for s in STAGES})[stage] += 1
+    for stage in STAGES:
+        for key in members[stage]:
+            counts.setdefault(row_of[key], {s: 0 for s in STAGES})[stage] += 1
     return counts
 
 

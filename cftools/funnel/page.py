@@ -38,8 +38,8 @@ def render_report(report: Report, boundary: Boundary, out: Path, workspace_root:
     places = {by: {name: n for n, name in enumerate(names)} for by, names in rows.items()}
     code_places = {code: n for n, code in enumerate(codes)}
     index = [item_index(item, places, code_places) for item in items]
-    folder = out.resolve().parent
-    details = [item_detail(item, boundary, image_src(item, folder, workspace_root)) for item in items]
+    pictures, people = Pictures(out.resolve().parent, workspace_root), People(boundary)
+    details = [item_detail(item, people, pictures.src(item.image_path)) for item in items]
     chunks = [script_json(details[n:n + CHUNK]) for n in range(0, len(details), CHUNK)]
     env = Environment(loader=PackageLoader("cftools.funnel", "."), autoescape=True, undefined=StrictUndefined,
                       trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
@@ -70,28 +70,51 @@ def item_index(item: ItemFacts, places: dict[str, dict[str, int]], codes: dict[s
             sorted(codes[code] for code in item.flags)]
 
 
-def image_src(item: ItemFacts, folder: Path, workspace_root: Path) -> Optional[str]:
-    if item.image_path is None:
-        return None
-    path = item.image_path if item.image_path.is_absolute() else workspace_root / item.image_path
-    return Path(os.path.relpath(path.resolve(), folder)).as_posix()
+class Pictures:
+    """Each image file as the page refers to it: relative to the page's FOLDER (one lookup per file, not per item)."""
+
+    def __init__(self, folder: Path, workspace_root: Path) -> None:
+        self.folder, self.root = os.path.abspath(folder), Path(workspace_root)
+        self.seen: dict[str, str] = {}
+
+    def src(self, path: Optional[str]) -> Optional[str]:
+        if not path:
+            return None
+        if path not in self.seen:
+            where = Path(path) if Path(path).is_absolute() else self.root / path
+            self.seen[path] = Path(os.path.relpath(os.path.abspath(where), self.folder)).as_posix()
+        return self.seen[path]
 
 
-def item_detail(item: ItemFacts, boundary: Boundary, image: Optional[str]) -> dict[str, Any]:
-    """What the drill-down shows of one item; people as pseudonyms, texts through the boundary."""
-    judgments = [{"person": boundary.pseudonym(row.person), "task": row.purpose,
-                  "related": row.answer.related, "correct": row.answer.answer_correct,
-                  "corrected": row.answer.corrected_answer, "flags": row.answer.flags,
-                  "decision": row.answer.decision, "comment": row.answer.comment,
+class People:
+    """People's texts as they may leave (`Boundary`), each person's pseudonym computed once."""
+
+    def __init__(self, boundary: Boundary) -> None:
+        self.boundary = boundary
+        self.names: dict[str, str] = {}
+
+    def pseudonym(self, person: str) -> str:
+        if person not in self.names:
+            self.names[person] = self.boundary.pseudonym(person)
+        return self.names[person]
+
+    def text(self, value: Optional[str]) -> Optional[str]:
+        return self.boundary.released_text(value) if value else value
+
+
+def item_detail(item: ItemFacts, people: People, image: Optional[str]) -> dict[str, Any]:
+    """What the drill-down shows of one item; people as pseudonyms, every text through the boundary."""
+    text = people.text
+    judgments = [{"person": people.pseudonym(row.person), "task": row.purpose, "related": row.related,
+                  "correct": row.answer_correct, "corrected": text(row.corrected_answer),
+                  "flags": [text(f) for f in row.flags], "decision": row.decision, "comment": text(row.comment),
                   "lead_time": row.lead_time} for row in item.judgments]
-    detail = {"key": item.key, "kind": item.kind, "group": item.group, "status": item.status,
-              "generator": item.generator, "question": item.question, "answer": item.answer,
-              "proposed_answer": item.proposed_answer, "source_question": item.source_question,
-              "flags": [[code, reason, code in item.waived] for code, reason in sorted(item.flags.items())],
-              "judgments": judgments}
-    released = boundary.released(detail)
-    released["image"] = image  # relative: the boundary would cut a path to its last part
-    return released
+    return {"key": text(item.key), "kind": item.kind, "group": text(item.group), "status": item.status,
+            "generator": text(item.generator), "question": text(item.question), "answer": text(item.answer),
+            "proposed_answer": text(item.proposed_answer), "source_question": text(item.source_question),
+            "flags": [[code, text(reason), code in item.waived] for code, reason in sorted(item.flags.items())],
+            "judgments": judgments,
+            "image": image}  # relative: the boundary would cut a path to its last part
 
 
 # ---------------------------------------------------------------- plots

@@ -11,8 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional
 
 from cftools.boundary import Boundary
-from cftools.funnel.facts import (NO_GENERATOR, STAGE_MEANINGS, STAGES, UNATTRIBUTED, CallCost, ItemFacts,
-                                  StoreFacts, read_facts)
+from cftools.funnel.facts import STAGE_MEANINGS, STAGES, CallCost, ItemFacts, StoreFacts, read_facts, Verdict
 from cftools.judgments import ADJUDICATE
 from cftools.models import NEEDS_ADJUDICATION
 from cftools.progress import ProgressCallback, no_progress
@@ -136,15 +135,14 @@ def check_deaths(items: list[ItemFacts]) -> list[dict[str, Any]]:
     return out
 
 
-def judgment_reasons(row: Any) -> list[str]:
+def judgment_reasons(row: Verdict) -> list[str]:
     """What a judgment says against its draft, as reasons a reader can count."""
-    answer = row.answer
-    reasons = [f"flag: {flag}" for flag in answer.flags]
-    if answer.related is False:
+    reasons = [f"flag: {flag}" for flag in row.flags]
+    if row.related is False:
         reasons.append("not about the image")
-    if answer.answer_correct is False:
-        reasons.append("answer corrected" if answer.corrected_answer else "answer wrong")
-    if row.purpose == ADJUDICATE and answer.decision == "reject":
+    if row.answer_correct is False:
+        reasons.append("answer corrected" if row.corrected_answer else "answer wrong")
+    if row.purpose == ADJUDICATE and row.decision == "reject":
         reasons.append("adjudicated: reject")
     return reasons
 
@@ -162,8 +160,8 @@ def people_reasons(items: list[ItemFacts], boundary: Boundary) -> list[dict[str,
             for reason, seen in sorted(found.items(), key=lambda kv: (-len(kv[1]), kv[0]))]
 
 
-def example(item: ItemFacts, row: Any, boundary: Boundary) -> dict[str, Any]:
-    comment = row.answer.comment
+def example(item: ItemFacts, row: Verdict, boundary: Boundary) -> dict[str, Any]:
+    comment = row.comment
     return {"item": item.key, "person": boundary.pseudonym(row.person),
             "comment": boundary.released_text(comment) if comment else None}
 
@@ -175,7 +173,7 @@ def comments(items: list[ItemFacts], boundary: Boundary) -> list[dict[str, Any]]
         if not {"rejected", "corrected"} & item.stages:
             continue
         for row in item.judgments:
-            text = " ".join((row.answer.comment or "").split())
+            text = " ".join((row.comment or "").split())
             if text:
                 found[boundary.released_text(text)].append({"item": item.key,
                                                             "person": boundary.pseudonym(row.person)})
@@ -241,5 +239,3 @@ def other_section(session: Any, module: str, function: str) -> Optional[dict[str
         return None
     return compute(session)
 
-
-__all__ = ["BY_GENERATOR", "BY_GROUP", "NO_GENERATOR", "UNATTRIBUTED", "Report", "build_report"]

@@ -192,3 +192,17 @@ def test_an_empty_store_reports_zeros(workspace, run_cli, tmp_path):
     data = report_json(run_cli)
     assert data["items"] == 0 and data["funnel"]["group"] == [] and data["redo"] == []
     assert run_cli("report", "--out", tmp_path / "r.html").exit_code == 0
+
+
+def test_a_damaged_release_records_file_is_one_line_naming_it(funnel_workspace, tmp_path):
+    from click.testing import CliRunner
+
+    from cftools.cli import main
+
+    records = next((tmp_path / "files" / "releases").glob("*/records.jsonl"))
+    with open(records, "a", encoding="utf-8") as fh:
+        fh.write("{not json\n")
+    result = CliRunner().invoke(main, ["report", "--json"])
+    assert result.exit_code == 1
+    assert "records.jsonl" in result.output and "line" in result.output and "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) == 1

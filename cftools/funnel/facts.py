@@ -14,7 +14,6 @@ The funnel's stages of an item (each a yes or no; an item is counted in every st
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -298,18 +297,15 @@ def add_released(session: Any, items: list[_Reading]) -> None:
 
 
 def released_keys(folders: Iterable[str]) -> set[str]:
-    """The record ids (item keys) of the recorded native releases whose folder is still here."""
+    """The record ids (item keys) of the recorded native releases whose folder is still here (a damaged records file
+    is one error naming it and the line)."""
+    from cftools.release.layout import stream_records
+
     keys: set[str] = set()
     for folder in folders:
         path = Path(folder) / RECORDS
-        if not path.is_file():
-            continue
-        with open(path, encoding="utf-8") as fh:
-            for line in fh:
-                if line.strip():
-                    record = json.loads(line)
-                    if isinstance(record, dict) and isinstance(record.get("id"), str):
-                        keys.add(record["id"])
+        if path.is_file():
+            keys.update(str(record["id"]) for _, record in stream_records(path))
     return keys
 
 

@@ -171,7 +171,8 @@ def test_the_page_refers_to_images_relatively_and_holds_every_section(funnel_wor
     page = out.read_text(encoding="utf-8")
     for section in ("funnel", "plots", "cost", "deaths", "calibration", "variants", "redo", "drill"):
         assert f'<section id="{section}">' in page
-    images = re.findall(r'"image":"([^"]+)"', page)
+    drill = json.loads(re.search(r'<script type="application/json" id="drill-index">(.*?)</script>', page).group(1))
+    images = drill["images"]
     assert len(images) == 7 and all(not name.startswith("/") for name in images)
     assert all((out.parent / name).is_file() for name in images)
     assert page.count('src="data:image/png;base64,') == 3

@@ -23,11 +23,11 @@ def report_cmd(workspace: Workspace, out: Path | None, as_json: bool) -> None:
     items die, and a page that drills down to the items (people only as pseudonyms)."""
     from cftools.boundary import workspace_boundary
     from cftools.funnel.page import write_report
-    from cftools.funnel.report import build_report
+    from cftools.funnel.report import build_report, paused_collection
     from cftools.progress import step_progress
 
     boundary = workspace_boundary(workspace)
-    with step_progress(err_console, as_json=as_json) as progress:
+    with step_progress(err_console, as_json=as_json) as progress, paused_collection():
         report = build_report(workspace, boundary, progress)
         if out is not None or not as_json:
             out = out or workspace.path(DEFAULT_OUT)

@@ -24,7 +24,7 @@ from sqlalchemy import or_, select
 
 from cftools.annotate.projects import GONE
 from cftools.boundary import public_name
-from cftools.flags import waived_codes
+from cftools.flags import WAIVED
 from cftools.judgments import ADJUDICATE, MEASURING
 from cftools.llm.cost import WORST_CASE_COST, Price, price_for
 from cftools.models import (ACCEPTED, REJECTED, AnnotationTask, CheckFlag, Generation, Image, Item, ItemEvent,
@@ -53,7 +53,8 @@ NO_GENERATOR = "(ingested: no generator)"
 GENERATION_COLUMNS = (Generation.id, Generation.generator, Generation.backend, Generation.model,
                       Generation.template_name, Generation.template_hash, Generation.prompt_variant,
                       Generation.source_id, Generation.group, Generation.cached, Generation.prompt_tokens,
-                      Generation.completion_tokens, Generation.params)
+                      Generation.completion_tokens, Generation.params[WORST_CASE_COST].as_float().label("worst"),
+                      Generation.params["batch_id"].as_string().label("batch_id"))
 NATIVE = "native"
 RECORDS = "records.jsonl"
 
@@ -150,9 +151,8 @@ class CallCost:
         if price is None or self.money is None:
             self.money = None
             return
-        params = generation.params if isinstance(generation.params, dict) else {}
-        worst = params.get(WORST_CASE_COST)
-        self.money += float(worst) if worst is not None else price.cost(prompt, output, bool(params.get("batch_id")))
+        worst = generation.worst
+        self.money += float(worst) if worst is not None else price.cost(prompt, output, bool(generation.batch_id))
 
     def merge(self, other: "CallCost") -> None:
         self.calls += other.calls
@@ -215,7 +215,8 @@ class _Reading:
 
 def item_rows(session: Any, keys: dict[int, GeneratorKey]) -> list[Any]:
     columns = (Item.id, Item.key, Item.kind, Item.group, Item.status, Item.origin, Item.generation_id, Item.source_id,
-               Item.question, Item.answer, Item.proposed_answer, Item.data, Item.redo_of, SourceQuestion.question,
+               Item.question, Item.answer, Item.proposed_answer, Item.data[WAIVED].label("waived"), Item.redo_of,
+               SourceQuestion.question,
                Image.path)
     query = (select(*columns).outerjoin(SourceQuestion, SourceQuestion.id == Item.source_id)
              .outerjoin(Image, Image.id == SourceQuestion.image_id).order_by(Item.id))
@@ -231,7 +232,7 @@ def item_rows(session: Any, keys: dict[int, GeneratorKey]) -> list[Any]:
             stages.add("corrected" if corrected else "accepted")
         elif status == REJECTED:
             stages.add("rejected")
-        waived = waived_codes(data if isinstance(data, dict) else None)
+        waived = set(data) if isinstance(data, dict) else set()  # only its waivers are read, not the whole data
         if waived:
             stages.add("waived")
         key_of = keys.get(generation_id) if generation_id else None
@@ -265,18 +266,16 @@ def add_judgments(session: Any, by_id: dict[int, _Reading]) -> None:
     by its assignee), read as columns: a store of 100,000 items has some 200,000 of them."""
     query = (select(AnnotationTask.item_id, AnnotationTask.purpose, Judgment.annotator, Judgment.related,
                     Judgment.answer_correct, Judgment.corrected_answer, Judgment.flags, Judgment.comment,
-                    Judgment.decision, Judgment.raw)
+                    Judgment.decision, Judgment.raw["lead_time"].as_float())
              .join(AnnotationTask, AnnotationTask.id == Judgment.task_id)
              .where(AnnotationTask.state.not_in(GONE), AnnotationTask.purpose.not_in(MEASURING_PURPOSES),
                     or_(AnnotationTask.assignee.is_(None), AnnotationTask.assignee == Judgment.annotator))
              .order_by(Judgment.annotated_at, Judgment.ls_annotation_id, Judgment.id))
-    for item_id, purpose, person, related, correct, corrected, flags, comment, decision, raw in session.execute(query):
+    for item_id, purpose, person, related, correct, corrected, flags, comment, decision, lead in session.execute(query):
         item = by_id.get(item_id)
-        if item is None:
-            continue
-        lead = (raw or {}).get("lead_time") if isinstance(raw, dict) else None
-        item.facts.judgments.append(Verdict(person, purpose, related, correct, corrected, tuple(flags or ()), comment,
-                                            decision, float(lead) if isinstance(lead, (int, float)) else None))
+        if item is not None:
+            item.facts.judgments.append(Verdict(person, purpose, related, correct, corrected, tuple(flags or ()),
+                                                comment, decision, lead))
 
 
 def add_decision_times(session: Any, by_id: dict[int, _Reading]) -> None:

@@ -33,17 +33,20 @@ PNG_METADATA = {"Software": None}
 def render_report(report: Report, boundary: Boundary, out: Path, workspace_root: Path) -> str:
     """The page's HTML, its image references relative to OUT's folder."""
     items = report.facts.items
-    rows = {by: list(rows_of(items, by)) for by in (BY_GROUP, BY_GENERATOR)}
-    codes = sorted({code for item in items for code in item.flags})
-    places = {by: {name: n for n, name in enumerate(names)} for by, names in rows.items()}
-    code_places = {code: n for n, code in enumerate(codes)}
-    index = [item_index(item, places, code_places) for item in items]
     pictures, people = Pictures(out.resolve().parent, workspace_root), People(boundary)
+    names = {by: list(rows_of(items, by)) for by in (BY_GROUP, BY_GENERATOR)}
+    codes = sorted({code for item in items for code in item.flags})
+    places = {by: {name: n for n, name in enumerate(listed)} for by, listed in names.items()}
+    code_places = {code: n for n, code in enumerate(codes)}
+    index = [[people.text(item.key), *item_index(item, places, code_places)] for item in items]
     details = [item_detail(item, people, pictures.src(item.image_path)) for item in items]
+    rows = {by: [people.text(name) for name in listed] for by, listed in names.items()}
+    codes = [people.text(code) for code in codes]
     chunks = [script_json(details[n:n + CHUNK]) for n in range(0, len(details), CHUNK)]
     env = Environment(loader=PackageLoader("cftools.funnel", "."), autoescape=True, undefined=StrictUndefined,
                       trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
-    drill = {"stages": list(STAGES), "rows": rows, "codes": codes, "chunk": CHUNK, "items": index}
+    drill = {"stages": list(STAGES), "rows": rows, "codes": codes, "chunk": CHUNK, "items": index,
+             "images": pictures.values, "people": people.values}
     return env.get_template("report.html.j2").render(
         r=report.data, stages=STAGES, rows=rows, codes=codes, plots=plots(report.data),
         drill_json=script_json(drill), chunks=chunks, fmt=figure)
@@ -64,57 +67,75 @@ def figure(value: Any, digits: int = 2) -> str:
 
 
 def item_index(item: ItemFacts, places: dict[str, dict[str, int]], codes: dict[str, int]) -> list[Any]:
-    """[key, kind/group row, generator row, stage bits, check codes]: what filtering by a funnel cell reads."""
+    """[kind/group row, generator row, stage bits, check codes]: what filtering by a funnel cell reads (after the
+    item's key)."""
     bits = sum(1 << n for n, stage in enumerate(STAGES) if stage in item.stages)
-    return [item.key, places[BY_GROUP][item.group_row], places[BY_GENERATOR][item.generator], bits,
+    return [places[BY_GROUP][item.group_row], places[BY_GENERATOR][item.generator], bits,
             sorted(codes[code] for code in item.flags)]
 
 
-class Pictures:
+class Listed:
+    """Values listed once (each image reference, each person's pseudonym): an item refers to them by place."""
+
+    def __init__(self) -> None:
+        self.places: dict[str, int] = {}
+
+    def place(self, value: str) -> int:
+        return self.places.setdefault(value, len(self.places))
+
+    @property
+    def values(self) -> list[str]:
+        return list(self.places)
+
+
+class Pictures(Listed):
     """Each image file as the page refers to it: relative to the page's FOLDER (one lookup per file, not per item)."""
 
     def __init__(self, folder: Path, workspace_root: Path) -> None:
+        super().__init__()
         self.folder, self.root = os.path.abspath(folder), Path(workspace_root)
-        self.seen: dict[str, str] = {}
+        self.seen: dict[str, int] = {}
 
-    def src(self, path: Optional[str]) -> Optional[str]:
+    def src(self, path: Optional[str]) -> int:
+        """The place of PATH's reference (-1: the item has no image)."""
         if not path:
-            return None
+            return -1
         if path not in self.seen:
             where = Path(path) if Path(path).is_absolute() else self.root / path
-            self.seen[path] = Path(os.path.relpath(os.path.abspath(where), self.folder)).as_posix()
+            # relative: the boundary would cut an absolute path to its last part, which the page could not show
+            self.seen[path] = self.place(Path(os.path.relpath(os.path.abspath(where), self.folder)).as_posix())
         return self.seen[path]
 
 
-class People:
-    """People's texts as they may leave (`Boundary`), each person's pseudonym computed once."""
+class People(Listed):
+    """People's texts as they may leave (`Boundary`), each person's pseudonym computed and listed once."""
 
     def __init__(self, boundary: Boundary) -> None:
+        super().__init__()
         self.boundary = boundary
-        self.names: dict[str, str] = {}
+        self.seen: dict[str, int] = {}
 
-    def pseudonym(self, person: str) -> str:
-        if person not in self.names:
-            self.names[person] = self.boundary.pseudonym(person)
-        return self.names[person]
+    def pseudonym(self, person: str) -> int:
+        if person not in self.seen:
+            self.seen[person] = self.place(self.boundary.pseudonym(person))
+        return self.seen[person]
 
     def text(self, value: Optional[str]) -> Optional[str]:
         return self.boundary.released_text(value) if value else value
 
 
-def item_detail(item: ItemFacts, people: People, image: Optional[str]) -> dict[str, Any]:
-    """What the drill-down shows of one item; people as pseudonyms, every text through the boundary."""
+def item_detail(item: ItemFacts, people: People, image: int) -> list[Any]:
+    """What the drill-down shows of one item beyond its index entry, packed (the page's script reads it): [question,
+    answer, drafted answer, source question, image place, status, flags [[code, reason, waived]], judgments [[person
+    place, task, related, answer right, corrected answer, flags, decision, comment, lead time]]]; people as
+    pseudonyms, every text through the boundary."""
     text = people.text
-    judgments = [{"person": people.pseudonym(row.person), "task": row.purpose, "related": row.related,
-                  "correct": row.answer_correct, "corrected": text(row.corrected_answer),
-                  "flags": [text(f) for f in row.flags], "decision": row.decision, "comment": text(row.comment),
-                  "lead_time": row.lead_time} for row in item.judgments]
-    return {"key": text(item.key), "kind": item.kind, "group": text(item.group), "status": item.status,
-            "generator": text(item.generator), "question": text(item.question), "answer": text(item.answer),
-            "proposed_answer": text(item.proposed_answer), "source_question": text(item.source_question),
-            "flags": [[code, text(reason), code in item.waived] for code, reason in sorted(item.flags.items())],
-            "judgments": judgments,
-            "image": image}  # relative: the boundary would cut a path to its last part
+    judgments = [[people.pseudonym(row.person), row.purpose, row.related, row.answer_correct,
+                  text(row.corrected_answer), [text(f) for f in row.flags], row.decision, text(row.comment),
+                  row.lead_time] for row in item.judgments]
+    flags = [[code, text(reason), int(code in item.waived)] for code, reason in sorted(item.flags.items())]
+    return [text(item.question), text(item.answer), text(item.proposed_answer), text(item.source_question), image,
+            item.status, flags, judgments]
 
 
 # ---------------------------------------------------------------- plots

@@ -207,3 +207,54 @@ def test_a_damaged_release_records_file_is_one_line_naming_it(funnel_workspace, 
     assert result.exit_code == 1
     assert "records.jsonl" in result.output and "line" in result.output and "Traceback" not in result.output
     assert len(result.output.strip().splitlines()) == 1
+
+
+CALIBRATION = {"definition": "precision: of the flagged drafts people measured, the share they rejected",
+               "checks": [{"code": "arithmetic", "measured": 20, "people_rejected": 4, "precision": 0.2,
+                           "interval": [0.08, 0.42], "low": True},
+                          {"code": "leakage", "measured": 10, "people_rejected": 9, "precision": 0.9,
+                           "interval": [0.6, 0.98], "low": False}],
+               "misses": {"people_rejected": 12, "unflagged": 3, "miss_rate": 0.25, "interval": [0.09, 0.53],
+                          "per_check": []},
+               "low_precision_below": 0.5}
+VARIANTS = {"definition": "acceptance = accepted / decided",
+            "arms": [{"by": "prompt_variant", "kind": "cvqa", "generator": "rewrite", "name": "terse", "decided": 50,
+                      "accepted": 40, "acceptance": 0.8, "interval": [0.67, 0.89], "cost_per_accepted": 0.01},
+                     {"by": "prompt_variant", "kind": "cvqa", "generator": "rewrite", "name": "(default)",
+                      "decided": 50, "accepted": 20, "acceptance": 0.4, "interval": [0.28, 0.54],
+                      "cost_per_accepted": 0.02}],
+            "comparisons": [{"by": "prompt_variant", "kind": "cvqa", "generator": "rewrite", "a": "terse",
+                             "b": "(default)", "difference": 0.4, "interval": [0.22, 0.58], "p_value": 0.0001,
+                             "better": "terse"}]}
+
+
+def test_the_sections_of_other_parts_are_rendered_when_their_functions_are_there(funnel_workspace, run_cli,
+                                                                                tmp_path, monkeypatch):
+    """calibration (`check_calibration`) and variants (`compare_variants`), as shapes48.md gives them."""
+    import sys
+    import types
+
+    for name, function, value in (("cftools.checks.calibration", "check_calibration", CALIBRATION),
+                                  ("cftools.generate.variants", "compare_variants", VARIANTS)):
+        module = types.ModuleType(name)
+        setattr(module, function, lambda session, value=value: value)
+        monkeypatch.setitem(sys.modules, name, module)
+    data = report_json(run_cli)
+    assert data["calibration"] == CALIBRATION and data["variants"] == VARIANTS
+    out = tmp_path / "with-sections.html"
+    assert run_cli("report", "--out", out).exit_code == 0
+    page = out.read_text(encoding="utf-8")
+    calibration = page[page.index('<section id="calibration">'):page.index('<section id="variants">')]
+    assert "arithmetic (low precision)" in calibration and "leakage (low precision)" not in calibration
+    assert "[0.080, 0.420]" in calibration and "3 of 12 items people rejected had no flag" in calibration
+    variants = page[page.index('<section id="variants">'):page.index('<section id="redo">')]
+    assert "absent" not in variants and "terse" in variants and "0.0001" in variants
+
+
+def test_without_the_other_parts_functions_their_sections_are_absent(funnel_workspace, run_cli, monkeypatch):
+    import sys
+
+    for name in ("cftools.checks.calibration", "cftools.generate.variants"):
+        monkeypatch.setitem(sys.modules, name, None)  # an import of it fails, as on a build without it
+    data = report_json(run_cli)
+    assert data["calibration"] is None and data["variants"] is None

@@ -57,7 +57,7 @@ def draw(path: Path, shade: int) -> Path:
 def stock_funnel(workspace, folder: Path) -> dict[str, int]:
     """Write the funnel's store into WORKSPACE (images under FOLDER), export the accepted items; item ids by key."""
     from cftools.images import read_image_file, register_image
-    from cftools.models import AnnotationTask, CheckFlag, Generation, Image, Item, ItemEvent, Judgment, SourceQuestion
+    from cftools.models import CheckFlag, Generation, Image, Item, SourceQuestion
     from sqlalchemy import select
 
     ids: dict[str, int] = {}

@@ -33,7 +33,7 @@ ITEMS = {
     "cvqa:f3": ("b", "numerical_direct", "rejected", {}, [
         (PEOPLE[0], False, False, None, ["ambiguous"], COMMENT, 5.0),
         (PEOPLE[1], False, False, None, ["ambiguous"], None, 7.0)], {}),
-    "cvqa:f4": ("b", "numerical_indirect", "draft", {"arithmetic": False}, [], {"control_task": True}),
+    "cvqa:f4": ("b", "numerical_indirect", "draft", {"arithmetic": False}, [], {"control_task": True, "edits": True}),
     "cvqa:f5": ("b", "numerical_indirect", "accepted", {"leakage": True}, [
         (PEOPLE[0], True, True, None, [], None, 11.0), (PEOPLE[1], True, False, None, [], None, 13.0)],
         {"adjudicated_by": PEOPLE[2]}),
@@ -83,7 +83,7 @@ def stock_funnel(workspace, folder: Path) -> dict[str, int]:
                         answer=answer, proposed_answer=extra.get("proposed_answer"), status=status,
                         origin="generated" if gen else "ingested", generation_id=generation_id, dataset="vqav2:test",
                         redo_of=ids.get(extra.get("redo_of")),
-                        data={"waived_flags": {code: {"by": "lead", "reason": "fine"} for code, w in flags.items() if w}})
+                        data=item_data(flags, extra))
             session.add(item)
             session.flush()
             ids[key] = item.id
@@ -95,6 +95,17 @@ def stock_funnel(workspace, folder: Path) -> dict[str, int]:
                                prompt_tokens=TOKENS[0], completion_tokens=0, error="parse error", **GENERATORS["a"]))
     export_accepted(workspace, folder)
     return ids
+
+
+EDIT_MODEL = "/root/models/instruct-pix2pix"  # a local folder: the report names it by its name only
+
+
+def item_data(flags: dict[str, bool], extra: dict) -> dict:
+    data: dict = {"waived_flags": {code: {"by": "lead", "reason": "fine"} for code, waived in flags.items() if waived}}
+    if extra.get("edits"):  # edited images (`generate edits`): their backend is the edit backend's row
+        data["edit_candidates"] = {"0": {"image": "sha256:" + "c" * 64,
+                                         "provenance": {"backend": "diffusers", "model": EDIT_MODEL}}}
+    return data
 
 
 def add_people(session, item, judgments, extra, n: int) -> None:

@@ -102,7 +102,7 @@ def test_the_funnel_counts_equal_the_stores(funnel_workspace, run_cli, tmp_path)
     assert data["inputs"] == {"source_questions": 7, "source_questions_drafted": 6}
 
 
-def test_the_funnel_per_generator_names_model_template_and_variant(funnel_workspace, run_cli):
+def test_the_funnel_per_generator_names_model_template_variant_and_edit_backend(funnel_workspace, run_cli):
     data = report_json(run_cli)
     rows = {row.get("prompt_variant") or row.get("model") or row["name"]: row for row in data["funnel"]["generator"]}
     terse = rows["terse"]
@@ -110,6 +110,8 @@ def test_the_funnel_per_generator_names_model_template_and_variant(funnel_worksp
     assert terse["counts"]["drafted"] == 4 and terse["counts"]["rejected"] == 1
     assert rows["stub-a"]["counts"]["corrected"] == 1 and rows["stub-a"]["counts"]["accepted"] == 1
     assert rows["(ingested: no generator)"]["counts"]["drafted"] == 0
+    edits = {row["name"]: row["counts"] for row in data["funnel"]["edit_backend"]}
+    assert edits["diffusers:instruct-pix2pix"]["flagged"] == 1 and edits["(no edited images)"]["ingested"] == 6
 
 
 def test_cost_per_accepted_item_from_tokens_prices_and_lead_times(funnel_workspace, run_cli):

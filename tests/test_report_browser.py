@@ -69,6 +69,10 @@ def test_filtering_by_each_funnel_cell_lists_exactly_its_items(report_page, funn
                    if "variant terse" in text)
     page.locator(f"td.cell[data-by='generator'][data-row='{variant}'][data-cell='rejected'] button").click()
     assert listed(page) == {"cvqa:f3"}
+    edits = next(n for n, text in enumerate(page.locator("table[data-by='edit_backend'] tr").all_inner_texts()[1:])
+                 if "instruct-pix2pix" in text)
+    page.locator(f"td.cell[data-by='edit_backend'][data-row='{edits}'][data-cell='ingested'] button").click()
+    assert listed(page) == {"cvqa:f4"}
     assert errors == []
 
 

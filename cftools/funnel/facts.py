@@ -49,6 +49,9 @@ STAGE_MEANINGS = {
 # Tasks that measure their person and never decide the item (calibration's measuring tasks too)
 MEASURING_PURPOSES = frozenset(MEASURING) | {"measure"}
 NO_GENERATOR = "(ingested: no generator)"
+NO_EDITS = "(no edited images)"
+# where an item's edit backend is recorded: its first edit candidate's provenance (`cftools.generate.edits`)
+EDIT_PROVENANCE = ("edit_candidates", "0", "provenance")
 # what the report reads of a call (never its prompt or output, which may be long)
 GENERATION_COLUMNS = (Generation.id, Generation.generator, Generation.backend, Generation.model,
                       Generation.template_name, Generation.template_hash, Generation.prompt_variant,
@@ -121,6 +124,7 @@ class ItemFacts:
     waived: set[str] = field(default_factory=set)
     decided_at: Optional[datetime] = None
     redo_of: Optional[int] = None
+    edit_backend: str = NO_EDITS  # backend:model of its edited images
     judgments: list[Verdict] = field(default_factory=list)
 
     @property
@@ -216,13 +220,14 @@ class _Reading:
 def item_rows(session: Any, keys: dict[int, GeneratorKey]) -> list[Any]:
     columns = (Item.id, Item.key, Item.kind, Item.group, Item.status, Item.origin, Item.generation_id, Item.source_id,
                Item.question, Item.answer, Item.proposed_answer, Item.data[WAIVED].label("waived"), Item.redo_of,
+               Item.data[(*EDIT_PROVENANCE, "backend")].as_string(), Item.data[(*EDIT_PROVENANCE, "model")].as_string(),
                SourceQuestion.question,
                Image.path)
     query = (select(*columns).outerjoin(SourceQuestion, SourceQuestion.id == Item.source_id)
              .outerjoin(Image, Image.id == SourceQuestion.image_id).order_by(Item.id))
     rows = []
     for (item_id, key, kind, group, status, origin, generation_id, source_id, question, answer, proposed, data,
-         redo_of, source_question, image_path) in session.execute(query):
+         redo_of, edit_backend, edit_model, source_question, image_path) in session.execute(query):
         stages = {"ingested"}
         generated = origin == "generated"
         if generated:
@@ -239,6 +244,8 @@ def item_rows(session: Any, keys: dict[int, GeneratorKey]) -> list[Any]:
         facts = ItemFacts(item_id, key, kind, group, status, key_of.label if key_of else NO_GENERATOR, stages,
                           question, answer, proposed, source_question, image_path,
                           waived=waived, redo_of=redo_of)
+        if edit_backend:
+            facts.edit_backend = f"{edit_backend}:{public_name(edit_model) or '?'}"
         rows.append(_Reading(facts, source_id, generation_id))
     return rows
 

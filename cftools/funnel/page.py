@@ -22,7 +22,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from cftools.boundary import Boundary
 from cftools.funnel.facts import STAGES, ItemFacts
-from cftools.funnel.report import BY_GENERATOR, BY_GROUP, Report, rows_of
+from cftools.funnel.report import BY_EDITS, BY_GENERATOR, BY_GROUP, FUNNEL_BY, Report, rows_of
 from cftools.release.browse import script_json
 
 CHUNK = 1000  # items per details chunk of the drill-down
@@ -34,7 +34,7 @@ def render_report(report: Report, boundary: Boundary, out: Path, workspace_root:
     """The page's HTML, its image references relative to OUT's folder."""
     items = report.facts.items
     pictures, people = Pictures(out.resolve().parent, workspace_root), People(boundary)
-    names = {by: list(rows_of(items, by)) for by in (BY_GROUP, BY_GENERATOR)}
+    names = {by: list(rows_of(items, by)) for by in FUNNEL_BY}
     codes = sorted({code for item in items for code in item.flags})
     places = {by: {name: n for n, name in enumerate(listed)} for by, listed in names.items()}
     code_places = {code: n for n, code in enumerate(codes)}
@@ -67,10 +67,11 @@ def figure(value: Any, digits: int = 2) -> str:
 
 
 def item_index(item: ItemFacts, places: dict[str, dict[str, int]], codes: dict[str, int]) -> list[Any]:
-    """[kind/group row, generator row, stage bits, check codes]: what filtering by a funnel cell reads (after the
-    item's key)."""
+    """[kind/group row, generator row, edit backend row, stage bits, check codes]: what filtering by a funnel cell
+    reads (after the item's key)."""
     bits = sum(1 << n for n, stage in enumerate(STAGES) if stage in item.stages)
-    return [places[BY_GROUP][item.group_row], places[BY_GENERATOR][item.generator], bits,
+    return [places[BY_GROUP][item.group_row], places[BY_GENERATOR][item.generator],
+            places[BY_EDITS][item.edit_backend], bits,
             sorted(codes[code] for code in item.flags)]
 
 

@@ -18,7 +18,8 @@ from cftools.judgments import ADJUDICATE
 from cftools.models import NEEDS_ADJUDICATION
 from cftools.progress import ProgressCallback, no_progress
 
-BY_GROUP, BY_GENERATOR = "group", "generator"
+BY_GROUP, BY_GENERATOR, BY_EDITS = "group", "generator", "edit_backend"
+FUNNEL_BY = (BY_GROUP, BY_GENERATOR, BY_EDITS)  # the funnel's tables: per kind and group, generator, edit backend
 EXAMPLES = 3  # examples shown per reason
 # The sections other parts' library functions compute (module, function): absent when not in this build
 SECTIONS = {"calibration": ("cftools.checks.calibration", "check_calibration"),
@@ -56,8 +57,7 @@ def build_report(workspace: Any, boundary: Boundary, progress: ProgressCallback 
         "stages": list(STAGES),
         "definition": STAGE_MEANINGS,
         "inputs": {"source_questions": facts.source_questions, "source_questions_drafted": facts.sources_drafted},
-        "funnel": {BY_GROUP: funnel_rows(items, BY_GROUP), BY_GENERATOR: funnel_rows(items, BY_GENERATOR, facts),
-                   "total": funnel_cell_counts(items)},
+        "funnel": {**{by: funnel_rows(items, by, facts) for by in FUNNEL_BY}, "total": funnel_cell_counts(items)},
         "cost": {BY_GROUP: cost_rows(facts, BY_GROUP), BY_GENERATOR: cost_rows(facts, BY_GENERATOR)},
         "deaths": {"check_codes": check_deaths(items), "people_reasons": people_reasons(items, boundary),
                    "comments": comments(items, boundary), "hot_spots": hot_spots(items)},
@@ -71,7 +71,7 @@ def build_report(workspace: Any, boundary: Boundary, progress: ProgressCallback 
 
 
 def row_name(item: ItemFacts, by: str) -> str:
-    return item.group_row if by == BY_GROUP else item.generator
+    return {BY_GROUP: item.group_row, BY_GENERATOR: item.generator, BY_EDITS: item.edit_backend}[by]
 
 
 def rows_of(items: Iterable[ItemFacts], by: str) -> dict[str, list[ItemFacts]]:
@@ -96,7 +96,7 @@ def funnel_rows(items: list[ItemFacts], by: str, facts: Optional[StoreFacts] = N
         row: dict[str, Any] = {"name": name}
         if by == BY_GROUP:
             row.update(kind=members[0].kind, group=members[0].group)
-        elif facts is not None and name in facts.generators:
+        elif by == BY_GENERATOR and facts is not None and name in facts.generators:
             row.update(facts.generators[name].as_dict())
         out.append({**row, **funnel_cell_counts(members)})
     return out
@@ -205,7 +205,7 @@ def disputed(item: ItemFacts) -> bool:
 def hot_spots(items: list[ItemFacts]) -> list[dict[str, Any]]:
     """Rows where people disagree most: the share of judged items that went to adjudication, highest first."""
     out = []
-    for by in (BY_GROUP, BY_GENERATOR):
+    for by in FUNNEL_BY:
         for name, members in rows_of(items, by).items():
             judged = [item for item in members if set(DECIDED) & item.stages or item.status == NEEDS_ADJUDICATION]
             if judged:

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from funnel_stock import COMMENT, GENERATORS, PEOPLE, TOKENS, price_workspace, stock_funnel
+from pg_server import fresh_database
+from test_postgres import postgres_url  # noqa: F401 (a fixture)
 
 from cftools.boundary import workspace_boundary
 from cftools.funnel.facts import STAGES
@@ -260,3 +262,30 @@ def test_without_the_other_parts_functions_their_sections_are_absent(funnel_work
         monkeypatch.setitem(sys.modules, name, None)  # an import of it fails, as on a build without it
     data = report_json(run_cli)
     assert data["calibration"] is None and data["variants"] is None
+
+
+def test_the_report_on_postgresql_equals_the_one_on_sqlite(funnel_workspace, postgres_url, tmp_path):
+    """The same funnel written into a store on PostgreSQL: the JSON paths the report reads (waivers, edit
+    provenance, lead times, worst-case costs) give the same report."""
+    from funnel_stock import stock_funnel as stock
+
+    from cftools.funnel.report import build_report
+    from cftools.workspace import init_workspace
+
+    workspace, _ = funnel_workspace
+    on_sqlite = build_report(workspace, workspace_boundary(workspace)).data
+    pg = init_workspace(tmp_path / "pg", fresh_database(postgres_url, "report_funnel"))
+    try:
+        assert pg.store.engine.dialect.name == "postgresql"
+        price_workspace(pg)
+        stock(pg, tmp_path / "pg-files")
+    finally:
+        pg.close()
+    pg = find_workspace(tmp_path / "pg")
+    try:
+        on_postgres = build_report(pg, workspace_boundary(pg)).data
+    finally:
+        pg.close()
+    for section in ("items", "inputs", "funnel", "cost", "redo"):
+        assert on_postgres[section] == on_sqlite[section], section
+    assert on_postgres["deaths"]["check_codes"] == on_sqlite["deaths"]["check_codes"]

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Optional
 
 from cftools.boundary import Boundary
-from cftools.funnel.facts import STAGE_MEANINGS, STAGES, CallCost, ItemFacts, StoreFacts, read_facts, Verdict
+from cftools.funnel.facts import STAGE_MEANINGS, STAGES, CallCost, ItemFacts, StoreFacts, Verdict, read_facts
 from cftools.judgments import ADJUDICATE
 from cftools.models import NEEDS_ADJUDICATION
 from cftools.progress import ProgressCallback, no_progress
@@ -83,7 +83,8 @@ def rows_of(items: Iterable[ItemFacts], by: str) -> dict[str, list[ItemFacts]]:
 
 def funnel_cell_counts(items: list[ItemFacts]) -> dict[str, Any]:
     """Counts per stage, per check code, and each stage's share of the ingested items."""
-    counts = {stage: sum(stage in item.stages for item in items) for stage in STAGES}
+    reached = Counter(stage for item in items for stage in item.stages)
+    counts = {stage: reached[stage] for stage in STAGES}
     by_code = Counter(code for item in items for code in item.flags)
     total = counts["ingested"]
     return {"counts": counts, "shares": {s: (round(n / total, 4) if total else None) for s, n in counts.items()},

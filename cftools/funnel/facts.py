@@ -20,7 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from sqlalchemy import or_, select
+from sqlalchemy import func, or_, select
 
 from cftools.annotate.projects import GONE
 from cftools.boundary import public_name
@@ -194,10 +194,10 @@ def read_facts(store: Any, llm_config: dict[str, Any], progress: ProgressCallbac
         add_judgments(session, by_id)
         add_released(session, items)
         costs = call_costs(session, generations, keys, items, llm_config)
-        sources = session.execute(select(SourceQuestion.id)).scalars().all()
+        sources = session.execute(select(func.count()).select_from(SourceQuestion)).scalar_one()
     drafted_from = {item.source for item in items if "drafted" in item.stages and item.source}
     generators = {key.label: key for key in keys.values()}
-    return StoreFacts([item.facts for item in items], generators, costs, len(sources), len(drafted_from))
+    return StoreFacts([item.facts for item in items], generators, costs, sources, len(drafted_from))
 
 
 @dataclass

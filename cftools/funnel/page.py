@@ -170,7 +170,7 @@ def draw_funnel(axes: Any, data: dict[str, Any]) -> None:
 
 def draw_cost(axes: Any, data: dict[str, Any]) -> None:
     rows = [row for row in data["cost"][BY_GENERATOR] if row["accepted"]]
-    names = [row["name"][:40] for row in rows]
+    names = [short(row["name"]) for row in rows]
     priced = all(row["money_per_accepted"] is not None for row in rows) and any(row["money"] for row in rows)
     key, label = (("money_per_accepted", "money per accepted item") if priced
                   else ("tokens_per_accepted", "tokens per accepted item"))
@@ -180,6 +180,11 @@ def draw_cost(axes: Any, data: dict[str, Any]) -> None:
     axes.tick_params(axis="y", labelsize=7)
     if not rows:
         axes.text(0.5, 0.5, "no accepted item yet", ha="center", transform=axes.transAxes)
+
+
+def short(name: str, width: int = 44) -> str:
+    """A generator's name as a plot's label: its end (model, template and variant tell generators apart)."""
+    return name if len(name) <= width else "…" + name[-(width - 1):]
 
 
 def draw_over_time(axes: Any, data: dict[str, Any]) -> None:

@@ -4,8 +4,9 @@ drafts by two generators (one a prompt variant), check flags (one waived), verif
 redo, an ingested item still under review, a control task that must not count, a failed call without an item, and a
 real native release of the accepted items (cftools' own export).
 
-Judgments and decisions are written through the store the way `annotate pull` leaves them (tasks decided, item
-events into accepted / rejected), so the report reads exactly what a real loop leaves."""
+Judgments and decisions are written into the store the way `annotate pull` leaves them (tasks decided, item
+events into accepted / rejected), each item's status the one the decision rules (`cftools.judgments.decide`) give
+its judgments (checked as it is written), so the report reads what a real loop leaves."""
 
 from __future__ import annotations
 
@@ -108,10 +109,27 @@ def item_data(flags: dict[str, bool], extra: dict) -> dict:
     return data
 
 
+def check_decision(item, judgments, extra) -> None:
+    """The status written is the one the decision rules give these judgments (`cftools.judgments.decide`, as pull
+    applies it; a disagreement goes to adjudication, whose accept settles it)."""
+    from cftools.judgments import Answer, decide
+
+    if len(judgments) < 2:
+        return
+    answers = [Answer(related=related, answer_correct=correct, corrected_answer=corrected, flags=list(flags),
+                      comment=comment) for _, related, correct, corrected, flags, comment, _ in judgments[:2]]
+    decision = decide(*answers)
+    expected = "needs_adjudication" if extra.get("adjudicated_by") else item.status
+    assert decision.status == expected, (item.key, decision)
+    if item.proposed_answer is not None:
+        assert decision.corrected_answer == item.answer, (item.key, decision)
+
+
 def add_people(session, item, judgments, extra, n: int) -> None:
     from cftools.models import AnnotationTask, ItemEvent, Judgment
 
     decided = item.status in ("accepted", "rejected")
+    check_decision(item, judgments, extra)
     if judgments:
         task_state = "decided" if decided or extra.get("adjudicated_by") else "open"
         for m, (person, related, correct, corrected, flags, comment, lead) in enumerate(judgments):

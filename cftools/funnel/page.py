@@ -22,7 +22,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from cftools.boundary import Boundary
 from cftools.funnel.facts import STAGES, ItemFacts
-from cftools.funnel.report import BY_EDITS, BY_GENERATOR, BY_GROUP, FUNNEL_BY, Report, rows_of
+from cftools.funnel.report import BY_EDITS, BY_GENERATOR, BY_GROUP, Released, Report
 from cftools.release.browse import script_json
 
 CHUNK = 1000  # items per details chunk of the drill-down
@@ -34,7 +34,7 @@ def render_report(report: Report, boundary: Boundary, out: Path, workspace_root:
     """The page's HTML, its image references relative to OUT's folder."""
     items = report.facts.items
     pictures, people = Pictures(out.resolve().parent, workspace_root), People(boundary)
-    names = {by: list(rows_of(items, by)) for by in FUNNEL_BY}
+    names = {by: list(rows) for by, rows in report.tables.items()}
     codes = sorted({code for item in items for code in item.flags})
     places = {by: {name: n for n, name in enumerate(listed)} for by, listed in names.items()}
     code_places = {code: n for n, code in enumerate(codes)}
@@ -109,20 +109,15 @@ class Pictures(Listed):
 
 
 class People(Listed):
-    """People's texts as they may leave (`Boundary`), each person's pseudonym computed and listed once."""
+    """People's pseudonyms listed once (an item's judgments refer to them by place), their texts released."""
 
     def __init__(self, boundary: Boundary) -> None:
         super().__init__()
-        self.boundary = boundary
-        self.seen: dict[str, int] = {}
+        self.released = Released(boundary)
+        self.text = self.released.text
 
     def pseudonym(self, person: str) -> int:
-        if person not in self.seen:
-            self.seen[person] = self.place(self.boundary.pseudonym(person))
-        return self.seen[person]
-
-    def text(self, value: Optional[str]) -> Optional[str]:
-        return self.boundary.released_text(value) if value else value
+        return self.place(self.released.pseudonym(person))
 
 
 def item_detail(item: ItemFacts, people: People, image: int) -> list[Any]:

@@ -9,7 +9,8 @@ import gc
 import importlib
 from collections import Counter, defaultdict
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Callable, Iterable, Iterator, Optional
 
 from cftools.boundary import Boundary
@@ -33,6 +34,7 @@ class Report:
 
     data: dict[str, Any]
     facts: StoreFacts
+    tables: dict[str, dict[str, list[ItemFacts]]]  # per FUNNEL_BY: each row's items, by the row's name
 
 
 @contextmanager
@@ -52,22 +54,24 @@ def build_report(workspace: Any, boundary: Boundary, progress: ProgressCallback 
     """The report of WORKSPACE's store."""
     facts = read_facts(workspace.store, workspace.section("llm"), progress)
     items = facts.items
+    tables = {by: rows_of(items, by) for by in FUNNEL_BY}
+    people = Released(boundary)
     data = {
         "items": len(items),
         "stages": list(STAGES),
         "definition": STAGE_MEANINGS,
         "inputs": {"source_questions": facts.source_questions, "source_questions_drafted": facts.sources_drafted},
-        "funnel": {**{by: funnel_rows(items, by, facts) for by in FUNNEL_BY}, "total": funnel_cell_counts(items)},
-        "cost": {BY_GROUP: cost_rows(facts, BY_GROUP), BY_GENERATOR: cost_rows(facts, BY_GENERATOR)},
-        "deaths": {"check_codes": check_deaths(items), "people_reasons": people_reasons(items, boundary),
-                   "comments": comments(items, boundary), "hot_spots": hot_spots(items)},
+        "funnel": {**{by: funnel_rows(tables[by], by, facts) for by in FUNNEL_BY}, "total": funnel_cell_counts(items)},
+        "cost": {by: cost_rows(facts, by, tables[by]) for by in (BY_GROUP, BY_GENERATOR)},
+        "deaths": {"check_codes": check_deaths(items), "people_reasons": people_reasons(items, people),
+                   "comments": comments(items, people), "hot_spots": hot_spots(tables)},
         "redo": redo_counts(items),
         "acceptance_over_time": acceptance_over_time(items),
     }
     with workspace.store.session() as session:
         for name, (module, function) in SECTIONS.items():
             data[name] = other_section(session, module, function)
-    return Report(boundary.released(data), facts)  # a check's reason or a group's name may hold a path or an email
+    return Report(boundary.released(data), facts, tables)  # a check's reason or a group's name may hold a path or an email
 
 
 def row_name(item: ItemFacts, by: str) -> str:
@@ -91,9 +95,38 @@ def funnel_cell_counts(items: list[ItemFacts]) -> dict[str, Any]:
             "flagged_by_code": dict(sorted(by_code.items()))}
 
 
-def funnel_rows(items: list[ItemFacts], by: str, facts: Optional[StoreFacts] = None) -> list[dict[str, Any]]:
+class Released:
+    """People and their texts as they may leave (`Boundary`): each person's pseudonym computed once."""
+
+    def __init__(self, boundary: Boundary) -> None:
+        self.pseudonym: Callable[[str], str] = lru_cache(maxsize=None)(boundary.pseudonym)
+        self.boundary = boundary
+
+    def text(self, value: Optional[str]) -> Optional[str]:
+        return self.boundary.released_text(value) if value else value
+
+
+@dataclass
+class Tally:
+    """How often one reason was given, and its first EXAMPLES examples."""
+
+    count: int = 0
+    examples: list[dict[str, Any]] = field(default_factory=list)
+
+    def add(self, example: Callable[[], dict[str, Any]]) -> None:
+        self.count += 1
+        if len(self.examples) < EXAMPLES:
+            self.examples.append(example())
+
+
+def most_frequent(tallies: dict[str, Tally], name: str) -> list[dict[str, Any]]:
+    return [{name: key, "count": tally.count, "examples": tally.examples}
+            for key, tally in sorted(tallies.items(), key=lambda kv: (-kv[1].count, kv[0]))]
+
+
+def funnel_rows(rows: dict[str, list[ItemFacts]], by: str, facts: Optional[StoreFacts] = None) -> list[dict[str, Any]]:
     out = []
-    for name, members in rows_of(items, by).items():
+    for name, members in rows.items():
         row: dict[str, Any] = {"name": name}
         if by == BY_GROUP:
             row.update(kind=members[0].kind, group=members[0].group)
@@ -103,12 +136,12 @@ def funnel_rows(items: list[ItemFacts], by: str, facts: Optional[StoreFacts] = N
     return out
 
 
-def cost_rows(facts: StoreFacts, by: str) -> list[dict[str, Any]]:
-    """Tokens, money and people's time per row, in total and per accepted item (accepted or corrected)."""
+def cost_rows(facts: StoreFacts, by: str, rows: dict[str, list[ItemFacts]]) -> list[dict[str, Any]]:
+    """Tokens, money and people's time per row (BY kind and group or generator), in total and per accepted item
+    (accepted or corrected)."""
     calls: dict[str, CallCost] = defaultdict(CallCost)
     for (group_row, generator), cost in facts.costs.items():
         calls[group_row if by == BY_GROUP else generator].merge(cost)
-    rows = rows_of(facts.items, by)
     out = []
     for name in sorted(set(rows) | set(calls)):
         members, cost = rows.get(name, []), calls.get(name, CallCost())
@@ -163,38 +196,30 @@ def judgment_reasons(row: Verdict) -> list[str]:
     return reasons
 
 
-def people_reasons(items: list[ItemFacts], boundary: Boundary) -> list[dict[str, Any]]:
+def people_reasons(items: list[ItemFacts], people: Released) -> list[dict[str, Any]]:
     """The reasons people gave on the items they rejected, most frequent first, with examples."""
-    found: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    found: dict[str, Tally] = defaultdict(Tally)
     for item in items:
         if "rejected" not in item.stages:
             continue
         for row in item.judgments:
             for reason in judgment_reasons(row):
-                found[reason].append(example(item, row, boundary))
-    return [{"reason": reason, "count": len(seen), "examples": seen[:EXAMPLES]}
-            for reason, seen in sorted(found.items(), key=lambda kv: (-len(kv[1]), kv[0]))]
+                found[reason].add(lambda: {"item": item.key, "person": people.pseudonym(row.person),
+                                           "comment": people.text(row.comment)})
+    return most_frequent(found, "reason")
 
 
-def example(item: ItemFacts, row: Verdict, boundary: Boundary) -> dict[str, Any]:
-    comment = row.comment
-    return {"item": item.key, "person": boundary.pseudonym(row.person),
-            "comment": boundary.released_text(comment) if comment else None}
-
-
-def comments(items: list[ItemFacts], boundary: Boundary) -> list[dict[str, Any]]:
+def comments(items: list[ItemFacts], people: Released) -> list[dict[str, Any]]:
     """People's comments on rejected or corrected items (the same words counted together), most frequent first."""
-    found: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    found: dict[str, Tally] = defaultdict(Tally)
     for item in items:
         if not {"rejected", "corrected"} & item.stages:
             continue
         for row in item.judgments:
             text = " ".join((row.comment or "").split())
             if text:
-                found[boundary.released_text(text)].append({"item": item.key,
-                                                            "person": boundary.pseudonym(row.person)})
-    return [{"comment": text, "count": len(seen), "examples": seen[:EXAMPLES]}
-            for text, seen in sorted(found.items(), key=lambda kv: (-len(kv[1]), kv[0]))]
+                found[people.text(text)].add(lambda: {"item": item.key, "person": people.pseudonym(row.person)})
+    return most_frequent(found, "comment")
 
 
 def disputed(item: ItemFacts) -> bool:
@@ -203,11 +228,11 @@ def disputed(item: ItemFacts) -> bool:
         row.purpose == ADJUDICATE for row in item.judgments)
 
 
-def hot_spots(items: list[ItemFacts]) -> list[dict[str, Any]]:
+def hot_spots(tables: dict[str, dict[str, list[ItemFacts]]]) -> list[dict[str, Any]]:
     """Rows where people disagree most: the share of judged items that went to adjudication, highest first."""
     out = []
-    for by in FUNNEL_BY:
-        for name, members in rows_of(items, by).items():
+    for by, rows in tables.items():
+        for name, members in rows.items():
             judged = [item for item in members if set(DECIDED) & item.stages or item.status == NEEDS_ADJUDICATION]
             if judged:
                 n = sum(disputed(item) for item in judged)

@@ -196,7 +196,10 @@ def test_every_json_key_is_documented(funnel_workspace, run_cli):
 def test_an_empty_store_reports_zeros(workspace, run_cli, tmp_path):
     data = report_json(run_cli)
     assert data["items"] == 0 and data["funnel"]["group"] == [] and data["redo"] == []
-    assert run_cli("report", "--out", tmp_path / "r.html").exit_code == 0
+    assert not (workspace.root / "report.html").exists()  # --json alone writes no page
+    result = run_cli("report")
+    assert result.exit_code == 0 and (workspace.root / "report.html").is_file()
+    assert "0 items: ingested 0" in result.output
 
 
 def test_a_damaged_release_records_file_is_one_line_naming_it(funnel_workspace, tmp_path):

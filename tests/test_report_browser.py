@@ -93,3 +93,29 @@ def test_the_drill_down_opens_an_item_with_its_image_and_pseudonymous_judgments(
     assert not any(person in text for person in PEOPLE)
     assert "flags ambiguous" in text and "5.0 s" in text
     assert errors == []
+
+
+HOSTILE = '</script><img src=x onerror="window.pwned=1">&amp; <!-- {"a": 1}'
+
+
+def test_hostile_text_from_the_store_stays_text(funnel_workspace, run_cli, tmp_path, browser):  # noqa: F811
+    from sqlalchemy import update
+
+    from cftools.models import CheckFlag, Item
+
+    workspace, ids = funnel_workspace
+    with workspace.store.write() as session:
+        session.execute(update(Item).where(Item.id == ids["cvqa:f4"]).values(question=HOSTILE, group=HOSTILE))
+        session.execute(update(CheckFlag).where(CheckFlag.item_id == ids["cvqa:f4"]).values(reason=HOSTILE))
+    out = tmp_path / "hostile" / "report.html"
+    assert run_cli("report", "--out", out).exit_code == 0
+    page = browser.new_page()
+    page.goto(out.as_uri())
+    row = next(n for n, text in enumerate(page.locator("table[data-by='group'] tr").all_inner_texts()[1:])
+               if "onerror" in text)
+    page.locator(f"td.cell[data-by='group'][data-row='{row}'][data-cell='ingested'] button").click()
+    page.locator("#drill-list button", has_text="cvqa:f4").click()
+    text = page.locator("#item").inner_text()
+    assert text.count(HOSTILE) >= 2  # the question and the flag's reason, as written
+    assert page.evaluate("window.pwned === undefined") and page.locator("img[src='x']").count() == 0
+    page.close()

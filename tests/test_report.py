@@ -102,6 +102,7 @@ def test_the_funnel_counts_equal_the_stores(funnel_workspace, run_cli, tmp_path)
     assert total["pushed"] == 6 and total["adjudicated"] == 1 and total["released"] == 4
     assert data["funnel"]["total"]["flagged_by_code"] == {"arithmetic": 1, "leakage": 1}
     assert data["inputs"] == {"source_questions": 7, "source_questions_drafted": 6}
+    assert data["funnel"]["total"]["decided"] == 5 and data["funnel"]["total"]["acceptance"] == 0.8
 
 
 def test_the_funnel_per_generator_names_model_template_variant_and_edit_backend(funnel_workspace, run_cli):

@@ -86,13 +86,16 @@ def rows_of(items: Iterable[ItemFacts], by: str) -> dict[str, list[ItemFacts]]:
 
 
 def funnel_cell_counts(items: list[ItemFacts]) -> dict[str, Any]:
-    """Counts per stage, per check code, and each stage's share of the ingested items."""
+    """Counts per stage, per check code, each stage's share of the ingested items, and the acceptance of the items
+    people decided (accepted as drafted or corrected, over accepted, corrected and rejected)."""
     reached = Counter(stage for item in items for stage in item.stages)
     counts = {stage: reached[stage] for stage in STAGES}
     by_code = Counter(code for item in items for code in item.flags)
     total = counts["ingested"]
+    decided = sum(counts[s] for s in DECIDED)
     return {"counts": counts, "shares": {s: (round(n / total, 4) if total else None) for s, n in counts.items()},
-            "flagged_by_code": dict(sorted(by_code.items()))}
+            "flagged_by_code": dict(sorted(by_code.items())), "decided": decided,
+            "acceptance": round((counts["accepted"] + counts["corrected"]) / decided, 4) if decided else None}
 
 
 class Released:

@@ -1,7 +1,7 @@
 """A small store that has been through the whole funnel, for `cftools report`'s tests (and a later whole-loop test):
 drafts by two generators (one a prompt variant), check flags (one waived), verification judgments by two people
 (with Label Studio's lead_time, a comment that names a person's email), an adjudication, a rejected draft and its
-redo, an ingested item still under review, a control task that must not count, a failed call without an item, and a
+redo, an ingested item still under review, a control item and a control task that must not count, a failed call without an item, and a
 real native release of the accepted items (cftools' own export).
 
 Judgments and decisions are written into the store the way `annotate pull` leaves them (tasks decided, item
@@ -91,6 +91,9 @@ def stock_funnel(workspace, folder: Path) -> dict[str, int]:
             for code in flags:
                 session.add(CheckFlag(item_id=item.id, code=code, reason=f"{code} failed on {key}"))
             add_people(session, item, judgments, extra, n)
+        # a control item (`annotate controls`): it measures people and is in no stage of the funnel
+        session.add(Item(key="cvqa:control:1", kind="cvqa", group="boolean", question="Is the cup red?", answer="yes",
+                         status="control", origin="ingested"))
         # a failed retry of generator a's first draft (no item points at it): its cost is still a's
         session.add(Generation(source_id=session.get(Item, ids["cvqa:f1"]).source_id, group="numerical_direct",
                                prompt_tokens=TOKENS[0], completion_tokens=0, error="parse error", **GENERATORS["a"]))

@@ -2,8 +2,9 @@
 
 The funnel's stages of an item (each a yes or no; an item is counted in every stage it reached):
 
-- `ingested`: every item (each comes from an ingested source question or was ingested as an item);
-- `drafted`: a generator made it (origin `generated`);
+- `ingested`: every item (each comes from an ingested source question or was ingested as an item), control items
+  (`annotate controls`: they only measure people) left out of every stage;
+- `drafted`: a generator made it (origin `generated`, or a recorded generation);
 - `flagged`: an automatic check flagged it (per check code too); `waived`: a person waived one of its flags;
 - `pushed`: it went to people (a verification, adjudication or a kind's own task; never a control, audit or
   measuring task, which measure their person);
@@ -27,15 +28,16 @@ from cftools.boundary import public_name
 from cftools.flags import WAIVED
 from cftools.judgments import ADJUDICATE, MEASURING
 from cftools.llm.cost import WORST_CASE_COST, Price, price_for
-from cftools.models import (ACCEPTED, REJECTED, AnnotationTask, CheckFlag, Generation, Image, Item, ItemEvent,
+from cftools.models import (ACCEPTED, CONTROL, REJECTED, AnnotationTask, CheckFlag, Generation, Image, Item, ItemEvent,
                             Judgment, Release, SourceQuestion)
 from cftools.progress import ProgressCallback, no_progress
 
 STAGES = ("ingested", "drafted", "flagged", "waived", "pushed", "accepted", "corrected", "rejected", "adjudicated",
           "released")
 STAGE_MEANINGS = {
-    "ingested": "every item (each comes from an ingested source question or was ingested as an item)",
-    "drafted": "made by a generator",
+    "ingested": "every item (each comes from an ingested source question or was ingested as an item); control "
+                "items only measure people and are in no stage",
+    "drafted": "made by a generator (origin generated, or a recorded generation)",
     "flagged": "flagged by an automatic check (flagged_by_code: per check code)",
     "waived": "a person waived one of its flags",
     "pushed": "sent to people (verification, adjudication or a kind's own task; never a control, audit or "
@@ -224,13 +226,14 @@ def item_rows(session: Any, keys: dict[int, GeneratorKey]) -> list[Any]:
                SourceQuestion.question,
                Image.path)
     query = (select(*columns).outerjoin(SourceQuestion, SourceQuestion.id == Item.source_id)
-             .outerjoin(Image, Image.id == SourceQuestion.image_id).order_by(Item.id))
+             .outerjoin(Image, Image.id == SourceQuestion.image_id)
+             .where(Item.status != CONTROL)  # a control item only measures people: never drafted, decided or released
+             .order_by(Item.id))
     rows = []
     for (item_id, key, kind, group, status, origin, generation_id, source_id, question, answer, proposed, data,
          redo_of, edit_backend, edit_model, source_question, image_path) in session.execute(query):
         stages = {"ingested"}
-        generated = origin == "generated"
-        if generated:
+        if origin == "generated" or generation_id is not None:
             stages.add("drafted")
         corrected = proposed is not None and proposed != answer
         if status == ACCEPTED:

@@ -248,7 +248,7 @@ def test_the_sections_of_other_parts_are_rendered_when_their_functions_are_there
     for name, function, value in (("cftools.checks.calibration", "check_calibration", CALIBRATION),
                                   ("cftools.generate.variants", "compare_variants", VARIANTS)):
         module = types.ModuleType(name)
-        setattr(module, function, lambda session, value=value: value)
+        setattr(module, function, lambda session, value=value, **settings: value)
         monkeypatch.setitem(sys.modules, name, module)
     data = report_json(run_cli)
     assert data["calibration"] == CALIBRATION and data["variants"] == VARIANTS

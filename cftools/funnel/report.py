@@ -70,7 +70,7 @@ def build_report(workspace: Any, boundary: Boundary, progress: ProgressCallback 
     }
     with workspace.store.session() as session:
         for name, (module, function) in SECTIONS.items():
-            data[name] = other_section(session, module, function)
+            data[name] = other_section(session, module, function, **section_settings(workspace, name))
     return Report(boundary.released(data), facts, tables)  # a check's reason or a group's name may hold a path or an email
 
 
@@ -275,11 +275,26 @@ def acceptance_over_time(items: list[ItemFacts]) -> list[dict[str, Any]]:
              "acceptance": round(c["accepted"] / c["decided"], 4)} for day, c in sorted(days.items())]
 
 
-def other_section(session: Any, module: str, function: str) -> Optional[dict[str, Any]]:
-    """A section another part computes (`module.function(session)`), or None when this build has no such function."""
+def other_section(session: Any, module: str, function: str, **settings: Any) -> Optional[dict[str, Any]]:
+    """A section another part computes (`module.function(session, **settings)`), or None when this build has no
+    such function."""
     try:
-        compute: Callable[[Any], dict[str, Any]] = getattr(importlib.import_module(module), function)
+        compute: Callable[..., dict[str, Any]] = getattr(importlib.import_module(module), function)
     except (ImportError, AttributeError):
         return None
-    return compute(session)
+    return compute(session, **settings)
+
+
+def section_settings(workspace: Any, name: str) -> dict[str, Any]:
+    """The workspace's settings a section is computed with: calibration's low-precision threshold, the prices that
+    cost the variants' accepted items."""
+    if name == "variants":
+        return {"config": workspace.section("llm")}
+    if name == "calibration":
+        try:
+            from cftools.checks.calibration import low_precision
+        except ImportError:
+            return {}
+        return {"low_precision_below": low_precision(workspace)}
+    return {}
 

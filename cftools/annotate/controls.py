@@ -27,7 +27,7 @@ from typing import Any, Optional
 from sqlalchemy import insert, select, update
 
 from cftools.annotate.label_studio import parse_time
-from cftools.errors import CftoolsError, InputError
+from cftools.errors import CftoolsError, Hint, InputError
 from cftools.judgments import (  # noqa: F401 (CONTROL, AUDIT, MEASURING: read from here by the annotate modules)
     ACCEPT, ACCEPT_CORRECTED, ADJUDICATE, AUDIT, CONTROL, MEASURING, REJECT, VERIFY, Answer,
 )
@@ -328,7 +328,8 @@ def place_images(path: Path, sources: list, images_dir: Path, folder: Optional[P
             shutil.copyfile(origin, target)
         except OSError as exc:
             raise CftoolsError(f"{target}: cannot copy the control's image beside the real items' images "
-                               f"({exc.strerror or exc}); pass --images with a folder of your own") from None
+                               f"({exc.strerror or exc})",
+                               hint=Hint("{message}; pass {images} with a folder of your own", images="--images")) from None
     return folder
 
 
@@ -557,5 +558,5 @@ def outcomes(store: Store, role: str = CONTROL, kind: Optional[str] = None) -> l
 
 def require_kind(kind: Optional[str]) -> str:
     if not kind:
-        raise CftoolsError("--kind is required")
+        raise CftoolsError("a kind is required", hint=Hint("{kind} is required", kind="--kind"))
     return kind

@@ -30,7 +30,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
-from cftools.errors import CftoolsError, InputError
+from cftools.errors import CftoolsError, Hint, InputError
 from cftools.evaluate.predictions import read_predictions
 
 Key = tuple[str, str]  # (item id, which question)
@@ -221,6 +221,7 @@ def launch_state(cpu: bool) -> Any:
         from accelerate import PartialState
     except ImportError:
         raise CftoolsError(f"cftools eval was started as {launched_processes()} processes, but the accelerate "
-                           "package is not installed: pip install 'cftools[eval]' (or run each process with "
-                           "--shard I/N and merge with `cftools eval merge RUN`)") from None
+                           "package is not installed: pip install 'cftools[eval]'", hint=Hint(
+                               "{message} (or run each process with {shard} I/N and merge with `cftools eval merge "
+                               "RUN`)", shard="--shard")) from None
     return PartialState(cpu=cpu, timeout=WAIT_FOR_SHARDS)

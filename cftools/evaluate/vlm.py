@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from cftools.errors import CftoolsError
+from cftools.errors import CftoolsError, Hint
 
 DTYPES = ("auto", "bf16", "fp16", "fp32")
 DEVICES = ("auto", "cuda", "cpu")
@@ -102,7 +102,8 @@ def resolve_device(device: str) -> str:
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda" and not torch.cuda.is_available():
-        raise CftoolsError("--device cuda was asked for but torch sees no CUDA GPU")
+        raise CftoolsError("the device cuda was asked for but torch sees no CUDA GPU",
+                           hint=Hint("{device} cuda was asked for but torch sees no CUDA GPU", device="--device"))
     return device
 
 

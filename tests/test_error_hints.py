@@ -48,7 +48,8 @@ def test_an_option_at_the_front_of_the_line():
 
 
 def test_the_message_is_put_in_as_it_is():
-    error = CftoolsError("a {force} and {message} of a file name", hint=Hint("{message}; pass {force}", force="--force"))
+    error = CftoolsError("a {force} and {message} of a file name",
+                         hint=Hint("{message}; pass {force}", force="--force"))
     assert str(error) == "a {force} and {message} of a file name; pass --force"
 
 

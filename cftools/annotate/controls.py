@@ -329,7 +329,8 @@ def place_images(path: Path, sources: list, images_dir: Path, folder: Optional[P
         except OSError as exc:
             raise CftoolsError(f"{target}: cannot copy the control's image beside the real items' images "
                                f"({exc.strerror or exc})",
-                               hint=Hint("{message}; pass {images} with a folder of your own", images="--images")) from None
+                               hint=Hint("{message}; pass {images} with a folder of your own",
+                                         images="--images")) from None
     return folder
 
 

@@ -316,8 +316,8 @@ def run_edit_checks(store: Store, codes: Sequence[str], groups: Sequence[str] = 
     asked = [c for c in codes if c in answer_codes()]
     if only and asked:
         raise CftoolsError(f"{', '.join(asked)} needs an answerer",
-                           hint=Hint("{message}: run `cftools generate edits {answerer} MODEL` (cftools check keeps its "
-                                     "stored results)", answerer="--answerer"))
+                           hint=Hint("{message}: run `cftools generate edits {answerer} MODEL` (cftools check keeps "
+                                     "its stored results)", answerer="--answerer"))
     report = run_image_checks(store, codes, groups, on_start, on_batch)
     if CONDITION_REPEATED in codes:
         condition = run_condition_check(store, groups)

@@ -560,7 +560,8 @@ def apply_text_changes(session, path: Path, dataset: str,  # noqa: ANN001
     if settled is not None:
         raise InputError(path, f"{settled.describe()}, and it is {settled.status}, not draft: its checks and reviews "
                                "were of the stored text", settled.record,
-                         hint=Hint("{message}, so {update} does not replace it; nothing was written", update="--update"))
+                         hint=Hint("{message}, so {update} does not replace it; nothing was written",
+                                   update="--update"))
     table = SourceQuestion.__table__
     by_record = {record_of(s): s for s in sources}
     now = utcnow()

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+from typing import Any, Mapping
 
 import click
 from cftools.terminal import escape
+from rich.console import Console
 from rich.table import Table
 
 from cftools.checks import CheckOptions, CheckReport, ItemResult, check_scopes, run_checks
@@ -13,6 +15,7 @@ from cftools.checks import Progress as CheckProgress
 from cftools.checks.duplicates import DEFAULT_SIMILARITY
 from cftools.checks.runner import text_codes
 from cftools.commands.common import console, err_console, pass_workspace
+from cftools.commands.summary import Line, always, print_lines
 from cftools.progress import StepProgress, step_progress
 from cftools.workspace import Workspace
 
@@ -45,27 +48,36 @@ def summary_table(report: CheckReport) -> Table:
     return table
 
 
-def print_summary(report: CheckReport, out) -> None:  # noqa: ANN001
-    out.print(summary_table(report))
+def drafts_checked(codes: list[str], shown: Mapping[str, Any]) -> str:
+    report = shown["report"]
     moved = (f"{report.moved_to_checked} moved to checked" if report.promote
              else "none moved (only some checks ran)")
     if report.moved_despite_waived:
         moved += f" ({report.moved_despite_waived} of them with every flag waived)"
-    if text_codes(report.codes):
-        out.print(f"{report.candidates} draft items checked: {moved}, {report.flagged} flagged (they stay draft).")
-    if report.left_as_flagged:
-        out.print(f"{report.left_as_flagged} flagged drafts were not re-checked (use --recheck).")
-    if report.gone:
-        out.print(f"{report.gone} items left draft while the checks ran and were not written.")
-    if report.notes:
-        out.print("[yellow]Some checks could not decide on some items (see --json 'notes'); "
-                  "those items are not flagged for it.[/]")
-    if report.edited_items:
-        out.print(f"{report.edited_items} items' stored edit candidates checked again and re-ranked "
-                  "(edit flags rank candidates; they do not keep an item draft).")
-    if report.duplicate_mode:
-        embedded = f" ({report.embedded} questions embedded)" if report.embedded else ""
-        out.print(f"duplicate: {report.duplicate_mode}{embedded}", markup=False)
+    return f"{report.candidates} draft items checked: {moved}, {report.flagged} flagged (they stay draft)."
+
+
+def duplicate_mode(mode: str, shown: Mapping[str, Any]) -> str:
+    embedded = shown["report"].embedded
+    return f"duplicate: {mode}" + (f" ({embedded} questions embedded)" if embedded else "")
+
+
+CHECK_LINES = (
+    Line("codes", lambda _, shown: summary_table(shown["report"]), when=always),
+    Line("codes", drafts_checked, when=lambda codes, _: bool(text_codes(codes))),
+    Line("left_as_flagged", "{value} flagged drafts were not re-checked (use --recheck)."),
+    Line("gone", "{value} items left draft while the checks ran and were not written."),
+    Line("notes", "[yellow]Some checks could not decide on some items (see --json 'notes'); those items are not "
+                  "flagged for it.[/]"),
+    Line("edited_items", "{value} items' stored edit candidates checked again and re-ranked (edit flags rank "
+                         "candidates; they do not keep an item draft)."),
+    Line("duplicate_mode", duplicate_mode, markup=False),
+)
+
+
+def print_summary(report: CheckReport, out: Console) -> None:
+    """The checks' table and what became of the drafts, on OUT (stderr under --json)."""
+    print_lines(CHECK_LINES, report, out, err_console)
 
 
 @click.command("check")

@@ -12,8 +12,8 @@ from rich.console import Console
 from cftools.terminal import escape
 
 # TEXT of a line: a template over {value} (the field, escaped when it is text) and the context's names, or a
-# function of the value and the context giving one line or several.
-Text = Union[str, Callable[[Any, Mapping[str, Any]], Union[str, Iterable[str]]]]
+# function of the value and the context giving one line, a list of lines or a rich renderable (a table).
+Text = Union[str, Callable[[Any, Mapping[str, Any]], Any]]
 
 
 def given(value: Any, context: Mapping[str, Any]) -> bool:
@@ -29,7 +29,8 @@ def always(value: Any, context: Mapping[str, Any]) -> bool:
 class Line:
     """One row of a summary: the report's FIELD, its TEXT, WHEN it is printed; EACH: a line per element (a dict's
     sorted items); LINES: a nested table over the field's value instead of TEXT; STOP: nothing after it is printed;
-    TO_STDERR: a warning's line; SOFT_WRAP: rich's soft_wrap for a long line (a path is not broken)."""
+    TO_STDERR: a warning's line; SOFT_WRAP: rich's soft_wrap for a long line (a path is not broken); MARKUP: False
+    for a line printed as it is."""
 
     field: str
     text: Text = ""
@@ -39,6 +40,7 @@ class Line:
     stop: bool = False
     to_stderr: bool = False
     soft_wrap: Optional[bool] = None
+    markup: Optional[bool] = None
 
 
 def print_lines(table: Iterable[Line], fields: Any, out: Console, err: Console, **context: Any) -> None:
@@ -56,17 +58,17 @@ def print_lines(table: Iterable[Line], fields: Any, out: Console, err: Console, 
             elements = (sorted(value.items()) if isinstance(value, Mapping) else value) if line.each else [value]
             for element in elements:
                 for text in rendered(line.text, element, context):
-                    (err if line.to_stderr else out).print(text, soft_wrap=line.soft_wrap)
+                    (err if line.to_stderr else out).print(text, soft_wrap=line.soft_wrap, markup=line.markup)
         if line.stop:
             return
 
 
-def rendered(text: Text, value: Any, context: Mapping[str, Any]) -> list[str]:
+def rendered(text: Text, value: Any, context: Mapping[str, Any]) -> list[Any]:
     """TEXT for VALUE: the template filled (text escaped, so rich takes none of it for a style), or what the
     function gives."""
     if callable(text):
         lines = text(value, context)
-        return [lines] if isinstance(lines, str) else list(lines)
+        return list(lines) if isinstance(lines, (list, tuple)) else [lines]
     if isinstance(value, Mapping):
         return [text.format(**{**context, **{k: escaped(v) for k, v in value.items()}})]
     return [text.format(value=escaped(value), **context)]

@@ -239,18 +239,21 @@ class HFVisionModel:
         device = resolve_device(device)
         dtype = resolve_dtype(dtype, device)
         local_only = not (allow_downloads or os.environ.get(ALLOW_DOWNLOADS_ENV, "0") not in ("", "0"))
-        hint = (f"; it is not a local folder or in the local cache, and downloads are off "
-                f"(--allow-downloads or {ALLOW_DOWNLOADS_ENV}=1 allows them)") if local_only else ""
+        offline = "; it is not a local folder or in the local cache, and downloads are off" if local_only else ""
+        hint = (Hint(f"{{message}} ({{allow}} or {ALLOW_DOWNLOADS_ENV}=1 allows them)", allow="--allow-downloads")
+                if local_only else None)
         if local_only and not in_local_cache(path_or_id):
             # asked before transformers is: some releases (4.56) still request processor files from the
             # hub under local_files_only=True
-            raise CftoolsError(f"cannot load hf:{path_or_id} (no config.json in the folder or cache){hint}")
+            raise CftoolsError(f"cannot load hf:{path_or_id} (no config.json in the folder or cache){offline}",
+                               hint=hint)
         try:
             processor = AutoProcessor.from_pretrained(path_or_id, local_files_only=local_only)
             model = AutoModelForImageTextToText.from_pretrained(path_or_id, dtype=torch_dtype(dtype),
                                                                 local_files_only=local_only)
         except (OSError, ValueError) as exc:
-            raise CftoolsError(f"cannot load hf:{path_or_id} ({str(exc).splitlines()[0][:300]}){hint}") from None
+            raise CftoolsError(f"cannot load hf:{path_or_id} ({str(exc).splitlines()[0][:300]}){offline}",
+                               hint=hint) from None
         return cls(model.to(device), processor, device, dtype, name=f"hf:{path_or_id}")
 
     # -- prompts --------------------------------------------------------------------------------------

@@ -185,6 +185,7 @@ class RaySettings(Section):
 
 class CheckSettings(Section):
     blind_answerable_model: Optional[str] = None
+    low_precision: Optional[float] = Field(None, ge=0, le=1)  # a check measured below it is named (calibration)
 
 
 # The sections of every workspace; each kind may add `[<kind name>]` (Kind.config_section).

@@ -18,7 +18,8 @@ from cftools.models import ACCEPTED, NEEDS_ADJUDICATION, REJECTED
 VERIFY = "verify"
 ADJUDICATE = "adjudicate"
 CONTROL, AUDIT = "control", "audit"  # purposes of tasks that measure a person and never count toward their item
-MEASURING = (CONTROL, AUDIT)
+MEASURE = "measure"  # a flagged draft shown to a person to measure the checks (`annotate push --flagged-sample`)
+MEASURING = (CONTROL, AUDIT, MEASURE)
 PURPOSES = (VERIFY, ADJUDICATE)
 
 YES, NO = "yes", "no"

@@ -23,11 +23,11 @@ from sqlalchemy import and_, func, not_, or_, select
 from cftools.annotate.label_studio import LabelStudioServer, ServerSettings
 from cftools.annotate.projects import DELETED, GONE, ImageLinks, OPEN, Progress, ensure_project, own_task, task_of
 from cftools.errors import CftoolsError
-from cftools.judgments import ADJUDICATE, VERIFY, without_emails
+from cftools.judgments import ADJUDICATE, MEASURE, VERIFY, without_emails
 from cftools.annotate.controls import AUDIT, CONTROL, MEASURING, control_items, shown_purpose, shuffled_batches
 from cftools.annotate.servers import Servers
 from cftools.annotate.task_import import PushReport, PushRun, TaskLinks, import_reconciled, link_tasks, task_payloads
-from cftools.models import CHECKED, CONTROL as CONTROL_STATUS, IN_REVIEW, NEEDS_ADJUDICATION, AnnotationTask, ControlItem, Item
+from cftools.models import CHECKED, CONTROL as CONTROL_STATUS, DRAFT, IN_REVIEW, NEEDS_ADJUDICATION, AnnotationTask, ControlItem, Item
 from cftools.progress import no_progress
 from cftools.store import Store, in_chunks
 from cftools.workspace import Workspace
@@ -138,6 +138,8 @@ class Sender:
                                 "meta": {**{k: v for k, v in payload["meta"].items() if k != "item_id"},
                                          "purpose": shown_purpose(purpose)},
                                 "_purpose": purpose}
+                        if purpose == MEASURE:  # blind to the checks: shown as a draft no check flagged
+                            task["data"]["check_flags"] = "none"
                         per_person[person].append((item, task))
         self.folders = images.folders
         return per_person
@@ -215,10 +217,12 @@ def without_task(store: Store, project_id: int, batch: list[tuple[Item, dict]],
 
 def measuring_purpose(store: Store, item: Item, meta: dict) -> str:
     """What a task found on a server but not in the store is: a verification task of an item past review is a
-    control (of a control item) or an audit, never a new verification of it."""
+    control (of a control item) or an audit, of a draft a measuring task, never a new verification of it."""
     purpose = meta.get("purpose") or VERIFY
     if purpose != VERIFY or item.status in (CHECKED, IN_REVIEW):
         return purpose
+    if item.status == DRAFT:  # a flagged draft is only ever shown to measure the checks
+        return MEASURE
     with store.session() as session:
         is_control = session.execute(select(ControlItem.id).where(ControlItem.item_id == item.id)).first()
     return CONTROL if is_control or item.status == CONTROL_STATUS else AUDIT

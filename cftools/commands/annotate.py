@@ -11,9 +11,11 @@ from rich.table import Table
 
 from cftools.annotate.controls import control_rate
 from cftools.annotate.figures import quality_status
+from cftools.annotate.measure import push_flagged_sample
 from cftools.annotate.pull import pull
 from cftools.annotate.push import push, waiting_kind
 from cftools.annotate.serve import serve, stop
+from cftools.annotate.task_import import PushOptions
 from cftools.annotate.serve import servers_report
 from cftools.annotate.separation import reasons_by_person
 from cftools.annotate.status import annotation_status
@@ -54,17 +56,36 @@ def annotate() -> None:
 @click.option("--allow-missing-images", is_flag=True, help="Push items whose source has no image too.")
 @click.option("--if-configured", is_flag=True,
               help="Without a configured server (url and token), say how to start one and exit 0.")
+@click.option("--flagged-sample", type=click.IntRange(min=1), metavar="N",
+              help="Instead, send a seeded sample of N flagged drafts (of --kind, else of every kind) to people as "
+                   "measuring tasks, blind to the flags; they never decide the item (`cftools check --calibration`). "
+                   "N is a total: the same N again adds nothing, a larger N adds the difference.")
+@click.option("--seed", type=int, help="The seed of --flagged-sample's sample (default: 0).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @quiet_option
 @pass_workspace
 def push_cmd(workspace: Workspace, kind: Optional[str], limit: Optional[int], adjudicate: bool, task: Optional[str],
-             data_uri: bool, allow_missing_images: bool, if_configured: bool, as_json: bool, quiet: bool) -> None:
+             data_uri: bool, allow_missing_images: bool, if_configured: bool, flagged_sample: Optional[int],
+             seed: Optional[int], as_json: bool, quiet: bool) -> None:
     """Push checked items as tasks (batched); pushed items move to in_review. Pushing again adds only new ones.
 
     With --task, push one of the kind's own tasks; an authoring task pushes the store's images instead, one task
-    per image not yet pushed."""
+    per image not yet pushed. With --flagged-sample, push measuring tasks of flagged drafts instead."""
     if task and task != "verify" and not kind:
         raise click.UsageError("--task needs --kind (the kind whose task it is)")
+    if flagged_sample is None and seed is not None:
+        raise click.UsageError("--seed is the seed of --flagged-sample's sample: give --flagged-sample N")
+    if flagged_sample is not None and (adjudicate or task or limit or if_configured):
+        raise click.UsageError("--flagged-sample pushes measuring tasks of flagged drafts alone: leave out "
+                               "--adjudicate, --task, --limit and --if-configured")
+    if flagged_sample is not None:
+        images = PushOptions(data_uri=data_uri, allow_missing_images=allow_missing_images)
+        measured = push_flagged_sample(workspace, flagged_sample, seed or 0, kind, images)
+        if as_json:
+            print_json(measured.as_dict())
+        else:
+            print_flagged_sample(measured)
+        return
     kind = kind or waiting_kind(workspace.store, adjudicate)
     with step_progress(err_console, quiet=quiet, as_json=as_json, labels={"push": "pushing tasks"}) as progress:
         report = push(workspace, kind=kind, limit=limit, adjudicate=adjudicate, data_uri=data_uri,
@@ -118,6 +139,23 @@ PUSH_LINES = (
                              "anyway).[/]"),
     Line("skipped_outside_root", "[yellow]{value} items skipped: image outside the document root.[/]"),
 )
+
+
+FLAGGED_SAMPLE_LINES = (
+    Line("sample", "Sample of {value} flagged drafts (seed {report.seed}) among {report.flagged}: "
+                   "{report.measured_before} measured before, {report.pushed} measuring tasks pushed now.", when=always),
+    Line("assigned", lambda assigned, _: [f"  {escape(person)}: {n} new tasks" for person, n in assigned.items()],
+         when=always),  # in the order people were given tasks
+    Line("reconciled", "Recorded {value} tasks already on the server from an interrupted push."),
+    Line("skipped_no_image", "[yellow]{value} drafts skipped: no image (--allow-missing-images pushes them "
+                             "anyway).[/]"),
+    Line("skipped_outside_root", "[yellow]{value} drafts skipped: image outside the document root.[/]"),
+)
+
+
+def print_flagged_sample(report: Any) -> None:
+    """What a --flagged-sample push did, in words."""
+    print_lines(FLAGGED_SAMPLE_LINES, report, full_width_console(), err_console)
 
 
 def print_push(report: Any, kind: Optional[str], task: Optional[str], adjudicate: bool, rate: float) -> None:

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from cftools.checks import CheckOptions, CheckReport, ItemResult, check_scopes, run_checks
 from cftools.checks import Progress as CheckProgress
+from cftools.checks.calibration import check_calibration, low_precision
 from cftools.checks.duplicates import DEFAULT_SIMILARITY
 from cftools.checks.runner import text_codes
 from cftools.commands.common import console, err_console, pass_workspace
@@ -46,6 +47,35 @@ def summary_table(report: CheckReport) -> Table:
     for code in report.codes:
         table.add_row(escape(code), str(report.applied[code]), str(report.flags[code]), str(report.notes[code]))
     return table
+
+
+def interval_text(value: float | None, interval: list[float] | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.0%} ({interval[0]:.0%}–{interval[1]:.0%})"
+
+
+def print_calibration(found: dict, out) -> None:  # noqa: ANN001
+    """`check --calibration`: the checks against people, a table per measure and the low checks named."""
+    misses = {row["code"]: row for row in found["misses"]["per_check"]}
+    table = Table(title="Checks against people", title_justify="left")
+    for column, justify in (("code", "left"), ("measured", "right"), ("people rejected", "right"),
+                            ("precision (95%)", "right"), ("missed", "right"), ("miss rate (95%)", "right")):
+        table.add_column(column, justify=justify)
+    for row in found["checks"]:
+        miss = misses[row["code"]]
+        table.add_row(escape(row["code"]) + (" [red]low[/]" if row["low"] else ""), str(row["measured"]),
+                      str(row["people_rejected"]), interval_text(row["precision"], row["interval"]),
+                      str(miss["missed"]), interval_text(miss["miss_rate"], miss["interval"]))
+    out.print(table)
+    overall = found["misses"]
+    out.print(f"{overall['people_rejected']} items rejected by people, {overall['unflagged']} of them flagged by no "
+              f"check: miss rate {interval_text(overall['miss_rate'], overall['interval'])}.")
+    low = [row["code"] for row in found["checks"] if row["low"]]
+    if low:
+        out.print(f"[red]Low precision[/] (below {found['low_precision_below']:g}): {escape(', '.join(low))}.")
+    if not any(row["measured"] for row in found["checks"]):
+        out.print("No flagged draft measured yet: `cftools annotate push --flagged-sample N` sends some to people.")
 
 
 def drafts_checked(codes: list[str], shown: Mapping[str, Any]) -> str:
@@ -93,10 +123,15 @@ def print_summary(report: CheckReport, out: Console) -> None:
 @click.option("--similarity", type=click.FloatRange(0.0, 1.0), default=DEFAULT_SIMILARITY, show_default=True,
               help="Cosine similarity from which two questions on the same image are near-duplicates.")
 @click.option("--list", "list_checks", is_flag=True, help="List the checks and the items each applies to, then stop.")
+@click.option("--calibration", is_flag=True,
+              help="Show each check's precision against people (flagged drafts measured with annotate push "
+                   "--flagged-sample) and the checks' misses (items people rejected that no check flagged), then "
+                   "stop; with --json, one JSON object.")
 @click.option("--quiet", is_flag=True, help="No progress lines on stderr (they are off under --json too).")
 @pass_workspace
 def check(workspace: Workspace, as_json: bool, recheck: bool, only: tuple[str, ...], groups: tuple[str, ...],
-          limit: int | None, no_embeddings: bool, similarity: float, list_checks: bool, quiet: bool) -> None:
+          limit: int | None, no_embeddings: bool, similarity: float, list_checks: bool, calibration: bool,
+          quiet: bool) -> None:
     """Run the automatic checks on draft items; clean items move to 'checked'.
 
     Each problem becomes a flag on the item (code and reason); nothing is deleted and flagged items
@@ -112,6 +147,14 @@ def check(workspace: Workspace, as_json: bool, recheck: bool, only: tuple[str, .
         for code, scope in check_scopes().items():
             table.add_row(code, escape(scope))  # scopes name config sections: [llm] ...
         console.print(table)
+        return
+    if calibration:
+        with workspace.store.session() as session:
+            found = check_calibration(session, low_precision(workspace))
+        if as_json:
+            click.echo(json.dumps(found, ensure_ascii=False))
+        else:
+            print_calibration(found, console)
         return
 
     def emit(result: ItemResult) -> None:

@@ -60,9 +60,16 @@ def hidden_alias(flag: str, name: str, **kwargs: Any) -> Callable:
     return click.option(flag, f"{name}_old_spelling", hidden=True, expose_value=False, callback=keep, **kwargs)
 
 
+prompt_variant_option = run_option(
+    "--prompt-variant", help="Draft with this variant of the generator's prompts: a folder of templates beside the "
+    "default ones (prompts/GENERATOR/NAME/), or a folder you give; recorded with each draft, whose item is its own "
+    "(both variants' drafts of a source are kept).")
+
+
 def llm_options(command: Callable | None = None, *, backend_flag: str = "--backend") -> Callable:
     """--backend (BACKEND_FLAG; the old --backend then stays a hidden alias), --model, --template, --concurrency,
-    --refresh, --max-attempts, --quiet, --json, and the run options (--max-cost, --estimate, --ray, --batch-api)."""
+    --refresh, --max-attempts, --quiet, --json, and the run options (--prompt-variant, --max-cost, --estimate, --ray,
+    --batch-api)."""
     if command is None:
         return lambda decorated: llm_options(decorated, backend_flag=backend_flag)
     aliases = () if backend_flag == "--backend" else (
@@ -74,6 +81,7 @@ def llm_options(command: Callable | None = None, *, backend_flag: str = "--backe
         click.option("--model", help="Model name (default: [llm] model)."),
         click.option("--template", "template_path", type=click.Path(dir_okay=False, path_type=Path),
                      help="Your own Jinja2 prompt template (default: the packaged one, or the workspace's copy)."),
+        prompt_variant_option,
         click.option("--concurrency", type=click.IntRange(min=1),
                      help="Requests in flight (default: 8 for openai, 1 for local)."),
         click.option("--refresh", is_flag=True, help="Ignore the request cache and call the model again."),
@@ -100,8 +108,10 @@ def llm_run(workspace: Any, template_path: Optional[Path], concurrency: Optional
     """What `llm_options` say about the model calls, as the one value every generator takes (progress on stderr)."""
     from cftools.commands.common import err_console
 
+    context = click.get_current_context(silent=True)
+    variant = context.meta.get(RUN_OPTIONS, {}).get("prompt_variant") if context is not None else None
     return LLMRun(template_path=template_path, workspace_root=workspace.root, concurrency=concurrency,
-                  refresh=refresh, max_attempts=max_attempts, console=err_console, quiet=quiet)
+                  refresh=refresh, max_attempts=max_attempts, console=err_console, quiet=quiet, prompt_variant=variant)
 
 
 rederive_option = click.option(

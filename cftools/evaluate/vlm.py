@@ -11,7 +11,8 @@ for the process: other libraries in it keep their own setting.
 - **generate**: real batches, LEFT padding (so every row's last token is its own last prompt token) with the
   attention mask and positions generate() derives from it, greedy decoding, `torch.inference_mode`. A batch's
   questions of different `max_new_tokens` are generated apart and each reply is cut at its own limit and end of
-  turn, so a reply does not depend on which questions share its batch.
+  turn, so a reply does not depend on which questions share its batch. With CFTOOLS_COMPILE=1 on a GPU the replies
+  are decoded on a static KV cache that transformers compiles (`compiled_decoding_options`).
 - **rank**: each option is scored as the assistant's reply. The reply text is what the chat template
   renders for an assistant turn holding the option, cut at the end of the option (the template's
   leading space or newline is kept, the end-of-turn marker is not); its tokens are those that
@@ -201,6 +202,25 @@ def pinned(value: Any) -> Any:
     return value.pin_memory() if isinstance(value, torch.Tensor) and not value.is_pinned() else value
 
 
+# Set to 1 to decode with a static KV cache, which transformers compiles (torch.compile, CUDA graphs) on a GPU.
+COMPILE_ENV = "CFTOOLS_COMPILE"
+COMPILED_DECODING = {"cache_implementation": "static"}  # generate()'s options for it
+
+
+def compiled_decoding_options(device: str) -> dict[str, Any]:
+    """generate()'s options for compiled decoding when CFTOOLS_COMPILE asks for it and DEVICE is a GPU, else none.
+
+    Measured on an H200 (LLaVA-1.5-7B shape, batch 32, 690 prompt tokens, 16 new): a decoding step took 30 ms in
+    eager mode, of which the GPU's kernels ran about 15 (the rest it waited on Python launching ~1,350 of them);
+    compiled, `cftools eval` answered 1.54x as many questions a second (30.2 against 19.6). Off by default: a batch
+    of a shape not seen before compiles again (34 to 51 s each there), which pays back only over thousands of
+    questions."""
+    setting = os.environ.get(COMPILE_ENV, "").strip().lower()
+    if setting in ("", "0", "no", "off", "false") or not str(device).startswith("cuda"):
+        return {}
+    return dict(COMPILED_DECODING)
+
+
 # Set to 1 to let `hf:` models be downloaded from the hub (off by default: evaluation works offline).
 ALLOW_DOWNLOADS_ENV = "CFTOOLS_ALLOW_DOWNLOADS"
 
@@ -227,6 +247,8 @@ class HFVisionModel:
         # Only the logits that score something are computed (the prefix's last one; the option's own).
         self.keep_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
         self.image_cache = ImageCache()
+        # extra options of every generate() call: a static cache when compiled decoding is asked for
+        self.generate_options: dict[str, Any] = compiled_decoding_options(device)
         # the next batch is prepared on another thread while this one decodes its replies: one tokenizer user at once
         self.tokenizer_lock = threading.RLock()
 
@@ -358,7 +380,7 @@ class HFVisionModel:
         encoded = self._to_device(inputs)
         with torch.inference_mode():
             output = self.model.generate(**encoded, max_new_tokens=max_new, do_sample=False, num_beams=1,
-                                         pad_token_id=self.tokenizer.pad_token_id)
+                                         pad_token_id=self.tokenizer.pad_token_id, **self.generate_options)
         new_tokens = output[:, encoded["input_ids"].shape[1]:].tolist()
         with self.tokenizer_lock:
             return [self.tokenizer.decode(self._own_reply(row, max_new), skip_special_tokens=True).strip()

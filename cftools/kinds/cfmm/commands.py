@@ -9,7 +9,8 @@ import click
 from rich.markup import escape
 
 from cftools.commands.common import console, pass_workspace, print_json, ray_address, ray_option
-from cftools.commands.generation import backend_for_run, llm_run, rederive_drafts, rederive_option
+from cftools.commands.generation import (backend_for_run, llm_run, prompt_variant_option, rederive_drafts,
+                                         rederive_option)
 from cftools.commands.ingest import file_ingest_options, ingest_licence, print_ingest, report_path, showing_progress
 from cftools.generate.llm_task import DEFAULT_MAX_ATTEMPTS
 from cftools.kinds.cfmm.generate import CFMM_REDERIVE, generate_pairs, llm_params, parse_quota
@@ -32,6 +33,7 @@ from cftools.workspace import Workspace
               help="Attempts per request when the output cannot be parsed.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.option("--json", "as_json", is_flag=True, help="Print the run's summary as JSON.")
+@prompt_variant_option
 @rederive_option
 @ray_option(name="ray_address_given")
 @pass_workspace

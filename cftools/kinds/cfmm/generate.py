@@ -38,7 +38,7 @@ from cftools.generate.llm_task import (LLMJob, LLMRun, LLMTask, ParseError, inse
 from cftools.kinds.cfmm.model import NO_TYPE, PAPER_COUNTS, TYPES
 from cftools.llm import Backend, text_message
 from cftools.llm.base import DEFAULT_PARAMS
-from cftools.llm.prompts import PromptTemplate, load_prompt
+from cftools.llm.prompts import PromptTemplate, load_prompt, variant_folder
 from cftools.llm.structured import OutputSchema, Reply
 from cftools.models import DRAFT, Item, SourceQuestion, utcnow
 from cftools.store import Store
@@ -138,16 +138,21 @@ class Slot:
     slot: int
     sources: list[dict[str, Any]]
     taken: list[str] = field(default_factory=list)
+    variant: Optional[str] = None  # the prompt variant drafting it: each variant has its own slots
 
     @property
     def key(self) -> str:
-        return f"{GENERATOR}:{self.image_id}:{self.slot}"
+        return slot_key(self.image_id, self.slot, self.variant)
+
+
+def slot_key(image_id: int, slot: int, variant: Optional[str] = None) -> str:
+    return f"{GENERATOR}:{image_id}:{slot}" + (f":{variant}" if variant else "")
 
 
 def select_slots(store: Store, per_image: int = 1, limit: Optional[int] = None,
-                 skip_images: frozenset[int] = frozenset()) -> list[Slot]:
+                 skip_images: frozenset[int] = frozenset(), variant: Optional[str] = None) -> list[Slot]:
     """Empty slots of images that have answered source questions, image by image (lowest id first); SKIP_IMAGES
-    (those the LLM found no type for in this run) are left out."""
+    (those the LLM found no type for in this run) are left out. A prompt VARIANT's slots are its own."""
     with store.session() as session:
         rows = session.execute(select(SourceQuestion.id, SourceQuestion.image_id, SourceQuestion.question,
                                       SourceQuestion.answer)
@@ -162,11 +167,11 @@ def select_slots(store: Store, per_image: int = 1, limit: Optional[int] = None,
     for image_id, sources in by_image.items():
         if image_id in skip_images:
             continue
-        taken = [drafted[f"{GENERATOR}:{image_id}:{n}"] for n in range(1, per_image + 1)
-                 if f"{GENERATOR}:{image_id}:{n}" in drafted]
+        taken = [drafted[slot_key(image_id, n, variant)] for n in range(1, per_image + 1)
+                 if slot_key(image_id, n, variant) in drafted]
         for n in range(1, per_image + 1):
-            if f"{GENERATOR}:{image_id}:{n}" not in drafted:
-                slots.append(Slot(image_id, n, sources[:8], list(taken)))
+            if slot_key(image_id, n, variant) not in drafted:
+                slots.append(Slot(image_id, n, sources[:8], list(taken), variant))
                 break  # one slot of an image per run round: the next knows what this one took
         if limit is not None and len(slots) >= limit:
             break
@@ -306,10 +311,14 @@ def generate_pairs(store: Store, backend: Backend, *, run: LLMRun = LLMRun(),
                    quota: Optional[dict[str, float]] = None, per_image: int = 1,
                    limit: Optional[int] = None) -> PairsReport:
     """Draft up to LIMIT pairs (at most PER_IMAGE per image), steered by QUOTA, as RUN says; returns what
-    happened."""
+    happened. A prompt variant words the drafts (its folder holds a template per type); the type is picked with
+    the default pick.j2, so both variants of a slot get the same type."""
     quota = quota or paper_quota()
     run = run.or_params(llm_params({}, backend.name))
     workspace_root = run.workspace_root
+    variant = variant_folder("cfmm", run.prompt_variant, workspace_root)[0] if run.prompt_variant else None
+    for pair_type in (t for t, share in quota.items() if share > 0 and variant):  # a missing one: before any call
+        load_prompt(f"cfmm/{pair_type}.j2", None, workspace_root, run.prompt_variant)
     report = PairsReport(backend=backend.name, model=backend.model, quota=quota)
     picks: Counter = Counter()
     no_type_images: set[int] = set()
@@ -318,7 +327,7 @@ def generate_pairs(store: Store, backend: Backend, *, run: LLMRun = LLMRun(),
         left = None if limit is None else limit - report.selected
         if left is not None and left <= 0:
             break
-        slots = select_slots(store, per_image, left, frozenset(no_type_images))
+        slots = select_slots(store, per_image, left, frozenset(no_type_images), variant)
         if not slots:
             break
         report.selected += len(slots)
@@ -339,7 +348,8 @@ def generate_pairs(store: Store, backend: Backend, *, run: LLMRun = LLMRun(),
             jobs.append(LLMJob(label=f"image {slot.image_id} slot {slot.slot}", messages=[text_message(prompt)],
                                source_id=slot.sources[0]["id"], context={"slot": slot, "allowed": allowed}))
         report.add(run_llm_task(store, backend, PickTask(pick_template), jobs,
-                                run=replace(run, params={**run.params, "max_tokens": PICK_MAX_TOKENS})))
+                                run=replace(run, params={**run.params, "max_tokens": PICK_MAX_TOKENS},
+                                            prompt_variant=None)))
         by_type: dict[str, list[LLMJob]] = defaultdict(list)
         for job in jobs:
             picked = job.context.get("picked")
@@ -353,8 +363,9 @@ def generate_pairs(store: Store, backend: Backend, *, run: LLMRun = LLMRun(),
                     continue
                 by_type[picked].append(job)
         for pair_type, picked_jobs in by_type.items():
-            template = load_prompt(f"cfmm/{pair_type}.j2", None, workspace_root)
-            drafts = [LLMJob(label=job.label, source_id=job.source_id, group=pair_type, context=job.context,
+            template = load_prompt(f"cfmm/{pair_type}.j2", None, workspace_root, run.prompt_variant)
+            drafts = [LLMJob(label=job.label, key=job.context["slot"].key, source_id=job.source_id, group=pair_type,
+                             context=job.context,
                              messages=[text_message(template.render(sources=job.context["slot"].sources,
                                                                     type=pair_type))])
                       for job in picked_jobs]

@@ -93,14 +93,17 @@ def parse_stored(text: str | None, group: str, structured: bool) -> dict[str, An
     return parse_rewrite(text, group).as_dict()
 
 
-def item_key(source_id: int, group: str) -> str:
-    return f"{GENERATOR}:{source_id}:{group}"
+def item_key(source_id: int, group: str, variant: str | None = None) -> str:
+    """A draft's key: one per source question and group, and per prompt variant (the default has none)."""
+    return f"{GENERATOR}:{source_id}:{group}" + (f":{variant}" if variant else "")
 
 
 # ------------------------------------------------------------------ prompts
-def load_template(group: str, path: Path | None = None, workspace_root: Path | None = None) -> PromptTemplate:
-    """The group's prompt (`prompts/rewrite/<group>.j2`, a workspace's copy first), or the user's template file."""
-    return load_prompt(f"rewrite/{group}.j2", path, workspace_root)
+def load_template(group: str, path: Path | None = None, workspace_root: Path | None = None,
+                  variant: str | None = None) -> PromptTemplate:
+    """The group's prompt (`prompts/rewrite/<group>.j2`, a workspace's copy first), or the user's template file,
+    or the group's prompt in a prompt VARIANT (`prompts/rewrite/<variant>/<group>.j2`, or a folder)."""
+    return load_prompt(f"rewrite/{group}.j2", path, workspace_root, variant)
 
 
 def render_prompt(template: PromptTemplate, source: dict[str, Any]) -> str:
@@ -134,13 +137,15 @@ CVQA_REDERIVE = RederiveSpec("cvqa", rederive_variables, rederive_answer_type)
 
 # ------------------------------------------------------------------ selecting work
 def select_sources(store: Store, group: str, limit: int | None = None,
-                   include_ingested: bool = False) -> list[dict[str, Any]]:
+                   include_ingested: bool = False, variant: str | None = None) -> list[dict[str, Any]]:
     """Source questions of the group's answer type with no item of that group yet (with INCLUDE_INGESTED: no
     generated item; an ingested C-VQA counterfactual of the same group does not count). Those whose image is in
-    the store come first, so a small --limit gives items that can be annotated and exported."""
+    the store come first, so a small --limit gives items that can be annotated and exported. Each prompt VARIANT
+    has its own drafts: only a draft of the same variant counts (None: the default template's, or any item not
+    drafted with a variant)."""
     if group not in CVQA_GROUPS:
         raise CftoolsError(f"unknown group {group!r}; use one of {', '.join(CVQA_GROUPS)}")
-    condition = and_(Item.source_id == SourceQuestion.id, Item.group == group)
+    condition = and_(Item.source_id == SourceQuestion.id, Item.group == group, drafted_with(variant))
     if include_ingested:
         condition = and_(condition, Item.origin == "generated")
     query = (select(SourceQuestion.id, SourceQuestion.question, SourceQuestion.answer, SourceQuestion.image_ref)
@@ -153,6 +158,14 @@ def select_sources(store: Store, group: str, limit: int | None = None,
         query = query.limit(limit)
     with store.session() as session:
         return [dict(row._mapping) for row in session.execute(query)]
+
+
+def drafted_with(variant: str | None) -> Any:
+    """An item drafted with prompt VARIANT (None: not drafted with any variant)."""
+    with_variant = exists().where(Generation.id == Item.generation_id, Generation.prompt_variant.is_not(None))
+    if variant is None:
+        return ~with_variant
+    return exists().where(Generation.id == Item.generation_id, Generation.prompt_variant == variant)
 
 
 # ------------------------------------------------------------------ the task
@@ -171,18 +184,18 @@ class RewriteTask(LLMTask):
     def write(self, store: Store, session: Session, job: LLMJob, parsed: dict[str, Any], generation_id: int,
               attempt: int) -> int:
         return insert_items(store, session, [item_row(job.context["source"], self.group, parsed, generation_id,
-                                                      attempt)], "generate")
+                                                      attempt, self.template.variant)], "generate")
 
     def write_many(self, store: Store, session: Session, outputs: list[ParsedOutput]) -> int:
         return insert_items(store, session, [item_row(o.job.context["source"], self.group, o.parsed, o.generation_id,
-                                                      o.attempt) for o in outputs], "generate")
+                                                      o.attempt, self.template.variant) for o in outputs], "generate")
 
 
 def item_row(source: dict[str, Any], group: str, parsed: dict[str, Any], generation_id: int,
-             attempt: int) -> dict[str, Any]:
+             attempt: int, variant: str | None = None) -> dict[str, Any]:
     now = utcnow()
     return {
-        "key": item_key(source["id"], group), "kind": "cvqa", "group": group, "source_id": source["id"],
+        "key": item_key(source["id"], group, variant), "kind": "cvqa", "group": group, "source_id": source["id"],
         "question": parsed["question"], "answer": parsed["answer"], "status": DRAFT, "origin": "generated",
         "generation_id": generation_id, "created_at": now, "updated_at": now,
         "data": {"original_question": source["question"], "original_answer": source["answer"],
@@ -208,11 +221,11 @@ def rewrite(store: Store, backend: Backend, group: str, *, run: LLMRun = LLMRun(
             include_ingested: bool = False) -> RewriteReport:
     """Rewrite up to LIMIT source questions into draft items of GROUP as RUN says; returns what happened. The
     group's prompt is the workspace's copy when it has one (`init --with-prompts`)."""
-    template = load_template(group, run.template_path, run.workspace_root)
+    template = load_template(group, run.template_path, run.workspace_root, run.prompt_variant)
     selected_at = selection_start(store)
-    sources = select_sources(store, group, limit, include_ingested)
+    sources = select_sources(store, group, limit, include_ingested, template.variant)
     jobs = [LLMJob(label=f"source {s['id']}", messages=[text_message(render_prompt(template, s))], source_id=s["id"],
-                   key=item_key(s["id"], group),
+                   key=item_key(s["id"], group, template.variant),
                    group=group, context={"source": s}) for s in sources]
     return run_llm_task(store, backend, RewriteTask(group, template), jobs,
                         run=run.or_params(llm_params({}, backend.name)), group=group, selected_at=selected_at)
@@ -239,7 +252,7 @@ def reparse(store: Store, group: str | None = None) -> ReparseReport:
         if group:
             query = query.where(Generation.group == group)
         generations = session.execute(query.order_by(Generation.id)).scalars().all()
-        best: dict[tuple[int, str], Generation] = {}
+        best: dict[tuple[int, str, str | None], Generation] = {}
         for gen in generations:
             report.generations += 1
             try:
@@ -251,17 +264,17 @@ def reparse(store: Store, group: str | None = None) -> ReparseReport:
                 gen.parsed, gen.parse_error = parsed, error
                 session.add(gen)
             if parsed and gen.source_id is not None:
-                best.setdefault((gen.source_id, gen.group), gen)
+                best.setdefault((gen.source_id, gen.group, gen.prompt_variant), gen)
         session.flush()
         items = {i.key: i for i in session.execute(select(Item).where(Item.origin == "generated",
                                                                       Item.key.like(f"{GENERATOR}:%"))).scalars()}
         new_rows = []
-        for (source_id, grp), gen in best.items():
-            item = items.get(item_key(source_id, grp))
+        for (source_id, grp, variant), gen in best.items():
+            item = items.get(item_key(source_id, grp, variant))
             if item is None:
                 source = session.get(SourceQuestion, source_id)
                 new_rows.append(item_row({"id": source_id, "question": source.question, "answer": source.answer},
-                                         grp, gen.parsed, gen.id, gen.attempt))
+                                         grp, gen.parsed, gen.id, gen.attempt, variant))
             elif item.status == DRAFT and item.generation_id is not None:
                 current = session.get(Generation, item.generation_id)
                 parsed = current.parsed if current and current.parsed else gen.parsed

@@ -52,3 +52,10 @@ def test_each_line_in_order_when_its_condition_holds_on_its_console():
 def test_a_stopping_line_ends_the_summary():
     out, err = printed(Report(message="nothing to do [yet]", skipped=4))
     assert (out, err) == ("nothing to do [yet]\n", "")
+
+
+def test_a_report_given_as_a_dict_is_read_by_its_keys():
+    out, err = io.StringIO(), io.StringIO()
+    table = (Line("done", "{value} done", when=always), Line("skipped", "{value} skipped"))
+    print_lines(table, {"done": 2, "skipped": 0}, Console(file=out, width=80), Console(file=err, width=80))
+    assert (out.getvalue(), err.getvalue()) == ("2 done\n", "")

@@ -55,27 +55,43 @@ def interval_text(value: float | None, interval: list[float] | None) -> str:
     return f"{value:.0%} ({interval[0]:.0%}–{interval[1]:.0%})"
 
 
-def print_calibration(found: dict, out) -> None:  # noqa: ANN001
-    """`check --calibration`: the checks against people, a table per measure and the low checks named."""
-    misses = {row["code"]: row for row in found["misses"]["per_check"]}
+def calibration_table(checks: list[dict], shown: Mapping[str, Any]) -> Table:
+    """Each check against people: its precision on the flagged drafts they measured, and what it missed."""
+    misses = {row["code"]: row for row in shown["report"]["misses"]["per_check"]}
     table = Table(title="Checks against people", title_justify="left")
     for column, justify in (("code", "left"), ("measured", "right"), ("people rejected", "right"),
                             ("precision (95%)", "right"), ("missed", "right"), ("miss rate (95%)", "right")):
         table.add_column(column, justify=justify)
-    for row in found["checks"]:
+    for row in checks:
         miss = misses[row["code"]]
         table.add_row(escape(row["code"]) + (" [red]low[/]" if row["low"] else ""), str(row["measured"]),
                       str(row["people_rejected"]), interval_text(row["precision"], row["interval"]),
                       str(miss["missed"]), interval_text(miss["miss_rate"], miss["interval"]))
-    out.print(table)
-    overall = found["misses"]
-    out.print(f"{overall['people_rejected']} items rejected by people, {overall['unflagged']} of them flagged by no "
-              f"check: miss rate {interval_text(overall['miss_rate'], overall['interval'])}.")
-    low = [row["code"] for row in found["checks"] if row["low"]]
-    if low:
-        out.print(f"[red]Low precision[/] (below {found['low_precision_below']:g}): {escape(', '.join(low))}.")
-    if not any(row["measured"] for row in found["checks"]):
-        out.print("No flagged draft measured yet: `cftools annotate push --flagged-sample N` sends some to people.")
+    return table
+
+
+def missed_by_all(overall: dict, shown: Mapping[str, Any]) -> str:
+    return (f"{overall['people_rejected']} items rejected by people, {overall['unflagged']} of them flagged by no "
+            f"check: miss rate {interval_text(overall['miss_rate'], overall['interval'])}.")
+
+
+def low_precision(checks: list[dict], shown: Mapping[str, Any]) -> str:
+    low = ", ".join(row["code"] for row in checks if row["low"])
+    return f"[red]Low precision[/] (below {shown['report']['low_precision_below']:g}): {escape(low)}."
+
+
+CALIBRATION_LINES = (
+    Line("checks", calibration_table, when=always),
+    Line("misses", missed_by_all, when=always),
+    Line("checks", low_precision, when=lambda checks, _: any(row["low"] for row in checks)),
+    Line("checks", "No flagged draft measured yet: `cftools annotate push --flagged-sample N` sends some to people.",
+         when=lambda checks, _: not any(row["measured"] for row in checks)),
+)
+
+
+def print_calibration(found: dict, out: Console) -> None:
+    """`check --calibration`: the checks against people, a table per measure and the low checks named."""
+    print_lines(CALIBRATION_LINES, found, out, err_console)
 
 
 def drafts_checked(codes: list[str], shown: Mapping[str, Any]) -> str:

@@ -44,12 +44,12 @@ class Line:
 
 
 def print_lines(table: Iterable[Line], fields: Any, out: Console, err: Console, **context: Any) -> None:
-    """Print FIELDS (a library's report) by TABLE on OUT (a line marked to_stderr on ERR); CONTEXT: what the lines
-    read beside it (the command's options), with FIELDS itself as `report` (in a nested table: the field it is
-    over)."""
+    """Print FIELDS (a library's report: an object, or a dict of its fields) by TABLE on OUT (a line marked
+    to_stderr on ERR); CONTEXT: what the lines read beside it (the command's options), with FIELDS itself as `report`
+    (in a nested table: the field it is over)."""
     context = {"report": fields, **context}
     for line in table:
-        value = getattr(fields, line.field)
+        value = fields[line.field] if isinstance(fields, Mapping) else getattr(fields, line.field)
         if not line.when(value, context):
             continue
         if line.lines:

@@ -75,7 +75,7 @@ def missed_by_all(overall: dict, shown: Mapping[str, Any]) -> str:
             f"check: miss rate {interval_text(overall['miss_rate'], overall['interval'])}.")
 
 
-def low_precision(checks: list[dict], shown: Mapping[str, Any]) -> str:
+def low_precision_named(checks: list[dict], shown: Mapping[str, Any]) -> str:
     low = ", ".join(row["code"] for row in checks if row["low"])
     return f"[red]Low precision[/] (below {shown['report']['low_precision_below']:g}): {escape(low)}."
 
@@ -83,7 +83,7 @@ def low_precision(checks: list[dict], shown: Mapping[str, Any]) -> str:
 CALIBRATION_LINES = (
     Line("checks", calibration_table, when=always),
     Line("misses", missed_by_all, when=always),
-    Line("checks", low_precision, when=lambda checks, _: any(row["low"] for row in checks)),
+    Line("checks", low_precision_named, when=lambda checks, _: any(row["low"] for row in checks)),
     Line("checks", "No flagged draft measured yet: `cftools annotate push --flagged-sample N` sends some to people.",
          when=lambda checks, _: not any(row["measured"] for row in checks)),
 )

@@ -39,7 +39,7 @@ class CftoolsGroup(click.Group):
             if exc.is_warning:
                 click.secho(f"Warning: {exc}", fg="yellow", err=True)
                 ctx.exit(1)
-            error = click.ClickException(str(exc))
+            error = click.ClickException(str(exc))  # the message with its hint's option put in (errors.Hint)
             error.exit_code = exc.exit_code  # 3 or 4 for failed requests (cftools.commands.exit_codes)
             raise error from None
         except OSError as exc:

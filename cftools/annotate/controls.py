@@ -27,7 +27,7 @@ from typing import Any, Optional
 from sqlalchemy import insert, select, update
 
 from cftools.annotate.label_studio import parse_time
-from cftools.errors import CftoolsError, InputError
+from cftools.errors import CftoolsError, Hint, InputError
 from cftools.judgments import (  # noqa: F401 (CONTROL, AUDIT, MEASURING: read from here by the annotate modules)
     ACCEPT, ACCEPT_CORRECTED, ADJUDICATE, AUDIT, CONTROL, MEASURING, REJECT, VERIFY, Answer,
 )
@@ -141,13 +141,16 @@ def count_in_digits(kind: str, group: str, question: str, value: Optional[str], 
     return stored
 
 
-def image_missing(image: str, images_dir: Path, images_given: bool = True) -> Optional[str]:
-    """Why a control's image cannot be shown (a control is always shown with its image), or None; without
-    --images (the file's folder read) the line names the option."""
+# Said of a missing image read from the controls file's own folder (no images folder was given).
+NO_IMAGES_FOLDER_HINT = Hint("{message} (the controls file's folder: name the images' folder with {images})",
+                             images="--images")
+
+
+def image_missing(image: str, images_dir: Path) -> Optional[str]:
+    """Why a control's image cannot be shown (a control is always shown with its image), or None."""
     if (images_dir / image).is_file():
         return None
-    where = "" if images_given else " (the controls file's folder: name the images' folder with --images)"
-    return f"image {image!r} is not a file in {images_dir}{where}"
+    return f"image {image!r} is not a file in {images_dir}"
 
 
 def read_controls(path: Path, kind: str, dataset: str, images_dir: Path, bad: Any,
@@ -177,7 +180,10 @@ def read_controls(path: Path, kind: str, dataset: str, images_dir: Path, bad: An
             data = _data_of(row, path, line)
             if groups and group not in groups:
                 raise InputError(path, f"group {group!r} is not one of {kind}'s: {', '.join(groups)}", line)
-            problem = (image_missing(image, images_dir, images_given) or answer_problem(kind, group, question, answer, "answer")
+            missing = image_missing(image, images_dir)
+            if missing:
+                raise InputError(path, missing, line, hint=None if images_given else NO_IMAGES_FOLDER_HINT)
+            problem = (answer_problem(kind, group, question, answer, "answer")
                        or (corrected and answer_problem(kind, group, question, corrected, "corrected_answer")))
             if problem:
                 raise InputError(path, problem, line)
@@ -328,7 +334,9 @@ def place_images(path: Path, sources: list, images_dir: Path, folder: Optional[P
             shutil.copyfile(origin, target)
         except OSError as exc:
             raise CftoolsError(f"{target}: cannot copy the control's image beside the real items' images "
-                               f"({exc.strerror or exc}); pass --images with a folder of your own") from None
+                               f"({exc.strerror or exc})",
+                               hint=Hint("{message}; pass {images} with a folder of your own",
+                                         images="--images")) from None
     return folder
 
 
@@ -557,5 +565,5 @@ def outcomes(store: Store, role: str = CONTROL, kind: Optional[str] = None) -> l
 
 def require_kind(kind: Optional[str]) -> str:
     if not kind:
-        raise CftoolsError("--kind is required")
+        raise CftoolsError("a kind is required", hint=Hint("{kind} is required", kind="--kind"))
     return kind

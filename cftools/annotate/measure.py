@@ -29,7 +29,7 @@ from cftools.annotate.separation import refuse_document_root, verify_separation
 from cftools.annotate.servers import Servers
 from cftools.annotate.task_import import PushOptions, PushReport, PushRun
 from cftools.checks.edits import edit_codes
-from cftools.errors import CftoolsError
+from cftools.errors import CftoolsError, Hint
 from cftools.flags import waived_codes
 from cftools.judgments import MEASURE, VERIFY
 from cftools.kinds import get_kind
@@ -101,8 +101,10 @@ def push_flagged_sample(workspace: Workspace, sample: int, seed: int = 0, kind: 
     if not settings.configured:
         raise LabelStudioError(settings.how_to_configure())
     if not settings.assigns:
-        raise CftoolsError("--flagged-sample needs [label_studio] annotators (or people tables): a measuring task "
-                           "goes to one named person")
+        raise CftoolsError("a sample of flagged drafts needs [label_studio] annotators (or people tables): a "
+                           "measuring task goes to one named person",
+                           hint=Hint("{sample} needs [label_studio] annotators (or people tables): a measuring task "
+                                     "goes to one named person", sample="--flagged-sample"))
     if kind is not None:
         get_kind(kind)  # an unknown kind is an error before anything is sent
     refuse_document_root(workspace)

@@ -17,7 +17,7 @@ from sqlalchemy import delete, update
 
 from cftools.judgments import ADJUDICATE, VERIFY
 from cftools.annotate.rules import render_label_config
-from cftools.errors import CftoolsError
+from cftools.errors import CftoolsError, Hint
 from cftools.annotate.label_studio import LabelStudioServer, ServerSettings
 from cftools.images import data_uri
 from cftools.kinds import get_kind
@@ -89,7 +89,8 @@ class ImageLinks:
             self.folders.add(file.resolve().parent)
             return f"/data/local-files/?d={quote(relative)}"
         raise CftoolsError("no way to show images in Label Studio: set [label_studio] document_root (the server's "
-                           "LOCAL_FILES_DOCUMENT_ROOT) or image_url_prefix in cftools.toml, or push with --data-uri")
+                           "LOCAL_FILES_DOCUMENT_ROOT) or image_url_prefix in cftools.toml",
+                           hint=Hint("{message}, or push with {data_uri}", data_uri="--data-uri"))
 
 
 # ---------------------------------------------------------------- a kind's own tasks

@@ -25,7 +25,7 @@ from cftools.annotate.projects import DELETED, Progress, find_person_project, ow
 from cftools.annotate.separation import refresh_instructions, refuse_document_root, verify_separation
 from cftools.annotate.servers import Servers
 from cftools.annotate.task_import import PushOptions, PushReport, PushRun
-from cftools.errors import CftoolsError
+from cftools.errors import CftoolsError, Hint
 from cftools.judgments import ADJUDICATE, VERIFY
 from cftools.kinds import get_kind
 from cftools.models import CHECKED, IN_REVIEW, NEEDS_ADJUDICATION, AnnotationTask, Item, Judgment
@@ -42,7 +42,8 @@ def waiting_kind(store: Store, adjudicate: bool = False) -> Optional[str]:
         waiting = sorted(session.execute(select(Item.kind).where(Item.status == status).distinct()).scalars())
         present = waiting or sorted(session.execute(select(Item.kind).distinct()).scalars())
     if len(waiting) > 1:
-        raise CftoolsError(f"{status} items of several kinds are waiting ({', '.join(waiting)}): pass --kind")
+        raise CftoolsError(f"{status} items of several kinds are waiting ({', '.join(waiting)})",
+                           hint=Hint("{message}: pass {kind}", kind="--kind"))
     return present[0] if present else None
 
 

@@ -33,7 +33,7 @@ import httpx
 
 from cftools.annotate.label_studio import PersonServer, server_settings
 from cftools.annotate.separation import Finding, last_checks, refuse_document_root, verify_separation
-from cftools.errors import CftoolsError
+from cftools.errors import CftoolsError, Hint
 from cftools.processes import is_running
 from cftools.progress import ProgressCallback, no_progress
 from cftools.workspace import Workspace
@@ -96,12 +96,14 @@ def find_ls_bin(given: Optional[str]) -> Path:
     if not value:
         found = shutil.which("label-studio")
         if not found:
-            raise CftoolsError("no label-studio binary: pass --ls-bin or set $LS_BIN (scripts/install-label-studio.sh "
-                               "prints the path)")
+            raise CftoolsError("no label-studio binary: set $LS_BIN (scripts/install-label-studio.sh prints the path)",
+                               hint=Hint("no label-studio binary: pass {ls_bin} or set $LS_BIN "
+                                         "(scripts/install-label-studio.sh prints the path)", ls_bin="--ls-bin"))
         value = found
     path = Path(value)
     if not path.is_file():
-        raise CftoolsError(f"label-studio binary not found at {path} (--ls-bin / ${LS_BIN_ENV})")
+        raise CftoolsError(f"label-studio binary not found at {path}",
+                           hint=Hint(f"{{message}} ({{ls_bin}} / ${LS_BIN_ENV})", ls_bin="--ls-bin"))
     return path
 
 

@@ -6,13 +6,14 @@ The money and batch options (--max-cost, --estimate, --batch-api) reach the runs
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Optional
 
 import click
 from cftools.terminal import escape
 
-from cftools.commands.common import console, print_json, ray_address, ray_option
+from cftools.commands.common import console, err_console, print_json, ray_address, ray_option
 from cftools.commands.exit_codes import PARTIAL_FAILURE, document_exit_codes, exit_for_failures
+from cftools.commands.summary import Line, always, print_lines
 from cftools.errors import WorkspaceError
 from cftools.generate.llm_task import DEFAULT_MAX_ATTEMPTS, LLMRun
 from cftools.generate.run_controls import ControlledBackend, RunControls
@@ -203,6 +204,23 @@ def run_controls(config: dict[str, Any], llm: Any) -> RunControls:
                        poll_s=float(config.get("batch_poll_s", 30.0)), window=str(config.get("batch_window", "24h")))
 
 
+def generated(stats: Any, shown: Mapping[str, Any]) -> str:
+    report = shown["report"]
+    return (f"[bold]{escape(shown['what'])}[/] with {escape(report.backend)}:{escape(report.model)}: "
+            f"{report.selected} selected, {report.items_created} written, {stats.failed} failed "
+            f"({report.parse_failures} replies that did not parse, {report.call_errors} call errors), "
+            f"{stats.cached} from the cache, {stats.rate:.1f}/s")
+
+
+GENERATION_LINES = (
+    Line("stats", generated, when=always),
+    Line("stats", lambda _, shown: f"  {escape(shown['controls'].usage.summary())}",
+         when=lambda _, shown: shown["controls"] is not None),  # tokens, cache hits and cost
+    Line("stats", lambda stats, _: [f"  [yellow]{escape(str(error))}[/]" for error in stats.errors[:5]],
+         when=always),
+)
+
+
 def print_llm_report(report: Any, as_json: bool, what: str) -> None:
     """The summary of an LLM generator run; an interrupted run is an error (rerun to continue)."""
     controls: RunControls | None = getattr(report, "controls", None)
@@ -212,15 +230,7 @@ def print_llm_report(report: Any, as_json: bool, what: str) -> None:
     if as_json:
         print_json({**report.as_dict(), **(run_money(controls) if controls is not None else {})})
     else:
-        stats = report.stats
-        console.print(f"[bold]{escape(what)}[/] with {escape(report.backend)}:{escape(report.model)}: "
-                      f"{report.selected} selected, {report.items_created} written, {stats.failed} failed "
-                      f"({report.parse_failures} replies that did not parse, {report.call_errors} call errors), "
-                      f"{stats.cached} from the cache, {stats.rate:.1f}/s")
-        if controls is not None:
-            console.print(f"  {escape(controls.usage.summary())}")
-        for error in stats.errors[:5]:
-            console.print(f"  [yellow]{escape(str(error))}[/]")
+        print_lines(GENERATION_LINES, report, console, err_console, what=what, controls=controls)
     if report.stats.interrupted:
         raise click.ClickException("interrupted; what finished is stored, rerun the same command to continue")
     if controls is not None and controls.stopped:

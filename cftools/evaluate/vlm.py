@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from cftools.errors import CftoolsError
+from cftools.errors import CftoolsError, Hint
 
 DTYPES = ("auto", "bf16", "fp16", "fp32")
 DEVICES = ("auto", "cuda", "cpu")
@@ -103,7 +103,8 @@ def resolve_device(device: str) -> str:
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda" and not torch.cuda.is_available():
-        raise CftoolsError("--device cuda was asked for but torch sees no CUDA GPU")
+        raise CftoolsError("the device cuda was asked for but torch sees no CUDA GPU",
+                           hint=Hint("{device} cuda was asked for but torch sees no CUDA GPU", device="--device"))
     return device
 
 
@@ -260,18 +261,21 @@ class HFVisionModel:
         device = resolve_device(device)
         dtype = resolve_dtype(dtype, device)
         local_only = not (allow_downloads or os.environ.get(ALLOW_DOWNLOADS_ENV, "0") not in ("", "0"))
-        hint = (f"; it is not a local folder or in the local cache, and downloads are off "
-                f"(--allow-downloads or {ALLOW_DOWNLOADS_ENV}=1 allows them)") if local_only else ""
+        offline = "; it is not a local folder or in the local cache, and downloads are off" if local_only else ""
+        hint = (Hint(f"{{message}} ({{allow}} or {ALLOW_DOWNLOADS_ENV}=1 allows them)", allow="--allow-downloads")
+                if local_only else None)
         if local_only and not in_local_cache(path_or_id):
             # asked before transformers is: some releases (4.56) still request processor files from the
             # hub under local_files_only=True
-            raise CftoolsError(f"cannot load hf:{path_or_id} (no config.json in the folder or cache){hint}")
+            raise CftoolsError(f"cannot load hf:{path_or_id} (no config.json in the folder or cache){offline}",
+                               hint=hint)
         try:
             processor = AutoProcessor.from_pretrained(path_or_id, local_files_only=local_only)
             model = AutoModelForImageTextToText.from_pretrained(path_or_id, dtype=torch_dtype(dtype),
                                                                 local_files_only=local_only)
         except (OSError, ValueError) as exc:
-            raise CftoolsError(f"cannot load hf:{path_or_id} ({str(exc).splitlines()[0][:300]}){hint}") from None
+            raise CftoolsError(f"cannot load hf:{path_or_id} ({str(exc).splitlines()[0][:300]}){offline}",
+                               hint=hint) from None
         return cls(model.to(device), processor, device, dtype, name=f"hf:{path_or_id}")
 
     # -- prompts --------------------------------------------------------------------------------------

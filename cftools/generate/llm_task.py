@@ -30,7 +30,7 @@ from sqlalchemy import insert, select
 from sqlmodel import Session
 
 from cftools.distributed import InFlight
-from cftools.errors import CftoolsError, InputError
+from cftools.errors import CftoolsError, Hint, InputError
 from cftools.llm import Backend, Completion, LLMError, request_key
 from cftools.llm.base import DEFAULT_PARAMS, render_messages
 from cftools.llm.cost import BudgetReached
@@ -348,8 +348,10 @@ def run_llm_task(store: Store, backend: Backend, task: LLMTask, jobs: list[LLMJo
     (`cftools.generate.claims`). SELECTED_AT is when the caller started choosing the jobs. Returns what this worker
     did."""
     if run.prompt_variant is not None and task.template.variant is None:
-        raise CftoolsError(f"the {task.generator} generator does not run prompt variants (--prompt-variant) yet; "
-                           "generate rewrite, pairs and captions do")
+        raise CftoolsError(f"the {task.generator} generator does not run prompt variants yet; generate rewrite, pairs "
+                           "and captions do", hint=Hint(f"the {task.generator} generator does not run prompt variants "
+                                                        "({variant}) yet; generate rewrite, pairs and captions do",
+                                                        variant="--prompt-variant"))
     report = LLMReport(generator=task.generator, group=group, backend=backend.name, model=backend.model,
                        template=task.template.name, selected=len(jobs))
     params = dict(run.params or {})

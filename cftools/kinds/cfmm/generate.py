@@ -32,7 +32,7 @@ from sqlalchemy import func, select
 from sqlmodel import Session
 
 from cftools.answers import normalize_answer
-from cftools.errors import CftoolsError
+from cftools.errors import CftoolsError, Hint
 from cftools.generate.rederive import RederiveSpec
 from cftools.generate.redo import RedoCase, RedoSpec
 from cftools.generate.llm_task import (LLMJob, LLMRun, LLMTask, ParseError, insert_items,
@@ -44,6 +44,8 @@ from cftools.llm.prompts import PromptTemplate, load_prompt, variant_folder
 from cftools.llm.structured import OutputSchema, Reply
 from cftools.models import DRAFT, Item, SourceQuestion, utcnow
 from cftools.store import Store
+
+TYPES_HINT = Hint("{types}: {message}", types="--types")  # the quota's option, then what is wrong
 
 GENERATOR = "pairs"
 PICK = "pairs-pick"
@@ -91,17 +93,17 @@ def parse_quota(text: Optional[str]) -> dict[str, float]:
         name, _, value = part.strip().partition("=")
         name = name.strip()
         if name not in TYPES:
-            raise CftoolsError(f"--types: unknown type {name!r}; use some of {', '.join(TYPES)}")
+            raise CftoolsError(f"unknown type {name!r}; use some of {', '.join(TYPES)}", hint=TYPES_HINT)
         try:
             share = float(value) if value.strip() else 1.0
         except ValueError:
-            raise CftoolsError(f"--types: {part.strip()!r} is not TYPE=SHARE (a number)") from None
+            raise CftoolsError(f"{part.strip()!r} is not TYPE=SHARE (a number)", hint=TYPES_HINT) from None
         if share < 0:
-            raise CftoolsError(f"--types: the share of {name} is negative")
+            raise CftoolsError(f"the share of {name} is negative", hint=TYPES_HINT)
         shares[name] = share
     total = sum(shares.values())
     if total <= 0:
-        raise CftoolsError("--types: the shares add up to 0")
+        raise CftoolsError("the shares add up to 0", hint=TYPES_HINT)
     return {t: shares.get(t, 0.0) / total for t in TYPES}
 
 

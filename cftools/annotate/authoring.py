@@ -22,6 +22,7 @@ from sqlalchemy import select
 
 from cftools.annotate.attribution import email_of, refusal
 from cftools.annotate.label_studio import LabelStudioServer, ServerSettings
+from cftools.annotate.purpose import Purpose
 from cftools.annotate.servers import Servers
 from cftools.annotate.task_import import PushReport, PushRun
 from cftools.judgments import InvalidResult
@@ -77,12 +78,13 @@ def authoring_projects(servers: Servers, settings: ServerSettings, kind: str, ta
     makes the missing ones."""
     from cftools.annotate.projects import ensure_project, find_person_project
 
+    purpose = Purpose(task)
     people: list[Optional[str]] = list(settings.annotators) or [None]
     found: dict[Optional[str], tuple[LabelStudioServer, int]] = {}
     for person in people:
         server = servers.for_person(person)
-        project_id = (ensure_project(server, settings, kind, task, workspace_root, assignee=person) if create
-                      else find_person_project(server, settings, kind, task, person))
+        project_id = (ensure_project(server, settings, kind, purpose, workspace_root, assignee=person) if create
+                      else find_person_project(server, settings, kind, purpose, person))
         if project_id is not None:
             found[person] = (server, project_id)
     return found
@@ -91,7 +93,7 @@ def authoring_projects(servers: Servers, settings: ServerSettings, kind: str, ta
 def push_authoring(run: PushRun, report: PushReport) -> None:
     """Send images without a task of RUN's authoring task (its purpose) as tasks (batched): into the shared project,
     or with assignment each image to the project of one person (on their server), the least loaded first."""
-    store, servers, settings, kind, task = run.workspace.store, run.servers, run.settings, run.kind, run.purpose
+    store, servers, settings, kind, task = run.workspace.store, run.servers, run.settings, run.kind, run.purpose.task
     workspace_root, images_links, progress = str(run.workspace.root), run.images(), run.options.progress
     spec = get_kind(kind)
     projects = authoring_projects(servers, settings, kind, task, create=True, workspace_root=workspace_root)

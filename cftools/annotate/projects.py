@@ -16,6 +16,7 @@ from urllib.parse import quote
 from sqlalchemy import delete, update
 
 from cftools.judgments import ADJUDICATE, VERIFY
+from cftools.annotate.purpose import Purpose
 from cftools.annotate.rules import render_label_config
 from cftools.errors import CftoolsError
 from cftools.annotate.label_studio import LabelStudioServer, ServerSettings
@@ -95,19 +96,9 @@ class ImageLinks:
 # ---------------------------------------------------------------- a kind's own tasks
 
 
-def task_of(purpose: str) -> tuple[str, str]:
-    """(task, unit) of a stored purpose: a kind's own task with units is stored as TASK:UNIT."""
-    task, _, unit = purpose.partition(":")
-    return task, unit
-
-
-def purpose_of(task: str, unit: str) -> str:
-    return f"{task}:{unit}" if unit else task
-
-
-def own_task(kind: str, purpose: str):  # noqa: ANN201
+def own_task(kind: str, purpose: Purpose):  # noqa: ANN201
     """The kind's TaskSpec of PURPOSE's task, None for verify/adjudicate."""
-    return get_kind(kind).task_spec(task_of(purpose)[0])
+    return get_kind(kind).task_spec(purpose.task)
 
 
 # ---------------------------------------------------------------- projects
@@ -124,15 +115,15 @@ def person_label(email: str, room: int) -> str:
     return f"{email.split('@', 1)[0][:max(1, room - 7)]}-{digest}"
 
 
-def project_title(settings: ServerSettings, kind: str, purpose: str, assignee: Optional[str] = None) -> str:
+def project_title(settings: ServerSettings, kind: str, purpose: Purpose, assignee: Optional[str] = None) -> str:
     """"<prefix> <kind> <what>", and " for <person>" for a project that holds only ASSIGNEE's tasks on a shared
     server. On a server of their own the title names no one: their email would show on every page they open (an
     adjudicator's screenshot included), and the server already tells whose project it is."""
     return titled(settings, kind, purpose, None if settings.separate_servers else assignee)
 
 
-def titled(settings: ServerSettings, kind: str, purpose: str, assignee: Optional[str]) -> str:
-    what = PROJECT_WHAT.get(task_of(purpose)[0], task_of(purpose)[0])  # a kind's own task is named by itself
+def titled(settings: ServerSettings, kind: str, purpose: Purpose, assignee: Optional[str]) -> str:
+    what = PROJECT_WHAT.get(purpose.task, purpose.task)  # a kind's own task is named by itself
     title = f"{settings.project_prefix} {kind} {what}"
     if len(title) > MAX_TITLE - (12 if assignee else 0):
         raise CftoolsError(f"Label Studio project title {title!r} is longer than {MAX_TITLE} characters: "
@@ -149,7 +140,7 @@ def project_description(settings: ServerSettings, about: str, kind: str, assigne
     return f"cftools: {about} ({kind} items); {whose}"
 
 
-def find_person_project(server: LabelStudioServer, settings: ServerSettings, kind: str, purpose: str,
+def find_person_project(server: LabelStudioServer, settings: ServerSettings, kind: str, purpose: Purpose,
                         assignee: Optional[str]) -> Optional[int]:
     """The project of KIND's PURPOSE for ASSIGNEE on SERVER. A project an earlier cftools titled with the person's
     email on their own server is found by that title and renamed (once) to the title that names no one."""
@@ -166,12 +157,13 @@ def find_person_project(server: LabelStudioServer, settings: ServerSettings, kin
     return project_id
 
 
-def project_about(kind: str, purpose: str) -> tuple[int, str]:
+def project_about(kind: str, purpose: Purpose) -> tuple[int, str]:
     """(overlap, what the project is for) of KIND's PURPOSE."""
     spec = own_task(kind, purpose)
     if spec is not None:
         return spec.annotators, spec.description or spec.name
-    return (ANNOTATIONS_PER_TASK if purpose == VERIFY else 1), PROJECT_DESCRIPTIONS.get(purpose, "people write new")
+    return ((ANNOTATIONS_PER_TASK if purpose.task == VERIFY else 1),
+            PROJECT_DESCRIPTIONS.get(purpose.task, "people write new"))
 
 
 PROJECT_DESCRIPTIONS = {VERIFY: "two annotators verify", ADJUDICATE: "one adjudicator settles"}
@@ -183,7 +175,7 @@ def alone(server: LabelStudioServer, assignee: Optional[str]) -> bool:
     return assignee is not None and server.alone_for == assignee
 
 
-def ensure_project(server: LabelStudioServer, settings: ServerSettings, kind: str, purpose: str,
+def ensure_project(server: LabelStudioServer, settings: ServerSettings, kind: str, purpose: Purpose,
                    workspace_root: Optional[str] = None, assignee: Optional[str] = None) -> int:
     """The project of KIND's PURPOSE (for ASSIGNEE alone when given: one annotation per task), created once with
     the kind's label config and instructions."""
@@ -192,7 +184,7 @@ def ensure_project(server: LabelStudioServer, settings: ServerSettings, kind: st
     if project_id is not None:
         return project_id
     spec = own_task(kind, purpose)
-    name = spec.name if spec is not None else purpose
+    name = spec.name if spec is not None else purpose.task
     kind_spec = get_kind(kind)
     overlap, about = project_about(kind, purpose)
     if assignee:

@@ -290,8 +290,8 @@ def problem_words(codes: Iterable[str]) -> str:
 def refresh_instructions(workspace: Workspace, servers: Any, settings: ServerSettings) -> int:
     """Each person's projects (as the store knows them) show instructions that say "yours alone" only while the last
     check proves it: rewritten where they say otherwise. Returns how many were rewritten."""
-    from cftools.annotate.controls import shown_purpose
     from cftools.annotate.projects import own_task
+    from cftools.annotate.purpose import Purpose
     from cftools.kinds import get_kind
     from cftools.models import Item
 
@@ -304,9 +304,10 @@ def refresh_instructions(workspace: Workspace, servers: Any, settings: ServerSet
                 select(AnnotationTask.ls_project_id, AnnotationTask.purpose, Item.kind)
                 .join(Item, Item.id == AnnotationTask.item_id)
                 .where(AnnotationTask.server == person.url, AnnotationTask.assignee == person.email)).all()))
-        shown = {project_id: (shown_purpose(purpose), kind) for project_id, purpose, kind in projects}
+        shown = {project_id: (Purpose.parse(purpose).shown, kind) for project_id, purpose, kind in projects}
         for project_id, (purpose, kind) in sorted(shown.items()):
             spec = own_task(kind, purpose)
-            wanted = get_kind(kind).instructions(spec.name if spec is not None else purpose, str(workspace.root), alone)
+            wanted = get_kind(kind).instructions(spec.name if spec is not None else purpose.task, str(workspace.root),
+                                                 alone)
             rewritten += server.set_instructions(project_id, wanted)
     return rewritten

@@ -12,7 +12,8 @@ from sqlalchemy import and_, func, insert, select
 from sqlmodel import Session
 
 from cftools.annotate.controls import MEASURING
-from cftools.annotate.projects import DELETED, GONE, OPEN, RETURNED, unsynced_delete, task_of
+from cftools.annotate.projects import DELETED, GONE, OPEN, RETURNED, unsynced_delete
+from cftools.annotate.purpose import Purpose
 from cftools.judgments import ADJUDICATE, VERIFY, Answer
 from cftools.annotate.rules import agreement, label_agreement
 from cftools.models import (
@@ -56,8 +57,9 @@ def own_task_pairs(session: Session) -> dict[str, list[tuple[dict, dict]]]:
         .where(AnnotationTask.purpose.not_in([VERIFY, ADJUDICATE, *MEASURING]), AnnotationTask.state.not_in(GONE))
         .order_by(AnnotationTask.item_id, Judgment.annotated_at, Judgment.ls_annotation_id)).all()
     per_task: dict[tuple, tuple[str, str, list[dict]]] = {}
-    for kind, purpose, item_id, raw in rows:  # by item and purpose: one task per person with assignment
-        task = task_of(purpose)[0]
+    for kind, stored, item_id, raw in rows:  # by item and purpose: one task per person with assignment
+        purpose = Purpose.parse(stored)
+        task = purpose.task
         labels = get_kind(kind).agreement_labels(task, Answer(fields=(raw or {}).get("fields") or {}))
         per_task.setdefault((item_id, purpose), (kind, task, []))[2].append(labels)
     pairs: dict[str, list[tuple[dict, dict]]] = defaultdict(list)
@@ -147,16 +149,17 @@ def annotation_status(store: Store) -> dict[str, Any]:
             if decision:
                 p["decisions"][decision] += 1
         annotators: dict[str, dict[str, Any]] = {}
-        for annotator, purpose, related, correct, corrected in session.execute(
+        for annotator, stored, related, correct, corrected in session.execute(
                 select(Judgment.annotator, AnnotationTask.purpose, Judgment.related, Judgment.answer_correct,
                        Judgment.corrected_answer).join(AnnotationTask, AnnotationTask.id == Judgment.task_id)
                 .where(AnnotationTask.state != DELETED)):
             a = annotators.setdefault(annotator, {"judgments": 0, "adjudications": 0, "related_yes": 0,
                                                   "correct_yes": 0, "corrections": 0})
-            if purpose == ADJUDICATE:
+            purpose = Purpose.parse(stored)
+            if purpose.task == ADJUDICATE:
                 a["adjudications"] += 1
                 continue
-            if purpose in MEASURING:  # measures the person, says nothing of the item
+            if purpose.measuring:  # measures the person, says nothing of the item
                 continue
             a["judgments"] += 1
             a["related_yes"] += bool(related)

@@ -99,7 +99,7 @@ class Sender:
         key = (kind, task, person)
         if key not in self.projects:
             self.projects[key] = ensure_project(self.servers.for_person(person), self.settings, kind, task,
-                                                str(self.workspace.root), assignee=person)
+                                                str(self.workspace.root), person=person)
         return self.projects[key]
 
     @classmethod

@@ -527,7 +527,7 @@ def record_outcomes(session: Any, tasks: dict[int, Any], changed: set[int], chos
         given = verdict_ok(pick.answer)
         want = expected.get(task.item_id) if task.purpose.task == CONTROL else None
         row = {"task_id": task_id, "item_id": task.item_id, "kind": task.kind, "role": str(task.purpose),
-               "person": pick.annotator, "expected_ok": want, "given_ok": given,
+               "person": pick.person, "expected_ok": want, "given_ok": given,
                "correct": None if want is None else given == want, "lead_time": pick.annotation.get("lead_time"),
                "judged_at": parse_time(pick.annotation.get("updated_at") or pick.annotation.get("created_at")),
                "updated_at": now}

@@ -21,7 +21,7 @@ from sqlmodel import Session
 from cftools.annotate.projects import ANNOTATIONS_PER_TASK, DECIDED, DELETED, GONE, OPEN, RETURNED, Progress, STAGE, unsynced_delete, unsynced_update, own_task
 from cftools.annotate.purpose import Purpose
 from cftools.annotate.assign import Sender, choose_people, current_load, live_assignees
-from cftools.annotate.attribution import email_of, refusal
+from cftools.annotate.attribution import person_of, refusal
 from cftools.annotate.controls import record_outcomes
 from cftools.annotate.task_import import PushReport, StoredTask, item_event_row, open_tasks_of, forget_deleted
 from cftools.annotate.status import record_agreement
@@ -89,40 +89,40 @@ class PullReport:
 
 @dataclass
 class Chosen:
-    """The annotation kept for one (task, annotator)."""
+    """The annotation kept for one (task, person): the person who made it, and what it answers."""
 
-    annotator: str
+    person: str
     annotation: dict
     answer: Answer
 
 
-def choose_annotations(task: dict, kind: str, purpose: Purpose, emails: dict[int, str], report: PullReport,
-                       workspace_root: Optional[str] = None, assignee: Optional[str] = None) -> list[Chosen]:
-    """The first valid annotation of each annotator, in annotation order, at most two annotators
-    (one for adjudication; with an ASSIGNEE, only that person's); everything else is counted or reported. An
-    annotation made by someone other than the assignee, or changed by someone other than its author, is refused
+def choose_annotations(task: dict, kind: str, purpose: Purpose, people: dict[int, str], report: PullReport,
+                       workspace_root: Optional[str] = None, person: Optional[str] = None) -> list[Chosen]:
+    """The first valid annotation of each author (PEOPLE: the server's users), in annotation order, at most two
+    authors (one for adjudication; with a PERSON, the task's, only theirs); everything else is counted or reported.
+    An annotation made by someone other than the person, or changed by someone other than its author, is refused
     by name: it is not that person's judgment as they left it."""
     chosen: list[Chosen] = []
     seen: set[str] = set()
     spec = own_task(kind, purpose)
     limit = (spec.annotators + spec.tiebreak) if spec is not None else ANNOTATIONS_PER_TASK if purpose.task == VERIFY else 1
-    if assignee:
+    if person:
         limit = 1
     name = purpose.shown.task  # a control or audit task was made with the verify config
     unusable: list[dict] = []  # skips and refusals of an assigned task: it comes back unless a judgment counts
     for annotation in sorted(task.get("annotations") or [], key=lambda a: a.get("id") or 0):
         report.annotations += 1
-        annotator = email_of(annotation.get("completed_by"), emails)
+        author = person_of(annotation.get("completed_by"), people)
         where = {"project": task.get("project"), "task": task.get("id"), "annotation": annotation.get("id"),
-                 "annotator": annotator}
+                 "annotator": author}
         if annotation.get("was_cancelled"):
             report.cancelled += 1
-            if assignee and annotator == assignee:
+            if person and author == person:
                 unusable.append({**where, "why": SKIPPED, "reason": f"you skipped task {task.get('id')}"})
             continue
-        if (refused := refusal(annotation, task.get("id"), emails, assignee)) is not None:
+        if (refused := refusal(annotation, task.get("id"), people, person)) is not None:
             report.refused.append({**where, "reason": refused})
-            if assignee:
+            if person:
                 unusable.append({**where, "why": REFUSED, "reason": refused})
             continue
         try:
@@ -130,23 +130,23 @@ def choose_annotations(task: dict, kind: str, purpose: Purpose, emails: dict[int
             get_kind(kind).check_judgment(name, answer, task.get("data") or {})
         except InvalidResult as exc:
             report.invalid.append({**where, "reason": str(exc)})
-            if assignee:
-                report.returned.setdefault(annotator, []).append({**where, "purpose": str(purpose), "why": INVALID,
+            if person:
+                report.returned.setdefault(author, []).append({**where, "purpose": str(purpose), "why": INVALID,
                                                                   "reason": str(exc)})
             continue
-        if annotator in seen:
+        if author in seen:
             report.ignored_same_annotator += 1
             continue
         if len(chosen) >= limit:
             report.ignored_extra_annotators += 1
             continue
-        seen.add(annotator)
-        chosen.append(Chosen(annotator, annotation, answer))
-    returned = report.returned.get(assignee or "", [])
-    if assignee and unusable and not chosen and not any(r["task"] == task.get("id") for r in returned):
-        last = unusable[-1]  # the task goes back to its assignee as a new one that says why (nothing stuck)
-        entry = {**last, "annotator": assignee, "purpose": str(purpose)}
-        report.returned.setdefault(assignee, []).append(entry)
+        seen.add(author)
+        chosen.append(Chosen(author, annotation, answer))
+    returned = report.returned.get(person or "", [])
+    if person and unusable and not chosen and not any(r["task"] == task.get("id") for r in returned):
+        last = unusable[-1]  # the task goes back to its person as a new one that says why (nothing stuck)
+        entry = {**last, "annotator": person, "purpose": str(purpose)}
+        report.returned.setdefault(person, []).append(entry)
         if last["why"] == SKIPPED:
             report.skipped.append({k: v for k, v in entry.items() if k != "why"})
     return chosen
@@ -177,7 +177,7 @@ def sibling_picks(session: Session, tasks: dict[int, StoredTask], changed: set[i
 
 def _judgment_row(task_id: int, chosen: Chosen) -> dict:
     a, answer = chosen.annotation, chosen.answer
-    return {"task_id": task_id, "annotator": chosen.annotator, "ls_annotation_id": a.get("id"),
+    return {"task_id": task_id, "annotator": chosen.person, "ls_annotation_id": a.get("id"),
             "related": answer.related, "answer_correct": answer.answer_correct,
             "corrected_answer": answer.corrected_answer, "flags": answer.flags, "comment": answer.comment,
             "decision": answer.decision,
@@ -204,7 +204,7 @@ def store_judgments(session: Session, chosen: dict[int, list[Chosen]], report: P
     for task_id, picks in chosen.items():
         for pick in picks:
             row = _judgment_row(task_id, pick)
-            old = existing.pop((task_id, pick.annotator), None)
+            old = existing.pop((task_id, pick.person), None)
             if old is None:
                 new_rows.append(row)
                 changed.add(task_id)
@@ -312,16 +312,16 @@ def apply_decisions(session: Session, tasks: dict[int, StoredTask], changed: set
         item = items[task.item_id]
         if task.purpose.task == ADJUDICATE:
             if found:
-                decision = (get_kind(kind).adjudicated(found[0].answer, item.data, found[0].annotator) if kind
+                decision = (get_kind(kind).adjudicated(found[0].answer, item.data, found[0].person) if kind
                             else adjudicated(found[0].answer))
-                _set_item_decision(writes, item, decision, task, [found[0].annotator])
+                _set_item_decision(writes, item, decision, task, [found[0].person])
                 report.decisions[f"adjudicated {decision.status}"] += 1
             continue
         if item.id in adjudicated_items:
             continue
         if len(found) >= ANNOTATIONS_PER_TASK:
             decision = (get_kind(kind).decide if kind else decide)(found[0].answer, found[1].answer)
-            _set_item_decision(writes, item, decision, task, [pick.annotator for pick in found[:2]])
+            _set_item_decision(writes, item, decision, task, [pick.person for pick in found[:2]])
             settled[(item.id, task.purpose)] = decision.status
             report.decisions[decision.status + (" (corrected)" if decision.corrected_answer else "")] += 1
         elif task.decision is not None:  # a judgment went away: the item is under review again
@@ -361,7 +361,7 @@ def apply_own_decisions(session: Session, tasks: dict[int, StoredTask], ids: lis
         item = session.get(Item, task.item_id)
         name, unit = task.purpose.task, task.purpose.unit
         picks = chosen.get(task_id, [])
-        outcome = get_kind(item.kind).decide_task(name, unit, item, [(p.annotator, p.answer) for p in picks])
+        outcome = get_kind(item.kind).decide_task(name, unit, item, [(p.person, p.answer) for p in picks])
         if outcome.wants:
             report.tiebreaks.append({"item": item.key, "task": task.ls_task_id, "annotators": outcome.wants})
         before = item.status
@@ -381,7 +381,7 @@ def apply_own_decisions(session: Session, tasks: dict[int, StoredTask], ids: lis
             report.decisions[f"{name}: {outcome.rule or item.status}"] += 1
             session.add(ItemEvent(item_id=item.id, stage=STAGE, from_status=before, to_status=item.status,
                                   detail={"task": str(task.purpose), "rule": outcome.rule,
-                                          "annotators": [p.annotator for p in picks]}))
+                                          "annotators": [p.person for p in picks]}))
         for row in outcome.new_items:
             if session.execute(select(Item.id).where(Item.key == row["key"])).first() is None:
                 made = Item(**row)
@@ -442,9 +442,9 @@ class PullRun:
     progress: Progress = no_progress
 
 
-def pull_project(run: PullRun, job: ProjectJob, server: LabelStudioServer, emails: dict[int, str],
+def pull_project(run: PullRun, job: ProjectJob, server: LabelStudioServer, people: dict[int, str],
                  report: PullReport, fetched: Optional[list[list[dict]]] = None) -> None:
-    """Read JOB's project's tasks back from SERVER (EMAILS: its user ids' emails). FETCHED: the project's export
+    """Read JOB's project's tasks back from SERVER (PEOPLE: its users' ids -> the people they are). FETCHED: the project's export
     chunks, already read (`fetch_projects`)."""
     store, sender, progress, workspace_root = run.workspace.store, run.sender, run.progress, str(run.workspace.root)
     project_id, kind, purpose = job.project_id, job.kind, job.purpose
@@ -479,7 +479,7 @@ def pull_project(run: PullRun, job: ProjectJob, server: LabelStudioServer, email
                                           "expected": keys.get(task.item_id), "found": carried})
                 continue
             report.tasks += 1
-            chosen[task.id] = choose_annotations(data, kind, purpose, emails, report, workspace_root, task.assignee)
+            chosen[task.id] = choose_annotations(data, kind, purpose, people, report, workspace_root, task.assignee)
         asked = len(report.tiebreaks)
         returning = [r for person in report.returned.values() for r in person if r.get("project") == project_id
                      and not r.get("sent")]
@@ -611,7 +611,7 @@ def fetch_project(server: LabelStudioServer, job: ProjectJob) -> list[list[dict]
 def fetch_projects(servers: Servers, jobs: list[ProjectJob]) -> dict[ProjectJob, Future]:
     """Start reading every project: one thread per server, so all servers export at once (each person's server is
     a single-process Label Studio: its serializer bounds its own pull, not the others'); a server's projects are
-    read one after another, in JOBS' order. Each future gives (server, its user emails, chunks); a job on a server
+    read one after another, in JOBS' order. Each future gives (server, its users as people, chunks); a job on a server
     no longer configured gives (None, {}, [])."""
     pools: dict[str, ThreadPoolExecutor] = {}
     futures: dict[ProjectJob, Future] = {}
@@ -620,7 +620,7 @@ def fetch_projects(servers: Servers, jobs: list[ProjectJob]) -> dict[ProjectJob,
         server = servers.for_url(job.server_url)
         if server is None:
             return None, {}, []
-        return server, servers.emails(server), fetch_project(server, job)
+        return server, servers.people(server), fetch_project(server, job)
 
     for job in jobs:
         if job.server_url not in pools:
@@ -674,12 +674,12 @@ def pull(workspace: Workspace, progress: Progress = no_progress) -> PullReport:
         futures = fetch_projects(servers, jobs)
         counted = PullCounts(jobs, per_person=bool(settings.people), progress=progress)
         for job in jobs:
-            server, emails, chunks = futures[job].result()
+            server, people, chunks = futures[job].result()
             if server is None:
                 if job.server_url not in report.servers_not_configured:
                     report.servers_not_configured.append(job.server_url)
             else:
-                pull_project(run, job, server, emails, report, fetched=chunks)
+                pull_project(run, job, server, people, report, fetched=chunks)
             counted.done(job)
         pull_authoring_projects(workspace, servers, settings, report)
         link_after_pull(workspace.store, servers)  # what this pull stored, checked at its start
@@ -708,5 +708,5 @@ def pull_authoring_projects(workspace: Workspace, servers: Servers, settings: Se
     for name, spec in sorted(all_kinds().items()):
         for task in spec.authoring_tasks:
             for person, (server, project_id) in authoring_projects(servers, settings, name, task).items():
-                pull_authoring(workspace, server, project_id, name, task, servers.emails(server),
+                pull_authoring(workspace, server, project_id, name, task, servers.people(server),
                                report.authoring, person)

@@ -97,14 +97,14 @@ def item_event_row(item_id: int, from_status: Optional[str], to_status: Optional
 @dataclass(frozen=True)
 class TaskLinks:
     """Tasks of one PURPOSE just made in one project: (item id, task id) LINKS, HOW they were found (imported,
-    reconciled), and the one person they are for (ASSIGNEE; None: the shared project)."""
+    reconciled), and the one PERSON they are for (None: the shared project)."""
 
     server_url: str
     project_id: int
     purpose: Purpose
     links: list[tuple[int, int]]
     how: str
-    assignee: Optional[str] = None
+    person: Optional[str] = None
 
 
 def link_tasks(session: Session, made: TaskLinks, spec: Any = None, moved: frozenset | set = frozenset()) -> None:
@@ -115,7 +115,7 @@ def link_tasks(session: Session, made: TaskLinks, spec: Any = None, moved: froze
     free_reused_ids(session, server_url, project_id, [task_id for _, task_id in made.links])
     session.execute(insert(AnnotationTask.__table__), [
         {"item_id": item_id, "purpose": str(purpose), "server": server_url, "ls_project_id": project_id,
-         "ls_task_id": task_id, "state": OPEN, "assignee": made.assignee, "pushed_at": now, "updated_at": now}
+         "ls_task_id": task_id, "state": OPEN, "assignee": made.person, "pushed_at": now, "updated_at": now}
         for item_id, task_id in made.links])
     links = [link for link in made.links if link[0] not in moved]
     if not links:

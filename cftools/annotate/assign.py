@@ -68,14 +68,14 @@ def current_load(store: Store) -> Counter:
 
 
 def live_assignees(store: Store, item_ids: list[int]) -> dict[tuple[int, Purpose], list[str]]:
-    """(item id, purpose) -> the assignees of its live tasks."""
+    """(item id, purpose) -> the people of its live tasks (their assignees)."""
     found: dict[tuple[int, Purpose], list[str]] = defaultdict(list)
     with store.session() as session:
         for part in in_chunks(item_ids):
-            for item_id, purpose, assignee in session.execute(
+            for item_id, purpose, person in session.execute(
                     select(AnnotationTask.item_id, AnnotationTask.purpose, AnnotationTask.assignee)
                     .where(AnnotationTask.item_id.in_(part), AnnotationTask.state.not_in(GONE))):
-                found[(item_id, Purpose.parse(purpose))].append(assignee)
+                found[(item_id, Purpose.parse(purpose))].append(person)
     return found
 
 

@@ -580,39 +580,39 @@ def analysis_of(controls: Mapping[str, ControlScore], pairs: Sequence[PairKappa]
                 overturns: Sequence[OverturnRate], speeds: Sequence[LeadTime], *, pseudonym: Callable[[str], str],
                 error_rate: Optional[ErrorRate] = None, min_accuracy: float = DEFAULT_MIN_ACCURACY,
                 task: str = VERIFY, min_controls: int = DEFAULT_MIN_CONTROLS) -> AnnotationAnalysis:
-    """Gather per-person figures under pseudonymous ids (CONTROLS, PAIRS, OVERTURNS and SPEEDS by email, as the
+    """Gather per-person figures under pseudonymous ids (CONTROLS, PAIRS, OVERTURNS and SPEEDS by person, as the
     readers return them, named by PSEUDONYM: the workspace boundary's; lead times of TASK only, pooled over
     kinds)."""
     people: dict[str, PersonFigures] = {}
 
-    def person(email: str) -> PersonFigures:
-        return people.setdefault(email, PersonFigures(id=pseudonym(email)))
+    def figures_of(person: str) -> PersonFigures:
+        return people.setdefault(person, PersonFigures(id=pseudonym(person)))
 
-    for email, score in controls.items():
-        figures = person(email)
+    for person, score in controls.items():
+        figures = figures_of(person)
         figures.controls, figures.controls_correct = score.n, score.correct
         figures.accuracy = wilson_interval(score.correct, score.n)
         figures.named = named_below(score.correct, score.n, min_accuracy, min_controls=min_controls)
     hidden = []
     for pair in pairs:
-        a, b = person(pair.first), person(pair.second)
+        a, b = figures_of(pair.first), figures_of(pair.second)
         a.kappas[f"{pair.kind} {pair.task} with {b.id}"] = pair.kappa
         b.kappas[f"{pair.kind} {pair.task} with {a.id}"] = pair.kappa
         first, second = sorted((a.id, b.id))
         hidden.append(PairKappa(pair.kind, pair.task, first, second, pair.n, pair.percent_agreement, pair.kappa))
     for rate in overturns:
-        figures = person(rate.person)
+        figures = figures_of(rate.person)
         figures.adjudicated += rate.adjudicated
         figures.overturned += rate.overturned
     for figures in people.values():
         figures.overturn = wilson_interval(figures.overturned, figures.adjudicated)
     pooled: dict[str, list[LeadTime]] = defaultdict(list)
     for speed in speeds:
-        person(speed.person)  # an adjudicator who verified nothing is one of the people too
+        figures_of(speed.person)  # an adjudicator who verified nothing is one of the people too
         if speed.task == task:
             pooled[speed.person].append(speed)
-    for email, found in pooled.items():
-        figures = person(email)
+    for person, found in pooled.items():
+        figures = figures_of(person)
         figures.judgments = sum(s.n for s in found)
         # Pooled over kinds by their judgments' weight (each kind's own median when there is one kind).
         figures.lead_time_median_s = sum(s.median_s * s.n for s in found) / figures.judgments

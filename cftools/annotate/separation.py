@@ -150,15 +150,15 @@ def check_person(workspace: Workspace, person: PersonServer, server: LabelStudio
     return finding
 
 
-def short(email: str) -> str:
-    return email.split("@")[0]
+def short(person: str) -> str:
+    return person.split("@")[0]
 
 
-def users_besides(server: LabelStudioServer, email: str) -> list[str]:
+def users_besides(server: LabelStudioServer, person: str) -> list[str]:
     """The other users of SERVER, each with when they joined (Label Studio does not say how: with sign-up only by
     invitation, an invite link or an account made on the server)."""
     return [f"{u.get('email')} (joined {str(u.get('date_joined') or '?')[:16].replace('T', ' ')})"
-            for u in server.users() if (u.get("email") or "").lower() != email]
+            for u in server.users() if (u.get("email") or "").lower() != person]
 
 
 def accepted(url: str, token: str) -> Optional[str]:

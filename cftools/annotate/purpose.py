@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from cftools.errors import CftoolsError
 from cftools.judgments import MEASURING, VERIFY
 
-TASK_NAME = re.compile(r"[A-Za-z_][\w-]*")
+TASK_NAME = re.compile(r"[^\s:]+")  # a task name: no space, no colon (what a unit follows)
 
 
 @dataclass(frozen=True)

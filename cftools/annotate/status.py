@@ -26,7 +26,7 @@ from cftools.store import Store
 
 
 def verify_ratings(session: Session, item_keys: Optional[Iterable[str]] = None) -> dict[str, dict[int, dict[str, Answer]]]:
-    """Per item kind: every live verification task's judgments by annotator (only ITEM_KEYS' items when given)."""
+    """Per item kind: every live verification task's judgments by person (only ITEM_KEYS' items when given)."""
     query = (select(Item.kind, Item.key, Judgment.task_id, Judgment.annotator, Judgment.related,
                     Judgment.answer_correct, Judgment.flags, Judgment.raw)
              .join(AnnotationTask, AnnotationTask.id == Judgment.task_id)
@@ -35,11 +35,11 @@ def verify_ratings(session: Session, item_keys: Optional[Iterable[str]] = None) 
              .order_by(Judgment.task_id, Judgment.ls_annotation_id))
     wanted = set(item_keys) if item_keys is not None else None
     ratings: dict[str, dict[int, dict[str, Answer]]] = defaultdict(dict)
-    for kind, key, task_id, annotator, related, correct, flags, raw in session.execute(query):
+    for kind, key, task_id, person, related, correct, flags, raw in session.execute(query):
         if wanted is not None and key not in wanted:
             continue
         # By item: with assignment each person judges the item in a task of their own.
-        ratings[kind].setdefault(key, {}).setdefault(annotator, Answer(
+        ratings[kind].setdefault(key, {}).setdefault(person, Answer(
             related=related, answer_correct=correct, flags=list(flags or []), fields=(raw or {}).get("fields") or {}))
     return ratings
 
@@ -149,11 +149,11 @@ def annotation_status(store: Store) -> dict[str, Any]:
             if decision:
                 p["decisions"][decision] += 1
         annotators: dict[str, dict[str, Any]] = {}
-        for annotator, stored, related, correct, corrected in session.execute(
+        for person, stored, related, correct, corrected in session.execute(
                 select(Judgment.annotator, AnnotationTask.purpose, Judgment.related, Judgment.answer_correct,
                        Judgment.corrected_answer).join(AnnotationTask, AnnotationTask.id == Judgment.task_id)
                 .where(AnnotationTask.state != DELETED)):
-            a = annotators.setdefault(annotator, {"judgments": 0, "adjudications": 0, "related_yes": 0,
+            a = annotators.setdefault(person, {"judgments": 0, "adjudications": 0, "related_yes": 0,
                                                   "correct_yes": 0, "corrections": 0})
             purpose = Purpose.parse(stored)
             if purpose.task == ADJUDICATE:

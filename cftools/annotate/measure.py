@@ -24,6 +24,7 @@ from cftools.annotate.assign import Sender, choose_people, current_load
 from cftools.annotate.label_studio import LabelStudioError, server_settings
 from cftools.annotate.pauses import paused_people
 from cftools.annotate.projects import DELETED
+from cftools.annotate.purpose import Purpose
 from cftools.annotate.push import resume
 from cftools.annotate.separation import refuse_document_root, verify_separation
 from cftools.annotate.servers import Servers
@@ -117,7 +118,7 @@ def push_flagged_sample(workspace: Workspace, sample: int, seed: int = 0, kind: 
         sender = Sender(workspace, servers, settings, options.data_uri, options.allow_missing_images)
         kinds = [kind] if kind else sorted({item.kind for item in flagged_drafts(store)})
         for each in kinds:  # a killed push's measuring tasks are linked before anything is drawn
-            report.reconciled += resume(PushRun(workspace, servers, settings, each, VERIFY, PushOptions()), sender)
+            report.reconciled += resume(PushRun(workspace, servers, settings, each, Purpose(VERIFY), PushOptions()), sender)
         items, report.flagged, report.measured_before = flagged_sample(store, sample, seed, kind)
         wanted = assign_measurers(store, settings.annotators, items)
         by_kind: dict[str, list] = defaultdict(list)
@@ -138,7 +139,7 @@ def push_flagged_sample(workspace: Workspace, sample: int, seed: int = 0, kind: 
     return report
 
 
-def assign_measurers(store: Store, annotators: tuple[str, ...], items: list[Item]) -> list[tuple[Item, str, str]]:
+def assign_measurers(store: Store, annotators: tuple[str, ...], items: list[Item]) -> list[tuple[Item, Purpose, str]]:
     """(item, MEASURE, person) for each of ITEMS: one person each, the least loaded, nobody paused."""
     load, paused = current_load(store), set(paused_people(store))
-    return [(item, MEASURE, choose_people(annotators, load, 1, paused, f"item {item.key}")[0]) for item in items]
+    return [(item, Purpose(MEASURE), choose_people(annotators, load, 1, paused, f"item {item.key}")[0]) for item in items]

@@ -2,6 +2,7 @@
 
     python3 bench/bench_gpu.py [--part llava|agreement|all] [--out FILE.jsonl] [--budget SECONDS]
     python3 bench/bench_gpu.py --part llava --modes generate --batches 32,auto --compare-prefetch 32,auto
+    python3 bench/bench_gpu.py --part llava --batches 32,64 --compare-compile 32,64
     .venv/bin/python bench/bench_gpu.py --device cpu --small      # the same code path on a 2-layer model (CPU)
 
 Without CUDA (and without --device cpu) it says so and exits 0. Every figure is one JSON line, printed and
@@ -22,7 +23,9 @@ appended to --out as soon as it is measured, so a part stopped by its time limit
   kernels' first launches). --modes limits the modes. For each batch of --compare-prefetch the run is made
   twice, with the next batch prepared on a background thread (prefetch, the default on a GPU) and without
   (CFTOOLS_PREFETCH=0's path), side by side: questions/s of both, their ratio, and changed answers (none
-  expected). Without --compare-prefetch every run prefetches.
+  expected). Without --compare-prefetch every run prefetches. For each batch of --compare-compile, a generate run
+  with compiled decoding (`CFTOOLS_COMPILE=1`'s static cache, compiled by transformers) follows the eager one:
+  questions/s of both, their ratio, the changed answers, and the compilation's time (its untimed warm-up eval).
 - `agreement`: the tiny test LLaVA (tests/fixtures_eval.py) on CPU fp32 and on CUDA fp32: identical answers, the
   largest option-score difference.
 """
@@ -107,16 +110,18 @@ def answers(result: Any) -> dict[tuple, Any]:
 
 
 def eval_once(release: Path, folder: Path, model: Any, mode: str, batch: Any, questions: int, out: Path,
-              device: str, dtype: str, prefetch: bool = True) -> tuple[dict[str, Any], Any]:
-    """One `run_eval` at BATCH on QUESTIONS questions (the next batch prepared ahead when PREFETCH): the figures,
-    and the result."""
+              device: str, dtype: str, prefetch: bool = True, compiled: bool = False) -> tuple[dict[str, Any], Any]:
+    """One `run_eval` at BATCH on QUESTIONS questions (the next batch prepared ahead when PREFETCH; decoding compiled
+    when COMPILED): the figures, and the result."""
     import torch
 
     from cftools.evaluate.run import EvalOptions, run_eval
+    from cftools.evaluate.vlm import COMPILED_DECODING
 
     first: list[float] = []
     notes: list[str] = []
     model.tokens = model.images = 0
+    model.generate_options = dict(COMPILED_DECODING) if compiled else {}
     if device == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
@@ -127,7 +132,8 @@ def eval_once(release: Path, folder: Path, model: Any, mode: str, batch: Any, qu
                       progress=lambda done, total: done and not first and first.append(time.perf_counter()))
     seconds = time.perf_counter() - started
     asked = result.config["questions"]
-    figures = {"mode": mode, "batch": batch, "prefetch": prefetch, "batch_size_used": result.config["batch_size"],
+    figures = {"mode": mode, "batch": batch, "prefetch": prefetch, "compiled": compiled,
+               "batch_size_used": result.config["batch_size"],
                "questions": asked,
                "seconds": round(seconds, 3), "questions_per_s": round(asked / seconds, 3),
                "first_batch_s": round(first[0] - started, 3) if first else None,
@@ -150,13 +156,22 @@ def limit_fraction(figures: dict[str, Any], params: dict[str, int], peak: float 
             figures[f"fraction_of_limit_{name}"] = round(limit / figures["seconds"], 4)
 
 
-def plan(batches: list[Any], modes: list[str], compare: list[Any]) -> list[tuple[str, Any, bool]]:
-    """The runs, the most telling first (a slow part is cut at its end): large batches, then auto, 8, 1; at the
-    batches of COMPARE, without prefetching and then with it."""
+def plan(batches: list[Any], modes: list[str], compare: list[Any],
+         compile_at: list[Any] = ()) -> list[tuple[str, Any, bool, bool]]:
+    """The runs (mode, batch, prefetch, compiled), the most telling first (a slow part is cut at its end): large
+    batches, then auto, 8, 1; at the batches of COMPARE, without prefetching and then with it; at those of
+    COMPILE_AT, a generate run with compiled decoding after the eager ones."""
     first = [b for b in (32, 64, "auto") if b in batches]
     order = first + sorted((b for b in batches if b not in first), key=lambda b: -b)  # then 8, then 1
-    return [(mode, batch, prefetch) for batch in order for mode in ("generate", "rank") if mode in modes
-            for prefetch in ((False, True) if batch in compare else (True,))]
+    runs = []
+    for batch in order:
+        for mode in ("generate", "rank"):
+            if mode in modes:
+                prefetches = (False, True) if batch in compare else (True,)
+                runs += [(mode, batch, prefetch, False) for prefetch in prefetches]
+                if mode == "generate" and batch in compile_at:
+                    runs.append((mode, batch, True, True))
+    return runs
 
 
 def warm_up(releases: dict[str, Path], folder: Path, model: Any, args: argparse.Namespace, tmp: Path) -> None:
@@ -187,8 +202,33 @@ def compare_prefetch(out: str | None, mode: str, batch: Any, results: dict[tuple
                         "questions": len(shared), "changed": sum(before[k] != after[k] for k in shared)})
 
 
-def run_folder(mode: str, batch: Any, prefetch: bool) -> str:
-    return f"{mode}-{batch}" + ("" if prefetch else "-no-prefetch")
+def run_folder(mode: str, batch: Any, prefetch: bool, compiled: bool = False) -> str:
+    return f"{mode}-{batch}" + ("" if prefetch else "-no-prefetch") + ("-compiled" if compiled else "")
+
+
+def compile_warm_up(releases: dict[str, Path], folder: Path, model: Any, args: argparse.Namespace, tmp: Path,
+                    batch: Any) -> None:
+    """An untimed compiled generate eval at BATCH (two batches' worth): the compilation's time, recorded."""
+    figures, _ = eval_once(releases["generate"], folder, model, "generate", batch, 2 * batch if batch != "auto"
+                           else 128, tmp / f"compile-warm-up-{batch}", args.device, args.dtype, compiled=True)
+    append_result(args.out, {"part": "llava", "what": "compile-warm-up", "batch": batch, "seconds": figures["seconds"],
+                             "first_batch_s": figures["first_batch_s"]})
+
+
+def compare_compiled(out: str | None, batch: Any, results: dict[tuple, dict], tmp: Path) -> None:
+    """Questions/s of generate at BATCH eager and compiled, their ratio, and how many answers differ."""
+    from cftools.evaluate.run import load_run
+
+    eager, compiled = results.get(("generate", batch, True)), results.get(("generate", batch, True, True))
+    if not eager or not compiled:
+        return
+    before, after = (answers(load_run(tmp / run_folder("generate", batch, True, c))) for c in (False, True))
+    shared = [k for k in before if k in after]
+    append_result(out, {"part": "llava", "what": "compiled", "mode": "generate", "batch": batch,
+                        "questions_per_s_eager": eager["questions_per_s"],
+                        "questions_per_s_compiled": compiled["questions_per_s"],
+                        "ratio": round(compiled["questions_per_s"] / eager["questions_per_s"], 3),
+                        "questions": len(shared), "changed": sum(before[k] != after[k] for k in shared)})
 
 
 def llava_part(args: argparse.Namespace) -> None:
@@ -227,11 +267,15 @@ def llava_part(args: argparse.Namespace) -> None:
                                  "first_eval": first})
         warm_up(releases, folder, loaded, args, Path(tmp))
         results: dict[tuple, dict] = {}
-        for mode, batch, prefetch in plan(args.batches, args.modes, args.compare_prefetch):
+        for mode, batch, prefetch, compiled in plan(args.batches, args.modes, args.compare_prefetch,
+                                                    args.compare_compile):
             questions = args.questions_b1 if batch == 1 else args.questions
             # the last run of this mode (the plan goes from large batches to small) predicts this one's time
-            rate = next((r["questions_per_s"] for (m, _, _), r in reversed(results.items()) if m == mode), None)
+            rate = next((r["questions_per_s"] for (m, *_), r in reversed(results.items()) if m == mode), None)
             left = deadline - time.monotonic()
+            if compiled and left > 60:  # the compilation (about 50 s on an H200) stays out of the timed run
+                compile_warm_up(releases, folder, loaded, args, Path(tmp), batch)
+                left = deadline - time.monotonic()
             if rate and questions / rate * 1.2 + 5 > left:
                 append_result(args.out, {"part": "llava", "what": "skipped", "mode": mode, "batch": batch,
                                          "prefetch": prefetch,
@@ -239,8 +283,8 @@ def llava_part(args: argparse.Namespace) -> None:
                 continue
             try:
                 figures, result = eval_once(releases[mode], folder, loaded, mode, batch, questions,
-                                            Path(tmp) / run_folder(mode, batch, prefetch), args.device, args.dtype,
-                                            prefetch and not args.control)
+                                            Path(tmp) / run_folder(mode, batch, prefetch, compiled), args.device,
+                                            args.dtype, prefetch and not args.control, compiled)
             except Exception as exc:  # noqa: BLE001 - recorded (an out-of-memory error is a result here)
                 append_result(args.out, {"part": "llava", "what": "failed", "mode": mode, "batch": batch,
                                          "prefetch": prefetch,
@@ -249,8 +293,11 @@ def llava_part(args: argparse.Namespace) -> None:
                     torch.cuda.empty_cache()
                 continue
             limit_fraction(figures, params, peak, 16)
-            results[(mode, batch, prefetch)] = figures
+            results[(mode, batch, prefetch, True) if compiled else (mode, batch, prefetch)] = figures
             append_result(args.out, {"part": "llava", "what": "eval", **figures})
+            if compiled:
+                compare_compiled(args.out, batch, results, Path(tmp))
+                continue
             if prefetch and batch in args.compare_prefetch:
                 compare_prefetch(args.out, mode, batch, results, Path(tmp))
             if batch == 1 and prefetch:  # batch 1 runs last: its answers against every other batch size's
@@ -262,8 +309,8 @@ def compare_with_batch_1(out: str | None, mode: str, reference: dict[tuple, Any]
     """Changed answers between batch 1 and each other batch size of MODE, on the questions both asked."""
     from cftools.evaluate.run import load_run
 
-    for other_mode, batch, prefetch in results:
-        if other_mode == mode and batch != 1 and prefetch:
+    for other_mode, batch, prefetch, *compiled in results:
+        if other_mode == mode and batch != 1 and prefetch and not compiled:
             got = answers(load_run(tmp / f"{mode}-{batch}"))
             shared = [k for k in reference if k in got]
             append_result(out, {"part": "llava", "what": "batch_invariance", "mode": mode, "batch": batch,
@@ -327,6 +374,8 @@ def main() -> int:
                              "runs (the GPU's own run-to-run differences), to read the prefetch comparison against")
     parser.add_argument("--compare-prefetch", type=parse_batches, default=[],
                         help="batches run both with and without prefetching, side by side (e.g. 32,auto)")
+    parser.add_argument("--compare-compile", type=parse_batches, default=[],
+                        help="batches whose generate run is made again with compiled decoding (e.g. 32,64)")
     parser.add_argument("--questions", type=int, default=256, help="questions per run at batch > 1")
     parser.add_argument("--questions-b1", type=int, default=32, help="questions at batch 1")
     parser.add_argument("--budget", type=float, default=240, help="seconds the llava part may take")

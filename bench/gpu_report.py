@@ -31,10 +31,11 @@ def markdown(figures: list[dict], parts: list[dict]) -> str:
     evals = [f for f in figures if f.get("what") == "eval"]
     if evals:
         out += ["", "## Built-in runner, LLaVA-1.5-7B-shaped (bf16)", "",
-                "| mode | batch | prefetch | used | questions | s | questions/s | first batch s | peak GiB | TFLOP | "
-                "fraction of limit (measured peak) | (datasheet) | notes |",
-                "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-        out += [f"| {f['mode']} | {f['batch']} | {f.get('prefetch', True)} | {f['batch_size_used']} | "
+                "| mode | batch | prefetch | compiled | used | questions | s | questions/s | first batch s | peak GiB "
+                "| TFLOP | fraction of limit (measured peak) | (datasheet) | notes |",
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        out += [f"| {f['mode']} | {f['batch']} | {f.get('prefetch', True)} | {f.get('compiled', False)} | "
+                f"{f['batch_size_used']} | "
                 f"{f['questions']} | {f['seconds']} | "
                 f"{f['questions_per_s']} | {f['first_batch_s']} | {f.get('peak_memory_gib')} | {f.get('tflop')} | "
                 f"{f.get('fraction_of_limit_measured')} | {f.get('fraction_of_limit_datasheet')} | "
@@ -46,6 +47,13 @@ def markdown(figures: list[dict], parts: list[dict]) -> str:
                 "|---|---|---|---|---|---|---|"]
         out += [f"| {f['mode']} | {f['batch']} | {f['questions_per_s_without']} | {f['questions_per_s_with']} | "
                 f"{f['ratio']} | {f['questions']} | {f['changed']} |" for f in ratios]
+    compiled = [f for f in figures if f.get("what") == "compiled"]
+    if compiled:
+        out += ["", "## Compiled decoding (CFTOOLS_COMPILE=1): eager vs compiled", "",
+                "| batch | questions/s eager | compiled | ratio | questions | changed answers |",
+                "|---|---|---|---|---|---|"]
+        out += [f"| {f['batch']} | {f['questions_per_s_eager']} | {f['questions_per_s_compiled']} | {f['ratio']} | "
+                f"{f['questions']} | {f['changed']} |" for f in compiled]
     for name in ("images", "edits"):
         rates = [f for f in figures if f.get("part") == name and f.get("what") == "rate"]
         if rates:
@@ -53,7 +61,7 @@ def markdown(figures: list[dict], parts: list[dict]) -> str:
                     "| batch | raw images/s | cftools images/s | ratio | peak GiB |", "|---|---|---|---|---|"]
             out += [f"| {f['batch']} | {f.get('raw_images_per_s')} | {f.get('cftools_images_per_s')} | "
                     f"{f.get('ratio')} | {f.get('peak_memory_gib')} |" for f in rates]
-    rest = [f for f in figures if f.get("what") not in ("eval", "rate", "prefetch")]
+    rest = [f for f in figures if f.get("what") not in ("eval", "rate", "prefetch", "compiled")]
     if rest:
         out += ["", "## Other figures", ""] + [f"- `{json.dumps(f)}`" for f in rest]
     return "\n".join(out) + "\n"

@@ -7,6 +7,8 @@
 #   OUT=/some/dir bash bench/gpu_suite.sh           # on the GPU machine: python3, wheels from .whl/
 #   OUT=/tmp/out PYTHON=.venv/bin/python SKIP_WHEELS=1 bash bench/gpu_suite.sh   # a dry run here (CUDA parts skip)
 #   ONLY=generate bash bench/gpu_suite.sh         # the generate runner alone, with and without prefetching (~4 min)
+#   ONLY=profile bash bench/gpu_suite.sh          # where generate's time goes at batch 32; the runner's switches (~4 min)
+#   ONLY=compile bash bench/gpu_suite.sh          # generate eager vs compiled (CFTOOLS_COMPILE=1) at 32, 64 (~3.5 min)
 #
 # cftools is not installed: it runs from this checkout (PYTHONPATH), its missing dependencies are installed from
 # the wheels in .whl/ (no network) into $SITE, and a dist-info beside them declares cftools' kinds (the entry
@@ -95,11 +97,23 @@ part imports 30 bash -c check_imports
 part agreement 35 "$PY" bench/bench_gpu.py --part agreement --out "$RESULTS"
 part llava 185 "$PY" bench/bench_gpu.py --part llava --budget 165 --questions 128 --questions-b1 16 --out "$RESULTS"
 # the generate runner with and without prefetching, side by side; only when asked for (ONLY=generate, ~3 min)
-if [ -n "${ONLY:-}" ]; then
+if [[ ",${ONLY:-}," == *",generate,"* ]]; then
     # GENERATE_ARGS: other options of bench_gpu.py, e.g. "--batches 32 --compare-prefetch 32 --control"
     # shellcheck disable=SC2086
     part generate 300 "$PY" bench/bench_gpu.py --part llava --modes generate --batches 32,64,auto \
         --compare-prefetch 32,64,auto --budget 240 --questions 256 --out "$RESULTS" ${GENERATE_ARGS:-}
+fi
+# where generate's GPU time goes at batch 32, and the runner's switches side by side; only when asked (ONLY=profile)
+if [[ ",${ONLY:-}," == *",profile,"* ]]; then
+    # PROFILE_ARGS: other options of gpu_profile.py, e.g. "--variants loop --batches 8"
+    # shellcheck disable=SC2086
+    part profile 270 "$PY" bench/gpu_profile.py --out "$RESULTS" --table-dir "$OUT" --budget 240 --repeats 3 \
+        ${PROFILE_ARGS:-}
+fi
+# eager vs compiled decoding (CFTOOLS_COMPILE=1) through cftools eval; only when asked (ONLY=compile, ~3.5 min)
+if [[ ",${ONLY:-}," == *",compile,"* ]]; then
+    part compile 230 "$PY" bench/bench_gpu.py --part llava --batches 32,64 --compare-compile 32,64 --budget 200 \
+        --questions 128 --out "$RESULTS"
 fi
 part images 65 "$PY" bench/bench_images.py --device cuda --batches 1,4,8,16 --calls 2 --out "$RESULTS"
 part edits 75 "$PY" bench/bench_edits.py --device cuda --batches 1,4,8,16 --calls 2 --out "$RESULTS"

@@ -104,6 +104,12 @@ def public_spec(spec: Optional[str]) -> Optional[str]:
     return f"{match.group(1)}:{public_name(match.group(2))}" if match else public_name(str(spec))
 
 
+def keyed_pseudonym(key: bytes, person: str) -> str:
+    """PERSON's id under KEY: the first 48 bits of HMAC-SHA256 of their `person_key`, as `annotator-<12 hex>`."""
+    digest = hmac.new(key, person_key(person).encode("utf-8"), hashlib.sha256).hexdigest()
+    return PSEUDONYM_PREFIX + digest[:PSEUDONYM_HEX]
+
+
 # ---------------------------------------------------------------- the workspace's key
 
 
@@ -174,10 +180,10 @@ class Boundary:
             self._key = workspace_key(self.root)
         return self._key
 
-    def pseudonym(self, person: str) -> str:
-        """The person's id in anything released: keyed, the same in every release of this workspace."""
-        digest = hmac.new(self.key, person_key(person).encode("utf-8"), hashlib.sha256).hexdigest()
-        return PSEUDONYM_PREFIX + digest[:PSEUDONYM_HEX]
+    def pseudonym(self, person: object) -> str:
+        """The person's id in anything released (their email, or a `cftools.person.Person`, which is its email as a
+        string): keyed, the same in every release of this workspace."""
+        return keyed_pseudonym(self.key, str(person))
 
     def server_id(self, url: str) -> str:
         """A server's id in anything released: keyed like the people's (an unkeyed hash of a guessable URL, a

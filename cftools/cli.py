@@ -39,7 +39,7 @@ class CftoolsGroup(click.Group):
             if exc.is_warning:
                 click.secho(f"Warning: {exc}", fg="yellow", err=True)
                 ctx.exit(1)
-            error = click.ClickException(str(exc))
+            error = click.ClickException(str(exc))  # the message with its hint's option put in (errors.Hint)
             error.exit_code = exc.exit_code  # 3 or 4 for failed requests (cftools.commands.exit_codes)
             raise error from None
         except OSError as exc:
@@ -338,6 +338,9 @@ LAZY_COMMANDS: dict[str, tuple[Callable[[], click.Command], str]] = {
                   "the human ceiling with its Wilson interval; chance and the blind floor."),
     "release": (_attribute("cftools.commands.release", "release_group"),
                 "Compare releases: `cftools release diff A B` lists what changed and traces the stored runs' scores."),
+    "report": (_attribute("cftools.commands.report", "report_cmd"),
+               "Where items die and what they cost: the funnel per kind, group and generator, cost per accepted item, "
+               "why items die, and a page that drills down to the items (people only as pseudonyms)."),
     "verify": (_attribute("cftools.commands.export", "verify_cmd"),
                "Re-hash every file of RELEASE against its manifest, check croissant.json (the SHA-256s it lists; "
                "mlcroissant reads it, when installed) and scan every file for personal data (an email, a local "

@@ -34,7 +34,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Optional, TypeVar, Union
 
-from cftools.errors import CftoolsError
+from cftools.errors import CftoolsError, Hint
 
 RAY_EXTRA = "cftools[ray]"
 GROW_S = 5.0  # how often a pool looks for room on nodes that joined
@@ -59,7 +59,9 @@ def require_ray() -> Any:
     try:
         import ray
     except ImportError:
-        raise RayError(f"--ray needs Ray, which is not installed: pip install '{RAY_EXTRA}'") from None
+        raise RayError(f"Ray is not installed: pip install '{RAY_EXTRA}'",
+                       hint=Hint(f"{{ray}} needs Ray, which is not installed: pip install '{RAY_EXTRA}'",
+                                 ray="--ray")) from None
     return ray
 
 

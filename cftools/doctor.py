@@ -324,6 +324,7 @@ def live_tasks_by_project(workspace: Workspace) -> dict[tuple[str, int], list[An
 def forget_dead_tasks(workspace: Workspace, report: DoctorReport, repair: bool, url: str, project_id: int,
                       dead: list[AnnotationTask]) -> None:
     from cftools.annotate.pull import PullReport, mark_deleted
+    from cftools.annotate.task_import import StoredTask
 
     findings = [report.add("task_missing_on_server",
                            f"task {t.ls_task_id} of project {project_id} on {url} (item {t.item_id}) is recorded "
@@ -331,7 +332,7 @@ def forget_dead_tasks(workspace: Workspace, report: DoctorReport, repair: bool, 
                            server=url, project=project_id, task=t.ls_task_id, item=t.item_id) for t in dead]
     if repair and dead:
         with workspace.store.write() as session:
-            mark_deleted(session, dead, PullReport())
+            mark_deleted(session, [StoredTask.of(task) for task in dead], PullReport())
         for task, finding in zip(dead, findings):
             report.repaired(finding, f"task {task.ls_task_id} of project {project_id} on {url}: forgotten "
                                      f"(item {task.item_id} back to {CHECKED} if it was in review)")

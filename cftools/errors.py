@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 from contextlib import contextmanager
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Optional
 
 # Anything shaped like a credential, scrubbed even when it is not the secret we know of: an echoed
 # `Authorization: Bearer ...` / `Token ...` header (a server may swap our token for a session one),
@@ -22,12 +22,50 @@ PARTIAL_FAILURE = 3  # some failed; what succeeded is stored
 ALL_FAILED = 4  # every one failed: nothing new was stored
 
 
+PLACEHOLDER = re.compile(r"\{(\w+)\}")
+
+
+class Hint:
+    """How a person acts on an error from the command line, kept out of the library's own words (its message names
+    no option): TEXT, what the CLI says, where `{message}` stands for the error's message and `{name}` for the
+    command-line option OPTIONS[name] (`Hint("{message}; pass {force} to replace it", force="--force")`). The error's
+    `str`, the line the CLI's one error translator prints, is the hint's text so filled in."""
+
+    __slots__ = ("text", "options")
+
+    def __init__(self, text: str, **options: str) -> None:
+        self.text, self.options = text, dict(options)
+
+    def around(self, message: str) -> str:
+        """TEXT with MESSAGE and the options put in, in one pass (not str.format: what is put in is not read again,
+        and braces of any other name stay as they are)."""
+        values = {**self.options, "message": message}
+        return PLACEHOLDER.sub(lambda found: values.get(found.group(1), found.group(0)), self.text)
+
+    def __repr__(self) -> str:
+        return f"Hint({self.text!r}, **{self.options!r})"
+
+
 class CftoolsError(Exception):
-    """Base class: the message is meant for a person and carries no secret."""
+    """Base class: the message is meant for a person and carries no secret. A HINT says which command-line option
+    acts on it; the text a person reads (`str`, the CLI's line) is the message with its hint."""
 
     # A warning: nothing went wrong but nothing was done either; the CLI says "Warning:", still exits non-zero.
     is_warning = False
     exit_code = 1  # the CLI's exit code for it (see cftools.commands.exit_codes)
+
+    def __init__(self, *args: object, hint: Optional[Hint] = None) -> None:
+        super().__init__(*args)
+        self.hint = hint
+
+    @property
+    def message(self) -> str:
+        """The library's own words: what went wrong, naming no command-line option."""
+        return super().__str__()
+
+    def __str__(self) -> str:
+        """What a person reads (the CLI's one line): the message, with its hint's option put in where there is one."""
+        return self.message if self.hint is None else self.hint.around(self.message)
 
 
 class WorkspaceError(CftoolsError):
@@ -55,12 +93,16 @@ class ModelCallsFailed(CftoolsError):
 class InputError(CftoolsError):
     """Bad input: names the file and the record (line or index)."""
 
-    def __init__(self, path: object, reason: str, record: object | None = None) -> None:
+    def __init__(self, path: object, reason: str, record: object | None = None, *,
+                 hint: Optional[Hint] = None) -> None:
         self.path = str(path)
         self.record = record
-        self.reason = reason
-        where = f"{self.path}" if record is None else f"{self.path}, {record}"
-        super().__init__(f"{where}: {reason}")
+        self.where = f"{self.path}" if record is None else f"{self.path}, {record}"
+        self.reason = hint.around(reason) if hint is not None else reason  # as a person reads it (and re-raised)
+        super().__init__(f"{self.where}: {reason}", hint=hint)
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.reason}"  # the hint goes with the reason, after the file and record
 
 
 class NoRecordsError(InputError):

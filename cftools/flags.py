@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 from sqlalchemy import or_, select
 
-from cftools.errors import CftoolsError
+from cftools.errors import CftoolsError, Hint
 from cftools.models import CheckFlag, Item, ItemEvent, utcnow
 from cftools.store import Store
 
@@ -71,7 +71,7 @@ def _flag_codes(session: Any, item: Item) -> dict[str, str]:
 def waive(store: Store, ref: str, code: str, reason: str, who: str) -> dict[str, Any]:
     """Waive flag CODE of item REF for REASON; recorded with WHO and when in the item's history."""
     if not reason.strip():
-        raise CftoolsError("a waiver needs a reason: --reason TEXT")
+        raise CftoolsError("a waiver needs a reason", hint=Hint("{message}: {reason} TEXT", reason="--reason"))
     with store.write() as session:
         item = _item(session, ref)
         flags = _flag_codes(session, item)

@@ -9,7 +9,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cftools.errors import WorkspaceError
+from cftools.errors import Hint, WorkspaceError
 
 # The store (SQLAlchemy), the config schema (pydantic) and tomlkit are imported where they are used: every command
 # imports this module, `cftools --help` included, and needs none of them (bench/bench_startup.py).
@@ -218,6 +218,7 @@ def find_workspace(explicit: str | os.PathLike | None = None) -> Workspace:
     if (cwd / CONFIG_NAME).exists():
         return load_workspace(cwd)
     raise WorkspaceError(
-        f"no cftools workspace here ({cwd}): pass --workspace DIR, set {ENV_WORKSPACE}, "
-        "or create one with 'cftools init DIR'"
+        f"no cftools workspace here ({cwd})",
+        hint=Hint(f"{{message}}: pass {{workspace}} DIR, set {ENV_WORKSPACE}, or create one with 'cftools init DIR'",
+                  workspace="--workspace"),
     )

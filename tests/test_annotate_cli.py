@@ -13,7 +13,8 @@ import pytest
 from rich.console import Console
 
 from cftools.annotate.pull import Chosen, PullReport, apply_own_decisions
-from cftools.annotate.task_import import PushReport
+from cftools.annotate.purpose import Purpose
+from cftools.annotate.task_import import PushReport, StoredTask
 from cftools.judgments import Answer
 from cftools.models import ACCEPTED, AnnotationTask, Item
 from fixtures_label_studio import free_port
@@ -148,17 +149,17 @@ def test_pull_counts_no_own_task_still_waiting_for_its_second_judgment(workspace
         session.flush()
         report = PullReport()
         one = Answer(fields={"candidate": "1", "edited_answer": "2", "shows_condition": "yes"})
-        apply_own_decisions(session, {task.id: task}, [task.id], {task.id: [Chosen("ann1@example.com", {}, one)]},
-                            report)
+        apply_own_decisions(session, {task.id: StoredTask.of(task)}, [task.id],
+                            {task.id: [Chosen("ann1@example.com", {}, one)]}, report)
     assert json.loads(json.dumps(report.as_dict()))["decisions"] == {}
 
 
 def test_a_pull_counts_the_projects_read_and_with_a_server_per_person_the_people_done():
     from cftools.annotate.pull import ProjectJob, PullCounts
 
-    jobs = [ProjectJob("http://127.0.0.1:1", 1, "cvqa", "verify", (1,)),
-            ProjectJob("http://127.0.0.1:2", 1, "cvqa", "verify", (1,)),
-            ProjectJob("http://127.0.0.1:1", 2, "cvqa", "adjudicate", (2,))]
+    jobs = [ProjectJob("http://127.0.0.1:1", 1, "cvqa", Purpose("verify"), (1,)),
+            ProjectJob("http://127.0.0.1:2", 1, "cvqa", Purpose("verify"), (1,)),
+            ProjectJob("http://127.0.0.1:1", 2, "cvqa", Purpose("adjudicate"), (2,))]
     heard: list[tuple] = []
     counts = PullCounts(jobs, per_person=True, progress=lambda *line: heard.append(line))
     for job in jobs:

@@ -258,3 +258,36 @@ def test_prefetch_is_on_for_a_gpu_off_on_the_cpu_unless_asked(monkeypatch):
     assert not prefetch_wanted(None, "cuda") and prefetch_wanted(True, "cuda")
     monkeypatch.setenv(PREFETCH_ENV, "1")
     assert prefetch_wanted(None, "cpu")
+
+
+# ---------------------------------------------------------------- compiled decoding (CFTOOLS_COMPILE): static KV cache
+
+
+def test_compiled_decoding_is_asked_for_by_cftools_compile_on_a_gpu_only(monkeypatch):
+    from cftools.evaluate.vlm import COMPILE_ENV, COMPILED_DECODING, compiled_decoding_options
+
+    monkeypatch.delenv(COMPILE_ENV, raising=False)
+    assert compiled_decoding_options("cuda") == {} == compiled_decoding_options("cpu")
+    monkeypatch.setenv(COMPILE_ENV, "1")
+    assert compiled_decoding_options("cuda") == COMPILED_DECODING == {"cache_implementation": "static"}
+    assert compiled_decoding_options("cuda:0") == COMPILED_DECODING and compiled_decoding_options("cpu") == {}
+    monkeypatch.setenv(COMPILE_ENV, "0")
+    assert compiled_decoding_options("cuda") == {}
+
+
+def test_replies_are_the_same_with_a_static_cache(mixed_release, tiny_llava_dir, tmp_path):
+    """The tiny LLaVA on the CPU gives every question the same reply decoding on the static KV cache that
+    CFTOOLS_COMPILE asks for (compiled on a GPU; here the same cache, uncompiled) as on the default one."""
+    from cftools.evaluate.vlm import COMPILED_DECODING, HFVisionModel
+
+    runs = {}
+    for static in (False, True):
+        model = HFVisionModel.load(str(tiny_llava_dir), device="cpu", dtype="fp32")
+        assert model.generate_options == {}
+        model.generate_options = dict(COMPILED_DECODING) if static else {}
+        result = run_eval(mixed_release, f"hf:{tiny_llava_dir}",
+                          options=EvalOptions(mode="generate", batch_size=3, device="cpu",
+                                              out_dir=tmp_path / f"run-{static}"), answerer=model)
+        runs[static] = {(p["id"], p["which"]): (p["raw"], p["parsed"], p["correct"]) for p in result.predictions}
+    assert len(runs[True]) == len(runs[False]) > 3
+    assert runs[True] == runs[False]

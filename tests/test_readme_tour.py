@@ -170,6 +170,10 @@ def status_shown(tour: Tour, out: str) -> None:
     assert re.search(r"accepted\s*│\s*\d+", out), out
 
 
+def reported(tour: Tour, out: str) -> None:
+    assert (tour.cwd / "report.html").is_file() and re.search(r"\d+ items: ingested \d+, drafted \d+", out), out
+
+
 def released(version: str) -> Callable[[Tour, str], None]:
     def check(tour: Tour, out: str) -> None:
         folder = tour.cwd / "releases" / f"mybench-{version}"
@@ -207,6 +211,7 @@ STEPS: dict[str, Callable[[Tour, str], None]] = {
     "annotate push": pushed,
     "annotate pull": pulled,
     "status": status_shown,
+    "report": reported,
     "export mybench --version 1.0.0": released("1.0.0"),
     "verify": verified,
     "preflight": preflighted,

@@ -307,11 +307,12 @@ def test_a_project_titled_with_its_persons_email_is_found_and_renamed_to_name_no
     """A workspace whose push ran before titles stopped naming people: its "... for EMAIL" project on the person's
     own server is the one push uses (no second project), and from then on its title and description name no one."""
     from cftools.annotate.projects import project_title, titled
+    from cftools.annotate.purpose import Purpose
     from cftools.annotate.rules import render_label_config
 
     settings = server_settings(people_ws)
     ann1 = people_servers.people["ann1@example.com"]
-    old_title = titled(settings, "cvqa", "verify", ann1.email)
+    old_title = titled(settings, "cvqa", Purpose("verify"), ann1.email)
     client = people_servers.client(ann1.email)
     old = client.projects.create(title=old_title, description=f"the tasks of {ann1.email} only",
                                  label_config=render_label_config("cvqa", "verify", str(people_ws.root)))
@@ -322,6 +323,6 @@ def test_a_project_titled_with_its_persons_email_is_found_and_renamed_to_name_no
     mine = [t for t in tasks_by_person(people_ws.store)["ann1@example.com"]]
     assert mine and {t.ls_project_id for t in mine} == {old.id}
     renamed = client.projects.get(id=old.id)
-    assert renamed.title == project_title(settings, "cvqa", "verify", ann1.email) and "@" not in renamed.title
+    assert renamed.title == project_title(settings, "cvqa", Purpose("verify"), ann1.email) and "@" not in renamed.title
     assert "@" not in (renamed.description or "")
     assert [p.id for p in client.projects.list() if p.title in (old_title, renamed.title)] == [old.id]

@@ -21,10 +21,11 @@ from typing import Optional
 from sqlalchemy import and_, func, not_, or_, select
 
 from cftools.annotate.label_studio import LabelStudioServer, ServerSettings
-from cftools.annotate.projects import DELETED, GONE, ImageLinks, OPEN, Progress, ensure_project, own_task, task_of
+from cftools.annotate.projects import DELETED, GONE, ImageLinks, OPEN, Progress, ensure_project, own_task
+from cftools.annotate.purpose import Purpose
 from cftools.errors import CftoolsError
 from cftools.judgments import ADJUDICATE, MEASURE, VERIFY, without_emails
-from cftools.annotate.controls import AUDIT, CONTROL, MEASURING, control_items, shown_purpose, shuffled_batches
+from cftools.annotate.controls import AUDIT, CONTROL, control_items, shuffled_batches
 from cftools.annotate.servers import Servers
 from cftools.annotate.task_import import PushReport, PushRun, TaskLinks, import_reconciled, link_tasks, task_payloads
 from cftools.models import CHECKED, CONTROL as CONTROL_STATUS, DRAFT, IN_REVIEW, NEEDS_ADJUDICATION, AnnotationTask, ControlItem, Item
@@ -34,12 +35,12 @@ from cftools.workspace import Workspace
 
 
 
-def people_needed(kind: str, purpose: str) -> int:
+def people_needed(kind: str, purpose: Purpose) -> int:
     """How many different people judge one task of PURPOSE before a tiebreak."""
     spec = own_task(kind, purpose)
     if spec is not None:
         return spec.annotators
-    return 2 if purpose == VERIFY else 1
+    return 2 if purpose.task == VERIFY else 1
 
 
 def choose_people(annotators: tuple[str, ...], load: Counter, n: int, exclude: set[str], what: str) -> list[str]:
@@ -66,15 +67,15 @@ def current_load(store: Store) -> Counter:
             .group_by(AnnotationTask.assignee)).all()))
 
 
-def live_assignees(store: Store, item_ids: list[int]) -> dict[tuple[int, str], list[str]]:
-    """(item id, purpose) -> the assignees of its live tasks."""
-    found: dict[tuple[int, str], list[str]] = defaultdict(list)
+def live_assignees(store: Store, item_ids: list[int]) -> dict[tuple[int, Purpose], list[str]]:
+    """(item id, purpose) -> the people of its live tasks (their assignees)."""
+    found: dict[tuple[int, Purpose], list[str]] = defaultdict(list)
     with store.session() as session:
         for part in in_chunks(item_ids):
-            for item_id, purpose, assignee in session.execute(
+            for item_id, purpose, person in session.execute(
                     select(AnnotationTask.item_id, AnnotationTask.purpose, AnnotationTask.assignee)
                     .where(AnnotationTask.item_id.in_(part), AnnotationTask.state.not_in(GONE))):
-                found[(item_id, purpose)].append(assignee)
+                found[(item_id, Purpose.parse(purpose))].append(person)
     return found
 
 
@@ -88,17 +89,17 @@ class Sender:
     settings: ServerSettings
     data_uri: bool = False
     allow_missing_images: bool = False
-    projects: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    projects: dict[tuple[str, Purpose, Optional[str]], int] = field(default_factory=dict)
     folders: set = field(default_factory=set)  # image folders the last payloads need a LocalFiles storage for
 
-    def project(self, kind: str, purpose: str, person: Optional[str]) -> int:
+    def project(self, kind: str, purpose: Purpose, person: Optional[str]) -> int:
         """PERSON's project of KIND's task on their server (None: the shared project), created once; a control or
         audit task lives in the person's verification project."""
-        task = task_of(shown_purpose(purpose))[0]
+        task = purpose.project
         key = (kind, task, person)
         if key not in self.projects:
             self.projects[key] = ensure_project(self.servers.for_person(person), self.settings, kind, task,
-                                                str(self.workspace.root), assignee=person)
+                                                str(self.workspace.root), person=person)
         return self.projects[key]
 
     @classmethod
@@ -106,25 +107,25 @@ class Sender:
         """The sender of RUN's tasks, with its image options."""
         return cls(run.workspace, run.servers, run.settings, run.options.data_uri, run.options.allow_missing_images)
 
-    def payloads(self, kind: str, wanted: list[tuple[Item, str, str]], report: PushReport) -> dict[str, list]:
+    def payloads(self, kind: str, wanted: list[tuple[Item, Purpose, str]], report: PushReport) -> dict[str, list]:
         """Per person: (item, task payload) of each (item, purpose, person) in WANTED."""
         specs = {purpose: own_task(kind, purpose) for _, purpose, _ in wanted}
         images = ImageLinks.from_config(self.workspace, self.data_uri)
         per_person: dict[str, list] = defaultdict(list)
-        by_purpose: dict[str, list[tuple[Item, str, str]]] = defaultdict(list)
+        by_purpose: dict[Purpose, list[tuple[Item, Purpose, str]]] = defaultdict(list)
         for entry in wanted:
             by_purpose[entry[1]].append(entry)
         shown = control_items(self.workspace.store, sorted({item.id for item, purpose, _ in wanted
-                                                             if purpose == CONTROL}))
+                                                             if purpose.task == CONTROL}))
         with self.workspace.store.session() as session:
             for purpose, entries in by_purpose.items():
-                items = list({item.id: shown.get(item.id, item) if purpose == CONTROL else item
+                items = list({item.id: shown.get(item.id, item) if purpose.task == CONTROL else item
                               for item, _, _ in entries}.values())  # one payload per item, copied
                 if specs[purpose] is not None:
-                    made = task_payloads(session, items, task_of(purpose)[0], images, self.allow_missing_images,
-                                         report, units=[task_of(purpose)[1] for _ in items])
+                    made = task_payloads(session, items, purpose.task, images, self.allow_missing_images,
+                                         report, units=[purpose.unit for _ in items])
                 else:
-                    made = task_payloads(session, items, shown_purpose(purpose), images, self.allow_missing_images,
+                    made = task_payloads(session, items, purpose.shown.task, images, self.allow_missing_images,
                                          report)
                 made_by_id = {item.id: payload for item, payload in made}
                 for item, _, person in entries:
@@ -136,15 +137,15 @@ class Sender:
                         task = {"data": dict(payload["data"]),
                                 # no item id: ids grow with time, and a control's item is older than the rest
                                 "meta": {**{k: v for k, v in payload["meta"].items() if k != "item_id"},
-                                         "purpose": shown_purpose(purpose)},
-                                "_purpose": purpose}
-                        if purpose == MEASURE:  # blind to the checks: shown as a draft no check flagged
+                                         "purpose": str(purpose.shown)},
+                                "_purpose": str(purpose)}
+                        if purpose.task == MEASURE:  # blind to the checks: shown as a draft no check flagged
                             task["data"]["check_flags"] = "none"
                         per_person[person].append((item, task))
         self.folders = images.folders
         return per_person
 
-    def send(self, kind: str, wanted: list[tuple[Item, str, str]], report: PushReport, notes: Optional[dict] = None,
+    def send(self, kind: str, wanted: list[tuple[Item, Purpose, str]], report: PushReport, notes: Optional[dict] = None,
              progress: Progress = no_progress) -> int:
         """Import one task for each (item, purpose, person) of WANTED into that person's project; NOTES maps
         (item id, person) to the text the task shows about why it came back. Returns the tasks sent."""
@@ -156,7 +157,7 @@ class Sender:
             for item, task in batch:
                 task["data"]["returned"] = shown_note((notes or {}).get((item.id, person), ""), person)
             server = self.servers.for_person(person)
-            project_id = self.project(kind, batch[0][1]["meta"]["purpose"], person)
+            project_id = self.project(kind, task_purpose(batch[0][1]), person)
             server.ensure_local_storage(project_id, self.folders)
             for start in range(0, len(batch), self.settings.batch_size):
                 part = batch[start:start + self.settings.batch_size]
@@ -185,18 +186,18 @@ def import_for(store: Store, server: LabelStudioServer, project_id: int, kind: s
 
 def link_batch(store: Store, server_url: str, project_id: int, person: str, batch: list[tuple[Item, dict]],
                task_ids: list[int], how: str) -> None:
-    by_purpose: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    by_purpose: dict[Purpose, list[tuple[int, int]]] = defaultdict(list)
     for (item, task), task_id in zip(batch, task_ids, strict=True):
-        by_purpose[task.get("_purpose") or task["meta"]["purpose"]].append((item.id, task_id))
+        by_purpose[task_purpose(task)].append((item.id, task_id))
     with store.write() as session:
         for purpose, links in by_purpose.items():
-            if purpose in MEASURING:  # its item stays as it is: the task measures its person
+            if purpose.measuring:  # its item stays as it is: the task measures its person
                 link_tasks(session, TaskLinks(server_url, project_id, purpose, links, how, person),
                            moved={item_id for item_id, _ in links})
                 continue
             spec = own_task(batch[0][0].kind, purpose)
             already = set(session.execute(select(AnnotationTask.item_id).where(
-                AnnotationTask.item_id.in_([i for i, _ in links]), AnnotationTask.purpose == purpose,
+                AnnotationTask.item_id.in_([i for i, _ in links]), AnnotationTask.purpose == str(purpose),
                 AnnotationTask.state.not_in(GONE))).scalars())
             link_tasks(session, TaskLinks(server_url, project_id, purpose, links, how, person), spec=spec,
                        moved=set() if spec is not None else already)
@@ -210,26 +211,31 @@ def without_task(store: Store, project_id: int, batch: list[tuple[Item, dict]],
     if server_url is not None:
         where.append(AnnotationTask.server == server_url)
     with store.session() as session:
-        linked = set(session.execute(select(AnnotationTask.item_id, AnnotationTask.purpose).where(*where)).all())
-    return [(item, task) for item, task in batch
-            if (item.id, task.get("_purpose") or task["meta"]["purpose"]) not in linked]
+        linked = {(item_id, Purpose.parse(purpose)) for item_id, purpose in session.execute(
+            select(AnnotationTask.item_id, AnnotationTask.purpose).where(*where))}
+    return [(item, task) for item, task in batch if (item.id, task_purpose(task)) not in linked]
 
 
-def measuring_purpose(store: Store, item: Item, meta: dict) -> str:
+def task_purpose(task: dict) -> Purpose:
+    """The purpose of a task payload: what the store records it as (a control's is kept apart from what it shows)."""
+    return Purpose.parse(task.get("_purpose") or task["meta"]["purpose"])
+
+
+def measuring_purpose(store: Store, item: Item, meta: dict) -> Purpose:
     """What a task found on a server but not in the store is: a verification task of an item past review is a
     control (of a control item) or an audit, of a draft a measuring task, never a new verification of it."""
-    purpose = meta.get("purpose") or VERIFY
-    if purpose != VERIFY or item.status in (CHECKED, IN_REVIEW):
+    purpose = Purpose.parse(meta.get("purpose") or VERIFY)
+    if purpose.task != VERIFY or item.status in (CHECKED, IN_REVIEW):
         return purpose
     if item.status == DRAFT:  # a flagged draft is only ever shown to measure the checks
-        return MEASURE
+        return Purpose(MEASURE)
     with store.session() as session:
         is_control = session.execute(select(ControlItem.id).where(ControlItem.item_id == item.id)).first()
-    return CONTROL if is_control or item.status == CONTROL_STATUS else AUDIT
+    return Purpose(CONTROL if is_control or item.status == CONTROL_STATUS else AUDIT)
 
 
 def reconcile_person(store: Store, server: LabelStudioServer, project_id: int, kind: str, person: Optional[str],
-                     purpose: Optional[str] = None) -> int:
+                     purpose: Optional[Purpose] = None) -> int:
     """Link the tasks of PERSON's project (None: the shared project) that a killed push imported but did not
     record (by key and purpose; PURPOSE for a task that names none, as tasks pushed before purposes were)."""
     metas = server.task_metas(project_id)
@@ -244,12 +250,12 @@ def reconcile_person(store: Store, server: LabelStudioServer, project_id: int, k
         for item in items.values():
             session.expunge(item)
     if purpose is not None:
-        unknown = {tid: {**m, "purpose": m.get("purpose") or purpose} for tid, m in unknown.items()}
-    wanted = [(items[m["item_key"]], {"meta": m, "_purpose": measuring_purpose(store, items[m["item_key"]], m)}, tid)
+        unknown = {tid: {**m, "purpose": m.get("purpose") or str(purpose)} for tid, m in unknown.items()}
+    wanted = [(items[m["item_key"]], {"meta": m, "_purpose": str(measuring_purpose(store, items[m["item_key"]], m))}, tid)
               for tid, m in sorted(unknown.items()) if m["item_key"] in items and m.get("purpose")]
     batch = without_task(store, project_id, [(item, task) for item, task, _ in wanted], server.url)
-    keep = {(item.id, task["_purpose"]) for item, task in batch}
-    chosen = [(item, task, tid) for item, task, tid in wanted if (item.id, task["_purpose"]) in keep]
+    keep = {(item.id, task_purpose(task)) for item, task in batch}
+    chosen = [(item, task, tid) for item, task, tid in wanted if (item.id, task_purpose(task)) in keep]
     if chosen:
         link_batch(store, server.url, project_id, person, [(i, t) for i, t, _ in chosen], [t for _, _, t in chosen],
                    "reconciled")
@@ -264,5 +270,5 @@ def assignment_status(store: Store) -> dict[str, dict[str, int]]:
                 select(AnnotationTask.assignee, AnnotationTask.purpose, AnnotationTask.state, func.count())
                 .where(AnnotationTask.assignee.is_not(None), AnnotationTask.state != DELETED)
                 .group_by(AnnotationTask.assignee, AnnotationTask.purpose, AnnotationTask.state)):
-            queue[person][f"{task_of(purpose)[0]} {state}"] += n
+            queue[person][f"{Purpose.parse(purpose).task} {state}"] += n
     return {person: dict(sorted(counts.items())) for person, counts in sorted(queue.items())}

@@ -19,6 +19,7 @@ from sqlalchemy import select
 from cftools.annotate.assign import Sender
 from cftools.annotate.controls import AUDIT, seen_items
 from cftools.annotate.label_studio import LabelStudioError, server_settings
+from cftools.annotate.purpose import Purpose
 from cftools.annotate.servers import Servers
 from cftools.annotate.task_import import PushReport
 from cftools.errors import CftoolsError
@@ -106,7 +107,7 @@ def audit(workspace: Any, sample: int, seed: int = 0, person: Optional[str] = No
             by_kind[item.kind].append(item)
         for kind, chosen in sorted(by_kind.items()):
             pushed = PushReport(purpose=AUDIT, kind=kind)
-            sent = sender.send(kind, [(item, AUDIT, person) for item in chosen], pushed)
+            sent = sender.send(kind, [(item, Purpose(AUDIT), person) for item in chosen], pushed)
             report.pushed += sent
             report.by_kind[kind] = sent
     finally:

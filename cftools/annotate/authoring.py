@@ -20,8 +20,9 @@ from typing import Any, Optional
 
 from sqlalchemy import select
 
-from cftools.annotate.attribution import email_of, refusal
+from cftools.annotate.attribution import person_of, refusal
 from cftools.annotate.label_studio import LabelStudioServer, ServerSettings
+from cftools.annotate.purpose import Purpose
 from cftools.annotate.servers import Servers
 from cftools.annotate.task_import import PushReport, PushRun
 from cftools.judgments import InvalidResult
@@ -72,17 +73,18 @@ def authoring_images(store: Store, pushed_keys: set[str], limit: Optional[int]) 
 
 def authoring_projects(servers: Servers, settings: ServerSettings, kind: str, task: str, create: bool = False,
                        workspace_root: Optional[str] = None) -> dict[Optional[str], tuple[LabelStudioServer, int]]:
-    """Assignee (None: the shared project) -> (server, project id) of KIND's authoring TASK: one per person, on
+    """Person (None: the shared project) -> (server, project id) of KIND's authoring TASK: one per person, on
     their own server when they have one, with `[label_studio] annotators`; else the one shared project. CREATE
     makes the missing ones."""
     from cftools.annotate.projects import ensure_project, find_person_project
 
+    purpose = Purpose(task)
     people: list[Optional[str]] = list(settings.annotators) or [None]
     found: dict[Optional[str], tuple[LabelStudioServer, int]] = {}
     for person in people:
         server = servers.for_person(person)
-        project_id = (ensure_project(server, settings, kind, task, workspace_root, assignee=person) if create
-                      else find_person_project(server, settings, kind, task, person))
+        project_id = (ensure_project(server, settings, kind, purpose, workspace_root, person=person) if create
+                      else find_person_project(server, settings, kind, purpose, person))
         if project_id is not None:
             found[person] = (server, project_id)
     return found
@@ -91,7 +93,7 @@ def authoring_projects(servers: Servers, settings: ServerSettings, kind: str, ta
 def push_authoring(run: PushRun, report: PushReport) -> None:
     """Send images without a task of RUN's authoring task (its purpose) as tasks (batched): into the shared project,
     or with assignment each image to the project of one person (on their server), the least loaded first."""
-    store, servers, settings, kind, task = run.workspace.store, run.servers, run.settings, run.kind, run.purpose
+    store, servers, settings, kind, task = run.workspace.store, run.servers, run.settings, run.kind, run.purpose.task
     workspace_root, images_links, progress = str(run.workspace.root), run.images(), run.options.progress
     spec = get_kind(kind)
     projects = authoring_projects(servers, settings, kind, task, create=True, workspace_root=workspace_root)
@@ -134,7 +136,7 @@ def push_authoring(run: PushRun, report: PushReport) -> None:
             report.assigned[person] = report.assigned.get(person, 0) + len(tasks)
 
 
-def submission_rows(kind: str, task: str, project_id: int, ls_task: dict, annotation: dict, annotator: str,
+def submission_rows(kind: str, task: str, project_id: int, ls_task: dict, annotation: dict, author: str,
                     fields: dict[str, Any], image: Image) -> tuple[dict, dict]:
     """The source question (the image link) and the draft item one submission makes."""
     now = utcnow()
@@ -146,7 +148,7 @@ def submission_rows(kind: str, task: str, project_id: int, ls_task: dict, annota
               "answer_type": "other", "answers": None,
               "meta": {"project": project_id, "task": ls_task["id"], "annotation": annotation["id"]},
               "created_at": now}
-    data.update(author=annotator, authored_in={"project": project_id, "task": ls_task["id"],
+    data.update(author=author, authored_in={"project": project_id, "task": ls_task["id"],
                                                "annotation": annotation["id"]})
     item = {"key": key, "kind": kind, "group": fields["group"], "question": fields["question"],
             "answer": fields.get("answer"), "status": DRAFT, "origin": "authored", "data": data,
@@ -168,24 +170,24 @@ def store_submissions(store: Store, pairs: list[tuple[dict, dict]]) -> int:
         return insert_items(store, session, items, "annotate")
 
 
-def return_submission(server: LabelStudioServer, project_id: int, ls_task: dict, annotation: dict, annotator: str,
+def return_submission(server: LabelStudioServer, project_id: int, ls_task: dict, annotation: dict, author: str,
                       reason: str, metas: dict[int, tuple[dict, dict]]) -> bool:
     """Send an invalid submission's image back to its author: a new task in the same project whose text says why
     (once: a task that already returns this annotation is not made again). True when a task was made."""
     if any(meta.get("returns_annotation") == annotation.get("id") for meta, _ in metas.values()):
         return False
     data = dict(ls_task.get("data") or {})
-    data["returned"] = (f"Returned to you ({annotator}): your last submission (task {ls_task.get('id')}) could not "
+    data["returned"] = (f"Returned to you ({author}): your last submission (task {ls_task.get('id')}) could not "
                         f"be used: {reason}. Please write the pair again.")
-    meta = {**(ls_task.get("meta") or {}), "returned_to": annotator, "returns_annotation": annotation.get("id")}
+    meta = {**(ls_task.get("meta") or {}), "returned_to": author, "returns_annotation": annotation.get("id")}
     server.import_tasks(project_id, [{"data": data, "meta": meta}])
     return True
 
 
 def pull_authoring(workspace: Workspace, server: LabelStudioServer, project_id: int, kind: str, task: str,
-                   emails: dict[int, str], report: AuthoringPull, assignee: Optional[str] = None) -> None:
+                   people: dict[int, str], report: AuthoringPull, person: Optional[str] = None) -> None:
     """Every submitted annotation of the project becomes a draft item (new ones only). An invalid one goes back to
-    its author as a new task saying why; with an ASSIGNEE, a submission by anyone else is refused by name."""
+    its author as a new task saying why; with a PERSON (the project's), a submission by anyone else is refused by name."""
     store, workspace_root = workspace.store, str(workspace.root)
     spec = get_kind(kind)
     metas = server.task_metas(project_id)
@@ -210,23 +212,23 @@ def pull_authoring(workspace: Workspace, server: LabelStudioServer, project_id: 
                     report.cancelled += 1
                     continue
                 report.submissions += 1
-                annotator = email_of(annotation.get("completed_by"), emails)
+                author = person_of(annotation.get("completed_by"), people)
                 where = {"project": project_id, "task": ls_task.get("id"), "annotation": annotation.get("id"),
-                         "annotator": annotator}
-                if (refused := refusal(annotation, ls_task.get("id"), emails, assignee)) is not None:
+                         "annotator": author}
+                if (refused := refusal(annotation, ls_task.get("id"), people, person)) is not None:
                     report.refused.append({**where, "reason": refused})
                     continue
                 try:
                     fields = spec.authored_item(task, annotation.get("result"), workspace_root)
                 except InvalidResult as exc:
                     report.invalid.append({**where, "reason": str(exc)})
-                    if return_submission(server, project_id, ls_task, annotation, annotator, str(exc), metas):
-                        report.returned.setdefault(annotator, []).append({**where, "reason": str(exc)})
+                    if return_submission(server, project_id, ls_task, annotation, author, str(exc), metas):
+                        report.returned.setdefault(author, []).append({**where, "reason": str(exc)})
                     continue
                 if fields is None:
                     report.no_suitable_type += 1
                     continue
-                source, item = submission_rows(kind, task, project_id, ls_task, annotation, annotator, fields, image)
+                source, item = submission_rows(kind, task, project_id, ls_task, annotation, author, fields, image)
                 if source["external_id"] in known:
                     report.already_pulled += 1
                     continue

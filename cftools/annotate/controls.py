@@ -27,7 +27,8 @@ from typing import Any, Optional
 from sqlalchemy import insert, select, update
 
 from cftools.annotate.label_studio import parse_time
-from cftools.errors import CftoolsError, InputError
+from cftools.annotate.purpose import Purpose
+from cftools.errors import CftoolsError, Hint, InputError
 from cftools.judgments import (  # noqa: F401 (CONTROL, AUDIT, MEASURING: read from here by the annotate modules)
     ACCEPT, ACCEPT_CORRECTED, ADJUDICATE, AUDIT, CONTROL, MEASURING, REJECT, VERIFY, Answer,
 )
@@ -42,11 +43,6 @@ YES_NO = {"yes": True, "y": True, "true": True, "1": True, "no": False, "n": Fal
 # The controls file: the columns of `cftools ingest table` (image, question, answer: the question and the proposed
 # answer the task shows) and the settled answer.
 CONTROL_COLUMNS = ("image", "question", "answer", "group", "answer_correct")
-
-
-def shown_purpose(purpose: str) -> str:
-    """The purpose a task shows to its server and person: a control or audit task is a verification task there."""
-    return VERIFY if purpose in MEASURING else purpose
 
 
 def verdict_ok(answer: Answer) -> bool:
@@ -141,13 +137,16 @@ def count_in_digits(kind: str, group: str, question: str, value: Optional[str], 
     return stored
 
 
-def image_missing(image: str, images_dir: Path, images_given: bool = True) -> Optional[str]:
-    """Why a control's image cannot be shown (a control is always shown with its image), or None; without
-    --images (the file's folder read) the line names the option."""
+# Said of a missing image read from the controls file's own folder (no images folder was given).
+NO_IMAGES_FOLDER_HINT = Hint("{message} (the controls file's folder: name the images' folder with {images})",
+                             images="--images")
+
+
+def image_missing(image: str, images_dir: Path) -> Optional[str]:
+    """Why a control's image cannot be shown (a control is always shown with its image), or None."""
     if (images_dir / image).is_file():
         return None
-    where = "" if images_given else " (the controls file's folder: name the images' folder with --images)"
-    return f"image {image!r} is not a file in {images_dir}{where}"
+    return f"image {image!r} is not a file in {images_dir}"
 
 
 def read_controls(path: Path, kind: str, dataset: str, images_dir: Path, bad: Any,
@@ -177,7 +176,10 @@ def read_controls(path: Path, kind: str, dataset: str, images_dir: Path, bad: An
             data = _data_of(row, path, line)
             if groups and group not in groups:
                 raise InputError(path, f"group {group!r} is not one of {kind}'s: {', '.join(groups)}", line)
-            problem = (image_missing(image, images_dir, images_given) or answer_problem(kind, group, question, answer, "answer")
+            missing = image_missing(image, images_dir)
+            if missing:
+                raise InputError(path, missing, line, hint=None if images_given else NO_IMAGES_FOLDER_HINT)
+            problem = (answer_problem(kind, group, question, answer, "answer")
                        or (corrected and answer_problem(kind, group, question, corrected, "corrected_answer")))
             if problem:
                 raise InputError(path, problem, line)
@@ -328,7 +330,9 @@ def place_images(path: Path, sources: list, images_dir: Path, folder: Optional[P
             shutil.copyfile(origin, target)
         except OSError as exc:
             raise CftoolsError(f"{target}: cannot copy the control's image beside the real items' images "
-                               f"({exc.strerror or exc}); pass --images with a folder of your own") from None
+                               f"({exc.strerror or exc})",
+                               hint=Hint("{message}; pass {images} with a folder of your own",
+                                         images="--images")) from None
     return folder
 
 
@@ -454,11 +458,11 @@ def controls_due(given: int, real: int, rate: float) -> int:
     return max(0, math.floor(real * rate / (1 - rate) + 0.5) - given)
 
 
-def plan_controls(store: Store, kind: str, wanted: list[tuple[Item, str, Optional[str]]],
-                  rate: float) -> list[tuple[Item, str, str]]:
+def plan_controls(store: Store, kind: str, wanted: list[tuple[Item, Purpose, Optional[str]]],
+                  rate: float) -> list[tuple[Item, Purpose, str]]:
     """(control item, CONTROL, person) for the people WANTED gives new verification tasks of KIND: each gets
     `controls_due` controls, drawn at random among the kind's controls they never saw."""
-    new = Counter(person for _, purpose, person in wanted if purpose == VERIFY and person)
+    new = Counter(person for _, purpose, person in wanted if purpose.task == VERIFY and person)
     if not new or rate <= 0:
         return []
     settle_adjudicated(store, kind)
@@ -478,7 +482,7 @@ def plan_controls(store: Store, kind: str, wanted: list[tuple[Item, str, Optiona
         if chosen:
             picks[person] = chosen
     items = control_items(store, sorted({i for chosen in picks.values() for i in chosen}))
-    return [(items[item_id], CONTROL, person) for person, chosen in picks.items() for item_id in chosen]
+    return [(items[item_id], Purpose(CONTROL), person) for person, chosen in picks.items() for item_id in chosen]
 
 
 def control_items(store: Store, item_ids: list[int]) -> dict[int, Item]:
@@ -500,7 +504,7 @@ def shuffled_batches(per_person: dict[Any, list], seed: str) -> None:
     """Shuffle each person's tasks in place when controls are among them: import order (and so task ids) then says
     nothing about which task is a control."""
     for person, batch in per_person.items():
-        if any(task.get("_purpose") in MEASURING for _, task in batch):
+        if any(task.get("_purpose") in MEASURING for _, task in batch):  # a payload's stored purpose
             random.Random(f"{seed}:{person}:{len(batch)}").shuffle(batch)
 
 
@@ -511,7 +515,7 @@ def record_outcomes(session: Any, tasks: dict[int, Any], changed: set[int], chos
                     report: Any) -> None:
     """Score the changed control and audit tasks (their assignee's judgment) and mark them decided; their items are
     left as they are."""
-    ids = sorted(t for t in changed if tasks[t].purpose in MEASURING)
+    ids = sorted(t for t in changed if tasks[t].purpose.measuring)
     if not ids:
         return
     expected = dict(session.execute(select(ControlItem.item_id, ControlItem.expected_ok).where(
@@ -529,9 +533,9 @@ def record_outcomes(session: Any, tasks: dict[int, Any], changed: set[int], chos
             continue
         pick = picks[0]
         given = verdict_ok(pick.answer)
-        want = expected.get(task.item_id) if task.purpose == CONTROL else None
-        row = {"task_id": task_id, "item_id": task.item_id, "kind": task.kind, "role": task.purpose,
-               "person": pick.annotator, "expected_ok": want, "given_ok": given,
+        want = expected.get(task.item_id) if task.purpose.task == CONTROL else None
+        row = {"task_id": task_id, "item_id": task.item_id, "kind": task.kind, "role": str(task.purpose),
+               "person": pick.person, "expected_ok": want, "given_ok": given,
                "correct": None if want is None else given == want, "lead_time": pick.annotation.get("lead_time"),
                "judged_at": parse_time(pick.annotation.get("updated_at") or pick.annotation.get("created_at")),
                "updated_at": now}
@@ -541,7 +545,7 @@ def record_outcomes(session: Any, tasks: dict[int, Any], changed: set[int], chos
             session.execute(insert(TaskOutcome.__table__), [row])
         session.execute(update(AnnotationTask).where(AnnotationTask.id == task_id)
                         .values(state="decided", decision="scored", updated_at=now))
-        report.decisions[f"{task.purpose} scored"] += 1
+        report.decisions[f"{task.purpose.task} scored"] += 1
 
 
 def outcomes(store: Store, role: str = CONTROL, kind: Optional[str] = None) -> list[TaskOutcome]:
@@ -557,5 +561,5 @@ def outcomes(store: Store, role: str = CONTROL, kind: Optional[str] = None) -> l
 
 def require_kind(kind: Optional[str]) -> str:
     if not kind:
-        raise CftoolsError("--kind is required")
+        raise CftoolsError("a kind is required", hint=Hint("{kind} is required", kind="--kind"))
     return kind

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
 from cftools.answers import normalize_answer
-from cftools.errors import CftoolsError
+from cftools.errors import CftoolsError, Hint
 from cftools.flags import waived_codes
 from cftools.judgments import NO, YES, Answer, InvalidResult
 from cftools.kinds.base import TaskOutcome, TaskSpec
@@ -116,7 +116,8 @@ def edit_payload(unit: str, item: Any, original_question: str, image_value: str,
     edit = data.get("edit") or {}
     said = "irrelevant_" if which.irrelevant else ""  # where the edit's condition and instruction are
     if not image_value:
-        raise CftoolsError(unshowable(item, "original image", "its file is outside [label_studio] document_root"))
+        raise CftoolsError(unshowable(item, "original image", "its file is outside [label_studio] document_root"),
+                           hint=UNSHOWABLE_HINT)
     payload = {"image": image_value, "edited_image": edited_image(item, unit, candidate, extra_images),
                "condition": str(edit.get(f"{said}condition") or ""),
                "instruction": str(edit.get(f"{said}instruction") or ""),
@@ -132,13 +133,17 @@ def edited_image(item: Any, unit: str, candidate: dict[str, Any], extra_images: 
     ref = str(candidate.get("image") or "")
     if not extra_images.get(ref):
         raise CftoolsError(unshowable(item, f"edited image of candidate {unit} ({ref or 'none recorded'})",
-                                      "its file is missing or outside [label_studio] document_root"))
+                                      "its file is missing or outside [label_studio] document_root"),
+                           hint=UNSHOWABLE_HINT)
     return extra_images[ref]
 
 
+UNSHOWABLE_HINT = Hint("{message} (move it under the document root, or embed it: push {data_uri}); nothing was pushed",
+                       data_uri="--data-uri")
+
+
 def unshowable(item: Any, what: str, why: str) -> str:
-    return (f"item {item.key}: the {what} cannot be shown in Label Studio: {why} (move it under the document root, "
-            "or embed it: push --data-uri); nothing was pushed")
+    return f"item {item.key}: the {what} cannot be shown in Label Studio: {why}"
 
 
 # ---------------------------------------------------------------- reading a judgment

@@ -46,27 +46,27 @@ def quality_status(workspace: Any) -> dict[str, Any]:
         pairs, overturns, speeds = pair_kappas(session), overturn_rates(session), lead_times(session)
     people: dict[str, dict[str, Any]] = {}
 
-    def person(email: str) -> dict[str, Any]:
-        return people.setdefault(email, {**_accuracy(0, 0), "by_kind": {}, "named": False, "paused": None,
+    def entry_of(person: str) -> dict[str, Any]:
+        return people.setdefault(person, {**_accuracy(0, 0), "by_kind": {}, "named": False, "paused": None,
                                          "kappa": [], "overturn": [], "lead_time": []})
 
-    for email, kinds in counts.items():
-        entry = person(email)
+    for person, kinds in counts.items():
+        entry = entry_of(person)
         entry.update(_accuracy(sum(r for r, _ in kinds.values()), sum(n for _, n in kinds.values())))
         entry["by_kind"] = {kind: _accuracy(r, n) for kind, (r, n) in sorted(kinds.items())}
-    for email, results in current.items():
-        person(email)["named"] = named_below(sum(results), len(results), minimum,
-                                             min_controls=min_controls(workspace))
-    for email, pause in paused.items():
-        person(email)["paused"] = {"since": pause.paused_at.isoformat(), "by": pause.paused_by, "why": pause.reason}
+    for person, results in current.items():
+        entry_of(person)["named"] = named_below(sum(results), len(results), minimum,
+                                                min_controls=min_controls(workspace))
+    for person, pause in paused.items():
+        entry_of(person)["paused"] = {"since": pause.paused_at.isoformat(), "by": pause.paused_by, "why": pause.reason}
     for pair in pairs:
         for me, other in ((pair.first, pair.second), (pair.second, pair.first)):
-            person(me)["kappa"].append({"kind": pair.kind, "task": pair.task, "with": other, "items": pair.n,
+            entry_of(me)["kappa"].append({"kind": pair.kind, "task": pair.task, "with": other, "items": pair.n,
                                         "percent_agreement": pair.percent_agreement, "kappa": pair.kappa})
     for rate in overturns:
-        person(rate.person)["overturn"].append(rate.as_dict())
+        entry_of(rate.person)["overturn"].append(rate.as_dict())
     for speed in speeds:
-        person(speed.person)["lead_time"].append(speed.as_dict())
+        entry_of(speed.person)["lead_time"].append(speed.as_dict())
     return {"min_accuracy": minimum, "people": dict(sorted(people.items())),
-            "named": sorted(email for email, entry in people.items() if entry["named"]),
+            "named": sorted(person for person, entry in people.items() if entry["named"]),
             "paused": sorted(paused), "pauses": pause_history(store)}

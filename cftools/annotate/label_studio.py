@@ -170,8 +170,8 @@ class ServerSettings:
         said about verification comes from the separation checks (`cftools.annotate.separation`)."""
         return bool(self.people)
 
-    def person(self, email: str) -> Optional["PersonServer"]:
-        return next((p for p in self.people if p.email == email), None)
+    def person(self, person: str) -> Optional["PersonServer"]:
+        return next((p for p in self.people if p.email == person), None)
 
     @property
     def configured(self) -> bool:

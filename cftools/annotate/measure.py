@@ -24,12 +24,13 @@ from cftools.annotate.assign import Sender, choose_people, current_load
 from cftools.annotate.label_studio import LabelStudioError, server_settings
 from cftools.annotate.pauses import paused_people
 from cftools.annotate.projects import DELETED
+from cftools.annotate.purpose import Purpose
 from cftools.annotate.push import resume
 from cftools.annotate.separation import refuse_document_root, verify_separation
 from cftools.annotate.servers import Servers
 from cftools.annotate.task_import import PushOptions, PushReport, PushRun
 from cftools.checks.edits import edit_codes
-from cftools.errors import CftoolsError
+from cftools.errors import CftoolsError, Hint
 from cftools.flags import waived_codes
 from cftools.judgments import MEASURE, VERIFY
 from cftools.kinds import get_kind
@@ -101,8 +102,10 @@ def push_flagged_sample(workspace: Workspace, sample: int, seed: int = 0, kind: 
     if not settings.configured:
         raise LabelStudioError(settings.how_to_configure())
     if not settings.assigns:
-        raise CftoolsError("--flagged-sample needs [label_studio] annotators (or people tables): a measuring task "
-                           "goes to one named person")
+        raise CftoolsError("a sample of flagged drafts needs [label_studio] annotators (or people tables): a "
+                           "measuring task goes to one named person",
+                           hint=Hint("{sample} needs [label_studio] annotators (or people tables): a measuring task "
+                                     "goes to one named person", sample="--flagged-sample"))
     if kind is not None:
         get_kind(kind)  # an unknown kind is an error before anything is sent
     refuse_document_root(workspace)
@@ -115,7 +118,7 @@ def push_flagged_sample(workspace: Workspace, sample: int, seed: int = 0, kind: 
         sender = Sender(workspace, servers, settings, options.data_uri, options.allow_missing_images)
         kinds = [kind] if kind else sorted({item.kind for item in flagged_drafts(store)})
         for each in kinds:  # a killed push's measuring tasks are linked before anything is drawn
-            report.reconciled += resume(PushRun(workspace, servers, settings, each, VERIFY, PushOptions()), sender)
+            report.reconciled += resume(PushRun(workspace, servers, settings, each, Purpose(VERIFY), PushOptions()), sender)
         items, report.flagged, report.measured_before = flagged_sample(store, sample, seed, kind)
         wanted = assign_measurers(store, settings.annotators, items)
         by_kind: dict[str, list] = defaultdict(list)
@@ -136,7 +139,7 @@ def push_flagged_sample(workspace: Workspace, sample: int, seed: int = 0, kind: 
     return report
 
 
-def assign_measurers(store: Store, annotators: tuple[str, ...], items: list[Item]) -> list[tuple[Item, str, str]]:
+def assign_measurers(store: Store, annotators: tuple[str, ...], items: list[Item]) -> list[tuple[Item, Purpose, str]]:
     """(item, MEASURE, person) for each of ITEMS: one person each, the least loaded, nobody paused."""
     load, paused = current_load(store), set(paused_people(store))
-    return [(item, MEASURE, choose_people(annotators, load, 1, paused, f"item {item.key}")[0]) for item in items]
+    return [(item, Purpose(MEASURE), choose_people(annotators, load, 1, paused, f"item {item.key}")[0]) for item in items]

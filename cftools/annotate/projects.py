@@ -16,8 +16,9 @@ from urllib.parse import quote
 from sqlalchemy import delete, update
 
 from cftools.judgments import ADJUDICATE, VERIFY
+from cftools.annotate.purpose import Purpose
 from cftools.annotate.rules import render_label_config
-from cftools.errors import CftoolsError
+from cftools.errors import CftoolsError, Hint
 from cftools.annotate.label_studio import LabelStudioServer, ServerSettings
 from cftools.images import data_uri
 from cftools.kinds import get_kind
@@ -89,25 +90,16 @@ class ImageLinks:
             self.folders.add(file.resolve().parent)
             return f"/data/local-files/?d={quote(relative)}"
         raise CftoolsError("no way to show images in Label Studio: set [label_studio] document_root (the server's "
-                           "LOCAL_FILES_DOCUMENT_ROOT) or image_url_prefix in cftools.toml, or push with --data-uri")
+                           "LOCAL_FILES_DOCUMENT_ROOT) or image_url_prefix in cftools.toml",
+                           hint=Hint("{message}, or push with {data_uri}", data_uri="--data-uri"))
 
 
 # ---------------------------------------------------------------- a kind's own tasks
 
 
-def task_of(purpose: str) -> tuple[str, str]:
-    """(task, unit) of a stored purpose: a kind's own task with units is stored as TASK:UNIT."""
-    task, _, unit = purpose.partition(":")
-    return task, unit
-
-
-def purpose_of(task: str, unit: str) -> str:
-    return f"{task}:{unit}" if unit else task
-
-
-def own_task(kind: str, purpose: str):  # noqa: ANN201
+def own_task(kind: str, purpose: Purpose):  # noqa: ANN201
     """The kind's TaskSpec of PURPOSE's task, None for verify/adjudicate."""
-    return get_kind(kind).task_spec(task_of(purpose)[0])
+    return get_kind(kind).task_spec(purpose.task)
 
 
 # ---------------------------------------------------------------- projects
@@ -116,88 +108,89 @@ def own_task(kind: str, purpose: str):  # noqa: ANN201
 PROJECT_WHAT = {VERIFY: "verification", ADJUDICATE: "adjudication"}
 
 
-def person_label(email: str, room: int) -> str:
-    """How a project title names its assignee: the email, else its name part with a short hash, in ROOM chars."""
-    if len(email) <= room:
-        return email
-    digest = hashlib.sha1(email.encode()).hexdigest()[:6]
-    return f"{email.split('@', 1)[0][:max(1, room - 7)]}-{digest}"
+def person_label(person: str, room: int) -> str:
+    """How a project title names its person: the email, else its name part with a short hash, in ROOM chars."""
+    if len(person) <= room:
+        return person
+    digest = hashlib.sha1(person.encode()).hexdigest()[:6]
+    return f"{person.split('@', 1)[0][:max(1, room - 7)]}-{digest}"
 
 
-def project_title(settings: ServerSettings, kind: str, purpose: str, assignee: Optional[str] = None) -> str:
-    """"<prefix> <kind> <what>", and " for <person>" for a project that holds only ASSIGNEE's tasks on a shared
+def project_title(settings: ServerSettings, kind: str, purpose: Purpose, person: Optional[str] = None) -> str:
+    """"<prefix> <kind> <what>", and " for <person>" for a project that holds only PERSON's tasks on a shared
     server. On a server of their own the title names no one: their email would show on every page they open (an
     adjudicator's screenshot included), and the server already tells whose project it is."""
-    return titled(settings, kind, purpose, None if settings.separate_servers else assignee)
+    return titled(settings, kind, purpose, None if settings.separate_servers else person)
 
 
-def titled(settings: ServerSettings, kind: str, purpose: str, assignee: Optional[str]) -> str:
-    what = PROJECT_WHAT.get(task_of(purpose)[0], task_of(purpose)[0])  # a kind's own task is named by itself
+def titled(settings: ServerSettings, kind: str, purpose: Purpose, person: Optional[str]) -> str:
+    what = PROJECT_WHAT.get(purpose.task, purpose.task)  # a kind's own task is named by itself
     title = f"{settings.project_prefix} {kind} {what}"
-    if len(title) > MAX_TITLE - (12 if assignee else 0):
+    if len(title) > MAX_TITLE - (12 if person else 0):
         raise CftoolsError(f"Label Studio project title {title!r} is longer than {MAX_TITLE} characters: "
                            "shorten [label_studio] project_prefix")
-    if assignee:
-        title += f" for {person_label(assignee, MAX_TITLE - len(title) - 5)}"
+    if person:
+        title += f" for {person_label(person, MAX_TITLE - len(title) - 5)}"
     return title
 
 
-def project_description(settings: ServerSettings, about: str, kind: str, assignee: Optional[str]) -> str:
-    if assignee is None:
+def project_description(settings: ServerSettings, about: str, kind: str, person: Optional[str]) -> str:
+    if person is None:
         return f"cftools: {about} ({kind} items)"
-    whose = "one person's tasks only" if settings.separate_servers else f"the tasks of {assignee} only"
+    whose = "one person's tasks only" if settings.separate_servers else f"the tasks of {person} only"
     return f"cftools: {about} ({kind} items); {whose}"
 
 
-def find_person_project(server: LabelStudioServer, settings: ServerSettings, kind: str, purpose: str,
-                        assignee: Optional[str]) -> Optional[int]:
-    """The project of KIND's PURPOSE for ASSIGNEE on SERVER. A project an earlier cftools titled with the person's
+def find_person_project(server: LabelStudioServer, settings: ServerSettings, kind: str, purpose: Purpose,
+                        person: Optional[str]) -> Optional[int]:
+    """The project of KIND's PURPOSE for PERSON on SERVER. A project an earlier cftools titled with the person's
     email on their own server is found by that title and renamed (once) to the title that names no one."""
-    project_id = server.find_project(project_title(settings, kind, purpose, assignee))
-    if project_id is not None or assignee is None or not settings.separate_servers:
+    project_id = server.find_project(project_title(settings, kind, purpose, person))
+    if project_id is not None or person is None or not settings.separate_servers:
         return project_id
     try:
-        project_id = server.find_project(titled(settings, kind, purpose, assignee))
+        project_id = server.find_project(titled(settings, kind, purpose, person))
     except CftoolsError:  # a prefix too long for an email in the title: no such project was ever made
         return None
     if project_id is not None:
-        server.rename_project(project_id, project_title(settings, kind, purpose, assignee),
-                              project_description(settings, project_about(kind, purpose)[1], kind, assignee))
+        server.rename_project(project_id, project_title(settings, kind, purpose, person),
+                              project_description(settings, project_about(kind, purpose)[1], kind, person))
     return project_id
 
 
-def project_about(kind: str, purpose: str) -> tuple[int, str]:
+def project_about(kind: str, purpose: Purpose) -> tuple[int, str]:
     """(overlap, what the project is for) of KIND's PURPOSE."""
     spec = own_task(kind, purpose)
     if spec is not None:
         return spec.annotators, spec.description or spec.name
-    return (ANNOTATIONS_PER_TASK if purpose == VERIFY else 1), PROJECT_DESCRIPTIONS.get(purpose, "people write new")
+    return ((ANNOTATIONS_PER_TASK if purpose.task == VERIFY else 1),
+            PROJECT_DESCRIPTIONS.get(purpose.task, "people write new"))
 
 
 PROJECT_DESCRIPTIONS = {VERIFY: "two annotators verify", ADJUDICATE: "one adjudicator settles"}
 
 
-def alone(server: LabelStudioServer, assignee: Optional[str]) -> bool:
-    """Whether ASSIGNEE's instructions may say the server is theirs alone: only as the last separation check proved
+def alone(server: LabelStudioServer, person: Optional[str]) -> bool:
+    """Whether PERSON's instructions may say the server is theirs alone: only as the last separation check proved
     it (`cftools.annotate.separation`), never from the config."""
-    return assignee is not None and server.alone_for == assignee
+    return person is not None and server.alone_for == person
 
 
-def ensure_project(server: LabelStudioServer, settings: ServerSettings, kind: str, purpose: str,
-                   workspace_root: Optional[str] = None, assignee: Optional[str] = None) -> int:
-    """The project of KIND's PURPOSE (for ASSIGNEE alone when given: one annotation per task), created once with
+def ensure_project(server: LabelStudioServer, settings: ServerSettings, kind: str, purpose: Purpose,
+                   workspace_root: Optional[str] = None, person: Optional[str] = None) -> int:
+    """The project of KIND's PURPOSE (for PERSON alone when given: one annotation per task), created once with
     the kind's label config and instructions."""
-    title = project_title(settings, kind, purpose, assignee)
-    project_id = find_person_project(server, settings, kind, purpose, assignee)
+    title = project_title(settings, kind, purpose, person)
+    project_id = find_person_project(server, settings, kind, purpose, person)
     if project_id is not None:
         return project_id
     spec = own_task(kind, purpose)
-    name = spec.name if spec is not None else purpose
+    name = spec.name if spec is not None else purpose.task
     kind_spec = get_kind(kind)
     overlap, about = project_about(kind, purpose)
-    if assignee:
+    if person:
         overlap = 1
-    description = project_description(settings, about, kind, assignee)
+    description = project_description(settings, about, kind, person)
     return server.create_project(title, render_label_config(kind, name, workspace_root), overlap,
                                  description=description,
-                                 instructions=kind_spec.instructions(name, workspace_root, alone(server, assignee)))
+                                 instructions=kind_spec.instructions(name, workspace_root, alone(server, person)))

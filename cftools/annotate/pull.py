@@ -18,11 +18,12 @@ from typing import Any, Iterable, Optional
 from sqlalchemy import bindparam, insert, select
 from sqlmodel import Session
 
-from cftools.annotate.projects import ANNOTATIONS_PER_TASK, DECIDED, DELETED, GONE, OPEN, RETURNED, Progress, STAGE, unsynced_delete, unsynced_update, own_task, task_of
+from cftools.annotate.projects import ANNOTATIONS_PER_TASK, DECIDED, DELETED, GONE, OPEN, RETURNED, Progress, STAGE, unsynced_delete, unsynced_update, own_task
+from cftools.annotate.purpose import Purpose
 from cftools.annotate.assign import Sender, choose_people, current_load, live_assignees
-from cftools.annotate.attribution import email_of, refusal
-from cftools.annotate.controls import MEASURING, record_outcomes, shown_purpose
-from cftools.annotate.task_import import PushReport, item_event_row, open_tasks_of, forget_deleted
+from cftools.annotate.attribution import person_of, refusal
+from cftools.annotate.controls import record_outcomes
+from cftools.annotate.task_import import PushReport, StoredTask, item_event_row, open_tasks_of, forget_deleted
 from cftools.annotate.status import record_agreement
 from cftools.judgments import ADJUDICATE, VERIFY, Answer, Decision, InvalidResult, adjudicated, decide
 from cftools.annotate.rules import preload_agreement_library
@@ -88,40 +89,40 @@ class PullReport:
 
 @dataclass
 class Chosen:
-    """The annotation kept for one (task, annotator)."""
+    """The annotation kept for one (task, person): the person who made it, and what it answers."""
 
-    annotator: str
+    person: str
     annotation: dict
     answer: Answer
 
 
-def choose_annotations(task: dict, kind: str, purpose: str, emails: dict[int, str], report: PullReport,
-                       workspace_root: Optional[str] = None, assignee: Optional[str] = None) -> list[Chosen]:
-    """The first valid annotation of each annotator, in annotation order, at most two annotators
-    (one for adjudication; with an ASSIGNEE, only that person's); everything else is counted or reported. An
-    annotation made by someone other than the assignee, or changed by someone other than its author, is refused
+def choose_annotations(task: dict, kind: str, purpose: Purpose, people: dict[int, str], report: PullReport,
+                       workspace_root: Optional[str] = None, person: Optional[str] = None) -> list[Chosen]:
+    """The first valid annotation of each author (PEOPLE: the server's users), in annotation order, at most two
+    authors (one for adjudication; with a PERSON, the task's, only theirs); everything else is counted or reported.
+    An annotation made by someone other than the person, or changed by someone other than its author, is refused
     by name: it is not that person's judgment as they left it."""
     chosen: list[Chosen] = []
     seen: set[str] = set()
     spec = own_task(kind, purpose)
-    limit = (spec.annotators + spec.tiebreak) if spec is not None else ANNOTATIONS_PER_TASK if purpose == VERIFY else 1
-    if assignee:
+    limit = (spec.annotators + spec.tiebreak) if spec is not None else ANNOTATIONS_PER_TASK if purpose.task == VERIFY else 1
+    if person:
         limit = 1
-    name = task_of(shown_purpose(purpose))[0]  # a control or audit task was made with the verify config
+    name = purpose.shown.task  # a control or audit task was made with the verify config
     unusable: list[dict] = []  # skips and refusals of an assigned task: it comes back unless a judgment counts
     for annotation in sorted(task.get("annotations") or [], key=lambda a: a.get("id") or 0):
         report.annotations += 1
-        annotator = email_of(annotation.get("completed_by"), emails)
+        author = person_of(annotation.get("completed_by"), people)
         where = {"project": task.get("project"), "task": task.get("id"), "annotation": annotation.get("id"),
-                 "annotator": annotator}
+                 "annotator": author}
         if annotation.get("was_cancelled"):
             report.cancelled += 1
-            if assignee and annotator == assignee:
+            if person and author == person:
                 unusable.append({**where, "why": SKIPPED, "reason": f"you skipped task {task.get('id')}"})
             continue
-        if (refused := refusal(annotation, task.get("id"), emails, assignee)) is not None:
+        if (refused := refusal(annotation, task.get("id"), people, person)) is not None:
             report.refused.append({**where, "reason": refused})
-            if assignee:
+            if person:
                 unusable.append({**where, "why": REFUSED, "reason": refused})
             continue
         try:
@@ -129,35 +130,35 @@ def choose_annotations(task: dict, kind: str, purpose: str, emails: dict[int, st
             get_kind(kind).check_judgment(name, answer, task.get("data") or {})
         except InvalidResult as exc:
             report.invalid.append({**where, "reason": str(exc)})
-            if assignee:
-                report.returned.setdefault(annotator, []).append({**where, "purpose": purpose, "why": INVALID,
+            if person:
+                report.returned.setdefault(author, []).append({**where, "purpose": str(purpose), "why": INVALID,
                                                                   "reason": str(exc)})
             continue
-        if annotator in seen:
+        if author in seen:
             report.ignored_same_annotator += 1
             continue
         if len(chosen) >= limit:
             report.ignored_extra_annotators += 1
             continue
-        seen.add(annotator)
-        chosen.append(Chosen(annotator, annotation, answer))
-    returned = report.returned.get(assignee or "", [])
-    if assignee and unusable and not chosen and not any(r["task"] == task.get("id") for r in returned):
-        last = unusable[-1]  # the task goes back to its assignee as a new one that says why (nothing stuck)
-        entry = {**last, "annotator": assignee, "purpose": purpose}
-        report.returned.setdefault(assignee, []).append(entry)
+        seen.add(author)
+        chosen.append(Chosen(author, annotation, answer))
+    returned = report.returned.get(person or "", [])
+    if person and unusable and not chosen and not any(r["task"] == task.get("id") for r in returned):
+        last = unusable[-1]  # the task goes back to its person as a new one that says why (nothing stuck)
+        entry = {**last, "annotator": person, "purpose": str(purpose)}
+        report.returned.setdefault(person, []).append(entry)
         if last["why"] == SKIPPED:
             report.skipped.append({k: v for k, v in entry.items() if k != "why"})
     return chosen
 
 
-def sibling_picks(session: Session, tasks: dict[int, Any], changed: set[int]) -> dict[int, list[Chosen]]:
+def sibling_picks(session: Session, tasks: dict[int, StoredTask], changed: set[int]) -> dict[int, list[Chosen]]:
     """For each changed assigned task: the judgments of every live task of its item and purpose (one per person's
     project), in the order they were made: what decides the item."""
     wanted = {(tasks[t].item_id, tasks[t].purpose): t for t in changed if tasks[t].assignee}
     if not wanted:
         return {}
-    found: dict[tuple[int, str], list[Chosen]] = defaultdict(list)
+    found: dict[tuple[int, Purpose], list[Chosen]] = defaultdict(list)
     item_ids = sorted({item_id for item_id, _ in wanted})
     for part in in_chunks(item_ids):
         for item_id, purpose, j in session.execute(
@@ -165,6 +166,7 @@ def sibling_picks(session: Session, tasks: dict[int, Any], changed: set[int]) ->
                 .join(Judgment, Judgment.task_id == AnnotationTask.id)
                 .where(AnnotationTask.item_id.in_(part), AnnotationTask.state.not_in(GONE))
                 .order_by(Judgment.annotated_at, Judgment.ls_annotation_id)).all():
+            purpose = Purpose.parse(purpose)
             if (item_id, purpose) in wanted:
                 answer = Answer(related=j.related, answer_correct=j.answer_correct,
                                 corrected_answer=j.corrected_answer, flags=list(j.flags or []), comment=j.comment,
@@ -175,7 +177,7 @@ def sibling_picks(session: Session, tasks: dict[int, Any], changed: set[int]) ->
 
 def _judgment_row(task_id: int, chosen: Chosen) -> dict:
     a, answer = chosen.annotation, chosen.answer
-    return {"task_id": task_id, "annotator": chosen.annotator, "ls_annotation_id": a.get("id"),
+    return {"task_id": task_id, "annotator": chosen.person, "ls_annotation_id": a.get("id"),
             "related": answer.related, "answer_correct": answer.answer_correct,
             "corrected_answer": answer.corrected_answer, "flags": answer.flags, "comment": answer.comment,
             "decision": answer.decision,
@@ -202,7 +204,7 @@ def store_judgments(session: Session, chosen: dict[int, list[Chosen]], report: P
     for task_id, picks in chosen.items():
         for pick in picks:
             row = _judgment_row(task_id, pick)
-            old = existing.pop((task_id, pick.annotator), None)
+            old = existing.pop((task_id, pick.person), None)
             if old is None:
                 new_rows.append(row)
                 changed.add(task_id)
@@ -256,7 +258,7 @@ def _set_item_decision(writes: PendingWrites, item: Any, decision: Decision, tas
                        annotators: list[str]) -> None:
     """Queue the item's new status (and answer) with its history event; ITEM and TASK are rows of their tables."""
     now = utcnow()
-    detail: dict[str, Any] = {"decision": decision.status, "rule": decision.rule, "purpose": task.purpose,
+    detail: dict[str, Any] = {"decision": decision.status, "rule": decision.rule, "purpose": str(task.purpose),
                               "project": task.ls_project_id, "task": task.ls_task_id, "annotators": annotators}
     values: dict[str, Any] = {"id": item.id, "status": decision.status, "updated_at": now}
     if decision.corrected_answer is not None:
@@ -279,7 +281,7 @@ def _set_item_decision(writes: PendingWrites, item: Any, decision: Decision, tas
     writes.events.append(item_event_row(item.id, item.status, decision.status, detail))
 
 
-def apply_decisions(session: Session, tasks: dict[int, Any], changed: set[int], chosen: dict[int, list[Chosen]],
+def apply_decisions(session: Session, tasks: dict[int, StoredTask], changed: set[int], chosen: dict[int, list[Chosen]],
                     report: PullReport, kind: Optional[str] = None) -> None:
     """Decide the items of tasks whose judgments changed (an adjudicated item keeps its adjudication).
 
@@ -304,22 +306,22 @@ def apply_decisions(session: Session, tasks: dict[int, Any], changed: set[int], 
             AnnotationTask.item_id.in_(part), AnnotationTask.purpose == ADJUDICATE,
             AnnotationTask.state == DECIDED)).scalars())
     writes = PendingWrites()
-    settled: dict[tuple[int, str], str] = {}  # (item, purpose) -> the decision its judgments made
+    settled: dict[tuple[int, Purpose], str] = {}  # (item, purpose) -> the decision its judgments made
     for task_id in ids:
         task, found = tasks[task_id], chosen.get(task_id, [])
         item = items[task.item_id]
-        if task.purpose == ADJUDICATE:
+        if task.purpose.task == ADJUDICATE:
             if found:
-                decision = (get_kind(kind).adjudicated(found[0].answer, item.data, found[0].annotator) if kind
+                decision = (get_kind(kind).adjudicated(found[0].answer, item.data, found[0].person) if kind
                             else adjudicated(found[0].answer))
-                _set_item_decision(writes, item, decision, task, [found[0].annotator])
+                _set_item_decision(writes, item, decision, task, [found[0].person])
                 report.decisions[f"adjudicated {decision.status}"] += 1
             continue
         if item.id in adjudicated_items:
             continue
         if len(found) >= ANNOTATIONS_PER_TASK:
             decision = (get_kind(kind).decide if kind else decide)(found[0].answer, found[1].answer)
-            _set_item_decision(writes, item, decision, task, [pick.annotator for pick in found[:2]])
+            _set_item_decision(writes, item, decision, task, [pick.person for pick in found[:2]])
             settled[(item.id, task.purpose)] = decision.status
             report.decisions[decision.status + (" (corrected)" if decision.corrected_answer else "")] += 1
         elif task.decision is not None:  # a judgment went away: the item is under review again
@@ -331,13 +333,13 @@ def apply_decisions(session: Session, tasks: dict[int, Any], changed: set[int], 
     close_decided(session, settled)
 
 
-def close_decided(session: Session, settled: dict[tuple[int, str], str]) -> None:
+def close_decided(session: Session, settled: dict[tuple[int, Purpose], str]) -> None:
     """Once an item is decided, none of its tasks of that purpose stays open (each person's task of it is decided:
     a sibling whose judgment came in an earlier pull would otherwise wait forever and count as load)."""
     now = utcnow()
     for (item_id, purpose), status in settled.items():
         session.execute(unsynced_update(AnnotationTask).where(
-            AnnotationTask.item_id == item_id, AnnotationTask.purpose == purpose, AnnotationTask.state == OPEN)
+            AnnotationTask.item_id == item_id, AnnotationTask.purpose == str(purpose), AnnotationTask.state == OPEN)
             .values(state=DECIDED, decision=status, updated_at=now))
 
 
@@ -349,7 +351,7 @@ def merged(data: dict, update: dict) -> dict:
     return out
 
 
-def apply_own_decisions(session: Session, tasks: dict[int, Any], ids: list[int], chosen: dict[int, list[Chosen]],
+def apply_own_decisions(session: Session, tasks: dict[int, StoredTask], ids: list[int], chosen: dict[int, list[Chosen]],
                         report: PullReport) -> None:
     """Decide tasks of a kind's own task by the kind's rule: the item's data and status, the items a decision
     makes, and the tasks that need one more person (their overlap is raised after the write)."""
@@ -357,9 +359,9 @@ def apply_own_decisions(session: Session, tasks: dict[int, Any], ids: list[int],
     for task_id in ids:
         task = tasks[task_id]
         item = session.get(Item, task.item_id)
-        name, unit = task_of(task.purpose)
+        name, unit = task.purpose.task, task.purpose.unit
         picks = chosen.get(task_id, [])
-        outcome = get_kind(item.kind).decide_task(name, unit, item, [(p.annotator, p.answer) for p in picks])
+        outcome = get_kind(item.kind).decide_task(name, unit, item, [(p.person, p.answer) for p in picks])
         if outcome.wants:
             report.tiebreaks.append({"item": item.key, "task": task.ls_task_id, "annotators": outcome.wants})
         before = item.status
@@ -378,33 +380,33 @@ def apply_own_decisions(session: Session, tasks: dict[int, Any], ids: list[int],
         if outcome.decided or outcome.wants or item.status != before:  # not a task still waiting for judgments
             report.decisions[f"{name}: {outcome.rule or item.status}"] += 1
             session.add(ItemEvent(item_id=item.id, stage=STAGE, from_status=before, to_status=item.status,
-                                  detail={"task": task.purpose, "rule": outcome.rule,
-                                          "annotators": [p.annotator for p in picks]}))
+                                  detail={"task": str(task.purpose), "rule": outcome.rule,
+                                          "annotators": [p.person for p in picks]}))
         for row in outcome.new_items:
             if session.execute(select(Item.id).where(Item.key == row["key"])).first() is None:
                 made = Item(**row)
                 session.add(made)
                 session.flush()
                 session.add(ItemEvent(item_id=made.id, stage=STAGE, from_status=None, to_status=made.status,
-                                      detail={"made_by": task.purpose, "from_item": item.key}))
+                                      detail={"made_by": str(task.purpose), "from_item": item.key}))
                 report.items_made += 1
 
 
-def still_wanted(task: Any, item: Item) -> bool:
+def still_wanted(task: StoredTask, item: Item) -> bool:
     """Whether TASK's item still waits on a task of its purpose (a deleted one then goes back to its person): a
     verification while the item is under review, an adjudication while it needs one, a kind's own task while the
     item is in one of its statuses, a control or an audit always (it measures its person)."""
-    if task.purpose == VERIFY:
+    if task.purpose.task == VERIFY:
         return item.status == IN_REVIEW
-    if task.purpose == ADJUDICATE:
+    if task.purpose.task == ADJUDICATE:
         return item.status == NEEDS_ADJUDICATION
-    if task.purpose in MEASURING:
+    if task.purpose.measuring:
         return True
     spec = own_task(item.kind, task.purpose)
     return spec is not None and (item.status in spec.statuses or item.status == spec.to_status)
 
 
-def mark_deleted(session: Session, tasks: list[Any], report: PullReport, resend: bool = False) -> list[dict]:
+def mark_deleted(session: Session, tasks: list[StoredTask], report: PullReport, resend: bool = False) -> list[dict]:
     """Tasks gone from the server: marked deleted; items still under review go back to `checked`. With RESEND, an
     assigned task of any purpose that its item still waits on is instead returned (a new task goes to its assignee,
     saying why: see `send_back`); the entries to send are returned. The server may give a deleted task's id to a
@@ -418,12 +420,12 @@ def mark_deleted(session: Session, tasks: list[Any], report: PullReport, resend:
                             .values(state=RETURNED, decision=TASK_DELETED, ls_task_id=None, updated_at=now))
             reason = f"task {task.ls_task_id} was deleted on the server"
             session.execute(insert(ItemEvent.__table__), [item_event_row(item.id, item.status, item.status, {
-                "task_deleted": task.ls_task_id, "project": task.ls_project_id, "purpose": task.purpose,
+                "task_deleted": task.ls_task_id, "project": task.ls_project_id, "purpose": str(task.purpose),
                 "returned_to": task.assignee, "why": TASK_DELETED, "reason": reason})])
             entries.append({"project": task.ls_project_id, "task": task.ls_task_id, "annotator": task.assignee,
-                            "purpose": task.purpose, "why": TASK_DELETED, "reason": reason})
+                            "purpose": str(task.purpose), "why": TASK_DELETED, "reason": reason})
             report.deleted_tasks.append({"item": item.key, "project": task.ls_project_id, "task": task.ls_task_id,
-                                         "purpose": task.purpose, "item_status": item.status,
+                                         "purpose": str(task.purpose), "item_status": item.status,
                                          "sent_back_to": task.assignee})
             continue
         report.deleted_tasks.append(forget_deleted(session, task))
@@ -440,14 +442,14 @@ class PullRun:
     progress: Progress = no_progress
 
 
-def pull_project(run: PullRun, job: ProjectJob, server: LabelStudioServer, emails: dict[int, str],
+def pull_project(run: PullRun, job: ProjectJob, server: LabelStudioServer, people: dict[int, str],
                  report: PullReport, fetched: Optional[list[list[dict]]] = None) -> None:
-    """Read JOB's project's tasks back from SERVER (EMAILS: its user ids' emails). FETCHED: the project's export
+    """Read JOB's project's tasks back from SERVER (PEOPLE: its users' ids -> the people they are). FETCHED: the project's export
     chunks, already read (`fetch_projects`)."""
     store, sender, progress, workspace_root = run.workspace.store, run.sender, run.progress, str(run.workspace.root)
     project_id, kind, purpose = job.project_id, job.kind, job.purpose
     with store.session() as session:
-        tasks = {t.id: t for t in session.execute(select(
+        tasks = {t.id: StoredTask.of(t) for t in session.execute(select(
             AnnotationTask.id, AnnotationTask.item_id, AnnotationTask.purpose, AnnotationTask.ls_project_id,
             AnnotationTask.ls_task_id, AnnotationTask.decision, AnnotationTask.assignee, AnnotationTask.state,
             Item.kind)
@@ -477,7 +479,7 @@ def pull_project(run: PullRun, job: ProjectJob, server: LabelStudioServer, email
                                           "expected": keys.get(task.item_id), "found": carried})
                 continue
             report.tasks += 1
-            chosen[task.id] = choose_annotations(data, kind, purpose, emails, report, workspace_root, task.assignee)
+            chosen[task.id] = choose_annotations(data, kind, purpose, people, report, workspace_root, task.assignee)
         asked = len(report.tiebreaks)
         returning = [r for person in report.returned.values() for r in person if r.get("project") == project_id
                      and not r.get("sent")]
@@ -485,7 +487,7 @@ def pull_project(run: PullRun, job: ProjectJob, server: LabelStudioServer, email
             changed = store_judgments(session, chosen, report)
             returned = mark_returned(session, by_ls_id, returning)
             changed -= returned
-            if purpose in MEASURING:  # scored against the settled answer; never counted toward its item
+            if purpose.measuring:  # scored against the settled answer; never counted toward its item
                 record_outcomes(session, tasks, changed, chosen, report)
             else:
                 apply_decisions(session, tasks, changed, {**chosen, **sibling_picks(session, tasks, changed)},
@@ -577,7 +579,7 @@ class ProjectJob:
     server_url: str
     project_id: int
     kind: str
-    purpose: str
+    purpose: Purpose
     task_ids: tuple[int, ...]
 
 
@@ -595,7 +597,7 @@ def project_jobs(store: Store) -> list[ProjectJob]:
         tasks[(url, project_id, kind, purpose)].append(task_id)
     order = sorted(tasks, key=lambda key: (key[0], key[1], key[2]))
     order.sort(key=lambda key: key[3], reverse=True)  # stable: purposes descending, then server and project
-    return [ProjectJob(url, pid, kind, purpose, tuple(sorted(tasks[(url, pid, kind, purpose)])))
+    return [ProjectJob(url, pid, kind, Purpose.parse(purpose), tuple(sorted(tasks[(url, pid, kind, purpose)])))
             for url, pid, kind, purpose in order]
 
 
@@ -609,7 +611,7 @@ def fetch_project(server: LabelStudioServer, job: ProjectJob) -> list[list[dict]
 def fetch_projects(servers: Servers, jobs: list[ProjectJob]) -> dict[ProjectJob, Future]:
     """Start reading every project: one thread per server, so all servers export at once (each person's server is
     a single-process Label Studio: its serializer bounds its own pull, not the others'); a server's projects are
-    read one after another, in JOBS' order. Each future gives (server, its user emails, chunks); a job on a server
+    read one after another, in JOBS' order. Each future gives (server, its users as people, chunks); a job on a server
     no longer configured gives (None, {}, [])."""
     pools: dict[str, ThreadPoolExecutor] = {}
     futures: dict[ProjectJob, Future] = {}
@@ -618,7 +620,7 @@ def fetch_projects(servers: Servers, jobs: list[ProjectJob]) -> dict[ProjectJob,
         server = servers.for_url(job.server_url)
         if server is None:
             return None, {}, []
-        return server, servers.emails(server), fetch_project(server, job)
+        return server, servers.people(server), fetch_project(server, job)
 
     for job in jobs:
         if job.server_url not in pools:
@@ -672,12 +674,12 @@ def pull(workspace: Workspace, progress: Progress = no_progress) -> PullReport:
         futures = fetch_projects(servers, jobs)
         counted = PullCounts(jobs, per_person=bool(settings.people), progress=progress)
         for job in jobs:
-            server, emails, chunks = futures[job].result()
+            server, people, chunks = futures[job].result()
             if server is None:
                 if job.server_url not in report.servers_not_configured:
                     report.servers_not_configured.append(job.server_url)
             else:
-                pull_project(run, job, server, emails, report, fetched=chunks)
+                pull_project(run, job, server, people, report, fetched=chunks)
             counted.done(job)
         pull_authoring_projects(workspace, servers, settings, report)
         link_after_pull(workspace.store, servers)  # what this pull stored, checked at its start
@@ -706,5 +708,5 @@ def pull_authoring_projects(workspace: Workspace, servers: Servers, settings: Se
     for name, spec in sorted(all_kinds().items()):
         for task in spec.authoring_tasks:
             for person, (server, project_id) in authoring_projects(servers, settings, name, task).items():
-                pull_authoring(workspace, server, project_id, name, task, servers.emails(server),
+                pull_authoring(workspace, server, project_id, name, task, servers.people(server),
                                report.authoring, person)

@@ -21,11 +21,12 @@ from cftools.annotate.authoring import authoring_task, push_authoring
 from cftools.annotate.label_studio import LabelStudioError, server_settings
 from cftools.annotate.controls import control_rate, plan_controls
 from cftools.annotate.pauses import pause_the_named, paused_people, requeued_from
-from cftools.annotate.projects import DELETED, Progress, find_person_project, own_task, purpose_of, task_of
+from cftools.annotate.projects import DELETED, Progress, find_person_project, own_task
+from cftools.annotate.purpose import Purpose
 from cftools.annotate.separation import refresh_instructions, refuse_document_root, verify_separation
 from cftools.annotate.servers import Servers
 from cftools.annotate.task_import import PushOptions, PushReport, PushRun
-from cftools.errors import CftoolsError
+from cftools.errors import CftoolsError, Hint
 from cftools.judgments import ADJUDICATE, VERIFY
 from cftools.kinds import get_kind
 from cftools.models import CHECKED, IN_REVIEW, NEEDS_ADJUDICATION, AnnotationTask, Item, Judgment
@@ -42,7 +43,8 @@ def waiting_kind(store: Store, adjudicate: bool = False) -> Optional[str]:
         waiting = sorted(session.execute(select(Item.kind).where(Item.status == status).distinct()).scalars())
         present = waiting or sorted(session.execute(select(Item.kind).distinct()).scalars())
     if len(waiting) > 1:
-        raise CftoolsError(f"{status} items of several kinds are waiting ({', '.join(waiting)}): pass --kind")
+        raise CftoolsError(f"{status} items of several kinds are waiting ({', '.join(waiting)})",
+                           hint=Hint("{message}: pass {kind}", kind="--kind"))
     return present[0] if present else None
 
 
@@ -57,10 +59,10 @@ def push(workspace: Workspace, kind: Optional[str], *, limit: Optional[int] = No
     person's project on their own server, or the shared project of the shared server, created once), payload,
     import (batched, reconciled by item key), link (one transaction per batch). Images for an authoring task go
     one to a person (`authoring.push_authoring`)."""
-    purpose = ADJUDICATE if adjudicate else VERIFY
-    if task is not None and task != purpose and kind is not None:
-        purpose = task if get_kind(kind).task_spec(task) is not None else authoring_task(kind, task)
-    report = PushReport(purpose=purpose, kind=kind)
+    purpose = Purpose(ADJUDICATE if adjudicate else VERIFY)
+    if task is not None and task != purpose.task and kind is not None:
+        purpose = Purpose.parse(task if get_kind(kind).task_spec(task) is not None else authoring_task(kind, task))
+    report = PushReport(purpose=str(purpose), kind=kind)
     settings = server_settings(workspace)
     if not settings.configured and if_configured:
         report.configured = False
@@ -78,11 +80,11 @@ def push(workspace: Workspace, kind: Optional[str], *, limit: Optional[int] = No
         if kind is None:
             report.message = "nothing to push: the store holds no items yet"
             return report
-        get_kind(kind).task_template(purpose)  # an unknown kind or task is an error before anything is created
+        get_kind(kind).task_template(purpose.task)  # an unknown kind or task is an error before anything is created
         options = PushOptions(limit=limit, data_uri=data_uri, allow_missing_images=allow_missing_images,
                               progress=progress)
         run = PushRun(workspace, servers, settings, kind, purpose, options)
-        if own_task(kind, purpose) is None and purpose not in (VERIFY, ADJUDICATE):
+        if own_task(kind, purpose) is None and purpose.task not in (VERIFY, ADJUDICATE):
             push_authoring(run, report)
         else:
             push_tasks(run, report)
@@ -113,7 +115,7 @@ def push_tasks(run: PushRun, report: PushReport) -> None:
         report.paused = pause_the_named(run.workspace)
     wanted = plan(run)
     report.candidates = len({(item.id, task_purpose) for item, task_purpose, _ in wanted})
-    if run.settings.assigns and run.purpose == VERIFY:
+    if run.settings.assigns and run.purpose.task == VERIFY:
         controls = plan_controls(run.workspace.store, run.kind, wanted, control_rate(run.workspace))
         report.controls = len(controls)
         wanted += controls
@@ -126,7 +128,7 @@ def push_tasks(run: PushRun, report: PushReport) -> None:
 def resume(run: PushRun, sender: Sender) -> int:
     """Link the tasks a killed push imported but did not record, in each project of RUN's task that exists (the
     shared project is made here); returns how many. The projects found are SENDER's from then on."""
-    kind, purpose, task = run.kind, run.purpose, task_of(run.purpose)[0]
+    kind, purpose, task = run.kind, run.purpose, run.purpose.project
     fallback = purpose if own_task(kind, purpose) is None else None
     reconciled = 0
     for person in run.settings.annotators or (None,):
@@ -139,7 +141,7 @@ def resume(run: PushRun, sender: Sender) -> int:
     return reconciled
 
 
-def plan(run: PushRun) -> list[tuple[Item, str, Optional[str]]]:
+def plan(run: PushRun) -> list[tuple[Item, Purpose, Optional[str]]]:
     """Who gets which task: (item, purpose, person) of each task to push. With `[label_studio] annotators`, each
     item goes to as many different people as its task needs, the least loaded first; an adjudication to someone
     who did not judge the item. Nobody paused (`annotate resume`) gets one, nor anyone whose judgment of the item
@@ -154,7 +156,7 @@ def plan(run: PushRun) -> list[tuple[Item, str, Optional[str]]]:
         return [(item, task_purpose, None) for item, task_purpose, _ in candidates]
     item_ids = sorted({item.id for item, _, _ in candidates})
     assigned = live_assignees(store, item_ids)
-    judges = verify_judges(store, item_ids) if purpose == ADJUDICATE else {}
+    judges = verify_judges(store, item_ids) if purpose.task == ADJUDICATE else {}
     former = requeued_from(store, item_ids)
     paused = set(paused_people(store))
     load = current_load(store)
@@ -167,8 +169,8 @@ def plan(run: PushRun) -> list[tuple[Item, str, Optional[str]]]:
     return wanted
 
 
-def assigned_candidates(store: Store, kind: str, purpose: str, limit: Optional[int],
-                        shared: bool = False) -> list[tuple[Item, str, int]]:
+def assigned_candidates(store: Store, kind: str, purpose: Purpose, limit: Optional[int],
+                        shared: bool = False) -> list[tuple[Item, Purpose, int]]:
     """(item, purpose, tasks still needed) of every task of KIND's PURPOSE with fewer live tasks than it needs: new
     items, and items a killed push gave to some of their people only (already under review). SHARED: one task per
     item in the shared project (the server hands it to as many people as the project's overlap)."""
@@ -177,12 +179,12 @@ def assigned_candidates(store: Store, kind: str, purpose: str, limit: Optional[i
     if spec is not None:
         fresh, resumed = list(spec.statuses), [spec.to_status] if spec.to_status else []
     else:
-        fresh, resumed = ([CHECKED], [IN_REVIEW]) if purpose == VERIFY else ([NEEDS_ADJUDICATION], [])
+        fresh, resumed = ([CHECKED], [IN_REVIEW]) if purpose.task == VERIFY else ([NEEDS_ADJUDICATION], [])
     with store.session() as session:
         items = list(session.execute(select(Item).where(Item.kind == kind, Item.status.in_(fresh + resumed))
                                      .order_by(Item.id)).scalars())
         if spec is not None:
-            pairs = [(item, purpose_of(spec.name, unit)) for item in items
+            pairs = [(item, Purpose(spec.name, unit)) for item in items
                      for unit in get_kind(kind).task_units(spec.name, item)]
         else:
             pairs = [(item, purpose) for item in items]

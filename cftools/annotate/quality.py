@@ -38,7 +38,8 @@ from dataclasses import dataclass, field, replace
 from itertools import combinations
 from typing import Any, Callable, Collection, Mapping, Optional, Sequence
 
-from cftools.annotate.projects import DECIDED, GONE, task_of
+from cftools.annotate.projects import DECIDED, GONE
+from cftools.annotate.purpose import Purpose
 from cftools.annotate.rules import label_agreement
 from cftools.judgments import ADJUDICATE, MEASURING, VERIFY, Answer, Decision, normal_correction
 from cftools.models import NEEDS_ADJUDICATION
@@ -141,7 +142,7 @@ class JudgmentRow:
     kind: str
     item_id: int
     item_key: str
-    purpose: str  # as stored: verify, adjudicate, or a kind's task (TASK or TASK:UNIT)
+    purpose: Purpose  # verify, adjudicate, or a kind's task (with its unit)
     person: str
     answer: Answer
     lead_time: Optional[float]
@@ -149,7 +150,7 @@ class JudgmentRow:
 
     @property
     def task(self) -> str:
-        return task_of(self.purpose)[0]
+        return self.purpose.task
 
 
 def answer_of(judgment: Any) -> Answer:
@@ -184,14 +185,14 @@ def counted_judgments(session: Any, kind: Optional[str] = None,
         if wanted is not None and key not in wanted:
             continue
         lead = (j.raw or {}).get("lead_time")
-        rows.append(JudgmentRow(item_kind, item_id, key, purpose, j.annotator, answer_of(j),
+        rows.append(JudgmentRow(item_kind, item_id, key, Purpose.parse(purpose), j.annotator, answer_of(j),
                                 float(lead) if isinstance(lead, (int, float)) else None))
     # An adjudication's decision may read its item's data (a MuCR cue set): only those items' data is read.
-    adjudicated = sorted({row.item_id for row in rows if row.purpose == ADJUDICATE})
+    adjudicated = sorted({row.item_id for row in rows if row.task == ADJUDICATE})
     data: dict[int, Optional[dict]] = {}
     for part in in_chunks(adjudicated):
         data.update(session.execute(select(Item.id, Item.data).where(Item.id.in_(part))).all())
-    return [replace(row, item_data=data.get(row.item_id)) if row.purpose == ADJUDICATE else row for row in rows]
+    return [replace(row, item_data=data.get(row.item_id)) if row.task == ADJUDICATE else row for row in rows]
 
 
 # ---------------------------------------------------------------- agreement per pair
@@ -219,9 +220,9 @@ def pair_kappas(session: Any, kind: Optional[str] = None,
 
 
 def kappas_of(rows: Sequence[JudgmentRow]) -> list[PairKappa]:
-    units: dict[tuple[str, str, int, str], dict[str, str]] = defaultdict(dict)
+    units: dict[tuple[str, str, int, Purpose], dict[str, str]] = defaultdict(dict)
     for row in rows:
-        if row.purpose == ADJUDICATE:
+        if row.task == ADJUDICATE:
             continue
         label = verdict(row.kind, row.task, row.answer)
         if label is not None:
@@ -274,7 +275,7 @@ def overturns_of(rows: Sequence[JudgmentRow], decided_adjudications: Collection[
 
     settled: dict[int, str] = {}
     for row in rows:
-        if row.purpose == ADJUDICATE and row.item_id in decided_adjudications and row.item_id not in settled:
+        if row.task == ADJUDICATE and row.item_id in decided_adjudications and row.item_id not in settled:
             decision = get_kind(row.kind).adjudicated(row.answer, row.item_data, row.person)
             label = decision_label(decision)
             if label is not None and not decision.data:
@@ -282,7 +283,7 @@ def overturns_of(rows: Sequence[JudgmentRow], decided_adjudications: Collection[
     counts: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
     seen: set[tuple[int, str]] = set()
     for row in rows:
-        if row.purpose != VERIFY or row.item_id not in settled or (row.item_id, row.person) in seen:
+        if row.task != VERIFY or row.item_id not in settled or (row.item_id, row.person) in seen:
             continue
         label = verdict(row.kind, VERIFY, row.answer)
         if label is None:
@@ -378,9 +379,9 @@ def item_evidence(session: Any, controls: Mapping[str, ControlScore], item_keys:
     adjudicator: dict[str, str] = {}
     judges: dict[str, list[str]] = defaultdict(list)
     for row in rows:
-        if row.purpose == ADJUDICATE and row.item_id in decided:
+        if row.task == ADJUDICATE and row.item_id in decided:
             adjudicator.setdefault(row.item_key, row.person)
-        elif row.purpose == VERIFY and row.person not in judges[row.item_key]:
+        elif row.task == VERIFY and row.person not in judges[row.item_key]:
             judges[row.item_key].append(row.person)
 
     def decider(person: str) -> Decider:
@@ -579,39 +580,39 @@ def analysis_of(controls: Mapping[str, ControlScore], pairs: Sequence[PairKappa]
                 overturns: Sequence[OverturnRate], speeds: Sequence[LeadTime], *, pseudonym: Callable[[str], str],
                 error_rate: Optional[ErrorRate] = None, min_accuracy: float = DEFAULT_MIN_ACCURACY,
                 task: str = VERIFY, min_controls: int = DEFAULT_MIN_CONTROLS) -> AnnotationAnalysis:
-    """Gather per-person figures under pseudonymous ids (CONTROLS, PAIRS, OVERTURNS and SPEEDS by email, as the
+    """Gather per-person figures under pseudonymous ids (CONTROLS, PAIRS, OVERTURNS and SPEEDS by person, as the
     readers return them, named by PSEUDONYM: the workspace boundary's; lead times of TASK only, pooled over
     kinds)."""
     people: dict[str, PersonFigures] = {}
 
-    def person(email: str) -> PersonFigures:
-        return people.setdefault(email, PersonFigures(id=pseudonym(email)))
+    def figures_of(person: str) -> PersonFigures:
+        return people.setdefault(person, PersonFigures(id=pseudonym(person)))
 
-    for email, score in controls.items():
-        figures = person(email)
+    for person, score in controls.items():
+        figures = figures_of(person)
         figures.controls, figures.controls_correct = score.n, score.correct
         figures.accuracy = wilson_interval(score.correct, score.n)
         figures.named = named_below(score.correct, score.n, min_accuracy, min_controls=min_controls)
     hidden = []
     for pair in pairs:
-        a, b = person(pair.first), person(pair.second)
+        a, b = figures_of(pair.first), figures_of(pair.second)
         a.kappas[f"{pair.kind} {pair.task} with {b.id}"] = pair.kappa
         b.kappas[f"{pair.kind} {pair.task} with {a.id}"] = pair.kappa
         first, second = sorted((a.id, b.id))
         hidden.append(PairKappa(pair.kind, pair.task, first, second, pair.n, pair.percent_agreement, pair.kappa))
     for rate in overturns:
-        figures = person(rate.person)
+        figures = figures_of(rate.person)
         figures.adjudicated += rate.adjudicated
         figures.overturned += rate.overturned
     for figures in people.values():
         figures.overturn = wilson_interval(figures.overturned, figures.adjudicated)
     pooled: dict[str, list[LeadTime]] = defaultdict(list)
     for speed in speeds:
-        person(speed.person)  # an adjudicator who verified nothing is one of the people too
+        figures_of(speed.person)  # an adjudicator who verified nothing is one of the people too
         if speed.task == task:
             pooled[speed.person].append(speed)
-    for email, found in pooled.items():
-        figures = person(email)
+    for person, found in pooled.items():
+        figures = figures_of(person)
         figures.judgments = sum(s.n for s in found)
         # Pooled over kinds by their judgments' weight (each kind's own median when there is one kind).
         figures.lead_time_median_s = sum(s.median_s * s.n for s in found) / figures.judgments

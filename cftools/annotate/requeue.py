@@ -21,6 +21,7 @@ from cftools.annotate.assign import choose_people, current_load, people_needed
 from cftools.annotate.label_studio import LabelStudioError, server_settings
 from cftools.annotate.pauses import local_naive, lead_name, paused_people, requeued_from
 from cftools.annotate.projects import GONE, REQUEUED, STAGE
+from cftools.annotate.purpose import Purpose
 from cftools.annotate.push import push_tasks
 from cftools.annotate.servers import Servers
 from cftools.annotate.task_import import PushOptions, PushReport, PushRun
@@ -107,7 +108,7 @@ def check_people_enough(store: Store, settings: Any, person: str, judged: list[J
     for judged_item in {j.item_id: j for j in judged}.values():
         item_id = judged_item.item_id
         exclude = remaining[item_id] | former.get(item_id, set()) | {person} | paused
-        missing = people_needed(judged_item.kind, VERIFY) - len(remaining[item_id])
+        missing = people_needed(judged_item.kind, Purpose(VERIFY)) - len(remaining[item_id])
         what = f"item {judged_item.item_key}"
         try:
             chosen = choose_people(settings.annotators, load, max(missing, 0), exclude, what)
@@ -205,7 +206,7 @@ def requeue(workspace: Any, person: str, since: Optional[datetime] = None, by: O
         for kind, item_ids in sorted(by_kind.items()):
             pushed = PushReport(purpose=VERIFY, kind=kind)
             options = PushOptions(only=frozenset(item_ids), progress=progress or no_progress)
-            push_tasks(PushRun(workspace, servers, settings, kind, VERIFY, options), pushed)
+            push_tasks(PushRun(workspace, servers, settings, kind, Purpose(VERIFY), options), pushed)
             report.pushed[kind] = pushed.pushed
             for who, n in pushed.assigned.items():
                 report.assigned[who] = report.assigned.get(who, 0) + n

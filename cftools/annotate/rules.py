@@ -16,11 +16,12 @@ from cftools.judgments import FLAG_CODES, NO, YES, Answer
 AGREEMENT_QUESTIONS = ("related", "answer_correct", *FLAG_CODES)
 
 
-def render_label_config(kind: str, purpose: str, workspace_root: Optional[str] = None) -> str:
-    """The kind's label config for PURPOSE (annotation/<kind>/<purpose>.xml.j2; a workspace's copy wins)."""
+def render_label_config(kind: str, task: str, workspace_root: Optional[str] = None) -> str:
+    """The kind's label config for TASK, a purpose's task (annotation/<kind>/<task>.xml.j2; a workspace's copy
+    wins)."""
     from cftools.kinds import get_kind
 
-    return get_kind(kind).label_config(purpose, workspace_root)
+    return get_kind(kind).label_config(task, workspace_root)
 
 
 def question_labels(answer: Answer) -> dict[str, str]:

@@ -150,15 +150,15 @@ def check_person(workspace: Workspace, person: PersonServer, server: LabelStudio
     return finding
 
 
-def short(email: str) -> str:
-    return email.split("@")[0]
+def short(person: str) -> str:
+    return person.split("@")[0]
 
 
-def users_besides(server: LabelStudioServer, email: str) -> list[str]:
+def users_besides(server: LabelStudioServer, person: str) -> list[str]:
     """The other users of SERVER, each with when they joined (Label Studio does not say how: with sign-up only by
     invitation, an invite link or an account made on the server)."""
     return [f"{u.get('email')} (joined {str(u.get('date_joined') or '?')[:16].replace('T', ' ')})"
-            for u in server.users() if (u.get("email") or "").lower() != email]
+            for u in server.users() if (u.get("email") or "").lower() != person]
 
 
 def accepted(url: str, token: str) -> Optional[str]:
@@ -290,8 +290,8 @@ def problem_words(codes: Iterable[str]) -> str:
 def refresh_instructions(workspace: Workspace, servers: Any, settings: ServerSettings) -> int:
     """Each person's projects (as the store knows them) show instructions that say "yours alone" only while the last
     check proves it: rewritten where they say otherwise. Returns how many were rewritten."""
-    from cftools.annotate.controls import shown_purpose
     from cftools.annotate.projects import own_task
+    from cftools.annotate.purpose import Purpose
     from cftools.kinds import get_kind
     from cftools.models import Item
 
@@ -304,9 +304,10 @@ def refresh_instructions(workspace: Workspace, servers: Any, settings: ServerSet
                 select(AnnotationTask.ls_project_id, AnnotationTask.purpose, Item.kind)
                 .join(Item, Item.id == AnnotationTask.item_id)
                 .where(AnnotationTask.server == person.url, AnnotationTask.assignee == person.email)).all()))
-        shown = {project_id: (shown_purpose(purpose), kind) for project_id, purpose, kind in projects}
+        shown = {project_id: (Purpose.parse(purpose).shown, kind) for project_id, purpose, kind in projects}
         for project_id, (purpose, kind) in sorted(shown.items()):
             spec = own_task(kind, purpose)
-            wanted = get_kind(kind).instructions(spec.name if spec is not None else purpose, str(workspace.root), alone)
+            wanted = get_kind(kind).instructions(spec.name if spec is not None else purpose.task, str(workspace.root),
+                                                 alone)
             rewritten += server.set_instructions(project_id, wanted)
     return rewritten

@@ -33,7 +33,7 @@ import httpx
 
 from cftools.annotate.label_studio import PersonServer, server_settings
 from cftools.annotate.separation import Finding, last_checks, refuse_document_root, verify_separation
-from cftools.errors import CftoolsError
+from cftools.errors import CftoolsError, Hint
 from cftools.processes import is_running
 from cftools.progress import ProgressCallback, no_progress
 from cftools.workspace import Workspace
@@ -50,8 +50,8 @@ SERVERS_UP, MIGRATING = "servers up", "migrating Label Studio's database (first 
 CHECKING = "checking each server is its person's alone"
 
 
-def starting_line(email: str) -> str:
-    return f"starting {email}'s server"
+def starting_line(person: str) -> str:
+    return f"starting {person}'s server"
 
 
 @dataclass
@@ -86,9 +86,9 @@ def serve_root(workspace: Workspace) -> Path:
     return workspace.path(SERVE_DIR)
 
 
-def person_dir(workspace: Workspace, email: str) -> Path:
-    """The person's data dir: their email as a folder name (characters other than letters, digits, . _ - @ as _)."""
-    return serve_root(workspace) / "".join(c if c.isalnum() or c in "._-@" else "_" for c in email)
+def person_dir(workspace: Workspace, person: str) -> Path:
+    """PERSON's data dir: their email as a folder name (characters other than letters, digits, . _ - @ as _)."""
+    return serve_root(workspace) / "".join(c if c.isalnum() or c in "._-@" else "_" for c in person)
 
 
 def find_ls_bin(given: Optional[str]) -> Path:
@@ -96,12 +96,14 @@ def find_ls_bin(given: Optional[str]) -> Path:
     if not value:
         found = shutil.which("label-studio")
         if not found:
-            raise CftoolsError("no label-studio binary: pass --ls-bin or set $LS_BIN (scripts/install-label-studio.sh "
-                               "prints the path)")
+            raise CftoolsError("no label-studio binary: set $LS_BIN (scripts/install-label-studio.sh prints the path)",
+                               hint=Hint("no label-studio binary: pass {ls_bin} or set $LS_BIN "
+                                         "(scripts/install-label-studio.sh prints the path)", ls_bin="--ls-bin"))
         value = found
     path = Path(value)
     if not path.is_file():
-        raise CftoolsError(f"label-studio binary not found at {path} (--ls-bin / ${LS_BIN_ENV})")
+        raise CftoolsError(f"label-studio binary not found at {path}",
+                           hint=Hint(f"{{message}} ({{ls_bin}} / ${LS_BIN_ENV})", ls_bin="--ls-bin"))
     return path
 
 
@@ -119,7 +121,7 @@ def read_state(workspace: Workspace) -> dict[str, Served]:
         return {}
     try:
         rows = json.loads(path.read_text(encoding="utf-8"))
-        return {email: Served(**row) for email, row in rows.items()}
+        return {person: Served(**row) for person, row in rows.items()}
     except (ValueError, TypeError) as exc:
         raise CftoolsError(f"{path}: not a state file cftools wrote ({exc}); stop the servers by hand and delete "
                            "it") from None
@@ -129,7 +131,7 @@ def write_state(workspace: Workspace, state: dict[str, Served]) -> None:
     path = serve_root(workspace) / STATE_NAME
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({email: asdict(s) for email, s in sorted(state.items())}, indent=2), encoding="utf-8")
+    tmp.write_text(json.dumps({person: asdict(s) for person, s in sorted(state.items())}, indent=2), encoding="utf-8")
     tmp.replace(path)
 
 
@@ -374,13 +376,13 @@ def stop(workspace: Workspace, only: tuple[str, ...] = ()) -> list[str]:
     """Stop the servers `serve` started (ONLY: just these people's); returns whose were stopped."""
     state = read_state(workspace)
     stopped = []
-    for email, served in sorted(state.items()):
-        if only and email not in only:
+    for person, served in sorted(state.items()):
+        if only and person not in only:
             continue
         if is_running(served.pid) and owns(served):
             stop_pid(served.pid)
-            stopped.append(email)
-        del state[email]
+            stopped.append(person)
+        del state[person]
     write_state(workspace, state)
     return stopped
 

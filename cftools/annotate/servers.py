@@ -24,7 +24,7 @@ class Servers:
     def __init__(self, settings: ServerSettings) -> None:
         self.settings = settings
         self._open: dict[str, LabelStudioServer] = {}
-        self._emails: dict[str, dict[int, str]] = {}
+        self._people: dict[str, dict[int, str]] = {}
         self._lock = threading.Lock()
         self.separation: list = []  # what the last separation check found (cftools.annotate.separation.Finding)
         self.check_ids: dict[str, int] = {}  # person -> that check's id in the store
@@ -107,14 +107,14 @@ class Servers:
                 raise CftoolsError(f"the token in ${person.token_env} belongs to {me.get('email')}, not to "
                                    f"{person.email}, on {person.url}: use {person.email}'s own token")
 
-    def emails(self, server: LabelStudioServer) -> dict[int, str]:
-        """User id -> email on SERVER (read once)."""
+    def people(self, server: LabelStudioServer) -> dict[int, str]:
+        """User id -> the person (their email) on SERVER (read once)."""
         with self._lock:
-            known = self._emails.get(server.url)
+            known = self._people.get(server.url)
         if known is None:
             known = server.user_emails()
             with self._lock:
-                self._emails[server.url] = known
+                self._people[server.url] = known
         return known
 
     def close(self) -> None:

@@ -12,7 +12,8 @@ from sqlalchemy import and_, func, insert, select
 from sqlmodel import Session
 
 from cftools.annotate.controls import MEASURING
-from cftools.annotate.projects import DELETED, GONE, OPEN, RETURNED, unsynced_delete, task_of
+from cftools.annotate.projects import DELETED, GONE, OPEN, RETURNED, unsynced_delete
+from cftools.annotate.purpose import Purpose
 from cftools.judgments import ADJUDICATE, VERIFY, Answer
 from cftools.annotate.rules import agreement, label_agreement
 from cftools.models import (
@@ -25,7 +26,7 @@ from cftools.store import Store
 
 
 def verify_ratings(session: Session, item_keys: Optional[Iterable[str]] = None) -> dict[str, dict[int, dict[str, Answer]]]:
-    """Per item kind: every live verification task's judgments by annotator (only ITEM_KEYS' items when given)."""
+    """Per item kind: every live verification task's judgments by person (only ITEM_KEYS' items when given)."""
     query = (select(Item.kind, Item.key, Judgment.task_id, Judgment.annotator, Judgment.related,
                     Judgment.answer_correct, Judgment.flags, Judgment.raw)
              .join(AnnotationTask, AnnotationTask.id == Judgment.task_id)
@@ -34,11 +35,11 @@ def verify_ratings(session: Session, item_keys: Optional[Iterable[str]] = None) 
              .order_by(Judgment.task_id, Judgment.ls_annotation_id))
     wanted = set(item_keys) if item_keys is not None else None
     ratings: dict[str, dict[int, dict[str, Answer]]] = defaultdict(dict)
-    for kind, key, task_id, annotator, related, correct, flags, raw in session.execute(query):
+    for kind, key, task_id, person, related, correct, flags, raw in session.execute(query):
         if wanted is not None and key not in wanted:
             continue
         # By item: with assignment each person judges the item in a task of their own.
-        ratings[kind].setdefault(key, {}).setdefault(annotator, Answer(
+        ratings[kind].setdefault(key, {}).setdefault(person, Answer(
             related=related, answer_correct=correct, flags=list(flags or []), fields=(raw or {}).get("fields") or {}))
     return ratings
 
@@ -56,8 +57,9 @@ def own_task_pairs(session: Session) -> dict[str, list[tuple[dict, dict]]]:
         .where(AnnotationTask.purpose.not_in([VERIFY, ADJUDICATE, *MEASURING]), AnnotationTask.state.not_in(GONE))
         .order_by(AnnotationTask.item_id, Judgment.annotated_at, Judgment.ls_annotation_id)).all()
     per_task: dict[tuple, tuple[str, str, list[dict]]] = {}
-    for kind, purpose, item_id, raw in rows:  # by item and purpose: one task per person with assignment
-        task = task_of(purpose)[0]
+    for kind, stored, item_id, raw in rows:  # by item and purpose: one task per person with assignment
+        purpose = Purpose.parse(stored)
+        task = purpose.task
         labels = get_kind(kind).agreement_labels(task, Answer(fields=(raw or {}).get("fields") or {}))
         per_task.setdefault((item_id, purpose), (kind, task, []))[2].append(labels)
     pairs: dict[str, list[tuple[dict, dict]]] = defaultdict(list)
@@ -147,16 +149,17 @@ def annotation_status(store: Store) -> dict[str, Any]:
             if decision:
                 p["decisions"][decision] += 1
         annotators: dict[str, dict[str, Any]] = {}
-        for annotator, purpose, related, correct, corrected in session.execute(
+        for person, stored, related, correct, corrected in session.execute(
                 select(Judgment.annotator, AnnotationTask.purpose, Judgment.related, Judgment.answer_correct,
                        Judgment.corrected_answer).join(AnnotationTask, AnnotationTask.id == Judgment.task_id)
                 .where(AnnotationTask.state != DELETED)):
-            a = annotators.setdefault(annotator, {"judgments": 0, "adjudications": 0, "related_yes": 0,
+            a = annotators.setdefault(person, {"judgments": 0, "adjudications": 0, "related_yes": 0,
                                                   "correct_yes": 0, "corrections": 0})
-            if purpose == ADJUDICATE:
+            purpose = Purpose.parse(stored)
+            if purpose.task == ADJUDICATE:
                 a["adjudications"] += 1
                 continue
-            if purpose in MEASURING:  # measures the person, says nothing of the item
+            if purpose.measuring:  # measures the person, says nothing of the item
                 continue
             a["judgments"] += 1
             a["related_yes"] += bool(related)

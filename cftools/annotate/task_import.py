@@ -14,7 +14,8 @@ from sqlalchemy import and_, insert, select
 from sqlmodel import Session
 
 from cftools.judgments import ADJUDICATE, VERIFY, shown_person, without_emails
-from cftools.annotate.projects import DELETED, GONE, ImageLinks, OPEN, Progress, STAGE, unsynced_update, purpose_of
+from cftools.annotate.projects import DELETED, GONE, ImageLinks, OPEN, Progress, STAGE, unsynced_update
+from cftools.annotate.purpose import Purpose
 from cftools.annotate.label_studio import LabelStudioServer, ServerSettings, UncertainImport, backoff
 from cftools.annotate.servers import Servers
 from cftools.models import (
@@ -75,7 +76,7 @@ class PushRun:
     servers: Servers
     settings: ServerSettings
     kind: str
-    purpose: str
+    purpose: Purpose
     options: PushOptions = PushOptions()
 
     def images(self) -> ImageLinks:
@@ -83,10 +84,10 @@ class PushRun:
         return ImageLinks.from_config(self.workspace, self.options.data_uri)
 
 
-def open_tasks_of(server_url: str, project_id: int, purpose: str):  # noqa: ANN202
+def open_tasks_of(server_url: str, project_id: int, purpose: Purpose):  # noqa: ANN202
     """The WHERE clause of a project's tasks for PURPOSE that still take judgments."""
     return and_(AnnotationTask.server == server_url, AnnotationTask.ls_project_id == project_id,
-                AnnotationTask.purpose == purpose, AnnotationTask.state.not_in(GONE))
+                AnnotationTask.purpose == str(purpose), AnnotationTask.state.not_in(GONE))
 
 def item_event_row(item_id: int, from_status: Optional[str], to_status: Optional[str], detail: dict) -> dict:
     """An ItemEvent row of the annotation stage, for a bulk insert."""
@@ -96,14 +97,14 @@ def item_event_row(item_id: int, from_status: Optional[str], to_status: Optional
 @dataclass(frozen=True)
 class TaskLinks:
     """Tasks of one PURPOSE just made in one project: (item id, task id) LINKS, HOW they were found (imported,
-    reconciled), and the one person they are for (ASSIGNEE; None: the shared project)."""
+    reconciled), and the one PERSON they are for (None: the shared project)."""
 
     server_url: str
     project_id: int
-    purpose: str
+    purpose: Purpose
     links: list[tuple[int, int]]
     how: str
-    assignee: Optional[str] = None
+    person: Optional[str] = None
 
 
 def link_tasks(session: Session, made: TaskLinks, spec: Any = None, moved: frozenset | set = frozenset()) -> None:
@@ -113,8 +114,8 @@ def link_tasks(session: Session, made: TaskLinks, spec: Any = None, moved: froze
     server_url, project_id, purpose, how = made.server_url, made.project_id, made.purpose, made.how
     free_reused_ids(session, server_url, project_id, [task_id for _, task_id in made.links])
     session.execute(insert(AnnotationTask.__table__), [
-        {"item_id": item_id, "purpose": purpose, "server": server_url, "ls_project_id": project_id,
-         "ls_task_id": task_id, "state": OPEN, "assignee": made.assignee, "pushed_at": now, "updated_at": now}
+        {"item_id": item_id, "purpose": str(purpose), "server": server_url, "ls_project_id": project_id,
+         "ls_task_id": task_id, "state": OPEN, "assignee": made.person, "pushed_at": now, "updated_at": now}
         for item_id, task_id in made.links])
     links = [link for link in made.links if link[0] not in moved]
     if not links:
@@ -126,35 +127,58 @@ def link_tasks(session: Session, made: TaskLinks, spec: Any = None, moved: froze
                 session.execute(unsynced_update(Item).where(Item.id.in_(item_ids[start:start + 900]))
                                 .values(status=spec.to_status, updated_at=now))
         session.execute(insert(ItemEvent.__table__), [
-            item_event_row(item_id, None, spec.to_status, {"pushed_to": purpose, "project": project_id,
+            item_event_row(item_id, None, spec.to_status, {"pushed_to": str(purpose), "project": project_id,
                                                            "task": task_id, "server": server_url, "how": how})
             for item_id, task_id in links])
         return
-    from_status = CHECKED if purpose == VERIFY else NEEDS_ADJUDICATION
-    to_status = IN_REVIEW if purpose == VERIFY else NEEDS_ADJUDICATION
+    from_status = CHECKED if purpose.task == VERIFY else NEEDS_ADJUDICATION
+    to_status = IN_REVIEW if purpose.task == VERIFY else NEEDS_ADJUDICATION
     for part in in_chunks(item_ids):
         session.execute(unsynced_update(Item).where(Item.id.in_(part))
                         .values(status=to_status, updated_at=now))
     session.execute(insert(ItemEvent.__table__), [
-        item_event_row(item_id, from_status, to_status, {"pushed_to": purpose, "project": project_id, "task": task_id,
+        item_event_row(item_id, from_status, to_status, {"pushed_to": str(purpose), "project": project_id, "task": task_id,
                                                  "server": server_url, "how": how})
         for item_id, task_id in links])
 
-def forget_deleted(session: Session, task: Any) -> dict[str, Any]:
+@dataclass(frozen=True)
+class StoredTask:
+    """An annotation task as push and pull read it from the store, its purpose parsed (`AnnotationTask.purpose`
+    stays the stored string); KIND is its item's when the query joined it."""
+
+    id: int
+    item_id: int
+    purpose: Purpose
+    ls_project_id: Optional[int] = None
+    ls_task_id: Optional[int] = None
+    decision: Optional[str] = None
+    assignee: Optional[str] = None
+    state: str = OPEN
+    kind: Optional[str] = None
+
+    @classmethod
+    def of(cls, row: Any) -> "StoredTask":
+        """The task of a store ROW: an AnnotationTask, or a query's row with (some of) its columns."""
+        return cls(row.id, row.item_id, Purpose.parse(row.purpose), getattr(row, "ls_project_id", None),
+                   getattr(row, "ls_task_id", None), getattr(row, "decision", None), getattr(row, "assignee", None),
+                   getattr(row, "state", OPEN), getattr(row, "kind", None))
+
+
+def forget_deleted(session: Session, task: StoredTask) -> dict[str, Any]:
     """TASK is gone from its server: marked deleted, letting go of its id (Label Studio gives a deleted task's id to
     a new task; the id stays in the item's history); its item, if under review, back to `checked`. Returns what a
     report lists."""
     now = utcnow()
     item = session.get(Item, task.item_id)
-    back = task.purpose == VERIFY and item.status == IN_REVIEW
+    back = task.purpose.task == VERIFY and item.status == IN_REVIEW
     session.execute(unsynced_update(AnnotationTask).where(AnnotationTask.id == task.id)
                     .values(state=DELETED, ls_task_id=None, updated_at=now))
     if back:
         session.execute(unsynced_update(Item).where(Item.id == item.id).values(status=CHECKED, updated_at=now))
     session.execute(insert(ItemEvent.__table__), [item_event_row(
         item.id, item.status, CHECKED if back else item.status,
-        {"task_deleted": task.ls_task_id, "project": task.ls_project_id, "purpose": task.purpose})])
-    return {"item": item.key, "project": task.ls_project_id, "task": task.ls_task_id, "purpose": task.purpose,
+        {"task_deleted": task.ls_task_id, "project": task.ls_project_id, "purpose": str(task.purpose)})])
+    return {"item": item.key, "project": task.ls_project_id, "task": task.ls_task_id, "purpose": str(task.purpose),
             "item_status": CHECKED if back else item.status}
 
 
@@ -170,7 +194,7 @@ def free_reused_ids(session: Session, server_url: str, project_id: int, task_ids
                                        AnnotationTask.ls_task_id.in_(part))).all()
     for task in held:
         if task.state not in GONE:
-            forget_deleted(session, task)
+            forget_deleted(session, StoredTask.of(task))
     gone = [task.id for task in held if task.state in GONE]
     if gone:
         session.execute(unsynced_update(AnnotationTask).where(AnnotationTask.id.in_(gone)).values(ls_task_id=None))
@@ -237,18 +261,18 @@ def _extra_images(session: Session, items: list[Item], images: ImageLinks) -> di
     return linked
 
 
-def task_payloads(session: Session, items: list[Item], purpose: str, images: ImageLinks,
+def task_payloads(session: Session, items: list[Item], task: str, images: ImageLinks,
                   allow_missing_images: bool, report: PushReport,
                   units: Optional[list[str]] = None) -> list[tuple[Item, dict]]:
     """The Label Studio task of each item (data + meta with the item key); items without a usable image are
-    counted and left out unless ALLOW_MISSING_IMAGES. With UNITS (a kind's own task, one unit per item), the
-    kind lays out the task and shows its own images."""
+    counted and left out unless ALLOW_MISSING_IMAGES. TASK: the task the items' tasks show (its label config's
+    name). With UNITS (a kind's own task, one unit per item), the kind lays out the task and shows its own images."""
     if units is not None:
-        return _own_payloads(session, items, units, purpose, images)
+        return _own_payloads(session, items, units, task, images)
     item_ids = [i.id for i in items]
     flags = _flags_by_item(session, item_ids)
     sources = _sources_by_item(session, items)
-    judgments = _judgments_by_item(session, item_ids) if purpose == ADJUDICATE else {}
+    judgments = _judgments_by_item(session, item_ids) if task == ADJUDICATE else {}
     extra_images = _extra_images(session, items, images)
     payloads: list[tuple[Item, dict]] = []
     for item in items:
@@ -266,7 +290,7 @@ def task_payloads(session: Session, items: list[Item], purpose: str, images: Ima
         data = {"item_key": item.key, "kind": item.kind, "group": item.group, "returned": "",
                 "check_flags": "\n".join(flags.get(item.id, [])) or "none",
                 **get_kind(item.kind).task_data(item, source, image_value, extra_images.get(item.id, {}))}
-        if purpose == ADJUDICATE:
+        if task == ADJUDICATE:
             found = judgments.get(item.id, [])
             data["judgment_1"] = _judgment_text(found[0], 1) if len(found) > 0 else "none"
             data["judgment_2"] = _judgment_text(found[1], 2) if len(found) > 1 else "none"
@@ -287,7 +311,7 @@ def _own_payloads(session: Session, items: list[Item], units: list[str], task: s
                 **get_kind(item.kind).task_payload(task, unit, item, source, image_value,
                                                    extra_images.get(item.id, {}))}
         payloads.append((item, {"data": data, "meta": {"item_key": item.key, "item_id": item.id,
-                                                       "purpose": purpose_of(task, unit)}}))
+                                                       "purpose": str(Purpose(task, unit))}}))
     return payloads
 
 Batch = list[tuple[Item, dict]]

@@ -64,8 +64,8 @@ def item_verification(judged: list[Judged], pseudonym: Callable[[str], str],
         return {"people": 0, "annotators": [], "servers": [], "separate_servers": False, "how": NOT_ANNOTATED,
                 "blind": False, "why_not_blind": "not annotated"}
     separate, blind, problems = blindness(judged)
-    return {"people": len({annotator for _, _, annotator, *_ in judged}),
-            "annotators": sorted({pseudonym(annotator) for _, _, annotator, *_ in judged}),
+    return {"people": len({person for _, _, person, *_ in judged}),
+            "annotators": sorted({pseudonym(person) for _, _, person, *_ in judged}),
             "servers": sorted({server_id(server) for server, *_ in judged}),
             "separate_servers": separate, "how": how_words(judged, blind, problems), "blind": blind,
             "why_not_blind": "" if blind else why_not_blind(judged, problems)}

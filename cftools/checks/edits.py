@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 
 from sqlalchemy import delete, select
 
-from cftools.errors import CftoolsError
+from cftools.errors import CftoolsError, Hint
 from cftools.imagegen import edit_checks
 from cftools import __version__
 from cftools.models import REJECTED, CheckFlag, Image, Item, ItemEvent, SourceQuestion, utcnow
@@ -315,8 +315,9 @@ def run_edit_checks(store: Store, codes: Sequence[str], groups: Sequence[str] = 
     cannot run here says so instead of keeping its stored results silently."""
     asked = [c for c in codes if c in answer_codes()]
     if only and asked:
-        raise CftoolsError(f"{', '.join(asked)} needs an answerer: run `cftools generate edits --answerer MODEL` "
-                           "(cftools check keeps its stored results)")
+        raise CftoolsError(f"{', '.join(asked)} needs an answerer",
+                           hint=Hint("{message}: run `cftools generate edits {answerer} MODEL` (cftools check keeps "
+                                     "its stored results)", answerer="--answerer"))
     report = run_image_checks(store, codes, groups, on_start, on_batch)
     if CONDITION_REPEATED in codes:
         condition = run_condition_check(store, groups)

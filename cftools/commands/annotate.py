@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 import click
 from cftools.terminal import escape
@@ -24,6 +24,7 @@ from cftools.commands.annotate_quality import (audit_cmd, controls_cmd, full_wid
                                                resume_cmd)
 from cftools.kinds import get_kind
 from cftools.commands.common import err_console, pass_workspace, print_json
+from cftools.commands.summary import Line, always, print_lines
 from cftools.progress import step_progress
 from cftools.workspace import Workspace
 
@@ -96,69 +97,126 @@ def push_cmd(workspace: Workspace, kind: Optional[str], limit: Optional[int], ad
     print_push(report, kind, task, adjudicate, control_rate(workspace))
 
 
+def nothing_waits(value: Any, shown: Mapping[str, Any]) -> bool:
+    """Nothing was pushed and no project named (a MuCR select tiebreak, say, goes out at pull): no warning to give."""
+    report = shown["report"]
+    return not report.pushed and not report.project_ids and not report.project_url
+
+
+def pushed_to_people(project_ids: dict[str, int], shown: Mapping[str, Any]) -> list[str]:
+    report = shown["report"]
+    return [f"Pushed {report.pushed} {shown['kind']} {shown['what']} tasks to the projects of "
+            f"{len(project_ids)} people (verification: {report.verification}):"] + [
+        f"  {escape(person)}: {report.assigned.get(person, 0)} new tasks in "
+        f"{escape(report.project_urls.get(person, ''))}" for person in sorted(project_ids)]
+
+
+def shared_servers(verification: str, shown: Mapping[str, Any]) -> bool:
+    return verification == SHARED and shown["pushed"] != "images"
+
+
+PUSH_LINES = (
+    Line("configured", lambda _, shown: f"[yellow]Label Studio not configured[/]: {escape(shown['report'].message)}. "
+                                        "Skipping the push.", when=lambda configured, _: not configured, stop=True),
+    Line("message", "{value}", stop=True),
+    Line("pushed", "Nothing to push: no {kind} items wait for {what}.", when=nothing_waits, stop=True),
+    Line("project_ids", pushed_to_people),
+    Line("project_url", "Pushed {report.pushed} {pushed} to the {kind} {what} project: [bold]{report.project_url}[/] "
+                        "(verification: {report.verification})", when=lambda _, shown: not shown["report"].project_ids),
+    Line("separation", "[red]Not blind:[/] {value}", each=True, to_stderr=True),
+    Line("verification", f"[yellow]Warning:[/] {SHARED}: every annotator of one Label Studio Community server can "
+                         "open the others' projects and judgments. Give each person a server of their own "
+                         + escape('([label_studio.people."EMAIL"], `cftools annotate serve`).'),
+         when=shared_servers, to_stderr=True),
+    # escaped: rich would take "[annotate]" for a style and print nothing of it
+    Line("controls", f"{{value}} of them are control items (mixed in at {escape('[annotate] control_rate')} = "
+                     "{rate:g})."),
+    Line("paused", "[yellow]Paused {person}[/]: {reason}; they get no new tasks until `cftools annotate resume "
+                   "{person}`.", each=True),
+    Line("reconciled", "Recorded {value} tasks already on the server from an interrupted push."),
+    Line("duplicates_on_server", "[yellow]{value} duplicate tasks on the server were left alone.[/]"),
+    Line("skipped_no_image", "[yellow]{value} items skipped: no image (--allow-missing-images pushes them "
+                             "anyway).[/]"),
+    Line("skipped_outside_root", "[yellow]{value} items skipped: image outside the document root.[/]"),
+)
+
+
+FLAGGED_SAMPLE_LINES = (
+    Line("sample", "Sample of {value} flagged drafts (seed {report.seed}) among {report.flagged}: "
+                   "{report.measured_before} measured before, {report.pushed} measuring tasks pushed now.", when=always),
+    Line("assigned", lambda assigned, _: [f"  {escape(person)}: {n} new tasks" for person, n in assigned.items()],
+         when=always),  # in the order people were given tasks
+    Line("reconciled", "Recorded {value} tasks already on the server from an interrupted push."),
+    Line("skipped_no_image", "[yellow]{value} drafts skipped: no image (--allow-missing-images pushes them "
+                             "anyway).[/]"),
+    Line("skipped_outside_root", "[yellow]{value} drafts skipped: image outside the document root.[/]"),
+)
+
+
 def print_flagged_sample(report: Any) -> None:
     """What a --flagged-sample push did, in words."""
-    out = full_width_console()
-    out.print(f"Sample of {report.sample} flagged drafts (seed {report.seed}) among {report.flagged}: "
-              f"{report.measured_before} measured before, {report.pushed} measuring tasks pushed now.")
-    for person, n in report.assigned.items():
-        out.print(f"  {escape(person)}: {n} new tasks")
-    if report.reconciled:
-        out.print(f"Recorded {report.reconciled} tasks already on the server from an interrupted push.")
-    if report.skipped_no_image:
-        out.print(f"[yellow]{report.skipped_no_image} drafts skipped: no image "
-                  "(--allow-missing-images pushes them anyway).[/]")
-    if report.skipped_outside_root:
-        out.print(f"[yellow]{report.skipped_outside_root} drafts skipped: image outside the document root.[/]")
+    print_lines(FLAGGED_SAMPLE_LINES, report, full_width_console(), err_console)
 
 
 def print_push(report: Any, kind: Optional[str], task: Optional[str], adjudicate: bool, rate: float) -> None:
     """What a push did, in words (stdout; warnings on stderr); RATE: the [annotate] control_rate it mixed controls
     in at."""
-    out = full_width_console()
-    if not report.configured:
-        out.print(f"[yellow]Label Studio not configured[/]: {escape(report.message)}. Skipping the push.")
-        return
-    if report.message:
-        out.print(escape(report.message))
-        return
     what = "adjudication" if adjudicate else "verification" if task in (None, "verify") else task
-    pushed = "images" if task in get_kind(kind).authoring_tasks else f"{kind} items"
-    if not report.pushed and not report.project_ids and not report.project_url:
-        # nothing waits (a MuCR select tiebreak, say, goes out at pull): no project to name, no warning to give
-        out.print(f"Nothing to push: no {escape(kind)} items wait for {escape(what)}.")
-        return
-    if report.project_ids:
-        out.print(f"Pushed {report.pushed} {kind} {what} tasks to the projects of "
-                  f"{len(report.project_ids)} people (verification: {report.verification}):")
-        for person in sorted(report.project_ids):
-            out.print(f"  {escape(person)}: {report.assigned.get(person, 0)} new tasks in "
-                      f"{escape(report.project_urls.get(person, ''))}")
-    else:
-        out.print(f"Pushed {report.pushed} {pushed} to the {kind} {what} project: [bold]{report.project_url}[/] "
-                  f"(verification: {report.verification})")
-    for reason in report.separation:
-        err_console.print(f"[red]Not blind:[/] {escape(reason)}")
-    if report.verification == SHARED and pushed != "images":
-        err_console.print(f"[yellow]Warning:[/] {SHARED}: every annotator of one Label Studio Community server can "
-                          "open the others' projects and judgments. Give each person a server of their own "
-                          + escape('([label_studio.people."EMAIL"], `cftools annotate serve`).'))
-    if report.controls:
-        # escaped: rich would take "[annotate]" for a style and print nothing of it
-        out.print(f"{report.controls} of them are control items (mixed in at "
-                  f"{escape('[annotate] control_rate')} = {rate:g}).")
-    for paused in report.paused:
-        out.print(f"[yellow]Paused {escape(paused['person'])}[/]: {escape(paused['reason'])}; they get no new "
-                  f"tasks until `cftools annotate resume {escape(paused['person'])}`.")
-    if report.reconciled:
-        out.print(f"Recorded {report.reconciled} tasks already on the server from an interrupted push.")
-    if report.duplicates_on_server:
-        out.print(f"[yellow]{report.duplicates_on_server} duplicate tasks on the server were left alone.[/]")
-    if report.skipped_no_image:
-        out.print(f"[yellow]{report.skipped_no_image} items skipped: no image "
-                  "(--allow-missing-images pushes them anyway).[/]")
-    if report.skipped_outside_root:
-        out.print(f"[yellow]{report.skipped_outside_root} items skipped: image outside the document root.[/]")
+    authoring = report.configured and not report.message and task in get_kind(kind).authoring_tasks
+    pushed = "images" if authoring else f"{kind} items"
+    print_lines(PUSH_LINES, report, full_width_console(), err_console, kind=escape(str(kind)), what=escape(what),
+                pushed=pushed, rate=rate)
+
+
+def returned_to(returned: tuple[str, list[dict[str, Any]]], shown: Mapping[str, Any]) -> list[str]:
+    person, entries = returned
+    return [f"[yellow]returned to {escape(person)}: {len(entries)} tasks, each as a new task saying why[/]"] + [
+        f"  task {entry['task']}: {escape(entry['reason'])}" for entry in entries]
+
+
+def refusal_lines(what: str) -> tuple[Line, ...]:
+    """What pull did not count: invalid WHATs, judgments refused by name, and the submissions returned to each
+    person with the reason (the judgments' report and the authoring report carry the same three lists)."""
+    return (
+        Line("invalid", f"[red]rejected {what} {{annotation}} of task {{task}} by {{annotator}}: {{reason}}[/]",
+             each=True),
+        Line("refused", "[red]{reason}[/]", each=True),
+        Line("returned", returned_to, each=True),
+    )
+
+
+def deleted_tasks(deleted: list[dict[str, Any]], shown: Mapping[str, Any]) -> str:
+    return (f"[yellow]{len(deleted)} tasks were deleted in Label Studio; "
+            f"{sum(d['item_status'] == 'checked' for d in deleted)} items are back to checked, "
+            f"{sum(bool(d.get('sent_back_to')) for d in deleted)} sent again as a new task.[/]")
+
+
+PULL_LINES = (
+    Line("annotations", "Pulled {report.annotations} annotations of {report.tasks} tasks in {report.projects} "
+                        "projects: {report.judgments_added} judgments added, {report.judgments_updated} updated, "
+                        "{report.judgments_unchanged} unchanged, {report.judgments_removed} removed.", when=always),
+    Line("decisions", lambda decision_n, _: f"  {decision_n[1]} items {decision_n[0]}", each=True),
+    Line("authoring", when=lambda written, _: bool(written.projects), lines=(
+        Line("projects", "Authoring: {report.submissions} submissions in {report.projects} projects: "
+                         "{report.items_added} new draft items, {report.already_pulled} pulled before, "
+                         "{report.no_suitable_type} images with no suitable type.", when=always),
+        *refusal_lines("submission"))),
+    Line("ignored_same_annotator", "[yellow]{value} extra annotations by the same person ignored.[/]"),
+    Line("ignored_extra_annotators", "[yellow]{value} annotations beyond the needed annotators ignored.[/]"),
+    Line("cancelled", "{value} skipped (cancelled) annotations."),
+    *refusal_lines("annotation"),
+    Line("mismatched", lambda bad, _: f"[red]task {bad['task']} carries item {escape(repr(bad['found']))}, "
+                                      f"expected {escape(repr(bad['expected']))}; left alone[/]", each=True),
+    Line("missing_from_export", lambda missing, _: f"[yellow]{len(missing)} tasks were missing from the export but "
+                                                   "are still on the server; they are left as they were and read "
+                                                   "again by the next pull.[/]"),
+    Line("separation", "[red]Not blind:[/] {value}", each=True),
+    Line("servers_not_configured", "[yellow]tasks on {value} were not read: no server in cftools.toml is there any "
+                                   "more[/]", each=True),
+    Line("deleted_tasks", deleted_tasks),
+    Line("tiebreaks", lambda tiebreak, _: [f"[red]item {escape(tiebreak['item'])}: {escape(tiebreak['unassigned'])}[/]"]
+         if tiebreak.get("unassigned") else [], each=True),  # a tiebreak that found its person says nothing
+)
 
 
 @annotate.command("pull")
@@ -167,65 +225,12 @@ def print_push(report: Any, kind: Optional[str], task: Optional[str], adjudicate
 @pass_workspace
 def pull_cmd(workspace: Workspace, as_json: bool, quiet: bool) -> None:
     """Fetch annotations: one judgment per task and annotator, then decide, adjudicate, detect deleted tasks."""
-    out = full_width_console()
     with step_progress(err_console, quiet=quiet, as_json=as_json) as progress:
         report = pull(workspace, progress=progress)
     if as_json:
         print_json(report.as_dict())
         return
-    out.print(f"Pulled {report.annotations} annotations of {report.tasks} tasks in {report.projects} projects: "
-              f"{report.judgments_added} judgments added, {report.judgments_updated} updated, "
-              f"{report.judgments_unchanged} unchanged, {report.judgments_removed} removed.")
-    for decision, n in sorted(report.decisions.items()):
-        out.print(f"  {n} items {decision}")
-    written = report.authoring
-    if written.projects:
-        out.print(f"Authoring: {written.submissions} submissions in {written.projects} projects: "
-                  f"{written.items_added} new draft items, {written.already_pulled} pulled before, "
-                  f"{written.no_suitable_type} images with no suitable type.")
-        print_refusals(written, "submission")
-    if report.ignored_same_annotator:
-        out.print(f"[yellow]{report.ignored_same_annotator} extra annotations by the same person ignored.[/]")
-    if report.ignored_extra_annotators:
-        out.print(f"[yellow]{report.ignored_extra_annotators} annotations beyond the needed annotators ignored.[/]")
-    if report.cancelled:
-        out.print(f"{report.cancelled} skipped (cancelled) annotations.")
-    print_refusals(report, "annotation")
-    for bad in report.mismatched:
-        out.print(f"[red]task {bad['task']} carries item {escape(repr(bad['found']))}, "
-                  f"expected {escape(repr(bad['expected']))}; "
-                  "left alone[/]")
-    if report.missing_from_export:
-        out.print(f"[yellow]{len(report.missing_from_export)} tasks were missing from the export but are still "
-                  "on the server; they are left as they were and read again by the next pull.[/]")
-    for reason in report.separation:
-        out.print(f"[red]Not blind:[/] {escape(reason)}")
-    for url in report.servers_not_configured:
-        out.print(f"[yellow]tasks on {escape(url)} were not read: no server in cftools.toml is there any "
-                  "more[/]")
-    if report.deleted_tasks:
-        out.print(f"[yellow]{len(report.deleted_tasks)} tasks were deleted in Label Studio; "
-                  f"{sum(d['item_status'] == 'checked' for d in report.deleted_tasks)} items are back to checked, "
-                  f"{sum(bool(d.get('sent_back_to')) for d in report.deleted_tasks)} sent again as a new task.[/]")
-    for tiebreak in report.tiebreaks:
-        if tiebreak.get("unassigned"):
-            out.print(f"[red]item {escape(tiebreak['item'])}: {escape(tiebreak['unassigned'])}[/]")
-
-
-def print_refusals(report: Any, what: str) -> None:
-    """What pull did not count: invalid WHATs, judgments refused by name, and the submissions returned to each
-    person with the reason (the judgments' report and the authoring report carry the same three lists)."""
-    out = full_width_console()
-    for bad in report.invalid:
-        out.print(f"[red]rejected {what} {bad['annotation']} of task {bad['task']} by "
-                  f"{escape(bad['annotator'])}: {escape(bad['reason'])}[/]")
-    for bad in report.refused:
-        out.print(f"[red]{escape(bad['reason'])}[/]")
-    for person, entries in sorted(report.returned.items()):
-        out.print(f"[yellow]returned to {escape(person)}: {len(entries)} tasks, each as a new task saying "
-                  "why[/]")
-        for entry in entries:
-            out.print(f"  task {entry['task']}: {escape(entry['reason'])}")
+    print_lines(PULL_LINES, report, full_width_console(), err_console)
 
 
 def verification_counts(store: Any) -> dict[str, int]:

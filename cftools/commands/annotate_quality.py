@@ -9,7 +9,8 @@ from typing import Optional
 import click
 from rich.console import Console
 
-from cftools.commands.common import console, pass_workspace, print_json
+from cftools.commands.common import console, err_console, pass_workspace, print_json
+from cftools.commands.summary import Line, always, print_lines
 from cftools.terminal import escape
 from cftools.workspace import Workspace
 
@@ -47,16 +48,18 @@ def controls_cmd(workspace: Workspace, file: Path, kind: str, images_dir: Option
     if as_json:
         print_json(report.as_dict())
         return
-    out = full_width_console()
-    out.print(f"[bold]{escape(str(file))}[/]: {report.n_records} records, {report.controls_added} {kind} "
-              f"controls added ({report.already_known} known already), {report.images_added} images added, "
-              f"{report.missing_images} without an image.")
-    if report.skipped:
-        out.print(f"[yellow]{len(report.skipped)} bad records skipped[/]")
-    if not report.like_real_items:
-        out.print(f"[yellow]No {kind} items with an ingested key and an image in the store yet:[/] these "
-                  "controls' keys and image folder are their own, and a person could tell them apart. Load "
-                  "controls after the items they hide among.")
+    print_lines(CONTROLS_LINES, report, full_width_console(), err_console, file=escape(str(file)), kind=kind)
+
+
+CONTROLS_LINES = (
+    Line("n_records", "[bold]{file}[/]: {value} records, {report.controls_added} {kind} controls added "
+                      "({report.already_known} known already), {report.images_added} images added, "
+                      "{report.missing_images} without an image.", when=always),
+    Line("skipped", lambda skipped, _: f"[yellow]{len(skipped)} bad records skipped[/]"),
+    Line("like_real_items", "[yellow]No {kind} items with an ingested key and an image in the store yet:[/] these "
+                            "controls' keys and image folder are their own, and a person could tell them apart. "
+                            "Load controls after the items they hide among.", when=lambda like, _: not like),
+)
 
 
 @click.command("resume")

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+from typing import Any, Mapping
 
 import click
 from cftools.terminal import escape
+from rich.console import Console
 from rich.table import Table
 
 from cftools.checks import CheckOptions, CheckReport, ItemResult, check_scopes, run_checks
@@ -14,6 +16,7 @@ from cftools.checks.calibration import check_calibration, low_precision
 from cftools.checks.duplicates import DEFAULT_SIMILARITY
 from cftools.checks.runner import text_codes
 from cftools.commands.common import console, err_console, pass_workspace
+from cftools.commands.summary import Line, always, print_lines
 from cftools.progress import StepProgress, step_progress
 from cftools.workspace import Workspace
 
@@ -52,50 +55,75 @@ def interval_text(value: float | None, interval: list[float] | None) -> str:
     return f"{value:.0%} ({interval[0]:.0%}–{interval[1]:.0%})"
 
 
-def print_calibration(found: dict, out) -> None:  # noqa: ANN001
-    """`check --calibration`: the checks against people, a table per measure and the low checks named."""
-    misses = {row["code"]: row for row in found["misses"]["per_check"]}
+def calibration_table(checks: list[dict], shown: Mapping[str, Any]) -> Table:
+    """Each check against people: its precision on the flagged drafts they measured, and what it missed."""
+    misses = {row["code"]: row for row in shown["report"]["misses"]["per_check"]}
     table = Table(title="Checks against people", title_justify="left")
     for column, justify in (("code", "left"), ("measured", "right"), ("people rejected", "right"),
                             ("precision (95%)", "right"), ("missed", "right"), ("miss rate (95%)", "right")):
         table.add_column(column, justify=justify)
-    for row in found["checks"]:
+    for row in checks:
         miss = misses[row["code"]]
         table.add_row(escape(row["code"]) + (" [red]low[/]" if row["low"] else ""), str(row["measured"]),
                       str(row["people_rejected"]), interval_text(row["precision"], row["interval"]),
                       str(miss["missed"]), interval_text(miss["miss_rate"], miss["interval"]))
-    out.print(table)
-    overall = found["misses"]
-    out.print(f"{overall['people_rejected']} items rejected by people, {overall['unflagged']} of them flagged by no "
-              f"check: miss rate {interval_text(overall['miss_rate'], overall['interval'])}.")
-    low = [row["code"] for row in found["checks"] if row["low"]]
-    if low:
-        out.print(f"[red]Low precision[/] (below {found['low_precision_below']:g}): {escape(', '.join(low))}.")
-    if not any(row["measured"] for row in found["checks"]):
-        out.print("No flagged draft measured yet: `cftools annotate push --flagged-sample N` sends some to people.")
+    return table
 
 
-def print_summary(report: CheckReport, out) -> None:  # noqa: ANN001
-    out.print(summary_table(report))
+def missed_by_all(overall: dict, shown: Mapping[str, Any]) -> str:
+    return (f"{overall['people_rejected']} items rejected by people, {overall['unflagged']} of them flagged by no "
+            f"check: miss rate {interval_text(overall['miss_rate'], overall['interval'])}.")
+
+
+def low_precision_named(checks: list[dict], shown: Mapping[str, Any]) -> str:
+    low = ", ".join(row["code"] for row in checks if row["low"])
+    return f"[red]Low precision[/] (below {shown['report']['low_precision_below']:g}): {escape(low)}."
+
+
+CALIBRATION_LINES = (
+    Line("checks", calibration_table, when=always),
+    Line("misses", missed_by_all, when=always),
+    Line("checks", low_precision_named, when=lambda checks, _: any(row["low"] for row in checks)),
+    Line("checks", "No flagged draft measured yet: `cftools annotate push --flagged-sample N` sends some to people.",
+         when=lambda checks, _: not any(row["measured"] for row in checks)),
+)
+
+
+def print_calibration(found: dict, out: Console) -> None:
+    """`check --calibration`: the checks against people, a table per measure and the low checks named."""
+    print_lines(CALIBRATION_LINES, found, out, err_console)
+
+
+def drafts_checked(codes: list[str], shown: Mapping[str, Any]) -> str:
+    report = shown["report"]
     moved = (f"{report.moved_to_checked} moved to checked" if report.promote
              else "none moved (only some checks ran)")
     if report.moved_despite_waived:
         moved += f" ({report.moved_despite_waived} of them with every flag waived)"
-    if text_codes(report.codes):
-        out.print(f"{report.candidates} draft items checked: {moved}, {report.flagged} flagged (they stay draft).")
-    if report.left_as_flagged:
-        out.print(f"{report.left_as_flagged} flagged drafts were not re-checked (use --recheck).")
-    if report.gone:
-        out.print(f"{report.gone} items left draft while the checks ran and were not written.")
-    if report.notes:
-        out.print("[yellow]Some checks could not decide on some items (see --json 'notes'); "
-                  "those items are not flagged for it.[/]")
-    if report.edited_items:
-        out.print(f"{report.edited_items} items' stored edit candidates checked again and re-ranked "
-                  "(edit flags rank candidates; they do not keep an item draft).")
-    if report.duplicate_mode:
-        embedded = f" ({report.embedded} questions embedded)" if report.embedded else ""
-        out.print(f"duplicate: {report.duplicate_mode}{embedded}", markup=False)
+    return f"{report.candidates} draft items checked: {moved}, {report.flagged} flagged (they stay draft)."
+
+
+def duplicate_mode(mode: str, shown: Mapping[str, Any]) -> str:
+    embedded = shown["report"].embedded
+    return f"duplicate: {mode}" + (f" ({embedded} questions embedded)" if embedded else "")
+
+
+CHECK_LINES = (
+    Line("codes", lambda _, shown: summary_table(shown["report"]), when=always),
+    Line("codes", drafts_checked, when=lambda codes, _: bool(text_codes(codes))),
+    Line("left_as_flagged", "{value} flagged drafts were not re-checked (use --recheck)."),
+    Line("gone", "{value} items left draft while the checks ran and were not written."),
+    Line("notes", "[yellow]Some checks could not decide on some items (see --json 'notes'); those items are not "
+                  "flagged for it.[/]"),
+    Line("edited_items", "{value} items' stored edit candidates checked again and re-ranked (edit flags rank "
+                         "candidates; they do not keep an item draft)."),
+    Line("duplicate_mode", duplicate_mode, markup=False),
+)
+
+
+def print_summary(report: CheckReport, out: Console) -> None:
+    """The checks' table and what became of the drafts, on OUT (stderr under --json)."""
+    print_lines(CHECK_LINES, report, out, err_console)
 
 
 @click.command("check")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 import click
 from rich.markup import escape
@@ -12,6 +12,7 @@ from rich.markup import escape
 from cftools.commands.common import console, err_console, pass_workspace, print_json
 from cftools.commands.exit_codes import exit_for_failures
 from cftools.commands.generation import llm_options, llm_run, print_estimate, ray_run_address, run_with_llm
+from cftools.commands.summary import Line, always, print_lines
 from cftools.errors import CftoolsError
 from cftools.progress import StepProgress, step_progress
 from cftools.workspace import Workspace
@@ -80,10 +81,7 @@ def edits_cmd(workspace: Workspace, kinds: tuple[str, ...], groups: tuple[str, .
         print_estimate(controls, as_json, "edit instructions")
         return
     if not as_json:
-        stats = instructions.stats
-        console.print(f"edit instructions with {escape(instructions.backend)}:{escape(instructions.model)}: "
-                      f"{instructions.selected} asked, {instructions.items_created} written, {stats.failed} failed, "
-                      f"{stats.cached} from the cache")
+        print_lines(INSTRUCTION_LINES, instructions, console, err_console)
     if instructions.stats.interrupted:
         raise click.ClickException("interrupted; what finished is stored, rerun the same command to continue")
     with step_progress(err_console, quiet=quiet, as_json=as_json,
@@ -95,15 +93,36 @@ def edits_cmd(workspace: Workspace, kinds: tuple[str, ...], groups: tuple[str, .
     if as_json:
         print_json(report.as_dict())
     else:
-        console.print(f"{report.items} items with {escape(report.backend)}:{escape(report.model)} (licence "
-                      f"{escape(str(report.licence))}): {report.images_made} edits made ({report.rate:.2f} images/s), "
-                      f"{report.candidates_kept} kept from earlier runs, {len(report.failures)} failed, "
-                      f"{report.without_instruction} edits without an instruction; {report.flagged} edits whose "
-                      f"best candidate is flagged. Images are in {escape(report.folder)}", soft_wrap=True)
-        for failure in report.failures[:5]:
-            console.print(f"  [yellow]item {failure['item_id']} {failure['edit']} edit k={failure['k']}: "
-                          f"{escape(str(failure['reason']))}[/]")
+        print_lines(EDIT_LINES, report, console, err_console)
     exit_for_failures(report.images_made + len(report.failures), len(report.failures), "edit calls")
+
+
+def edits_made(items: int, shown: Mapping[str, Any]) -> str:
+    report = shown["report"]
+    return (f"{items} items with {escape(report.backend)}:{escape(report.model)} (licence "
+            f"{escape(str(report.licence))}): {report.images_made} edits made ({report.rate:.2f} images/s), "
+            f"{report.candidates_kept} kept from earlier runs, {len(report.failures)} failed, "
+            f"{report.without_instruction} edits without an instruction; {report.flagged} edits whose "
+            f"best candidate is flagged. Images are in {escape(report.folder)}")
+
+
+def instructions_written(stats: Any, shown: Mapping[str, Any]) -> str:
+    run = shown["report"]
+    return (f"edit instructions with {escape(run.backend)}:{escape(run.model)}: {run.selected} asked, "
+            f"{run.items_created} written, {stats.failed} failed, {stats.cached} from the cache")
+
+
+def failed_edits(failures: list[dict[str, Any]], shown: Mapping[str, Any]) -> list[str]:
+    """The first five failures, each with its reason."""
+    return [f"  [yellow]item {failure['item_id']} {failure['edit']} edit k={failure['k']}: "
+            f"{escape(str(failure['reason']))}[/]" for failure in failures[:5]]
+
+
+INSTRUCTION_LINES = (Line("stats", instructions_written, when=always),)
+EDIT_LINES = (
+    Line("items", edits_made, when=always, soft_wrap=True),
+    Line("failures", failed_edits, when=always),
+)
 
 
 def make_edits(workspace: Workspace, shown: StepProgress, items: list, edit_backend: Optional[str],

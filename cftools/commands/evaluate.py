@@ -5,16 +5,17 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 import click
 from cftools.terminal import escape
 
 from cftools.commands.common import console, err_console, optional_workspace, ray_option
 from cftools.commands.common import ray_address as ray_address_of
+from cftools.commands.summary import Line, always, print_lines
 from cftools.errors import CftoolsError
 from cftools.progress import step_progress
-from cftools.evaluate.predictions import READINGS, STRICT, EvalResult
+from cftools.evaluate.predictions import READINGS, STRICT
 from cftools.evaluate.report import compare_table, rich_tables
 from cftools.evaluate.run import MODES, EvalOptions, load_run, run_eval
 from cftools.evaluate.shards import Shard, is_main_process, launched_processes, parse_shard
@@ -174,19 +175,42 @@ def eval_run(ctx: click.Context, release: Path, model: str, mode: str, score: st
             result = run_eval(release, model, options=options, **hooks)
     if result is None:  # not the first process of a launch: the first one merges and prints
         return
-    if shard is not None:
-        console.print(f"{shard}: {result.asked} questions asked now, {len(result.predictions)} of its share answered; "
-                      f"run folder [bold]{result.out_dir}[/] ({shard.predictions_name}). When all {shard.count} "
-                      f"shards have run: cftools eval merge {result.out_dir}")
-        return
-    print_result(result)
-    console.print(f"{result.asked} questions asked now; run folder [bold]{result.out_dir}[/] "
-                  "(config.json, predictions.jsonl, report.md, report.csv, report.png)")
+    print_lines(RUN_LINES, result, console, err_console, shard=shard)
 
 
-def print_result(result: EvalResult) -> None:
-    for part in rich_tables(result.config, result.summary, width=console.width):
-        console.print(part)
+RUN_FILES = "(config.json, predictions.jsonl, report.md, report.csv, report.png)"
+
+
+def report_tables(summary: dict[str, Any], shown: Mapping[str, Any]) -> list[Any]:
+    """The report for the terminal: its header and one table per item shape."""
+    return rich_tables(shown["report"].config, summary, width=console.width)
+
+
+def shard_done(asked: int, shown: Mapping[str, Any]) -> str:
+    result, shard = shown["report"], shown["shard"]
+    return (f"{shard}: {asked} questions asked now, {len(result.predictions)} of its share answered; run folder "
+            f"[bold]{result.out_dir}[/] ({shard.predictions_name}). When all {shard.count} shards have run: "
+            f"cftools eval merge {result.out_dir}")
+
+
+RESULT_TABLES = Line("summary", report_tables, when=always)
+RUN_LINES = (
+    Line("asked", shard_done, when=lambda _, shown: shown["shard"] is not None, stop=True),
+    RESULT_TABLES,
+    Line("asked", f"{{value}} questions asked now; run folder [bold]{{report.out_dir}}[/] {RUN_FILES}", when=always),
+)
+MERGE_LINES = (
+    RESULT_TABLES,
+    Line("predictions", lambda predictions, shown: f"{len(predictions)} predictions merged"
+                                                   f"{' (partial)' if shown['partial'] else ''}; run folder "
+                                                   f"[bold]{shown['report'].out_dir}[/] {RUN_FILES}", when=always),
+)
+IMPORT_LINES = (
+    RESULT_TABLES,
+    Line("predictions", lambda predictions, shown: f"{len(predictions)} predictions imported from "
+                                                   f"{len(shown['files'])} files; run folder "
+                                                   f"[bold]{shown['report'].out_dir}[/] {RUN_FILES}", when=always),
+)
 
 
 @eval_group.command("merge")
@@ -204,9 +228,7 @@ def eval_merge(ctx: click.Context, run_dir: Path, partial: bool) -> None:
     from cftools.evaluate.merge import merge_run
 
     result = merge_run(run_dir, workspace=optional_workspace(ctx), partial=partial)
-    print_result(result)
-    console.print(f"{len(result.predictions)} predictions merged{' (partial)' if partial else ''}; run folder "
-                  f"[bold]{result.out_dir}[/] (config.json, predictions.jsonl, report.md, report.csv, report.png)")
+    print_lines(MERGE_LINES, result, console, err_console, partial=partial)
 
 
 @eval_group.command("import")
@@ -235,9 +257,7 @@ def eval_import(ctx: click.Context, release: Path, files: tuple[Path, ...], out_
 
     result = import_predictions(release, files, out_dir, model=model, reading=reading,
                                 workspace=optional_workspace(ctx), verify=not no_verify)
-    print_result(result)
-    console.print(f"{len(result.predictions)} predictions imported from {len(files)} files; run folder "
-                  f"[bold]{result.out_dir}[/] (config.json, predictions.jsonl, report.md, report.csv, report.png)")
+    print_lines(IMPORT_LINES, result, console, err_console, files=files)
 
 
 @eval_group.command("compare")

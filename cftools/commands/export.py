@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, Mapping
 
 import click
 from cftools.terminal import escape
 
 from cftools.commands.common import console, err_console, pass_workspace, print_json, release_boundary
+from cftools.commands.summary import Line, always, print_lines
 from cftools.progress import step_progress
 from cftools.release.edited import edits_line
 from cftools.release.export import ExportOptions, export_release
@@ -21,6 +23,42 @@ STAGE_LABELS = {"items": "Reading the items", "images": "Copying images", "analy
                 "records": "Writing records, Parquet and card", "format": "Writing the format's files",
                 "extras": "Writing browse.html and croissant.json", "manifest": "Hashing files into the manifest",
                 "personal data": "Scanning for personal data"}
+
+
+def edits_text(edits: dict[str, int], shown: Mapping[str, Any]) -> list[str]:
+    """The release's edits in one line (`edits_line`), loud when unverified edits were released."""
+    line = edits_line(edits, shown["include_unverified_edits"])
+    if not line:
+        return []
+    loud = shown["include_unverified_edits"] and edits.get("unverified")
+    return [f"[bold red]{escape(line)}[/]" if loud else escape(line)]
+
+
+def written(path: Path, shown: Mapping[str, Any]) -> str:
+    result = shown["report"]
+    splits = ", ".join(f"{name} {n}" for name, n in result.by_split.items()) or "-"
+    return (f"Release written to [bold]{path}[/]: {result.n_items} items ({result.n_verified} verified, "
+            f"{result.n_unverified} unverified), {result.n_images} images; splits {splits}.")
+
+
+def no_items(n_items: int, shown: Mapping[str, Any]) -> str:
+    hint = "" if shown["include_unverified"] else (
+        f" ({count_exportable(shown['workspace'].store, True)} unverified items would be included with "
+        "--include-unverified)")
+    return f"[yellow]The release holds no items: no item is accepted yet{hint}.[/]"
+
+
+EXPORT_LINES = (
+    Line("warnings", "[yellow]warning: {value}[/]", each=True, to_stderr=True, soft_wrap=True),
+    Line("path", written, when=always, soft_wrap=True),
+    Line("edits", edits_text, when=always, soft_wrap=True),
+    Line("changes", lambda changes, _: "Changes since the previous release: " + ", ".join(
+        f"{n} {category.replace('_', ' ')}" for category, n in changes.items()) + "."),
+    Line("cleared", "[yellow]a killed export's copy: {value}[/]", each=True, soft_wrap=True),
+    Line("skipped", "[yellow]{value} items do not fit the {fmt} format and were left out of it.[/]"),
+    Line("n_items", no_items, when=lambda n_items, _: n_items == 0),
+    Line("path", "Check it with: cftools verify {value}", when=always, soft_wrap=True),
+)
 
 
 @click.command("export")
@@ -72,27 +110,26 @@ def export_cmd(workspace: Workspace, name: str, version: str, out_dir: Path | No
     if as_json:
         print_json(result.as_dict())  # its `warnings` list them
         return
-    for warning in result.warnings:
-        err_console.print(f"[yellow]warning: {escape(warning)}[/]", soft_wrap=True)
-    console.print(f"Release written to [bold]{result.path}[/]: {result.n_items} items "
-                  f"({result.n_verified} verified, {result.n_unverified} unverified), {result.n_images} images; "
-                  f"splits {', '.join(f'{k} {v}' for k, v in result.by_split.items()) or '-'}.", soft_wrap=True)
-    if (line := edits_line(result.edits, include_unverified_edits)):
-        loud = include_unverified_edits and result.edits.get("unverified")
-        console.print(f"[bold red]{escape(line)}[/]" if loud else escape(line), soft_wrap=True)
-    if result.changes:
-        console.print("Changes since the previous release: " + ", ".join(
-            f"{n} {category.replace('_', ' ')}" for category, n in result.changes.items()) + ".")
-    for line in result.cleared:
-        console.print(f"[yellow]a killed export's copy: {escape(line)}[/]", soft_wrap=True)
-    if result.skipped:
-        console.print(f"[yellow]{result.skipped} items do not fit the {fmt} format and were left out of it.[/]")
-    if result.n_items == 0:
-        hint = "" if include_unverified else (
-            f" ({count_exportable(workspace.store, True)} unverified items would be included with "
-            "--include-unverified)")
-        console.print(f"[yellow]The release holds no items: no item is accepted yet{hint}.[/]")
-    console.print(f"Check it with: cftools verify {result.path}", soft_wrap=True)
+    print_lines(EXPORT_LINES, result, console, err_console, fmt=fmt, workspace=workspace,
+                include_unverified=include_unverified, include_unverified_edits=include_unverified_edits)
+
+
+def annotation_words(annotation: Any, shown: Mapping[str, Any]) -> list[str]:
+    from cftools.release.annotator_analysis import summary_words
+
+    words = summary_words(annotation)
+    return [f"Annotation: {escape(words)}."] if words else []
+
+
+def problems(ok: bool, shown: Mapping[str, Any]) -> list[str]:
+    return [f"[red]{escape(problem)}[/]" for problem in shown["report"].problems()]
+
+
+VERIFY_LINES = (
+    Line("ok", "[green]OK[/]: {report.checked} files in {release} match the manifest.", soft_wrap=True),
+    Line("annotation", annotation_words, when=lambda _, shown: shown["report"].ok, soft_wrap=True),
+    Line("ok", problems, when=lambda ok, _: not ok, to_stderr=True, soft_wrap=True),
+)
 
 
 @click.command("verify")
@@ -106,20 +143,19 @@ def verify_cmd(ctx: click.Context, release: Path, as_json: bool) -> None:
     report = verify_release(release, release_boundary(ctx))
     if as_json:
         print_json(report.as_dict())
-    elif report.ok:
-        console.print(f"[green]OK[/]: {report.checked} files in {release} match the manifest.", soft_wrap=True)
-        from cftools.release.annotator_analysis import summary_words
-
-        if (words := summary_words(report.annotation)):
-            console.print(f"Annotation: {escape(words)}.", soft_wrap=True)
     else:
-        for problem in report.problems():
-            err_console.print(f"[red]{escape(problem)}[/]", soft_wrap=True)
+        print_lines(VERIFY_LINES, report, console, err_console, release=release)
     if report.ok:
         return
     if as_json:
         raise SystemExit(1)
     raise click.ClickException(verification_failure(report, limit=0))
+
+
+INGEST_RELEASE_LINES = (
+    Line("path", "[bold]{report.path}[/]: {report.n_records} records, {report.sources_added} source questions and "
+                 "{report.items_added} items added, {report.images_added} images added.", when=always, soft_wrap=True),
+)
 
 
 @click.command("release")
@@ -135,5 +171,4 @@ def ingest_release_cmd(workspace: Workspace, directory: Path, licence: str | Non
     if as_json:
         print_json(report.as_dict())
         return
-    console.print(f"[bold]{report.path}[/]: {report.n_records} records, {report.sources_added} source questions "
-                  f"and {report.items_added} items added, {report.images_added} images added.", soft_wrap=True)
+    print_lines(INGEST_RELEASE_LINES, report, console, err_console)

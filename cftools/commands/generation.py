@@ -6,13 +6,14 @@ The money and batch options (--max-cost, --estimate, --batch-api) reach the runs
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Optional
 
 import click
 from cftools.terminal import escape
 
-from cftools.commands.common import console, print_json, ray_address, ray_option
+from cftools.commands.common import console, err_console, print_json, ray_address, ray_option
 from cftools.commands.exit_codes import PARTIAL_FAILURE, document_exit_codes, exit_for_failures
+from cftools.commands.summary import Line, always, print_lines
 from cftools.errors import WorkspaceError
 from cftools.generate.llm_task import DEFAULT_MAX_ATTEMPTS, LLMRun
 from cftools.generate.run_controls import ControlledBackend, RunControls
@@ -59,9 +60,16 @@ def hidden_alias(flag: str, name: str, **kwargs: Any) -> Callable:
     return click.option(flag, f"{name}_old_spelling", hidden=True, expose_value=False, callback=keep, **kwargs)
 
 
+prompt_variant_option = run_option(
+    "--prompt-variant", help="Draft with this variant of the generator's prompts: a folder of templates beside the "
+    "default ones (prompts/GENERATOR/NAME/), or a folder you give; recorded with each draft, whose item is its own "
+    "(both variants' drafts of a source are kept).")
+
+
 def llm_options(command: Callable | None = None, *, backend_flag: str = "--backend") -> Callable:
     """--backend (BACKEND_FLAG; the old --backend then stays a hidden alias), --model, --template, --concurrency,
-    --refresh, --max-attempts, --quiet, --json, and the run options (--max-cost, --estimate, --ray, --batch-api)."""
+    --refresh, --max-attempts, --quiet, --json, and the run options (--prompt-variant, --max-cost, --estimate, --ray,
+    --batch-api)."""
     if command is None:
         return lambda decorated: llm_options(decorated, backend_flag=backend_flag)
     aliases = () if backend_flag == "--backend" else (
@@ -73,6 +81,7 @@ def llm_options(command: Callable | None = None, *, backend_flag: str = "--backe
         click.option("--model", help="Model name (default: [llm] model)."),
         click.option("--template", "template_path", type=click.Path(dir_okay=False, path_type=Path),
                      help="Your own Jinja2 prompt template (default: the packaged one, or the workspace's copy)."),
+        prompt_variant_option,
         click.option("--concurrency", type=click.IntRange(min=1),
                      help="Requests in flight (default: 8 for openai, 1 for local)."),
         click.option("--refresh", is_flag=True, help="Ignore the request cache and call the model again."),
@@ -99,8 +108,18 @@ def llm_run(workspace: Any, template_path: Optional[Path], concurrency: Optional
     """What `llm_options` say about the model calls, as the one value every generator takes (progress on stderr)."""
     from cftools.commands.common import err_console
 
+    context = click.get_current_context(silent=True)
+    variant = context.meta.get(RUN_OPTIONS, {}).get("prompt_variant") if context is not None else None
     return LLMRun(template_path=template_path, workspace_root=workspace.root, concurrency=concurrency,
-                  refresh=refresh, max_attempts=max_attempts, console=err_console, quiet=quiet)
+                  refresh=refresh, max_attempts=max_attempts, console=err_console, quiet=quiet, prompt_variant=variant)
+
+
+redo_option = click.option(
+    "--redo", type=click.Choice(["rejected", "flagged"]),
+    help="Instead of new drafts: draft again the items people rejected (rejected) or the drafts checks hold "
+         "(flagged), giving the model the old draft and the reasons (people's flags, corrections and comments, or "
+         "the flags'); each result is a new draft linked to the old item. An item is redone once (a redo rejected "
+         "in turn is redone again).")
 
 
 rederive_option = click.option(
@@ -185,6 +204,23 @@ def run_controls(config: dict[str, Any], llm: Any) -> RunControls:
                        poll_s=float(config.get("batch_poll_s", 30.0)), window=str(config.get("batch_window", "24h")))
 
 
+def generated(stats: Any, shown: Mapping[str, Any]) -> str:
+    report = shown["report"]
+    return (f"[bold]{escape(shown['what'])}[/] with {escape(report.backend)}:{escape(report.model)}: "
+            f"{report.selected} selected, {report.items_created} written, {stats.failed} failed "
+            f"({report.parse_failures} replies that did not parse, {report.call_errors} call errors), "
+            f"{stats.cached} from the cache, {stats.rate:.1f}/s")
+
+
+GENERATION_LINES = (
+    Line("stats", generated, when=always),
+    Line("stats", lambda _, shown: f"  {escape(shown['controls'].usage.summary())}",
+         when=lambda _, shown: shown["controls"] is not None),  # tokens, cache hits and cost
+    Line("stats", lambda stats, _: [f"  [yellow]{escape(str(error))}[/]" for error in stats.errors[:5]],
+         when=always),
+)
+
+
 def print_llm_report(report: Any, as_json: bool, what: str) -> None:
     """The summary of an LLM generator run; an interrupted run is an error (rerun to continue)."""
     controls: RunControls | None = getattr(report, "controls", None)
@@ -194,15 +230,7 @@ def print_llm_report(report: Any, as_json: bool, what: str) -> None:
     if as_json:
         print_json({**report.as_dict(), **(run_money(controls) if controls is not None else {})})
     else:
-        stats = report.stats
-        console.print(f"[bold]{escape(what)}[/] with {escape(report.backend)}:{escape(report.model)}: "
-                      f"{report.selected} selected, {report.items_created} written, {stats.failed} failed "
-                      f"({report.parse_failures} replies that did not parse, {report.call_errors} call errors), "
-                      f"{stats.cached} from the cache, {stats.rate:.1f}/s")
-        if controls is not None:
-            console.print(f"  {escape(controls.usage.summary())}")
-        for error in stats.errors[:5]:
-            console.print(f"  [yellow]{escape(str(error))}[/]")
+        print_lines(GENERATION_LINES, report, console, err_console, what=what, controls=controls)
     if report.stats.interrupted:
         raise click.ClickException("interrupted; what finished is stored, rerun the same command to continue")
     if controls is not None and controls.stopped:

@@ -50,7 +50,7 @@ def preflight_cmd(ctx: click.Context, release: Path, run_dirs: tuple[Path, ...],
 
     workspace = optional_workspace(ctx)
     changed = refuse_unrecorded_manifest(workspace.store if workspace is not None else None, release,
-                                         verify=not no_verify, hint="--no-verify reports on it as it is")
+                                         verify=not no_verify, unverified="reports on it as it is")
     if changed:
         click.secho(f"Warning: {changed}", fg="yellow", err=True)
     refuse_plot_inside(plot_file, release)

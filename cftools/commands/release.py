@@ -50,7 +50,7 @@ def diff_cmd(ctx: click.Context, a: str, b: str, run_dirs: tuple[Path, ...], out
     store = workspace.store if workspace is not None else None
     folders = [release_folder(a, store), release_folder(b, store)]
     for folder in folders:
-        changed = refuse_unrecorded_manifest(store, folder, verify=not no_verify, hint="--no-verify diffs it as it is")
+        changed = refuse_unrecorded_manifest(store, folder, verify=not no_verify, unverified="diffs it as it is")
         if changed:
             click.secho(f"Warning: {changed}", fg="yellow", err=True)
     diff = diff_releases(*folders)

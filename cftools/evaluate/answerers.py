@@ -17,11 +17,15 @@ from typing import Any, Optional, Sequence
 
 
 from cftools.answers import parse_number
-from cftools.errors import CftoolsError, ModelCallsFailed
+from cftools.errors import CftoolsError, Hint, ModelCallsFailed
 from cftools.evaluate.questions import PromptTemplates, Question
 from cftools.kinds import get_kind
 from cftools.evaluate.vlm import Prompt
 from cftools.images import data_uri
+
+RANK_HINT = Hint("rank mode needs token log-probabilities: use an hf: model, blind (the embedded model), or "
+                 "{mode} generate", mode="--mode")
+
 
 @dataclass
 class ModelSpec:
@@ -130,8 +134,8 @@ class ChatAnswerer:
         model); an API model cannot rank."""
         score_replies = getattr(self.backend, "score_replies", None)
         if score_replies is None or self.with_images:
-            raise CftoolsError("rank mode needs token log-probabilities: use an hf: model, blind (the embedded "
-                               "model), or --mode generate")
+            raise CftoolsError("rank mode needs token log-probabilities: use an hf: model or blind (the embedded "
+                               "model)", hint=RANK_HINT)
         return [score_replies(chat_messages(p, False), list(p.options or [])) for p in prompts]
 
     def close(self) -> None:

@@ -17,7 +17,7 @@ from typing import Iterator
 
 from filelock import FileLock, Timeout
 
-from cftools.errors import CftoolsError
+from cftools.errors import CftoolsError, Hint
 
 
 LOCKS_DIR = ".locks"  # hidden and apart: readers of the run folder see only its own files
@@ -49,7 +49,7 @@ def predictions_lock(predictions_path: Path) -> Iterator[None]:
     except Timeout:
         raise CftoolsError(f"{predictions_path.parent} is in use by {describe_owner(predictions_path)}, which is "
                            f"writing {predictions_path.name}; wait for it to finish (a rerun then asks only what is "
-                           "missing), or give this run another --out") from None
+                           "missing)", hint=Hint("{message}, or give this run another {out}", out="--out")) from None
     try:
         owner_path(predictions_path).write_text(f"process {os.getpid()} on {socket.gethostname()}\n",
                                                 encoding="utf-8")

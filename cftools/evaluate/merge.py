@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from cftools.errors import CftoolsError
+from cftools.errors import CftoolsError, Hint
 from cftools.evaluate.answerers import parse_model_spec
 from cftools.evaluate.predictions import EvalResult, read_predictions
 from cftools.evaluate.run import (PREDICTIONS_NAME, EvalOptions, differences, finish_run, identity_of, read_run_config,
@@ -48,7 +48,9 @@ def merge_run(run_dir: Path | str, workspace: Any = None, partial: bool = False)
     missing = [Shard(i, count) for i in range(1, count + 1) if Shard(i, count) not in manifests]
     unanswered = {shard: len(share - answered.keys()) for shard, share in sorted(shares.items())}
     if not partial and (missing or any(unanswered.values())):
-        raise CftoolsError(unfinished_message(run_dir, missing, unanswered, shares))
+        raise CftoolsError(unfinished_message(run_dir, missing, unanswered, shares), hint=Hint(
+            "{message}. Run those shards (cftools eval RELEASE ... {shard} I/N with the same options) and merge again, "
+            "or merge what there is with {partial}", shard="--shard", partial="--partial"))
     write_text_atomically(run_dir / PREDICTIONS_NAME,
                           "".join(json.dumps(answered[key], ensure_ascii=False, sort_keys=True) + "\n"
                                   for key in sorted(answered)))
@@ -80,8 +82,8 @@ def split_count(run_dir: Path, manifests: dict[Shard, dict[str, Any]], files: di
                            "merge needs one split: remove the other's shard files")
     lists = {manifest["questions_sha256"] for manifest in manifests.values()}
     if len(lists) > 1:
-        raise CftoolsError(f"the shards in {run_dir} were split from different question lists (were --limit "
-                           "and the release the same?); rerun them alike")
+        raise CftoolsError(f"the shards in {run_dir} were split from different question lists", hint=Hint(
+            "{message} (were {limit} and the release the same?); rerun them alike", limit="--limit"))
     return counts[0]
 
 
@@ -98,8 +100,7 @@ def unfinished_message(run_dir: Path, missing: list[Shard], unanswered: dict[Sha
                        shares: dict[Shard, set[Key]]) -> str:
     parts = [f"{shard} has not run (no {shard.manifest_name})" for shard in missing]
     parts += [f"{shard} has {n} of {len(shares[shard])} questions unanswered" for shard, n in unanswered.items() if n]
-    return (f"cannot merge {run_dir}: {'; '.join(parts)}. Run those shards (cftools eval RELEASE ... --shard I/N "
-            "with the same options) and merge again, or merge what there is with --partial")
+    return f"cannot merge {run_dir}: {'; '.join(parts)}"
 
 
 # -- accelerate launch ----------------------------------------------------------------------------------------

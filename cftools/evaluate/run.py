@@ -61,8 +61,9 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 
 
 from cftools import __version__
-from cftools.errors import CftoolsError, InputError, ModelCallsFailed, naming_the_file
-from cftools.evaluate.answerers import ChatAnswerer, ModelSpec, judge_answer, load_answerer, parse_model_spec
+from cftools.errors import CftoolsError, Hint, InputError, ModelCallsFailed, naming_the_file
+from cftools.evaluate.answerers import (RANK_HINT, ChatAnswerer, ModelSpec, judge_answer, load_answerer,
+                                        parse_model_spec)
 from cftools.evaluate.metrics import summarize
 from cftools.evaluate.predictions import (READINGS, STRICT, EvalResult, append_predictions, strict_lines,
                                           outcomes_from_predictions, prediction_line, read_predictions, read_reply,
@@ -189,8 +190,8 @@ def check_config(out_dir: Path, config: dict[str, Any]) -> None:
         return
     differing = differences(_read_config(path), config)
     if differing:
-        raise CftoolsError(f"{out_dir} holds a run with another configuration ({'; '.join(differing)}); "
-                           "choose another --out")
+        raise CftoolsError(f"{out_dir} holds a run with another configuration ({'; '.join(differing)})",
+                           hint=Hint("{message}; choose another {out}", out="--out"))
 
 
 def why_new_run(out_dir: Path, config: dict[str, Any]) -> list[str]:
@@ -218,10 +219,10 @@ def release_content(release_dir: Path, verify: bool, workspace: Any = None) -> s
         return files_content_sha256(release_dir)
     report = verify_release(release_dir)
     if not report.ok:
-        raise CftoolsError(f"{verification_failure(report)}; `cftools verify {release_dir}` lists them all, "
-                           "--no-verify scores the release as it is")
+        raise CftoolsError(f"{verification_failure(report)}; `cftools verify {release_dir}` lists them all",
+                           hint=Hint("{message}, {no_verify} scores the release as it is", no_verify="--no-verify"))
     refuse_unrecorded_manifest(workspace.store if workspace is not None else None, release_dir,
-                               hint="--no-verify scores the release as it is")
+                               unverified="scores the release as it is")
     return manifest_content_sha256(release_dir)  # the files are as the manifest says: no second hashing
 
 
@@ -260,7 +261,9 @@ def can_rank(spec: ModelSpec) -> bool:
 def check_prompt_variant(variant: str) -> None:
     known = {PLAIN} | {v for kind in all_kinds().values() for v in kind.prompt_variants}
     if variant not in known:
-        raise CftoolsError(f"unknown --prompt {variant!r}; choose one of {', '.join(sorted(known))}")
+        raise CftoolsError(f"unknown prompt variant {variant!r}; choose one of {', '.join(sorted(known))}",
+                           hint=Hint(f"unknown {{prompt}} {variant!r}; choose one of {', '.join(sorted(known))}",
+                                     prompt="--prompt"))
 
 
 def position_bias(predictions: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -340,7 +343,8 @@ def check_options(options: EvalOptions) -> None:
     if options.score not in SCORES:
         raise CftoolsError(f"unknown score {options.score!r}; choose one of {', '.join(SCORES)}")
     if options.batch_size is not None and options.batch_size not in (AUTO, 0) and int(options.batch_size) < 1:
-        raise CftoolsError("--batch-size must be at least 1 (or auto)")
+        raise CftoolsError("the batch size must be at least 1 (or auto)",
+                           hint=Hint("{batch_size} must be at least 1 (or auto)", batch_size="--batch-size"))
     if options.reading not in READINGS:
         raise CftoolsError(f"unknown reading {options.reading!r}; choose one of {', '.join(READINGS)}")
     if options.judge_aggregate not in JUDGE_AGGREGATES:
@@ -394,8 +398,8 @@ def run_eval(release_dir: Path | str, model: str, *, options: EvalOptions = Eval
                    + ", ".join(f"{kind} {how}" for kind, how in mixed.items()) + ") and one run has one mode; "
                    "--mode chooses it, and a release of one kind is scored as its paper does")
     if mode == "rank" and not can_rank(spec):
-        raise CftoolsError("rank mode needs token log-probabilities: use an hf: model, blind (the embedded "
-                           "model), or --mode generate")
+        raise CftoolsError("rank mode needs token log-probabilities: use an hf: model or blind (the embedded "
+                           "model)", hint=RANK_HINT)
     check_prompt_variant(options.prompt_variant)
     templates = PromptTemplates(options.template, workspace.root if workspace is not None else None)
     if options.limit is not None:

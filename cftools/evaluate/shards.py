@@ -30,7 +30,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
-from cftools.errors import CftoolsError, InputError
+from cftools.errors import CftoolsError, Hint, InputError
 from cftools.evaluate.predictions import read_predictions
 
 Key = tuple[str, str]  # (item id, which question)
@@ -150,7 +150,15 @@ def other_split(theirs: Mapping[str, Any], mine: Mapping[str, Any]) -> str:
         return "another run"
     if theirs.get("shards") != mine.get("shards"):
         return f"a split into {theirs.get('shards')}"
-    return "another question list (was --limit the same?)"
+    return ANOTHER_LIST
+
+
+ANOTHER_LIST = "another question list"
+
+
+def unmerged(run_dir: Path, split: str, predictions_name: str) -> str:
+    return (f"{run_dir} holds predictions of {split} not merged yet ({predictions_name}): finish that split and run "
+            f"`cftools eval merge {run_dir}`, or remove its shard files")
 
 
 def start_shard(run_dir: Path, shard: Shard, identity: Mapping[str, Any], keys: Sequence[Key]) -> list[Key]:
@@ -168,9 +176,11 @@ def start_shard(run_dir: Path, shard: Shard, identity: Mapping[str, Any], keys: 
         if same_split(theirs, mine):
             continue
         if (run_dir / other.predictions_name).exists():
-            raise CftoolsError(f"{run_dir} holds predictions of {other_split(theirs, mine)} not merged yet "
-                               f"({other.predictions_name}): finish that split and run `cftools eval merge "
-                               f"{run_dir}`, or remove its shard files")
+            split = other_split(theirs, mine)
+            asked = f"{ANOTHER_LIST} (was {{limit}} the same?)"  # another list: the CLI asks about its option
+            hint = (Hint(unmerged(run_dir, asked, other.predictions_name), limit="--limit")
+                    if split == ANOTHER_LIST else None)
+            raise CftoolsError(unmerged(run_dir, split, other.predictions_name), hint=hint)
         path.unlink(missing_ok=True)
     write_text_atomically(run_dir / shard.manifest_name, json.dumps(mine, sort_keys=True) + "\n")
     return [tuple(key) for key in mine["share"]]
@@ -221,6 +231,7 @@ def launch_state(cpu: bool) -> Any:
         from accelerate import PartialState
     except ImportError:
         raise CftoolsError(f"cftools eval was started as {launched_processes()} processes, but the accelerate "
-                           "package is not installed: pip install 'cftools[eval]' (or run each process with "
-                           "--shard I/N and merge with `cftools eval merge RUN`)") from None
+                           "package is not installed: pip install 'cftools[eval]'", hint=Hint(
+                               "{message} (or run each process with {shard} I/N and merge with `cftools eval merge "
+                               "RUN`)", shard="--shard")) from None
     return PartialState(cpu=cpu, timeout=WAIT_FOR_SHARDS)

@@ -11,7 +11,8 @@ for the process: other libraries in it keep their own setting.
 - **generate**: real batches, LEFT padding (so every row's last token is its own last prompt token) with the
   attention mask and positions generate() derives from it, greedy decoding, `torch.inference_mode`. A batch's
   questions of different `max_new_tokens` are generated apart and each reply is cut at its own limit and end of
-  turn, so a reply does not depend on which questions share its batch.
+  turn, so a reply does not depend on which questions share its batch. With CFTOOLS_COMPILE=1 on a GPU the replies
+  are decoded on a static KV cache that transformers compiles (`compiled_decoding_options`).
 - **rank**: each option is scored as the assistant's reply. The reply text is what the chat template
   renders for an assistant turn holding the option, cut at the end of the option (the template's
   leading space or newline is kept, the end-of-turn marker is not); its tokens are those that
@@ -45,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from cftools.errors import CftoolsError
+from cftools.errors import CftoolsError, Hint
 
 DTYPES = ("auto", "bf16", "fp16", "fp32")
 DEVICES = ("auto", "cuda", "cpu")
@@ -102,7 +103,8 @@ def resolve_device(device: str) -> str:
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda" and not torch.cuda.is_available():
-        raise CftoolsError("--device cuda was asked for but torch sees no CUDA GPU")
+        raise CftoolsError("the device cuda was asked for but torch sees no CUDA GPU",
+                           hint=Hint("{device} cuda was asked for but torch sees no CUDA GPU", device="--device"))
     return device
 
 
@@ -200,6 +202,25 @@ def pinned(value: Any) -> Any:
     return value.pin_memory() if isinstance(value, torch.Tensor) and not value.is_pinned() else value
 
 
+# Set to 1 to decode with a static KV cache, which transformers compiles (torch.compile, CUDA graphs) on a GPU.
+COMPILE_ENV = "CFTOOLS_COMPILE"
+COMPILED_DECODING = {"cache_implementation": "static"}  # generate()'s options for it
+
+
+def compiled_decoding_options(device: str) -> dict[str, Any]:
+    """generate()'s options for compiled decoding when CFTOOLS_COMPILE asks for it and DEVICE is a GPU, else none.
+
+    Measured on an H200 (LLaVA-1.5-7B shape, batch 32, 690 prompt tokens, 16 new): a decoding step took 30 ms in
+    eager mode, of which the GPU's kernels ran about 15 (the rest it waited on Python launching ~1,350 of them);
+    compiled, `cftools eval` answered 1.54x as many questions a second (30.2 against 19.6). Off by default: a batch
+    of a shape not seen before compiles again (34 to 51 s each there), which pays back only over thousands of
+    questions."""
+    setting = os.environ.get(COMPILE_ENV, "").strip().lower()
+    if setting in ("", "0", "no", "off", "false") or not str(device).startswith("cuda"):
+        return {}
+    return dict(COMPILED_DECODING)
+
+
 # Set to 1 to let `hf:` models be downloaded from the hub (off by default: evaluation works offline).
 ALLOW_DOWNLOADS_ENV = "CFTOOLS_ALLOW_DOWNLOADS"
 
@@ -226,6 +247,8 @@ class HFVisionModel:
         # Only the logits that score something are computed (the prefix's last one; the option's own).
         self.keep_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
         self.image_cache = ImageCache()
+        # extra options of every generate() call: a static cache when compiled decoding is asked for
+        self.generate_options: dict[str, Any] = compiled_decoding_options(device)
         # the next batch is prepared on another thread while this one decodes its replies: one tokenizer user at once
         self.tokenizer_lock = threading.RLock()
 
@@ -238,18 +261,21 @@ class HFVisionModel:
         device = resolve_device(device)
         dtype = resolve_dtype(dtype, device)
         local_only = not (allow_downloads or os.environ.get(ALLOW_DOWNLOADS_ENV, "0") not in ("", "0"))
-        hint = (f"; it is not a local folder or in the local cache, and downloads are off "
-                f"(--allow-downloads or {ALLOW_DOWNLOADS_ENV}=1 allows them)") if local_only else ""
+        offline = "; it is not a local folder or in the local cache, and downloads are off" if local_only else ""
+        hint = (Hint(f"{{message}} ({{allow}} or {ALLOW_DOWNLOADS_ENV}=1 allows them)", allow="--allow-downloads")
+                if local_only else None)
         if local_only and not in_local_cache(path_or_id):
             # asked before transformers is: some releases (4.56) still request processor files from the
             # hub under local_files_only=True
-            raise CftoolsError(f"cannot load hf:{path_or_id} (no config.json in the folder or cache){hint}")
+            raise CftoolsError(f"cannot load hf:{path_or_id} (no config.json in the folder or cache){offline}",
+                               hint=hint)
         try:
             processor = AutoProcessor.from_pretrained(path_or_id, local_files_only=local_only)
             model = AutoModelForImageTextToText.from_pretrained(path_or_id, dtype=torch_dtype(dtype),
                                                                 local_files_only=local_only)
         except (OSError, ValueError) as exc:
-            raise CftoolsError(f"cannot load hf:{path_or_id} ({str(exc).splitlines()[0][:300]}){hint}") from None
+            raise CftoolsError(f"cannot load hf:{path_or_id} ({str(exc).splitlines()[0][:300]}){offline}",
+                               hint=hint) from None
         return cls(model.to(device), processor, device, dtype, name=f"hf:{path_or_id}")
 
     # -- prompts --------------------------------------------------------------------------------------
@@ -354,7 +380,7 @@ class HFVisionModel:
         encoded = self._to_device(inputs)
         with torch.inference_mode():
             output = self.model.generate(**encoded, max_new_tokens=max_new, do_sample=False, num_beams=1,
-                                         pad_token_id=self.tokenizer.pad_token_id)
+                                         pad_token_id=self.tokenizer.pad_token_id, **self.generate_options)
         new_tokens = output[:, encoded["input_ids"].shape[1]:].tolist()
         with self.tokenizer_lock:
             return [self.tokenizer.decode(self._own_reply(row, max_new), skip_special_tokens=True).strip()

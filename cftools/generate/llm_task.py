@@ -30,7 +30,7 @@ from sqlalchemy import insert, select
 from sqlmodel import Session
 
 from cftools.distributed import InFlight
-from cftools.errors import InputError
+from cftools.errors import CftoolsError, Hint, InputError
 from cftools.llm import Backend, Completion, LLMError, request_key
 from cftools.llm.base import DEFAULT_PARAMS, render_messages
 from cftools.llm.cost import BudgetReached
@@ -55,7 +55,8 @@ class LLMRun:
 
     PARAMS: the backend's sampling parameters (None: the generator's own defaults, `LLMRun.or_params`);
     TEMPLATE_PATH: the user's own prompt template (else the workspace's copy under WORKSPACE_ROOT, else the
-    packaged one)."""
+    packaged one); PROMPT_VARIANT: a named prompt variant or a folder of templates (`--prompt-variant`,
+    `cftools.llm.prompts.variant_folder`)."""
 
     params: Optional[dict[str, Any]] = None
     template_path: Optional[Path] = None
@@ -65,6 +66,7 @@ class LLMRun:
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     console: Optional[Console] = None
     quiet: bool = False
+    prompt_variant: Optional[str] = None
 
     def or_params(self, params: dict[str, Any]) -> "LLMRun":
         """This run, with PARAMS when it names none of its own."""
@@ -282,6 +284,7 @@ class Writer:
         return dict(
             source_id=job.source_id, generator=self.task.generator, group=job.group, backend=self.backend.name,
             model=self.backend.model, template_name=template.name, template_hash=template.hash,
+            prompt_variant=template.variant,
             params={**{k: v for k, v in attempt.params.items() if k != "response_format"},
                     "cache_backend": self.backend.cache_id, **job.provenance, **batch_provenance(completion)},
             prompt=render_messages(job.messages),
@@ -344,6 +347,11 @@ def run_llm_task(store: Store, backend: Backend, task: LLMTask, jobs: list[LLMJo
     """Run JOBS for TASK with BACKEND as RUN says; other workers on the same store share the jobs
     (`cftools.generate.claims`). SELECTED_AT is when the caller started choosing the jobs. Returns what this worker
     did."""
+    if run.prompt_variant is not None and task.template.variant is None:
+        raise CftoolsError(f"the {task.generator} generator does not run prompt variants yet; generate rewrite, pairs "
+                           "and captions do", hint=Hint(f"the {task.generator} generator does not run prompt variants "
+                                                        "({variant}) yet; generate rewrite, pairs and captions do",
+                                                        variant="--prompt-variant"))
     report = LLMReport(generator=task.generator, group=group, backend=backend.name, model=backend.model,
                        template=task.template.name, selected=len(jobs))
     params = dict(run.params or {})

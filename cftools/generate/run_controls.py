@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Optional
 from rich.console import Console
 from sqlalchemy import func, select
 
+from cftools.errors import Hint
 from cftools.llm.base import DEFAULT_PARAMS, Completion, Message, request_key
 from cftools.llm.cost import WORST_CASE_COST, BudgetReached, Price, TokenCounter, Usage, token_counter
 from cftools.llm.runner import JobResult
@@ -103,8 +104,10 @@ class RunControls:
                     break
                 self._settled.wait()  # a call in flight will settle below its worst case: then it may fit
             if self.refused:
-                raise BudgetReached(f"not sent: at most ${most:.6f} would take the spending past --max-cost "
-                                    f"${self.max_cost:.6f} (${self.spent:.6f} spent)")
+                raise BudgetReached(f"not sent: at most ${most:.6f} would take the spending past the maximum cost "
+                                    f"${self.max_cost:.6f} (${self.spent:.6f} spent)", hint=Hint(
+                                        f"not sent: at most ${most:.6f} would take the spending past {{max_cost}} "
+                                        f"${self.max_cost:.6f} (${self.spent:.6f} spent)", max_cost="--max-cost"))
             self.reserved += most
             self.in_flight += 1
         return most

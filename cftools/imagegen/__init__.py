@@ -43,6 +43,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from cftools.errors import Hint
 from cftools.imagegen.base import (
     CAUSE, CONSISTENCY_MODES, EFFECT, CandidateFailure, CandidatePair, CandidateResult, ImageBackend, ImageGenError,
     PairSettings, Provenance, candidate_seed, image_request_key, parse_size,
@@ -102,7 +103,9 @@ def make_image_backend(config: dict[str, Any] | None = None, backend: str | None
         from cftools.imagegen.openai_backend import DEFAULT_KEY_ENV, ImagesEndpoint, OpenAIImageBackend
 
         if not chosen:
-            raise ImageGenError("the openai image backend needs a model: --model NAME or [images] model")
+            raise ImageGenError("the openai image backend needs a model: [images] model",
+                                hint=Hint("the openai image backend needs a model: {model} NAME or [images] model",
+                                          model="--model"))
         options = {k: config[k] for k in OPENAI_OPTIONS if k in config}
         return OpenAIImageBackend(chosen, ImagesEndpoint(base_url=config.get("base_url"),
                                                          api_key_env=config.get("api_key_env") or DEFAULT_KEY_ENV,

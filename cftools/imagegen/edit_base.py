@@ -11,6 +11,7 @@ from typing import Any, Optional, Union
 
 import PIL.Image
 
+from cftools.errors import Hint
 from cftools.imagegen.base import ImageGenError
 from cftools.ingest.licences import is_non_commercial
 
@@ -139,9 +140,9 @@ def known_licence(model: str) -> Optional[str]:
 
 def check_licence(model: str, licence: Optional[str], allow_non_commercial: bool) -> None:
     if is_non_commercial(licence) and not allow_non_commercial:
-        raise ImageGenError(f"{model}: its licence ({licence}) is not for commercial use; pass "
-                            "--allow-non-commercial (or [edits] allow_non_commercial = true) to use it anyway, and "
-                            "the licence is recorded with every edit and shown in the data card")
+        raise ImageGenError(f"{model}: its licence ({licence}) is not for commercial use", hint=Hint(
+            "{message}; pass {allow} (or [edits] allow_non_commercial = true) to use it anyway, and the licence is "
+            "recorded with every edit and shown in the data card", allow="--allow-non-commercial"))
 
 
 @dataclass

@@ -24,6 +24,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
+from cftools.errors import Hint
 from cftools.imagegen.base import ImageGenError
 from cftools.imagegen.edit_base import (DEFAULT_EDIT_MODEL, EDIT_BACKENDS, EMBEDDED, KNOWN_LICENCES, EditCandidate,
                                         EditFailure, EditResult, EditSettings, candidate_seeds, check_licence,
@@ -69,7 +70,9 @@ def make_edit_backend(config: Optional[dict[str, Any]] = None, backend: Optional
         from cftools.imagegen.openai_backend import DEFAULT_KEY_ENV, ImagesEndpoint
 
         if not chosen:
-            raise ImageGenError("the openai edit backend needs a model: --model NAME or [edits] model")
+            raise ImageGenError("the openai edit backend needs a model: [edits] model",
+                                hint=Hint("the openai edit backend needs a model: {model} NAME or [edits] model",
+                                          model="--model"))
         licence = model_licence(chosen, None, licence)
         check_licence(chosen, licence, bool(config.get("allow_non_commercial", False)))
         options = {k: config[k] for k in OPENAI_OPTIONS if k in config}

@@ -25,7 +25,7 @@ import PIL.Image
 from sqlalchemy import select
 
 from cftools.boundary import public_name
-from cftools.errors import CftoolsError, InputError, NoRecordsError
+from cftools.errors import CftoolsError, Hint, InputError, NoRecordsError
 from cftools.generate.edits import EditableItem, check_candidates, editable_items
 from cftools.images import GENERATED_IMAGES_FOLDER, read_image_file, register_image, save_png, sha256_file
 from cftools.ingest.licences import clean_licence
@@ -126,8 +126,8 @@ class ItemIndex:
 def edit_row(file: Path, line: str, row: dict, images_dir: Path, items: ItemIndex,
              licence: Optional[str]) -> EditRow:
     """ROW checked against the store and the images folder; a bad one is an InputError naming FILE and LINE."""
-    def bad(reason: str) -> InputError:
-        return InputError(file, reason, line)
+    def bad(reason: str, hint: Optional[Hint] = None) -> InputError:
+        return InputError(file, reason, line, hint=hint)
 
     unknown = sorted(str(k) for k in row if k not in COLUMNS)
     if unknown:  # a CSV's columns are its header's
@@ -145,7 +145,8 @@ def edit_row(file: Path, line: str, row: dict, images_dir: Path, items: ItemInde
         raise bad(problem)
     path = images_dir / given
     if not path.is_file():
-        raise bad(f"image {given!r} is not in the --images folder")
+        raise bad(f"image {given!r} is not in the images folder",
+                  hint=Hint(f"image {given!r} is not in the {{images}} folder", images="--images"))
     try:
         read_image_file(path)
         blob = png_of(path)
@@ -166,7 +167,8 @@ def read_edit_rows(store: Store, file: Path, images_dir: Path, licence: Optional
                    progress: Optional[Callable[[int], None]] = None) -> list[EditRow]:
     """Every row of FILE, validated; the first bad one is raised (nothing is written before all are read)."""
     if not images_dir.is_dir():
-        raise InputError(images_dir, "the --images folder does not exist")
+        raise InputError(images_dir, "the images folder does not exist",
+                         hint=Hint("the {images} folder does not exist", images="--images"))
     items = ItemIndex(store)
     rows = []
     for line, row in records(file, REQUIRED, BadRecords(skip_bad=False)):

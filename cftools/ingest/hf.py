@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator, Optional
 
 import PIL.Image
 
-from cftools.errors import CftoolsError, InputError, NoRecordsError
+from cftools.errors import CftoolsError, Hint, InputError, NoRecordsError
 from cftools.images import ImageFile, image_ref_path, read_image_file, write_atomically
 from cftools.ingest.licences import LicenceChoice, chosen_licence
 from cftools.ingest.readers import (BadRecords, IngestReport, ReadInput, image_path_problem, infer_answer_type,
@@ -43,6 +43,13 @@ DEFAULT_COLUMNS = {
 }
 META_COLUMNS = ("image_id", "question_type")  # kept with the source question when present
 
+
+class RowProblem(ValueError):
+    """What is wrong with a row, with the CLI's HINT (the InputError made of it names the file and row)."""
+
+    def __init__(self, reason: str, hint: Optional[Hint] = None) -> None:
+        super().__init__(reason)
+        self.hint = hint
 
 @dataclass(frozen=True)
 class Columns:
@@ -146,7 +153,8 @@ def one_split(dataset: Any, label: str, split: Optional[str]) -> Any:
             raise InputError(label, f"no split {split!r}; it has {', '.join(splits)}")
         return dataset[split]
     if len(splits) != 1:
-        raise InputError(label, f"it has the splits {', '.join(splits)}: name one with --split")
+        raise InputError(label, f"it has the splits {', '.join(splits)}",
+                         hint=Hint("{message}: name one with {split}", split="--split"))
     return dataset[splits[0]]
 
 
@@ -305,7 +313,8 @@ class SourceImages:
         if ref in self.by_ref:
             return ref
         if self.base is None:
-            raise ValueError(f"image path {given!r}, but no folder to read it from (give --images)")
+            raise RowProblem(f"image path {given!r}, but no folder to read it from",
+                             Hint("{message} (give {images})", images="--images"))
         problem = image_path_problem(given, self.base)
         if problem:
             raise ValueError(problem)
@@ -354,7 +363,7 @@ class RowReader:
         try:
             self.sources.setdefault(*self.source(row, record))
         except ValueError as exc:
-            self.bad.add(InputError(label, str(exc), f"row {index}"))
+            self.bad.add(InputError(label, str(exc), f"row {index}", hint=getattr(exc, "hint", None)))
 
     def source(self, row: dict, record: str) -> tuple[str, dict]:
         cols = self.columns

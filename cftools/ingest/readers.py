@@ -21,7 +21,7 @@ import ijson
 from sqlalchemy import func, select
 
 from cftools.answer_rules import COUNT_TYPES, read_count
-from cftools.errors import InputError, NoRecordsError, naming_the_file
+from cftools.errors import Hint, InputError, naming_the_file, NoRecordsError
 from cftools.images import FolderIndex, ImageFile, attach_images, image_ref_path, read_image_file, sha256_file
 from cftools.ingest.licences import LicenceChoice, chosen_licence, record_licence
 from cftools.models import (
@@ -554,12 +554,14 @@ def apply_text_changes(session, path: Path, dataset: str,  # noqa: ANN001
     first = changes[0]
     if not update:
         raise InputError(path, f"{first.describe()}; {len(changes)} records of this file change the stored text "
-                               "under the same id: nothing was written; pass --update to replace it", first.record)
+                               "under the same id: nothing was written", first.record,
+                         hint=Hint("{message}; pass {update} to replace it", update="--update"))
     settled = next((c for c in changes if c.item_id is not None and c.status != DRAFT), None)
     if settled is not None:
         raise InputError(path, f"{settled.describe()}, and it is {settled.status}, not draft: its checks and reviews "
-                               "were of the stored text, so --update does not replace it; nothing was written",
-                         settled.record)
+                               "were of the stored text", settled.record,
+                         hint=Hint("{message}, so {update} does not replace it; nothing was written",
+                                   update="--update"))
     table = SourceQuestion.__table__
     by_record = {record_of(s): s for s in sources}
     now = utcnow()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from cftools.errors import Hint
 from cftools.llm.base import DEFAULT_PARAMS, Backend, Completion, LLMError, Message, request_key, text_message
 
 BACKENDS = ("local", "openai")
@@ -47,7 +48,8 @@ def make_backend(config: dict[str, Any] | None = None, backend: str | None = Non
         configured = config.get("model") if config.get("backend") == "openai" else None
         chosen = model or configured
         if not chosen:
-            raise LLMError("the openai backend needs a model: --model NAME or [llm] model")
+            raise LLMError("the openai backend needs a model: [llm] model",
+                           hint=Hint("the openai backend needs a model: {model} NAME or [llm] model", model="--model"))
         options = {k: config[k] for k in ("timeout", "request_attempts", "backoff_initial", "backoff_max",
                                           "max_connections", "max_reply_bytes") if k in config}
         from cftools.llm.structured import JSON_SCHEMA, STRUCTURED_MODES

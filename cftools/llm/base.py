@@ -5,9 +5,9 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Optional, Protocol
 
-from cftools.errors import ALL_FAILED, CftoolsError
+from cftools.errors import ALL_FAILED, CftoolsError, Hint
 
 # A chat message is the OpenAI shape: {"role": "user", "content": "text"} or content as a list of parts,
 # [{"type": "text", "text": ...}, {"type": "image_url", "image_url": {"url": "data:image/png;base64,..."}}].
@@ -19,8 +19,8 @@ DEFAULT_PARAMS: dict[str, Any] = {"temperature": 0.0, "max_tokens": 320}
 class LLMError(CftoolsError):
     """A failed model call; the message names what went wrong and never carries a key."""
 
-    def __init__(self, message: str, retryable: bool = False) -> None:
-        super().__init__(message)
+    def __init__(self, message: str, retryable: bool = False, *, hint: Optional[Hint] = None) -> None:
+        super().__init__(message, hint=hint)
         self.retryable = retryable
 
 

@@ -196,17 +196,23 @@ def _chat_counter(tokenizer: Any) -> Callable[[list[Message]], int]:
 def spending(store: Any, config: dict[str, Any]) -> list[dict[str, Any]]:
     """Tokens, cache hits and cost of every recorded call, per generator and model, priced with the workspace's
     table today (a model without a price has cost None)."""
-    totals: dict[tuple[str, str], Usage] = {}
-    columns = (Generation.generator, Generation.model, Generation.cached, Generation.prompt_tokens,
-               Generation.completion_tokens, Generation.params)
     with store.session() as session:
-        for generator, model, cached, prompt, output, params in session.execute(select(*columns)).yield_per(5000):
-            usage = totals.get((generator, model))
-            if usage is None:
-                usage = totals[(generator, model)] = Usage(price=price_for(config, model))
-            recorded = params if isinstance(params, dict) else {}
-            extra = {k: recorded[k] for k in ("batch_id", WORST_CASE_COST) if recorded.get(k) is not None}
-            usage.add(Completion(text="", prompt_tokens=prompt, completion_tokens=output, extra=extra),
-                      fresh=not cached)
+        totals = usage_by(session, config)
     return [{"generator": generator, "model": model, **usage.as_dict()}
             for (generator, model), usage in sorted(totals.items())]
+
+
+def usage_by(session: Any, config: dict[str, Any], *columns: Any) -> dict[tuple, Usage]:
+    """The recorded calls' usage per generator, model and the Generation COLUMNS given (a key of their values in
+    that order), each priced with its model's entry in CONFIG's price table."""
+    totals: dict[tuple, Usage] = {}
+    read = (Generation.cached, Generation.prompt_tokens, Generation.completion_tokens, Generation.params,
+            Generation.generator, Generation.model, *columns)
+    for cached, prompt, output, params, *key in session.execute(select(*read)).yield_per(5000):
+        usage = totals.get(tuple(key))
+        if usage is None:
+            usage = totals[tuple(key)] = Usage(price=price_for(config, key[1]))
+        recorded = params if isinstance(params, dict) else {}
+        extra = {k: recorded[k] for k in ("batch_id", WORST_CASE_COST) if recorded.get(k) is not None}
+        usage.add(Completion(text="", prompt_tokens=prompt, completion_tokens=output, extra=extra), fresh=not cached)
+    return totals

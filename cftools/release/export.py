@@ -26,7 +26,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from cftools.errors import CftoolsError
+from cftools.errors import CftoolsError, Hint
 from cftools.kinds import all_kinds, get_kind
 from cftools.boundary import workspace_boundary
 from cftools.models import Release as ReleaseRow, utcnow
@@ -42,7 +42,7 @@ from cftools.release.release import Release
 from cftools.release.scan import refuse_personal_data
 from cftools.release.selection import collect_items, statuses_for
 from cftools.release.splits import DEFAULT_SPLITS, check_plain_name
-from cftools.release.swap import atomic_release
+from cftools.release.swap import FORCE_HINT, atomic_release
 from cftools.store import Store
 from cftools.workspace import Workspace
 
@@ -130,7 +130,7 @@ def export_release(workspace: Workspace, name: str, version: str, out_dir: Path 
     dir_name = release_dir_name(name, version) + ("" if fmt == FORMAT_NATIVE else f"-{fmt}")
     target = out_dir / dir_name
     if target.exists() and not force:
-        raise CftoolsError(f"{target} already exists; pass --force to replace it")
+        raise CftoolsError(f"{target} already exists", hint=FORCE_HINT)
     store = workspace.store
     if force:
         check_replaceable(store, target)
@@ -217,8 +217,9 @@ def check_replaceable(store: Store, target: Path) -> None:
     """`--force` replaces only a release this workspace wrote (or an empty folder): never a user's own files."""
     if not target.exists() or (target.is_dir() and not any(target.iterdir())) or is_own_release(store, target):
         return
-    raise CftoolsError(f"{target} is not a release this workspace wrote, so --force will not replace it (it would "
-                       "delete what is there); move it away or export under another name or --out")
+    raise CftoolsError(f"{target} is not a release this workspace wrote", hint=Hint(
+        "{message}, so {force} will not replace it (it would delete what is there); move it away or export under "
+        "another name or {out}", force="--force", out="--out"))
 
 
 def record_release(store: Store, name: str, version: str, fmt: str, path: Path, result: ExportResult) -> None:

@@ -6,7 +6,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from cftools.errors import CftoolsError
+from cftools.errors import CftoolsError, Hint
 from cftools.ingest.licences import clean_licence, licence_conflicts, licences_of
 from cftools.release.selection import ExportItem
 from cftools.workspace import Workspace
@@ -39,8 +39,9 @@ def release_licensing(workspace: Workspace, items: list[ExportItem], licence: st
         listed = ", ".join(f"{dataset} ({lic})" for dataset, lic in sorted(conflicts.items()))
         raise CftoolsError(
             f"will not stamp the licence {stamped} ([release] license in cftools.toml) over sources under other "
-            f"or unknown licences: {listed}; state a source's licence with `cftools ingest ... --licence`, or "
-            f"give the release's licence explicitly with `cftools export --licence LICENCE`")
+            f"or unknown licences: {listed}", hint=Hint(
+                "{message}; state a source's licence with `cftools ingest ... {licence}`, or give the release's "
+                "licence explicitly with `cftools export {licence} LICENCE`", licence="--licence"))
     return Licensing(stamped, given is not None, sources, dict(per_source))
 
 

@@ -13,8 +13,10 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-from cftools.errors import CftoolsError, naming_the_file
+from cftools.errors import CftoolsError, Hint, naming_the_file
 from cftools.processes import is_running
+
+FORCE_HINT = Hint("{message}; pass {force} to replace it", force="--force")
 
 
 def stale_temporaries(target: Path) -> list[Path]:
@@ -136,12 +138,12 @@ def atomic_release(target: Path, force: bool, write: Callable[[Path], None], rec
     is named after this process, so a later export removes it if this one is killed. Returns what clearing a killed
     export's temporaries did (RECORDED: the store's manifest SHA-256s for TARGET), one line each."""
     if target.exists() and not force:
-        raise CftoolsError(f"{target} already exists; pass --force to replace it")
+        raise CftoolsError(f"{target} already exists", hint=FORCE_HINT)
     target.parent.mkdir(parents=True, exist_ok=True)
     cleared = [cleared_line(path, action, target) for path, action in clear_stale_temporaries(target, recorded)]
     if target.exists() and not force:  # a verified copy came back: replacing it needs --force like any release
-        raise CftoolsError(f"{target} was restored from the copy a killed export left ({'; '.join(cleared)}); "
-                           "pass --force to replace it")
+        raise CftoolsError(f"{target} was restored from the copy a killed export left ({'; '.join(cleared)})",
+                           hint=FORCE_HINT)
     prefix = f".{target.name}.pid{os.getpid()}."
     tmp = Path(tempfile.mkdtemp(prefix=prefix, suffix=".tmp", dir=target.parent))
     old = None

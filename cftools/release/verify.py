@@ -9,7 +9,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from cftools.boundary import Boundary
-from cftools.errors import CftoolsError, InputError
+from cftools.errors import CftoolsError, Hint, InputError
 from cftools.release.layout import MANIFEST_NAME, RECORDS_NAME, hash_file, load_manifest, load_records
 
 
@@ -128,12 +128,12 @@ def recorded_manifest_change(store: Any, release_dir: Path) -> str | None:
 
 
 def refuse_unrecorded_manifest(store: Any, release_dir: Path, verify: bool = True,
-                               hint: str = "--no-verify reads it as it is") -> str | None:
+                               unverified: str = "reads it as it is") -> str | None:
     """The one check of a release against the store's record, for every reader (eval, eval import, release diff,
-    preflight): raise CftoolsError (ending with HINT) when RELEASE_DIR's manifest is not the one the store recorded
-    writing there; with not VERIFY, return the reason instead, for the caller to name. None when it is the store's
-    (or the store recorded no release there, or there is no store)."""
+    preflight): raise CftoolsError (its hint: what not verifying does, UNVERIFIED) when RELEASE_DIR's manifest is not
+    the one the store recorded writing there; with not VERIFY, return the reason instead, for the caller to name.
+    None when it is the store's (or the store recorded no release there, or there is no store)."""
     changed = recorded_manifest_change(store, release_dir) if store is not None else None
     if changed and verify:
-        raise CftoolsError(f"{changed}; {hint}")
+        raise CftoolsError(changed, hint=Hint("{message}; {no_verify} " + unverified, no_verify="--no-verify"))
     return changed

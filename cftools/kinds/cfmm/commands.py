@@ -9,7 +9,8 @@ import click
 from rich.markup import escape
 
 from cftools.commands.common import console, pass_workspace, print_json, ray_address, ray_option
-from cftools.commands.generation import backend_for_run, llm_run, rederive_drafts, rederive_option
+from cftools.commands.generation import (backend_for_run, llm_run, print_llm_report, prompt_variant_option,
+                                         rederive_drafts, rederive_option, redo_option)
 from cftools.commands.ingest import file_ingest_options, ingest_licence, print_ingest, report_path, showing_progress
 from cftools.generate.llm_task import DEFAULT_MAX_ATTEMPTS
 from cftools.kinds.cfmm.generate import CFMM_REDERIVE, generate_pairs, llm_params, parse_quota
@@ -32,12 +33,15 @@ from cftools.workspace import Workspace
               help="Attempts per request when the output cannot be parsed.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.option("--json", "as_json", is_flag=True, help="Print the run's summary as JSON.")
+@prompt_variant_option
 @rederive_option
+@redo_option
 @ray_option(name="ray_address_given")
 @pass_workspace
 def pairs_cmd(workspace: Workspace, types_text: str | None, per_image: int, limit: int | None, backend: str | None,
               model: str | None, concurrency: int | None, refresh: bool, max_attempts: int, quiet: bool,
-              as_json: bool, rederive: bool | None, ray_address_given: str | None) -> None:
+              as_json: bool, rederive: bool | None, ray_address_given: str | None,
+              redo: str | None = None) -> None:
     """Draft CFMM basic/counterfactual pairs from the images' source questions (the LLM sees no image).
 
     The LLM picks a type per image (or none: the image is skipped and counted), then writes the pair with the
@@ -49,11 +53,20 @@ def pairs_cmd(workspace: Workspace, types_text: str | None, per_image: int, limi
         # no --template: CFMM has a prompt per step and type (each the workspace's copy when it has one)
         run = replace(llm_run(workspace, None, concurrency, refresh, max_attempts, quiet or as_json),
                       params=llm_params(config, llm.name))
-        report = generate_pairs(workspace.store, llm, run=run, quota=quota, per_image=per_image, limit=limit)
-        if not report.interrupted:
+        if redo:
+            from cftools.generate.redo import redo_drafts
+            from cftools.kinds.cfmm.generate import CFMM_REDO
+
+            report = redo_drafts(workspace.store, llm, CFMM_REDO, redo, run=run, limit=limit)
+        else:
+            report = generate_pairs(workspace.store, llm, run=run, quota=quota, per_image=per_image, limit=limit)
+        if not (report.stats.interrupted if redo else report.interrupted):
             rederive_drafts(workspace, llm, config, CFMM_REDERIVE, rederive, quiet, as_json)
     finally:
         llm.close()
+    if redo:
+        print_llm_report(report, as_json, "redone pairs")
+        return
     if as_json:
         print_json(report.as_dict())
     else:

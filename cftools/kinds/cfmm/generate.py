@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Annotated, Any, Literal, Optional
 
 from pydantic import Field, create_model
@@ -31,17 +32,20 @@ from sqlalchemy import func, select
 from sqlmodel import Session
 
 from cftools.answers import normalize_answer
-from cftools.errors import CftoolsError
+from cftools.errors import CftoolsError, Hint
 from cftools.generate.rederive import RederiveSpec
+from cftools.generate.redo import RedoCase, RedoSpec
 from cftools.generate.llm_task import (LLMJob, LLMRun, LLMTask, ParseError, insert_items,
                                        run_llm_task)
 from cftools.kinds.cfmm.model import NO_TYPE, PAPER_COUNTS, TYPES
 from cftools.llm import Backend, text_message
 from cftools.llm.base import DEFAULT_PARAMS
-from cftools.llm.prompts import PromptTemplate, load_prompt
+from cftools.llm.prompts import PromptTemplate, load_prompt, variant_folder
 from cftools.llm.structured import OutputSchema, Reply
 from cftools.models import DRAFT, Item, SourceQuestion, utcnow
 from cftools.store import Store
+
+TYPES_HINT = Hint("{types}: {message}", types="--types")  # the quota's option, then what is wrong
 
 GENERATOR = "pairs"
 PICK = "pairs-pick"
@@ -89,17 +93,17 @@ def parse_quota(text: Optional[str]) -> dict[str, float]:
         name, _, value = part.strip().partition("=")
         name = name.strip()
         if name not in TYPES:
-            raise CftoolsError(f"--types: unknown type {name!r}; use some of {', '.join(TYPES)}")
+            raise CftoolsError(f"unknown type {name!r}; use some of {', '.join(TYPES)}", hint=TYPES_HINT)
         try:
             share = float(value) if value.strip() else 1.0
         except ValueError:
-            raise CftoolsError(f"--types: {part.strip()!r} is not TYPE=SHARE (a number)") from None
+            raise CftoolsError(f"{part.strip()!r} is not TYPE=SHARE (a number)", hint=TYPES_HINT) from None
         if share < 0:
-            raise CftoolsError(f"--types: the share of {name} is negative")
+            raise CftoolsError(f"the share of {name} is negative", hint=TYPES_HINT)
         shares[name] = share
     total = sum(shares.values())
     if total <= 0:
-        raise CftoolsError("--types: the shares add up to 0")
+        raise CftoolsError("the shares add up to 0", hint=TYPES_HINT)
     return {t: shares.get(t, 0.0) / total for t in TYPES}
 
 
@@ -136,16 +140,21 @@ class Slot:
     slot: int
     sources: list[dict[str, Any]]
     taken: list[str] = field(default_factory=list)
+    variant: Optional[str] = None  # the prompt variant drafting it: each variant has its own slots
 
     @property
     def key(self) -> str:
-        return f"{GENERATOR}:{self.image_id}:{self.slot}"
+        return slot_key(self.image_id, self.slot, self.variant)
+
+
+def slot_key(image_id: int, slot: int, variant: Optional[str] = None) -> str:
+    return f"{GENERATOR}:{image_id}:{slot}" + (f":{variant}" if variant else "")
 
 
 def select_slots(store: Store, per_image: int = 1, limit: Optional[int] = None,
-                 skip_images: frozenset[int] = frozenset()) -> list[Slot]:
+                 skip_images: frozenset[int] = frozenset(), variant: Optional[str] = None) -> list[Slot]:
     """Empty slots of images that have answered source questions, image by image (lowest id first); SKIP_IMAGES
-    (those the LLM found no type for in this run) are left out."""
+    (those the LLM found no type for in this run) are left out. A prompt VARIANT's slots are its own."""
     with store.session() as session:
         rows = session.execute(select(SourceQuestion.id, SourceQuestion.image_id, SourceQuestion.question,
                                       SourceQuestion.answer)
@@ -160,11 +169,11 @@ def select_slots(store: Store, per_image: int = 1, limit: Optional[int] = None,
     for image_id, sources in by_image.items():
         if image_id in skip_images:
             continue
-        taken = [drafted[f"{GENERATOR}:{image_id}:{n}"] for n in range(1, per_image + 1)
-                 if f"{GENERATOR}:{image_id}:{n}" in drafted]
+        taken = [drafted[slot_key(image_id, n, variant)] for n in range(1, per_image + 1)
+                 if slot_key(image_id, n, variant) in drafted]
         for n in range(1, per_image + 1):
-            if f"{GENERATOR}:{image_id}:{n}" not in drafted:
-                slots.append(Slot(image_id, n, sources[:8], list(taken)))
+            if slot_key(image_id, n, variant) not in drafted:
+                slots.append(Slot(image_id, n, sources[:8], list(taken), variant))
                 break  # one slot of an image per run round: the next knows what this one took
         if limit is not None and len(slots) >= limit:
             break
@@ -237,6 +246,49 @@ def draft_row(slot: Slot, pair_type: str, parsed: dict[str, Any], generation_id:
     }
 
 
+# -- redoing a rejected pair (`--redo`) ---------------------------------------------------------------------------
+
+def redo_type(case: RedoCase) -> str:
+    return (case.item.data or {}).get("type") or case.item.group
+
+
+def can_redo(case: RedoCase) -> bool:
+    """A pair of a known type with its basic question and the image's facts to draft from."""
+    return redo_type(case) in TYPES and bool((case.item.data or {}).get("basic_question")) and bool(case.image_sources)
+
+
+def redo_prompt(case: RedoCase, workspace_root: Optional[Path]) -> str:
+    """The type's own drafting prompt (the workspace's copy when it has one) for the item's image."""
+    template = load_prompt(f"cfmm/{redo_type(case)}.j2", None, workspace_root)
+    return template.render(sources=case.image_sources, type=redo_type(case))
+
+
+def rejected_pair(case: RedoCase) -> dict[str, Any]:
+    """The rejected pair in the reply's form (options and the correct ones by number)."""
+    data = case.item.data or {}
+    options = data.get("options") or {}
+    basic, counterfactual = list(options.get("original") or []), list(options.get("counterfactual") or [])
+    answer = case.item.proposed_answer if case.item.proposed_answer is not None else case.item.answer
+    return {"basic_question": data.get("basic_question"), "basic_options": basic,
+            "basic_correct": option_number(data.get("basic_answer"), basic), "cf_question": case.item.question,
+            "cf_options": counterfactual, "cf_correct": option_number(answer, counterfactual)}
+
+
+def option_number(answer: Any, options: list[str]) -> Optional[int]:
+    return options.index(answer) + 1 if answer in options else None
+
+
+def redone_pair(case: RedoCase, parsed: dict[str, Any], generation_id: int, attempt: int) -> dict[str, Any]:
+    # a slot only names the key and the first source, which a redo has of its own
+    new = draft_row(Slot(0, 0, [{"id": case.item.source_id}]), redo_type(case), parsed, generation_id, attempt)
+    return {k: new[k] for k in ("question", "answer", "data")}
+
+
+CFMM_REDO = RedoSpec(kind="cfmm", generator=GENERATOR, template="cfmm/redo.j2", schema=lambda case: DRAFT_SCHEMA,
+                     from_reply=draft_from_reply, prompt=redo_prompt, draft=rejected_pair, row=redone_pair,
+                     eligible=can_redo)
+
+
 # -- re-deriving the answer (answer_disputed) --------------------------------------------------------------------
 
 def rederive_variables(item: Any, source: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]:
@@ -304,10 +356,14 @@ def generate_pairs(store: Store, backend: Backend, *, run: LLMRun = LLMRun(),
                    quota: Optional[dict[str, float]] = None, per_image: int = 1,
                    limit: Optional[int] = None) -> PairsReport:
     """Draft up to LIMIT pairs (at most PER_IMAGE per image), steered by QUOTA, as RUN says; returns what
-    happened."""
+    happened. A prompt variant words the drafts (its folder holds a template per type); the type is picked with
+    the default pick.j2, so both variants of a slot get the same type."""
     quota = quota or paper_quota()
     run = run.or_params(llm_params({}, backend.name))
     workspace_root = run.workspace_root
+    variant = variant_folder("cfmm", run.prompt_variant, workspace_root)[0] if run.prompt_variant else None
+    for pair_type in (t for t, share in quota.items() if share > 0 and variant):  # a missing one: before any call
+        load_prompt(f"cfmm/{pair_type}.j2", None, workspace_root, run.prompt_variant)
     report = PairsReport(backend=backend.name, model=backend.model, quota=quota)
     picks: Counter = Counter()
     no_type_images: set[int] = set()
@@ -316,7 +372,7 @@ def generate_pairs(store: Store, backend: Backend, *, run: LLMRun = LLMRun(),
         left = None if limit is None else limit - report.selected
         if left is not None and left <= 0:
             break
-        slots = select_slots(store, per_image, left, frozenset(no_type_images))
+        slots = select_slots(store, per_image, left, frozenset(no_type_images), variant)
         if not slots:
             break
         report.selected += len(slots)
@@ -337,7 +393,8 @@ def generate_pairs(store: Store, backend: Backend, *, run: LLMRun = LLMRun(),
             jobs.append(LLMJob(label=f"image {slot.image_id} slot {slot.slot}", messages=[text_message(prompt)],
                                source_id=slot.sources[0]["id"], context={"slot": slot, "allowed": allowed}))
         report.add(run_llm_task(store, backend, PickTask(pick_template), jobs,
-                                run=replace(run, params={**run.params, "max_tokens": PICK_MAX_TOKENS})))
+                                run=replace(run, params={**run.params, "max_tokens": PICK_MAX_TOKENS},
+                                            prompt_variant=None)))
         by_type: dict[str, list[LLMJob]] = defaultdict(list)
         for job in jobs:
             picked = job.context.get("picked")
@@ -351,8 +408,9 @@ def generate_pairs(store: Store, backend: Backend, *, run: LLMRun = LLMRun(),
                     continue
                 by_type[picked].append(job)
         for pair_type, picked_jobs in by_type.items():
-            template = load_prompt(f"cfmm/{pair_type}.j2", None, workspace_root)
-            drafts = [LLMJob(label=job.label, source_id=job.source_id, group=pair_type, context=job.context,
+            template = load_prompt(f"cfmm/{pair_type}.j2", None, workspace_root, run.prompt_variant)
+            drafts = [LLMJob(label=job.label, key=job.context["slot"].key, source_id=job.source_id, group=pair_type,
+                             context=job.context,
                              messages=[text_message(template.render(sources=job.context["slot"].sources,
                                                                     type=pair_type))])
                       for job in picked_jobs]

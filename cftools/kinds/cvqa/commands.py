@@ -9,7 +9,7 @@ import click
 
 from cftools.commands.common import console, pass_workspace, print_json
 from cftools.commands.generation import (llm_options, llm_run, print_llm_report, rederive_drafts, rederive_option,
-                                         run_with_llm)
+                                         redo_option, run_with_llm)
 from cftools.kinds.cvqa.generate import CVQA_REDERIVE, llm_params, reparse, rewrite
 from cftools.commands.ingest import file_ingest_options, ingest_licence, print_ingest, report_path, showing_progress
 from cftools.kinds.cvqa.ingest import ingest_cvqa
@@ -24,11 +24,13 @@ from cftools.workspace import Workspace
 @click.option("--include-ingested", is_flag=True,
               help="Also rewrite source questions that already have an ingested (not generated) item of the group.")
 @rederive_option
+@redo_option
 @llm_options
 @pass_workspace
 def rewrite_cmd(workspace: Workspace, group: str, limit: int | None, include_ingested: bool, rederive: bool | None,
                 backend: str | None, model: str | None, template_path: Path | None, concurrency: int | None,
-                refresh: bool, max_attempts: int, quiet: bool, as_json: bool) -> None:
+                refresh: bool, max_attempts: int, quiet: bool, as_json: bool,
+                redo: str | None = None) -> None:
     """Rewrite source questions into draft counterfactual items of one group (the C-VQA method).
 
     Picks source questions of the group's answer type (number, or yes/no for boolean) that have no item of
@@ -37,12 +39,19 @@ def rewrite_cmd(workspace: Workspace, group: str, limit: int | None, include_ing
     def run(llm, config):  # noqa: ANN001, ANN202
         run = replace(llm_run(workspace, template_path, concurrency, refresh, max_attempts, quiet or as_json),
                       params=llm_params(config, llm.name))
-        report = rewrite(workspace.store, llm, group, run=run, limit=limit, include_ingested=include_ingested)
+        if redo:
+            from cftools.generate.redo import redo_drafts
+            from cftools.kinds.cvqa.generate import CVQA_REDO
+
+            report = redo_drafts(workspace.store, llm, CVQA_REDO, redo, run=run, limit=limit, groups=(group,))
+        else:
+            report = rewrite(workspace.store, llm, group, run=run, limit=limit, include_ingested=include_ingested)
         if not report.stats.interrupted:
             rederive_drafts(workspace, llm, config, CVQA_REDERIVE, rederive, quiet, as_json)
         return report
 
-    print_llm_report(run_with_llm(workspace, backend, model, run), as_json, f"{group} draft items")
+    print_llm_report(run_with_llm(workspace, backend, model, run), as_json,
+                     f"{group} {'redone' if redo else 'draft'} items")
 
 
 @click.command("reparse")

@@ -34,6 +34,7 @@ from cftools.llm.prompts import PromptTemplate, load_prompt
 from cftools.llm.structured import OutputSchema, Reply, ReplyError
 from cftools.generate.claims import selection_start
 from cftools.generate.rederive import RederiveSpec
+from cftools.generate.redo import RedoCase, RedoSpec
 from cftools.generate.llm_task import (LLMJob, LLMRun, LLMReport as RewriteReport, LLMTask,
                                        ParsedOutput, insert_items, run_llm_task)
 from cftools.kinds.cvqa.model import BOOLEAN, GROUP_ANSWER_TYPE, GROUPS as CVQA_GROUPS
@@ -93,14 +94,17 @@ def parse_stored(text: str | None, group: str, structured: bool) -> dict[str, An
     return parse_rewrite(text, group).as_dict()
 
 
-def item_key(source_id: int, group: str) -> str:
-    return f"{GENERATOR}:{source_id}:{group}"
+def item_key(source_id: int, group: str, variant: str | None = None) -> str:
+    """A draft's key: one per source question and group, and per prompt variant (the default has none)."""
+    return f"{GENERATOR}:{source_id}:{group}" + (f":{variant}" if variant else "")
 
 
 # ------------------------------------------------------------------ prompts
-def load_template(group: str, path: Path | None = None, workspace_root: Path | None = None) -> PromptTemplate:
-    """The group's prompt (`prompts/rewrite/<group>.j2`, a workspace's copy first), or the user's template file."""
-    return load_prompt(f"rewrite/{group}.j2", path, workspace_root)
+def load_template(group: str, path: Path | None = None, workspace_root: Path | None = None,
+                  variant: str | None = None) -> PromptTemplate:
+    """The group's prompt (`prompts/rewrite/<group>.j2`, a workspace's copy first), or the user's template file,
+    or the group's prompt in a prompt VARIANT (`prompts/rewrite/<variant>/<group>.j2`, or a folder)."""
+    return load_prompt(f"rewrite/{group}.j2", path, workspace_root, variant)
 
 
 def render_prompt(template: PromptTemplate, source: dict[str, Any]) -> str:
@@ -134,13 +138,15 @@ CVQA_REDERIVE = RederiveSpec("cvqa", rederive_variables, rederive_answer_type)
 
 # ------------------------------------------------------------------ selecting work
 def select_sources(store: Store, group: str, limit: int | None = None,
-                   include_ingested: bool = False) -> list[dict[str, Any]]:
+                   include_ingested: bool = False, variant: str | None = None) -> list[dict[str, Any]]:
     """Source questions of the group's answer type with no item of that group yet (with INCLUDE_INGESTED: no
     generated item; an ingested C-VQA counterfactual of the same group does not count). Those whose image is in
-    the store come first, so a small --limit gives items that can be annotated and exported."""
+    the store come first, so a small --limit gives items that can be annotated and exported. Each prompt VARIANT
+    has its own drafts: only a draft of the same variant counts (None: the default template's, or any item not
+    drafted with a variant)."""
     if group not in CVQA_GROUPS:
         raise CftoolsError(f"unknown group {group!r}; use one of {', '.join(CVQA_GROUPS)}")
-    condition = and_(Item.source_id == SourceQuestion.id, Item.group == group)
+    condition = and_(Item.source_id == SourceQuestion.id, Item.group == group, drafted_with(variant))
     if include_ingested:
         condition = and_(condition, Item.origin == "generated")
     query = (select(SourceQuestion.id, SourceQuestion.question, SourceQuestion.answer, SourceQuestion.image_ref)
@@ -153,6 +159,14 @@ def select_sources(store: Store, group: str, limit: int | None = None,
         query = query.limit(limit)
     with store.session() as session:
         return [dict(row._mapping) for row in session.execute(query)]
+
+
+def drafted_with(variant: str | None) -> Any:
+    """An item drafted with prompt VARIANT (None: not drafted with any variant)."""
+    with_variant = exists().where(Generation.id == Item.generation_id, Generation.prompt_variant.is_not(None))
+    if variant is None:
+        return ~with_variant
+    return exists().where(Generation.id == Item.generation_id, Generation.prompt_variant == variant)
 
 
 # ------------------------------------------------------------------ the task
@@ -171,24 +185,60 @@ class RewriteTask(LLMTask):
     def write(self, store: Store, session: Session, job: LLMJob, parsed: dict[str, Any], generation_id: int,
               attempt: int) -> int:
         return insert_items(store, session, [item_row(job.context["source"], self.group, parsed, generation_id,
-                                                      attempt)], "generate")
+                                                      attempt, self.template.variant)], "generate")
 
     def write_many(self, store: Store, session: Session, outputs: list[ParsedOutput]) -> int:
         return insert_items(store, session, [item_row(o.job.context["source"], self.group, o.parsed, o.generation_id,
-                                                      o.attempt) for o in outputs], "generate")
+                                                      o.attempt, self.template.variant) for o in outputs], "generate")
 
 
 def item_row(source: dict[str, Any], group: str, parsed: dict[str, Any], generation_id: int,
-             attempt: int) -> dict[str, Any]:
+             attempt: int, variant: str | None = None) -> dict[str, Any]:
     now = utcnow()
     return {
-        "key": item_key(source["id"], group), "kind": "cvqa", "group": group, "source_id": source["id"],
+        "key": item_key(source["id"], group, variant), "kind": "cvqa", "group": group, "source_id": source["id"],
         "question": parsed["question"], "answer": parsed["answer"], "status": DRAFT, "origin": "generated",
         "generation_id": generation_id, "created_at": now, "updated_at": now,
         "data": {"original_question": source["question"], "original_answer": source["answer"],
                  "candidates": parsed.get("candidates"), "flipped_answer": parsed.get("flipped_answer"),
                  "attempt": attempt},
     }
+
+
+# ------------------------------------------------------------------ redoing a rejected draft (`--redo`)
+def redo_original(case: RedoCase) -> dict[str, Any]:
+    """The source question and answer the draft rewrote (a generated draft keeps them; an ingested one has its
+    source question)."""
+    data = case.item.data or {}
+    if data.get("original_question") and data.get("original_answer") is not None:
+        return {"id": case.item.source_id, "question": data["original_question"], "answer": data["original_answer"]}
+    return case.source or {}
+
+
+def can_redo(case: RedoCase) -> bool:
+    original = redo_original(case)
+    return bool(original.get("question")) and original.get("answer") is not None
+
+
+def redo_prompt(case: RedoCase, workspace_root: Path | None) -> str:
+    """The group's own rewrite prompt (the workspace's copy when it has one) for the item's source question."""
+    return render_prompt(load_template(case.item.group, None, workspace_root), redo_original(case))
+
+
+def rejected_draft(case: RedoCase) -> dict[str, Any]:
+    """The rejected draft as the reply gave it (the proposed answer, when people corrected it since)."""
+    answer = case.item.proposed_answer if case.item.proposed_answer is not None else case.item.answer
+    return {"new_question": case.item.question, "new_answer": answer}
+
+
+def redone_draft(case: RedoCase, parsed: dict[str, Any], generation_id: int, attempt: int) -> dict[str, Any]:
+    new = item_row(redo_original(case), case.item.group, parsed, generation_id, attempt)
+    return {k: new[k] for k in ("question", "answer", "data")}
+
+
+CVQA_REDO = RedoSpec(kind="cvqa", generator=GENERATOR, template=f"{GENERATOR}/redo.j2",
+                     schema=lambda case: rewrite_schema(case.item.group), from_reply=rewrite_from_reply,
+                     prompt=redo_prompt, draft=rejected_draft, row=redone_draft, eligible=can_redo)
 
 
 # ------------------------------------------------------------------ the whole run
@@ -208,11 +258,11 @@ def rewrite(store: Store, backend: Backend, group: str, *, run: LLMRun = LLMRun(
             include_ingested: bool = False) -> RewriteReport:
     """Rewrite up to LIMIT source questions into draft items of GROUP as RUN says; returns what happened. The
     group's prompt is the workspace's copy when it has one (`init --with-prompts`)."""
-    template = load_template(group, run.template_path, run.workspace_root)
+    template = load_template(group, run.template_path, run.workspace_root, run.prompt_variant)
     selected_at = selection_start(store)
-    sources = select_sources(store, group, limit, include_ingested)
+    sources = select_sources(store, group, limit, include_ingested, template.variant)
     jobs = [LLMJob(label=f"source {s['id']}", messages=[text_message(render_prompt(template, s))], source_id=s["id"],
-                   key=item_key(s["id"], group),
+                   key=item_key(s["id"], group, template.variant),
                    group=group, context={"source": s}) for s in sources]
     return run_llm_task(store, backend, RewriteTask(group, template), jobs,
                         run=run.or_params(llm_params({}, backend.name)), group=group, selected_at=selected_at)
@@ -239,7 +289,7 @@ def reparse(store: Store, group: str | None = None) -> ReparseReport:
         if group:
             query = query.where(Generation.group == group)
         generations = session.execute(query.order_by(Generation.id)).scalars().all()
-        best: dict[tuple[int, str], Generation] = {}
+        best: dict[tuple[int, str, str | None], Generation] = {}
         for gen in generations:
             report.generations += 1
             try:
@@ -250,18 +300,18 @@ def reparse(store: Store, group: str | None = None) -> ReparseReport:
                 report.changed += 1
                 gen.parsed, gen.parse_error = parsed, error
                 session.add(gen)
-            if parsed and gen.source_id is not None:
-                best.setdefault((gen.source_id, gen.group), gen)
+            if parsed and gen.source_id is not None and not (gen.params or {}).get("redo"):  # a redo has its own item
+                best.setdefault((gen.source_id, gen.group, gen.prompt_variant), gen)
         session.flush()
         items = {i.key: i for i in session.execute(select(Item).where(Item.origin == "generated",
                                                                       Item.key.like(f"{GENERATOR}:%"))).scalars()}
         new_rows = []
-        for (source_id, grp), gen in best.items():
-            item = items.get(item_key(source_id, grp))
+        for (source_id, grp, variant), gen in best.items():
+            item = items.get(item_key(source_id, grp, variant))
             if item is None:
                 source = session.get(SourceQuestion, source_id)
                 new_rows.append(item_row({"id": source_id, "question": source.question, "answer": source.answer},
-                                         grp, gen.parsed, gen.id, gen.attempt))
+                                         grp, gen.parsed, gen.id, gen.attempt, variant))
             elif item.status == DRAFT and item.generation_id is not None:
                 current = session.get(Generation, item.generation_id)
                 parsed = current.parsed if current and current.parsed else gen.parsed

@@ -13,7 +13,7 @@ from rich.markup import escape
 from cftools.commands.common import console, err_console, pass_workspace, print_json, ray_option
 from cftools.commands.common import ray_address as ray_address_of
 from cftools.commands.exit_codes import document_exit_codes, exit_for_failures
-from cftools.commands.generation import llm_options, llm_run, print_llm_report, run_with_llm
+from cftools.commands.generation import llm_options, llm_run, print_llm_report, redo_option, run_with_llm
 from cftools.errors import CftoolsError
 from cftools.progress import step_progress
 from cftools.commands.ingest import file_ingest_options, ingest_licence, print_ingest, report_path, showing_progress
@@ -178,12 +178,13 @@ def print_images_report(report) -> None:  # noqa: ANN001
 @click.option("--from-ranking", is_flag=True,
               help="Without annotators (a demo): first select each style's best-ranked candidate pair "
                    "(recorded as selected by ranking; people choose with `annotate push --task select`).")
+@redo_option
 @llm_options
 @pass_workspace
 def cues_cmd(workspace: Workspace, limit: Optional[int], groups: tuple[str, ...], from_ranking: bool,
              backend: Optional[str],
              model: Optional[str], template_path: Optional[Path], concurrency: Optional[int], refresh: bool,
-             max_attempts: int, quiet: bool, as_json: bool) -> None:
+             max_attempts: int, quiet: bool, as_json: bool, redo: Optional[str] = None) -> None:
     """Draft the cue, three false cues and a three-part explanation of every selected pair (MuCR) from its two
     descriptions; the checks flag cue problems, and the explain task shows the draft to three people."""
     from cftools.kinds.mucr.cues import CUES_MAX_TOKENS, LOCAL_CUES_MAX_TOKENS, draft_cues, select_from_ranking
@@ -192,10 +193,18 @@ def cues_cmd(workspace: Workspace, limit: Optional[int], groups: tuple[str, ...]
         made = select_from_ranking(workspace.store, limit, groups)
         err_console.print(f"{made} pairs selected by the candidates' ranking (unverified).")
     run = llm_run(workspace, template_path, concurrency, refresh, max_attempts, quiet or as_json)
-    report = run_with_llm(workspace, backend, model, lambda llm, config: draft_cues(
+    if redo:
+        from cftools.generate.redo import redo_drafts
+        from cftools.kinds.mucr.cues import MUCR_CUES_REDO
+
+        def draft(store, llm, **kwargs):  # noqa: ANN001, ANN202
+            return redo_drafts(store, llm, MUCR_CUES_REDO, redo, **kwargs)
+    else:
+        draft = draft_cues
+    report = run_with_llm(workspace, backend, model, lambda llm, config: draft(
         workspace.store, llm, limit=limit, groups=groups, run=replace(run, params=text_params(
             config, CUES_MAX_TOKENS, llm.name, LOCAL_CUES_MAX_TOKENS))))
-    print_llm_report(report, as_json, "cue drafts")
+    print_llm_report(report, as_json, "redone cue drafts" if redo else "cue drafts")
 
 
 def stage_options(command: str) -> list[click.Option]:

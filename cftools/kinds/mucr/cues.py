@@ -8,13 +8,16 @@ provenance, resume): a rerun drafts only pairs without a cue. The checks (`cue_i
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any, Optional
 
 from pydantic import Field
 from sqlalchemy import select
 from sqlmodel import Session
 
+from cftools.flags import WAIVED
 from cftools.generate.llm_task import LLMJob, LLMReport, LLMRun, LLMTask, run_llm_task
+from cftools.generate.redo import RedoCase, RedoSpec
 from cftools.kinds.mucr.generate import clean, render, text_params
 from cftools.llm import Backend, text_message
 from cftools.llm.prompts import PromptTemplate, load_prompt
@@ -25,6 +28,7 @@ from cftools.store import Store
 KIND = "mucr"
 CUES_MAX_TOKENS = 320
 LOCAL_CUES_MAX_TOKENS = 260
+CUES_TEMPLATE, REDO_TEMPLATE = "mucr/cues.j2", "mucr/cues-redo.j2"
 
 
 class CuesReply(Reply):
@@ -115,19 +119,53 @@ def pairs_without_cues(store: Store, limit: Optional[int] = None, groups: tuple[
     return found[:limit] if limit is not None else found
 
 
+def cues_prompt(template: PromptTemplate, item: Item) -> str:
+    """The cues prompt of a selected pair, from its two contextual descriptions (else its captions)."""
+    data = item.data or {}
+    context = data.get("context") or {}
+    return render(template, f"item {item.key}",
+                  cause=context.get("cause_description") or data.get("cause_caption"),
+                  effect=context.get("effect_description") or data.get("effect_caption"),
+                  cause_caption=data.get("cause_caption"), effect_caption=data.get("effect_caption"),
+                  category=data.get("category"), style=data.get("style"))
+
+
+# ------------------------------------------------------------------ redoing rejected cues (`--redo`)
+def can_redo(case: RedoCase) -> bool:
+    """A selected pair (both images) whose cues were drafted."""
+    data = case.item.data or {}
+    return bool(data.get("cause_image") and data.get("effect_image") and data.get("cue"))
+
+
+def redo_prompt(case: RedoCase, workspace_root: Optional[Path]) -> str:
+    """The cues prompt (the workspace's copy when it has one) for the pair."""
+    return cues_prompt(load_prompt(CUES_TEMPLATE, None, workspace_root), case.item)
+
+
+def rejected_cues(case: RedoCase) -> dict[str, Any]:
+    """The rejected cues in the reply's form."""
+    data = case.item.data or {}
+    return {"cue": data.get("cue"), "false_cues": list(data.get("false_cues") or []),
+            "explanation": data.get("explanation_draft")}
+
+
+def redone_cues(case: RedoCase, parsed: dict[str, Any], generation_id: int, attempt: int) -> dict[str, Any]:
+    """The same pair with the new cues (a waiver was given to the old cues, not to these)."""
+    data = {k: v for k, v in (case.item.data or {}).items() if k != WAIVED}
+    return {"question": case.item.question, "answer": case.item.answer,
+            "data": {**data, **parsed, "cue_generation": {"generation_id": generation_id,
+                                                          "template": REDO_TEMPLATE}}}
+
+
+MUCR_CUES_REDO = RedoSpec(kind=KIND, generator=CuesTask.generator, template=REDO_TEMPLATE,
+                          schema=lambda case: CUES_SCHEMA, from_reply=cues_from_reply, prompt=redo_prompt,
+                          draft=rejected_cues, row=redone_cues, eligible=can_redo)
+
+
 def draft_cues(store: Store, backend: Backend, *, run: LLMRun = LLMRun(), limit: Optional[int] = None,
                groups: tuple[str, ...] = ()) -> LLMReport:
     """The cue, false cues and explanation of up to LIMIT pairs that have both images and no cue, as RUN says."""
-    template = load_prompt("mucr/cues.j2", run.template_path, run.workspace_root)
-    jobs = []
-    for item in pairs_without_cues(store, limit, groups):
-        data = item.data or {}
-        context = data.get("context") or {}
-        prompt = render(template, f"item {item.key}",
-                        cause=context.get("cause_description") or data.get("cause_caption"),
-                        effect=context.get("effect_description") or data.get("effect_caption"),
-                        cause_caption=data.get("cause_caption"), effect_caption=data.get("effect_caption"),
-                        category=data.get("category"), style=data.get("style"))
-        jobs.append(LLMJob(label=f"item {item.key}", messages=[text_message(prompt)], group=item.group,
-                           context={"item_id": item.id}))
+    template = load_prompt(CUES_TEMPLATE, run.template_path, run.workspace_root)
+    jobs = [LLMJob(label=f"item {item.key}", messages=[text_message(cues_prompt(template, item))], group=item.group,
+                   context={"item_id": item.id}) for item in pairs_without_cues(store, limit, groups)]
     return run_llm_task(store, backend, CuesTask(template), jobs, run=run.or_params(text_params({}, CUES_MAX_TOKENS)))

@@ -171,8 +171,8 @@ class CaptionsTask(LLMTask):
 def draft_captions(store: Store, backend: Backend, seeds_path: Path, *, run: LLMRun = LLMRun(),
                    per_group: int = 4) -> LLMReport:
     """A group of PER_GROUP caption pairs per seed line, as RUN says; seeds that already have their group are
-    skipped."""
-    template = load_prompt("mucr/captions.j2", run.template_path, run.workspace_root)
+    skipped. A prompt variant's pairs of a seed are a group of their own (its name ends in -VARIANT)."""
+    template = load_prompt("mucr/captions.j2", run.template_path, run.workspace_root, run.prompt_variant)
     dataset = f"captions:{Path(seeds_path).stem}"
     selected_at = selection_start(store)
     with store.session() as session:
@@ -180,7 +180,8 @@ def draft_captions(store: Store, backend: Backend, seeds_path: Path, *, run: LLM
                                                             Item.key.like(f"{dataset}:%"))).scalars())
     jobs = []
     for line, seed in read_seeds(seeds_path):
-        group = "seed-" + re.sub(r"[^a-z0-9]+", "-", seed.lower()).strip("-")[:60]
+        group = "seed-" + re.sub(r"[^a-z0-9]+", "-", seed.lower()).strip("-")[:60] + (
+            f"-{template.variant}" if template.variant else "")
         if group in done:
             continue
         prompt = render(template, f"seed line {line}", seed=seed, n=per_group)

@@ -249,7 +249,7 @@ class MucrKind(Kind):
         add_choice_sets(items, int(options.get("mucr_seed") or 0))
 
     def eval_questions(self, record: dict, ctx) -> list:  # noqa: ANN001
-        from cftools.errors import InputError
+        from cftools.errors import Hint, InputError
         from cftools.evaluate.questions import LETTER, LETTERS, Question
         from cftools.evaluate.vlm import Prompt
         from cftools.release.layout import resolve_image
@@ -277,8 +277,8 @@ class MucrKind(Kind):
             composite = (data.get("composites") or {}).get(question)
             if not composite:
                 raise InputError(Path(ctx.release_dir) / "records.jsonl",
-                                 f"no composite image for {question} (form 1): export with --format mucr",
-                                 f"id {item_id}")
+                                 f"no composite image for {question} (form 1)", f"id {item_id}",
+                                 hint=Hint("{message}: export with {format} mucr", format="--format"))
             return [image(composite)]
 
         def ask(which: str, gold: str, answer_type: str, prompt: Any, options: Any = None, gold_option: Any = None,

@@ -32,7 +32,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
-from cftools.errors import CftoolsError
+from cftools.errors import CftoolsError, Hint
 
 if TYPE_CHECKING:  # Pillow is imported where a composite is drawn: the kinds' registry loads this module
     import PIL.Image
@@ -242,7 +242,8 @@ def write_mucr(release: Any) -> None:
     small = small_groups(groups)
     if small and not options.get("allow_small_groups"):
         raise CftoolsError(f"MuCR groups need {GROUP_SIZE} pairs (C2E/E2C choose among {GROUP_SIZE}); too small: "
-                           f"{'; '.join(small)}. Pass --allow-small-groups to release them with fewer choices")
+                           f"{'; '.join(small)}", hint=Hint("{message}. Pass {allow} to release them with fewer "
+                                                            "choices", allow="--allow-small-groups"))
     sets = choice_sets(groups, seed)
     rows, choices = [], []
     for key, members in groups.items():

@@ -39,11 +39,6 @@ from cftools.cli import main
 from cftools.models import ACCEPTED, REJECTED, AnnotationTask, CheckFlag, Generation, Item
 from cftools.workspace import init_workspace, load_workspace
 
-# Until the parts of issue 48 are merged (the lead merges them): the report and the prompt variants
-pytest.importorskip("cftools.funnel.report", reason="cftools report (issue-48-report) is not merged yet")
-pytest.importorskip("cftools.generate.variants", reason="--prompt-variant (issue-48-variants) is not merged yet")
-pytest.importorskip("cftools.generate.redo", reason="--redo (issue-48-redo) is not merged yet")
-
 SEED = 48
 N_SOURCES = 40
 N_MUCR = 6

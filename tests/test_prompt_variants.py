@@ -313,6 +313,32 @@ def test_a_model_without_a_price_leaves_the_arms_it_drafted_for_without_a_cost(w
                                                                                   / 120)
 
 
+
+def test_a_redone_draft_is_in_no_arm_neither_its_decision_nor_its_call(workspace):
+    """A draft of `generate rewrite --redo rejected` (its own template, the people's reasons; recorded with no
+    variant) is accepted: no arm's acceptance or cost per accepted item changes (tests/test_funnel_loop.py runs the
+    whole loop)."""
+    from sqlalchemy import select
+
+    from cftools.generate.variants import compare_variants
+
+    decided_store(workspace)
+    prices = {"prices": {"model-a": PRICE, "model-b": PRICE}}
+    with workspace.store.session() as session:
+        before = compare_variants(session, prices)
+    with workspace.store.write() as session:
+        old = session.execute(select(Item).where(Item.status == REJECTED).order_by(Item.id).limit(1)).scalar_one()
+        redo = Generation(generator="rewrite", group="numerical-direct", backend="openai", model="model-a",
+                          prompt_tokens=1000, completion_tokens=100, params={"redo": "rejected", "redo_of": old.key})
+        session.add(redo)
+        session.flush()
+        session.add(Item(key=f"{old.key}~redo1", kind="cvqa", group="numerical-direct", question="q again", answer="2",
+                         status=ACCEPTED, origin="generated", generation_id=redo.id, redo_of=old.id))
+    with workspace.store.session() as session:
+        after = compare_variants(session, prices)
+    assert after["arms"] == before["arms"] and after["comparisons"] == before["comparisons"]
+
+
 # ------------------------------------------------------------------ CFMM pairs: the drafts worded by a variant
 def test_pairs_with_a_variant_draft_each_slot_again_with_the_same_picked_type(workspace, tmp_path):
     import PIL.Image

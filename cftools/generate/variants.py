@@ -33,7 +33,8 @@ DEFINITION = (
     "template) and each model; interval: Wilson score, 95%. Two arms are compared with the two-proportion z-test; "
     "the difference (a minus b) has Newcombe's hybrid score interval, 95%; 'better' names the arm with the higher "
     "acceptance only when p < 0.05. cost_per_accepted = what the arm's drafting calls cost (every attempt; cache "
-    "hits free; priced with [llm.prices]) / accepted, null when a model has no price or nothing was accepted.")
+    "hits free; redos left out; priced with [llm.prices]) / accepted, null when a model has no price or nothing was "
+    "accepted. Redone drafts (generate --redo) are in no arm.")
 
 
 def compare_variants(session: Session, config: Optional[dict[str, Any]] = None) -> dict[str, Any]:
@@ -68,7 +69,11 @@ def decided_counts(session: Session) -> dict[tuple[str, str, str, str], tuple[in
 def drafting_costs(session: Session, config: dict[str, Any]) -> dict[tuple[str, str, str], Optional[float]]:
     """What each arm's calls cost, per (by, generator, arm name); None when a model among them has no price."""
     costs: dict[tuple[str, str, str], Optional[float]] = {}
-    for (generator, model, variant), usage in usage_by(session, config, Generation.prompt_variant).items():
+    redo = Generation.params["redo"].as_string()  # a redo's calls are no arm's: its drafts are left out too
+    for (generator, model, variant, redone), usage in usage_by(session, config, Generation.prompt_variant,
+                                                               redo).items():
+        if redone is not None:
+            continue
         cost = usage.cost if usage.price is not None else None
         for key in ((BY_VARIANT, generator, variant or DEFAULT_VARIANT), (BY_MODEL, generator, model)):
             known = costs.get(key, 0.0)

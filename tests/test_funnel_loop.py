@@ -50,8 +50,6 @@ REJECTS_FLAGGED = {"no_presupposition": 0.9, "no_condition": 0.25}  # each check
 REDO_MARK = "A draft for this question was written before"  # the redo template's line
 PRICE = {"input_per_mtok": 2.0, "output_per_mtok": 8.0}  # [llm.prices."stub"]: the loopback model's price
 TERSE_MARKS = ("Rewrite the question into a counterfactual one", "Write a basic question answerable from the facts")
-
-
 KINDS = ("cvqa", "cfmm", "mucr")
 NO_GENERATOR = "(none)"  # the generator row of items ingested as they are
 
@@ -137,6 +135,7 @@ def write_sources(folder: Path) -> Path:
 
 
 def write_mucr(folder: Path) -> Path:
+    """N_MUCR published MuCR records (two images each, three explanations in the three-part form)."""
     folder.mkdir(parents=True)
     lines = []
     for n in range(N_MUCR):

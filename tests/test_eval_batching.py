@@ -331,3 +331,29 @@ def test_eval_compile_option_is_recorded_in_the_run(mixed_release, tiny_llava_di
                                            "--out", str(out), flag])
         assert result.exit_code == 0, result.output
         assert json.loads((out / "config.json").read_text())["compile"] is recorded
+
+
+def test_compiled_decoding_follows_a_batch_halved_after_out_of_memory(mixed_release, tiny_llava_dir, tmp_path):
+    """With --compile, a batch halved after an out-of-memory error is not filled back up to the width that ran out
+    of memory: the run goes on at the smaller width and its replies are those of an eager run."""
+    from cftools.evaluate.vlm import HFVisionModel
+
+    runs, rows = {}, []
+    for compiled in (False, True):
+        model = HFVisionModel.load(str(tiny_llava_dir), device="cpu", dtype="fp32")
+        if compiled:
+            real = model.model.generate
+
+            def generate(**kwargs):
+                rows.append(kwargs["input_ids"].shape[0])
+                if kwargs["input_ids"].shape[0] > 2:
+                    raise OutOfMemoryError("CUDA out of memory: injected")
+                return real(**kwargs)
+
+            model.model.generate = generate
+        result = run_eval(mixed_release, f"hf:{tiny_llava_dir}",
+                          options=EvalOptions(mode="generate", batch_size=4, device="cpu", compile=compiled,
+                                              out_dir=tmp_path / f"run-{compiled}"), answerer=model)
+        runs[compiled] = {(p["id"], p["which"]): (p["raw"], p["parsed"]) for p in result.predictions}
+    assert rows[0] == 4 and set(rows[1:]) == {2}
+    assert runs[True] == runs[False] and len(runs[True]) > 4

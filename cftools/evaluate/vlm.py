@@ -394,9 +394,14 @@ class HFVisionModel:
             return []
         prepared = prepared or self.prepare("generate", prompts)
         replies: list[str] = [""] * len(prompts)
-        for indices, inputs, limit in prepared.groups:
-            for index, text in zip(indices, self._generate_same_length(inputs, limit)):
-                replies[index] = text
+        try:
+            for indices, inputs, limit in prepared.groups:
+                for index, text in zip(indices, self._generate_same_length(inputs, limit)):
+                    replies[index] = text
+        except Exception:
+            # (out of memory, say) the caller may ask again with fewer prompts: fill no call back up to this width
+            self.widest = 0
+            raise
         return replies
 
     def _generate_same_length(self, inputs: dict[str, Any], max_new: int) -> list[str]:

@@ -24,8 +24,9 @@ appended to --out as soon as it is measured, so a part stopped by its time limit
   twice, with the next batch prepared on a background thread (prefetch, the default on a GPU) and without
   (CFTOOLS_PREFETCH=0's path), side by side: questions/s of both, their ratio, and changed answers (none
   expected). Without --compare-prefetch every run prefetches. For each batch of --compare-compile, a generate run
-  with compiled decoding (`CFTOOLS_COMPILE=1`'s static cache, compiled by transformers) follows the eager one:
-  questions/s of both, their ratio, the changed answers, and the compilation's time (its untimed warm-up eval).
+  with compiled decoding (`cftools eval --compile`: a static cache compiled by transformers, prompts padded to
+  64-token buckets) follows the eager one: questions/s of both, their ratio, the changed answers, and the
+  compilation's time and shapes (its untimed warm-up eval on the same questions, so every bucket is compiled).
 - `agreement`: the tiny test LLaVA (tests/fixtures_eval.py) on CPU fp32 and on CUDA fp32: identical answers, the
   largest option-score difference.
 """
@@ -79,8 +80,11 @@ def counting_model(base: Any) -> Any:
         tokens = 0
         images = 0
 
-        def _cpu_inputs(self, texts, prompts):  # noqa: ANN001, ANN202
-            encoded = super()._cpu_inputs(texts, prompts)
+        shapes: set = set()
+
+        def _cpu_inputs(self, texts, prompts, bucket=None):  # noqa: ANN001, ANN202
+            encoded = super()._cpu_inputs(texts, prompts, bucket)
+            self.shapes.add(tuple(encoded["input_ids"].shape))  # (rows, prompt length): one graph each compiled
             self.tokens += int(encoded["attention_mask"].sum())
             self.images += sum(len(p.images) for p in prompts)
             return encoded
@@ -116,18 +120,18 @@ def eval_once(release: Path, folder: Path, model: Any, mode: str, batch: Any, qu
     import torch
 
     from cftools.evaluate.run import EvalOptions, run_eval
-    from cftools.evaluate.vlm import COMPILED_DECODING
 
     first: list[float] = []
     notes: list[str] = []
     model.tokens = model.images = 0
-    model.generate_options = dict(COMPILED_DECODING) if compiled else {}
+    model.shapes = set()
     if device == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
     started = time.perf_counter()
     options = EvalOptions(mode=mode, batch_size=None if batch == "auto" else batch, device=device, dtype=dtype,
-                          limit=max(1, questions // RANK_ITEMS_PER_QUESTION), out_dir=out, prefetch=prefetch)
+                          limit=max(1, questions // RANK_ITEMS_PER_QUESTION), out_dir=out, prefetch=prefetch,
+                          compile=compiled)
     result = run_eval(release, f"hf:{folder}", options=options, answerer=model, notify=notes.append,
                       progress=lambda done, total: done and not first and first.append(time.perf_counter()))
     seconds = time.perf_counter() - started
@@ -137,7 +141,8 @@ def eval_once(release: Path, folder: Path, model: Any, mode: str, batch: Any, qu
                "questions": asked,
                "seconds": round(seconds, 3), "questions_per_s": round(asked / seconds, 3),
                "first_batch_s": round(first[0] - started, 3) if first else None,
-               "tokens": model.tokens, "images": model.images, "notes": notes}
+               "tokens": model.tokens, "images": model.images, "notes": notes,
+               "shapes": [list(shape) for shape in sorted(model.shapes)]}
     if device == "cuda":
         figures["peak_memory_gib"] = round(torch.cuda.max_memory_allocated() / 2 ** 30, 2)
     return figures, result
@@ -208,11 +213,12 @@ def run_folder(mode: str, batch: Any, prefetch: bool, compiled: bool = False) ->
 
 def compile_warm_up(releases: dict[str, Path], folder: Path, model: Any, args: argparse.Namespace, tmp: Path,
                     batch: Any) -> None:
-    """An untimed compiled generate eval at BATCH (two batches' worth): the compilation's time, recorded."""
-    figures, _ = eval_once(releases["generate"], folder, model, "generate", batch, 2 * batch if batch != "auto"
-                           else 128, tmp / f"compile-warm-up-{batch}", args.device, args.dtype, compiled=True)
+    """An untimed compiled generate eval at BATCH on the timed run's questions (so every prompt bucket and the last
+    batch's shape are compiled before it): the compilation's time and the shapes it compiled, recorded."""
+    figures, _ = eval_once(releases["generate"], folder, model, "generate", batch, args.questions,
+                           tmp / f"compile-warm-up-{batch}", args.device, args.dtype, compiled=True)
     append_result(args.out, {"part": "llava", "what": "compile-warm-up", "batch": batch, "seconds": figures["seconds"],
-                             "first_batch_s": figures["first_batch_s"]})
+                             "first_batch_s": figures["first_batch_s"], "shapes": figures["shapes"]})
 
 
 def compare_compiled(out: str | None, batch: Any, results: dict[tuple, dict], tmp: Path) -> None:

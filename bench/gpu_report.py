@@ -49,7 +49,7 @@ def markdown(figures: list[dict], parts: list[dict]) -> str:
                 f"{f['ratio']} | {f['questions']} | {f['changed']} |" for f in ratios]
     compiled = [f for f in figures if f.get("what") == "compiled"]
     if compiled:
-        out += ["", "## Compiled decoding (CFTOOLS_COMPILE=1): eager vs compiled", "",
+        out += ["", "## Compiled decoding (eval --compile): eager vs compiled", "",
                 "| batch | questions/s eager | compiled | ratio | questions | changed answers |",
                 "|---|---|---|---|---|---|"]
         out += [f"| {f['batch']} | {f['questions_per_s_eager']} | {f['questions_per_s_compiled']} | {f['ratio']} | "

@@ -8,7 +8,7 @@
 #   OUT=/tmp/out PYTHON=.venv/bin/python SKIP_WHEELS=1 bash bench/gpu_suite.sh   # a dry run here (CUDA parts skip)
 #   ONLY=generate bash bench/gpu_suite.sh         # the generate runner alone, with and without prefetching (~4 min)
 #   ONLY=profile bash bench/gpu_suite.sh          # where generate's time goes at batch 32; the runner's switches (~4 min)
-#   ONLY=compile bash bench/gpu_suite.sh          # generate eager vs compiled (CFTOOLS_COMPILE=1) at 32, 64 (~3.5 min)
+#   ONLY=compile bash bench/gpu_suite.sh          # generate eager vs compiled (eval --compile) at 32 (~3 min)
 #
 # cftools is not installed: it runs from this checkout (PYTHONPATH), its missing dependencies are installed from
 # the wheels in .whl/ (no network) into $SITE, and a dist-info beside them declares cftools' kinds (the entry
@@ -110,10 +110,11 @@ if [[ ",${ONLY:-}," == *",profile,"* ]]; then
     part profile 270 "$PY" bench/gpu_profile.py --out "$RESULTS" --table-dir "$OUT" --budget 240 --repeats 3 \
         ${PROFILE_ARGS:-}
 fi
-# eager vs compiled decoding (CFTOOLS_COMPILE=1) through cftools eval; only when asked (ONLY=compile, ~3.5 min)
+# eager vs compiled decoding (eval --compile) at batch 32 through cftools eval, 256 questions each, after a compiled
+# warm-up on the same questions (every prompt bucket); only when asked (ONLY=compile, ~3 min)
 if [[ ",${ONLY:-}," == *",compile,"* ]]; then
-    part compile 230 "$PY" bench/bench_gpu.py --part llava --batches 32,64 --compare-compile 32,64 --budget 200 \
-        --questions 128 --out "$RESULTS"
+    part compile 185 "$PY" bench/bench_gpu.py --part llava --modes generate --batches 32 --compare-compile 32 \
+        --budget 165 --questions 256 --out "$RESULTS"
 fi
 part images 65 "$PY" bench/bench_images.py --device cuda --batches 1,4,8,16 --calls 2 --out "$RESULTS"
 part edits 75 "$PY" bench/bench_edits.py --device cuda --batches 1,4,8,16 --calls 2 --out "$RESULTS"

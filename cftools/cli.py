@@ -29,6 +29,19 @@ def database_error(exc: BaseException) -> bool:
     return errors is not None and isinstance(exc, errors.DatabaseError)
 
 
+def failed_command(exc: BaseException, ctx: click.Context) -> str:
+    """The command EXC came out of (`cftools ingest edits`): the innermost click context on its way up (a sub-group's
+    context is gone by the time the error reaches the top)."""
+    path = ctx.command_path
+    frame = exc.__traceback__
+    while frame is not None:
+        inner = frame.tb_frame.f_locals.get("ctx")
+        if isinstance(inner, click.Context):
+            path = inner.command_path
+        frame = frame.tb_next
+    return path
+
+
 class CftoolsGroup(click.Group):
     """Turns the library's errors into one clear line and a non-zero exit."""
 
@@ -42,6 +55,13 @@ class CftoolsGroup(click.Group):
             error = click.ClickException(str(exc))  # the message with its hint's option put in (errors.Hint)
             error.exit_code = exc.exit_code  # 3 or 4 for failed requests (cftools.commands.exit_codes)
             raise error from None
+        except ModuleNotFoundError as exc:  # an extra that is not installed: say which, in one line
+            from cftools.extras import missing_extra_message
+
+            line = missing_extra_message(failed_command(exc, ctx), exc.name or "")
+            if line is None:
+                raise
+            raise click.ClickException(line) from None
         except OSError as exc:
             if exc.filename is None and exc.errno in OUT_OF_SPACE:
                 # a writer that does not name its file (see cftools.errors.naming_the_file): one line all the same

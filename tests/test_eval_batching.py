@@ -260,34 +260,100 @@ def test_prefetch_is_on_for_a_gpu_off_on_the_cpu_unless_asked(monkeypatch):
     assert prefetch_wanted(None, "cpu")
 
 
-# ---------------------------------------------------------------- compiled decoding (CFTOOLS_COMPILE): static KV cache
+# ---------------------------------------------------------------- compiled decoding (--compile): static KV cache
 
 
-def test_compiled_decoding_is_asked_for_by_cftools_compile_on_a_gpu_only(monkeypatch):
-    from cftools.evaluate.vlm import COMPILE_ENV, COMPILED_DECODING, compiled_decoding_options
+def test_compiled_decoding_is_off_unless_asked_for_or_cftools_compile_says_so(monkeypatch):
+    from cftools.evaluate.answerers import parse_model_spec
+    from cftools.evaluate.run import compiled_decoding_wanted
+    from cftools.evaluate.vlm import COMPILE_ENV, COMPILED_DECODING, compile_by_default, compiled_decoding_options
 
+    hf, blind = parse_model_spec("hf:some/model"), parse_model_spec("blind")
     monkeypatch.delenv(COMPILE_ENV, raising=False)
-    assert compiled_decoding_options("cuda") == {} == compiled_decoding_options("cpu")
+    assert not compile_by_default() and compiled_decoding_options(False) == {}
+    assert compiled_decoding_options(True) == COMPILED_DECODING == {"cache_implementation": "static"}
+    assert not compiled_decoding_wanted(None, hf, False) and compiled_decoding_wanted(True, hf, False)
     monkeypatch.setenv(COMPILE_ENV, "1")
-    assert compiled_decoding_options("cuda") == COMPILED_DECODING == {"cache_implementation": "static"}
-    assert compiled_decoding_options("cuda:0") == COMPILED_DECODING and compiled_decoding_options("cpu") == {}
+    assert compile_by_default() and compiled_decoding_wanted(None, hf, False)
+    assert not compiled_decoding_wanted(False, hf, False)  # --no-compile wins over the variable
+    assert not compiled_decoding_wanted(True, blind, False)  # only hf: models decode compiled
+    notes = []
+    assert not compiled_decoding_wanted(True, hf, True, notes.append) and "Ray" in notes[0]
     monkeypatch.setenv(COMPILE_ENV, "0")
-    assert compiled_decoding_options("cuda") == {}
+    assert not compile_by_default()
 
 
-def test_replies_are_the_same_with_a_static_cache(mixed_release, tiny_llava_dir, tmp_path):
-    """The tiny LLaVA on the CPU gives every question the same reply decoding on the static KV cache that
-    CFTOOLS_COMPILE asks for (compiled on a GPU; here the same cache, uncompiled) as on the default one."""
-    from cftools.evaluate.vlm import COMPILED_DECODING, HFVisionModel
+def spied_generate(model, calls: list) -> None:
+    """Record the options and input shape of every generate() call of MODEL's transformers model, then run it."""
+    real = model.model.generate
 
-    runs = {}
-    for static in (False, True):
+    def generate(**kwargs):
+        calls.append((tuple(kwargs["input_ids"].shape), kwargs.get("cache_implementation")))
+        return real(**kwargs)
+
+    model.model.generate = generate
+
+
+def test_replies_are_the_same_with_compiled_decoding(mixed_release, tiny_llava_dir, tmp_path):
+    """The tiny LLaVA on the CPU gives every question the same reply with --compile (a static KV cache, compiled on a
+    GPU and here not; prompts padded to a multiple of PROMPT_BUCKET tokens; the last, short batch filled with copies
+    of its first prompt to the batch's rows) as without; the option reaches every generate() call."""
+    from cftools.evaluate.vlm import PROMPT_BUCKET, HFVisionModel
+
+    runs, calls = {}, {False: [], True: []}
+    for compiled in (False, True):
         model = HFVisionModel.load(str(tiny_llava_dir), device="cpu", dtype="fp32")
-        assert model.generate_options == {}
-        model.generate_options = dict(COMPILED_DECODING) if static else {}
+        spied_generate(model, calls[compiled])
         result = run_eval(mixed_release, f"hf:{tiny_llava_dir}",
-                          options=EvalOptions(mode="generate", batch_size=3, device="cpu",
-                                              out_dir=tmp_path / f"run-{static}"), answerer=model)
-        runs[static] = {(p["id"], p["which"]): (p["raw"], p["parsed"], p["correct"]) for p in result.predictions}
-    assert len(runs[True]) == len(runs[False]) > 3
+                          options=EvalOptions(mode="generate", batch_size=3, device="cpu", compile=compiled,
+                                              out_dir=tmp_path / f"run-{compiled}"), answerer=model)
+        runs[compiled] = {(p["id"], p["which"]): (p["raw"], p["parsed"], p["correct"]) for p in result.predictions}
+        assert result.config["compile"] is (True if compiled else None)
+    questions = len(runs[True])
+    assert questions == len(runs[False]) > 3 and questions % 3  # a short last batch
     assert runs[True] == runs[False]
+    assert {option for _, option in calls[False]} == {None} and {option for _, option in calls[True]} == {"static"}
+    assert {rows for (rows, _), _ in calls[True]} == {3}  # the short batch was filled
+    assert all(length % PROMPT_BUCKET == 0 for (_, length), _ in calls[True])
+    assert any(length % PROMPT_BUCKET for (_, length), _ in calls[False])  # bucketing changed the shapes
+    assert len({shape for shape, _ in calls[True]}) < len({shape for shape, _ in calls[False]})
+
+
+def test_eval_compile_option_is_recorded_in_the_run(mixed_release, tiny_llava_dir, tmp_path):
+    from click.testing import CliRunner
+
+    from cftools.cli import main
+
+    for flag, recorded in (("--compile", True), ("--no-compile", None)):
+        out = tmp_path / flag
+        result = CliRunner().invoke(main, ["eval", "run", str(mixed_release), "--model", f"hf:{tiny_llava_dir}",
+                                           "--mode", "generate", "--device", "cpu", "--limit", "2", "--quiet",
+                                           "--out", str(out), flag])
+        assert result.exit_code == 0, result.output
+        assert json.loads((out / "config.json").read_text())["compile"] is recorded
+
+
+def test_compiled_decoding_follows_a_batch_halved_after_out_of_memory(mixed_release, tiny_llava_dir, tmp_path):
+    """With --compile, a batch halved after an out-of-memory error is not filled back up to the width that ran out
+    of memory: the run goes on at the smaller width and its replies are those of an eager run."""
+    from cftools.evaluate.vlm import HFVisionModel
+
+    runs, rows = {}, []
+    for compiled in (False, True):
+        model = HFVisionModel.load(str(tiny_llava_dir), device="cpu", dtype="fp32")
+        if compiled:
+            real = model.model.generate
+
+            def generate(**kwargs):
+                rows.append(kwargs["input_ids"].shape[0])
+                if kwargs["input_ids"].shape[0] > 2:
+                    raise OutOfMemoryError("CUDA out of memory: injected")
+                return real(**kwargs)
+
+            model.model.generate = generate
+        result = run_eval(mixed_release, f"hf:{tiny_llava_dir}",
+                          options=EvalOptions(mode="generate", batch_size=4, device="cpu", compile=compiled,
+                                              out_dir=tmp_path / f"run-{compiled}"), answerer=model)
+        runs[compiled] = {(p["id"], p["which"]): (p["raw"], p["parsed"]) for p in result.predictions}
+    assert rows[0] == 4 and set(rows[1:]) == {2}
+    assert runs[True] == runs[False] and len(runs[True]) > 4

@@ -129,13 +129,18 @@ def parse_shard_option(ctx: click.Context, param: click.Parameter, text: Optiona
               help="Score the release even if its files do not match its manifest (`cftools verify` fails); the "
                    "report says it was not verified. By default such a release is refused.")
 @click.option("--quiet", is_flag=True, help="No progress lines on stderr (the questions, the model's load).")
+@click.option("--compile/--no-compile", "compile_decoding", default=None,
+              help="hf: models, generate: decode on a static KV cache that transformers compiles on a GPU, prompts "
+                   "padded to a multiple of 64 tokens (each new shape compiles once, ~35-50 s on an H200). Default: "
+                   "off, unless CFTOOLS_COMPILE=1.")
 @ray_option()
 @click.pass_context
 def eval_run(ctx: click.Context, release: Path, model: str, mode: str, score: str, batch_size: str, device: str,
              dtype: str, limit: Optional[int], out_dir: Optional[Path], template: Optional[str],
              max_new_tokens: int, judge: Optional[str], judge_aggregate: str, concurrency: int,
              allow_downloads: bool, prompt_variant: str, swap_options: bool, reading: str, shard: Optional[Shard],
-             no_verify: bool, quiet: bool, ray_address: Optional[str], **kind_options: Any) -> None:
+             no_verify: bool, quiet: bool, ray_address: Optional[str], compile_decoding: Optional[bool],
+             **kind_options: Any) -> None:
     """Ask both questions of every item of RELEASE and print the report table.
 
     RELEASE is verified first (every file against its manifest) and refused when it fails, unless --no-verify.
@@ -157,7 +162,7 @@ def eval_run(ctx: click.Context, release: Path, model: str, mode: str, score: st
                               max_new_tokens=max_new_tokens, judge=judge, judge_aggregate=judge_aggregate,
                               concurrency=concurrency, allow_downloads=allow_downloads, prompt_variant=prompt_variant,
                               swap_options=swap_options, kind_options=kind_options, shard=shard,
-                              verify=not no_verify, reading=reading)
+                              verify=not no_verify, reading=reading, compile=compile_decoding)
         hooks = dict(workspace=workspace, progress=progress, waiting=shown.waiting,
                      notify=lambda note: err_console.print(f"[yellow]{escape(note)}[/]"))
         address = ray_address_of(ctx, ray_address)

@@ -73,7 +73,7 @@ from cftools.evaluate.shards import (Shard, gather_predictions, shard_prediction
                                      write_text_atomically)
 from cftools.kinds import all_kinds
 from cftools.evaluate.prefetch import prefetching, submit_batch
-from cftools.evaluate.vlm import SCORES, UnreadableImage, best_option
+from cftools.evaluate.vlm import SCORES, UnreadableImage, best_option, compile_by_default
 from cftools.evaluate.lock import predictions_lock
 from cftools.release.layout import (MANIFEST_NAME, files_content_sha256, hash_file, load_records,
                                     manifest_content_sha256)
@@ -310,7 +310,7 @@ class EvalOptions:
     """How one run asks its questions: what `cftools eval run`'s options say, passed to `run_eval` as one value.
 
     KIND_OPTIONS: each kind's own options (named after it, e.g. `cfmm_...`); only those of the release's kinds enter
-    the run's identity. SHARD, RAY, RAY_CONFIG and PREFETCH: see `run_eval`."""
+    the run's identity. SHARD, RAY, RAY_CONFIG, PREFETCH and COMPILE: see `run_eval`."""
 
     mode: Optional[str] = None
     score: str = "mean-loss"
@@ -334,6 +334,7 @@ class EvalOptions:
     ray: Optional[str] = None
     ray_config: Optional[dict[str, Any]] = None
     prefetch: Optional[bool] = None
+    compile: Optional[bool] = None
 
 
 def check_options(options: EvalOptions) -> None:
@@ -350,6 +351,15 @@ def check_options(options: EvalOptions) -> None:
     if options.judge_aggregate not in JUDGE_AGGREGATES:
         raise CftoolsError(f"unknown judge aggregate {options.judge_aggregate!r}; choose one of "
                            f"{', '.join(JUDGE_AGGREGATES)}")
+
+
+def compiled_decoding_wanted(asked: Optional[bool], spec: ModelSpec, on_ray: bool,
+                             notify: Optional[Callable[[str], None]] = None) -> bool:
+    """Whether this run decodes compiled: as ASKED (None: CFTOOLS_COMPILE's setting), for an `hf:` model asked here."""
+    wanted = compile_by_default() if asked is None else asked
+    if wanted and on_ray and notify:
+        notify("--compile: the Ray workers decode as transformers does (compiled decoding is asked here only)")
+    return bool(wanted) and spec.kind == "hf" and not on_ray
 
 
 def wording_of(options: EvalOptions, kind_options: dict[str, Any]) -> Wording:
@@ -381,7 +391,10 @@ def run_eval(release_dir: Path | str, model: str, *, options: EvalOptions = Eval
 
     `options.prefetch`: prepare the next batch's inputs on a background thread while this one runs (`cftools.
     evaluate.prefetch`; default: on for a model on a GPU, unless CFTOOLS_PREFETCH says otherwise); the predictions
-    are the same either way."""
+    are the same either way.
+
+    `options.compile`: decode an `hf:` model's generated replies compiled (`HFVisionModel.use_compiled_decoding`;
+    default: CFTOOLS_COMPILE's setting); not on Ray workers. config.json's `compile` says when it was on."""
     release_dir = Path(release_dir)
     check_options(options)
     mode, device, dtype, batch_size = options.mode, options.device, options.dtype, options.batch_size
@@ -426,6 +439,7 @@ def run_eval(release_dir: Path | str, model: str, *, options: EvalOptions = Eval
     else:
         device, dtype = "api", "n/a"
     batch_size = resolved_batch_size(batch_size, device)
+    compiled = compiled_decoding_wanted(options.compile, spec, on_ray, notify)
     config = {
         "release": str(release_dir.resolve()), "release_name": release_dir.resolve().name,
         "release_manifest_sha256": hash_file(release_dir / MANIFEST_NAME), "release_content_sha256": content,
@@ -441,6 +455,7 @@ def run_eval(release_dir: Path | str, model: str, *, options: EvalOptions = Eval
         "prompt": options.prompt_variant if options.prompt_variant != PLAIN else None,
         "swap_options": True if options.swap_options else None,
         "reading": options.reading if options.reading != STRICT else None,
+        "compile": True if compiled else None,
         "cftools_version": __version__,
     }
     notes: list[str] = []
@@ -477,6 +492,8 @@ def run_eval(release_dir: Path | str, model: str, *, options: EvalOptions = Eval
             with waiting(f"loading {model}"):
                 answerer = answerer or load_answerer(spec, device, dtype, llm_config, store, options.concurrency,
                                                      allow_downloads=options.allow_downloads)
+            if hasattr(answerer, "use_compiled_decoding"):
+                answerer.use_compiled_decoding(compiled)
             if options.judge and any(q.judged for q in todo):
                 with waiting(f"loading the judge {options.judge}"):
                     judge_answerer = load_answerer(parse_model_spec(f"blind:{options.judge}"), device, dtype,

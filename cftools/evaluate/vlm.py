@@ -11,8 +11,11 @@ for the process: other libraries in it keep their own setting.
 - **generate**: real batches, LEFT padding (so every row's last token is its own last prompt token) with the
   attention mask and positions generate() derives from it, greedy decoding, `torch.inference_mode`. A batch's
   questions of different `max_new_tokens` are generated apart and each reply is cut at its own limit and end of
-  turn, so a reply does not depend on which questions share its batch. With CFTOOLS_COMPILE=1 on a GPU the replies
-  are decoded on a static KV cache that transformers compiles (`compiled_decoding_options`).
+  turn, so a reply does not depend on which questions share its batch. With compiled decoding (`cftools eval
+  --compile`, `use_compiled_decoding`) the replies are decoded on a static KV cache that transformers compiles on a
+  GPU (`compiled_decoding_options`); prompts are then padded to a multiple of PROMPT_BUCKET tokens and a short call
+  is filled with copies of its first prompt up to the widest call's rows (`filler_rows`, replies dropped), so a run
+  compiles one graph per prompt bucket, not one per batch.
 - **rank**: each option is scored as the assistant's reply. The reply text is what the chat template
   renders for an assistant turn holding the option, cut at the end of the option (the template's
   leading space or newline is kept, the end-of-turn marker is not); its tokens are those that
@@ -202,23 +205,35 @@ def pinned(value: Any) -> Any:
     return value.pin_memory() if isinstance(value, torch.Tensor) and not value.is_pinned() else value
 
 
-# Set to 1 to decode with a static KV cache, which transformers compiles (torch.compile, CUDA graphs) on a GPU.
+# Set to 1 to make compiled decoding the default of `cftools eval` (its --compile/--no-compile decide when given).
 COMPILE_ENV = "CFTOOLS_COMPILE"
 COMPILED_DECODING = {"cache_implementation": "static"}  # generate()'s options for it
+# Compiled decoding pads every prompt (on the left) to a multiple of this many tokens: a static cache's length, hence
+# a compiled graph, is one per (prompt bucket, answer length), not one per batch's longest prompt.
+PROMPT_BUCKET = 64
 
 
-def compiled_decoding_options(device: str) -> dict[str, Any]:
-    """generate()'s options for compiled decoding when CFTOOLS_COMPILE asks for it and DEVICE is a GPU, else none.
+def compile_by_default() -> bool:
+    """Whether CFTOOLS_COMPILE asks for compiled decoding (the default when --compile/--no-compile is not given)."""
+    return os.environ.get(COMPILE_ENV, "").strip().lower() not in ("", "0", "no", "off", "false")
+
+
+def compiled_decoding_options(compiled: bool) -> dict[str, Any]:
+    """generate()'s options for compiled decoding when COMPILED, else none: a static KV cache, which transformers
+    compiles (torch.compile, CUDA graphs) on a GPU and runs uncompiled on the CPU.
 
     Measured on an H200 (LLaVA-1.5-7B shape, batch 32, 690 prompt tokens, 16 new): a decoding step took 30 ms in
     eager mode, of which the GPU's kernels ran about 15 (the rest it waited on Python launching ~1,350 of them);
-    compiled, `cftools eval` answered 1.54x as many questions a second (30.2 against 19.6). Off by default: a batch
-    of a shape not seen before compiles again (34 to 51 s each there), which pays back only over thousands of
-    questions."""
-    setting = os.environ.get(COMPILE_ENV, "").strip().lower()
-    if setting in ("", "0", "no", "off", "false") or not str(device).startswith("cuda"):
-        return {}
-    return dict(COMPILED_DECODING)
+    compiled, `cftools eval` answered 1.54x as many questions a second (30.2 against 19.6). Off by default: each
+    new shape compiles again (34 to 51 s each there), which pays back only over thousands of questions."""
+    return dict(COMPILED_DECODING) if compiled else {}
+
+
+def filler_rows(count: int, widest: int) -> int:
+    """How many copies of a group's first prompt fill a compiled call of COUNT prompts up to WIDEST rows (the most
+    any compiled call had): the last, short batch then reuses the full batches' graphs instead of compiling its
+    own; the copies' replies are dropped."""
+    return max(widest - count, 0)
 
 
 # Set to 1 to let `hf:` models be downloaded from the hub (off by default: evaluation works offline).
@@ -230,7 +245,7 @@ class HFVisionModel:
     needs_image = True
 
     def __init__(self, model: Any, processor: Any, device: str = "cpu", dtype: str = "fp32",
-                 name: str = "hf") -> None:
+                 name: str = "hf", compiled: bool = False) -> None:
         self.model = model.eval()
         self.processor = processor
         self.tokenizer = getattr(processor, "tokenizer", processor)
@@ -247,14 +262,21 @@ class HFVisionModel:
         # Only the logits that score something are computed (the prefix's last one; the option's own).
         self.keep_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
         self.image_cache = ImageCache()
-        # extra options of every generate() call: a static cache when compiled decoding is asked for
-        self.generate_options: dict[str, Any] = compiled_decoding_options(device)
+        self.widest = 0  # the most rows a compiled generate() call has had (filler rows pad shorter ones to it)
+        self.use_compiled_decoding(compiled)
         # the next batch is prepared on another thread while this one decodes its replies: one tokenizer user at once
         self.tokenizer_lock = threading.RLock()
 
+    def use_compiled_decoding(self, compiled: bool) -> None:
+        """Decode generated replies on a static KV cache (compiled by transformers on a GPU), prompts padded to
+        PROMPT_BUCKET tokens and short calls filled to the widest one, when COMPILED; else as transformers does."""
+        self.compiled = bool(compiled)
+        # extra options of every generate() call: a static cache when compiled decoding is asked for
+        self.generate_options: dict[str, Any] = compiled_decoding_options(self.compiled)
+
     @classmethod
     def load(cls, path_or_id: str, device: str = "auto", dtype: str = "auto",
-             allow_downloads: bool = False) -> "HFVisionModel":
+             allow_downloads: bool = False, compiled: bool = False) -> "HFVisionModel":
         import torch
         from transformers import AutoModelForImageTextToText, AutoProcessor
 
@@ -276,7 +298,7 @@ class HFVisionModel:
         except (OSError, ValueError) as exc:
             raise CftoolsError(f"cannot load hf:{path_or_id} ({str(exc).splitlines()[0][:300]}){offline}",
                                hint=hint) from None
-        return cls(model.to(device), processor, device, dtype, name=f"hf:{path_or_id}")
+        return cls(model.to(device), processor, device, dtype, name=f"hf:{path_or_id}", compiled=compiled)
 
     # -- prompts --------------------------------------------------------------------------------------
 
@@ -306,10 +328,13 @@ class HFVisionModel:
     def _encode(self, texts: list[str], prompts: Sequence[Prompt]) -> dict[str, Any]:
         return self._to_device(self._cpu_inputs(texts, prompts))
 
-    def _cpu_inputs(self, texts: list[str], prompts: Sequence[Prompt]) -> dict[str, Any]:
-        """The processor's inputs for TEXTS and PROMPTS' images, on the CPU (pinned when the model is on CUDA)."""
+    def _cpu_inputs(self, texts: list[str], prompts: Sequence[Prompt], bucket: Optional[int] = None) -> dict[str, Any]:
+        """The processor's inputs for TEXTS and PROMPTS' images, on the CPU (pinned when the model is on CUDA);
+        padded to a multiple of BUCKET tokens when given."""
         images = [self.image_cache.get(path) for prompt in prompts for path in prompt.images]
         kwargs: dict[str, Any] = {"text": texts, "return_tensors": "pt", "padding": True}
+        if bucket:
+            kwargs["pad_to_multiple_of"] = bucket
         if images:
             kwargs["images"] = images
         with self.tokenizer_lock:
@@ -338,7 +363,11 @@ class HFVisionModel:
             groups = []
             for limit, indices in by_answer_length(prompts).items():
                 chosen = [prompts[i] for i in indices]
-                encoded = self._cpu_inputs([self.prefix_text(p) for p in chosen], chosen)
+                if self.compiled:  # one compiled graph per prompt bucket: filled to the widest call, bucketed
+                    self.widest = max(self.widest, len(chosen))
+                    chosen += [chosen[0]] * filler_rows(len(chosen), self.widest)
+                encoded = self._cpu_inputs([self.prefix_text(p) for p in chosen], chosen,
+                                           PROMPT_BUCKET if self.compiled else None)
                 # Some tokenizers add token_type_ids, which generate() of vision-language models refuses before
                 # transformers 4.57 and ignores after; the model never uses them.
                 encoded.pop("token_type_ids", None)
@@ -369,9 +398,14 @@ class HFVisionModel:
             return []
         prepared = prepared or self.prepare("generate", prompts)
         replies: list[str] = [""] * len(prompts)
-        for indices, inputs, limit in prepared.groups:
-            for index, text in zip(indices, self._generate_same_length(inputs, limit)):
-                replies[index] = text
+        try:
+            for indices, inputs, limit in prepared.groups:
+                for index, text in zip(indices, self._generate_same_length(inputs, limit)):
+                    replies[index] = text
+        except Exception:
+            # (out of memory, say) the caller may ask again with fewer prompts: fill no call back up to this width
+            self.widest = 0
+            raise
         return replies
 
     def _generate_same_length(self, inputs: dict[str, Any], max_new: int) -> list[str]:

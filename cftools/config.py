@@ -201,8 +201,8 @@ def known_sections() -> dict[str, type[BaseModel]]:
 
     sections: dict[str, type[BaseModel]] = dict(SECTIONS)
     for name, kind in all_kinds().items():
-        if kind.config_section is not None:
-            sections.setdefault(name, kind.config_section)
+        if kind.hooks.ingest.config_section is not None:
+            sections.setdefault(name, kind.hooks.ingest.config_section)
     return sections
 
 

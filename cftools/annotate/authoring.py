@@ -93,7 +93,7 @@ def push_authoring(run: PushRun, report: PushReport) -> None:
     or with assignment each image to the project of one person (on their server), the least loaded first."""
     store, servers, settings, kind, task = run.workspace.store, run.servers, run.settings, run.kind, run.purpose
     workspace_root, images_links, progress = str(run.workspace.root), run.images(), run.options.progress
-    spec = get_kind(kind)
+    spec = get_kind(kind).hooks.annotate
     projects = authoring_projects(servers, settings, kind, task, create=True, workspace_root=workspace_root)
     keys_by_person = {person: [key for key in server.task_keys(pid).values() if key]
                       for person, (server, pid) in projects.items()}
@@ -187,7 +187,7 @@ def pull_authoring(workspace: Workspace, server: LabelStudioServer, project_id: 
     """Every submitted annotation of the project becomes a draft item (new ones only). An invalid one goes back to
     its author as a new task saying why; with an ASSIGNEE, a submission by anyone else is refused by name."""
     store, workspace_root = workspace.store, str(workspace.root)
-    spec = get_kind(kind)
+    spec = get_kind(kind).hooks.annotate
     metas = server.task_metas(project_id)
     keys = {tid: meta.get("item_key") for tid, (meta, _) in metas.items()}
     report.projects += 1
@@ -236,7 +236,7 @@ def pull_authoring(workspace: Workspace, server: LabelStudioServer, project_id: 
 
 
 def authoring_task(kind: str, task: str) -> str:
-    spec = get_kind(kind)
+    spec = get_kind(kind).hooks.annotate
     if task not in spec.authoring_tasks:
         raise CftoolsError(f"kind {kind!r} has no authoring task {task!r}"
                            + (f"; it has: {', '.join(spec.authoring_tasks)}" if spec.authoring_tasks else ""))

@@ -107,7 +107,7 @@ def purpose_of(task: str, unit: str) -> str:
 
 def own_task(kind: str, purpose: str):  # noqa: ANN201
     """The kind's TaskSpec of PURPOSE's task, None for verify/adjudicate."""
-    return get_kind(kind).task_spec(task_of(purpose)[0])
+    return get_kind(kind).hooks.annotate.task_spec(task_of(purpose)[0])
 
 
 # ---------------------------------------------------------------- projects
@@ -193,7 +193,7 @@ def ensure_project(server: LabelStudioServer, settings: ServerSettings, kind: st
         return project_id
     spec = own_task(kind, purpose)
     name = spec.name if spec is not None else purpose
-    kind_spec = get_kind(kind)
+    kind_spec = get_kind(kind).hooks.annotate
     overlap, about = project_about(kind, purpose)
     if assignee:
         overlap = 1

@@ -59,7 +59,7 @@ def push(workspace: Workspace, kind: Optional[str], *, limit: Optional[int] = No
     one to a person (`authoring.push_authoring`)."""
     purpose = ADJUDICATE if adjudicate else VERIFY
     if task is not None and task != purpose and kind is not None:
-        purpose = task if get_kind(kind).task_spec(task) is not None else authoring_task(kind, task)
+        purpose = task if get_kind(kind).hooks.annotate.task_spec(task) is not None else authoring_task(kind, task)
     report = PushReport(purpose=purpose, kind=kind)
     settings = server_settings(workspace)
     if not settings.configured and if_configured:
@@ -78,7 +78,8 @@ def push(workspace: Workspace, kind: Optional[str], *, limit: Optional[int] = No
         if kind is None:
             report.message = "nothing to push: the store holds no items yet"
             return report
-        get_kind(kind).task_template(purpose)  # an unknown kind or task is an error before anything is created
+        # an unknown kind or task is an error before anything is created
+        get_kind(kind).hooks.annotate.task_template(purpose)
         options = PushOptions(limit=limit, data_uri=data_uri, allow_missing_images=allow_missing_images,
                               progress=progress)
         run = PushRun(workspace, servers, settings, kind, purpose, options)
@@ -183,7 +184,7 @@ def assigned_candidates(store: Store, kind: str, purpose: str, limit: Optional[i
                                      .order_by(Item.id)).scalars())
         if spec is not None:
             pairs = [(item, purpose_of(spec.name, unit)) for item in items
-                     for unit in get_kind(kind).task_units(spec.name, item)]
+                     for unit in get_kind(kind).hooks.annotate.task_units(spec.name, item)]
         else:
             pairs = [(item, purpose) for item in items]
         session.expunge_all()

@@ -128,8 +128,8 @@ def verdict(kind: str, task: str, answer: Answer) -> Optional[str]:
     from cftools.kinds import get_kind
 
     if task == VERIFY:
-        return decision_label(get_kind(kind).decide(answer, answer))
-    labels = get_kind(kind).agreement_labels(task, answer)
+        return decision_label(get_kind(kind).hooks.annotate.decide(answer, answer))
+    labels = get_kind(kind).hooks.annotate.agreement_labels(task, answer)
     return "; ".join(f"{q}={v}" for q, v in sorted(labels.items())) or None
 
 
@@ -275,7 +275,7 @@ def overturns_of(rows: Sequence[JudgmentRow], decided_adjudications: Collection[
     settled: dict[int, str] = {}
     for row in rows:
         if row.purpose == ADJUDICATE and row.item_id in decided_adjudications and row.item_id not in settled:
-            decision = get_kind(row.kind).adjudicated(row.answer, row.item_data, row.person)
+            decision = get_kind(row.kind).hooks.annotate.adjudicated(row.answer, row.item_data, row.person)
             label = decision_label(decision)
             if label is not None and not decision.data:
                 settled[row.item_id] = label

@@ -20,7 +20,7 @@ def render_label_config(kind: str, purpose: str, workspace_root: Optional[str] =
     """The kind's label config for PURPOSE (annotation/<kind>/<purpose>.xml.j2; a workspace's copy wins)."""
     from cftools.kinds import get_kind
 
-    return get_kind(kind).label_config(purpose, workspace_root)
+    return get_kind(kind).hooks.annotate.label_config(purpose, workspace_root)
 
 
 def question_labels(answer: Answer) -> dict[str, str]:

@@ -86,7 +86,7 @@ def print_push(report: Any, kind: Optional[str], task: Optional[str], adjudicate
         out.print(escape(report.message))
         return
     what = "adjudication" if adjudicate else "verification" if task in (None, "verify") else task
-    pushed = "images" if task in get_kind(kind).authoring_tasks else f"{kind} items"
+    pushed = "images" if task in get_kind(kind).hooks.annotate.authoring_tasks else f"{kind} items"
     if not report.pushed and not report.project_ids and not report.project_url:
         # nothing waits (a MuCR select tiebreak, say, goes out at pull): no project to name, no warning to give
         out.print(f"Nothing to push: no {escape(kind)} items wait for {escape(what)}.")

@@ -13,7 +13,7 @@ from cftools.kinds import all_kinds
 def add_kind_commands(groups: dict[str, click.Group]) -> None:
     """Add every registered kind's commands to those of their parent groups (ingest, generate) given."""
     for kind in all_kinds().values():
-        for parent, commands in kind.commands().items():
+        for parent, commands in kind.hooks.ingest.commands().items():
             for command in commands if parent in groups else ():
                 groups[parent].add_command(command)
 
@@ -24,7 +24,7 @@ def add_kind_options(commands: dict[str, click.Command]) -> None:
     for kind in all_kinds().values():
         for name, command in commands.items():
             taken = {p.name for p in command.params}
-            for option in kind.command_options(name):
+            for option in kind.hooks.release.command_options(name):
                 if option.name not in taken:
                     command.params.append(option)
                     taken.add(option.name)

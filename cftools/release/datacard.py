@@ -246,7 +246,7 @@ def kind_tables(records: list[dict]) -> list[Any]:
     for name, kind in sorted(all_kinds().items()):
         mine = [r for r in records if r.get("kind") == name]
         if mine:
-            tables.extend(kind.card_tables(mine))
+            tables.extend(kind.hooks.release.card_tables(mine))
     return tables
 
 
@@ -276,7 +276,8 @@ def kind_sections(records: list[dict], provenance: list[dict], context: dict[str
     text = ""
     for name in sorted({str(r.get("kind")) for r in records} & set(kinds)):
         mine = [i for i, r in enumerate(records) if r.get("kind") == name]
-        lines = kinds[name].card_section([records[i] for i in mine], [provenance[i] for i in mine], context)
+        lines = kinds[name].hooks.release.card_section([records[i] for i in mine], [provenance[i] for i in mine],
+                                                       context)
         if lines:
             text += "\n" + "\n".join(lines) + "\n"
     return text

@@ -302,3 +302,18 @@ def test_stage_modules_name_no_kind():
                 if re.match(r"cftools\.kinds\.(cvqa|cfmm|mucr)", module):
                     offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} imports {module}")
     assert offenders == []
+
+
+def test_the_plugin_example_in_the_docs_registers_with_the_stages_it_declares():
+    text = (ROOT / "docs" / "kinds.md").read_text(encoding="utf-8")
+    example = text.split("```python\n", 1)[1].split("```", 1)[0]
+    namespace: dict = {}
+    exec(compile(example, "docs/kinds.md", "exec"), namespace)  # noqa: S102 (our own docs)
+    try:
+        mine = registry.register(namespace["MyKind"])
+        assert mine.stages() == ["ingest", "annotate"] and mine.evaluate is None
+        item = type("Item", (), {"question": "Which shape?", "data": {"shape": "square"}})()
+        assert mine.hooks.annotate.task_data(item, None, "/img.png", {})["shape"] == "square"
+        assert mine.hooks.evaluate.metrics == () and mine.describe()["fields"] == ["shape"]
+    finally:
+        registry.unregister("mykind")

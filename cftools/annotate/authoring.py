@@ -1,9 +1,10 @@
 """Authoring tasks: images go to Label Studio, people write items, `pull` turns each submission into a draft.
 
-A kind lists such tasks in `Kind.authoring_tasks` (its label config in `annotation/<kind>/<task>.xml.j2`), says
-what the annotator sees (`Kind.author_task_data`: the image and its source questions) and reads a submission back
-(`Kind.authored_item`: the new item's group, question, answer and data, or None when the annotator said the image
-suits nothing). The drafts then go through check and two-annotator verification like any other item.
+A kind lists such tasks in `AnnotateHooks.authoring_tasks` (its label config in
+`annotation/<kind>/<task>.xml.j2`), says what the annotator sees (`AnnotateHooks.author_task_data`: the image and
+its source questions) and reads a submission back (`AnnotateHooks.authored_item`: the new item's group, question,
+answer and data, or None when the annotator said the image suits nothing). The drafts then go through check and
+two-annotator verification like any other item.
 
 The server is the record of what was pushed: every task carries `image:<sha256>` as its key, so a push sends only
 images without a task yet (a killed push loses nothing and duplicates nothing), and a pull finds the project by

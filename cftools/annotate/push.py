@@ -50,8 +50,8 @@ def push(workspace: Workspace, kind: Optional[str], *, limit: Optional[int] = No
          data_uri: bool = False, allow_missing_images: bool = False, if_configured: bool = False,
          progress: Progress = no_progress, task: Optional[str] = None) -> PushReport:
     """Push `checked` items (or, with ADJUDICATE, `needs_adjudication` ones) of KIND to Label Studio. TASK names one
-    of the kind's own tasks instead: a task on items (`Kind.task_spec`, e.g. MuCR's select, explain) or an
-    authoring task on images, whose submissions become new items (`Kind.authoring_tasks`, e.g. CFMM's author).
+    of the kind's own tasks instead: a task on items (`AnnotateHooks.task_spec`, e.g. MuCR's select, explain) or an
+    authoring task on images, whose submissions become new items (`AnnotateHooks.authoring_tasks`, e.g. CFMM's author).
 
     Items take one path whatever the set-up (`assign.push_tasks`): plan (who gets which task), route (each
     person's project on their own server, or the shared project of the shared server, created once), payload,

@@ -9,7 +9,7 @@ The figures, in words (docs/annotate.md, "Annotator quality: the figures", says 
 - **Named**: a person is named (and gets no new work) when their accuracy interval lies wholly below
   `min_accuracy` — its upper end is under it — once they have judged at least `DEFAULT_MIN_CONTROLS` controls.
 - **Verdict** of one judgment: what that judgment alone would make of the item, by the kind's own decision rule
-  (`Kind.decide(answer, answer)`: accepted, accepted with a corrected answer, rejected); for a kind's own task
+  (`AnnotateHooks.decide(answer, answer)`: accepted, accepted with a corrected answer, rejected); for a kind's own task
   (MuCR select, explain) its agreement labels taken together.
 - **Agreement of a pair** of people: over the items both judged in the same task (live, counted tasks), the share
   of items with the same verdict and Cohen's kappa over the verdicts (scikit-learn; None where undefined, e.g.

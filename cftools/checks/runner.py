@@ -294,7 +294,7 @@ def run_checks(store: Store, codes: Optional[Sequence[str]] = None, *, options: 
                progress: Optional[Progress] = None, on_result: Optional[Callable[[ItemResult], None]] = None,
                config: Optional[dict] = None) -> CheckReport:
     """Check drafts. With all checks, clean items move to `checked`; with some (CODES), none moves. CONFIG is the
-    workspace's configuration, for kinds whose checks depend on it (`Kind.prepare_checks`)."""
+    workspace's configuration, for kinds whose checks depend on it (`CheckHooks.prepare_checks`)."""
     groups = options.groups
     for kind in all_kinds().values():
         kind.hooks.check.prepare_checks(config or {})

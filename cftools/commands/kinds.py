@@ -20,7 +20,7 @@ def add_kind_commands(groups: dict[str, click.Group]) -> None:
 
 def add_kind_options(commands: dict[str, click.Command]) -> None:
     """Add every registered kind's options to the stage commands (export, eval) they name; a command passes
-    their values on to the kind (`Kind.command_options`)."""
+    their values on to the kind (`ReleaseHooks.command_options`)."""
     for kind in all_kinds().values():
         for name, command in commands.items():
             taken = {p.name for p in command.params}

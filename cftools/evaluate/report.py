@@ -1,6 +1,6 @@
 """An evaluation run's report: rich tables in the terminal, report.md, report.csv, report.png; and compare.
 
-Each kind lays out its own table the way its paper does (`Kind.report_table`). Accuracies are percentages with their
+Each kind lays out its own table the way its paper does (`report_table`). Accuracies are percentages with their
 95% bootstrap interval; the unknown rate (replies that could not be read) stands next to every generated score. The
 files name a model given as a local folder by its name only (`cftools.boundary.public_spec`): reports are shared.
 """

@@ -1,5 +1,5 @@
 """`generate edits`: edited images that show each item's presupposition, for every kind that declares an edit
-subject (`Kind.edit_subject`: C-VQA, CFMM).
+subject (`GenerateHooks.edit_subject`: C-VQA, CFMM).
 
 Two steps, each resumable:
 

@@ -89,7 +89,7 @@ class ExportFormat:
 @dataclass(frozen=True)
 class TaskSpec:
     """A Label Studio task of a kind beside verify/adjudicate (MuCR's select and explain): who decides it and
-    which items it takes. The kind decides its tasks itself (`Kind.decide_task`)."""
+    which items it takes. The kind decides its tasks itself (`AnnotateHooks.decide_task`)."""
 
     name: str
     template: str  # label config template, under annotation/
@@ -102,7 +102,7 @@ class TaskSpec:
 
 @dataclass
 class TaskOutcome:
-    """What the judgments of one task decide (`Kind.decide_task`)."""
+    """What the judgments of one task decide (`AnnotateHooks.decide_task`)."""
 
     status: Optional[str] = None  # the item's new status (None: unchanged)
     data: dict[str, Any] = field(default_factory=dict)  # keys merged into the item's data

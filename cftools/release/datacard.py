@@ -239,7 +239,7 @@ def plot_question_lengths(records: list[dict], path: Path) -> None:
 
 
 def kind_tables(records: list[dict]) -> list[Any]:
-    """Each kind's own data card tables (`Kind.card_tables`) over its records in the release."""
+    """Each kind's own data card tables (`ReleaseHooks.card_tables`) over its records in the release."""
     from cftools.kinds import all_kinds
 
     tables = []
@@ -269,7 +269,7 @@ def render_card(context: dict[str, Any]) -> str:
 
 
 def kind_sections(records: list[dict], provenance: list[dict], context: dict[str, Any]) -> str:
-    """Each kind's own section of the card (`Kind.card_section`), for the kinds present, in name order."""
+    """Each kind's own section of the card (`ReleaseHooks.card_section`), for the kinds present, in name order."""
     from cftools.kinds import all_kinds
 
     kinds = all_kinds()

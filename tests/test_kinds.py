@@ -175,6 +175,24 @@ def test_a_kind_written_the_old_way_keeps_working():
         registry.unregister("old")
 
 
+def test_an_old_style_hook_on_a_subclass_of_a_built_in_kind_overrides_that_hook_only():
+    from cftools.kinds.cvqa import CvqaKind
+
+    class MyCvqa(CvqaKind):
+        name = "mycvqa"
+
+        def task_data(self, item, source, image_value, extra_images):  # noqa: ANN001, ANN201
+            return {"image": image_value, "mine": True}
+
+    try:
+        mine = registry.register(MyCvqa)
+        assert mine.hooks.annotate.task_data(object(), None, "/img.png", {}) == {"image": "/img.png", "mine": True}
+        assert mine.hooks.annotate.tasks == get_kind("cvqa").hooks.annotate.tasks and mine.stages() == get_kind(
+            "cvqa").stages()
+    finally:
+        registry.unregister("mycvqa")
+
+
 def test_mucr_declares_each_task_once():
     mucr = get_kind("mucr").hooks.annotate
     assert list(mucr.tasks) == ["verify", "adjudicate", "select", "explain"]

@@ -480,15 +480,14 @@ class Kind:
                                    for stage, hooks in given.items()})
 
     def given_hooks(self, stage: str, stage_class: type[Hooks]) -> Optional[Hooks]:
-        """The hooks object the kind declares for STAGE (None: none); a kind written before the stages had objects
-        (hooks as its own attributes) gets one made of those attributes (`legacy_hooks`)."""
+        """The hooks object the kind declares for STAGE (None: none), with any hook of that stage written the old
+        way, as the kind's own attribute or method (`with_legacy_hooks`)."""
         declared = getattr(type(self), stage)
-        if declared is None:
-            return legacy_hooks(self, stage_class)
-        if not (isinstance(declared, type) and issubclass(declared, stage_class)):
+        if declared is not None and not (isinstance(declared, type) and issubclass(declared, stage_class)):
             raise CftoolsError(f"kind {self.name!r}: {stage} = {declared!r} is not a subclass of "
                                f"{stage_class.__name__}")
-        return declared(self)
+        hooks = (declared or stage_class)(self)
+        return hooks if with_legacy_hooks(self, hooks, stage_class) or declared is not None else None
 
     def __getattr__(self, name: str) -> Any:
         # Only reached for names the kind does not have: a hook asked of the kind itself, the way before stages.
@@ -520,18 +519,16 @@ class Kind:
         }
 
 
-def legacy_hooks(kind: Kind, stage_class: type[Hooks]) -> Optional[Hooks]:
-    """The hooks of one stage that a kind written the old way (hooks as the kind's own attributes and methods)
-    gives, as that stage's object: the kind's attributes where it has them, the defaults elsewhere; None when it
-    gives none. Its methods keep running on the kind, and their `self.<hook>` reaches the stage (`Kind.__getattr__`)."""
-    hooks = stage_class(kind)
+def with_legacy_hooks(kind: Kind, hooks: Hooks, stage_class: type[Hooks]) -> bool:
+    """Put into HOOKS (one stage's) the hooks KIND has the old way, as its own attributes and methods (a kind
+    written before the stages had objects, or a subclass of a built-in kind overriding one); whether it gave any of
+    its own. Those methods keep running on the kind, and their `self.<hook>` reaches the stage (`Kind.__getattr__`)."""
     own = [name for name in hook_names(stage_class) if name in dir(type(kind))]
     for name in own:
         setattr(hooks, name, getattr(kind, name))
-    if not any(hooks.fills(name) for name in own):
-        return None
-    kind.__dict__["_legacy_hooks"] = True
-    return hooks
+    if own:
+        kind.__dict__["_legacy_hooks"] = True
+    return any(hooks.fills(name) for name in own)
 
 
 @dataclass

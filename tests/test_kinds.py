@@ -335,3 +335,28 @@ def test_the_plugin_example_in_the_docs_registers_with_the_stages_it_declares():
         assert mine.hooks.evaluate.metrics == () and mine.describe()["fields"] == ["shape"]
     finally:
         registry.unregister("mykind")
+
+
+def kind_receiver(node) -> bool:  # noqa: ANN001
+    """Whether NODE reads as a kind: `get_kind(...)`, `kinds[...]`, or a name `kind`/`kind_obj`."""
+    import ast
+
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "get_kind":
+        return True
+    if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == "kinds":
+        return True
+    return isinstance(node, ast.Name) and node.id in ("kind", "kind_obj")
+
+
+def test_no_stage_asks_a_kind_for_a_hook_directly():
+    """Read from the source with `ast`: every hook is asked through `kind.hooks.<stage>` (a kind has no hook of its
+    own; asking it is an AttributeError at run time, on whatever path first reaches it)."""
+    import ast
+
+    from cftools.kinds.base import HOOK_STAGE
+
+    direct = [f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}"
+              for path in sorted((ROOT / "cftools").rglob("*.py"))
+              for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+              if isinstance(node, ast.Attribute) and node.attr in HOOK_STAGE and kind_receiver(node.value)]
+    assert not direct, "ask kind.hooks.<stage>.<hook>: " + "; ".join(direct)

@@ -173,7 +173,7 @@ def status(workspace: Workspace, kind: str | None, cost: bool, as_json: bool) ->
         print_cost(workspace, as_json)
         return
     counts = store_counts(workspace.store)
-    table = get_kind(kind).status_table(workspace.store, workspace) if kind else None
+    table = get_kind(kind).hooks.annotate.status_table(workspace.store, workspace) if kind else None
     if as_json:
         if table is not None:
             counts["kind_table"] = {"kind": kind, "title": table.title, "columns": table.columns, "rows": table.rows}

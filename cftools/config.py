@@ -4,7 +4,7 @@ opened.
 - A value of the wrong type is one line naming the key, the value and what is expected
   (`cftools.toml: [store] url = [1, 2]: expected a string`), not a traceback from deep inside a stage.
 - An unknown key is a warning naming it and the closest known key (a typo would otherwise be silently ignored).
-- A kind declares its own `[<kind>]` section with `Kind.config_section` (CFMM's `[cfmm] types`).
+- A kind declares its own `[<kind>]` section with `IngestHooks.config_section` (CFMM's `[cfmm] types`).
 
 The checked file is kept as read (`Workspace.config` is the plain dict the stages read): the schema only says what
 is allowed. docs/config.md documents every key; tests/test_docs.py checks it names each one.
@@ -188,7 +188,7 @@ class CheckSettings(Section):
     low_precision: Optional[float] = Field(None, ge=0, le=1)  # a check measured below it is named (calibration)
 
 
-# The sections of every workspace; each kind may add `[<kind name>]` (Kind.config_section).
+# The sections of every workspace; each kind may add `[<kind name>]` (IngestHooks.config_section).
 SECTIONS: dict[str, type[Section]] = {
     "store": StoreSettings, "llm": LlmSettings, "images": ImageSettings, "edits": EditSettingsSection, "label_studio": LabelStudioSettings,
     "annotate": AnnotateSettings,
@@ -202,8 +202,8 @@ def known_sections() -> dict[str, type[BaseModel]]:
 
     sections: dict[str, type[BaseModel]] = dict(SECTIONS)
     for name, kind in all_kinds().items():
-        if kind.config_section is not None:
-            sections.setdefault(name, kind.config_section)
+        if kind.hooks.ingest.config_section is not None:
+            sections.setdefault(name, kind.hooks.ingest.config_section)
     return sections
 
 

@@ -30,7 +30,7 @@ class ItemView:
     image_key: Optional[str] = None  # what "the same image" means: the stored image, else the file name
     data: Optional[dict] = None  # the item's shape-specific fields (a kind's checks read them)
     # How the answer is written: "count" (digits), "yes/no", "choice" (an option letter), or None. Its kind's rule
-    # (`Kind.answer_style`), filled in by the checks runner.
+    # (`CheckHooks.answer_style`), filled in by the checks runner.
     answer_style: Optional[str] = None
 
     def new_count(self) -> Optional[Fraction]:

@@ -274,7 +274,7 @@ def test_cannot_be_determined_votes_decide():
     from cftools.judgments import Answer
     from cftools.kinds.cfmm.model import CANNOT_DETERMINE
 
-    kind = get_kind("cfmm")
+    kind = get_kind("cfmm").hooks.annotate
     fine = Answer(related=True, answer_correct=True, fields={"basic_correct": True, "cf_answer": "blue"})
     cannot = Answer(related=True, answer_correct=False, fields={"basic_correct": True, "cf_answer": CANNOT_DETERMINE})
     assert kind.decide(fine, fine).status == "accepted"
@@ -294,7 +294,7 @@ def test_verify_reads_the_basic_and_the_counterfactual_answer_apart_among_the_op
     from cftools.judgments import InvalidResult
     from cftools.kinds.cfmm.annotate import option_choices
 
-    kind = get_kind("cfmm")
+    kind = get_kind("cfmm").hooks.annotate
     task = {"proposed_answer": "blue", "cf_option_choices": option_choices(["red", "blue"], with_cannot=False)}
 
     def judged(related, basic, pick):
@@ -503,7 +503,7 @@ def outcome(i: int, group: str, basic: bool, cf: bool) -> dict:
 def test_the_totals_are_the_sum_of_per_type_percentages_as_the_paper_reports():
     outcomes = [outcome(1, "count", True, True), outcome(2, "count", True, False), outcome(3, "count", False, False),
                 outcome(4, "color", True, True)]
-    section = get_kind("cfmm").summarize(outcomes)
+    section = get_kind("cfmm").hooks.evaluate.summarize(outcomes)
     rows = {r["type"]: r for r in section["rows"]}
     # by hand: count acc_b 2/3, acc_c 1/3, acc+ 1/3; color 1, 1, 1
     assert rows["count"]["acc_b"]["value"] == pytest.approx(2 / 3)

@@ -302,7 +302,7 @@ def test_eval_asks_the_original_question_about_the_edited_image_and_computes_the
         raw = script.get((q.item_id, q.which), "5" if q.which == "counterfactual" and q.item_id != "cvqa-3" else "0")
         parsed, correct = read_generated(q, raw)
         lines.append(prediction_line(q, raw, parsed, correct))
-    section = get_kind("cvqa").summarize(outcomes_from_predictions(lines))
+    section = get_kind("cvqa").hooks.evaluate.summarize(outcomes_from_predictions(lines))
     total = section["edited"][-1]
     assert total["group"] == "total" and total["n"] == 4
     assert total["original"]["value"] == 0.75 and total["edited"]["value"] == 0.75
@@ -462,7 +462,8 @@ def test_edit_task_decides_by_two_people_and_an_adjudicator_and_shows_only_check
     item = SimpleNamespace(question="If the bus were blue?", answer="blue", data={
         **data, "basic_question": "What colour is the bus?", "edit": {"condition": "the bus is blue"},
         "options": {"original": ["red", "blue"], "counterfactual": ["blue", "green"]}})
-    payload = get_kind("cfmm").task_payload("edit", "2", item, None, "/img/bus.png", {"sha256:c": "/img/c.png"})
+    payload = get_kind("cfmm").hooks.annotate.task_payload("edit", "2", item, None, "/img/bus.png",
+                                                           {"sha256:c": "/img/c.png"})
     assert (payload["image"], payload["edited_image"], payload["question"]) == ("/img/bus.png", "/img/c.png",
                                                                               "What colour is the bus?")
     assert [c["value"] for c in payload["answer_choices"]] == ["red", "blue", "green"]

@@ -259,7 +259,8 @@ def test_a_cfmm_pairs_irrelevant_edit_keeps_the_basic_answer_and_its_relevant_ed
     record = {"id": "cfmm-1", "kind": "cfmm", "question": "What colour would the car be if painted blue?",
               "answer": "blue", "original_question": "What colour is the car now?", "original_answer": "dark red",
               "data": data}
-    released = with_released_edits(get_kind("cfmm").export_record(record), include_unverified=True)["data"]
+    released = with_released_edits(get_kind("cfmm").hooks.release.export_record(record),
+                                   include_unverified=True)["data"]
     assert (released["edited_answer"], released["irrelevant_edited_answer"]) == ("blue", "red")
     assert released["irrelevant_change"] == "a cloud in the sky"
     assert not with_released_edits({**record, "data": data})["data"].keys() & {"edited_image",

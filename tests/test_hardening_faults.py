@@ -133,7 +133,7 @@ def test_a_check_flags_a_word_answer_that_ingest_did_not_see(workspace):
                     question="How many dots would there be if the circles were empty?", answer="zero")
     from dataclasses import replace
 
-    item = replace(item, answer_style=kind.answer_style(item))
+    item = replace(item, answer_style=kind.hooks.check.answer_style(item))
     flag = check_answer_type(item)
     assert flag is not None and "not a count written in digits" in flag.reason
 

@@ -204,7 +204,7 @@ def test_report_says_why_a_native_mucr_release_asks_no_c2e_or_e2c():
     facets = {"category": "life", "style": "Photograph", "input": "split"}
     outcomes = [{"id": f"m{n}", "kind": "mucr", "group": "life", "facets": facets,
                  "cue": {"correct": n % 2 == 0, "unknown": False, "answer": "catch cold"}} for n in range(4)]
-    summary = {"mucr": get_kind("mucr").summarize(outcomes), "answered": 4, "skipped": {}}
+    summary = {"mucr": get_kind("mucr").hooks.evaluate.summarize(outcomes), "answered": 4, "skipped": {}}
     config = {"model": "blind", "mode": "generate", "release_name": "bench-1.0", "items": 4, "questions": 4,
               "template": "short_answer"}
     report = render_markdown(config, summary)
@@ -218,10 +218,11 @@ def test_report_says_why_a_native_mucr_release_asks_no_c2e_or_e2c():
     assert "not asked" in text and "C2E and E2C not asked" in text
 
     c2e = [{**o, "c2e": {"correct": True, "unknown": False, "answer": "A"}} for o in outcomes]
-    report = render_markdown(config, {**summary, "mucr": get_kind("mucr").summarize(c2e)})
+    report = render_markdown(config, {**summary, "mucr": get_kind("mucr").hooks.evaluate.summarize(c2e)})
     assert "| C2E | 4 | not asked" not in report and "E2C not asked: the release's MuCR records" in report
     both = [{**o, "e2c": {"correct": True, "unknown": False, "answer": "A"}} for o in c2e]
-    assert "not asked" not in render_markdown(config, {**summary, "mucr": get_kind("mucr").summarize(both)})
+    summarize = get_kind("mucr").hooks.evaluate.summarize
+    assert "not asked" not in render_markdown(config, {**summary, "mucr": summarize(both)})
 
 
 class SaysYes:

@@ -185,7 +185,7 @@ def test_the_edit_task_serves_each_edits_best_checked_candidate_with_its_own_cha
     assert edit_units({**data, **rejected, "edit_selected": 0}) == []  # the other candidate is flagged
     item = SimpleNamespace(question="If the bus were blue?", answer="blue", data={
         **data, "basic_question": "What colour is the bus?", "options": {"original": ["red", "blue"]}})
-    payload = get_kind("cfmm").task_payload("edit", "irrelevant:1", item, None, "/img/bus.png",
+    payload = get_kind("cfmm").hooks.annotate.task_payload("edit", "irrelevant:1", item, None, "/img/bus.png",
                                             {"sha256:a": "/img/a.png", "sha256:c": "/img/c.png"})
     assert (payload["edited_image"], payload["condition"], payload["instruction"]) == (
         "/img/c.png", "the sky is cloudy", "add clouds to the sky")

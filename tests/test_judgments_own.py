@@ -87,7 +87,7 @@ def test_cfmm_an_option_picked_by_both_is_stored_and_released_as_its_exact_text(
 
 
 def test_cfmm_a_release_compares_exact_option_text():
-    kind = get_kind("cfmm")
+    kind = get_kind("cfmm").hooks.release
     record = {"kind": "cfmm", "answer": "blue 1", "options": {"counterfactual": ["the red one", BLUE]}}
     assert kind.record_problem(record) == ("the counterfactual answer 'blue 1' is not one of its options "
                                            "(the red one / the blue one)")
@@ -225,7 +225,7 @@ def test_a_cue_set_disagreement_goes_to_someone_who_did_not_explain_and_sees_all
         assert session.get(Item, item_id).status == ACCEPTED
     assert (data["cue"], data["false_cues"]) == ("texting", ["lamp post", "road", "night"])  # a person's, not "phone"
     assert data["explanations"] == OWN_WORDS and len(data["cue_sets_by_annotator"]) == 3
-    assert get_kind("mucr").record_problem({"verified": True, "data": data}) is None
+    assert get_kind("mucr").hooks.release.record_problem({"verified": True, "data": data}) is None
 
 
 def test_a_three_way_select_disagreement_reaches_an_adjudicator(four, label_studio, run_cli):

@@ -59,11 +59,11 @@ def test_the_builtin_kinds_come_from_entry_points():
 
 def test_bad_item_data_names_the_item_and_the_field():
     with pytest.raises(ItemDataError) as err:
-        get_kind("cfmm").validate({"options": {"original": ["a", "b"]}}, item="pair-7")
+        get_kind("cfmm").hooks.ingest.validate({"options": {"original": ["a", "b"]}}, item="pair-7")
     assert "pair-7" in str(err.value) and "options" in str(err.value)
     with pytest.raises(ItemDataError, match="c2e_answer"):
-        get_kind("mucr").validate({"c2e_answer": "first"}, item="m1")
-    assert get_kind("cvqa").validate({"cvqa_type": "direct", "line": 3}).cvqa_type == "direct"
+        get_kind("mucr").hooks.ingest.validate({"c2e_answer": "first"}, item="m1")
+    assert get_kind("cvqa").hooks.ingest.validate({"cvqa_type": "direct", "line": 3}).cvqa_type == "direct"
 
 
 def test_an_unknown_kind_is_a_clear_error():
@@ -78,7 +78,7 @@ def test_a_kind_registers_through_its_entry_point(toy_installed):
     toy = get_kind("toy")
     assert toy.title.startswith("Toy")
     with pytest.raises(ItemDataError, match="colour"):
-        toy.validate({"shape": "square"}, item="toy-1")
+        toy.hooks.ingest.validate({"shape": "square"}, item="toy-1")
 
 
 
@@ -94,16 +94,107 @@ def test_kinds_shows_the_stages_each_kind_fills(toy_installed, run_cli):
 
 
 def test_every_kind_hook_belongs_to_one_stage():
-    from cftools.kinds.base import STAGE_HOOKS, Kind
+    from cftools.kinds.base import STAGE_CLASSES, STAGE_HOOKS
 
     grouped = [hook for hooks in STAGE_HOOKS.values() for hook in hooks]
     assert len(grouped) == len(set(grouped))
-    identity = {"name", "title", "template_root", "task_template", "fills", "stages", "describe"}
-    assert {n for n in dir(Kind) if not n.startswith("_")} - identity == set(grouped)
+    identity = {"kind", "fills"}
+    assert {n for cls in STAGE_CLASSES.values() for n in dir(cls) if not n.startswith("_")} - identity == set(grouped)
+
+
+def test_the_kind_itself_holds_no_hook_and_says_where_one_went():
+    from cftools.kinds.base import STAGE_HOOKS, Kind
+
+    assert not {hook for hooks in STAGE_HOOKS.values() for hook in hooks} & set(dir(Kind))
+    with pytest.raises(AttributeError, match=r"kind 'cvqa' has no 'task_data'.*kind\.hooks\.annotate\.task_data"):
+        get_kind("cvqa").task_data  # noqa: B018
+
+
+def test_a_stage_a_kind_gives_nothing_is_none_and_the_stages_get_its_defaults(toy_installed):
+    toy = get_kind("toy")
+    assert toy.generate is None and toy.annotate is toy.hooks.annotate
+    assert toy.hooks.generate.generators == () and toy.hooks.generate.edit_subject(object(), None) is None
+    assert not toy.hooks.generate.fills("edit_subject") and get_kind("cvqa").hooks.generate.fills("edit_subject")
+    assert toy.hooks.check.answer_style(object()) is None  # a default of a stage it fills
+    assert toy.hooks.annotate.label_config("verify").startswith("<View")  # its own template root
+
+
+def test_a_stage_declared_with_the_wrong_hooks_class_is_refused_at_registration():
+    from cftools.errors import CftoolsError
+    from cftools.kinds import CheckHooks, Kind
+
+    class Misplaced(Kind):
+        name = "misplaced"
+        annotate = CheckHooks
+
+    with pytest.raises(CftoolsError, match="kind 'misplaced': annotate = .*CheckHooks.* not a subclass of "
+                                           "AnnotateHooks"):
+        registry.register(Misplaced)
+    assert "misplaced" not in kind_names()
+
+
+def test_a_kind_written_the_old_way_keeps_working():
+    """Hooks as the kind's own attributes (before the stage objects): each becomes its stage's hook, and the kind's
+    methods still reach the defaults and its other hooks through `self`."""
+    from cftools.kinds import ItemData, Kind
+
+    class OldData(ItemData):
+        shape: str
+
+    class OldKind(Kind):
+        name = "old"
+        title = "Old: hooks on the kind"
+        data_model = OldData
+        tasks = {"verify": "cvqa/verify.xml.j2", "adjudicate": "cvqa/adjudicate.xml.j2"}
+        metrics = ("accuracy",)
+
+        def __init__(self) -> None:  # written before Kind had an __init__: does not call it
+            self.seen = []
+
+        def task_data(self, item, source, image_value, extra_images):  # noqa: ANN001, ANN201
+            return {"image": image_value, "kind": self.name, "config": self.task_template("verify")}
+
+        def summarize(self, outcomes):  # noqa: ANN001, ANN201
+            self.seen.append(len(outcomes))
+            return {"n": len(outcomes), "metrics": list(self.metrics)}
+
+    try:
+        old = registry.register(OldKind)
+        assert get_kind("old") is old
+        assert old.stages() == ["ingest", "annotate", "evaluate"] and old.generate is None
+        assert old.describe()["tasks"] == OldKind.tasks and old.describe()["fields"] == ["shape"]
+        with pytest.raises(ItemDataError, match="shape"):
+            old.hooks.ingest.validate({}, item="old-1")
+        item = type("Item", (), {"question": "q", "answer": "a"})()
+        assert old.hooks.annotate.task_data(item, None, "/img.png", {}) == {
+            "image": "/img.png", "kind": "old", "config": "cvqa/verify.xml.j2"}
+        assert old.hooks.annotate.task_payload("verify", "", item, None, "/img.png", {})["kind"] == "old"
+        assert old.hooks.evaluate.summarize([{}, {}]) == {"n": 2, "metrics": ["accuracy"]} and old.seen == [2]
+        assert old.hooks.release.diff_fields({"question": "q"})["question"] == [None, "q"]  # a default
+    finally:
+        registry.unregister("old")
+
+
+def test_an_old_style_hook_on_a_subclass_of_a_built_in_kind_overrides_that_hook_only():
+    from cftools.kinds.cvqa import CvqaKind
+
+    class MyCvqa(CvqaKind):
+        name = "mycvqa"
+
+        def task_data(self, item, source, image_value, extra_images):  # noqa: ANN001, ANN201
+            return {"image": image_value, "mine": True}
+
+    try:
+        mine = registry.register(MyCvqa)
+        assert mine.hooks.annotate.task_data(object(), None, "/img.png", {}) == {"image": "/img.png", "mine": True}
+        assert mine.hooks.annotate.tasks == get_kind("cvqa").hooks.annotate.tasks and mine.stages() == get_kind(
+            "cvqa").stages()
+    finally:
+        registry.unregister("mycvqa")
 
 
 def test_mucr_declares_each_task_once():
-    mucr = get_kind("mucr")
+    mucr = get_kind("mucr").hooks.annotate
     assert list(mucr.tasks) == ["verify", "adjudicate", "select", "explain"]
     assert {name: mucr.tasks[name] for name in mucr.task_specs} == {
         name: spec.template for name, spec in mucr.task_specs.items()}
@@ -229,3 +320,43 @@ def test_stage_modules_name_no_kind():
                 if re.match(r"cftools\.kinds\.(cvqa|cfmm|mucr)", module):
                     offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} imports {module}")
     assert offenders == []
+
+
+def test_the_plugin_example_in_the_docs_registers_with_the_stages_it_declares():
+    text = (ROOT / "docs" / "kinds.md").read_text(encoding="utf-8")
+    example = text.split("```python\n", 1)[1].split("```", 1)[0]
+    namespace: dict = {}
+    exec(compile(example, "docs/kinds.md", "exec"), namespace)  # noqa: S102 (our own docs)
+    try:
+        mine = registry.register(namespace["MyKind"])
+        assert mine.stages() == ["ingest", "annotate"] and mine.evaluate is None
+        item = type("Item", (), {"question": "Which shape?", "data": {"shape": "square"}})()
+        assert mine.hooks.annotate.task_data(item, None, "/img.png", {})["shape"] == "square"
+        assert mine.hooks.evaluate.metrics == () and mine.describe()["fields"] == ["shape"]
+    finally:
+        registry.unregister("mykind")
+
+
+def kind_receiver(node) -> bool:  # noqa: ANN001
+    """Whether NODE reads as a kind: `get_kind(...)`, `kinds[...]`, or a name `kind`/`kind_obj`."""
+    import ast
+
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "get_kind":
+        return True
+    if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == "kinds":
+        return True
+    return isinstance(node, ast.Name) and node.id in ("kind", "kind_obj")
+
+
+def test_no_stage_asks_a_kind_for_a_hook_directly():
+    """Read from the source with `ast`: every hook is asked through `kind.hooks.<stage>` (a kind has no hook of its
+    own; asking it is an AttributeError at run time, on whatever path first reaches it)."""
+    import ast
+
+    from cftools.kinds.base import HOOK_STAGE
+
+    direct = [f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}"
+              for path in sorted((ROOT / "cftools").rglob("*.py"))
+              for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+              if isinstance(node, ast.Attribute) and node.attr in HOOK_STAGE and kind_receiver(node.value)]
+    assert not direct, "ask kind.hooks.<stage>.<hook>: " + "; ".join(direct)

@@ -114,7 +114,7 @@ def test_push_sends_every_field_the_config_shows(kind):
     source = SourceQuestion(dataset="table:t", external_id="1", image_ref="bus.png", question="What colour is the bus?",
                             answer="red")
     data = {"check_flags": "none", "returned": "",
-            **get_kind(kind).task_data(item, source, "/data/local-files/?d=x.png", extra)}
+            **get_kind(kind).hooks.annotate.task_data(item, source, "/data/local-files/?d=x.png", extra)}
     shown = data_variables(render_label_config(kind, VERIFY))
     assert shown <= set(data), shown - set(data)
     choices = {name for name in shown if name.endswith("_choices")}  # Label Studio's dynamic choices: a list
@@ -139,7 +139,7 @@ def test_label_studio_accepts_the_config(kind, purpose, label_studio):
     assert project.id
 
 
-ALL_TASKS = [(kind, task) for kind in ("cvqa", "cfmm", "mucr") for task in get_kind(kind).tasks]
+ALL_TASKS = [(kind, task) for kind in ("cvqa", "cfmm", "mucr") for task in get_kind(kind).hooks.annotate.tasks]
 
 
 @pytest.mark.parametrize(("kind", "task"), ALL_TASKS)
@@ -158,7 +158,7 @@ def test_every_task_reads_in_plain_language(kind, task):
             assert message.startswith("Please ") and len(message) > 20, (control.get("name"), message)
             number = re.match(r"\(\w+\)", header)  # the question as numbered on screen, not the control's name
             assert number is None or number.group(0) in message, (header, message)
-    instructions = get_kind(kind).instructions(task)
+    instructions = get_kind(kind).hooks.annotate.instructions(task)
     for part in ("What each answer means", "A good judgment", "A bad judgment"):
         assert part in instructions, (kind, task, part)
 

@@ -8,9 +8,9 @@ from cftools.evaluate.metrics import accuracy, bootstrap_ci, summarize
 from cftools.kinds import get_kind
 from cftools.kinds.mucr.model import exp_score
 
-cvqa_metrics = get_kind("cvqa").summarize
-cfmm_metrics = get_kind("cfmm").summarize
-mucr_metrics = get_kind("mucr").summarize
+cvqa_metrics = get_kind("cvqa").hooks.evaluate.summarize
+cfmm_metrics = get_kind("cfmm").hooks.evaluate.summarize
+mucr_metrics = get_kind("mucr").hooks.evaluate.summarize
 
 
 def q(correct, unknown=False):

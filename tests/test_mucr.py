@@ -78,7 +78,7 @@ def test_the_example_caption_pairs_ingest_once(workspace, run_cli):
     assert sorted({i.group for i in items}) == ["rain-cold", "sun-bloom"]
     first = next(i for i in items if i.key.endswith(":rain-man"))
     assert first.data["cause_caption"].startswith("a man runs") and first.data["category"] == "human"
-    get_kind("mucr").validate(first.data, first.key)  # the stored data fits the kind's model
+    get_kind("mucr").hooks.ingest.validate(first.data, first.key)  # the stored data fits the kind's model
 
 
 @pytest.mark.parametrize("row, reason", [

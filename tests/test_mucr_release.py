@@ -93,7 +93,7 @@ def test_the_peer_mucr_records_load_as_exp_references():
 
 
 def test_mucr_summary_reports_parts_and_breakdowns():
-    kind = get_kind("mucr")
+    kind = get_kind("mucr").hooks.evaluate
     q = lambda ok: {"correct": ok, "unknown": False}  # noqa: E731
     outcomes = [
         {"id": "a", "kind": "mucr", "facets": {"category": "human", "style": "photograph", "input": "split"},

@@ -152,7 +152,7 @@ def test_a_kind_says_what_its_answer_and_options_are():
     pair = json.loads(json.dumps(base))
     pair["data"]["effect_image"] = "images/" + "c" * 64 + ".png"  # another pair shows the model other images
     assert compare_records(base, pair).category == "new_images"
-    assert get_kind("mucr").diff_fields(base)["question"] is None
+    assert get_kind("mucr").hooks.release.diff_fields(base)["question"] is None
     cvqa = {"id": "c", "kind": "cvqa", "group": "g", "image": None, "data": {}, "original_question": "How many?",
             "original_answer": "2", "question": "How many if one left?", "answer": "1"}
     reworded = dict(cvqa, question="How many if two left?")

@@ -60,7 +60,7 @@ def test_verify_reports_a_record_that_breaks_its_kinds_rules(workspace, run_cli,
 
 
 def test_mucr_records_need_three_independent_explanations_and_existing_candidates():
-    kind = get_kind("mucr")
+    kind = get_kind("mucr").hooks.release
     pair = {"cause_image": "images/a.png", "effect_image": "images/b.png", "explanation_draft": "The draft text."}
     good = {"verified": True, "data": {**pair, "explanations": ["One way.", "Another way.", "A third way."]}}
     assert kind.record_problem(good) is None
@@ -73,7 +73,7 @@ def test_mucr_records_need_three_independent_explanations_and_existing_candidate
 
 
 def test_mucr_records_need_three_peoples_explanations_and_a_cue_one_of_them_chose():
-    kind = get_kind("mucr")
+    kind = get_kind("mucr").hooks.release
     pair = {"cause_image": "images/a.png", "effect_image": "images/b.png", "cue": "rain",
             "explanation_draft": "In the first image a man runs in the rain. In the second image he is ill. The "
                                  "causal link is the rain."}

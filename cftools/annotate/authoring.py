@@ -1,9 +1,10 @@
 """Authoring tasks: images go to Label Studio, people write items, `pull` turns each submission into a draft.
 
-A kind lists such tasks in `Kind.authoring_tasks` (its label config in `annotation/<kind>/<task>.xml.j2`), says
-what the annotator sees (`Kind.author_task_data`: the image and its source questions) and reads a submission back
-(`Kind.authored_item`: the new item's group, question, answer and data, or None when the annotator said the image
-suits nothing). The drafts then go through check and two-annotator verification like any other item.
+A kind lists such tasks in `AnnotateHooks.authoring_tasks` (its label config in
+`annotation/<kind>/<task>.xml.j2`), says what the annotator sees (`AnnotateHooks.author_task_data`: the image and
+its source questions) and reads a submission back (`AnnotateHooks.authored_item`: the new item's group, question,
+answer and data, or None when the annotator said the image suits nothing). The drafts then go through check and
+two-annotator verification like any other item.
 
 The server is the record of what was pushed: every task carries `image:<sha256>` as its key, so a push sends only
 images without a task yet (a killed push loses nothing and duplicates nothing), and a pull finds the project by
@@ -95,7 +96,7 @@ def push_authoring(run: PushRun, report: PushReport) -> None:
     or with assignment each image to the project of one person (on their server), the least loaded first."""
     store, servers, settings, kind, task = run.workspace.store, run.servers, run.settings, run.kind, run.purpose.task
     workspace_root, images_links, progress = str(run.workspace.root), run.images(), run.options.progress
-    spec = get_kind(kind)
+    spec = get_kind(kind).hooks.annotate
     projects = authoring_projects(servers, settings, kind, task, create=True, workspace_root=workspace_root)
     keys_by_person = {person: [key for key in server.task_keys(pid).values() if key]
                       for person, (server, pid) in projects.items()}
@@ -189,7 +190,7 @@ def pull_authoring(workspace: Workspace, server: LabelStudioServer, project_id: 
     """Every submitted annotation of the project becomes a draft item (new ones only). An invalid one goes back to
     its author as a new task saying why; with a PERSON (the project's), a submission by anyone else is refused by name."""
     store, workspace_root = workspace.store, str(workspace.root)
-    spec = get_kind(kind)
+    spec = get_kind(kind).hooks.annotate
     metas = server.task_metas(project_id)
     keys = {tid: meta.get("item_key") for tid, (meta, _) in metas.items()}
     report.projects += 1
@@ -238,7 +239,7 @@ def pull_authoring(workspace: Workspace, server: LabelStudioServer, project_id: 
 
 
 def authoring_task(kind: str, task: str) -> str:
-    spec = get_kind(kind)
+    spec = get_kind(kind).hooks.annotate
     if task not in spec.authoring_tasks:
         raise CftoolsError(f"kind {kind!r} has no authoring task {task!r}"
                            + (f"; it has: {', '.join(spec.authoring_tasks)}" if spec.authoring_tasks else ""))

@@ -113,7 +113,7 @@ def answer_problem(kind: str, group: str, question: str, answer: str, column: st
     from cftools.kinds import get_kind
 
     view = ItemView(id=0, key="", kind=kind, group=group, status=CONTROL_STATUS, question=question, answer=answer)
-    flag = check_answer_type(replace(view, answer_style=get_kind(kind).answer_style(view)))
+    flag = check_answer_type(replace(view, answer_style=get_kind(kind).hooks.check.answer_style(view)))
     return f"{column}: {flag.reason}" if flag else None
 
 
@@ -128,7 +128,7 @@ def count_in_digits(kind: str, group: str, question: str, value: Optional[str], 
     if not value:
         return value
     view = ItemView(id=0, key="", kind=kind, group=group, status=CONTROL_STATUS, question=question, answer=value)
-    if get_kind(kind).answer_style(view) != "count":
+    if get_kind(kind).hooks.check.answer_style(view) != "count":
         return value
     stored, _ = read_count(value)
     if stored is None or stored == value:
@@ -157,7 +157,7 @@ def read_controls(path: Path, kind: str, dataset: str, images_dir: Path, bad: An
     from cftools.ingest.readers import checked_records, image_ref_path, infer_answer_type, stable_key
     from cftools.kinds import get_kind
 
-    groups = get_kind(kind).groups
+    groups = get_kind(kind).hooks.ingest.groups
 
     now = utcnow()
     sources: dict[str, dict] = {}

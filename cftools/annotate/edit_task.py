@@ -1,4 +1,4 @@
-"""The `edit` Label Studio task that the kinds with edited images share (C-VQA, CFMM; see `Kind.edit_subject`);
+"""The `edit` Label Studio task that the kinds with edited images share (C-VQA, CFMM; see `GenerateHooks.edit_subject`);
 the kinds declare it (`task_spec`, `read_judgment`, `decide_task`, ...) by calling these functions.
 
 One task per item and candidate (unit = the candidate number, purpose `edit:<k>`; an irrelevant edit's candidate,

@@ -99,7 +99,7 @@ class ImageLinks:
 
 def own_task(kind: str, purpose: Purpose):  # noqa: ANN201
     """The kind's TaskSpec of PURPOSE's task, None for verify/adjudicate."""
-    return get_kind(kind).task_spec(purpose.task)
+    return get_kind(kind).hooks.annotate.task_spec(purpose.task)
 
 
 # ---------------------------------------------------------------- projects
@@ -186,7 +186,7 @@ def ensure_project(server: LabelStudioServer, settings: ServerSettings, kind: st
         return project_id
     spec = own_task(kind, purpose)
     name = spec.name if spec is not None else purpose.task
-    kind_spec = get_kind(kind)
+    kind_spec = get_kind(kind).hooks.annotate
     overlap, about = project_about(kind, purpose)
     if person:
         overlap = 1

@@ -126,8 +126,8 @@ def choose_annotations(task: dict, kind: str, purpose: Purpose, people: dict[int
                 unusable.append({**where, "why": REFUSED, "reason": refused})
             continue
         try:
-            answer = get_kind(kind).read_judgment(name, annotation.get("result"), workspace_root)
-            get_kind(kind).check_judgment(name, answer, task.get("data") or {})
+            answer = get_kind(kind).hooks.annotate.read_judgment(name, annotation.get("result"), workspace_root)
+            get_kind(kind).hooks.annotate.check_judgment(name, answer, task.get("data") or {})
         except InvalidResult as exc:
             report.invalid.append({**where, "reason": str(exc)})
             if person:
@@ -312,7 +312,7 @@ def apply_decisions(session: Session, tasks: dict[int, StoredTask], changed: set
         item = items[task.item_id]
         if task.purpose.task == ADJUDICATE:
             if found:
-                decision = (get_kind(kind).adjudicated(found[0].answer, item.data, found[0].person) if kind
+                decision = (get_kind(kind).hooks.annotate.adjudicated(found[0].answer, item.data, found[0].person) if kind
                             else adjudicated(found[0].answer))
                 _set_item_decision(writes, item, decision, task, [found[0].person])
                 report.decisions[f"adjudicated {decision.status}"] += 1
@@ -320,7 +320,7 @@ def apply_decisions(session: Session, tasks: dict[int, StoredTask], changed: set
         if item.id in adjudicated_items:
             continue
         if len(found) >= ANNOTATIONS_PER_TASK:
-            decision = (get_kind(kind).decide if kind else decide)(found[0].answer, found[1].answer)
+            decision = (get_kind(kind).hooks.annotate.decide if kind else decide)(found[0].answer, found[1].answer)
             _set_item_decision(writes, item, decision, task, [pick.person for pick in found[:2]])
             settled[(item.id, task.purpose)] = decision.status
             report.decisions[decision.status + (" (corrected)" if decision.corrected_answer else "")] += 1
@@ -361,7 +361,7 @@ def apply_own_decisions(session: Session, tasks: dict[int, StoredTask], ids: lis
         item = session.get(Item, task.item_id)
         name, unit = task.purpose.task, task.purpose.unit
         picks = chosen.get(task_id, [])
-        outcome = get_kind(item.kind).decide_task(name, unit, item, [(p.person, p.answer) for p in picks])
+        outcome = get_kind(item.kind).hooks.annotate.decide_task(name, unit, item, [(p.person, p.answer) for p in picks])
         if outcome.wants:
             report.tiebreaks.append({"item": item.key, "task": task.ls_task_id, "annotators": outcome.wants})
         before = item.status
@@ -706,7 +706,7 @@ def pull_authoring_projects(workspace: Workspace, servers: Servers, settings: Se
     from cftools.annotate.authoring import authoring_projects
 
     for name, spec in sorted(all_kinds().items()):
-        for task in spec.authoring_tasks:
+        for task in spec.hooks.annotate.authoring_tasks:
             for person, (server, project_id) in authoring_projects(servers, settings, name, task).items():
                 pull_authoring(workspace, server, project_id, name, task, servers.people(server),
                                report.authoring, person)

@@ -52,8 +52,8 @@ def push(workspace: Workspace, kind: Optional[str], *, limit: Optional[int] = No
          data_uri: bool = False, allow_missing_images: bool = False, if_configured: bool = False,
          progress: Progress = no_progress, task: Optional[str] = None) -> PushReport:
     """Push `checked` items (or, with ADJUDICATE, `needs_adjudication` ones) of KIND to Label Studio. TASK names one
-    of the kind's own tasks instead: a task on items (`Kind.task_spec`, e.g. MuCR's select, explain) or an
-    authoring task on images, whose submissions become new items (`Kind.authoring_tasks`, e.g. CFMM's author).
+    of the kind's own tasks instead: a task on items (`AnnotateHooks.task_spec`, e.g. MuCR's select, explain) or an
+    authoring task on images, whose submissions become new items (`AnnotateHooks.authoring_tasks`, e.g. CFMM's author).
 
     Items take one path whatever the set-up (`assign.push_tasks`): plan (who gets which task), route (each
     person's project on their own server, or the shared project of the shared server, created once), payload,
@@ -61,7 +61,7 @@ def push(workspace: Workspace, kind: Optional[str], *, limit: Optional[int] = No
     one to a person (`authoring.push_authoring`)."""
     purpose = Purpose(ADJUDICATE if adjudicate else VERIFY)
     if task is not None and task != purpose.task and kind is not None:
-        purpose = Purpose.parse(task if get_kind(kind).task_spec(task) is not None else authoring_task(kind, task))
+        purpose = Purpose.parse(task if get_kind(kind).hooks.annotate.task_spec(task) is not None else authoring_task(kind, task))
     report = PushReport(purpose=str(purpose), kind=kind)
     settings = server_settings(workspace)
     if not settings.configured and if_configured:
@@ -80,7 +80,7 @@ def push(workspace: Workspace, kind: Optional[str], *, limit: Optional[int] = No
         if kind is None:
             report.message = "nothing to push: the store holds no items yet"
             return report
-        get_kind(kind).task_template(purpose.task)  # an unknown kind or task is an error before anything is created
+        get_kind(kind).hooks.annotate.task_template(purpose.task)  # an unknown kind or task is an error before anything is created
         options = PushOptions(limit=limit, data_uri=data_uri, allow_missing_images=allow_missing_images,
                               progress=progress)
         run = PushRun(workspace, servers, settings, kind, purpose, options)
@@ -185,7 +185,7 @@ def assigned_candidates(store: Store, kind: str, purpose: Purpose, limit: Option
                                      .order_by(Item.id)).scalars())
         if spec is not None:
             pairs = [(item, Purpose(spec.name, unit)) for item in items
-                     for unit in get_kind(kind).task_units(spec.name, item)]
+                     for unit in get_kind(kind).hooks.annotate.task_units(spec.name, item)]
         else:
             pairs = [(item, purpose) for item in items]
         session.expunge_all()

@@ -9,7 +9,7 @@ The figures, in words (docs/annotate.md, "Annotator quality: the figures", says 
 - **Named**: a person is named (and gets no new work) when their accuracy interval lies wholly below
   `min_accuracy` — its upper end is under it — once they have judged at least `DEFAULT_MIN_CONTROLS` controls.
 - **Verdict** of one judgment: what that judgment alone would make of the item, by the kind's own decision rule
-  (`Kind.decide(answer, answer)`: accepted, accepted with a corrected answer, rejected); for a kind's own task
+  (`AnnotateHooks.decide(answer, answer)`: accepted, accepted with a corrected answer, rejected); for a kind's own task
   (MuCR select, explain) its agreement labels taken together.
 - **Agreement of a pair** of people: over the items both judged in the same task (live, counted tasks), the share
   of items with the same verdict and Cohen's kappa over the verdicts (scikit-learn; None where undefined, e.g.
@@ -129,8 +129,8 @@ def verdict(kind: str, task: str, answer: Answer) -> Optional[str]:
     from cftools.kinds import get_kind
 
     if task == VERIFY:
-        return decision_label(get_kind(kind).decide(answer, answer))
-    labels = get_kind(kind).agreement_labels(task, answer)
+        return decision_label(get_kind(kind).hooks.annotate.decide(answer, answer))
+    labels = get_kind(kind).hooks.annotate.agreement_labels(task, answer)
     return "; ".join(f"{q}={v}" for q, v in sorted(labels.items())) or None
 
 
@@ -276,7 +276,7 @@ def overturns_of(rows: Sequence[JudgmentRow], decided_adjudications: Collection[
     settled: dict[int, str] = {}
     for row in rows:
         if row.task == ADJUDICATE and row.item_id in decided_adjudications and row.item_id not in settled:
-            decision = get_kind(row.kind).adjudicated(row.answer, row.item_data, row.person)
+            decision = get_kind(row.kind).hooks.annotate.adjudicated(row.answer, row.item_data, row.person)
             label = decision_label(decision)
             if label is not None and not decision.data:
                 settled[row.item_id] = label

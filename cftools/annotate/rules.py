@@ -21,7 +21,7 @@ def render_label_config(kind: str, task: str, workspace_root: Optional[str] = No
     wins)."""
     from cftools.kinds import get_kind
 
-    return get_kind(kind).label_config(task, workspace_root)
+    return get_kind(kind).hooks.annotate.label_config(task, workspace_root)
 
 
 def question_labels(answer: Answer) -> dict[str, str]:

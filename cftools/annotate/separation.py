@@ -307,7 +307,7 @@ def refresh_instructions(workspace: Workspace, servers: Any, settings: ServerSet
         shown = {project_id: (Purpose.parse(purpose).shown, kind) for project_id, purpose, kind in projects}
         for project_id, (purpose, kind) in sorted(shown.items()):
             spec = own_task(kind, purpose)
-            wanted = get_kind(kind).instructions(spec.name if spec is not None else purpose.task, str(workspace.root),
+            wanted = get_kind(kind).hooks.annotate.instructions(spec.name if spec is not None else purpose.task, str(workspace.root),
                                                  alone)
             rewritten += server.set_instructions(project_id, wanted)
     return rewritten

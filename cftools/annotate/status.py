@@ -60,7 +60,7 @@ def own_task_pairs(session: Session) -> dict[str, list[tuple[dict, dict]]]:
     for kind, stored, item_id, raw in rows:  # by item and purpose: one task per person with assignment
         purpose = Purpose.parse(stored)
         task = purpose.task
-        labels = get_kind(kind).agreement_labels(task, Answer(fields=(raw or {}).get("fields") or {}))
+        labels = get_kind(kind).hooks.annotate.agreement_labels(task, Answer(fields=(raw or {}).get("fields") or {}))
         per_task.setdefault((item_id, purpose), (kind, task, []))[2].append(labels)
     pairs: dict[str, list[tuple[dict, dict]]] = defaultdict(list)
     for kind, task, found in per_task.values():
@@ -73,7 +73,8 @@ def record_agreement(store: Store) -> dict[str, dict[str, dict[str, Any]]]:
     """Compute agreement per kind and question and store it (AgreementStat) for the data card; a kind's own
     tasks under the project name "KIND TASK"."""
     with store.session() as session:
-        stats = {agreement_project_name(kind): agreement(ratings, partial(get_kind(kind).agreement_labels, VERIFY))
+        stats = {agreement_project_name(kind):
+                 agreement(ratings, partial(get_kind(kind).hooks.annotate.agreement_labels, VERIFY))
                  for kind, ratings in verify_ratings(session).items()}
         stats.update({name: label_agreement(pairs) for name, pairs in own_task_pairs(session).items()})
     now = utcnow()

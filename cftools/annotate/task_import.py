@@ -289,7 +289,7 @@ def task_payloads(session: Session, items: list[Item], task: str, images: ImageL
             continue
         data = {"item_key": item.key, "kind": item.kind, "group": item.group, "returned": "",
                 "check_flags": "\n".join(flags.get(item.id, [])) or "none",
-                **get_kind(item.kind).task_data(item, source, image_value, extra_images.get(item.id, {}))}
+                **get_kind(item.kind).hooks.annotate.task_data(item, source, image_value, extra_images.get(item.id, {}))}
         if task == ADJUDICATE:
             found = judgments.get(item.id, [])
             data["judgment_1"] = _judgment_text(found[0], 1) if len(found) > 0 else "none"
@@ -308,7 +308,7 @@ def _own_payloads(session: Session, items: list[Item], units: list[str], task: s
         image_value = (images.link(image.path) or "") if image is not None else ""
         data = {"item_key": item.key, "kind": item.kind, "group": item.group, "returned": "",
                 "check_flags": "\n".join(flags.get(item.id, [])) or "none",
-                **get_kind(item.kind).task_payload(task, unit, item, source, image_value,
+                **get_kind(item.kind).hooks.annotate.task_payload(task, unit, item, source, image_value,
                                                    extra_images.get(item.id, {}))}
         payloads.append((item, {"data": data, "meta": {"item_key": item.key, "item_id": item.id,
                                                        "purpose": str(Purpose(task, unit))}}))

@@ -1,4 +1,4 @@
-"""What an annotator reads in a task, beside what each kind shows (`Kind.task_data`)."""
+"""What an annotator reads in a task, beside what each kind shows (`AnnotateHooks.task_data`)."""
 
 from __future__ import annotations
 

@@ -49,10 +49,8 @@ _CONDITION_FLAGS = "the edit condition repeats another item's (normalised, or ne
 def edit_kinds() -> list[str]:
     """The kinds whose items can be edited (they declare `edit_subject`)."""
     from cftools.kinds import all_kinds
-    from cftools.kinds.base import Kind
 
-    return sorted(name for name, kind in all_kinds().items()
-                  if getattr(type(kind), "edit_subject", None) is not Kind.edit_subject)
+    return sorted(name for name, kind in all_kinds().items() if kind.hooks.generate.fills("edit_subject"))
 
 
 def image_codes() -> tuple[str, ...]:

@@ -1,6 +1,6 @@
 """The checks that look at one item at a time. Each returns a Flag, a Note (it could not decide), or None.
 
-Which items a check applies to is declared by each kind (`Kind.checks`, see `cftools kinds`):
+Which items a check applies to is declared by each kind (`CheckHooks.checks`, see `cftools kinds`):
 `arithmetic`, `not_flipped`, `no_presupposition`, `answer_type`, `leakage`, `two_questions`,
 `unchanged_answer`. `duplicate` compares items with each other and lives in `cftools.checks.duplicates`.
 """

@@ -69,7 +69,7 @@ def check_scopes() -> dict[str, str]:
     """Every check code of the registered kinds with the items it applies to (in the kinds' order), then duplicate."""
     scopes: dict[str, list[str]] = {}
     for name, kind in sorted(all_kinds().items()):
-        for check in kind.checks:
+        for check in kind.hooks.check.checks:
             scopes.setdefault(check.code, []).append(f"{name}: {check.scope}")
     return {code: "; ".join(parts) for code, parts in scopes.items()} | {DUPLICATE: DUPLICATE_SCOPE} | edit_scopes()
 
@@ -216,9 +216,9 @@ def check_item(item: ItemView, codes: Sequence[str], duplicates: Optional[Duplic
     """Run the checks named in CODES that apply to ITEM (pure: reads and writes nothing)."""
     kind = get_kind(item.kind)
     if item.answer_style is None:
-        item = replace(item, answer_style=kind.answer_style(item))
+        item = replace(item, answer_style=kind.hooks.check.answer_style(item))
     result = ItemResult(item=item, status=item.status)
-    for check in kind.checks:
+    for check in kind.hooks.check.checks:
         if check.code not in codes or not check.applies(item):
             continue
         result.checks.append(check.code)
@@ -294,11 +294,11 @@ def run_checks(store: Store, codes: Optional[Sequence[str]] = None, *, options: 
                progress: Optional[Progress] = None, on_result: Optional[Callable[[ItemResult], None]] = None,
                config: Optional[dict] = None) -> CheckReport:
     """Check drafts. With all checks, clean items move to `checked`; with some (CODES), none moves. CONFIG is the
-    workspace's configuration, for kinds whose checks depend on it (`Kind.prepare_checks`)."""
+    workspace's configuration, for kinds whose checks depend on it (`CheckHooks.prepare_checks`)."""
     groups = options.groups
     for kind in all_kinds().values():
-        kind.prepare_checks(config or {})
-        kind.use_store(store)
+        kind.hooks.check.prepare_checks(config or {})
+        kind.hooks.check.use_store(store)
     known = check_codes()
     unknown = [c for c in codes or () if c not in known]
     if unknown:

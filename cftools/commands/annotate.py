@@ -162,7 +162,7 @@ def print_push(report: Any, kind: Optional[str], task: Optional[str], adjudicate
     """What a push did, in words (stdout; warnings on stderr); RATE: the [annotate] control_rate it mixed controls
     in at."""
     what = "adjudication" if adjudicate else "verification" if task in (None, "verify") else task
-    authoring = report.configured and not report.message and task in get_kind(kind).authoring_tasks
+    authoring = report.configured and not report.message and task in get_kind(kind).hooks.annotate.authoring_tasks
     pushed = "images" if authoring else f"{kind} items"
     print_lines(PUSH_LINES, report, full_width_console(), err_console, kind=escape(str(kind)), what=escape(what),
                 pushed=pushed, rate=rate)

@@ -1,4 +1,4 @@
-"""`cftools generate ...`: the group; each kind adds its generators' commands (`Kind.commands`)."""
+"""`cftools generate ...`: the group; each kind adds its generators' commands (`IngestHooks.commands`)."""
 
 from __future__ import annotations
 

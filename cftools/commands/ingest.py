@@ -1,4 +1,4 @@
-"""`cftools ingest ...`: thin wrappers over cftools.ingest; kinds add their own ingests (`Kind.commands`)."""
+"""`cftools ingest ...`: thin wrappers over cftools.ingest; kinds add their own ingests (`IngestHooks.commands`)."""
 
 from __future__ import annotations
 

@@ -13,18 +13,18 @@ from cftools.kinds import all_kinds
 def add_kind_commands(groups: dict[str, click.Group]) -> None:
     """Add every registered kind's commands to those of their parent groups (ingest, generate) given."""
     for kind in all_kinds().values():
-        for parent, commands in kind.commands().items():
+        for parent, commands in kind.hooks.ingest.commands().items():
             for command in commands if parent in groups else ():
                 groups[parent].add_command(command)
 
 
 def add_kind_options(commands: dict[str, click.Command]) -> None:
     """Add every registered kind's options to the stage commands (export, eval) they name; a command passes
-    their values on to the kind (`Kind.command_options`)."""
+    their values on to the kind (`ReleaseHooks.command_options`)."""
     for kind in all_kinds().values():
         for name, command in commands.items():
             taken = {p.name for p in command.params}
-            for option in kind.command_options(name):
+            for option in kind.hooks.release.command_options(name):
                 if option.name not in taken:
                     command.params.append(option)
                     taken.add(option.name)

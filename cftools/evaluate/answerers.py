@@ -181,10 +181,11 @@ def judge_answer(judge: ChatAnswerer, templates: PromptTemplates, question: Ques
     """The judge's verdict on a judged free-text answer, as its kind reads it (the prediction line's extra)."""
     kind = get_kind(question.kind)
     prompts = [Prompt(text, max_new_tokens=JUDGE_MAX_TOKENS)
-               for text in kind.judge_prompts(question, answer, templates)]
-    schema = kind.judge_schema()
+               for text in kind.hooks.evaluate.judge_prompts(question, answer, templates)]
+    schema = kind.hooks.evaluate.judge_schema()
     replies = judge.generate(prompts, schema=schema) if prompts else []
-    return {**kind.judge_result(question, [judge_reply_text(kind, schema, r) for r in replies], aggregate),
+    return {**kind.hooks.evaluate.judge_result(question, [judge_reply_text(kind, schema, r) for r in replies],
+                                               aggregate),
             "judge_replies": replies}
 
 
@@ -196,7 +197,7 @@ def judge_reply_text(kind: Any, schema: Any, reply: str) -> str:
     from cftools.llm.structured import ReplyError
 
     try:
-        return kind.judge_reply(schema.read(reply))
+        return kind.hooks.evaluate.judge_reply(schema.read(reply))
     except ReplyError:
         return reply
 

@@ -122,4 +122,4 @@ def summarize(outcomes: Sequence[dict]) -> dict[str, Any]:
     by_kind: dict[str, list[dict]] = defaultdict(list)
     for outcome in outcomes:
         by_kind[str(outcome.get("kind"))].append(outcome)
-    return {name: get_kind(name).summarize(items) for name, items in sorted(by_kind.items())}
+    return {name: get_kind(name).hooks.evaluate.summarize(items) for name, items in sorted(by_kind.items())}

@@ -51,7 +51,7 @@ def other_reading(question: Question, raw: Optional[str], reading: str) -> Optio
     if reading == PAPER:
         from cftools.kinds import get_kind
 
-        return get_kind(question.kind).read_as_paper(question, raw)
+        return get_kind(question.kind).hooks.evaluate.read_as_paper(question, raw)
     if reading in HARNESS_READINGS:
         return read_as_harness(question, raw, reading)
     return None

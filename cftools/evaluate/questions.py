@@ -101,7 +101,7 @@ class PromptTemplates:
         """The hash of the question template and of every kind's own eval templates."""
         from cftools.kinds import all_kinds
 
-        names = sorted({n for kind in all_kinds().values() for n in kind.eval_templates})
+        names = sorted({n for kind in all_kinds().values() for n in kind.hooks.evaluate.eval_templates})
         blob = self.question_source + "".join(self._source(f"eval/{n}.j2") for n in names)
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
@@ -113,7 +113,7 @@ class PromptTemplates:
 
 def question_answer_type(record: dict[str, Any], which: str, gold: str, kind: Kind) -> str:
     """The kind's answer type for the record's group; else the release's for the original question; else inferred."""
-    declared = kind.answer_type(str(record.get("group") or ""), gold)
+    declared = kind.hooks.check.answer_type(str(record.get("group") or ""), gold)
     if declared:
         return declared
     if which == "original" and record.get("answer_type") in ("number", "yes/no", "other"):
@@ -227,7 +227,7 @@ def build_questions(release_dir: Path, records: Iterable[dict[str, Any]], templa
                       options=dict(wording.options or {}))
     questions: list[Question] = []
     for record in records:
-        questions.extend(get_kind(str(record.get("kind"))).eval_questions(record, ctx))
+        questions.extend(get_kind(str(record.get("kind"))).hooks.evaluate.eval_questions(record, ctx))
     if mode == "rank":
         questions = [q for q in questions if q.options is not None or q.judged]
     return questions, skipped

@@ -1,6 +1,6 @@
 """An evaluation run's report: rich tables in the terminal, report.md, report.csv, report.png; and compare.
 
-Each kind lays out its own table the way its paper does (`Kind.report_table`). Accuracies are percentages with their
+Each kind lays out its own table the way its paper does (`report_table`). Accuracies are percentages with their
 95% bootstrap interval; the unknown rate (replies that could not be read) stands next to every generated score. The
 files name a model given as a local folder by its name only (`cftools.boundary.public_spec`): reports are shared.
 """
@@ -87,7 +87,7 @@ def report_tables(summary: dict[str, Any], compact: bool = False, intervals: boo
     """Each kind's table; without INTERVALS (a narrow terminal) scores are shown bare, never cut."""
     fmt = ScoreFormat(pct=(pct_compact if compact else pct) if intervals else pct_bare, rate=rate,
                       points=points if intervals else points_bare)
-    tables = [kind.report_table(section, fmt) for kind, section in kind_sections(summary)]
+    tables = [kind.hooks.evaluate.report_table(section, fmt) for kind, section in kind_sections(summary)]
     return [t for t in tables if t is not None]
 
 
@@ -95,7 +95,7 @@ def csv_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
     """The report flattened: one row per section, group and metric (fractions, not percentages)."""
     out: list[dict[str, Any]] = []
     for kind, section in kind_sections(summary):
-        for group, metric, score, n in kind.csv_rows(section):
+        for group, metric, score, n in kind.hooks.evaluate.csv_rows(section):
             if isinstance(score, dict):
                 out.append({"section": kind.name, "group": group, "metric": metric, "value": score.get("value"),
                             "low": score.get("low"), "high": score.get("high"), "n": score.get("n", n)})
@@ -111,11 +111,11 @@ def settings_lines(config: dict[str, Any], summary: dict[str, Any]) -> list[str]
     lines = []
     mixed = mixed_paper_modes(summary)
     for kind, section in kind_sections(summary):
-        if not kind.paper_settings:
+        if not kind.hooks.evaluate.paper_settings:
             continue
         parts = []
-        for setting, paper in kind.paper_settings.items():
-            used = kind.setting_used(setting, config, section)
+        for setting, paper in kind.hooks.evaluate.paper_settings.items():
+            used = kind.hooks.evaluate.setting_used(setting, config, section)
             verdict = "as in the paper" if used == paper else "not the paper's"
             if setting == "mode" and used != paper and mixed and used in mixed.values():
                 verdict += (": one run has one mode and this release mixes kinds whose papers answer differently ("
@@ -128,8 +128,8 @@ def settings_lines(config: dict[str, Any], summary: dict[str, Any]) -> list[str]
 
 def mixed_paper_modes(summary: dict[str, Any]) -> dict[str, str]:
     """Kind -> its paper's mode, for the kinds of SUMMARY when their papers answer differently (else empty)."""
-    modes = {kind.name: kind.paper_settings["mode"] for kind, _ in kind_sections(summary)
-             if kind.paper_settings.get("mode")}
+    modes = {kind.name: kind.hooks.evaluate.paper_settings["mode"] for kind, _ in kind_sections(summary)
+             if kind.hooks.evaluate.paper_settings.get("mode")}
     return modes if len(set(modes.values())) > 1 else {}
 
 
@@ -171,7 +171,7 @@ def render_markdown(config: dict[str, Any], summary: dict[str, Any]) -> str:
     out.append("Accuracies in %, with the 95% bootstrap interval; unknown = replies that could not be read "
                "(counted as wrong).")
     fmt = ScoreFormat(pct=pct, rate=rate, points=points)
-    paper = [t for kind, section in kind_sections(summary) for t in kind.paper_tables(section, fmt)]
+    paper = [t for kind, section in kind_sections(summary) for t in kind.hooks.evaluate.paper_tables(section, fmt)]
     for table in report_tables(summary) + paper:
         out += ["", f"## {table.title}", *(["", table.note] if table.note else []), "",
                 "| " + " | ".join(table.columns) + " |",
@@ -244,7 +244,7 @@ def render_csv(summary: dict[str, Any]) -> str:
 def plot_series(summary: dict[str, Any]) -> tuple[str, list[str], list[tuple[str, list[Optional[dict]]]]]:
     """(title, groups, [(label, scores per group)]) for the bar plot: the first kind that has a plot."""
     for kind, section in kind_sections(summary):
-        series = kind.plot_series(section)
+        series = kind.hooks.evaluate.plot_series(section)
         if series is not None:
             return series
     return "no scores", [], []

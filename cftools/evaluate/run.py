@@ -259,7 +259,7 @@ def can_rank(spec: ModelSpec) -> bool:
 
 
 def check_prompt_variant(variant: str) -> None:
-    known = {PLAIN} | {v for kind in all_kinds().values() for v in kind.prompt_variants}
+    known = {PLAIN} | {v for kind in all_kinds().values() for v in kind.hooks.evaluate.prompt_variants}
     if variant not in known:
         raise CftoolsError(f"unknown prompt variant {variant!r}; choose one of {', '.join(sorted(known))}",
                            hint=Hint(f"unknown {{prompt}} {variant!r}; choose one of {', '.join(sorted(known))}",
@@ -291,7 +291,8 @@ def paper_mode(records: Sequence[dict], spec: ModelSpec) -> str:
     """The answering method of the papers of the release's kinds (CFMM ranks the options by loss; C-VQA and MuCR
     read generated answers); generate when they differ or the model cannot rank."""
     kinds = all_kinds()
-    modes = {kinds[k].paper_settings.get("mode") for k in {str(r.get("kind")) for r in records} if k in kinds}
+    modes = {kinds[k].hooks.evaluate.paper_settings.get("mode") for k in {str(r.get("kind")) for r in records}
+             if k in kinds}
     modes.discard(None)
     mode = modes.pop() if len(modes) == 1 else "generate"
     return mode if mode != "rank" or can_rank(spec) else "generate"
@@ -300,8 +301,8 @@ def paper_mode(records: Sequence[dict], spec: ModelSpec) -> str:
 def mixed_modes(records: Sequence[dict]) -> dict[str, str]:
     """Kind -> its paper's mode, for the release's kinds when their papers answer differently (else empty)."""
     kinds = all_kinds()
-    modes = {k: kinds[k].paper_settings["mode"] for k in sorted({str(r.get("kind")) for r in records})
-             if k in kinds and kinds[k].paper_settings.get("mode")}
+    modes = {k: kinds[k].hooks.evaluate.paper_settings["mode"] for k in sorted({str(r.get("kind")) for r in records})
+             if k in kinds and kinds[k].hooks.evaluate.paper_settings.get("mode")}
     return modes if len(set(modes.values())) > 1 else {}
 
 

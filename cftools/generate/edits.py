@@ -1,5 +1,5 @@
 """`generate edits`: edited images that show each item's presupposition, for every kind that declares an edit
-subject (`Kind.edit_subject`: C-VQA, CFMM).
+subject (`GenerateHooks.edit_subject`: C-VQA, CFMM).
 
 Two steps, each resumable:
 
@@ -121,7 +121,7 @@ def editable_items(store: Store, kinds: tuple[str, ...] = (), groups: tuple[str,
         found = []
         for item, source, path in session.execute(query):
             try:
-                subject = get_kind(item.kind).edit_subject(item, source)
+                subject = get_kind(item.kind).hooks.generate.edit_subject(item, source)
             except CftoolsError:  # a kind no longer installed: its items cannot be edited here
                 continue
             if subject is not None:

@@ -1,22 +1,24 @@
 """What a benchmark shape (a *kind*) declares, so that the stages can ask it instead of naming it.
 
 A kind is one module with one `Kind` subclass, registered under the `cftools.kinds` entry point group
-(see `cftools.kinds.registry`). The stages call only what is declared here:
+(see `cftools.kinds.registry`). It gives each stage it supports one hooks object (`IngestHooks`,
+`GenerateHooks`, ...: a subclass that sets what the kind has); a stage asks `kind.hooks.<stage>`, which holds
+the stage's defaults where the kind gives it nothing (then `kind.<stage>` is None):
 
-| stage     | asks the kind for                                                                |
+| stage     | asks the kind for (`kind.hooks.<stage>.…`)                                       |
 |-----------|----------------------------------------------------------------------------------|
-| ingest    | `validate` (the typed model of `item.data`), `commands()` for its own ingests    |
-| generate  | `generators` (names and descriptions), `commands()` for their CLI                |
-| generate  | `edit_subject` (items with an image and a counterfactual condition: edits)       |
-| check     | `checks` (one `Check` per code) and `answer_style` of an item                    |
-| annotate  | `tasks` (label config per task), `task_data` (what the annotator sees)           |
-| annotate  | `authoring_tasks` (tasks on images whose submissions become draft items),        |
-|           | `author_task_data`, `authored_item`, `decide` (two judgments -> a decision)      |
-| status    | `status_table` (`cftools status --kind K`)                                       |
-| export    | `export_formats` (peer formats beside the native release), `answer_type`,        |
-|           | `export_record` (a record's final fields), `card_tables` (data card sections)    |
-| release   | `diff_fields` (what `release diff` compares: question, answer, options)          |
-| eval      | `eval_questions`, `summarize`, `report_table`, `csv_rows`, `plot_series`,        |
+| ingest    | `data_model` and `validate` (the typed `item.data`), `groups`, `config_section`, |
+|           | `commands()` for its own ingests and generators                                  |
+| generate  | `generators` (names and descriptions), `edit_subject` (items that can be edited) |
+| check     | `checks` (one `Check` per code), `answer_style` and `answer_type` of an item     |
+| annotate  | `tasks` (label config per task), `task_data` (what the annotator sees),          |
+|           | `authoring_tasks` (tasks on images whose submissions become draft items),        |
+|           | `author_task_data`, `authored_item`, `decide` (two judgments -> a decision),     |
+|           | `status_table` (`cftools status --kind K`)                                       |
+| release   | `export_formats` (peer formats beside the native release), `export_record`,      |
+|           | `record_problem`, `card_tables` (data card sections), `diff_fields` (`release    |
+|           | diff`: question, answer, options), `command_options`                             |
+| evaluate  | `eval_questions`, `summarize`, `report_table`, `csv_rows`, `plot_series`,        |
 |           | `prompt_variants` (`eval --prompt`), `read_as_paper` (`eval --reading paper`)    |
 """
 
@@ -87,7 +89,7 @@ class ExportFormat:
 @dataclass(frozen=True)
 class TaskSpec:
     """A Label Studio task of a kind beside verify/adjudicate (MuCR's select and explain): who decides it and
-    which items it takes. The kind decides its tasks itself (`Kind.decide_task`)."""
+    which items it takes. The kind decides its tasks itself (`AnnotateHooks.decide_task`)."""
 
     name: str
     template: str  # label config template, under annotation/
@@ -100,7 +102,7 @@ class TaskSpec:
 
 @dataclass
 class TaskOutcome:
-    """What the judgments of one task decide (`Kind.decide_task`)."""
+    """What the judgments of one task decide (`AnnotateHooks.decide_task`)."""
 
     status: Optional[str] = None  # the item's new status (None: unchanged)
     data: dict[str, Any] = field(default_factory=dict)  # keys merged into the item's data
@@ -131,53 +133,34 @@ class ReportTable:
     note: str = ""  # a paragraph under the table's title in report.md (what its scores mean)
 
 
-# The hooks a kind may fill, by the stage that asks for them (the table above), each hook in one stage;
-# `Kind.stages()` says which stages a kind fills (`cftools kinds`).
-STAGE_HOOKS: dict[str, tuple[str, ...]] = {
-    "ingest": ("data_model", "validate", "groups", "config_section", "commands"),
-    "generate": ("generators", "edit_subject"),
-    "check": ("checks", "answer_style", "answer_type", "prepare_checks", "use_store"),
-    "annotate": ("tasks", "authoring_tasks", "label_config", "instructions", "check_judgment", "read_result",
-                 "task_data", "task_spec", "task_units", "task_payload", "decide_task", "adjudicated",
-                 "agreement_labels", "read_judgment", "decide", "author_task_data", "authored_item", "status_table"),
-    "release": ("export_formats", "record_problem", "export_record", "diff_fields", "card_tables", "card_section",
-                "command_options"),
-    "evaluate": ("metrics", "eval_templates", "prompt_variants", "paper_settings", "prepare_eval_items",
-                 "eval_questions", "read_as_paper", "judge_prompts", "judge_schema", "judge_reply", "judge_result",
-                 "summarize", "report_table", "csv_rows", "paper_tables", "setting_used", "plot_series"),
-}
+# -- the stages' hooks ---------------------------------------------------------------------------------------------
+# A kind gives each stage one object: a subclass of that stage's hooks class below, which sets the attributes and
+# overrides the methods it supports; what it leaves keeps the defaults here. Every hook lives in one stage.
 
 
-class Kind:
-    """A benchmark shape. Subclasses set the class attributes and override what they support."""
+class Hooks:
+    """What a kind gives one stage. `self.kind` is the kind it belongs to: its name, its template root and the
+    hooks of its other stages (`self.kind.hooks.<stage>`)."""
 
-    name: ClassVar[str] = ""
-    title: ClassVar[str] = ""
-    data_model: ClassVar[type[ItemData]] = ItemData
-    groups: ClassVar[tuple[str, ...]] = ()  # the groups (types) its items fall into, when fixed
-    generators: ClassVar[tuple[Generator, ...]] = ()
-    checks: ClassVar[tuple[Check, ...]] = ()
-    tasks: ClassVar[dict[str, str]] = {}  # Label Studio task -> label config template (under annotation/)
-    # Tasks whose subject is an image, not an item: each submission becomes a new draft item (`authored_item`).
-    authoring_tasks: ClassVar[tuple[str, ...]] = ()
-    export_formats: ClassVar[tuple[ExportFormat, ...]] = ()
-    metrics: ClassVar[tuple[str, ...]] = ()
-    eval_templates: ClassVar[tuple[str, ...]] = ()  # eval prompts (under prompts/eval/) that enter a run's hash
-    prompt_variants: ClassVar[tuple[str, ...]] = ()  # `eval --prompt` values besides "plain" (see EvalContext)
-    # A kind shipped in its own package keeps its templates there: TEMPLATE_ROOT/annotation/..., .../prompts/...
-    template_root: ClassVar[Optional[Path]] = None
-    # The eval settings of the paper's main table (`mode`, or a kind option such as `mucr_input`) -> value; a run
-    # left to its defaults uses them, and the report says whether it did (`setting_used`).
-    paper_settings: ClassVar[dict[str, str]] = {}
+    def __init__(self, kind: "Kind") -> None:
+        self.kind = kind
+
+    def fills(self, hook: str) -> bool:
+        """Whether the kind gives HOOK its own value or method (not this stage's default)."""
+        base = next(cls for cls in type(self).__mro__ if cls in STAGE_CLASSES.values())
+        own, default = getattr(self, hook), getattr(base, hook)
+        if callable(default) and not isinstance(default, type):
+            return getattr(own, "__func__", own) is not default
+        return bool(own) and own != default
+
+
+class IngestHooks(Hooks):
+    """What an item of the kind is (`validate` types `item.data`) and the kind's own ingest commands and config."""
+
+    data_model: type[ItemData] = ItemData
+    groups: tuple[str, ...] = ()  # the groups (types) its items fall into, when fixed
     # The kind's own `[<name>]` section of cftools.toml (a pydantic model; cftools.config checks it), if any.
-    config_section: ClassVar[Optional[type[BaseModel]]] = None
-
-    # -- fields ------------------------------------------------------------------------------------------------
-
-    def edit_subject(self, item: Any, source: Any) -> Optional[EditSubject]:
-        """The item's edit subject when the kind's items have an image and a counterfactual condition (C-VQA,
-        CFMM); None (the default) when its items cannot be edited. SOURCE is the item's source question."""
-        return None
+    config_section: Optional[type[BaseModel]] = None
 
     def validate(self, data: Optional[dict], item: object = "?") -> ItemData:
         """The typed model of DATA; a bad field raises ItemDataError naming ITEM and the field."""
@@ -186,14 +169,35 @@ class Kind:
         except ValidationError as exc:
             error = exc.errors()[0]
             path = ".".join(str(p) for p in error["loc"]) or "data"
-            raise ItemDataError(self.name, item, path, error["msg"]) from None
+            raise ItemDataError(self.kind.name, item, path, error["msg"]) from None
 
-    def answer_type(self, group: str, answer: Optional[str]) -> Optional[str]:
-        """"number", "yes/no" or "other" for an item of GROUP (None: infer it from the answer)."""
+    def commands(self) -> dict[str, list["click.Command"]]:
+        """Extra CLI commands by parent group ("ingest", "generate"), like an `llm` plugin's register_commands."""
+        return {}
+
+
+class GenerateHooks(Hooks):
+    """The kind's generators (their commands come from `IngestHooks.commands`) and what `generate edits` needs."""
+
+    generators: tuple[Generator, ...] = ()
+
+    def edit_subject(self, item: Any, source: Any) -> Optional[EditSubject]:
+        """The item's edit subject when the kind's items have an image and a counterfactual condition (C-VQA,
+        CFMM); None (the default) when its items cannot be edited. SOURCE is the item's source question."""
         return None
+
+
+class CheckHooks(Hooks):
+    """The kind's automatic checks and what they need to know of its items."""
+
+    checks: tuple[Check, ...] = ()
 
     def answer_style(self, item: "ItemView") -> Optional[str]:
         """How the item's answer is written, for the checks: "count", "yes/no", "choice" or None."""
+        return None
+
+    def answer_type(self, group: str, answer: Optional[str]) -> Optional[str]:
+        """"number", "yes/no" or "other" for an item of GROUP (None: infer it from the answer)."""
         return None
 
     def prepare_checks(self, config: dict[str, Any]) -> None:
@@ -202,19 +206,20 @@ class Kind:
     def use_store(self, store: Any) -> None:
         """Called before a check run with the store, for checks that read stored files (a pair's images)."""
 
-    # -- command line ------------------------------------------------------------------------------------------
 
-    def commands(self) -> dict[str, list["click.Command"]]:
-        """Extra CLI commands by parent group ("ingest", "generate"), like an `llm` plugin's register_commands."""
-        return {}
+class AnnotateHooks(Hooks):
+    """The kind's Label Studio tasks: their configs, what an annotator sees, how a judgment is read and decided."""
 
-    # -- annotation --------------------------------------------------------------------------------------------
+    tasks: dict[str, str] = {}  # Label Studio task -> label config template (under annotation/)
+    # Tasks whose subject is an image, not an item: each submission becomes a new draft item (`authored_item`).
+    authoring_tasks: tuple[str, ...] = ()
 
     def task_template(self, task: str) -> str:
         try:
             return self.tasks[task]
         except KeyError:
-            raise CftoolsError(f"kind {self.name!r} has no {task!r} task; it has: {', '.join(self.tasks)}") from None
+            raise CftoolsError(f"kind {self.kind.name!r} has no {task!r} task; it has: {', '.join(self.tasks)}") \
+                from None
 
     def label_config(self, task: str, workspace_root: Optional[str] = None) -> str:
         """The Label Studio config of TASK rendered from its template (annotation/<kind>/<task>.xml.j2; a
@@ -224,11 +229,11 @@ class Kind:
         from cftools.judgments import CONTROLS, DECISION_CHOICES, FLAG_CHOICES, NO, YES
         from cftools.resources import template_env
 
-        env = template_env("annotation", Path(workspace_root) if workspace_root else None, self.template_root,
+        env = template_env("annotation", Path(workspace_root) if workspace_root else None, self.kind.template_root,
                            keep_trailing_newline=True, autoescape=True, undefined=Undefined)
         return env.get_template(self.task_template(task)).render(
-            yes_no=(YES, NO), flag_choices=FLAG_CHOICES, decision_choices=DECISION_CHOICES, groups=self.groups,
-            **CONTROLS)
+            yes_no=(YES, NO), flag_choices=FLAG_CHOICES, decision_choices=DECISION_CHOICES,
+            groups=self.kind.hooks.ingest.groups, **CONTROLS)
 
     def instructions(self, task: str, workspace_root: Optional[str] = None, separate_servers: bool = False) -> str:
         """What an annotator reads before the first task of TASK (HTML, the project's instructions): the
@@ -239,18 +244,13 @@ class Kind:
 
         from cftools.resources import template_env
 
-        env = template_env("annotation", Path(workspace_root) if workspace_root else None, self.template_root,
+        env = template_env("annotation", Path(workspace_root) if workspace_root else None, self.kind.template_root,
                            autoescape=False)
         name = self.task_template(task).removesuffix(".xml.j2") + ".instructions.html.j2"
         try:
             return env.get_template(name).render(separate_servers=separate_servers).strip()
         except TemplateNotFound:
             return ""
-
-    def record_problem(self, record: dict[str, Any]) -> Optional[str]:
-        """Why a release record breaks this kind's decision rules (an answer outside its options, too few
-        independent explanations…), None when it holds: `export` refuses such a record and `verify` reports it."""
-        return None
 
     def check_judgment(self, task: str, answer: Any, task_data: dict[str, Any]) -> None:
         """What only cftools can check of one judgment against the task it was made for (the choices that exist,
@@ -262,7 +262,7 @@ class Kind:
         (`cftools.judgments.InvalidResult` if it does not fit)."""
         from cftools.judgments import read_result
 
-        return read_result(task_controls(self, task, workspace_root), result)
+        return read_result(task_controls(self.kind, task, workspace_root), result)
 
     def task_data(self, item: Any, source: Any, image_value: str, extra_images: dict[str, str]) -> dict[str, Any]:
         """What the annotator sees of ITEM (beside item_key, kind, group, check_flags). IMAGE_VALUE is the item's
@@ -319,10 +319,19 @@ class Kind:
         when the annotator said the image suits nothing; `InvalidResult` when it does not fit the config."""
         return None
 
-    # -- status and release ------------------------------------------------------------------------------------
-
     def status_table(self, store: Any, workspace: Any = None) -> Optional[ReportTable]:
         """The kind's own figures for `cftools status --kind` (None: nothing beyond the shared counts)."""
+        return None
+
+
+class ReleaseHooks(Hooks):
+    """The kind's part of a release: its records, the rules they must hold, peer formats, the data card."""
+
+    export_formats: tuple[ExportFormat, ...] = ()
+
+    def record_problem(self, record: dict[str, Any]) -> Optional[str]:
+        """Why a release record breaks this kind's decision rules (an answer outside its options, too few
+        independent explanations…), None when it holds: `export` refuses such a record and `verify` reports it."""
         return None
 
     def export_record(self, record: dict[str, Any]) -> dict[str, Any]:
@@ -338,26 +347,33 @@ class Kind:
                 "answer": [record.get("original_answer"), record.get("answer")],
                 "options": record.get("options")}
 
-    def prepare_eval_items(self, items: Sequence[Any], options: dict[str, Any]) -> None:
-        """Finish the records of ITEMS (export items of this kind) so that `eval_questions` can ask them in a
-        format other than the kind's own (lmms-eval, VLMEvalKit): e.g. MuCR's choice sets. Default: nothing."""
-
     def card_tables(self, records: Sequence[dict[str, Any]]) -> list[ReportTable]:
         """Extra data card tables for the records of this kind in a release."""
-        return []
-
-    # -- options of the stages' commands ----------------------------------------------------------------------
-
-    def command_options(self, command: str) -> list["click.Option"]:
-        """Options this kind adds to a stage's command ("export", "eval"); their values reach the kind as
-        `options` (export formats' `write`, `EvalContext.options`). Names start with the kind's name."""
         return []
 
     def card_section(self, records: Sequence[dict], provenance: Sequence[dict], context: dict[str, Any]) -> list[str]:
         """Markdown lines of the kind's own data-card section (empty: none)."""
         return []
 
-    # -- eval --------------------------------------------------------------------------------------------------
+    def command_options(self, command: str) -> list["click.Option"]:
+        """Options this kind adds to a stage's command ("export", "eval"); their values reach the kind as
+        `options` (export formats' `write`, `EvalContext.options`). Names start with the kind's name."""
+        return []
+
+
+class EvaluateHooks(Hooks):
+    """The kind's questions to a model, how its replies are read and judged, and its scores and report."""
+
+    metrics: tuple[str, ...] = ()
+    eval_templates: tuple[str, ...] = ()  # eval prompts (under prompts/eval/) that enter a run's hash
+    prompt_variants: tuple[str, ...] = ()  # `eval --prompt` values besides "plain" (see EvalContext)
+    # The eval settings of the paper's main table (`mode`, or a kind option such as `mucr_input`) -> value; a run
+    # left to its defaults uses them, and the report says whether it did (`setting_used`).
+    paper_settings: dict[str, str] = {}
+
+    def prepare_eval_items(self, items: Sequence[Any], options: dict[str, Any]) -> None:
+        """Finish the records of ITEMS (export items of this kind) so that `eval_questions` can ask them in a
+        format other than the kind's own (lmms-eval, VLMEvalKit): e.g. MuCR's choice sets. Default: nothing."""
 
     def eval_questions(self, record: dict, ctx: "EvalContext") -> list:
         """The questions a model is asked about RECORD (a release record)."""
@@ -408,29 +424,111 @@ class Kind:
     def plot_series(self, section: dict[str, Any]) -> Optional[tuple[str, list[str], list[tuple[str, list]]]]:
         return None
 
-    def fills(self, hook: str) -> bool:
-        """Whether this kind gives HOOK its own value or method (not the base's default)."""
-        own, default = getattr(type(self), hook), getattr(Kind, hook)
-        if callable(default) and not isinstance(default, type):
-            return own is not default
-        return bool(own) and own != default
+
+# Each stage's hooks class, in the order of the flow; `cftools kinds` shows the stages a kind fills.
+STAGE_CLASSES: dict[str, type[Hooks]] = {"ingest": IngestHooks, "generate": GenerateHooks, "check": CheckHooks,
+                                         "annotate": AnnotateHooks, "release": ReleaseHooks,
+                                         "evaluate": EvaluateHooks}
+
+
+def hook_names(stage_class: type[Hooks]) -> tuple[str, ...]:
+    """The hooks of one stage: the public names its class adds to `Hooks`."""
+    return tuple(name for name in vars(stage_class) if not name.startswith("_"))
+
+
+STAGE_HOOKS: dict[str, tuple[str, ...]] = {stage: hook_names(cls) for stage, cls in STAGE_CLASSES.items()}
+HOOK_STAGE: dict[str, str] = {hook: stage for stage, hooks in STAGE_HOOKS.items() for hook in hooks}
+
+
+@dataclass(frozen=True)
+class StageHooks:
+    """What the stages ask a kind through (`kind.hooks.<stage>`): the kind's own hooks of each stage, or that
+    stage's defaults where the kind gives it nothing — never None."""
+
+    ingest: IngestHooks
+    generate: GenerateHooks
+    check: CheckHooks
+    annotate: AnnotateHooks
+    release: ReleaseHooks
+    evaluate: EvaluateHooks
+
+
+class Kind:
+    """A benchmark shape: its name, its title and what it gives each stage.
+
+    A subclass sets `name` and `title` and, per stage it supports, a hooks class (a subclass of `IngestHooks`,
+    `GenerateHooks`, …); a stage left None gets nothing from the kind (`kind.generate is None`) and the stages
+    use that stage's defaults (`kind.hooks.generate`)."""
+
+    name: ClassVar[str] = ""
+    title: ClassVar[str] = ""
+    # A kind shipped in its own package keeps its templates there: TEMPLATE_ROOT/annotation/..., .../prompts/...
+    template_root: ClassVar[Optional[Path]] = None
+    # Declared as classes on the kind's class; the kind's instance holds their instances (or None).
+    ingest: Optional[IngestHooks] = None
+    generate: Optional[GenerateHooks] = None
+    check: Optional[CheckHooks] = None
+    annotate: Optional[AnnotateHooks] = None
+    release: Optional[ReleaseHooks] = None
+    evaluate: Optional[EvaluateHooks] = None
+
+    def __init__(self) -> None:
+        given = {stage: self.given_hooks(stage, cls) for stage, cls in STAGE_CLASSES.items()}
+        for stage, hooks in given.items():
+            setattr(self, stage, hooks)
+        self.hooks = StageHooks(**{stage: hooks if hooks is not None else STAGE_CLASSES[stage](self)
+                                   for stage, hooks in given.items()})
+
+    def given_hooks(self, stage: str, stage_class: type[Hooks]) -> Optional[Hooks]:
+        """The hooks object the kind declares for STAGE (None: none), with any hook of that stage written the old
+        way, as the kind's own attribute or method (`with_legacy_hooks`)."""
+        declared = getattr(type(self), stage)
+        if declared is not None and not (isinstance(declared, type) and issubclass(declared, stage_class)):
+            raise CftoolsError(f"kind {self.name!r}: {stage} = {declared!r} is not a subclass of "
+                               f"{stage_class.__name__}")
+        hooks = (declared or stage_class)(self)
+        return hooks if with_legacy_hooks(self, hooks, stage_class) or declared is not None else None
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for names the kind does not have: a hook asked of the kind itself, the way before stages.
+        stage = HOOK_STAGE.get(name)
+        hooks = self.__dict__.get("hooks")
+        if stage is None or hooks is None:
+            raise AttributeError(name)
+        if self.__dict__.get("_legacy_hooks"):  # its own methods still call `self.<hook>`
+            return getattr(getattr(hooks, stage), name)
+        raise AttributeError(f"kind {self.name!r} has no {name!r}: a kind's hooks are grouped by stage, "
+                             f"ask kind.hooks.{stage}.{name}")
 
     def stages(self) -> list[str]:
-        """The stages (STAGE_HOOKS) this kind fills at least one hook of."""
-        return [stage for stage, hooks in STAGE_HOOKS.items() if any(self.fills(hook) for hook in hooks)]
+        """The stages this kind gives hooks to (`cftools kinds`)."""
+        return [stage for stage in STAGE_CLASSES if getattr(self, stage) is not None]
 
     def describe(self) -> dict[str, Any]:
         """What `cftools kinds --json` prints."""
+        ingest, generate, check, annotate, release, evaluate = (getattr(self.hooks, s) for s in STAGE_CLASSES)
         return {
-            "name": self.name, "title": self.title, "groups": list(self.groups), "stages": self.stages(),
-            "fields": list(self.data_model.model_fields),
+            "name": self.name, "title": self.title, "groups": list(ingest.groups), "stages": self.stages(),
+            "fields": list(ingest.data_model.model_fields),
             "generators": [{"name": g.name, "description": g.description, "inputs": list(g.inputs),
-                            "outputs": list(g.outputs), "templates": list(g.templates)} for g in self.generators],
-            "checks": [{"code": c.code, "scope": c.scope} for c in self.checks],
-            "tasks": dict(self.tasks),
-            "export_formats": [{"name": f.name, "description": f.description} for f in self.export_formats],
-            "metrics": list(self.metrics),
+                            "outputs": list(g.outputs), "templates": list(g.templates)} for g in generate.generators],
+            "checks": [{"code": c.code, "scope": c.scope} for c in check.checks],
+            "tasks": dict(annotate.tasks),
+            "export_formats": [{"name": f.name, "description": f.description} for f in release.export_formats],
+            "metrics": list(evaluate.metrics),
         }
+
+
+def with_legacy_hooks(kind: Kind, hooks: Hooks, stage_class: type[Hooks]) -> bool:
+    """Put into HOOKS (one stage's) the hooks KIND has the old way, as its own attributes and methods (a kind
+    written before the stages had objects, or a subclass of a built-in kind overriding one); whether it gave any of
+    its own. Those methods keep running on the kind, and their `self.<hook>` reaches the stage (`Kind.__getattr__`)."""
+    own = [name for name in hook_names(stage_class) if name in dir(type(kind))]
+    for name in own:
+        setattr(hooks, name, getattr(kind, name))
+    if own:
+        kind.__dict__["_legacy_hooks"] = True
+    return any(hooks.fills(name) for name in own)
 
 
 @dataclass
@@ -455,7 +553,7 @@ class EvalContext:
     skipped: Any = None  # cftools.evaluate.Skipped
     prompt_variant: str = "plain"  # a kind's `prompt_variants` (e.g. CFMM's icl1, cot1); "plain" asks as is
     swap_options: bool = False  # also ask every question with options in reverse order (position bias)
-    options: dict[str, Any] = field(default_factory=dict)  # the kinds' eval options (`Kind.command_options`)
+    options: dict[str, Any] = field(default_factory=dict)  # the kinds' eval options (`ReleaseHooks.command_options`)
 
 
 @lru_cache(maxsize=None)
@@ -463,4 +561,4 @@ def task_controls(kind: Kind, task: str, workspace_root: Optional[str] = None) -
     """The answerable controls of KIND's TASK config (rendered once per process: a pull reads thousands)."""
     from cftools.judgments import controls_of
 
-    return controls_of(kind.label_config(task, workspace_root))
+    return controls_of(kind.hooks.annotate.label_config(task, workspace_root))

@@ -25,6 +25,8 @@ def _instance(obj: object, source: str) -> Kind:
     kind = obj() if isinstance(obj, type) else obj
     if not isinstance(kind, Kind) or not kind.name:
         raise CftoolsError(f"{source} is not a cftools kind (a Kind subclass with a name)")
+    if "hooks" not in vars(kind):  # written before Kind had an __init__: its own does not call Kind's
+        Kind.__init__(kind)
     return kind
 
 

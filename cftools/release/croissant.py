@@ -399,8 +399,8 @@ def annotation_protocol(records: Sequence[dict], provenance: Sequence[dict]) -> 
     kinds = all_kinds()
     extra = []
     for name in sorted({str(r.get("kind")) for r in records} & set(kinds)):
-        for task in kinds[name].tasks:
-            spec = kinds[name].task_spec(task)
+        for task in kinds[name].hooks.annotate.tasks:
+            spec = kinds[name].hooks.annotate.task_spec(task)
             if spec is not None:
                 extra.append(f"{name} {task}: {spec.annotators} annotators"
                              + (f" (+{spec.tiebreak} when they disagree)" if spec.tiebreak else "")

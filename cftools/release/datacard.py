@@ -239,14 +239,14 @@ def plot_question_lengths(records: list[dict], path: Path) -> None:
 
 
 def kind_tables(records: list[dict]) -> list[Any]:
-    """Each kind's own data card tables (`Kind.card_tables`) over its records in the release."""
+    """Each kind's own data card tables (`ReleaseHooks.card_tables`) over its records in the release."""
     from cftools.kinds import all_kinds
 
     tables = []
     for name, kind in sorted(all_kinds().items()):
         mine = [r for r in records if r.get("kind") == name]
         if mine:
-            tables.extend(kind.card_tables(mine))
+            tables.extend(kind.hooks.release.card_tables(mine))
     return tables
 
 
@@ -269,14 +269,15 @@ def render_card(context: dict[str, Any]) -> str:
 
 
 def kind_sections(records: list[dict], provenance: list[dict], context: dict[str, Any]) -> str:
-    """Each kind's own section of the card (`Kind.card_section`), for the kinds present, in name order."""
+    """Each kind's own section of the card (`ReleaseHooks.card_section`), for the kinds present, in name order."""
     from cftools.kinds import all_kinds
 
     kinds = all_kinds()
     text = ""
     for name in sorted({str(r.get("kind")) for r in records} & set(kinds)):
         mine = [i for i, r in enumerate(records) if r.get("kind") == name]
-        lines = kinds[name].card_section([records[i] for i in mine], [provenance[i] for i in mine], context)
+        lines = kinds[name].hooks.release.card_section([records[i] for i in mine], [provenance[i] for i in mine],
+                                                       context)
         if lines:
             text += "\n" + "\n".join(lines) + "\n"
     return text

@@ -179,7 +179,7 @@ def compare_records(before: dict[str, Any], after: dict[str, Any]) -> ItemChange
     from cftools.kinds import get_kind
 
     kind = get_kind(str(after["kind"]))
-    fields_a, fields_b = kind.diff_fields(before), kind.diff_fields(after)
+    fields_a, fields_b = kind.hooks.release.diff_fields(before), kind.hooks.release.diff_fields(after)
     changed = [name for name in ("question", "answer", "options") if fields_a.get(name) != fields_b.get(name)]
     if record_image_paths(before) != record_image_paths(after):
         changed.insert(0, "image")

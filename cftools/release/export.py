@@ -72,7 +72,7 @@ def export_formats() -> dict[str, Any]:
     """`native`, then every kind's peer formats: name -> (kind, ExportFormat), None for native."""
     formats: dict[str, Any] = {FORMAT_NATIVE: None}
     for name, kind in sorted(all_kinds().items()):
-        for spec in kind.export_formats:
+        for spec in kind.hooks.release.export_formats:
             formats.setdefault(spec.name, (name, spec))
     formats.update({spec.name: (None, spec) for spec in shared_formats()})  # lmms-eval, vlmevalkit: every kind
     return formats
@@ -81,7 +81,7 @@ def export_formats() -> dict[str, Any]:
 def refuse_invalid_records(records: list[dict[str, Any]]) -> None:
     """The last guard of the decision rules: a release never holds a record its kind calls invalid."""
     problems = [f"item {r['id']}: {problem}" for r in records
-                if (problem := get_kind(r["kind"]).record_problem(r)) is not None]
+                if (problem := get_kind(r["kind"]).hooks.release.record_problem(r)) is not None]
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise CftoolsError(f"export refused: {problems[0]}{more}; reject or re-verify the item")

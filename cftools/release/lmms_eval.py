@@ -103,9 +103,9 @@ def kind_metrics(kind: Any, questions: Sequence[Any]) -> list[tuple[str, str]]:
     and are scores (no chance baseline, no unknown rate)."""
     from cftools.evaluate.predictions import outcomes_from_predictions
 
-    section = kind.summarize(outcomes_from_predictions([gold_line(q) for q in questions]))
+    section = kind.hooks.evaluate.summarize(outcomes_from_predictions([gold_line(q) for q in questions]))
     out = []
-    for group, metric, value, _ in kind.csv_rows(section):
+    for group, metric, value, _ in kind.hooks.evaluate.csv_rows(section):
         number = value.get("value") if isinstance(value, dict) else value
         if number is not None and is_score(str(group), str(metric)) and (str(group), str(metric)) not in out:
             out.append((str(group), str(metric)))
@@ -190,7 +190,7 @@ def write_jsonl(path: Path, rows: Sequence[dict[str, Any]]) -> None:
 
 def paper_mode(kind: Any) -> str:
     """How the kind's paper asks: rank the options (CFMM) or generate."""
-    return "rank" if kind.paper_settings.get("mode") == "rank" else "generate"
+    return "rank" if kind.hooks.evaluate.paper_settings.get("mode") == "rank" else "generate"
 
 
 def eval_questions(release: Any, mode_of: Any = None) -> dict[str, list[tuple[Any, str]]]:
@@ -205,7 +205,7 @@ def eval_questions(release: Any, mode_of: Any = None) -> dict[str, list[tuple[An
     templates = PromptTemplates(None, Path(release.workspace.root))
     out: dict[str, list[tuple[Any, str]]] = {}
     for kind_name, entries in sorted(by_kind.items()):
-        get_kind(kind_name).prepare_eval_items(entries, release.options)
+        get_kind(kind_name).hooks.evaluate.prepare_eval_items(entries, release.options)
         records = sorted((e.record for e in entries), key=lambda r: r["id"])
         split_of = {r["id"]: r["split"] for r in records}
         mode = mode_of(get_kind(kind_name)) if mode_of else "generate"
@@ -352,8 +352,8 @@ def kind_score(kind: str, lines: Sequence[dict[str, Any]], group: str, metric: s
 
     kind_obj = get_kind(kind)
     ordered = sorted(lines, key=lambda p: (str(p["id"]), str(p["which"])))
-    section = kind_obj.summarize(outcomes_from_predictions(ordered))
-    for row_group, row_metric, value, _ in kind_obj.csv_rows(section):
+    section = kind_obj.hooks.evaluate.summarize(outcomes_from_predictions(ordered))
+    for row_group, row_metric, value, _ in kind_obj.hooks.evaluate.csv_rows(section):
         if (str(row_group), str(row_metric)) == (group, metric):
             number = value.get("value") if isinstance(value, dict) else value
             return float(number) if number is not None else math.nan

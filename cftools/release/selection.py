@@ -71,7 +71,7 @@ def split_options(data: dict[str, Any]) -> tuple[dict[str, list[str]] | None, di
 
 
 def record_answer_type(kind: str, group: str, source_type: str | None, answer: str | None) -> str:
-    declared = get_kind(kind).answer_type(group, answer)
+    declared = get_kind(kind).hooks.check.answer_type(group, answer)
     if declared:
         return declared
     if source_type in ("number", "yes/no", "other"):
@@ -221,7 +221,7 @@ def collect_items(store: Store, statuses: Iterable[str], splits: dict[str, float
                                                           "why_not_blind")},
         }
         # the edits first (only the released one's image stays in the data), then the images the data names
-        record = with_released_edits(get_kind(item.kind).export_record(record), include_unverified_edits)
+        record = with_released_edits(get_kind(item.kind).hooks.release.export_record(record), include_unverified_edits)
         refs += data_image_refs(item.key, record["data"], extra_images, refs)
         if len(refs) > (image is not None):
             paths = {f"sha256:{r.sha256}": r.rel for r in refs}

@@ -77,7 +77,8 @@ def verify_release(release_dir: Path | str, boundary: Boundary | None = None) ->
         from cftools.kinds import get_kind
 
         for record in load_records(release_dir):
-            problem = get_kind(record.get("kind") or "").record_problem(record) if record.get("kind") else None
+            problem = (get_kind(record.get("kind") or "").hooks.release.record_problem(record) if record.get("kind")
+                       else None)
             if problem:
                 report.mismatched.append(f"{RECORDS_NAME}: item {record.get('id')}: {problem}")
     from cftools.release.croissant import check_croissant

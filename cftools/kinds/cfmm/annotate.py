@@ -40,7 +40,7 @@ def _question(answers: dict[str, Any], prefix: str, what: str) -> tuple[str, lis
 
 
 def authored_pair(answers: dict[str, Any]) -> Optional[dict[str, Any]]:
-    """The draft pair an author wrote, from the ANSWERS of one authoring result (see `Kind.read_result`)."""
+    """The draft pair an author wrote, from the ANSWERS of one authoring result (see `AnnotateHooks.read_result`)."""
     pair_type = answers["type"][0]
     if pair_type == NO_TYPE:
         return None

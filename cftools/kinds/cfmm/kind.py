@@ -21,7 +21,8 @@ from typing import Any, Optional, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
-from cftools.kinds.base import Check, EditSubject, ExportFormat, Generator, Kind, ReportTable
+from cftools.kinds.base import (AnnotateHooks, Check, CheckHooks, EditSubject, EvaluateHooks, ExportFormat,
+                                GenerateHooks, Generator, IngestHooks, Kind, ReleaseHooks, ReportTable)
 from cftools.kinds.cfmm.checks import declared_checks
 from cftools.kinds.cfmm.model import PAPER_COUNTS, PROMPT_VARIANTS, TYPES, CfmmData, options_text
 from cftools.kinds.cfmm.release import has_pair, write_jsonl
@@ -33,12 +34,18 @@ class CfmmSettings(BaseModel):
     types: Optional[str] = None  # the drafting quota of `generate pairs` (as --types)
 
 
-class CfmmKind(Kind):
-    name = "cfmm"
-    title = "CFMM: basic/counterfactual question pairs with two options each"
+class CfmmIngest(IngestHooks):
     data_model = CfmmData
     config_section = CfmmSettings
     groups = TYPES
+
+    def commands(self) -> dict[str, list]:
+        from cftools.kinds.cfmm import commands as cfmm_commands
+
+        return {"ingest": [cfmm_commands.ingest_cfmm_cmd], "generate": [cfmm_commands.pairs_cmd]}
+
+
+class CfmmGenerate(GenerateHooks):
     generators = (
         Generator("pairs", "an LLM picks a type for an image from its source questions (or none), then writes the "
                   "basic question, its counterfactual version and two options each; drafts need an image check",
@@ -46,29 +53,6 @@ class CfmmKind(Kind):
                   outputs=("type", "basic_question", "options", "question", "answer"),
                   templates=("cfmm/pick.j2", *(f"cfmm/{t}.j2" for t in TYPES))),
     )
-    tasks = {"verify": "cfmm/verify.xml.j2", "adjudicate": "cfmm/adjudicate.xml.j2", "author": "cfmm/author.xml.j2",
-             "edit": "cfmm/edit.xml.j2"}
-    authoring_tasks = ("author",)
-    export_formats = (ExportFormat("cfmm", "JSONL: id, image, type, basic_question, basic_options, basic_answer, "
-                                   "cf_question, cf_options, cf_answer", write_jsonl, keeps=has_pair),)
-    metrics = ("acc_b", "acc_c", "acc_plus", "unknown_b", "unknown_c")
-    eval_templates = tuple(f"cfmm_{v}" for v in PROMPT_VARIANTS)
-    prompt_variants = PROMPT_VARIANTS
-
-    @property
-    def checks(self) -> tuple[Check, ...]:  # type: ignore[override]
-        return declared_checks()
-
-    # The paper ranks the two options by generation loss (as SEED-Bench does), not by reading free text.
-    paper_settings = {"mode": "rank"}
-
-    def prepare_checks(self, config: dict[str, Any]) -> None:
-        from cftools.kinds.cfmm.checks import configure_blind_model
-
-        configure_blind_model(config)
-
-    def answer_type(self, group: str, answer: Optional[str]) -> Optional[str]:
-        return "other"  # always a choice between two written options
 
     def edit_subject(self, item: Any, source: Any) -> Optional[EditSubject]:
         """The basic question about the edited image must get the counterfactual answer; both are asked with the
@@ -81,12 +65,25 @@ class CfmmKind(Kind):
         question = data["basic_question"] + (f" Options: {', '.join(choices)}." if choices else "")
         return EditSubject(question, str(data["basic_answer"]), item.question, str(item.answer), "other")
 
-    def commands(self) -> dict[str, list]:
-        from cftools.kinds.cfmm import commands as cfmm_commands
 
-        return {"ingest": [cfmm_commands.ingest_cfmm_cmd], "generate": [cfmm_commands.pairs_cmd]}
+class CfmmCheck(CheckHooks):
+    @property
+    def checks(self) -> tuple[Check, ...]:  # type: ignore[override]
+        return declared_checks()
 
-    # -- annotation ----------------------------------------------------------------------------------------------
+    def prepare_checks(self, config: dict[str, Any]) -> None:
+        from cftools.kinds.cfmm.checks import configure_blind_model
+
+        configure_blind_model(config)
+
+    def answer_type(self, group: str, answer: Optional[str]) -> Optional[str]:
+        return "other"  # always a choice between two written options
+
+
+class CfmmAnnotate(AnnotateHooks):
+    tasks = {"verify": "cfmm/verify.xml.j2", "adjudicate": "cfmm/adjudicate.xml.j2", "author": "cfmm/author.xml.j2",
+             "edit": "cfmm/edit.xml.j2"}
+    authoring_tasks = ("author",)
 
     def task_data(self, item: Any, source: Any, image_value: str, extra_images: dict[str, str]) -> dict[str, Any]:
         from cftools.kinds.cfmm.annotate import option_choices
@@ -121,11 +118,6 @@ class CfmmKind(Kind):
         if isinstance(answers.get("corrected_answer"), list):  # picked among the options
             answers["corrected_answer"] = answers["corrected_answer"][0]
         return parse_answer(purpose, answers)
-
-    def record_problem(self, record: dict[str, Any]) -> Optional[str]:
-        from cftools.kinds.cfmm.annotate import record_problem
-
-        return record_problem(record)
 
     def check_judgment(self, task: str, answer: Any, task_data: dict[str, Any]) -> None:
         from cftools.judgments import ADJUDICATE, VERIFY
@@ -182,7 +174,7 @@ class CfmmKind(Kind):
     def task_spec(self, task: str):  # noqa: ANN201
         from cftools.annotate.edit_task import EDIT, edit_spec
 
-        return edit_spec(self.name) if task == EDIT else None
+        return edit_spec(self.kind.name) if task == EDIT else None
 
     def task_units(self, task: str, item: Any) -> list[str]:
         from cftools.annotate.edit_task import edit_units
@@ -203,7 +195,8 @@ class CfmmKind(Kind):
     def decide_task(self, task: str, unit: str, item: Any, answers: Sequence[tuple[str, Any]]):  # noqa: ANN201
         from cftools.annotate.edit_task import decide_edit, exact_option
 
-        subject = self.edit_subject(item, None)  # an irrelevant edit's answer must stay the original (basic) one
+        # an irrelevant edit's answer must stay the original (basic) one
+        subject = self.kind.hooks.generate.edit_subject(item, None)
         return decide_edit(unit, answers, exact_option, subject.original_answer if subject else None)
 
     def author_task_data(self, image_value: str, sources: Sequence[Any]) -> dict[str, Any]:
@@ -214,8 +207,6 @@ class CfmmKind(Kind):
         from cftools.kinds.cfmm.annotate import authored_pair
 
         return authored_pair(self.read_result(task, result, workspace_root))
-
-    # -- status and release ------------------------------------------------------------------------------------
 
     def status_table(self, store: Any, workspace: Any = None) -> Optional[ReportTable]:
         from cftools.kinds.cfmm.generate import quota_from_config, type_status_counts
@@ -230,8 +221,18 @@ class CfmmKind(Kind):
             n = sum(per.values())
             rows.append([group, *(str(per.get(s, 0)) for s in statuses), str(n),
                          f"{100 * n / total:.1f}%" if total else "–", f"{100 * quota.get(group, 0):.1f}%"])
-        return ReportTable(self.name, "CFMM items per type and status, beside the quota",
+        return ReportTable(self.kind.name, "CFMM items per type and status, beside the quota",
                            ["type", *statuses, "total", "share", "quota"], rows)
+
+
+class CfmmRelease(ReleaseHooks):
+    export_formats = (ExportFormat("cfmm", "JSONL: id, image, type, basic_question, basic_options, basic_answer, "
+                                   "cf_question, cf_options, cf_answer", write_jsonl, keeps=has_pair),)
+
+    def record_problem(self, record: dict[str, Any]) -> Optional[str]:
+        from cftools.kinds.cfmm.annotate import record_problem
+
+        return record_problem(record)
 
     def export_record(self, record: dict[str, Any]) -> dict[str, Any]:
         """The basic question and answer are the pair's own (a draft may rephrase its source question)."""
@@ -249,15 +250,21 @@ class CfmmKind(Kind):
         rows = [[t, str(counts.get(t, 0)), f"{100 * counts.get(t, 0) / total:.1f}%" if total else "–",
                  str(PAPER_COUNTS[t]), f"{100 * PAPER_COUNTS[t] / paper_total:.1f}%"] for t in TYPES]
         rows.append(["total", str(total), "100%" if total else "–", str(paper_total), "100%"])
-        return [ReportTable(self.name, "CFMM pairs per type, against the paper's release",
+        return [ReportTable(self.kind.name, "CFMM pairs per type, against the paper's release",
                             ["type", "here", "share", "paper", "paper share"], rows)]
 
-    # -- eval --------------------------------------------------------------------------------------------------
+
+class CfmmEvaluate(EvaluateHooks):
+    metrics = ("acc_b", "acc_c", "acc_plus", "unknown_b", "unknown_c")
+    eval_templates = tuple(f"cfmm_{v}" for v in PROMPT_VARIANTS)
+    prompt_variants = PROMPT_VARIANTS
+    # The paper ranks the two options by generation loss (as SEED-Bench does), not by reading free text.
+    paper_settings = {"mode": "rank"}
 
     def eval_questions(self, record: dict, ctx) -> list:  # noqa: ANN001
         from cftools.evaluate.questions import pair_questions
 
-        questions = pair_questions(record, ctx, self)
+        questions = pair_questions(record, ctx, self.kind)
         if ctx.prompt_variant in PROMPT_VARIANTS:
             template = ctx.templates.named(f"cfmm_{ctx.prompt_variant}")
             for question in questions:  # the paper adds the example or the reasoning to the counterfactual only
@@ -266,7 +273,7 @@ class CfmmKind(Kind):
                                                            options=question.options or []).strip()
         from cftools.evaluate.edited import edited_questions  # the basic question about the edited image
 
-        return questions + edited_questions(record, ctx, self, questions)
+        return questions + edited_questions(record, ctx, self.kind, questions)
 
     def summarize(self, outcomes: Sequence[dict]) -> dict[str, Any]:
         """Per type: acc_b, acc_c, acc+; the paper's totals (the sum of the per-type percentages, of 600) and the
@@ -279,15 +286,15 @@ class CfmmKind(Kind):
     def report_table(self, section: dict[str, Any], fmt) -> ReportTable:  # noqa: ANN001
         from cftools.kinds.cfmm.scores import table_rows
 
-        return ReportTable(self.name, "CFMM accuracy (%) per type: basic, counterfactual, both (acc+); summed as the "
-                           "paper does (per-type percentages added, of 600)",
+        return ReportTable(self.kind.name, "CFMM accuracy (%) per type: basic, counterfactual, both (acc+); summed as "
+                           "the paper does (per-type percentages added, of 600)",
                            ["type", "n", "acc_b", "unknown", "acc_c", "unknown", "acc+"], table_rows(section, fmt))
 
     def paper_tables(self, section: dict[str, Any], fmt) -> list[ReportTable]:  # noqa: ANN001
         """The edited-image table when the run asked about edited images (`cftools.evaluate.edited`)."""
         from cftools.evaluate.edited import edited_tables
 
-        return edited_tables(self.name, section, fmt)
+        return edited_tables(self.kind.name, section, fmt)
 
     def csv_rows(self, section: dict[str, Any]) -> list:
         from cftools.kinds.cfmm.scores import METRICS, RANDOM, SUMMED
@@ -310,3 +317,14 @@ class CfmmKind(Kind):
         return ("CFMM accuracy", [r["type"] for r in rows],
                 [("basic (acc_b)", [r["acc_b"] for r in rows]), ("counterfactual (acc_c)", [r["acc_c"] for r in rows]),
                  ("both (acc+)", [r["acc_plus"] for r in rows])])
+
+
+class CfmmKind(Kind):
+    name = "cfmm"
+    title = "CFMM: basic/counterfactual question pairs with two options each"
+    ingest = CfmmIngest
+    generate = CfmmGenerate
+    check = CfmmCheck
+    annotate = CfmmAnnotate
+    release = CfmmRelease
+    evaluate = CfmmEvaluate

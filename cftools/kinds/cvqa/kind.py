@@ -8,17 +8,26 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-from cftools.kinds.base import Check, EditSubject, ExportFormat, Generator, Kind, ReportTable
+from cftools.kinds.base import (AnnotateHooks, Check, CheckHooks, EditSubject, EvaluateHooks, ExportFormat, Generator,
+                                GenerateHooks, IngestHooks, Kind, ReleaseHooks, ReportTable)
 from cftools.kinds.cvqa.checks import declared_checks
 from cftools.kinds.cvqa.model import BOOLEAN, COUNT_GROUPS, GROUP_ANSWER_TYPE, GROUPS, CvqaData
 from cftools.kinds.cvqa.release import write_csv
 
 
-class CvqaKind(Kind):
-    name = "cvqa"
-    title = "C-VQA: rewritten VQA questions (numerical direct, numerical indirect, boolean)"
+
+class CvqaIngest(IngestHooks):
     data_model = CvqaData
     groups = GROUPS
+
+    def commands(self) -> dict[str, list]:
+        from cftools.kinds.cvqa import commands as cvqa_commands
+
+        return {"ingest": [cvqa_commands.ingest_cvqa_cmd],
+                "generate": [cvqa_commands.rewrite_cmd, cvqa_commands.reparse_cmd]}
+
+
+class CvqaGenerate(GenerateHooks):
     generators = (
         Generator("rewrite", "chain-of-thought rewriting of a source question into a counterfactual one; "
                   "booleans flip the answer first", inputs=("source question", "answer"),
@@ -27,18 +36,6 @@ class CvqaKind(Kind):
         Generator("reparse", "the rewrite parser over stored outputs again, no model call",
                   inputs=("stored outputs",), outputs=("question", "answer")),
     )
-    tasks = {"verify": "cvqa/verify.xml.j2", "adjudicate": "cvqa/adjudicate.xml.j2", "edit": "cvqa/edit.xml.j2"}
-    export_formats = (ExportFormat("cvqa", "the C-VQA CSV columns as published (items with an original question)",
-                                   write_csv, keeps=lambda r: bool(r.get("original_question"))),)
-    metrics = ("original", "counterfactual", "drop", "unknown_original", "unknown_counterfactual")
-    paper_settings = {"mode": "generate"}  # the paper reads the models' generated answers
-
-    @property
-    def checks(self) -> tuple[Check, ...]:  # type: ignore[override]
-        return declared_checks()
-
-    def answer_type(self, group: str, answer: Optional[str]) -> Optional[str]:
-        return GROUP_ANSWER_TYPE.get(group)
 
     def edit_subject(self, item: Any, source: Any) -> Optional[EditSubject]:
         """The source question about the edited image must get the rewritten question's answer."""
@@ -48,6 +45,15 @@ class CvqaKind(Kind):
         if not question or answer is None or not item.question or item.answer is None:
             return None
         return EditSubject(question, str(answer), item.question, str(item.answer), GROUP_ANSWER_TYPE.get(item.group))
+
+
+class CvqaCheck(CheckHooks):
+    @property
+    def checks(self) -> tuple[Check, ...]:  # type: ignore[override]
+        return declared_checks()
+
+    def answer_type(self, group: str, answer: Optional[str]) -> Optional[str]:
+        return GROUP_ANSWER_TYPE.get(group)
 
     def answer_style(self, item) -> Optional[str]:  # noqa: ANN001
         from cftools.item_view import options
@@ -61,11 +67,9 @@ class CvqaKind(Kind):
         # a counting type without options (abs_counting_*) still takes a count: the check flags "zero"
         return "count" if (item.group or "").startswith("abs_counting_") else None
 
-    def commands(self) -> dict[str, list]:
-        from cftools.kinds.cvqa import commands as cvqa_commands
 
-        return {"ingest": [cvqa_commands.ingest_cvqa_cmd],
-                "generate": [cvqa_commands.rewrite_cmd, cvqa_commands.reparse_cmd]}
+class CvqaAnnotate(AnnotateHooks):
+    tasks = {"verify": "cvqa/verify.xml.j2", "adjudicate": "cvqa/adjudicate.xml.j2", "edit": "cvqa/edit.xml.j2"}
 
     def task_data(self, item: Any, source: Any, image_value: str, extra_images: dict[str, str]) -> dict[str, Any]:
         # item.data (the source row's type and line) is cftools' record, not something to judge: not shown.
@@ -79,7 +83,7 @@ class CvqaKind(Kind):
     def task_spec(self, task: str):  # noqa: ANN201
         from cftools.annotate.edit_task import EDIT, edit_spec
 
-        return edit_spec(self.name) if task == EDIT else None
+        return edit_spec(self.kind.name) if task == EDIT else None
 
     def task_units(self, task: str, item: Any) -> list[str]:
         from cftools.annotate.edit_task import edit_units
@@ -90,7 +94,7 @@ class CvqaKind(Kind):
                      extra_images: dict[str, str]) -> dict[str, Any]:
         from cftools.annotate.edit_task import edit_payload
 
-        subject = self.edit_subject(item, source)
+        subject = self.kind.hooks.generate.edit_subject(item, source)
         return edit_payload(unit, item, subject.original_question if subject else "", image_value, extra_images)
 
     def read_judgment(self, purpose: str, result: Any, workspace_root: Optional[str] = None) -> Any:
@@ -109,7 +113,8 @@ class CvqaKind(Kind):
     def decide_task(self, task: str, unit: str, item: Any, answers: Sequence[tuple[str, Any]]):  # noqa: ANN201
         from cftools.annotate.edit_task import decide_edit, free_text_answer, item_source
 
-        subject = self.edit_subject(item, item_source(item))  # an irrelevant edit's answer must stay the original
+        # an irrelevant edit's answer must stay the original
+        subject = self.kind.hooks.generate.edit_subject(item, item_source(item))
         return decide_edit(unit, answers, free_text_answer, subject.original_answer if subject else None)
 
     def agreement_labels(self, task: str, answer: Any) -> dict[str, str]:
@@ -117,14 +122,22 @@ class CvqaKind(Kind):
 
         return edit_agreement_labels(answer) if task == EDIT else {}
 
-    # -- eval --------------------------------------------------------------------------------------------------
+
+class CvqaRelease(ReleaseHooks):
+    export_formats = (ExportFormat("cvqa", "the C-VQA CSV columns as published (items with an original question)",
+                                   write_csv, keeps=lambda r: bool(r.get("original_question"))),)
+
+
+class CvqaEvaluate(EvaluateHooks):
+    metrics = ("original", "counterfactual", "drop", "unknown_original", "unknown_counterfactual")
+    paper_settings = {"mode": "generate"}  # the paper reads the models' generated answers
 
     def eval_questions(self, record: dict, ctx) -> list:  # noqa: ANN001
         from cftools.evaluate.edited import edited_questions  # the original question about the edited image
         from cftools.evaluate.questions import pair_questions
 
-        questions = pair_questions(record, ctx, self)
-        return questions + edited_questions(record, ctx, self, questions)
+        questions = pair_questions(record, ctx, self.kind)
+        return questions + edited_questions(record, ctx, self.kind, questions)
 
     def read_as_paper(self, question: Any, raw: Optional[str]) -> Optional[tuple[Optional[str], bool]]:
         """The C-VQA scripts' reading (format_response.py + calc_acc.py; see cftools.kinds.cvqa.scores)."""
@@ -146,7 +159,7 @@ class CvqaKind(Kind):
         rows = [[r["group"], str(r["n"]), fmt.pct(r["original"]), fmt.rate(r["unknown_original"]),
                  fmt.pct(r["counterfactual"]), fmt.rate(r["unknown_counterfactual"]), fmt.pct(r["drop"])]
                 for r in section["rows"]]
-        return ReportTable(self.name, "C-VQA accuracy (%), original vs counterfactual",
+        return ReportTable(self.kind.name, "C-VQA accuracy (%), original vs counterfactual",
                            ["group", "n", "original", "unknown", "counterfactual", "unknown", "drop"], rows)
 
     def paper_tables(self, section: dict[str, Any], fmt) -> list[ReportTable]:  # noqa: ANN001
@@ -155,12 +168,12 @@ class CvqaKind(Kind):
         from cftools.evaluate.edited import edited_tables
 
         rows = section["rows"]
-        return [ReportTable(self.name, "C-VQA accuracy (%) in the paper's Table 1 layout",
+        return [ReportTable(self.kind.name, "C-VQA accuracy (%) in the paper's Table 1 layout",
                             ["", *[r["group"] for r in rows]],
                             [["original", *[fmt.pct(r["original"]) for r in rows]],
                              ["counterfactual", *[fmt.pct(r["counterfactual"]) for r in rows]],
                              ["drop", *[fmt.pct(r["drop"]) for r in rows]]]),
-                *edited_tables(self.name, section, fmt)]
+                *edited_tables(self.kind.name, section, fmt)]
 
     def csv_rows(self, section: dict[str, Any]) -> list:
         out = []
@@ -176,3 +189,14 @@ class CvqaKind(Kind):
         rows = section["rows"]
         return ("C-VQA accuracy", [r["group"] for r in rows],
                 [("original", [r["original"] for r in rows]), ("counterfactual", [r["counterfactual"] for r in rows])])
+
+
+class CvqaKind(Kind):
+    name = "cvqa"
+    title = "C-VQA: rewritten VQA questions (numerical direct, numerical indirect, boolean)"
+    ingest = CvqaIngest
+    generate = CvqaGenerate
+    check = CvqaCheck
+    annotate = CvqaAnnotate
+    release = CvqaRelease
+    evaluate = CvqaEvaluate

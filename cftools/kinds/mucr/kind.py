@@ -26,16 +26,25 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from cftools.kinds.base import Check, ExportFormat, Generator, Kind, ReportTable, TaskOutcome, TaskSpec
+from cftools.kinds.base import (AnnotateHooks, Check, CheckHooks, EvaluateHooks, ExportFormat, GenerateHooks, Generator,
+                                IngestHooks, Kind, ReleaseHooks, ReportTable, TaskOutcome, TaskSpec)
 from cftools.kinds.mucr.model import CHOICE_TASKS, FACETS, TASKS, MucrData, cue_options, exp_score, lines
 from cftools.kinds.mucr.scores import TASK_LABELS, choice_scores, facet_groups, parts_of
 
 
-class MucrKind(Kind):
-    name = "mucr"
-    title = "MuCR: cause/effect image pairs with cue, false cues and explanations"
+class MucrIngest(IngestHooks):
     data_model = MucrData
     groups = ()
+
+    def commands(self) -> dict[str, list]:
+        from cftools.kinds.mucr import commands as mucr_commands
+
+        return {"ingest": [mucr_commands.ingest_captions_cmd, mucr_commands.ingest_mucr_cmd],
+                "generate": [mucr_commands.captions_cmd, mucr_commands.context_cmd, mucr_commands.images_cmd,
+                             mucr_commands.cues_cmd]}
+
+
+class MucrGenerate(GenerateHooks):
     generators = (
         Generator("captions", "caption pairs drafted from seed causalities, a group per seed",
                   inputs=("seed causality",), outputs=("cause_caption", "effect_caption", "category"),
@@ -51,25 +60,16 @@ class MucrKind(Kind):
                   inputs=("context.cause_description", "context.effect_description"),
                   outputs=("cue", "false_cues", "explanation_draft"), templates=("mucr/cues.j2",)),
     )
-    task_specs = {spec.name: spec for spec in (
-        # tiebreak 2: a third person when two disagree, then an adjudicator when the three all differ
-        TaskSpec("select", "mucr/select.xml.j2", annotators=2, tiebreak=2, statuses=("draft", "checked"),
-                 description="pick the best cause and effect candidate of a pair and style"),
-        TaskSpec("explain", "mucr/explain.xml.j2", annotators=3, statuses=("checked",), to_status="in_review",
-                 description="three people each explain the pair and confirm its cue set"),
-    )}
-    # each task declared once: verify and adjudicate (the stage's own rules), then the specs' own templates
-    tasks = {"verify": "mucr/verify.xml.j2", "adjudicate": "mucr/adjudicate.xml.j2",
-             **{name: spec.template for name, spec in task_specs.items()}}
-    metrics = ("c2e", "e2c", "cue", "exp_s1", "exp_s2", "exp_s3", "exp")
-    eval_templates = ("mucr_choice", "mucr_cue", "mucr_explain", "mucr_judge")
 
-    def __init__(self) -> None:
-        from cftools.kinds.mucr import checks as mucr_checks, release as mucr_release
+
+class MucrCheck(CheckHooks):
+    def __init__(self, kind: Kind) -> None:
+        super().__init__(kind)
+        from cftools.kinds.mucr import checks as mucr_checks
 
         self.prompt_length = mucr_checks.PromptLength()
         self.identical_images = mucr_checks.IdenticalImages()
-        self._checks = (
+        self.checks = (
             Check("context_missing", mucr_checks.check_context_missing, mucr_checks.is_caption_pair,
                   "every MuCR caption pair"),
             Check("context_inconsistent", mucr_checks.check_context_inconsistent, mucr_checks.is_caption_pair,
@@ -91,25 +91,6 @@ class MucrKind(Kind):
             Check("identical_images", self.identical_images, mucr_checks.has_pair_images,
                   "MuCR pairs with a cause and an effect image"),
         )
-        self._formats = (ExportFormat("mucr", "the MuCR JSONL (--mucr-schema readme-2024-08-31|readme-2024-08-14|"
-                                      "cause-effect), images, form-1 composites beside the split images, recorded "
-                                      "choice sets and the data card",
-                                      mucr_release.write_mucr, keeps=mucr_release.keeps),)
-
-    @property
-    def checks(self) -> tuple[Check, ...]:  # type: ignore[override]
-        return self._checks
-
-    @property
-    def export_formats(self) -> tuple[ExportFormat, ...]:  # type: ignore[override]
-        return self._formats
-
-    paper_settings = {"mucr_input": "composite"}  # the paper's main table: one composite image (form 1)
-
-    def setting_used(self, setting: str, config: dict[str, Any], section: dict[str, Any]) -> Optional[str]:
-        if setting == "mucr_input":
-            return section.get("input")  # decided per item: composite where the release has it
-        return super().setting_used(setting, config, section)
 
     def prepare_checks(self, config: dict[str, Any]) -> None:
         self.prompt_length.configure(config)
@@ -117,27 +98,21 @@ class MucrKind(Kind):
     def use_store(self, store: Any) -> None:
         self.identical_images.use_store(store)
 
-    def commands(self) -> dict[str, list]:
-        from cftools.kinds.mucr import commands as mucr_commands
-
-        return {"ingest": [mucr_commands.ingest_captions_cmd, mucr_commands.ingest_mucr_cmd],
-                "generate": [mucr_commands.captions_cmd, mucr_commands.context_cmd, mucr_commands.images_cmd,
-                             mucr_commands.cues_cmd]}
-
-    def command_options(self, command: str) -> list:
-        from cftools.kinds.mucr import commands as mucr_commands
-
-        return mucr_commands.stage_options(command)
-
-    def card_section(self, records: Sequence[dict], provenance: Sequence[dict], context: dict[str, Any]) -> list[str]:
-        from cftools.kinds.mucr.release import card_section
-
-        return card_section(records, provenance, context)
-
     def answer_type(self, group: str, answer: Optional[str]) -> Optional[str]:
         return "other"
 
-    # -- annotation --------------------------------------------------------------------------------------------
+
+class MucrAnnotate(AnnotateHooks):
+    task_specs = {spec.name: spec for spec in (
+        # tiebreak 2: a third person when two disagree, then an adjudicator when the three all differ
+        TaskSpec("select", "mucr/select.xml.j2", annotators=2, tiebreak=2, statuses=("draft", "checked"),
+                 description="pick the best cause and effect candidate of a pair and style"),
+        TaskSpec("explain", "mucr/explain.xml.j2", annotators=3, statuses=("checked",), to_status="in_review",
+                 description="three people each explain the pair and confirm its cue set"),
+    )}
+    # each task declared once: verify and adjudicate (the stage's own rules), then the specs' own templates
+    tasks = {"verify": "mucr/verify.xml.j2", "adjudicate": "mucr/adjudicate.xml.j2",
+             **{name: spec.template for name, spec in task_specs.items()}}
 
     def task_spec(self, task: str) -> Optional[TaskSpec]:
         return self.task_specs.get(task)
@@ -177,21 +152,6 @@ class MucrKind(Kind):
             answer.fields.update(mucr_annotate.read_adjudication(answers))
             return answer
         return super().read_judgment(purpose, result, workspace_root)
-
-    def record_problem(self, record: dict[str, Any]) -> Optional[str]:
-        from cftools.kinds.mucr.annotate import record_problem
-
-        return record_problem(record)
-
-    def diff_fields(self, record: dict[str, Any]) -> dict[str, Any]:
-        """A MuCR item's questions are fixed by the templates; its answer is the selected cause/effect pair, the
-        right choice of each choice task, the cue and the explanations (the references of Exp); its options the
-        choice images and the cue's false cues (a changed pair or choice image is also a new image)."""
-        data = record.get("data") or {}
-        return {"question": None,
-                "answer": {k: data.get(k) for k in ("cause_image", "effect_image", "c2e_answer", "e2c_answer", "cue",
-                                                   "explanations")},
-                "options": {k: data.get(k) for k in ("c2e_choices", "e2c_choices", "cue_choices", "false_cues")}}
 
     def check_judgment(self, task: str, answer: Any, task_data: dict[str, Any]) -> None:
         from cftools.kinds.mucr import annotate as mucr_annotate
@@ -241,7 +201,52 @@ class MucrKind(Kind):
                 "question": item.question, "proposed_answer": item.answer or "",
                 **mucr_annotate.cue_adjudication_data(data)}
 
-    # -- eval --------------------------------------------------------------------------------------------------
+
+class MucrRelease(ReleaseHooks):
+    def __init__(self, kind: Kind) -> None:
+        super().__init__(kind)
+        from cftools.kinds.mucr import release as mucr_release
+
+        self.export_formats = (ExportFormat("mucr", "the MuCR JSONL (--mucr-schema readme-2024-08-31|readme-2024-08-14|"
+                                      "cause-effect), images, form-1 composites beside the split images, recorded "
+                                      "choice sets and the data card",
+                                      mucr_release.write_mucr, keeps=mucr_release.keeps),)
+
+    def command_options(self, command: str) -> list:
+        from cftools.kinds.mucr import commands as mucr_commands
+
+        return mucr_commands.stage_options(command)
+
+    def card_section(self, records: Sequence[dict], provenance: Sequence[dict], context: dict[str, Any]) -> list[str]:
+        from cftools.kinds.mucr.release import card_section
+
+        return card_section(records, provenance, context)
+
+    def record_problem(self, record: dict[str, Any]) -> Optional[str]:
+        from cftools.kinds.mucr.annotate import record_problem
+
+        return record_problem(record)
+
+    def diff_fields(self, record: dict[str, Any]) -> dict[str, Any]:
+        """A MuCR item's questions are fixed by the templates; its answer is the selected cause/effect pair, the
+        right choice of each choice task, the cue and the explanations (the references of Exp); its options the
+        choice images and the cue's false cues (a changed pair or choice image is also a new image)."""
+        data = record.get("data") or {}
+        return {"question": None,
+                "answer": {k: data.get(k) for k in ("cause_image", "effect_image", "c2e_answer", "e2c_answer", "cue",
+                                                   "explanations")},
+                "options": {k: data.get(k) for k in ("c2e_choices", "e2c_choices", "cue_choices", "false_cues")}}
+
+
+class MucrEvaluate(EvaluateHooks):
+    metrics = ("c2e", "e2c", "cue", "exp_s1", "exp_s2", "exp_s3", "exp")
+    eval_templates = ("mucr_choice", "mucr_cue", "mucr_explain", "mucr_judge")
+    paper_settings = {"mucr_input": "composite"}  # the paper's main table: one composite image (form 1)
+
+    def setting_used(self, setting: str, config: dict[str, Any], section: dict[str, Any]) -> Optional[str]:
+        if setting == "mucr_input":
+            return section.get("input")  # decided per item: composite where the release has it
+        return super().setting_used(setting, config, section)
 
     def prepare_eval_items(self, items: Sequence[Any], options: dict[str, Any]) -> None:
         from cftools.kinds.mucr.release import add_choice_sets
@@ -283,7 +288,7 @@ class MucrKind(Kind):
 
         def ask(which: str, gold: str, answer_type: str, prompt: Any, options: Any = None, gold_option: Any = None,
                 references: Any = None) -> Question:
-            return Question(item_id, which, self.name, group, gold, answer_type, prompt, options, gold_option,
+            return Question(item_id, which, self.kind.name, group, gold, answer_type, prompt, options, gold_option,
                             references, facets=facets)
 
         questions = []
@@ -381,7 +386,7 @@ class MucrKind(Kind):
                 "candidate images to choose among (`c2e_choices`, `e2c_choices`), which `cftools export --format "
                 "mucr` (and the lmms-eval export) draw; a native release has none (docs/eval.md, \"MuCR C2E and "
                 "E2C\")") if unasked else ""
-        return ReportTable(self.name, title, ["task", "n", "score", "unknown"], rows, note=note)
+        return ReportTable(self.kind.name, title, ["task", "n", "score", "unknown"], rows, note=note)
 
     def csv_rows(self, section: dict[str, Any]) -> list:
         rows = [("total", metric, section[metric], None) for metric in (*TASKS, "exp")]
@@ -396,3 +401,12 @@ class MucrKind(Kind):
         return "MuCR accuracy", [t.upper() for t in TASKS], [("accuracy", [section[t] for t in TASKS])]
 
 
+class MucrKind(Kind):
+    name = "mucr"
+    title = "MuCR: cause/effect image pairs with cue, false cues and explanations"
+    ingest = MucrIngest
+    generate = MucrGenerate
+    check = MucrCheck
+    annotate = MucrAnnotate
+    release = MucrRelease
+    evaluate = MucrEvaluate

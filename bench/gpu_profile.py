@@ -21,6 +21,11 @@ each, 16 new tokens), prepared once (`prepare("generate", ...)`), so nothing her
   `static-compiled` = the same, compiled by transformers (torch.compile of the decoding step, CUDA graphs): what
   `CFTOOLS_COMPILE=1` does; its first call (the compilation) timed apart. (A plain greedy loop of the runner's own,
   with no host sync between steps, was measured in the first round too and removed: no faster than generate().)
+- `prefill` (`--parts prefill`; not in the default parts: ~1-2 minutes of compilation): the lever the `time` part
+  points at next, the prefill's elementwise work between its matrix products. The language model's prompt pass
+  eager against the same pass under `torch.compile` (inductor fuses RMSNorm, rotary embeddings, SiLU and the
+  residual adds), and under `mode="max-autotune-no-cudagraphs"`: each one's compilation (first call) timed apart,
+  then the median of --repeats, and the largest difference of the last position's logits against eager.
 """
 
 from __future__ import annotations
@@ -139,6 +144,42 @@ def timings(runner: Any, inputs: dict[str, Any], clock: Clock, repeats: int) -> 
     return figures
 
 
+def prefill_compiled(runner: Any, inputs: dict[str, Any], clock: Clock, repeats: int,
+                     deadline: float) -> list[dict[str, Any]]:
+    """The language model's prompt pass eager and compiled (see the module's `prefill`): one record per way."""
+    import torch
+
+    model = runner.model
+    language_model = model.model.language_model
+    ids = inputs["input_ids"].clamp(max=model.config.text_config.vocab_size - 1)
+    mask = inputs["attention_mask"]
+    records: list[dict[str, Any]] = []
+    reference = None
+    for way, mode in (("eager", None), ("compiled", "default"), ("compiled-max-autotune", "max-autotune-no-cudagraphs")):
+        if mode is not None and deadline - time.monotonic() < 90:
+            records.append({"way": way, "skipped": f"{deadline - time.monotonic():.0f} s left"})
+            continue
+        forward = language_model if mode is None else torch.compile(language_model, mode=mode, dynamic=False)
+        try:
+            with torch.inference_mode():
+                clock.sync()
+                started = time.perf_counter()
+                last = forward(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state[:, -1].float()
+                clock.sync()
+                first = time.perf_counter() - started
+                seconds = clock.seconds(lambda: forward(input_ids=ids, attention_mask=mask, use_cache=False),
+                                        repeats)
+        except Exception as exc:  # noqa: BLE001 - a way that fails is a result
+            records.append({"way": way, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"})
+            continue
+        reference = last if reference is None else reference
+        records.append({"way": way, "first_call_s": round(first, 3), "seconds": round(seconds, 4),
+                        "tokens": int(mask.sum()), "max_abs_diff_vs_eager": round(float((last - reference).abs()
+                                                                                          .max()), 5)})
+        torch._dynamo.reset()  # the next way compiles afresh
+    return records
+
+
 def profile_one(runner: Any, inputs: dict[str, Any], table_dir: Path | None, device: str) -> dict[str, Any]:
     """torch.profiler over one full generate: the top-20 table (to TABLE_DIR), busy GPU time against the wall."""
     import torch
@@ -239,6 +280,8 @@ def main() -> int:
     parser.add_argument("--batches", type=int, default=4, help="batches each variant answers")
     parser.add_argument("--repeats", type=int, default=5, help="timed calls per figure of the time part")
     parser.add_argument("--variants", default="eager,sdpa,static,static-compiled")
+    parser.add_argument("--parts", default="time,profile,variants",
+                        help="which parts to run, of time, profile, variants, prefill")
     parser.add_argument("--budget", type=float, default=300,
                         help="seconds this may take (variants are skipped past it)")
     args = parser.parse_args()
@@ -266,11 +309,18 @@ def main() -> int:
                                  "batch": args.batch, "prompt_tokens_max": mask.shape[1],
                                  "prompt_tokens_mean": round(float(mask.sum()) / mask.shape[0], 1),
                                  "padding_fraction": round(1 - float(mask.sum()) / mask.numel(), 4)})
-        append_result(args.out, {"part": "profile", "what": "time", "batch": args.batch,
-                                 **timings(runner, inputs, clock, args.repeats)})
-        append_result(args.out, {"part": "profile", "what": "profile", "batch": args.batch,
-                                 **profile_one(runner, inputs, args.table_dir, args.device)})
-        variants(runner, prompts, args.batch, args, clock, deadline)
+        parts = set(args.parts.split(","))
+        if "time" in parts:
+            append_result(args.out, {"part": "profile", "what": "time", "batch": args.batch,
+                                     **timings(runner, inputs, clock, args.repeats)})
+        if "profile" in parts:
+            append_result(args.out, {"part": "profile", "what": "profile", "batch": args.batch,
+                                     **profile_one(runner, inputs, args.table_dir, args.device)})
+        if "prefill" in parts:
+            for record in prefill_compiled(runner, inputs, clock, args.repeats, deadline):
+                append_result(args.out, {"part": "profile", "what": "prefill", "batch": args.batch, **record})
+        if "variants" in parts:
+            variants(runner, prompts, args.batch, args, clock, deadline)
     return 0
 
 

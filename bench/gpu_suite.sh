@@ -9,6 +9,7 @@
 #   ONLY=generate bash bench/gpu_suite.sh         # the generate runner alone, with and without prefetching (~4 min)
 #   ONLY=profile bash bench/gpu_suite.sh          # where generate's time goes at batch 32; the runner's switches (~4 min)
 #   ONLY=compile bash bench/gpu_suite.sh          # generate eager vs compiled (eval --compile) at 32 (~3 min)
+#   ONLY=prefill bash bench/gpu_suite.sh          # the prompt pass eager vs torch.compile'd, at 32 (~3 min)
 #
 # cftools is not installed: it runs from this checkout (PYTHONPATH), its missing dependencies are installed from
 # the wheels in .whl/ (no network) into $SITE, and a dist-info beside them declares cftools' kinds (the entry
@@ -109,6 +110,10 @@ if [[ ",${ONLY:-}," == *",profile,"* ]]; then
     # shellcheck disable=SC2086
     part profile 270 "$PY" bench/gpu_profile.py --out "$RESULTS" --table-dir "$OUT" --budget 240 --repeats 3 \
         ${PROFILE_ARGS:-}
+fi
+# the prefill's elementwise work: the language model's prompt pass eager vs compiled; only when asked (ONLY=prefill)
+if [[ ",${ONLY:-}," == *",prefill,"* ]]; then
+    part prefill 200 "$PY" bench/gpu_profile.py --out "$RESULTS" --parts prefill --budget 180 --repeats 3
 fi
 # eager vs compiled decoding (eval --compile) at batch 32 through cftools eval, 256 questions each, after a compiled
 # warm-up on the same questions (every prompt bucket); only when asked (ONLY=compile, ~3 min)

@@ -161,21 +161,31 @@ def answer_of(judgment: Any) -> Answer:
                   fields=(judgment.raw or {}).get("fields") or {})
 
 
+def counts_toward_item() -> tuple[Any, ...]:
+    """The SQL conditions on a Judgment joined to its AnnotationTask that make it count (see `counted_judgments`):
+    the one rule, for every query that reads judgments toward their items (the quality figures, `cftools report`)."""
+    from sqlalchemy import or_
+
+    from cftools.models import AnnotationTask, Judgment
+
+    return (AnnotationTask.state.not_in(GONE), AnnotationTask.purpose.not_in(MEASURING),
+            or_(AnnotationTask.assignee.is_(None), AnnotationTask.assignee == Judgment.annotator))
+
+
 def counted_judgments(session: Any, kind: Optional[str] = None,
                       item_keys: Optional[Collection[str]] = None) -> list[JudgmentRow]:
     """Every judgment that counts: on a live task (not deleted, returned or requeued) that judges its item (not a
     control or audit task, which measure their person), made by the task's assignee (or in a shared project of old,
     by anyone); only KIND's items and ITEM_KEYS' items when given. The one place that
     says which judgments the quality figures read."""
-    from sqlalchemy import or_, select
+    from sqlalchemy import select
 
     from cftools.models import AnnotationTask, Item, Judgment
 
     query = (select(Item.kind, Item.id, Item.key, AnnotationTask.purpose, Judgment)
              .join(AnnotationTask, AnnotationTask.id == Judgment.task_id)
              .join(Item, Item.id == AnnotationTask.item_id)
-             .where(AnnotationTask.state.not_in(GONE), AnnotationTask.purpose.not_in(MEASURING),
-                    or_(AnnotationTask.assignee.is_(None), AnnotationTask.assignee == Judgment.annotator))
+             .where(*counts_toward_item())
              .order_by(Judgment.annotated_at, Judgment.ls_annotation_id, Judgment.id))
     if kind is not None:
         query = query.where(Item.kind == kind)

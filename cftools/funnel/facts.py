@@ -21,9 +21,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import func, select
 
-from cftools.annotate.projects import GONE
+from cftools.annotate.quality import counts_toward_item
 from cftools.boundary import public_name
 from cftools.flags import WAIVED
 from cftools.judgments import ADJUDICATE, MEASURING
@@ -48,8 +48,6 @@ STAGE_MEANINGS = {
     "adjudicated": "decided by an adjudication (also counted in the outcome it gave)",
     "released": "in a native release the store recorded",
 }
-# Tasks that measure their person and never decide the item (calibration's measuring tasks too)
-MEASURING_PURPOSES = frozenset(MEASURING) | {"measure"}
 NO_GENERATOR = "(ingested: no generator)"
 NO_EDITS = "(no edited images)"
 # where an item's edit backend is recorded: its first edit candidate's provenance (`cftools.generate.edits`)
@@ -264,7 +262,7 @@ def add_tasks(session: Any, by_id: dict[int, _Reading]) -> None:
     query = select(AnnotationTask.item_id, AnnotationTask.purpose, AnnotationTask.state)
     for item_id, purpose, state in session.execute(query):
         item = by_id.get(item_id)
-        if item is None or purpose in MEASURING_PURPOSES:
+        if item is None or purpose in MEASURING:
             continue
         item.stages.add("pushed")
         if purpose == ADJUDICATE and state == "decided":
@@ -272,14 +270,13 @@ def add_tasks(session: Any, by_id: dict[int, _Reading]) -> None:
 
 
 def add_judgments(session: Any, by_id: dict[int, _Reading]) -> None:
-    """The judgments that count (`cftools.annotate.quality.counted_judgments`' rule: a live task that judges its item,
-    by its assignee), read as columns: a store of 100,000 items has some 200,000 of them."""
+    """The judgments that count (`cftools.annotate.quality.counts_toward_item`: a live task that judges its item, by
+    its assignee), read as columns: a store of 100,000 items has some 200,000 of them."""
     query = (select(AnnotationTask.item_id, AnnotationTask.purpose, Judgment.annotator, Judgment.related,
                     Judgment.answer_correct, Judgment.corrected_answer, Judgment.flags, Judgment.comment,
                     Judgment.decision, Judgment.raw["lead_time"].as_float())
              .join(AnnotationTask, AnnotationTask.id == Judgment.task_id)
-             .where(AnnotationTask.state.not_in(GONE), AnnotationTask.purpose.not_in(MEASURING_PURPOSES),
-                    or_(AnnotationTask.assignee.is_(None), AnnotationTask.assignee == Judgment.annotator))
+             .where(*counts_toward_item())
              .order_by(Judgment.annotated_at, Judgment.ls_annotation_id, Judgment.id))
     for item_id, purpose, person, related, correct, corrected, flags, comment, decision, lead in session.execute(query):
         item = by_id.get(item_id)

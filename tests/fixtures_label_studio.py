@@ -269,6 +269,23 @@ class PeopleServers:
         return "".join(f'[label_studio.people."{p.email}"]\nurl = "{p.url}"\ntoken_env = "{p.token_env}"\n'
                        for p in self.people.values()) + extra
 
+    def configure(self, root: Path, prefix: str, annotate: str = "") -> None:
+        """ROOT's cftools.toml pointed at these servers: their document root, PREFIX before project titles, the
+        people tables; ANNOTATE: lines put at the top of its [annotate] table."""
+        config = root / "cftools.toml"
+        text = config.read_text().replace("[label_studio]\n", f'[label_studio]\ndocument_root = "{self.media_root}"'
+                                          f'\nproject_prefix = "{prefix}"\n', 1)
+        if annotate:
+            text = text.replace("\n[annotate]\n", f"\n[annotate]\n{annotate}", 1)
+        config.write_text(text + "\n" + self.config())
+
+    def use_in(self, monkeypatch) -> None:
+        """cftools' environment against these servers: each person's token, none of a shared server's settings."""
+        for person in self.people.values():
+            monkeypatch.setenv(person.token_env, person.token)
+        monkeypatch.delenv("LOCAL_FILES_DOCUMENT_ROOT", raising=False)
+        monkeypatch.delenv("LABEL_STUDIO_URL", raising=False)
+
     def client(self, email: str, server_of: str | None = None):  # noqa: ANN201
         """The SDK client of EMAIL's token, on SERVER_OF's server (default: their own)."""
         from label_studio_sdk import LabelStudio

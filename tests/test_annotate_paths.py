@@ -96,10 +96,7 @@ def workspace_for(servers, workspace, monkeypatch, people: tuple[str, ...]):
     """WORKSPACE configured for PEOPLE of SERVERS (each on their own server)."""
     chosen = PeopleServers({e: servers.people[e] for e in people}, servers.media_root)
     people_config(workspace.root, chosen, f"p-{uuid.uuid4().hex[:8]}")
-    for person in chosen.people.values():
-        monkeypatch.setenv(person.token_env, person.token)
-    monkeypatch.delenv("LOCAL_FILES_DOCUMENT_ROOT", raising=False)
-    monkeypatch.delenv("LABEL_STUDIO_URL", raising=False)
+    chosen.use_in(monkeypatch)
     return load_workspace(workspace.root)
 
 

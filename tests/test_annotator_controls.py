@@ -137,16 +137,9 @@ def world(people_servers, tmp_path_factory):
     root = tmp_path_factory.mktemp("controls") / "ws"
     init_workspace(root).close()
     prefix = f"q-{uuid.uuid4().hex[:8]}"
-    config = root / "cftools.toml"
-    text = config.read_text().replace("[label_studio]\n", f'[label_studio]\ndocument_root = "{people_servers.media_root}"'
-                                      f'\nproject_prefix = "{prefix}"\n', 1)
-    text = text.replace("\n[annotate]\n", "\n[annotate]\ncontrol_rate = 0.6667\nmin_accuracy = 0.8\nmin_controls = 4\n", 1)
-    config.write_text(text + "\n" + people_servers.config())
+    people_servers.configure(root, prefix, annotate="control_rate = 0.6667\nmin_accuracy = 0.8\nmin_controls = 4\n")
     monkeypatch.setenv("CFTOOLS_WORKSPACE", str(root))
-    monkeypatch.delenv("LOCAL_FILES_DOCUMENT_ROOT", raising=False)
-    monkeypatch.delenv("LABEL_STUDIO_URL", raising=False)
-    for person in people_servers.people.values():
-        monkeypatch.setenv(person.token_env, person.token)
+    people_servers.use_in(monkeypatch)
     w = World(root, people_servers, prefix)
     w.add_checked_items(N_ITEMS, "first")  # controls loaded after the items they hide among take their shapes
     controls = write_controls(people_servers.media_root / f"pics-{uuid.uuid4().hex[:6]}")

@@ -139,16 +139,9 @@ def world(people_servers, tmp_path_factory):
     root = tmp_path_factory.mktemp("calibration") / "ws"
     init_workspace(root).close()
     prefix = f"c-{uuid.uuid4().hex[:8]}"
-    config = root / "cftools.toml"
-    text = config.read_text().replace("[label_studio]\n", f'[label_studio]\ndocument_root = '
-                                      f'"{people_servers.media_root}"\nproject_prefix = "{prefix}"\n', 1)
-    text = text.replace("\n[annotate]\n", "\n[annotate]\ncontrol_rate = 0\n", 1)
-    config.write_text(text + "\n" + people_servers.config())
+    people_servers.configure(root, prefix, annotate="control_rate = 0\n")
     monkeypatch.setenv("CFTOOLS_WORKSPACE", str(root))
-    monkeypatch.delenv("LOCAL_FILES_DOCUMENT_ROOT", raising=False)
-    monkeypatch.delenv("LABEL_STUDIO_URL", raising=False)
-    for person in people_servers.people.values():
-        monkeypatch.setenv(person.token_env, person.token)
+    people_servers.use_in(monkeypatch)
     w = World(root, people_servers, prefix)
     folder = people_servers.media_root / f"calib-{uuid.uuid4().hex[:6]}"
     w.cli("ingest", "cvqa", write_items(folder, range(N_DRAFTS + 2 + len(CHECKED_ITEMS))), "--images", folder)

@@ -230,11 +230,9 @@ def items_in(session) -> dict[str, dict]:
 
 def configure(root: Path, people_servers, prefix: str, llm_url: str) -> None:
     """Each person's own server, no control items, and the loopback model with its price."""
+    people_servers.configure(root, prefix, annotate="control_rate = 0\n")
     path = root / "cftools.toml"
-    text = path.read_text().replace("[label_studio]\n", f'[label_studio]\ndocument_root = '
-                                    f'"{people_servers.media_root}"\nproject_prefix = "{prefix}"\n', 1)
-    text = text.replace("\n[annotate]\n", "\n[annotate]\ncontrol_rate = 0\n", 1)
-    config = tomlkit.parse(text + "\n" + people_servers.config())
+    config = tomlkit.parse(path.read_text())
     llm = config["llm"]
     llm["backend"], llm["model"], llm["base_url"] = "openai", "stub", llm_url
     llm["backoff_initial"], llm["backoff_max"] = 0.01, 0.05
@@ -286,10 +284,7 @@ def world(people_servers, model, tmp_path_factory):
     prefix = f"f-{uuid.uuid4().hex[:8]}"
     configure(root, people_servers, prefix, model.base_url)
     monkeypatch.setenv("CFTOOLS_WORKSPACE", str(root))
-    monkeypatch.delenv("LOCAL_FILES_DOCUMENT_ROOT", raising=False)
-    monkeypatch.delenv("LABEL_STUDIO_URL", raising=False)
-    for person in people_servers.people.values():
-        monkeypatch.setenv(person.token_env, person.token)
+    people_servers.use_in(monkeypatch)
     w = World(root, people_servers, prefix)
     try:
         build_through_the_loop(w, people_servers.media_root / f"loop-{uuid.uuid4().hex[:6]}")

@@ -33,19 +33,13 @@ from cftools.workspace import load_workspace
 
 
 def people_config(ws_root: Path, people_servers, prefix: str) -> None:
-    config = ws_root / "cftools.toml"
-    text = config.read_text().replace("[label_studio]\n", f'[label_studio]\ndocument_root = "{people_servers.media_root}"'
-                                      f'\nproject_prefix = "{prefix}"\n', 1)
-    config.write_text(text + "\n" + people_servers.config())
+    people_servers.configure(ws_root, prefix)
 
 
 @pytest.fixture
 def people_ws(workspace, people_servers, monkeypatch):
     people_config(workspace.root, people_servers, f"p-{uuid.uuid4().hex[:8]}")
-    for person in people_servers.people.values():
-        monkeypatch.setenv(person.token_env, person.token)
-    monkeypatch.delenv("LOCAL_FILES_DOCUMENT_ROOT", raising=False)
-    monkeypatch.delenv("LABEL_STUDIO_URL", raising=False)
+    people_servers.use_in(monkeypatch)
     ws = load_workspace(workspace.root)
     yield ws
     ws.close()

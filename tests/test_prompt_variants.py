@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import tomlkit
 
+from test_batch_api import questions, rows
 from cftools.ingest.readers import ingest_table
 from cftools.models import ACCEPTED, DRAFT, REJECTED, Generation, Item, utcnow
 
@@ -35,21 +36,6 @@ def configure(workspace, base_url: str, prices: dict | None = None) -> None:
         section["prices"] = table
     path.write_text(tomlkit.dumps(config))
     workspace.config = tomlkit.parse(path.read_text()).unwrap()
-
-
-def questions(workspace, tmp_path: Path, n: int) -> None:
-    table = tmp_path / f"q{n}.csv"
-    table.write_text("image,question,answer\n" + "".join(
-        f"img{i}.jpg,How many things of kind {i} are there?,{i % 7}\n" for i in range(n)))
-    ingest_table(workspace.store, table)
-
-
-def rows(workspace, sql: str) -> list[tuple]:
-    db = sqlite3.connect(workspace.root / "cftools.db", timeout=60)
-    try:
-        return db.execute(sql).fetchall()
-    finally:
-        db.close()
 
 
 def prompts_sent(llm_server) -> list[str]:

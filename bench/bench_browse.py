@@ -59,11 +59,17 @@ def draw_image(index: int) -> bytes:
     return buffer.getvalue()
 
 
+# Three explanations of one item worded apart: export refuses an item whose explanations are near copies of each
+# other (cftools.kinds.mucr.annotate.NEAR_COPY), as the first wording (one sentence, n changed) was.
+EXPLANATIONS = (
+    "In the first image, person {index} carries a {word} into the rain. In the second image, it is soaked.",
+    "Rain falls on whatever is outside, so the {word} that person {index} took out has become wet through.",
+    "Storm water soaks anything left uncovered; person {index} held the {word} without any cover at all.",
+)
+
+
 def explanation(index: int, n: int) -> str:
-    word = WORDS[(index + n) % len(WORDS)]
-    return (f"In the first image, person {index} version {n} carries a {word} into the rain. In the second image, "
-            f"the {word} of person {index} is soaked ({'abc'[n]} reading). The causal link is that rain wets "
-            f"what is carried outside, seen {n + 1} ways.")
+    return EXPLANATIONS[n].format(index=index, word=WORDS[(index + n) % len(WORDS)])
 
 
 def item_row(index: int, shas: list[str], source_ids: dict[str, int]) -> dict:
@@ -90,12 +96,9 @@ def item_row(index: int, shas: list[str], source_ids: dict[str, int]) -> dict:
                      "explanations": [explanation(index, n) for n in range(3)]}}
 
 
-def build_store(root: Path, n_items: int, n_images: int) -> Path:
-    workspace = init_workspace(root / "ws")
-    image_dir = root / "images"
+def write_images(image_dir: Path, n_images: int, now) -> list[dict]:  # noqa: ANN001
+    """N_IMAGES distinct small PNGs written to IMAGE_DIR (made here), as rows of the images table."""
     image_dir.mkdir()
-    store = workspace.store
-    now = utcnow()
     images = []
     for index in range(n_images):
         data = draw_image(index)
@@ -103,6 +106,14 @@ def build_store(root: Path, n_items: int, n_images: int) -> Path:
         path.write_bytes(data)
         images.append({"sha256": hashlib.sha256(data).hexdigest(), "width": 64, "height": 48, "format": "png",
                        "size_bytes": len(data), "path": str(path), "created_at": now})
+    return images
+
+
+def build_store(root: Path, n_items: int, n_images: int) -> Path:
+    workspace = init_workspace(root / "ws")
+    store = workspace.store
+    now = utcnow()
+    images = write_images(root / "images", n_images, now)
     shas = [image["sha256"] for image in images]
     with store.write() as session:
         store.insert_ignore(session, Image.__table__, images)

@@ -17,7 +17,6 @@ item sent to people, adjudications, rejections, corrections, redone drafts, deci
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 import shutil
 import sys
@@ -35,7 +34,8 @@ from cftools.models import (AnnotationTask, CheckFlag, Generation, Image, Item, 
 from cftools.workspace import find_workspace, init_workspace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_browse import CHROMIUM, CHROMIUM_ARGS, draw_image, memory_mb, metrics_session, page_metrics  # noqa: E402
+from bench_browse import (CHROMIUM, CHROMIUM_ARGS, memory_mb, metrics_session, page_metrics,  # noqa: E402
+                          write_images)
 
 KINDS = (("cvqa", ("numerical_direct", "numerical_indirect", "boolean")), ("cfmm", ("color", "count", "shape")),
          ("mucr", ("human", "nature")))
@@ -60,16 +60,8 @@ def insert_rows(session, table, rows: list[dict]) -> None:  # noqa: ANN001
 
 def build_store(root: Path, n_items: int, n_images: int) -> Path:
     workspace = init_workspace(root / "ws")
-    image_dir = root / "images"
-    image_dir.mkdir()
     now = utcnow()
-    images = []
-    for index in range(n_images):
-        data = draw_image(index)
-        path = image_dir / f"img_{index:06d}.png"
-        path.write_bytes(data)
-        images.append({"sha256": hashlib.sha256(data).hexdigest(), "width": 64, "height": 48, "format": "png",
-                       "size_bytes": len(data), "path": str(path), "created_at": now})
+    images = write_images(root / "images", n_images, now)
     with workspace.store.write() as session:
         insert_rows(session, Image.__table__, images)
         image_ids = list(session.execute(select(Image.id).order_by(Image.id)).scalars())

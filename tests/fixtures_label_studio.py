@@ -294,6 +294,43 @@ class PeopleServers:
                            max_retries=0)
 
 
+class PeopleWorld:
+    """A workspace at ROOT on PEOPLE_SERVERS, driven through the CLI in-process (a module's world: its tests share
+    it); PREFIX: its project titles' prefix."""
+
+    def __init__(self, root: Path, people_servers: PeopleServers, prefix: str) -> None:
+        from click.testing import CliRunner
+
+        self.root, self.people_servers, self.prefix = root, people_servers, prefix
+        self.runner = CliRunner()
+
+    def cli(self, *args):  # noqa: ANN201
+        from cftools.cli import main
+
+        result = self.runner.invoke(main, [str(a) for a in args], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        return result
+
+    def json(self, *args) -> dict:
+        import json
+
+        return json.loads(self.cli(*args, "--json").output)
+
+    def ws(self):  # noqa: ANN201
+        from cftools.workspace import load_workspace
+
+        return load_workspace(self.root)
+
+    def read(self, query_of):  # noqa: ANN001, ANN201
+        """QUERY_OF(session)'s answer, read from a freshly opened workspace."""
+        ws = self.ws()
+        try:
+            with ws.store.session() as session:
+                return query_of(session)
+        finally:
+            ws.close()
+
+
 @pytest.fixture(scope="session")
 def people_servers(tmp_path_factory) -> PeopleServers:
     """Three people, each with their own Label Studio server (copies of one migrated template with no user, all

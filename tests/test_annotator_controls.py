@@ -17,9 +17,9 @@ from pathlib import Path
 
 import PIL.Image
 import pytest
-from click.testing import CliRunner
 from sqlalchemy import select
 
+from fixtures_label_studio import PeopleWorld
 from simulated_annotators import always_agrees, careful
 from simulated_people_ls import work_through
 from test_annotate import ingest_cvqa_table
@@ -33,7 +33,7 @@ from cftools.models import (
     ACCEPTED, CHECKED, CONTROL as CONTROL_STATUS, AnnotationTask, ControlItem, Item, ItemEvent, Judgment,
     PersonPause, TaskOutcome,
 )
-from cftools.workspace import init_workspace, load_workspace
+from cftools.workspace import init_workspace
 
 ANN1, ANN2, ADJ = "ann1@example.com", "ann2@example.com", "adj@example.com"
 OPTIONS = ("1", "2", "3", "4")
@@ -43,22 +43,7 @@ N_RIGHT = 1
 N_ITEMS = 3  # 2 verification tasks per person; at control_rate 2/3, 4 controls each (min_controls: 4)
 
 
-class World:
-    def __init__(self, root: Path, people_servers, prefix: str) -> None:
-        self.root, self.people_servers, self.prefix = root, people_servers, prefix
-        self.runner = CliRunner()
-
-    def cli(self, *args: str):
-        result = self.runner.invoke(main, [str(a) for a in args], catch_exceptions=False)
-        assert result.exit_code == 0, result.output
-        return result
-
-    def json(self, *args: str) -> dict:
-        return json.loads(self.cli(*args, "--json").output)
-
-    def ws(self):
-        return load_workspace(self.root)
-
+class World(PeopleWorld):
     def work(self, people: dict) -> dict[str, int]:
         return work_through(self.people_servers, people, self.prefix, lambda data: TRUTH, OPTIONS)
 

@@ -17,15 +17,13 @@ from pathlib import Path
 
 import PIL.Image
 import pytest
-from click.testing import CliRunner
 from sqlalchemy import select
 
-from fixtures_label_studio import verify_result
+from fixtures_label_studio import PeopleWorld, verify_result
 from simulated_people_ls import open_tasks
 
 from cftools.annotate.measure import flagged_sample
 from cftools.checks.calibration import check_calibration
-from cftools.cli import main
 from cftools.models import CHECKED, DRAFT, REJECTED, AnnotationTask, CheckFlag, Item, TaskOutcome
 from cftools.workspace import init_workspace, load_workspace
 
@@ -46,28 +44,7 @@ def number_of(data: dict) -> int:
     return int(str(data["question"]).rsplit("(item ", 1)[1].rstrip(")?"))
 
 
-class World:
-    def __init__(self, root: Path, people_servers, prefix: str) -> None:
-        self.root, self.people_servers, self.prefix = root, people_servers, prefix
-        self.runner = CliRunner()
-
-    def cli(self, *args):
-        result = self.runner.invoke(main, [str(a) for a in args], catch_exceptions=False)
-        assert result.exit_code == 0, result.output
-        return result
-
-    def json(self, *args) -> dict:
-        return json.loads(self.cli(*args, "--json").output)
-
-    def read(self, query_of):
-        """QUERY_OF(session)'s answer, read from a freshly opened workspace."""
-        ws = load_workspace(self.root)
-        try:
-            with ws.store.session() as session:
-                return query_of(session)
-        finally:
-            ws.close()
-
+class World(PeopleWorld):
     def ids(self) -> dict[int, int]:
         """Item number (in its question) -> item id."""
         return self.read(lambda s: {int(q.rsplit("(item ", 1)[1].rstrip(")?")): i

@@ -29,15 +29,14 @@ from pathlib import Path
 import PIL.Image
 import pytest
 import tomlkit
-from click.testing import CliRunner
 from sqlalchemy import select
 
+from fixtures_label_studio import PeopleWorld
 from funnel_people import LEAD_TIME, drawn, judge_open_tasks
 from llm_stub import StubServer
 
-from cftools.cli import main
 from cftools.models import ACCEPTED, REJECTED, AnnotationTask, CheckFlag, Generation, Item
-from cftools.workspace import init_workspace, load_workspace
+from cftools.workspace import init_workspace
 
 SEED = 48
 N_SOURCES = 40
@@ -160,31 +159,13 @@ def write_mucr(folder: Path) -> Path:
 # ---------------------------------------------------------------- the world
 
 
-class World:
+class World(PeopleWorld):
     """The workspace built through the loop, and what each step answered."""
 
     def __init__(self, root: Path, people_servers, prefix: str) -> None:
-        self.root, self.people_servers, self.prefix = root, people_servers, prefix
-        self.runner = CliRunner()
+        super().__init__(root, people_servers, prefix)
         self.checked: dict[str, dict] = {}  # every item as the checks left it, before people saw anything
         self.answers: dict[str, dict] = {}  # each step's JSON answer, by step
-
-    def cli(self, *args):
-        result = self.runner.invoke(main, [str(a) for a in args], catch_exceptions=False)
-        assert result.exit_code == 0, result.output
-        return result
-
-    def json(self, *args) -> dict:
-        return json.loads(self.cli(*args, "--json").output)
-
-    def read(self, query_of):
-        """QUERY_OF(session)'s answer, read from a freshly opened workspace."""
-        ws = load_workspace(self.root)
-        try:
-            with ws.store.session() as session:
-                return query_of(session)
-        finally:
-            ws.close()
 
     def items(self) -> dict[str, dict]:
         """Every item by key: its kind, arm (kind, prompt variant), source number, generator, status and flags."""

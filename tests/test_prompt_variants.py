@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import random
 import sqlite3
-from pathlib import Path
 
 import pytest
 import tomlkit

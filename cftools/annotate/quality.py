@@ -89,6 +89,14 @@ def wilson_interval(correct: int, n: int, confidence: float = CONFIDENCE) -> Opt
     return Interval(correct / n, float(ci.low), float(ci.high), f"Wilson score interval, {percent(confidence)}")
 
 
+def share_with_interval(part: int, whole: int) -> tuple[Optional[float], Optional[list[float]]]:
+    """PART of WHOLE and its Wilson interval as [low, high], as reports write them; (None, None) when WHOLE is 0."""
+    interval = wilson_interval(part, whole)
+    if interval is None:
+        return None, None
+    return part / whole, [interval.low, interval.high]
+
+
 def named_below(correct: int, n: int, min_accuracy: float = DEFAULT_MIN_ACCURACY, confidence: float = CONFIDENCE,
                 min_controls: int = DEFAULT_MIN_CONTROLS) -> bool:
     """True when a person's accuracy interval (CORRECT of N controls) lies wholly below MIN_ACCURACY, once they

@@ -14,11 +14,11 @@ what the report renders."""
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Optional
+from typing import Any
 
 from sqlalchemy import select
 
-from cftools.annotate.quality import wilson_interval
+from cftools.annotate.quality import share_with_interval
 from cftools.checks.edits import edit_codes
 from cftools.judgments import MEASURE, VERIFY
 from cftools.models import REJECTED, AnnotationTask, CheckFlag, Item, TaskOutcome
@@ -34,14 +34,6 @@ def low_precision(workspace: Any) -> float:
     """`[checks] low_precision`: a check whose precision is below it is named low."""
     value = workspace.section("checks").get("low_precision")
     return float(DEFAULT_LOW_PRECISION if value is None else value)
-
-
-def share(part: int, whole: int) -> tuple[Optional[float], Optional[list[float]]]:
-    """PART of WHOLE and its Wilson interval as [low, high]; (None, None) when WHOLE is 0."""
-    interval = wilson_interval(part, whole)
-    if interval is None:
-        return None, None
-    return part / whole, [interval.low, interval.high]
 
 
 def text_flags(session: Any) -> dict[int, set[str]]:
@@ -75,7 +67,7 @@ def precision_rows(flags: dict[int, set[str]], verdicts: dict[int, bool], codes:
     rows = []
     for code in codes:
         measured = [rejected for item_id, rejected in verdicts.items() if code in flags.get(item_id, ())]
-        precision, interval = share(sum(measured), len(measured))
+        precision, interval = share_with_interval(sum(measured), len(measured))
         rows.append({"code": code, "measured": len(measured), "people_rejected": sum(measured),
                      "precision": precision, "interval": interval,
                      "low": precision is not None and precision < below})
@@ -85,12 +77,12 @@ def precision_rows(flags: dict[int, set[str]], verdicts: dict[int, bool], codes:
 def miss_rows(flags: dict[int, set[str]], rejected: dict[int, str], kinds_of: dict[str, set[str]],
               codes: list[str]) -> dict[str, Any]:
     unflagged = sum(not flags.get(item_id) for item_id in rejected)
-    miss_rate, interval = share(unflagged, len(rejected))
+    miss_rate, interval = share_with_interval(unflagged, len(rejected))
     per_check = []
     for code in codes:
         among = [item_id for item_id, kind in rejected.items() if kind in kinds_of[code]]
         missed = sum(code not in flags.get(item_id, ()) for item_id in among)
-        rate, code_interval = share(missed, len(among))
+        rate, code_interval = share_with_interval(missed, len(among))
         per_check.append({"code": code, "missed": missed, "miss_rate": rate, "interval": code_interval})
     return {"people_rejected": len(rejected), "unflagged": unflagged, "miss_rate": miss_rate, "interval": interval,
             "per_check": per_check}

@@ -19,7 +19,7 @@ from typing import Any, Optional
 from sqlalchemy import case, func, select
 from sqlmodel import Session
 
-from cftools.annotate.quality import CONFIDENCE, wilson_interval
+from cftools.annotate.quality import CONFIDENCE, share_with_interval, wilson_interval
 from cftools.llm.cost import usage_by
 from cftools.llm.prompts import DEFAULT_VARIANT
 from cftools.models import ACCEPTED, REJECTED, Generation, Item
@@ -83,10 +83,9 @@ def drafting_costs(session: Session, config: dict[str, Any]) -> dict[tuple[str, 
 
 def arm_row(by: str, kind: str, generator: str, name: str, decided: int, accepted: int,
             cost: Optional[float]) -> dict[str, Any]:
-    interval = wilson_interval(accepted, decided)
+    acceptance, interval = share_with_interval(accepted, decided)
     return {"by": by, "kind": kind, "generator": generator, "name": name, "decided": decided, "accepted": accepted,
-            "acceptance": accepted / decided if decided else None,
-            "interval": [interval.low, interval.high] if interval else None,
+            "acceptance": acceptance, "interval": interval,
             "cost_per_accepted": round(cost / accepted, 6) if cost is not None and accepted else None}
 
 

@@ -26,7 +26,7 @@ demo: install
 	PATH="$(CURDIR)/$(BIN):$$PATH" bash examples/quickstart.sh
 
 # The annotation tests start a real Label Studio server from its own venv (scripts/install-label-studio.sh).
-# --durations=20: every run lists its slowest tests, to keep .ci/run inside its 45 minutes.
+# --durations=20: every run lists its slowest tests, to keep .ci/run under its 40 minutes.
 test: install-test
 	LS_BIN="$$(bash scripts/install-label-studio.sh | tail -n 1)" $(BIN)/python -m pytest --durations=20
 	$(MAKE) test-lowest

@@ -239,17 +239,12 @@ VARIANTS = {"definition": "acceptance = accepted / decided",
                              "better": "terse"}]}
 
 
-def test_the_sections_of_other_parts_are_rendered_when_their_functions_are_there(funnel_workspace, run_cli,
-                                                                                tmp_path, monkeypatch):
+def test_the_calibration_and_variants_sections_are_rendered(funnel_workspace, run_cli, tmp_path, monkeypatch):
     """calibration (`check_calibration`) and variants (`compare_variants`), as shapes48.md gives them."""
-    import sys
-    import types
+    import cftools.funnel.report as report
 
-    for name, function, value in (("cftools.checks.calibration", "check_calibration", CALIBRATION),
-                                  ("cftools.generate.variants", "compare_variants", VARIANTS)):
-        module = types.ModuleType(name)
-        setattr(module, function, lambda session, value=value, **settings: value)
-        monkeypatch.setitem(sys.modules, name, module)
+    for function, value in (("check_calibration", CALIBRATION), ("compare_variants", VARIANTS)):
+        monkeypatch.setattr(report, function, lambda session, value=value, **settings: value)
     data = report_json(run_cli)
     assert data["calibration"] == CALIBRATION and data["variants"] == VARIANTS
     out = tmp_path / "with-sections.html"
@@ -260,15 +255,6 @@ def test_the_sections_of_other_parts_are_rendered_when_their_functions_are_there
     assert "[0.080, 0.420]" in calibration and "3 of 12 items people rejected had no flag" in calibration
     variants = page[page.index('<section id="variants">'):page.index('<section id="redo">')]
     assert "absent" not in variants and "terse" in variants and "0.0001" in variants
-
-
-def test_without_the_other_parts_functions_their_sections_are_absent(funnel_workspace, run_cli, monkeypatch):
-    import sys
-
-    for name in ("cftools.checks.calibration", "cftools.generate.variants"):
-        monkeypatch.setitem(sys.modules, name, None)  # an import of it fails, as on a build without it
-    data = report_json(run_cli)
-    assert data["calibration"] is None and data["variants"] is None
 
 
 def test_the_report_on_postgresql_equals_the_one_on_sqlite(funnel_workspace, postgres_url, tmp_path):

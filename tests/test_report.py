@@ -156,6 +156,48 @@ def test_why_items_die_and_redo(funnel_workspace, run_cli):
     assert sum(day["decided"] for day in data["acceptance_over_time"]) == 5
 
 
+def decisions_in_sql(db: Path) -> dict[str, dict[str, list[int]]]:
+    """Per kind, per day of each decided item's last decision: [decided, accepted], straight from the tables."""
+    query = ("SELECT kind, status, (SELECT date(created_at) FROM item_events e WHERE e.item_id = items.id "
+             "AND e.to_status IN ('accepted', 'rejected') ORDER BY e.id DESC LIMIT 1) FROM items "
+             "WHERE status IN ('accepted', 'rejected')")
+    found: dict[str, dict[str, list[int]]] = {}
+    with sqlite3.connect(db) as connection:
+        for kind, status, day in connection.execute(query):
+            counts = found.setdefault(kind, {}).setdefault(day, [0, 0])
+            counts[0] += 1
+            counts[1] += status == "accepted"
+    return found
+
+
+def test_acceptance_over_time_is_one_series_per_kind(funnel_workspace, run_cli):
+    from matplotlib.figure import Figure
+    from sqlalchemy import update
+
+    from cftools.funnel.page import draw_over_time
+    from cftools.models import Item
+
+    workspace, ids = funnel_workspace
+    with workspace.store.write() as session:  # two kinds decided: one accepted and one rejected item become cfmm
+        session.execute(update(Item).where(Item.id.in_([ids["cvqa:f2"], ids["cvqa:f3"]])).values(kind="cfmm"))
+    data = report_json(run_cli)
+    expected = decisions_in_sql(store_file(workspace))
+    by_kind = data["acceptance_over_time_by_kind"]
+    assert set(by_kind) == {"cvqa", "cfmm"} == set(expected)
+    for kind, days in by_kind.items():
+        assert {d["day"]: [d["decided"], d["accepted"]] for d in days} == expected[kind], kind
+        assert all(d["acceptance"] == round(d["accepted"] / d["decided"], 4) for d in days)
+    assert sum(d["decided"] for days in by_kind.values() for d in days) == 5
+    every = {d["day"]: d["decided"] for d in data["acceptance_over_time"]}
+    assert every == {day: sum(c[0] for k in expected.values() for d, c in k.items() if d == day) for day in every}
+    axes = Figure().add_subplot()
+    draw_over_time(axes, data)
+    lines = {line.get_label(): list(line.get_ydata()) for line in axes.get_lines()}
+    assert set(lines) == {"all kinds", "cvqa", "cfmm"}
+    for kind, days in by_kind.items():
+        assert lines[kind] == [d["acceptance"] for d in days]
+
+
 def test_no_personal_data_in_the_page_or_the_json(funnel_workspace, run_cli, tmp_path):
     workspace, _ = funnel_workspace
     out = tmp_path / "out" / "report.html"
@@ -193,6 +235,7 @@ def test_every_json_key_is_documented(funnel_workspace, run_cli):
     keys |= set(data["cost"]["generator"][0]) | set(data["funnel"]["generator"][-1])
     keys |= set(data["deaths"]["check_codes"][0]) | set(data["deaths"]["people_reasons"][0])
     keys |= set(data["deaths"]["hot_spots"][0]) | set(data["redo"][0]) | set(data["acceptance_over_time"][0])
+    keys |= set(data["acceptance_over_time_by_kind"]["cvqa"][0])
     missing = sorted(key for key in keys if f"`{key}`" not in text)
     assert not missing, f"docs/report.md does not document {missing}"
 

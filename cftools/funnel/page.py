@@ -183,11 +183,20 @@ def short(name: str, width: int = 44) -> str:
 
 
 def draw_over_time(axes: Any, data: dict[str, Any]) -> None:
-    days = data["acceptance_over_time"]
-    axes.plot([d["day"] for d in days], [d["acceptance"] for d in days], marker="o", color="#55A868")
+    """One series per kind (its own colour and marker), and all kinds together dashed behind them."""
+    every = data["acceptance_over_time"]
+    if every:  # drawn first: its days (every day, in order) set the order of the axis's categories
+        axes.plot([d["day"] for d in every], [d["acceptance"] for d in every], linestyle="--", color="#999999",
+                  label="all kinds", zorder=1)
+    markers = "osD^v<>"
+    for n, (kind, days) in enumerate(data["acceptance_over_time_by_kind"].items()):
+        axes.plot([d["day"] for d in days], [d["acceptance"] for d in days], marker=markers[n % len(markers)],
+                  label=kind, zorder=2)
     axes.set_ylim(0, 1.05)
     axes.set_ylabel("accepted / decided")
-    axes.set_title("Acceptance over time (per day of decision)")
+    axes.set_title("Acceptance over time per kind (per day of decision)")
     axes.tick_params(axis="x", labelrotation=30, labelsize=7)
-    if not days:
+    if every:
+        axes.legend(fontsize=7, loc="lower left")
+    else:
         axes.text(0.5, 0.5, "no decided item yet", ha="center", transform=axes.transAxes)

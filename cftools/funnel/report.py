@@ -65,6 +65,8 @@ def build_report(workspace: Any, boundary: Boundary, progress: ProgressCallback 
                    "comments": comments(items, people), "hot_spots": hot_spots(tables)},
         "redo": redo_counts(items),
         "acceptance_over_time": acceptance_over_time(items),
+        "acceptance_over_time_by_kind": {kind: acceptance_over_time(members)
+                                         for kind, members in sorted(items_by_kind(items).items())},
     }
     with workspace.store.session() as session:
         data["calibration"] = check_calibration(session, low_precision_below=low_precision(workspace))
@@ -258,6 +260,13 @@ def redo_counts(items: list[ItemFacts]) -> list[dict[str, Any]]:
     return [{"kind": kind, "generator": generator, "redone": c["redone"], "decided": c["decided"],
              "accepted": c["accepted"], "acceptance": round(c["accepted"] / c["decided"], 4) if c["decided"] else None}
             for (kind, generator), c in sorted(rows.items())]
+
+
+def items_by_kind(items: list[ItemFacts]) -> dict[str, list[ItemFacts]]:
+    kinds: dict[str, list[ItemFacts]] = defaultdict(list)
+    for item in items:
+        kinds[item.kind].append(item)
+    return kinds
 
 
 def acceptance_over_time(items: list[ItemFacts]) -> list[dict[str, Any]]:

@@ -156,6 +156,25 @@ def test_why_items_die_and_redo(funnel_workspace, run_cli):
     assert sum(day["decided"] for day in data["acceptance_over_time"]) == 5
 
 
+def test_an_edit_checks_flag_kills_no_draft(funnel_workspace, run_cli):
+    """An edit check ranks an item's edited images and never holds the item (`cftools.checks.runner.text_codes`): a
+    draft flagged only by one is waiting, not dead; with a text check's flag beside it, the text check holds it."""
+    from sqlalchemy import update
+
+    from cftools.models import CheckFlag
+
+    workspace, ids = funnel_workspace
+    with workspace.store.write() as session:  # cvqa:f4 is a draft; its one flag becomes an edit check's
+        session.execute(update(CheckFlag).where(CheckFlag.item_id == ids["cvqa:f4"]).values(code="edit_misaligned"))
+    codes = {row["code"]: row for row in report_json(run_cli)["deaths"]["check_codes"]}
+    assert (codes["edit_misaligned"]["flagged"], codes["edit_misaligned"]["died"]) == (1, 0)
+    with workspace.store.write() as session:
+        session.add(CheckFlag(item_id=ids["cvqa:f4"], code="arithmetic", reason="2 + 1 is not 4"))
+    codes = {row["code"]: row for row in report_json(run_cli)["deaths"]["check_codes"]}
+    # the item died, held by arithmetic (an item's death is counted under each of its codes)
+    assert codes["arithmetic"]["died"] == 1 and codes["edit_misaligned"]["died"] == 1
+
+
 def decisions_in_sql(db: Path) -> dict[str, dict[str, list[int]]]:
     """Per kind, per day of each decided item's last decision: [decided, accepted], straight from the tables."""
     query = ("SELECT kind, status, (SELECT date(created_at) FROM item_events e WHERE e.item_id = items.id "

@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional
 
 from cftools.boundary import Boundary
 from cftools.checks.calibration import check_calibration, low_precision
+from cftools.checks.edits import edit_codes
 from cftools.funnel.facts import STAGE_MEANINGS, STAGES, CallCost, ItemFacts, StoreFacts, Verdict, read_facts
 from cftools.generate.variants import compare_variants
 from cftools.judgments import ADJUDICATE
@@ -168,9 +169,10 @@ def per(amount: Optional[float], count: int) -> Optional[float]:
 # ---------------------------------------------------------------- why items die
 
 
-def dead(item: ItemFacts) -> bool:
-    """Rejected by people, or still held by a check no person waived."""
-    return "rejected" in item.stages or (item.status == "draft" and bool(set(item.flags) - item.waived))
+def dead(item: ItemFacts, holds_nothing: frozenset[str] = frozenset(edit_codes())) -> bool:
+    """Rejected by people, or still held by a check no person waived (an edit check ranks the item's edited images
+    and never holds it: `cftools.checks.runner.text_codes`)."""
+    return "rejected" in item.stages or (item.status == "draft" and bool(set(item.flags) - item.waived - holds_nothing))
 
 
 def check_deaths(items: list[ItemFacts]) -> list[dict[str, Any]]:

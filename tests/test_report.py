@@ -341,6 +341,6 @@ def test_the_report_on_postgresql_equals_the_one_on_sqlite(funnel_workspace, pos
         on_postgres = build_report(pg, workspace_boundary(pg)).data
     finally:
         pg.close()
-    for section in ("items", "inputs", "funnel", "cost", "redo"):
+    for section in ("items", "inputs", "funnel", "cost", "redo", "acceptance_over_time", "acceptance_over_time_by_kind"):
         assert on_postgres[section] == on_sqlite[section], section
     assert on_postgres["deaths"]["check_codes"] == on_sqlite["deaths"]["check_codes"]

@@ -140,6 +140,10 @@ def test_a_search_lists_exactly_the_items_whose_text_holds_its_words(report_page
     workspace, _ = funnel_workspace
     boundary = workspace_boundary(workspace)
     texts, db = page_texts(tmp_path / "out" / "report.html"), store_file(workspace)
+    # the first view parsed no details chunk and made no search text; the first search made every item's
+    assert page.evaluate("searchable === null && chunks.size === 0")
+    searched(page, "cups")
+    assert page.evaluate("searchable.length") == len(texts)
     # single words, against the store itself: a question (never the control item's), a comment, a flag's reason
     assert searched(page, "cups") == in_sql(db, "SELECT key FROM items WHERE status != 'control' "
                                                 "AND question LIKE '%cups%'") == set(texts)

@@ -156,6 +156,22 @@ def test_why_items_die_and_redo(funnel_workspace, run_cli):
     assert sum(day["decided"] for day in data["acceptance_over_time"]) == 5
 
 
+def test_an_item_whose_first_edit_candidate_failed_is_under_its_edit_backend(funnel_workspace, run_cli):
+    """`generate edits` stores the candidates that were made, keyed by their number: when candidate 0 failed, the
+    item's edited images are still its backend's (the report read candidate 0 only and said it had none)."""
+    from cftools.models import Item
+
+    workspace, ids = funnel_workspace
+    with workspace.store.write() as session:
+        item = session.get(Item, ids["cvqa:f4"])
+        data = dict(item.data)
+        data["edit_candidates"] = {"1": data["edit_candidates"]["0"], "2": data["edit_candidates"]["0"]}
+        data["edit_failures"] = [{"k": 0, "reason": "out of memory"}]
+        item.data = data
+    edits = {row["name"]: row["counts"] for row in report_json(run_cli)["funnel"]["edit_backend"]}
+    assert edits["diffusers:instruct-pix2pix"]["ingested"] == 1 and edits["(no edited images)"]["ingested"] == 6
+
+
 def test_an_edit_checks_flag_kills_no_draft(funnel_workspace, run_cli):
     """An edit check ranks an item's edited images and never holds the item (`cftools.checks.runner.text_codes`): a
     draft flagged only by one is waiting, not dead; with a text check's flag beside it, the text check holds it."""

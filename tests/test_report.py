@@ -172,6 +172,26 @@ def test_an_item_whose_first_edit_candidate_failed_is_under_its_edit_backend(fun
     assert edits["diffusers:instruct-pix2pix"]["ingested"] == 1 and edits["(no edited images)"]["ingested"] == 6
 
 
+def test_the_cost_plot_draws_every_generator_apart():
+    """Two generators whose names end alike (two models, one long template and variant) are two bars with two
+    labels: the plot cut names to their end, and matplotlib drew both under one label, one bar over the other."""
+    from matplotlib.figure import Figure
+
+    from cftools.funnel.page import draw_cost
+
+    names = [f"rewrite · openai:{model} · rewrite_numerical_terse@b2b2b2b2b2b2 · variant terse"
+             for model in ("stub-a", "stub-b")] + ["rewrite · openai:stub-c · rewrite@a1a1a1a1a1a1"]
+    rows = [{"name": name, "accepted": 2, "money": 1.0 + n, "money_per_accepted": 0.5 + n, "tokens_per_accepted": 10}
+            for n, name in enumerate(names)]
+    axes = Figure().add_subplot()
+    draw_cost(axes, {"cost": {"generator": rows}})
+    bars = sorted((patch.get_y(), patch.get_width()) for patch in axes.patches)
+    assert len({y for y, _ in bars}) == 3 and [w for _, w in bars] == [0.5, 1.5, 2.5]
+    labels = [label.get_text() for label in axes.get_yticklabels()]
+    assert len(set(labels)) == 3
+    assert any("stub-a" in label for label in labels) and any("stub-b" in label for label in labels)
+
+
 def test_an_edit_checks_flag_kills_no_draft(funnel_workspace, run_cli):
     """An edit check ranks an item's edited images and never holds the item (`cftools.checks.runner.text_codes`): a
     draft flagged only by one is waiting, not dead; with a text check's flag beside it, the text check holds it."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import io
 import os
+import textwrap
 from pathlib import Path
 from typing import Any, Optional
 
@@ -165,11 +166,12 @@ def draw_funnel(axes: Any, data: dict[str, Any]) -> None:
 
 def draw_cost(axes: Any, data: dict[str, Any]) -> None:
     rows = [row for row in data["cost"][BY_GENERATOR] if row["accepted"]]
-    names = [short(row["name"]) for row in rows]
     priced = all(row["money_per_accepted"] is not None for row in rows) and any(row["money"] for row in rows)
     key, label = (("money_per_accepted", "money per accepted item") if priced
                   else ("tokens_per_accepted", "tokens per accepted item"))
-    axes.barh(names, [row[key] or 0 for row in rows], color="#DD8452")
+    # bars at their own places: two generators under one label would be one category, one bar drawn over the other
+    axes.barh(range(len(rows)), [row[key] or 0 for row in rows], color="#DD8452")
+    axes.set_yticks(range(len(rows)), plot_labels([row["name"] for row in rows]))
     axes.set_xlabel(label)
     axes.set_title(f"Cost per accepted item, per generator ({label})")
     axes.tick_params(axis="y", labelsize=7)
@@ -180,6 +182,14 @@ def draw_cost(axes: Any, data: dict[str, Any]) -> None:
 def short(name: str, width: int = 44) -> str:
     """A generator's name as a plot's label: its end (model, template and variant tell generators apart)."""
     return name if len(name) <= width else "…" + name[-(width - 1):]
+
+
+def plot_labels(names: list[str], width: int = 44) -> list[str]:
+    """Generators' names as a plot's labels: each one's end, or where two ends are alike (one template and variant
+    for two models) the whole name, over lines."""
+    ends = [short(name, width) for name in names]
+    alike = {end for end in ends if ends.count(end) > 1}
+    return [textwrap.fill(name, width) if end in alike else end for name, end in zip(names, ends)]
 
 
 def draw_over_time(axes: Any, data: dict[str, Any]) -> None:

@@ -235,9 +235,11 @@ def test_acceptance_over_time_is_one_series_per_kind(funnel_workspace, run_cli):
     workspace, ids = funnel_workspace
     with workspace.store.write() as session:  # two kinds decided: one accepted and one rejected item become cfmm
         session.execute(update(Item).where(Item.id.in_([ids["cvqa:f2"], ids["cvqa:f3"]])).values(kind="cfmm"))
+        session.execute(update(Item).where(Item.id == ids["cvqa:f4"]).values(kind="mucr"))  # a draft: no decision
     data = report_json(run_cli)
     expected = decisions_in_sql(store_file(workspace))
     by_kind = data["acceptance_over_time_by_kind"]
+    assert by_kind.pop("mucr") == []
     assert set(by_kind) == {"cvqa", "cfmm"} == set(expected)
     for kind, days in by_kind.items():
         assert {d["day"]: [d["decided"], d["accepted"]] for d in days} == expected[kind], kind

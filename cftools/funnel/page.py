@@ -193,13 +193,14 @@ def plot_labels(names: list[str], width: int = 44) -> list[str]:
 
 
 def draw_over_time(axes: Any, data: dict[str, Any]) -> None:
-    """One series per kind (its own colour and marker), and all kinds together dashed behind them."""
+    """One series per kind that has decisions (its own colour and marker), all kinds together dashed behind them."""
     every = data["acceptance_over_time"]
     if every:  # drawn first: its days (every day, in order) set the order of the axis's categories
         axes.plot([d["day"] for d in every], [d["acceptance"] for d in every], linestyle="--", color="#999999",
                   label="all kinds", zorder=1)
     markers = "osD^v<>"
-    for n, (kind, days) in enumerate(data["acceptance_over_time_by_kind"].items()):
+    drawn = {kind: days for kind, days in data["acceptance_over_time_by_kind"].items() if days}
+    for n, (kind, days) in enumerate(drawn.items()):
         axes.plot([d["day"] for d in days], [d["acceptance"] for d in days], marker=markers[n % len(markers)],
                   label=kind, zorder=2)
     axes.set_ylim(0, 1.05)

@@ -50,8 +50,8 @@ STAGE_MEANINGS = {
 }
 NO_GENERATOR = "(ingested: no generator)"
 NO_EDITS = "(no edited images)"
-# where an item's edit backend is recorded: its first edit candidate's provenance (`cftools.generate.edits`)
-EDIT_PROVENANCE = ("edit_candidates", "0", "provenance")
+# where an item's edit backend is recorded: its edit candidates' provenance (`cftools.generate.edits`)
+EDIT_CANDIDATES = "edit_candidates"
 # what the report reads of a call (never its prompt or output, which may be long)
 GENERATION_COLUMNS = (Generation.id, Generation.generator, Generation.backend, Generation.model,
                       Generation.template_name, Generation.template_hash, Generation.prompt_variant,
@@ -220,8 +220,7 @@ class _Reading:
 def item_rows(session: Any, keys: dict[int, GeneratorKey]) -> list[Any]:
     columns = (Item.id, Item.key, Item.kind, Item.group, Item.status, Item.origin, Item.generation_id, Item.source_id,
                Item.question, Item.answer, Item.proposed_answer, Item.data[WAIVED].label("waived"), Item.redo_of,
-               Item.data[(*EDIT_PROVENANCE, "backend")].as_string(), Item.data[(*EDIT_PROVENANCE, "model")].as_string(),
-               SourceQuestion.question,
+               Item.data[EDIT_CANDIDATES].label("candidates"), SourceQuestion.question,
                Image.path)
     query = (select(*columns).outerjoin(SourceQuestion, SourceQuestion.id == Item.source_id)
              .outerjoin(Image, Image.id == SourceQuestion.image_id)
@@ -229,7 +228,7 @@ def item_rows(session: Any, keys: dict[int, GeneratorKey]) -> list[Any]:
              .order_by(Item.id))
     rows = []
     for (item_id, key, kind, group, status, origin, generation_id, source_id, question, answer, proposed, data,
-         redo_of, edit_backend, edit_model, source_question, image_path) in session.execute(query):
+         redo_of, candidates, source_question, image_path) in session.execute(query):
         stages = {"ingested"}
         if origin == "generated" or generation_id is not None:
             stages.add("drafted")
@@ -245,10 +244,20 @@ def item_rows(session: Any, keys: dict[int, GeneratorKey]) -> list[Any]:
         facts = ItemFacts(item_id, key, kind, group, status, key_of.label if key_of else NO_GENERATOR, stages,
                           question, answer, proposed, source_question, image_path,
                           waived=waived, redo_of=redo_of)
-        if edit_backend:
-            facts.edit_backend = f"{edit_backend}:{public_name(edit_model) or '?'}"
+        facts.edit_backend = edit_backend_of(candidates) or NO_EDITS
         rows.append(_Reading(facts, source_id, generation_id))
     return rows
+
+
+def edit_backend_of(candidates: Any) -> Optional[str]:
+    """backend:model of an item's edited images: its lowest-numbered candidate's provenance (only the candidates made
+    are stored: when the first one failed there is no "0")."""
+    if not isinstance(candidates, dict) or not candidates:
+        return None
+    first = candidates[min(candidates, key=lambda k: int(k) if str(k).isdigit() else float("inf"))]
+    provenance = first.get("provenance") if isinstance(first, dict) else None
+    backend = provenance.get("backend") if isinstance(provenance, dict) else None
+    return f"{backend}:{public_name(provenance.get('model')) or '?'}" if backend else None
 
 
 def add_flags(session: Any, by_id: dict[int, _Reading]) -> None:

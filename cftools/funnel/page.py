@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import io
 import os
+import textwrap
 from pathlib import Path
 from typing import Any, Optional
 
@@ -165,11 +166,12 @@ def draw_funnel(axes: Any, data: dict[str, Any]) -> None:
 
 def draw_cost(axes: Any, data: dict[str, Any]) -> None:
     rows = [row for row in data["cost"][BY_GENERATOR] if row["accepted"]]
-    names = [short(row["name"]) for row in rows]
     priced = all(row["money_per_accepted"] is not None for row in rows) and any(row["money"] for row in rows)
     key, label = (("money_per_accepted", "money per accepted item") if priced
                   else ("tokens_per_accepted", "tokens per accepted item"))
-    axes.barh(names, [row[key] or 0 for row in rows], color="#DD8452")
+    # bars at their own places: two generators under one label would be one category, one bar drawn over the other
+    axes.barh(range(len(rows)), [row[key] or 0 for row in rows], color="#DD8452")
+    axes.set_yticks(range(len(rows)), plot_labels([row["name"] for row in rows]))
     axes.set_xlabel(label)
     axes.set_title(f"Cost per accepted item, per generator ({label})")
     axes.tick_params(axis="y", labelsize=7)
@@ -182,12 +184,30 @@ def short(name: str, width: int = 44) -> str:
     return name if len(name) <= width else "…" + name[-(width - 1):]
 
 
+def plot_labels(names: list[str], width: int = 44) -> list[str]:
+    """Generators' names as a plot's labels: each one's end, or where two ends are alike (one template and variant
+    for two models) the whole name, over lines."""
+    ends = [short(name, width) for name in names]
+    alike = {end for end in ends if ends.count(end) > 1}
+    return [textwrap.fill(name, width) if end in alike else end for name, end in zip(names, ends)]
+
+
 def draw_over_time(axes: Any, data: dict[str, Any]) -> None:
-    days = data["acceptance_over_time"]
-    axes.plot([d["day"] for d in days], [d["acceptance"] for d in days], marker="o", color="#55A868")
+    """One series per kind that has decisions (its own colour and marker), all kinds together dashed behind them."""
+    every = data["acceptance_over_time"]
+    if every:  # drawn first: its days (every day, in order) set the order of the axis's categories
+        axes.plot([d["day"] for d in every], [d["acceptance"] for d in every], linestyle="--", color="#999999",
+                  label="all kinds", zorder=1)
+    markers = "osD^v<>"
+    drawn = {kind: days for kind, days in data["acceptance_over_time_by_kind"].items() if days}
+    for n, (kind, days) in enumerate(drawn.items()):
+        axes.plot([d["day"] for d in days], [d["acceptance"] for d in days], marker=markers[n % len(markers)],
+                  label=kind, zorder=2)
     axes.set_ylim(0, 1.05)
     axes.set_ylabel("accepted / decided")
-    axes.set_title("Acceptance over time (per day of decision)")
+    axes.set_title("Acceptance over time per kind (per day of decision)")
     axes.tick_params(axis="x", labelrotation=30, labelsize=7)
-    if not days:
+    if every:
+        axes.legend(fontsize=7, loc="lower left")
+    else:
         axes.text(0.5, 0.5, "no decided item yet", ha="center", transform=axes.transAxes)

@@ -1,12 +1,11 @@
 """The report's JSON twin (`cftools report --json`): the funnel, cost per accepted item, why items die, the redo
-counts, acceptance over time, and the sections other parts compute (check calibration, prompt variants), each
-absent (null) where this build or this store has none. People appear only as keyed pseudonyms, texts from them
+counts, acceptance over time (in all and per kind), and the sections other parts compute (check calibration,
+prompt variants). People appear only as keyed pseudonyms, texts from them
 with any email or local path replaced (`cftools.boundary`)."""
 
 from __future__ import annotations
 
 import gc
-import importlib
 from collections import Counter, defaultdict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -14,7 +13,10 @@ from functools import lru_cache
 from typing import Any, Callable, Iterable, Iterator, Optional
 
 from cftools.boundary import Boundary
+from cftools.checks.calibration import check_calibration, low_precision
+from cftools.checks.edits import edit_codes
 from cftools.funnel.facts import STAGE_MEANINGS, STAGES, CallCost, ItemFacts, StoreFacts, Verdict, read_facts
+from cftools.generate.variants import compare_variants
 from cftools.judgments import ADJUDICATE
 from cftools.models import NEEDS_ADJUDICATION
 from cftools.progress import ProgressCallback, no_progress
@@ -22,9 +24,6 @@ from cftools.progress import ProgressCallback, no_progress
 BY_GROUP, BY_GENERATOR, BY_EDITS = "group", "generator", "edit_backend"
 FUNNEL_BY = (BY_GROUP, BY_GENERATOR, BY_EDITS)  # the funnel's tables: per kind and group, generator, edit backend
 EXAMPLES = 3  # examples shown per reason
-# The sections other parts' library functions compute (module, function): absent when not in this build
-SECTIONS = {"calibration": ("cftools.checks.calibration", "check_calibration"),
-            "variants": ("cftools.generate.variants", "compare_variants")}
 DECIDED = ("accepted", "corrected", "rejected")
 
 
@@ -67,10 +66,12 @@ def build_report(workspace: Any, boundary: Boundary, progress: ProgressCallback 
                    "comments": comments(items, people), "hot_spots": hot_spots(tables)},
         "redo": redo_counts(items),
         "acceptance_over_time": acceptance_over_time(items),
+        "acceptance_over_time_by_kind": {kind: acceptance_over_time(members)
+                                         for kind, members in sorted(items_by_kind(items).items())},
     }
     with workspace.store.session() as session:
-        for name, (module, function) in SECTIONS.items():
-            data[name] = other_section(session, module, function, **section_settings(workspace, name))
+        data["calibration"] = check_calibration(session, low_precision_below=low_precision(workspace))
+        data["variants"] = compare_variants(session, config=workspace.section("llm"))
     return Report(boundary.released(data), facts, tables)  # a check's reason or a group's name may hold a path or an email
 
 
@@ -168,9 +169,10 @@ def per(amount: Optional[float], count: int) -> Optional[float]:
 # ---------------------------------------------------------------- why items die
 
 
-def dead(item: ItemFacts) -> bool:
-    """Rejected by people, or still held by a check no person waived."""
-    return "rejected" in item.stages or (item.status == "draft" and bool(set(item.flags) - item.waived))
+def dead(item: ItemFacts, holds_nothing: frozenset[str] = frozenset(edit_codes())) -> bool:
+    """Rejected by people, or still held by a check no person waived (an edit check ranks the item's edited images
+    and never holds it: `cftools.checks.runner.text_codes`)."""
+    return "rejected" in item.stages or (item.status == "draft" and bool(set(item.flags) - item.waived - holds_nothing))
 
 
 def check_deaths(items: list[ItemFacts]) -> list[dict[str, Any]]:
@@ -262,6 +264,13 @@ def redo_counts(items: list[ItemFacts]) -> list[dict[str, Any]]:
             for (kind, generator), c in sorted(rows.items())]
 
 
+def items_by_kind(items: list[ItemFacts]) -> dict[str, list[ItemFacts]]:
+    kinds: dict[str, list[ItemFacts]] = defaultdict(list)
+    for item in items:
+        kinds[item.kind].append(item)
+    return kinds
+
+
 def acceptance_over_time(items: list[ItemFacts]) -> list[dict[str, Any]]:
     """Per day (UTC) of the items' last decision: decided, accepted (as drafted or corrected), and the share."""
     days: dict[str, Counter] = defaultdict(Counter)
@@ -273,28 +282,3 @@ def acceptance_over_time(items: list[ItemFacts]) -> list[dict[str, Any]]:
         counts["accepted"] += bool({"accepted", "corrected"} & item.stages)
     return [{"day": day, "decided": c["decided"], "accepted": c["accepted"],
              "acceptance": round(c["accepted"] / c["decided"], 4)} for day, c in sorted(days.items())]
-
-
-def other_section(session: Any, module: str, function: str, **settings: Any) -> Optional[dict[str, Any]]:
-    """A section another part computes (`module.function(session, **settings)`), or None when this build has no
-    such function."""
-    try:
-        compute: Callable[..., dict[str, Any]] = getattr(importlib.import_module(module), function)
-    except (ImportError, AttributeError):
-        return None
-    return compute(session, **settings)
-
-
-def section_settings(workspace: Any, name: str) -> dict[str, Any]:
-    """The workspace's settings a section is computed with: calibration's low-precision threshold, the prices that
-    cost the variants' accepted items."""
-    if name == "variants":
-        return {"config": workspace.section("llm")}
-    if name == "calibration":
-        try:
-            from cftools.checks.calibration import low_precision
-        except ImportError:
-            return {}
-        return {"low_precision_below": low_precision(workspace)}
-    return {}
-

@@ -17,7 +17,8 @@ is redone once: a rerun skips every item that has a redo, so only a redo that wa
 (a redo of the redo, linked the same way).
 
 Each kind says how, beside its generator (a `RedoSpec`: `CVQA_REDO`, `CFMM_REDO`, `MUCR_CUES_REDO`); this module
-asks the spec and never branches on the kind.
+asks the spec and never branches on the kind. What became of the redos is counted in one place: `cftools report`'s
+`redo` (`cftools.funnel.report.redo_counts`).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from sqlalchemy import exists, func, select, update
+from sqlalchemy import exists, select, update
 from sqlalchemy.orm import aliased
 from sqlmodel import Session
 
@@ -41,8 +42,8 @@ from cftools.judgments import FLAG_CHOICES, MEASURING, without_emails
 from cftools.llm import Backend, text_message
 from cftools.llm.prompts import PromptTemplate, load_prompt
 from cftools.llm.structured import OutputSchema
-from cftools.models import (ACCEPTED, DRAFT, REJECTED, AnnotationTask, CheckFlag, Generation, Item, ItemEvent,
-                            Judgment, SourceQuestion, utcnow)
+from cftools.models import (DRAFT, REJECTED, AnnotationTask, CheckFlag, Item, ItemEvent, Judgment, SourceQuestion,
+                            utcnow)
 from cftools.store import Store, in_chunks
 
 STAGE = "redo"
@@ -274,21 +275,3 @@ def redo_drafts(store: Store, backend: Backend, spec: RedoSpec, which: str, *, r
             for case in select_cases(store, spec, which, limit=limit, groups=groups)]
     return run_llm_task(store, backend, RedoTask(spec, template), jobs, run=run, selected_at=selected_at,
                         group=groups[0] if len(groups) == 1 else None)
-
-
-# ------------------------------------------------------------------ what became of the redos
-def redo_counts(store: Store) -> list[dict[str, Any]]:
-    """Per kind and generator: the redone items (drafts with `redo_of`), how many people have decided
-    (accepted or rejected) and how many they accepted."""
-    query = (select(Item.kind, Generation.generator, Item.status, func.count())
-             .outerjoin(Generation, Generation.id == Item.generation_id)
-             .where(Item.redo_of.is_not(None)).group_by(Item.kind, Generation.generator, Item.status))
-    counts: dict[tuple[str, str], dict[str, Any]] = {}
-    with store.session() as session:
-        for kind, generator, status, n in session.execute(query):
-            row = counts.setdefault((kind, generator or ""), {"kind": kind, "generator": generator or "",
-                                                              "redone": 0, "decided": 0, "accepted": 0})
-            row["redone"] += n
-            row["decided"] += n if status in (ACCEPTED, REJECTED) else 0
-            row["accepted"] += n if status == ACCEPTED else 0
-    return [counts[k] for k in sorted(counts)]

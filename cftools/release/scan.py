@@ -2,10 +2,10 @@
 workspace knows, any email address, a local absolute path). Export refuses to publish a release that holds any,
 `cftools verify` and `cftools preflight` fail on one.
 
-Read: every file but the images (their metadata is not read): text files (JSON, JSONL, CSV, TSV, Markdown, HTML,
-YAML, Python) as UTF-8, Parquet files cell by cell (pyarrow; image bytes are not text and are skipped). A finding
-names the file and where (line, or row and column) and shows the email or path only in part (a…@example.com,
-/home/…)."""
+Read: text files (JSON, JSONL, CSV, TSV, Markdown, HTML, YAML, Python) as UTF-8, Parquet files cell by cell
+(pyarrow; image bytes are not text and are skipped) and their key-value metadata, and the images for metadata (EXIF,
+XMP, text chunks, a comment: `cftools.release.image_metadata`, which export cuts). A finding names the file and
+where (line, or row and column) and shows the email or path only in part (a…@example.com, /home/…)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from typing import Any, Iterator, Optional
 
 from cftools.boundary import Boundary, outside_boundary
 from cftools.errors import CftoolsError
+from cftools.release.image_metadata import metadata_found
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp", ".tif", ".tiff", ".img", ".mpo"}
 PARQUET_BATCH = 256
@@ -28,12 +29,21 @@ def scan_release(folder: Path, boundary: Optional[Boundary] = None) -> list[str]
     boundary = boundary or outside_boundary()
     found = []
     for path in sorted(p for p in folder.rglob("*") if p.is_file() and not p.is_symlink()):
-        if path.suffix.lower() in IMAGE_SUFFIXES:
-            continue
         rel = path.relative_to(folder).as_posix()
-        where_what = parquet_findings(path, boundary) if path.suffix == ".parquet" else text_findings(path, boundary)
+        if path.suffix.lower() in IMAGE_SUFFIXES:
+            where_what = image_findings(path)
+        elif path.suffix == ".parquet":
+            where_what = parquet_findings(path, boundary)
+        else:
+            where_what = text_findings(path, boundary)
         found += [f"{rel} {where}: {what}" for where, what in where_what]
     return found
+
+
+def image_findings(path: Path) -> list[tuple[str, str]]:
+    """An image's metadata (a photo's author, where it was taken, its file) by kind, never its content."""
+    found = metadata_found(path.read_bytes())
+    return [("metadata", f"image metadata a release must not carry ({', '.join(found)})")] if found else []
 
 
 def text_findings(path: Path, boundary: Boundary) -> list[tuple[str, str]]:
@@ -49,6 +59,9 @@ def parquet_findings(path: Path, boundary: Boundary) -> list[tuple[str, str]]:
     found: list[tuple[str, str]] = []
     row = 0
     with pq.ParquetFile(path) as parquet:
+        metadata = parquet.metadata.metadata or {}  # the file's key-value metadata (datasets' features, pandas')
+        found += dict.fromkeys(("metadata " + key.decode("utf-8", "replace"), what) for key, value in metadata.items()
+                               for _, what in boundary.findings(value.decode("utf-8", "replace")))
         for batch in parquet.iter_batches(batch_size=PARQUET_BATCH):
             for name, column in zip(batch.schema.names, batch.columns):
                 cells = ["\n".join(strings_in(value)) for value in column.to_pylist()]

@@ -1,0 +1,182 @@
+"""Images leave without their metadata: a photo's EXIF can name its author (Artist, Copyright, XPAuthor), where it
+was taken (GPS) and the file it came from (ImageDescription), a PNG's text chunks the same; none of it is the image.
+
+JPEG and PNG files are released with their metadata segments and chunks cut out, byte for byte otherwise (the
+pixels are not decoded again, so nothing is lost): what stays is what draws the image — JPEG's JFIF header, ICC
+colour profile, Adobe colour transform and, in an EXIF of its own with nothing else, the orientation; PNG's critical
+chunks, palette, transparency, colour and physical-size chunks and animation. Everything after the image's end
+(a phone's trailer, an MPO's further frames) is cut too. A file without such metadata is released unchanged (same
+SHA-256). Other formats (GIF, WebP, TIFF, BMP) are released as they are, and the personal-data scan refuses one
+that carries EXIF, XMP or a comment (convert it to PNG before ingest)."""
+
+from __future__ import annotations
+
+import io
+import struct
+from typing import Optional
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+JPEG_SOI = b"\xff\xd8"
+ORIENTATION = 0x0112
+# PNG ancillary chunks that draw the image; any other ancillary chunk (tEXt, zTXt, iTXt, eXIf, tIME, a private
+# one) is metadata. Critical chunks (upper-case first letter) always stay.
+PNG_KEPT = {b"tRNS", b"gAMA", b"cHRM", b"sRGB", b"iCCP", b"sBIT", b"pHYs", b"bKGD", b"hIST", b"cICP", b"mDCV",
+            b"cLLI", b"acTL", b"fcTL", b"fdAT"}
+# JPEG application segments that draw the image, by marker and the start of their payload
+JPEG_KEPT = {0xE0: (b"JFIF\x00", b"JFXX\x00"), 0xE2: (b"ICC_PROFILE\x00",), 0xEE: (b"Adobe",)}
+JPEG_STANDALONE = {0x01, *range(0xD0, 0xD8)}
+PNG_NAMES = {b"tEXt": "text", b"zTXt": "text", b"iTXt": "text", b"eXIf": "EXIF", b"tIME": "time"}
+OTHER_FORMAT_KEYS = ("exif", "xmp", "XML:com.adobe.xmp", "comment", "icc_profile_description")
+
+
+class ImageMetadataError(ValueError):
+    """The file's structure could not be followed: it is released only when it carries no metadata."""
+
+
+def without_metadata(data: bytes) -> tuple[bytes, list[str]]:
+    """DATA without its metadata (see the module docstring), and the names of what was cut (empty: unchanged)."""
+    if data.startswith(PNG_SIGNATURE):
+        return png_without_metadata(data)
+    if data.startswith(JPEG_SOI):
+        return jpeg_without_metadata(data)
+    return data, []
+
+
+def metadata_found(data: bytes) -> list[str]:
+    """The metadata a released image must not carry (empty when none): what `without_metadata` would cut, or, for a
+    format it does not cut, the EXIF, XMP or comment Pillow finds."""
+    if data.startswith((PNG_SIGNATURE, JPEG_SOI)):
+        try:
+            return without_metadata(data)[1]
+        except ImageMetadataError as exc:
+            return [f"a structure cftools cannot follow ({exc})"]
+    return other_format_metadata(data)
+
+
+def other_format_metadata(data: bytes) -> list[str]:
+    import PIL.Image
+
+    try:
+        with PIL.Image.open(io.BytesIO(data)) as image:
+            found = [key for key in OTHER_FORMAT_KEYS if image.info.get(key)]
+            if len(image.getexif()) and "exif" not in found:
+                found.append("exif")
+            fmt = image.format or "image"
+    except (OSError, ValueError, SyntaxError):
+        return []  # not an image: the images check says so
+    return [f"{name.upper() if name != 'comment' else name} ({fmt}: cftools cannot cut it; convert the image to PNG)"
+            for name in found]
+
+
+# ---------------------------------------------------------------- PNG
+
+
+def png_without_metadata(data: bytes) -> tuple[bytes, list[str]]:
+    out, cut, pos = [PNG_SIGNATURE], [], len(PNG_SIGNATURE)
+    while pos + 8 <= len(data):
+        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        end = pos + 12 + length
+        if end > len(data):
+            raise ImageMetadataError(f"PNG chunk {kind!r} runs past the end of the file")
+        if kind[:1].isupper() or kind in PNG_KEPT:
+            out.append(data[pos:end])
+        else:
+            cut.append(PNG_NAMES.get(kind, f"PNG chunk {kind.decode('latin-1')}"))
+        pos = end
+        if kind == b"IEND":
+            break
+    if pos < len(data):
+        cut.append("bytes after the image's end")
+    return b"".join(out), list(dict.fromkeys(cut))
+
+
+# ---------------------------------------------------------------- JPEG
+
+
+def jpeg_without_metadata(data: bytes) -> tuple[bytes, list[str]]:
+    out, cut, pos = [JPEG_SOI], [], 2
+    while pos < len(data):
+        if data[pos] != 0xFF:
+            raise ImageMetadataError(f"no JPEG marker at byte {pos}")
+        marker = data[pos + 1] if pos + 1 < len(data) else None
+        if marker is None:
+            raise ImageMetadataError("the file ends inside a marker")
+        if marker == 0xFF:  # fill byte
+            pos += 1
+            continue
+        if marker in JPEG_STANDALONE:
+            out.append(data[pos:pos + 2])
+            pos += 2
+            continue
+        if marker == 0xD9:  # the image's end: what follows is not the image
+            out.append(data[pos:pos + 2])
+            if pos + 2 < len(data):
+                cut.append("bytes after the image's end")
+            break
+        if pos + 4 > len(data):
+            raise ImageMetadataError("the file ends inside a segment")
+        end = pos + 2 + struct.unpack(">H", data[pos + 2:pos + 4])[0]
+        if end > len(data):
+            raise ImageMetadataError(f"a JPEG segment at byte {pos} runs past the end of the file")
+        segment = data[pos:end]
+        kept, what = jpeg_segment_kept(marker, segment)
+        if kept is not None:
+            out.append(kept)
+        if what:
+            cut.append(what)
+        pos = end
+        if marker == 0xDA:  # a scan: its entropy-coded data runs to the next marker that is not a restart
+            scan_end = entropy_end(data, pos)
+            out.append(data[pos:scan_end])
+            pos = scan_end
+    return b"".join(out), list(dict.fromkeys(cut))
+
+
+def jpeg_segment_kept(marker: int, segment: bytes) -> tuple[Optional[bytes], Optional[str]]:
+    """What of one JPEG segment is released (None: nothing), and the name of what was cut (None: nothing)."""
+    payload = segment[4:]
+    if marker == 0xFE:
+        return None, "comment"
+    if marker == 0xE1 and payload.startswith(b"Exif\x00\x00"):
+        orientation = exif_orientation(payload)
+        kept = orientation_segment(orientation) if orientation not in (None, 1) else None
+        return kept, (None if kept == segment else "EXIF")
+    if 0xE0 <= marker <= 0xEF:
+        if any(payload.startswith(start) for start in JPEG_KEPT.get(marker, ())):
+            return segment, None
+        return None, "XMP" if payload.startswith(b"http://ns.adobe.com/") else f"APP{marker - 0xE0} segment"
+    return segment, None
+
+
+def entropy_end(data: bytes, pos: int) -> int:
+    while True:
+        pos = data.find(b"\xff", pos)
+        if pos < 0 or pos + 1 >= len(data):
+            return len(data)
+        following = data[pos + 1]
+        if following == 0x00 or 0xD0 <= following <= 0xD7 or following == 0xFF:
+            pos += 1
+            continue
+        return pos
+
+
+def exif_orientation(payload: bytes) -> Optional[int]:
+    import PIL.Image
+
+    exif = PIL.Image.Exif()
+    try:
+        exif.load(payload)
+    except (OSError, ValueError, SyntaxError, struct.error):
+        return None
+    value = exif.get(ORIENTATION)
+    return value if isinstance(value, int) and 1 <= value <= 8 else None
+
+
+def orientation_segment(orientation: int) -> bytes:
+    """An APP1 segment whose EXIF holds the orientation and nothing else (how the image is to be turned)."""
+    import PIL.Image
+
+    exif = PIL.Image.Exif()
+    exif[ORIENTATION] = orientation
+    payload = exif.tobytes()
+    return b"\xff\xe1" + struct.pack(">H", len(payload) + 2) + payload

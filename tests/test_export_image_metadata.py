@@ -128,3 +128,19 @@ def test_the_scan_refuses_an_image_with_metadata(tmp_path):
     assert [f.split(" ")[0] for f in found] == ["images/a.jpg", "images/b.png", "images/c.webp"]
     assert "EXIF" in found[0] and "text" in found[1] and "convert" in found[2]
     assert not any(AUTHOR in f or EMAIL in f for f in found)
+
+
+def test_the_scan_reads_file_names_and_parquet_metadata(tmp_path):
+    """Before: only the files' contents were read, and Parquet's cells but not its key-value metadata."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "images" / EMAIL).mkdir(parents=True)
+    clean = io.BytesIO()
+    PIL.Image.new("RGB", (8, 8)).save(clean, format="PNG")
+    (tmp_path / "images" / EMAIL / "1.png").write_bytes(clean.getvalue())
+    table = pa.table({"a": ["x"]}).replace_schema_metadata({"origin": f"written from {SOURCE}"})
+    pq.write_table(table, tmp_path / "t.parquet")
+    found = scan_release(tmp_path)
+    assert any(f.startswith(f"images/{EMAIL}/1.png name:") and " name: an email address (j…@example.org)" in f for f in found)
+    assert any(f.startswith("t.parquet metadata origin: a local absolute path (/home/…)") for f in found), found

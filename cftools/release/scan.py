@@ -4,8 +4,8 @@ workspace knows, any email address, a local absolute path). Export refuses to pu
 
 Read: text files (JSON, JSONL, CSV, TSV, Markdown, HTML, YAML, Python) as UTF-8, Parquet files cell by cell
 (pyarrow; image bytes are not text and are skipped) and their key-value metadata, and the images for metadata (EXIF,
-XMP, text chunks, a comment: `cftools.release.image_metadata`, which export cuts). A finding names the file and
-where (line, or row and column) and shows the email or path only in part (a…@example.com, /home/…)."""
+XMP, text chunks, a comment: `cftools.release.image_metadata`, which export cuts); and every file's name (a peer
+format names images as its input did). A finding names the file and where (line, or row and column, or name) and shows the email or path only in part (a…@example.com, /home/…)."""
 
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ def scan_release(folder: Path, boundary: Optional[Boundary] = None) -> list[str]
     found = []
     for path in sorted(p for p in folder.rglob("*") if p.is_file() and not p.is_symlink()):
         rel = path.relative_to(folder).as_posix()
+        found += [f"{rel} name: {what}" for _, what in boundary.findings(rel)]  # a format may keep its input's names
         if path.suffix.lower() in IMAGE_SUFFIXES:
             where_what = image_findings(path)
         elif path.suffix == ".parquet":

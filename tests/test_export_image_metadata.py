@@ -144,3 +144,16 @@ def test_the_scan_reads_file_names_and_parquet_metadata(tmp_path):
     found = scan_release(tmp_path)
     assert any(f.startswith(f"images/{EMAIL}/1.png name:") and " name: an email address (j…@example.org)" in f for f in found)
     assert any(f.startswith("t.parquet metadata origin: a local absolute path (/home/…)") for f in found), found
+
+
+def test_a_plain_tiff_passes_and_one_naming_its_author_does_not():
+    """Before this rule, every TIFF would have been refused: its own tags (width, compression) are EXIF to Pillow."""
+    image = PIL.Image.new("RGB", (8, 8))
+    plain = io.BytesIO()
+    image.save(plain, format="TIFF")
+    assert metadata_found(plain.getvalue()) == []
+    exif = image.getexif()
+    exif[0x013B] = AUTHOR
+    signed = io.BytesIO()
+    image.save(signed, format="TIFF", exif=exif)
+    assert metadata_found(signed.getvalue()) == ["EXIF Artist (TIFF: cftools cannot cut it; convert the image to PNG)"]

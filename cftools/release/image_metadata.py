@@ -7,7 +7,8 @@ colour profile, Adobe colour transform and, in an EXIF of its own with nothing e
 chunks, palette, transparency, colour and physical-size chunks and animation. Everything after the image's end
 (a phone's trailer, an MPO's further frames) is cut too. A file without such metadata is released unchanged (same
 SHA-256). Other formats (GIF, WebP, TIFF, BMP) are released as they are, and the personal-data scan refuses one
-that carries EXIF, XMP or a comment (convert it to PNG before ingest)."""
+that carries XMP, IPTC, a comment or an EXIF tag naming a person, a place, a machine or a file (convert it to PNG
+before ingest)."""
 
 from __future__ import annotations
 
@@ -26,7 +27,12 @@ PNG_KEPT = {b"tRNS", b"gAMA", b"cHRM", b"sRGB", b"iCCP", b"sBIT", b"pHYs", b"bKG
 JPEG_KEPT = {0xE0: (b"JFIF\x00", b"JFXX\x00"), 0xE2: (b"ICC_PROFILE\x00",), 0xEE: (b"Adobe",)}
 JPEG_STANDALONE = {0x01, *range(0xD0, 0xD8)}
 PNG_NAMES = {b"tEXt": "text", b"zTXt": "text", b"iTXt": "text", b"eXIf": "EXIF", b"tIME": "time"}
-OTHER_FORMAT_KEYS = ("exif", "xmp", "XML:com.adobe.xmp", "comment", "icc_profile_description")
+OTHER_FORMAT_KEYS = {"xmp": "XMP", "XML:com.adobe.xmp": "XMP", "comment": "comment", "iptc": "IPTC"}
+# EXIF tags (TIFF's own among them) that name a person, a place, a machine or a file
+PERSONAL_TAGS = {0x010D: "DocumentName", 0x010E: "ImageDescription", 0x013B: "Artist", 0x013C: "HostComputer",
+                 0x8298: "Copyright", 0x83BB: "IPTC", 0x02BC: "XMP", 0x8825: "GPS", 0x9286: "UserComment",
+                 0x9C9B: "XPTitle", 0x9C9C: "XPComment", 0x9C9D: "XPAuthor", 0x9C9E: "XPKeywords",
+                 0x9C9F: "XPSubject", 0xA430: "CameraOwnerName", 0xA431: "BodySerialNumber"}
 
 
 class ImageMetadataError(ValueError):
@@ -54,18 +60,19 @@ def metadata_found(data: bytes) -> list[str]:
 
 
 def other_format_metadata(data: bytes) -> list[str]:
+    """What a GIF, WebP, TIFF or BMP carries that tells of a person: XMP, a comment, IPTC, and the EXIF tags that
+    name someone, a place or a file (a TIFF's other tags describe its pixels)."""
     import PIL.Image
 
     try:
         with PIL.Image.open(io.BytesIO(data)) as image:
-            found = [key for key in OTHER_FORMAT_KEYS if image.info.get(key)]
-            if len(image.getexif()) and "exif" not in found:
-                found.append("exif")
+            found = [name for key, name in OTHER_FORMAT_KEYS.items() if image.info.get(key)]
+            exif = image.getexif()
+            found += [f"EXIF {PERSONAL_TAGS[tag]}" for tag in sorted(PERSONAL_TAGS) if exif.get(tag)]
             fmt = image.format or "image"
     except (OSError, ValueError, SyntaxError):
         return []  # not an image: the images check says so
-    return [f"{name.upper() if name != 'comment' else name} ({fmt}: cftools cannot cut it; convert the image to PNG)"
-            for name in found]
+    return [f"{name} ({fmt}: cftools cannot cut it; convert the image to PNG)" for name in dict.fromkeys(found)]
 
 
 # ---------------------------------------------------------------- PNG

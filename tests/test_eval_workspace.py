@@ -1,6 +1,6 @@
-"""A workspace that is named but cannot be read stops eval, verify and preflight with its error: it is never taken
-for no workspace (eval would then ask api.openai.com with the user's key instead of the configured [llm] base_url,
-and verify would scan without the workspace's people and folders)."""
+"""A workspace that is named but cannot be read stops eval, verify, preflight and release diff with its error: it is
+never taken for no workspace (eval would then ask api.openai.com with the user's key instead of the configured [llm]
+base_url, verify would scan without the workspace's people and folders, release diff would say no run is stored)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,9 @@ def test_a_broken_workspace_is_an_error_not_none(workspace, tmp_path, run_cli):
     assert run_cli("verify", release).exit_code == 0
     broken(workspace)
     for args in (["verify", release], ["preflight", release, "--plot", tmp_path / "p.png"],
-                 ["eval", release, "--model", "openai:gpt-x", "--out", tmp_path / "run"]):
+                 ["eval", release, "--model", "openai:gpt-x", "--out", tmp_path / "run"],
+                 ["eval", release, "--model", "hf:tiny", "--ray", "--out", tmp_path / "run"],
+                 ["release", "diff", release, release]):
         result = run_cli(*args)
         assert result.exit_code != 0 and "not valid TOML" in result.output, (args, result.output)
     assert not (tmp_path / "run").exists()

@@ -92,9 +92,5 @@ def ray_address(ctx: click.Context, given: str | None) -> str | None:
     """The command's --ray, else [ray] address of the workspace (None: run here)."""
     if given is not None:
         return given
-    from cftools.errors import WorkspaceError
-
-    try:
-        return get_workspace(ctx).section("ray").get("address") or None
-    except WorkspaceError:  # no workspace: no [ray] section either
-        return None
+    workspace = optional_workspace(ctx)  # none: no [ray] section either; one unreadable: its error
+    return (workspace.section("ray").get("address") or None) if workspace is not None else None

@@ -42,7 +42,11 @@ def photo(shade: int, fmt: str, orientation: int | None = None) -> bytes:
         info = PIL.PngImagePlugin.PngInfo()
         info.add_text("Author", f"{AUTHOR} {EMAIL}")
         info.add_text("Source", SOURCE)
-        image.save(buffer, format="PNG", pnginfo=info)
+        exif = image.getexif()
+        exif[0x013B] = AUTHOR
+        if orientation:
+            exif[0x0112] = orientation
+        image.save(buffer, format="PNG", pnginfo=info, exif=exif)
     return buffer.getvalue()
 
 
@@ -80,8 +84,9 @@ def test_metadata_is_cut_and_the_pixels_and_orientation_stay():
         assert cut and not personal_bytes(released) and not metadata_found(released)
         assert pixels(released) == pixels(data)
         assert without_metadata(released) == (released, [])  # what it releases it keeps as it is
-    with PIL.Image.open(io.BytesIO(without_metadata(photo(60, "JPEG", orientation=6))[0])) as image:
-        assert dict(image.getexif()) == {0x0112: 6}  # how to turn it, and nothing else
+    for fmt in ("JPEG", "PNG"):
+        with PIL.Image.open(io.BytesIO(without_metadata(photo(60, fmt, orientation=6))[0])) as image:
+            assert dict(image.getexif()) == {0x0112: 6}  # how to turn it, and nothing else
     clean = io.BytesIO()
     PIL.Image.new("RGB", (8, 8), (1, 2, 3)).save(clean, format="PNG")
     assert without_metadata(clean.getvalue()) == (clean.getvalue(), [])  # no metadata: the same bytes

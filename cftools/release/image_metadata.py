@@ -4,7 +4,8 @@ was taken (GPS) and the file it came from (ImageDescription), a PNG's text chunk
 JPEG and PNG files are released with their metadata segments and chunks cut out, byte for byte otherwise (the
 pixels are not decoded again, so nothing is lost): what stays is what draws the image — JPEG's JFIF header, ICC
 colour profile, Adobe colour transform and, in an EXIF of its own with nothing else, the orientation; PNG's critical
-chunks, palette, transparency, colour and physical-size chunks and animation. Everything after the image's end
+chunks, palette, transparency, colour and physical-size chunks, animation and, in an eXIf of its own, the
+orientation. Everything after the image's end
 (a phone's trailer, an MPO's further frames) is cut too. A file without such metadata is released unchanged (same
 SHA-256). Other formats (GIF, WebP, TIFF, BMP) are released as they are, and the personal-data scan refuses one
 that carries XMP, IPTC, a comment or an EXIF tag naming a person, a place, a machine or a file (convert it to PNG
@@ -14,11 +15,13 @@ from __future__ import annotations
 
 import io
 import struct
+import zlib
 from typing import Optional
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 JPEG_SOI = b"\xff\xd8"
 ORIENTATION = 0x0112
+EXIF_HEADER = b"Exif\x00\x00"
 # PNG ancillary chunks that draw the image; any other ancillary chunk (tEXt, zTXt, iTXt, eXIf, tIME, a private
 # one) is metadata. Critical chunks (upper-case first letter) always stay.
 PNG_KEPT = {b"tRNS", b"gAMA", b"cHRM", b"sRGB", b"iCCP", b"sBIT", b"pHYs", b"bKGD", b"hIST", b"cICP", b"mDCV",
@@ -85,9 +88,11 @@ def png_without_metadata(data: bytes) -> tuple[bytes, list[str]]:
         end = pos + 12 + length
         if end > len(data):
             raise ImageMetadataError(f"PNG chunk {kind!r} runs past the end of the file")
-        if kind[:1].isupper() or kind in PNG_KEPT:
-            out.append(data[pos:end])
-        else:
+        chunk = data[pos:end]
+        kept = chunk if kind[:1].isupper() or kind in PNG_KEPT else png_orientation_chunk(chunk)
+        if kept is not None:
+            out.append(kept)
+        if kept != chunk:
             cut.append(PNG_NAMES.get(kind, f"PNG chunk {kind.decode('latin-1')}"))
         pos = end
         if kind == b"IEND":
@@ -95,6 +100,18 @@ def png_without_metadata(data: bytes) -> tuple[bytes, list[str]]:
     if pos < len(data):
         cut.append("bytes after the image's end")
     return b"".join(out), list(dict.fromkeys(cut))
+
+
+def png_orientation_chunk(chunk: bytes) -> Optional[bytes]:
+    """An eXIf chunk holding the orientation and nothing else, for an eXIf chunk that turns the image; else None."""
+    if chunk[4:8] != b"eXIf":
+        return None
+    orientation = exif_orientation(EXIF_HEADER + chunk[8:-4])
+    if orientation in (None, 1):
+        return None
+    payload = orientation_exif(orientation)[len(EXIF_HEADER):]
+    body = b"eXIf" + payload
+    return struct.pack(">I", len(payload)) + body + struct.pack(">I", zlib.crc32(body))
 
 
 # ---------------------------------------------------------------- JPEG
@@ -144,7 +161,7 @@ def jpeg_segment_kept(marker: int, segment: bytes) -> tuple[Optional[bytes], Opt
     payload = segment[4:]
     if marker == 0xFE:
         return None, "comment"
-    if marker == 0xE1 and payload.startswith(b"Exif\x00\x00"):
+    if marker == 0xE1 and payload.startswith(EXIF_HEADER):
         orientation = exif_orientation(payload)
         kept = orientation_segment(orientation) if orientation not in (None, 1) else None
         return kept, (None if kept == segment else "EXIF")
@@ -179,11 +196,16 @@ def exif_orientation(payload: bytes) -> Optional[int]:
     return value if isinstance(value, int) and 1 <= value <= 8 else None
 
 
-def orientation_segment(orientation: int) -> bytes:
-    """An APP1 segment whose EXIF holds the orientation and nothing else (how the image is to be turned)."""
+def orientation_exif(orientation: int) -> bytes:
+    """EXIF (with its `Exif\\0\\0` header) that holds the orientation and nothing else: how the image is turned."""
     import PIL.Image
 
     exif = PIL.Image.Exif()
     exif[ORIENTATION] = orientation
-    payload = exif.tobytes()
+    return exif.tobytes()
+
+
+def orientation_segment(orientation: int) -> bytes:
+    """An APP1 segment whose EXIF holds the orientation and nothing else."""
+    payload = orientation_exif(orientation)
     return b"\xff\xe1" + struct.pack(">H", len(payload) + 2) + payload

@@ -6,8 +6,8 @@ import hashlib
 import re
 from collections import defaultdict
 from dataclasses import dataclass
-from types import SimpleNamespace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Iterable
 
 from sqlalchemy import func, select

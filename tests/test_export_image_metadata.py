@@ -162,3 +162,22 @@ def test_a_plain_tiff_passes_and_one_naming_its_author_does_not():
     signed = io.BytesIO()
     image.save(signed, format="TIFF", exif=exif)
     assert metadata_found(signed.getvalue()) == ["EXIF Artist (TIFF: cftools cannot cut it; convert the image to PNG)"]
+
+
+def test_the_scan_reads_the_images_parquet_and_tsv_embed(tmp_path):
+    """Before: the Parquet image column's bytes and VLMEvalKit's base64 cells were not read (the release's copies of
+    the photo there kept its EXIF as well)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    data = photo(10, "JPEG")
+    pq.write_table(pa.table({"image": [{"bytes": data, "path": "images/a.jpg"}], "id": ["x"]}), tmp_path / "t.parquet")
+    encoded = base64.b64encode(data).decode("ascii")
+    (tmp_path / "CF_b_cvqa_OpenEnded.tsv").write_text(
+        f"index\timage\tquestion\n0\t{encoded}\tHow many?\n1\t{json.dumps([encoded, encoded])}\tWhich?\n",
+        encoding="utf-8")
+    found = scan_release(tmp_path)
+    assert [f.split(":")[0] for f in found] == ["CF_b_cvqa_OpenEnded.tsv row 1, column image",
+                                                "CF_b_cvqa_OpenEnded.tsv row 2, column image",
+                                                "t.parquet row 0, column image"], found
+    assert all("EXIF" in f and AUTHOR not in f for f in found)

@@ -181,3 +181,14 @@ def test_the_scan_reads_the_images_parquet_and_tsv_embed(tmp_path):
                                                 "CF_b_cvqa_OpenEnded.tsv row 2, column image",
                                                 "t.parquet row 0, column image"], found
     assert all("EXIF" in f and AUTHOR not in f for f in found)
+
+
+def test_stray_bytes_between_jpeg_segments_are_cut_not_refused():
+    """Pillow reads past bytes between a JPEG's segments; so does the cut, rather than refusing the image."""
+    clean = io.BytesIO()
+    PIL.Image.new("RGB", (16, 16), (5, 6, 7)).save(clean, format="JPEG")
+    data = clean.getvalue()
+    after_app0 = 4 + int.from_bytes(data[4:6], "big")
+    sloppy = data[:after_app0] + b"junk" + data[after_app0:]
+    assert pixels(sloppy) == pixels(data)
+    assert without_metadata(sloppy) == (data, ["bytes between segments"])

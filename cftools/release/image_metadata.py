@@ -120,8 +120,13 @@ def png_orientation_chunk(chunk: bytes) -> Optional[bytes]:
 def jpeg_without_metadata(data: bytes) -> tuple[bytes, list[str]]:
     out, cut, pos = [JPEG_SOI], [], 2
     while pos < len(data):
-        if data[pos] != 0xFF:
-            raise ImageMetadataError(f"no JPEG marker at byte {pos}")
+        if data[pos] != 0xFF:  # stray bytes between segments, which decoders skip (as Pillow does): not the image
+            following = data.find(b"\xff", pos)
+            if following < 0:
+                raise ImageMetadataError(f"no JPEG marker after byte {pos}")
+            cut.append("bytes between segments")
+            pos = following
+            continue
         marker = data[pos + 1] if pos + 1 < len(data) else None
         if marker is None:
             raise ImageMetadataError("the file ends inside a marker")

@@ -99,11 +99,12 @@ def public_name(value: Optional[str]) -> Optional[str]:
 
 
 def public_spec(spec: Optional[str]) -> Optional[str]:
-    """A model spec (`hf:/models/qwen`, `openai:gpt-4o`) as a report shows it: a local folder by its name."""
+    """A model spec (`hf:/models/qwen`, `openai:gpt-4o`, `blind:openai:/models/qwen` of a server that names its
+    model by its folder, as vLLM does) as a report shows it: a local folder by its name."""
     if not spec:
         return spec
     match = re.match(r"([a-z][a-z0-9_-]+):(.+)", str(spec))
-    return f"{match.group(1)}:{public_name(match.group(2))}" if match else public_name(str(spec))
+    return f"{match.group(1)}:{public_spec(match.group(2))}" if match else public_name(str(spec))
 
 
 def keyed_pseudonym(key: bytes, person: str) -> str:

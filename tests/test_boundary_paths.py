@@ -17,3 +17,14 @@ def test_a_home_below_another_root_is_a_local_path_in_a_text(tmp_path):
         assert [what for _, what in found] == [f"a local absolute path ({'/' + text.split('/')[1]}/…)"], text
     for kept in ("https://example.org/nfs/home/x", "km/h and 1/2", "a/home/b", "/opt/models/flux in a text"):
         assert boundary.released(kept) == kept and outside_boundary().findings(kept) == []
+
+
+def test_a_blind_spec_names_its_models_local_folder_by_its_name():
+    """Before: `blind:openai:/home/jdoe/models/qwen` (a vLLM server names its model by its folder) stayed whole."""
+    from cftools.boundary import public_spec
+
+    assert public_spec("blind:openai:/home/jdoe/models/qwen") == "blind:openai:qwen"
+    assert public_spec("openai:/home/jdoe/models/qwen") == "openai:qwen"
+    for kept in ("blind", "blind:openai:gpt-4o", "hf:org/model", "openai:gpt-4o"):
+        assert public_spec(kept) == kept
+    assert public_spec("hf:C:\\models\\qwen") == "hf:qwen"

@@ -15,7 +15,8 @@ and refuses one that still holds personal data.
   wherever it is a whole value or a key; one inside a text becomes its pseudonym in place. Who waived a flag
   (`data.waived_flags[CODE].by`, any name) is a pseudonym too.
 - **Paths.** A value that is an absolute path (a model folder, an image's source file) becomes its last part;
-  a local path inside a text (under /home, /root, /Users, /tmp, a drive letter, the workspace) becomes its last part.
+  a local path inside a text (under /home, /root, /Users, /tmp, a drive letter, the workspace; a home below another
+  root too, /nfs/home/NAME) becomes its last part.
 """
 
 from __future__ import annotations
@@ -42,9 +43,10 @@ KEY_NAME = "pseudonym-key"
 WAIVERS = "waived_flags"  # cftools.flags.WAIVED: an item's waivers, each with the person who made it (`by`)
 
 # A path of this machine's people or temporaries, not inside a URL or another path (nor in base64 text: its
-# characters come before such a slash). `file://` URLs too.
+# characters come before such a slash). `file://` URLs too. The people's folders may lie below another root (a
+# cluster's /nfs/home/NAME, WSL's /mnt/c/Users/NAME): the whole path from its first slash.
 LOCAL_PATH = re.compile(
-    r"(?:(?<=file://)|(?<![\w+/.~%-]))(?:/(?:home|root|Users|tmp|var/tmp|var/folders|private/var)/"
+    r"(?:(?<=file://)|(?<![\w+/.~%-]))(?:(?:/[\w.~-]+)*?/(?:home|root|Users|tmp|var/tmp|var/folders|private/var)/"
     r"|[A-Za-z]:[\\/])[^\s\"'<>|`*]*")
 _PATH_END = r"(?![\w.-])"
 _SPACE = re.compile(r"\s")
@@ -97,11 +99,12 @@ def public_name(value: Optional[str]) -> Optional[str]:
 
 
 def public_spec(spec: Optional[str]) -> Optional[str]:
-    """A model spec (`hf:/models/qwen`, `openai:gpt-4o`) as a report shows it: a local folder by its name."""
+    """A model spec (`hf:/models/qwen`, `openai:gpt-4o`, `blind:openai:/models/qwen` of a server that names its
+    model by its folder, as vLLM does) as a report shows it: a local folder by its name."""
     if not spec:
         return spec
     match = re.match(r"([a-z][a-z0-9_-]+):(.+)", str(spec))
-    return f"{match.group(1)}:{public_name(match.group(2))}" if match else public_name(str(spec))
+    return f"{match.group(1)}:{public_spec(match.group(2))}" if match else public_name(str(spec))
 
 
 def keyed_pseudonym(key: bytes, person: str) -> str:

@@ -166,7 +166,7 @@ def test_preflight_passes_on_a_release_built_like_the_demos(exported, run_cli, t
     assert "| fail |" not in result.output and "Every check passed" in result.output
     assert (tmp_path / "r.md").read_text(encoding="utf-8") == result.stdout  # the plot's path goes to stderr
     assert "store: first-round judgments" in result.output  # the stocked items' judgments, from the store
-    assert f"runs `{runs[0]}` and `{runs[1]}`" in result.output
+    assert f"runs `{Path(runs[0]).name}` and `{Path(runs[1]).name}`" in result.output  # by name: a report to share
 
     report = preflight_figures(release, load_records(release), release_provenance(release), workspace.store,
                                stored_runs(release, run_dirs=runs)).as_dict()
@@ -273,9 +273,11 @@ def damaged(exported, tmp_path):
     return Path(shutil.copytree(exported[1], tmp_path / exported[1].name))
 
 
-def test_preflight_fails_naming_a_check_that_failed(damaged, tmp_path, run_cli):
+def test_preflight_fails_naming_a_check_that_failed(damaged, tmp_path, run_cli, monkeypatch):
     change_a_file(damaged)
-    result = run_cli("--workspace", tmp_path / "none", "preflight", damaged, "--json")
+    monkeypatch.delenv("CFTOOLS_WORKSPACE")  # the folder alone (a workspace named but missing is an error)
+    monkeypatch.chdir(tmp_path)
+    result = run_cli("preflight", damaged, "--json")
     assert result.exit_code == 1
     report = json.loads(result.output[:result.output.rindex("}") + 1])
     assert not report["ok"] and [c["name"] for c in report["checks"] if c["status"] == "fail"] == ["sha256"]

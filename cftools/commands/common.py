@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import functools
 import json
+import os
+from pathlib import Path
 from typing import Any, Callable
 
 import click
 from rich.console import Console
 
-from cftools.workspace import Workspace, find_workspace
+from cftools.workspace import CONFIG_NAME, ENV_WORKSPACE, Workspace, find_workspace
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 console = Console(highlight=False)
@@ -29,13 +31,19 @@ def get_workspace(ctx: click.Context) -> Workspace:
 
 
 def optional_workspace(ctx: click.Context) -> Workspace | None:
-    """The workspace when there is one (eval, preflight and the like also work on a release folder alone)."""
-    from cftools.errors import WorkspaceError
-
-    try:
-        return get_workspace(ctx)
-    except WorkspaceError:
+    """The workspace when there is one (eval, preflight and the like also work on a release folder alone). One that
+    is named (--workspace, $CFTOOLS_WORKSPACE, a cftools.toml here) but cannot be read is an error, never taken for
+    none: eval would send an API model's requests elsewhere than its [llm] base_url, and verify would not know the
+    workspace's people and folders."""
+    root = ctx.find_root()
+    if root.meta.get("cftools.workspace") is None and not workspace_named(root.params.get("workspace")):
         return None
+    return get_workspace(ctx)
+
+
+def workspace_named(explicit: Any) -> bool:
+    """A workspace is asked for: --workspace, $CFTOOLS_WORKSPACE, or a cftools.toml in the current folder."""
+    return bool(explicit) or bool(os.environ.get(ENV_WORKSPACE)) or (Path.cwd() / CONFIG_NAME).exists()
 
 
 def release_boundary(ctx: click.Context) -> Any:
@@ -84,9 +92,5 @@ def ray_address(ctx: click.Context, given: str | None) -> str | None:
     """The command's --ray, else [ray] address of the workspace (None: run here)."""
     if given is not None:
         return given
-    from cftools.errors import WorkspaceError
-
-    try:
-        return get_workspace(ctx).section("ray").get("address") or None
-    except WorkspaceError:  # no workspace: no [ray] section either
-        return None
+    workspace = optional_workspace(ctx)  # none: no [ray] section either; one unreadable: its error
+    return (workspace.section("ray").get("address") or None) if workspace is not None else None

@@ -138,8 +138,8 @@ VERIFY_LINES = (
 @click.pass_context
 def verify_cmd(ctx: click.Context, release: Path, as_json: bool) -> None:
     """Re-hash every file of RELEASE against its manifest, check croissant.json (the SHA-256s it lists; mlcroissant
-    reads it, when installed) and scan every file for personal data (an email, a local absolute path); exit 1
-    naming each changed, missing or extra file and each finding."""
+    reads it, when installed) and scan every file for personal data (an email, a local absolute path, an image's
+    metadata); exit 1 naming each changed, missing or extra file and each finding."""
     report = verify_release(release, release_boundary(ctx))
     if as_json:
         print_json(report.as_dict())

@@ -8,8 +8,7 @@ from typing import Any, Optional
 
 import click
 
-from cftools.commands.common import console, get_workspace
-from cftools.errors import CftoolsError
+from cftools.commands.common import console, optional_workspace
 
 
 @click.group("release")
@@ -18,11 +17,9 @@ def release_group() -> None:
 
 
 def workspace_or_none(ctx: click.Context) -> Optional[Any]:
-    """The workspace when there is one: two release folders can be compared without (there are no runs then)."""
-    try:
-        return get_workspace(ctx)
-    except CftoolsError:
-        return None
+    """The workspace when there is one: two release folders can be compared without (there are no runs then). One
+    named but unreadable is an error: the report would say no run of A is stored."""
+    return optional_workspace(ctx)
 
 
 @release_group.command("diff")

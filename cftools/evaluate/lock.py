@@ -4,7 +4,8 @@ Two `eval` runs of the same release and model at once would each ask every quest
 twice. A run holds an OS file lock (`filelock`) on `.locks/<predictions file>.lock` in the run folder for as long
 as it asks; a second
 run is refused at once with one line that names the process holding it. The shards of a split run write their own
-predictions files, so they run side by side. The lock goes with the process: a killed run holds nothing.
+predictions files, so they run side by side. The lock goes with the process: a killed run holds nothing. Who holds
+it (process and host) is written beside it while it is held, and removed when the run lets it go.
 """
 
 from __future__ import annotations
@@ -50,9 +51,11 @@ def predictions_lock(predictions_path: Path) -> Iterator[None]:
         raise CftoolsError(f"{predictions_path.parent} is in use by {describe_owner(predictions_path)}, which is "
                            f"writing {predictions_path.name}; wait for it to finish (a rerun then asks only what is "
                            "missing)", hint=Hint("{message}, or give this run another {out}", out="--out")) from None
+    owner = owner_path(predictions_path)
     try:
-        owner_path(predictions_path).write_text(f"process {os.getpid()} on {socket.gethostname()}\n",
-                                                encoding="utf-8")
+        owner.write_text(f"process {os.getpid()} on {socket.gethostname()}\n", encoding="utf-8")
         yield
     finally:
+        # while the lock is still held: a finished run folder names no process or machine (it may be shared)
+        owner.unlink(missing_ok=True)
         lock.release()

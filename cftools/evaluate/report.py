@@ -378,7 +378,8 @@ def compare_table(a: Any, b: Any) -> Table:
     """Two runs side by side: every metric of either, A, B and B - A (in points)."""
     rows_a = {(r["section"], r["group"], r["metric"]): r for r in csv_rows(a.summary)}
     rows_b = {(r["section"], r["group"], r["metric"]): r for r in csv_rows(b.summary)}
-    title = f"A: {a.config['model']} ({a.config['mode']})   B: {b.config['model']} ({b.config['mode']})"
+    title = (f"A: {public_spec(a.config['model'])} ({a.config['mode']})   "
+             f"B: {public_spec(b.config['model'])} ({b.config['mode']})")
     table = Table(title=escape(title),
                   title_justify="left")
     for column in ("section", "group", "metric", "A", "B", "B - A"):

@@ -30,6 +30,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
+from cftools.boundary import public_spec
 from cftools.errors import CftoolsError, InputError
 from cftools.evaluate.metrics import exact_accuracy
 from cftools.release.diff import ADDED, RELABELLED, REMOVED, STALE, ReleaseDiff
@@ -349,7 +350,8 @@ def score_changes_markdown(diff: ReleaseDiff, runs: list[RunChange], heading: st
               "B's answers). Unscored: B's questions with no comparable prediction (added items, new questions); "
               "'B within' is B's score on all its questions were they all wrong or all right.", ""]
     for run in runs:
-        lines += [f"{heading}# {run.model} ({run.mode}): `{run.run}`", "",
+        # as eval's reports name them (a report to share): a local model folder and the run folder by their names
+        lines += [f"{heading}# {public_spec(run.model)} ({run.mode}): `{Path(run.run).name}`", "",
                   "| kind | question | A | removed | stale | relabelled | B comparable | change | unscored | "
                   "B within |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
         for question in run.questions:

@@ -500,7 +500,9 @@ def preprocessing_protocol(ingests: Sequence[dict[str, Any]]) -> str:
              f"(SHA-256 {(i['file_sha256'] or 'not recorded')[:12]}…) on {i['date']}: {i['n_records']} records, "
              f"{i['n_skipped']} skipped as unreadable, into dataset {i['dataset']}" for i in ingests]
     text = ("; ".join(parts) + ". ") if parts else "No ingest of the source datasets is recorded in the store. "
-    return text + ("Images are kept byte for byte and named by the SHA-256 of their bytes; text fields are stored as "
+    return text + ("Images are kept byte for byte but for their metadata (EXIF, XMP, text chunks, comments: an "
+                   "author, a place, a file name), which is cut, and named by the SHA-256 of the released bytes; "
+                   "text fields are stored as "
                    "read (stripped of surrounding white space); records are released sorted by id, with splits "
                    "decided by a hash of their image.")
 

@@ -482,8 +482,8 @@ def figures_markdown(report: PreflightReport, heading: str = "##") -> list[str]:
              "first-round human judgments that agree with the released answer, 95% Wilson interval); **chance**; and "
              "a text-only run's accuracy (**blind**) with the share of items it answers right without the image.", ""]
     if runs:
-        lines += [f"MDD from the discordance ψ and intra-image correlation ρ of the runs `{report.pair[0]}` and "
-                  f"`{report.pair[1]}` (Connor 1987 with the design effect of Durkalski et al. 2003's clustered "
+        lines += [f"MDD from the discordance ψ and intra-image correlation ρ of the runs `{Path(report.pair[0]).name}` "
+                  f"and `{Path(report.pair[1]).name}` (Connor 1987 with the design effect of Durkalski et al. 2003's clustered "
                   "McNemar test).", ""]
     else:
         lines += ["No pair of runs of this release is stored, so the MDD rests on stated assumptions: two models of "
@@ -511,7 +511,7 @@ def figures_markdown(report: PreflightReport, heading: str = "##") -> list[str]:
 
 
 def render_markdown(report: PreflightReport) -> str:
-    lines = [f"# Preflight: {report.name} {report.version}".rstrip(), "", f"Release `{report.release}`.", ""]
+    lines = [f"# Preflight: {report.name} {report.version}".rstrip(), "", f"Release `{Path(report.release).name}`.", ""]
     lines += figures_markdown(report)
     lines += ["", "## Reviewer's checks", "", "| check | result | detail |", "|---|---|---|"]
     lines += [f"| {c.name} | {c.status} | {c.detail.replace('|', '/')} |" for c in report.checks]

@@ -9,12 +9,11 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable
 
 from cftools.errors import CftoolsError
-from cftools.images import HASH_CHUNK
 from cftools.release.layout import DATA_DIR, IMAGES_DIR, RECORDS_NAME, parquet_name
-from cftools.release.selection import ExportItem, ImageRef
+from cftools.release.selection import ExportItem, ImageRef, released_image_bytes
 
 if TYPE_CHECKING:
     from cftools.release.release import Release
@@ -28,35 +27,20 @@ def json_line(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(", ", ": ")) + "\n"
 
 
-def read_chunks(ref: ImageRef, source: Path) -> Iterator[bytes]:
-    """The image file's bytes; one that cannot be read is named with its hash (a failed write is not this)."""
-    try:
-        with open(source, "rb") as src:
-            while chunk := src.read(HASH_CHUNK):
-                yield chunk
-    except OSError as exc:
-        raise CftoolsError(f"image {ref.sha256[:12]}… cannot be read from {source}: {exc.strerror or exc}") from None
-
-
 def copy_image(ref: ImageRef, release: Path) -> None:
-    """Copy one image under its content-addressed name, checking the bytes still have that hash."""
-    source = Path(ref.path)
+    """Write one image under its content-addressed name: the stored file without its metadata."""
     target = release / ref.rel
     if target.exists():
         return
-    digest = hashlib.sha256()
-    with open(target, "wb") as dst:
-        for chunk in read_chunks(ref, source):
-            digest.update(chunk)
-            dst.write(chunk)
-    if digest.hexdigest() != ref.sha256:
-        raise CftoolsError(f"image file {source} has changed since it was ingested (its SHA-256 is no longer "
-                           f"{ref.sha256[:12]}…); re-ingest it")
+    data = released_image_bytes(ref)
+    if hashlib.sha256(data).hexdigest() != ref.released_sha256:
+        raise CftoolsError(f"image file {ref.path} changed while it was exported; export again")
+    target.write_bytes(data)
 
 
 def copy_images(items: list[ExportItem], release: Path, progress: Progress | None) -> int:
     (release / IMAGES_DIR).mkdir()
-    unique = sorted({ref.sha256: ref for entry in items for ref in entry.images}.values(), key=lambda r: r.sha256)
+    unique = sorted({ref.rel: ref for entry in items for ref in entry.images}.values(), key=lambda r: r.rel)
     if progress and unique:
         progress("images", 0, len(unique))
     for done, ref in enumerate(unique, start=1):

@@ -13,7 +13,8 @@ passes, warns or fails (a failed one makes `preflight` exit non-zero, naming it)
   rules of each record).
 - `images`: every image file of the release opens with Pillow, passes `verify()` and decodes (`load()`).
 - `personal_data`: no file holds an email of a person the workspace knows, any email address or a local absolute
-  path (`cftools.release.scan`, text and Parquet cells; image metadata is not read).
+  path, and no image metadata that could name a person, a place or a file (`cftools.release.scan`: text, Parquet
+  cells, images, file names).
 """
 
 from __future__ import annotations
@@ -176,7 +177,7 @@ def images_check(release_dir: Path, records: Sequence[dict[str, Any]]) -> Check:
 def personal_data_check(report: Any) -> Check:
     if report.personal:
         return Check("personal_data", FAIL, listed(report.personal))
-    return Check("personal_data", PASS, "no email address and no local path in any file")
+    return Check("personal_data", PASS, "no email address, no local path and no image metadata in any file")
 
 
 def reviewer_checks(release_dir: Path, records: Sequence[dict[str, Any]], manifest: dict[str, Any],

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections import defaultdict
 from dataclasses import dataclass
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Iterable
 
@@ -24,6 +26,7 @@ from cftools.models import (
     SourceQuestion,
 )
 from cftools.release.edited import with_released_edits
+from cftools.release.image_metadata import ImageMetadataError, without_metadata
 from cftools.release.layout import IMAGES_DIR, map_strings
 from cftools.release.splits import choose_split
 from cftools.store import Store, in_chunks
@@ -37,13 +40,14 @@ IMAGE_EXTENSIONS = {"jpeg": "jpg", "jpg": "jpg", "mpo": "jpg", "png": "png", "gi
 
 @dataclass
 class ImageRef:
-    sha256: str
+    sha256: str  # the stored file's (what the store and the items' data name it by)
     ext: str
     path: str  # where the store found the file
+    released_sha256: str = ""  # the released file's: the stored one without its metadata (`image_metadata`)
 
     @property
     def rel(self) -> str:
-        return f"{IMAGES_DIR}/{self.sha256}.{self.ext}"
+        return f"{IMAGES_DIR}/{self.released_sha256 or self.sha256}.{self.ext}"
 
 
 @dataclass
@@ -139,8 +143,38 @@ def read_item_rows(session, statuses: list[str]) -> list[tuple]:  # noqa: ANN001
     return out
 
 
+def stored_image_bytes(sha256: str, path: str) -> bytes:
+    """The stored image file's bytes, checked against the hash the store knows it by."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise CftoolsError(f"image {sha256[:12]}… cannot be read from {path}: {exc.strerror or exc}") from None
+    if hashlib.sha256(data).hexdigest() != sha256:
+        raise CftoolsError(f"image file {path} has changed since it was ingested (its SHA-256 is no longer "
+                           f"{sha256[:12]}…); re-ingest it")
+    return data
+
+
+def released_image_bytes(ref: ImageRef) -> bytes:
+    """The image as a release holds it: the stored file without its metadata (an author, GPS, a path)."""
+    try:
+        return without_metadata(stored_image_bytes(ref.sha256, ref.path))[0]
+    except ImageMetadataError as exc:
+        raise CftoolsError(f"image file {ref.path}: its metadata cannot be cut ({exc}); convert it to PNG and "
+                           "re-ingest it") from None
+
+
+def image_ref(sha256: str, fmt: str | None, path: str, released: dict[str, str]) -> ImageRef:
+    """The reference to a stored image, with the SHA-256 of its released bytes (RELEASED: those found so far)."""
+    ref = ImageRef(sha256, image_extension(fmt), path)
+    if sha256 not in released:
+        released[sha256] = hashlib.sha256(released_image_bytes(ref)).hexdigest()
+    ref.released_sha256 = released[sha256]
+    return ref
+
+
 def data_image_refs(key: str, data: dict[str, Any], extra_images: dict[str, Any],
-                    refs: list[ImageRef]) -> list[ImageRef]:
+                    refs: list[ImageRef], released: dict[str, str]) -> list[ImageRef]:
     """The further images DATA names (`sha256:<hex>`) that are not among REFS, refused when not in the store."""
     found = []
     for sha in data_image_shas(data):
@@ -148,7 +182,7 @@ def data_image_refs(key: str, data: dict[str, Any], extra_images: dict[str, Any]
         if extra is None:
             raise CftoolsError(f"item {key}: its data names image {sha[:12]}… which is not in the store")
         if all(r.sha256 != sha for r in [*refs, *found]):
-            found.append(ImageRef(sha, image_extension(extra.format), extra.path))
+            found.append(image_ref(sha, extra.format, extra.path, released))
     return found
 
 
@@ -189,11 +223,11 @@ def collect_items(store: Store, statuses: Iterable[str], splits: dict[str, float
             for image in session.execute(select(Image).where(Image.sha256.in_(part))).scalars():
                 extra_images[image.sha256] = image
 
-    items = []
+    items, released = [], {}
     for item, source, image in rows:
         data = dict(item.data or {})
         options, data = split_options(data)
-        refs = [ImageRef(image.sha256, image_extension(image.format), image.path)] if image is not None else []
+        refs = [image_ref(image.sha256, image.format, image.path, released)] if image is not None else []
         item_tasks = [row[1] for row in tasks.get(item.id, [])]
         item_judgments = [j for t in item_tasks for j in judgments.get(t.id, [])]
         verification = item_verification([(t.server, t.assignee, j.annotator, checks.get(j.separation_check_id))
@@ -209,7 +243,7 @@ def collect_items(store: Store, statuses: Iterable[str], splits: dict[str, float
             "verified": item.status in VERIFIED_STATUSES,
             "status": item.status,
             "image": refs[0].rel if image is not None else None,
-            "image_sha256": image.sha256 if image is not None else None,
+            "image_sha256": refs[0].released_sha256 if image is not None else None,
             "original_question": source.question if source else None,
             "original_answer": source.answer if source else None,
             "answer_type": record_answer_type(item.kind, item.group, source.answer_type if source else None, item.answer),
@@ -222,7 +256,7 @@ def collect_items(store: Store, statuses: Iterable[str], splits: dict[str, float
         }
         # the edits first (only the released one's image stays in the data), then the images the data names
         record = with_released_edits(get_kind(item.kind).hooks.release.export_record(record), include_unverified_edits)
-        refs += data_image_refs(item.key, record["data"], extra_images, refs)
+        refs += data_image_refs(item.key, record["data"], extra_images, refs, released)
         if len(refs) > (image is not None):
             paths = {f"sha256:{r.sha256}": r.rel for r in refs}
             record["data"] = map_strings(record["data"], lambda text: paths.get(text, text))

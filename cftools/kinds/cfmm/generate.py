@@ -325,8 +325,12 @@ class PairsReport:
     errors: list[str] = field(default_factory=list)
     quota: dict[str, float] = field(default_factory=dict)
     interrupted: bool = False
+    done: int = 0  # requests (every step) that gave a parsed reply, from the model or the cache
+    failed: int = 0  # requests that gave none (replies that did not parse, call errors)
 
     def add(self, report: Any) -> None:
+        self.done += report.stats.done
+        self.failed += report.stats.failed
         self.items_created += report.items_created
         self.parse_failures += report.parse_failures
         self.call_errors += report.call_errors

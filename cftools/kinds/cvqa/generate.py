@@ -146,7 +146,9 @@ def select_sources(store: Store, group: str, limit: int | None = None,
     drafted with a variant)."""
     if group not in CVQA_GROUPS:
         raise CftoolsError(f"unknown group {group!r}; use one of {', '.join(CVQA_GROUPS)}")
-    condition = and_(Item.source_id == SourceQuestion.id, Item.group == group, drafted_with(variant))
+    # a redo (`--redo`) is recorded without a variant whatever it redid: it is no variant's draft of its source
+    condition = and_(Item.source_id == SourceQuestion.id, Item.group == group, Item.redo_of.is_(None),
+                     drafted_with(variant))
     if include_ingested:
         condition = and_(condition, Item.origin == "generated")
     query = (select(SourceQuestion.id, SourceQuestion.question, SourceQuestion.answer, SourceQuestion.image_ref)

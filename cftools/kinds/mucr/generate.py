@@ -148,6 +148,27 @@ def read_seeds(path: Path) -> list[tuple[int, str]]:
     return seeds
 
 
+def seed_group(seed: str, variant: str | None = None) -> str:
+    """The group of a seed's caption pairs: the seed's first 60 letters and digits (a variant's: -VARIANT after)."""
+    return "seed-" + re.sub(r"[^a-z0-9]+", "-", seed.lower()).strip("-")[:60] + (f"-{variant}" if variant else "")
+
+
+def seed_groups(path: Path, variant: str | None = None) -> list[tuple[int, str, str]]:
+    """(line number, seed, group) for every seed of the file; two lines whose seeds make one group are an error
+    (the later one's pairs would never be drafted: a group is drafted once)."""
+    first: dict[str, int] = {}
+    found = []
+    for line, seed in read_seeds(path):
+        group = seed_group(seed, variant)
+        if group in first:
+            raise InputError(path, f"the seed makes the same group {group!r} as line {first[group]} (a group is "
+                                   "named by the seed's first 60 letters and digits): reword one or drop it",
+                             f"line {line}")
+        first[group] = line
+        found.append((line, seed, group))
+    return found
+
+
 class CaptionsTask(LLMTask):
     generator = "captions"
 
@@ -179,9 +200,7 @@ def draft_captions(store: Store, backend: Backend, seeds_path: Path, *, run: LLM
         done = set(session.execute(select(Item.group).where(Item.kind == KIND,
                                                             Item.key.like(f"{dataset}:%"))).scalars())
     jobs = []
-    for line, seed in read_seeds(seeds_path):
-        group = "seed-" + re.sub(r"[^a-z0-9]+", "-", seed.lower()).strip("-")[:60] + (
-            f"-{template.variant}" if template.variant else "")
+    for line, seed, group in seed_groups(seeds_path, template.variant):
         if group in done:
             continue
         prompt = render(template, f"seed line {line}", seed=seed, n=per_group)

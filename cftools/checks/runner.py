@@ -105,6 +105,7 @@ class CheckReport:
     duplicate_mode: str = ""
     embedded: int = 0  # questions embedded for the duplicate check
     edited_items: int = 0  # items whose stored edit candidates were checked again
+    edit_unmeasured: int = 0  # edit candidates not checked again (no file, or no original): stored results kept
 
     def as_dict(self) -> dict:
         return {
@@ -115,6 +116,7 @@ class CheckReport:
             "per_check": {code: {"applied": self.applied[code], "flagged": self.flags[code],
                                  "undecided": self.notes[code]} for code in self.codes},
             "duplicate_mode": self.duplicate_mode, "embedded": self.embedded, "edited_items": self.edited_items,
+            "edit_unmeasured": self.edit_unmeasured,
         }
 
 
@@ -347,6 +349,7 @@ def _run_edit_checks(store: Store, codes: Sequence[str], groups: Sequence[str], 
                            on_start=lambda total: progress.stage("checking edit candidates", total),
                            on_batch=progress.advance)
     report.edited_items = done.items
+    report.edit_unmeasured = done.missing
     report.applied.update(done.applied)
     report.flags.update(done.flagged)
 

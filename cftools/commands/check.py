@@ -117,6 +117,8 @@ CHECK_LINES = (
                   "flagged for it.[/]"),
     Line("edited_items", "{value} items' stored edit candidates checked again and re-ranked (edit flags rank "
                          "candidates; they do not keep an item draft)."),
+    Line("edit_unmeasured", "[yellow]{value} edit candidates were not checked again (their file, or their item's "
+                            "original image, is not in the store): their stored results are kept.[/]"),
     Line("duplicate_mode", duplicate_mode, markup=False),
 )
 

@@ -33,6 +33,7 @@ from sqlmodel import Session
 
 from cftools.answers import normalize_answer
 from cftools.errors import CftoolsError, Hint
+from cftools.generate.claims import selection_start
 from cftools.generate.rederive import RederiveSpec
 from cftools.generate.redo import RedoCase, RedoSpec
 from cftools.generate.llm_task import (LLMJob, LLMRun, LLMTask, ParseError, insert_items,
@@ -376,6 +377,7 @@ def generate_pairs(store: Store, backend: Backend, *, run: LLMRun = LLMRun(),
         left = None if limit is None else limit - report.selected
         if left is not None and left <= 0:
             break
+        selected_at = selection_start(store)  # before the selection: what another worker finished since stays done
         slots = select_slots(store, per_image, left, frozenset(no_type_images), variant)
         if not slots:
             break
@@ -398,7 +400,7 @@ def generate_pairs(store: Store, backend: Backend, *, run: LLMRun = LLMRun(),
                                source_id=slot.sources[0]["id"], context={"slot": slot, "allowed": allowed}))
         report.add(run_llm_task(store, backend, PickTask(pick_template), jobs,
                                 run=replace(run, params={**run.params, "max_tokens": PICK_MAX_TOKENS},
-                                            prompt_variant=None)))
+                                            prompt_variant=None), selected_at=selected_at))
         by_type: dict[str, list[LLMJob]] = defaultdict(list)
         for job in jobs:
             picked = job.context.get("picked")
@@ -419,7 +421,7 @@ def generate_pairs(store: Store, backend: Backend, *, run: LLMRun = LLMRun(),
                                                                     type=pair_type))])
                       for job in picked_jobs]
             report.add(run_llm_task(store, backend, DraftTask(pair_type, template), drafts, run=run,
-                                    group=pair_type))
+                                    group=pair_type, selected_at=selected_at))
         if report.interrupted:
             break
     report.picked = dict(picks)

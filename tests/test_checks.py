@@ -506,3 +506,15 @@ def test_group_and_limit_select_the_drafts(workspace, run_cli):
     add_item(store, "How many dogs would there be if 3 more dogs came?", "5", image="c.jpg")
     assert len(json_lines(run_cli("check", "--json", "--limit", "1").stdout)) == 1
     assert len(json_lines(run_cli("check", "--json").stdout)) == 1
+
+
+def test_a_rejected_item_is_no_original_for_the_duplicate_check(workspace):
+    """A redo that keeps the rejected draft's question (people found only its answer wrong) is no duplicate: the
+    rejected item is in no release."""
+    store = workspace.store
+    rejected = add_item(store, "How many dogs would there be if two more dogs came?", "5", key="k1")
+    with store.write() as session:
+        session.get(Item, rejected).status = "rejected"
+    redo = add_item(store, "How many dogs would there be if two more dogs came?", "4", key="k1~redo1")
+    run_checks(store, ["duplicate"], options=CheckOptions(use_embeddings=False))
+    assert flags_of(store, redo) == {}  # before: "the same question as item 1 on the same image"

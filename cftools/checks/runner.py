@@ -22,7 +22,7 @@ from cftools.item_view import ItemView
 from cftools.findings import Flag, Note
 from cftools.kinds import all_kinds, get_kind
 from cftools.errors import CftoolsError
-from cftools.models import CHECKED, DRAFT, CheckFlag, Item, ItemEvent, SourceQuestion, utcnow
+from cftools.models import CHECKED, DRAFT, REJECTED, CheckFlag, Item, ItemEvent, SourceQuestion, utcnow
 from cftools.flags import waived_codes
 from cftools.store import Store
 
@@ -194,10 +194,11 @@ def flagged_drafts_left(store: Store, groups: Sequence[str] = ()) -> Iterator[It
 
 
 def all_entries(store: Store):
-    """Every item's duplicate-check entry (any status)."""
+    """Every item's duplicate-check entry (any status but rejected: a rejected item is in no release, so nothing
+    repeats it; a redo that keeps its question and mends its answer is no duplicate)."""
     query = (select(Item.id, Item.key, Item.kind, Item.group, Item.status, Item.question, Item.answer, Item.data,
                     SourceQuestion.image_ref, SourceQuestion.image_id, SourceQuestion.question, SourceQuestion.answer)
-             .outerjoin(SourceQuestion, SourceQuestion.id == Item.source_id))
+             .outerjoin(SourceQuestion, SourceQuestion.id == Item.source_id).where(Item.status != REJECTED))
     with store.session() as session:
         for (id_, key, kind, group, status, question, answer, data, image_ref, image_id, source_question,
              source_answer) in session.execute(query):

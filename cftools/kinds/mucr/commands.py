@@ -130,6 +130,11 @@ def images_cmd(workspace: Workspace, backend: Optional[str], model: Optional[str
     from cftools.kinds.mucr.images import ImagesOptions, generate_images
 
     config = workspace.section("images")
+    if (backend or config.get("backend")) == "openai":
+        given = {"--steps": steps, "--guidance": guidance, "--consistency": consistency}
+        if ignored := [flag for flag, value in given.items() if value is not None]:
+            raise click.UsageError(f"{', '.join(ignored)}: a diffusers pipeline's, which an images API (backend "
+                                   "openai) does not take")
     chosen = parse_styles(styles, Path(config["styles_dir"]) if config.get("styles_dir") else None)
     address = ray_address_of(click.get_current_context(), ray_address)
     with step_progress(err_console, quiet=quiet, as_json=as_json, labels={"images": "candidate images"}) as shown:

@@ -518,3 +518,16 @@ def test_a_rejected_item_is_no_original_for_the_duplicate_check(workspace):
     redo = add_item(store, "How many dogs would there be if two more dogs came?", "4", key="k1~redo1")
     run_checks(store, ["duplicate"], options=CheckOptions(use_embeddings=False))
     assert flags_of(store, redo) == {}  # before: "the same question as item 1 on the same image"
+
+
+def test_answer_disputed_on_an_answer_edited_since_its_rederivation_says_it_could_not_decide():
+    from dataclasses import replace as with_data
+
+    stale = with_data(view("How many dogs would there be if two more dogs came?", "4"),
+                      data={"rederived": {"answer": "9", "reasoning": "r", "for_answer": "5"}})
+    result = check_item(stale, ["answer_disputed"], None)
+    # before: counted as applied, neither flagged nor noted: it had checked nothing
+    assert result.checks == ["answer_disputed"] and not result.flags
+    assert [n.code for n in result.notes] == ["answer_disputed"] and "'5', not '4'" in result.notes[0].text
+    current = with_data(stale, data={"rederived": {"answer": "9", "reasoning": "r", "for_answer": "4"}})
+    assert [f.code for f in check_item(current, ["answer_disputed"], None).flags] == ["answer_disputed"]

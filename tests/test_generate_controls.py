@@ -133,3 +133,13 @@ def test_pairs_whose_every_request_fails_exits_with_the_failure(pairs_on_stub, r
     shown = json.loads(result.stdout)
     assert shown["failed"] == 3 and shown["items_created"] == 0
     assert result.exit_code == 4  # before: 0, as if all went well
+
+
+def test_the_local_backend_refuses_a_model_it_would_not_run(workspace, run_cli):
+    result = run_cli("generate", "rewrite", "--group", "boolean", "--model", "qwen2.5-7b-instruct", "--quiet")
+    # before: exit 0, "with local:qwen2.5-7b-instruct", while the bundled SmolLM2 would have answered every call
+    assert result.exit_code != 0
+    assert "no model 'qwen2.5-7b-instruct'" in result.output and "model_path" in result.output
+    config = workspace.path("cftools.toml")
+    config.write_text(config.read_text().replace('model = "smollm2-135m-instruct"', 'model = "my-smollm2"'))
+    assert "no model 'my-smollm2'" in run_cli("generate", "rewrite", "--group", "boolean", "--quiet").output

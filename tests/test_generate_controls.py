@@ -143,3 +143,12 @@ def test_the_local_backend_refuses_a_model_it_would_not_run(workspace, run_cli):
     config = workspace.path("cftools.toml")
     config.write_text(config.read_text().replace('model = "smollm2-135m-instruct"', 'model = "my-smollm2"'))
     assert "no model 'my-smollm2'" in run_cli("generate", "rewrite", "--group", "boolean", "--quiet").output
+
+
+@pytest.mark.parametrize("types, says", [("count=nan", "share of count is nan"), ("count=inf,color=1", "share of count"),
+                                         ("dogs", "unknown type 'dogs'")])
+def test_bad_types_on_the_command_line_are_bad_usage(pairs_on_stub, run_cli, stub, types, says):
+    result = run_cli("generate", "pairs", "--types", types, "--no-rederive", "--quiet")
+    # before: exit 1 for an unknown type, and a nan or inf share taken until it crashed the quota (a traceback)
+    assert result.exit_code == 2, result.output
+    assert "--types" in result.output and says in result.output and not stub.received

@@ -14,6 +14,7 @@ from cftools.commands.exit_codes import exit_for_failures
 from cftools.commands.generation import (backend_for_run, batch_api_option, estimate_option, llm_run, max_cost_option,
                                          print_estimate, print_llm_report, prompt_variant_option, rederive_drafts,
                                          rederive_option, redo_option, run_controls, run_money, stop_for_budget)
+from cftools.errors import CftoolsError
 from cftools.generate.run_controls import ControlledBackend
 from cftools.commands.ingest import file_ingest_options, ingest_licence, print_ingest, report_path, showing_progress
 from cftools.generate.llm_task import DEFAULT_MAX_ATTEMPTS
@@ -53,7 +54,12 @@ def pairs_cmd(workspace: Workspace, types_text: str | None, per_image: int, limi
 
     The LLM picks a type per image (or none: the image is skipped and counted), then writes the pair with the
     type's prompt. Drafts are marked needs_image_check. A rerun drafts only empty slots."""
-    quota = parse_quota(types_text or workspace.section("cfmm").get("types"))
+    try:
+        quota = parse_quota(types_text or workspace.section("cfmm").get("types"))
+    except CftoolsError as exc:  # the command line's --types is bad usage (exit 2); [cfmm] types an error
+        if types_text:
+            raise click.BadParameter(exc.message, param_hint="--types") from None
+        raise
     config = workspace.section("llm")
     llm = backend_for_run(workspace, backend, model, ray_address(click.get_current_context(), ray_address_given))
     try:

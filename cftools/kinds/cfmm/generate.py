@@ -99,8 +99,8 @@ def parse_quota(text: Optional[str]) -> dict[str, float]:
             share = float(value) if value.strip() else 1.0
         except ValueError:
             raise CftoolsError(f"{part.strip()!r} is not TYPE=SHARE (a number)", hint=TYPES_HINT) from None
-        if share < 0:
-            raise CftoolsError(f"the share of {name} is negative", hint=TYPES_HINT)
+        if not math.isfinite(share) or share < 0:
+            raise CftoolsError(f"the share of {name} is {value.strip()}: a share is a number >= 0", hint=TYPES_HINT)
         shares[name] = share
     total = sum(shares.values())
     if total <= 0:

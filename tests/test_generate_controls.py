@@ -6,10 +6,15 @@ tokens, cost, budget and estimate), against the loopback stub (tests/llm_stub.py
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
+import httpx
 import pytest
 from sqlalchemy import func, select
 
+from loopback import running_server
+from test_batch_api import BATCH_STUB, cli
+from test_batch_api import configure as configure_batches
 from test_cfmm import draft_reply, images_and_facts  # noqa: F401  (images_and_facts: a fixture)
 from test_prompt_variants import configure
 from test_redo import QUESTIONS
@@ -152,3 +157,14 @@ def test_bad_types_on_the_command_line_are_bad_usage(pairs_on_stub, run_cli, stu
     # before: exit 1 for an unknown type, and a nan or inf share taken until it crashed the quota (a traceback)
     assert result.exit_code == 2, result.output
     assert "--types" in result.output and says in result.output and not stub.received
+
+
+def test_pairs_through_the_batch_api_makes_no_synchronous_call(images_and_facts):  # noqa: F811
+    with running_server(Path(BATCH_STUB).name, "--port", "0") as url:
+        configure_batches(images_and_facts, url)
+        out = cli(images_and_facts, "generate", "pairs", "--types", "count,color", "--no-rederive", "--quiet",
+                  "--batch-api", "--json")
+        assert out.returncode == 0, out.stderr  # before: no such option
+        usage = json.loads(out.stdout)["usage"]
+        assert usage["requests"] == usage["batch_requests"] == 6  # three picks, then the drafts, in batches
+        assert httpx.get(url.removesuffix("/v1") + "/control/requests", timeout=10).json() == []

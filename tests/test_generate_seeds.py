@@ -32,3 +32,18 @@ def test_a_repeated_seed_line_is_refused_too(workspace, tmp_path, run_cli, stub)
     result = run_cli("generate", "captions", "--from", seeds, "--per-group", "1", "--quiet")
     assert result.exit_code != 0 and f"{seeds}, line 3" in result.output and "as line 1" in result.output
     assert not stub.received
+
+
+def test_a_seed_drafted_from_one_file_is_not_drafted_again_from_another(workspace, tmp_path, run_cli, stub):
+    configure(workspace, stub.base_url)
+    first, second = tmp_path / "seeds.txt", tmp_path / "more-seeds.txt"
+    first.write_text("rain -> wet street\n")
+    second.write_text("rain -> wet street\nwind -> fallen leaves\n")
+    assert run_cli("generate", "captions", "--from", first, "--per-group", "1", "--quiet").exit_code == 0
+    result = run_cli("generate", "captions", "--from", second, "--per-group", "1", "--quiet", "--json")
+    assert result.exit_code == 0, result.output
+    # before: the rain seed was drafted again under the second file, its pairs joining the first file's group
+    assert '"selected": 1' in result.output
+    with workspace.store.session() as session:
+        groups = session.execute(select(Item.group, func.count()).group_by(Item.group)).all()
+    assert sorted(groups) == [("seed-rain-wet-street", 1), ("seed-wind-fallen-leaves", 1)]

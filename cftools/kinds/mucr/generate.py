@@ -196,11 +196,12 @@ def draft_captions(store: Store, backend: Backend, seeds_path: Path, *, run: LLM
     template = load_prompt("mucr/captions.j2", run.template_path, run.workspace_root, run.prompt_variant)
     dataset = f"captions:{Path(seeds_path).stem}"
     selected_at = selection_start(store)
-    with store.session() as session:
-        done = set(session.execute(select(Item.group).where(Item.kind == KIND,
-                                                            Item.key.like(f"{dataset}:%"))).scalars())
+    seeds = seed_groups(seeds_path, template.variant)
+    with store.session() as session:  # a group is drafted once, from whichever seeds file named it first
+        done = set(session.execute(select(Item.group).where(
+            Item.kind == KIND, Item.group.in_([group for *_, group in seeds]))).scalars())
     jobs = []
-    for line, seed, group in seed_groups(seeds_path, template.variant):
+    for line, seed, group in seeds:
         if group in done:
             continue
         prompt = render(template, f"seed line {line}", seed=seed, n=per_group)

@@ -164,7 +164,8 @@ def images_cmd(workspace: Workspace, backend: Optional[str], model: Optional[str
         print_json(report.as_dict())
     else:
         print_images_report(report)
-    exit_for_failures(report.images_made + len(report.failures), len(report.failures), "image calls")
+    # a candidate is a cause and an effect image (two made), a failure one candidate: counted in candidates
+    exit_for_failures(report.images_made // 2 + len(report.failures), len(report.failures), "candidates")
 
 
 def print_images_report(report) -> None:  # noqa: ANN001

@@ -246,8 +246,13 @@ def print_llm_report(report: Any, as_json: bool, what: str) -> None:
     if report.stats.interrupted:
         raise click.ClickException("interrupted; what finished is stored, rerun the same command to continue")
     stop_for_budget(controls)
-    runs = [report.stats] + ([rederived.stats] if rederived is not None else [])
-    exit_for_failures(sum(s.done + s.failed for s in runs), sum(s.failed for s in runs), "requests")
+    exit_for_failed_requests(report.stats, rederived.stats if rederived is not None else None)
+
+
+def exit_for_failed_requests(*runs: Any) -> None:
+    """Exit 3 or 4 when requests of RUNS (each with `done` and `failed`; None: did not run) failed."""
+    ran = [run for run in runs if run is not None]
+    exit_for_failures(sum(run.done + run.failed for run in ran), sum(run.failed for run in ran), "requests")
 
 
 def stop_for_budget(controls: RunControls | None) -> None:

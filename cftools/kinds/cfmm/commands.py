@@ -10,10 +10,10 @@ import click
 from rich.markup import escape
 
 from cftools.commands.common import console, pass_workspace, print_json, ray_address, ray_option
-from cftools.commands.exit_codes import exit_for_failures
-from cftools.commands.generation import (backend_for_run, batch_api_option, estimate_option, llm_run, max_cost_option,
-                                         print_estimate, print_llm_report, prompt_variant_option, rederive_drafts,
-                                         rederive_option, redo_option, run_controls, run_money, stop_for_budget)
+from cftools.commands.generation import (backend_for_run, batch_api_option, estimate_option, exit_for_failed_requests,
+                                         llm_run, max_cost_option, print_estimate, print_llm_report,
+                                         prompt_variant_option, rederive_drafts, rederive_option, redo_option,
+                                         run_controls, run_money, stop_for_budget)
 from cftools.errors import CftoolsError
 from cftools.generate.run_controls import ControlledBackend
 from cftools.commands.ingest import file_ingest_options, ingest_licence, print_ingest, report_path, showing_progress
@@ -92,9 +92,7 @@ def pairs_cmd(workspace: Workspace, types_text: str | None, per_image: int, limi
     if report.interrupted:
         raise click.ClickException("interrupted; what finished is stored, rerun the same command to continue")
     stop_for_budget(controls)
-    runs = [(report.done + report.failed, report.failed)] + ([(rederived.stats.done + rederived.stats.failed,
-                                                   rederived.stats.failed)] if rederived is not None else [])
-    exit_for_failures(sum(n for n, _ in runs), sum(f for _, f in runs), "requests")
+    exit_for_failed_requests(report, rederived.stats if rederived is not None else None)
 
 
 def print_pairs(report: Any, controls: Any, rederived: Any, as_json: bool) -> None:

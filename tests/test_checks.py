@@ -531,3 +531,9 @@ def test_answer_disputed_on_an_answer_edited_since_its_rederivation_says_it_coul
     assert [n.code for n in result.notes] == ["answer_disputed"] and "'5', not '4'" in result.notes[0].text
     current = with_data(stale, data={"rederived": {"answer": "9", "reasoning": "r", "for_answer": "4"}})
     assert [f.code for f in check_item(current, ["answer_disputed"], None).flags] == ["answer_disputed"]
+
+
+def test_similarity_without_embeddings_is_bad_usage(workspace, run_cli):
+    out = run_cli("check", "--no-embeddings", "--similarity", "0.5")
+    assert out.exit_code == 2 and "--similarity" in out.output  # before: exit 0, the threshold unused
+    assert run_cli("check", "--no-embeddings").exit_code == 0

@@ -175,6 +175,10 @@ def check(workspace: Workspace, as_json: bool, recheck: bool, only: tuple[str, .
             print_calibration(found, console)
         return
 
+    given = click.get_current_context().get_parameter_source("similarity") != click.core.ParameterSource.DEFAULT
+    if no_embeddings and given:
+        raise click.UsageError("--similarity is a cosine similarity of embeddings, which --no-embeddings turns off")
+
     def emit(result: ItemResult) -> None:
         if as_json:
             click.echo(json.dumps(result.as_dict(), ensure_ascii=False))

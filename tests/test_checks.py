@@ -537,3 +537,10 @@ def test_similarity_without_embeddings_is_bad_usage(workspace, run_cli):
     out = run_cli("check", "--no-embeddings", "--similarity", "0.5")
     assert out.exit_code == 2 and "--similarity" in out.output  # before: exit 0, the threshold unused
     assert run_cli("check", "--no-embeddings").exit_code == 0
+
+
+def test_list_with_json_is_json(workspace, run_cli):
+    out = run_cli("check", "--list", "--json")
+    assert out.exit_code == 0, out.output
+    listed = {row["code"]: row["applies_to"] for row in json.loads(out.output)["checks"]}  # before: a table
+    assert "duplicate" in listed and "answer_disputed" in listed and "[llm] rederive" in listed["answer_disputed"]

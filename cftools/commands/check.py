@@ -140,7 +140,8 @@ def print_summary(report: CheckReport, out: Console) -> None:
 @click.option("--no-embeddings", is_flag=True, help="Find duplicates by normalised text only (no embedding model).")
 @click.option("--similarity", type=click.FloatRange(0.0, 1.0), default=DEFAULT_SIMILARITY, show_default=True,
               help="Cosine similarity from which two questions on the same image are near-duplicates.")
-@click.option("--list", "list_checks", is_flag=True, help="List the checks and the items each applies to, then stop.")
+@click.option("--list", "list_checks", is_flag=True,
+              help="List the checks and the items each applies to, then stop; with --json, one JSON object.")
 @click.option("--calibration", is_flag=True,
               help="Show each check's precision against people (flagged drafts measured with annotate push "
                    "--flagged-sample) and the checks' misses (items people rejected that no check flagged), then "
@@ -158,6 +159,10 @@ def check(workspace: Workspace, as_json: bool, recheck: bool, only: tuple[str, .
     every item that has them (re-ranked; they do not change an item's status). A rerun checks only new drafts and drafts edited
     since their check; --recheck checks every draft again.
     """
+    if list_checks and as_json:
+        click.echo(json.dumps({"checks": [{"code": code, "applies_to": scope}
+                                          for code, scope in check_scopes().items()]}, ensure_ascii=False))
+        return
     if list_checks:
         table = Table(title="Checks", title_justify="left")
         table.add_column("code")

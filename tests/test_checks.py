@@ -544,3 +544,11 @@ def test_list_with_json_is_json(workspace, run_cli):
     assert out.exit_code == 0, out.output
     listed = {row["code"]: row["applies_to"] for row in json.loads(out.output)["checks"]}  # before: a table
     assert "duplicate" in listed and "answer_disputed" in listed and "[llm] rederive" in listed["answer_disputed"]
+
+
+@pytest.mark.parametrize("stop", ["--list", "--calibration"])
+def test_what_selects_drafts_is_bad_usage_with_a_report_that_checks_none(workspace, run_cli, stop):
+    out = run_cli("check", stop, "--group", "boolean", "--limit", "3")
+    # before: exit 0, the whole list or calibration as if --group and --limit had not been given
+    assert out.exit_code == 2 and "--group, --limit" in out.output, out.output
+    assert run_cli("check", stop, "--json").exit_code == 0

@@ -159,6 +159,13 @@ def check(workspace: Workspace, as_json: bool, recheck: bool, only: tuple[str, .
     every item that has them (re-ranked; they do not change an item's status). A rerun checks only new drafts and drafts edited
     since their check; --recheck checks every draft again.
     """
+    context = click.get_current_context()
+    given = [param.opts[0] for param in context.command.params
+             if param.name in ("recheck", "only", "groups", "limit", "no_embeddings", "similarity")
+             and context.get_parameter_source(param.name) != click.core.ParameterSource.DEFAULT]
+    stops = [flag for flag, on in (("--list", list_checks), ("--calibration", calibration)) if on]
+    if stops and given:  # they report and stop: what selects and checks drafts would be dropped
+        raise click.UsageError(f"{' and '.join(stops)} checks no drafts: {', '.join(given)} would do nothing")
     if list_checks and as_json:
         click.echo(json.dumps({"checks": [{"code": code, "applies_to": scope}
                                           for code, scope in check_scopes().items()]}, ensure_ascii=False))
@@ -180,8 +187,7 @@ def check(workspace: Workspace, as_json: bool, recheck: bool, only: tuple[str, .
             print_calibration(found, console)
         return
 
-    given = click.get_current_context().get_parameter_source("similarity") != click.core.ParameterSource.DEFAULT
-    if no_embeddings and given:
+    if no_embeddings and "--similarity" in given:
         raise click.UsageError("--similarity is a cosine similarity of embeddings, which --no-embeddings turns off")
 
     def emit(result: ItemResult) -> None:

@@ -506,3 +506,49 @@ def test_group_and_limit_select_the_drafts(workspace, run_cli):
     add_item(store, "How many dogs would there be if 3 more dogs came?", "5", image="c.jpg")
     assert len(json_lines(run_cli("check", "--json", "--limit", "1").stdout)) == 1
     assert len(json_lines(run_cli("check", "--json").stdout)) == 1
+
+
+def test_a_rejected_item_is_no_original_for_the_duplicate_check(workspace):
+    """A redo that keeps the rejected draft's question (people found only its answer wrong) is no duplicate: the
+    rejected item is in no release."""
+    store = workspace.store
+    rejected = add_item(store, "How many dogs would there be if two more dogs came?", "5", key="k1")
+    with store.write() as session:
+        session.get(Item, rejected).status = "rejected"
+    redo = add_item(store, "How many dogs would there be if two more dogs came?", "4", key="k1~redo1")
+    run_checks(store, ["duplicate"], options=CheckOptions(use_embeddings=False))
+    assert flags_of(store, redo) == {}  # before: "the same question as item 1 on the same image"
+
+
+def test_answer_disputed_on_an_answer_edited_since_its_rederivation_says_it_could_not_decide():
+    from dataclasses import replace as with_data
+
+    stale = with_data(view("How many dogs would there be if two more dogs came?", "4"),
+                      data={"rederived": {"answer": "9", "reasoning": "r", "for_answer": "5"}})
+    result = check_item(stale, ["answer_disputed"], None)
+    # before: counted as applied, neither flagged nor noted: it had checked nothing
+    assert result.checks == ["answer_disputed"] and not result.flags
+    assert [n.code for n in result.notes] == ["answer_disputed"] and "'5', not '4'" in result.notes[0].text
+    current = with_data(stale, data={"rederived": {"answer": "9", "reasoning": "r", "for_answer": "4"}})
+    assert [f.code for f in check_item(current, ["answer_disputed"], None).flags] == ["answer_disputed"]
+
+
+def test_similarity_without_embeddings_is_bad_usage(workspace, run_cli):
+    out = run_cli("check", "--no-embeddings", "--similarity", "0.5")
+    assert out.exit_code == 2 and "--similarity" in out.output  # before: exit 0, the threshold unused
+    assert run_cli("check", "--no-embeddings").exit_code == 0
+
+
+def test_list_with_json_is_json(workspace, run_cli):
+    out = run_cli("check", "--list", "--json")
+    assert out.exit_code == 0, out.output
+    listed = {row["code"]: row["applies_to"] for row in json.loads(out.output)["checks"]}  # before: a table
+    assert "duplicate" in listed and "answer_disputed" in listed and "[llm] rederive" in listed["answer_disputed"]
+
+
+@pytest.mark.parametrize("stop", ["--list", "--calibration"])
+def test_what_selects_drafts_is_bad_usage_with_a_report_that_checks_none(workspace, run_cli, stop):
+    out = run_cli("check", stop, "--group", "boolean", "--limit", "3")
+    # before: exit 0, the whole list or calibration as if --group and --limit had not been given
+    assert out.exit_code == 2 and "--group, --limit" in out.output, out.output
+    assert run_cli("check", stop, "--json").exit_code == 0

@@ -93,6 +93,23 @@ def test_a_variant_run_first_leaves_the_default_its_own_drafts(workspace, tmp_pa
                            "join generations g on g.id = i.generation_id") == [(6, 3)]
 
 
+def test_a_redo_of_a_variants_draft_does_not_count_as_the_defaults_draft(workspace, tmp_path, run_cli, llm_server):
+    questions(workspace, tmp_path, 2)
+    configure(workspace, llm_server.base_url)
+    assert run_cli("-w", workspace.root, *REWRITE, "--prompt-variant", "terse").exit_code == 0
+    db = sqlite3.connect(workspace.root / "cftools.db")
+    db.execute("insert into check_flags (item_id, code, reason, created_at) select id, 'arithmetic', 'wrong sum', "
+               "created_at from items")
+    db.commit()
+    db.close()
+    redone = run_cli("-w", workspace.root, *REWRITE, "--redo", "flagged", "--json")
+    assert json.loads(redone.output)["items_created"] == 2, redone.output
+    default = run_cli("-w", workspace.root, *REWRITE, "--json")
+    # before: the redo of each terse draft (recorded without a variant) counted as the default's draft: none made
+    assert json.loads(default.output)["items_created"] == 2, default.output
+    assert rows(workspace, "select count(*) from items where redo_of is null") == [(4,)]
+
+
 def test_a_folder_given_on_the_command_line_is_a_variant_named_by_the_folder(workspace, tmp_path, run_cli,
                                                                                llm_server):
     questions(workspace, tmp_path, 2)

@@ -197,6 +197,25 @@ def test_redo_flagged_passes_the_flag_reasons_and_leaves_waived_flags(drafted, s
     assert json.loads(rewrite(run_cli, "--redo", "flagged").output)["selected"] == 0 and prompts(stub) == []
 
 
+def test_reparse_updates_a_redo_whose_reply_now_reads_differently(drafted, stub, run_cli):
+    keys = sorted(items(drafted.store))
+    with drafted.store.write() as session:
+        found = {i.key: i for i in session.execute(select(Item)).scalars()}
+        session.add(CheckFlag(item_id=found[keys[0]].id, code="arithmetic", reason="2 + 1 is not 4"))
+    assert json.loads(rewrite(run_cli, "--redo", "flagged").output)["items_created"] == 1
+    with drafted.store.write() as session:  # as if the reply had been read wrong when it came back
+        redo = session.execute(select(Item).where(Item.key == redo_key(keys[0]))).scalar_one()
+        gen = session.get(Generation, redo.generation_id)
+        reply = json.loads(gen.raw_output)
+        gen.raw_output = json.dumps({**reply, "new_answer": reply["new_answer"] + 40})
+        session.add(gen)
+    result = run_cli("generate", "reparse", "--json")
+    # before: the redo's generation record was parsed again, its draft kept the old answer (0 updated)
+    assert json.loads(result.output)["items_updated"] == 1, result.output
+    assert items(drafted.store)[redo_key(keys[0])].answer == str(reply["new_answer"] + 40)
+    assert json.loads(run_cli("generate", "reparse", "--json").output)["items_updated"] == 0
+
+
 def test_redo_keys_count_up():
     assert redo_key("rewrite:3:boolean") == "rewrite:3:boolean~redo1"
     assert redo_key("rewrite:3:boolean~redo1") == "rewrite:3:boolean~redo2"

@@ -110,7 +110,7 @@ class EditCheckReport:
     candidates: int = 0
     applied: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     flagged: dict[str, int] = field(default_factory=lambda: defaultdict(int))
-    missing: int = 0  # candidates whose file is not in the store (kept as stored)
+    missing: int = 0  # candidates not measured (their file, or the item's original, is not in the store): kept
 
 
 # ---------------------------------------------------------------- the image checks over stored candidates
@@ -208,6 +208,7 @@ def _rechecked(session: Any, item: Optional[Item], codes: Sequence[str],
     data = item.data or {}
     original = _original_path(session, item)
     if original is None or not original.is_file():
+        report.missing += sum(len(data.get(key) or {}) for key, _ in CANDIDATE_SETS)
         return {}, {}  # nothing to compare with: the stored results stay
     read, checks = {}, {}
     for candidates_key, checks_key in CANDIDATE_SETS:

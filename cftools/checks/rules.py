@@ -186,8 +186,12 @@ def check_answer_disputed(item: ItemView) -> Result:
     """The model that re-derived the answer (cftools.generate.rederive) disagrees with the draft's answer. A
     re-derivation of an earlier answer (the item was edited since) says nothing about this one."""
     rederived = (item.data or {}).get("rederived") or {}
-    if rederived.get("for_answer") != item.answer or rederived.get("answer") is None:
+    if rederived.get("answer") is None:
         return None
+    if rederived.get("for_answer") != item.answer:
+        return Note("answer_disputed", f"could not decide: the model re-derived the earlier answer "
+                                       f"{rederived.get('for_answer')!r}, not {item.answer!r} (the next generate "
+                                       "run with the re-derivation on re-derives it)")
     theirs, ours = str(rederived["answer"]), str(item.answer or "")
     if normalize_answer(theirs) == normalize_answer(ours):
         return None

@@ -22,7 +22,7 @@ from cftools.item_view import ItemView
 from cftools.findings import Flag, Note
 from cftools.kinds import all_kinds, get_kind
 from cftools.errors import CftoolsError
-from cftools.models import CHECKED, DRAFT, CheckFlag, Item, ItemEvent, SourceQuestion, utcnow
+from cftools.models import CHECKED, DRAFT, REJECTED, CheckFlag, Item, ItemEvent, SourceQuestion, utcnow
 from cftools.flags import waived_codes
 from cftools.store import Store
 
@@ -105,6 +105,7 @@ class CheckReport:
     duplicate_mode: str = ""
     embedded: int = 0  # questions embedded for the duplicate check
     edited_items: int = 0  # items whose stored edit candidates were checked again
+    edit_unmeasured: int = 0  # edit candidates not checked again (no file, or no original): stored results kept
 
     def as_dict(self) -> dict:
         return {
@@ -115,6 +116,7 @@ class CheckReport:
             "per_check": {code: {"applied": self.applied[code], "flagged": self.flags[code],
                                  "undecided": self.notes[code]} for code in self.codes},
             "duplicate_mode": self.duplicate_mode, "embedded": self.embedded, "edited_items": self.edited_items,
+            "edit_unmeasured": self.edit_unmeasured,
         }
 
 
@@ -192,10 +194,11 @@ def flagged_drafts_left(store: Store, groups: Sequence[str] = ()) -> Iterator[It
 
 
 def all_entries(store: Store):
-    """Every item's duplicate-check entry (any status)."""
+    """Every item's duplicate-check entry (any status but rejected: a rejected item is in no release, so nothing
+    repeats it; a redo that keeps its question and mends its answer is no duplicate)."""
     query = (select(Item.id, Item.key, Item.kind, Item.group, Item.status, Item.question, Item.answer, Item.data,
                     SourceQuestion.image_ref, SourceQuestion.image_id, SourceQuestion.question, SourceQuestion.answer)
-             .outerjoin(SourceQuestion, SourceQuestion.id == Item.source_id))
+             .outerjoin(SourceQuestion, SourceQuestion.id == Item.source_id).where(Item.status != REJECTED))
     with store.session() as session:
         for (id_, key, kind, group, status, question, answer, data, image_ref, image_id, source_question,
              source_answer) in session.execute(query):
@@ -347,6 +350,7 @@ def _run_edit_checks(store: Store, codes: Sequence[str], groups: Sequence[str], 
                            on_start=lambda total: progress.stage("checking edit candidates", total),
                            on_batch=progress.advance)
     report.edited_items = done.items
+    report.edit_unmeasured = done.missing
     report.applied.update(done.applied)
     report.flags.update(done.flagged)
 

@@ -117,6 +117,8 @@ CHECK_LINES = (
                   "flagged for it.[/]"),
     Line("edited_items", "{value} items' stored edit candidates checked again and re-ranked (edit flags rank "
                          "candidates; they do not keep an item draft)."),
+    Line("edit_unmeasured", "[yellow]{value} edit candidates were not checked again (their file, or their item's "
+                            "original image, is not in the store): their stored results are kept.[/]"),
     Line("duplicate_mode", duplicate_mode, markup=False),
 )
 
@@ -138,7 +140,8 @@ def print_summary(report: CheckReport, out: Console) -> None:
 @click.option("--no-embeddings", is_flag=True, help="Find duplicates by normalised text only (no embedding model).")
 @click.option("--similarity", type=click.FloatRange(0.0, 1.0), default=DEFAULT_SIMILARITY, show_default=True,
               help="Cosine similarity from which two questions on the same image are near-duplicates.")
-@click.option("--list", "list_checks", is_flag=True, help="List the checks and the items each applies to, then stop.")
+@click.option("--list", "list_checks", is_flag=True,
+              help="List the checks and the items each applies to, then stop; with --json, one JSON object.")
 @click.option("--calibration", is_flag=True,
               help="Show each check's precision against people (flagged drafts measured with annotate push "
                    "--flagged-sample) and the checks' misses (items people rejected that no check flagged), then "
@@ -156,6 +159,17 @@ def check(workspace: Workspace, as_json: bool, recheck: bool, only: tuple[str, .
     every item that has them (re-ranked; they do not change an item's status). A rerun checks only new drafts and drafts edited
     since their check; --recheck checks every draft again.
     """
+    context = click.get_current_context()
+    given = [param.opts[0] for param in context.command.params
+             if param.name in ("recheck", "only", "groups", "limit", "no_embeddings", "similarity")
+             and context.get_parameter_source(param.name) != click.core.ParameterSource.DEFAULT]
+    stops = [flag for flag, on in (("--list", list_checks), ("--calibration", calibration)) if on]
+    if stops and given:  # they report and stop: what selects and checks drafts would be dropped
+        raise click.UsageError(f"{' and '.join(stops)} checks no drafts: {', '.join(given)} would do nothing")
+    if list_checks and as_json:
+        click.echo(json.dumps({"checks": [{"code": code, "applies_to": scope}
+                                          for code, scope in check_scopes().items()]}, ensure_ascii=False))
+        return
     if list_checks:
         table = Table(title="Checks", title_justify="left")
         table.add_column("code")
@@ -172,6 +186,9 @@ def check(workspace: Workspace, as_json: bool, recheck: bool, only: tuple[str, .
         else:
             print_calibration(found, console)
         return
+
+    if no_embeddings and "--similarity" in given:
+        raise click.UsageError("--similarity is a cosine similarity of embeddings, which --no-embeddings turns off")
 
     def emit(result: ItemResult) -> None:
         if as_json:

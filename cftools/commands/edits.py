@@ -11,7 +11,8 @@ from rich.markup import escape
 
 from cftools.commands.common import console, err_console, pass_workspace, print_json
 from cftools.commands.exit_codes import exit_for_failures
-from cftools.commands.generation import llm_options, llm_run, print_estimate, ray_run_address, run_with_llm
+from cftools.commands.generation import (llm_options, llm_run, print_estimate, ray_run_address, run_money,
+                                         run_with_llm, stop_for_budget)
 from cftools.commands.summary import Line, always, print_lines
 from cftools.errors import CftoolsError
 from cftools.progress import StepProgress, step_progress
@@ -71,6 +72,11 @@ def edits_cmd(workspace: Workspace, kinds: tuple[str, ...], groups: tuple[str, .
     from cftools.generate.llm_task import text_params
     from cftools.generate.edits import LOCAL_MAX_TOKENS
 
+    if (edit_backend or workspace.section("edits").get("backend")) == "openai":
+        given = {"--steps": steps, "--guidance": guidance}
+        if ignored := [flag for flag, value in given.items() if value is not None]:
+            raise click.UsageError(f"{', '.join(ignored)}: a diffusers edit pipeline's, which an images API "
+                                   "(edit backend openai) does not take")
     items = editable_items(workspace.store, kinds, groups, limit)
     run = llm_run(workspace, template_path, concurrency, refresh, max_attempts, quiet or as_json)
     instructions = run_with_llm(workspace, backend, model, lambda llm, config: write_instructions(
@@ -81,7 +87,7 @@ def edits_cmd(workspace: Workspace, kinds: tuple[str, ...], groups: tuple[str, .
         print_estimate(controls, as_json, "edit instructions")
         return
     if not as_json:
-        print_lines(INSTRUCTION_LINES, instructions, console, err_console)
+        print_lines(INSTRUCTION_LINES, instructions, console, err_console, controls=controls)
     if instructions.stats.interrupted:
         raise click.ClickException("interrupted; what finished is stored, rerun the same command to continue")
     with step_progress(err_console, quiet=quiet, as_json=as_json,
@@ -89,12 +95,15 @@ def edits_cmd(workspace: Workspace, kinds: tuple[str, ...], groups: tuple[str, .
         report = make_edits(workspace, shown, items, edit_backend, edit_model, licence, allow_non_commercial,
                             answerer, EditOptions(per_item=per_item, seed=seed, steps=steps, guidance=guidance,
                                                   size=size, irrelevant=irrelevant))
-    report.instructions = instructions.as_dict()
+    report.instructions = {**instructions.as_dict(), **(run_money(controls) if controls is not None else {})}
     if as_json:
         print_json(report.as_dict())
     else:
         print_lines(EDIT_LINES, report, console, err_console)
-    exit_for_failures(report.images_made + len(report.failures), len(report.failures), "edit calls")
+    stop_for_budget(controls)
+    stats = instructions.stats
+    exit_for_failures(stats.done + stats.failed + report.images_made + len(report.failures),
+                      stats.failed + len(report.failures), "requests (edit instructions and edit calls)")
 
 
 def edits_made(items: int, shown: Mapping[str, Any]) -> str:
@@ -118,7 +127,11 @@ def failed_edits(failures: list[dict[str, Any]], shown: Mapping[str, Any]) -> li
             f"{escape(str(failure['reason']))}[/]" for failure in failures[:5]]
 
 
-INSTRUCTION_LINES = (Line("stats", instructions_written, when=always),)
+INSTRUCTION_LINES = (
+    Line("stats", instructions_written, when=always),
+    Line("stats", lambda _, shown: f"  {escape(shown['controls'].usage.summary())}",
+         when=lambda _, shown: shown["controls"] is not None),  # tokens, cache hits and cost
+)
 EDIT_LINES = (
     Line("items", edits_made, when=always, soft_wrap=True),
     Line("failures", failed_edits, when=always),

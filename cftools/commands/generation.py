@@ -5,6 +5,7 @@ The money and batch options (--max-cost, --estimate, --batch-api) reach the runs
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
@@ -66,6 +67,18 @@ prompt_variant_option = run_option(
     "(both variants' drafts of a source are kept).")
 
 
+max_cost_option = run_option(
+    "--max-cost", type=click.FloatRange(min=0), help="Spend at most this much: each call reserves its worst-case cost "
+    "before it is sent, and one that would cross the budget is not started (default: [llm] max_cost; needs a "
+    "[llm.prices.\"MODEL\"] entry); what finished is stored and the command exits 3.")
+estimate_option = run_option(
+    "--estimate", is_flag=True, help="Dry run: print the prompt tokens and the cost estimate of the requests the run "
+    "would send, and call nothing.")
+batch_api_option = run_option(
+    "--batch-api", is_flag=True, help="Send the requests through the Files and Batches API of the openai backend "
+    "(cheaper, done within the batch window); a rerun collects a submitted batch.")
+
+
 def llm_options(command: Callable | None = None, *, backend_flag: str = "--backend") -> Callable:
     """--backend (BACKEND_FLAG; the old --backend then stays a hidden alias), --model, --template, --concurrency,
     --refresh, --max-attempts, --quiet, --json, and the run options (--prompt-variant, --max-cost, --estimate, --ray,
@@ -89,15 +102,10 @@ def llm_options(command: Callable | None = None, *, backend_flag: str = "--backe
                      help="Attempts per request when the output cannot be parsed."),
         click.option("--quiet", is_flag=True, help="No progress bar."),
         click.option("--json", "as_json", is_flag=True, help="Print the run's summary as JSON."),
-        run_option("--max-cost", type=click.FloatRange(min=0), help="Spend at most this much: each call reserves "
-                   "its worst-case cost before it is sent, and one that would cross the budget is not started "
-                   "(default: [llm] max_cost; needs a [llm.prices.\"MODEL\"] entry); what finished is stored and the "
-                   "command exits 3."),
-        run_option("--estimate", is_flag=True, help="Dry run: print the prompt tokens and the cost estimate of the "
-                   "requests the run would send, and call nothing."),
+        max_cost_option,
+        estimate_option,
         ray_option(expose=False, keep=_keep_run_option),
-        run_option("--batch-api", is_flag=True, help="Send the requests through the Files and Batches API of the "
-                   "openai backend (cheaper, done within the batch window); a rerun collects a submitted batch."),
+        batch_api_option,
     )):
         command = option(command)
     return document_exit_codes(command)
@@ -129,19 +137,21 @@ rederive_option = click.option(
 
 
 def rederive_drafts(workspace: Any, llm: Any, config: dict[str, Any], spec: Any, wanted: bool | None,
-                    quiet: bool, as_json: bool) -> Any:
+                    run: LLMRun, as_json: bool) -> Any:
     """Re-derive the answers of the kind's drafts when WANTED (None: `[llm] rederive`, see
-    cftools.generate.rederive); prints one line (not with --json) and returns the report, or None."""
-    from cftools.commands.common import err_console
+    cftools.generate.rederive), with the command's RUN (--concurrency, --refresh, --max-attempts, --quiet; the
+    prompt, its variant and the sampling are re-derivation's own); prints one line (not with --json, nor for an
+    estimate: nothing was re-derived) and returns the report, or None."""
     from cftools.generate.rederive import rederive, rederive_enabled
 
     if not (wanted if wanted is not None else rederive_enabled(config, llm.name)):
         return None
-    report = rederive(workspace.store, llm, spec,
-                      run=LLMRun(console=err_console, quiet=quiet or as_json, workspace_root=workspace.root))
+    own = replace(run, params=None, template_path=None, prompt_variant=None, workspace_root=workspace.root)
+    report = rederive(workspace.store, llm, spec, run=own)
     if report.stats.interrupted:
         raise click.ClickException("interrupted; what finished is stored, rerun the same command to continue")
-    if not as_json:
+    estimate = getattr(getattr(llm, "controls", None), "estimate", False)
+    if not as_json and not estimate:
         console.print(f"answers re-derived by {escape(report.backend)}:{escape(report.model)}: "
                       f"{report.items_created} of {report.selected} drafts ({report.stats.failed} failed); "
                       f"`cftools check` flags the disagreements (answer_disputed)")
@@ -227,20 +237,34 @@ def print_llm_report(report: Any, as_json: bool, what: str) -> None:
     if controls is not None and controls.estimate:
         print_estimate(controls, as_json, what)
         return
+    rederived = getattr(report, "rederived", None)  # the re-derivation that followed (rederive_drafts)
     if as_json:
-        print_json({**report.as_dict(), **(run_money(controls) if controls is not None else {})})
+        print_json({**report.as_dict(), **(run_money(controls) if controls is not None else {}),
+                    **({"rederive": rederived.as_dict()} if rederived is not None else {})})
     else:
         print_lines(GENERATION_LINES, report, console, err_console, what=what, controls=controls)
     if report.stats.interrupted:
         raise click.ClickException("interrupted; what finished is stored, rerun the same command to continue")
-    if controls is not None and controls.stopped:
-        unmetered = controls.usage.unmetered_note().removeprefix("; ")
-        click.secho(f"Warning: the budget stopped the run: {money(controls.usage.cost)} spent"
-                    f"{f' ({unmetered})' if unmetered else ''} of {money(controls.max_cost or 0)}; {controls.left} of "
-                    f"{controls.selected} requests left to do "
-                    "(what finished is stored; rerun with a larger --max-cost to go on)", fg="yellow", err=True)
-        click.get_current_context().exit(PARTIAL_FAILURE)
-    exit_for_failures(report.stats.done + report.stats.failed, report.stats.failed, "requests")
+    stop_for_budget(controls)
+    exit_for_failed_requests(report.stats, rederived.stats if rederived is not None else None)
+
+
+def exit_for_failed_requests(*runs: Any) -> None:
+    """Exit 3 or 4 when requests of RUNS (each with `done` and `failed`; None: did not run) failed."""
+    ran = [run for run in runs if run is not None]
+    exit_for_failures(sum(run.done + run.failed for run in ran), sum(run.failed for run in ran), "requests")
+
+
+def stop_for_budget(controls: RunControls | None) -> None:
+    """When the budget stopped the run: one line on what was spent and what is left, and exit code 3."""
+    if controls is None or not controls.stopped:
+        return
+    unmetered = controls.usage.unmetered_note().removeprefix("; ")
+    click.secho(f"Warning: the budget stopped the run: {money(controls.usage.cost)} spent"
+                f"{f' ({unmetered})' if unmetered else ''} of {money(controls.max_cost or 0)}; {controls.left} of "
+                f"{controls.selected} requests left to do "
+                "(what finished is stored; rerun with a larger --max-cost to go on)", fg="yellow", err=True)
+    click.get_current_context().exit(PARTIAL_FAILURE)
 
 
 def run_money(controls: RunControls) -> dict[str, Any]:

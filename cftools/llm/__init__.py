@@ -40,7 +40,12 @@ def make_backend(config: dict[str, Any] | None = None, backend: str | None = Non
         from cftools.llm.local import LOCAL_MODEL, LocalBackend
 
         configured = config.get("model") if config.get("backend", "local") == "local" else None
-        return LocalBackend(model=model or configured or LOCAL_MODEL, model_path=config.get("model_path"),
+        chosen = model or configured or LOCAL_MODEL
+        if chosen != LOCAL_MODEL and not config.get("model_path"):
+            # the bundled file would answer while every record named CHOSEN
+            raise LLMError(f"the local backend has no model {chosen!r}: it runs the bundled {LOCAL_MODEL}, or the "
+                           "GGUF file [llm] model_path names (the model is then that file's name in the records)")
+        return LocalBackend(model=chosen, model_path=config.get("model_path"),
                             loader=config.get("loader", "auto"), threads=config.get("threads"))
     if name == "openai":
         from cftools.llm.openai_backend import DEFAULT_KEY_ENV, OpenAIBackend

@@ -33,6 +33,7 @@ from sqlmodel import Session
 
 from cftools.answers import normalize_answer
 from cftools.errors import CftoolsError, Hint
+from cftools.generate.claims import selection_start
 from cftools.generate.rederive import RederiveSpec
 from cftools.generate.redo import RedoCase, RedoSpec
 from cftools.generate.llm_task import (LLMJob, LLMRun, LLMTask, ParseError, insert_items,
@@ -98,8 +99,8 @@ def parse_quota(text: Optional[str]) -> dict[str, float]:
             share = float(value) if value.strip() else 1.0
         except ValueError:
             raise CftoolsError(f"{part.strip()!r} is not TYPE=SHARE (a number)", hint=TYPES_HINT) from None
-        if share < 0:
-            raise CftoolsError(f"the share of {name} is negative", hint=TYPES_HINT)
+        if not math.isfinite(share) or share < 0:
+            raise CftoolsError(f"the share of {name} is {value.strip()}: a share is a number >= 0", hint=TYPES_HINT)
         shares[name] = share
     total = sum(shares.values())
     if total <= 0:
@@ -325,8 +326,12 @@ class PairsReport:
     errors: list[str] = field(default_factory=list)
     quota: dict[str, float] = field(default_factory=dict)
     interrupted: bool = False
+    done: int = 0  # requests (every step) that gave a parsed reply, from the model or the cache
+    failed: int = 0  # requests that gave none (replies that did not parse, call errors)
 
     def add(self, report: Any) -> None:
+        self.done += report.stats.done
+        self.failed += report.stats.failed
         self.items_created += report.items_created
         self.parse_failures += report.parse_failures
         self.call_errors += report.call_errors
@@ -372,6 +377,7 @@ def generate_pairs(store: Store, backend: Backend, *, run: LLMRun = LLMRun(),
         left = None if limit is None else limit - report.selected
         if left is not None and left <= 0:
             break
+        selected_at = selection_start(store)  # before the selection: what another worker finished since stays done
         slots = select_slots(store, per_image, left, frozenset(no_type_images), variant)
         if not slots:
             break
@@ -394,7 +400,7 @@ def generate_pairs(store: Store, backend: Backend, *, run: LLMRun = LLMRun(),
                                source_id=slot.sources[0]["id"], context={"slot": slot, "allowed": allowed}))
         report.add(run_llm_task(store, backend, PickTask(pick_template), jobs,
                                 run=replace(run, params={**run.params, "max_tokens": PICK_MAX_TOKENS},
-                                            prompt_variant=None)))
+                                            prompt_variant=None), selected_at=selected_at))
         by_type: dict[str, list[LLMJob]] = defaultdict(list)
         for job in jobs:
             picked = job.context.get("picked")
@@ -415,7 +421,7 @@ def generate_pairs(store: Store, backend: Backend, *, run: LLMRun = LLMRun(),
                                                                     type=pair_type))])
                       for job in picked_jobs]
             report.add(run_llm_task(store, backend, DraftTask(pair_type, template), drafts, run=run,
-                                    group=pair_type))
+                                    group=pair_type, selected_at=selected_at))
         if report.interrupted:
             break
     report.picked = dict(picks)

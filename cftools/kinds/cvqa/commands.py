@@ -47,7 +47,7 @@ def rewrite_cmd(workspace: Workspace, group: str, limit: int | None, include_ing
         else:
             report = rewrite(workspace.store, llm, group, run=run, limit=limit, include_ingested=include_ingested)
         if not report.stats.interrupted:
-            rederive_drafts(workspace, llm, config, CVQA_REDERIVE, rederive, quiet, as_json)
+            report.rederived = rederive_drafts(workspace, llm, config, CVQA_REDERIVE, rederive, run, as_json)
         return report
 
     print_llm_report(run_with_llm(workspace, backend, model, run), as_json,

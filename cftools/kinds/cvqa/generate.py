@@ -41,7 +41,7 @@ from cftools.kinds.cvqa.model import BOOLEAN, GROUP_ANSWER_TYPE, GROUPS as CVQA_
 from cftools.models import (DRAFT, Generation,
                             CONTROL, Item, ItemEvent, SourceQuestion, utcnow)
 from cftools.kinds.cvqa.parse import RewriteParseError, parse_rewrite
-from cftools.store import Store
+from cftools.store import Store, in_chunks
 from cftools.workspace import Workspace
 
 GENERATOR = "rewrite"
@@ -146,7 +146,9 @@ def select_sources(store: Store, group: str, limit: int | None = None,
     drafted with a variant)."""
     if group not in CVQA_GROUPS:
         raise CftoolsError(f"unknown group {group!r}; use one of {', '.join(CVQA_GROUPS)}")
-    condition = and_(Item.source_id == SourceQuestion.id, Item.group == group, drafted_with(variant))
+    # a redo (`--redo`) is recorded without a variant whatever it redid: it is no variant's draft of its source
+    condition = and_(Item.source_id == SourceQuestion.id, Item.group == group, Item.redo_of.is_(None),
+                     drafted_with(variant))
     if include_ingested:
         condition = and_(condition, Item.origin == "generated")
     query = (select(SourceQuestion.id, SourceQuestion.question, SourceQuestion.answer, SourceQuestion.image_ref)
@@ -290,6 +292,7 @@ def reparse(store: Store, group: str | None = None) -> ReparseReport:
             query = query.where(Generation.group == group)
         generations = session.execute(query.order_by(Generation.id)).scalars().all()
         best: dict[tuple[int, str, str | None], Generation] = {}
+        redone: dict[int, dict[str, Any]] = {}  # a redo's generation id -> its reply, parsed again
         for gen in generations:
             report.generations += 1
             try:
@@ -300,7 +303,9 @@ def reparse(store: Store, group: str | None = None) -> ReparseReport:
                 report.changed += 1
                 gen.parsed, gen.parse_error = parsed, error
                 session.add(gen)
-            if parsed and gen.source_id is not None and not (gen.params or {}).get("redo"):  # a redo has its own item
+            if parsed and (gen.params or {}).get("redo"):  # a redo has its own item, made by the redo
+                redone[gen.id] = parsed
+            elif parsed and gen.source_id is not None:
                 best.setdefault((gen.source_id, gen.group, gen.prompt_variant), gen)
         session.flush()
         items = {i.key: i for i in session.execute(select(Item).where(Item.origin == "generated",
@@ -324,7 +329,24 @@ def reparse(store: Store, group: str | None = None) -> ReparseReport:
                                           detail={"generation_id": item.generation_id}))
                     report.items_updated += 1
         report.items_created = insert_items(store, session, new_rows, "reparse")
+        report.items_updated += update_redone(session, redone)
     return report
+
+
+def update_redone(session: Session, redone: dict[int, dict[str, Any]]) -> int:
+    """The redo drafts whose reply (of the generation ids in REDONE) now parses differently, updated; how many."""
+    updated = 0
+    for part in in_chunks(list(redone)):
+        for item in session.execute(select(Item).where(Item.generation_id.in_(part), Item.status == DRAFT,
+                                                       Item.redo_of.is_not(None))).scalars():
+            parsed = redone[item.generation_id]
+            if (item.question, item.answer) != (parsed["question"], parsed["answer"]):
+                item.question, item.answer, item.updated_at = parsed["question"], parsed["answer"], utcnow()
+                session.add(item)
+                session.add(ItemEvent(item_id=item.id, stage="reparse", from_status=DRAFT, to_status=DRAFT,
+                                      detail={"generation_id": item.generation_id}))
+                updated += 1
+    return updated
 
 
 # ------------------------------------------------------------------ for the quickstart

@@ -130,6 +130,11 @@ def images_cmd(workspace: Workspace, backend: Optional[str], model: Optional[str
     from cftools.kinds.mucr.images import ImagesOptions, generate_images
 
     config = workspace.section("images")
+    if (backend or config.get("backend")) == "openai":
+        given = {"--steps": steps, "--guidance": guidance, "--consistency": consistency}
+        if ignored := [flag for flag, value in given.items() if value is not None]:
+            raise click.UsageError(f"{', '.join(ignored)}: a diffusers pipeline's, which an images API (backend "
+                                   "openai) does not take")
     chosen = parse_styles(styles, Path(config["styles_dir"]) if config.get("styles_dir") else None)
     address = ray_address_of(click.get_current_context(), ray_address)
     with step_progress(err_console, quiet=quiet, as_json=as_json, labels={"images": "candidate images"}) as shown:
@@ -159,7 +164,8 @@ def images_cmd(workspace: Workspace, backend: Optional[str], model: Optional[str
         print_json(report.as_dict())
     else:
         print_images_report(report)
-    exit_for_failures(report.images_made + len(report.failures), len(report.failures), "image calls")
+    # a candidate is a cause and an effect image (two made), a failure one candidate: counted in candidates
+    exit_for_failures(report.images_made // 2 + len(report.failures), len(report.failures), "candidates")
 
 
 def print_images_report(report) -> None:  # noqa: ANN001

@@ -16,6 +16,7 @@ from sqlalchemy import select
 from sqlmodel import Session
 
 from cftools.flags import WAIVED
+from cftools.generate.claims import selection_start
 from cftools.generate.llm_task import LLMJob, LLMReport, LLMRun, LLMTask, run_llm_task
 from cftools.generate.redo import RedoCase, RedoSpec
 from cftools.kinds.mucr.generate import clean, render, text_params
@@ -166,6 +167,8 @@ def draft_cues(store: Store, backend: Backend, *, run: LLMRun = LLMRun(), limit:
                groups: tuple[str, ...] = ()) -> LLMReport:
     """The cue, false cues and explanation of up to LIMIT pairs that have both images and no cue, as RUN says."""
     template = load_prompt(CUES_TEMPLATE, run.template_path, run.workspace_root)
+    selected_at = selection_start(store)  # before the selection: what another worker finished since stays done
     jobs = [LLMJob(label=f"item {item.key}", messages=[text_message(cues_prompt(template, item))], group=item.group,
                    context={"item_id": item.id}) for item in pairs_without_cues(store, limit, groups)]
-    return run_llm_task(store, backend, CuesTask(template), jobs, run=run.or_params(text_params({}, CUES_MAX_TOKENS)))
+    return run_llm_task(store, backend, CuesTask(template), jobs, run=run.or_params(text_params({}, CUES_MAX_TOKENS)),
+                        selected_at=selected_at)

@@ -148,6 +148,27 @@ def read_seeds(path: Path) -> list[tuple[int, str]]:
     return seeds
 
 
+def seed_group(seed: str, variant: str | None = None) -> str:
+    """The group of a seed's caption pairs: the seed's first 60 letters and digits (a variant's: -VARIANT after)."""
+    return "seed-" + re.sub(r"[^a-z0-9]+", "-", seed.lower()).strip("-")[:60] + (f"-{variant}" if variant else "")
+
+
+def seed_groups(path: Path, variant: str | None = None) -> list[tuple[int, str, str]]:
+    """(line number, seed, group) for every seed of the file; two lines whose seeds make one group are an error
+    (the later one's pairs would never be drafted: a group is drafted once)."""
+    first: dict[str, int] = {}
+    found = []
+    for line, seed in read_seeds(path):
+        group = seed_group(seed, variant)
+        if group in first:
+            raise InputError(path, f"the seed makes the same group {group!r} as line {first[group]} (a group is "
+                                   "named by the seed's first 60 letters and digits): reword one or drop it",
+                             f"line {line}")
+        first[group] = line
+        found.append((line, seed, group))
+    return found
+
+
 class CaptionsTask(LLMTask):
     generator = "captions"
 
@@ -175,13 +196,12 @@ def draft_captions(store: Store, backend: Backend, seeds_path: Path, *, run: LLM
     template = load_prompt("mucr/captions.j2", run.template_path, run.workspace_root, run.prompt_variant)
     dataset = f"captions:{Path(seeds_path).stem}"
     selected_at = selection_start(store)
-    with store.session() as session:
-        done = set(session.execute(select(Item.group).where(Item.kind == KIND,
-                                                            Item.key.like(f"{dataset}:%"))).scalars())
+    seeds = seed_groups(seeds_path, template.variant)
+    with store.session() as session:  # a group is drafted once, from whichever seeds file named it first
+        done = set(session.execute(select(Item.group).where(
+            Item.kind == KIND, Item.group.in_([group for *_, group in seeds]))).scalars())
     jobs = []
-    for line, seed in read_seeds(seeds_path):
-        group = "seed-" + re.sub(r"[^a-z0-9]+", "-", seed.lower()).strip("-")[:60] + (
-            f"-{template.variant}" if template.variant else "")
+    for line, seed, group in seeds:
         if group in done:
             continue
         prompt = render(template, f"seed line {line}", seed=seed, n=per_group)

@@ -364,7 +364,7 @@ LAZY_COMMANDS: dict[str, tuple[Callable[[], click.Command], str]] = {
     "verify": (_attribute("cftools.commands.export", "verify_cmd"),
                "Re-hash every file of RELEASE against its manifest, check croissant.json (the SHA-256s it lists; "
                "mlcroissant reads it, when installed) and scan every file for personal data (an email, a local "
-               "absolute path); exit 1 naming each changed, missing or extra file and each finding."),
+               "absolute path, an image's metadata); exit 1 naming each changed, missing or extra file and each finding."),
 }
 _loaded: dict[str, click.Command] = {}
 

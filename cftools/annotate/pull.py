@@ -18,7 +18,7 @@ from typing import Any, Iterable, Optional
 from sqlalchemy import bindparam, insert, select
 from sqlmodel import Session
 
-from cftools.annotate.projects import ANNOTATIONS_PER_TASK, DECIDED, DELETED, GONE, OPEN, RETURNED, Progress, STAGE, unsynced_delete, unsynced_update, own_task
+from cftools.annotate.projects import ANNOTATIONS_PER_TASK, DECIDED, DELETED, GONE, OPEN, RETURNED, Progress, STAGE, project_about, unsynced_delete, unsynced_update, own_task
 from cftools.annotate.purpose import Purpose
 from cftools.annotate.assign import Sender, choose_people, current_load, live_assignees
 from cftools.annotate.attribution import person_of, refusal
@@ -68,6 +68,8 @@ class PullReport:
     refused: list[dict] = field(default_factory=list)
     returned: dict[str, list[dict]] = field(default_factory=dict)  # per person: submissions sent back, and why
     tiebreaks: list[dict] = field(default_factory=list)  # tasks of a kind's own task that now ask one more person
+    # Tasks of a shared project that the server counted as done short of usable judgments: offered to more people.
+    reopened: list[dict] = field(default_factory=list)
     items_made: int = 0  # items a kind's decisions made (a MuCR selection)
     mismatched: list[dict] = field(default_factory=list)
     deleted_tasks: list[dict] = field(default_factory=list)
@@ -150,6 +152,15 @@ def choose_annotations(task: dict, kind: str, purpose: Purpose, people: dict[int
         if last["why"] == SKIPPED:
             report.skipped.append({k: v for k, v in entry.items() if k != "why"})
     return chosen
+
+
+def short_of_judgments(task: dict, picks: list[Chosen], needed: int) -> Optional[int]:
+    """The overlap that has the server hand a shared project's TASK to one more person per missing judgment, where
+    it counts the task as done (every submission counts toward its overlap there, usable or not, skips aside) with
+    fewer than NEEDED usable PICKS; None where it still hands the task out."""
+    submitted = sum(1 for a in task.get("annotations") or [] if not a.get("was_cancelled"))
+    missing = needed - len(picks)
+    return submitted + missing if missing > 0 and submitted + missing > needed else None
 
 
 def sibling_picks(session: Session, tasks: dict[int, StoredTask], changed: set[int]) -> dict[int, list[Chosen]]:
@@ -465,9 +476,10 @@ def pull_project(run: PullRun, job: ProjectJob, server: LabelStudioServer, peopl
         chunks = fetched
     elif server.project_exists(project_id):
         chunks = server.export_tasks(project_id, sorted(by_ls_id))
-    done = 0
+    done, needed = 0, project_about(kind, purpose)[0]
     for chunk in chunks:  # each chunk is written in its own transaction while the server exports the next ones
         chosen: dict[int, list[Chosen]] = {}
+        reopen: list[dict] = []
         for data in chunk:
             task = by_ls_id.get(data.get("id"))
             if task is None:
@@ -480,6 +492,9 @@ def pull_project(run: PullRun, job: ProjectJob, server: LabelStudioServer, peopl
                 continue
             report.tasks += 1
             chosen[task.id] = choose_annotations(data, kind, purpose, people, report, workspace_root, task.assignee)
+            if not task.assignee and (overlap := short_of_judgments(data, chosen[task.id], needed)) is not None:
+                reopen.append({"project": project_id, "task": task.ls_task_id, "item": keys.get(task.item_id),
+                               "annotators": overlap})
         asked = len(report.tiebreaks)
         returning = [r for person in report.returned.values() for r in person if r.get("project") == project_id
                      and not r.get("sent")]
@@ -496,6 +511,9 @@ def pull_project(run: PullRun, job: ProjectJob, server: LabelStudioServer, peopl
         shared = [t for t in tiebreaks if not by_ls_id[t["task"]].assignee]
         for tiebreak in shared:  # a shared project: the server is to hand the task to one more person
             server.set_task_overlap(tiebreak["task"], tiebreak["annotators"])
+        for task_short in reopen:  # nothing stuck: no one could be handed it, nothing would decide its item
+            server.set_task_overlap(task_short["task"], task_short["annotators"])
+        report.reopened += reopen
         if returning or len(shared) < len(tiebreaks):
             send_back(store, sender, kind, tasks, by_ls_id, returning, [t for t in tiebreaks if t not in shared])
         done += len(chunk)

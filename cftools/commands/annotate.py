@@ -214,6 +214,8 @@ PULL_LINES = (
     Line("servers_not_configured", "[yellow]tasks on {value} were not read: no server in cftools.toml is there any "
                                    "more[/]", each=True),
     Line("deleted_tasks", deleted_tasks),
+    Line("reopened", lambda reopened, _: f"[yellow]{len(reopened)} tasks of a shared project were short of usable "
+                                         "judgments: each is offered to one more person.[/]"),
     Line("tiebreaks", lambda tiebreak, _: [f"[red]item {escape(tiebreak['item'])}: {escape(tiebreak['unassigned'])}[/]"]
          if tiebreak.get("unassigned") else [], each=True),  # a tiebreak that found its person says nothing
 )

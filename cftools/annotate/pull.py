@@ -23,9 +23,10 @@ from cftools.annotate.purpose import Purpose
 from cftools.annotate.assign import Sender, choose_people, current_load, live_assignees
 from cftools.annotate.attribution import person_of, refusal
 from cftools.annotate.controls import record_outcomes
+from cftools.annotate.pauses import paused_people
 from cftools.annotate.task_import import PushReport, StoredTask, item_event_row, open_tasks_of, forget_deleted
 from cftools.annotate.status import record_agreement
-from cftools.judgments import ADJUDICATE, VERIFY, Answer, Decision, InvalidResult, adjudicated, decide
+from cftools.judgments import ADJUDICATE, CONTROL, VERIFY, Answer, Decision, InvalidResult, adjudicated, decide
 from cftools.annotate.rules import preload_agreement_library
 from cftools.annotate.label_studio import LabelStudioError, LabelStudioServer, ServerSettings, parse_time, server_settings
 from cftools.annotate.separation import link_after_pull, refresh_instructions, verify_separation
@@ -44,10 +45,12 @@ from cftools.workspace import Workspace
 
 # Why a task was returned (its `decision` while its state is `returned`): `annotate status` counts each apart.
 INVALID, SKIPPED, REFUSED, TASK_DELETED = "invalid", "skipped", "refused", "deleted"
+LEFT = "left"  # handed over: its assignee is no longer in [label_studio] annotators
 WHY_BACK = {INVALID: "your last submission (task {task}) could not be used: {reason}",
             SKIPPED: "{reason}; every task needs your answer (write in the comment why it is hard)",
             REFUSED: "{reason}: your judgment must be yours as you left it",
             TASK_DELETED: "your task {task} was deleted on the server"}
+HANDED_OVER = "Sent to you: the person who had it left the team (their task was never answered)."
 
 
 @dataclass
@@ -68,6 +71,9 @@ class PullReport:
     refused: list[dict] = field(default_factory=list)
     returned: dict[str, list[dict]] = field(default_factory=dict)  # per person: submissions sent back, and why
     tiebreaks: list[dict] = field(default_factory=list)  # tasks of a kind's own task that now ask one more person
+    # Open tasks of people no longer in [label_studio] annotators: each went to someone else ("sent_to"; None and
+    # "unassigned" saying why when no one could take it: the task stays as it was).
+    handed_over: list[dict] = field(default_factory=list)
     # Tasks of a shared project that the server counted as done short of usable judgments: offered to more people.
     reopened: list[dict] = field(default_factory=list)
     items_made: int = 0  # items a kind's decisions made (a MuCR selection)
@@ -590,6 +596,80 @@ def send_back(store: Store, sender: Sender, kind: str, tasks: dict[int, Any], by
         sender.send(kind, wanted, PushReport(purpose="returns and tiebreaks", kind=kind), notes)
 
 
+def tasks_of_people_gone(store: Store, annotators: tuple[str, ...]) -> list[tuple[StoredTask, Item]]:
+    """Open tasks of people not in ANNOTATORS that no judgment of theirs answers, whose items still wait on them,
+    each with its item; not a control (it measures its person, who is gone)."""
+    answered = select(Judgment.id).where(Judgment.task_id == AnnotationTask.id,
+                                         Judgment.annotator == AnnotationTask.assignee).exists()
+    found = []
+    with store.session() as session:
+        for row in session.execute(
+                select(AnnotationTask.id, AnnotationTask.item_id, AnnotationTask.purpose, AnnotationTask.ls_project_id,
+                       AnnotationTask.ls_task_id, AnnotationTask.assignee, AnnotationTask.state, Item.kind)
+                .join(Item, Item.id == AnnotationTask.item_id)
+                .where(AnnotationTask.assignee.is_not(None), AnnotationTask.assignee.not_in(annotators),
+                       AnnotationTask.state == OPEN, AnnotationTask.ls_task_id.is_not(None), ~answered)
+                .order_by(AnnotationTask.id)).all():
+            task, item = StoredTask.of(row), session.get(Item, row.item_id)
+            if task.purpose.task != CONTROL and still_wanted(task, item):
+                session.expunge(item)
+                found.append((task, item))
+    return found
+
+
+def people_of_items(store: Store, item_ids: list[int]) -> dict[int, set[str]]:
+    """Per item: everyone who ever had a task of it."""
+    found: dict[int, set[str]] = defaultdict(set)
+    with store.session() as session:
+        for part in in_chunks(item_ids):
+            for item_id, person in session.execute(select(AnnotationTask.item_id, AnnotationTask.assignee).where(
+                    AnnotationTask.item_id.in_(part), AnnotationTask.assignee.is_not(None))):
+                found[item_id].add(person)
+    return found
+
+
+def hand_over(run: PullRun, report: PullReport) -> None:
+    """Nothing stuck when a person leaves the team: each open task of someone no longer in [label_studio]
+    annotators that they never answered, and that its item still waits on, goes to someone who never had a task of
+    the item and is not paused, as a new task saying why; theirs takes no more judgments. With no such person the
+    task stays as it is (`unassigned` says why, and `annotate status` counts its item as waiting on no one)."""
+    store, sender = run.workspace.store, run.sender
+    gone = tasks_of_people_gone(store, sender.settings.annotators)
+    if not gone:
+        return
+    load, paused = current_load(store), set(paused_people(store))
+    had = people_of_items(store, sorted({task.item_id for task, _ in gone}))
+    wanted: dict[str, list[tuple[Item, Purpose, str]]] = defaultdict(list)
+    notes: dict[tuple[int, str], str] = {}
+    handed: list[tuple[StoredTask, dict]] = []
+    for task, item in gone:
+        entry = {"item": item.key, "project": task.ls_project_id, "task": task.ls_task_id, "purpose": str(task.purpose),
+                 "from": task.assignee, "sent_to": None}
+        report.handed_over.append(entry)
+        try:
+            [person] = choose_people(sender.settings.annotators, load, 1, had[item.id] | paused, f"item {item.key}")
+        except CftoolsError as exc:
+            entry["unassigned"] = str(exc)
+            continue
+        had[item.id].add(person)
+        entry["sent_to"] = person
+        wanted[item.kind].append((item, task.purpose, person))
+        notes[(item.id, person)] = HANDED_OVER
+        handed.append((task, entry))
+    if not handed:
+        return
+    now = utcnow()
+    with store.write() as session:  # theirs first: a task sent twice is worse than one the doctor finds stuck
+        for task, entry in handed:
+            session.execute(unsynced_update(AnnotationTask).where(AnnotationTask.id == task.id)
+                            .values(state=RETURNED, decision=LEFT, updated_at=now))
+            session.execute(insert(ItemEvent.__table__), [item_event_row(task.item_id, None, None, {
+                "handed_over_from": entry["from"], "sent_to": entry["sent_to"], "task": entry["task"],
+                "purpose": entry["purpose"], "why": LEFT})])
+    for kind, entries in wanted.items():
+        sender.send(kind, entries, PushReport(purpose="handed over", kind=kind), notes)
+
+
 @dataclass(frozen=True)
 class ProjectJob:
     """One project to read back: where it is, what it holds, and the task ids the store links to it."""
@@ -699,6 +779,8 @@ def pull(workspace: Workspace, progress: Progress = no_progress) -> PullReport:
             else:
                 pull_project(run, job, server, people, report, fetched=chunks)
             counted.done(job)
+        if settings.assigns:
+            hand_over(run, report)
         pull_authoring_projects(workspace, servers, settings, report)
         link_after_pull(workspace.store, servers)  # what this pull stored, checked at its start
         report.separation = servers.separation_reasons

@@ -104,6 +104,8 @@ def people_status(store: Store) -> dict[str, dict[str, int]]:
                 select(AnnotationTask.id, AnnotationTask.assignee, AnnotationTask.state, AnnotationTask.decision)
                 .where(AnnotationTask.assignee.is_not(None), AnnotationTask.state != DELETED)):
             done, n = task_id in judged, 1
+            if state == RETURNED and why == "left":  # handed to someone else: it never came back to them
+                continue
             if state == RETURNED:
                 people[person][why if why in ("skipped", "refused") else "returned"] += n
             else:
@@ -111,13 +113,17 @@ def people_status(store: Store) -> dict[str, dict[str, int]]:
     return {person: {what: counts[what] for what in PERSON_COUNTS} for person, counts in sorted(people.items())}
 
 
-def items_without_open_task(store: Store) -> list[tuple[int, str]]:
+def items_without_open_task(store: Store, team: Optional[tuple[str, ...]] = None) -> list[tuple[int, str]]:
     """(id, key) of items in review that no open task waits on (no live task without its assignee's judgment, or
-    in a shared project without two judgments): nothing will ever decide them. Must be none."""
+    in a shared project without two judgments): nothing will ever decide them. Must be none. With TEAM ([label_studio]
+    annotators), a task of someone no longer on it waits on no one."""
     judged = select(func.count()).where(Judgment.task_id == AnnotationTask.id).scalar_subquery()
+    assigned = AnnotationTask.assignee.is_not(None)
+    if team:
+        assigned = assigned & AnnotationTask.assignee.in_(team)
     waiting = select(AnnotationTask.item_id).where(
         AnnotationTask.state == OPEN, AnnotationTask.ls_task_id.is_not(None),
-        ((AnnotationTask.assignee.is_not(None) & ~select(Judgment.id).where(
+        ((assigned & ~select(Judgment.id).where(
             Judgment.task_id == AnnotationTask.id, Judgment.annotator == AnnotationTask.assignee).exists())
          | (AnnotationTask.assignee.is_(None) & (judged < 2))))
     with store.session() as session:
@@ -125,8 +131,9 @@ def items_without_open_task(store: Store) -> list[tuple[int, str]]:
             select(Item.id, Item.key).where(Item.status == IN_REVIEW, Item.id.not_in(waiting)).order_by(Item.id))]
 
 
-def annotation_status(store: Store) -> dict[str, Any]:
-    """Progress per project, agreement per question (also stored) and counts per annotator, from the store."""
+def annotation_status(store: Store, team: Optional[tuple[str, ...]] = None) -> dict[str, Any]:
+    """Progress per project, agreement per question (also stored) and counts per annotator, from the store;
+    TEAM: [label_studio] annotators now (an item waiting only on someone no longer on it counts as waiting on no one)."""
     agreement_stats = record_agreement(store)
     with store.session() as session:
         judgment_counts = (select(Judgment.task_id, func.count().label("n")).group_by(Judgment.task_id).subquery())
@@ -175,6 +182,6 @@ def annotation_status(store: Store) -> dict[str, Any]:
     return {"projects": sorted(projects.values(), key=lambda p: (p["server"], p["project_id"])),
             "queues": assignment_status(store),
             "people": people_status(store),
-            "in_review_without_open_task": len(items_without_open_task(store)),
+            "in_review_without_open_task": len(items_without_open_task(store, team)),
             "agreement": dict(sorted(agreement_stats.items())),
             "annotators": dict(sorted(annotators.items())), "items_by_status": items}

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from cftools.annotate.controls import control_rate
 from cftools.annotate.figures import quality_status
+from cftools.annotate.label_studio import server_settings
 from cftools.annotate.measure import push_flagged_sample
 from cftools.annotate.pull import pull
 from cftools.annotate.push import push, waiting_kind
@@ -214,6 +215,10 @@ PULL_LINES = (
     Line("servers_not_configured", "[yellow]tasks on {value} were not read: no server in cftools.toml is there any "
                                    "more[/]", each=True),
     Line("deleted_tasks", deleted_tasks),
+    Line("handed_over", lambda handed, _: f"[yellow]task {handed['task']} of {escape(handed['from'])} (no longer in "
+                                          f"{escape('[label_studio]')} annotators): "
+                                          + (f"sent to {escape(handed['sent_to'])}[/]" if handed["sent_to"] else
+                                             f"not sent: {escape(handed['unassigned'])}[/]"), each=True),
     Line("reopened", lambda reopened, _: f"[yellow]{len(reopened)} tasks of a shared project were short of usable "
                                          "judgments: each is offered to one more person.[/]"),
     Line("tiebreaks", lambda tiebreak, _: [f"[red]item {escape(tiebreak['item'])}: {escape(tiebreak['unassigned'])}[/]"]
@@ -260,7 +265,7 @@ def status_cmd(workspace: Workspace, as_json: bool) -> None:
     failed, why their judgments are not blind. Piped, tables are printed whole (never cut to the terminal's
     width)."""
     out = full_width_console()
-    status = annotation_status(workspace.store)
+    status = annotation_status(workspace.store, server_settings(workspace).annotators)
     status["verification"] = verification_counts(workspace.store)
     status["not_blind_because"] = reasons_by_person(workspace.store)
     status["quality"] = quality_status(workspace)

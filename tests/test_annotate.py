@@ -689,3 +689,28 @@ def test_an_unusable_submission_in_the_shared_project_leaves_its_task_open_to_on
     # The shared project's instructions promise no return to the submitter (no one is assigned there).
     instructions = label_studio.client().projects.get(id=project_id).expert_instruction
     assert "comes back to you" not in instructions and "one more person" in instructions
+
+
+def test_in_the_shared_project_a_judge_of_the_item_cannot_settle_its_disagreement(
+        label_studio, ls_workspace, run_cli, request):
+    # The adjudication project is open to everyone on a shared server: one of the two people who disagreed could
+    # adjudicate their own disagreement, and it decided the item.
+    item_ids, tasks, _ = pushed(run_cli, ls_workspace, label_studio, 1, request)
+    first, second = label_studio.annotators
+    label_studio.client(first).annotations.create(id=tasks[item_ids[0]], result=result("yes", "yes"))
+    label_studio.client(second).annotations.create(id=tasks[item_ids[0]], result=result("yes", "no", "5"))
+    pull_json(run_cli)
+    pushed_adjudication = json.loads(run_cli("annotate", "push", "--adjudicate", "--json").output)
+    adjudication = task_map(ls_workspace.store, "adjudicate")[item_ids[0]]
+    accept = [{"from_name": "decision", "to_name": "question", "type": "choices", "value": {"choices": ["accept"]}}]
+    label_studio.client(first).annotations.create(id=adjudication, result=accept)
+    report = pull_json(run_cli)
+    assert statuses(ls_workspace.store)[item_ids[0]] == NEEDS_ADJUDICATION
+    [refused] = report["refused"]
+    assert refused["task"] == adjudication and first in refused["reason"] and "judged" in refused["reason"]
+    assert next_task_for(label_studio, label_studio.adjudicator, pushed_adjudication["project_id"]) == adjudication
+    label_studio.client(label_studio.adjudicator).annotations.create(id=adjudication, result=accept)
+    assert pull_json(run_cli)["decisions"] == {"adjudicated accepted": 1}
+    assert statuses(ls_workspace.store)[item_ids[0]] == ACCEPTED
+    instructions = label_studio.client().projects.get(id=pushed_adjudication["project_id"]).expert_instruction
+    assert "If you judged this item yourself" in instructions

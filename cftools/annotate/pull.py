@@ -24,6 +24,7 @@ from cftools.annotate.assign import Sender, choose_people, current_load, live_as
 from cftools.annotate.attribution import person_of, refusal
 from cftools.annotate.controls import record_outcomes
 from cftools.annotate.pauses import paused_people
+from cftools.annotate.push import verify_judges
 from cftools.annotate.task_import import PushReport, StoredTask, item_event_row, open_tasks_of, forget_deleted
 from cftools.annotate.status import record_agreement
 from cftools.judgments import ADJUDICATE, CONTROL, VERIFY, Answer, Decision, InvalidResult, adjudicated, decide
@@ -105,11 +106,13 @@ class Chosen:
 
 
 def choose_annotations(task: dict, kind: str, purpose: Purpose, people: dict[int, str], report: PullReport,
-                       workspace_root: Optional[str] = None, person: Optional[str] = None) -> list[Chosen]:
+                       workspace_root: Optional[str] = None, person: Optional[str] = None,
+                       judges: frozenset[str] = frozenset()) -> list[Chosen]:
     """The first valid annotation of each author (PEOPLE: the server's users), in annotation order, at most two
     authors (one for adjudication; with a PERSON, the task's, only theirs); everything else is counted or reported.
     An annotation made by someone other than the person, or changed by someone other than its author, is refused
-    by name: it is not that person's judgment as they left it."""
+    by name: it is not that person's judgment as they left it. So is an adjudication by one of the item's JUDGES:
+    a third person settles a disagreement (in a shared project anyone can open the task)."""
     chosen: list[Chosen] = []
     seen: set[str] = set()
     spec = own_task(kind, purpose)
@@ -128,7 +131,10 @@ def choose_annotations(task: dict, kind: str, purpose: Purpose, people: dict[int
             if person and author == person:
                 unusable.append({**where, "why": SKIPPED, "reason": f"you skipped task {task.get('id')}"})
             continue
-        if (refused := refusal(annotation, task.get("id"), people, person)) is not None:
+        refused = refusal(annotation, task.get("id"), people, person)
+        if refused is None and author in judges:
+            refused = f"task {task.get('id')}: {author} judged this item, so cannot settle it: not counted"
+        if refused is not None:
             report.refused.append({**where, "reason": refused})
             if person:
                 unusable.append({**where, "why": REFUSED, "reason": refused})
@@ -483,6 +489,7 @@ def pull_project(run: PullRun, job: ProjectJob, server: LabelStudioServer, peopl
     elif server.project_exists(project_id):
         chunks = server.export_tasks(project_id, sorted(by_ls_id))
     done, needed = 0, project_about(kind, purpose)[0]
+    judges = verify_judges(store, sorted({t.item_id for t in tasks.values()})) if purpose.task == ADJUDICATE else {}
     for chunk in chunks:  # each chunk is written in its own transaction while the server exports the next ones
         chosen: dict[int, list[Chosen]] = {}
         reopen: list[dict] = []
@@ -497,7 +504,8 @@ def pull_project(run: PullRun, job: ProjectJob, server: LabelStudioServer, peopl
                                           "expected": keys.get(task.item_id), "found": carried})
                 continue
             report.tasks += 1
-            chosen[task.id] = choose_annotations(data, kind, purpose, people, report, workspace_root, task.assignee)
+            chosen[task.id] = choose_annotations(data, kind, purpose, people, report, workspace_root, task.assignee,
+                                                 frozenset(judges.get(task.item_id, ())))
             if not task.assignee and (overlap := short_of_judgments(data, chosen[task.id], needed)) is not None:
                 reopen.append({"project": project_id, "task": task.ls_task_id, "item": keys.get(task.item_id),
                                "annotators": overlap})

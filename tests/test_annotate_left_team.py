@@ -65,4 +65,6 @@ def test_with_no_one_left_to_take_it_the_task_stays_and_the_item_counts_as_stuck
     assert handed["sent_to"] is None and "add people" in handed["unassigned"]
     assert [t.state for t in tasks_of(ls_workspace.store) if t.id == second.id] == ["open"]
     assert statuses(ls_workspace.store)[first.item_id] == IN_REVIEW
-    assert json.loads(run_cli("annotate", "status", "--json").output)["in_review_without_open_task"] == 1
+    status = json.loads(run_cli("annotate", "status", "--json").output)
+    assert (status["in_review_without_open_task"], status["waiting_on_people_gone"]) == (1, 1)
+    assert "1 of them wait only on people no longer in [label_studio] annotators" in run_cli("annotate", "status").output

@@ -182,6 +182,8 @@ def annotation_status(store: Store, team: Optional[tuple[str, ...]] = None) -> d
     return {"projects": sorted(projects.values(), key=lambda p: (p["server"], p["project_id"])),
             "queues": assignment_status(store),
             "people": people_status(store),
-            "in_review_without_open_task": len(items_without_open_task(store, team)),
+            "in_review_without_open_task": len(stuck := items_without_open_task(store, team)),
+            # of them, those still waiting on an open task of someone no longer in [label_studio] annotators
+            "waiting_on_people_gone": len(set(stuck) - set(items_without_open_task(store))),
             "agreement": dict(sorted(agreement_stats.items())),
             "annotators": dict(sorted(annotators.items())), "items_by_status": items}

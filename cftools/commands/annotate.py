@@ -311,9 +311,12 @@ def status_cmd(workspace: Workspace, as_json: bool) -> None:
                                                  ("open", "submitted", "returned", "skipped", "refused")))
         out.print(table)
     print_quality(status["quality"], out)
-    stuck = status["in_review_without_open_task"]
+    stuck, gone = status["in_review_without_open_task"], status["waiting_on_people_gone"]
     out.print(f"Items in review with no open task: {stuck}"
-              + (" [red](nothing will decide them: run `cftools doctor`)[/]" if stuck else ""))
+              + (" [red](nothing will decide them: run `cftools doctor`)[/]" if stuck > gone else ""))
+    if gone:
+        out.print(f"[red]{gone} of them wait only on people no longer in {escape('[label_studio]')} annotators: add "
+                  "someone who has not had the item, then `cftools annotate pull` hands their tasks over[/]")
 
 
 def _interval(figure: Optional[dict]) -> str:

@@ -521,6 +521,9 @@ def pull_project(run: PullRun, job: ProjectJob, server: LabelStudioServer, peopl
             else:
                 apply_decisions(session, tasks, changed, {**chosen, **sibling_picks(session, tasks, changed)},
                                 report, kind)
+            # only where the item still waits on the task (not one an adjudication settled meanwhile)
+            reopen = [r for r in reopen
+                      if still_wanted(by_ls_id[r["task"]], session.get(Item, by_ls_id[r["task"]].item_id))]
         tiebreaks = report.tiebreaks[asked:]
         shared = [t for t in tiebreaks if not by_ls_id[t["task"]].assignee]
         for tiebreak in shared:  # a shared project: the server is to hand the task to one more person

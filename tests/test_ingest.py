@@ -304,3 +304,21 @@ def test_a_record_skipped_for_its_broken_image_is_not_stored(workspace, tmp_path
     with workspace.store.session() as session:
         assert session.execute(select(SourceQuestion.question)).scalars().all() == ["How many cups?"]
         assert session.execute(select(func.count()).select_from(Item)).scalar_one() == (1 if kind == "cvqa" else 0)
+
+
+def test_a_broken_image_of_a_record_stored_earlier_names_that_record(workspace, tmp_path, run_cli):
+    # A later ingest with --images fills in the images of the dataset's earlier records; a broken one stopped it
+    # naming only the image ("imgs/x.png, image x.png: ..."), not the record nor the file being ingested.
+    images = tmp_path / "images"
+    make_image(images / "ok.png")
+    (images / "broken.png").write_bytes((images / "ok.png").read_bytes()[:60])
+    first, second = tmp_path / "first.csv", tmp_path / "second.csv"
+    first.write_text("image,question,answer,id\nbroken.png,How many dogs?,1,d1\n")
+    second.write_text("image,question,answer,id\nok.png,How many cups?,2,c1\n")
+    assert run_cli("ingest", "table", first, "--name", "mine").exit_code == 0  # kept without an image
+    before = snapshot(workspace.store)
+    out = run_cli("ingest", "table", second, "--name", "mine", "--images", images)
+    assert out.exit_code == 1
+    assert f"{second}, id 'd1' of mine (stored earlier without an image): image" in out.output
+    assert "not a readable image" in out.output
+    assert snapshot(workspace.store) == before

@@ -454,10 +454,21 @@ def resolve_images(store: Store, dataset: str, sources: list[dict], images_dir: 
     for source in sources:
         first_source.setdefault(source["image_ref"], source)
     with store.session() as session:
-        earlier = session.execute(select(SourceQuestion.image_ref).where(
-            SourceQuestion.dataset == dataset, SourceQuestion.image_id.is_(None))).scalars().all()
+        earlier = dict(session.execute(select(SourceQuestion.image_ref, SourceQuestion.external_id).where(
+            SourceQuestion.dataset == dataset, SourceQuestion.image_id.is_(None))).all())
     found: dict[str, ImageFile] = {}
     refs = sorted(set(first_source) | set(earlier))
+
+    def blamed(ref: str, source: dict | None, reason: str) -> InputError:
+        """The bad record a broken image REF makes: the first record of this file that uses it, else the record
+        stored earlier without an image that it was to complete."""
+        if input_path is not None and source is not None:
+            return InputError(input_path, reason, record_of(source))
+        if input_path is not None and ref in earlier:
+            return InputError(input_path, reason,
+                              f"id {earlier[ref]!r} of {dataset} (stored earlier without an image)")
+        return InputError(images_dir, reason, f"image {ref}")
+
     progress = ingest_progress.get()
     for done, ref in enumerate(refs):
         progress("images", done, len(refs))
@@ -466,10 +477,8 @@ def resolve_images(store: Store, dataset: str, sources: list[dict], images_dir: 
         for name in ([] if file else (candidates or {}).get(ref, [ref])):
             matches = on_disk.find(name)
             if len(matches) > 1:
-                where = (input_path, record_of(source)) if source is not None and input_path else (images_dir,
-                                                                                                   f"image {ref}")
-                bad.add(InputError(where[0], f"image reference {name!r} is ambiguous: "
-                                             f"{' and '.join(matches[:2])} both match", where[1]))
+                bad.add(blamed(ref, source, f"image reference {name!r} is ambiguous: "
+                                            f"{' and '.join(matches[:2])} both match"))
                 broken.add(ref)
                 break
             if matches:
@@ -479,17 +488,14 @@ def resolve_images(store: Store, dataset: str, sources: list[dict], images_dir: 
             continue
         real = outside_images(file, images_dir)
         if real is not None:
-            reason = f"image {file} is a link to {real}, outside the --images folder {images_dir}"
-            bad.add(InputError(input_path, reason, record_of(source)) if source is not None and input_path
-                    else InputError(images_dir, reason, f"image {ref}"))
+            bad.add(blamed(ref, source,
+                           f"image {file} is a link to {real}, outside the --images folder {images_dir}"))
             broken.add(ref)
             continue
         try:
             found[ref] = read_image_file(file, record=f"image {ref}")
         except InputError as err:
-            if source is not None and input_path is not None:
-                err = InputError(input_path, f"image {file}: {err.reason}", record_of(source))
-            bad.add(err)
+            bad.add(blamed(ref, source, f"image {file}: {err.reason}") if input_path is not None else err)
             broken.add(ref)
     progress("images", len(refs), len(refs))
     return found, broken

@@ -12,6 +12,7 @@ from sqlalchemy import and_, func, insert, select
 from sqlmodel import Session
 
 from cftools.annotate.controls import MEASURING
+from cftools.annotate.label_studio import server_settings
 from cftools.annotate.projects import DELETED, GONE, OPEN, RETURNED, unsynced_delete
 from cftools.annotate.purpose import Purpose
 from cftools.judgments import ADJUDICATE, VERIFY, Answer
@@ -19,8 +20,10 @@ from cftools.annotate.rules import agreement, label_agreement
 from cftools.models import (
     ACCEPTED, IN_REVIEW, NEEDS_ADJUDICATION, REJECTED, AgreementStat, AnnotationTask, Item, Judgment, utcnow,
 )
+from cftools.errors import CftoolsError
 from cftools.kinds import get_kind
 from cftools.store import Store
+from cftools.workspace import Workspace
 
 # ---------------------------------------------------------------- status and agreement
 
@@ -129,6 +132,15 @@ def items_without_open_task(store: Store, team: Optional[tuple[str, ...]] = None
     with store.session() as session:
         return [tuple(row) for row in session.execute(
             select(Item.id, Item.key).where(Item.status == IN_REVIEW, Item.id.not_in(waiting)).order_by(Item.id))]
+
+
+def current_team(workspace: Workspace) -> Optional[tuple[str, ...]]:
+    """[label_studio] annotators of WORKSPACE (None where its people tables do not add up: status reports anyway,
+    push and pull say what is wrong)."""
+    try:
+        return server_settings(workspace).annotators
+    except CftoolsError:
+        return None
 
 
 def annotation_status(store: Store, team: Optional[tuple[str, ...]] = None) -> dict[str, Any]:

@@ -11,7 +11,6 @@ from rich.table import Table
 
 from cftools.annotate.controls import control_rate
 from cftools.annotate.figures import quality_status
-from cftools.annotate.label_studio import server_settings
 from cftools.annotate.measure import push_flagged_sample
 from cftools.annotate.pull import pull
 from cftools.annotate.push import push, waiting_kind
@@ -19,7 +18,7 @@ from cftools.annotate.serve import serve, stop
 from cftools.annotate.task_import import PushOptions
 from cftools.annotate.serve import servers_report
 from cftools.annotate.separation import reasons_by_person
-from cftools.annotate.status import annotation_status
+from cftools.annotate.status import annotation_status, current_team
 from cftools.annotate.verification import SHARED
 from cftools.commands.annotate_quality import (audit_cmd, controls_cmd, full_width_console, requeue_cmd,
                                                resume_cmd)
@@ -265,7 +264,7 @@ def status_cmd(workspace: Workspace, as_json: bool) -> None:
     failed, why their judgments are not blind. Piped, tables are printed whole (never cut to the terminal's
     width)."""
     out = full_width_console()
-    status = annotation_status(workspace.store, server_settings(workspace).annotators)
+    status = annotation_status(workspace.store, current_team(workspace))
     status["verification"] = verification_counts(workspace.store)
     status["not_blind_because"] = reasons_by_person(workspace.store)
     status["quality"] = quality_status(workspace)

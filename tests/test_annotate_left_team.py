@@ -4,14 +4,19 @@
 from __future__ import annotations
 
 import json
+import uuid
 
+from fixtures_label_studio import PeopleWorld
 from fixtures_label_studio import verify_result as result
+from sqlalchemy import select, update
 
-from test_annotate import ls_workspace, pull_json, statuses  # noqa: F401 (fixture)
+from test_annotate import ls_workspace, make_items, pull_json, statuses  # noqa: F401 (fixture)
 from test_assignment import annotate_as, assign_to, next_task, people, pushed_assigned, tasks_of
 
 from cftools.annotate.projects import RETURNED
-from cftools.models import ACCEPTED, IN_REVIEW
+from cftools.cli import main
+from cftools.models import ACCEPTED, CHECKED, IN_REVIEW, AnnotationTask, Item
+from cftools.workspace import init_workspace
 
 
 def drop_from_team(workspace, everyone: list[str], gone: str) -> None:
@@ -68,3 +73,39 @@ def test_with_no_one_left_to_take_it_the_task_stays_and_the_item_counts_as_stuck
     status = json.loads(run_cli("annotate", "status", "--json").output)
     assert (status["in_review_without_open_task"], status["waiting_on_people_gone"]) == (1, 1)
     assert "1 of them wait only on people no longer in [label_studio] annotators" in run_cli("annotate", "status").output
+
+
+def test_on_servers_of_their_own_the_tasks_of_a_person_whose_table_is_removed_go_to_someone_else(
+        people_servers, tmp_path, monkeypatch):
+    root = tmp_path / "ws"
+    init_workspace(root).close()
+    prefix = f"l-{uuid.uuid4().hex[:8]}"
+    people_servers.configure(root, prefix)
+    monkeypatch.setenv("CFTOOLS_WORKSPACE", str(root))
+    people_servers.use_in(monkeypatch)
+    world = PeopleWorld(root, people_servers, prefix)
+    make_items(lambda *args: world.runner.invoke(main, [str(a) for a in args]),
+               people_servers.media_root / f"left-{uuid.uuid4().hex[:6]}", 1)
+    ws = world.ws()
+    with ws.store.write() as session:
+        session.execute(update(Item).values(status=CHECKED))
+    ws.close()
+    world.json("annotate", "push")
+    first, second = world.read(lambda s: list(s.execute(select(AnnotationTask.assignee, AnnotationTask.ls_task_id)
+                                                          .order_by(AnnotationTask.id))))
+    gone = people_servers.people[second.assignee]
+    config = root / "cftools.toml"
+    table = f'[label_studio.people."{gone.email}"]\nurl = "{gone.url}"\ntoken_env = "{gone.token_env}"\n'
+    assert table in config.read_text()
+    config.write_text(config.read_text().replace(table, ""))
+    people_servers.client(first.assignee).annotations.create(id=first.ls_task_id, result=result("yes", "yes"))
+    pulled = world.json("annotate", "pull")
+    assert pulled["servers_not_configured"] == [gone.url]
+    [handed] = pulled["handed_over"]
+    [other] = [p for p in people_servers.people if p not in (first.assignee, second.assignee)]
+    assert (handed["from"], handed["sent_to"]) == (gone.email, other)
+    [(new_task,)] = world.read(lambda s: list(s.execute(select(AnnotationTask.ls_task_id).where(
+        AnnotationTask.assignee == other))))
+    people_servers.client(other).annotations.create(id=new_task, result=result("yes", "yes"))
+    world.json("annotate", "pull")
+    assert world.read(lambda s: s.execute(select(Item.status)).scalar_one()) == ACCEPTED

@@ -714,3 +714,16 @@ def test_in_the_shared_project_a_judge_of_the_item_cannot_settle_its_disagreemen
     assert statuses(ls_workspace.store)[item_ids[0]] == ACCEPTED
     instructions = label_studio.client().projects.get(id=pushed_adjudication["project_id"]).expert_instruction
     assert "If you judged this item yourself" in instructions
+
+
+def test_a_shared_project_made_with_the_old_promise_is_rewritten_at_the_next_pull(
+        label_studio, ls_workspace, run_cli, request):
+    # Projects made before the shared project's instructions told the truth kept promising a return.
+    item_ids, tasks, project_id = pushed(run_cli, ls_workspace, label_studio, 1, request)
+    admin = label_studio.client()
+    old = admin.projects.get(id=project_id).expert_instruction.replace(
+        "is not counted, and the task is offered to one more person", "comes back to you with the reason")
+    admin.projects.update(id=project_id, expert_instruction=old)
+    pull_json(run_cli)
+    shown = admin.projects.get(id=project_id).expert_instruction
+    assert "comes back to you" not in shown and "offered to one more person" in shown

@@ -109,3 +109,21 @@ def test_on_servers_of_their_own_the_tasks_of_a_person_whose_table_is_removed_go
     people_servers.client(other).annotations.create(id=new_task, result=result("yes", "yes"))
     world.json("annotate", "pull")
     assert world.read(lambda s: s.execute(select(Item.status)).scalar_one()) == ACCEPTED
+
+
+def test_an_unusable_submission_of_a_person_who_left_goes_to_someone_else_and_pull_says_so(
+        run_cli, ls_workspace, label_studio, request):
+    # The pull said "returned to <the person who left>", and the new person's task read "... left the team (your
+    # last submission (task N) could not be used: ...)": a submission that was never theirs.
+    pushed_assigned(run_cli, ls_workspace, label_studio, 1, request)
+    first, second = tasks_of(ls_workspace.store)
+    annotate_as(label_studio, second.assignee, second.ls_task_id, result("yes", "no")[:1])  # a required answer missing
+    drop_from_team(ls_workspace, people(label_studio), second.assignee)
+    human = run_cli("annotate", "pull").output
+    [left] = [p for p in people(label_studio) if p not in (first.assignee, second.assignee)]
+    assert f"returned to {second.assignee}" not in human
+    assert f"{second.assignee} is no longer in [label_studio] annotators: 1 tasks sent to others" in human
+    assert f"task {second.ls_task_id}: sent to {left}" in human
+    [new] = [t for t in tasks_of(ls_workspace.store) if t.assignee == left]
+    note = label_studio.client().tasks.get(id=new.ls_task_id).data["returned"]
+    assert note == "Sent to you: the person who had it left the team."

@@ -586,8 +586,9 @@ def send_back(store: Store, sender: Sender, kind: str, tasks: dict[int, Any], by
         wanted.append((items[task.item_id], task.purpose, person))
         why = WHY_BACK.get(entry.get("why") or INVALID, WHY_BACK[INVALID]).format(task=entry["task"],
                                                                                  reason=entry["reason"])
+        # the reason was the leaver's ("your last submission ..."): the new person is told only why it is theirs
         notes[(task.item_id, person)] = (f"Returned to you: {why}. Please answer again." if person == entry["annotator"]
-                                         else f"Sent to you: the person who had it left the team ({why}).")
+                                         else "Sent to you: the person who had it left the team.")
         entry["sent"] = True
     if tiebreaks:
         for tiebreak in tiebreaks:

@@ -170,8 +170,15 @@ def print_push(report: Any, kind: Optional[str], task: Optional[str], adjudicate
 
 def returned_to(returned: tuple[str, list[dict[str, Any]]], shown: Mapping[str, Any]) -> list[str]:
     person, entries = returned
-    return [f"[yellow]returned to {escape(person)}: {len(entries)} tasks, each as a new task saying why[/]"] + [
-        f"  task {entry['task']}: {escape(entry['reason'])}" for entry in entries]
+    back = [entry for entry in entries if not entry.get("sent_to")]
+    away = [entry for entry in entries if entry.get("sent_to")]  # the person left the team: someone else has it
+    lines = [f"[yellow]returned to {escape(person)}: {len(back)} tasks, each as a new task saying why[/]"] + [
+        f"  task {entry['task']}: {escape(entry['reason'])}" for entry in back] if back else []
+    if away:
+        lines += [f"[yellow]{escape(person)} is no longer in {escape('[label_studio]')} annotators: {len(away)} "
+                  "tasks sent to others as new tasks[/]"] + [
+            f"  task {entry['task']}: sent to {escape(entry['sent_to'])} ({escape(entry['reason'])})" for entry in away]
+    return lines
 
 
 def refusal_lines(what: str) -> tuple[Line, ...]:

@@ -159,7 +159,8 @@ def annotation_status(store: Store, team: Optional[tuple[str, ...]] = None) -> d
             p = projects.setdefault((server, project_id, purpose), {
                 "server": server, "project_id": project_id, "purpose": purpose, "kind": kind, "tasks": 0,
                 "deleted": 0, "annotations": {"0": 0, "1": 0, "2+": 0}, "decisions": Counter()})
-            if state == DELETED:
+            # gone from the server: marked deleted, or (with assignment) returned to its person as a new task
+            if state == DELETED or (state == RETURNED and decision == DELETED):
                 p["deleted"] += 1
                 continue
             if state == RETURNED:  # its `decision` says why it came back, not what was decided

@@ -330,6 +330,7 @@ def apply_decisions(session: Session, tasks: dict[int, StoredTask], changed: set
             AnnotationTask.state == DECIDED)).scalars())
     writes = PendingWrites()
     settled: dict[tuple[int, Purpose], str] = {}  # (item, purpose) -> the decision its judgments made
+    reopened: set[tuple[int, Purpose]] = set()  # (item, purpose) whose decision a withdrawn judgment undid
     for task_id in ids:
         task, found = tasks[task_id], chosen.get(task_id, [])
         item = items[task.item_id]
@@ -352,8 +353,20 @@ def apply_decisions(session: Session, tasks: dict[int, StoredTask], changed: set
             writes.tasks.append({"id": task.id, "state": OPEN, "decision": None, "updated_at": now})
             writes.items.append({"id": item.id, "status": IN_REVIEW, "updated_at": now})
             writes.events.append(item_event_row(item.id, item.status, IN_REVIEW, {"reopened": "a judgment was withdrawn"}))
+            reopened.add((item.id, task.purpose))
     writes.flush(session)
+    reopen_decided(session, reopened - set(settled))
     close_decided(session, settled)
+
+
+def reopen_decided(session: Session, undone: set[tuple[int, Purpose]]) -> None:
+    """An item back under review has no task of that purpose still marked decided (each person's task of it holds
+    no decision the item no longer has; `close_decided` the other way round)."""
+    now = utcnow()
+    for item_id, purpose in undone:
+        session.execute(unsynced_update(AnnotationTask).where(
+            AnnotationTask.item_id == item_id, AnnotationTask.purpose == str(purpose), AnnotationTask.state == DECIDED)
+            .values(state=OPEN, decision=None, updated_at=now))
 
 
 def close_decided(session: Session, settled: dict[tuple[int, Purpose], str]) -> None:

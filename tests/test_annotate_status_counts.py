@@ -37,7 +37,9 @@ def test_a_withdrawn_judgment_takes_the_decision_off_every_task_of_the_item(run_
     annotate_as(label_studio, second.assignee, second.ls_task_id, result("yes", "yes"))
     assert pull_json(run_cli)["decisions"] == {ACCEPTED: 1}
     label_studio.client(first.assignee).annotations.delete(id=withdrawn)
-    assert pull_json(run_cli)["judgments_removed"] == 1
+    withdrawn_pull = pull_json(run_cli)
+    assert withdrawn_pull["judgments_removed"] == 1
+    assert withdrawn_pull["decisions"] == {"back in review (a judgment was withdrawn)": 1}
     assert statuses(ls_workspace.store)[first.item_id] == IN_REVIEW
     status = json.loads(run_cli("annotate", "status", "--json").output)
     assert [p["decisions"] for p in status["projects"]] == [{}, {}]

@@ -51,6 +51,7 @@ WHY_BACK = {INVALID: "your last submission (task {task}) could not be used: {rea
             SKIPPED: "{reason}; every task needs your answer (write in the comment why it is hard)",
             REFUSED: "{reason}: your judgment must be yours as you left it",
             TASK_DELETED: "your task {task} was deleted on the server"}
+BACK_IN_REVIEW = "back in review (a judgment was withdrawn)"  # what pull's summary says of an undone decision
 HANDED_OVER = "Sent to you: the person who had it left the team (their task was never answered)."
 
 
@@ -353,6 +354,8 @@ def apply_decisions(session: Session, tasks: dict[int, StoredTask], changed: set
             writes.tasks.append({"id": task.id, "state": OPEN, "decision": None, "updated_at": now})
             writes.items.append({"id": item.id, "status": IN_REVIEW, "updated_at": now})
             writes.events.append(item_event_row(item.id, item.status, IN_REVIEW, {"reopened": "a judgment was withdrawn"}))
+            if (item.id, task.purpose) not in reopened:  # once per item, however many of its tasks lost one
+                report.decisions[BACK_IN_REVIEW] += 1
             reopened.add((item.id, task.purpose))
     writes.flush(session)
     reopen_decided(session, reopened - set(settled))

@@ -651,3 +651,79 @@ def test_push_and_pull_show_their_counts_with_an_eta_on_a_terminal_and_nothing_q
     shown = drawn.getvalue()
     assert "projects pulled" in shown and "1/1" in shown and "tasks of project" in shown and "3/3" in shown
     assert "eta" in shown
+
+
+def next_task_for(label_studio, email: str, project_id: int) -> int | None:
+    """The task Label Studio's "Label All Tasks" hands EMAIL next in the project (None: nothing left for them)."""
+    reply = httpx.get(f"{label_studio.url}/api/projects/{project_id}/next",
+                      headers={"Authorization": f"Token {label_studio.token(email)}"})
+    return reply.json()["id"] if reply.status_code == 200 else None
+
+
+def test_an_unusable_submission_in_the_shared_project_leaves_its_task_open_to_one_more_person(
+        label_studio, ls_workspace, run_cli, request):
+    # Label Studio counts every submission toward the task's overlap, usable or not: a task with one usable
+    # judgment and one that is not (or two by the same person) was never handed out again, and its item stayed
+    # in review forever while `annotate status` reported no item without an open task.
+    item_ids, tasks, project_id = pushed(run_cli, ls_workspace, label_studio, 2, request)
+    one, two = (label_studio.client(email) for email in label_studio.annotators)
+    one.annotations.create(id=tasks[item_ids[0]], result=result("yes", "yes"))
+    two.annotations.create(id=tasks[item_ids[0]], result=result("yes", "maybe"))  # not a choice of the config
+    one.annotations.create(id=tasks[item_ids[1]], result=result("yes", "yes"))
+    one.annotations.create(id=tasks[item_ids[1]], result=result("yes", "yes"))  # the same person twice
+    report = pull_json(run_cli)
+    assert len(report["invalid"]) == 1 and report["ignored_same_annotator"] == 1
+    assert statuses(ls_workspace.store)[item_ids[0]] == IN_REVIEW
+    assert sorted((r["task"], r["annotators"]) for r in report["reopened"]) == [
+        (tasks[item_ids[0]], 3), (tasks[item_ids[1]], 3)]
+    assert "offered to one more person" in run_cli("annotate", "pull").output
+    judge = label_studio.adjudicator
+    first = next_task_for(label_studio, judge, project_id)
+    assert first in (tasks[item_ids[0]], tasks[item_ids[1]])
+    label_studio.client(judge).annotations.create(id=first, result=result("yes", "yes"))
+    second = next_task_for(label_studio, judge, project_id)
+    assert {first, second} == {tasks[item_ids[0]], tasks[item_ids[1]]}
+    label_studio.client(judge).annotations.create(id=second, result=result("yes", "yes"))
+    pull_json(run_cli)
+    assert [statuses(ls_workspace.store)[i] for i in item_ids] == [ACCEPTED, ACCEPTED]
+    # The shared project's instructions promise no return to the submitter (no one is assigned there).
+    instructions = label_studio.client().projects.get(id=project_id).expert_instruction
+    assert "comes back to you" not in instructions and "one more person" in instructions
+
+
+def test_in_the_shared_project_a_judge_of_the_item_cannot_settle_its_disagreement(
+        label_studio, ls_workspace, run_cli, request):
+    # The adjudication project is open to everyone on a shared server: one of the two people who disagreed could
+    # adjudicate their own disagreement, and it decided the item.
+    item_ids, tasks, _ = pushed(run_cli, ls_workspace, label_studio, 1, request)
+    first, second = label_studio.annotators
+    label_studio.client(first).annotations.create(id=tasks[item_ids[0]], result=result("yes", "yes"))
+    label_studio.client(second).annotations.create(id=tasks[item_ids[0]], result=result("yes", "no", "5"))
+    pull_json(run_cli)
+    pushed_adjudication = json.loads(run_cli("annotate", "push", "--adjudicate", "--json").output)
+    adjudication = task_map(ls_workspace.store, "adjudicate")[item_ids[0]]
+    accept = [{"from_name": "decision", "to_name": "question", "type": "choices", "value": {"choices": ["accept"]}}]
+    label_studio.client(first).annotations.create(id=adjudication, result=accept)
+    report = pull_json(run_cli)
+    assert statuses(ls_workspace.store)[item_ids[0]] == NEEDS_ADJUDICATION
+    [refused] = report["refused"]
+    assert refused["task"] == adjudication and first in refused["reason"] and "judged" in refused["reason"]
+    assert next_task_for(label_studio, label_studio.adjudicator, pushed_adjudication["project_id"]) == adjudication
+    label_studio.client(label_studio.adjudicator).annotations.create(id=adjudication, result=accept)
+    assert pull_json(run_cli)["decisions"] == {"adjudicated accepted": 1}
+    assert statuses(ls_workspace.store)[item_ids[0]] == ACCEPTED
+    instructions = label_studio.client().projects.get(id=pushed_adjudication["project_id"]).expert_instruction
+    assert "If you judged this item yourself" in instructions
+
+
+def test_a_shared_project_made_with_the_old_promise_is_rewritten_at_the_next_pull(
+        label_studio, ls_workspace, run_cli, request):
+    # Projects made before the shared project's instructions told the truth kept promising a return.
+    item_ids, tasks, project_id = pushed(run_cli, ls_workspace, label_studio, 1, request)
+    admin = label_studio.client()
+    old = admin.projects.get(id=project_id).expert_instruction.replace(
+        "is not counted, and the task is offered to one more person", "comes back to you with the reason")
+    admin.projects.update(id=project_id, expert_instruction=old)
+    pull_json(run_cli)
+    shown = admin.projects.get(id=project_id).expert_instruction
+    assert "comes back to you" not in shown and "offered to one more person" in shown

@@ -273,3 +273,52 @@ def test_images_are_registered_by_path_relative_to_the_images_folder(workspace, 
         raise AssertionError("an ambiguous image reference was accepted")
     with workspace.store.session() as session:
         assert session.execute(select(SourceQuestion.id)).all() == before  # the store is unchanged
+
+
+@pytest.mark.parametrize("kind", ["table", "cvqa"])
+def test_a_record_skipped_for_its_broken_image_is_not_stored(workspace, tmp_path, run_cli, kind):
+    # A record whose image proved unreadable was listed as skipped and yet stored (source and item, without an image).
+    images = tmp_path / "images"
+    make_image(images / "ok.png")
+    (images / "broken.png").write_bytes((images / "ok.png").read_bytes()[:60])  # truncated
+    if kind == "table":
+        rows = [("image", "question", "answer"), ("ok.png", "How many cups?", "2"),
+                ("broken.png", "How many dogs?", "1"), ("broken.png", "How many cats?", "3")]
+    else:
+        rows = [("img_path", "query", "answer", "new query", "new answer", "type"),
+                ("ok.png", "How many cups?", "2", "How many cups if one more?", "3", "direct"),
+                ("broken.png", "How many dogs?", "1", "How many dogs if one more?", "2", "direct"),
+                ("broken.png", "How many cats?", "3", "How many cats if one more?", "4", "direct")]
+    path = tmp_path / "records.csv"
+    with open(path, "w", newline="") as fh:
+        csv.writer(fh).writerows(rows)
+    report_path = tmp_path / "skipped.jsonl"
+    out = run_cli("ingest", kind, path, "--images", images, "--skip-bad", "--report", report_path, "--json")
+    assert out.exit_code == 0, out.output
+    report = json.loads(out.output)
+    assert (report["n_records"], report["sources_added"], report["skipped"]) == (3, 1, 2)
+    assert report["missing_images"] == 0
+    skipped = [json.loads(line) for line in report_path.read_text().splitlines()]
+    assert [s["record"] for s in skipped] == ["line 3", "line 4"]
+    assert "not a readable image" in skipped[0]["reason"] and "line 3" in skipped[1]["reason"]
+    with workspace.store.session() as session:
+        assert session.execute(select(SourceQuestion.question)).scalars().all() == ["How many cups?"]
+        assert session.execute(select(func.count()).select_from(Item)).scalar_one() == (1 if kind == "cvqa" else 0)
+
+
+def test_a_broken_image_of_a_record_stored_earlier_names_that_record(workspace, tmp_path, run_cli):
+    # A later ingest with --images fills in the images of the dataset's earlier records; a broken one stopped it
+    # naming only the image ("imgs/x.png, image x.png: ..."), not the record nor the file being ingested.
+    images = tmp_path / "images"
+    make_image(images / "ok.png")
+    (images / "broken.png").write_bytes((images / "ok.png").read_bytes()[:60])
+    first, second = tmp_path / "first.csv", tmp_path / "second.csv"
+    first.write_text("image,question,answer,id\nbroken.png,How many dogs?,1,d1\n")
+    second.write_text("image,question,answer,id\nok.png,How many cups?,2,c1\n")
+    assert run_cli("ingest", "table", first, "--name", "mine").exit_code == 0  # kept without an image
+    before = snapshot(workspace.store)
+    out = run_cli("ingest", "table", second, "--name", "mine", "--images", images)
+    assert out.exit_code == 1
+    assert f"{second}, id 'd1' of mine (stored earlier without an image): image" in out.output
+    assert "not a readable image" in out.output
+    assert snapshot(workspace.store) == before

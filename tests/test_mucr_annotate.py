@@ -8,6 +8,7 @@ import json
 import uuid
 from pathlib import Path
 
+import httpx
 import PIL.Image
 import pytest
 from sqlalchemy import select
@@ -139,7 +140,12 @@ def test_select_and_explain_end_in_a_mucr_release(label_studio, mucr_ws, run_cli
     report = pull_json(run_cli)
     assert report["invalid"] == [] and report["items_made"] == 3
     assert report["tiebreaks"] == [{"item": "captions:t:rain-3", "task": select_tasks[pair_ids[3]], "annotators": 3}]
-    assert admin.tasks.get(id=select_tasks[pair_ids[3]]).overlap == 3  # the server hands it to one more person
+    tied = admin.tasks.get(id=select_tasks[pair_ids[3]])
+    assert tied.overlap == 3
+    # the server hands it to one more person: "Label All Tasks" gives it to them (a task still marked labeled
+    # with its overlap raised was never handed out)
+    assert httpx.get(f"{label_studio.url}/api/projects/{tied.project}/next", headers={
+        "Authorization": f"Token {label_studio.token(label_studio.adjudicator)}"}).json()["id"] == tied.id
     third.annotations.create(id=select_tasks[pair_ids[3]], result=pick(1, 1))
     assert pull_json(run_cli)["items_made"] == 1
     with store.session() as session:

@@ -449,8 +449,11 @@ class LabelStudioServer:
                    lambda: self.client.projects.update(id=project_id, title=title, description=description))
 
     def set_task_overlap(self, task_id: int, overlap: int) -> None:
-        """Ask OVERLAP annotators in all for one task (a tiebreak: the server hands it to one more person)."""
-        self._call(f"raising the overlap of task {task_id}", lambda: self.client.tasks.update(id=task_id, overlap=overlap))
+        """Ask OVERLAP annotators in all for one task (a tiebreak, or a task short of usable judgments: the server
+        hands it to one more person). The task is marked unlabeled too: Label Studio does not recompute a task's
+        `is_labeled` when its overlap changes, and "Label All Tasks" never hands out a task marked labeled."""
+        self._call(f"raising the overlap of task {task_id}",
+                   lambda: self.client.tasks.update(id=task_id, overlap=overlap, is_labeled=False))
 
     def delete_task(self, task_id: int) -> None:
         """Delete one task (a task already gone is fine)."""

@@ -193,4 +193,5 @@ def ensure_project(server: LabelStudioServer, settings: ServerSettings, kind: st
     description = project_description(settings, about, kind, person)
     return server.create_project(title, render_label_config(kind, name, workspace_root), overlap,
                                  description=description,
-                                 instructions=kind_spec.instructions(name, workspace_root, alone(server, person)))
+                                 instructions=kind_spec.instructions(name, workspace_root, alone(server, person),
+                                                                   shared_project=person is None))

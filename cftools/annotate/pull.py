@@ -18,14 +18,16 @@ from typing import Any, Iterable, Optional
 from sqlalchemy import bindparam, insert, select
 from sqlmodel import Session
 
-from cftools.annotate.projects import ANNOTATIONS_PER_TASK, DECIDED, DELETED, GONE, OPEN, RETURNED, Progress, STAGE, unsynced_delete, unsynced_update, own_task
+from cftools.annotate.projects import ANNOTATIONS_PER_TASK, DECIDED, DELETED, GONE, OPEN, RETURNED, Progress, STAGE, project_about, unsynced_delete, unsynced_update, own_task
 from cftools.annotate.purpose import Purpose
 from cftools.annotate.assign import Sender, choose_people, current_load, live_assignees
 from cftools.annotate.attribution import person_of, refusal
 from cftools.annotate.controls import record_outcomes
+from cftools.annotate.pauses import paused_people
+from cftools.annotate.push import verify_judges
 from cftools.annotate.task_import import PushReport, StoredTask, item_event_row, open_tasks_of, forget_deleted
 from cftools.annotate.status import record_agreement
-from cftools.judgments import ADJUDICATE, VERIFY, Answer, Decision, InvalidResult, adjudicated, decide
+from cftools.judgments import ADJUDICATE, CONTROL, VERIFY, Answer, Decision, InvalidResult, adjudicated, decide
 from cftools.annotate.rules import preload_agreement_library
 from cftools.annotate.label_studio import LabelStudioError, LabelStudioServer, ServerSettings, parse_time, server_settings
 from cftools.annotate.separation import link_after_pull, refresh_instructions, verify_separation
@@ -44,10 +46,13 @@ from cftools.workspace import Workspace
 
 # Why a task was returned (its `decision` while its state is `returned`): `annotate status` counts each apart.
 INVALID, SKIPPED, REFUSED, TASK_DELETED = "invalid", "skipped", "refused", "deleted"
+LEFT = "left"  # handed over: its assignee is no longer in [label_studio] annotators
 WHY_BACK = {INVALID: "your last submission (task {task}) could not be used: {reason}",
             SKIPPED: "{reason}; every task needs your answer (write in the comment why it is hard)",
             REFUSED: "{reason}: your judgment must be yours as you left it",
             TASK_DELETED: "your task {task} was deleted on the server"}
+BACK_IN_REVIEW = "back in review (a judgment was withdrawn)"  # what pull's summary says of an undone decision
+HANDED_OVER = "Sent to you: the person who had it left the team (their task was never answered)."
 
 
 @dataclass
@@ -68,6 +73,11 @@ class PullReport:
     refused: list[dict] = field(default_factory=list)
     returned: dict[str, list[dict]] = field(default_factory=dict)  # per person: submissions sent back, and why
     tiebreaks: list[dict] = field(default_factory=list)  # tasks of a kind's own task that now ask one more person
+    # Open tasks of people no longer in [label_studio] annotators: each went to someone else ("sent_to"; None and
+    # "unassigned" saying why when no one could take it: the task stays as it was).
+    handed_over: list[dict] = field(default_factory=list)
+    # Tasks of a shared project that the server counted as done short of usable judgments: offered to more people.
+    reopened: list[dict] = field(default_factory=list)
     items_made: int = 0  # items a kind's decisions made (a MuCR selection)
     mismatched: list[dict] = field(default_factory=list)
     deleted_tasks: list[dict] = field(default_factory=list)
@@ -97,11 +107,13 @@ class Chosen:
 
 
 def choose_annotations(task: dict, kind: str, purpose: Purpose, people: dict[int, str], report: PullReport,
-                       workspace_root: Optional[str] = None, person: Optional[str] = None) -> list[Chosen]:
+                       workspace_root: Optional[str] = None, person: Optional[str] = None,
+                       judges: frozenset[str] = frozenset()) -> list[Chosen]:
     """The first valid annotation of each author (PEOPLE: the server's users), in annotation order, at most two
     authors (one for adjudication; with a PERSON, the task's, only theirs); everything else is counted or reported.
     An annotation made by someone other than the person, or changed by someone other than its author, is refused
-    by name: it is not that person's judgment as they left it."""
+    by name: it is not that person's judgment as they left it. So is an adjudication by one of the item's JUDGES:
+    a third person settles a disagreement (in a shared project anyone can open the task)."""
     chosen: list[Chosen] = []
     seen: set[str] = set()
     spec = own_task(kind, purpose)
@@ -120,7 +132,10 @@ def choose_annotations(task: dict, kind: str, purpose: Purpose, people: dict[int
             if person and author == person:
                 unusable.append({**where, "why": SKIPPED, "reason": f"you skipped task {task.get('id')}"})
             continue
-        if (refused := refusal(annotation, task.get("id"), people, person)) is not None:
+        refused = refusal(annotation, task.get("id"), people, person)
+        if refused is None and author in judges:
+            refused = f"task {task.get('id')}: {author} judged this item, so cannot settle it: not counted"
+        if refused is not None:
             report.refused.append({**where, "reason": refused})
             if person:
                 unusable.append({**where, "why": REFUSED, "reason": refused})
@@ -150,6 +165,15 @@ def choose_annotations(task: dict, kind: str, purpose: Purpose, people: dict[int
         if last["why"] == SKIPPED:
             report.skipped.append({k: v for k, v in entry.items() if k != "why"})
     return chosen
+
+
+def short_of_judgments(task: dict, picks: list[Chosen], needed: int) -> Optional[int]:
+    """The overlap that has the server hand a shared project's TASK to one more person per missing judgment, where
+    it counts the task as done (every submission counts toward its overlap there, usable or not, skips aside) with
+    fewer than NEEDED usable PICKS; None where it still hands the task out."""
+    submitted = sum(1 for a in task.get("annotations") or [] if not a.get("was_cancelled"))
+    missing = needed - len(picks)
+    return submitted + missing if missing > 0 and submitted + missing > needed else None
 
 
 def sibling_picks(session: Session, tasks: dict[int, StoredTask], changed: set[int]) -> dict[int, list[Chosen]]:
@@ -307,6 +331,7 @@ def apply_decisions(session: Session, tasks: dict[int, StoredTask], changed: set
             AnnotationTask.state == DECIDED)).scalars())
     writes = PendingWrites()
     settled: dict[tuple[int, Purpose], str] = {}  # (item, purpose) -> the decision its judgments made
+    reopened: set[tuple[int, Purpose]] = set()  # (item, purpose) whose decision a withdrawn judgment undid
     for task_id in ids:
         task, found = tasks[task_id], chosen.get(task_id, [])
         item = items[task.item_id]
@@ -329,8 +354,22 @@ def apply_decisions(session: Session, tasks: dict[int, StoredTask], changed: set
             writes.tasks.append({"id": task.id, "state": OPEN, "decision": None, "updated_at": now})
             writes.items.append({"id": item.id, "status": IN_REVIEW, "updated_at": now})
             writes.events.append(item_event_row(item.id, item.status, IN_REVIEW, {"reopened": "a judgment was withdrawn"}))
+            if (item.id, task.purpose) not in reopened:  # once per item, however many of its tasks lost one
+                report.decisions[BACK_IN_REVIEW] += 1
+            reopened.add((item.id, task.purpose))
     writes.flush(session)
+    reopen_decided(session, reopened - set(settled))
     close_decided(session, settled)
+
+
+def reopen_decided(session: Session, undone: set[tuple[int, Purpose]]) -> None:
+    """An item back under review has no task of that purpose still marked decided (each person's task of it holds
+    no decision the item no longer has; `close_decided` the other way round)."""
+    now = utcnow()
+    for item_id, purpose in undone:
+        session.execute(unsynced_update(AnnotationTask).where(
+            AnnotationTask.item_id == item_id, AnnotationTask.purpose == str(purpose), AnnotationTask.state == DECIDED)
+            .values(state=OPEN, decision=None, updated_at=now))
 
 
 def close_decided(session: Session, settled: dict[tuple[int, Purpose], str]) -> None:
@@ -465,9 +504,11 @@ def pull_project(run: PullRun, job: ProjectJob, server: LabelStudioServer, peopl
         chunks = fetched
     elif server.project_exists(project_id):
         chunks = server.export_tasks(project_id, sorted(by_ls_id))
-    done = 0
+    done, needed = 0, project_about(kind, purpose)[0]
+    judges = verify_judges(store, sorted({t.item_id for t in tasks.values()})) if purpose.task == ADJUDICATE else {}
     for chunk in chunks:  # each chunk is written in its own transaction while the server exports the next ones
         chosen: dict[int, list[Chosen]] = {}
+        reopen: list[dict] = []
         for data in chunk:
             task = by_ls_id.get(data.get("id"))
             if task is None:
@@ -479,7 +520,11 @@ def pull_project(run: PullRun, job: ProjectJob, server: LabelStudioServer, peopl
                                           "expected": keys.get(task.item_id), "found": carried})
                 continue
             report.tasks += 1
-            chosen[task.id] = choose_annotations(data, kind, purpose, people, report, workspace_root, task.assignee)
+            chosen[task.id] = choose_annotations(data, kind, purpose, people, report, workspace_root, task.assignee,
+                                                 frozenset(judges.get(task.item_id, ())))
+            if not task.assignee and (overlap := short_of_judgments(data, chosen[task.id], needed)) is not None:
+                reopen.append({"project": project_id, "task": task.ls_task_id, "item": keys.get(task.item_id),
+                               "annotators": overlap})
         asked = len(report.tiebreaks)
         returning = [r for person in report.returned.values() for r in person if r.get("project") == project_id
                      and not r.get("sent")]
@@ -492,10 +537,16 @@ def pull_project(run: PullRun, job: ProjectJob, server: LabelStudioServer, peopl
             else:
                 apply_decisions(session, tasks, changed, {**chosen, **sibling_picks(session, tasks, changed)},
                                 report, kind)
+            # only where the item still waits on the task (not one an adjudication settled meanwhile)
+            reopen = [r for r in reopen
+                      if still_wanted(by_ls_id[r["task"]], session.get(Item, by_ls_id[r["task"]].item_id))]
         tiebreaks = report.tiebreaks[asked:]
         shared = [t for t in tiebreaks if not by_ls_id[t["task"]].assignee]
         for tiebreak in shared:  # a shared project: the server is to hand the task to one more person
             server.set_task_overlap(tiebreak["task"], tiebreak["annotators"])
+        for task_short in reopen:  # nothing stuck: no one could be handed it, nothing would decide its item
+            server.set_task_overlap(task_short["task"], task_short["annotators"])
+        report.reopened += reopen
         if returning or len(shared) < len(tiebreaks):
             send_back(store, sender, kind, tasks, by_ls_id, returning, [t for t in tiebreaks if t not in shared])
         done += len(chunk)
@@ -551,8 +602,9 @@ def send_back(store: Store, sender: Sender, kind: str, tasks: dict[int, Any], by
         wanted.append((items[task.item_id], task.purpose, person))
         why = WHY_BACK.get(entry.get("why") or INVALID, WHY_BACK[INVALID]).format(task=entry["task"],
                                                                                  reason=entry["reason"])
+        # the reason was the leaver's ("your last submission ..."): the new person is told only why it is theirs
         notes[(task.item_id, person)] = (f"Returned to you: {why}. Please answer again." if person == entry["annotator"]
-                                         else f"Sent to you: the person who had it left the team ({why}).")
+                                         else "Sent to you: the person who had it left the team.")
         entry["sent"] = True
     if tiebreaks:
         for tiebreak in tiebreaks:
@@ -570,6 +622,80 @@ def send_back(store: Store, sender: Sender, kind: str, tasks: dict[int, Any], by
                 tiebreak["sent_to"] = chosen
     if wanted:
         sender.send(kind, wanted, PushReport(purpose="returns and tiebreaks", kind=kind), notes)
+
+
+def tasks_of_people_gone(store: Store, annotators: tuple[str, ...]) -> list[tuple[StoredTask, Item]]:
+    """Open tasks of people not in ANNOTATORS that no judgment of theirs answers, whose items still wait on them,
+    each with its item; not a control (it measures its person, who is gone)."""
+    answered = select(Judgment.id).where(Judgment.task_id == AnnotationTask.id,
+                                         Judgment.annotator == AnnotationTask.assignee).exists()
+    found = []
+    with store.session() as session:
+        for row in session.execute(
+                select(AnnotationTask.id, AnnotationTask.item_id, AnnotationTask.purpose, AnnotationTask.ls_project_id,
+                       AnnotationTask.ls_task_id, AnnotationTask.assignee, AnnotationTask.state, Item.kind)
+                .join(Item, Item.id == AnnotationTask.item_id)
+                .where(AnnotationTask.assignee.is_not(None), AnnotationTask.assignee.not_in(annotators),
+                       AnnotationTask.state == OPEN, AnnotationTask.ls_task_id.is_not(None), ~answered)
+                .order_by(AnnotationTask.id)).all():
+            task, item = StoredTask.of(row), session.get(Item, row.item_id)
+            if task.purpose.task != CONTROL and still_wanted(task, item):
+                session.expunge(item)
+                found.append((task, item))
+    return found
+
+
+def people_of_items(store: Store, item_ids: list[int]) -> dict[int, set[str]]:
+    """Per item: everyone who ever had a task of it."""
+    found: dict[int, set[str]] = defaultdict(set)
+    with store.session() as session:
+        for part in in_chunks(item_ids):
+            for item_id, person in session.execute(select(AnnotationTask.item_id, AnnotationTask.assignee).where(
+                    AnnotationTask.item_id.in_(part), AnnotationTask.assignee.is_not(None))):
+                found[item_id].add(person)
+    return found
+
+
+def hand_over(run: PullRun, report: PullReport) -> None:
+    """Nothing stuck when a person leaves the team: each open task of someone no longer in [label_studio]
+    annotators that they never answered, and that its item still waits on, goes to someone who never had a task of
+    the item and is not paused, as a new task saying why; theirs takes no more judgments. With no such person the
+    task stays as it is (`unassigned` says why, and `annotate status` counts its item as waiting on no one)."""
+    store, sender = run.workspace.store, run.sender
+    gone = tasks_of_people_gone(store, sender.settings.annotators)
+    if not gone:
+        return
+    load, paused = current_load(store), set(paused_people(store))
+    had = people_of_items(store, sorted({task.item_id for task, _ in gone}))
+    wanted: dict[str, list[tuple[Item, Purpose, str]]] = defaultdict(list)
+    notes: dict[tuple[int, str], str] = {}
+    handed: list[tuple[StoredTask, dict]] = []
+    for task, item in gone:
+        entry = {"item": item.key, "project": task.ls_project_id, "task": task.ls_task_id, "purpose": str(task.purpose),
+                 "from": task.assignee, "sent_to": None}
+        report.handed_over.append(entry)
+        try:
+            [person] = choose_people(sender.settings.annotators, load, 1, had[item.id] | paused, f"item {item.key}")
+        except CftoolsError as exc:
+            entry["unassigned"] = str(exc)
+            continue
+        had[item.id].add(person)
+        entry["sent_to"] = person
+        wanted[item.kind].append((item, task.purpose, person))
+        notes[(item.id, person)] = HANDED_OVER
+        handed.append((task, entry))
+    if not handed:
+        return
+    now = utcnow()
+    with store.write() as session:  # theirs first: a task sent twice is worse than one the doctor finds stuck
+        for task, entry in handed:
+            session.execute(unsynced_update(AnnotationTask).where(AnnotationTask.id == task.id)
+                            .values(state=RETURNED, decision=LEFT, updated_at=now))
+            session.execute(insert(ItemEvent.__table__), [item_event_row(task.item_id, None, None, {
+                "handed_over_from": entry["from"], "sent_to": entry["sent_to"], "task": entry["task"],
+                "purpose": entry["purpose"], "why": LEFT})])
+    for kind, entries in wanted.items():
+        sender.send(kind, entries, PushReport(purpose="handed over", kind=kind), notes)
 
 
 @dataclass(frozen=True)
@@ -681,6 +807,8 @@ def pull(workspace: Workspace, progress: Progress = no_progress) -> PullReport:
             else:
                 pull_project(run, job, server, people, report, fetched=chunks)
             counted.done(job)
+        if settings.assigns:
+            hand_over(run, report)
         pull_authoring_projects(workspace, servers, settings, report)
         link_after_pull(workspace.store, servers)  # what this pull stored, checked at its start
         report.separation = servers.separation_reasons

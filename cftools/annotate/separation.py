@@ -289,25 +289,39 @@ def problem_words(codes: Iterable[str]) -> str:
 
 def refresh_instructions(workspace: Workspace, servers: Any, settings: ServerSettings) -> int:
     """Each person's projects (as the store knows them) show instructions that say "yours alone" only while the last
-    check proves it: rewritten where they say otherwise. Returns how many were rewritten."""
+    check proves it, and the shared projects of a shared server (no one assigned) promise no return of an unusable
+    submission (`AnnotateHooks.instructions`): rewritten where they say otherwise. Returns how many were rewritten."""
+    rewritten = 0
+    for person in settings.people:
+        server = servers.for_person(person.email)
+        alone = server.alone_for == person.email
+        rewritten += rewrite_instructions(workspace, server, AnnotationTask.server == person.url,
+                                          AnnotationTask.assignee == person.email, alone=alone)
+    if not settings.people and settings.url:
+        shared = servers.for_person(None)
+        rewritten += rewrite_instructions(workspace, shared, AnnotationTask.server == shared.url,
+                                          AnnotationTask.assignee.is_(None), alone=False, shared_project=True)
+    return rewritten
+
+
+def rewrite_instructions(workspace: Workspace, server: LabelStudioServer, *where: Any, alone: bool,
+                         shared_project: bool = False) -> int:
+    """The projects on SERVER of the tasks WHERE selects show the instructions their task's template gives for ALONE
+    and SHARED_PROJECT; how many were rewritten."""
     from cftools.annotate.projects import own_task
     from cftools.annotate.purpose import Purpose
     from cftools.kinds import get_kind
     from cftools.models import Item
 
+    with workspace.store.session() as session:
+        projects = sorted(set(session.execute(
+            select(AnnotationTask.ls_project_id, AnnotationTask.purpose, Item.kind)
+            .join(Item, Item.id == AnnotationTask.item_id).where(*where)).all()))
+    shown = {project_id: (Purpose.parse(purpose).shown, kind) for project_id, purpose, kind in projects}
     rewritten = 0
-    for person in settings.people:
-        server = servers.for_person(person.email)
-        alone = server.alone_for == person.email
-        with workspace.store.session() as session:
-            projects = sorted(set(session.execute(
-                select(AnnotationTask.ls_project_id, AnnotationTask.purpose, Item.kind)
-                .join(Item, Item.id == AnnotationTask.item_id)
-                .where(AnnotationTask.server == person.url, AnnotationTask.assignee == person.email)).all()))
-        shown = {project_id: (Purpose.parse(purpose).shown, kind) for project_id, purpose, kind in projects}
-        for project_id, (purpose, kind) in sorted(shown.items()):
-            spec = own_task(kind, purpose)
-            wanted = get_kind(kind).hooks.annotate.instructions(spec.name if spec is not None else purpose.task, str(workspace.root),
-                                                 alone)
-            rewritten += server.set_instructions(project_id, wanted)
+    for project_id, (purpose, kind) in sorted(shown.items()):
+        spec = own_task(kind, purpose)
+        wanted = get_kind(kind).hooks.annotate.instructions(spec.name if spec is not None else purpose.task,
+                                                            str(workspace.root), alone, shared_project=shared_project)
+        rewritten += server.set_instructions(project_id, wanted)
     return rewritten

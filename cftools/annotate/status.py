@@ -12,6 +12,7 @@ from sqlalchemy import and_, func, insert, select
 from sqlmodel import Session
 
 from cftools.annotate.controls import MEASURING
+from cftools.annotate.label_studio import server_settings
 from cftools.annotate.projects import DELETED, GONE, OPEN, RETURNED, unsynced_delete
 from cftools.annotate.purpose import Purpose
 from cftools.judgments import ADJUDICATE, VERIFY, Answer
@@ -19,8 +20,10 @@ from cftools.annotate.rules import agreement, label_agreement
 from cftools.models import (
     ACCEPTED, IN_REVIEW, NEEDS_ADJUDICATION, REJECTED, AgreementStat, AnnotationTask, Item, Judgment, utcnow,
 )
+from cftools.errors import CftoolsError
 from cftools.kinds import get_kind
 from cftools.store import Store
+from cftools.workspace import Workspace
 
 # ---------------------------------------------------------------- status and agreement
 
@@ -104,6 +107,8 @@ def people_status(store: Store) -> dict[str, dict[str, int]]:
                 select(AnnotationTask.id, AnnotationTask.assignee, AnnotationTask.state, AnnotationTask.decision)
                 .where(AnnotationTask.assignee.is_not(None), AnnotationTask.state != DELETED)):
             done, n = task_id in judged, 1
+            if state == RETURNED and why == "left":  # handed to someone else: it never came back to them
+                continue
             if state == RETURNED:
                 people[person][why if why in ("skipped", "refused") else "returned"] += n
             else:
@@ -111,13 +116,17 @@ def people_status(store: Store) -> dict[str, dict[str, int]]:
     return {person: {what: counts[what] for what in PERSON_COUNTS} for person, counts in sorted(people.items())}
 
 
-def items_without_open_task(store: Store) -> list[tuple[int, str]]:
+def items_without_open_task(store: Store, team: Optional[tuple[str, ...]] = None) -> list[tuple[int, str]]:
     """(id, key) of items in review that no open task waits on (no live task without its assignee's judgment, or
-    in a shared project without two judgments): nothing will ever decide them. Must be none."""
+    in a shared project without two judgments): nothing will ever decide them. Must be none. With TEAM ([label_studio]
+    annotators), a task of someone no longer on it waits on no one."""
     judged = select(func.count()).where(Judgment.task_id == AnnotationTask.id).scalar_subquery()
+    assigned = AnnotationTask.assignee.is_not(None)
+    if team:
+        assigned = assigned & AnnotationTask.assignee.in_(team)
     waiting = select(AnnotationTask.item_id).where(
         AnnotationTask.state == OPEN, AnnotationTask.ls_task_id.is_not(None),
-        ((AnnotationTask.assignee.is_not(None) & ~select(Judgment.id).where(
+        ((assigned & ~select(Judgment.id).where(
             Judgment.task_id == AnnotationTask.id, Judgment.annotator == AnnotationTask.assignee).exists())
          | (AnnotationTask.assignee.is_(None) & (judged < 2))))
     with store.session() as session:
@@ -125,8 +134,18 @@ def items_without_open_task(store: Store) -> list[tuple[int, str]]:
             select(Item.id, Item.key).where(Item.status == IN_REVIEW, Item.id.not_in(waiting)).order_by(Item.id))]
 
 
-def annotation_status(store: Store) -> dict[str, Any]:
-    """Progress per project, agreement per question (also stored) and counts per annotator, from the store."""
+def current_team(workspace: Workspace) -> Optional[tuple[str, ...]]:
+    """[label_studio] annotators of WORKSPACE (None where its people tables do not add up: status reports anyway,
+    push and pull say what is wrong)."""
+    try:
+        return server_settings(workspace).annotators
+    except CftoolsError:
+        return None
+
+
+def annotation_status(store: Store, team: Optional[tuple[str, ...]] = None) -> dict[str, Any]:
+    """Progress per project, agreement per question (also stored) and counts per annotator, from the store;
+    TEAM: [label_studio] annotators now (an item waiting only on someone no longer on it counts as waiting on no one)."""
     agreement_stats = record_agreement(store)
     with store.session() as session:
         judgment_counts = (select(Judgment.task_id, func.count().label("n")).group_by(Judgment.task_id).subquery())
@@ -140,7 +159,8 @@ def annotation_status(store: Store) -> dict[str, Any]:
             p = projects.setdefault((server, project_id, purpose), {
                 "server": server, "project_id": project_id, "purpose": purpose, "kind": kind, "tasks": 0,
                 "deleted": 0, "annotations": {"0": 0, "1": 0, "2+": 0}, "decisions": Counter()})
-            if state == DELETED:
+            # gone from the server: marked deleted, or (with assignment) returned to its person as a new task
+            if state == DELETED or (state == RETURNED and decision == DELETED):
                 p["deleted"] += 1
                 continue
             if state == RETURNED:  # its `decision` says why it came back, not what was decided
@@ -175,6 +195,8 @@ def annotation_status(store: Store) -> dict[str, Any]:
     return {"projects": sorted(projects.values(), key=lambda p: (p["server"], p["project_id"])),
             "queues": assignment_status(store),
             "people": people_status(store),
-            "in_review_without_open_task": len(items_without_open_task(store)),
+            "in_review_without_open_task": len(stuck := items_without_open_task(store, team)),
+            # of them, those still waiting on an open task of someone no longer in [label_studio] annotators
+            "waiting_on_people_gone": len(set(stuck) - set(items_without_open_task(store))),
             "agreement": dict(sorted(agreement_stats.items())),
             "annotators": dict(sorted(annotators.items())), "items_by_status": items}

@@ -18,7 +18,7 @@ from cftools.annotate.serve import serve, stop
 from cftools.annotate.task_import import PushOptions
 from cftools.annotate.serve import servers_report
 from cftools.annotate.separation import reasons_by_person
-from cftools.annotate.status import annotation_status
+from cftools.annotate.status import annotation_status, current_team
 from cftools.annotate.verification import SHARED
 from cftools.commands.annotate_quality import (audit_cmd, controls_cmd, full_width_console, requeue_cmd,
                                                resume_cmd)
@@ -170,8 +170,15 @@ def print_push(report: Any, kind: Optional[str], task: Optional[str], adjudicate
 
 def returned_to(returned: tuple[str, list[dict[str, Any]]], shown: Mapping[str, Any]) -> list[str]:
     person, entries = returned
-    return [f"[yellow]returned to {escape(person)}: {len(entries)} tasks, each as a new task saying why[/]"] + [
-        f"  task {entry['task']}: {escape(entry['reason'])}" for entry in entries]
+    back = [entry for entry in entries if not entry.get("sent_to")]
+    away = [entry for entry in entries if entry.get("sent_to")]  # the person left the team: someone else has it
+    lines = [f"[yellow]returned to {escape(person)}: {len(back)} tasks, each as a new task saying why[/]"] + [
+        f"  task {entry['task']}: {escape(entry['reason'])}" for entry in back] if back else []
+    if away:
+        lines += [f"[yellow]{escape(person)} is no longer in {escape('[label_studio]')} annotators: {len(away)} "
+                  "tasks sent to others as new tasks[/]"] + [
+            f"  task {entry['task']}: sent to {escape(entry['sent_to'])} ({escape(entry['reason'])})" for entry in away]
+    return lines
 
 
 def refusal_lines(what: str) -> tuple[Line, ...]:
@@ -214,6 +221,12 @@ PULL_LINES = (
     Line("servers_not_configured", "[yellow]tasks on {value} were not read: no server in cftools.toml is there any "
                                    "more[/]", each=True),
     Line("deleted_tasks", deleted_tasks),
+    Line("handed_over", lambda handed, _: f"[yellow]task {handed['task']} of {escape(handed['from'])} (no longer in "
+                                          f"{escape('[label_studio]')} annotators): "
+                                          + (f"sent to {escape(handed['sent_to'])}[/]" if handed["sent_to"] else
+                                             f"not sent: {escape(handed['unassigned'])}[/]"), each=True),
+    Line("reopened", lambda reopened, _: f"[yellow]{len(reopened)} tasks of a shared project were short of usable "
+                                         "judgments: each is offered to one more person.[/]"),
     Line("tiebreaks", lambda tiebreak, _: [f"[red]item {escape(tiebreak['item'])}: {escape(tiebreak['unassigned'])}[/]"]
          if tiebreak.get("unassigned") else [], each=True),  # a tiebreak that found its person says nothing
 )
@@ -258,7 +271,7 @@ def status_cmd(workspace: Workspace, as_json: bool) -> None:
     failed, why their judgments are not blind. Piped, tables are printed whole (never cut to the terminal's
     width)."""
     out = full_width_console()
-    status = annotation_status(workspace.store)
+    status = annotation_status(workspace.store, current_team(workspace))
     status["verification"] = verification_counts(workspace.store)
     status["not_blind_because"] = reasons_by_person(workspace.store)
     status["quality"] = quality_status(workspace)
@@ -304,9 +317,12 @@ def status_cmd(workspace: Workspace, as_json: bool) -> None:
                                                  ("open", "submitted", "returned", "skipped", "refused")))
         out.print(table)
     print_quality(status["quality"], out)
-    stuck = status["in_review_without_open_task"]
+    stuck, gone = status["in_review_without_open_task"], status["waiting_on_people_gone"]
     out.print(f"Items in review with no open task: {stuck}"
-              + (" [red](nothing will decide them: run `cftools doctor`)[/]" if stuck else ""))
+              + (" [red](nothing will decide them: run `cftools doctor`)[/]" if stuck > gone else ""))
+    if gone:
+        out.print(f"[red]{gone} of them wait only on people no longer in {escape('[label_studio]')} annotators: add "
+                  "someone who has not had the item, then `cftools annotate pull` hands their tasks over[/]")
 
 
 def _interval(figure: Optional[dict]) -> str:

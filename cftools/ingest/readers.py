@@ -13,7 +13,7 @@ import json
 import os
 from collections import Counter
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, BinaryIO, Iterable, Iterator
 
@@ -437,14 +437,16 @@ def given_image_file(images_dir: Path, source: dict | None) -> Path | None:
 
 def resolve_images(store: Store, dataset: str, sources: list[dict], images_dir: Path | None, bad: BadRecords,
                    candidates: dict[str, list[str]] | None = None, input_path: Path | None = None,
-                   ) -> dict[str, ImageFile]:
-    """Read every image the records (and the dataset's earlier records still without one) refer to.
+                   ) -> tuple[dict[str, ImageFile], set[str]]:
+    """Read every image the records (and the dataset's earlier records still without one) refer to: the images
+    found by reference, and the references whose image is broken (ambiguous, a link out, unreadable).
 
     A record's image path names its file under IMAGES_DIR; otherwise the image is found by file name
     anywhere under it. A broken image is a bad record, named by the first record that uses it.
     """
+    broken: set[str] = set()
     if images_dir is None:
-        return {}
+        return {}, broken
     if not images_dir.is_dir():
         raise InputError(images_dir, "not a folder of images")
     on_disk = FolderIndex(images_dir)
@@ -452,10 +454,21 @@ def resolve_images(store: Store, dataset: str, sources: list[dict], images_dir: 
     for source in sources:
         first_source.setdefault(source["image_ref"], source)
     with store.session() as session:
-        earlier = session.execute(select(SourceQuestion.image_ref).where(
-            SourceQuestion.dataset == dataset, SourceQuestion.image_id.is_(None))).scalars().all()
+        earlier = dict(session.execute(select(SourceQuestion.image_ref, SourceQuestion.external_id).where(
+            SourceQuestion.dataset == dataset, SourceQuestion.image_id.is_(None))).all())
     found: dict[str, ImageFile] = {}
     refs = sorted(set(first_source) | set(earlier))
+
+    def blamed(ref: str, source: dict | None, reason: str) -> InputError:
+        """The bad record a broken image REF makes: the first record of this file that uses it, else the record
+        stored earlier without an image that it was to complete."""
+        if input_path is not None and source is not None:
+            return InputError(input_path, reason, record_of(source))
+        if input_path is not None and ref in earlier:
+            return InputError(input_path, reason,
+                              f"id {earlier[ref]!r} of {dataset} (stored earlier without an image)")
+        return InputError(images_dir, reason, f"image {ref}")
+
     progress = ingest_progress.get()
     for done, ref in enumerate(refs):
         progress("images", done, len(refs))
@@ -464,10 +477,9 @@ def resolve_images(store: Store, dataset: str, sources: list[dict], images_dir: 
         for name in ([] if file else (candidates or {}).get(ref, [ref])):
             matches = on_disk.find(name)
             if len(matches) > 1:
-                where = (input_path, record_of(source)) if source is not None and input_path else (images_dir,
-                                                                                                   f"image {ref}")
-                bad.add(InputError(where[0], f"image reference {name!r} is ambiguous: "
-                                             f"{' and '.join(matches[:2])} both match", where[1]))
+                bad.add(blamed(ref, source, f"image reference {name!r} is ambiguous: "
+                                            f"{' and '.join(matches[:2])} both match"))
+                broken.add(ref)
                 break
             if matches:
                 file = on_disk.by_rel[matches[0]]
@@ -476,18 +488,36 @@ def resolve_images(store: Store, dataset: str, sources: list[dict], images_dir: 
             continue
         real = outside_images(file, images_dir)
         if real is not None:
-            reason = f"image {file} is a link to {real}, outside the --images folder {images_dir}"
-            bad.add(InputError(input_path, reason, record_of(source)) if source is not None and input_path
-                    else InputError(images_dir, reason, f"image {ref}"))
+            bad.add(blamed(ref, source,
+                           f"image {file} is a link to {real}, outside the --images folder {images_dir}"))
+            broken.add(ref)
             continue
         try:
             found[ref] = read_image_file(file, record=f"image {ref}")
         except InputError as err:
-            if source is not None and input_path is not None:
-                err = InputError(input_path, f"image {file}: {err.reason}", record_of(source))
-            bad.add(err)
+            bad.add(blamed(ref, source, f"image {file}: {err.reason}") if input_path is not None else err)
+            broken.add(ref)
     progress("images", len(refs), len(refs))
-    return found
+    return found, broken
+
+
+def without_broken_images(read: "ReadInput", broken: set[str]) -> "ReadInput":
+    """READ less the records whose image is broken (skipped with --skip-bad: none of them is stored, neither its
+    source nor its items); each record beyond the first that uses such an image is listed as bad too."""
+    first: dict[str, str] = {}
+    kept, dropped = [], set()
+    for source in read.sources:
+        ref = source["image_ref"]
+        if ref not in broken:
+            kept.append(source)
+            continue
+        dropped.add(source["external_id"])
+        if ref in first:
+            read.bad.add(InputError(read.path, f"its image is the broken one of {first[ref]}", record_of(source)))
+        else:
+            first[ref] = record_of(source)
+    items = [i for i in read.items if i.get("source_external_id") not in dropped]
+    return replace(read, sources=kept, items=items)
 
 
 def existing_item_keys(session, keys: list[str]) -> dict[str, int]:  # noqa: ANN001
@@ -654,7 +684,10 @@ def finish(store: Store, read: ReadInput, *, images_dir: Path | None = None, rep
     if read.n_records == 0 and not read.bad.items:
         raise NoRecordsError(read.path)
     report = IngestReport(format=read.fmt, path=str(read.path), dataset=read.dataset, n_records=read.n_records)
-    images = resolve_images(store, read.dataset, read.sources, images_dir, read.bad, read.candidates, read.path)
+    images, broken = resolve_images(store, read.dataset, read.sources, images_dir, read.bad, read.candidates,
+                                    read.path)
+    if broken:  # only when skipping bad records: otherwise the first broken image stopped the ingest
+        read = without_broken_images(read, broken)
     report.bad = read.bad.items
     if report.bad and report_path is not None:
         # before the store write: a report that cannot be written stops the ingest with the store unchanged

@@ -235,11 +235,13 @@ class AnnotateHooks(Hooks):
             yes_no=(YES, NO), flag_choices=FLAG_CHOICES, decision_choices=DECISION_CHOICES,
             groups=self.kind.hooks.ingest.groups, **CONTROLS)
 
-    def instructions(self, task: str, workspace_root: Optional[str] = None, separate_servers: bool = False) -> str:
+    def instructions(self, task: str, workspace_root: Optional[str] = None, separate_servers: bool = False,
+                     shared_project: bool = False) -> str:
         """What an annotator reads before the first task of TASK (HTML, the project's instructions): the
         template beside the task's label config (`<task>.instructions.html.j2`), "" where there is none.
         SEPARATE_SERVERS: the last separation check proved the project's server the annotator's alone
-        (`cftools.annotate.separation`; the text says so only then)."""
+        (`cftools.annotate.separation`; the text says so only then). SHARED_PROJECT: one project for everyone (no
+        assignment), where an unusable submission is offered to one more person rather than returned to its author."""
         from jinja2 import TemplateNotFound
 
         from cftools.resources import template_env
@@ -248,7 +250,7 @@ class AnnotateHooks(Hooks):
                            autoescape=False)
         name = self.task_template(task).removesuffix(".xml.j2") + ".instructions.html.j2"
         try:
-            return env.get_template(name).render(separate_servers=separate_servers).strip()
+            return env.get_template(name).render(separate_servers=separate_servers, shared_project=shared_project).strip()
         except TemplateNotFound:
             return ""
 

@@ -39,6 +39,7 @@ from typing import Any, Sequence
 
 from cftools.evaluate.harness_readings import LETTERS, is_multiple_choice
 from cftools.errors import CftoolsError
+from cftools.kinds.registry import get_kind
 
 BASE_COLUMNS = ("index", "image", "question", "answer", "category", "l2-category", "split", "item_id", "answer_type",
                 "pair_index")
@@ -51,7 +52,6 @@ PAIR_TEXT = {"original": "original_question", "counterfactual": "question", "edi
 MCQ, YES_NO, OPEN = "MCQ", "YN", "OpenEnded"
 # The VLMEvalKit class that loads each file (`--config`): its custom MCQ and VQA classes, its Y/N class.
 DATASET_CLASSES = {MCQ: "CustomMCQDataset", YES_NO: "ImageYORNDataset", OPEN: "CustomVQADataset"}
-KIND_SCORES = {"cvqa": "C-VQA per group", "cfmm": "CFMM acc+", "mucr": "MuCR Cue"}  # a kind's own, as the card names them
 CONFIG_NAME = "vlmevalkit_config.json"
 
 
@@ -130,7 +130,7 @@ def write_vlmevalkit(release: Any) -> None:
                            "images): nothing to write as VLMEvalKit datasets")
     write_records(sorted(items, key=lambda e: e.record["id"]), folder / "records.jsonl")
     datasets: dict[str, str] = {}
-    kinds: dict[str, str] = {}
+    scores: dict[str, str] = {}
     for kind_name, pairs in asked.items():
         questions = [q for q, _ in pairs]
         for shape in (MCQ, YES_NO, OPEN):
@@ -144,19 +144,24 @@ def write_vlmevalkit(release: Any) -> None:
             rows = [tsv_row(n, q, records[q.item_id], n_letters, release) for n, q in enumerate(members)]
             pair_rows(rows)
             write_tsv(folder / f"{dataset}.tsv", rows, [*BASE_COLUMNS, *LETTERS[:n_letters]])
-            datasets[dataset], kinds[dataset] = shape, kind_name
+            datasets[dataset], scores[dataset] = shape, kind_scores(get_kind(kind_name))
     config = {"data": {d: {"class": DATASET_CLASSES[shape], "dataset": d} for d, shape in sorted(datasets.items())}}
     (folder / CONFIG_NAME).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
-    (folder / "README.md").write_text(card_text(name, release.version, datasets, kinds), encoding="utf-8")
+    (folder / "README.md").write_text(card_text(name, release.version, datasets, scores), encoding="utf-8")
 
 
-def card_text(name: str, version: str, datasets: dict[str, str], kinds: dict[str, str]) -> str:
+def kind_scores(kind: Any) -> str:
+    """A kind's own scores as the card names them: its short title and its metrics (`CFMM: acc_b, acc_c, ...`)."""
+    return f"{kind.title.split(':')[0]}: {', '.join(kind.hooks.evaluate.metrics)}"
+
+
+def card_text(name: str, version: str, datasets: dict[str, str], scores: dict[str, str]) -> str:
     """The format's card: what each file is, how to run VLMEvalKit on them, what it scores and what cftools does.
-    DATASETS: each file's shape; KINDS: each file's kind."""
+    DATASETS: each file's shape; SCORES: each file's kind's own scores (`kind_scores`)."""
     rows = [f"| `{d}.tsv` | {DATASET_CLASSES[shape]} | "
             + {MCQ: "VLMEvalKit (accuracy per question); the kind's scores "
-                    f"({KIND_SCORES.get(kinds[d], kinds[d])}) by `cftools eval import`",
-               YES_NO: f"VLMEvalKit (Y/N accuracy); the kind's scores ({KIND_SCORES.get(kinds[d], kinds[d])}) by "
+                    f"({scores[d]}) by `cftools eval import`",
+               YES_NO: f"VLMEvalKit (Y/N accuracy); the kind's scores ({scores[d]}) by "
                        "`cftools eval import`",
                OPEN: "`cftools eval import` (VLMEvalKit's custom VQA class has no scorer)"}[shape] + " |"
             for d, shape in sorted(datasets.items())]

@@ -394,6 +394,23 @@ def test_from_ranking_selects_the_best_ranked_candidates_for_a_demo(workspace, c
     assert made.data["selection"]["by"] == "ranking" and made.status == DRAFT
 
 
+def test_from_ranking_with_a_prompt_variant_is_refused_before_anything_is_selected(workspace, run_cli, tmp_path):
+    """Before: the ranking's selections were written, then the prompt variant was refused."""
+    refs = [image_ref(workspace.store, tmp_path, f"i{n}.png", COLOURS[n], 10 + n) for n in range(2)]
+    with workspace.store.write() as session:
+        session.add(Item(key="captions:x:p", kind="mucr", group="g", question="q", status=DRAFT,
+                         data={"cause_caption": "rain", "effect_caption": "cold",
+                               "candidates": {"comic": {"0": {"cause": refs[0], "effect": refs[1]}}},
+                               "candidate_checks": {"comic": [{"k": 0, "score": 0.9, "flags": []}]}}))
+    result = run_cli("-w", workspace.root, "generate", "cues", "--from-ranking", "--prompt-variant", "terse",
+                     "--quiet")
+    assert result.exit_code != 0 and "does not run prompt variants" in result.output
+    with workspace.store.session() as session:
+        keys = session.execute(select(Item.key)).scalars().all()
+        pair = session.execute(select(Item).where(Item.key == "captions:x:p")).scalar_one()
+    assert keys == ["captions:x:p"] and "selection" not in pair.data
+
+
 # ---------------------------------------------------------------- Exp parts as the published explanations write them
 
 MODEL_SHAPED = [  # (explanation, its S1, S2, S3 openings)

@@ -341,17 +341,23 @@ def structure_jobs(task: LLMTask, jobs: list[LLMJob], backend: Backend) -> None:
         job.provenance = {**job.provenance, "output_schema": schema_provenance(schema, mode)}
 
 
+def refuse_prompt_variant(generator: str, run: LLMRun) -> None:
+    """Stop before anything is written when RUN names a prompt variant that GENERATOR does not run."""
+    if run.prompt_variant is not None:
+        raise CftoolsError(f"the {generator} generator does not run prompt variants yet; generate rewrite, pairs "
+                           "and captions do", hint=Hint(f"the {generator} generator does not run prompt variants "
+                                                        "({variant}) yet; generate rewrite, pairs and captions do",
+                                                        variant="--prompt-variant"))
+
+
 def run_llm_task(store: Store, backend: Backend, task: LLMTask, jobs: list[LLMJob], *, run: LLMRun,
                  group: Optional[str] = None, lease_s: float = DEFAULT_LEASE_S,
                  selected_at: Optional[datetime] = None) -> LLMReport:
     """Run JOBS for TASK with BACKEND as RUN says; other workers on the same store share the jobs
     (`cftools.generate.claims`). SELECTED_AT is when the caller started choosing the jobs. Returns what this worker
     did."""
-    if run.prompt_variant is not None and task.template.variant is None:
-        raise CftoolsError(f"the {task.generator} generator does not run prompt variants yet; generate rewrite, pairs "
-                           "and captions do", hint=Hint(f"the {task.generator} generator does not run prompt variants "
-                                                        "({variant}) yet; generate rewrite, pairs and captions do",
-                                                        variant="--prompt-variant"))
+    if task.template.variant is None:
+        refuse_prompt_variant(task.generator, run)
     report = LLMReport(generator=task.generator, group=group, backend=backend.name, model=backend.model,
                        template=task.template.name, selected=len(jobs))
     params = dict(run.params or {})

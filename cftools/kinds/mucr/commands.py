@@ -193,12 +193,15 @@ def cues_cmd(workspace: Workspace, limit: Optional[int], groups: tuple[str, ...]
              max_attempts: int, quiet: bool, as_json: bool, redo: Optional[str] = None) -> None:
     """Draft the cue, three false cues and a three-part explanation of every selected pair (MuCR) from its two
     descriptions; the checks flag cue problems, and the explain task shows the draft to three people."""
-    from cftools.kinds.mucr.cues import CUES_MAX_TOKENS, LOCAL_CUES_MAX_TOKENS, draft_cues, select_from_ranking
+    from cftools.generate.llm_task import refuse_prompt_variant
+    from cftools.kinds.mucr.cues import (CUES_MAX_TOKENS, LOCAL_CUES_MAX_TOKENS, CuesTask, draft_cues,
+                                         select_from_ranking)
 
+    run = llm_run(workspace, template_path, concurrency, refresh, max_attempts, quiet or as_json)
     if from_ranking:
+        refuse_prompt_variant(CuesTask.generator, run)  # before the ranking's selections are written, not after
         made = select_from_ranking(workspace.store, limit, groups)
         err_console.print(f"{made} pairs selected by the candidates' ranking (unverified).")
-    run = llm_run(workspace, template_path, concurrency, refresh, max_attempts, quiet or as_json)
     if redo:
         from cftools.generate.redo import redo_drafts
         from cftools.kinds.mucr.cues import MUCR_CUES_REDO

@@ -136,7 +136,8 @@ def print_summary(report: CheckReport, out: Console) -> None:
 @click.option("--only", "only", multiple=True, metavar="CODE",
               help="Run only this check (repeatable; --list shows the codes). Items then keep their status: only a full run moves them.")
 @click.option("--group", "groups", multiple=True, help="Only items of this group (repeatable), (a C-VQA group, a CFMM type, ...).")
-@click.option("--limit", type=click.IntRange(min=1), help="Check at most N drafts.")
+@click.option("--limit", type=click.IntRange(min=1), help="Check at most N drafts (the flagged drafts a run without --recheck leaves "
+              "as they are are not counted: --json lists them all).")
 @click.option("--no-embeddings", is_flag=True, help="Find duplicates by normalised text only (no embedding model).")
 @click.option("--similarity", type=click.FloatRange(0.0, 1.0), default=DEFAULT_SIMILARITY, show_default=True,
               help="Cosine similarity from which two questions on the same image are near-duplicates.")

@@ -112,6 +112,8 @@ CONTRAST_WORDS = frozenset({"but", "although", "though", "however", "yet", "exce
 # Words of mere possibility: "No, but it could be" leaves the question open.
 POSSIBILITY_WORDS = frozenset({"could", "might", "may", "possibly", "can"})
 # Words that make the number after them an approximation or a bound, not an answer.
+# How many words before a number or an answer word a negator still denies it ("it is not 3", "not exactly 3").
+NEGATION_REACH = 2
 APPROXIMATORS = ("about", "around", "nearly", "almost", "over", "under", "above", "below", "more than",
                  "less than", "fewer than", "at least", "at most", "up to", "close to", "some", "roughly")
 
@@ -307,6 +309,15 @@ def _two_candidates(tokens: list[str], runs: list[tuple[int, int, Number]], inde
     return False
 
 
+def _negates(token: str) -> bool:
+    return token in NEGATORS or token.endswith("n't")
+
+
+def _negated(tokens: list[str], start: int) -> bool:
+    """Whether the words just before TOKENS[START] deny it: "not 2", "it is not 3", "isn't 4", "not exactly 5"."""
+    return any(_negates(token) and token != "no" for token in tokens[max(0, start - NEGATION_REACH):start])
+
+
 def _read_number_segment(segment: str, where: str) -> object:
     if is_hedged(segment):
         return UNKNOWN
@@ -314,11 +325,13 @@ def _read_number_segment(segment: str, where: str) -> object:
     tokens = _tokens(_RANGE_DASH.sub(" to ", segment))
     runs = _counting_runs(tokens)
     if not runs:
+        if any(token in STRONG_YES for token in tokens):
+            return NOT_FOUND  # "Yes and no.": the "no" answers a yes/no question, it is no count
         return 0 if any(token in ZERO_WORDS for token in tokens) else NOT_FOUND
     if where != MARKED and len({value for _, _, value in runs}) > 1:
         return UNKNOWN  # several different numbers and no marker says which is the answer
-    if _approximated(tokens, runs[0][0]) or _two_candidates(tokens, runs, 0):
-        return UNKNOWN
+    if _approximated(tokens, runs[0][0]) or _two_candidates(tokens, runs, 0) or _negated(tokens, runs[0][0]):
+        return UNKNOWN  # "about 5", "5 or 6", "not 5": no count is stated
     return runs[0][2]
 
 
@@ -348,6 +361,8 @@ def _read_yes_no_segment(segment: str, where: str) -> object:
     clauses = _clauses(segment)
     said = set()
     for clause in clauses:
+        if _denies_answer_word(clause):
+            return UNKNOWN  # "Not yes.", "I would not say yes", "not no": no answer is stated
         if clause[0] == "no" or clause[-1] == "no":  # elsewhere "no" is a determiner: "there are no birds"
             said.add("no")
         said.update("yes" for token in clause if token in STRONG_YES)
@@ -365,6 +380,15 @@ def _read_yes_no_segment(segment: str, where: str) -> object:
     if any(token in WEAK_YES and len(clause) <= WEAK_YES_CLAUSE_TOKENS for clause in clauses for token in clause):
         return "yes"
     return NOT_FOUND
+
+
+def _denies_answer_word(clause: list[str]) -> bool:
+    """Whether a yes or no word in CLAUSE comes after a negator of the same clause ("not yes", "I can't say no")."""
+    for index, token in enumerate(clause):
+        answer_word = token in STRONG_YES or token in STRONG_NO or (token == "no" and index == len(clause) - 1)
+        if answer_word and index > 0 and any(_negates(before) for before in clause[:index]):
+            return True
+    return False
 
 
 def qualified(answer: str, clauses: list[list[str]]) -> bool:
@@ -392,6 +416,11 @@ _OPTION_CUE = re.compile(r"(?:option|choice|image|picture|letter|answer is|answe
 _AFTER_OPTION_A = frozenset({"is", "was", "would", "shows", "matches", "fits", "seems", "depicts", "or", "and"})
 
 
+# A letter right after "not" ("not A", "The answer is not B", "isn't C") is denied, not picked.
+_DENIED_LETTER = re.compile(r"(?:\bnot|\bnever|n't|\bnor)\s*(?:option|choice|image|picture)?\s*\(?\s*$", re.IGNORECASE)
+NEGATED_LETTER = "not"  # a mention that denies a letter: the reply then picks none
+
+
 def _letter_mentions(segment: str, letters: Sequence[str]) -> list[str]:
     mentions = []
     pattern = re.compile(r"(?<![A-Za-z'])(" + "|".join(re.escape(letter) for letter in letters) + r")(?![A-Za-z'])")
@@ -401,7 +430,7 @@ def _letter_mentions(segment: str, letters: Sequence[str]) -> list[str]:
         next_word = re.match(r"\s+([A-Za-z]+)", after)
         if match.group(1) == "A" and next_word and not cued and next_word.group(1).lower() not in _AFTER_OPTION_A:
             continue  # the article: "A dog is on the left."
-        mentions.append(match.group(1))
+        mentions.append(NEGATED_LETTER if _DENIED_LETTER.search(before) else match.group(1))
     return mentions
 
 
@@ -414,6 +443,8 @@ def extract_option_letter(text: Optional[str], letters: Sequence[str]) -> Option
         mentions = _letter_mentions(segment, letters)
         if not mentions:
             return NOT_FOUND
+        if NEGATED_LETTER in mentions:
+            return UNKNOWN  # "not A": what it picks instead is not said
         if where != MARKED and len(set(mentions)) > 1:
             return UNKNOWN
         return mentions[0]

@@ -170,3 +170,34 @@ def test_judge_score_out_of_ten():
     assert parse_judge_score("7/10") == 7.0
     assert parse_judge_score("Score: 8 out of 10") == 8.0
     assert parse_judge_score("11") is None
+
+
+# -- adversarial replies: a reply that states no answer is unknown, never a guess ------------------------------
+
+@pytest.mark.parametrize("reply", ["not 2", "Not three.", "It is not 3.", "There are not 3 birds.", "There aren't 3.",
+                                   "Answer: not 2", "Yes and no.", "Yes. No.", "yes or no"])
+def test_a_denied_number_or_a_yes_and_no_is_no_count(reply):
+    # before: "not 2" read as 2 and "Yes and no." as 0 (its "no" taken for "none")
+    assert parse_number(reply) is None
+    assert not answers_match(reply, "2", "number") and not answers_match(reply, "0", "number")
+
+
+@pytest.mark.parametrize("reply", ["Not yes.", "I would not say yes.", "not no"])
+def test_a_denied_yes_or_no_word_is_unknown(reply):
+    # before: "Not yes." and "I would not say yes." read as yes, "not no" as no
+    assert parse_yes_no(reply) is None
+
+
+@pytest.mark.parametrize("reply", ["not A", "The answer is not B.", "Answer: not A", "isn't C", "It is not option D."])
+def test_a_denied_option_letter_is_not_picked(reply):
+    # before: each read as the very letter it denies
+    assert extract_option_letter(reply, ["A", "B", "C", "D"]) is None
+
+
+@pytest.mark.parametrize(("reply", "number", "yes_no"), [
+    ("No, 3.", 3, "no"), ("No.", 0, "no"), ("There are no birds.", 0, "no"), ("Nope.", None, "no"),
+    ("Absolutely not.", None, "no"), ("Of course not.", None, "no"), ("I do not think so, no.", 0, "no"),
+])
+def test_plain_denials_still_read(reply, number, yes_no):
+    assert parse_number(reply) == number
+    assert parse_yes_no(reply) == yes_no

@@ -23,7 +23,8 @@ Which part of a reply holds the answer (`answer_segment`):
 
 A reply that hedges ("Roughly 5 or 6", "maybe", "I guess"), names two candidates ("5 or 6", "5-6") or
 says it cannot tell is unknown, never credited; so is a yes/no reply that hedges between the two ("not
-necessarily, but ...", "Yes, but it would not.", "No, but it could be.", "it depends"). yes/no follows
+necessarily, but ...", "Yes, but it would not.", "No, but it could be.", "it depends"); so is a reply that denies the answer it
+names ("not 2", "Not yes.", "The answer is not B"). yes/no follows
 negation scope: "sure", "certainly",
 "right", "correct" say yes only when nothing in the reply negates ("Sure not." -> no; "No doubt, yes." ->
 yes); a reply that says both yes and no is unknown. An option letter is read only where it is used as

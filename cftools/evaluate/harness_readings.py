@@ -10,7 +10,8 @@ export writes:
 - yes/no (`ImageYORNDataset`; `vlmeval/dataset/utils/yorn.py` `YOrN_Extraction`, with `process_punctuation` of
   `vlmeval/smp/misc.py`): the reply lower-cased; the punctuation ; / [ ] " { } ( ) = + \\ _ - > < @ ` , ? ! is
   deleted where the reply has it beside a space (or has a comma between digits anywhere), else made a space; a
-  period not beside a digit is deleted (the first 32 of them); the words are then split on white space. "yes"
+  period not followed by a digit is deleted, one after a digit ("3.") too (the script's look-behind is written
+  as a look-ahead), the first 32 of them only; the words are then split on white space. "yes"
   among them and not "no" reads Yes; "no" and not "yes" reads No; else Unknown, which is wrong. So "Yes." and
   "No, it is not." are read, "True", "Yes:", "Nope" and "No doubt, yes" are not.
 - multiple choice (`ImageMCQDataset`; `vlmeval/utils/matching_util.py` `can_infer` = `can_infer_option`, then
@@ -59,7 +60,9 @@ NO_OPTION = "Z"  # VLMEvalKit's answer for a reply that names no option
 _VLMEVALKIT_PUNCT = (";", "/", "[", "]", '"', "{", "}", "(", ")", "=", "+", "\\", "_", "-", ">", "<", "@", "`", ",",
                      "?", "!")
 _COMMA_BETWEEN_DIGITS = re.compile(r"(\d)(,)(\d)")
-_LONE_PERIOD = re.compile(r"(?<!\d)\.(?!\d)")
+# The script's `(?!<=\d)(\.)(?!\d)` means a look-behind but is a look-ahead that never fails: every period not
+# followed by a digit goes, one after a digit ("3.") too, and those count towards the 32.
+_LONE_PERIOD = re.compile(r"\.(?!\d)")
 _PERIODS_REMOVED = 32  # the script passes re.UNICODE (32) where `sub` takes its count
 # vlmeval/utils/matching_util.py can_infer_option: what it spaces out, what it takes for a refusal, its marker
 _OPTION_SEPARATORS = ".()[],:;!*#{}"

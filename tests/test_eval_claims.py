@@ -13,3 +13,32 @@ def test_vlmevalkit_deletes_the_first_32_periods_those_after_digits_included():
     assert vlmevalkit_yes_no(f"{steps} no.") is None  # before: read as no (periods after digits were kept)
     assert vlmevalkit_yes_no(f"{steps} no") == "no"
     assert vlmevalkit_yes_no("Step 3. no.") == "no"
+
+
+def test_the_cvqa_report_says_which_definition_its_scores_follow(tmp_path):
+    from cftools.evaluate.run import EvalOptions, run_eval
+    from fixtures_eval import cvqa_record, png_bytes, write_release
+
+    records = [cvqa_record(1, "numerical-direct", "2", "3", "number"), cvqa_record(2, "boolean", "yes", "no", "yes/no")]
+    release = write_release(tmp_path / "rel", records, {r["id"]: png_bytes(n) for n, r in enumerate(records)})
+    result = run_eval(release, "openai:scripted", options=EvalOptions(out_dir=tmp_path / "run"), answerer=Replies())
+    total = result.summary["cvqa"]["rows"][-1]
+    # by hand: originals "2" right, "yes" right; counterfactuals "not 3" unknown (wrong), "no" right
+    assert total["original"]["value"] == 1.0 and total["counterfactual"]["value"] == 0.5
+    assert total["drop"]["value"] == 0.5 and total["unknown_counterfactual"] == 0.5
+    report = (tmp_path / "run" / "report.md").read_text()
+    assert "As C-VQA's Table 1" in report and "drop = original − counterfactual, in points" in report
+
+
+class Replies:
+    """A model that answers the originals right, and the counterfactuals with a denial and a right "No."."""
+
+    needs_image = True
+
+    def generate(self, prompts):  # noqa: ANN001, ANN201
+        replies = {"How many birds are there": "2", "Is there a bird": "Yes.", "How many birds would": "not 3",
+                   "Would there be a bird": "No."}
+        return [next(reply for start, reply in replies.items() if start in p.text) for p in prompts]
+
+    def close(self) -> None:
+        pass

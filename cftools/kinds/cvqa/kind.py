@@ -160,7 +160,8 @@ class CvqaEvaluate(EvaluateHooks):
                  fmt.pct(r["counterfactual"]), fmt.rate(r["unknown_counterfactual"]), fmt.pct(r["drop"])]
                 for r in section["rows"]]
         return ReportTable(self.kind.name, "C-VQA accuracy (%), original vs counterfactual",
-                           ["group", "n", "original", "unknown", "counterfactual", "unknown", "drop"], rows)
+                           ["group", "n", "original", "unknown", "counterfactual", "unknown", "drop"], rows,
+                           note=DEFINITION)
 
     def paper_tables(self, section: dict[str, Any], fmt) -> list[ReportTable]:  # noqa: ANN001
         """C-VQA's Table 1 layout: the groups as columns; original, counterfactual and the drop as rows (and the
@@ -189,6 +190,12 @@ class CvqaEvaluate(EvaluateHooks):
         rows = section["rows"]
         return ("C-VQA accuracy", [r["group"] for r in rows],
                 [("original", [r["original"] for r in rows]), ("counterfactual", [r["counterfactual"] for r in rows])])
+
+
+# What the C-VQA table's numbers are (the paper's Table 1), said under it in report.md.
+DEFINITION = ("As C-VQA's Table 1: per group, the share of original questions answered right and of counterfactual "
+              "questions answered right, each over the group's n items (those whose two questions were both "
+              "answered); drop = original − counterfactual, in points, its interval paired over the same items.")
 
 
 class CvqaKind(Kind):

@@ -319,6 +319,15 @@ def _negated(tokens: list[str], start: int) -> bool:
     return any(_negates(token) and token != "no" for token in tokens[max(0, start - NEGATION_REACH):start])
 
 
+def denies(text: str, phrase: str) -> bool:
+    """Whether TEXT denies PHRASE where it first names it ("not bloom", "it isn't the bee"); both in normal form."""
+    tokens, words = text.split(), phrase.split()
+    for start in range(len(tokens) - len(words) + 1):
+        if tokens[start:start + len(words)] == words:
+            return _negated(tokens, start)
+    return False
+
+
 def _read_number_segment(segment: str, where: str) -> object:
     if is_hedged(segment):
         return UNKNOWN

@@ -42,3 +42,17 @@ class Replies:
 
     def close(self) -> None:
         pass
+
+
+def test_a_reply_that_hedges_on_or_denies_an_option_picks_none():
+    from cftools.evaluate.predictions import read_option
+
+    cues = ["bloom", "bee", "flower", "sunshine"]
+    # before: each read as the option it names, though it denies it or only guesses
+    for reply in ("not bloom", "Not the bee.", "It is not the flower.", "maybe bloom", "Probably the flower",
+                  "I am not sure, bloom?"):
+        assert read_option(reply, cues) is None, reply
+    for reply, option in (("bloom", "bloom"), ("Bloom.", "bloom"), ("The cue is bloom.", "bloom"),
+                          ("The answer is the bee", "bee")):
+        assert read_option(reply, cues) == option, reply
+    assert read_option("Bloom or bee", cues) is None

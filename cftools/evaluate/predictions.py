@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional, Sequence
 
 
-from cftools.answers import CHOICE, extract_answer, extract_choice, extract_option_letter, normalize_answer
+from cftools.answers import (CHOICE, denies, extract_answer, extract_choice, extract_option_letter, is_hedged,
+                             normalize_answer)
 from cftools.errors import InputError, naming_the_file
 from cftools.evaluate.harness_readings import HARNESS_READINGS, read_as_harness
 from cftools.evaluate.questions import LETTER, Question
@@ -91,15 +92,20 @@ def read_generated(question: Question, raw: str) -> tuple[Optional[str], bool]:
 
 
 def read_option(raw: Optional[str], options: Sequence[str]) -> Optional[str]:
-    """The option a free reply names: the one it equals, else the only one it contains (whole words)."""
+    """The option a free reply names: the one it equals, else the only one it contains (whole words), unless the
+    reply hedges ("maybe bloom") or denies it ("not the bee"): then none."""
     normal = normalize_answer(raw)
     if not normal:
         return None
     for option in options:
         if normalize_answer(option) == normal:
             return option
+    if is_hedged(raw):
+        return None
     named = [o for o in options if normalize_answer(o) and f" {normalize_answer(o)} " in f" {normal} "]
-    return named[0] if len(named) == 1 else None
+    if len(named) != 1 or denies(normal, normalize_answer(named[0])):
+        return None
+    return named[0]
 
 
 def prediction_line(question: Question, raw: Optional[str], parsed: Optional[str], correct: Optional[bool],

@@ -24,7 +24,8 @@ Which part of a reply holds the answer (`answer_segment`):
 A reply that hedges ("Roughly 5 or 6", "maybe", "I guess"), names two candidates ("5 or 6", "5-6") or
 says it cannot tell is unknown, never credited; so is a yes/no reply that hedges between the two ("not
 necessarily, but ...", "Yes, but it would not.", "No, but it could be.", "it depends"); so is a reply that denies the answer it
-names ("not 2", "Not yes.", "The answer is not B"). yes/no follows
+names ("not 2", "Not yes.", "The answer is not B"), and a count that is only the premise echoed back ("If 3 more
+flew in.": an if-clause's numbers are never the answer) or a change ("3 more"). yes/no follows
 negation scope: "sure", "certainly",
 "right", "correct" say yes only when nothing in the reply negates ("Sure not." -> no; "No doubt, yes." ->
 yes); a reply that says both yes and no is unknown. An option letter is read only where it is used as
@@ -113,6 +114,8 @@ CONTRAST_WORDS = frozenset({"but", "although", "though", "however", "yet", "exce
 # Words of mere possibility: "No, but it could be" leaves the question open.
 POSSIBILITY_WORDS = frozenset({"could", "might", "may", "possibly", "can"})
 # Words that make the number after them an approximation or a bound, not an answer.
+# Words after a number that make it a change, not a count: "there would be 3 more birds".
+CHANGE_WORDS = frozenset({"more", "fewer", "less", "extra", "additional"})
 # How many words before a number or an answer word a negator still denies it ("it is not 3", "not exactly 3").
 NEGATION_REACH = 2
 APPROXIMATORS = ("about", "around", "nearly", "almost", "over", "under", "above", "below", "more than",
@@ -128,6 +131,7 @@ RESULT_MARKERS = (
     re.compile(r"\bthere\s+(?:would|will|should)\s+(?:now\s+|still\s+)?(?:be|remain)\b", re.IGNORECASE),
 )
 
+_IF_CLAUSE = re.compile(r"\bif\b(?:[^,;:!?\n.]|\.(?=\d))*", re.IGNORECASE)  # up to the clause's end
 _RANGE_DASH = re.compile(r"(?<=\d)\s*[-\u2013\u2014]\s*(?=\d)")
 _THOUSANDS = re.compile(r"\b([1-9]\d{0,2})((?:,\d{3})+)\b")
 _PUNCT = re.compile(r"[^\w\s.'\x01]|_")
@@ -331,8 +335,9 @@ def denies(text: str, phrase: str) -> bool:
 def _read_number_segment(segment: str, where: str) -> object:
     if is_hedged(segment):
         return UNKNOWN
-    # "5-6" is a range of two candidates, not two numbers side by side.
-    tokens = _tokens(_RANGE_DASH.sub(" to ", segment))
+    # "5-6" is a range of two candidates, not two numbers side by side; an if-clause states the premise, not the
+    # answer: "If 3 more flew in." (the question echoed back) names no count.
+    tokens = _tokens(_RANGE_DASH.sub(" to ", _IF_CLAUSE.sub(" ", segment)))
     runs = _counting_runs(tokens)
     if not runs:
         if any(token in STRONG_YES for token in tokens):
@@ -340,8 +345,10 @@ def _read_number_segment(segment: str, where: str) -> object:
         return 0 if any(token in ZERO_WORDS for token in tokens) else NOT_FOUND
     if where != MARKED and len({value for _, _, value in runs}) > 1:
         return UNKNOWN  # several different numbers and no marker says which is the answer
-    if _approximated(tokens, runs[0][0]) or _two_candidates(tokens, runs, 0) or _negated(tokens, runs[0][0]):
-        return UNKNOWN  # "about 5", "5 or 6", "not 5": no count is stated
+    start, end, _ = runs[0]
+    if (_approximated(tokens, start) or _two_candidates(tokens, runs, 0) or _negated(tokens, start)
+            or (end < len(tokens) and tokens[end] in CHANGE_WORDS)):
+        return UNKNOWN  # "about 5", "5 or 6", "not 5", "3 more": no count is stated
     return runs[0][2]
 
 

@@ -201,3 +201,18 @@ def test_a_denied_option_letter_is_not_picked(reply):
 def test_plain_denials_still_read(reply, number, yes_no):
     assert parse_number(reply) == number
     assert parse_yes_no(reply) == yes_no
+
+
+@pytest.mark.parametrize("reply", ["If 3 more flew in.", "How many birds would there be if 3 more flew in?",
+                                   "There would be 3 more birds.", "Answer: 2 fewer"])
+def test_the_premise_echoed_back_or_a_change_is_no_count(reply):
+    # before: the question's own number ("if 3 more flew in") or the change ("3 more") was read as the count
+    assert parse_number(reply) is None
+
+
+@pytest.mark.parametrize(("reply", "number"), [
+    ("If 3 more flew in, 5.", 5), ("5 if 3 more flew in", 5), ("If there are 3 birds and 2 leave, 1 remains.", 1),
+    ("If 3 more birds landed, there would be 7 birds.", 7), ("There are 3 birds, no more.", 3),
+])
+def test_the_count_beside_an_if_clause_is_read(reply, number):
+    assert parse_number(reply) == number

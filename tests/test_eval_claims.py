@@ -56,3 +56,18 @@ def test_a_reply_that_hedges_on_or_denies_an_option_picks_none():
                           ("The answer is the bee", "bee")):
         assert read_option(reply, cues) == option, reply
     assert read_option("Bloom or bee", cues) is None
+
+
+def test_the_mucr_report_says_each_exp_part_takes_its_own_best_reference():
+    from cftools.evaluate.report import ScoreFormat, pct, points, rate
+    from cftools.kinds import get_kind
+    from cftools.kinds.mucr.explanations import judge_result
+
+    # three references, each best on another part: Exp's parts come from three different references
+    exp = judge_result(["S1: 9, S2: 0, S3: 0", "S1: 0, S2: 9, S3: 0", "S1: 0, S2: 0, S3: 9"], "best-match")
+    assert exp["parts"] == {"S1": 9, "S2": 9, "S3": 9} and exp["exp_score"] == 9.0
+    evaluate = get_kind("mucr").hooks.evaluate
+    section = evaluate.summarize([{"id": "m", "kind": "mucr", "group": "g", "exp": exp}])
+    title = evaluate.report_table(section, ScoreFormat(pct=pct, rate=rate, points=points)).title
+    # before: "Exp parts from the best-matching reference", as if one reference gave all three
+    assert "each Exp part from its best-matching reference" in title

@@ -8,7 +8,8 @@ its variants) and at the causal sentence ("The causal link is …", "The connect
 …", "This is because …", "Therefore …"); an explanation without those markers is split by sentences (first,
 second, the rest). The judge (prompts/eval/mucr_judge.j2) sees the
 candidate's parts and one reference's parts and replies `S1: n, S2: n, S3: n`; one call per reference. A part's
-score over the references is the best-matching reference's (`best-match`, the default) or their mean (`mean`).
+score over the references is the best-matching reference's (`best-match`, the default: each part's own best, so
+S1, S2 and S3 may come from different references) or their mean (`mean`).
 """
 
 from __future__ import annotations

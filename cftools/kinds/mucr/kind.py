@@ -380,8 +380,9 @@ class MucrEvaluate(EvaluateHooks):
                      f"{section['exp_not_judged']} not judged" if section["exp_not_judged"] else "–"])
         how = section.get("exp_aggregate")
         title = (f"MuCR ({section.get('input') or 'split'} input"
-                 + (f"; Exp parts from the {'best-matching reference' if how == 'best-match' else how}"
-                    + (" of the references" if how == "mean" else "") if how else "") + ")")
+                 + (("; each Exp part from its best-matching reference" if how == "best-match"
+                     else f"; Exp parts: the {how}" + (" of the references" if how == "mean" else "")) if how else "")
+                 + ")")
         note = (f"{' and '.join(TASK_LABELS[t] for t in unasked)} not asked: the release's MuCR records have no "
                 "candidate images to choose among (`c2e_choices`, `e2c_choices`), which `cftools export --format "
                 "mucr` (and the lmms-eval export) draw; a native release has none (docs/eval.md, \"MuCR C2E and "

@@ -460,8 +460,10 @@ def extract_option_letter(text: Optional[str], letters: Sequence[str]) -> Option
         mentions = _letter_mentions(segment, letters)
         if not mentions:
             return NOT_FOUND
-        if NEGATED_LETTER in mentions:
+        picked = [letter for letter in mentions if letter != NEGATED_LETTER]
+        if not picked:
             return UNKNOWN  # "not A": what it picks instead is not said
+        mentions = picked  # "A, not B" picks A
         if where != MARKED and len(set(mentions)) > 1:
             return UNKNOWN
         return mentions[0]

@@ -216,3 +216,9 @@ def test_the_premise_echoed_back_or_a_change_is_no_count(reply):
 ])
 def test_the_count_beside_an_if_clause_is_read(reply, number):
     assert parse_number(reply) == number
+
+
+@pytest.mark.parametrize(("reply", "letter"), [("The answer is A, not B", "A"), ("A, not B", "A"),
+                                                ("Not A but B", "B"), ("Not C. The answer is D.", "D")])
+def test_the_letter_left_after_the_denied_ones_is_picked(reply, letter):
+    assert extract_option_letter(reply, ["A", "B", "C", "D"]) == letter

@@ -374,6 +374,11 @@ def edit_scores_table(summary: dict[str, Any]) -> Optional[list[Any]]:
                  "irrelevant edit (per group in report.md)"), table]
 
 
+def on_ten_point_scale(metric: str) -> bool:
+    """Whether METRIC is a 0-10 score (MuCR Exp and its parts S1-S3), not a fraction shown in percent."""
+    return metric == "exp" or metric.startswith("exp_s")
+
+
 def compare_table(a: Any, b: Any) -> Table:
     """Two runs side by side: every metric of either, A, B and B - A (in points)."""
     rows_a = {(r["section"], r["group"], r["metric"]): r for r in csv_rows(a.summary)}
@@ -387,7 +392,7 @@ def compare_table(a: Any, b: Any) -> Table:
     for key in list(dict.fromkeys([*rows_a, *rows_b])):
         va = rows_a.get(key, {}).get("value")
         vb = rows_b.get(key, {}).get("value")
-        scale = 1 if key[2] == "exp" else 100
+        scale = 1 if on_ten_point_scale(key[2]) else 100
         fmt = (lambda v: "–" if v is None else f"{scale * v:.1f}")
         diff = "–" if va is None or vb is None else f"{scale * (vb - va):+.1f}"
         table.add_row(*(escape(str(part)) for part in key), fmt(va), fmt(vb), diff)

@@ -25,7 +25,7 @@ A reply that hedges ("Roughly 5 or 6", "maybe", "I guess"), names two candidates
 says it cannot tell is unknown, never credited; so is a yes/no reply that hedges between the two ("not
 necessarily, but ...", "Yes, but it would not.", "No, but it could be.", "it depends"); so is a reply that denies the answer it
 names ("not 2", "Not yes.", "The answer is not B"), and a count that is only the premise echoed back ("If 3 more
-flew in.": an if-clause's numbers are never the answer) or a change ("3 more"). yes/no follows
+flew in.": an if-clause's numbers are never the answer) or a change ("3 more"), or a number marked as approximate or a bound ("~3", ">3", "3+"). yes/no follows
 negation scope: "sure", "certainly",
 "right", "correct" say yes only when nothing in the reply negates ("Sure not." -> no; "No doubt, yes." ->
 yes); a reply that says both yes and no is unknown. An option letter is read only where it is used as
@@ -131,6 +131,8 @@ RESULT_MARKERS = (
     re.compile(r"\bthere\s+(?:would|will|should)\s+(?:now\s+|still\s+)?(?:be|remain)\b", re.IGNORECASE),
 )
 
+# A sign that makes the number beside it approximate or a bound: "~3", "≈3", ">3", "≥3", "3+" (not "3 + 4").
+_BOUND_SIGN = re.compile(r"[~\u2248<>\u2264\u2265]\s*\d|\d\s*\+(?!\s*\d)")
 _IF_CLAUSE = re.compile(r"\bif\b(?:[^,;:!?\n.]|\.(?=\d))*", re.IGNORECASE)  # up to the clause's end
 _RANGE_DASH = re.compile(r"(?<=\d)\s*[-\u2013\u2014]\s*(?=\d)")
 _THOUSANDS = re.compile(r"\b([1-9]\d{0,2})((?:,\d{3})+)\b")
@@ -333,8 +335,8 @@ def denies(text: str, phrase: str) -> bool:
 
 
 def _read_number_segment(segment: str, where: str) -> object:
-    if is_hedged(segment):
-        return UNKNOWN
+    if is_hedged(segment) or _BOUND_SIGN.search(segment):
+        return UNKNOWN  # "~3", ">3", "3+": an approximation or a bound, not a count
     # "5-6" is a range of two candidates, not two numbers side by side; an if-clause states the premise, not the
     # answer: "If 3 more flew in." (the question echoed back) names no count.
     tokens = _tokens(_RANGE_DASH.sub(" to ", _IF_CLAUSE.sub(" ", segment)))

@@ -222,3 +222,14 @@ def test_the_count_beside_an_if_clause_is_read(reply, number):
                                                 ("Not A but B", "B"), ("Not C. The answer is D.", "D")])
 def test_the_letter_left_after_the_denied_ones_is_picked(reply, letter):
     assert extract_option_letter(reply, ["A", "B", "C", "D"]) == letter
+
+
+@pytest.mark.parametrize("reply", ["~3", "≈ 3", ">3", "≥3", "<5", "3+", "3+ birds"])
+def test_an_approximate_or_bounded_number_is_no_count(reply):
+    # before: each read as the plain number (the sign was punctuation); "about 3" and "at least 3" were already unknown
+    assert parse_number(reply) is None
+
+
+@pytest.mark.parametrize(("reply", "number"), [("Answer: 7 (3 + 4)", 7), ("New answer: 5 (2+3)", 5)])
+def test_a_sum_beside_the_marked_answer_is_no_bound(reply, number):
+    assert parse_number(reply) == number

@@ -71,3 +71,47 @@ def test_the_mucr_report_says_each_exp_part_takes_its_own_best_reference():
     title = evaluate.report_table(section, ScoreFormat(pct=pct, rate=rate, points=points)).title
     # before: "Exp parts from the best-matching reference", as if one reference gave all three
     assert "each Exp part from its best-matching reference" in title
+
+
+def test_a_tie_a_nan_or_no_score_ranks_no_option():
+    """Before: the first option won a tie, a NaN loss (fp16 overflow) or a harness sample with no losses, so a
+    model was credited whenever the gold option came first."""
+    import math
+
+    from cftools.evaluate.vlm import best_option
+
+    def losses(*values):
+        return [{"mean_loss": v, "sum_logprob": None if v is None else -v} for v in values]
+
+    assert best_option(losses(1.0, 0.5), "mean-loss") == 1 and best_option(losses(1.0, 0.5), "sum-logprob") == 1
+    assert best_option(losses(2.0, math.inf), "mean-loss") == 0  # an option of probability 0 loses
+    for scores in (losses(0.5, 0.5), losses(math.nan, 0.5), losses(0.5, math.nan), losses(math.inf, math.inf),
+                   losses(None, None)):
+        assert best_option(scores, "mean-loss") is None, scores
+        assert best_option(scores, "sum-logprob") is None, scores
+
+
+def test_a_ranked_question_without_a_winner_is_unknown_and_wrong(tmp_path):
+    from cftools.evaluate.run import EvalOptions, run_eval
+    from fixtures_eval import cfmm_record, png_bytes, write_release
+
+    records = [cfmm_record(1, "color"), cfmm_record(2, "color")]
+    release = write_release(tmp_path / "rel", records, {r["id"]: png_bytes(n) for n, r in enumerate(records)})
+    result = run_eval(release, "blind", options=EvalOptions(mode="rank", out_dir=tmp_path / "run"),
+                      answerer=EqualLosses())
+    lines = result.predictions
+    assert lines and all(p["parsed"] is None and p["unknown"] and p["correct"] is False for p in lines)
+    row = result.summary["cfmm"]["rows"][-1]
+    assert row["acc_b"]["value"] == 0.0 and row["unknown_b"] == 1.0  # before: acc_b 1.0, the gold "red" came first
+
+
+class EqualLosses:
+    """A ranker that cannot tell the options apart: every option scores the same."""
+
+    needs_image = False
+
+    def score_options(self, prompts):  # noqa: ANN001, ANN201
+        return [[{"sum_logprob": -2.0, "mean_loss": 1.0, "n_tokens": 1} for _ in p.options] for p in prompts]
+
+    def close(self) -> None:
+        pass

@@ -245,8 +245,10 @@ def rank_correct(question: Question, winner: Optional[str]) -> bool:
 
 
 def rank_line(question: Question, scores: list[dict[str, float]], score: str) -> dict[str, Any]:
+    """The prediction line of a ranked question: the winning option, or none (unknown, wrong) on a tie or when no
+    option has a finite score."""
     index = best_option(scores, score)
-    winner = question.options[index]
+    winner = question.options[index] if index is not None else None
     correct = rank_correct(question, winner)
     return prediction_line(question, None, winner, correct,
                            scores=[{"option": o, **s} for o, s in zip(question.options, scores)],

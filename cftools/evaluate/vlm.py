@@ -42,6 +42,7 @@ On CUDA the default dtype is bf16 (fp16 where bf16 is not supported); on CPU fp3
 from __future__ import annotations
 
 import inspect
+import math
 import os
 import threading
 from collections import OrderedDict
@@ -87,15 +88,21 @@ def crop_to(cache: Any, length: int) -> None:
         cache.crop(length)
 
 
-def best_option(option_scores: Sequence[dict[str, float]], score: str) -> int:
-    """Index of the winning option: lowest mean loss, or highest summed log-probability (first on ties)."""
-    if score == "mean-loss":
-        values = [s["mean_loss"] for s in option_scores]
-        return min(range(len(values)), key=lambda i: values[i])
-    if score == "sum-logprob":
-        values = [s["sum_logprob"] for s in option_scores]
-        return max(range(len(values)), key=lambda i: values[i])
-    raise CftoolsError(f"unknown score {score!r}; choose one of {', '.join(SCORES)}")
+def best_option(option_scores: Sequence[dict[str, float]], score: str) -> Optional[int]:
+    """Index of the winning option: lowest mean loss, or highest summed log-probability. None when no option wins:
+    the best score is shared (a tie), a score is NaN, or none is finite (a missing loss is infinite): picking the
+    first would be a guess."""
+    if score not in SCORES:
+        raise CftoolsError(f"unknown score {score!r}; choose one of {', '.join(SCORES)}")
+    sign = 1.0 if score == "mean-loss" else -1.0  # lower is better after the sign
+    key = "mean_loss" if score == "mean-loss" else "sum_logprob"
+    values = [sign * float(s[key]) if s.get(key) is not None else math.inf for s in option_scores]
+    finite = [i for i, value in enumerate(values) if math.isfinite(value)]
+    if not finite or any(math.isnan(value) for value in values):
+        return None  # nothing scored, or a score that is no number: the options cannot be compared
+    best = min(values[i] for i in finite)
+    winners = [i for i in finite if values[i] == best]
+    return winners[0] if len(winners) == 1 else None
 
 
 def resolve_device(device: str) -> str:

@@ -115,3 +115,15 @@ class EqualLosses:
 
     def close(self) -> None:
         pass
+
+
+def test_a_judge_part_given_as_a_range_or_on_another_scale_is_not_read():
+    """Before: "S1: 7-8" read as 7, "S3: 5/5" as 5 and "S1: 7/100" as 7 (its "/10" taken for the 0-10 scale)."""
+    from cftools.kinds.mucr.explanations import judge_result, parse_judge_parts
+
+    for reply in ("S1: 7-8, S2: 8, S3: 5", "S1: 7, S2: 8, S3: 5/5", "S1: 7/100, S2: 8, S3: 5",
+                  "S1: 7 to 8, S2: 8, S3: 5", "S1: 1e1, S2: 2, S3: 3"):
+        assert parse_judge_parts(reply) is None, reply
+    assert judge_result(["S1: 7-8, S2: 8, S3: 5"])["exp_score"] is None  # not judged, never a guessed Exp
+    for reply in ("S1: 7, S2: 8, S3: 5", "S1: 7 out of 10, S2: 8/10, S3: 5 / 10.", "S1=7; S2=8; S3=5."):
+        assert parse_judge_parts(reply) == {"S1": 7, "S2": 8, "S3": 5}, reply

@@ -46,7 +46,9 @@ LINK = re.compile(r"\b(?:the (?:causal )?(?:link|connection|relationship|reasoni
                   r"|therefore\b|thus\b|hence\b|as a result\b|consequently\b|so\b(?=[^.]*\bcaus))",
                   re.IGNORECASE)
 SENTENCE = re.compile(r"(?<=[.!?])\s+")
-JUDGE_LINE = re.compile(r"\bS\s*([123])\s*[:=\-–]?\s*(\d+(?:\.\d+)?)(?:\s*(?:/|out of)\s*10)?", re.IGNORECASE)
+# What after a part's number makes it no single 0-10 score: a range, another scale, a percentage, an exponent.
+NOT_ONE_SCORE = re.compile(r"\s*(?:[-\u2013]\s*\d|/\s*\d|out\s+of\s+\d|%|[eE][-+]?\d|(?:to|or)\s+\d)", re.IGNORECASE)
+JUDGE_LINE = re.compile(r"\bS\s*([123])\s*[:=\-–]?\s*(\d+(?:\.\d+)?)(?:\s*(?:/|out of)\s*10\b)?", re.IGNORECASE)
 
 
 def _markers(text: str) -> tuple[Optional[re.Match], Optional[re.Match], Optional[re.Match]]:
@@ -86,9 +88,11 @@ def parse_judge_parts(text: str) -> Optional[dict[str, float]]:
     scores: dict[str, float] = {}
     for match in JUDGE_LINE.finditer(text or ""):
         part = f"S{match.group(1)}"
-        value = float(match.group(2))
-        if part not in scores:
-            scores[part] = value
+        if part in scores:
+            continue
+        if NOT_ONE_SCORE.match(text, match.end()):
+            return None  # "S1: 7-8", "S3: 5/5", "S2: 7/100": a range or another scale, not one score of 0-10
+        scores[part] = float(match.group(2))
     if set(scores) != set(PARTS) or not all(0 <= v <= 10 for v in scores.values()):
         return None
     return {part: scores[part] for part in PARTS}

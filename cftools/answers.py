@@ -21,14 +21,14 @@ Which part of a reply holds the answer (`answer_segment`):
 3. else the whole reply: for numbers only if it names one number ("There are 3 birds" -> 3); several
    different numbers and no marker -> unknown.
 
-A reply that hedges ("Roughly 5 or 6", "maybe", "I guess"), names two candidates ("5 or 6", "5-6") or
-says it cannot tell is unknown, never credited; so is a yes/no reply that hedges between the two ("not
-necessarily, but ...", "Yes, but it would not.", "No, but it could be.", "it depends"); so is a reply that denies the answer it
-names ("not 2", "Not yes.", "The answer is not B"), and a count that is only the premise echoed back ("If 3 more
-flew in.": an if-clause's numbers are never the answer) or a change ("3 more"), or a number marked as approximate or a bound ("~3", ">3", "3+"). yes/no follows
-negation scope: "sure", "certainly",
-"right", "correct" say yes only when nothing in the reply negates ("Sure not." -> no; "No doubt, yes." ->
-yes); a reply that says both yes and no is unknown. An option letter is read only where it is used as
+A reply that hedges ("Roughly 5 or 6", "maybe", "I guess"), names two candidates ("5 or 6", "5-6") or says it
+cannot tell is unknown, never credited; so is a yes/no reply that hedges between the two ("not necessarily, but
+...", "Yes, but it would not.", "No, but it could be.", "it depends"); so is a reply that denies the answer it
+names ("not 2", "Not yes.", "The answer is not B"), a count that is only the premise echoed back ("If 3 more flew
+in.": an if-clause's numbers are never the answer), a change ("3 more"), and a number marked as approximate or a
+bound ("~3", ">3", "3+", "3 or more"). yes/no follows negation scope: "sure", "certainly", "right", "correct" say
+yes only when nothing in the reply negates ("Sure not." -> no; "No doubt, yes." -> yes); a reply that says both
+yes and no is unknown. An option letter is read only where it is used as
 one: "A dog is on the left." is not option A, "A." or "Answer: (A)" is.
 
 | reply                                              | number | yes/no |
@@ -116,6 +116,8 @@ POSSIBILITY_WORDS = frozenset({"could", "might", "may", "possibly", "can"})
 # Words that make the number after them an approximation or a bound, not an answer.
 # Words after a number that make it a change, not a count: "there would be 3 more birds".
 CHANGE_WORDS = frozenset({"more", "fewer", "less", "extra", "additional"})
+# Phrases after a number that make it a bound or an approximation: "3 or more", "3 at most", "3-ish".
+BOUND_AFTER = ("or more", "or fewer", "or less", "or above", "or below", "at least", "at most", "plus", "ish")
 # How many words before a number or an answer word a negator still denies it ("it is not 3", "not exactly 3").
 NEGATION_REACH = 2
 APPROXIMATORS = ("about", "around", "nearly", "almost", "over", "under", "above", "below", "more than",
@@ -305,6 +307,13 @@ def _approximated(tokens: list[str], start: int) -> bool:
     return any(before == phrase or before.endswith(" " + phrase) for phrase in APPROXIMATORS)
 
 
+def _qualified_after(tokens: list[str], end: int) -> bool:
+    """Whether the words after a number (ending at END) make it a change or a bound: "3 more", "3 or more"."""
+    after = " ".join(tokens[end:end + 2])
+    return (end < len(tokens) and tokens[end] in CHANGE_WORDS) or any(
+        after == phrase or after.startswith(phrase + " ") for phrase in BOUND_AFTER)
+
+
 def _two_candidates(tokens: list[str], runs: list[tuple[int, int, Number]], index: int) -> bool:
     """Whether the number at RUNS[INDEX] is one end of "5 or 6", "5 to 6", "5-6" or "between 5 and 6"."""
     start, end, value = runs[index]
@@ -349,8 +358,8 @@ def _read_number_segment(segment: str, where: str) -> object:
         return UNKNOWN  # several different numbers and no marker says which is the answer
     start, end, _ = runs[0]
     if (_approximated(tokens, start) or _two_candidates(tokens, runs, 0) or _negated(tokens, start)
-            or (end < len(tokens) and tokens[end] in CHANGE_WORDS)):
-        return UNKNOWN  # "about 5", "5 or 6", "not 5", "3 more": no count is stated
+            or _qualified_after(tokens, end)):
+        return UNKNOWN  # "about 5", "5 or 6", "not 5", "3 more", "3 or more": no count is stated
     return runs[0][2]
 
 

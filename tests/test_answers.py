@@ -233,3 +233,10 @@ def test_an_approximate_or_bounded_number_is_no_count(reply):
 @pytest.mark.parametrize(("reply", "number"), [("Answer: 7 (3 + 4)", 7), ("New answer: 5 (2+3)", 5)])
 def test_a_sum_beside_the_marked_answer_is_no_bound(reply, number):
     assert parse_number(reply) == number
+
+
+@pytest.mark.parametrize("reply", ["3 or more", "There are 3 or more birds.", "3 or fewer", "3 at least", "3 at most",
+                                   "3-ish", "3 plus"])
+def test_a_bound_after_the_number_is_no_count(reply):
+    # before: read as 3 ("at least 3" before the number was already unknown)
+    assert parse_number(reply) is None

@@ -136,6 +136,21 @@ def test_init_never_writes_the_store_password(postgres_url, tmp_path, run_cli, m
     workspace.close()
 
 
+def test_init_again_names_the_variable_the_workspace_reads_and_never_changes_it(postgres_url, tmp_path, run_cli):
+    url = postgres_url.replace("cftools@", "cftools:s3cret@")
+    assert run_cli("init", tmp_path / "ws", "--db", url, "--password-env", "CFTOOLS_TEST_PG").exit_code == 0
+    config = (tmp_path / "ws" / "cftools.toml").read_text(encoding="utf-8")
+
+    again = run_cli("init", tmp_path / "ws", "--db", url)  # later runs read $CFTOOLS_TEST_PG, not $PGPASSWORD
+    assert again.exit_code == 0, again.output
+    assert "$CFTOOLS_TEST_PG" in again.output and "PGPASSWORD" not in again.output
+
+    other = run_cli("init", tmp_path / "ws", "--db", url, "--password-env", "OTHER_PG")
+    assert other.exit_code == 1
+    assert "already reads the store's password from $CFTOOLS_TEST_PG" in other.output
+    assert (tmp_path / "ws" / "cftools.toml").read_text(encoding="utf-8") == config
+
+
 def test_a_batch_run_on_postgresql_collects_its_batch_after_a_kill(tmp_path, postgres_url):
     """`--batch-api` on a PostgreSQL store: killed between submit and collect, the rerun submits nothing again."""
     import signal

@@ -1,0 +1,45 @@
+"""The defaults docs/config.md states are the code's: each numeric default in a table row is the constant the code
+falls back to when the key is left out (the [edits] rows said "the pipeline's" while cftools passes 28 steps and
+guidance 4 to every pipeline)."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from cftools.annotate import label_studio, quality
+from cftools.checks import calibration
+from cftools.imagegen import diffusers_backend, edit_base, tiny, tiny_edit
+
+CONFIG_MD = Path(__file__).resolve().parents[1] / "docs" / "config.md"
+
+
+def default_cell(section: str, key: str) -> str:
+    """The default column of KEY's row in the `## [SECTION]` table of docs/config.md."""
+    body = CONFIG_MD.read_text(encoding="utf-8").split(f"## [{section}]\n", 1)[1].split("\n## ", 1)[0]
+    row = next(line for line in body.splitlines() if line.startswith(f"| `{key}` |"))
+    return row.split("|")[3].strip()
+
+
+def numbers(text: str) -> list[float]:
+    return [float(n) for n in re.findall(r"\d+(?:\.\d+)?", text)]
+
+
+@pytest.mark.parametrize("section, key, expected", [
+    ("edits", "steps", [edit_base.DEFAULT_STEPS, tiny_edit.TINY_EDIT_STEPS]),
+    ("edits", "guidance", [edit_base.DEFAULT_GUIDANCE, tiny_edit.TINY_EDIT_GUIDANCE]),
+    ("images", "steps", [diffusers_backend.DEFAULT_STEPS, tiny.TINY_STEPS]),
+    ("images", "guidance", [diffusers_backend.DEFAULT_GUIDANCE, tiny.TINY_GUIDANCE]),
+    ("images", "strength", [diffusers_backend.DEFAULT_STRENGTH]),
+    ("label_studio", "batch_size", [label_studio.DEFAULT_BATCH]),
+    ("label_studio", "timeout", [label_studio.TIMEOUT_S]),
+    ("label_studio", "retries", [label_studio.RETRIES]),
+    ("label_studio", "pull_workers", [label_studio.PULL_WORKERS]),
+    ("label_studio", "export_chunk", [label_studio.EXPORT_CHUNK]),
+    ("annotate", "control_rate", [quality.DEFAULT_CONTROL_RATE]),
+    ("annotate", "min_accuracy", [quality.DEFAULT_MIN_ACCURACY]),
+    ("annotate", "min_controls", [quality.DEFAULT_MIN_CONTROLS]),
+    ("checks", "low_precision", [calibration.DEFAULT_LOW_PRECISION]),
+])
+def test_a_documented_default_is_the_codes(section, key, expected):
+    assert numbers(default_cell(section, key)) == [float(e) for e in expected], (section, key)

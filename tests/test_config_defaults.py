@@ -43,3 +43,17 @@ def numbers(text: str) -> list[float]:
 ])
 def test_a_documented_default_is_the_codes(section, key, expected):
     assert numbers(default_cell(section, key)) == [float(e) for e in expected], (section, key)
+
+
+def test_guidance_0_is_taken_with_the_embedded_pipelines(tmp_path):
+    """`guidance = 0` (no guidance) is a value, not a key left out: it was replaced by the embedded default."""
+    from cftools.imagegen import make_image_backend
+    from cftools.imagegen.edits import make_edit_backend
+
+    images = make_image_backend({"guidance": 0, "cache_dir": str(tmp_path)})
+    edits = make_edit_backend({"guidance": 0, "cache_dir": str(tmp_path)})
+    try:
+        assert images.default_guidance == 0 and edits.default_guidance == 0
+    finally:
+        images.close()
+        edits.close()

@@ -33,3 +33,21 @@ def test_an_address_on_the_command_line_wins_over_the_configured_one(ray_configu
     result = run_cli("generate", "rewrite", "--group", "boolean", "--ray", "ray://127.0.0.2:9")
     assert result.exit_code == 1
     assert "cannot connect to the Ray cluster at ray://127.0.0.2:9" in result.output
+
+
+def test_an_address_where_nothing_listens_is_one_line_at_once(workspace):
+    """ray.init retries an address where no cluster listens for minutes, printing only log lines: cftools asks the
+    port first. The run is a separate process, bounded only so that a regression fails instead of hanging."""
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    done = subprocess.run([sys.executable, "-m", "cftools", "-w", str(workspace.root), "generate", "rewrite",
+                           "--group", "boolean", "--ray", f"127.0.0.1:{port}"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1].startswith(
+        f"Error: cannot connect to the Ray cluster at 127.0.0.1:{port}: nothing answers on 127.0.0.1:{port}")

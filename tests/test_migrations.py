@@ -2,6 +2,7 @@ from sqlalchemy import text
 
 from cftools.store import Store, current_revision, head_revision, make_engine, upgrade
 from cftools.workspace import init_workspace, load_workspace
+from opening_at_once import open_at_once
 
 
 def test_workspace_made_with_first_schema_opens_and_is_upgraded(tmp_path):
@@ -33,3 +34,14 @@ def test_open_is_read_only_when_schema_is_current(tmp_path):
     assert store.schema_version == head_revision(store.engine)
     store.dispose()
     ws.close()
+
+
+def test_workers_opening_an_old_store_at_once_all_find_it_upgraded(tmp_path):
+    """Each upgrade holds the write lock from its start: the others wait and find the schema current (they failed
+    with 'database is locked' when their deferred transactions collided)."""
+    url = f"sqlite:///{tmp_path / 'cftools.db'}"
+    engine = make_engine(url)
+    upgrade(engine, "0001")
+    head = head_revision(engine)
+    engine.dispose()
+    assert open_at_once(url, processes=6) == [f"opened {head}"] * 6

@@ -11,6 +11,7 @@ from cftools.kinds.cvqa.ingest import ingest_cvqa
 from cftools.overview import store_counts
 from cftools.workspace import init_workspace
 from llm_stub import start_process as start_stub
+from opening_at_once import open_at_once
 from pg_server import find_pg_bin, fresh_database, running_postgres
 
 
@@ -200,3 +201,14 @@ def test_a_key_finished_as_another_worker_starts_choosing_is_not_reopened_on_pos
         assert finish_while_another_chooses(ws.store) == []
     finally:
         ws.close()
+
+
+def test_workers_opening_a_new_store_at_once_all_find_it_made(postgres_url):
+    """One upgrade at a time (an advisory lock): three of four failed on the alembic_version table another made."""
+    from cftools.store import head_revision, make_engine
+
+    url = fresh_database(postgres_url, "opened_at_once")
+    engine = make_engine(url)
+    head = head_revision(engine)
+    engine.dispose()
+    assert open_at_once(url) == [f"opened {head}"] * 4

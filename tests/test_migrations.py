@@ -45,3 +45,14 @@ def test_workers_opening_an_old_store_at_once_all_find_it_upgraded(tmp_path):
     head = head_revision(engine)
     engine.dispose()
     assert open_at_once(url, processes=6) == [f"opened {head}"] * 6
+
+
+def test_a_store_a_newer_cftools_migrated_is_one_line_saying_so(tmp_path, run_cli):
+    ws = init_workspace(tmp_path / "ws")
+    with ws.store.engine.begin() as conn:
+        conn.execute(text("update alembic_version set version_num = '9999'"))
+    ws.close()
+    result = run_cli("-w", tmp_path / "ws", "status")
+    assert result.exit_code == 1
+    assert "has schema 9999, which this cftools does not know" in result.output
+    assert "upgrade cftools" in result.output

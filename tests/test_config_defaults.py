@@ -57,3 +57,26 @@ def test_guidance_0_is_taken_with_the_embedded_pipelines(tmp_path):
     finally:
         images.close()
         edits.close()
+
+
+@pytest.mark.parametrize("section, key, expected", [
+    ("edits", "steps", edit_base.DEFAULT_STEPS), ("edits", "guidance", edit_base.DEFAULT_GUIDANCE),
+    ("images", "steps", diffusers_backend.DEFAULT_STEPS), ("images", "guidance", diffusers_backend.DEFAULT_GUIDANCE),
+    ("images", "strength", diffusers_backend.DEFAULT_STRENGTH),
+    ("label_studio", "batch_size", label_studio.DEFAULT_BATCH), ("label_studio", "timeout", label_studio.TIMEOUT_S),
+    ("label_studio", "retries", label_studio.RETRIES), ("label_studio", "pull_workers", label_studio.PULL_WORKERS),
+    ("annotate", "control_rate", quality.DEFAULT_CONTROL_RATE), ("checks", "low_precision", calibration.DEFAULT_LOW_PRECISION),
+])
+def test_the_value_init_shows_commented_out_is_the_default(tmp_path, section, key, expected):
+    """A commented-out `key = value` in the cftools.toml init writes reads as the default ([edits] showed 20 steps
+    and guidance 7.5 where cftools uses 28 and 4)."""
+    import tomllib
+
+    from cftools.workspace import init_workspace
+
+    init_workspace(tmp_path / "ws").close()
+    text = (tmp_path / "ws" / "cftools.toml").read_text(encoding="utf-8")
+    body = re.split(r"^\[([a-z_]+)\]\s*$", text, flags=re.M)
+    sections = {body[i]: body[i + 1] for i in range(1, len(body), 2)}
+    line = re.search(rf"^# ({key} = [^#\n]*)", sections[section], re.M).group(1)
+    assert tomllib.loads(line)[key] == expected

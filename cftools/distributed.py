@@ -27,6 +27,7 @@ Ray is optional (`pip install 'cftools[ray]'`): nothing imports it until `--ray`
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
@@ -76,8 +77,9 @@ def connect(address: Optional[str]) -> Any:
         if silent is not None:
             raise RayError(f"cannot connect to the Ray cluster at {address}: {silent}")
         try:
-            ray.init(address=None if address in (None, "", LOCAL) else address, logging_level="ERROR",
-                     log_to_driver=False, configure_logging=False)
+            with driver_only_hidden():  # a cluster ray.init starts here inherits this environment
+                ray.init(address=None if address in (None, "", LOCAL) else address, logging_level="ERROR",
+                         log_to_driver=False, configure_logging=False)
         except ImportError as exc:  # ray:// is Ray Client, which is not in Ray's core install
             raise RayError(f"cannot connect to {address}: Ray Client is not installed (pip install 'ray[client]'), "
                            f"or connect with HOST:6379 from a node of the cluster ({exc.name or exc})") from None
@@ -85,6 +87,26 @@ def connect(address: Optional[str]) -> Any:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise RayError(f"cannot connect to the Ray cluster at {address or 'this machine'}: {first}") from None
     return ray
+
+
+# Variables that hold what only the driver may know (the store's password): a local cluster that ray.init starts is
+# this process's child, and its workers would inherit them. The workspace adds its [store] password_env.
+DRIVER_ONLY: set[str] = {"PGPASSWORD"}
+
+
+def keep_on_driver(variable: str) -> None:
+    """VARIABLE is not passed on to the processes of a Ray cluster this process starts."""
+    DRIVER_ONLY.add(variable)
+
+
+@contextlib.contextmanager
+def driver_only_hidden() -> Iterator[None]:
+    """The DRIVER_ONLY variables out of this process's environment for the block, then back."""
+    saved = {name: os.environ.pop(name) for name in sorted(DRIVER_ONLY) if name in os.environ}
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
 
 
 def unanswered(address: Optional[str]) -> Optional[str]:

@@ -196,7 +196,11 @@ def load_workspace(root: Path) -> Workspace:
     config = read_config(config_path, root)
     warnings = check_config(config, str(config_path))
     config = with_aliases(config, str(config_path))
-    return Workspace(root=Path(root).resolve(), config=config, config_warnings=warnings)
+    workspace = Workspace(root=Path(root).resolve(), config=config, config_warnings=warnings)
+    from cftools.distributed import keep_on_driver
+
+    keep_on_driver(workspace.password_env)  # never inherited by a Ray cluster that --ray starts (docs/ray.md)
+    return workspace
 
 
 def read_config(config_path: Path, root: Path) -> dict[str, Any]:

@@ -51,3 +51,42 @@ def test_an_address_where_nothing_listens_is_one_line_at_once(workspace):
     assert done.returncode == 1
     assert done.stderr.strip().splitlines()[-1].startswith(
         f"Error: cannot connect to the Ray cluster at 127.0.0.1:{port}: nothing answers on 127.0.0.1:{port}")
+
+
+INHERITED = """
+import os, sys
+import ray
+from cftools.distributed import LOCAL, connect
+from cftools.workspace import load_workspace
+
+load_workspace(sys.argv[1])
+connect(LOCAL)  # no cluster runs here: ray.init starts one, a child of this process
+
+
+@ray.remote(num_cpus=0)
+def seen():
+    return [name for name in ("PGPASSWORD", "CFTOOLS_TEST_STORE_PW", "CFTOOLS_TEST_OTHER") if os.environ.get(name)]
+
+
+print(ray.get(seen.remote()), sorted(n for n in ("PGPASSWORD", "CFTOOLS_TEST_STORE_PW") if os.environ.get(n)))
+ray.shutdown()
+"""
+
+
+def test_a_cluster_that_ray_starts_here_does_not_inherit_the_store_password(workspace):
+    """docs/ray.md: the store's password never leaves the driver. A local cluster ray.init starts is the driver's
+    child: its workers saw $PGPASSWORD and the [store] password_env variable; the driver keeps both."""
+    import os
+    import subprocess
+    import sys
+
+    text = workspace.config_path.read_text(encoding="utf-8")
+    workspace.config_path.write_text(text.replace("[store]\n", '[store]\npassword_env = "CFTOOLS_TEST_STORE_PW"\n', 1),
+                                     encoding="utf-8")
+    env = {**os.environ, "PGPASSWORD": "pg-secret", "CFTOOLS_TEST_STORE_PW": "store-secret",
+           "CFTOOLS_TEST_OTHER": "not-a-secret", "RAY_USAGE_STATS_ENABLED": "0"}
+    env.pop("RAY_ADDRESS", None)  # a cluster of its own, started by ray.init
+    done = subprocess.run([sys.executable, "-c", INHERITED, str(workspace.root)], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "['CFTOOLS_TEST_OTHER'] ['CFTOOLS_TEST_STORE_PW', 'PGPASSWORD']"

@@ -144,7 +144,7 @@ def init(directory: Path, db_url: str | None, password_env: str | None, with_pro
     console.print(f"Workspace ready at [bold]{workspace.root}[/] (store: {workspace.store.safe_url}, "
                   f"schema {workspace.store.schema_version})")
     if db_url and without_password(db_url)[1] is not None:
-        console.print(f"The password was not written to cftools.toml; set ${password_env or 'PGPASSWORD'} "
+        console.print(f"The password was not written to cftools.toml; set ${workspace.password_env} "
                       "when you use this workspace.")
     workspace.close()
 

@@ -27,7 +27,9 @@ Ray is optional (`pip install 'cftools[ray]'`): nothing imports it until `--ray`
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -41,6 +43,7 @@ GROW_S = 5.0  # how often a pool looks for room on nodes that joined
 RESTARTS = 4  # a worker process that dies is started again this many times
 TASK_RETRIES = 4  # a call whose worker died is sent again this many times
 LOCAL = "local"  # `--ray` given without an address: ray.init() finds a cluster of this machine or starts one
+CONNECT_CHECK_S = 10.0  # a cluster's port accepts at once; one that has not in this long is not there
 
 Unit = TypeVar("Unit")
 END = object()
@@ -70,9 +73,13 @@ def connect(address: Optional[str]) -> Any:
     this machine's (a new one when there is none); a process already connected stays so."""
     ray = require_ray()
     if not ray.is_initialized():
+        silent = unanswered(address)
+        if silent is not None:
+            raise RayError(f"cannot connect to the Ray cluster at {address}: {silent}")
         try:
-            ray.init(address=None if address in (None, "", LOCAL) else address, logging_level="ERROR",
-                     log_to_driver=False, configure_logging=False)
+            with driver_only_hidden():  # a cluster ray.init starts here inherits this environment
+                ray.init(address=None if address in (None, "", LOCAL) else address, logging_level="ERROR",
+                         log_to_driver=False, configure_logging=False)
         except ImportError as exc:  # ray:// is Ray Client, which is not in Ray's core install
             raise RayError(f"cannot connect to {address}: Ray Client is not installed (pip install 'ray[client]'), "
                            f"or connect with HOST:6379 from a node of the cluster ({exc.name or exc})") from None
@@ -80,6 +87,40 @@ def connect(address: Optional[str]) -> Any:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise RayError(f"cannot connect to the Ray cluster at {address or 'this machine'}: {first}") from None
     return ray
+
+
+# Variables that hold what only the driver may know (the store's password): a local cluster that ray.init starts is
+# this process's child, and its workers would inherit them. The workspace adds its [store] password_env.
+DRIVER_ONLY: set[str] = {"PGPASSWORD"}
+
+
+def keep_on_driver(variable: str) -> None:
+    """VARIABLE is not passed on to the processes of a Ray cluster this process starts."""
+    DRIVER_ONLY.add(variable)
+
+
+@contextlib.contextmanager
+def driver_only_hidden() -> Iterator[None]:
+    """The DRIVER_ONLY variables out of this process's environment for the block, then back."""
+    saved = {name: os.environ.pop(name) for name in sorted(DRIVER_ONLY) if name in os.environ}
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
+
+
+def unanswered(address: Optional[str]) -> Optional[str]:
+    """Why nothing answers at ADDRESS (`host:port` or `ray://host:port`), found before ray.init, which retries such
+    an address for minutes with only log lines; None when it answers, or is no host and port (`auto`, none)."""
+    target = (address or "").removeprefix("ray://")
+    host, colon, port = target.rpartition(":")
+    if not colon or not host or not port.isdigit():
+        return None
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_CHECK_S):
+            return None
+    except OSError as exc:
+        return f"nothing answers on {target} ({exc.strerror or type(exc).__name__}); is the cluster started there?"
 
 
 @dataclass(frozen=True)

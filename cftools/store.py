@@ -113,6 +113,21 @@ def current_revision(engine: Engine) -> str | None:
         return MigrationContext.configure(conn).get_current_revision()
 
 
+def refuse_newer_schema(engine: Engine, current: str | None, where: str) -> None:
+    """One line for a store whose schema revision this cftools does not have: a newer cftools migrated it (alembic
+    would only say it cannot locate the revision)."""
+    from alembic.script import ScriptDirectory
+    from alembic.util.exc import CommandError
+
+    if current is None:
+        return
+    try:
+        ScriptDirectory.from_config(alembic_config(engine)).get_revision(current)
+    except CommandError:
+        raise StoreError(f"the store at {where} has schema {current}, which this cftools does not know (its newest "
+                         f"is {head_revision(engine)}): a newer cftools made it; upgrade cftools to open it") from None
+
+
 def upgrade(engine: Engine, revision: str = "head") -> None:
     from alembic import command
 
@@ -137,8 +152,12 @@ class Store:
             head = plain_head()
             if head is not None and stored_revision(self.engine) == head:
                 return  # up to date, told without alembic
-            if current_revision(self.engine) != head_revision(self.engine):
+            current = current_revision(self.engine)
+            if current != head_revision(self.engine):
+                refuse_newer_schema(self.engine, current, self.safe_url)
                 upgrade(self.engine)
+        except StoreError:
+            raise
         except Exception as exc:  # a broken or foreign database file, a server that cannot be reached
             # the driver's own message (SQLAlchemy's wrapper adds a second line), on one line
             reason = error_text(str(getattr(exc, "orig", None) or exc), url_secrets(self.url))

@@ -73,7 +73,12 @@ class Workspace:
         prefix = "sqlite:///"
         if url.startswith(prefix) and not url.startswith(prefix + "/") and ":memory:" not in url:
             url = prefix + str((self.root / url[len(prefix):]).resolve())
-        return with_password(url, store.get("password_env") or DEFAULT_PASSWORD_ENV)
+        return with_password(url, self.password_env)
+
+    @property
+    def password_env(self) -> str:
+        """The variable later runs read the store's password from."""
+        return self.config.get("store", {}).get("password_env") or DEFAULT_PASSWORD_ENV
 
     @property
     def store(self) -> Store:
@@ -126,6 +131,10 @@ def init_workspace(root: Path, db_url: str | None = None, password_env: str | No
         workspace.create_store = True
         if stored_url and workspace.config.get("store", {}).get("url") not in (None, stored_url):
             raise WorkspaceError(f"{config_path} already uses another store; edit [store] url to change it")
+        if password_env and password_env != workspace.password_env:
+            # not written over an existing file: later runs would read another variable than the one asked for
+            raise WorkspaceError(f"{config_path} already reads the store's password from ${workspace.password_env}; "
+                                 "edit [store] password_env to change it")
         open_store(workspace, db_url if password is not None else None)
         return workspace
     made = _missing_parents(root)
@@ -187,7 +196,11 @@ def load_workspace(root: Path) -> Workspace:
     config = read_config(config_path, root)
     warnings = check_config(config, str(config_path))
     config = with_aliases(config, str(config_path))
-    return Workspace(root=Path(root).resolve(), config=config, config_warnings=warnings)
+    workspace = Workspace(root=Path(root).resolve(), config=config, config_warnings=warnings)
+    from cftools.distributed import keep_on_driver
+
+    keep_on_driver(workspace.password_env)  # never inherited by a Ray cluster that --ray starts (docs/ray.md)
+    return workspace
 
 
 def read_config(config_path: Path, root: Path) -> dict[str, Any]:

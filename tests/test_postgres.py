@@ -11,6 +11,7 @@ from cftools.kinds.cvqa.ingest import ingest_cvqa
 from cftools.overview import store_counts
 from cftools.workspace import init_workspace
 from llm_stub import start_process as start_stub
+from opening_at_once import open_at_once
 from pg_server import find_pg_bin, fresh_database, running_postgres
 
 
@@ -136,6 +137,21 @@ def test_init_never_writes_the_store_password(postgres_url, tmp_path, run_cli, m
     workspace.close()
 
 
+def test_init_again_names_the_variable_the_workspace_reads_and_never_changes_it(postgres_url, tmp_path, run_cli):
+    url = postgres_url.replace("cftools@", "cftools:s3cret@")
+    assert run_cli("init", tmp_path / "ws", "--db", url, "--password-env", "CFTOOLS_TEST_PG").exit_code == 0
+    config = (tmp_path / "ws" / "cftools.toml").read_text(encoding="utf-8")
+
+    again = run_cli("init", tmp_path / "ws", "--db", url)  # later runs read $CFTOOLS_TEST_PG, not $PGPASSWORD
+    assert again.exit_code == 0, again.output
+    assert "$CFTOOLS_TEST_PG" in again.output and "PGPASSWORD" not in again.output
+
+    other = run_cli("init", tmp_path / "ws", "--db", url, "--password-env", "OTHER_PG")
+    assert other.exit_code == 1
+    assert "already reads the store's password from $CFTOOLS_TEST_PG" in other.output
+    assert (tmp_path / "ws" / "cftools.toml").read_text(encoding="utf-8") == config
+
+
 def test_a_batch_run_on_postgresql_collects_its_batch_after_a_kill(tmp_path, postgres_url):
     """`--batch-api` on a PostgreSQL store: killed between submit and collect, the rerun submits nothing again."""
     import signal
@@ -185,3 +201,14 @@ def test_a_key_finished_as_another_worker_starts_choosing_is_not_reopened_on_pos
         assert finish_while_another_chooses(ws.store) == []
     finally:
         ws.close()
+
+
+def test_workers_opening_a_new_store_at_once_all_find_it_made(postgres_url):
+    """One upgrade at a time (an advisory lock): three of four failed on the alembic_version table another made."""
+    from cftools.store import head_revision, make_engine
+
+    url = fresh_database(postgres_url, "opened_at_once")
+    engine = make_engine(url)
+    head = head_revision(engine)
+    engine.dispose()
+    assert open_at_once(url) == [f"opened {head}"] * 4

@@ -254,8 +254,12 @@ def test_init_shows_every_setting_and_sets_only_the_ones_it_always_did(tmp_path)
     init_workspace(tmp_path / "ws").close()
     text = (tmp_path / "ws" / "cftools.toml").read_text()
     other_spellings = {(name, other) for name, pairs in ALIASES.items() for _, other in pairs}
+    # each key in its own section ([images] size was only under [edits], and a file-wide search took that for it)
+    parts = re.split(r"^\[([a-z_]+)\]\s*$", text, flags=re.M)
+    bodies = {parts[i]: parts[i + 1] for i in range(1, len(parts), 2)}
     missing = [f"[{name}] {key}" for name, model in known_sections().items() for key in model.model_fields
-               if (name, key) not in other_spellings and not re.search(rf"^#?\s*(\[{name}\.)?{key}\b", text, re.M)]
+               if (name, key) not in other_spellings
+               and not re.search(rf"^#?\s*(\[{name}\.\S*\s*)?{key}\b", bodies.get(name, ""), re.M)]
     assert not missing, f"not in the cftools.toml init writes: {missing}"
     set_keys = {(name, key) for name, table in tomllib.loads(text).items() for key in table}
     assert set_keys == {("store", "url"), ("llm", "backend"), ("llm", "model"), ("label_studio", "token_env"),

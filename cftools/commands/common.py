@@ -89,8 +89,12 @@ def ray_option(*, expose: bool = True, keep: Callable | None = None, name: str =
 
 
 def ray_address(ctx: click.Context, given: str | None) -> str | None:
-    """The command's --ray, else [ray] address of the workspace (None: run here)."""
-    if given is not None:
+    """Where --ray runs the work: its ADDRESS, or without one [ray] address of the workspace, else this machine's
+    cluster. None without --ray: the run is here, whatever [ray] says (nothing of [ray] is read without --ray)."""
+    from cftools.distributed import LOCAL
+
+    if given != LOCAL:
         return given
     workspace = optional_workspace(ctx)  # none: no [ray] section either; one unreadable: its error
-    return (workspace.section("ray").get("address") or None) if workspace is not None else None
+    configured = workspace.section("ray").get("address") if workspace is not None else None
+    return configured or LOCAL

@@ -94,7 +94,9 @@ def make_image_backend(config: dict[str, Any] | None = None, backend: str | None
 
             chosen = tiny.embedded_pipeline_folder(Path(config["cache_dir"]) if config.get("cache_dir") else None)
             defaults = {"default_steps": defaults["default_steps"] or tiny.TINY_STEPS,
-                        "default_guidance": defaults["default_guidance"] or tiny.TINY_GUIDANCE,
+                        # guidance 0 is a setting (no classifier-free guidance), not an absent one
+                        "default_guidance": tiny.TINY_GUIDANCE if defaults["default_guidance"] is None
+                        else defaults["default_guidance"],
                         "default_size": defaults["default_size"]}
         return DiffusersBackend(chosen, DiffusersSettings(
             allow_downloads=bool(config.get("allow_downloads", False)), **options,

@@ -125,8 +125,10 @@ def folder_licence(folder: Optional[Path]) -> Optional[str]:
 
 
 def model_licence(model: str, folder: Optional[Path], given: Optional[str]) -> Optional[str]:
-    """What the model's licence is: the user's word first, then the model card, then the known table."""
-    return given or folder_licence(folder) or known_licence(model)
+    """What the model's licence is: its model card's, else the known table's, else the user's word (GIVEN: `[edits]
+    licence` / `--licence`). What the model says of itself wins: a licence typed in cftools.toml must not turn a
+    non-commercial model into one that is loaded, and released, as another licence's."""
+    return folder_licence(folder) or known_licence(model) or given
 
 
 def known_licence(model: str) -> Optional[str]:

@@ -58,7 +58,9 @@ def make_edit_backend(config: Optional[dict[str, Any]] = None, backend: Optional
             chosen = tiny_edit.embedded_edit_pipeline_folder(Path(config["cache_dir"]) if config.get("cache_dir")
                                                              else None)
             licence = licence or tiny_edit.TINY_EDIT_LICENCE
-            steps, guidance = steps or tiny_edit.TINY_EDIT_STEPS, guidance or tiny_edit.TINY_EDIT_GUIDANCE
+            # guidance 0 is a setting (no text guidance), not an absent one
+            steps = steps or tiny_edit.TINY_EDIT_STEPS
+            guidance = tiny_edit.TINY_EDIT_GUIDANCE if guidance is None else guidance
             config.setdefault("size", tiny_edit.TINY_EDIT_SIZE)  # its native size: larger is slower, no better
         from cftools.imagegen.diffusers_edit_backend import DiffusersEditBackend, DiffusersEditSettings
 

@@ -35,6 +35,7 @@ from cftools.workspace import Workspace
 
 STAGE = "doctor"
 DELETED = "deleted"
+WAITING_ON_PEOPLE_GONE = "waiting_on_people_gone"
 
 
 @dataclass
@@ -176,6 +177,22 @@ def check_stuck_items(workspace: Workspace, report: DoctorReport, repair: bool) 
         if repair:
             requeue_item(workspace, item_id, {"reason": "in review without an open task"})
             report.repaired(finding, f"item {item_id} ({key}): {IN_REVIEW} -> {CHECKED} (pushed again next time)")
+
+
+def check_waiting_on_people_gone(workspace: Workspace, report: DoctorReport) -> None:
+    """Items in review waiting only on open tasks of people no longer in [label_studio] annotators: not stuck (a
+    pull hands those tasks to someone on the team), so never requeued; each is its own finding, saying what to do."""
+    from cftools.annotate.status import current_team, items_without_open_task
+
+    team = current_team(workspace)
+    if not team:
+        return
+    store = workspace.store
+    for item_id, key in sorted(set(items_without_open_task(store, team)) - set(items_without_open_task(store))):
+        report.add(WAITING_ON_PEOPLE_GONE,
+                   f"item {item_id} ({key}) waits only on tasks of people no longer in [label_studio] annotators: "
+                   "run `cftools annotate pull` to hand their tasks to someone on the team (with no one left who has "
+                   "not had the item, add a person first)", item=item_id, key=key)
 
 
 def requeue_item(workspace: Workspace, item_id: int, detail: dict[str, Any]) -> None:
@@ -349,5 +366,6 @@ def diagnose(workspace: Workspace, repair: bool = False, server: Optional[bool] 
     if server is not False:
         check_tasks_on_server(workspace, report, repair)
     check_stuck_items(workspace, report, repair)
+    check_waiting_on_people_gone(workspace, report)
     check_releases(workspace, report, repair)
     return report

@@ -127,3 +127,24 @@ def test_an_unusable_submission_of_a_person_who_left_goes_to_someone_else_and_pu
     [new] = [t for t in tasks_of(ls_workspace.store) if t.assignee == left]
     note = label_studio.client().tasks.get(id=new.ls_task_id).data["returned"]
     assert note == "Sent to you: the person who had it left the team."
+
+
+def test_doctor_reports_an_item_waiting_only_on_people_gone_apart_and_never_requeues_it(run_cli, ls_workspace,
+                                                                                     label_studio, request):
+    # doctor found nothing: its item_stuck check counted the task of the person who left as one waiting on them
+    pushed_assigned(run_cli, ls_workspace, label_studio, 1, request)
+    first, second = tasks_of(ls_workspace.store)
+    everyone = people(label_studio)
+    drop_from_team(ls_workspace, everyone, second.assignee)
+    [other] = [p for p in everyone if p not in (first.assignee, second.assignee)]
+    drop_from_team(ls_workspace, [p for p in everyone if p != second.assignee], other)
+    annotate_as(label_studio, first.assignee, first.ls_task_id, result("yes", "yes"))
+    pull_json(run_cli)
+    out = run_cli("doctor", "--json", "--repair")
+    found = json.loads(out.output)
+    assert out.exit_code == 1 and [p["code"] for p in found["problems"]] == ["waiting_on_people_gone"]
+    [problem] = found["problems"]
+    assert problem["item"] == first.item_id and not problem["repaired"] and found["changes"] == []
+    assert "cftools annotate pull" in problem["message"] and "add a person" in problem["message"]
+    assert statuses(ls_workspace.store)[first.item_id] == IN_REVIEW  # not requeued: a pull hands the task over
+    assert [t.state for t in tasks_of(ls_workspace.store) if t.id == second.id] == ["open"]

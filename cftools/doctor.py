@@ -36,6 +36,7 @@ from cftools.workspace import Workspace
 STAGE = "doctor"
 DELETED = "deleted"
 WAITING_ON_PEOPLE_GONE = "waiting_on_people_gone"
+TASK_NOT_SENT = "task_not_sent"
 
 
 @dataclass
@@ -152,10 +153,11 @@ def check_generated_files(workspace: Workspace, report: DoctorReport, repair: bo
 def check_stuck_items(workspace: Workspace, report: DoctorReport, repair: bool) -> None:
     """Items under review that no open task waits on (nothing will ever decide them: a skipped, refused or deleted
     task that did not come back), and tasks without a server id."""
+    from cftools.annotate.projects import GONE
+    from cftools.annotate.pull import unsent_returns
     from cftools.annotate.status import items_without_open_task
 
     store = workspace.store
-    from cftools.annotate.projects import GONE
 
     stuck = items_without_open_task(store)
     with store.session() as session:  # a task gone from its server has let go of its id
@@ -171,12 +173,46 @@ def check_stuck_items(workspace: Workspace, report: DoctorReport, repair: bool) 
             report.repaired(finding, f"annotation task {task_id}: forgotten (no server task id)")
     if no_id and repair:  # their items may be stuck now: look again
         stuck = items_without_open_task(store)
-    for item_id, key in stuck:
+    unsent = {item.id for item, _ in unsent_returns(store)}  # not stuck: a task is due (`check_unsent_tasks`)
+    for item_id, key in (row for row in stuck if row[0] not in unsent):
         finding = report.add("item_stuck", f"item {item_id} ({key}) is in review but no open annotation task waits on it",
                              item=item_id, key=key)
         if repair:
             requeue_item(workspace, item_id, {"reason": "in review without an open task"})
             report.repaired(finding, f"item {item_id} ({key}): {IN_REVIEW} -> {CHECKED} (pushed again next time)")
+
+
+def check_unsent_tasks(workspace: Workspace, report: DoctorReport, repair: bool, server: Optional[bool]) -> None:
+    """Tasks a pull returned or handed over whose new task it never sent (killed, or the server failed, in between):
+    with --repair (and a server to ask) sent now, to the person and with the note the pull planned; never requeued
+    as stuck items (that would send the item to two new people, without the note)."""
+    from cftools.annotate.pull import send_unsent, unsent_returns
+
+    unsent = unsent_returns(workspace.store)
+    findings = {(item.key, plan["purpose"], plan["to"]): report.add(
+        TASK_NOT_SENT, f"item {item.id} ({item.key}): its {plan['purpose']} task for {plan['to']} was returned or handed "
+                       "over but never sent (a pull stopped in between); `doctor --repair` or the next `cftools annotate "
+                       "pull` sends it", item=item.id, key=item.key, purpose=plan["purpose"], person=plan["to"])
+        for item, plan in unsent}
+    if not (repair and findings and server is not False):
+        return
+    from cftools.annotate.assign import Sender
+    from cftools.annotate.label_studio import server_settings
+    from cftools.annotate.servers import Servers
+
+    settings = server_settings(workspace)
+    if not settings.configured:
+        return
+    servers = Servers(settings)
+    try:
+        for sent in send_unsent(workspace.store, Sender(workspace, servers, settings)):
+            finding = findings.get((sent["item"], sent["purpose"], sent["sent_to"]))
+            if finding is not None:
+                report.repaired(finding, f"item {sent['item']}: its {sent['purpose']} task sent to {sent['sent_to']}")
+    except CftoolsError as exc:  # left as found: the next pull or repair sends them
+        report.add("label_studio_unreachable", f"cannot send the tasks never sent: {exc}")
+    finally:
+        servers.close()
 
 
 def check_waiting_on_people_gone(workspace: Workspace, report: DoctorReport) -> None:
@@ -365,6 +401,7 @@ def diagnose(workspace: Workspace, repair: bool = False, server: Optional[bool] 
     check_claims(workspace, report, repair)
     if server is not False:
         check_tasks_on_server(workspace, report, repair)
+    check_unsent_tasks(workspace, report, repair, server)
     check_stuck_items(workspace, report, repair)
     check_waiting_on_people_gone(workspace, report)
     check_releases(workspace, report, repair)

@@ -774,7 +774,7 @@ def hand_over(run: PullRun, report: PullReport) -> None:
     if not handed:
         return
     now = utcnow()
-    with store.write() as session:  # theirs first: a task sent twice is worse than one the doctor finds stuck
+    with store.write() as session:  # theirs first, with the plan: a killed pull's next run sends what it did not
         for task, entry in handed:
             session.execute(unsynced_update(AnnotationTask).where(AnnotationTask.id == task.id)
                             .values(state=RETURNED, decision=LEFT, updated_at=now))

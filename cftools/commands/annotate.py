@@ -225,6 +225,9 @@ PULL_LINES = (
                                           f"{escape('[label_studio]')} annotators): "
                                           + (f"sent to {escape(handed['sent_to'])}[/]" if handed["sent_to"] else
                                              f"not sent: {escape(handed['unassigned'])}[/]"), each=True),
+    Line("resent", lambda resent, _: f"[yellow]item {escape(resent['item'])}: its {escape(resent['purpose'])} task, "
+                                     "returned or handed over by a pull that stopped before sending it, sent to "
+                                     f"{escape(resent['sent_to'])}[/]", each=True),
     Line("reopened", lambda reopened, _: f"[yellow]{len(reopened)} tasks of a shared project were short of usable "
                                          "judgments: each is offered to one more person.[/]"),
     Line("tiebreaks", lambda tiebreak, _: [f"[red]item {escape(tiebreak['item'])}: {escape(tiebreak['unassigned'])}[/]"]

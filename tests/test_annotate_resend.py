@@ -93,3 +93,24 @@ def test_a_hand_over_marked_by_a_killed_pull_goes_to_the_same_person_at_the_next
     again = pull_json(run_cli)
     assert again["resent"] == [] and again["handed_over"] == []
     assert len([t for t in tasks_of(ls_workspace.store) if t.assignee == left]) == 1
+
+
+def test_a_return_whose_person_left_before_it_was_sent_goes_to_someone_else(run_cli, ls_workspace, label_studio,
+                                                                            request):
+    # the plan named someone no longer on the team: the task went to them (with a server per person, every pull
+    # failed on it)
+    pushed_assigned(run_cli, ls_workspace, label_studio, 1, request)
+    first, second = tasks_of(ls_workspace.store)
+    annotate_as(label_studio, second.assignee, second.ls_task_id, result("yes", "no")[:1])
+    pull_killed_before_its_send(ls_workspace, second.id)
+    everyone = people(label_studio)
+    drop_from_team(ls_workspace, everyone, second.assignee)
+    [left] = [p for p in everyone if p not in (first.assignee, second.assignee)]
+    pulled = pull_json(run_cli)
+    assert [(r["purpose"], r["sent_to"]) for r in pulled["resent"]] == [("verify", left)]
+    [new] = [t for t in tasks_of(ls_workspace.store) if t.assignee == left]
+    note = label_studio.client().tasks.get(id=new.ls_task_id).data["returned"]
+    assert note == "Sent to you: the person who had it left the team."  # not the leaver's reason
+    again = pull_json(run_cli)
+    assert again["resent"] == [] and again["handed_over"] == []
+    assert len([t for t in tasks_of(ls_workspace.store) if t.assignee == left]) == 1

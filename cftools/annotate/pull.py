@@ -669,13 +669,15 @@ class ReturnPlanner:
 
 def unsent_returns(store: Store) -> list[tuple[Item, dict]]:
     """(item, plan) of each returned or handed-over task whose new task was never made (no task of the item, of that
-    purpose, for the planned person after it), while the item still waits on it; one per (item, purpose, person)."""
+    purpose, for the planned person after it), while the item still waits on it; one per (item, purpose, person). A
+    task's last plan counts (`replan_for_people_gone` writes a later one)."""
     with store.session() as session:
         returned_items = select(AnnotationTask.item_id).where(AnnotationTask.state == RETURNED)
-        plans = [(item_id, detail[RESEND]) for item_id, detail in session.execute(
+        last = {detail[RESEND]["task"]: (item_id, detail[RESEND]) for item_id, detail in session.execute(
             select(ItemEvent.item_id, ItemEvent.detail).where(ItemEvent.stage == STAGE,
                                                               ItemEvent.item_id.in_(returned_items))
-            .order_by(ItemEvent.id)) if isinstance(detail, dict) and isinstance(detail.get(RESEND), dict)]
+            .order_by(ItemEvent.id)) if isinstance(detail, dict) and isinstance(detail.get(RESEND), dict)}
+        plans = [last[task_id] for task_id in sorted(last)]
         made = session.execute(select(AnnotationTask.id, AnnotationTask.item_id, AnnotationTask.purpose,
                                       AnnotationTask.assignee).where(
             AnnotationTask.item_id.in_({item_id for item_id, _ in plans}))).all()
@@ -696,7 +698,10 @@ def send_unsent(store: Store, sender: Sender) -> list[dict]:
     """Send the new task of each returned or handed-over task whose send an earlier run never made, to the person
     and with the note its mark planned. First links what a send killed after its import left on the person's
     server (by key), so no one gets a task twice. Returns what was sent."""
-    unsent = unsent_returns(store)
+    team = sender.settings.annotators
+    if any(plan["to"] not in team for _, plan in unsent_returns(store)):
+        replan_for_people_gone(store, team)
+    unsent = [(item, plan) for item, plan in unsent_returns(store) if plan["to"] in team]  # else no one can take it
     for kind, purpose, person in sorted({(item.kind, plan["purpose"], plan["to"]) for item, plan in unsent}):
         project_id = sender.project(kind, Purpose.parse(purpose), person)
         reconcile_person(store, sender.servers.for_person(person), project_id, kind, person)
@@ -709,6 +714,28 @@ def send_unsent(store: Store, sender: Sender) -> list[dict]:
                     PushReport(purpose="returns never sent", kind=kind),
                     {(item.id, plan["to"]): plan["note"] for item, plan in entries})
     return [{"item": item.key, "purpose": plan["purpose"], "sent_to": plan["to"]} for item, plan in unsent]
+
+
+def replan_for_people_gone(store: Store, team: tuple[str, ...]) -> None:
+    """A planned person who left the team since: the task goes to someone on TEAM who never had a task of the item
+    and is not paused, as a hand-over, kept as the task's last plan (the store first, then the send); with no such
+    person the plan stays as it was and nothing is sent."""
+    gone = [(item, plan) for item, plan in unsent_returns(store) if plan["to"] not in team]
+    load, paused = current_load(store), set(paused_people(store))
+    had = people_of_items(store, sorted({item.id for item, _ in gone}))
+    rows = []
+    for item, plan in gone:
+        try:
+            [person] = choose_people(team, load, 1, had[item.id] | paused, f"item {item.key}")
+        except CftoolsError:
+            continue
+        had[item.id].add(person)
+        rows.append(item_event_row(item.id, None, None, {
+            "handed_over_from": plan["to"], "sent_to": person, "purpose": plan["purpose"], "why": LEFT,
+            RESEND: {**plan, "to": person, "note": "Sent to you: the person who had it left the team."}}))
+    if rows:
+        with store.write() as session:
+            session.execute(insert(ItemEvent.__table__), rows)
 
 
 def tasks_of_people_gone(store: Store, annotators: tuple[str, ...]) -> list[tuple[StoredTask, Item]]:

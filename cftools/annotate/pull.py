@@ -680,7 +680,7 @@ def unsent_returns(store: Store) -> list[tuple[Item, dict]]:
         plans = [last[task_id] for task_id in sorted(last)]
         made = session.execute(select(AnnotationTask.id, AnnotationTask.item_id, AnnotationTask.purpose,
                                       AnnotationTask.assignee).where(
-            AnnotationTask.item_id.in_({item_id for item_id, _ in plans}))).all()
+            AnnotationTask.item_id.in_(returned_items))).all()
         found, seen = [], set()
         for item_id, plan in plans:
             key = (item_id, plan["purpose"], plan["to"])

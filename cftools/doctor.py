@@ -2,12 +2,14 @@
 
 Checks: the store's integrity (SQLite's full integrity check, on the file, before it is opened); image files
 missing or changed since they were registered; image files cftools wrote that no row points to; items and tasks stuck in an
-intermediate state (an item under review with no open task, a task without a server id); work claims held by dead
+intermediate state (an item under review with no open task, a task without a server id); items waiting only on
+people no longer on the team; tasks a pull returned or handed over but never sent; work claims held by dead
 workers; export temporaries a killed export left; live tasks the store believes pushed that their Label Studio
 server (the shared one or a person's own) no longer holds (when servers are configured); releases of every format
 that no longer verify, or whose manifest is not the one the store recorded at export.
 
-Repairs (only with `repair=True`, each listed): stuck items go back to the status they can be picked up from,
+Repairs (only with `repair=True`, each listed): tasks a pull returned or handed over but never sent are sent, to
+the person and with the note the pull planned; stuck items go back to the status they can be picked up from,
 dead claims are freed, image files cftools wrote that no row points to removed, dead tasks forgotten (their items back to
 `checked`), stale export temporaries removed; the copies a killed export left are judged by the store: only one
 whose manifest is the one the store recorded (and that verifies) is renamed back into place when the release is
@@ -206,7 +208,10 @@ def check_unsent_tasks(workspace: Workspace, report: DoctorReport, repair: bool,
     servers = Servers(settings)
     try:
         for sent in send_unsent(workspace.store, Sender(workspace, servers, settings)):
-            finding = findings.get((sent["item"], sent["purpose"], sent["sent_to"]))
+            # to the planned person, or to someone else where they left the team since
+            finding = findings.get((sent["item"], sent["purpose"], sent["sent_to"])) or next(
+                (f for (key, purpose, _), f in findings.items()
+                 if (key, purpose) == (sent["item"], sent["purpose"]) and not f.repaired), None)
             if finding is not None:
                 report.repaired(finding, f"item {sent['item']}: its {sent['purpose']} task sent to {sent['sent_to']}")
     except CftoolsError as exc:  # left as found: the next pull or repair sends them

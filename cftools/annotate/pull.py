@@ -459,20 +459,21 @@ def mark_deleted(session: Session, tasks: list[StoredTask], report: PullReport,
     entries = []
     for task in tasks:
         item = session.get(Item, task.item_id)
+        reason = f"task {task.ls_task_id} was deleted on the server"
+        entry = {"project": task.ls_project_id, "task": task.ls_task_id, "annotator": task.assignee,
+                 "purpose": str(task.purpose), "why": TASK_DELETED, "reason": reason}
         if resend is not None and task.assignee and getattr(task, "state", OPEN) == OPEN and still_wanted(task, item):
+            resend.plan(task, entry)  # with no one to take it, forgotten below (its item pushed again)
+        if RESEND in entry:
             session.execute(unsynced_update(AnnotationTask).where(AnnotationTask.id == task.id)
                             .values(state=RETURNED, decision=TASK_DELETED, ls_task_id=None, updated_at=now))
-            reason = f"task {task.ls_task_id} was deleted on the server"
-            entry = {"project": task.ls_project_id, "task": task.ls_task_id, "annotator": task.assignee,
-                     "purpose": str(task.purpose), "why": TASK_DELETED, "reason": reason}
-            resend.plan(task, entry)
             session.execute(insert(ItemEvent.__table__), [item_event_row(item.id, item.status, item.status, {
                 "task_deleted": task.ls_task_id, "project": task.ls_project_id, "purpose": str(task.purpose),
                 "returned_to": task.assignee, "why": TASK_DELETED, "reason": reason, RESEND: entry[RESEND]})])
             entries.append(entry)
             report.deleted_tasks.append({"item": item.key, "project": task.ls_project_id, "task": task.ls_task_id,
                                          "purpose": str(task.purpose), "item_status": item.status,
-                                         "sent_back_to": task.assignee})
+                                         "sent_back_to": entry[RESEND]["to"]})
             continue
         report.deleted_tasks.append(forget_deleted(session, task))
     return entries
@@ -534,9 +535,10 @@ def pull_project(run: PullRun, job: ProjectJob, server: LabelStudioServer, peopl
                                "annotators": overlap})
         asked = len(report.tiebreaks)
         returning = [r for person in report.returned.values() for r in person if r.get("project") == project_id
-                     and not r.get("sent")]
+                     and not r.get("sent") and not r.get("unassigned")]
         if returning:  # planned before the mark, which keeps the plan: a killed pull's next run sends it
             ReturnPlanner.of(store, sender.settings.annotators, by_ls_id, returning).plan_all(by_ls_id, returning)
+            returning = [r for r in returning if RESEND in r]  # one no one can take stays open (`unassigned`)
         with store.write() as session:
             changed = store_judgments(session, chosen, report)
             returned = mark_returned(session, by_ls_id, returning)
@@ -657,7 +659,11 @@ class ReturnPlanner:
         person = entry["annotator"]
         if person not in self.annotators:  # the assignee is gone: someone who has not judged the item
             taken = {p for p in self.assigned.get((task.item_id, task.purpose), []) if p} | {person}
-            person = choose_people(self.annotators, self.load, 1, taken, f"item {task.item_id}")[0]
+            try:
+                person = choose_people(self.annotators, self.load, 1, taken, f"item {task.item_id}")[0]
+            except CftoolsError as exc:  # no one can take it: unmarked, as it is (the pull says why), planned no send
+                entry["unassigned"] = str(exc)
+                return
             entry["sent_to"] = person
         why = WHY_BACK.get(entry.get("why") or INVALID, WHY_BACK[INVALID]).format(task=entry["task"],
                                                                                  reason=entry["reason"])

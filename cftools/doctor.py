@@ -2,12 +2,14 @@
 
 Checks: the store's integrity (SQLite's full integrity check, on the file, before it is opened); image files
 missing or changed since they were registered; image files cftools wrote that no row points to; items and tasks stuck in an
-intermediate state (an item under review with no open task, a task without a server id); work claims held by dead
+intermediate state (an item under review with no open task, a task without a server id); items waiting only on
+people no longer on the team; tasks a pull returned or handed over but never sent; work claims held by dead
 workers; export temporaries a killed export left; live tasks the store believes pushed that their Label Studio
 server (the shared one or a person's own) no longer holds (when servers are configured); releases of every format
 that no longer verify, or whose manifest is not the one the store recorded at export.
 
-Repairs (only with `repair=True`, each listed): stuck items go back to the status they can be picked up from,
+Repairs (only with `repair=True`, each listed): tasks a pull returned or handed over but never sent are sent, to
+the person and with the note the pull planned; stuck items go back to the status they can be picked up from,
 dead claims are freed, image files cftools wrote that no row points to removed, dead tasks forgotten (their items back to
 `checked`), stale export temporaries removed; the copies a killed export left are judged by the store: only one
 whose manifest is the one the store recorded (and that verifies) is renamed back into place when the release is
@@ -35,6 +37,8 @@ from cftools.workspace import Workspace
 
 STAGE = "doctor"
 DELETED = "deleted"
+WAITING_ON_PEOPLE_GONE = "waiting_on_people_gone"
+TASK_NOT_SENT = "task_not_sent"
 
 
 @dataclass
@@ -151,10 +155,11 @@ def check_generated_files(workspace: Workspace, report: DoctorReport, repair: bo
 def check_stuck_items(workspace: Workspace, report: DoctorReport, repair: bool) -> None:
     """Items under review that no open task waits on (nothing will ever decide them: a skipped, refused or deleted
     task that did not come back), and tasks without a server id."""
+    from cftools.annotate.projects import GONE
+    from cftools.annotate.pull import unsent_returns
     from cftools.annotate.status import items_without_open_task
 
     store = workspace.store
-    from cftools.annotate.projects import GONE
 
     stuck = items_without_open_task(store)
     with store.session() as session:  # a task gone from its server has let go of its id
@@ -170,12 +175,65 @@ def check_stuck_items(workspace: Workspace, report: DoctorReport, repair: bool) 
             report.repaired(finding, f"annotation task {task_id}: forgotten (no server task id)")
     if no_id and repair:  # their items may be stuck now: look again
         stuck = items_without_open_task(store)
-    for item_id, key in stuck:
+    unsent = {item.id for item, _ in unsent_returns(store)}  # not stuck: a task is due (`check_unsent_tasks`)
+    for item_id, key in (row for row in stuck if row[0] not in unsent):
         finding = report.add("item_stuck", f"item {item_id} ({key}) is in review but no open annotation task waits on it",
                              item=item_id, key=key)
         if repair:
             requeue_item(workspace, item_id, {"reason": "in review without an open task"})
             report.repaired(finding, f"item {item_id} ({key}): {IN_REVIEW} -> {CHECKED} (pushed again next time)")
+
+
+def check_unsent_tasks(workspace: Workspace, report: DoctorReport, repair: bool, server: Optional[bool]) -> None:
+    """Tasks a pull returned or handed over whose new task it never sent (killed, or the server failed, in between):
+    with --repair (and a server to ask) sent now, to the person and with the note the pull planned; never requeued
+    as stuck items (that would send the item to two new people, without the note)."""
+    from cftools.annotate.pull import send_unsent, unsent_returns
+
+    unsent = unsent_returns(workspace.store)
+    findings = {(item.key, plan["purpose"], plan["to"]): report.add(
+        TASK_NOT_SENT, f"item {item.id} ({item.key}): its {plan['purpose']} task for {plan['to']} was returned or handed "
+                       "over but never sent (a pull stopped in between); `doctor --repair` or the next `cftools annotate "
+                       "pull` sends it", item=item.id, key=item.key, purpose=plan["purpose"], person=plan["to"])
+        for item, plan in unsent}
+    if not (repair and findings and server is not False):
+        return
+    from cftools.annotate.assign import Sender
+    from cftools.annotate.label_studio import server_settings
+    from cftools.annotate.servers import Servers
+
+    settings = server_settings(workspace)
+    if not settings.configured:
+        return
+    servers = Servers(settings)
+    try:
+        for sent in send_unsent(workspace.store, Sender(workspace, servers, settings)):
+            # to the planned person, or to someone else where they left the team since
+            finding = findings.get((sent["item"], sent["purpose"], sent["sent_to"])) or next(
+                (f for (key, purpose, _), f in findings.items()
+                 if (key, purpose) == (sent["item"], sent["purpose"]) and not f.repaired), None)
+            if finding is not None:
+                report.repaired(finding, f"item {sent['item']}: its {sent['purpose']} task sent to {sent['sent_to']}")
+    except CftoolsError as exc:  # left as found: the next pull or repair sends them
+        report.add("label_studio_unreachable", f"cannot send the tasks never sent: {exc}")
+    finally:
+        servers.close()
+
+
+def check_waiting_on_people_gone(workspace: Workspace, report: DoctorReport) -> None:
+    """Items in review waiting only on open tasks of people no longer in [label_studio] annotators: not stuck (a
+    pull hands those tasks to someone on the team), so never requeued; each is its own finding, saying what to do."""
+    from cftools.annotate.status import current_team, items_without_open_task
+
+    team = current_team(workspace)
+    if not team:
+        return
+    store = workspace.store
+    for item_id, key in sorted(set(items_without_open_task(store, team)) - set(items_without_open_task(store))):
+        report.add(WAITING_ON_PEOPLE_GONE,
+                   f"item {item_id} ({key}) waits only on tasks of people no longer in [label_studio] annotators: "
+                   "run `cftools annotate pull` to hand their tasks to someone on the team (with no one left who has "
+                   "not had the item, add a person first)", item=item_id, key=key)
 
 
 def requeue_item(workspace: Workspace, item_id: int, detail: dict[str, Any]) -> None:
@@ -348,6 +406,8 @@ def diagnose(workspace: Workspace, repair: bool = False, server: Optional[bool] 
     check_claims(workspace, report, repair)
     if server is not False:
         check_tasks_on_server(workspace, report, repair)
+    check_unsent_tasks(workspace, report, repair, server)
     check_stuck_items(workspace, report, repair)
+    check_waiting_on_people_gone(workspace, report)
     check_releases(workspace, report, repair)
     return report

@@ -127,3 +127,44 @@ def test_an_unusable_submission_of_a_person_who_left_goes_to_someone_else_and_pu
     [new] = [t for t in tasks_of(ls_workspace.store) if t.assignee == left]
     note = label_studio.client().tasks.get(id=new.ls_task_id).data["returned"]
     assert note == "Sent to you: the person who had it left the team."
+
+
+def test_doctor_reports_an_item_waiting_only_on_people_gone_apart_and_never_requeues_it(run_cli, ls_workspace,
+                                                                                     label_studio, request):
+    # doctor found nothing: its item_stuck check counted the task of the person who left as one waiting on them
+    pushed_assigned(run_cli, ls_workspace, label_studio, 1, request)
+    first, second = tasks_of(ls_workspace.store)
+    everyone = people(label_studio)
+    drop_from_team(ls_workspace, everyone, second.assignee)
+    [other] = [p for p in everyone if p not in (first.assignee, second.assignee)]
+    drop_from_team(ls_workspace, [p for p in everyone if p != second.assignee], other)
+    annotate_as(label_studio, first.assignee, first.ls_task_id, result("yes", "yes"))
+    pull_json(run_cli)
+    out = run_cli("doctor", "--json", "--repair")
+    found = json.loads(out.output)
+    assert out.exit_code == 1 and [p["code"] for p in found["problems"]] == ["waiting_on_people_gone"]
+    [problem] = found["problems"]
+    assert problem["item"] == first.item_id and not problem["repaired"] and found["changes"] == []
+    assert "cftools annotate pull" in problem["message"] and "add a person" in problem["message"]
+    assert statuses(ls_workspace.store)[first.item_id] == IN_REVIEW  # not requeued: a pull hands the task over
+    assert [t.state for t in tasks_of(ls_workspace.store) if t.id == second.id] == ["open"]
+
+
+def test_an_unusable_submission_of_a_person_who_left_with_no_one_to_take_it_stays_and_the_pull_goes_on(
+        run_cli, ls_workspace, label_studio, request):
+    # the pull failed on it ("item N needs 1 annotator(s) besides ...") after marking it: every other project's
+    # judgments were left unread, and the task, marked returned, waited on no one
+    pushed_assigned(run_cli, ls_workspace, label_studio, 1, request)
+    first, second = tasks_of(ls_workspace.store)
+    annotate_as(label_studio, second.assignee, second.ls_task_id, result("yes", "no")[:1])  # a required answer missing
+    everyone = people(label_studio)
+    [other] = [p for p in everyone if p not in (first.assignee, second.assignee)]
+    drop_from_team(ls_workspace, everyone, second.assignee)
+    drop_from_team(ls_workspace, [p for p in everyone if p != second.assignee], other)
+    human = run_cli("annotate", "pull")
+    assert human.exit_code == 0, human.output
+    assert f"task {second.ls_task_id} of {second.assignee} (no longer in [label_studio] annotators): not sent" \
+        in human.output
+    [entry] = pull_json(run_cli)["returned"][second.assignee]
+    assert "add people" in entry["unassigned"] and not entry.get("sent_to")
+    assert [t.state for t in tasks_of(ls_workspace.store)] == ["open", "open"]  # as it was: nothing promised

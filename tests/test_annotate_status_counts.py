@@ -8,6 +8,7 @@ from fixtures_label_studio import verify_result as result
 
 from test_annotate import ls_workspace, pull_json, statuses  # noqa: F401 (fixture)
 from test_assignment import annotate_as, pushed_assigned, tasks_of
+from test_browser import team_workspace  # noqa: F401 (fixture: tasks go to the three people of the server)
 
 from cftools.models import ACCEPTED, IN_REVIEW, NEEDS_ADJUDICATION
 
@@ -48,3 +49,38 @@ def test_a_withdrawn_judgment_takes_the_decision_off_every_task_of_the_item(run_
     assert pull_json(run_cli)["decisions"] == {NEEDS_ADJUDICATION: 1}
     status = json.loads(run_cli("annotate", "status", "--json").output)
     assert [p["decisions"] for p in status["projects"]] == [{NEEDS_ADJUDICATION: 1}, {NEEDS_ADJUDICATION: 1}]
+
+
+def test_a_tiebreak_closed_without_its_persons_judgment_is_not_counted_as_submitted(label_studio, team_workspace,
+                                                                                   run_cli):
+    # Two people split on an edit, a third was asked; the first then changed their answer to the second's, which
+    # decided the item and closed the third's task unanswered: status counted it as "submitted" by the third.
+    import uuid
+
+    from test_browser import assigned, push_json
+    from test_edits import add_edit, edit_result
+    from test_annotate import make_items
+    from sqlalchemy import select
+
+    from cftools.models import Item
+
+    store = team_workspace.store
+    folder = label_studio.media_root / f"tiebreak-{uuid.uuid4().hex[:6]}"
+    make_items(run_cli, folder, 1)
+    with store.write() as session:
+        item = session.execute(select(Item)).scalar_one()
+        item.status, item_id = ACCEPTED, item.id
+    add_edit(store, item_id, folder / str(item_id))
+    push_json(run_cli, "--kind", "cvqa", "--task", "edit")
+    first, second = assigned(store, "edit")
+    changed = label_studio.client(first.assignee).annotations.create(id=first.ls_task_id, result=edit_result(answer="2"))
+    label_studio.client(second.assignee).annotations.create(id=second.ls_task_id, result=edit_result(answer="3"))
+    [third] = pull_json(run_cli)["tiebreaks"][0]["sent_to"]
+    label_studio.client(first.assignee).annotations.update(id=changed.id, result=edit_result(answer="3"))
+    pull_json(run_cli)
+    with store.session() as session:
+        assert session.get(Item, item_id).data["edit_answer"] == "3"  # decided by the first two
+    assert assigned(store, "edit") == []  # the third's task is closed too
+    people = json.loads(run_cli("annotate", "status", "--json").output)["people"]
+    assert third not in people  # nothing submitted, nothing open: no task of theirs counts
+    assert people[first.assignee]["submitted"] == people[second.assignee]["submitted"] == 1

@@ -20,7 +20,7 @@ from sqlmodel import Session
 
 from cftools.annotate.projects import ANNOTATIONS_PER_TASK, DECIDED, DELETED, GONE, OPEN, RETURNED, Progress, STAGE, project_about, unsynced_delete, unsynced_update, own_task
 from cftools.annotate.purpose import Purpose
-from cftools.annotate.assign import Sender, choose_people, current_load, live_assignees
+from cftools.annotate.assign import Sender, choose_people, current_load, live_assignees, reconcile_person
 from cftools.annotate.attribution import person_of, refusal
 from cftools.annotate.controls import record_outcomes
 from cftools.annotate.pauses import paused_people
@@ -53,6 +53,7 @@ WHY_BACK = {INVALID: "your last submission (task {task}) could not be used: {rea
             TASK_DELETED: "your task {task} was deleted on the server"}
 BACK_IN_REVIEW = "back in review (a judgment was withdrawn)"  # what pull's summary says of an undone decision
 HANDED_OVER = "Sent to you: the person who had it left the team (their task was never answered)."
+RESEND = "resend"  # the plan a return's or hand-over's mark keeps: the new task's person and note (see ReturnPlanner)
 
 
 @dataclass
@@ -78,6 +79,9 @@ class PullReport:
     handed_over: list[dict] = field(default_factory=list)
     # Tasks of a shared project that the server counted as done short of usable judgments: offered to more people.
     reopened: list[dict] = field(default_factory=list)
+    # Returned or handed-over tasks whose new task an earlier pull marked but never sent (killed, or the server
+    # failed in between): sent now, to the person and with the note planned then.
+    resent: list[dict] = field(default_factory=list)
     items_made: int = 0  # items a kind's decisions made (a MuCR selection)
     mismatched: list[dict] = field(default_factory=list)
     deleted_tasks: list[dict] = field(default_factory=list)
@@ -445,27 +449,31 @@ def still_wanted(task: StoredTask, item: Item) -> bool:
     return spec is not None and (item.status in spec.statuses or item.status == spec.to_status)
 
 
-def mark_deleted(session: Session, tasks: list[StoredTask], report: PullReport, resend: bool = False) -> list[dict]:
-    """Tasks gone from the server: marked deleted; items still under review go back to `checked`. With RESEND, an
-    assigned task of any purpose that its item still waits on is instead returned (a new task goes to its assignee,
-    saying why: see `send_back`); the entries to send are returned. The server may give a deleted task's id to a
-    new task: the store lets go of it (the id stays in the item's history)."""
+def mark_deleted(session: Session, tasks: list[StoredTask], report: PullReport,
+                 resend: Optional["ReturnPlanner"] = None) -> list[dict]:
+    """Tasks gone from the server: marked deleted; items still under review go back to `checked`. With RESEND (who
+    each goes to), an assigned task of any purpose that its item still waits on is instead returned (a new task goes
+    to its assignee, saying why: see `send_back`); the entries to send are returned. The server may give a deleted
+    task's id to a new task: the store lets go of it (the id stays in the item's history)."""
     now = utcnow()
     entries = []
     for task in tasks:
         item = session.get(Item, task.item_id)
-        if resend and task.assignee and getattr(task, "state", OPEN) == OPEN and still_wanted(task, item):
+        reason = f"task {task.ls_task_id} was deleted on the server"
+        entry = {"project": task.ls_project_id, "task": task.ls_task_id, "annotator": task.assignee,
+                 "purpose": str(task.purpose), "why": TASK_DELETED, "reason": reason}
+        if resend is not None and task.assignee and getattr(task, "state", OPEN) == OPEN and still_wanted(task, item):
+            resend.plan(task, entry)  # with no one to take it, forgotten below (its item pushed again)
+        if RESEND in entry:
             session.execute(unsynced_update(AnnotationTask).where(AnnotationTask.id == task.id)
                             .values(state=RETURNED, decision=TASK_DELETED, ls_task_id=None, updated_at=now))
-            reason = f"task {task.ls_task_id} was deleted on the server"
             session.execute(insert(ItemEvent.__table__), [item_event_row(item.id, item.status, item.status, {
                 "task_deleted": task.ls_task_id, "project": task.ls_project_id, "purpose": str(task.purpose),
-                "returned_to": task.assignee, "why": TASK_DELETED, "reason": reason})])
-            entries.append({"project": task.ls_project_id, "task": task.ls_task_id, "annotator": task.assignee,
-                            "purpose": str(task.purpose), "why": TASK_DELETED, "reason": reason})
+                "returned_to": task.assignee, "why": TASK_DELETED, "reason": reason, RESEND: entry[RESEND]})])
+            entries.append(entry)
             report.deleted_tasks.append({"item": item.key, "project": task.ls_project_id, "task": task.ls_task_id,
                                          "purpose": str(task.purpose), "item_status": item.status,
-                                         "sent_back_to": task.assignee})
+                                         "sent_back_to": entry[RESEND]["to"]})
             continue
         report.deleted_tasks.append(forget_deleted(session, task))
     return entries
@@ -527,7 +535,10 @@ def pull_project(run: PullRun, job: ProjectJob, server: LabelStudioServer, peopl
                                "annotators": overlap})
         asked = len(report.tiebreaks)
         returning = [r for person in report.returned.values() for r in person if r.get("project") == project_id
-                     and not r.get("sent")]
+                     and not r.get("sent") and not r.get("unassigned")]
+        if returning:  # planned before the mark, which keeps the plan: a killed pull's next run sends it
+            ReturnPlanner.of(store, sender.settings.annotators, by_ls_id, returning).plan_all(by_ls_id, returning)
+            returning = [r for r in returning if RESEND in r]  # one no one can take stays open (`unassigned`)
         with store.write() as session:
             changed = store_judgments(session, chosen, report)
             returned = mark_returned(session, by_ls_id, returning)
@@ -558,8 +569,10 @@ def pull_project(run: PullRun, job: ProjectJob, server: LabelStudioServer, peopl
                                    if ls_id not in confirmed]
     gone = [by_ls_id[ls_id] for ls_id in unseen if ls_id in confirmed]
     if gone:
+        planner = ReturnPlanner.of(store, sender.settings.annotators, by_ls_id,
+                                   [{"task": task.ls_task_id} for task in gone])
         with store.write() as session:
-            back = mark_deleted(session, gone, report, resend=True)
+            back = mark_deleted(session, gone, report, resend=planner)
         if back:  # an assigned task deleted on the server: a new one goes to its assignee (or another person)
             send_back(store, sender, kind, tasks, by_ls_id, back, [])
 
@@ -574,7 +587,7 @@ def mark_returned(session: Session, by_ls_id: dict[int, Any], returning: list[di
                         .values(state=RETURNED, decision=entry.get("why") or INVALID, updated_at=now))
         session.execute(insert(ItemEvent.__table__), [item_event_row(task.item_id, None, None, {
             "returned_to": entry["annotator"], "task": entry["task"], "why": entry.get("why") or INVALID,
-            "reason": entry["reason"]})])
+            "reason": entry["reason"], RESEND: entry[RESEND]})])
     return ids
 
 
@@ -592,19 +605,10 @@ def send_back(store: Store, sender: Sender, kind: str, tasks: dict[int, Any], by
     wanted, notes = [], {}
     load = current_load(store)
     assigned = live_assignees(store, sorted(items))
-    for entry in returning:
-        task = by_ls_id[entry["task"]]
-        person = entry["annotator"]
-        if person not in sender.settings.annotators:  # the assignee is gone: someone who has not judged the item
-            taken = {p for p in assigned.get((task.item_id, task.purpose), []) if p} | {person}
-            person = choose_people(sender.settings.annotators, load, 1, taken, f"item {task.item_id}")[0]
-            entry["sent_to"] = person
-        wanted.append((items[task.item_id], task.purpose, person))
-        why = WHY_BACK.get(entry.get("why") or INVALID, WHY_BACK[INVALID]).format(task=entry["task"],
-                                                                                 reason=entry["reason"])
-        # the reason was the leaver's ("your last submission ..."): the new person is told only why it is theirs
-        notes[(task.item_id, person)] = (f"Returned to you: {why}. Please answer again." if person == entry["annotator"]
-                                         else "Sent to you: the person who had it left the team.")
+    for entry in returning:  # to the person, with the note, that the mark planned (`ReturnPlanner`)
+        task, plan = by_ls_id[entry["task"]], entry.pop(RESEND)
+        wanted.append((items[task.item_id], task.purpose, plan["to"]))
+        notes[(task.item_id, plan["to"])] = plan["note"]
         entry["sent"] = True
     if tiebreaks:
         for tiebreak in tiebreaks:
@@ -622,6 +626,122 @@ def send_back(store: Store, sender: Sender, kind: str, tasks: dict[int, Any], by
                 tiebreak["sent_to"] = chosen
     if wanted:
         sender.send(kind, wanted, PushReport(purpose="returns and tiebreaks", kind=kind), notes)
+
+
+def resend_plan(task: StoredTask, person: str, note: str) -> dict:
+    """What a mark keeps of the new task it promises: the task it replaces, its purpose, the person, the note."""
+    return {"task": task.id, "purpose": str(task.purpose), "to": person, "note": note}
+
+
+@dataclass
+class ReturnPlanner:
+    """Who each task that comes back goes to, and the note it shows, planned before the mark is written: the mark's
+    event keeps the plan (`resend`), so what a pull killed before the send leaves is sent by the next pull or by
+    `doctor --repair`, to the same person with the same note."""
+
+    annotators: tuple[str, ...]
+    load: Counter
+    assigned: dict[tuple[int, Purpose], list[str]]
+
+    @classmethod
+    def of(cls, store: Store, annotators: tuple[str, ...], by_ls_id: dict[int, Any],
+           entries: list[dict]) -> "ReturnPlanner":
+        items = sorted({by_ls_id[entry["task"]].item_id for entry in entries})
+        return cls(annotators, current_load(store), live_assignees(store, items))
+
+    def plan_all(self, by_ls_id: dict[int, Any], entries: list[dict]) -> None:
+        for entry in entries:
+            self.plan(by_ls_id[entry["task"]], entry)
+
+    def plan(self, task: Any, entry: dict) -> None:
+        """ENTRY's person (its annotator, or while they are off the team someone who has not judged the item) and
+        note, kept in ENTRY["resend"]."""
+        person = entry["annotator"]
+        if person not in self.annotators:  # the assignee is gone: someone who has not judged the item
+            taken = {p for p in self.assigned.get((task.item_id, task.purpose), []) if p} | {person}
+            try:
+                person = choose_people(self.annotators, self.load, 1, taken, f"item {task.item_id}")[0]
+            except CftoolsError as exc:  # no one can take it: unmarked, as it is (the pull says why), planned no send
+                entry["unassigned"] = str(exc)
+                return
+            entry["sent_to"] = person
+        why = WHY_BACK.get(entry.get("why") or INVALID, WHY_BACK[INVALID]).format(task=entry["task"],
+                                                                                 reason=entry["reason"])
+        # the reason was the leaver's ("your last submission ..."): the new person is told only why it is theirs
+        note = (f"Returned to you: {why}. Please answer again." if person == entry["annotator"]
+                else "Sent to you: the person who had it left the team.")
+        entry[RESEND] = resend_plan(task, person, note)
+
+
+def unsent_returns(store: Store) -> list[tuple[Item, dict]]:
+    """(item, plan) of each returned or handed-over task whose new task was never made (no task of the item, of that
+    purpose, for the planned person after it), while the item still waits on it; one per (item, purpose, person). A
+    task's last plan counts (`replan_for_people_gone` writes a later one)."""
+    with store.session() as session:
+        returned_items = select(AnnotationTask.item_id).where(AnnotationTask.state == RETURNED)
+        last = {detail[RESEND]["task"]: (item_id, detail[RESEND]) for item_id, detail in session.execute(
+            select(ItemEvent.item_id, ItemEvent.detail).where(ItemEvent.stage == STAGE,
+                                                              ItemEvent.item_id.in_(returned_items))
+            .order_by(ItemEvent.id)) if isinstance(detail, dict) and isinstance(detail.get(RESEND), dict)}
+        plans = [last[task_id] for task_id in sorted(last)]
+        made = session.execute(select(AnnotationTask.id, AnnotationTask.item_id, AnnotationTask.purpose,
+                                      AnnotationTask.assignee).where(
+            AnnotationTask.item_id.in_(returned_items))).all()
+        found, seen = [], set()
+        for item_id, plan in plans:
+            key = (item_id, plan["purpose"], plan["to"])
+            if key in seen or any((t.item_id, t.purpose, t.assignee) == key and t.id > plan["task"] for t in made):
+                continue
+            item = session.get(Item, item_id)
+            if still_wanted(StoredTask(plan["task"], item_id, Purpose.parse(plan["purpose"])), item):
+                seen.add(key)
+                session.expunge(item)
+                found.append((item, plan))
+    return found
+
+
+def send_unsent(store: Store, sender: Sender) -> list[dict]:
+    """Send the new task of each returned or handed-over task whose send an earlier run never made, to the person
+    and with the note its mark planned. First links what a send killed after its import left on the person's
+    server (by key), so no one gets a task twice. Returns what was sent."""
+    team = sender.settings.annotators
+    if any(plan["to"] not in team for _, plan in unsent_returns(store)):
+        replan_for_people_gone(store, team)
+    unsent = [(item, plan) for item, plan in unsent_returns(store) if plan["to"] in team]  # else no one can take it
+    for kind, purpose, person in sorted({(item.kind, plan["purpose"], plan["to"]) for item, plan in unsent}):
+        project_id = sender.project(kind, Purpose.parse(purpose), person)
+        reconcile_person(store, sender.servers.for_person(person), project_id, kind, person)
+    unsent = unsent_returns(store) if unsent else []
+    by_kind: dict[str, list[tuple[Item, dict]]] = defaultdict(list)
+    for item, plan in unsent:
+        by_kind[item.kind].append((item, plan))
+    for kind, entries in sorted(by_kind.items()):
+        sender.send(kind, [(item, Purpose.parse(plan["purpose"]), plan["to"]) for item, plan in entries],
+                    PushReport(purpose="returns never sent", kind=kind),
+                    {(item.id, plan["to"]): plan["note"] for item, plan in entries})
+    return [{"item": item.key, "purpose": plan["purpose"], "sent_to": plan["to"]} for item, plan in unsent]
+
+
+def replan_for_people_gone(store: Store, team: tuple[str, ...]) -> None:
+    """A planned person who left the team since: the task goes to someone on TEAM who never had a task of the item
+    and is not paused, as a hand-over, kept as the task's last plan (the store first, then the send); with no such
+    person the plan stays as it was and nothing is sent."""
+    gone = [(item, plan) for item, plan in unsent_returns(store) if plan["to"] not in team]
+    load, paused = current_load(store), set(paused_people(store))
+    had = people_of_items(store, sorted({item.id for item, _ in gone}))
+    rows = []
+    for item, plan in gone:
+        try:
+            [person] = choose_people(team, load, 1, had[item.id] | paused, f"item {item.key}")
+        except CftoolsError:
+            continue
+        had[item.id].add(person)
+        rows.append(item_event_row(item.id, None, None, {
+            "handed_over_from": plan["to"], "sent_to": person, "purpose": plan["purpose"], "why": LEFT,
+            RESEND: {**plan, "to": person, "note": "Sent to you: the person who had it left the team."}}))
+    if rows:
+        with store.write() as session:
+            session.execute(insert(ItemEvent.__table__), rows)
 
 
 def tasks_of_people_gone(store: Store, annotators: tuple[str, ...]) -> list[tuple[StoredTask, Item]]:
@@ -687,13 +807,14 @@ def hand_over(run: PullRun, report: PullReport) -> None:
     if not handed:
         return
     now = utcnow()
-    with store.write() as session:  # theirs first: a task sent twice is worse than one the doctor finds stuck
+    with store.write() as session:  # theirs first, with the plan: a killed pull's next run sends what it did not
         for task, entry in handed:
             session.execute(unsynced_update(AnnotationTask).where(AnnotationTask.id == task.id)
                             .values(state=RETURNED, decision=LEFT, updated_at=now))
             session.execute(insert(ItemEvent.__table__), [item_event_row(task.item_id, None, None, {
                 "handed_over_from": entry["from"], "sent_to": entry["sent_to"], "task": entry["task"],
-                "purpose": entry["purpose"], "why": LEFT})])
+                "purpose": entry["purpose"], "why": LEFT,
+                RESEND: resend_plan(task, entry["sent_to"], HANDED_OVER)})])
     for kind, entries in wanted.items():
         sender.send(kind, entries, PushReport(purpose="handed over", kind=kind), notes)
 
@@ -796,6 +917,8 @@ def pull(workspace: Workspace, progress: Progress = no_progress) -> PullReport:
         verify_separation(workspace, settings, servers, "pull")
         refresh_instructions(workspace, servers, settings)
         run = PullRun(workspace, Sender(workspace, servers, settings), progress)
+        if settings.assigns:  # what a killed pull marked but never sent, before anything new is read
+            report.resent = send_unsent(workspace.store, run.sender)
         jobs = project_jobs(workspace.store)
         futures = fetch_projects(servers, jobs)
         counted = PullCounts(jobs, per_person=bool(settings.people), progress=progress)

@@ -97,7 +97,8 @@ PERSON_COUNTS = ("open", "submitted", "returned", "skipped", "refused")
 def people_status(store: Store) -> dict[str, dict[str, int]]:
     """Per person, their assigned tasks: open (not yet submitted), submitted (their judgment is in), returned (an
     unusable submission, or a task deleted on the server, came back as a new task), skipped and refused (an edit
-    by someone else): each returned task counts once, under why it came back."""
+    by someone else): each returned task counts once, under why it came back. A task closed without their judgment
+    (a tiebreak the others settled meanwhile) counts in none: they submitted nothing."""
     people: dict[str, Counter] = defaultdict(Counter)
     with store.session() as session:
         # one row per task (grouping by a correlated EXISTS is not portable: PostgreSQL refuses it)
@@ -111,8 +112,8 @@ def people_status(store: Store) -> dict[str, dict[str, int]]:
                 continue
             if state == RETURNED:
                 people[person][why if why in ("skipped", "refused") else "returned"] += n
-            else:
-                people[person]["submitted" if done or state != OPEN else "open"] += n
+            elif done or state == OPEN:
+                people[person]["submitted" if done else "open"] += n
     return {person: {what: counts[what] for what in PERSON_COUNTS} for person, counts in sorted(people.items())}
 
 

@@ -170,14 +170,17 @@ def print_push(report: Any, kind: Optional[str], task: Optional[str], adjudicate
 
 def returned_to(returned: tuple[str, list[dict[str, Any]]], shown: Mapping[str, Any]) -> list[str]:
     person, entries = returned
-    back = [entry for entry in entries if not entry.get("sent_to")]
+    back = [entry for entry in entries if not entry.get("sent_to") and not entry.get("unassigned")]
     away = [entry for entry in entries if entry.get("sent_to")]  # the person left the team: someone else has it
+    kept = [entry for entry in entries if entry.get("unassigned")]  # ... and no one could take it
     lines = [f"[yellow]returned to {escape(person)}: {len(back)} tasks, each as a new task saying why[/]"] + [
         f"  task {entry['task']}: {escape(entry['reason'])}" for entry in back] if back else []
     if away:
         lines += [f"[yellow]{escape(person)} is no longer in {escape('[label_studio]')} annotators: {len(away)} "
                   "tasks sent to others as new tasks[/]"] + [
             f"  task {entry['task']}: sent to {escape(entry['sent_to'])} ({escape(entry['reason'])})" for entry in away]
+    lines += [f"[red]task {entry['task']} of {escape(person)} (no longer in {escape('[label_studio]')} annotators): "
+              f"not sent: {escape(entry['unassigned'])}[/]" for entry in kept]
     return lines
 
 
@@ -225,6 +228,9 @@ PULL_LINES = (
                                           f"{escape('[label_studio]')} annotators): "
                                           + (f"sent to {escape(handed['sent_to'])}[/]" if handed["sent_to"] else
                                              f"not sent: {escape(handed['unassigned'])}[/]"), each=True),
+    Line("resent", lambda resent, _: f"[yellow]item {escape(resent['item'])}: its {escape(resent['purpose'])} task, "
+                                     "returned or handed over by a pull that stopped before sending it, sent to "
+                                     f"{escape(resent['sent_to'])}[/]", each=True),
     Line("reopened", lambda reopened, _: f"[yellow]{len(reopened)} tasks of a shared project were short of usable "
                                          "judgments: each is offered to one more person.[/]"),
     Line("tiebreaks", lambda tiebreak, _: [f"[red]item {escape(tiebreak['item'])}: {escape(tiebreak['unassigned'])}[/]"]

@@ -13,8 +13,8 @@ from cftools.workspace import Workspace
 @click.command("doctor")
 @click.option("--json", "as_json", is_flag=True, help="Print the findings and changes as JSON.")
 @click.option("--repair", is_flag=True,
-              help="Fix what is safe to fix: re-queue stuck items, free dead work claims, forget tasks the server "
-                   "lacks, remove half-written exports (restore a killed export's copy when the release is "
+              help="Fix what is safe to fix: send the tasks a stopped pull returned or handed over but never sent, "
+                   "re-queue stuck items, free dead work claims, forget tasks the server lacks, remove half-written exports (restore a killed export's copy when the release is "
                    "missing, only one whose manifest is the one the store recorded; other copies are moved aside as "
                    ".unrecorded, .broken, .unverified or .kept) and image files cftools wrote that no row points to. Every "
                    "change is listed.")
@@ -22,7 +22,8 @@ from cftools.workspace import Workspace
 @pass_workspace
 def doctor_cmd(workspace: Workspace, as_json: bool, repair: bool, offline: bool) -> None:
     """Check a workspace: store integrity (naming damaged pages), missing or changed image files, generated image
-    files no row points to, items stuck in an intermediate state, work claims of dead workers, tasks the store
+    files no row points to, items stuck in an intermediate state, items waiting only on people no longer on the
+    team, tasks a pull returned or handed over but never sent, work claims of dead workers, tasks the store
     believes pushed but the server lacks (when Label Studio is configured), releases of any format that no longer
     verify or whose manifest is not the one exported.
 

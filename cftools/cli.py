@@ -337,7 +337,8 @@ LAZY_COMMANDS: dict[str, tuple[Callable[[], click.Command], str]] = {
               "Run the automatic checks on draft items; clean items move to 'checked'."),
     "doctor": (_attribute("cftools.commands.doctor", "doctor_cmd"),
                "Check a workspace: store integrity (naming damaged pages), missing or changed image files, generated "
-               "image files no row points to, items stuck in an intermediate state, work claims of dead workers, "
+               "image files no row points to, items stuck in an intermediate state, items waiting only on people no "
+               "longer on the team, tasks a pull returned or handed over but never sent, work claims of dead workers, "
                "tasks the store believes pushed but the server lacks (when Label Studio is configured), releases of "
                "any format that no longer verify or whose manifest is not the one exported."),
     "eval": (_eval, "Score a model on a release: `cftools eval RELEASE --model SPEC [options]`."),

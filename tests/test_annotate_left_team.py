@@ -54,8 +54,9 @@ def test_an_open_task_of_a_person_who_left_goes_to_someone_else(run_cli, ls_work
     assert statuses(ls_workspace.store)[first.item_id] == ACCEPTED
 
 
-def test_with_no_one_left_to_take_it_the_task_stays_and_the_item_counts_as_stuck(run_cli, ls_workspace,
-                                                                                  label_studio, request):
+def judged_with_no_one_left_to_take_the_second(run_cli, ls_workspace, label_studio, request):
+    """One item pushed to two people; the second's assignee and the only other person leave the team, the first
+    judges: the second task has no one to go to. Returns the two tasks."""
     pushed_assigned(run_cli, ls_workspace, label_studio, 1, request)
     first, second = tasks_of(ls_workspace.store)
     everyone = people(label_studio)
@@ -63,6 +64,12 @@ def test_with_no_one_left_to_take_it_the_task_stays_and_the_item_counts_as_stuck
     [other] = [p for p in everyone if p not in (first.assignee, second.assignee)]
     drop_from_team(ls_workspace, [p for p in everyone if p != second.assignee], other)
     annotate_as(label_studio, first.assignee, first.ls_task_id, result("yes", "yes"))
+    return first, second
+
+
+def test_with_no_one_left_to_take_it_the_task_stays_and_the_item_counts_as_stuck(run_cli, ls_workspace,
+                                                                                  label_studio, request):
+    first, second = judged_with_no_one_left_to_take_the_second(run_cli, ls_workspace, label_studio, request)
     human = run_cli("annotate", "pull").output
     assert f"task {second.ls_task_id} of {second.assignee} (no longer in [label_studio] annotators): not sent" in human
     pulled = pull_json(run_cli)
@@ -132,13 +139,7 @@ def test_an_unusable_submission_of_a_person_who_left_goes_to_someone_else_and_pu
 def test_doctor_reports_an_item_waiting_only_on_people_gone_apart_and_never_requeues_it(run_cli, ls_workspace,
                                                                                      label_studio, request):
     # doctor found nothing: its item_stuck check counted the task of the person who left as one waiting on them
-    pushed_assigned(run_cli, ls_workspace, label_studio, 1, request)
-    first, second = tasks_of(ls_workspace.store)
-    everyone = people(label_studio)
-    drop_from_team(ls_workspace, everyone, second.assignee)
-    [other] = [p for p in everyone if p not in (first.assignee, second.assignee)]
-    drop_from_team(ls_workspace, [p for p in everyone if p != second.assignee], other)
-    annotate_as(label_studio, first.assignee, first.ls_task_id, result("yes", "yes"))
+    first, second = judged_with_no_one_left_to_take_the_second(run_cli, ls_workspace, label_studio, request)
     pull_json(run_cli)
     out = run_cli("doctor", "--json", "--repair")
     found = json.loads(out.output)

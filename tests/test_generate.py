@@ -287,7 +287,10 @@ def test_ctrl_c_stops_cleanly_and_the_rerun_continues(workspace, tmp_path):
         stub.hold(after=3)  # the run is held at a known point: 3 calls answered, the next 2 in flight
         command = [sys.executable, "-m", "cftools.cli", "-w", str(workspace.root), "generate", "rewrite",
                    "--group", "numerical-indirect", "--concurrency", "2", "--quiet"]
-        run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # SIGINT as a terminal gives it: a test run started in the background (no job control) ignores SIGINT, which
+        # its children inherit, and Python then installs no KeyboardInterrupt handler
+        run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         db = sqlite3.connect(workspace.root / "cftools.db", timeout=60)
         made = "select count(*) from items where origin = 'generated'"
         wait_for(lambda: run.poll() is not None or (stub.held() == 2 and db.execute(made).fetchone()[0] == 3),

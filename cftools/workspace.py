@@ -221,15 +221,23 @@ def read_config(config_path: Path, root: Path) -> dict[str, Any]:
         raise WorkspaceError(f"{config_path} cannot be read (permission denied)") from None
 
 
+def named_workspace_root(explicit: str | os.PathLike | None = None) -> Path | None:
+    """The folder a workspace is asked for in: --workspace, then $CFTOOLS_WORKSPACE, then the current folder when it
+    holds a cftools.toml; None when none is."""
+    if explicit:
+        return Path(explicit)
+    if os.environ.get(ENV_WORKSPACE):
+        return Path(os.environ[ENV_WORKSPACE])
+    cwd = Path.cwd()
+    return cwd if (cwd / CONFIG_NAME).exists() else None
+
+
 def find_workspace(explicit: str | os.PathLike | None = None) -> Workspace:
     """--workspace, then $CFTOOLS_WORKSPACE, then the current folder."""
-    if explicit:
-        return load_workspace(Path(explicit))
-    if os.environ.get(ENV_WORKSPACE):
-        return load_workspace(Path(os.environ[ENV_WORKSPACE]))
+    root = named_workspace_root(explicit)
+    if root is not None:
+        return load_workspace(root)
     cwd = Path.cwd()
-    if (cwd / CONFIG_NAME).exists():
-        return load_workspace(cwd)
     raise WorkspaceError(
         f"no cftools workspace here ({cwd})",
         hint=Hint(f"{{message}}: pass {{workspace}} DIR, set {ENV_WORKSPACE}, or create one with 'cftools init DIR'",

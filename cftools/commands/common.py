@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import functools
 import json
-import os
-from pathlib import Path
 from typing import Any, Callable
 
 import click
 from rich.console import Console
 
-from cftools.workspace import CONFIG_NAME, ENV_WORKSPACE, Workspace, find_workspace
+from cftools.workspace import Workspace, find_workspace, named_workspace_root
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 console = Console(highlight=False)
@@ -43,7 +41,7 @@ def optional_workspace(ctx: click.Context) -> Workspace | None:
 
 def workspace_named(explicit: Any) -> bool:
     """A workspace is asked for: --workspace, $CFTOOLS_WORKSPACE, or a cftools.toml in the current folder."""
-    return bool(explicit) or bool(os.environ.get(ENV_WORKSPACE)) or (Path.cwd() / CONFIG_NAME).exists()
+    return named_workspace_root(explicit) is not None
 
 
 def release_boundary(ctx: click.Context) -> Any:
